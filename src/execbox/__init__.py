@@ -1,0 +1,69 @@
+"""execbox: run the code AI agents write, isolated, limited, and with evidence.
+
+    >>> import execbox
+    >>> execbox.run("print(6 * 7)").stdout
+    '42\\n'
+
+The public names load lazily, so the sandbox's fork server can import `execbox.sandbox` inside
+the runtime image without execbox's own dependencies (pydantic, click) installed there.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Artifact",
+    "ErrorInfo",
+    "Executor",
+    "ExecboxError",
+    "InputFile",
+    "Limits",
+    "Metrics",
+    "RunRequest",
+    "RunResult",
+    "SandboxError",
+    "SandboxUnavailable",
+    "Status",
+    "UsageError",
+    "run",
+]
+
+_WHERE = {
+    "Artifact": "contract",
+    "ErrorInfo": "contract",
+    "InputFile": "contract",
+    "Limits": "contract",
+    "Metrics": "contract",
+    "RunRequest": "contract",
+    "RunResult": "contract",
+    "Status": "contract",
+    "Executor": "executor",
+    "run": "executor",
+    "ExecboxError": "errors",
+    "SandboxError": "errors",
+    "SandboxUnavailable": "errors",
+    "UsageError": "errors",
+}
+
+if TYPE_CHECKING:
+    from .contract import (Artifact, ErrorInfo, InputFile, Limits, Metrics, RunRequest,
+                           RunResult, Status)
+    from .errors import ExecboxError, SandboxError, SandboxUnavailable, UsageError
+    from .executor import Executor, run
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'execbox' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,219 @@
+"""The execution contract: what goes into a run and what comes out.
+
+These models are the public wire format (DESIGN.md section 2). Field names and status values are
+the contract; change them only on purpose and keep `schema()` and the docs in step. No I/O here.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from enum import Enum
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
+
+MIB = 1024 * 1024
+
+
+class Status(str, Enum):
+    """How a run ended. Only `sandbox_error` is execbox's fault; the rest describe the code."""
+
+    ok = "ok"
+    error = "error"
+    timeout = "timeout"
+    cpu_limit = "cpu_limit"
+    memory_limit = "memory_limit"
+    disk_limit = "disk_limit"
+    output_limit = "output_limit"
+    forbidden = "forbidden"
+    policy_denied = "policy_denied"
+    needs_approval = "needs_approval"
+    budget_exceeded = "budget_exceeded"
+    sandbox_error = "sandbox_error"
+
+
+class Limits(BaseModel):
+    """Resource limits of one run. Defaults follow the seed baseline profile."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    timeout_s: float = Field(5.0, gt=0, le=3600, description="Wall-clock time limit in seconds.")
+    cpu_s: float | None = Field(
+        None, gt=0, le=3600, description="CPU time limit of the whole tree in seconds; null = timeout_s."
+    )
+    memory_mib: int = Field(512, ge=16, le=65536, description="Memory limit (RAM + swap) in MiB.")
+    pids: int = Field(64, ge=4, le=4096, description="Maximum processes and threads at once.")
+    disk_mib: int = Field(100, ge=1, le=65536, description="Size of the writable /workspace in MiB.")
+    output_bytes: int = Field(
+        MIB, ge=1024, le=256 * MIB, description="Cap on stdout and on stderr, each, in bytes."
+    )
+    artifact_bytes: int = Field(10 * MIB, ge=0, le=1024 * MIB, description="Cap on artifact bytes.")
+    artifact_files: int = Field(100, ge=0, le=10000, description="Cap on the number of artifacts.")
+
+    @property
+    def effective_cpu_s(self) -> float:
+        return self.cpu_s if self.cpu_s is not None else self.timeout_s
+
+
+class InputFile(BaseModel):
+    """A file placed read-only in the workspace before the code starts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="Relative path inside /workspace, e.g. 'data/sales.csv'.")
+    data: bytes = Field(description="File content (base64 in JSON).")
+
+    @field_validator("name")
+    @classmethod
+    def _relative_clean_path(cls, name: str) -> str:
+        parts = name.split("/")
+        if (
+            not name
+            or name.startswith("/")
+            or any(p in ("", ".", "..") for p in parts)
+            or "\x00" in name
+            or len(name.encode()) > 1024
+            or any(len(p.encode()) > 255 for p in parts)
+        ):
+            raise ValueError(
+                f"input file name {name!r} must be a clean relative path "
+                "(no '..', no leading '/', no empty parts, at most 255 bytes per part)"
+            )
+        return name
+
+    @field_validator("data", mode="before")
+    @classmethod
+    def _decode_base64(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return base64.b64decode(value, validate=True)
+        return value
+
+    @field_serializer("data")
+    def _encode_base64(self, data: bytes) -> str:
+        return base64.b64encode(data).decode()
+
+
+class RunRequest(BaseModel):
+    """Everything a run needs. The sandbox sees nothing that is not in here."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    language: Literal["python"] = Field("python", description="Language of `code`.")
+    code: str = Field(description="The program to run.")
+    stdin: bytes = Field(b"", description="Bytes fed to the program's standard input.")
+    files: list[InputFile] = Field(default_factory=list, description="Read-only input files.")
+    limits: Limits = Field(default_factory=Limits, description="Resource limits.")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Environment of the program (empty unless given)."
+    )
+    network: Literal["none"] = Field("none", description="Network access; only 'none' for now.")
+
+    @field_validator("env")
+    @classmethod
+    def _valid_env(cls, env: dict[str, str]) -> dict[str, str]:
+        for key, value in env.items():
+            if not key or "=" in key or "\x00" in key or "\x00" in value:
+                raise ValueError(f"invalid environment variable name or value: {key!r}")
+        return env
+
+    @field_validator("files")
+    @classmethod
+    def _unique_names(cls, files: list[InputFile]) -> list[InputFile]:
+        names = [f.name for f in files]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate input file names: {dupes}")
+        prefixes = {"/".join(n.split("/")[:i]) for n in names for i in range(1, n.count("/") + 1)}
+        clash = sorted(prefixes & set(names))
+        if clash:
+            raise ValueError(f"input names used both as file and directory: {clash}")
+        return files
+
+    @field_validator("stdin", mode="before")
+    @classmethod
+    def _stdin_text(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return value.encode()
+        return value
+
+    @field_serializer("stdin")
+    def _stdin_base64(self, data: bytes) -> str:
+        return base64.b64encode(data).decode()
+
+
+class ErrorInfo(BaseModel):
+    """A structured error: what failed, and where in the user's code."""
+
+    type: str = Field(description="Exception type, or the limit that ended the run.")
+    message: str = Field(description="Human-readable message; limits name the setting to raise.")
+    line: int | None = Field(None, description="1-based line in the user's code, when known.")
+    column: int | None = Field(None, description="1-based column (SyntaxError), when known.")
+    traceback: str | None = Field(None, description="Traceback showing the user's frames only.")
+
+
+class Artifact(BaseModel):
+    """A regular file the run created or changed under /workspace."""
+
+    path: str = Field(description="Path relative to /workspace.")
+    size: int = Field(description="Size in bytes.")
+    sha256: str = Field(description="Hex SHA-256 of the content.")
+    mime_type: str = Field(description="Guessed MIME type.")
+    data: bytes | None = Field(None, exclude=True, repr=False, description="Content (not in JSON).")
+
+
+class Metrics(BaseModel):
+    """Resource use of the whole process tree."""
+
+    wall_ms: float = Field(description="Wall time from start of the code to the end of the tree.")
+    cpu_ms: float = Field(description="CPU time (user + system) of every process in the run.")
+    memory_peak_bytes: int = Field(description="Peak memory of the run's cgroup, in bytes.")
+
+
+class RunResult(BaseModel):
+    """The outcome of one run."""
+
+    run_id: str
+    status: Status
+    exit_code: int | None = None
+    signal: str | None = None
+    stdout: str = ""
+    stderr: str = ""
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    error: ErrorInfo | None = None
+    artifacts: list[Artifact] = Field(default_factory=list)
+    artifacts_truncated: bool = Field(
+        False, description="True when files were left out because of the artifact caps."
+    )
+    metrics: Metrics = Field(default_factory=lambda: Metrics(wall_ms=0, cpu_ms=0, memory_peak_bytes=0))
+    limits: Limits = Field(default_factory=Limits)
+    code_sha256: str = ""
+    image_digest: str = ""
+    cached: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.ok
+
+    def artifact(self, path: str) -> Artifact:
+        """The artifact at `path`; KeyError if the run produced none there."""
+        for art in self.artifacts:
+            if art.path == path:
+                return art
+        raise KeyError(path)
+
+
+def schema() -> dict[str, Any]:
+    """JSON schema of the request and result models, for other languages and tools."""
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "execbox execution contract",
+        "RunRequest": RunRequest.model_json_schema(),
+        "RunResult": RunResult.model_json_schema(mode="serialization"),
+    }
+
+
+def write_schema(path: Path) -> None:
+    path.write_text(json.dumps(schema(), indent=2, sort_keys=True) + "\n")

@@ -1,0 +1,25 @@
+"""Exceptions raised at the caller: what went wrong for the caller or the host.
+
+What the untrusted code did is never an exception: it is a `status` and an `error` on the result.
+"""
+
+from __future__ import annotations
+
+
+class ExecboxError(Exception):
+    """Base of every exception execbox raises."""
+
+
+class UsageError(ExecboxError):
+    """The caller asked for something invalid (bad limits, a missing file, a closed executor)."""
+
+
+class SandboxUnavailable(ExecboxError):
+    """This host cannot isolate a run (no root, no namespaces, no cgroups, no runtime image).
+
+    execbox never falls back to running code unsandboxed; `execbox doctor` says what is missing.
+    """
+
+
+class SandboxError(ExecboxError):
+    """The sandbox itself failed while running code (execbox's fault, never the code's)."""

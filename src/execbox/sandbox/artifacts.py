@@ -1,0 +1,146 @@
+"""Collect the regular files a run created or changed under /workspace, within the caps.
+
+Runs in the supervisor after every process of the run is gone. Walks with directory file
+descriptors and O_NOFOLLOW, looks at entries with lstat only, never follows a link, never opens
+a FIFO, socket or device, never reads a file larger than the remaining byte budget (a 20 GiB
+sparse file costs one lstat). Names are kept as the kernel gives them; invalid UTF-8 is replaced
+when the name is turned into text.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import mimetypes
+import os
+import stat
+from dataclasses import dataclass
+
+MAX_DEPTH = 64
+MAX_ENTRIES = 200_000
+_MIME = mimetypes.MimeTypes()  # the built-in table only: the same answer on every host
+_MAGIC = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF8", "image/gif"),
+    (b"%PDF-", "application/pdf"),
+    (b"PK\x03\x04", "application/zip"),
+)
+
+
+@dataclass
+class Collected:
+    path: str
+    size: int
+    sha256: str
+    mime_type: str
+    data: bytes
+
+
+def display_name(parts: list[str]) -> str:
+    raw = "/".join(parts).encode("utf-8", "surrogateescape")
+    return raw.decode("utf-8", "replace")
+
+
+def guess_mime(name: str, head: bytes) -> str:
+    for magic, mime in _MAGIC:
+        if head.startswith(magic):
+            return mime
+    guessed = _MIME.guess_type(name, strict=False)[0]
+    if guessed:
+        return guessed
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+        return "text/plain"
+    except UnicodeDecodeError:
+        return "application/octet-stream"
+
+
+def _read_regular(dir_fd: int, name: str, expect: os.stat_result, limit: int) -> bytes | None:
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    try:
+        fd = os.open(name, flags, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (expect.st_dev, expect.st_ino):
+            return None
+        chunks, left = [], min(st.st_size, limit) + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        data = b"".join(chunks)
+        return data if len(data) <= limit else None
+    finally:
+        os.close(fd)
+
+
+def collect(root: str, skip: set[tuple[int, int]], max_files: int, max_bytes: int
+            ) -> tuple[list[Collected], bool]:
+    """Return (artifacts in path order, truncated). `skip` holds the inputs' (dev, inode)."""
+    found: list[Collected] = []
+    truncated = False
+    budget = max_bytes
+    scanned = 0
+    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+    def walk(dir_fd: int, prefix: list[str], depth: int) -> bool:
+        """Return False to stop the whole walk."""
+        nonlocal budget, truncated, scanned
+        try:
+            entries = sorted(os.scandir(dir_fd), key=lambda e: e.name)
+        except OSError:
+            return True
+        for entry in entries:
+            scanned += 1
+            if scanned > MAX_ENTRIES:
+                truncated = True
+                return False
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            parts = prefix + [entry.name]
+            if stat.S_ISDIR(st.st_mode):
+                if depth >= MAX_DEPTH:
+                    truncated = True
+                    continue
+                try:
+                    sub = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+                                  | os.O_CLOEXEC, dir_fd=dir_fd)
+                except OSError:
+                    continue
+                try:
+                    if not walk(sub, parts, depth + 1):
+                        return False
+                finally:
+                    os.close(sub)
+            elif stat.S_ISREG(st.st_mode):
+                if (st.st_dev, st.st_ino) in skip:
+                    continue
+                if len(found) >= max_files:
+                    truncated = True
+                    return False
+                if st.st_size > budget:
+                    truncated = True
+                    continue
+                data = _read_regular(dir_fd, entry.name, st, budget)
+                if data is None:
+                    continue
+                budget -= len(data)
+                name = display_name(parts)
+                found.append(Collected(name, len(data), hashlib.sha256(data).hexdigest(),
+                                       guess_mime(name, data[:4096]), data))
+            # links, FIFOs, sockets and devices are never artifacts
+        return True
+
+    try:
+        walk(root_fd, [], 0)
+    finally:
+        os.close(root_fd)
+    return found, truncated

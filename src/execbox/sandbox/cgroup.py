@@ -1,0 +1,259 @@
+"""One cgroup per run, on cgroup v1 or v2: memory (and swap), pids, CPU accounting.
+
+Everything after discovery works through directory file descriptors, because the run supervisor
+keeps using its cgroup after it has pivoted into the jail's root, where /sys is not mounted.
+
+Layout: v1 nests `execbox/` under the caller's own cgroup in each controller (runs count against
+the caller's limits); v2 uses `execbox/` under the caller's cgroup when it can enable the memory
+and pids controllers there, else under the hierarchy root.
+
+Standard library only: the zygote imports this inside the runtime image.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+PARENT_NAME = "execbox"
+_V1_CONTROLLERS = ("memory", "pids", "cpuacct")
+
+
+class CgroupUnavailable(OSError):
+    pass
+
+
+def _mounts() -> list[tuple[str, str, set[str]]]:
+    """(mount point, fstype, super options) of every cgroup mount."""
+    found = []
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            left, _, right = line.partition(" - ")
+            fstype, _source, opts = (right.split() + ["", "", ""])[:3]
+            if fstype in ("cgroup", "cgroup2"):
+                found.append((left.split()[4], fstype, set(opts.split(","))))
+    return found
+
+
+def _own_paths() -> dict[str, str]:
+    """Controller (or '' for v2) -> this process's cgroup path."""
+    paths = {}
+    with open("/proc/self/cgroup") as fh:
+        for line in fh:
+            _hid, controllers, path = line.rstrip("\n").split(":", 2)
+            for c in controllers.split(",") if controllers else [""]:
+                paths[c] = path
+    return paths
+
+
+def _write(dir_fd: int, name: str, value: str) -> None:
+    fd = os.open(name, os.O_WRONLY, dir_fd=dir_fd)
+    try:
+        os.write(fd, value.encode())
+    finally:
+        os.close(fd)
+
+
+def _read(dir_fd: int, name: str) -> str:
+    fd = os.open(name, os.O_RDONLY, dir_fd=dir_fd)
+    try:
+        return os.read(fd, 65536).decode()
+    finally:
+        os.close(fd)
+
+
+def _mkdir_p(path: str) -> None:
+    os.makedirs(path, exist_ok=True)
+
+
+@dataclass
+class Hierarchy:
+    """Where run cgroups are created: one parent directory per controller (one on v2)."""
+
+    version: int
+    parents: dict[str, int]  # controller ("" on v2) -> fd of the execbox parent directory
+    parent_paths: dict[str, str]
+    has_swap: bool
+
+    @classmethod
+    def discover(cls) -> Hierarchy:
+        mounts = _mounts()
+        own = _own_paths()
+        v1 = {c: m for m, t, o in mounts if t == "cgroup" for c in o if c in _V1_CONTROLLERS}
+        if "memory" not in v1 or "pids" not in v1:
+            for mnt, fstype, _ in mounts:
+                if fstype == "cgroup2":
+                    hier = cls._discover_v2(mnt, own.get("", "/"))
+                    if hier:
+                        return hier
+            raise CgroupUnavailable(
+                0, "no usable cgroup: need memory and pids controllers (cgroup v1 or v2)"
+            )
+        paths = {}
+        for controller, mnt in v1.items():
+            parent = os.path.join(mnt + own.get(controller, "/"), PARENT_NAME)
+            _mkdir_p(parent)
+            paths[controller] = parent
+        has_swap = os.path.exists(os.path.join(paths["memory"], "memory.memsw.limit_in_bytes"))
+        return cls(1, {c: os.open(p, os.O_RDONLY | os.O_DIRECTORY) for c, p in paths.items()},
+                   paths, has_swap)
+
+    @classmethod
+    def _discover_v2(cls, mnt: str, own: str) -> Hierarchy | None:
+        try:
+            available = _read_path(os.path.join(mnt, "cgroup.controllers")).split()
+        except OSError:
+            return None
+        if "memory" not in available or "pids" not in available:
+            return None
+        for base in (mnt + own, mnt):
+            try:
+                enabled = _read_path(os.path.join(base, "cgroup.subtree_control")).split()
+                if base != mnt and not {"memory", "pids"} <= set(enabled):
+                    continue  # cannot enable controllers below a cgroup that holds processes
+                if base == mnt:
+                    _write_path(os.path.join(base, "cgroup.subtree_control"), "+memory +pids")
+                parent = os.path.join(base, PARENT_NAME)
+                _mkdir_p(parent)
+                _write_path(os.path.join(parent, "cgroup.subtree_control"), "+memory +pids")
+            except OSError:
+                continue
+            has_swap = os.path.exists(os.path.join(parent, "memory.swap.max"))
+            return cls(2, {"": os.open(parent, os.O_RDONLY | os.O_DIRECTORY)}, {"": parent},
+                       has_swap)
+        return None
+
+    def create(self, name: str) -> RunCgroup:
+        """Make the run's cgroup directories and open everything the run will need."""
+        dirs: dict[str, int] = {}
+        try:
+            for controller, parent_fd in self.parents.items():
+                os.mkdir(name, 0o755, dir_fd=parent_fd)
+                dirs[controller] = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=parent_fd)
+        except OSError:
+            RunCgroup(self, name, dirs).remove()
+            raise
+        return RunCgroup(self, name, dirs)
+
+    def sweep(self, prefix: str) -> int:
+        """Remove leftover run cgroups whose name starts with `prefix`; return how many."""
+        removed = 0
+        for controller, parent in self.parent_paths.items():
+            for entry in os.listdir(parent):
+                if entry.startswith(prefix):
+                    path = os.path.join(parent, entry)
+                    _kill_procs(path)
+                    try:
+                        os.rmdir(path)
+                        removed += 1
+                    except OSError:
+                        pass
+        return removed
+
+
+def _read_path(path: str) -> str:
+    with open(path) as fh:
+        return fh.read()
+
+
+def _write_path(path: str, value: str) -> None:
+    with open(path, "w") as fh:
+        fh.write(value)
+
+
+def _kill_procs(path: str) -> None:
+    import signal
+
+    for _ in range(50):
+        try:
+            pids = [int(p) for p in _read_path(os.path.join(path, "cgroup.procs")).split()]
+        except OSError:
+            return
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.01)
+
+
+@dataclass
+class RunCgroup:
+    hierarchy: Hierarchy
+    name: str
+    dirs: dict[str, int]
+    _procs_fds: list[int] = field(default_factory=list)
+
+    @property
+    def v2(self) -> bool:
+        return self.hierarchy.version == 2
+
+    def _mem(self) -> int:
+        return self.dirs["" if self.v2 else "memory"]
+
+    def set_limits(self, memory_bytes: int, pids: int) -> None:
+        if self.v2:
+            d = self.dirs[""]
+            _write(d, "memory.max", str(memory_bytes))
+            if self.hierarchy.has_swap:
+                _write(d, "memory.swap.max", "0")
+            _write(d, "pids.max", str(pids))
+        else:
+            _write(self.dirs["memory"], "memory.limit_in_bytes", str(memory_bytes))
+            if self.hierarchy.has_swap:
+                _write(self.dirs["memory"], "memory.memsw.limit_in_bytes", str(memory_bytes))
+            _write(self.dirs["pids"], "pids.max", str(pids))
+
+    def open_procs(self) -> list[int]:
+        """Open cgroup.procs of every controller, for a child to join with `join()`."""
+        self._procs_fds = [os.open("cgroup.procs", os.O_WRONLY, dir_fd=d) for d in self.dirs.values()]
+        return self._procs_fds
+
+    def join(self) -> None:
+        """Move the calling process into the run's cgroup ('0' means the writer itself)."""
+        for fd in self._procs_fds:
+            os.write(fd, b"0")
+
+    def close_procs(self) -> None:
+        for fd in self._procs_fds:
+            os.close(fd)
+        self._procs_fds = []
+
+    def cpu_ns(self) -> int:
+        if self.v2:
+            for line in _read(self.dirs[""], "cpu.stat").splitlines():
+                key, _, value = line.partition(" ")
+                if key == "usage_usec":
+                    return int(value) * 1000
+            return 0
+        if "cpuacct" in self.dirs:
+            return int(_read(self.dirs["cpuacct"], "cpuacct.usage"))
+        return 0
+
+    def memory_peak(self) -> int:
+        name = "memory.peak" if self.v2 else "memory.max_usage_in_bytes"
+        try:
+            return int(_read(self._mem(), name))
+        except (OSError, ValueError):
+            return 0
+
+    def oom_kills(self) -> int:
+        name = "memory.events" if self.v2 else "memory.oom_control"
+        for line in _read(self._mem(), name).splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+        return 0
+
+    def remove(self) -> None:
+        """Remove the run's directories (the cgroup must hold no processes any more)."""
+        for controller, fd in list(self.dirs.items()):
+            os.close(fd)
+            try:
+                os.rmdir(self.name, dir_fd=self.hierarchy.parents[controller])
+            except FileNotFoundError:
+                pass
+        self.dirs.clear()

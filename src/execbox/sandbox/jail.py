@@ -1,0 +1,291 @@
+"""The containment checklist, one small named step per concern (nsjail's `contain` is the model).
+
+Three processes take part in a run:
+  supervisor  forked from the zygote; root; host pid namespace; new mount, net, ipc and uts
+              namespaces. Builds the run's root filesystem and cgroup, then supervises.
+  init        pid 1 of a new pid namespace. Joins the cgroup, mounts /proc, forks the program,
+              drops every privilege, reaps orphans; when the program ends it reports the
+              program's wait status and exits, which kills everything left in the namespace.
+  program     the user's code: rlimits, workspace, unprivileged uid, no capabilities,
+              no_new_privs, empty environment, reseeded randomness, seccomp last.
+
+Each step raises `JailError` naming itself and the call that failed.
+Standard library only: the zygote imports this inside the runtime image.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from . import _linux
+
+SANDBOX_UID = 65532  # the program
+INIT_UID = 65533  # pid 1 of the run's pid namespace, once set-up is done
+STAGING = "/tmp"  # in the private mount namespace a tmpfs is mounted here and becomes the root
+HOSTNAME = "sandbox"
+ROOT_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+
+
+class JailError(Exception):
+    """A containment step failed (execbox's fault or the host's, never the code's)."""
+
+
+@contextlib.contextmanager
+def step(name: str) -> Iterator[None]:
+    try:
+        yield
+    except JailError:
+        raise
+    except Exception as exc:
+        raise JailError(f"{name}: {exc}") from exc
+
+
+@dataclass
+class JailConfig:
+    """What every run's root looks like; computed once in the zygote."""
+
+    ro_binds: list[str]  # absolute host paths bound read-only at the same path
+    root_links: dict[str, str]  # /bin -> usr/bin on merged-/usr systems
+    etc_files: dict[str, bytes]
+    etc_links: dict[str, str]
+    seccomp_bpf: bytes
+    cap_last_cap: int
+    devices: tuple[str, ...] = ("null", "zero", "full", "random", "urandom")
+
+    @classmethod
+    def discover(cls, extra_ro: list[str], seccomp_bpf: bytes) -> JailConfig:
+        binds, links = ["/usr"], {}
+        for name in ROOT_DIRS:
+            path = "/" + name
+            if os.path.islink(path):
+                links[name] = os.readlink(path)
+            elif os.path.isdir(path):
+                binds.append(path)
+        for path in extra_ro:
+            real = os.path.realpath(path)
+            if not any(real == b or real.startswith(b + "/") for b in binds):
+                binds.append(real)
+        etc_files = {
+            "passwd": (
+                f"root:x:0:0:root:/nonexistent:/usr/sbin/nologin\n"
+                f"sandbox:x:{SANDBOX_UID}:{SANDBOX_UID}:sandbox:/workspace:/bin/sh\n"
+                f"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+            ).encode(),
+            "group": f"root:x:0:\nsandbox:x:{SANDBOX_UID}:\nnogroup:x:65534:\n".encode(),
+            "hosts": f"127.0.0.1 localhost {HOSTNAME}\n::1 localhost\n".encode(),
+            "hostname": f"{HOSTNAME}\n".encode(),
+            "nsswitch.conf": b"passwd: files\ngroup: files\nhosts: files\n",
+            "resolv.conf": b"",
+        }
+        with contextlib.suppress(OSError), open("/etc/ld.so.cache", "rb") as fh:
+            etc_files["ld.so.cache"] = fh.read()
+        etc_links = {}
+        if os.path.islink("/etc/localtime"):
+            target = os.path.realpath("/etc/localtime")
+            if target.startswith("/usr/"):
+                etc_links["localtime"] = target
+        return cls(binds, links, etc_files, etc_links, seccomp_bpf, _linux.cap_last_cap())
+
+
+@dataclass
+class RunSpec:
+    """The per-run part of the jail, from the request."""
+
+    timeout_s: float
+    cpu_s: float
+    memory_bytes: int
+    pids: int
+    disk_bytes: int
+    output_bytes: int
+    artifact_bytes: int
+    artifact_files: int
+    env: dict[str, str] = field(default_factory=dict)
+    input_bytes: int = 0
+    input_count: int = 0
+
+
+# ---- supervisor steps (root, before the fork of init) -------------------------------------
+
+
+def unshare_namespaces() -> None:
+    with step("unshare mount/pid/net/ipc/uts namespaces"):
+        _linux.unshare(
+            _linux.CLONE_NEWNS | _linux.CLONE_NEWPID | _linux.CLONE_NEWNET | _linux.CLONE_NEWIPC
+            | _linux.CLONE_NEWUTS
+        )
+    with step("make mounts private"):
+        _linux.mount("none", "/", None, _linux.MS_REC | _linux.MS_PRIVATE)
+    with step("bring up loopback"):
+        _linux.loopback_up()
+    with step("set hostname"):
+        socket.sethostname(HOSTNAME)
+
+
+def _tmpfs(target: str, size: int, mode: int, flags: int = 0) -> None:
+    _linux.mount("tmpfs", target, "tmpfs", _linux.MS_NOSUID | _linux.MS_NODEV | flags,
+                 f"size={size},mode={mode:o}")
+
+
+def _bind_ro(source: str, target: str) -> None:
+    _linux.mount(source, target, None, _linux.MS_BIND)
+    ro = _linux.MS_BIND | _linux.MS_REMOUNT | _linux.MS_RDONLY | _linux.MS_NOSUID | _linux.MS_NODEV
+    _linux.mount("none", target, None, ro)
+
+
+def build_root(cfg: JailConfig, spec: RunSpec) -> None:
+    """Assemble the run's filesystem under STAGING; nothing of the host is writable in it."""
+    r = STAGING
+    with step("mount root tmpfs"):
+        _tmpfs(r, 1 << 20, 0o755)
+    with step("bind read-only system and runtime"):
+        for path in cfg.ro_binds:
+            os.makedirs(r + path, 0o755, exist_ok=True)
+            _bind_ro(path, r + path)
+        for name, target in cfg.root_links.items():
+            os.symlink(target, f"{r}/{name}")
+    with step("write /etc"):
+        os.mkdir(f"{r}/etc", 0o755)
+        for name, data in cfg.etc_files.items():
+            with open(f"{r}/etc/{name}", "wb") as fh:
+                fh.write(data)
+        for name, target in cfg.etc_links.items():
+            os.symlink(target, f"{r}/etc/{name}")
+    with step("populate /dev"):
+        os.mkdir(f"{r}/dev", 0o755)
+        _tmpfs(f"{r}/dev", 64 << 10, 0o755, _linux.MS_NOEXEC)
+        for dev in cfg.devices:
+            open(f"{r}/dev/{dev}", "w").close()
+            _linux.mount(f"/dev/{dev}", f"{r}/dev/{dev}", None, _linux.MS_BIND)
+        for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                             ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+            os.symlink(target, f"{r}/dev/{name}")
+        os.mkdir(f"{r}/dev/shm")
+        _tmpfs(f"{r}/dev/shm", spec.disk_bytes, 0o1777, _linux.MS_NOEXEC)
+    with step("mount /workspace and /tmp"):
+        os.mkdir(f"{r}/workspace")
+        # Inputs live in the workspace too; give them room beyond the writable allowance.
+        room = spec.disk_bytes + spec.input_bytes + 8192 * (spec.input_count + 1)
+        _tmpfs(f"{r}/workspace", room, 0o1777)
+        os.mkdir(f"{r}/tmp")
+        _tmpfs(f"{r}/tmp", spec.disk_bytes, 0o1777)
+        os.mkdir(f"{r}/proc")
+
+
+def place_inputs(files: list[tuple[str, bytes]]) -> set[tuple[int, int]]:
+    """Write inputs root-owned and read-only; the sticky /workspace stops their removal."""
+    ids = set()
+    with step("place input files"):
+        base = f"{STAGING}/workspace"
+        for name, data in files:
+            parts = name.split("/")
+            d = base
+            for part in parts[:-1]:
+                d = f"{d}/{part}"
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(d, 0o755)
+            fd = os.open(f"{base}/{name}", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                         0o444)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                st = os.fstat(fd)
+                ids.add((st.st_dev, st.st_ino))
+            finally:
+                os.close(fd)
+    return ids
+
+
+def enter_root() -> None:
+    """pivot_root into the staged root, drop the host's tree, make the root read-only."""
+    with step("pivot_root"):
+        os.mkdir(f"{STAGING}/.oldroot")
+        _linux.pivot_root(STAGING, f"{STAGING}/.oldroot")
+        os.chdir("/")
+    with step("detach the host root"):
+        _linux.umount2("/.oldroot", _linux.MNT_DETACH)
+        os.rmdir("/.oldroot")
+    with step("remount root read-only"):
+        _linux.mount("none", "/", None,
+                     _linux.MS_REMOUNT | _linux.MS_BIND | _linux.MS_RDONLY | _linux.MS_NOSUID
+                     | _linux.MS_NODEV)
+
+
+# ---- init steps (pid 1 of the run's pid namespace) ----------------------------------------
+
+
+def mount_proc() -> None:
+    with step("mount /proc"):
+        _linux.mount("proc", "/proc", "proc",
+                     _linux.MS_NOSUID | _linux.MS_NODEV | _linux.MS_NOEXEC)
+
+
+def unshare_cgroup_namespace() -> None:
+    with step("unshare cgroup namespace"):
+        _linux.unshare(_linux.CLONE_NEWCGROUP)
+
+
+# ---- program steps (and init's own privilege drop) -----------------------------------------
+
+
+def close_fds_except(keep: list[int]) -> None:
+    """Close every descriptor not in `keep` (the zygote's socket above all)."""
+    low = 0
+    for fd in sorted(set(keep)):
+        if fd > low:
+            os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 1 << 20)
+
+
+def setup_stdio(stdin: int, stdout: int, stderr: int, keep: list[int]) -> None:
+    with step("set up stdio"):
+        for target, fd in ((0, stdin), (1, stdout), (2, stderr)):
+            if fd != target:
+                os.dup2(fd, target)
+        close_fds_except([0, 1, 2, *keep])
+
+
+def set_rlimits(spec: RunSpec) -> None:
+    with step("setrlimit"):
+        cpu = max(1, int(spec.cpu_s + 0.999))
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (spec.disk_bytes, spec.disk_bytes))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        limit = min(1024, hard) if hard != resource.RLIM_INFINITY else 1024
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+
+def drop_privileges(uid: int, cap_last_cap: int) -> None:
+    """Unprivileged uid, no capabilities anywhere (bounding set included), no_new_privs."""
+    with step("drop the capability bounding set"):
+        for cap in range(cap_last_cap + 1):
+            _linux.prctl(_linux.PR_CAPBSET_DROP, cap)
+        _linux.prctl(_linux.PR_CAP_AMBIENT, _linux.PR_CAP_AMBIENT_CLEAR_ALL)
+        _linux.prctl(_linux.PR_SET_SECUREBITS, _linux.SECUREBITS_LOCKED_DOWN)
+    with step("switch to the sandbox uid"):
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    with step("clear capabilities"):
+        _linux.clear_capabilities()
+    with step("set no_new_privs"):
+        _linux.prctl(_linux.PR_SET_NO_NEW_PRIVS, 1)
+
+
+def set_environment(env: dict[str, str]) -> None:
+    with step("set environment"):
+        os.environ.clear()
+        os.environ.update(env)
+
+
+def load_seccomp(cfg: JailConfig) -> None:
+    with step("load seccomp filter"):
+        _linux.load_seccomp_bpf(cfg.seccomp_bpf)
+

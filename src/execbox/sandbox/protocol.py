@@ -1,0 +1,79 @@
+"""Framing on the control socket between the host side and a run supervisor.
+
+A frame is a 4-byte kind, an 8-byte big-endian length and the payload. Kinds:
+  host -> supervisor: REQ (JSON request), FILE (one input file's bytes, in REQ order), KILL (reason)
+  supervisor -> host: PID (supervisor pid, JSON), RES (JSON result), ART (one artifact's bytes,
+  in RES order), ERR (JSON sandbox error)
+
+Standard library only: both the executor and the zygote import this.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from typing import Any
+
+HEADER = struct.Struct("!4sQ")
+
+REQ, FILE, KILL = b"REQ ", b"FILE", b"KILL"
+PID, RES, ART, ERR = b"PID ", b"RES ", b"ART ", b"ERR "
+
+MAX_JSON = 64 * 1024 * 1024
+
+
+def frame(kind: bytes, payload: bytes) -> bytes:
+    return HEADER.pack(kind, len(payload)) + payload
+
+
+def json_frame(kind: bytes, obj: Any) -> bytes:
+    return frame(kind, json.dumps(obj, separators=(",", ":")).encode())
+
+
+def send_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _read_exact(fd: int, n: int) -> bytes:
+    chunks = []
+    while n:
+        chunk = os.read(fd, min(n, 1 << 20))
+        if not chunk:
+            raise EOFError("control socket closed")
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_frame(fd: int, max_len: int = MAX_JSON) -> tuple[bytes, bytes]:
+    """Blocking read of one frame (used by the supervisor)."""
+    kind, length = HEADER.unpack(_read_exact(fd, HEADER.size))
+    if length > max_len:
+        raise ValueError(f"frame {kind!r} too large: {length} bytes")
+    return kind, _read_exact(fd, length)
+
+
+class FrameReader:
+    """Incremental parser for a non-blocking reader (used by the host side)."""
+
+    def __init__(self, max_len: int = MAX_JSON) -> None:
+        self._buf = bytearray()
+        self._max = max_len
+
+    def feed(self, data: bytes) -> list[tuple[bytes, bytes]]:
+        self._buf += data
+        frames = []
+        while len(self._buf) >= HEADER.size:
+            kind, length = HEADER.unpack_from(self._buf)
+            if length > self._max:
+                raise ValueError(f"frame {kind!r} too large: {length} bytes")
+            end = HEADER.size + length
+            if len(self._buf) < end:
+                break
+            frames.append((bytes(kind), bytes(self._buf[HEADER.size:end])))
+            del self._buf[:end]
+        return frames

@@ -1,0 +1,145 @@
+"""Inside the jail: run the user's Python code as `__main__` and report a structured error.
+
+The code runs in the forked, pre-imported interpreter, so `import pandas` is already done. The
+traceback shown on stderr and in the result starts at the user's code, not at ours.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import linecache
+import os
+import sys
+import traceback
+import types
+from typing import Any
+
+FILENAME = "main.py"
+WORKSPACE = "/workspace"
+MAX_TRACEBACK = 32 * 1024  # one write to the error pipe must never block
+
+
+def _rebind_stdio() -> None:
+    sys.stdin = sys.__stdin__ = io.TextIOWrapper(
+        io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8", errors="strict"
+    )
+    sys.stdout = sys.__stdout__ = io.TextIOWrapper(
+        io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8", errors="strict"
+    )
+    sys.stderr = sys.__stderr__ = io.TextIOWrapper(
+        io.BufferedWriter(io.FileIO(2, "w", closefd=False)),
+        encoding="utf-8", errors="backslashreplace", line_buffering=True,
+    )
+
+
+def reseed() -> None:
+    """Fresh randomness per run: the zygote's generator state is shared by every fork."""
+    import random
+
+    random.seed()
+    np_random = sys.modules.get("numpy.random")
+    if np_random is not None:
+        np_random.seed()
+
+
+def _report(err_fd: int, record: dict[str, Any]) -> None:
+    if record.get("traceback") and len(record["traceback"]) > MAX_TRACEBACK:
+        record["traceback"] = "...\n" + record["traceback"][-MAX_TRACEBACK:]
+    data = json.dumps(record).encode()[: 60 * 1024]
+    try:
+        os.write(err_fd, data)
+    except OSError:
+        pass
+
+
+def _user_line(tb: types.TracebackType | None) -> int | None:
+    line = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == FILENAME:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
+def _exit_code(exc: SystemExit) -> int:
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def run(code: str, err_fd: int, src_paths: list[str]) -> None:
+    """Execute `code`; never returns (the process exits with the program's status)."""
+    _rebind_stdio()
+    my_pid = os.getpid()
+    sys.argv = [FILENAME]
+    sys.path[:] = [WORKSPACE] + [p for p in sys.path if p not in src_paths]
+    main = types.ModuleType("__main__")
+    main.__dict__.update({"__file__": FILENAME, "__builtins__": __builtins__})
+    sys.modules["__main__"] = main
+    source_lines = code.splitlines(keepends=True)
+    linecache.cache[FILENAME] = (len(code), None, source_lines, FILENAME)
+    status = 0
+    try:
+        compiled = compile(code, FILENAME, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as exc:
+        text = "".join(traceback.format_exception_only(type(exc), exc))
+        sys.stderr.write(text)
+        _report(err_fd, {
+            "type": type(exc).__name__,
+            "message": getattr(exc, "msg", None) or str(exc),
+            "line": getattr(exc, "lineno", None),
+            "column": getattr(exc, "offset", None),
+            "traceback": text,
+        })
+        _finish(1)
+    try:
+        exec(compiled, main.__dict__)
+    except SystemExit as exc:
+        status = _exit_code(exc)
+    except BaseException as exc:  # noqa: BLE001 - everything the code raises is data
+        tb = exc.__traceback__.tb_next if exc.__traceback__ else None
+        exc.__traceback__ = tb
+        text = "".join(traceback.format_exception(type(exc), exc, tb))
+        try:
+            sys.stderr.write(text)
+            sys.stderr.flush()
+        except Exception:  # noqa: BLE001 - stderr may be closed by the code
+            pass
+        if os.getpid() == my_pid:
+            _report(err_fd, {
+                "type": type(exc).__name__,
+                "message": str(exc),
+                "line": _user_line(tb),
+                "column": None,
+                "traceback": text,
+            })
+        status = 1
+    _finish(status)
+
+
+def _finish(status: int) -> None:
+    """Shut down like the interpreter does: join threads, run atexit, flush, exit."""
+    import atexit
+    import threading
+
+    try:
+        threading._shutdown()  # type: ignore[attr-defined]
+    except BaseException:  # noqa: BLE001
+        pass
+    try:
+        atexit._run_exitfuncs()
+    except BaseException:  # noqa: BLE001
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:  # noqa: BLE001 - as CPython: a failed flush gives status 120
+            if status == 0:
+                status = 120
+    os._exit(status)
