@@ -95,15 +95,20 @@ class Supervisor:
     def _contain_and_run(self, req: dict[str, Any], spec: jail.RunSpec,
                          files: list[tuple[str, bytes]]) -> dict[str, Any]:
         cfg = self.z.cfg
+        marks = [("start", time.monotonic())]
         with jail.step("create cgroup"):
             self.cg = self.z.hierarchy.create(req["cgroup"])
             self.cg.set_limits(spec.memory_bytes, spec.pids)
             self.cg.open_procs()
+        marks.append(("cgroup", time.monotonic()))
         jail.unshare_namespaces()
+        marks.append(("unshare", time.monotonic()))
         jail.build_root(cfg, spec)
+        marks.append(("root", time.monotonic()))
         inputs = jail.place_inputs(files)
         del files
         jail.enter_root()
+        marks.append(("pivot", time.monotonic()))
 
         err_r, err_w = os.pipe()
         status_r, status_w = os.pipe()
@@ -119,6 +124,7 @@ class Supervisor:
         os.waitpid(pid, 0)
         self.init_pid = 0
         wall_ms = (time.monotonic() - started) * 1000
+        marks.append(("init_exit", time.monotonic()))
 
         wait_status, init_error = _read_status(status_r)
         user_error = _read_json(err_r)
@@ -136,12 +142,15 @@ class Supervisor:
         collected, art_truncated = artifacts.collect(
             "/workspace", inputs, spec.artifact_files, spec.artifact_bytes
         )
+        marks.append(("collect", time.monotonic()))
         meta = classify(spec, killed, wait_status, user_error, oom, cpu_ms, full)
         meta.update(
             metrics={"wall_ms": round(wall_ms, 3), "cpu_ms": round(cpu_ms, 3),
                      "memory_peak_bytes": mem_peak},
             artifacts=[{k: v for k, v in asdict(a).items() if k != "data"} for a in collected],
             artifacts_truncated=art_truncated,
+            phases_ms={name: round((t - marks[i][1]) * 1000, 3)
+                       for i, (name, t) in enumerate(marks[1:])},
         )
         return {"meta": meta, "artifacts": collected}
 

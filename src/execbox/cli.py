@@ -1,0 +1,251 @@
+"""The `execbox` command. Exit status: 0 when the run's status is ok, 1 for any other run status,
+2 for usage or host errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .contract import Limits, RunResult, write_schema
+from .errors import ExecboxError, UsageError
+
+EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _fail(message: str) -> None:
+    click.echo(f"execbox: {message}", err=True)
+    sys.exit(EXIT_USAGE)
+
+
+def _parse_inputs(specs: tuple[str, ...]) -> dict[str, Path]:
+    files: dict[str, Path] = {}
+    for spec in specs:
+        path, _, name = spec.partition(":")
+        files[name or Path(path).name] = Path(path)
+    return files
+
+
+def _parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise UsageError(f"--env expects NAME=VALUE, got {pair!r}")
+        env[name] = value
+    return env
+
+
+def write_artifacts(result: RunResult, directory: Path) -> list[Path]:
+    """Write the run's artifacts under `directory`, never outside it and never through a link."""
+    written = []
+    directory.mkdir(parents=True, exist_ok=True)
+    root_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for art in result.artifacts:
+            if art.data is None:
+                continue
+            parts = [p.replace("\x00", "_") for p in art.path.split("/")]
+            if any(p in ("", ".", "..") for p in parts):
+                continue
+            dir_fd = os.dup(root_fd)
+            try:
+                for part in parts[:-1]:
+                    try:
+                        os.mkdir(part, 0o755, dir_fd=dir_fd)
+                    except FileExistsError:
+                        pass
+                    nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+                    os.close(dir_fd)
+                    dir_fd = nxt
+                fd = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
+                             0o644, dir_fd=dir_fd)
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(art.data)
+                written.append(directory / art.path)
+            finally:
+                os.close(dir_fd)
+    finally:
+        os.close(root_fd)
+    return written
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="execbox")
+def main() -> None:
+    """execbox: run the code AI agents write, isolated, limited, and with evidence."""
+
+
+@main.command("run")
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--stdin", "stdin_path", type=click.Path(dir_okay=False, exists=True),
+              help="File fed to the program's standard input.")
+@click.option("--input", "inputs", multiple=True, metavar="PATH[:NAME]",
+              help="Input file placed read-only in /workspace (as NAME). Repeatable.")
+@click.option("--timeout", type=float, help="Wall time limit in seconds (default 5).")
+@click.option("--cpu", type=float, help="CPU time limit in seconds (default: the wall limit).")
+@click.option("--memory", type=int, help="Memory limit in MiB (default 512).")
+@click.option("--disk", type=int, help="Workspace size in MiB (default 100).")
+@click.option("--pids", type=int, help="Process and thread limit (default 64).")
+@click.option("--output-bytes", type=int, help="Cap on stdout and stderr each (default 1 MiB).")
+@click.option("--env", "env_pairs", multiple=True, metavar="NAME=VALUE",
+              help="Environment variable for the program (the default environment is empty).")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one RunResult as JSON.")
+@click.option("--artifacts-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Write the run's artifacts here.")
+def run_cmd(file: str, stdin_path: str | None, inputs: tuple[str, ...], timeout: float | None,
+            cpu: float | None, memory: int | None, disk: int | None, pids: int | None,
+            output_bytes: int | None, env_pairs: tuple[str, ...], as_json: bool,
+            artifacts_dir: Path | None) -> None:
+    """Run FILE (or - for standard input) in a fresh sandbox."""
+    from .executor import Executor, make_request
+
+    try:
+        code = sys.stdin.read() if file == "-" else Path(file).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        _fail(f"cannot read {file}: {exc}")
+    overrides: dict[str, Any] = {
+        k: v for k, v in {"timeout_s": timeout, "cpu_s": cpu, "memory_mib": memory,
+                          "disk_mib": disk, "pids": pids, "output_bytes": output_bytes}.items()
+        if v is not None
+    }
+    try:
+        request = make_request(
+            code,
+            stdin=Path(stdin_path).read_bytes() if stdin_path else None,
+            files=_parse_inputs(inputs), env=_parse_env(env_pairs),
+            limits=Limits(**Limits().model_dump() | overrides) if overrides else None,
+        )
+        stream = None if as_json else sys.stdout.buffer
+        errstream = None if as_json else sys.stderr.buffer
+
+        def out(data: bytes) -> None:
+            assert stream is not None
+            stream.write(data)
+            stream.flush()
+
+        def err(data: bytes) -> None:
+            assert errstream is not None
+            errstream.write(data)
+            errstream.flush()
+
+        with Executor() as executor:
+            result = executor.run_request(request, on_stdout=None if as_json else out,
+                                          on_stderr=None if as_json else err)
+    except ExecboxError as exc:
+        _fail(str(exc))
+    except ValueError as exc:
+        _fail(f"invalid limits: {exc}")
+    if artifacts_dir is not None:
+        write_artifacts(result, artifacts_dir)
+    if as_json:
+        click.echo(result.model_dump_json())
+    else:
+        _summary(result, artifacts_dir)
+    sys.exit(EXIT_OK if result.ok else EXIT_RUN_FAILED)
+
+
+def _summary(result: RunResult, artifacts_dir: Path | None) -> None:
+    m = result.metrics
+    line = (f"[execbox] {result.status.value}  exit={result.exit_code}"
+            f"{'  signal=' + result.signal if result.signal else ''}  wall={m.wall_ms:.0f}ms"
+            f"  cpu={m.cpu_ms:.0f}ms  mem={m.memory_peak_bytes / 2**20:.1f}MiB  run={result.run_id}")
+    click.echo(line, err=True)
+    if result.error and result.status.value != "error":
+        click.echo(f"[execbox] {result.error.type}: {result.error.message}", err=True)
+    for art in result.artifacts:
+        where = f" -> {artifacts_dir / art.path}" if artifacts_dir else ""
+        click.echo(f"[execbox] artifact {art.path} ({art.size} bytes, {art.mime_type}){where}",
+                   err=True)
+
+
+@main.command()
+def doctor() -> None:
+    """Say what this host can enforce, what is missing, and how to fix it."""
+    from .sandbox.probe import run_checks
+
+    checks = run_checks()
+    for c in checks:
+        mark = "ok  " if c.ok else ("FAIL" if c.required else "warn")
+        click.echo(f"{mark} {c.name:<14} {c.detail}")
+        if not c.ok and c.fix:
+            click.echo(f"     {'':<14} fix: {c.fix}")
+    if all(c.ok or not c.required for c in checks):
+        from .executor import Executor
+
+        try:
+            with Executor() as ex:
+                r = ex.run("import os; print(os.getuid())")
+            ok = r.ok and r.stdout.strip() != "0"
+            click.echo(f"{'ok  ' if ok else 'FAIL'} {'smoke run':<14} status={r.status.value} "
+                       f"uid={r.stdout.strip()} wall={r.metrics.wall_ms:.1f}ms")
+            sys.exit(EXIT_OK if ok else EXIT_USAGE)
+        except ExecboxError as exc:
+            click.echo(f"FAIL {'smoke run':<14} {exc}")
+    sys.exit(EXIT_USAGE)
+
+
+@main.group()
+def image() -> None:
+    """Build and inspect the runtime image user code runs in."""
+
+
+@image.command("build")
+@click.option("--lock", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="Lock file (default: the one shipped with execbox).")
+def image_build(lock: Path | None) -> None:
+    """Build the pinned runtime environment (reuses an identical build)."""
+    from .image import LOCK_FILE, build
+
+    try:
+        img = build(lock or LOCK_FILE)
+    except ExecboxError as exc:
+        _fail(str(exc))
+    click.echo(f"image {img.digest} at {img.root}")
+
+
+@image.command("info")
+def image_info() -> None:
+    """Print the current image's manifest."""
+    from .image import Image
+
+    try:
+        img = Image.load()
+    except ExecboxError as exc:
+        _fail(str(exc))
+    click.echo((img.root / "manifest.json").read_text().rstrip())
+
+
+@image.command("verify")
+def image_verify() -> None:
+    """Recompute the image digest and compare it with the recorded one."""
+    from .image import Image, verify
+
+    try:
+        img = Image.load()
+    except ExecboxError as exc:
+        _fail(str(exc))
+    if verify(img):
+        click.echo(f"ok {img.digest}")
+    else:
+        _fail(f"image at {img.root} no longer matches its digest {img.digest}; rebuild it")
+
+
+@main.command()
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path))
+def schema(output: Path | None) -> None:
+    """Print (or write) the JSON schema of the execution contract."""
+    if output:
+        write_schema(output)
+    else:
+        from .contract import schema as get_schema
+
+        click.echo(json.dumps(get_schema(), indent=2, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()
