@@ -1,0 +1,91 @@
+"""Shared fixtures. The sandbox tests use the real sandbox: a real zygote, real namespaces,
+real cgroups. Hostile programs run only after `jailed` has proven the jail is active."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+import execbox
+from execbox.image import Image
+from execbox.sandbox.cgroup import Hierarchy
+
+
+def _host_can_sandbox() -> str | None:
+    if os.geteuid() != 0:
+        return "the sandbox tests need root"
+    try:
+        Image.load()
+    except Exception as exc:  # noqa: BLE001
+        return f"no runtime image: {exc}"
+    return None
+
+
+@pytest.fixture(scope="session")
+def executor() -> Iterator[execbox.Executor]:
+    reason = _host_can_sandbox()
+    if reason:
+        pytest.skip(f"SANDBOX UNAVAILABLE, sandbox tests skipped: {reason}")
+    with execbox.Executor() as ex:
+        yield ex
+
+
+def _read(path: str) -> str:
+    with open(path) as fh:
+        return fh.read()
+
+
+def prove_jail(ex: execbox.Executor) -> str | None:
+    """Return None when a run provably has its own pid namespace, cgroup and uid."""
+    hier = Hierarchy.discover()
+    seen: dict[str, str] = {}
+    result: list[execbox.RunResult] = []
+
+    def go() -> None:
+        result.append(ex.run("import os, time\nprint(os.getpid(), os.getuid())\ntime.sleep(1.0)"))
+
+    thread = threading.Thread(target=go)
+    thread.start()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not seen and thread.is_alive():
+        for controller, parent in hier.parent_paths.items():
+            for name in os.listdir(parent):
+                path = os.path.join(parent, name)
+                if not os.path.isdir(path):
+                    continue
+                try:
+                    procs = _read(os.path.join(path, "cgroup.procs")).split()
+                except OSError:  # the run ended and its cgroup went away
+                    continue
+                if controller in ("memory", "") and procs:
+                    limit_file = "memory.limit_in_bytes" if controller else "memory.max"
+                    seen["memory_limit"] = _read(os.path.join(path, limit_file)).strip()
+                    seen["procs"] = " ".join(procs)
+        time.sleep(0.02)
+    thread.join()
+    if not result or not result[0].ok:
+        return f"probe run failed: {result[0] if result else 'no result'}"
+    pid, uid = (int(x) for x in result[0].stdout.split())
+    if pid > 3:
+        return f"run is not in its own pid namespace (pid {pid})"
+    if uid == 0:
+        return "run has uid 0"
+    if not seen or seen["memory_limit"] in ("max", str(2**63 - 4096)):
+        return f"run is not in a memory-limited cgroup of its own ({seen})"
+    for pid_s in seen["procs"].split():
+        if int(pid_s) == os.getpid():
+            return "the test process itself is in the run's cgroup"
+    return None
+
+
+@pytest.fixture(scope="session")
+def jailed(executor: execbox.Executor) -> execbox.Executor:
+    """The executor, after proving that runs are really jailed. Use it for hostile programs."""
+    problem = prove_jail(executor)
+    if problem:
+        pytest.skip(f"JAIL NOT PROVEN, hostile test skipped: {problem}")
+    return executor
