@@ -1,0 +1,45 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Each installs what it needs.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test check bench image deps lock clean
+
+deps:
+	@# libseccomp (the syscall filter) is the one system library the sandbox needs.
+	@ldconfig -p | grep -q 'libseccomp\.so\.2' || { \
+	  echo "installing libseccomp2"; apt-get update -qq && apt-get install -y -qq libseccomp2; }
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+	  { echo "execbox needs Python 3.11+ as $(PYTHON)"; exit 2; }
+
+$(STAMP): pyproject.toml | deps
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+image: $(STAMP)
+	$(BIN)/execbox image build
+
+demo: image
+	$(BIN)/execbox run examples/demo.py --input examples/sales.csv --artifacts-dir artifacts
+
+test: image
+	$(BIN)/python -m pytest -q
+
+check: $(STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy
+
+bench: image
+	$(BIN)/python bench/latency.py
+
+lock: $(STAMP)
+	$(BIN)/pip install -q pip-tools
+	cd src/execbox/runtime && ../../../$(BIN)/pip-compile --quiet --generate-hashes \
+	  --no-strip-extras --output-file requirements.lock requirements.in
+
+clean:
+	rm -rf $(VENV) artifacts bench/results
