@@ -102,7 +102,7 @@ class RunRequest(BaseModel):
 
     language: Literal["python"] = Field("python", description="Language of `code`.")
     code: str = Field(description="The program to run.")
-    stdin: bytes = Field(b"", description="Bytes fed to the program's standard input.")
+    stdin: bytes = Field(b"", description="Bytes fed to standard input (base64 in JSON).")
     files: list[InputFile] = Field(default_factory=list, description="Read-only input files.")
     limits: Limits = Field(default_factory=Limits, description="Resource limits.")
     env: dict[str, str] = Field(
@@ -133,13 +133,13 @@ class RunRequest(BaseModel):
 
     @field_validator("stdin", mode="before")
     @classmethod
-    def _stdin_text(cls, value: Any) -> Any:
+    def _stdin_base64(cls, value: Any) -> Any:
         if isinstance(value, str):
-            return value.encode()
+            return base64.b64decode(value, validate=True)
         return value
 
     @field_serializer("stdin")
-    def _stdin_base64(self, data: bytes) -> str:
+    def _stdin_to_base64(self, data: bytes) -> str:
         return base64.b64encode(data).decode()
 
 

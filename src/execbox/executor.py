@@ -60,7 +60,8 @@ def make_request(code: str, *, language: str = "python", stdin: bytes | str | No
         inputs.append({"name": name, "data": data})
     try:
         return RunRequest.model_validate({
-            "language": language, "code": code, "stdin": stdin or b"", "files": inputs,
+            "language": language, "code": code,
+            "stdin": stdin.encode() if isinstance(stdin, str) else (stdin or b""), "files": inputs,
             "limits": limits if limits is not None else Limits(), "env": dict(env or {}),
         })
     except ValidationError as exc:

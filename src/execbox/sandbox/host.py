@@ -101,6 +101,7 @@ class ZygoteProcess:
         stdout_r, stdout_w = os.pipe()
         stderr_r, stderr_w = os.pipe()
         child_fds = [ctrl_child.fileno(), stdin_r, stdout_w, stderr_w]
+        pump: _Pump | None = None
         try:
             try:
                 socket.send_fds(self._sock, [b"R"], child_fds)
@@ -117,15 +118,19 @@ class ZygoteProcess:
                     ctrl.sendall(protocol.frame(protocol.FILE, data))
             except OSError as exc:
                 raise HostError(f"the run supervisor did not take the request: {exc}") from exc
-            return _Pump(ctrl, stdin_w, stdout_r, stderr_r, stdin, output_bytes,
-                         on_stdout, on_stderr).run(time.monotonic() + backstop_s)
+            pump = _Pump(ctrl, stdin_w, stdout_r, stderr_r, stdin, output_bytes,
+                         on_stdout, on_stderr)
+            stdin_w = -1  # the pump owns it now and may close it early
+            return pump.run(time.monotonic() + backstop_s)
         finally:
+            # Close each descriptor exactly once: a second close could hit a number another
+            # thread has just been given.
             ctrl.close()
+            if pump is not None:
+                pump.close_stdin()
             for fd in (stdin_w, stdout_r, stderr_r):
-                try:
+                if fd >= 0:
                     os.close(fd)
-                except OSError:
-                    pass
 
     def close(self) -> None:
         """Stop the zygote; runs in flight are ended by their supervisors."""
@@ -178,7 +183,7 @@ class _Pump:
         if self.stdin:
             sel.register(self.stdin_w, selectors.EVENT_WRITE)
         else:
-            self._close_stdin()
+            self.close_stdin()
         try:
             while sel.get_map():
                 left = backstop - time.monotonic()
@@ -206,7 +211,7 @@ class _Pump:
                       bytes(self.out[self.stderr_r]), self.truncated[self.stdout_r],
                       self.truncated[self.stderr_r])
 
-    def _close_stdin(self) -> None:
+    def close_stdin(self) -> None:
         if self.stdin_w >= 0:
             os.close(self.stdin_w)
             self.stdin_w = -1
@@ -221,7 +226,7 @@ class _Pump:
             self.stdin = self.stdin[:0]
         if not self.stdin:
             sel.unregister(self.stdin_w)
-            self._close_stdin()
+            self.close_stdin()
 
     def _read_output(self, sel: selectors.BaseSelector, fd: int) -> None:
         try:
@@ -260,7 +265,7 @@ class _Pump:
             if self.stdin_w >= 0:
                 if self.stdin_w in sel.get_map():
                     sel.unregister(self.stdin_w)
-                self._close_stdin()
+                self.close_stdin()
             return
         for kind, payload in self.reader.feed(data):
             if kind == protocol.PID:

@@ -1,0 +1,105 @@
+"""`execbox run`, `doctor`, `schema` and `image`, as a user calls them: a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from execbox import Executor
+
+EXECBOX = [sys.executable, "-m", "execbox.cli"]
+
+
+def cli(*args: str, stdin: bytes = b"", env: dict[str, str] | None = None,
+        **kw: object) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([*EXECBOX, *args], input=stdin, capture_output=True, timeout=120,
+                          env=env, **kw)  # type: ignore[call-overload]
+
+
+@pytest.fixture(scope="module")
+def sandbox(executor: Executor) -> Executor:
+    return executor  # skips the module loudly when the host cannot sandbox
+
+
+def test_run_json_prints_exactly_one_result_and_exits_0(sandbox: Executor, tmp_path: Path) -> None:
+    prog = tmp_path / "p.py"
+    prog.write_text("print('hello')\n")
+    proc = cli("run", str(prog), "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)  # one object and nothing else
+    assert result["status"] == "ok" and result["stdout"] == "hello\n"
+
+
+def test_failing_program_exits_1_with_status(sandbox: Executor) -> None:
+    proc = cli("run", "-", "--json", stdin=b"raise SystemExit(4)\n")
+    assert proc.returncode == 1
+    result = json.loads(proc.stdout)
+    assert result["status"] == "error" and result["exit_code"] == 4
+
+
+def test_limit_status_exits_1_and_names_the_option(sandbox: Executor) -> None:
+    proc = cli("run", "-", "--timeout", "0.5", stdin=b"while True: pass\n")
+    assert proc.returncode == 1
+    assert b"timeout" in proc.stderr and b"--timeout" in proc.stderr
+
+
+def test_inputs_stdin_env_and_artifacts_reach_the_run(sandbox: Executor, tmp_path: Path) -> None:
+    data = tmp_path / "numbers.csv"
+    data.write_text("a\n1\n2\n")
+    feed = tmp_path / "feed.txt"
+    feed.write_text("from-stdin")
+    prog = tmp_path / "p.py"
+    prog.write_text(
+        "import os, sys\n"
+        "print(open('in.csv').read().split(), sys.stdin.read(), os.environ['GREETING'])\n"
+        "open('out/result.txt', 'w').write('done') if os.makedirs('out') is None else None\n"
+    )
+    out_dir = tmp_path / "arts"
+    proc = cli("run", str(prog), "--input", f"{data}:in.csv", "--stdin", str(feed),
+               "--env", "GREETING=hi", "--artifacts-dir", str(out_dir))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == b"['a', '1', '2'] from-stdin hi\n"
+    assert (out_dir / "out" / "result.txt").read_text() == "done"
+    assert b"artifact out/result.txt" in proc.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (["run", "/nonexistent/prog.py"], b"cannot read"),
+    (["run", "-", "--env", "NOEQUALS"], b"NAME=VALUE"),
+    (["run", "-", "--timeout", "0"], b"timeout_s"),
+    (["run", "-", "--input", "/nonexistent/data.csv"], b"cannot read input file"),
+])
+def test_usage_errors_exit_2_with_a_clear_message(sandbox: Executor, args: list[str],
+                                                  message: bytes) -> None:
+    proc = cli(*args, stdin=b"print(1)\n")
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert b"Traceback" not in proc.stderr
+
+
+def test_missing_image_fails_clearly_and_never_runs_unsandboxed(tmp_path: Path) -> None:
+    env = dict(os.environ, EXECBOX_HOME=str(tmp_path / "empty"))
+    canary = tmp_path / "ran"
+    proc = cli("run", "-", stdin=f"open({str(canary)!r}, 'w')\n".encode(), env=env)
+    assert proc.returncode == 2
+    assert b"execbox image build" in proc.stderr
+    assert not canary.exists()
+
+
+def test_doctor_reports_every_check_ok(sandbox: Executor) -> None:
+    proc = cli("doctor")
+    assert proc.returncode == 0, proc.stdout
+    for check in (b"namespaces", b"cgroups", b"seccomp", b"runtime image", b"smoke run"):
+        line = next(ln for ln in proc.stdout.splitlines() if check in ln)
+        assert line.startswith(b"ok"), line
+
+
+def test_schema_command_prints_the_contract() -> None:
+    proc = cli("schema")
+    assert proc.returncode == 0
+    assert "RunResult" in json.loads(proc.stdout)

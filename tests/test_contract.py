@@ -1,0 +1,108 @@
+"""The contract's field names, status values and validation are what other code relies on."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import ValidationError
+
+import execbox
+from execbox.contract import InputFile, Limits, RunRequest, RunResult, Status, schema
+
+RESULT_FIELDS = {
+    "run_id", "status", "exit_code", "signal", "stdout", "stderr", "stdout_truncated",
+    "stderr_truncated", "error", "artifacts", "artifacts_truncated", "metrics", "limits",
+    "code_sha256", "image_digest", "cached",
+}
+STATUSES = {
+    "ok", "error", "timeout", "cpu_limit", "memory_limit", "disk_limit", "output_limit",
+    "forbidden", "policy_denied", "needs_approval", "budget_exceeded", "sandbox_error",
+}
+
+
+def test_result_json_has_exactly_the_contract_fields() -> None:
+    data = json.loads(RunResult(run_id="r", status=Status.ok).model_dump_json())
+    assert set(data) == RESULT_FIELDS
+    assert set(data["metrics"]) == {"wall_ms", "cpu_ms", "memory_peak_bytes"}
+
+
+def test_status_values_are_the_contract_values() -> None:
+    assert {s.value for s in Status} == STATUSES
+
+
+def test_default_limits_follow_the_seed_baseline() -> None:
+    limits = Limits()
+    assert (limits.timeout_s, limits.effective_cpu_s, limits.memory_mib, limits.pids) == (5, 5, 512, 64)
+    assert (limits.disk_mib, limits.output_bytes) == (100, 1 << 20)
+    assert (limits.artifact_bytes, limits.artifact_files) == (10 << 20, 100)
+
+
+def test_artifact_bytes_stay_out_of_json() -> None:
+    art = execbox.Artifact(path="a.txt", size=1, sha256="0" * 64, mime_type="text/plain", data=b"x")
+    assert "data" not in json.loads(art.model_dump_json())
+
+
+@pytest.mark.parametrize("name", ["../x", "/etc/passwd", "a//b", "a/./b", "", "a/../b", "x\x00y",
+                                  "a" * 256])
+def test_input_names_that_could_escape_are_rejected(name: str) -> None:
+    with pytest.raises(ValidationError):
+        InputFile(name=name, data=b"")
+
+
+def test_input_file_used_as_directory_is_rejected() -> None:
+    with pytest.raises(ValidationError, match="both as file and directory"):
+        RunRequest(code="", files=[InputFile(name="a", data=b""), InputFile(name="a/b", data=b"")])
+
+
+def test_request_round_trips_through_json_with_base64_bytes() -> None:
+    req = RunRequest(code="print(1)", stdin=b"\xff\x00", files=[InputFile(name="d/x.bin", data=b"\x00\xff")])
+    again = RunRequest.model_validate_json(req.model_dump_json())
+    assert again == req
+
+
+def test_unknown_limit_fields_are_rejected() -> None:
+    with pytest.raises(ValidationError):
+        Limits(timeout=3)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("field,value", [("timeout_s", 0), ("memory_mib", 1), ("pids", 1),
+                                         ("disk_mib", 0), ("output_bytes", 10)])
+def test_nonsense_limits_are_rejected(field: str, value: float) -> None:
+    with pytest.raises(ValidationError):
+        Limits(**{field: value})
+
+
+def test_env_names_with_equals_are_rejected() -> None:
+    with pytest.raises(ValidationError):
+        RunRequest(code="", env={"A=B": "1"})
+
+
+def test_schema_covers_request_and_result() -> None:
+    s = schema()
+    assert set(s["RunResult"]["properties"]) == RESULT_FIELDS
+    assert "code" in s["RunRequest"]["properties"]
+    json.dumps(s)
+
+
+def test_public_surface_matches_all() -> None:
+    for name in execbox.__all__:
+        assert getattr(execbox, name) is not None
+    with pytest.raises(AttributeError):
+        execbox.not_a_thing  # noqa: B018
+
+
+def test_sandbox_package_imports_without_execbox_dependencies() -> None:
+    """The zygote imports execbox.sandbox inside the runtime image, where pydantic is absent."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = Path(execbox.__file__).resolve().parent.parent
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); "
+        "import execbox.sandbox.zygote, execbox.sandbox.supervisor; "
+        "bad = [m for m in ('pydantic', 'click', 'execbox.contract') if m in sys.modules]; "
+        "sys.exit(1 if bad else 0)"
+    )
+    assert subprocess.run([sys.executable, "-I", "-c", code, str(src)]).returncode == 0

@@ -1,0 +1,83 @@
+"""Executor behaviour that does not depend on what the code does."""
+
+from __future__ import annotations
+
+import pytest
+
+import execbox
+from execbox import Executor, SandboxUnavailable, Status, UsageError
+
+
+def test_non_root_host_is_refused_before_anything_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    with pytest.raises(SandboxUnavailable, match="needs root"):
+        Executor()
+
+
+def test_missing_image_raises_sandbox_unavailable(monkeypatch: pytest.MonkeyPatch,
+                                                  tmp_path: object) -> None:
+    monkeypatch.setenv("EXECBOX_HOME", str(tmp_path))
+    with pytest.raises(SandboxUnavailable, match="execbox image build"):
+        Executor()
+
+
+def test_bad_limits_are_a_usage_error_not_a_run(executor: Executor) -> None:
+    with pytest.raises(UsageError, match="memory_mib"):
+        executor.run("print(1)", limits={"memory_mib": 1})
+
+
+def test_files_accept_bytes_and_paths(executor: Executor, tmp_path: object) -> None:
+    from pathlib import Path
+
+    p = Path(str(tmp_path)) / "x.txt"
+    p.write_text("from-path")
+    r = executor.run("print(open('a.txt').read(), open('b/x.txt').read())",
+                     files={"a.txt": b"from-bytes", "b/x.txt": p})
+    assert r.stdout == "from-bytes from-path\n", r
+
+
+def test_closed_executor_refuses_runs() -> None:
+    ex = Executor()
+    ex.close()
+    with pytest.raises(UsageError, match="closed"):
+        ex.run("print(1)")
+
+
+def test_concurrent_runs_from_threads_all_complete(executor: Executor) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda i: executor.run(f"print({i} * 2)"), range(32)))
+    assert [r.stdout for r in results] == [f"{i * 2}\n" for i in range(32)]
+    assert all(r.status is Status.ok for r in results)
+    assert len({r.run_id for r in results}) == 32
+
+
+def test_zygote_death_is_recovered_by_the_next_run(executor: Executor) -> None:
+    import os
+    import signal
+
+    os.kill(executor._host.pid, signal.SIGKILL)
+    executor._host._proc.wait()
+    r = executor.run("print('again')")
+    assert r.status is Status.ok and r.stdout == "again\n"
+
+
+def test_live_output_arrives_before_the_run_ends(executor: Executor) -> None:
+    import time
+
+    stamps: list[float] = []
+    t0 = time.monotonic()
+    r = executor.run("import sys, time\nprint('early', flush=True)\ntime.sleep(0.5)\nprint('late')",
+                     on_stdout=lambda b: stamps.append(time.monotonic() - t0))
+    total = time.monotonic() - t0
+    assert r.stdout == "early\nlate\n"
+    assert stamps and stamps[0] < total - 0.3
+
+
+def test_one_shot_run_function() -> None:
+    try:
+        r = execbox.run("print('once')")
+    except SandboxUnavailable as exc:
+        pytest.skip(f"SANDBOX UNAVAILABLE: {exc}")
+    assert r.stdout == "once\n"
