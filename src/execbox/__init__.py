@@ -50,8 +50,16 @@ _WHERE = {
 }
 
 if TYPE_CHECKING:
-    from .contract import (Artifact, ErrorInfo, InputFile, Limits, Metrics, RunRequest,
-                           RunResult, Status)
+    from .contract import (
+        Artifact,
+        ErrorInfo,
+        InputFile,
+        Limits,
+        Metrics,
+        RunRequest,
+        RunResult,
+        Status,
+    )
     from .errors import ExecboxError, SandboxError, SandboxUnavailable, UsageError
     from .executor import Executor, run
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_valid
 MIB = 1024 * 1024
 
 
-class Status(str, Enum):
+class Status(StrEnum):
     """How a run ended. Only `sandbox_error` is execbox's fault; the rest describe the code."""
 
     ok = "ok"

@@ -22,7 +22,6 @@ from .contract import (
     MIB,
     Artifact,
     ErrorInfo,
-    InputFile,
     Limits,
     Metrics,
     RunRequest,
@@ -184,7 +183,7 @@ def _result(base: RunResult, raw: RawRun) -> RunResult:
             message=f"output exceeded {base.limits.output_bytes} bytes on stdout or stderr; "
                     "raise limits.output_bytes (CLI --output-bytes)",
         )
-    arts = [Artifact(**a, data=d) for a, d in zip(meta["artifacts"], raw.artifact_data)]
+    arts = [Artifact(**a, data=d) for a, d in zip(meta["artifacts"], raw.artifact_data, strict=True)]
     return base.model_copy(update={
         "status": status,
         "exit_code": meta.get("exit_code"),

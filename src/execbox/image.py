@@ -131,7 +131,7 @@ def build(lock: Path = LOCK_FILE, dest_home: Path | None = None, python: str | N
             return existing
     except SandboxUnavailable:
         pass
-    interpreter = python or getattr(sys, "_base_executable", sys.executable)
+    interpreter: str = python or getattr(sys, "_base_executable", None) or sys.executable
     tag = hashlib.sha256(f"{lock_sha}\0{os.path.realpath(interpreter)}".encode()).hexdigest()
     final = images / tag[:16]
     work = images / f".build-{tag[:16]}"

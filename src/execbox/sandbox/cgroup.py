@@ -139,7 +139,7 @@ class Hierarchy:
     def sweep(self, prefix: str) -> int:
         """Remove leftover run cgroups whose name starts with `prefix`; return how many."""
         removed = 0
-        for controller, parent in self.parent_paths.items():
+        for parent in self.parent_paths.values():
             for entry in os.listdir(parent):
                 if entry.startswith(prefix):
                     path = os.path.join(parent, entry)

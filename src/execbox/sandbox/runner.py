@@ -22,16 +22,19 @@ MAX_TRACEBACK = 32 * 1024  # one write to the error pipe must never block
 
 
 def _rebind_stdio() -> None:
-    sys.stdin = sys.__stdin__ = io.TextIOWrapper(
+    """Fresh text streams on fds 0-2, set up as CPython does for pipes."""
+    sys.stdin = io.TextIOWrapper(
         io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8", errors="strict"
     )
-    sys.stdout = sys.__stdout__ = io.TextIOWrapper(
+    sys.stdout = io.TextIOWrapper(
         io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8", errors="strict"
     )
-    sys.stderr = sys.__stderr__ = io.TextIOWrapper(
+    sys.stderr = io.TextIOWrapper(
         io.BufferedWriter(io.FileIO(2, "w", closefd=False)),
         encoding="utf-8", errors="backslashreplace", line_buffering=True,
     )
+    for name in ("stdin", "stdout", "stderr"):
+        setattr(sys, f"__{name}__", getattr(sys, name))
 
 
 def reseed() -> None:

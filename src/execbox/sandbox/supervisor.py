@@ -336,7 +336,8 @@ def classify(spec: jail.RunSpec, killed: str | None, wait_status: int | None,
         return limit("cpu_limit", "CPULimitExceeded",
                      f"CPU time limit of {spec.cpu_s:g} s exceeded; " + _hint("cpu_s", "--cpu"))
     failed = exit_code != 0
-    mem_error = bool(user_error) and user_error.get("type") == "MemoryError"
+    err = user_error or {}
+    mem_error = err.get("type") == "MemoryError"
     if (oom and failed) or mem_error:
         return limit("memory_limit", "MemoryLimitExceeded",
                      f"memory limit of {spec.memory_bytes // mib} MiB exceeded; "
@@ -344,7 +345,7 @@ def classify(spec: jail.RunSpec, killed: str | None, wait_status: int | None,
     if sig == "SIGSYS":
         return limit("forbidden", "ForbiddenSyscall",
                      "the program made a system call the sandbox forbids and was killed")
-    enospc = bool(user_error) and "No space left on device" in str(user_error.get("message"))
+    enospc = "No space left on device" in str(err.get("message"))
     if failed and (full or enospc):
         return limit("disk_limit", "DiskLimitExceeded",
                      f"disk limit of {spec.disk_bytes // mib} MiB reached in "
