@@ -106,3 +106,12 @@ def test_sandbox_package_imports_without_execbox_dependencies() -> None:
         "sys.exit(1 if bad else 0)"
     )
     assert subprocess.run([sys.executable, "-I", "-c", code, str(src)]).returncode == 0
+
+
+def test_committed_schema_file_is_up_to_date() -> None:
+    from pathlib import Path
+
+    committed = Path(__file__).parents[1] / "docs" / "contract.schema.json"
+    assert json.loads(committed.read_text()) == json.loads(json.dumps(schema())), (
+        "regenerate with: execbox schema -o docs/contract.schema.json"
+    )
