@@ -18,7 +18,8 @@ from typing import Any
 
 FILENAME = "main.py"
 WORKSPACE = "/workspace"
-MAX_TRACEBACK = 32 * 1024  # one write to the error pipe must never block
+MAX_TRACEBACK = 32 * 1024
+MAX_RECORD = 60 * 1024  # below the pipe's 64 KiB: one write to the error pipe never blocks
 
 
 def _rebind_stdio() -> None:
@@ -48,9 +49,15 @@ def reseed() -> None:
 
 
 def _report(err_fd: int, record: dict[str, Any]) -> None:
+    """Send the structured error in one write that fits the pipe (so it can never block)."""
     if record.get("traceback") and len(record["traceback"]) > MAX_TRACEBACK:
         record["traceback"] = "...\n" + record["traceback"][-MAX_TRACEBACK:]
-    data = json.dumps(record).encode()[: 60 * 1024]
+    data = json.dumps(record, ensure_ascii=False).encode("utf-8", "replace")
+    while len(data) > MAX_RECORD:
+        key = max(("message", "traceback"), key=lambda k: len(record.get(k) or ""))
+        text = record[key] or ""
+        record[key] = text[: len(text) // 2] + " …(truncated)"
+        data = json.dumps(record, ensure_ascii=False).encode("utf-8", "replace")
     try:
         os.write(err_fd, data)
     except OSError:
@@ -64,6 +71,13 @@ def _user_line(tb: types.TracebackType | None) -> int | None:
             line = tb.tb_lineno
         tb = tb.tb_next
     return line
+
+
+def _safe_str(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - a hostile __str__ must not cost the report
+        return f"<{type(exc).__name__}: str() failed>"
 
 
 def _exit_code(exc: SystemExit) -> int:
@@ -117,7 +131,7 @@ def run(code: str, err_fd: int, src_paths: list[str]) -> None:
         if os.getpid() == my_pid:
             _report(err_fd, {
                 "type": type(exc).__name__,
-                "message": str(exc),
+                "message": _safe_str(exc),
                 "line": _user_line(tb),
                 "column": None,
                 "traceback": text,

@@ -110,15 +110,19 @@ class Supervisor:
         jail.enter_root()
         marks.append(("pivot", time.monotonic()))
 
-        err_r, err_w = os.pipe()
+        err_r, err_w = os.pipe()  # the program's structured error (the program can write it)
+        setup_r, setup_w = os.pipe()  # set-up failures; closed before the code starts
         status_r, status_w = os.pipe()
         started = time.monotonic()
         pid = os.fork()
         if pid == 0:
-            self._init(spec, req["code"], err_w, status_w, status_r, err_r)
+            os.close(status_r)
+            os.close(err_r)
+            os.close(setup_r)
+            self._init(spec, req["code"], err_w, setup_w, status_w)
         self.init_pid = pid
         self.cg.close_procs()
-        for fd in (err_w, status_w, *self.stdio):
+        for fd in (err_w, setup_w, status_w, *self.stdio):
             os.close(fd)
         killed = self._supervise(pid, started, spec)
         os.waitpid(pid, 0)
@@ -127,13 +131,14 @@ class Supervisor:
         marks.append(("init_exit", time.monotonic()))
 
         wait_status, init_error = _read_status(status_r)
-        user_error = _read_json(err_r)
-        os.close(status_r)
-        os.close(err_r)
+        user_error = _clean_error(_read_json(err_r))
+        setup_error = os.read(setup_r, 65536).decode("utf-8", "replace")
+        for fd in (status_r, err_r, setup_r):
+            os.close(fd)
         if init_error:
             raise jail.JailError(init_error)
-        if user_error and "sandbox_error" in user_error:
-            raise jail.JailError(user_error["sandbox_error"])
+        if setup_error:
+            raise jail.JailError(setup_error)
 
         oom = self.cg.oom_kills()
         cpu_ms = self.cg.cpu_ns() / 1e6
@@ -197,12 +202,10 @@ class Supervisor:
             os.close(pidfd)
         return killed
 
-    def _init(self, spec: jail.RunSpec, code: str, err_w: int, status_w: int,
-              status_r: int, err_r: int) -> None:
+    def _init(self, spec: jail.RunSpec, code: str, err_w: int, setup_w: int,
+              status_w: int) -> None:
         """pid 1 of the run's pid namespace. Never returns."""
         try:
-            os.close(status_r)
-            os.close(err_r)
             _linux.prctl(_linux.PR_SET_PDEATHSIG, signal.SIGKILL)
             assert self.cg is not None
             with jail.step("join cgroup"):
@@ -213,7 +216,7 @@ class Supervisor:
             stdin_r, stdout_w, stderr_w = self.stdio
             pid = os.fork()
             if pid == 0:
-                _program(self.z, spec, code, stdin_r, stdout_w, stderr_w, err_w)
+                _program(self.z, spec, code, stdin_r, stdout_w, stderr_w, err_w, setup_w)
             jail.close_fds_except([status_w])
             jail.drop_privileges(jail.INIT_UID, self.z.cfg.cap_last_cap)
             jail.load_seccomp(self.z.cfg)
@@ -233,10 +236,10 @@ class Supervisor:
 
 
 def _program(z: Zygote, spec: jail.RunSpec, code: str, stdin_r: int, stdout_w: int,
-             stderr_w: int, err_w: int) -> None:
+             stderr_w: int, err_w: int, setup_w: int) -> None:
     """The user's process: contain, then run the code. Never returns."""
     try:
-        jail.setup_stdio(stdin_r, stdout_w, stderr_w, keep=[err_w])
+        jail.setup_stdio(stdin_r, stdout_w, stderr_w, keep=[err_w, setup_w])
         jail.set_rlimits(spec)
         with jail.step("enter /workspace"):
             os.chdir("/workspace")
@@ -247,8 +250,9 @@ def _program(z: Zygote, spec: jail.RunSpec, code: str, stdin_r: int, stdout_w: i
         os.umask(0o022)
         jail.load_seccomp(z.cfg)
     except BaseException as exc:  # noqa: BLE001
-        _write_quiet(err_w, json.dumps({"sandbox_error": f"program set-up: {exc}"}).encode())
+        _write_quiet(setup_w, f"program set-up: {exc}".encode())
         os._exit(127)
+    os.close(setup_w)
     runner.run(code, err_w, z.src_paths)
 
 
@@ -273,6 +277,20 @@ def _read_json(fd: int) -> dict[str, Any] | None:
     except ValueError:
         return None
     return obj if isinstance(obj, dict) else None
+
+
+def _clean_error(obj: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The program can write anything to its error pipe: keep only a well-formed record."""
+    if not obj or not isinstance(obj.get("type"), str) or not isinstance(obj.get("message"), str):
+        return None
+
+    def opt_int(v: Any) -> int | None:
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    tb = obj.get("traceback")
+    return {"type": obj["type"][:200], "message": obj["message"],
+            "line": opt_int(obj.get("line")), "column": opt_int(obj.get("column")),
+            "traceback": tb if isinstance(tb, str) else None}
 
 
 def _read_status(fd: int) -> tuple[int | None, str | None]:
@@ -330,12 +348,14 @@ def classify(spec: jail.RunSpec, killed: str | None, wait_status: int | None,
                      + _hint("output_bytes", "--output-bytes"))
     if killed == "host_gone":
         return limit("sandbox_error", "SandboxError", "the executor went away during the run")
+    failed = exit_code != 0
+    # A process killed by its own RLIMIT_CPU just before the cgroup check fired: the tree has
+    # used its whole allowance and the run failed, so the CPU limit is what ended it.
     cpu_hit = killed == "cpu_limit" or sig == "SIGXCPU" or (
-        sig == "SIGKILL" and cpu_ms >= spec.cpu_s * 1000 * 0.98)
+        failed and cpu_ms >= spec.cpu_s * 1000 * 0.98)
     if cpu_hit:
         return limit("cpu_limit", "CPULimitExceeded",
                      f"CPU time limit of {spec.cpu_s:g} s exceeded; " + _hint("cpu_s", "--cpu"))
-    failed = exit_code != 0
     err = user_error or {}
     mem_error = err.get("type") == "MemoryError"
     if (oom and failed) or mem_error:
