@@ -41,7 +41,11 @@ def _parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
 
 
 def write_artifacts(result: RunResult, directory: Path) -> list[Path]:
-    """Write the run's artifacts under `directory`, never outside it and never through a link."""
+    """Write the run's artifacts under `directory`, never outside it and never through a link.
+
+    An artifact whose path cannot be created (say, a file where another artifact needs a
+    directory) is skipped with a warning; the others are still written.
+    """
     written = []
     directory.mkdir(parents=True, exist_ok=True)
     root_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
@@ -52,26 +56,33 @@ def write_artifacts(result: RunResult, directory: Path) -> list[Path]:
             parts = [p.replace("\x00", "_") for p in art.path.split("/")]
             if any(p in ("", ".", "..") for p in parts):
                 continue
-            dir_fd = os.dup(root_fd)
             try:
-                for part in parts[:-1]:
-                    try:
-                        os.mkdir(part, 0o755, dir_fd=dir_fd)
-                    except FileExistsError:
-                        pass
-                    nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
-                    os.close(dir_fd)
-                    dir_fd = nxt
-                fd = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
-                             0o644, dir_fd=dir_fd)
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(art.data)
+                _write_one(root_fd, parts, art.data)
                 written.append(directory / art.path)
-            finally:
-                os.close(dir_fd)
+            except OSError as exc:
+                click.echo(f"execbox: artifact {art.path!r} not written: {exc}", err=True)
     finally:
         os.close(root_fd)
     return written
+
+
+def _write_one(root_fd: int, parts: list[str], data: bytes) -> None:
+    dir_fd = os.dup(root_fd)
+    try:
+        for part in parts[:-1]:
+            try:
+                os.mkdir(part, 0o755, dir_fd=dir_fd)
+            except FileExistsError:
+                pass
+            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+            os.close(dir_fd)
+            dir_fd = nxt
+        fd = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644,
+                     dir_fd=dir_fd)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+    finally:
+        os.close(dir_fd)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -3,8 +3,8 @@
 Runs in the supervisor after every process of the run is gone. Walks with directory file
 descriptors and O_NOFOLLOW, looks at entries with lstat only, never follows a link, never opens
 a FIFO, socket or device, never reads a file larger than the remaining byte budget (a 20 GiB
-sparse file costs one lstat). Names are kept as the kernel gives them; invalid UTF-8 is replaced
-when the name is turned into text.
+sparse file costs one lstat). Names are kept as the kernel gives them; bytes that are not UTF-8
+are escaped as `\\xNN` when the name is turned into text.
 Standard library only.
 """
 
@@ -18,6 +18,7 @@ import stat
 from dataclasses import dataclass
 
 MAX_DEPTH = 64
+MAX_PATH_BYTES_TOTAL = 8 << 20  # sum of reported path lengths: bounds the result's metadata
 MAX_ENTRIES = 200_000
 _MIME = mimetypes.MimeTypes()  # the built-in table only: the same answer on every host
 _MAGIC = (
@@ -39,8 +40,10 @@ class Collected:
 
 
 def display_name(parts: list[str]) -> str:
+    """The path as text: bytes that are not UTF-8 become `\\xNN`, so distinct names stay
+    distinct and the result is always valid JSON."""
     raw = "/".join(parts).encode("utf-8", "surrogateescape")
-    return raw.decode("utf-8", "replace")
+    return raw.decode("utf-8", "backslashreplace")
 
 
 def guess_mime(name: str, head: bytes) -> str:
@@ -86,12 +89,13 @@ def collect(root: str, skip: set[tuple[int, int]], max_files: int, max_bytes: in
     found: list[Collected] = []
     truncated = False
     budget = max_bytes
+    path_budget = MAX_PATH_BYTES_TOTAL
     scanned = 0
     root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
 
     def walk(dir_fd: int, prefix: list[str], depth: int) -> bool:
         """Return False to stop the whole walk."""
-        nonlocal budget, truncated, scanned
+        nonlocal budget, path_budget, truncated, scanned
         try:
             entries = sorted(os.scandir(dir_fd), key=lambda e: e.name)
         except OSError:
@@ -126,14 +130,15 @@ def collect(root: str, skip: set[tuple[int, int]], max_files: int, max_bytes: in
                 if len(found) >= max_files:
                     truncated = True
                     return False
-                if st.st_size > budget:
+                name = display_name(parts)
+                if st.st_size > budget or len(name) > path_budget:
                     truncated = True
                     continue
                 data = _read_regular(dir_fd, entry.name, st, budget)
                 if data is None:
                     continue
                 budget -= len(data)
-                name = display_name(parts)
+                path_budget -= len(name)
                 found.append(Collected(name, len(data), hashlib.sha256(data).hexdigest(),
                                        guess_mime(name, data[:4096]), data))
             # links, FIFOs, sockets and devices are never artifacts

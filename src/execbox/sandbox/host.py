@@ -119,7 +119,8 @@ class ZygoteProcess:
             except OSError as exc:
                 raise HostError(f"the run supervisor did not take the request: {exc}") from exc
             pump = _Pump(ctrl, stdin_w, stdout_r, stderr_r, stdin, output_bytes,
-                         on_stdout, on_stderr)
+                         on_stdout, on_stderr,
+                         max_frame=protocol.MAX_JSON + int(request["spec"]["artifact_bytes"]))
             stdin_w = -1  # the pump owns it now and may close it early
             return pump.run(time.monotonic() + backstop_s)
         finally:
@@ -156,7 +157,7 @@ class _Pump:
 
     def __init__(self, ctrl: socket.socket, stdin_w: int, stdout_r: int, stderr_r: int,
                  stdin: bytes, cap: int, on_stdout: OutputCallback | None,
-                 on_stderr: OutputCallback | None) -> None:
+                 on_stderr: OutputCallback | None, max_frame: int) -> None:
         self.ctrl = ctrl
         self.stdin = memoryview(stdin)
         self.stdin_w = stdin_w
@@ -165,7 +166,7 @@ class _Pump:
         self.truncated = {stdout_r: False, stderr_r: False}
         self.callbacks = {stdout_r: on_stdout, stderr_r: on_stderr}
         self.stdout_r, self.stderr_r = stdout_r, stderr_r
-        self.reader = protocol.FrameReader()
+        self.reader = protocol.FrameReader(max_frame)
         self.meta: dict[str, Any] | None = None
         self.error: str | None = None
         self.arts: list[bytes] = []
