@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import codecs
 import hashlib
+import itertools
 import mimetypes
 import os
 import stat
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 
 MAX_DEPTH = 64
 MAX_PATH_BYTES_TOTAL = 8 << 20  # sum of reported path lengths: bounds the result's metadata
-MAX_ENTRIES = 200_000
+MAX_ENTRIES = 100_000  # entries looked at per run, all directories together
 _MIME = mimetypes.MimeTypes()  # the built-in table only: the same answer on every host
 _MAGIC = (
     (b"\x89PNG\r\n\x1a\n", "image/png"),
@@ -40,9 +41,9 @@ class Collected:
 
 
 def display_name(parts: list[str]) -> str:
-    """The path as text: bytes that are not UTF-8 become `\\xNN`, so distinct names stay
-    distinct and the result is always valid JSON."""
-    raw = "/".join(parts).encode("utf-8", "surrogateescape")
+    """The path as text, reversibly: a backslash becomes `\\\\` and a byte that is not UTF-8
+    becomes `\\xNN`, so distinct names stay distinct and the result is always valid JSON."""
+    raw = "/".join(parts).encode("utf-8", "surrogateescape").replace(b"\\", b"\\\\")
     return raw.decode("utf-8", "backslashreplace")
 
 
@@ -97,7 +98,10 @@ def collect(root: str, skip: set[tuple[int, int]], max_files: int, max_bytes: in
         """Return False to stop the whole walk."""
         nonlocal budget, path_budget, truncated, scanned
         try:
-            entries = sorted(os.scandir(dir_fd), key=lambda e: e.name)
+            with os.scandir(dir_fd) as it:
+                # Never list more than the scan budget, however large the directory.
+                entries = sorted(itertools.islice(it, MAX_ENTRIES - scanned + 1),
+                                 key=lambda e: e.name)
         except OSError:
             return True
         for entry in entries:

@@ -136,6 +136,16 @@ class Hierarchy:
             raise
         return RunCgroup(self, name, dirs)
 
+    def sweep_orphans(self) -> int:
+        """Remove run cgroups left by executors that died without closing (named x<pid>-...)."""
+        dead = set()
+        for parent in self.parent_paths.values():
+            for entry in os.listdir(parent):
+                owner = entry[1:].split("-", 1)[0]
+                if entry.startswith("x") and owner.isdigit() and not os.path.exists(f"/proc/{owner}"):
+                    dead.add(f"x{owner}-")
+        return sum(self.sweep(prefix) for prefix in dead)
+
     def sweep(self, prefix: str) -> int:
         """Remove leftover run cgroups whose name starts with `prefix`; return how many."""
         removed = 0

@@ -24,9 +24,12 @@ from typing import Any
 from . import protocol
 from .cgroup import Hierarchy
 
+# The options arrive on the socket, not in argv: a run can read /proc/self/cmdline, and host
+# paths are none of its business.
 _BOOT = (
-    "import sys; sys.path.insert(0, sys.argv[3]); "
-    "from execbox.sandbox.zygote import main; main(sys.argv)"
+    "import json, socket, sys; sock = socket.socket(fileno=int(sys.argv[1])); "
+    "opts = json.loads(sock.recv(1 << 20)); sys.path.insert(0, opts['src_paths'][0]); "
+    "from execbox.sandbox.zygote import main; main(sock, opts)"
 )
 _CHUNK = 65536
 
@@ -58,11 +61,12 @@ class ZygoteProcess:
         self._sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         options = {"preload": preload, "ro_paths": ro_paths, "src_paths": [src]}
         self._proc = subprocess.Popen(
-            [str(python), "-I", "-B", "-c", _BOOT, str(child.fileno()), json.dumps(options), src],
+            [str(python), "-I", "-B", "-c", _BOOT, str(child.fileno())],
             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             pass_fds=[child.fileno()], cwd="/", start_new_session=True,
         )
         child.close()
+        self._sock.send(json.dumps(options).encode())
         self._sock.settimeout(ready_timeout_s)
         try:
             hello = self._sock.recv(65536)
@@ -76,6 +80,10 @@ class ZygoteProcess:
             raise HostError(f"the zygote failed to start: {info.get('error')}")
         self.info: dict[str, Any] = info
         self._prefix = f"x{os.getpid()}-{info['pid']}-"
+        try:
+            Hierarchy.discover().sweep_orphans()
+        except OSError:
+            pass
         self._counter = itertools.count()
         self._lock = threading.Lock()
         self._closed = False

@@ -349,6 +349,8 @@ def classify(spec: jail.RunSpec, killed: str | None, wait_status: int | None,
     if killed == "host_gone":
         return limit("sandbox_error", "SandboxError", "the executor went away during the run")
     failed = exit_code != 0
+    if not failed:
+        user_error = None  # a clean exit has no uncaught exception: ignore whatever is in the pipe
     # A process killed by its own RLIMIT_CPU just before the cgroup check fired: the tree has
     # used its whole allowance and the run failed, so the CPU limit is what ended it.
     cpu_hit = killed == "cpu_limit" or sig == "SIGXCPU" or (

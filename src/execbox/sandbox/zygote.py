@@ -3,8 +3,8 @@ imports the heavy modules once, compiles the seccomp filter, discovers the cgrou
 then only forks: one supervisor per request. It never runs user code and never sees a request's
 content (the supervisor reads that from its own control socket).
 
-Protocol on the socket given as argv[1] (SOCK_SEQPACKET): the zygote sends one READY message
-(JSON); each message it receives carries four descriptors (control socket, stdin, stdout,
+Protocol on the socket whose fd is argv[1] (SOCK_SEQPACKET): the host sends the options (JSON), the zygote answers with
+one READY message (JSON); each message it receives carries four descriptors (control socket, stdin, stdout,
 stderr of one run) and starts one run. End of file ends the zygote.
 Standard library only.
 """
@@ -19,6 +19,7 @@ import socket
 import sys
 import threading
 import time
+from typing import Any
 
 
 def _preload(modules: list[str]) -> list[str]:
@@ -36,11 +37,8 @@ def _preload(modules: list[str]) -> list[str]:
     return loaded
 
 
-def main(argv: list[str]) -> None:
-    sock_fd = int(argv[1])
-    options = json.loads(argv[2])
+def main(sock: socket.socket, options: dict[str, Any]) -> None:
     started = time.monotonic()
-    sock = socket.socket(fileno=sock_fd)
     from . import jail, seccomp, supervisor
     from .cgroup import Hierarchy
 
@@ -81,5 +79,3 @@ def main(argv: list[str]) -> None:
             os.close(fd)
 
 
-if __name__ == "__main__":
-    main(sys.argv)

@@ -1,0 +1,945 @@
+"""Attack tests: every isolation claim of the sandbox, attacked from inside a real run.
+
+Each hostile program reports what it observed (an errno name, an exception type, a list of
+pids) as one JSON line, and the test asserts the precise denial. Where a claim is about the
+host (a listener, a canary file, a process), the test sets up the real thing on the host and
+checks it from the host side too, with a positive control proving the check can see a hit.
+Hostile programs run only through the `jailed` fixture, which has proven the jail is active.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import textwrap
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from execbox import Executor, Limits, RunResult, Status
+from execbox.sandbox.cgroup import Hierarchy
+
+SMALL = Limits(timeout_s=3, memory_mib=256, pids=32)
+SANDBOX_UID = 65532
+
+# What every hostile program starts with: name the errno of whatever failed.
+PRELUDE = r'''
+import ctypes, errno, json, os, socket, sys, time
+
+def ename(exc):
+    if isinstance(exc, OSError) and isinstance(exc.errno, int) and exc.errno > 0:
+        return errno.errorcode.get(exc.errno, str(exc.errno))
+    return type(exc).__name__
+
+def attempt(fn):
+    try:
+        fn()
+        return "OK"
+    except BaseException as exc:
+        return ename(exc)
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+
+def checked(rc):
+    """[return value, errno name] of a raw libc call."""
+    err = ctypes.get_errno()
+    return [rc, errno.errorcode.get(err, str(err)) if rc == -1 else None]
+
+def call(name, *args):
+    ctypes.set_errno(0)
+    return checked(getattr(libc, name)(*args))
+
+def sys_call(nr, *args):
+    ctypes.set_errno(0)
+    return checked(libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) if isinstance(a, int) else a
+                                                      for a in args]))
+
+def report(obj):
+    print(json.dumps(obj), flush=True)
+'''
+
+# Syscall numbers the hostile programs call by number.
+SYSCALLS = {
+    "x86_64": {"bpf": 321, "clone3": 435, "pivot_root": 155, "fsopen": 430, "clone": 56,
+               "setns": 308},
+    "aarch64": {"bpf": 280, "clone3": 435, "pivot_root": 41, "fsopen": 430, "clone": 220,
+                "setns": 268},
+}
+
+
+def nr(name: str) -> int:
+    table = SYSCALLS.get(platform.machine())
+    if table is None:
+        pytest.skip(f"no syscall numbers for {platform.machine()}")
+    return table[name]
+
+
+def program(code: str, **subst: object) -> str:
+    body = textwrap.dedent(code)
+    for key, value in subst.items():
+        body = body.replace(f"@{key}@", str(value))
+    assert not re.search(r"@[A-Z0-9_]+@", body), "unsubstituted placeholder"
+    return PRELUDE + body
+
+
+def describe(r: RunResult) -> str:
+    return (f"status={r.status} exit={r.exit_code} signal={r.signal} error={r.error}\n"
+            f"stdout={r.stdout!r}\nstderr={r.stderr[-3000:]!r}")
+
+
+def run_ok(ex: Executor, code: str, **kwargs: Any) -> dict[str, Any]:
+    """Run a program that must finish normally and print one JSON line last; return it."""
+    kwargs.setdefault("limits", SMALL)
+    r = ex.run(code, **kwargs)
+    assert r.status is Status.ok, describe(r)
+    lines = r.stdout.strip().splitlines()
+    assert lines, describe(r)
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+# ---- host-side helpers ------------------------------------------------------------------------
+
+
+def host_pids() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def host_cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read()
+    except OSError:
+        return b""
+
+
+def host_pids_with_cmdline(cmdline: bytes) -> list[int]:
+    return [pid for pid in host_pids() if host_cmdline(pid) == cmdline]
+
+
+def wait_for_host_cmdline(cmdline: bytes, timeout: float = 2.0) -> list[int]:
+    """Poll: an exec'd process shows its argv a moment after its parent sees the exec succeed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = host_pids_with_cmdline(cmdline)
+        if found or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.02)
+
+
+def host_ppid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def host_lan_ipv4() -> str | None:
+    """A non-loopback IPv4 address of this host, or None."""
+    try:
+        out = subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True,
+                             timeout=5, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        out = ""
+    for addr in re.findall(r"\binet (\d+\.\d+\.\d+\.\d+)/", out):
+        if not addr.startswith("127."):
+            return addr
+    try:  # no `ip`: ask the routing table which source address it would use
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("192.0.2.1", 9))
+            addr = s.getsockname()[0]
+            return None if addr.startswith("127.") or addr == "0.0.0.0" else addr
+    except OSError:
+        return None
+
+
+def assert_no_pending_connection(server: socket.socket) -> None:
+    server.settimeout(0.3)
+    try:
+        conn, peer = server.accept()
+    except TimeoutError:
+        return
+    conn.close()
+    pytest.fail(f"the host listener received a connection from {peer}")
+
+
+def assert_listener_works(server: socket.socket, address: Any, family: int) -> None:
+    """Positive control: the host itself can reach the listener."""
+    with socket.socket(family, socket.SOCK_STREAM) as client:
+        client.settimeout(2)
+        client.connect(address)
+        server.settimeout(2)
+        conn, _ = server.accept()
+        conn.close()
+
+
+def in_thread(fn: Callable[[], RunResult]) -> tuple[threading.Thread, list[Any]]:
+    """Start fn in a thread; the list receives its result or the exception it raised."""
+    box: list[Any] = []
+
+    def target() -> None:
+        try:
+            box.append(fn())
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the test
+            box.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, box
+
+
+def joined(thread: threading.Thread, box: list[Any], timeout: float = 20) -> RunResult:
+    thread.join(timeout)
+    assert not thread.is_alive(), "the run did not return"
+    assert box, "the run thread produced nothing"
+    if isinstance(box[0], BaseException):
+        raise box[0]
+    result: RunResult = box[0]
+    return result
+
+
+# ---- network ----------------------------------------------------------------------------------
+
+
+@pytest.mark.hostile
+def test_host_loopback_tcp_is_unreachable(jailed: Executor) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        out = run_ok(jailed, program("""
+            def connect():
+                socket.create_connection(("127.0.0.1", @PORT@), timeout=2).close()
+            report({"connect": attempt(connect)})
+        """, PORT=port))
+        # The run has a loopback of its own: nothing listens on that port there.
+        assert out == {"connect": "ECONNREFUSED"}
+        assert_no_pending_connection(server)
+        assert_listener_works(server, ("127.0.0.1", port), socket.AF_INET)
+
+
+@pytest.mark.hostile
+def test_host_loopback_udp_datagrams_do_not_arrive(jailed: Executor) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as server:
+        server.bind(("127.0.0.1", 0))
+        port = server.getsockname()[1]
+        out = run_ok(jailed, program("""
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            sent = attempt(lambda: [s.sendto(b"escape", ("127.0.0.1", @PORT@)) for _ in range(5)])
+            report({"sent": sent})
+        """, PORT=port))
+        assert out == {"sent": "OK"}  # sent into the run's own loopback, where nobody listens
+        server.settimeout(0.3)
+        with pytest.raises(TimeoutError):
+            data, peer = server.recvfrom(100)
+            pytest.fail(f"the host received {data!r} from {peer}")
+
+
+@pytest.mark.hostile
+def test_host_lan_address_is_unreachable(jailed: Executor) -> None:
+    lan = host_lan_ipv4()
+    if lan is None:
+        pytest.skip("this host has no non-loopback IPv4 address")
+    with socket.create_server((lan, 0)) as server:
+        port = server.getsockname()[1]
+        out = run_ok(jailed, program("""
+            def connect():
+                socket.create_connection(("@LAN@", @PORT@), timeout=2).close()
+            report({"connect": attempt(connect)})
+        """, LAN=lan, PORT=port))
+        assert out == {"connect": "ENETUNREACH"}, f"host LAN address {lan}"
+        assert_no_pending_connection(server)
+        assert_listener_works(server, (lan, port), socket.AF_INET)
+
+
+@pytest.mark.hostile
+def test_public_internet_addresses_are_unreachable(jailed: Executor) -> None:
+    out = run_ok(jailed, program("""
+        def tcp(family, addr):
+            def go():
+                with socket.socket(family, socket.SOCK_STREAM) as s:
+                    s.settimeout(2)
+                    s.connect(addr)
+            return go
+        def udp_dns():
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.sendto(b"\\0" * 12, ("8.8.8.8", 53))
+        report({
+            "tcp4": attempt(tcp(socket.AF_INET, ("1.1.1.1", 443))),
+            "udp4_dns": attempt(udp_dns),
+            "tcp6": attempt(tcp(socket.AF_INET6, ("2606:4700:4700::1111", 443))),
+        })
+    """))
+    assert out["tcp4"] == "ENETUNREACH", out
+    assert out["udp4_dns"] == "ENETUNREACH", out
+    assert out["tcp6"] in ("ENETUNREACH", "EAFNOSUPPORT", "EADDRNOTAVAIL"), out
+
+
+@pytest.mark.hostile
+def test_dns_resolution_of_public_names_fails(jailed: Executor) -> None:
+    out = run_ok(jailed, program("""
+        res = {}
+        for name in ("pypi.org", "example.com"):
+            try:
+                res[name] = sorted({ai[4][0] for ai in socket.getaddrinfo(name, 443)})
+            except socket.gaierror as exc:
+                res[name] = ["gaierror", exc.errno]
+        res["localhost"] = sorted({ai[4][0] for ai in socket.getaddrinfo("localhost", 80,
+                                                                          socket.AF_INET)})
+        with open("/etc/resolv.conf") as fh:
+            res["resolv.conf"] = fh.read()
+        report(res)
+    """))
+    for name in ("pypi.org", "example.com"):
+        assert out[name][0] == "gaierror", (name, out)
+        assert out[name][1] in (socket.EAI_NONAME, socket.EAI_AGAIN, socket.EAI_FAIL), out
+    assert out["localhost"] == ["127.0.0.1"], out  # control: the resolver itself works
+    assert out["resolv.conf"] == "", out
+
+
+@pytest.mark.hostile
+def test_host_abstract_unix_socket_is_unreachable(jailed: Executor) -> None:
+    name = f"execbox-test-{secrets.token_hex(8)}"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind("\0" + name)
+        server.listen()
+        out = run_ok(jailed, program("""
+            def connect():
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                    s.settimeout(2)
+                    s.connect("\\0@NAME@")
+            report({"connect": attempt(connect)})
+        """, NAME=name))
+        assert out == {"connect": "ECONNREFUSED"}
+        assert_no_pending_connection(server)
+        assert_listener_works(server, "\0" + name, socket.AF_UNIX)
+
+
+@pytest.mark.hostile
+def test_host_unix_socket_file_is_unreachable(jailed: Executor, tmp_path: Path) -> None:
+    path = str(tmp_path / "host.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(path)
+        server.listen()
+        out = run_ok(jailed, program("""
+            def connect():
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                    s.settimeout(2)
+                    s.connect("@PATH@")
+            report({"connect": attempt(connect)})
+        """, PATH=path))
+        assert out == {"connect": "ENOENT"}
+        assert_no_pending_connection(server)
+        assert_listener_works(server, path, socket.AF_UNIX)
+
+
+@pytest.mark.hostile
+def test_only_network_interface_is_loopback(jailed: Executor) -> None:
+    out = run_ok(jailed, program("""
+        with open("/proc/net/dev") as fh:
+            ifaces = sorted(line.split(":")[0].strip() for line in fh.readlines()[2:])
+        with open("/proc/net/route") as fh:
+            routes = fh.readlines()[1:]
+        # control: the run can talk to itself over its own loopback
+        srv = socket.create_server(("127.0.0.1", 0))
+        cli = socket.create_connection(srv.getsockname(), timeout=2)
+        conn, _ = srv.accept()
+        cli.sendall(b"ping")
+        report({"ifaces": ifaces, "routes": routes, "self": conn.recv(4).decode(),
+                "hostname": socket.gethostname()})
+    """))
+    assert out["ifaces"] == ["lo"], out
+    assert out["routes"] == [], out
+    assert out["self"] == "ping", out
+    assert out["hostname"] == "sandbox", out
+
+
+# ---- host files, descriptors and secrets ------------------------------------------------------
+
+
+@pytest.mark.hostile
+def test_host_canary_files_are_invisible(jailed: Executor, tmp_path: Path) -> None:
+    token = secrets.token_hex(16)
+    canaries = [
+        tmp_path / f"canary-{token}",
+        Path("/tmp") / f"execbox-canary-{token}",
+        Path("/root") / f"execbox-canary-{token}",
+        Path("/etc") / f"execbox-canary-{token}",
+    ]
+    control = os.path.realpath("/usr/bin/env")  # on the host and bound read-only into runs
+    try:
+        for path in canaries:
+            path.write_text(token)
+        out = run_ok(jailed, program("""
+            paths = json.loads('@PATHS@')
+            res = {}
+            for p in paths:
+                def read(p=p):
+                    with open(p, "rb") as fh:
+                        fh.read()
+                res[p] = [os.path.exists(p), attempt(read),
+                          os.path.basename(p) in (os.listdir(os.path.dirname(p))
+                                                  if os.path.isdir(os.path.dirname(p)) else [])]
+            report(res)
+        """, PATHS=json.dumps([str(p) for p in canaries]
+                              + ["/etc/shadow", "/work", "/proc/1/root/etc/shadow", control])))
+    finally:
+        for path in canaries:
+            path.unlink(missing_ok=True)
+    for path in canaries:
+        assert out[str(path)] == [False, "ENOENT", False], (path, out)
+    assert out["/etc/shadow"] == [False, "ENOENT", False], out
+    assert out["/work"][0] is False, out  # the repository (execbox's own source) is not there
+    assert out["/proc/1/root/etc/shadow"][0] is False, out
+    assert out[control] == [True, "OK", True], out  # control: the checks do see bound files
+
+
+@pytest.mark.hostile
+def test_no_host_descriptors_are_inherited(jailed: Executor) -> None:
+    out = run_ok(jailed, program("""
+        fds = {}
+        for fd in sorted(int(x) for x in os.listdir("/proc/self/fd")):
+            try:
+                fds[fd] = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:  # the descriptor listdir used, closed by now
+                pass
+        report(fds)
+    """))
+    assert set(out) >= {"0", "1", "2"}, out
+    others = {fd: target for fd, target in out.items() if not target.startswith("pipe:")}
+    assert others == {}, f"descriptors other than pipes leak into the run: {others}"
+    assert len(out) <= 4, f"more descriptors than stdio and the error pipe: {out}"
+
+
+@pytest.mark.hostile
+def test_host_environment_canary_is_not_visible(jailed: Executor,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    name, secret = f"EXECBOX_CANARY_{secrets.token_hex(4).upper()}", secrets.token_hex(16)
+    monkeypatch.setenv(name, secret)
+    code = program("""
+        import subprocess
+        child = subprocess.run(["/usr/bin/env"], capture_output=True, text=True).stdout
+        report({"environ": dict(os.environ), "child": child})
+    """)
+    # The session executor started before the canary existed; a fresh one starts after it.
+    with Executor() as fresh:
+        results = [run_ok(jailed, code), run_ok(fresh, code)]
+    for out in results:
+        assert name not in out["environ"] and secret not in json.dumps(out), out
+        assert out == {"environ": {}, "child": ""}, out
+
+
+def test_run_environment_is_empty_by_default(executor: Executor) -> None:
+    out = run_ok(executor, program("""
+        import subprocess
+        child = subprocess.run(["/usr/bin/env"], capture_output=True, text=True).stdout
+        report({"environ": dict(os.environ), "child": child})
+    """))
+    assert out == {"environ": {}, "child": ""}
+
+
+def test_env_argument_arrives_exactly(executor: Executor) -> None:
+    out = run_ok(executor, program("""
+        import subprocess
+        child = subprocess.run(["/usr/bin/env"], capture_output=True, text=True).stdout
+        report({"environ": dict(os.environ), "child": child})
+    """), env={"A": "1"})
+    assert out == {"environ": {"A": "1"}, "child": "A=1\n"}
+
+
+# ---- processes and privileges -----------------------------------------------------------------
+
+
+@pytest.mark.hostile
+def test_proc_shows_only_the_runs_own_processes(jailed: Executor) -> None:
+    host_pid = os.getpid()
+    out = run_ok(jailed, program("""
+        pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+        cmdlines = {}
+        for p in pids:
+            with open(f"/proc/{p}/cmdline", "rb") as fh:
+                cmdlines[p] = fh.read().decode(errors="replace")
+        with open("/proc/1/status") as fh:
+            ppid1 = [l.split()[1] for l in fh if l.startswith("PPid:")][0]
+        report({"pids": pids, "self": os.getpid(), "ppid": os.getppid(), "ppid1": ppid1,
+                "cmdlines": cmdlines})
+    """))
+    assert out["pids"] == [1, out["self"]], out  # init and the program, nothing else
+    assert out["self"] == 2 and out["ppid"] == 1 and out["ppid1"] == "0", out
+    assert host_pid not in out["pids"] or host_pid <= 2
+    for cmdline in out["cmdlines"].values():
+        assert "pytest" not in cmdline, out  # the test process is not visible
+
+
+@pytest.mark.hostile
+def test_run_has_no_root_no_capabilities_and_seccomp(jailed: Executor) -> None:
+    out = run_ok(jailed, program("""
+        def status(pid):
+            with open(f"/proc/{pid}/status") as fh:
+                return dict(l.rstrip("\\n").split(":\\t", 1) for l in fh if ":\\t" in l)
+        own = status("self")
+        deadline = time.monotonic() + 2
+        while status(1).get("Seccomp") != "2" and time.monotonic() < deadline:
+            time.sleep(0.01)   # init drops its own privileges right after forking us
+        init = status(1)
+        keys = ("Uid", "Gid", "Groups", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb",
+                "NoNewPrivs", "Seccomp")
+        report({"own": {k: own.get(k) for k in keys}, "init": {k: init.get(k) for k in keys},
+                "getuid": os.getuid(), "getgid": os.getgid(), "groups": os.getgroups()})
+    """))
+    own, init = out["own"], out["init"]
+    for proc in (own, init):
+        uids = [int(x) for x in proc["Uid"].split()]
+        gids = [int(x) for x in proc["Gid"].split()]
+        assert len(uids) == 4 and 0 not in uids, proc
+        assert len(gids) == 4 and 0 not in gids, proc
+        assert proc["Groups"].strip() == "", proc
+        for cap in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+            assert int(proc[cap], 16) == 0, (cap, proc)
+        assert proc["NoNewPrivs"] == "1", proc
+        assert proc["Seccomp"] == "2", proc
+    assert out["getuid"] == SANDBOX_UID and out["getgid"] == SANDBOX_UID, out
+    assert out["groups"] == [], out
+
+
+@pytest.mark.hostile
+def test_mount_unshare_chroot_and_setuid_are_denied(jailed: Executor) -> None:
+    flags = {"NEWNS": 0x00020000, "NEWUSER": 0x10000000, "NEWNET": 0x40000000,
+             "NEWPID": 0x20000000}
+    out = run_ok(jailed, program("""
+        with open("/tmp/before", "w") as fh:
+            fh.write("mine")
+        res = {}
+        res["mount_tmpfs_over_tmp"] = call("mount", b"tmpfs", b"/tmp", b"tmpfs",
+                                           ctypes.c_ulong(0), None)
+        res["bind_mount"] = call("mount", b"/tmp", b"/workspace", None, ctypes.c_ulong(4096), None)
+        res["umount_proc"] = call("umount2", b"/proc", 2)
+        res["unshare_user"] = call("unshare", @NEWUSER@)
+        res["unshare_mount"] = call("unshare", @NEWNS@)
+        res["unshare_net"] = call("unshare", @NEWNET@)
+        res["chroot"] = call("chroot", b"/tmp")
+        res["pivot_root"] = sys_call(@PIVOT@, b"/tmp", b"/tmp")
+        res["fsopen"] = sys_call(@FSOPEN@, b"tmpfs", 0)
+        fd = os.open("/proc/self/ns/net", os.O_RDONLY)
+        res["setns"] = sys_call(@SETNS@, fd, 0)
+        rc = sys_call(@CLONE@, @NEWUSER@ | @NEWPID@ | 17, 0, 0, 0, 0)
+        if rc[0] == 0:
+            os._exit(0)   # a child that should never have existed
+        res["clone_newuser"] = rc
+        setuid = attempt(lambda: os.setuid(0))
+        setresuid = attempt(lambda: os.setresuid(0, 0, 0))
+        setgid = attempt(lambda: os.setgid(0))
+        with open("/tmp/before") as fh:
+            tmp_intact = fh.read() == "mine"
+        report({"calls": res, "setuid": setuid, "setresuid": setresuid, "setgid": setgid,
+                "tmp_intact": tmp_intact, "uid": os.getuid(), "continued": True})
+    """, PIVOT=nr("pivot_root"), FSOPEN=nr("fsopen"), SETNS=nr("setns"), CLONE=nr("clone"),
+       **flags))
+    denied = {name: rv for name, rv in out["calls"].items() if rv != [-1, "EPERM"]}
+    assert denied == {}, f"calls that did not fail with EPERM: {denied}"
+    assert out["setuid"] == out["setresuid"] == out["setgid"] == "EPERM", out
+    assert out["tmp_intact"] is True and out["uid"] == SANDBOX_UID and out["continued"], out
+
+
+@pytest.mark.hostile
+def test_system_runtime_and_root_are_not_writable(jailed: Executor) -> None:
+    out = run_ok(jailed, program("""
+        import numpy
+        site = os.path.dirname(os.path.dirname(numpy.__file__))
+        targets = {
+            "/": "/execbox-write-test",
+            "/usr": "/usr/execbox-write-test",
+            "/usr/bin": "/usr/bin/execbox-write-test",
+            "/etc": "/etc/execbox-write-test",
+            "site-packages": site + "/execbox-write-test",
+            "stdlib": os.path.dirname(os.__file__) + "/execbox-write-test",
+            "sys.prefix": sys.prefix + "/execbox-write-test",
+        }
+        res = {name: attempt(lambda p=p: open(p, "w").close()) for name, p in targets.items()}
+        res["append /etc/passwd"] = attempt(lambda: open("/etc/passwd", "a").close())
+        res["append numpy"] = attempt(lambda: open(numpy.__file__, "a").close())
+        res["mkdir /"] = attempt(lambda: os.mkdir("/execbox-dir"))
+        res["chmod site"] = attempt(lambda: os.chmod(site, 0o777))
+        res["hostname"] = attempt(lambda: open("/proc/sys/kernel/hostname", "w").write("x"))
+        report({"res": res, "site": site})
+    """))
+    res = out["res"]
+    assert "site-packages" in out["site"], out
+    bad = {name: e for name, e in res.items() if name != "chmod site" and e not in ("EROFS",
+                                                                                    "EACCES")}
+    assert bad == {}, f"writes that did not fail with EROFS/EACCES: {bad}"
+    assert res["chmod site"] in ("EROFS", "EPERM"), res
+
+
+@pytest.mark.hostile
+def test_only_scratch_mounts_are_writable(jailed: Executor) -> None:
+    """Even root could not write the system: everything but scratch space is a read-only mount."""
+    out = run_ok(jailed, program("""
+        import numpy
+        mounts = []
+        with open("/proc/self/mountinfo") as fh:
+            for line in fh:
+                f = line.split()
+                mounts.append([f[4], f[5].split(",")])
+        report({"mounts": mounts, "site": os.path.dirname(numpy.__file__), "prefix": sys.prefix})
+    """))
+    mounts = {point: opts for point, opts in out["mounts"]}
+    scratch = {"/tmp", "/workspace", "/dev", "/dev/shm", "/proc", "/dev/null", "/dev/zero",
+               "/dev/full", "/dev/random", "/dev/urandom"}
+    writable = {point for point, opts in mounts.items() if "ro" not in opts}
+    assert writable <= scratch, f"writable mounts beyond scratch space: {writable - scratch}"
+
+    def mount_of(path: str) -> str:
+        return max((m for m in mounts if path == m or path.startswith(m.rstrip("/") + "/")),
+                   key=len)
+
+    for path in ("/", "/etc/passwd", "/usr/bin", out["site"], out["prefix"]):
+        assert "ro" in mounts[mount_of(path)], (path, mount_of(path), mounts)
+    for point in ("/tmp", "/workspace", "/dev/shm", "/dev"):
+        assert "nosuid" in mounts[point] and "nodev" in mounts[point], (point, mounts)
+
+
+# ---- nothing persists between runs ------------------------------------------------------------
+
+
+@pytest.mark.hostile
+def test_nothing_persists_between_runs(jailed: Executor) -> None:
+    mark = secrets.token_hex(8)
+    key = secrets.randbelow(1 << 30) + 1
+    first = run_ok(jailed, program("""
+        import builtins, json as json_module
+        for d in ("/tmp", "/workspace", "/dev/shm"):
+            with open(f"{d}/persist-@MARK@", "w") as fh:
+                fh.write("x")
+        json_module.MARK = 1
+        builtins.EXECBOX_MARK = 1
+        sys.modules["execbox_mark"] = object()
+        shm = call("shmget", @KEY@, 4096, 0o1000 | 0o666)   # IPC_CREAT
+        report({"shm": shm, "files": [os.path.exists(f"{d}/persist-@MARK@")
+                                      for d in ("/tmp", "/workspace", "/dev/shm")]})
+    """, MARK=mark, KEY=key))
+    assert first["files"] == [True, True, True] and first["shm"][0] >= 0, first
+    second = run_ok(jailed, program("""
+        import builtins, json as json_module
+        report({
+            "files": [os.path.exists(f"{d}/persist-@MARK@") for d in ("/tmp", "/workspace",
+                                                                      "/dev/shm")],
+            "json_mark": hasattr(json_module, "MARK"),
+            "builtin": hasattr(builtins, "EXECBOX_MARK"),
+            "module": "execbox_mark" in sys.modules,
+            "shm": call("shmget", @KEY@, 0, 0),
+        })
+    """, MARK=mark, KEY=key))
+    assert second == {"files": [False, False, False], "json_mark": False, "builtin": False,
+                      "module": False, "shm": [-1, "ENOENT"]}
+
+
+# ---- processes do not outlive their run -------------------------------------------------------
+
+
+@pytest.mark.hostile
+def test_daemonized_grandchild_does_not_outlive_its_run(jailed: Executor) -> None:
+    marker = str(10**9 + secrets.randbelow(10**9))
+    cmdline = f"sleep\0{marker}\0".encode()
+    ready = threading.Event()
+
+    def on_stdout(chunk: bytes) -> None:
+        if b"ready" in chunk:
+            ready.set()
+
+    code = program("""
+        import signal
+        pid = os.fork()
+        if pid == 0:
+            os.setsid()
+            if os.fork() == 0:
+                signal.signal(signal.SIGHUP, signal.SIG_IGN)
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                os.execv("/bin/sleep", ["sleep", "@MARKER@"])
+            os._exit(0)
+        os.waitpid(pid, 0)
+        want = b"sleep\\x00@MARKER@\\x00"
+        def seen():
+            for p in os.listdir("/proc"):
+                try:
+                    with open(f"/proc/{p}/cmdline", "rb") as fh:
+                        if fh.read() == want:
+                            return True
+                except OSError:
+                    pass
+            return False
+        deadline = time.monotonic() + 2
+        while not seen() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        print("ready" if seen() else "no daemon", flush=True)
+        time.sleep(0.7)   # the host looks for the daemon now
+        report({"daemon_seen": True})
+    """, MARKER=marker)
+    limits = Limits(timeout_s=10, memory_mib=256, pids=32)
+    thread, box = in_thread(lambda: jailed.run(code, limits=limits, on_stdout=on_stdout))
+    assert ready.wait(5), "the run never reported its daemon running"
+    during = host_pids_with_cmdline(cmdline)
+    r = joined(thread, box)
+    after = host_pids_with_cmdline(cmdline)
+    assert r.status is Status.ok, describe(r)
+    assert during, "control failed: the host scan did not see the daemon while the run was live"
+    assert after == [], f"the daemon outlived its run: host pids {after}"
+    # it is killed when the program ends, not when the time limit runs out
+    assert r.metrics.wall_ms < 5000, r.metrics
+
+
+@pytest.mark.hostile
+def test_daemon_holding_stdout_does_not_delay_the_result(jailed: Executor) -> None:
+    marker = str(10**9 + secrets.randbelow(10**9))
+    started = time.monotonic()
+    r = jailed.run(program("""
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                os.execv("/bin/sleep", ["sleep", "@MARKER@"])   # keeps stdout and stderr open
+            os._exit(0)
+        report({"parent": "done"})
+    """, MARKER=marker), limits=Limits(timeout_s=20, memory_mib=256, pids=32))
+    elapsed = time.monotonic() - started
+    assert r.status is Status.ok, describe(r)
+    assert elapsed < 5, f"the result waited {elapsed:.1f} s for a daemon"
+    assert host_pids_with_cmdline(f"sleep\0{marker}\0".encode()) == []
+
+
+@pytest.mark.hostile
+def test_kill_minus_one_only_kills_the_runs_own_processes(jailed: Executor) -> None:
+    marker = str(10**9 + secrets.randbelow(10**9))
+    # A host process with the very uid the sandbox uses: only the pid namespace protects it.
+    victim = subprocess.Popen(["/bin/sleep", marker], user=SANDBOX_UID, group=SANDBOX_UID,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    try:
+        zygote = jailed._host.pid
+        out = run_ok(jailed, program("""
+            import signal
+            child = os.fork()
+            if child == 0:
+                time.sleep(30)
+                os._exit(0)
+            time.sleep(0.1)
+            rc = attempt(lambda: os.kill(-1, signal.SIGKILL))
+            _, st = os.waitpid(child, 0)
+            report({"kill": rc, "child_signal": os.WTERMSIG(st) if os.WIFSIGNALED(st) else None,
+                    "survived": True})
+        """))
+        assert out == {"kill": "OK", "child_signal": signal.SIGKILL, "survived": True}
+        assert victim.poll() is None, "a host process with the sandbox uid was killed"
+        assert os.path.exists(f"/proc/{zygote}") and jailed._host.alive(), "the zygote died"
+        assert jailed._host.pid == zygote
+        after = jailed.run("print('next run')", limits=SMALL)
+        assert after.status is Status.ok and after.stdout == "next run\n", describe(after)
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+# ---- seccomp ----------------------------------------------------------------------------------
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("call", ["ptrace_traceme", "bpf"])
+def test_forbidden_syscall_kills_the_program(jailed: Executor, call: str) -> None:
+    invoke = {
+        "ptrace_traceme": "libc.ptrace(0, 0, None, None)",
+        "bpf": f"sys_call({nr('bpf')}, 0, 0, 0)",
+    }[call]
+    r = jailed.run(program("""
+        print("before", flush=True)
+        rv = @INVOKE@
+        print("after", rv, flush=True)
+    """, INVOKE=invoke), limits=SMALL)
+    assert r.status is Status.forbidden, describe(r)
+    assert r.signal == "SIGSYS", describe(r)
+    assert r.stdout == "before\n", describe(r)
+    assert r.error is not None and r.error.type == "ForbiddenSyscall", describe(r)
+
+
+@pytest.mark.hostile
+def test_32bit_syscall_abi_is_killed(jailed: Executor) -> None:
+    """The filter is for the native ABI only: an `int 0x80` (i386) syscall must not slip past."""
+    if platform.machine() != "x86_64":
+        pytest.skip("the i386 syscall ABI exists on x86_64 only")
+    r = jailed.run(program("""
+        import mmap
+        # mov eax, 20 (getpid on i386); int 0x80; ret
+        code = bytes([0xB8, 20, 0, 0, 0, 0xCD, 0x80, 0xC3])
+        page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+        page.write(code)
+        addr = ctypes.addressof(ctypes.c_char.from_buffer(page))
+        fn = ctypes.CFUNCTYPE(ctypes.c_long)(addr)
+        print("before", flush=True)
+        print("after", fn(), flush=True)
+    """), limits=SMALL)
+    assert r.status is Status.forbidden, describe(r)
+    assert r.signal == "SIGSYS" and r.stdout == "before\n", describe(r)
+
+
+@pytest.mark.hostile
+def test_clone3_fails_with_enosys_and_sockets_are_filtered(jailed: Executor) -> None:
+    out = run_ok(jailed, program("""
+        res = {"clone3": sys_call(@CLONE3@, 0, 0)}
+        res["netlink"] = attempt(lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 0))
+        res["netlink_raw"] = attempt(lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0))
+        res["packet"] = attempt(lambda: socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, 0))
+        res["raw_inet"] = attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, 1))
+        report(res)
+    """, CLONE3=nr("clone3")))
+    assert out["clone3"] == [-1, "ENOSYS"], out
+    assert out["netlink"] == "EAFNOSUPPORT", out
+    assert out["netlink_raw"] in ("EAFNOSUPPORT", "EPERM"), out
+    assert out["packet"] == "EAFNOSUPPORT", out
+    assert out["raw_inet"] == "EPERM", out
+
+
+def test_fork_threads_and_subprocess_still_work(executor: Executor) -> None:
+    out = run_ok(executor, program("""
+        import subprocess, threading
+        pid = os.fork()
+        if pid == 0:
+            os._exit(7)
+        _, st = os.waitpid(pid, 0)
+        box = []
+        threads = [threading.Thread(target=lambda i=i: box.append(i * i)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        echo = subprocess.run(["/bin/echo", "hi"], capture_output=True, text=True).stdout
+        report({"fork": os.waitstatus_to_exitcode(st), "threads": sorted(box), "echo": echo})
+    """))
+    assert out == {"fork": 7, "threads": [0, 1, 4, 9], "echo": "hi\n"}
+
+
+# ---- concurrent runs --------------------------------------------------------------------------
+
+
+@pytest.mark.hostile
+def test_concurrent_runs_cannot_see_or_signal_each_other(jailed: Executor) -> None:
+    mark = secrets.token_hex(8)
+    sleeper = str(10**9 + secrets.randbelow(10**9))
+    port = 20000 + secrets.randbelow(20000)
+    ready = threading.Event()
+
+    def on_stdout(chunk: bytes) -> None:
+        if b"ready" in chunk:
+            ready.set()
+
+    a_code = program("""
+        import select, subprocess
+        u = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        u.bind("\\0execbox-@MARK@")
+        u.listen()
+        t = socket.create_server(("127.0.0.1", @PORT@))
+        for d in ("/tmp", "/workspace", "/dev/shm"):
+            with open(f"{d}/@MARK@", "w") as fh:
+                fh.write("a")
+        child = subprocess.Popen(["sleep", "@SLEEPER@"], executable="/bin/sleep")
+        print("ready", flush=True)
+        readable, _, _ = select.select([u, t], [], [], 1.5)
+        report({"unix_conn": u in readable, "tcp_conn": t in readable,
+                "child_alive": child.poll() is None})
+    """, MARK=mark, PORT=port, SLEEPER=sleeper)
+    b_code = program("""
+        import signal
+        def conn_unix():
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(1)
+                s.connect("\\0execbox-@MARK@")
+        def conn_tcp():
+            socket.create_connection(("127.0.0.1", @PORT@), timeout=1).close()
+        cmdlines = []
+        for p in os.listdir("/proc"):
+            if p.isdigit():
+                with open(f"/proc/{p}/cmdline", "rb") as fh:
+                    cmdlines.append(fh.read())
+        res = {
+            "unix": attempt(conn_unix),
+            "tcp": attempt(conn_tcp),
+            "files": [os.path.exists(f"{d}/@MARK@") for d in ("/tmp", "/workspace", "/dev/shm")],
+            "sees_sleeper": b"sleep\\x00@SLEEPER@\\x00" in cmdlines,
+            "kill": attempt(lambda: os.kill(-1, signal.SIGKILL)),
+        }
+        report(res)
+    """, MARK=mark, PORT=port, SLEEPER=sleeper)
+    thread, box = in_thread(lambda: jailed.run(a_code, limits=SMALL, on_stdout=on_stdout))
+    assert ready.wait(5), "run A never became ready"
+    assert wait_for_host_cmdline(f"sleep\0{sleeper}\0".encode()), "control: A's child not seen"
+    b = run_ok(jailed, b_code)
+    a = joined(thread, box)
+    assert a.status is Status.ok, describe(a)
+    a_out = json.loads(a.stdout.strip().splitlines()[-1])
+    assert b == {"unix": "ECONNREFUSED", "tcp": "ECONNREFUSED", "files": [False, False, False],
+                 "sees_sleeper": False, "kill": "ESRCH"}
+    assert a_out == {"unix_conn": False, "tcp_conn": False, "child_alive": True}
+
+
+# ---- many runs leave nothing behind -----------------------------------------------------------
+
+
+def _cgroup_entries(hier: Hierarchy, prefix: str) -> set[str]:
+    """This executor's run cgroups (other executors on the host may be running too)."""
+    return {f"{controller}:{name}" for controller, parent in hier.parent_paths.items()
+            for name in os.listdir(parent)
+            if name.startswith(prefix) and os.path.isdir(os.path.join(parent, name))}
+
+
+def _zygote_children(zygote: int) -> list[int]:
+    return [pid for pid in host_pids() if host_ppid(pid) == zygote]
+
+
+def _mountinfo() -> list[str]:
+    with open("/proc/self/mountinfo") as fh:
+        return sorted(fh.read().splitlines())
+
+
+def _fd_count(pid: int | str) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_500_runs_leave_no_cgroups_processes_mounts_or_descriptors(executor: Executor) -> None:
+    hier = Hierarchy.discover()
+    zygote, prefix = executor._host.pid, executor._host._prefix
+    executor.run("pass", limits=SMALL)  # warm up: anything created once is not a leak
+    before = (_cgroup_entries(hier, prefix), _zygote_children(zygote), _mountinfo(),
+              _fd_count("self"), _fd_count(zygote))
+    statuses: dict[Status, int] = {}
+    for _ in range(500):
+        r = executor.run("pass", limits=SMALL)
+        statuses[r.status] = statuses.get(r.status, 0) + 1
+    assert statuses == {Status.ok: 500}, statuses
+    deadline = time.monotonic() + 3  # supervisors exit just after sending their result
+    while _zygote_children(zygote) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    after = (_cgroup_entries(hier, prefix), _zygote_children(zygote), _mountinfo(),
+             _fd_count("self"), _fd_count(zygote))
+    assert before[0] == set() and after[0] == set(), f"leftover run cgroups: {sorted(after[0])}"
+    assert after[1] == [], f"leftover zygote children: {after[1]}"
+    assert set(after[2]) ^ set(before[2]) == set(), "host mounts changed"
+    assert after[3] <= before[3], f"test process descriptors grew {before[3]} -> {after[3]}"
+    assert after[4] <= before[4], f"zygote descriptors grew {before[4]} -> {after[4]}"
+    assert executor._host.alive()
+
+
+def test_run_sees_no_host_source_paths_in_its_command_line(executor: Executor) -> None:
+    import execbox as pkg
+
+    src = str(Path(pkg.__file__).resolve().parent.parent)
+    r = executor.run("print(open('/proc/self/cmdline', 'rb').read())")
+    assert r.status is Status.ok, r
+    assert src not in r.stdout
