@@ -117,6 +117,7 @@ def run(code: str, err_fd: int, src_paths: list[str]) -> None:
         _finish(1)
     try:
         exec(compiled, main.__dict__)
+        _run_pending_signal_handlers()
     except SystemExit as exc:
         status = _exit_code(exc)
     except BaseException as exc:  # noqa: BLE001 - everything the code raises is data
@@ -138,6 +139,12 @@ def run(code: str, err_fd: int, src_paths: list[str]) -> None:
             })
         status = 1
     _finish(status)
+
+
+def _run_pending_signal_handlers() -> None:
+    """Entering a Python function runs handlers of signals that arrived during the code's last
+    instructions (say, `os.kill(os.getpid(), SIGINT)` as its final line), so their exceptions
+    are raised here, inside the code's try block, and not later in our shutdown."""
 
 
 def _finish(status: int) -> None:
