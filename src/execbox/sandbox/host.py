@@ -61,7 +61,9 @@ class ZygoteProcess:
         self._sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         options = {"preload": preload, "ro_paths": ro_paths, "src_paths": [src]}
         self._proc = subprocess.Popen(
-            [str(python), "-I", "-B", "-c", _BOOT, str(child.fileno())],
+            # Not -I: its -E would drop PYTHONMALLOC. The environment is ours alone (`env`),
+            # -s skips user site-packages and -P keeps the working directory off sys.path.
+            [str(python), "-s", "-P", "-B", "-c", _BOOT, str(child.fileno())],
             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             pass_fds=[child.fileno()], cwd="/", start_new_session=True,
         )
