@@ -109,6 +109,7 @@ class RunRequest(BaseModel):
         default_factory=dict, description="Environment of the program (empty unless given)."
     )
     network: Literal["none"] = Field("none", description="Network access; only 'none' for now.")
+    profile: str = Field("data", description="Policy profile checked before the run.")
 
     @field_validator("env")
     @classmethod
@@ -151,6 +152,7 @@ class ErrorInfo(BaseModel):
     line: int | None = Field(None, description="1-based line in the user's code, when known.")
     column: int | None = Field(None, description="1-based column (SyntaxError), when known.")
     traceback: str | None = Field(None, description="Traceback showing the user's frames only.")
+    rule: str | None = Field(None, description="Policy rule id, for policy_denied/needs_approval.")
 
 
 class Artifact(BaseModel):
