@@ -25,12 +25,23 @@ def _host_can_sandbox() -> str | None:
     return None
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _records_in_a_temporary_database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every Executor the tests make (CLI subprocesses included) records into a throwaway
+    SQLite file, never into the user's own run history."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("EXECBOX_DB_URL", f"sqlite:///{tmp_path_factory.mktemp('records')}/runs.db")
+    yield
+    mp.undo()
+
+
 @pytest.fixture(scope="session")
 def executor() -> Iterator[execbox.Executor]:
+    """The real sandbox, with the result cache off: every call really runs."""
     reason = _host_can_sandbox()
     if reason:
         pytest.skip(f"SANDBOX UNAVAILABLE, sandbox tests skipped: {reason}")
-    with execbox.Executor() as ex:
+    with execbox.Executor(cache=False) as ex:
         yield ex
 
 

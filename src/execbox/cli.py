@@ -108,10 +108,16 @@ def main() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one RunResult as JSON.")
 @click.option("--artifacts-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Write the run's artifacts here.")
+@click.option("--profile", default="data", show_default=True,
+              help="Policy profile checked before the run (see profiles.toml).")
+@click.option("--no-cache", is_flag=True, help="Always run, never answer from the result cache.")
+@click.option("--secret", "secrets", multiple=True, metavar="VALUE",
+              help="A value to redact from output, errors and the record. Repeatable.")
 def run_cmd(file: str, stdin_path: str | None, inputs: tuple[str, ...], timeout: float | None,
             cpu: float | None, memory: int | None, disk: int | None, pids: int | None,
             output_bytes: int | None, env_pairs: tuple[str, ...], as_json: bool,
-            artifacts_dir: Path | None) -> None:
+            artifacts_dir: Path | None, profile: str, no_cache: bool,
+            secrets: tuple[str, ...]) -> None:
     """Run FILE (or - for standard input) in a fresh sandbox."""
     from .executor import Executor, make_request
 
@@ -129,7 +135,7 @@ def run_cmd(file: str, stdin_path: str | None, inputs: tuple[str, ...], timeout:
             code,
             stdin=Path(stdin_path).read_bytes() if stdin_path else None,
             files=_parse_inputs(inputs), env=_parse_env(env_pairs),
-            limits=Limits(**Limits().model_dump() | overrides) if overrides else None,
+            limits=Limits(**overrides) if overrides else None, profile=profile,
         )
         stream = None if as_json else sys.stdout.buffer
         errstream = None if as_json else sys.stderr.buffer
@@ -145,7 +151,9 @@ def run_cmd(file: str, stdin_path: str | None, inputs: tuple[str, ...], timeout:
             errstream.flush()
 
         with Executor() as executor:
-            result = executor.run_request(request, on_stdout=None if as_json else out,
+            result = executor.run_request(request, cache=False if no_cache else None,
+                                          secrets=secrets,
+                                          on_stdout=None if as_json else out,
                                           on_stderr=None if as_json else err)
     except ExecboxError as exc:
         _fail(str(exc))
@@ -162,7 +170,8 @@ def run_cmd(file: str, stdin_path: str | None, inputs: tuple[str, ...], timeout:
 
 def _summary(result: RunResult, artifacts_dir: Path | None) -> None:
     m = result.metrics
-    line = (f"[execbox] {result.status.value}  exit={result.exit_code}"
+    line = (f"[execbox] {result.status.value}{' (cached)' if result.cached else ''}"
+            f"  exit={result.exit_code}"
             f"{'  signal=' + result.signal if result.signal else ''}  wall={m.wall_ms:.0f}ms"
             f"  cpu={m.cpu_ms:.0f}ms  mem={m.memory_peak_bytes / 2**20:.1f}MiB  run={result.run_id}")
     click.echo(line, err=True)
@@ -172,6 +181,94 @@ def _summary(result: RunResult, artifacts_dir: Path | None) -> None:
         where = f" -> {artifacts_dir / art.path}" if artifacts_dir else ""
         click.echo(f"[execbox] artifact {art.path} ({art.size} bytes, {art.mime_type}){where}",
                    err=True)
+
+
+@main.group()
+def runs() -> None:
+    """Inspect, replay and approve recorded runs."""
+
+
+def _store() -> Any:
+    from .records import RunStore
+
+    return RunStore()
+
+
+@runs.command("list")
+@click.option("--limit", default=20, show_default=True)
+@click.option("--status", help="Only runs with this status.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+def runs_list(limit: int, status: str | None, as_json: bool) -> None:
+    """The most recent runs, newest first."""
+    import time as _time
+
+    for rec in _store().list(limit=limit, status=status):
+        if as_json:
+            click.echo(json.dumps({"run_id": rec.run_id, "created_at": rec.created_at,
+                                   "kind": rec.kind, "status": rec.status,
+                                   "profile": rec.profile, "code_sha256": rec.code_sha256}))
+            continue
+        when = _time.strftime("%Y-%m-%d %H:%M:%S", _time.localtime(rec.created_at))
+        first = (rec.code.strip().splitlines() or [""])[0][:48]
+        click.echo(f"{rec.run_id}  {when}  {rec.status:<15} {rec.kind:<9} {first}")
+
+
+@runs.command("show")
+@click.argument("run_id")
+def runs_show(run_id: str) -> None:
+    """The full record of one run, as JSON."""
+    rec = _store().get(run_id)
+    if rec is None:
+        _fail(f"no run {run_id!r}")
+    click.echo(rec.model_dump_json(indent=2))
+
+
+@runs.command("replay")
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the replay report as JSON.")
+def runs_replay(run_id: str, as_json: bool) -> None:
+    """Run a recorded run again under its recorded limits; exit 0 when the results match."""
+    from .executor import Executor
+
+    try:
+        with Executor() as executor:
+            report = executor.replay(run_id)
+    except ExecboxError as exc:
+        _fail(str(exc))
+    if as_json:
+        click.echo(report.model_dump_json())
+    else:
+        verdict = "matches" if report.matches else f"differs in {', '.join(report.differences)}"
+        click.echo(f"replay {report.replay.run_id} of {run_id}: {verdict}")
+        if report.image_changed:
+            click.echo(f"note: image changed {report.original.image_digest} -> "
+                       f"{report.replay.image_digest}")
+        if report.env_redacted:
+            click.echo(f"note: environment values were redacted in the record: "
+                       f"{', '.join(report.env_redacted)}")
+    sys.exit(EXIT_OK if report.matches else EXIT_RUN_FAILED)
+
+
+@runs.command("approve")
+@click.argument("run_id")
+@click.option("--by", "approved_by", help="Who approves (stored with the record).")
+@click.option("--json", "as_json", is_flag=True, help="Print the RunResult as JSON.")
+def runs_approve(run_id: str, approved_by: str | None, as_json: bool) -> None:
+    """Release a run held by policy (`needs_approval`) and run it now."""
+    from .executor import Executor
+
+    try:
+        with Executor() as executor:
+            result = executor.approve(run_id, approved_by=approved_by)
+    except ExecboxError as exc:
+        _fail(str(exc))
+    if as_json:
+        click.echo(result.model_dump_json())
+    else:
+        sys.stdout.write(result.stdout)
+        sys.stderr.write(result.stderr)
+        _summary(result, None)
+    sys.exit(EXIT_OK if result.ok else EXIT_RUN_FAILED)
 
 
 @main.command()

@@ -1,7 +1,9 @@
-"""The pipeline every run goes through, and the long-lived `Executor` that owns the sandbox.
+"""The pipeline every run goes through, and the long-lived `Executor` that owns the sandbox:
 
-Today: validate the request, run it in the sandbox, build the contract's result. Policy, cache,
-redaction and records plug in here as they land (DESIGN.md section 4).
+    request -> policy -> budget -> cache -> sandbox -> redact -> record -> result
+
+Every run is recorded, allowed or not, before its result returns. What the code did is data on
+the result; only caller and host problems raise (see `errors`).
 """
 
 from __future__ import annotations
@@ -11,13 +13,16 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
+from . import policy as policy_mod
+from .budget import Budget, Reservation
+from .cache import DEFAULT_TTL_S, cache_key, cacheable
 from .contract import (
     MIB,
     Artifact,
@@ -30,6 +35,8 @@ from .contract import (
 )
 from .errors import SandboxUnavailable, UsageError
 from .image import Image
+from .records import PolicyInfo, RunStore
+from .redact import Redactor
 from .sandbox.host import HostError, OutputCallback, RawRun, ZygoteProcess
 
 log = logging.getLogger("execbox")
@@ -45,7 +52,7 @@ def new_run_id() -> str:
 def make_request(code: str, *, language: str = "python", stdin: bytes | str | None = None,
                  files: Mapping[str, FileSource] | None = None,
                  limits: Limits | Mapping[str, Any] | None = None,
-                 env: Mapping[str, str] | None = None) -> RunRequest:
+                 env: Mapping[str, str] | None = None, profile: str = "data") -> RunRequest:
     """Build and validate a RunRequest; UsageError says what is wrong."""
     inputs = []
     for name, source in (files or {}).items():
@@ -62,6 +69,7 @@ def make_request(code: str, *, language: str = "python", stdin: bytes | str | No
             "language": language, "code": code,
             "stdin": stdin.encode() if isinstance(stdin, str) else (stdin or b""), "files": inputs,
             "limits": limits if limits is not None else Limits(), "env": dict(env or {}),
+            "profile": profile,
         })
     except ValidationError as exc:
         raise UsageError(str(exc)) from exc
@@ -75,7 +83,20 @@ class Executor:
     unsandboxed fallback.
     """
 
-    def __init__(self, *, image: Image | None = None, max_concurrency: int | None = None) -> None:
+    def __init__(self, *, image: Image | None = None, max_concurrency: int | None = None,
+                 profiles: Path | Mapping[str, policy_mod.Profile] | None = None,
+                 records: RunStore | str | None = None, cache: bool = True,
+                 cache_ttl_s: float = DEFAULT_TTL_S, secrets: Iterable[str] = ()) -> None:
+        """`profiles`: a TOML file or loaded profiles (default: the shipped ones, or the file in
+        EXECBOX_PROFILES). `records`: a RunStore or database URL (default: SQLite under the
+        data directory). `cache`: whether runs use the result cache unless a call says
+        otherwise. `secrets`: values redacted from every result and record."""
+        self.profiles = (dict(profiles) if isinstance(profiles, Mapping)
+                         else policy_mod.load_profiles(profiles))
+        self.store = records if isinstance(records, RunStore) else RunStore(records)
+        self.cache_enabled = cache
+        self.cache_ttl_s = cache_ttl_s
+        self._redactor = Redactor(secrets)
         if os.geteuid() != 0:
             raise SandboxUnavailable(
                 "the default isolation tier needs root (namespaces, mounts, cgroups); "
@@ -111,23 +132,107 @@ class Executor:
     def run(self, code: str, *, language: str = "python", stdin: bytes | str | None = None,
             files: Mapping[str, FileSource] | None = None,
             limits: Limits | Mapping[str, Any] | None = None,
-            env: Mapping[str, str] | None = None,
+            env: Mapping[str, str] | None = None, profile: str = "data",
+            cache: bool | None = None, budget: Budget | None = None,
+            secrets: Iterable[str] = (), session_id: str | None = None,
             on_stdout: OutputCallback | None = None,
             on_stderr: OutputCallback | None = None) -> RunResult:
-        """Run `code` in a fresh sandbox and return its result (never raises for the code)."""
-        request = make_request(code, language=language, stdin=stdin, files=files,
-                               limits=limits, env=env)
-        return self.run_request(request, on_stdout=on_stdout, on_stderr=on_stderr)
+        """Run `code` in a fresh sandbox and return its result (never raises for the code).
 
-    def run_request(self, request: RunRequest, *, on_stdout: OutputCallback | None = None,
-                    on_stderr: OutputCallback | None = None) -> RunResult:
+        `limits` fields you set override the profile's defaults (within its maximums).
+        `cache=False` skips the result cache; `budget` is shared across calls; `secrets` are
+        redacted from this run's output, errors and record."""
+        request = make_request(code, language=language, stdin=stdin, files=files,
+                               limits=limits, env=env, profile=profile)
+        return self.run_request(request, cache=cache, budget=budget, secrets=secrets,
+                                session_id=session_id, on_stdout=on_stdout, on_stderr=on_stderr)
+
+    def run_request(self, request: RunRequest, *, cache: bool | None = None,
+                    budget: Budget | None = None, secrets: Iterable[str] = (),
+                    session_id: str | None = None,
+                    on_stdout: OutputCallback | None = None,
+                    on_stderr: OutputCallback | None = None,
+                    _kind: str = "run", _source: str | None = None,
+                    _approved: bool = False) -> RunResult:
+        """The whole pipeline for one request."""
         run_id = new_run_id()
-        limits = request.limits
+        redactor = self._redactor.with_secrets(secrets)
+        verdict = policy_mod.check(request, self.profiles)
+        request = request.model_copy(update={"limits": verdict.limits})
+        pinfo = PolicyInfo(decision=verdict.decision, rule=verdict.rule,
+                           message=verdict.message, line=verdict.line)
         base = RunResult(
-            run_id=run_id, status=Status.sandbox_error, limits=limits,
+            run_id=run_id, status=Status.sandbox_error, limits=request.limits,
             code_sha256=hashlib.sha256(request.code.encode()).hexdigest(),
             image_digest=self.image.digest,
         )
+
+        def finish(result: RunResult, **extra: Any) -> RunResult:
+            self.store.save(request, result, policy=pinfo, session_id=session_id,
+                            env={k: redactor.redact(v) for k, v in request.env.items()},
+                            kind=extra.pop("kind", _kind), source_run_id=extra.pop("source", _source),
+                            **extra)
+            log.info("run %s: %s (%s)", result.run_id, result.status.value, _kind)
+            return result
+
+        if verdict.decision == "deny" or (verdict.decision == "needs_approval" and not _approved):
+            held = verdict.decision == "needs_approval"
+            message = verdict.message or "denied by policy"
+            if held:
+                message += f"; approve it with executor.approve({run_id!r}) or `execbox runs approve`"
+            return finish(base.model_copy(update={
+                "status": Status.needs_approval if held else Status.policy_denied,
+                "error": ErrorInfo(type="NeedsApproval" if held else "PolicyDenied",
+                                   message=message, line=verdict.line, rule=verdict.rule),
+            }))
+
+        reservation: Reservation | None = None
+        if budget is not None:
+            reserved = budget.reserve(request.limits)
+            if isinstance(reserved, str):
+                return finish(base.model_copy(update={
+                    "status": Status.budget_exceeded,
+                    "error": ErrorInfo(type="BudgetExceeded", message=reserved),
+                }))
+            reservation = reserved
+            request = request.model_copy(update={"limits": reservation.limits})
+            base = base.model_copy(update={"limits": reservation.limits})
+
+        use_cache = self.cache_enabled if cache is None else cache
+        key = cache_key(request, self.image.digest) if use_cache else None
+        if key is not None:
+            hit = self.store.cache_lookup(key)
+            if hit is not None:
+                if budget is not None and reservation is not None:
+                    budget.settle(reservation, 0.0, 0)
+                result = self.store.with_artifact_data(hit.result).model_copy(
+                    update={"run_id": run_id, "cached": True})
+                return finish(result, kind="cache_hit", source=hit.run_id, cache_key=key)
+
+        result = self._sandbox_run(request, base, on_stdout, on_stderr)
+        result = _redact(result, redactor)
+        if budget is not None and reservation is not None:
+            budget.settle(reservation, result.metrics.wall_ms / 1000,
+                          sum(a.size for a in result.artifacts))
+            if reservation.time_clipped and result.status is Status.timeout:
+                result = result.model_copy(update={
+                    "status": Status.budget_exceeded,
+                    "error": ErrorInfo(type="BudgetExceeded", message=(
+                        f"execution-time budget of {budget.exec_s:g} s ran out during the run "
+                        f"(it had {reservation.limits.timeout_s:.2f} s left)")),
+                })
+        finish(result, cache_key=key)
+        if key is not None and cacheable(result) and self._all_artifacts_kept(result):
+            self.store.cache_store(key, result.run_id, self.cache_ttl_s)
+        return result
+
+    def _all_artifacts_kept(self, result: RunResult) -> bool:
+        return sum(a.size for a in result.artifacts) <= self.store.artifact_bytes_cap
+
+    def _sandbox_run(self, request: RunRequest, base: RunResult,
+                     on_stdout: OutputCallback | None,
+                     on_stderr: OutputCallback | None) -> RunResult:
+        limits = request.limits
         host = self._live_host()
         spec = {
             "timeout_s": limits.timeout_s,
@@ -145,16 +250,46 @@ class Executor:
         with self._slots:
             try:
                 raw = host.execute(
-                    {"code": request.code, "run_id": run_id, "spec": spec},
+                    {"code": request.code, "run_id": base.run_id, "spec": spec},
                     [(f.name, f.data) for f in request.files], request.stdin,
                     limits.output_bytes, limits.timeout_s + BACKSTOP_GRACE_S,
                     on_stdout, on_stderr,
                 )
             except HostError as exc:
-                log.error("run %s: sandbox error: %s", run_id, exc)
+                log.error("run %s: sandbox error: %s", base.run_id, exc)
                 return base.model_copy(update={"error": ErrorInfo(type="SandboxError",
                                                                   message=str(exc))})
         return _result(base, raw)
+
+    def approve(self, run_id: str, *, approved_by: str | None = None,
+                on_stdout: OutputCallback | None = None,
+                on_stderr: OutputCallback | None = None) -> RunResult:
+        """Release a run the policy held (`needs_approval`): run it now, once."""
+        record = self.store.get(run_id)
+        if record is None:
+            raise UsageError(f"no run {run_id!r}")
+        if record.status != Status.needs_approval.value:
+            raise UsageError(f"run {run_id} is {record.status}, not held for approval")
+        if not self.store.mark_approved(run_id, approved_by):
+            raise UsageError(f"run {run_id} was already released")
+        return self.run_request(self.store.request_of(record), cache=False,
+                                session_id=record.session_id, on_stdout=on_stdout,
+                                on_stderr=on_stderr, _kind="approval", _source=run_id,
+                                _approved=True)
+
+    def replay(self, run_id: str) -> ReplayReport:
+        """Run a recorded run again under its recorded limits and compare the outcomes."""
+        record = self.store.get(run_id)
+        if record is None:
+            raise UsageError(f"no run {run_id!r}")
+        if record.status in (Status.policy_denied.value, Status.needs_approval.value,
+                             Status.budget_exceeded.value):
+            raise UsageError(f"run {run_id} never ran ({record.status}); nothing to replay")
+        request = self.store.request_of(record)
+        redacted_env = sorted(k for k, v in request.env.items() if "[REDACTED" in v)
+        again = self.run_request(request, cache=False, _kind="replay", _source=run_id,
+                                 _approved=True)
+        return ReplayReport.compare(record.result, again, redacted_env)
 
     def close(self) -> None:
         """Stop the fork server; nothing the executor started keeps running."""
@@ -163,6 +298,7 @@ class Executor:
                 return
             self._closed = True
             self._host.close()
+            self.store.close()
 
     def __enter__(self) -> Executor:
         return self
@@ -170,6 +306,47 @@ class Executor:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+
+class ReplayReport(BaseModel):
+    """How a replay compares with the recorded run."""
+
+    original: RunResult
+    replay: RunResult
+    matches: bool
+    differences: list[str]
+    image_changed: bool
+    env_redacted: list[str]
+
+    @classmethod
+    def compare(cls, original: RunResult, replay: RunResult,
+                env_redacted: list[str]) -> ReplayReport:
+        diffs = []
+        for name in ("status", "exit_code", "signal", "stdout", "stderr", "stdout_truncated",
+                     "stderr_truncated"):
+            if getattr(original, name) != getattr(replay, name):
+                diffs.append(name)
+        if (original.error and original.error.type) != (replay.error and replay.error.type):
+            diffs.append("error.type")
+        if ([(a.path, a.sha256) for a in original.artifacts]
+                != [(a.path, a.sha256) for a in replay.artifacts]):
+            diffs.append("artifacts")
+        return cls(original=original, replay=replay, matches=not diffs, differences=diffs,
+                   image_changed=original.image_digest != replay.image_digest,
+                   env_redacted=env_redacted)
+
+
+def _redact(result: RunResult, redactor: Redactor) -> RunResult:
+    """Scrub secrets from everything the code produced as text."""
+    update: dict[str, Any] = {"stdout": redactor.redact(result.stdout),
+                              "stderr": redactor.redact(result.stderr)}
+    if result.error is not None:
+        update["error"] = result.error.model_copy(update={
+            "message": redactor.redact(result.error.message),
+            "traceback": redactor.redact(result.error.traceback) if result.error.traceback
+            else None,
+        })
+    return result.model_copy(update=update)
 
 
 def _result(base: RunResult, raw: RawRun) -> RunResult:
@@ -202,9 +379,10 @@ def _result(base: RunResult, raw: RawRun) -> RunResult:
 def run(code: str, *, language: str = "python", stdin: bytes | str | None = None,
         files: Mapping[str, FileSource] | None = None,
         limits: Limits | Mapping[str, Any] | None = None,
-        env: Mapping[str, str] | None = None) -> RunResult:
+        env: Mapping[str, str] | None = None, profile: str = "data",
+        cache: bool | None = None) -> RunResult:
     """One-shot convenience: start an Executor, run `code`, close it."""
     request = make_request(code, language=language, stdin=stdin, files=files, limits=limits,
-                           env=env)
+                           env=env, profile=profile)
     with Executor() as executor:
-        return executor.run_request(request)
+        return executor.run_request(request, cache=cache)

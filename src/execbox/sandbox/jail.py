@@ -253,7 +253,9 @@ def setup_stdio(stdin: int, stdout: int, stderr: int, keep: list[int]) -> None:
 
 def set_rlimits(spec: RunSpec) -> None:
     with step("setrlimit"):
-        cpu = max(1, int(spec.cpu_s + 0.999))
+        # The supervisor enforces CPU time for the whole tree from the cgroup; the per-process
+        # rlimit is only a backstop a second later, so the precise check is what normally fires.
+        cpu = max(1, int(spec.cpu_s + 0.999)) + 1
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
         resource.setrlimit(resource.RLIMIT_FSIZE, (spec.disk_bytes, spec.disk_bytes))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))

@@ -1,0 +1,693 @@
+"""Policy check: the stage before the sandbox that accepts, denies or holds a request.
+
+A request names a profile (`RunRequest.profile`, default "data"). Profiles are data: the
+`[profiles.NAME]` tables of a TOML file (the shipped `profiles.toml`, or the file named by the
+EXECBOX_PROFILES environment variable). `check()` returns a `Verdict`:
+
+- `allow`: run it, under `Verdict.limits` (the profile's default limits overridden by the
+  fields the request set explicitly);
+- `deny`: do not run it; the result is `policy_denied` with the rule id, a message saying what
+  to do instead, and the line of the code when the rule is about the code;
+- `needs_approval`: hold it; the executor returns it as such and its approval API releases it.
+
+What is checked, in this order: code size, input caps (files, bytes, CSV rows), limits against
+the profile's maximums, then the code's syntax tree (imports, calls, writes to constant paths).
+Code that does not parse is allowed through (rule "code.syntax"): the sandbox reports the
+SyntaxError with its line and column like any other error.
+
+This is an early, explainable rejection layer, NOT the security boundary. The analysis resolves
+import aliases (`import os as o`, `from os import system as s`, `from os import *`,
+`__import__("x")`, `importlib.import_module("x")` and `getattr(mod, "name")` with constant
+arguments) but it does not evaluate anything: `getattr` with a computed name, `exec`/`eval` of a
+built string, imports whose name is computed, objects passed around through containers, and
+code that only runs in libraries are not seen. Write checks are best effort on constant paths
+only. The sandbox (namespaces, read-only root, seccomp, cgroups) holds regardless of what this
+stage lets through.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import os
+import posixpath
+import re
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import ErrorDetails
+
+from .contract import Limits, RunRequest
+from .errors import UsageError
+
+ENV_VAR = "EXECBOX_PROFILES"
+
+Decision = Literal["allow", "deny", "needs_approval"]
+
+# Where the sandbox lets code write (per-run tmpfs mounts) and the device files that only
+# swallow or forward output; anything else outside these is a read-only file system in the jail.
+WORKSPACE = "/workspace"
+WRITABLE_DIRS = (WORKSPACE, "/tmp", "/dev/shm")
+WRITE_SINKS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
+
+_BUILTINS = frozenset(dir(builtins))
+_OPEN_FUNCS = frozenset({"builtins.open", "io.open", "codecs.open"})
+_PATH_TYPES = frozenset({"pathlib.Path", "pathlib.PosixPath"})
+# pathlib methods that change the file system at the receiver's path. `open` depends on its mode;
+# rename/replace also write at their first argument.
+_PATH_WRITERS = frozenset({"write_text", "write_bytes", "touch", "mkdir", "unlink", "rmdir",
+                           "rename", "replace", "symlink_to", "hardlink_to", "chmod", "open"})
+_PATH_MOVES = frozenset({"rename", "replace"})
+# Functions that change the file system at some of their arguments: (position, keyword) pairs.
+_WRITE_FUNCS: dict[str, tuple[tuple[int, str], ...]] = {
+    "os.mkdir": ((0, "path"),), "os.makedirs": ((0, "name"),), "os.remove": ((0, "path"),),
+    "os.unlink": ((0, "path"),), "os.rmdir": ((0, "path"),), "os.removedirs": ((0, "name"),),
+    "os.truncate": ((0, "path"),), "os.chmod": ((0, "path"),), "os.chown": ((0, "path"),),
+    "os.mkfifo": ((0, "path"),), "os.rename": ((0, "src"), (1, "dst")),
+    "os.replace": ((0, "src"), (1, "dst")), "os.symlink": ((1, "dst"),), "os.link": ((1, "dst"),),
+    "shutil.rmtree": ((0, "path"),), "shutil.copy": ((1, "dst"),), "shutil.copy2": ((1, "dst"),),
+    "shutil.copyfile": ((1, "dst"),), "shutil.copytree": ((1, "dst"),),
+    "shutil.move": ((0, "src"), (1, "dst")),
+}
+# Expressions nest: resolving `getattr(getattr(...))` or `Path(...) / "a" / "b" ...` is
+# recursive, and code can nest far deeper than Python's stack. Past this depth the analysis
+# gives up on that expression (best effort), it never crashes.
+_MAX_DEPTH = 32
+
+_TOP_LEVEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_CALL_PATTERN = re.compile(r"[A-Za-z0-9_.*?\[\]!]+\Z")
+
+
+class Profile(BaseModel):
+    """One `[profiles.NAME]` table of the profiles file: the rules and limits of a profile."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, description="The profile's name (the table's key).")
+    description: str = Field(description="What the profile is for, in one line.")
+    limits: Limits = Field(description="Default limits of a run under this profile.")
+    max_limits: Limits = Field(description="The most a request may ask for (rule limits.max).")
+    imports_allow: list[str] | None = Field(
+        None, description="Top-level modules allowed; None = any module not denied.")
+    imports_deny: list[str] = Field(default_factory=list, description="Modules refused.")
+    imports_approval: list[str] = Field(
+        default_factory=list, description="Modules that hold the run for approval.")
+    calls_deny: list[str] = Field(
+        default_factory=list, description="Dotted names refused; shell-style wildcards allowed.")
+    calls_approval: list[str] = Field(
+        default_factory=list, description="Dotted names that hold the run for approval.")
+    writes_outside_workspace: Literal["allow", "deny"] = Field(
+        "deny", description="Whether constant-path writes outside /workspace, /tmp are denied.")
+    max_code_bytes: int = Field(ge=0, description="Cap on the code's size in UTF-8 bytes.")
+    max_input_bytes: int = Field(ge=0, description="Cap on input files plus stdin, in bytes.")
+    max_input_files: int = Field(ge=0, description="Cap on the number of input files.")
+    max_csv_rows: int = Field(ge=0, description="Cap on the lines of each *.csv input file.")
+
+    @field_validator("imports_allow", "imports_deny", "imports_approval")
+    @classmethod
+    def _top_level_modules(cls, names: list[str] | None) -> list[str] | None:
+        # A dotted entry would silently never match (rules see top-level names only).
+        for name in names or []:
+            if not _TOP_LEVEL_NAME.match(name):
+                top = name.split(".")[0]
+                raise ValueError(f"{name!r} is not a top-level module name"
+                                 + (f" (use {top!r})" if _TOP_LEVEL_NAME.match(top) else ""))
+        return names
+
+    @field_validator("calls_deny", "calls_approval")
+    @classmethod
+    def _dotted_patterns(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            if not _CALL_PATTERN.match(pattern):
+                raise ValueError(f"{pattern!r} is not a dotted name or wildcard pattern "
+                                 "(e.g. 'os.system', 'subprocess.*')")
+        return patterns
+
+    @model_validator(mode="after")
+    def _defaults_within_maximums(self) -> Profile:
+        # Otherwise a request that asks for nothing would be denied by its own profile.
+        excess = _first_excess(self.limits, self.max_limits)
+        if excess is not None:
+            field, value, most = excess
+            raise ValueError(f"limits.{field} = {_num(value)} is over max_limits.{field} = "
+                             f"{_num(most)}")
+        return self
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The policy's answer for one request.
+
+    `rule`, `message` and `line` explain a deny or a hold (and an allow without analysis,
+    rule "code.syntax"); `line` is the 1-based line of the code, None when the rule is not
+    about a line. `limits` are the limits the run gets (or asked for, when denied).
+    """
+
+    decision: Decision
+    rule: str | None
+    message: str | None
+    line: int | None
+    limits: Limits
+
+
+def load_profiles(path: Path | None = None) -> dict[str, Profile]:
+    """Read the profiles file; `None` means EXECBOX_PROFILES when set, else the shipped one.
+
+    Raises UsageError naming the file, and the profile and field, when the file is unreadable,
+    not TOML, or not a valid profile definition. Keeps the file's order.
+    """
+    if path is None and os.environ.get(ENV_VAR):
+        path = Path(os.environ[ENV_VAR])
+        where = f"{path} (named by {ENV_VAR})"
+    elif path is None:
+        shipped = resources.files("execbox").joinpath("profiles.toml")
+        where = f"the shipped profiles file {shipped}"
+        try:
+            return _parse_profiles(shipped.read_bytes(), where)
+        except OSError as exc:
+            raise UsageError(f"cannot read {where}: {exc}") from exc
+    else:
+        where = str(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read profiles file {where}: {exc.strerror or exc}") from exc
+    return _parse_profiles(data, where)
+
+
+def _parse_profiles(data: bytes, where: str) -> dict[str, Profile]:
+    try:
+        doc = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"profiles file {where} is not UTF-8 text: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"profiles file {where} is not valid TOML: {exc}") from exc
+    unknown = sorted(set(doc) - {"profiles"})
+    if unknown:
+        raise UsageError(f"profiles file {where}: unknown top-level keys {unknown}; "
+                         "profiles go in [profiles.NAME] tables")
+    tables = doc.get("profiles")
+    if not isinstance(tables, dict) or not tables:
+        raise UsageError(f"profiles file {where} defines no profiles; "
+                         "add at least one [profiles.NAME] table")
+    profiles: dict[str, Profile] = {}
+    for name, table in tables.items():
+        if not isinstance(table, dict):
+            raise UsageError(f"profiles file {where}: profile {name!r} must be a table "
+                             f"([profiles.{name}]), not a {type(table).__name__}")
+        if table.get("name", name) != name:
+            raise UsageError(f"profiles file {where}: profile {name!r} has name = "
+                             f"{table['name']!r}; leave `name` out, the table key is the name")
+        try:
+            profiles[name] = Profile.model_validate({**table, "name": name})
+        except ValidationError as exc:
+            raise UsageError(f"profiles file {where}: profile {name!r}: "
+                             + "; ".join(_describe(err) for err in exc.errors())) from exc
+    return profiles
+
+
+def _describe(err: ErrorDetails) -> str:
+    """One pydantic error as 'field: message', with the field as a dotted TOML key."""
+    field = ".".join(str(part) for part in err["loc"])
+    message = str(err["msg"]).removeprefix("Value error, ")
+    return f"{field}: {message}" if field else message
+
+
+def check(request: RunRequest, profiles: Mapping[str, Profile]) -> Verdict:
+    """Decide whether `request` may run under its profile, and with which limits.
+
+    Raises UsageError when the request names a profile that `profiles` does not define.
+    """
+    profile = profiles.get(request.profile)
+    if profile is None:
+        known = ", ".join(repr(name) for name in profiles) or "none"
+        raise UsageError(f"unknown policy profile {request.profile!r}; known profiles: {known}")
+    return _Checker(request, request.profile, profile, profiles).run()
+
+
+def _effective_limits(requested: Limits, profile: Profile) -> Limits:
+    """The profile's default limits overridden by the fields `requested` set explicitly."""
+    explicit = {field: getattr(requested, field) for field in requested.model_fields_set}
+    limits = Limits.model_validate({**profile.limits.model_dump(), **explicit})
+    cap = profile.max_limits
+    if "cpu_s" not in explicit and limits.effective_cpu_s > cap.effective_cpu_s:
+        # The caller asked for a longer timeout, not for more CPU time: CPU time followed the
+        # timeout by default. Cap it at the profile's maximum instead of denying a request for
+        # something the caller never asked for.
+        limits = Limits.model_validate({**limits.model_dump(), "cpu_s": cap.effective_cpu_s})
+    return limits
+
+
+def _limit_value(limits: Limits, field: str) -> float:
+    # cpu_s = None means "same as timeout_s": compare what is enforced, not the raw field.
+    return limits.effective_cpu_s if field == "cpu_s" else float(getattr(limits, field))
+
+
+def _first_excess(limits: Limits, cap: Limits) -> tuple[str, float, float] | None:
+    for field in Limits.model_fields:
+        value, most = _limit_value(limits, field), _limit_value(cap, field)
+        if value > most:
+            return field, value, most
+    return None
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def _lines(data: bytes) -> int:
+    """Lines of a CSV file, header included: a cheap upper bound on its rows (a quoted field
+    with a newline counts twice), without parsing."""
+    return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit} ({n} bytes)"
+    return f"{n} bytes"
+
+
+def _is_outside(path: str) -> bool:
+    """Whether writing at `path` (relative to the working directory /workspace) leaves the
+    writable places of the sandbox."""
+    full = posixpath.normpath(posixpath.join(WORKSPACE, path))
+    full = "/" + full.lstrip("/")  # normpath keeps a leading '//' (POSIX); it is still '/'
+    if full in WRITE_SINKS:
+        return False
+    return not any(full == d or full.startswith(d + "/") for d in WRITABLE_DIRS)
+
+
+def _matching(patterns: Iterable[str], names: Iterable[str]) -> tuple[str, str] | None:
+    for name in sorted(names):
+        for pattern in patterns:
+            if fnmatchcase(name, pattern):
+                return name, pattern
+    return None
+
+
+def _import_rule(profile: Profile, module: str) -> tuple[Decision, str] | None:
+    """The rule an import of top-level `module` breaks under `profile`, if any."""
+    if module == "__future__":
+        return None  # a compiler directive, not a module the code uses
+    if module in profile.imports_deny:
+        return "deny", "import.deny"
+    if profile.imports_allow is not None and module not in profile.imports_allow:
+        return "deny", "import.not_allowed"
+    if module in profile.imports_approval:
+        return "needs_approval", "import.approval"
+    return None
+
+
+def _call_rule(profile: Profile, names: set[str]) -> tuple[Decision, str, str, str] | None:
+    """(decision, rule, name, pattern) for the first call rule `names` match, deny first."""
+    hit = _matching(profile.calls_deny, names)
+    if hit is not None:
+        return "deny", "call.deny", *hit
+    hit = _matching(profile.calls_approval, names)
+    if hit is not None:
+        return "needs_approval", "call.approval", *hit
+    return None
+
+
+@dataclass(frozen=True)
+class _Finding:
+    line: int
+    col: int
+    decision: Decision
+    rule: str
+    message: str
+
+
+class _Checker:
+    """One check of one request: the rules in order, then the syntax tree."""
+
+    def __init__(self, request: RunRequest, key: str, profile: Profile,
+                 profiles: Mapping[str, Profile]) -> None:
+        self.request = request
+        self.key = key
+        self.profile = profile
+        self.profiles = profiles
+        self.limits = _effective_limits(request.limits, profile)
+
+    def verdict(self, decision: Decision, rule: str | None = None, message: str | None = None,
+                line: int | None = None) -> Verdict:
+        return Verdict(decision=decision, rule=rule, message=message, line=line,
+                       limits=self.limits)
+
+    def advice(self, accepts: Callable[[Profile], bool], otherwise: str) -> str:
+        """What to do: the first other profile (in file order) that accepts, and `otherwise`."""
+        for key, profile in self.profiles.items():
+            if key != self.key and accepts(profile):
+                return f"choose profile {key!r}, or {otherwise}"
+        return otherwise
+
+    def run(self) -> Verdict:
+        p, key = self.profile, self.key
+        code_bytes = len(self.request.code.encode("utf-8", "surrogatepass"))
+        if code_bytes > p.max_code_bytes:
+            return self.verdict("deny", "code.size", (
+                f"the code is {_size(code_bytes)}, over the {_size(p.max_code_bytes)} cap of "
+                f"profile {key!r}; "
+                + self.advice(lambda q: code_bytes <= q.max_code_bytes,
+                              "make the code smaller (pass data as input files)")))
+        denied = self.inputs() or self.limit_maximums()
+        if denied is not None:
+            return denied
+        try:
+            tree = ast.parse(self.request.code, filename="main.py")  # as the sandbox names it
+        except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+            # Not a deny: the sandbox compiles the code too and reports the error with its line
+            # and column as an ordinary `error` result, which tells the author far more.
+            line = exc.lineno if isinstance(exc, SyntaxError) else None
+            return self.verdict("allow", "code.syntax", (
+                f"the code was not analysed ({type(exc).__name__}: {exc}); "
+                "the run reports the error"), line)
+        findings = _Analysis(tree, self).findings
+        for decision in ("deny", "needs_approval"):
+            chosen = [f for f in findings if f.decision == decision]
+            if chosen:
+                first = min(chosen, key=lambda f: (f.line, f.col))
+                return self.verdict(first.decision, first.rule, first.message, first.line)
+        return self.verdict("allow")
+
+    def inputs(self) -> Verdict | None:
+        p, key, files = self.profile, self.key, self.request.files
+        if len(files) > p.max_input_files:
+            count = len(files)
+            return self.verdict("deny", "input.files", (
+                f"{count} input files, over the cap of {p.max_input_files} of profile {key!r}; "
+                + self.advice(lambda q: count <= q.max_input_files,
+                              "send fewer files (e.g. one archive)")))
+        total = sum(len(f.data) for f in files) + len(self.request.stdin)
+        if total > p.max_input_bytes:
+            return self.verdict("deny", "input.bytes", (
+                f"input files and stdin total {_size(total)}, over the "
+                f"{_size(p.max_input_bytes)} cap of profile {key!r}; "
+                + self.advice(lambda q: total <= q.max_input_bytes, "send less data")))
+        csv_lines = [(f.name, _lines(f.data)) for f in files if f.name.lower().endswith(".csv")]
+        over = [(name, rows) for name, rows in csv_lines if rows > p.max_csv_rows]
+        if over:
+            name, rows = over[0]
+            return self.verdict("deny", "input.csv_rows", (
+                f"input {name!r} has {rows} lines, over the {p.max_csv_rows}-row cap of "
+                f"profile {key!r}; "
+                + self.advice(lambda q: rows <= q.max_csv_rows, "send a sample or an aggregate")))
+        return None
+
+    def limit_maximums(self) -> Verdict | None:
+        excess = _first_excess(self.limits, self.profile.max_limits)
+        if excess is None:
+            return None
+        field, value, most = excess
+        return self.verdict("deny", "limits.max", (
+            f"limits.{field} = {_num(value)} is over the maximum of {_num(most)} under profile "
+            f"{self.key!r}; "
+            + self.advice(lambda q: value <= _limit_value(q.max_limits, field),
+                          f"ask for at most {_num(most)}")))
+
+
+class _Analysis:
+    """The syntax-tree rules: imports, calls and writes, with import aliases resolved.
+
+    Name bindings are collected for the whole module at once, ignoring scopes and order: a name
+    bound to a module anywhere resolves to it everywhere. That over-approximates (a deny can
+    fire on a name that was rebound) but never misses a plain alias, which is the trade-off an
+    early explanation wants. Traversal uses `ast.walk` (iterative), so deep code cannot
+    exhaust the stack.
+    """
+
+    def __init__(self, tree: ast.Module, checker: _Checker) -> None:
+        self.checker = checker
+        self.profile = checker.profile
+        self.key = checker.key
+        self.aliases: dict[str, set[str]] = {}
+        self.star_modules: list[str] = []
+        self.path_names: dict[str, tuple[str, bool]] = {}
+        self.findings: list[_Finding] = []
+        nodes = list(ast.walk(tree))
+        self.bind_imports(nodes)
+        self.bind_assignments(nodes)
+        self.inspect(nodes)
+
+    # -- bindings --------------------------------------------------------------------------
+
+    def bind(self, name: str, target: str) -> None:
+        self.aliases.setdefault(name, set()).add(target)
+
+    def bind_imports(self, nodes: list[ast.AST]) -> None:
+        for node in nodes:
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname:
+                        self.bind(alias.asname, alias.name)
+                    else:  # `import a.b` binds `a`
+                        top = alias.name.split(".")[0]
+                        self.bind(top, top)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                for alias in node.names:
+                    if alias.name == "*":
+                        self.star_modules.append(node.module)
+                    else:
+                        self.bind(alias.asname or alias.name, f"{node.module}.{alias.name}")
+
+    def bind_assignments(self, nodes: list[ast.AST]) -> None:
+        stores: dict[str, int] = {}
+        for node in nodes:
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                stores[node.id] = stores.get(node.id, 0) + 1
+            elif isinstance(node, ast.arg):
+                stores[node.arg] = stores.get(node.arg, 0) + 1
+        for node in nodes:
+            if not (isinstance(node, ast.Assign) and len(node.targets) == 1
+                    and isinstance(node.targets[0], ast.Name)):
+                continue
+            name = node.targets[0].id
+            if isinstance(node.value, ast.Call):  # m = __import__("x"), importlib.import_module
+                module = self.imported_module(node.value, 0)
+                if module is not None:
+                    self.bind(name, module)
+            # A path constant is only trusted for a name bound exactly once: a rebound name
+            # could hold anything at the write, and a wrong guess here would be a false deny.
+            if stores.get(name) == 1:
+                path = self.path_of(node.value, 0)
+                if path is not None:
+                    self.path_names[name] = path
+
+    # -- resolution ------------------------------------------------------------------------
+
+    def qualnames(self, node: ast.expr, depth: int) -> set[str]:
+        """The dotted names `node` may stand for (`o.system` -> {'os.system'}); empty when the
+        expression is not a plain (possibly aliased) module attribute."""
+        attrs: list[str] = []
+        while isinstance(node, ast.Attribute):
+            attrs.append(node.attr)
+            node = node.value
+        suffix = "".join("." + attr for attr in reversed(attrs))
+        if isinstance(node, ast.Name):
+            bases = self.name_targets(node.id)
+        elif isinstance(node, ast.Call) and depth < _MAX_DEPTH:
+            bases = self.call_value(node, depth + 1)
+        else:
+            return set()
+        return {base + suffix for base in bases}
+
+    def name_targets(self, name: str) -> set[str]:
+        if name in self.aliases:
+            return set(self.aliases[name])
+        targets = {f"{module}.{name}" for module in self.star_modules}
+        if name in _BUILTINS:
+            targets.add(f"builtins.{name}")
+        return targets
+
+    def call_value(self, call: ast.Call, depth: int) -> set[str]:
+        """What a call evaluates to, as dotted names: a module for an import call, an attribute
+        for getattr with a constant name."""
+        module = self.imported_module(call, depth)
+        if module is not None:
+            return {module}
+        name = _const_str(call.args[1]) if len(call.args) >= 2 else None
+        if name is not None and "builtins.getattr" in self.qualnames(call.func, depth):
+            return {f"{base}.{name}" for base in self.qualnames(call.args[0], depth + 1)}
+        return set()
+
+    def imported_module(self, call: ast.Call, depth: int) -> str | None:
+        """The module `__import__("x")` / `importlib.import_module("x")` returns, for a
+        constant absolute name."""
+        module = _const_str(call.args[0]) if call.args else None
+        if not module or module.startswith("."):
+            return None
+        funcs = self.qualnames(call.func, depth + 1)
+        if "importlib.import_module" in funcs:
+            return module
+        if "builtins.__import__" in funcs:
+            # __import__("a.b") returns the package `a` unless a fromlist asks for `a.b`.
+            wants_leaf = len(call.args) >= 4 or any(k.arg == "fromlist" for k in call.keywords)
+            return module if wants_leaf else module.split(".")[0]
+        return None
+
+    def path_of(self, node: ast.expr, depth: int) -> tuple[str, bool] | None:
+        """(constant path, whether it is a pathlib object) for a path expression, if known."""
+        if depth > _MAX_DEPTH:
+            return None
+        if isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes)):
+            value = node.value
+            return (os.fsdecode(value) if isinstance(value, bytes) else value), False
+        if isinstance(node, ast.Name):
+            return self.path_names.get(node.id)
+        if isinstance(node, ast.Call) and self.qualnames(node.func, depth) & _PATH_TYPES:
+            if node.keywords:
+                return None
+            parts = [self.path_of(arg, depth + 1) for arg in node.args]
+            if any(part is None for part in parts):
+                return None
+            return posixpath.join(".", *(part[0] for part in parts if part)), True
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            left, right = self.path_of(node.left, depth + 1), self.path_of(node.right, depth + 1)
+            if left is not None and right is not None and (left[1] or right[1]):
+                return posixpath.join(left[0], right[0]), True
+        return None
+
+    # -- rules -----------------------------------------------------------------------------
+
+    def inspect(self, nodes: list[ast.AST]) -> None:
+        # ast.walk yields a parent before its children, so marking the inner parts of an
+        # attribute chain (`os` and `os.path` inside `os.path.join`) before reaching them
+        # makes only the whole chain count as a use.
+        inner: set[int] = set()
+        called: set[int] = set()
+        for node in nodes:
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    self.check_import(alias.name.split(".")[0], node)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level == 0 and node.module:  # relative imports stay in the workspace
+                    self.check_import(node.module.split(".")[0], node)
+            elif isinstance(node, ast.Call):
+                called.add(id(node.func))
+                self.inspect_call(node)
+            elif isinstance(node, ast.Attribute):
+                inner.add(id(node.value))
+                if id(node) not in inner and isinstance(node.ctx, ast.Load):
+                    self.check_use(self.qualnames(node, 0), node, id(node) in called)
+            elif isinstance(node, ast.Name):
+                if id(node) not in inner and isinstance(node.ctx, ast.Load):
+                    self.check_use(self.qualnames(node, 0), node, id(node) in called)
+
+    def inspect_call(self, call: ast.Call) -> None:
+        module = self.imported_module(call, 0)
+        if module is not None:
+            self.check_import(module.split(".")[0], call)
+        if call.args and isinstance(call.func, ast.Name | ast.Attribute):
+            # getattr(os, "system") is a use of os.system even when never called directly.
+            value = self.call_value(call, 0) if module is None else set()
+            if value:
+                self.check_use(value, call, False)
+        if self.profile.writes_outside_workspace == "deny":
+            for path in self.written_paths(call):
+                if _is_outside(path):
+                    self.add(call, "deny", "write.outside_workspace", (
+                        f"writing to {path!r} is denied by profile {self.key!r}: code may write "
+                        f"only under {WORKSPACE} (the working directory), /tmp and /dev/shm; "
+                        + self.checker.advice(lambda q: q.writes_outside_workspace == "allow",
+                                              "write to a relative path instead")))
+                    return
+
+    def written_paths(self, call: ast.Call) -> list[str]:
+        """Constant paths this call writes at, as far as can be told without running it."""
+        paths: list[str] = []
+        funcs = self.qualnames(call.func, 0)
+        if funcs & _OPEN_FUNCS:
+            mode = _const_str(_argument(call, 1, "mode"))
+            target = _argument(call, 0, "file") or _argument(call, 0, "filename")
+            if mode is not None and set(mode) & set("wax+") and target is not None:
+                paths += self.constant_paths([target])
+        for func in funcs:
+            positions = _WRITE_FUNCS.get(func, ())
+            paths += self.constant_paths([_argument(call, i, kw) for i, kw in positions])
+        if isinstance(call.func, ast.Attribute) and call.func.attr in _PATH_WRITERS:
+            receiver = self.path_of(call.func.value, 0)
+            if receiver is not None and receiver[1]:  # a pathlib object, not str.replace
+                method = call.func.attr
+                mode = _const_str(_argument(call, 0, "mode")) if method == "open" else "w"
+                if mode is not None and set(mode) & set("wax+"):
+                    paths.append(receiver[0])
+                if method in _PATH_MOVES:
+                    paths += self.constant_paths([_argument(call, 0, "target")])
+        return paths
+
+    def constant_paths(self, nodes: list[ast.expr | None]) -> list[str]:
+        found = [self.path_of(node, 0) for node in nodes if node is not None]
+        return [path[0] for path in found if path is not None]
+
+    def check_import(self, module: str, node: ast.stmt | ast.expr) -> None:
+        rule = _import_rule(self.profile, module)
+        if rule is None:
+            return
+        decision, rule_id = rule
+        advice = self.checker.advice(lambda q: _import_rule(q, module) is None,
+                                     "remove the import")
+        if rule_id == "import.deny":
+            message = (f"import of module {module!r} is denied by profile {self.key!r}; "
+                       f"{advice}")
+        elif rule_id == "import.not_allowed":
+            message = (f"module {module!r} is not in the import allowlist of profile "
+                       f"{self.key!r}; {advice} (or add it to imports_allow)")
+        else:
+            message = (f"import of module {module!r} needs approval under profile "
+                       f"{self.key!r}: the run is held until it is approved"
+                       + self.alternative(lambda q: _import_rule(q, module) is None))
+        self.add(node, decision, rule_id, message)
+
+    def check_use(self, names: set[str], node: ast.expr, is_call: bool) -> None:
+        if not names:
+            return
+        rule = _call_rule(self.profile, names)
+        if rule is None:
+            return
+        decision, rule_id, name, pattern = rule
+        what = f"calling {name}" if is_call else f"using {name}"
+        matched = f" (rule {pattern!r})" if pattern != name else ""
+
+        def accepts(q: Profile) -> bool:
+            return _call_rule(q, names) is None
+
+        if decision == "deny":
+            message = (f"{what} is denied by profile {self.key!r}{matched}; "
+                       + self.checker.advice(accepts, "remove the call"))
+        else:
+            message = (f"{what} needs approval under profile {self.key!r}{matched}: the run is "
+                       "held until it is approved" + self.alternative(accepts))
+        self.add(node, decision, rule_id, message)
+
+    def alternative(self, accepts: Callable[[Profile], bool]) -> str:
+        for key, profile in self.checker.profiles.items():
+            if key != self.key and accepts(profile):
+                return f", or choose profile {key!r}, which allows it"
+        return ""
+
+    def add(self, node: ast.stmt | ast.expr, decision: Decision, rule: str, message: str) -> None:
+        self.findings.append(_Finding(node.lineno, node.col_offset, decision, rule, message))
+
+
+def _const_str(node: ast.expr | None) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    return None
+
+
+def _argument(call: ast.Call, position: int, keyword: str) -> ast.expr | None:
+    """The argument at `position`, or the keyword argument `keyword`, if given."""
+    if len(call.args) > position and not any(isinstance(a, ast.Starred)
+                                             for a in call.args[:position + 1]):
+        return call.args[position]
+    for kw in call.keywords:
+        if kw.arg == keyword:
+            return kw.value
+    return None

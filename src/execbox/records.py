@@ -1,0 +1,300 @@
+"""Run records: every run, allowed or denied, is stored before its result returns.
+
+A record holds what is needed to explain and replay a run: the code and its sha256, the input
+files (names, sizes, sha256, and the bytes, deduplicated in a blob table), stdin, language,
+profile, policy verdict, the limits that applied, the image digest, and the outcome (status,
+exit code, error, metrics, redacted stdout/stderr, artifact metadata; artifact bytes up to a cap).
+
+Storage is SQLAlchemy Core: SQLite by default, a file under the user's data directory in WAL
+mode with a busy timeout (safe for concurrent writers: threads of one process and several
+processes); any SQLAlchemy URL (PostgreSQL: `postgresql+psycopg://...`) when configured with
+`EXECBOX_DB_URL` or `RunStore(url)`. The result cache shares the store (table `cache`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from typing import Any
+
+import sqlalchemy as sa
+from pydantic import BaseModel, Field
+
+from .contract import InputFile, RunRequest, RunResult
+from .errors import UsageError
+
+_meta = sa.MetaData()
+
+runs = sa.Table(
+    "runs", _meta,
+    sa.Column("run_id", sa.String(64), primary_key=True),
+    sa.Column("created_at", sa.Float, nullable=False, index=True),
+    sa.Column("kind", sa.String(16), nullable=False),  # run | replay | approval | cache_hit
+    sa.Column("source_run_id", sa.String(64), index=True),
+    sa.Column("session_id", sa.String(64), index=True),
+    sa.Column("language", sa.String(32), nullable=False),
+    sa.Column("profile", sa.String(64), nullable=False),
+    sa.Column("code", sa.Text, nullable=False),
+    sa.Column("code_sha256", sa.String(64), nullable=False, index=True),
+    sa.Column("stdin_sha256", sa.String(64), nullable=False),
+    sa.Column("inputs", sa.JSON, nullable=False),  # [{name, size, sha256}]
+    sa.Column("env", sa.JSON, nullable=False),  # values redacted
+    sa.Column("policy", sa.JSON, nullable=False),  # {decision, rule, message, line}
+    sa.Column("limits", sa.JSON, nullable=False),
+    sa.Column("image_digest", sa.String(80), nullable=False),
+    sa.Column("status", sa.String(32), nullable=False, index=True),
+    sa.Column("result", sa.JSON, nullable=False),  # the RunResult as returned (redacted)
+    sa.Column("cache_key", sa.String(64)),
+    sa.Column("approved_at", sa.Float),
+    sa.Column("approved_by", sa.String(200)),
+)
+
+blobs = sa.Table(
+    "blobs", _meta,
+    sa.Column("sha256", sa.String(64), primary_key=True),
+    sa.Column("data", sa.LargeBinary, nullable=False),
+)
+
+artifact_blobs = sa.Table(
+    "artifact_blobs", _meta,
+    sa.Column("run_id", sa.String(64), primary_key=True),
+    sa.Column("path", sa.Text, primary_key=True),
+    sa.Column("sha256", sa.String(64), nullable=False),
+)
+
+cache = sa.Table(
+    "cache", _meta,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("run_id", sa.String(64), nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("expires_at", sa.Float, nullable=False, index=True),
+)
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class PolicyInfo(BaseModel):
+    decision: str = "allow"
+    rule: str | None = None
+    message: str | None = None
+    line: int | None = None
+
+
+class RunRecord(BaseModel):
+    """One stored run, as `execbox runs show` prints it."""
+
+    run_id: str
+    created_at: float
+    kind: str = Field(description="run, replay, approval or cache_hit")
+    source_run_id: str | None = None
+    session_id: str | None = None
+    language: str
+    profile: str
+    code: str
+    code_sha256: str
+    stdin_sha256: str
+    inputs: list[dict[str, Any]]
+    env: dict[str, str]
+    policy: PolicyInfo
+    limits: dict[str, Any]
+    image_digest: str
+    status: str
+    result: RunResult
+    cache_key: str | None = None
+    approved_at: float | None = None
+    approved_by: str | None = None
+
+
+def default_url() -> str:
+    import os
+
+    from .image import home
+
+    explicit = os.environ.get("EXECBOX_DB_URL")
+    if explicit:
+        return explicit
+    home().mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{home() / 'runs.db'}"
+
+
+class RunStore:
+    """Run records, input blobs and the result cache, in one SQL database."""
+
+    def __init__(self, url: str | None = None, *, artifact_bytes_cap: int = 10 << 20) -> None:
+        self.url = url or default_url()
+        self.artifact_bytes_cap = artifact_bytes_cap
+        kwargs: dict[str, Any] = {}
+        if self.url.startswith("sqlite"):
+            kwargs["connect_args"] = {"timeout": 60, "check_same_thread": False}
+        try:
+            self.engine = sa.create_engine(self.url, **kwargs)
+        except (sa.exc.ArgumentError, ImportError) as exc:
+            raise UsageError(f"bad records database URL {self.url!r}: {exc}") from exc
+        if self.engine.dialect.name == "sqlite":
+            sa.event.listen(self.engine, "connect", _sqlite_pragmas)
+        _meta.create_all(self.engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # ---- writing ----------------------------------------------------------------------------
+
+    def save(self, request: RunRequest, result: RunResult, *, policy: PolicyInfo,
+             env: dict[str, str], kind: str = "run", source_run_id: str | None = None,
+             session_id: str | None = None, cache_key: str | None = None) -> None:
+        """Store the run (and its inputs and stdin, for replay) in one transaction."""
+        blob_rows = {sha256(f.data): f.data for f in request.files}
+        blob_rows[sha256(request.stdin)] = request.stdin
+        art_rows = []
+        budget = self.artifact_bytes_cap
+        for art in result.artifacts:
+            if art.data is not None and len(art.data) <= budget:
+                budget -= len(art.data)
+                digest = sha256(art.data)
+                blob_rows[digest] = art.data
+                art_rows.append({"run_id": result.run_id, "path": art.path, "sha256": digest})
+        row = {
+            "run_id": result.run_id,
+            "created_at": time.time(),
+            "kind": kind,
+            "source_run_id": source_run_id,
+            "session_id": session_id,
+            "language": request.language,
+            "profile": request.profile,
+            "code": request.code,
+            "code_sha256": result.code_sha256,
+            "stdin_sha256": sha256(request.stdin),
+            "inputs": [{"name": f.name, "size": len(f.data), "sha256": sha256(f.data)}
+                       for f in request.files],
+            "env": env,
+            "policy": policy.model_dump(),
+            "limits": result.limits.model_dump(),
+            "image_digest": result.image_digest,
+            "status": result.status.value,
+            "result": json.loads(result.model_dump_json()),
+            "cache_key": cache_key,
+        }
+        with self.engine.begin() as conn:
+            self._put_blobs(conn, blob_rows)
+            conn.execute(runs.insert().values(**row))
+            if art_rows:
+                conn.execute(artifact_blobs.insert(), art_rows)
+
+    def _put_blobs(self, conn: sa.Connection, rows: dict[str, bytes]) -> None:
+        if not rows:
+            return
+        have = set(conn.scalars(sa.select(blobs.c.sha256).where(blobs.c.sha256.in_(list(rows)))))
+        new = [{"sha256": k, "data": v} for k, v in rows.items() if k not in have]
+        if new:
+            try:
+                with conn.begin_nested():
+                    conn.execute(blobs.insert(), new)
+            except sa.exc.IntegrityError:  # a concurrent writer stored the same content
+                for item in new:
+                    with conn.begin_nested():
+                        exists = conn.scalar(sa.select(blobs.c.sha256)
+                                             .where(blobs.c.sha256 == item["sha256"]))
+                        if exists is None:
+                            conn.execute(blobs.insert().values(**item))
+
+    def mark_approved(self, run_id: str, by: str | None) -> bool:
+        """Release a held run once; False when it was not held or already released."""
+        with self.engine.begin() as conn:
+            done = conn.execute(
+                runs.update()
+                .where(runs.c.run_id == run_id, runs.c.status == "needs_approval",
+                       runs.c.approved_at.is_(None))
+                .values(approved_at=time.time(), approved_by=by)
+            )
+            return bool(done.rowcount)
+
+    # ---- reading ----------------------------------------------------------------------------
+
+    def get(self, run_id: str) -> RunRecord | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(runs).where(runs.c.run_id == run_id)).mappings().first()
+        return _record(row) if row else None
+
+    def list(self, *, limit: int = 50, status: str | None = None,
+             session_id: str | None = None) -> list[RunRecord]:
+        query = sa.select(runs).order_by(runs.c.created_at.desc()).limit(limit)
+        if status:
+            query = query.where(runs.c.status == status)
+        if session_id:
+            query = query.where(runs.c.session_id == session_id)
+        with self.engine.connect() as conn:
+            return [_record(r) for r in conn.execute(query).mappings()]
+
+    def count(self) -> int:
+        with self.engine.connect() as conn:
+            return int(conn.scalar(sa.select(sa.func.count()).select_from(runs)) or 0)
+
+    def blob(self, digest: str) -> bytes | None:
+        with self.engine.connect() as conn:
+            return conn.scalar(sa.select(blobs.c.data).where(blobs.c.sha256 == digest))
+
+    def artifact_data(self, run_id: str, path: str) -> bytes | None:
+        with self.engine.connect() as conn:
+            digest = conn.scalar(sa.select(artifact_blobs.c.sha256).where(
+                artifact_blobs.c.run_id == run_id, artifact_blobs.c.path == path))
+        return self.blob(digest) if digest else None
+
+    def request_of(self, record: RunRecord) -> RunRequest:
+        """Rebuild the request of a recorded run (code, inputs, stdin, env, limits, profile)."""
+        files = []
+        for meta in record.inputs:
+            data = self.blob(meta["sha256"])
+            if data is None:
+                raise UsageError(f"run {record.run_id}: input {meta['name']!r} is not stored")
+            files.append(InputFile(name=meta["name"], data=data))
+        stdin = self.blob(record.stdin_sha256)
+        if stdin is None:
+            raise UsageError(f"run {record.run_id}: stdin is not stored")
+        return RunRequest(language=record.language, code=record.code, stdin=stdin, files=files,
+                          limits=record.limits, env=record.env, profile=record.profile)
+
+    def with_artifact_data(self, result: RunResult) -> RunResult:
+        """The result with artifact bytes filled in from the store where they were kept."""
+        arts = [a.model_copy(update={"data": self.artifact_data(result.run_id, a.path)})
+                for a in result.artifacts]
+        return result.model_copy(update={"artifacts": arts})
+
+    # ---- cache ------------------------------------------------------------------------------
+
+    def cache_lookup(self, key: str) -> RunRecord | None:
+        now = time.time()
+        with self.engine.connect() as conn:
+            run_id = conn.scalar(sa.select(cache.c.run_id).where(cache.c.key == key,
+                                                                 cache.c.expires_at > now))
+        return self.get(run_id) if run_id else None
+
+    def cache_store(self, key: str, run_id: str, ttl_s: float) -> None:
+        now = time.time()
+        with self.engine.begin() as conn:
+            conn.execute(cache.delete().where(cache.c.key == key))
+            conn.execute(cache.insert().values(key=key, run_id=run_id, created_at=now,
+                                               expires_at=now + ttl_s))
+
+    def cache_purge_expired(self) -> int:
+        with self.engine.begin() as conn:
+            return int(conn.execute(cache.delete().where(cache.c.expires_at <= time.time()))
+                       .rowcount)
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA busy_timeout=60000")
+    cur.close()
+
+
+def _record(row: Any) -> RunRecord:
+    data = dict(row)
+    data["result"] = RunResult.model_validate(data["result"])
+    data["policy"] = PolicyInfo.model_validate(data["policy"])
+    return RunRecord.model_validate(data)
+

@@ -1,0 +1,247 @@
+"""The pipeline on the real sandbox: policy -> budget -> cache -> sandbox -> redact -> record."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import sqlalchemy as sa
+
+from execbox import Executor, Status, UsageError
+from execbox.budget import Budget
+
+AWS_KEY = "AKIA" + "Q7XZ3N5B2WJ4K6PD"  # built by concatenation: not a real key
+
+
+@pytest.fixture()
+def approval_profile(executor: Executor, monkeypatch: pytest.MonkeyPatch) -> str:
+    data = executor.profiles["data"]
+    held = data.model_copy(update={"name": "held", "calls_approval": ["shutil.rmtree"]})
+    monkeypatch.setitem(executor.profiles, "held", held)
+    return "held"
+
+
+def test_every_outcome_is_recorded_with_its_evidence(executor: Executor) -> None:
+    outcomes = {
+        "ok": executor.run("print(1)", files={"in.csv": b"a\n1\n"}, stdin=b"hello"),
+        "error": executor.run("1/0"),
+        "timeout": executor.run("while True: pass", limits={"timeout_s": 0.5}),
+        "policy_denied": executor.run("import subprocess", profile="minimal"),
+        "budget_exceeded": executor.run("print(2)", budget=_spent_budget()),
+    }
+    for expected, result in outcomes.items():
+        assert result.status.value == expected, result
+        record = executor.store.get(result.run_id)
+        assert record is not None, f"{expected} run was not recorded"
+        assert record.status == expected
+        assert record.result.run_id == result.run_id
+        assert record.code_sha256 == result.code_sha256 and len(record.code_sha256) == 64
+        assert record.image_digest == executor.image.digest
+        assert record.limits == result.limits.model_dump()
+    ok = executor.store.get(outcomes["ok"].run_id)
+    assert ok is not None
+    assert ok.inputs[0]["name"] == "in.csv" and ok.inputs[0]["size"] == 4
+    assert ok.stdin_sha256 == "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
+    denied = executor.store.get(outcomes["policy_denied"].run_id)
+    assert denied is not None and denied.policy.decision == "deny"
+    assert denied.policy.rule == outcomes["policy_denied"].error.rule  # type: ignore[union-attr]
+
+
+def _spent_budget() -> Budget:
+    budget = Budget(exec_s=1.0)
+    budget.used_exec_s = 1.0
+    return budget
+
+
+def test_policy_denial_names_rule_and_line_and_never_runs(executor: Executor) -> None:
+    r = executor.run("x = 1\n\nimport subprocess\nsubprocess.run(['id'])\n", profile="minimal")
+    assert r.status is Status.policy_denied
+    assert r.error is not None and r.error.rule and r.error.line == 3
+    assert "subprocess" in r.error.message
+    assert r.stdout == "" and r.metrics.wall_ms == 0
+
+
+def test_held_run_is_released_once_by_approval(executor: Executor, approval_profile: str) -> None:
+    held = executor.run("import shutil\nshutil.rmtree('gone', ignore_errors=True)\nprint('ran')",
+                        profile=approval_profile)
+    assert held.status is Status.needs_approval
+    assert held.error is not None and held.error.rule and held.error.line == 2
+    assert held.stdout == ""
+    released = executor.approve(held.run_id, approved_by="tester")
+    assert released.status is Status.ok and released.stdout == "ran\n"
+    record = executor.store.get(released.run_id)
+    assert record is not None and record.kind == "approval"
+    assert record.source_run_id == held.run_id
+    original = executor.store.get(held.run_id)
+    assert original is not None and original.approved_by == "tester"
+    with pytest.raises(UsageError, match="already released"):
+        executor.approve(held.run_id)
+    with pytest.raises(UsageError, match="not held"):
+        executor.approve(released.run_id)
+
+
+def test_cache_hit_is_identical_marked_cached_recorded_and_fast(executor: Executor) -> None:
+    code = ("import time, pandas as pd\ntime.sleep(0.3)\n"
+            "pd.DataFrame({'a': [1, 2]}).to_csv('out.csv')\nprint('computed')")
+    first = executor.run(code, cache=True)
+    t = time.perf_counter()
+    second = executor.run(code, cache=True)
+    hit_s = time.perf_counter() - t
+    assert first.cached is False and second.cached is True
+    assert second.run_id != first.run_id
+    assert second.stdout == first.stdout == "computed\n"
+    assert [(a.path, a.sha256, a.data) for a in second.artifacts] == \
+        [(a.path, a.sha256, a.data) for a in first.artifacts]
+    assert second.artifacts[0].data is not None
+    assert hit_s < 0.3  # it did not run the 0.3 s sleep again
+    record = executor.store.get(second.run_id)
+    assert record is not None and record.kind == "cache_hit"
+    assert record.source_run_id == first.run_id
+
+
+def test_cache_misses_on_any_input_change_and_on_opt_out(executor: Executor) -> None:
+    base = executor.run("import sys; print(sys.stdin.read())", stdin="a", cache=True)
+    assert base.status is Status.ok
+    assert executor.run("import sys; print(sys.stdin.read())", stdin="b", cache=True).cached is False
+    assert executor.run("import sys; print(sys.stdin.read())", stdin="a", cache=True,
+                        limits={"timeout_s": 4}).cached is False
+    assert executor.run("import sys; print(sys.stdin.read())", stdin="a", cache=False).cached is False
+    assert executor.run("import sys; print(sys.stdin.read())", stdin="a", cache=True).cached is True
+
+
+def test_cache_entries_expire(executor: Executor, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(executor, "cache_ttl_s", 0.2)
+    code = f"print('ttl {time.time()}')"
+    executor.run(code, cache=True)
+    assert executor.run(code, cache=True).cached is True
+    time.sleep(0.3)
+    assert executor.run(code, cache=True).cached is False
+
+
+def test_failed_runs_are_cached_but_sandbox_errors_never(executor: Executor) -> None:
+    from execbox.cache import cacheable
+    from execbox.contract import RunResult
+
+    code = f"raise SystemExit(3)  # {time.time()}"
+    executor.run(code, cache=True)
+    assert executor.run(code, cache=True).cached is True
+    for status in (Status.sandbox_error, Status.policy_denied, Status.needs_approval,
+                   Status.budget_exceeded):
+        assert not cacheable(RunResult(run_id="x", status=status))
+
+
+def test_secrets_are_redacted_in_output_errors_tracebacks_and_records(executor: Executor) -> None:
+    code = (f"print('key {AWS_KEY}')\n"
+            "import sys\nprint('my-registered-value', file=sys.stderr)\n"
+            "token = 'ghp_' + 'a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8'\n"
+            "raise ValueError('leaked ' + token)\n")
+    r = executor.run(code, secrets=["my-registered-value"])
+    assert r.status is Status.error
+    assert AWS_KEY not in r.stdout and "[REDACTED" in r.stdout
+    assert "my-registered-value" not in r.stderr
+    assert r.error is not None and "ghp_" not in r.error.message
+    assert "ghp_a1B2" not in (r.error.traceback or "")
+    with executor.store.engine.connect() as conn:
+        raw = conn.execute(sa.text("select result from runs where run_id = :id"),
+                           {"id": r.run_id}).scalar()
+    stored = raw if isinstance(raw, str) else json.dumps(raw)
+    for secret in (AWS_KEY, "my-registered-value", "ghp_a1B2"):
+        assert secret not in stored
+
+
+def test_replay_of_twenty_recorded_runs_reproduces_them(executor: Executor) -> None:
+    ids = []
+    for i in range(20):
+        r = executor.run(
+            f"import sys, hashlib\ndata = open('in.txt').read()\nline = sys.stdin.read()\n"
+            f"open('out{i}.txt', 'w').write(data * {i + 1})\n"
+            f"print({i}, hashlib.sha256((data + line).encode()).hexdigest())\n"
+            + ("raise KeyError('k')\n" if i % 5 == 4 else ""),
+            files={"in.txt": f"input {i}".encode()}, stdin=f"stdin {i}",
+            limits={"timeout_s": 3 + i % 3},
+        )
+        ids.append(r.run_id)
+    for run_id in ids:
+        report = executor.replay(run_id)
+        assert report.matches, (run_id, report.differences)
+        assert report.replay.limits == report.original.limits
+        assert report.image_changed is False
+        record = executor.store.get(report.replay.run_id)
+        assert record is not None and record.kind == "replay" and record.source_run_id == run_id
+
+
+def test_replay_flags_a_different_image_digest(executor: Executor) -> None:
+    r = executor.run("print('x')")
+    with executor.store.engine.begin() as conn:
+        row = conn.execute(sa.text("select result from runs where run_id = :id"),
+                           {"id": r.run_id}).scalar()
+        result = json.loads(row) if isinstance(row, str) else row
+        result["image_digest"] = "sha256:" + "0" * 64
+        conn.execute(sa.text("update runs set result = :r where run_id = :id"),
+                     {"r": json.dumps(result), "id": r.run_id})
+    report = executor.replay(r.run_id)
+    assert report.matches and report.image_changed
+
+
+def test_replay_of_a_denied_run_is_refused(executor: Executor) -> None:
+    r = executor.run("import ctypes", profile="minimal")
+    with pytest.raises(UsageError, match="never ran"):
+        executor.replay(r.run_id)
+
+
+def test_execution_budget_clips_then_refuses(executor: Executor) -> None:
+    budget = Budget(exec_s=1.0)
+    first = executor.run("import time; time.sleep(0.6); print('one')", budget=budget)
+    assert first.status is Status.ok
+    second = executor.run("import time; time.sleep(0.6); print('two')", budget=budget)
+    assert second.status is Status.budget_exceeded
+    assert second.error is not None and "budget" in second.error.message
+    assert second.metrics.wall_ms < 600
+    third = executor.run("print('three')", budget=budget)
+    assert third.status is Status.budget_exceeded and third.stdout == ""
+    assert budget.used_exec_s <= 1.0 + 0.2
+
+
+def test_artifact_budget_caps_what_comes_back(executor: Executor) -> None:
+    budget = Budget(artifact_bytes=1500)
+    one = executor.run("open('a.bin', 'wb').write(b'x' * 1000)", budget=budget)
+    assert [a.size for a in one.artifacts] == [1000]
+    two = executor.run("open('b.bin', 'wb').write(b'y' * 1000)", budget=budget)
+    assert two.artifacts == [] and two.artifacts_truncated
+    assert budget.used_artifact_bytes == 1000
+
+
+def test_concurrent_runs_share_a_budget_without_overshooting(executor: Executor) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    budget = Budget(exec_s=1.0)
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(
+            lambda i: executor.run(f"import time; time.sleep(0.4); print({i})", budget=budget),
+            range(6)))
+    assert sum(r.status is Status.ok for r in results) <= 2
+    assert all(r.status in (Status.ok, Status.budget_exceeded) for r in results)
+    assert budget.used_exec_s <= 1.0 + 0.2
+
+
+def test_unknown_profile_is_a_usage_error(executor: Executor) -> None:
+    with pytest.raises(UsageError, match="minimal"):
+        executor.run("print(1)", profile="no-such-profile")
+
+
+@pytest.mark.slow
+def test_eight_threads_of_a_hundred_runs_lose_no_record(executor: Executor) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    before = executor.store.count()
+
+    def worker(t: int) -> list[str]:
+        return [executor.run(f"print({t}, {i})", cache=False).run_id for i in range(100)]
+
+    with ThreadPoolExecutor(8) as pool:
+        ids = [run_id for batch in pool.map(worker, range(8)) for run_id in batch]
+    assert len(set(ids)) == 800
+    assert executor.store.count() == before + 800
+    missing = [run_id for run_id in ids if executor.store.get(run_id) is None]
+    assert missing == []

@@ -1,0 +1,551 @@
+"""The policy check: each profile's verdicts, rule ids and lines, alias resolution, input and
+limit caps, and loading profiles from TOML. Pure Python: no sandbox needed."""
+
+from __future__ import annotations
+
+import textwrap
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from execbox.contract import InputFile, Limits, RunRequest
+from execbox.errors import UsageError
+from execbox.policy import Profile, Verdict, check, load_profiles
+
+MIB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def shipped() -> dict[str, Profile]:
+    return load_profiles()
+
+
+@pytest.fixture(autouse=True)
+def _no_profiles_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A developer's own EXECBOX_PROFILES must not change what these tests see.
+    monkeypatch.delenv("EXECBOX_PROFILES", raising=False)
+
+
+def run_check(code: str, profiles: dict[str, Profile], profile: str = "data",
+              **request: Any) -> Verdict:
+    return check(RunRequest(code=code, profile=profile, **request), profiles)
+
+
+def code(text: str) -> str:
+    return textwrap.dedent(text).lstrip("\n")
+
+
+def strict(shipped: dict[str, Profile], **rules: Any) -> dict[str, Profile]:
+    """The shipped profiles plus 'strict': data's limits and caps with the given rules, and no
+    allowlist, so alias cases are not masked by import.not_allowed."""
+    base: dict[str, Any] = {
+        "imports_deny": ["subprocess", "ctypes"],
+        "calls_deny": ["os.system", "os.exec*", "subprocess.*", "ctypes.*"],
+        "writes_outside_workspace": "deny",
+    }
+    table = {**shipped["data"].model_dump(), "name": "strict", **base, **rules}
+    return {"strict": Profile.model_validate(table), **shipped}
+
+
+# -- shipped profiles -------------------------------------------------------------------------
+
+def test_shipped_profiles_are_minimal_data_extended_in_strictness_order(
+        shipped: dict[str, Profile]) -> None:
+    assert list(shipped) == ["minimal", "data", "extended"]
+    assert all(name == p.name and p.description for name, p in shipped.items())
+
+
+def test_shipped_profile_limits_are_the_documented_ones(shipped: dict[str, Profile]) -> None:
+    m, d, e = shipped["minimal"].limits, shipped["data"].limits, shipped["extended"].limits
+    assert (m.timeout_s, m.memory_mib, m.pids, m.disk_mib) == (2, 256, 16, 16)
+    assert d == Limits()
+    assert (e.timeout_s, e.memory_mib, e.pids, e.disk_mib) == (60, 2048, 256, 1024)
+    assert shipped["extended"].max_limits.timeout_s > shipped["data"].max_limits.timeout_s
+
+
+def test_shipped_code_and_input_caps(shipped: dict[str, Profile]) -> None:
+    caps = {n: (p.max_code_bytes, p.max_input_bytes, p.max_input_files, p.max_csv_rows)
+            for n, p in shipped.items()}
+    assert caps["minimal"][0] == 64 * 1024
+    assert caps["data"] == (MIB, 256 * MIB, 64, 5_000_000)
+    assert caps["extended"][0] == 4 * MIB
+
+
+def test_profiles_toml_is_package_data() -> None:
+    assert resources.files("execbox").joinpath("profiles.toml").is_file()
+    pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    assert '"profiles.toml"' in pyproject
+
+
+def test_plain_code_is_allowed_under_every_profile(shipped: dict[str, Profile]) -> None:
+    for name in shipped:
+        v = run_check("import math\nprint(math.sqrt(2))\n", shipped, name)
+        assert (v.decision, v.rule, v.message, v.line) == ("allow", None, None, None)
+
+
+# -- minimal ----------------------------------------------------------------------------------
+
+def test_subprocess_import_on_line_3_is_denied_under_minimal_but_allowed_under_data(
+        shipped: dict[str, Profile]) -> None:
+    src = "import math\nx = 1\nimport subprocess\n"
+    v = run_check(src, shipped, "minimal")
+    assert (v.decision, v.rule, v.line) == ("deny", "import.deny", 3)
+    assert v.message is not None
+    assert "'subprocess'" in v.message and "'minimal'" in v.message
+    assert "choose profile 'data'" in v.message
+    assert run_check(src, shipped, "data").decision == "allow"
+
+
+@pytest.mark.parametrize("src,rule,line", [
+    ("import ctypes\n", "import.deny", 1),
+    ("import multiprocessing\n", "import.deny", 1),
+    ("\nimport socket\n", "import.deny", 2),
+    ("import os\n\nos.system('ls')\n", "call.deny", 3),
+    ("import os\nos.popen('ls')\n", "call.deny", 2),
+    ("import os\nos.execv('/bin/sh', ['sh'])\n", "call.deny", 2),
+    ("import os\nos.spawnl(os.P_WAIT, '/bin/true')\n", "call.deny", 2),
+    ("import os\npid = os.fork()\n", "call.deny", 2),
+    ("import numpy\n", "import.not_allowed", 1),
+    ("import json\nimport pandas as pd\n", "import.not_allowed", 2),
+    ("import importlib\n", "import.not_allowed", 1),
+    ("open('/etc/passwd', 'a')\n", "write.outside_workspace", 1),
+])
+def test_minimal_denies_processes_native_code_other_libraries_and_outside_writes(
+        shipped: dict[str, Profile], src: str, rule: str, line: int) -> None:
+    v = run_check(src, shipped, "minimal")
+    assert (v.decision, v.rule, v.line) == ("deny", rule, line)
+    assert v.message is not None and "'minimal'" in v.message
+
+
+def test_minimal_not_allowed_message_names_the_module_and_a_profile_that_allows_it(
+        shipped: dict[str, Profile]) -> None:
+    v = run_check("import numpy as np\n", shipped, "minimal")
+    assert v.message is not None
+    assert "'numpy'" in v.message and "allowlist" in v.message
+    assert "choose profile 'data'" in v.message
+
+
+@pytest.mark.parametrize("src", [
+    "from __future__ import annotations\nimport math, statistics, json, re\n",
+    "import os\nprint(os.path.join('a', 'b'), os.getcwd())\n",
+    "import os.path\nprint(os.path.exists('x'))\n",
+    "from pathlib import Path\nPath('out.txt').write_text('ok')\n",
+    "with open('result.csv', 'w') as fh:\n    fh.write('a')\n",
+    "open('/tmp/scratch', 'w').close()\n",
+    "open('/workspace/sub/x.txt', 'w').close()\n",
+    "print(open('/etc/hosts').read())\n",
+    "def system(cmd):\n    return cmd\n\nsystem('ls')\n",
+])
+def test_minimal_allows_pure_computation_and_workspace_files(
+        shipped: dict[str, Profile], src: str) -> None:
+    v = run_check(src, shipped, "minimal")
+    assert v.decision == "allow", v.message
+
+
+# -- data and extended ------------------------------------------------------------------------
+
+def test_data_is_the_request_default(shipped: dict[str, Profile]) -> None:
+    v = check(RunRequest(code="import subprocess\n"), shipped)
+    assert v.decision == "allow"
+    assert v.limits == shipped["data"].limits
+
+
+@pytest.mark.parametrize("profile", ["data", "extended"])
+def test_data_and_extended_leave_processes_native_code_and_writes_to_the_sandbox(
+        shipped: dict[str, Profile], profile: str) -> None:
+    src = code("""
+        import ctypes, subprocess, os
+        import numpy as np, pandas as pd
+        subprocess.run(['ls'])
+        os.fork()
+        open('/proc/self/comm', 'w').write('x')
+    """)
+    assert run_check(src, shipped, profile).decision == "allow"
+
+
+def test_extended_gets_more_time_and_memory_by_default(shipped: dict[str, Profile]) -> None:
+    v = run_check("print(1)\n", shipped, "extended")
+    assert (v.limits.timeout_s, v.limits.memory_mib, v.limits.pids) == (60, 2048, 256)
+
+
+# -- alias resolution -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("src,rule,line", [
+    ("import os as o\no.system('ls')\n", "call.deny", 2),
+    ("from os import system as s\n\ns('ls')\n", "call.deny", 3),
+    ("from os import system\nsystem('ls')\n", "call.deny", 2),
+    ("from os import *\nx = 1\nsystem('ls')\n", "call.deny", 3),
+    ("from subprocess import *\n", "import.deny", 1),
+    ("from subprocess import run\n", "import.deny", 1),
+    ("import subprocess.foo\n", "import.deny", 1),
+    ("x = 1\n__import__('ctypes')\n", "import.deny", 2),
+    ("c = __import__('ctypes.util')\n", "import.deny", 1),
+    ("import importlib\n\nm = importlib.import_module('ctypes')\n", "import.deny", 3),
+    ("from importlib import import_module as im\nim('subprocess')\n", "import.deny", 2),
+    ("__import__('os').system('ls')\n", "call.deny", 1),
+    ("o = __import__('os')\n\no.execvp('sh', ['sh'])\n", "call.deny", 3),
+    ("import importlib\nimportlib.import_module('os').system('ls')\n", "call.deny", 2),
+    ("import os\nrun = os.system\nrun('ls')\n", "call.deny", 2),
+    ("import os\ngetattr(os, 'system')('ls')\n", "call.deny", 2),
+    ("import os\ndef f():\n    return os.execve\n", "call.deny", 3),
+    ("import os\nx = [os.system(c) for c in ['a']]\n", "call.deny", 2),
+])
+def test_aliases_are_resolved_to_the_module_or_call_they_name(
+        shipped: dict[str, Profile], src: str, rule: str, line: int) -> None:
+    v = run_check(src, strict(shipped), "strict")
+    assert (v.decision, v.rule, v.line) == ("deny", rule, line), v.message
+
+
+def test_import_of_a_submodule_counts_as_its_top_level_module(shipped: dict[str, Profile]) -> None:
+    profiles = strict(shipped, imports_deny=["os"])
+    v = run_check("import json\nimport os.path\n", profiles, "strict")
+    assert (v.decision, v.rule, v.line) == ("deny", "import.deny", 2)
+    v = run_check("from os.path import join\n", profiles, "strict")
+    assert (v.decision, v.rule, v.line) == ("deny", "import.deny", 1)
+
+
+@pytest.mark.parametrize("src", [
+    "from . import subprocess\n",
+    "from .subprocess import run\nrun()\n",
+    "from .. import ctypes\n",
+    "import importlib\nname = 'ctypes'\nimportlib.import_module(name)\n",
+    "import importlib\nimportlib.import_module('.ctypes', 'pkg')\n",
+    "import os\nprint(os.path.join('a', 'b'))\n",
+    "import os\nos.getpid()\n",
+    "import subprocess_helpers\n",
+    "system = print\nsystem('x')\n",
+    "import os\ngetattr(os, name)('ls')\n",
+])
+def test_relative_computed_and_unrelated_names_are_not_flagged(
+        shipped: dict[str, Profile], src: str) -> None:
+    v = run_check(src, strict(shipped), "strict")
+    assert v.decision == "allow", v.message
+
+
+def test_wildcard_call_rules_match_and_are_named_in_the_message(
+        shipped: dict[str, Profile]) -> None:
+    profiles = strict(shipped, imports_deny=[])
+    v = run_check("import subprocess as sp\n\n\nsp.check_output(['ls'])\n", profiles, "strict")
+    assert (v.decision, v.rule, v.line) == ("deny", "call.deny", 4)
+    assert v.message is not None
+    assert "subprocess.check_output" in v.message and "'subprocess.*'" in v.message
+    assert "choose profile 'data'" in v.message
+
+
+def test_the_earliest_denial_in_the_code_is_reported(shipped: dict[str, Profile]) -> None:
+    v = run_check("import os\nos.system('a')\nimport ctypes\n", strict(shipped), "strict")
+    assert (v.rule, v.line) == ("call.deny", 2)
+
+
+def test_deep_expressions_do_not_break_the_analysis(shipped: dict[str, Profile]) -> None:
+    chain = "x = " + " + ".join(["1"] * 900) + "\nimport subprocess\n"
+    v = run_check(chain, strict(shipped), "strict")
+    assert (v.rule, v.line) == ("import.deny", 2)
+    paths = "from pathlib import Path\n(Path('/etc')" + " / 'a'" * 500 + ").write_text('x')\n"
+    # Past the analysis depth the path is unknown: best effort, allowed, and no crash.
+    assert run_check(paths, strict(shipped), "strict").decision == "allow"
+
+
+# -- writes -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("src,line", [
+    ("open('/etc/x', 'w')\n", 1),
+    ("x = 1\nopen('/etc/x', mode='a')\n", 2),
+    ("path = '/etc/cron.d/job'\nwith open(path, 'w') as fh:\n    fh.write('x')\n", 2),
+    ("open('../etc/passwd', 'r+')\n", 1),
+    ("open(file='/usr/lib/x', mode='xb')\n", 1),
+    ("import io\nio.open('/root/x', 'w')\n", 2),
+    ("import pathlib\npathlib.Path('/x').write_text('hi')\n", 2),
+    ("from pathlib import Path\nPath('/etc', 'x').write_bytes(b'hi')\n", 2),
+    ("from pathlib import Path\n(Path('/etc') / 'x').touch()\n", 2),
+    ("from pathlib import Path\np = Path('/opt/x')\n\np.write_text('hi')\n", 4),
+    ("from pathlib import Path\nPath('/srv/x').open('w')\n", 2),
+    ("from pathlib import Path\nPath('a.txt').rename('/etc/a.txt')\n", 2),
+    ("import os\nos.mkdir('/data')\n", 2),
+    ("import os\nos.remove(b'/etc/passwd')\n", 2),
+])
+def test_constant_writes_outside_the_workspace_are_denied_when_the_profile_says_so(
+        shipped: dict[str, Profile], src: str, line: int) -> None:
+    v = run_check(src, strict(shipped), "strict")
+    assert (v.decision, v.rule, v.line) == ("deny", "write.outside_workspace", line)
+    assert v.message is not None and "/workspace" in v.message
+    assert "choose profile 'data'" in v.message
+    assert run_check(src, strict(shipped, writes_outside_workspace="allow"),
+                     "strict").decision == "allow"
+
+
+@pytest.mark.parametrize("src", [
+    "open('out.txt', 'w')\n",
+    "open('/workspace/out.txt', 'a')\n",
+    "open('/tmp/x', 'w')\n",
+    "open('/dev/shm/x', 'wb')\n",
+    "open('/dev/null', 'w')\n",
+    "open('/etc/hosts')\n",
+    "open('/etc/hosts', 'rb')\n",
+    "open(name, 'w')\n",
+    "open('/etc/x', mode)\n",
+    "print('/etc/x'.replace('x', 'y'))\n",
+    "p = '/etc/x'\np = 'ok.txt'\nopen(p, 'w')\n",
+    "from pathlib import Path\nPath('/etc/hosts').read_text()\n",
+    "from pathlib import Path\nPath('/etc/hosts').open()\n",
+    "from pathlib import Path\nPath(base).write_text('x')\n",
+    "import os\nos.mkdir('plots')\n",
+])
+def test_reads_workspace_writes_and_unknown_paths_are_not_flagged(
+        shipped: dict[str, Profile], src: str) -> None:
+    v = run_check(src, strict(shipped), "strict")
+    assert v.decision == "allow", v.message
+
+
+# -- needs approval ---------------------------------------------------------------------------
+
+def approval(shipped: dict[str, Profile]) -> dict[str, Profile]:
+    return strict(shipped, imports_approval=["requests"],
+                  calls_approval=["os.kill", "builtins.eval"])
+
+
+def test_an_approval_import_holds_the_run_with_rule_and_line(shipped: dict[str, Profile]) -> None:
+    v = run_check("import json\nimport requests\n", approval(shipped), "strict")
+    assert (v.decision, v.rule, v.line) == ("needs_approval", "import.approval", 2)
+    assert v.message is not None
+    assert "'requests'" in v.message and "held" in v.message and "'data'" in v.message
+
+
+def test_an_approval_call_holds_the_run(shipped: dict[str, Profile]) -> None:
+    v = run_check("import os\n\nos.kill(1, 9)\n", approval(shipped), "strict")
+    assert (v.decision, v.rule, v.line) == ("needs_approval", "call.approval", 3)
+    v = run_check("x = eval('1 + 1')\n", approval(shipped), "strict")
+    assert (v.decision, v.rule, v.line) == ("needs_approval", "call.approval", 1)
+
+
+def test_a_deny_anywhere_wins_over_an_earlier_approval(shipped: dict[str, Profile]) -> None:
+    v = run_check("import requests\nimport os\nos.system('x')\n", approval(shipped), "strict")
+    assert (v.decision, v.rule, v.line) == ("deny", "call.deny", 3)
+
+
+def test_deny_beats_approval_for_the_same_name(shipped: dict[str, Profile]) -> None:
+    profiles = strict(shipped, imports_approval=["ctypes"], calls_approval=["os.system"])
+    assert run_check("import ctypes\n", profiles, "strict").rule == "import.deny"
+    assert run_check("import os\nos.system('x')\n", profiles, "strict").rule == "call.deny"
+
+
+# -- code and input caps ----------------------------------------------------------------------
+
+def test_code_over_the_size_cap_is_denied_and_a_larger_profile_suggested(
+        shipped: dict[str, Profile]) -> None:
+    src = "x = 1\n" * (64 * 1024 // 6 + 1)
+    v = run_check(src, shipped, "minimal")
+    assert (v.decision, v.rule, v.line) == ("deny", "code.size", None)
+    assert v.message is not None and "choose profile 'data'" in v.message
+    assert run_check(src, shipped, "data").decision == "allow"
+
+
+def test_code_size_counts_utf8_bytes(shipped: dict[str, Profile]) -> None:
+    src = "s = '" + "é" * (33 * 1024) + "'\n"  # under 64 Ki characters, over 64 KiB
+    assert run_check(src, shipped, "minimal").rule == "code.size"
+
+
+def test_too_many_input_files_are_denied(shipped: dict[str, Profile]) -> None:
+    files = [InputFile(name=f"f{i}.txt", data=b"x") for i in range(17)]
+    v = run_check("print(1)\n", shipped, "minimal", files=files)
+    assert (v.decision, v.rule) == ("deny", "input.files")
+    assert v.message is not None and "17" in v.message and "choose profile 'data'" in v.message
+    assert run_check("print(1)\n", shipped, "minimal", files=files[:16]).decision == "allow"
+
+
+def test_input_bytes_count_files_and_stdin(shipped: dict[str, Profile]) -> None:
+    files = [InputFile(name="a.bin", data=b"\0" * (4 * MIB))]
+    ok = run_check("print(1)\n", shipped, "minimal", files=files, stdin=b"\0" * (4 * MIB))
+    assert ok.decision == "allow"
+    v = run_check("print(1)\n", shipped, "minimal", files=files, stdin=b"\0" * (4 * MIB + 1))
+    assert (v.decision, v.rule, v.line) == ("deny", "input.bytes", None)
+    assert v.message is not None and "8.0 MiB" in v.message
+
+
+def test_csv_rows_are_capped_per_csv_file_only(shipped: dict[str, Profile]) -> None:
+    rows = b"a,b\n" + b"1,2\n" * 100_000  # header + 100,000 rows = 100,001 lines
+    v = run_check("print(1)\n", shipped, "minimal", files=[InputFile(name="d/big.CSV", data=rows)])
+    assert (v.decision, v.rule) == ("deny", "input.csv_rows")
+    assert v.message is not None and "'d/big.CSV'" in v.message and "100001" in v.message
+    assert "choose profile 'data'" in v.message
+    other = [InputFile(name="big.txt", data=rows)]
+    assert run_check("print(1)\n", shipped, "minimal", files=other).decision == "allow"
+
+
+def test_a_last_csv_line_without_newline_is_counted(shipped: dict[str, Profile]) -> None:
+    exact = b"1\n" * 99_999 + b"1"  # 100,000 lines: at the cap
+    files = [InputFile(name="x.csv", data=exact)]
+    assert run_check("print(1)\n", shipped, "minimal", files=files).decision == "allow"
+    files = [InputFile(name="x.csv", data=exact + b"\n1")]
+    assert run_check("print(1)\n", shipped, "minimal", files=files).rule == "input.csv_rows"
+
+
+# -- limits -----------------------------------------------------------------------------------
+
+def test_a_request_without_limits_gets_the_profile_defaults(shipped: dict[str, Profile]) -> None:
+    v = run_check("print(1)\n", shipped, "minimal")
+    assert v.limits == shipped["minimal"].limits
+    assert (v.limits.timeout_s, v.limits.pids) == (2, 16)
+
+
+def test_explicit_limit_fields_override_only_those_defaults(shipped: dict[str, Profile]) -> None:
+    v = run_check("print(1)\n", shipped, "minimal", limits=Limits(timeout_s=5))
+    # timeout_s=5 equals the contract default: it still counts because the request set it.
+    assert (v.limits.timeout_s, v.limits.memory_mib, v.limits.pids) == (5, 256, 16)
+    v = check(RunRequest.model_validate({"code": "", "profile": "extended",
+                                         "limits": {"memory_mib": 4096}}), shipped)
+    assert (v.limits.timeout_s, v.limits.memory_mib) == (60, 4096)
+
+
+def test_asking_for_more_than_the_profile_maximum_is_denied(shipped: dict[str, Profile]) -> None:
+    v = run_check("print(1)\n", shipped, "data", limits=Limits(timeout_s=120))
+    assert (v.decision, v.rule, v.line) == ("deny", "limits.max", None)
+    assert v.message is not None
+    assert "timeout_s = 120" in v.message and "60" in v.message
+    assert "choose profile 'extended'" in v.message
+    assert v.limits.timeout_s == 120  # what was asked, for the record
+    v = run_check("print(1)\n", shipped, "minimal", limits=Limits(memory_mib=1024))
+    assert v.rule == "limits.max" and v.message is not None and "'data'" in v.message
+
+
+def test_the_maximum_itself_is_allowed(shipped: dict[str, Profile]) -> None:
+    v = run_check("print(1)\n", shipped, "data", limits=Limits(timeout_s=60, memory_mib=2048))
+    assert v.decision == "allow"
+
+
+def test_cpu_time_is_checked_as_enforced(shipped: dict[str, Profile]) -> None:
+    data = shipped["data"]
+    capped = {"strict": data.model_copy(update={
+        "max_limits": data.max_limits.model_copy(update={"cpu_s": 10.0})}), **shipped}
+    over = run_check("", capped, "strict", limits=Limits(cpu_s=20))
+    assert (over.rule, over.limits.cpu_s) == ("limits.max", 20)
+    # A longer timeout alone is not a request for more CPU time: CPU follows up to the cap.
+    v = run_check("", capped, "strict", limits=Limits(timeout_s=30))
+    assert v.decision == "allow"
+    assert (v.limits.timeout_s, v.limits.effective_cpu_s) == (30, 10)
+
+
+def test_unknown_profile_is_a_usage_error_listing_the_known_ones(
+        shipped: dict[str, Profile]) -> None:
+    with pytest.raises(UsageError, match="'nope'.*'minimal', 'data', 'extended'"):
+        run_check("print(1)\n", shipped, "nope")
+
+
+# -- syntax errors ----------------------------------------------------------------------------
+
+def test_code_that_does_not_parse_is_allowed_for_the_sandbox_to_report(
+        shipped: dict[str, Profile]) -> None:
+    v = run_check("import subprocess\nx = (\n", shipped, "minimal")
+    assert (v.decision, v.rule) == ("allow", "code.syntax")
+    assert v.limits == shipped["minimal"].limits
+    v = run_check("x = 1\ndef f(:\n    pass\n", shipped, "minimal")
+    assert (v.decision, v.rule, v.line) == ("allow", "code.syntax", 2)
+    assert run_check("print(1)\x00\n", shipped, "minimal").decision == "allow"
+
+
+def test_code_too_deep_to_compile_is_allowed_for_the_sandbox_to_report(
+        shipped: dict[str, Profile]) -> None:
+    v = run_check("x = " + "+".join(["1"] * 20_000) + "\n", shipped, "data")
+    assert (v.decision, v.rule) == ("allow", "code.syntax")
+
+
+# -- loading ----------------------------------------------------------------------------------
+
+GOOD = """
+[profiles.tiny]
+description = "test"
+max_code_bytes = 100
+max_input_bytes = 100
+max_input_files = 1
+max_csv_rows = 10
+imports_deny = ["json"]
+[profiles.tiny.limits]
+timeout_s = 1
+[profiles.tiny.max_limits]
+timeout_s = 2
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "profiles.toml"
+    path.write_text(text)
+    return path
+
+
+def test_a_profiles_file_loads_with_defaults_for_lists_and_limits(tmp_path: Path) -> None:
+    profiles = load_profiles(write(tmp_path, GOOD))
+    tiny = profiles["tiny"]
+    assert list(profiles) == ["tiny"]
+    assert (tiny.name, tiny.imports_allow, tiny.calls_deny) == ("tiny", None, [])
+    assert tiny.writes_outside_workspace == "deny"
+    assert (tiny.limits.timeout_s, tiny.limits.memory_mib) == (1, 512)
+    v = check(RunRequest(code="import json\n", profile="tiny"), profiles)
+    assert (v.rule, v.line) == ("import.deny", 1)
+    assert v.message is not None and "remove the import" in v.message
+
+
+def test_env_variable_names_the_profiles_file(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EXECBOX_PROFILES", str(write(tmp_path, GOOD)))
+    assert list(load_profiles()) == ["tiny"]
+    shipped = resources.files("execbox").joinpath("profiles.toml")
+    assert "minimal" in load_profiles(Path(str(shipped)))  # an explicit path wins
+
+
+def test_env_variable_naming_a_missing_file_is_a_usage_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EXECBOX_PROFILES", str(tmp_path / "missing.toml"))
+    with pytest.raises(UsageError, match="missing.toml.*EXECBOX_PROFILES"):
+        load_profiles()
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("[profiles.tiny\n", r"not valid TOML.*line 1"),
+    ("[other]\nx = 1\n", r"unknown top-level keys \['other'\]"),
+    ("x = 1\n", r"unknown top-level keys"),
+    ("", r"defines no profiles"),
+    ("profiles = 3\n", r"defines no profiles"),
+    ("[profiles]\ntiny = 3\n", r"profile 'tiny' must be a table"),
+    (GOOD.replace("timeout_s = 1", "timeout_s = -1"),
+     r"profile 'tiny': limits\.timeout_s: Input should be greater than 0"),
+    (GOOD.replace("max_csv_rows = 10", "max_csv_row = 10"),
+     r"profile 'tiny': .*max_csv_row: Extra inputs are not permitted"),
+    (GOOD.replace('description = "test"\n', ""), r"profile 'tiny': description: Field required"),
+    (GOOD.replace("timeout_s = 2", "timeout_s = 0.5"),
+     r"profile 'tiny': limits\.timeout_s = 1 is over max_limits\.timeout_s = 0\.5"),
+    (GOOD.replace('["json"]', '["os.path"]'),
+     r"profile 'tiny': imports_deny: 'os.path' is not a top-level module name \(use 'os'\)"),
+    # A key written after a sub-table lands in it: the error says where it went.
+    (GOOD + 'calls_deny = ["os.system"]\n',
+     r"profile 'tiny': max_limits\.calls_deny: Extra inputs are not permitted"),
+    (GOOD.replace('description = "test"', 'description = "test"\nwrites_outside_workspace = "no"'),
+     r"profile 'tiny': writes_outside_workspace"),
+    (GOOD.replace('description = "test"', 'description = "test"\nname = "other"'),
+     r"profile 'tiny' has name = 'other'"),
+])
+def test_a_bad_profiles_file_is_a_usage_error_naming_profile_and_field(
+        tmp_path: Path, text: str, expected: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(UsageError, match=expected) as info:
+        load_profiles(path)
+    assert str(path) in str(info.value)
+
+
+def test_calls_patterns_are_validated(tmp_path: Path) -> None:
+    text = GOOD.replace('imports_deny = ["json"]', 'calls_deny = ["os system"]')
+    with pytest.raises(UsageError, match=r"profile 'tiny': calls_deny: 'os system' is not"):
+        load_profiles(write(tmp_path, text))
+
+
+def test_a_missing_profiles_file_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="cannot read profiles file"):
+        load_profiles(tmp_path / "nope.toml")
+
+
+def test_a_non_utf8_profiles_file_is_a_usage_error(tmp_path: Path) -> None:
+    path = tmp_path / "profiles.toml"
+    path.write_bytes(b"# \xff\n")
+    with pytest.raises(UsageError, match="not UTF-8"):
+        load_profiles(path)
