@@ -207,6 +207,10 @@ class Executor:
                     budget.settle(reservation, 0.0, 0)
                 result = self.store.with_artifact_data(hit.result).model_copy(
                     update={"run_id": run_id, "cached": True})
+                # Streaming callers see the stored output as if it had just been printed.
+                for callback, text in ((on_stdout, result.stdout), (on_stderr, result.stderr)):
+                    if callback is not None and text:
+                        callback(text.encode())
                 return finish(result, kind="cache_hit", source=hit.run_id, cache_key=key)
 
         result = self._sandbox_run(request, base, on_stdout, on_stderr)

@@ -103,3 +103,45 @@ def test_schema_command_prints_the_contract() -> None:
     proc = cli("schema")
     assert proc.returncode == 0
     assert "RunResult" in json.loads(proc.stdout)
+
+
+def test_cached_run_still_prints_its_output(sandbox: Executor) -> None:
+    code = b"print('from the cache or not')\n"
+    first = cli("run", "-", stdin=code)
+    second = cli("run", "-", stdin=code)
+    assert first.stdout == second.stdout == b"from the cache or not\n"
+    assert b"(cached)" in second.stderr and b"(cached)" not in first.stderr
+
+
+def test_runs_list_show_replay_and_approve(sandbox: Executor, tmp_path: Path) -> None:
+    import execbox
+
+    profiles = tmp_path / "profiles.toml"
+    text = (Path(execbox.__file__).parent / "profiles.toml").read_text()
+    text += (
+        '\n[profiles.held]\ndescription = "holds shutil.rmtree"\ncalls_approval = ["shutil.rmtree"]\n'
+        "max_code_bytes = 65536\nmax_input_bytes = 1048576\nmax_input_files = 4\n"
+        "max_csv_rows = 1000\n[profiles.held.limits]\n[profiles.held.max_limits]\n"
+    )
+    profiles.write_text(text)
+    env = dict(os.environ, EXECBOX_PROFILES=str(profiles))
+    ran = cli("run", "-", "--json", "--no-cache", stdin=b"print('replay me')\n", env=env)
+    run_id = json.loads(ran.stdout)["run_id"]
+    listed = cli("runs", "list", "--json", env=env)
+    assert run_id in listed.stdout.decode()
+    shown = json.loads(cli("runs", "show", run_id, env=env).stdout)
+    assert shown["code"] == "print('replay me')\n" and shown["status"] == "ok"
+    replay = cli("runs", "replay", run_id, env=env)
+    assert replay.returncode == 0 and b"matches" in replay.stdout
+    held = cli("run", "-", "--json", "--profile", "held",
+               stdin=b"import shutil\nshutil.rmtree('x', ignore_errors=True)\nprint('released')\n",
+               env=env)
+    held_result = json.loads(held.stdout)
+    assert held.returncode == 1 and held_result["status"] == "needs_approval"
+    approved = cli("runs", "approve", held_result["run_id"], "--by", "ops", "--json", env=env)
+    assert approved.returncode == 0, approved.stderr
+    assert json.loads(approved.stdout)["stdout"] == "released\n"
+    again = cli("runs", "approve", held_result["run_id"], env=env)
+    assert again.returncode == 2 and b"already released" in again.stderr
+    missing = cli("runs", "show", "no-such-run", env=env)
+    assert missing.returncode == 2 and b"no run" in missing.stderr
