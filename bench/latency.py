@@ -1,5 +1,7 @@
-"""Latency of an isolated `print(1)` through Executor.run, against bare interpreters measured in
-the same run. Prints medians, p90 and ratios; writes bench/results/latency.json.
+"""Latency of isolated runs through Executor.run, against bare interpreters measured in the same
+run: `print(1)` against `python3 -c pass`, and a pandas snippet against a bare interpreter doing
+the same work. Also: how long the executor takes to be ready and what it holds in memory idle.
+Prints medians, p90 and ratios; writes bench/results/latency.json.
 
     .venv/bin/python bench/latency.py [--runs 200] [--baseline-runs 40]
 """
@@ -21,6 +23,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # noqa: E4
 import execbox  # noqa: E402
 from execbox.image import Image  # noqa: E402
 
+PANDAS = (
+    "import pandas as pd\n"
+    "df = pd.DataFrame({'k': [i % 10 for i in range(10_000)], 'v': range(10_000)})\n"
+    "print(df.groupby('k').v.agg(['sum', 'mean']).shape)\n"
+)
+
 
 def stats(samples: list[float]) -> dict[str, float]:
     ordered = sorted(samples)
@@ -36,9 +44,44 @@ def time_command(argv: list[str], n: int) -> list[float]:
     samples = []
     for _ in range(n):
         t = time.perf_counter()
-        subprocess.run(argv, check=True)
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
         samples.append((time.perf_counter() - t) * 1000)
     return samples
+
+
+def time_runs(executor: execbox.Executor, code: str, n: int, expect: str) -> list[float]:
+    samples = []
+    for _ in range(n):
+        t = time.perf_counter()
+        r = executor.run(code)
+        samples.append((time.perf_counter() - t) * 1000)
+        assert r.ok and r.stdout == expect, r
+    return samples
+
+
+def tree_pss_kib(root_pid: int) -> int:
+    """Proportional set size of a process and all its descendants (shared pages split)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    total, todo = 0, [root_pid]
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as fh:
+                for line in fh:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
 
 
 def main() -> None:
@@ -54,45 +97,58 @@ def main() -> None:
     t = time.perf_counter()
     # Every run really runs (no cache) and is recorded, as in production, into a scratch DB.
     executor = execbox.Executor(cache=False, records=f"sqlite:///{tmp.name}/runs.db")
+    first = executor.run("print(1)")
     ready_ms = (time.perf_counter() - t) * 1000
+    assert first.ok, first
     with executor, tmp:
-        for _ in range(10):
-            executor.run("print(1)")
-        samples, walls = [], []
-        for _ in range(args.runs):
-            t = time.perf_counter()
-            r = executor.run("print(1)")
-            samples.append((time.perf_counter() - t) * 1000)
-            walls.append(r.metrics.wall_ms)
-            assert r.ok and r.stdout == "1\n", r
+        time.sleep(1.0)  # let the pool stage its slots
+        idle_pss_mib = tree_pss_kib(executor._host.pid) / 1024
+        time_runs(executor, "print(1)", 10, "1\n")
+        print1 = time_runs(executor, "print(1)", args.runs, "1\n")
+        paced = []
+        for _ in range(max(20, args.runs // 4)):  # with the pool settled between requests
+            time.sleep(0.03)
+            paced += time_runs(executor, "print(1)", 1, "1\n")
+        pandas = time_runs(executor, PANDAS, max(20, args.runs // 4), "(10, 2)\n")
+    n_base = args.baseline_runs
     baselines = {
-        "python3 -c pass": time_command([python3, "-c", "pass"], args.baseline_runs),
-        "python3 -I -S -c pass": time_command([python3, "-I", "-S", "-c", "pass"],
-                                              args.baseline_runs),
-        "runtime python -c 'import numpy, pandas'": time_command(
-            [str(image.python), "-c", "import numpy, pandas"], max(5, args.baseline_runs // 4)),
+        "python3 -c pass": time_command([python3, "-c", "pass"], n_base),
+        "python3 -I -S -c pass": time_command([python3, "-I", "-S", "-c", "pass"], n_base),
+        "runtime python, pandas snippet": time_command([str(image.python), "-c", PANDAS],
+                                                       max(5, n_base // 4)),
     }
     result = {
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
         "executor_ready_ms": round(ready_ms, 1),
-        "isolated_print1": stats(samples),
-        "isolated_print1_wall_in_sandbox": stats(walls),
+        "executor_idle_pss_mib": round(idle_pss_mib, 1),
+        "isolated_print1_back_to_back": stats(print1),
+        "isolated_print1_paced": stats(paced),
+        "isolated_pandas_snippet": stats(pandas),
         "baselines": {name: stats(s) for name, s in baselines.items()},
     }
-    med = result["isolated_print1"]["median_ms"]
+    b = result["baselines"]
     result["ratios"] = {
-        f"isolated / {name}": round(med / result["baselines"][name]["median_ms"], 3)
-        for name in baselines
+        "print1 / python3 -c pass": round(
+            result["isolated_print1_back_to_back"]["median_ms"] / b["python3 -c pass"]["median_ms"], 3),
+        "print1 / python3 -I -S -c pass": round(
+            result["isolated_print1_back_to_back"]["median_ms"]
+            / b["python3 -I -S -c pass"]["median_ms"], 3),
+        "pandas snippet / bare interpreter": round(
+            result["isolated_pandas_snippet"]["median_ms"]
+            / b["runtime python, pandas snippet"]["median_ms"], 3),
     }
-    print(f"executor ready in {ready_ms:.0f} ms")
-    print(f"{'workload':<44}{'median ms':>10}{'p90 ms':>10}")
-    print(f"{'isolated print(1) via Executor.run':<44}{med:>10.2f}"
-          f"{result['isolated_print1']['p90_ms']:>10.2f}")
+    print(f"executor ready (constructor + first run) in {ready_ms:.0f} ms; "
+          f"idle executor PSS {idle_pss_mib:.0f} MiB")
+    print(f"{'workload':<52}{'median ms':>10}{'p90 ms':>10}")
+    rows = [("isolated print(1), back to back", "isolated_print1_back_to_back"),
+            ("isolated print(1), 30 ms apart", "isolated_print1_paced"),
+            ("isolated pandas snippet", "isolated_pandas_snippet")]
+    for label, key in rows:
+        print(f"{label:<52}{result[key]['median_ms']:>10.2f}{result[key]['p90_ms']:>10.2f}")
     for name in baselines:
-        b = result["baselines"][name]
-        print(f"{'bare ' + name:<44}{b['median_ms']:>10.2f}{b['p90_ms']:>10.2f}")
+        print(f"{'bare ' + name:<52}{b[name]['median_ms']:>10.2f}{b[name]['p90_ms']:>10.2f}")
     for name, ratio in result["ratios"].items():
-        print(f"ratio {name}: {ratio:.2f}")
+        print(f"ratio {name}: {ratio:.3f}")
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
     (out / "latency.json").write_text(json.dumps(result, indent=2) + "\n")

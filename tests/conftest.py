@@ -56,8 +56,11 @@ def prove_jail(ex: execbox.Executor) -> str | None:
     seen: dict[str, str] = {}
     result: list[execbox.RunResult] = []
 
+    probe_mib = 333  # a memory limit no staged slot has: it marks the probe's own cgroup
+
     def go() -> None:
-        result.append(ex.run("import os, time\nprint(os.getpid(), os.getuid())\ntime.sleep(1.0)"))
+        result.append(ex.run("import os, time\nprint(os.getpid(), os.getuid())\ntime.sleep(1.0)",
+                             limits={"memory_mib": probe_mib}))
 
     thread = threading.Thread(target=go)
     thread.start()
@@ -74,8 +77,10 @@ def prove_jail(ex: execbox.Executor) -> str | None:
                     continue
                 if controller in ("memory", "") and procs:
                     limit_file = "memory.limit_in_bytes" if controller else "memory.max"
-                    seen["memory_limit"] = _read(os.path.join(path, limit_file)).strip()
-                    seen["procs"] = " ".join(procs)
+                    limit = _read(os.path.join(path, limit_file)).strip()
+                    if limit == str(probe_mib << 20):
+                        seen["memory_limit"] = limit
+                        seen["procs"] = " ".join(procs)
         time.sleep(0.02)
     thread.join()
     if not result or not result[0].ok:
@@ -85,8 +90,8 @@ def prove_jail(ex: execbox.Executor) -> str | None:
         return f"run is not in its own pid namespace (pid {pid})"
     if uid == 0:
         return "run has uid 0"
-    if not seen or seen["memory_limit"] in ("max", str(2**63 - 4096)):
-        return f"run is not in a memory-limited cgroup of its own ({seen})"
+    if not seen:
+        return "no cgroup with the probe's own memory limit held the probe's processes"
     for pid_s in seen["procs"].split():
         if int(pid_s) == os.getpid():
             return "the test process itself is in the run's cgroup"

@@ -13,7 +13,7 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -43,6 +43,7 @@ log = logging.getLogger("execbox")
 
 FileSource = bytes | str | os.PathLike[str]
 BACKSTOP_GRACE_S = 15.0  # the supervisor enforces limits; this only catches a stuck supervisor
+SLOT_WAIT_S = 30.0  # how long a run waits for a staged slot before it is a sandbox_error
 
 
 def new_run_id() -> str:
@@ -84,6 +85,7 @@ class Executor:
     """
 
     def __init__(self, *, image: Image | None = None, max_concurrency: int | None = None,
+                 pool_size: int | None = None,
                  profiles: Path | Mapping[str, policy_mod.Profile] | None = None,
                  records: RunStore | str | None = None, cache: bool = True,
                  cache_ttl_s: float = DEFAULT_TTL_S, secrets: Iterable[str] = ()) -> None:
@@ -104,6 +106,7 @@ class Executor:
             )
         self.image = image or Image.load()
         self.max_concurrency = max_concurrency or 4 * (os.cpu_count() or 1)
+        self.pool_size = max(1, pool_size or min(self.max_concurrency, 2 * (os.cpu_count() or 1)))
         self._slots = threading.BoundedSemaphore(self.max_concurrency)
         self._lock = threading.Lock()
         self._closed = False
@@ -115,7 +118,7 @@ class Executor:
     def _start_host(self) -> ZygoteProcess:
         try:
             return ZygoteProcess(self.image.python, self.image.zygote_env(), self.image.ro_paths,
-                                 list(self.image.preload))
+                                 list(self.image.preload), pool_size=self.pool_size)
         except HostError as exc:
             raise SandboxUnavailable(f"{exc}; see `execbox doctor`") from exc
 
@@ -254,6 +257,7 @@ class Executor:
         with self._slots:
             try:
                 raw = host.execute(
+                    host.pool.take(SLOT_WAIT_S),
                     {"code": request.code, "run_id": base.run_id, "spec": spec},
                     [(f.name, f.data) for f in request.files], request.stdin,
                     limits.output_bytes, limits.timeout_s + BACKSTOP_GRACE_S,
@@ -264,6 +268,37 @@ class Executor:
                 return base.model_copy(update={"error": ErrorInfo(type="SandboxError",
                                                                   message=str(exc))})
         return _result(base, raw)
+
+    def map(self, requests: Iterable[RunRequest | str], *, concurrency: int | None = None,
+            cache: bool | None = None) -> Iterator[tuple[int, RunResult]]:
+        """Run many requests (or code strings) concurrently; yield `(index, result)` pairs as
+        runs finish. At most `concurrency` runs are in flight (default: the executor's
+        `max_concurrency`) and the input is consumed lazily, so a generator of a million
+        requests never sits in memory at once."""
+        from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+
+        width = max(1, min(concurrency or self.max_concurrency, self.max_concurrency))
+        items = iter(enumerate(requests))
+        with ThreadPoolExecutor(width, thread_name_prefix="execbox-map") as pool:
+            pending: dict[Future[RunResult], int] = {}
+
+            def submit_next() -> bool:
+                try:
+                    index, item = next(items)
+                except StopIteration:
+                    return False
+                request = item if isinstance(item, RunRequest) else make_request(item)
+                pending[pool.submit(self.run_request, request, cache=cache)] = index
+                return True
+
+            while len(pending) < width and submit_next():
+                pass
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    index = pending.pop(future)
+                    yield index, future.result()
+                    submit_next()
 
     def approve(self, run_id: str, *, approved_by: str | None = None,
                 on_stdout: OutputCallback | None = None,

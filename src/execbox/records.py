@@ -20,6 +20,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from pydantic import BaseModel, Field
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from .contract import InputFile, RunRequest, RunResult
 from .errors import UsageError
@@ -187,8 +188,14 @@ class RunStore:
         if not rows:
             return
         have = set(conn.scalars(sa.select(blobs.c.sha256).where(blobs.c.sha256.in_(list(rows)))))
-        new = [{"sha256": k, "data": v} for k, v in rows.items() if k not in have]
-        if new:
+        # In digest order, so concurrent writers lock shared new rows in one order (no deadlock).
+        new = [{"sha256": k, "data": rows[k]} for k in sorted(rows) if k not in have]
+        if new and conn.dialect.name == "postgresql":
+            # There a concurrent writer's uncommitted row is invisible to the checks below but
+            # makes a plain INSERT wait and then fail; ON CONFLICT DO NOTHING waits and skips it.
+            conn.execute(pg_insert(blobs).on_conflict_do_nothing(index_elements=[blobs.c.sha256]),
+                         new)
+        elif new:
             try:
                 with conn.begin_nested():
                     conn.execute(blobs.insert(), new)
@@ -273,10 +280,16 @@ class RunStore:
 
     def cache_store(self, key: str, run_id: str, ttl_s: float) -> None:
         now = time.time()
+        row = {"key": key, "run_id": run_id, "created_at": now, "expires_at": now + ttl_s}
         with self.engine.begin() as conn:
+            if conn.dialect.name == "postgresql":  # concurrent delete+insert of one key collide
+                upsert = pg_insert(cache).values(**row)
+                conn.execute(upsert.on_conflict_do_update(
+                    index_elements=[cache.c.key],
+                    set_={c: upsert.excluded[c] for c in ("run_id", "created_at", "expires_at")}))
+                return
             conn.execute(cache.delete().where(cache.c.key == key))
-            conn.execute(cache.insert().values(key=key, run_id=run_id, created_at=now,
-                                               expires_at=now + ttl_s))
+            conn.execute(cache.insert().values(**row))
 
     def cache_purge_expired(self) -> int:
         with self.engine.begin() as conn:

@@ -50,12 +50,20 @@ def host_comms() -> set[str]:
     return names
 
 
-def leftover_cgroups(ex: Executor) -> list[str]:
+def leftover_cgroups(ex: Executor, grace_s: float = 3.0) -> list[str]:
+    """Run cgroups of this executor that are neither staged for a future run nor gone within
+    `grace_s` (a supervisor removes its cgroup just after sending the result)."""
     prefix = ex._host._prefix  # the run cgroups of this executor are named with it
-    left = []
-    for parent in Hierarchy.discover().parent_paths.values():
-        left += [os.path.join(parent, n) for n in os.listdir(parent) if n.startswith(prefix)]
-    return left
+    deadline = time.monotonic() + grace_s
+    while True:
+        staged = ex._host.unused_slot_names()
+        left = []
+        for parent in Hierarchy.discover().parent_paths.values():
+            left += [os.path.join(parent, n) for n in os.listdir(parent)
+                     if n.startswith(prefix) and n not in staged]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
 
 
 def assert_limit(r: RunResult, status: Status, setting: str) -> None:

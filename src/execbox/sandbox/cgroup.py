@@ -196,6 +196,7 @@ class RunCgroup:
     name: str
     dirs: dict[str, int]
     _procs_fds: list[int] = field(default_factory=list)
+    applied: tuple[int, int] | None = None
 
     @property
     def v2(self) -> bool:
@@ -205,6 +206,9 @@ class RunCgroup:
         return self.dirs["" if self.v2 else "memory"]
 
     def set_limits(self, memory_bytes: int, pids: int) -> None:
+        """Memory (RAM and swap) and pids limits; writes only what changed."""
+        if self.applied == (memory_bytes, pids):
+            return
         if self.v2:
             d = self.dirs[""]
             _write(d, "memory.max", str(memory_bytes))
@@ -212,10 +216,18 @@ class RunCgroup:
                 _write(d, "memory.swap.max", "0")
             _write(d, "pids.max", str(pids))
         else:
-            _write(self.dirs["memory"], "memory.limit_in_bytes", str(memory_bytes))
+            mem = self.dirs["memory"]
+            names = ["memory.limit_in_bytes"]
             if self.hierarchy.has_swap:
-                _write(self.dirs["memory"], "memory.memsw.limit_in_bytes", str(memory_bytes))
+                names.append("memory.memsw.limit_in_bytes")
+            try:  # lowering: the RAM limit must go first (it may not exceed RAM+swap)
+                for name in names:
+                    _write(mem, name, str(memory_bytes))
+            except OSError:  # raising: RAM+swap first
+                for name in reversed(names):
+                    _write(mem, name, str(memory_bytes))
             _write(self.dirs["pids"], "pids.max", str(pids))
+        self.applied = (memory_bytes, pids)
 
     def open_procs(self) -> list[int]:
         """Open cgroup.procs of every controller, for a child to join with `join()`."""
@@ -249,6 +261,14 @@ class RunCgroup:
             return int(_read(self._mem(), name))
         except (OSError, ValueError):
             return 0
+
+    def reset_memory_peak(self) -> None:
+        """Start the peak over (set-up of a staged slot is not the code's memory)."""
+        name = "memory.peak" if self.v2 else "memory.max_usage_in_bytes"
+        try:
+            _write(self._mem(), name, "0")
+        except OSError:  # v2 kernels before 6.12 cannot reset the peak
+            pass
 
     def oom_kills(self) -> int:
         name = "memory.events" if self.v2 else "memory.oom_control"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import queue
 import selectors
 import signal
 import socket
@@ -54,7 +55,7 @@ class ZygoteProcess:
     """A running fork server in the runtime image's interpreter."""
 
     def __init__(self, python: Path, env: dict[str, str], ro_paths: list[str],
-                 preload: list[str], ready_timeout_s: float = 60.0) -> None:
+                 preload: list[str], ready_timeout_s: float = 60.0, pool_size: int = 4) -> None:
         import execbox
 
         src = str(Path(execbox.__file__).resolve().parent.parent)
@@ -89,6 +90,8 @@ class ZygoteProcess:
         self._counter = itertools.count()
         self._lock = threading.Lock()
         self._closed = False
+        self._unused: set[str] = set()
+        self.pool = SlotPool(self, pool_size)
 
     @property
     def pid(self) -> int:
@@ -97,54 +100,85 @@ class ZygoteProcess:
     def alive(self) -> bool:
         return self._proc.poll() is None
 
-    def execute(self, request: dict[str, Any], files: list[tuple[str, bytes]], stdin: bytes,
-                output_bytes: int, backstop_s: float,
-                on_stdout: OutputCallback | None = None,
-                on_stderr: OutputCallback | None = None) -> RawRun:
-        """Run one request; raises HostError for failures of the sandbox itself."""
+    def stage(self, timeout_s: float = 30.0) -> Slot:
+        """Fork a supervisor and let it stage a run slot (cgroup, namespaces, root, init and a
+        contained program waiting for its code). Raises HostError when staging fails."""
         if self._closed:
             raise HostError("the sandbox host is closed")
-        request = dict(request, cgroup=f"{self._prefix}{next(self._counter)}")
-        request["files"] = [{"name": n, "size": len(d)} for n, d in files]
+        name = f"{self._prefix}{next(self._counter)}"
+        with self._lock:
+            self._unused.add(name)
         ctrl, ctrl_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         stdin_r, stdin_w = os.pipe()
         stdout_r, stdout_w = os.pipe()
         stderr_r, stderr_w = os.pipe()
         child_fds = [ctrl_child.fileno(), stdin_r, stdout_w, stderr_w]
-        pump: _Pump | None = None
+        slot = Slot(name, ctrl, stdin_w, stdout_r, stderr_r)
         try:
             try:
-                socket.send_fds(self._sock, [b"R"], child_fds)
+                socket.send_fds(self._sock, [name.encode()], child_fds)
             except OSError as exc:
                 raise HostError(f"the zygote is gone: {exc}") from exc
-        finally:
-            ctrl_child.close()
-            for fd in child_fds[1:]:
-                os.close(fd)
+            finally:
+                ctrl_child.close()
+                for fd in child_fds[1:]:
+                    os.close(fd)
+            ctrl.settimeout(timeout_s)
+            reader = protocol.FrameReader()
+            while True:
+                try:
+                    data = ctrl.recv(65536)
+                except OSError as exc:
+                    raise HostError(f"staging a run slot failed: {exc}") from exc
+                if not data:
+                    raise HostError("the run supervisor exited while staging")
+                for kind, payload in reader.feed(data):
+                    if kind == protocol.PID:
+                        slot.sup_pid = json.loads(payload)["pid"]
+                    elif kind == protocol.ERR:
+                        raise HostError("sandbox: " + json.loads(payload)["message"])
+                    elif kind == protocol.RDY:
+                        ctrl.settimeout(None)
+                        return slot
+        except BaseException:
+            self._release(slot)
+            raise
+
+    def _release(self, slot: Slot) -> None:
+        with self._lock:
+            self._unused.discard(slot.name)
+        slot.close()
+
+    def unused_slot_names(self) -> set[str]:
+        """Cgroup names of slots staged (or being staged) and not used yet."""
+        with self._lock:
+            return set(self._unused)
+
+    def execute(self, slot: Slot, request: dict[str, Any], files: list[tuple[str, bytes]],
+                stdin: bytes, output_bytes: int, backstop_s: float,
+                on_stdout: OutputCallback | None = None,
+                on_stderr: OutputCallback | None = None) -> RawRun:
+        """Run one request in a staged slot (used once, closed here); raises HostError for
+        failures of the sandbox itself."""
+        request = dict(request, files=[{"name": n, "size": len(d)} for n, d in files])
         try:
             try:
-                ctrl.sendall(protocol.json_frame(protocol.REQ, request))
+                slot.ctrl.sendall(protocol.json_frame(protocol.REQ, request))
                 for _name, data in files:
-                    ctrl.sendall(protocol.frame(protocol.FILE, data))
+                    slot.ctrl.sendall(protocol.frame(protocol.FILE, data))
             except OSError as exc:
                 raise HostError(f"the run supervisor did not take the request: {exc}") from exc
-            pump = _Pump(ctrl, stdin_w, stdout_r, stderr_r, stdin, output_bytes,
-                         on_stdout, on_stderr,
+            pump = _Pump(slot, stdin, output_bytes, on_stdout, on_stderr,
                          max_frame=protocol.MAX_JSON + int(request["spec"]["artifact_bytes"]))
-            stdin_w = -1  # the pump owns it now and may close it early
             return pump.run(time.monotonic() + backstop_s)
         finally:
-            # Close each descriptor exactly once: a second close could hit a number another
-            # thread has just been given.
-            ctrl.close()
-            if pump is not None:
-                pump.close_stdin()
-            for fd in (stdin_w, stdout_r, stderr_r):
-                if fd >= 0:
-                    os.close(fd)
+            self._release(slot)
 
     def close(self) -> None:
-        """Stop the zygote; runs in flight are ended by their supervisors."""
+        """Stop the zygote; staged slots are released, runs in flight end with their caller."""
+        pool = getattr(self, "pool", None)
+        if pool is not None:
+            pool.close()
         self._closed = True
         try:
             self._sock.close()
@@ -162,15 +196,105 @@ class ZygoteProcess:
                 pass
 
 
+class SlotPool:
+    """Keeps `size` run slots staged in the background, so a request never pays for forks,
+    namespaces, mounts or the cgroup. Each slot serves one run and is then gone."""
+
+    def __init__(self, zygote: ZygoteProcess, size: int) -> None:
+        self._zygote = zygote
+        self._ready: queue.Queue[Slot] = queue.Queue()
+        self._space = threading.Semaphore(size)
+        self._closed = threading.Event()
+        self._error: str | None = None
+        self._threads = [threading.Thread(target=self._fill, name=f"execbox-stage-{i}",
+                                          daemon=True) for i in range(min(size, 2))]
+        for thread in self._threads:
+            thread.start()
+
+    def _fill(self) -> None:
+        while not self._closed.is_set():
+            if not self._space.acquire(timeout=0.2):
+                continue
+            if self._closed.is_set():
+                self._space.release()
+                return
+            try:
+                slot = self._zygote.stage()
+            except HostError as exc:
+                self._error = str(exc)
+                self._space.release()
+                self._closed.wait(0.2)  # do not spin on a broken host
+                continue
+            self._error = None
+            self._ready.put(slot)
+
+    def take(self, timeout_s: float) -> Slot:
+        """A staged slot; HostError when staging keeps failing or none is ready in time."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                slot = self._ready.get(timeout=0.1)
+            except queue.Empty:
+                if self._closed.is_set():
+                    raise HostError("the sandbox host is closed") from None
+                if self._error and time.monotonic() > deadline - timeout_s + 1.0:
+                    raise HostError(f"cannot stage a run slot: {self._error}") from None
+                if time.monotonic() > deadline:
+                    raise HostError(f"no run slot was ready within {timeout_s:g} s") from None
+                continue
+            self._space.release()
+            return slot
+
+    def close(self) -> None:
+        self._closed.set()
+        for thread in self._threads:
+            thread.join(timeout=5)
+        while True:
+            try:
+                self._zygote._release(self._ready.get_nowait())
+            except queue.Empty:
+                return
+
+
+class Slot:
+    """The host's ends of one staged run slot. Each descriptor is closed exactly once: a second
+    close could hit a number another thread has just been given."""
+
+    def __init__(self, name: str, ctrl: socket.socket, stdin_w: int, stdout_r: int,
+                 stderr_r: int) -> None:
+        self.name = name  # of the slot's cgroup
+        self.ctrl = ctrl
+        self.stdin_w = stdin_w
+        self.stdout_r = stdout_r
+        self.stderr_r = stderr_r
+        self.sup_pid = 0
+
+    def close_stdin(self) -> None:
+        if self.stdin_w >= 0:
+            os.close(self.stdin_w)
+            self.stdin_w = -1
+
+    def close(self) -> None:
+        """Release the slot; an unused one is torn down by its supervisor."""
+        self.ctrl.close()
+        self.close_stdin()
+        for name in ("stdout_r", "stderr_r"):
+            fd = getattr(self, name)
+            if fd >= 0:
+                os.close(fd)
+                setattr(self, name, -1)
+
+
 class _Pump:
     """Moves bytes between the host and one run until the supervisor reports."""
 
-    def __init__(self, ctrl: socket.socket, stdin_w: int, stdout_r: int, stderr_r: int,
-                 stdin: bytes, cap: int, on_stdout: OutputCallback | None,
+    def __init__(self, slot: Slot, stdin: bytes, cap: int, on_stdout: OutputCallback | None,
                  on_stderr: OutputCallback | None, max_frame: int) -> None:
+        self.slot = slot
+        ctrl, stdout_r, stderr_r = slot.ctrl, slot.stdout_r, slot.stderr_r
         self.ctrl = ctrl
         self.stdin = memoryview(stdin)
-        self.stdin_w = stdin_w
+        self.stdin_w = slot.stdin_w
         self.cap = cap
         self.out = {stdout_r: bytearray(), stderr_r: bytearray()}
         self.truncated = {stdout_r: False, stderr_r: False}
@@ -180,7 +304,7 @@ class _Pump:
         self.meta: dict[str, Any] | None = None
         self.error: str | None = None
         self.arts: list[bytes] = []
-        self.sup_pid = 0
+        self.sup_pid = slot.sup_pid
         self.kill_sent = False
 
     def run(self, backstop: float) -> RawRun:
@@ -195,8 +319,11 @@ class _Pump:
             sel.register(self.stdin_w, selectors.EVENT_WRITE)
         else:
             self.close_stdin()
+        outputs = {self.stdout_r, self.stderr_r}
         try:
             while sel.get_map():
+                if self._complete() and not outputs & set(sel.get_map()):
+                    break  # the result is in and output has ended: teardown is not our wait
                 left = backstop - time.monotonic()
                 if left <= 0:
                     self._kill_supervisor()
@@ -222,10 +349,14 @@ class _Pump:
                       bytes(self.out[self.stderr_r]), self.truncated[self.stdout_r],
                       self.truncated[self.stderr_r])
 
+    def _complete(self) -> bool:
+        if self.error is not None:
+            return True
+        return self.meta is not None and len(self.arts) >= len(self.meta.get("artifacts", []))
+
     def close_stdin(self) -> None:
-        if self.stdin_w >= 0:
-            os.close(self.stdin_w)
-            self.stdin_w = -1
+        self.slot.close_stdin()
+        self.stdin_w = -1
 
     def _feed(self, sel: selectors.BaseSelector) -> None:
         try:

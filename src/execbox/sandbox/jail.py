@@ -137,7 +137,19 @@ def _bind_ro(source: str, target: str) -> None:
     _linux.mount("none", target, None, ro)
 
 
-def build_root(cfg: JailConfig, spec: RunSpec) -> None:
+# The scratch mounts: (path inside the jail, extra mount flags). A slot is staged with the
+# default sizes; `size_scratch` resizes them when a request asks for other limits.
+SCRATCH = (("/workspace", 0), ("/tmp", 0), ("/dev/shm", _linux.MS_NOEXEC))
+STAGED_DISK_BYTES = 100 << 20  # Limits().disk_mib
+
+
+def scratch_sizes(disk_bytes: int, input_bytes: int = 0, input_count: int = 0) -> dict[str, int]:
+    """Inputs live in the workspace too: it gets room beyond the writable allowance."""
+    return {"/workspace": disk_bytes + input_bytes + 8192 * (input_count + 1),
+            "/tmp": disk_bytes, "/dev/shm": disk_bytes}
+
+
+def build_root(cfg: JailConfig) -> None:
     """Assemble the run's filesystem under STAGING; nothing of the host is writable in it."""
     r = STAGING
     with step("mount root tmpfs"):
@@ -165,22 +177,35 @@ def build_root(cfg: JailConfig, spec: RunSpec) -> None:
                              ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
             os.symlink(target, f"{r}/dev/{name}")
         os.mkdir(f"{r}/dev/shm")
-        _tmpfs(f"{r}/dev/shm", spec.disk_bytes, 0o1777, _linux.MS_NOEXEC)
+        sizes = scratch_sizes(STAGED_DISK_BYTES)
+        _tmpfs(f"{r}/dev/shm", sizes["/dev/shm"], 0o1777, _linux.MS_NOEXEC)
     with step("mount /workspace and /tmp"):
         os.mkdir(f"{r}/workspace")
-        # Inputs live in the workspace too; give them room beyond the writable allowance.
-        room = spec.disk_bytes + spec.input_bytes + 8192 * (spec.input_count + 1)
-        _tmpfs(f"{r}/workspace", room, 0o1777)
+        _tmpfs(f"{r}/workspace", sizes["/workspace"], 0o1777)
         os.mkdir(f"{r}/tmp")
-        _tmpfs(f"{r}/tmp", spec.disk_bytes, 0o1777)
+        _tmpfs(f"{r}/tmp", sizes["/tmp"], 0o1777)
         os.mkdir(f"{r}/proc")
 
 
+def size_scratch(spec: RunSpec) -> None:
+    """Give /workspace, /tmp and /dev/shm the request's sizes (called inside the jail's root);
+    mounts already at the right size are left alone."""
+    staged = scratch_sizes(STAGED_DISK_BYTES)
+    wanted = scratch_sizes(spec.disk_bytes, spec.input_bytes, spec.input_count)
+    with step("size scratch mounts"):
+        for path, extra in SCRATCH:
+            if wanted[path] != staged[path]:
+                _linux.mount("tmpfs", path, "tmpfs",
+                             _linux.MS_REMOUNT | _linux.MS_NOSUID | _linux.MS_NODEV | extra,
+                             f"size={wanted[path]}")
+
+
 def place_inputs(files: list[tuple[str, bytes]]) -> set[tuple[int, int]]:
-    """Write inputs root-owned and read-only; the sticky /workspace stops their removal."""
+    """Write inputs root-owned and read-only; the sticky /workspace stops their removal.
+    Called inside the jail's root."""
     ids = set()
     with step("place input files"):
-        base = f"{STAGING}/workspace"
+        base = "/workspace"
         for name, data in files:
             parts = name.split("/")
             d = base

@@ -2,8 +2,9 @@
 
 A frame is a 4-byte kind, an 8-byte big-endian length and the payload. Kinds:
   host -> supervisor: REQ (JSON request), FILE (one input file's bytes, in REQ order), KILL (reason)
-  supervisor -> host: PID (supervisor pid, JSON), RES (JSON result), ART (one artifact's bytes,
-  in RES order), ERR (JSON sandbox error)
+  supervisor -> host: PID (supervisor pid, JSON), RDY (the slot is staged and waits for its
+  request), RES (JSON result), ART (one artifact's bytes, in RES order), ERR (JSON sandbox
+  error)
 
 Standard library only: both the executor and the zygote import this.
 """
@@ -18,7 +19,7 @@ from typing import Any
 HEADER = struct.Struct("!4sQ")
 
 REQ, FILE, KILL = b"REQ ", b"FILE", b"KILL"
-PID, RES, ART, ERR = b"PID ", b"RES ", b"ART ", b"ERR "
+PID, RDY, RES, ART, ERR = b"PID ", b"RDY ", b"RES ", b"ART ", b"ERR "
 
 MAX_JSON = 64 * 1024 * 1024
 

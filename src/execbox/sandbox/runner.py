@@ -90,7 +90,7 @@ def _exit_code(exc: SystemExit) -> int:
     return 1
 
 
-def run(code: str, err_fd: int, src_paths: list[str]) -> None:
+def run(code: str, err_fd: int, src_paths: list[str], done_fd: int, token: bytes) -> None:
     """Execute `code`; never returns (the process exits with the program's status)."""
     _rebind_stdio()
     my_pid = os.getpid()
@@ -114,7 +114,7 @@ def run(code: str, err_fd: int, src_paths: list[str]) -> None:
             "column": getattr(exc, "offset", None),
             "traceback": text,
         })
-        _finish(1)
+        _finish(1, done_fd, my_pid, token)
     try:
         exec(compiled, main.__dict__)
         _run_pending_signal_handlers()
@@ -138,7 +138,7 @@ def run(code: str, err_fd: int, src_paths: list[str]) -> None:
                 "traceback": text,
             })
         status = 1
-    _finish(status)
+    _finish(status, done_fd, my_pid, token)
 
 
 def _run_pending_signal_handlers() -> None:
@@ -147,8 +147,11 @@ def _run_pending_signal_handlers() -> None:
     are raised here, inside the code's try block, and not later in our shutdown."""
 
 
-def _finish(status: int) -> None:
-    """Shut down like the interpreter does: join threads, run atexit, flush, exit."""
+def _finish(status: int, done_fd: int, main_pid: int, token: bytes) -> None:
+    """Shut down like the interpreter does (join threads, run atexit, flush), then report the
+    exit status and exit. The report comes before the exit because tearing down a forked
+    interpreter takes milliseconds the caller need not wait for; closing stdout and stderr
+    first lets the caller see their end at once."""
     import atexit
     import threading
 
@@ -166,4 +169,14 @@ def _finish(status: int) -> None:
         except BaseException:  # noqa: BLE001 - as CPython: a failed flush gives status 120
             if status == 0:
                 status = 120
+    for fd in (0, 1, 2):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    if os.getpid() == main_pid:  # a forked child's exit is not the program's
+        try:
+            os.write(done_fd, token + bytes([status & 0xFF]))
+        except OSError:
+            pass
     os._exit(status)

@@ -15,11 +15,14 @@ import os
 import select
 import signal
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from . import _linux, artifacts, jail, protocol, runner
 from .cgroup import Hierarchy, RunCgroup
+
+STAGED_MEMORY_BYTES = 512 << 20  # Limits().memory_mib
+STAGED_PIDS = 64  # Limits().pids
 
 
 class Zygote:
@@ -31,7 +34,7 @@ class Zygote:
         self.src_paths = src_paths
 
 
-def serve(z: Zygote, fds: list[int]) -> None:
+def serve(z: Zygote, fds: list[int], cgroup_name: str) -> None:
     """Entry point of the supervisor process; never returns."""
     ctrl, stdin_r, stdout_w, stderr_w = fds
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -40,7 +43,7 @@ def serve(z: Zygote, fds: list[int]) -> None:
     code = 0
     try:
         os.write(ctrl, protocol.json_frame(protocol.PID, {"pid": os.getpid()}))
-        Supervisor(z, ctrl, stdin_r, stdout_w, stderr_w).run()
+        Supervisor(z, ctrl, stdin_r, stdout_w, stderr_w, cgroup_name).run()
     except BaseException as exc:  # noqa: BLE001 - report everything, then exit
         code = 1
         try:
@@ -51,15 +54,25 @@ def serve(z: Zygote, fds: list[int]) -> None:
 
 
 class Supervisor:
-    def __init__(self, z: Zygote, ctrl: int, stdin_r: int, stdout_w: int, stderr_w: int) -> None:
+    """One run slot: staged before its request arrives, used once, then gone."""
+
+    def __init__(self, z: Zygote, ctrl: int, stdin_r: int, stdout_w: int, stderr_w: int,
+                 cgroup_name: str) -> None:
         self.z = z
+        self.cgroup_name = cgroup_name
         self.ctrl = ctrl
         self.stdio = (stdin_r, stdout_w, stderr_w)
         self.cg: RunCgroup | None = None
         self.init_pid = 0
 
     def run(self) -> None:
-        kind, payload = protocol.read_frame(self.ctrl)
+        self._stage()
+        protocol.send_all(self.ctrl, protocol.json_frame(protocol.RDY, {}))
+        try:
+            kind, payload = protocol.read_frame(self.ctrl)
+        except EOFError:  # the host closed an idle slot
+            self._cleanup()
+            return
         if kind != protocol.REQ:
             raise jail.JailError(f"protocol: expected a request, got {kind!r}")
         req = json.loads(payload)
@@ -71,139 +84,168 @@ class Supervisor:
             files.append((meta["name"], data))
         spec = jail.RunSpec(**req["spec"])
         try:
-            result = self._contain_and_run(req, spec, files)
-        finally:
+            result = self._execute(req["code"], spec, files)
+        except BaseException:
             self._cleanup()
+            raise
         frames = [protocol.json_frame(protocol.RES, result["meta"])]
         frames += [protocol.frame(protocol.ART, a.data) for a in result["artifacts"]]
         for f in frames:
             protocol.send_all(self.ctrl, f)
+        self._cleanup()  # after the result: the caller does not wait for teardown
 
     def _cleanup(self) -> None:
         if self.init_pid:
             try:
                 os.kill(self.init_pid, signal.SIGKILL)
                 os.waitpid(self.init_pid, 0)
-            except ChildProcessError:
+            except (ChildProcessError, ProcessLookupError):
                 pass
-            except ProcessLookupError:
-                pass
+            self.init_pid = 0
         if self.cg is not None:
             with jail.step("remove cgroup"):
                 self.cg.remove()
+            self.cg = None
 
-    def _contain_and_run(self, req: dict[str, Any], spec: jail.RunSpec,
-                         files: list[tuple[str, bytes]]) -> dict[str, Any]:
-        cfg = self.z.cfg
-        marks = [("start", time.monotonic())]
+    def _stage(self) -> None:
+        """Everything that does not depend on the request: cgroup, namespaces, root, init, and
+        the program process waiting, already contained, for its code."""
         with jail.step("create cgroup"):
-            self.cg = self.z.hierarchy.create(req["cgroup"])
-            self.cg.set_limits(spec.memory_bytes, spec.pids)
+            self.cg = self.z.hierarchy.create(self.cgroup_name)
+            # Staged under the default limits; a request that asks for others changes them.
+            self.cg.set_limits(STAGED_MEMORY_BYTES, STAGED_PIDS)
             self.cg.open_procs()
-        marks.append(("cgroup", time.monotonic()))
         jail.unshare_namespaces()
-        marks.append(("unshare", time.monotonic()))
-        jail.build_root(cfg, spec)
-        marks.append(("root", time.monotonic()))
-        inputs = jail.place_inputs(files)
-        del files
+        jail.build_root(self.z.cfg)
         jail.enter_root()
-        marks.append(("pivot", time.monotonic()))
-
-        err_r, err_w = os.pipe()  # the program's structured error (the program can write it)
-        setup_r, setup_w = os.pipe()  # set-up failures; closed before the code starts
-        status_r, status_w = os.pipe()
-        started = time.monotonic()
+        self.err_r, err_w = os.pipe()  # the program's structured error (it can write there)
+        self.setup_r, setup_w = os.pipe()  # set-up failures; closed before the code starts
+        self.status_r, status_w = os.pipe()  # init reports the program's wait status
+        go_r, self.go_w = os.pipe()  # the code and its settings, when the request comes
+        self.done_r, done_w = os.pipe()  # the program reports its exit before tearing down
         pid = os.fork()
         if pid == 0:
-            os.close(status_r)
-            os.close(err_r)
-            os.close(setup_r)
-            self._init(spec, req["code"], err_w, setup_w, status_w)
+            for fd in (self.status_r, self.err_r, self.setup_r, self.go_w, self.done_r):
+                os.close(fd)
+            self._init(_ProgramFds(go_r, err_w, setup_w, done_w), status_w)
         self.init_pid = pid
         self.cg.close_procs()
-        for fd in (err_w, setup_w, status_w, *self.stdio):
+        for fd in (err_w, setup_w, status_w, go_r, done_w, *self.stdio):
             os.close(fd)
-        killed = self._supervise(pid, started, spec)
-        os.waitpid(pid, 0)
-        self.init_pid = 0
-        wall_ms = (time.monotonic() - started) * 1000
-        marks.append(("init_exit", time.monotonic()))
 
-        wait_status, init_error = _read_status(status_r)
-        user_error = _clean_error(_read_json(err_r))
-        setup_error = os.read(setup_r, 65536).decode("utf-8", "replace")
-        for fd in (status_r, err_r, setup_r):
-            os.close(fd)
+    def _execute(self, code: str, spec: jail.RunSpec,
+                 files: list[tuple[str, bytes]]) -> dict[str, Any]:
+        assert self.cg is not None
+        with jail.step("apply limits"):
+            self.cg.set_limits(spec.memory_bytes, spec.pids)
+        jail.size_scratch(spec)
+        inputs = jail.place_inputs(files)
+        del files
+        self.cg.reset_memory_peak()
+        cpu_base = self.cg.cpu_ns()
+        # The exit report must carry this token: bytes a program writes blindly into its
+        # inherited descriptors cannot end its run early.
+        self.done_token = os.urandom(16).hex().encode()
+        go = json.dumps({"code": code, "spec": asdict(spec),
+                         "token": self.done_token.decode()}).encode()
+        started = time.monotonic()
+        try:
+            protocol.send_all(self.go_w, protocol.frame(protocol.REQ, go))
+        except BrokenPipeError:
+            pass  # the program died during set-up; init's report says why
+        os.close(self.go_w)
+        killed, reported = self._supervise(self.init_pid, started, spec)
+        wall_ms = (time.monotonic() - started) * 1000
+        wait_status: int | None = reported
+        init_error: str | None = None
+        if reported is not None:
+            os.kill(self.init_pid, signal.SIGKILL)  # the program is done: end the rest now
+        else:
+            os.waitpid(self.init_pid, 0)
+            self.init_pid = 0
+            wait_status, init_error = _read_status(self.status_r)
+        user_error = _clean_error(_parse_json(_read_available(self.err_r)))
+        setup_error = _read_available(self.setup_r).decode("utf-8", "replace")
         if init_error:
             raise jail.JailError(init_error)
         if setup_error:
             raise jail.JailError(setup_error)
 
         oom = self.cg.oom_kills()
-        cpu_ms = self.cg.cpu_ns() / 1e6
+        cpu_ms = (self.cg.cpu_ns() - cpu_base) / 1e6
         mem_peak = self.cg.memory_peak()
-        full = [p for p in ("/workspace", "/tmp", "/dev/shm") if _is_full(p)]
+        full = [p for p, _ in jail.SCRATCH if _is_full(p)]
         collected, art_truncated = artifacts.collect(
             "/workspace", inputs, spec.artifact_files, spec.artifact_bytes
         )
-        marks.append(("collect", time.monotonic()))
         meta = classify(spec, killed, wait_status, user_error, oom, cpu_ms, full)
         meta.update(
             metrics={"wall_ms": round(wall_ms, 3), "cpu_ms": round(cpu_ms, 3),
                      "memory_peak_bytes": mem_peak},
             artifacts=[{k: v for k, v in asdict(a).items() if k != "data"} for a in collected],
             artifacts_truncated=art_truncated,
-            phases_ms={name: round((t - marks[i][1]) * 1000, 3)
-                       for i, (name, t) in enumerate(marks[1:])},
         )
         return {"meta": meta, "artifacts": collected}
 
-    def _supervise(self, pid: int, started: float, spec: jail.RunSpec) -> str | None:
-        """Wait for init to exit; kill it on wall time, CPU time or a host request."""
+    def _supervise(self, pid: int, started: float,
+                   spec: jail.RunSpec) -> tuple[str | None, int | None]:
+        """Wait for the program to report its exit or for init to exit; kill init on wall time,
+        CPU time or a host request. Returns (why it was killed, the program's reported wait
+        status)."""
+        assert self.cg is not None
         pidfd = os.pidfd_open(pid)
         poller = select.poll()
-        poller.register(pidfd, select.POLLIN)
-        poller.register(self.ctrl, select.POLLIN)
+        for fd in (pidfd, self.ctrl, self.done_r):
+            poller.register(fd, select.POLLIN)
         deadline = started + spec.timeout_s
         cpu_limit_ns = spec.cpu_s * 1e9
+        cpu_base = self.cg.cpu_ns()
         ncpu = max(1, len(os.sched_getaffinity(0)))
         next_cpu_check = started + spec.cpu_s / ncpu
         killed: str | None = None
+        done = b""
         try:
             while True:
                 now = time.monotonic()
                 if now >= deadline:
                     killed = "timeout"
                 elif now >= next_cpu_check:
-                    used = self.cg.cpu_ns() if self.cg else 0
+                    used = self.cg.cpu_ns() - cpu_base
                     if used >= cpu_limit_ns:
                         killed = "cpu_limit"
                     else:
                         next_cpu_check = now + max(0.01, (cpu_limit_ns - used) / 1e9 / ncpu)
                 if killed:
-                    break
+                    return killed, None
                 wait_s = min(deadline, next_cpu_check) - now
-                events = poller.poll(max(1, int(wait_s * 1000) + 1))
-                if any(fd == pidfd for fd, _ in events):
-                    return None
-                if any(fd == self.ctrl for fd, _ in events):
-                    try:
-                        kind, payload = protocol.read_frame(self.ctrl, max_len=4096)
-                    except EOFError:
-                        killed = "host_gone"
-                        break
-                    if kind == protocol.KILL:
-                        killed = payload.decode()
-                        break
+                for fd, _ in poller.poll(max(1, int(wait_s * 1000) + 1)):
+                    if fd == self.done_r:
+                        data = _read_available(fd)
+                        if not data:
+                            poller.unregister(fd)  # closed without a report: wait for init
+                            continue
+                        done += data
+                        at = done.find(self.done_token)
+                        if at >= 0 and len(done) > at + len(self.done_token):
+                            return None, done[at + len(self.done_token)] << 8
+                    elif fd == pidfd:
+                        return None, None
+                    elif fd == self.ctrl:
+                        try:
+                            kind, payload = protocol.read_frame(self.ctrl, max_len=4096)
+                        except EOFError:
+                            killed = "host_gone"
+                        else:
+                            if kind == protocol.KILL:
+                                killed = payload.decode()
+                        if killed:
+                            return killed, None
         finally:
             if killed:
                 os.kill(pid, signal.SIGKILL)
             os.close(pidfd)
-        return killed
 
-    def _init(self, spec: jail.RunSpec, code: str, err_w: int, setup_w: int,
-              status_w: int) -> None:
+    def _init(self, fds: _ProgramFds, status_w: int) -> None:
         """pid 1 of the run's pid namespace. Never returns."""
         try:
             _linux.prctl(_linux.PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -213,10 +255,9 @@ class Supervisor:
                 self.cg.close_procs()
             jail.unshare_cgroup_namespace()
             jail.mount_proc()
-            stdin_r, stdout_w, stderr_w = self.stdio
             pid = os.fork()
             if pid == 0:
-                _program(self.z, spec, code, stdin_r, stdout_w, stderr_w, err_w, setup_w)
+                _program(self.z, self.stdio, fds)
             jail.close_fds_except([status_w])
             jail.drop_privileges(jail.INIT_UID, self.z.cfg.cap_last_cap)
             jail.load_seccomp(self.z.cfg)
@@ -235,25 +276,60 @@ class Supervisor:
                 os._exit(0)
 
 
-def _program(z: Zygote, spec: jail.RunSpec, code: str, stdin_r: int, stdout_w: int,
-             stderr_w: int, err_w: int, setup_w: int) -> None:
-    """The user's process: contain, then run the code. Never returns."""
+@dataclass
+class _ProgramFds:
+    go_r: int  # the code and its settings arrive here
+    err_w: int  # structured error of the code
+    setup_w: int  # set-up failures (closed before the code starts)
+    done_w: int  # the exit status, reported before the process tears down
+
+
+def _program(z: Zygote, stdio: tuple[int, int, int], fds: _ProgramFds) -> None:
+    """The user's process: contain, wait for the code, run it. Never returns."""
     try:
-        jail.setup_stdio(stdin_r, stdout_w, stderr_w, keep=[err_w, setup_w])
-        jail.set_rlimits(spec)
+        jail.setup_stdio(*stdio, keep=[fds.go_r, fds.err_w, fds.setup_w, fds.done_w])
         with jail.step("enter /workspace"):
             os.chdir("/workspace")
         jail.drop_privileges(jail.SANDBOX_UID, z.cfg.cap_last_cap)
-        jail.set_environment(spec.env)
+        jail.set_environment({})
         with jail.step("reseed random state"):
             runner.reseed()
         os.umask(0o022)
         jail.load_seccomp(z.cfg)
     except BaseException as exc:  # noqa: BLE001
-        _write_quiet(setup_w, f"program set-up: {exc}".encode())
+        _write_quiet(fds.setup_w, f"program set-up: {exc}".encode())
         os._exit(127)
-    os.close(setup_w)
-    runner.run(code, err_w, z.src_paths)
+    # Staged: from here on the process is fully contained and waits for its request.
+    try:
+        kind, payload = protocol.read_frame(fds.go_r)
+    except (EOFError, OSError):
+        os._exit(0)  # the slot was closed unused
+    try:
+        go = json.loads(payload)
+        spec = jail.RunSpec(**go["spec"])
+        jail.set_rlimits(spec)
+        jail.set_environment(spec.env)
+    except BaseException as exc:  # noqa: BLE001
+        _write_quiet(fds.setup_w, f"program set-up: {exc}".encode())
+        os._exit(127)
+    os.close(fds.go_r)
+    os.close(fds.setup_w)
+    runner.run(go["code"], fds.err_w, z.src_paths, fds.done_w, go["token"].encode())
+
+
+def _read_available(fd: int) -> bytes:
+    """What is in the pipe now, without waiting for its writers to close it."""
+    os.set_blocking(fd, False)
+    chunks = []
+    try:
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    except BlockingIOError:
+        pass
+    return b"".join(chunks)
 
 
 def _write_quiet(fd: int, data: bytes) -> None:
@@ -263,17 +339,11 @@ def _write_quiet(fd: int, data: bytes) -> None:
         pass
 
 
-def _read_json(fd: int) -> dict[str, Any] | None:
-    data = b""
-    while len(data) < 128 * 1024:
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            break
-        data += chunk
+def _parse_json(data: bytes) -> dict[str, Any] | None:
     if not data:
         return None
     try:
-        obj = json.loads(data.decode("utf-8", "replace"))
+        obj = json.loads(data[: 128 * 1024].decode("utf-8", "replace"))
     except ValueError:
         return None
     return obj if isinstance(obj, dict) else None
@@ -294,7 +364,7 @@ def _clean_error(obj: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def _read_status(fd: int) -> tuple[int | None, str | None]:
-    obj = _read_json(fd) or {}
+    obj = _parse_json(_read_available(fd)) or {}
     status = obj.get("status")
     return (status if isinstance(status, int) else None), obj.get("error")
 

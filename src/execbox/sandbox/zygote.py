@@ -4,8 +4,8 @@ then only forks: one supervisor per request. It never runs user code and never s
 content (the supervisor reads that from its own control socket).
 
 Protocol on the socket whose fd is argv[1] (SOCK_SEQPACKET): the host sends the options (JSON), the zygote answers with
-one READY message (JSON); each message it receives carries four descriptors (control socket, stdin, stdout,
-stderr of one run) and starts one run. End of file ends the zygote.
+one READY message (JSON); each message it receives names a cgroup and carries four descriptors (control socket, stdin,
+stdout, stderr of one run slot) and starts one supervisor, which stages the slot. End of file ends the zygote.
 Standard library only.
 """
 
@@ -74,7 +74,7 @@ def main(sock: socket.socket, options: dict[str, Any]) -> None:
         pid = os.fork()
         if pid == 0:
             sock.detach()
-            supervisor.serve(z, fds)
+            supervisor.serve(z, fds, msg.decode("ascii", "replace"))
         for fd in fds:
             os.close(fd)
 

