@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 import execbox
@@ -81,3 +83,41 @@ def test_one_shot_run_function() -> None:
     except SandboxUnavailable as exc:
         pytest.skip(f"SANDBOX UNAVAILABLE: {exc}")
     assert r.stdout == "once\n"
+
+
+def test_back_pressure_refuses_callers_beyond_the_queue(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from execbox import Overloaded
+
+    with Executor(cache=False, max_concurrency=1, max_queue=1, pool_size=1) as ex:
+        started = threading.Event()
+        results: list[object] = []
+
+        def slow() -> None:
+            started.set()
+            results.append(ex.run("import time; time.sleep(1.5)"))
+
+        def waiting() -> None:
+            results.append(ex.run("print('queued')"))
+
+        first = threading.Thread(target=slow)
+        first.start()
+        started.wait()
+        time.sleep(0.3)  # the slow run holds the only turn
+        second = threading.Thread(target=waiting)
+        second.start()
+        time.sleep(0.3)  # the second caller is now the one allowed waiter
+        with pytest.raises(Overloaded, match="max_queue"):
+            ex.run("print('refused')")
+        first.join()
+        second.join()
+    assert len(results) == 2 and all(getattr(r, "status", None) is Status.ok for r in results)
+
+
+def test_map_yields_every_result_once_as_runs_finish(executor: Executor) -> None:
+    codes = [f"import time; time.sleep({0.3 if i == 0 else 0}); print({i})" for i in range(12)]
+    order = [(i, r.stdout) for i, r in executor.map(codes, concurrency=4)]
+    assert sorted(order) == [(i, f"{i}\n") for i in range(12)]
+    position = [i for i, _ in order].index(0)
+    assert position >= 6, order  # the slow first run does not hold up the ones after it

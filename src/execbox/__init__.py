@@ -23,6 +23,7 @@ __all__ = [
     "InputFile",
     "Limits",
     "Metrics",
+    "Overloaded",
     "RunRequest",
     "RunResult",
     "SandboxError",
@@ -44,6 +45,7 @@ _WHERE = {
     "Executor": "executor",
     "run": "executor",
     "ExecboxError": "errors",
+    "Overloaded": "errors",
     "SandboxError": "errors",
     "SandboxUnavailable": "errors",
     "UsageError": "errors",
@@ -60,7 +62,7 @@ if TYPE_CHECKING:
         RunResult,
         Status,
     )
-    from .errors import ExecboxError, SandboxError, SandboxUnavailable, UsageError
+    from .errors import ExecboxError, Overloaded, SandboxError, SandboxUnavailable, UsageError
     from .executor import Executor, run
 
 

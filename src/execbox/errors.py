@@ -23,3 +23,7 @@ class SandboxUnavailable(ExecboxError):
 
 class SandboxError(ExecboxError):
     """The sandbox itself failed while running code (execbox's fault, never the code's)."""
+
+
+class Overloaded(ExecboxError):
+    """Too many runs are waiting for this executor; try again later (back-pressure)."""

@@ -33,7 +33,7 @@ from .contract import (
     RunResult,
     Status,
 )
-from .errors import SandboxUnavailable, UsageError
+from .errors import Overloaded, SandboxUnavailable, UsageError
 from .image import Image
 from .records import PolicyInfo, RunStore
 from .redact import Redactor
@@ -85,14 +85,18 @@ class Executor:
     """
 
     def __init__(self, *, image: Image | None = None, max_concurrency: int | None = None,
-                 pool_size: int | None = None,
+                 pool_size: int | None = None, max_queue: int = 1024,
+                 queue_timeout_s: float = 300.0,
                  profiles: Path | Mapping[str, policy_mod.Profile] | None = None,
                  records: RunStore | str | None = None, cache: bool = True,
                  cache_ttl_s: float = DEFAULT_TTL_S, secrets: Iterable[str] = ()) -> None:
         """`profiles`: a TOML file or loaded profiles (default: the shipped ones, or the file in
         EXECBOX_PROFILES). `records`: a RunStore or database URL (default: SQLite under the
         data directory). `cache`: whether runs use the result cache unless a call says
-        otherwise. `secrets`: values redacted from every result and record."""
+        otherwise. `secrets`: values redacted from every result and record.
+        Concurrency: at most `max_concurrency` runs at once, `pool_size` slots staged ahead;
+        at most `max_queue` callers wait for a turn, each at most `queue_timeout_s`; past
+        either, `run` raises `Overloaded` instead of queueing without bound."""
         self.profiles = (dict(profiles) if isinstance(profiles, Mapping)
                          else policy_mod.load_profiles(profiles))
         self.store = records if isinstance(records, RunStore) else RunStore(records)
@@ -107,7 +111,7 @@ class Executor:
         self.image = image or Image.load()
         self.max_concurrency = max_concurrency or 4 * (os.cpu_count() or 1)
         self.pool_size = max(1, pool_size or min(self.max_concurrency, 2 * (os.cpu_count() or 1)))
-        self._slots = threading.BoundedSemaphore(self.max_concurrency)
+        self._admission = _Admission(self.max_concurrency, max_queue, queue_timeout_s)
         self._lock = threading.Lock()
         self._closed = False
         self._host = self._start_host()
@@ -254,7 +258,7 @@ class Executor:
             "input_bytes": sum(len(f.data) for f in request.files),
             "input_count": len(request.files),
         }
-        with self._slots:
+        with self._admission:
             try:
                 raw = host.execute(
                     host.pool.take(SLOT_WAIT_S),
@@ -345,6 +349,36 @@ class Executor:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+
+class _Admission:
+    """At most `limit` runs at once and at most `max_waiting` callers waiting for a turn."""
+
+    def __init__(self, limit: int, max_waiting: int, timeout_s: float) -> None:
+        self._sem = threading.BoundedSemaphore(limit)
+        self._lock = threading.Lock()
+        self._waiting = 0
+        self._max_waiting = max_waiting
+        self._timeout_s = timeout_s
+
+    def __enter__(self) -> None:
+        if self._sem.acquire(blocking=False):
+            return
+        with self._lock:
+            if self._waiting >= self._max_waiting:
+                raise Overloaded(f"{self._waiting} runs are already waiting (max_queue="
+                                 f"{self._max_waiting}); retry later or raise max_queue")
+            self._waiting += 1
+        try:
+            if not self._sem.acquire(timeout=self._timeout_s):
+                raise Overloaded(f"no run slot within {self._timeout_s:g} s "
+                                 "(queue_timeout_s); retry later")
+        finally:
+            with self._lock:
+                self._waiting -= 1
+
+    def __exit__(self, *exc: object) -> None:
+        self._sem.release()
 
 
 class ReplayReport(BaseModel):
