@@ -73,6 +73,9 @@ cache = sa.Table(
 )
 
 
+_INSERT_RUN = runs.insert()  # one statement object: SQLAlchemy compiles it once
+
+
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -180,7 +183,7 @@ class RunStore:
         }
         with self.engine.begin() as conn:
             self._put_blobs(conn, blob_rows)
-            conn.execute(runs.insert().values(**row))
+            conn.execute(_INSERT_RUN, row)
             if art_rows:
                 conn.execute(artifact_blobs.insert(), art_rows)
 
