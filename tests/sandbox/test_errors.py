@@ -389,3 +389,19 @@ def test_junk_in_inherited_pipes_only_changes_the_programs_own_outcome(jailed: E
     assert r.metrics.wall_ms < 2000
     again = jailed.run("print('next')")
     assert again.status is Status.ok and again.stdout == "next\n"
+
+
+def test_signals_behave_normally_even_when_the_host_ignores_them() -> None:
+    # A background job inherits SIGINT and SIGQUIT ignored; the code must not.
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with Executor(cache=False) as ex:
+            r = ex.run("import os, signal\nos.kill(os.getpid(), signal.SIGINT)\n")
+            q = ex.run("import os, signal\nos.kill(os.getpid(), signal.SIGQUIT)\n")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert r.status is Status.error and r.error is not None
+    assert r.error.type == "KeyboardInterrupt"
+    assert q.status is Status.error and q.signal == "SIGQUIT"

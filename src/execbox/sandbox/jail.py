@@ -306,6 +306,25 @@ def drop_privileges(uid: int, cap_last_cap: int) -> None:
         _linux.prctl(_linux.PR_SET_NO_NEW_PRIVS, 1)
 
 
+def reset_signals() -> None:
+    """Dispositions and mask as a fresh interpreter has them, whatever the host started us with
+    (a background job, say, inherits SIGINT ignored and would pass that on to the code)."""
+    import signal
+
+    with step("reset signal dispositions"):
+        for sig in signal.valid_signals():
+            if sig in (signal.SIGKILL, signal.SIGSTOP):
+                continue
+            try:
+                signal.signal(sig, signal.SIG_DFL)
+            except (OSError, ValueError):  # signals reserved by the C library
+                pass
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+
+
 def set_environment(env: dict[str, str]) -> None:
     with step("set environment"):
         os.environ.clear()

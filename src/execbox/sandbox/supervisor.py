@@ -288,6 +288,7 @@ def _program(z: Zygote, stdio: tuple[int, int, int], fds: _ProgramFds) -> None:
     """The user's process: contain, wait for the code, run it. Never returns."""
     try:
         jail.setup_stdio(*stdio, keep=[fds.go_r, fds.err_w, fds.setup_w, fds.done_w])
+        jail.reset_signals()
         with jail.step("enter /workspace"):
             os.chdir("/workspace")
         jail.drop_privileges(jail.SANDBOX_UID, z.cfg.cap_last_cap)
