@@ -926,6 +926,12 @@ def _describe_process(pid: int) -> str:
 
 
 def test_500_runs_leave_no_cgroups_processes_mounts_or_descriptors(executor: Executor) -> None:
+    # An executor of its own, so no other test's runs share its pool.
+    with Executor(cache=False) as own:
+        _check_500_runs_leave_nothing(own)
+
+
+def _check_500_runs_leave_nothing(executor: Executor) -> None:
     # With pre-staged slots, what may exist between runs is exactly the staged pool: one
     # cgroup name and one supervisor per waiting slot. Everything of a finished run is gone.
     hier = Hierarchy.discover()
@@ -946,7 +952,8 @@ def test_500_runs_leave_no_cgroups_processes_mounts_or_descriptors(executor: Exe
     names = {e.split(":", 1)[1] for e in _cgroup_entries(hier, prefix)}
     assert len(names) <= pool, f"leftover run cgroups: {sorted(names)}"
     kids = _zygote_children(zygote)
-    assert len(kids) <= pool, f"leftover supervisors: {[_describe_process(p) for p in kids]}"
+    assert len(kids) <= pool, (f"leftover supervisors: {[_describe_process(p) for p in kids]}; "
+                               f"staging error: {executor._host.pool._error}")
     # The zygote holds a staging slot's four descriptors for a moment while it forks: wait
     # for the pool to settle before counting.
     while _fd_count(zygote) > before[2] and time.monotonic() < deadline + 3:
