@@ -405,3 +405,9 @@ def test_signals_behave_normally_even_when_the_host_ignores_them() -> None:
     assert r.status is Status.error and r.error is not None
     assert r.error.type == "KeyboardInterrupt"
     assert q.status is Status.error and q.signal == "SIGQUIT"
+
+
+def test_classify_a_run_that_ended_without_any_exit_status_is_a_sandbox_error() -> None:
+    meta = classify(_spec(), None, None, None, 0, 1.0, [])
+    assert meta["status"] == "sandbox_error"
+    assert "without an exit status" in meta["error"]["message"]

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import secrets
+import threading
 import time
 
 import pytest
@@ -605,3 +606,62 @@ def test_invalid_utf8_on_stdout_and_stderr_gives_valid_json_with_replacement_cha
     decoded = json.loads(r.model_dump_json())
     assert decoded["stdout"] == r.stdout
     assert decoded["stderr"] == r.stderr
+
+
+def _rss_of_children(parent: int) -> int:
+    worst = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as fh:
+                fields = dict(line.split(":", 1) for line in fh if ":" in line)
+        except OSError:
+            continue
+        if fields.get("PPid", "").strip() == str(parent) and "VmRSS" in fields:
+            worst = max(worst, int(fields["VmRSS"].split()[0]) * 1024)
+    return worst
+
+
+def test_flooding_the_report_pipes_costs_the_supervisor_bounded_memory(jailed: Executor) -> None:
+    # The program holds the write ends of its report pipes; filling them as fast as it can must
+    # not grow the supervisor (which lives outside the run's cgroup) without bound.
+    code = (
+        "import os, stat, time\n"
+        "fds = [int(f) for f in os.listdir('/proc/self/fd') if int(f) > 2]\n"
+        "def fifo(f):\n"
+        "    try:\n"
+        "        return stat.S_ISFIFO(os.fstat(f).st_mode)\n"
+        "    except OSError:  # the descriptor listdir used, closed by now\n"
+        "        return False\n"
+        "fds = [f for f in fds if fifo(f)]\n"
+        "for f in fds:\n"
+        "    os.set_blocking(f, False)\n"
+        "junk = b'A' * 65536\n"
+        "end = time.time() + 2.5\n"
+        "while time.time() < end:\n"
+        "    for f in fds:\n"
+        "        try:\n"
+        "            os.write(f, junk)\n"
+        "        except BlockingIOError:\n"
+        "            pass\n"
+        "print('flooded')\n"
+    )
+    zygote = jailed._host.pid
+    peak = [0]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], _rss_of_children(zygote))
+            time.sleep(0.05)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        r = jailed.run(code, limits={"memory_mib": 32, "timeout_s": 4})
+    finally:
+        done.set()
+        sampler.join()
+    assert r.status is Status.ok and r.stdout == "flooded\n", r
+    assert peak[0] < 250 * MIB, f"a supervisor grew to {peak[0] / MIB:.0f} MiB"

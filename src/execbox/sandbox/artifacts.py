@@ -1,6 +1,7 @@
 """Collect the regular files a run created or changed under /workspace, within the caps.
 
-Runs in the supervisor after every process of the run is gone. Walks with directory file
+Runs in the supervisor once the program has ended and the rest of the run has been killed
+(background processes may still be dying; what they wrote is whatever they had written). Walks with directory file
 descriptors and O_NOFOLLOW, looks at entries with lstat only, never follows a link, never opens
 a FIFO, socket or device, never reads a file larger than the remaining byte budget (a 20 GiB
 sparse file costs one lstat). Names are kept as the kernel gives them; bytes that are not UTF-8

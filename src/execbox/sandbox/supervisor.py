@@ -23,6 +23,7 @@ from .cgroup import Hierarchy, RunCgroup
 
 STAGED_MEMORY_BYTES = 512 << 20  # Limits().memory_mib
 STAGED_PIDS = 64  # Limits().pids
+DONE_JUNK_LIMIT = 64 << 10  # bytes read from the exit-report pipe before we stop listening
 
 
 class Zygote:
@@ -203,7 +204,8 @@ class Supervisor:
         ncpu = max(1, len(os.sched_getaffinity(0)))
         next_cpu_check = started + spec.cpu_s / ncpu
         killed: str | None = None
-        done = b""
+        token, tail, junk = self.done_token, b"", 0
+        os.set_blocking(self.done_r, False)
         try:
             while True:
                 now = time.monotonic()
@@ -220,14 +222,23 @@ class Supervisor:
                 wait_s = min(deadline, next_cpu_check) - now
                 for fd, _ in poller.poll(max(1, int(wait_s * 1000) + 1)):
                     if fd == self.done_r:
-                        data = _read_available(fd)
-                        if not data:
-                            poller.unregister(fd)  # closed without a report: wait for init
+                        try:
+                            data = os.read(fd, 65536)
+                        except BlockingIOError:
                             continue
-                        done += data
-                        at = done.find(self.done_token)
-                        if at >= 0 and len(done) > at + len(self.done_token):
-                            return None, done[at + len(self.done_token)] << 8
+                        junk += len(data)
+                        if not data or junk > DONE_JUNK_LIMIT:
+                            # Closed without a report, or flooded by the program: stop reading
+                            # (the flood then blocks the writer, at no cost to us) and take
+                            # the exit status from init instead.
+                            poller.unregister(fd)
+                            continue
+                        # Bounded: only a token split across two reads needs the earlier bytes.
+                        window = tail + data
+                        at = window.find(token)
+                        if at >= 0 and len(window) > at + len(token):
+                            return None, window[at + len(token)] << 8
+                        tail = window[-len(token):]
                     elif fd == pidfd:
                         return None, None
                     elif fd == self.ctrl:
@@ -402,6 +413,12 @@ def classify(spec: jail.RunSpec, killed: str | None, wait_status: int | None,
             sig = _signal_name(os.WTERMSIG(wait_status))
     elif killed:
         sig = "SIGKILL"
+
+    if wait_status is None and not killed:
+        return {"status": "sandbox_error", "exit_code": None, "signal": None,
+                "error": {"type": "SandboxError", "line": None, "column": None, "traceback": None,
+                          "message": "the run ended without an exit status (was the executor "
+                                     "closed while it ran?)"}}
 
     def limit(status: str, kind: str, message: str) -> dict[str, Any]:
         return {"status": status, "exit_code": exit_code, "signal": sig,
