@@ -11,6 +11,7 @@ Standard library only.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
@@ -46,6 +47,11 @@ def main(sock: socket.socket, options: dict[str, Any]) -> None:
         loaded = _preload(options.get("preload", []))
         cfg = jail.JailConfig.discover(options["ro_paths"], seccomp.compile_filter())
         hierarchy = Hierarchy.discover()
+        # Everything imported so far lives as long as the zygote: move it out of the garbage
+        # collector's reach, so a collection in a forked child does not touch (and so copy)
+        # every page of the pre-imported heap.
+        gc.collect()
+        gc.freeze()
         if threading.active_count() != 1 or len(os.listdir("/proc/self/task")) != 1:
             raise RuntimeError("the zygote must be single-threaded to fork safely")
     except Exception as exc:  # noqa: BLE001
