@@ -931,33 +931,43 @@ def test_500_runs_leave_no_cgroups_processes_mounts_or_descriptors(executor: Exe
         _check_500_runs_leave_nothing(own)
 
 
+def _settled(executor: Executor, hier: Hierarchy, timeout_s: float = 10.0) -> bool:
+    """Wait until the pool is full and quiet: every slot staged and waiting, nothing of a
+    finished run still cleaning up, nothing being staged."""
+    zygote, prefix, pool = executor._host.pid, executor._host._prefix, executor.pool_size
+    deadline = time.monotonic() + timeout_s
+    quiet = 0
+    while time.monotonic() < deadline:
+        names = {e.split(":", 1)[1] for e in _cgroup_entries(hier, prefix)}
+        full = (executor._host.pool._ready.qsize() == pool
+                and len(_zygote_children(zygote)) == pool and len(names) == pool)
+        quiet = quiet + 1 if full else 0
+        if quiet >= 3:  # three looks in a row, 50 ms apart
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def _check_500_runs_leave_nothing(executor: Executor) -> None:
     # With pre-staged slots, what may exist between runs is exactly the staged pool: one
     # cgroup name and one supervisor per waiting slot. Everything of a finished run is gone.
     hier = Hierarchy.discover()
     zygote, prefix = executor._host.pid, executor._host._prefix
-    pool = executor.pool_size
     executor.run("pass", limits=SMALL)  # warm up: anything created once is not a leak
+    assert _settled(executor, hier), "control: the pool never settled before the runs"
     before = (_mountinfo(), _fd_count("self"), _fd_count(zygote))
     statuses: dict[Status, int] = {}
     for _ in range(500):
         r = executor.run("pass", limits=SMALL)
         statuses[r.status] = statuses.get(r.status, 0) + 1
     assert statuses == {Status.ok: 500}, statuses
-    deadline = time.monotonic() + 10  # supervisors exit just after sending their result
-    while (len(_zygote_children(zygote)) > pool
-           or len({e.split(":", 1)[1] for e in _cgroup_entries(hier, prefix)}) > pool) \
-            and time.monotonic() < deadline:
-        time.sleep(0.05)
+    settled = _settled(executor, hier)
     names = {e.split(":", 1)[1] for e in _cgroup_entries(hier, prefix)}
-    assert len(names) <= pool, f"leftover run cgroups: {sorted(names)}"
     kids = _zygote_children(zygote)
-    assert len(kids) <= pool, (f"leftover supervisors: {[_describe_process(p) for p in kids]}; "
-                               f"staging error: {executor._host.pool._error}")
-    # The zygote holds a staging slot's four descriptors for a moment while it forks: wait
-    # for the pool to settle before counting.
-    while _fd_count(zygote) > before[2] and time.monotonic() < deadline + 3:
-        time.sleep(0.05)
+    assert settled, (f"leftovers after 500 runs: cgroups {sorted(names)}, supervisors "
+                     f"{[_describe_process(p) for p in kids]}, staging error "
+                     f"{executor._host.pool._error}")
+    assert names == executor._host.unused_slot_names(), "cgroups other than the staged slots"
     after = (_mountinfo(), _fd_count("self"), _fd_count(zygote))
     assert set(after[0]) ^ set(before[0]) == set(), "host mounts changed"
     assert after[1] <= before[1], f"test process descriptors grew {before[1]} -> {after[1]}"
