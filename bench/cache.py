@@ -7,12 +7,10 @@ Prints medians, p90 and the ratio; writes bench/results/cache.json.
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
-from pathlib import Path
 
-from latency import stats
+from latency import save_results, stats
 
 import execbox
 
@@ -48,9 +46,7 @@ def main() -> None:
     for name in ("fresh_run", "cache_hit"):
         print(f"{name:<40}{result[name]['median_ms']:>10.2f}{result[name]['p90_ms']:>10.2f}")
     print(f"ratio cache hit / fresh run: {result['ratio_hit_over_fresh']:.3f}")
-    out = Path(__file__).parent / "results"
-    out.mkdir(exist_ok=True)
-    (out / "cache.json").write_text(json.dumps(result, indent=2) + "\n")
+    save_results("cache", result)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ stubs, never arbitrary samples.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -33,10 +32,9 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import version
-from pathlib import Path
 from typing import Any
 
-from latency import stats
+from latency import save_results, stats
 
 import execbox
 from execbox.evals import humaneval as he
@@ -209,9 +207,7 @@ def main() -> None:
         for d in entry["disagreements"][:10]:
             print(f"  DISAGREE {d['task_id']} ({d['config']}, round {d['round']}): "
                   f"execbox {d['execbox']!r} vs reference {d['reference']!r}")
-    out = Path(__file__).parent / "results"
-    out.mkdir(exist_ok=True)
-    (out / "humaneval.json").write_text(json.dumps(result, indent=2) + "\n")
+    save_results("humaneval", result)
     sys.exit(0 if ok else 1)
 
 

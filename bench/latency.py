@@ -40,6 +40,13 @@ def stats(samples: list[float]) -> dict[str, float]:
     }
 
 
+def save_results(name: str, result: object) -> None:
+    """Write a benchmark's result as bench/results/<name>.json."""
+    out = Path(__file__).parent / "results"
+    out.mkdir(exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+
+
 def time_command(argv: list[str], n: int) -> list[float]:
     samples = []
     for _ in range(n):
@@ -149,9 +156,7 @@ def main() -> None:
         print(f"{'bare ' + name:<52}{b[name]['median_ms']:>10.2f}{b[name]['p90_ms']:>10.2f}")
     for name, ratio in result["ratios"].items():
         print(f"ratio {name}: {ratio:.3f}")
-    out = Path(__file__).parent / "results"
-    out.mkdir(exist_ok=True)
-    (out / "latency.json").write_text(json.dumps(result, indent=2) + "\n")
+    save_results("latency", result)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ in the same run. Prints runs/s and ratios; writes bench/results/throughput.json.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
@@ -17,6 +16,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # noqa: E402
+
+from latency import save_results  # noqa: E402
 
 import execbox  # noqa: E402
 from execbox.image import Image  # noqa: E402
@@ -66,9 +67,7 @@ def main() -> None:
     for clients, row in results.items():
         print(f"{clients:<10}{row['isolated_runs_per_s']:>18.1f}"
               f"{row['bare_python_I_S_per_s']:>22.1f}{row['ratio']:>8.2f}")
-    out = Path(__file__).parent / "results"
-    out.mkdir(exist_ok=True)
-    (out / "throughput.json").write_text(json.dumps(results, indent=2) + "\n")
+    save_results("throughput", results)
 
 
 if __name__ == "__main__":

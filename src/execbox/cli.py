@@ -7,17 +7,20 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from .contract import Limits, RunResult, write_schema
 from .errors import ExecboxError, UsageError
 
+if TYPE_CHECKING:
+    from .image import Image
+
 EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE = 0, 1, 2
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     click.echo(f"execbox: {message}", err=True)
     sys.exit(EXIT_USAGE)
 
@@ -316,27 +319,27 @@ def image_build(lock: Path | None) -> None:
     click.echo(f"image {img.digest} at {img.root}")
 
 
-@image.command("info")
-def image_info() -> None:
-    """Print the current image's manifest."""
+def _current_image() -> Image:
     from .image import Image
 
     try:
-        img = Image.load()
+        return Image.load()
     except ExecboxError as exc:
         _fail(str(exc))
-    click.echo((img.root / "manifest.json").read_text().rstrip())
+
+
+@image.command("info")
+def image_info() -> None:
+    """Print the current image's manifest."""
+    click.echo((_current_image().root / "manifest.json").read_text().rstrip())
 
 
 @image.command("verify")
 def image_verify() -> None:
     """Recompute the image digest and compare it with the recorded one."""
-    from .image import Image, verify
+    from .image import verify
 
-    try:
-        img = Image.load()
-    except ExecboxError as exc:
-        _fail(str(exc))
+    img = _current_image()
     if verify(img):
         click.echo(f"ok {img.digest}")
     else:

@@ -230,14 +230,15 @@ class SlotPool:
 
     def take(self, timeout_s: float) -> Slot:
         """A staged slot; HostError when staging keeps failing or none is ready in time."""
-        deadline = time.monotonic() + timeout_s
+        started = time.monotonic()
+        deadline = started + timeout_s
         while True:
             try:
                 slot = self._ready.get(timeout=0.1)
             except queue.Empty:
                 if self._closed.is_set():
                     raise HostError("the sandbox host is closed") from None
-                if self._error and time.monotonic() > deadline - timeout_s + 1.0:
+                if self._error and time.monotonic() > started + 1.0:  # failing for a second
                     raise HostError(f"cannot stage a run slot: {self._error}") from None
                 if time.monotonic() > deadline:
                     raise HostError(f"no run slot was ready within {timeout_s:g} s") from None

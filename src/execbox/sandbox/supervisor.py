@@ -155,7 +155,7 @@ class Supervisor:
         except BrokenPipeError:
             pass  # the program died during set-up; init's report says why
         os.close(self.go_w)
-        killed, reported = self._supervise(self.init_pid, started, spec)
+        killed, reported = self._supervise(self.init_pid, started, spec, cpu_base)
         wall_ms = (time.monotonic() - started) * 1000
         wait_status: int | None = reported
         init_error: str | None = None
@@ -188,8 +188,8 @@ class Supervisor:
         )
         return {"meta": meta, "artifacts": collected}
 
-    def _supervise(self, pid: int, started: float,
-                   spec: jail.RunSpec) -> tuple[str | None, int | None]:
+    def _supervise(self, pid: int, started: float, spec: jail.RunSpec,
+                   cpu_base: int) -> tuple[str | None, int | None]:
         """Wait for the program to report its exit or for init to exit; kill init on wall time,
         CPU time or a host request. Returns (why it was killed, the program's reported wait
         status)."""
@@ -200,7 +200,6 @@ class Supervisor:
             poller.register(fd, select.POLLIN)
         deadline = started + spec.timeout_s
         cpu_limit_ns = spec.cpu_s * 1e9
-        cpu_base = self.cg.cpu_ns()
         ncpu = max(1, len(os.sched_getaffinity(0)))
         next_cpu_check = started + spec.cpu_s / ncpu
         killed: str | None = None
