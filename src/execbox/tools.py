@@ -1,0 +1,344 @@
+"""Tool schemas for agent frameworks, and a runner for the tool calls a model makes.
+
+    tool = execbox.tools.openai_tool()            # or anthropic_tool()
+    ... the model answers with a tool call ...
+    observation = execbox.tools.execute_tool_call(executor, call)
+
+The schemas' parameters come from the `RunPython` model; their descriptions tell the model what
+is installed, that there is no network, where files are and which limits apply. The observation
+is compact text a model reads well: status, error type and line, output (cut in the middle with
+a note saying how much when long), artifacts, and a hint when a limit ended the run.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Mapping
+from importlib import resources
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .contract import Limits, RunResult, Status
+from .errors import UsageError
+
+if TYPE_CHECKING:
+    from .executor import Executor
+
+__all__ = [
+    "RunPython",
+    "anthropic_tool",
+    "describe_environment",
+    "execute_tool_call",
+    "format_observation",
+    "openai_tool",
+    "parse_tool_call",
+]
+
+TOOL_NAME = "run_python"
+MAX_OUTPUT_CHARS = 4000  # per stream in an observation: a model's context is the scarce resource
+_PIN = re.compile(r"^([A-Za-z0-9_.-]+)==([^\s;\\]+)")
+
+
+class _SessionFiles(Protocol):
+    def write(self, path: str, data: bytes) -> Any: ...
+
+
+class SessionLike(Protocol):
+    """What `execute_tool_call` needs of an `execbox.Session`."""
+
+    @property
+    def files(self) -> _SessionFiles: ...
+
+    def run(self, code: str, *, timeout_s: float | None = None) -> RunResult: ...
+
+
+class RunPython(BaseModel):
+    """Arguments of the `run_python` tool, as a model sends them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    code: str = Field(
+        min_length=1,
+        description="The complete Python program to run. Nothing is kept from earlier calls, so "
+                    "include every import and definition. print() what you need to see.",
+    )
+    stdin: str = Field("", description="Text fed to the program's standard input.")
+    files: dict[str, str] = Field(
+        default_factory=dict,
+        description="Input files to place in /workspace before the program starts (read-only): "
+                    "relative path -> text content, e.g. {\"data.csv\": \"a,b\\n1,2\\n\"}.",
+    )
+    timeout_s: float | None = Field(
+        None, gt=0, description="Wall-time limit in seconds for this run.",
+    )
+
+
+def runtime_packages() -> dict[str, str]:
+    """The packages user code can import and their pinned versions (runtime/requirements.in)."""
+    runtime = resources.files("execbox") / "runtime"
+    try:
+        text = (runtime / "requirements.in").read_text()
+    except OSError:  # an install without the .in file: the lock pins the same versions
+        text = (runtime / "requirements.lock").read_text()
+        wanted = {"numpy", "pandas", "matplotlib", "scipy"}
+        return {m[1]: m[2] for m in map(_PIN.match, text.splitlines()) if m and m[1] in wanted}
+    return {m[1]: m[2] for m in map(_PIN.match, text.splitlines()) if m}
+
+
+def _python_version() -> str:
+    from .image import Image
+
+    try:
+        return ".".join(Image.load().python_version.split(".")[:2])
+    except Exception:  # noqa: BLE001 - no image on this host: the image is built from this Python
+        return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def _profile_limits(profile: str) -> tuple[Limits, Limits | None]:
+    """The profile's default limits and maximums; the contract's defaults when unreadable."""
+    from . import policy
+
+    try:
+        found = policy.load_profiles().get(profile)
+    except Exception:  # noqa: BLE001 - a description must not fail on a broken profiles file
+        found = None
+    return (found.limits, found.max_limits) if found else (Limits(), None)
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if n == int(n) or n >= 10 else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def describe_environment(limits: Limits | None = None, *, profile: str = "data") -> str:
+    """What a model should know before it writes code for the sandbox, in a few sentences.
+
+    `limits` are the limits the caller runs with; None means the profile's defaults."""
+    default_limits, max_limits = _profile_limits(profile)
+    lim = limits or default_limits
+    packages = ", ".join(f"{name} {version}" for name, version in runtime_packages().items())
+    longest = f", at most {max_limits.timeout_s:g} s" if max_limits else ""
+    return (
+        f"Run a Python {_python_version()} program in a fresh, isolated sandbox and get back its "
+        "status, stdout, stderr, the error (type and line) and the files it wrote. Each call "
+        "starts from a clean state: nothing is kept between calls. "
+        f"Installed: {packages} and the standard library; nothing else can be installed. "
+        "matplotlib uses the Agg backend: save charts with plt.savefig('chart.png'). "
+        "There is no network access. The working directory is /workspace: input files are "
+        "there, read-only; files the program writes under /workspace come back as artifacts. "
+        f"Limits per run: {lim.timeout_s:g} s wall time (timeout_s{longest}), "
+        f"{lim.effective_cpu_s:g} s CPU time, {lim.memory_mib} MiB memory, {lim.pids} processes, "
+        f"{lim.disk_mib} MiB disk; stdout and stderr are cut at {_size(lim.output_bytes)} each; "
+        f"at most {lim.artifact_files} artifacts, {_size(lim.artifact_bytes)} in all."
+    )
+
+
+def parameters_schema(limits: Limits | None = None, *, profile: str = "data") -> dict[str, Any]:
+    """JSON schema of the tool's arguments, derived from `RunPython` (no titles, refs inlined)."""
+    default_limits, max_limits = _profile_limits(profile)
+    lim = limits or default_limits
+    schema = _inline_refs(RunPython.model_json_schema())
+    _drop_titles(schema)
+    schema.pop("description", None)  # the tool's own description says it all
+    timeout = schema["properties"]["timeout_s"]
+    timeout["description"] += f" Default {lim.timeout_s:g}" + (
+        f", at most {max_limits.timeout_s:g}." if max_limits else ".")
+    if max_limits:
+        for option in timeout.get("anyOf", [timeout]):
+            if option.get("type") == "number":
+                option["maximum"] = max_limits.timeout_s
+    return schema
+
+
+def openai_tool(limits: Limits | None = None, *, name: str = TOOL_NAME, profile: str = "data",
+                api: Literal["chat", "responses"] = "chat") -> dict[str, Any]:
+    """The tool in OpenAI's function-calling format: Chat Completions (`api="chat"`, the
+    default) or the Responses API (`api="responses"`, the function fields at the top level)."""
+    function = {"name": name, "description": describe_environment(limits, profile=profile),
+                "parameters": parameters_schema(limits, profile=profile)}
+    if api == "responses":
+        return {"type": "function", **function}
+    return {"type": "function", "function": function}
+
+
+def anthropic_tool(limits: Limits | None = None, *, name: str = TOOL_NAME,
+                   profile: str = "data") -> dict[str, Any]:
+    """The tool in Anthropic's Messages API format (`name`, `description`, `input_schema`)."""
+    return {"name": name, "description": describe_environment(limits, profile=profile),
+            "input_schema": parameters_schema(limits, profile=profile)}
+
+
+def parse_tool_call(call: Any) -> tuple[str | None, Any]:
+    """`(tool name or None, raw arguments)` of an OpenAI tool call (Chat Completions or
+    Responses), an Anthropic `tool_use` block, an SDK object of either, or plain arguments
+    (a dict or a JSON string). Arguments are returned as found: a dict or a JSON string."""
+    if hasattr(call, "model_dump"):  # the vendors' SDK objects are pydantic models
+        call = call.model_dump()
+    if isinstance(call, str):
+        return None, call
+    if not isinstance(call, Mapping):
+        raise UsageError(f"not a tool call: {type(call).__name__}")
+    if isinstance(call.get("function"), Mapping):  # OpenAI Chat Completions
+        return call["function"].get("name"), call["function"].get("arguments", "{}")
+    if call.get("type") == "function_call":  # OpenAI Responses
+        return call.get("name"), call.get("arguments", "{}")
+    if call.get("type") == "tool_use":  # Anthropic
+        return call.get("name"), call.get("input", {})
+    return None, call
+
+
+def execute_tool_call(executor: Executor, call: Any, *, limits: Limits | None = None,
+                      profile: str = "data", name: str = TOOL_NAME,
+                      session: SessionLike | None = None,
+                      max_output_chars: int = MAX_OUTPUT_CHARS) -> str:
+    """Run a `run_python` tool call and return the observation to hand back to the model.
+
+    `call` is what the model produced (see `parse_tool_call`). Arguments the model got wrong
+    come back as an observation saying what to fix, not as an exception; a call of another
+    tool is the caller's mistake (UsageError). With `session`, the code runs as a cell of that
+    stateful session (its files are written into the session first) instead of a fresh run.
+    """
+    called, raw = parse_tool_call(call)
+    if called is not None and called != name:
+        raise UsageError(f"tool call for {called!r}, not {name!r}")
+    try:
+        args = RunPython.model_validate_json(raw) if isinstance(raw, str) \
+            else RunPython.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors())
+        return f"status: invalid_arguments\nThe tool call was not run: {problems}."
+    if session is not None:
+        for path, content in args.files.items():
+            session.files.write(path, content.encode())
+        result = session.run(args.code, timeout_s=args.timeout_s)
+    else:
+        run_limits: Limits | dict[str, Any] | None = limits
+        if args.timeout_s is not None:
+            run_limits = (limits.model_copy(update={"timeout_s": args.timeout_s})
+                          if limits is not None else {"timeout_s": args.timeout_s})
+        result = executor.run(args.code, stdin=args.stdin,
+                              files={k: v.encode() for k, v in args.files.items()},
+                              limits=run_limits, profile=profile)
+    return format_observation(result, max_output_chars=max_output_chars)
+
+
+_LIMIT_HINTS = {
+    Status.timeout: "The run was killed at the wall-time limit ({timeout_s:g} s). Make the code "
+                    "faster (smaller data, vectorised numpy/pandas) or pass a larger timeout_s.",
+    Status.cpu_limit: "The run used up its CPU time ({cpu_s:g} s). Make the code do less work.",
+    Status.memory_limit: "The run was killed at the memory limit ({memory_mib} MiB). Use less "
+                         "memory: smaller arrays, chunked reading, fewer copies.",
+    Status.disk_limit: "A write failed: the workspace is full ({disk_mib} MiB). Write less.",
+    Status.output_limit: "The output passed the cap ({output_bytes} bytes per stream) and was "
+                         "cut. Print summaries (head(), describe(), counts), not whole data.",
+    Status.forbidden: "The sandbox killed the program for a forbidden system call. There is no "
+                      "network and no debugging of other processes; plain computation works.",
+    Status.policy_denied: "The policy refused the code before it ran; change what the message "
+                          "names.",
+    Status.needs_approval: "The run is held until a person approves it; it has not run.",
+    Status.budget_exceeded: "The execution budget of this task is used up.",
+    Status.sandbox_error: "The sandbox failed (not the code's fault); trying again may work.",
+}
+
+
+def format_observation(result: RunResult, *, max_output_chars: int = MAX_OUTPUT_CHARS) -> str:
+    """A compact, model-friendly text of a result (shared by `execute_tool_call` and the MCP
+    server): status, error type and line, output (long output cut in the middle, with a note
+    saying so and how much), artifacts, and a hint naming the limit that ended the run."""
+    exit_note = f", exit code {result.exit_code}" if result.exit_code not in (None, 0) else ""
+    lines = [f"status: {result.status.value}{exit_note}"]
+    err = result.error
+    if err is not None:
+        where = f" (line {err.line}" + (f", column {err.column}" if err.column else "") + ")" \
+            if err.line else ""
+        rule = f" [rule {err.rule}]" if err.rule else ""
+        lines.append(f"error: {err.type}{where}: {err.message}{rule}")
+    for label, text, capped in (("stdout", result.stdout, result.stdout_truncated),
+                                ("stderr", result.stderr, result.stderr_truncated)):
+        if not text and not capped:
+            continue
+        shown, note = _cut(text, max_output_chars)
+        notes = [n for n in (note, "the sandbox stopped collecting it at "
+                             f"{_size(result.limits.output_bytes)}" if capped else "") if n]
+        header = f"{label} ({'; '.join(notes)})" if notes else label
+        lines.append(f"{header}:\n{shown.rstrip(chr(10))}")
+    for out in result.outputs:
+        if out.mime_type == "text/plain":
+            shown, note = _cut(out.data, max_output_chars)
+            lines.append(f"value{f' ({note})' if note else ''}: {shown}")
+        else:
+            lines.append(f"output: {out.mime_type} ({_size(len(out.data) * 3 // 4)})")
+    if result.artifacts:
+        listed = ", ".join(f"{a.path} ({a.mime_type}, {_size(a.size)})"
+                           for a in result.artifacts[:20])
+        more = f", and {len(result.artifacts) - 20} more" if len(result.artifacts) > 20 else ""
+        lines.append(f"artifacts: {listed}{more}")
+    if result.artifacts_truncated:
+        lines.append(f"some files were not collected: at most {result.limits.artifact_files} "
+                     f"artifacts and {_size(result.limits.artifact_bytes)} in all")
+    hint = _LIMIT_HINTS.get(result.status)
+    if hint:
+        lim = result.limits
+        lines.append("hint: " + hint.format(
+            timeout_s=lim.timeout_s, cpu_s=lim.effective_cpu_s, memory_mib=lim.memory_mib,
+            disk_mib=lim.disk_mib, output_bytes=lim.output_bytes))
+    if result.status is Status.ok and not result.stdout and not result.artifacts \
+            and not result.outputs:
+        lines.append("(no output: print() the values you want to see)")
+    return "\n".join(lines)
+
+
+def _cut(text: str, max_chars: int) -> tuple[str, str]:
+    """Keep the head and the tail of long text, on line boundaries where one is near; say how
+    much of the middle was cut."""
+    if len(text) <= max_chars:
+        return text, ""
+    head_len = max_chars * 2 // 3
+    tail_start = len(text) - (max_chars - head_len)
+    newline = text.rfind("\n", head_len * 3 // 4, head_len)
+    head = text[:newline + 1] if newline >= 0 else text[:head_len]
+    newline = text.find("\n", tail_start, tail_start + (len(text) - tail_start) // 4)
+    tail = text[newline + 1:] if newline >= 0 else text[tail_start:]
+    cut = len(text) - len(head) - len(tail)
+    return (f"{head}[... {cut:,} characters cut ...]\n{tail}",
+            f"{len(text):,} characters, {cut:,} cut from the middle")
+
+
+def _inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
+    """Replace `$ref`s with their definitions: some function-calling APIs ignore `$defs`."""
+    defs = schema.pop("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                merged = {**defs[ref.removeprefix("#/$defs/")],
+                          **{k: v for k, v in node.items() if k != "$ref"}}
+                return resolve(merged)
+            return {k: resolve(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [resolve(v) for v in node]
+        return node
+
+    resolved: dict[str, Any] = resolve(schema)
+    return resolved
+
+
+def _drop_titles(node: Any) -> None:
+    """Pydantic's generated titles repeat the field names; they cost a model tokens."""
+    if isinstance(node, dict):
+        props = node.get("properties")
+        node.pop("title", None)
+        if isinstance(props, dict):
+            for value in props.values():
+                _drop_titles(value)
+        for key in ("anyOf", "items", "additionalProperties"):
+            child = node.get(key)
+            for item in child if isinstance(child, list) else [child]:
+                _drop_titles(item)

@@ -1,0 +1,221 @@
+"""Tool schemas for agent frameworks and the observation a model gets back from a tool call."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import jsonschema
+import pytest
+from pydantic import BaseModel
+
+import execbox
+from execbox import tools
+from execbox.contract import Limits, RunResult, Status
+
+REQUIREMENTS_IN = Path(tools.__file__).parent / "runtime" / "requirements.in"
+
+
+def _pins() -> dict[str, str]:
+    pins = {}
+    for line in REQUIREMENTS_IN.read_text().splitlines():
+        name, sep, version = line.partition("==")
+        if sep and not line.startswith("#"):
+            pins[name.strip()] = version.strip()
+    return pins
+
+
+# --- schemas -------------------------------------------------------------------------------
+
+
+def test_openai_and_anthropic_schemas_carry_the_same_parameters_derived_from_the_model() -> None:
+    openai = tools.openai_tool()
+    anthropic = tools.anthropic_tool()
+    assert openai["type"] == "function"
+    params = openai["function"]["parameters"]
+    assert anthropic["input_schema"] == params
+    assert openai["function"]["name"] == anthropic["name"] == "run_python"
+    assert set(params["properties"]) == set(tools.RunPython.model_fields)
+    assert params["required"] == ["code"]
+    assert params["additionalProperties"] is False
+    text = json.dumps(params)
+    assert "$ref" not in text and "$defs" not in text and '"title"' not in text
+    jsonschema.Draft202012Validator.check_schema(params)
+    validator = jsonschema.Draft202012Validator(params)
+    assert validator.is_valid({"code": "print(1)", "files": {"a.csv": "x\n"}, "timeout_s": 3})
+    assert not validator.is_valid({"files": {}})  # code is required
+    assert not validator.is_valid({"code": "print(1)", "network": "on"})
+    assert not validator.is_valid({"code": "print(1)", "timeout_s": 10_000})  # over the max
+
+
+def test_responses_api_format_puts_the_function_fields_at_the_top_level() -> None:
+    tool = tools.openai_tool(api="responses", name="python")
+    assert tool["type"] == "function" and tool["name"] == "python"
+    assert tool["parameters"] == tools.parameters_schema()
+    assert "function" not in tool
+
+
+def test_description_names_the_installed_packages_with_their_pinned_versions() -> None:
+    description = tools.anthropic_tool()["description"]
+    pins = _pins()
+    for name in ("numpy", "pandas", "matplotlib", "scipy"):
+        assert f"{name} {pins[name]}" in description
+    assert re.search(r"Python 3\.\d+", description)
+
+
+def test_description_says_no_network_where_files_are_and_the_limits_in_force() -> None:
+    description = tools.openai_tool(Limits(timeout_s=7, memory_mib=300, pids=32))[
+        "function"]["description"]
+    assert "no network" in description
+    assert "/workspace" in description and "read-only" in description
+    assert "7 s wall time" in description and "300 MiB memory" in description
+    assert "32 processes" in description
+    default = tools.anthropic_tool()["description"]
+    assert f"{Limits().memory_mib} MiB memory" in default
+
+
+# --- observations (no sandbox needed) ------------------------------------------------------
+
+
+def _cut_count(text: str) -> int:
+    match = re.search(r"\[\.\.\. ([\d,]+) characters cut \.\.\.\]", text)
+    assert match, text
+    return int(match[1].replace(",", ""))
+
+
+def test_long_output_is_cut_in_the_middle_with_a_note_saying_how_much() -> None:
+    stdout = "HEAD" + "x" * 10_000 + "TAIL"
+    result = RunResult(run_id="r", status=Status.ok, exit_code=0, stdout=stdout)
+    text = tools.format_observation(result, max_output_chars=300)
+    assert "HEAD" in text and "TAIL" in text
+    cut = len(stdout) - 300
+    assert _cut_count(text) == cut
+    assert f"{len(stdout):,} characters, {cut:,} cut from the middle" in text
+    assert len(text) < 600
+
+
+def test_long_output_is_cut_on_line_boundaries() -> None:
+    stdout = "".join(f"row {i:04d}\n" for i in range(1000))
+    result = RunResult(run_id="r", status=Status.ok, exit_code=0, stdout=stdout)
+    body = tools.format_observation(result, max_output_chars=500).split(":\n", 1)[1]
+    kept = [line for line in body.splitlines() if not line.startswith("[...")]
+    assert kept[0] == "row 0000" and kept[-1] == "row 0999"
+    assert all(re.fullmatch(r"row \d{4}", line) for line in kept)
+    assert len("".join(f"{line}\n" for line in kept)) + _cut_count(body) == len(stdout)
+
+
+def test_short_output_is_shown_whole_without_a_note() -> None:
+    result = RunResult(run_id="r", status=Status.ok, exit_code=0, stdout="42\n")
+    assert tools.format_observation(result) == "status: ok\nstdout:\n42"
+
+
+# --- tool calls against the real sandbox ---------------------------------------------------
+
+
+def test_openai_chat_tool_call_runs_and_returns_stdout(executor: execbox.Executor) -> None:
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "run_python", "arguments": json.dumps({"code": "print(6*7)"})}}
+    assert tools.execute_tool_call(executor, call) == "status: ok\nstdout:\n42"
+
+
+def test_anthropic_tool_use_block_gets_its_files_read_only_in_the_workspace(
+        executor: execbox.Executor) -> None:
+    block = {"type": "tool_use", "id": "toolu_1", "name": "run_python", "input": {
+        "code": "import os, pandas as pd\n"
+                "print(os.getcwd(), pd.read_csv('data/t.csv').b.sum(), input())\n"
+                "open('data/t.csv', 'w')\n",
+        "files": {"data/t.csv": "a,b\n1,2\n3,4\n"}, "stdin": "hello\n"}}
+    text = tools.execute_tool_call(executor, block)
+    assert "stdout:\n/workspace 6 hello" in text
+    assert text.startswith("status: error, exit code 1")
+    assert "error: PermissionError (line 3)" in text
+
+
+def test_sdk_objects_and_plain_arguments_are_accepted(executor: execbox.Executor) -> None:
+    class Function(BaseModel):
+        name: str
+        arguments: str
+
+    class ToolCall(BaseModel):  # the shape of openai's ChatCompletionMessageToolCall
+        id: str
+        type: str
+        function: Function
+
+    call = ToolCall(id="c", type="function",
+                    function=Function(name="run_python", arguments='{"code": "print(1)"}'))
+    assert tools.execute_tool_call(executor, call).endswith("stdout:\n1")
+    assert tools.execute_tool_call(executor, {"code": "print(2)"}).endswith("stdout:\n2")
+    assert tools.execute_tool_call(executor, '{"code": "print(3)"}').endswith("stdout:\n3")
+
+
+def test_an_exception_is_reported_with_its_type_and_the_users_line(
+        executor: execbox.Executor) -> None:
+    text = tools.execute_tool_call(executor, {"code": "x = 1\nprint('before')\ny = x / 0\n"})
+    lines = text.splitlines()
+    assert lines[0] == "status: error, exit code 1"
+    assert lines[1] == "error: ZeroDivisionError (line 3): division by zero"
+    assert "stdout:\nbefore" in text
+    assert "y = x / 0" in text  # the traceback on stderr shows the failing line
+
+
+def test_a_syntax_error_is_reported_with_line_and_column(executor: execbox.Executor) -> None:
+    text = tools.execute_tool_call(executor, {"code": "a = 1\ndef f(:\n    pass\n"})
+    assert "error: SyntaxError (line 2, column 7): invalid syntax" in text
+
+
+def test_long_real_output_is_truncated_for_the_model_and_says_so(
+        executor: execbox.Executor) -> None:
+    code = "print('FIRST')\nfor i in range(5000):\n    print(f'line {i:05d}')\nprint('LAST')\n"
+    text = tools.execute_tool_call(executor, {"code": code}, max_output_chars=1000)
+    assert "FIRST" in text and "LAST" in text and "line 02500" not in text
+    total = len("FIRST\n") + 5000 * len("line 00000\n") + len("LAST\n")
+    cut = _cut_count(text)
+    assert total - 1000 <= cut < total - 800
+    assert f"{total:,} characters, {cut:,} cut from the middle" in text
+    assert len(text) < 1400
+
+
+def test_output_past_the_sandbox_cap_says_the_limit_and_how_to_avoid_it(
+        executor: execbox.Executor) -> None:
+    text = tools.execute_tool_call(executor, {"code": "print('y' * 50_000)"},
+                                   limits=Limits(output_bytes=4096))
+    assert text.startswith("status: output_limit")
+    assert "the sandbox stopped collecting it at 4 KiB" in text
+    assert "hint: The output passed the cap (4096 bytes per stream)" in text
+
+
+def test_a_timeout_names_the_limit_and_the_argument_that_raises_it(
+        executor: execbox.Executor) -> None:
+    text = tools.execute_tool_call(executor, {"code": "while True:\n    pass\n",
+                                              "timeout_s": 1})
+    assert text.startswith("status: timeout")
+    assert "wall-time limit (1 s)" in text and "timeout_s" in text
+
+
+def test_artifacts_are_listed_with_type_and_size(executor: execbox.Executor) -> None:
+    code = ("import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.savefig('chart.png')\n"
+            "open('out.csv', 'w').write('a\\n1\\n')\n")
+    text = tools.execute_tool_call(executor, {"code": code})
+    assert text.startswith("status: ok")
+    assert re.search(r"artifacts: (chart\.png \(image/png, [\d.]+ KiB\), out\.csv \(text/csv, "
+                     r"4 B\)|out\.csv \(text/csv, 4 B\), chart\.png \(image/png, [\d.]+ KiB\))",
+                     text), text
+
+
+def test_bad_arguments_come_back_as_an_observation_and_nothing_runs(
+        executor: execbox.Executor) -> None:
+    before = executor.store.count()
+    text = tools.execute_tool_call(executor, {"type": "tool_use", "name": "run_python",
+                                              "input": {"cod": "print(1)"}})
+    assert text.startswith("status: invalid_arguments")
+    assert "code: Field required" in text and "cod: Extra inputs are not permitted" in text
+    broken = tools.execute_tool_call(executor, '{"code": "print(1)"')  # truncated JSON
+    assert broken.startswith("status: invalid_arguments")
+    assert executor.store.count() == before  # nothing ran, nothing was recorded
+
+
+def test_a_call_of_another_tool_is_a_usage_error(executor: execbox.Executor) -> None:
+    with pytest.raises(execbox.UsageError, match="'web_search'"):
+        tools.execute_tool_call(executor, {"type": "tool_use", "name": "web_search",
+                                           "input": {"code": "print(1)"}})
