@@ -17,17 +17,22 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Artifact",
+    "AsyncClient",
+    "Client",
     "ErrorInfo",
     "Executor",
     "ExecboxError",
     "InputFile",
     "Limits",
     "Metrics",
+    "Output",
     "Overloaded",
     "RunRequest",
     "RunResult",
     "SandboxError",
     "SandboxUnavailable",
+    "Session",
+    "SessionClosed",
     "Status",
     "UsageError",
     "run",
@@ -35,10 +40,13 @@ __all__ = [
 
 _WHERE = {
     "Artifact": "contract",
+    "AsyncClient": "client",
+    "Client": "client",
     "ErrorInfo": "contract",
     "InputFile": "contract",
     "Limits": "contract",
     "Metrics": "contract",
+    "Output": "contract",
     "RunRequest": "contract",
     "RunResult": "contract",
     "Status": "contract",
@@ -49,21 +57,33 @@ _WHERE = {
     "SandboxError": "errors",
     "SandboxUnavailable": "errors",
     "UsageError": "errors",
+    "SessionClosed": "errors",
+    "Session": "sessions",
 }
 
 if TYPE_CHECKING:
+    from .client import AsyncClient, Client
     from .contract import (
         Artifact,
         ErrorInfo,
         InputFile,
         Limits,
         Metrics,
+        Output,
         RunRequest,
         RunResult,
         Status,
     )
-    from .errors import ExecboxError, Overloaded, SandboxError, SandboxUnavailable, UsageError
+    from .errors import (
+        ExecboxError,
+        Overloaded,
+        SandboxError,
+        SandboxUnavailable,
+        SessionClosed,
+        UsageError,
+    )
     from .executor import Executor, run
+    from .sessions import Session
 
 
 def __getattr__(name: str) -> Any:

@@ -173,8 +173,15 @@ class Metrics(BaseModel):
     memory_peak_bytes: int = Field(description="Peak memory of the run's cgroup, in bytes.")
 
 
+class Output(BaseModel):
+    """One rich output of a session cell (a display call, a chart, the last expression)."""
+
+    mime_type: str = Field(description="text/plain, image/png, text/html or application/json.")
+    data: str = Field(description="The content: text as is, binary data base64-encoded.")
+
+
 class RunResult(BaseModel):
-    """The outcome of one run."""
+    """The outcome of one run (or of one session cell)."""
 
     run_id: str
     status: Status
@@ -194,6 +201,12 @@ class RunResult(BaseModel):
     code_sha256: str = ""
     image_digest: str = ""
     cached: bool = False
+    session_id: str | None = Field(None, description="The session a cell ran in; null for runs.")
+    outputs: list[Output] = Field(
+        default_factory=list,
+        description="Rich outputs of a session cell, in order; the last expression's value is "
+                    "a text/plain item. Empty for runs.",
+    )
 
     @property
     def ok(self) -> bool:
@@ -205,6 +218,14 @@ class RunResult(BaseModel):
             if art.path == path:
                 return art
         raise KeyError(path)
+
+
+class StreamEvent(BaseModel):
+    """One event of a streamed run or cell: output as it happens, then the result."""
+
+    kind: Literal["stdout", "stderr", "result"]
+    text: str | None = Field(None, description="The output chunk (stdout/stderr events).")
+    result: RunResult | None = Field(None, description="The final result (the last event).")
 
 
 def schema() -> dict[str, Any]:

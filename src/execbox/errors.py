@@ -27,3 +27,9 @@ class SandboxError(ExecboxError):
 
 class Overloaded(ExecboxError):
     """Too many runs are waiting for this executor; try again later (back-pressure)."""
+
+
+class SessionClosed(ExecboxError):
+    """The session has ended (closed, expired, or killed by a limit); the message says why.
+
+    Every call on an ended session raises this; start a new session to go on."""

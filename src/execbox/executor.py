@@ -13,7 +13,7 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -29,15 +29,19 @@ from .contract import (
     ErrorInfo,
     Limits,
     Metrics,
+    Output,
     RunRequest,
     RunResult,
     Status,
+    StreamEvent,
 )
-from .errors import Overloaded, SandboxUnavailable, UsageError
+from .errors import Overloaded, SandboxError, SandboxUnavailable, SessionClosed, UsageError
 from .image import Image
 from .records import PolicyInfo, RunStore
 from .redact import Redactor
+from .sandbox.channel import SessionEnded
 from .sandbox.host import HostError, OutputCallback, RawRun, ZygoteProcess
+from .sessions import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_MAX_LIFETIME_S, Reaper, Session
 
 log = logging.getLogger("execbox")
 
@@ -89,14 +93,16 @@ class Executor:
                  queue_timeout_s: float = 300.0,
                  profiles: Path | Mapping[str, policy_mod.Profile] | None = None,
                  records: RunStore | str | None = None, cache: bool = True,
-                 cache_ttl_s: float = DEFAULT_TTL_S, secrets: Iterable[str] = ()) -> None:
+                 cache_ttl_s: float = DEFAULT_TTL_S, secrets: Iterable[str] = (),
+                 max_sessions: int = 16) -> None:
         """`profiles`: a TOML file or loaded profiles (default: the shipped ones, or the file in
         EXECBOX_PROFILES). `records`: a RunStore or database URL (default: SQLite under the
         data directory). `cache`: whether runs use the result cache unless a call says
         otherwise. `secrets`: values redacted from every result and record.
         Concurrency: at most `max_concurrency` runs at once, `pool_size` slots staged ahead;
         at most `max_queue` callers wait for a turn, each at most `queue_timeout_s`; past
-        either, `run` raises `Overloaded` instead of queueing without bound."""
+        either, `run` raises `Overloaded` instead of queueing without bound. At most
+        `max_sessions` sessions are open at once."""
         self.profiles = (dict(profiles) if isinstance(profiles, Mapping)
                          else policy_mod.load_profiles(profiles))
         self.store = records if isinstance(records, RunStore) else RunStore(records)
@@ -115,6 +121,9 @@ class Executor:
         self._lock = threading.Lock()
         self._closed = False
         self._host = self._start_host()
+        self.max_sessions = max_sessions
+        self._sessions: dict[str, Session] = {}
+        self._reaper = Reaper(self)
         log.info("execbox executor ready: image %s, cgroup v%s, concurrency %d, zygote %.0f ms",
                  self.image.digest, self._host.info["cgroup_version"], self.max_concurrency,
                  self._host.info["startup_ms"])
@@ -160,8 +169,8 @@ class Executor:
                     on_stdout: OutputCallback | None = None,
                     on_stderr: OutputCallback | None = None,
                     _kind: str = "run", _source: str | None = None,
-                    _approved: bool = False) -> RunResult:
-        """The whole pipeline for one request."""
+                    _approved: bool = False, _session: Session | None = None) -> RunResult:
+        """The whole pipeline for one request (or one cell of `_session`)."""
         run_id = new_run_id()
         redactor = self._redactor.with_secrets(secrets)
         verdict = policy_mod.check(request, self.profiles)
@@ -171,7 +180,7 @@ class Executor:
         base = RunResult(
             run_id=run_id, status=Status.sandbox_error, limits=request.limits,
             code_sha256=hashlib.sha256(request.code.encode()).hexdigest(),
-            image_digest=self.image.digest,
+            image_digest=self.image.digest, session_id=session_id,
         )
 
         def finish(result: RunResult, **extra: Any) -> RunResult:
@@ -185,7 +194,9 @@ class Executor:
         if verdict.decision == "deny" or (verdict.decision == "needs_approval" and not _approved):
             held = verdict.decision == "needs_approval"
             message = verdict.message or "denied by policy"
-            if held:
+            if held and _session is not None:
+                message += "; a session cell cannot be approved later: run it as a run instead"
+            elif held:
                 message += f"; approve it with executor.approve({run_id!r}) or `execbox runs approve`"
             return finish(base.model_copy(update={
                 "status": Status.needs_approval if held else Status.policy_denied,
@@ -205,7 +216,7 @@ class Executor:
             request = request.model_copy(update={"limits": reservation.limits})
             base = base.model_copy(update={"limits": reservation.limits})
 
-        use_cache = self.cache_enabled if cache is None else cache
+        use_cache = (self.cache_enabled if cache is None else cache) and _session is None
         key = cache_key(request, self.image.digest) if use_cache else None
         if key is not None:
             hit = self.store.cache_lookup(key)
@@ -220,7 +231,10 @@ class Executor:
                         callback(text.encode())
                 return finish(result, kind="cache_hit", source=hit.run_id, cache_key=key)
 
-        result = self._sandbox_run(request, base, on_stdout, on_stderr)
+        if _session is not None:
+            result = self._cell_run(_session, request, base, on_stdout, on_stderr)
+        else:
+            result = self._sandbox_run(request, base, on_stdout, on_stderr)
         result = _redact(result, redactor)
         if budget is not None and reservation is not None:
             budget.settle(reservation, result.metrics.wall_ms / 1000,
@@ -245,19 +259,7 @@ class Executor:
                      on_stderr: OutputCallback | None) -> RunResult:
         limits = request.limits
         host = self._live_host()
-        spec = {
-            "timeout_s": limits.timeout_s,
-            "cpu_s": limits.effective_cpu_s,
-            "memory_bytes": limits.memory_mib * MIB,
-            "pids": limits.pids,
-            "disk_bytes": limits.disk_mib * MIB,
-            "output_bytes": limits.output_bytes,
-            "artifact_bytes": limits.artifact_bytes,
-            "artifact_files": limits.artifact_files,
-            "env": request.env,
-            "input_bytes": sum(len(f.data) for f in request.files),
-            "input_count": len(request.files),
-        }
+        spec = _spec(limits, request)
         with self._admission:
             try:
                 raw = host.execute(
@@ -272,6 +274,118 @@ class Executor:
                 return base.model_copy(update={"error": ErrorInfo(type="SandboxError",
                                                                   message=str(exc))})
         return _result(base, raw)
+
+    # ---- sessions ---------------------------------------------------------------------------
+
+    def session(self, *, profile: str = "data", limits: Limits | Mapping[str, Any] | None = None,
+                env: Mapping[str, str] | None = None,
+                files: Mapping[str, FileSource] | None = None,
+                idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+                max_lifetime_s: float = DEFAULT_MAX_LIFETIME_S,
+                secrets: Iterable[str] = ()) -> Session:
+        """Start a stateful session (see `execbox.sessions`). `limits`: memory, pids and disk
+        for the whole session, wall and CPU time per cell. Raises Overloaded past
+        `max_sessions` open sessions."""
+        for name, value in (("idle_timeout_s", idle_timeout_s),
+                            ("max_lifetime_s", max_lifetime_s)):
+            if not 0 < value <= 7 * 24 * 3600:
+                raise UsageError(f"{name} must be in (0, 604800] seconds, not {value!r}")
+        template = make_request("", limits=limits, env=env, files=files, profile=profile)
+        verdict = policy_mod.check(template, self.profiles)
+        if verdict.decision != "allow":
+            raise UsageError(f"the session was refused by policy profile {profile!r}: "
+                             f"{verdict.message}")
+        limits_ = verdict.limits
+        host = self._live_host()
+        with self._lock:
+            if len(self._sessions) >= self.max_sessions:
+                raise Overloaded(f"{len(self._sessions)} sessions are open (max_sessions="
+                                 f"{self.max_sessions}); close one or raise max_sessions")
+            session_id = new_run_id()
+            self._sessions[session_id] = None  # type: ignore[assignment]  # the place is held
+        try:
+            channel = host.open_session(SLOT_WAIT_S)
+            channel.start(session_id, _spec(limits_, template), [(f.name, f.data)
+                                                                  for f in template.files])
+        except HostError as exc:
+            self._forget_session(session_id)
+            raise SandboxError(f"the session could not start: {exc}") from exc
+        except BaseException:
+            self._forget_session(session_id)
+            raise
+        session = Session(self, channel, session_id, profile=profile, limits=limits_,
+                          env=dict(template.env), idle_timeout_s=idle_timeout_s,
+                          max_lifetime_s=max_lifetime_s, secrets=secrets)
+        with self._lock:
+            self._sessions[session_id] = session
+        log.info("session %s started (%s)", session_id, profile)
+        return session
+
+    def get_session(self, session_id: str) -> Session:
+        """An open session by id; UsageError when there is none (never started, or ended)."""
+        with self._lock:
+            session = self._sessions.get(session_id)
+        if session is None:
+            raise UsageError(f"no open session {session_id!r}")
+        return session
+
+    def _live_sessions(self) -> list[Session]:
+        with self._lock:
+            return [s for s in self._sessions.values() if s is not None]
+
+    def _forget_session(self, session_id: str) -> None:
+        with self._lock:
+            self._sessions.pop(session_id, None)
+
+    def _run_cell(self, session: Session, code: str, *, timeout_s: float | None,
+                  secrets: Iterable[str], on_stdout: OutputCallback | None,
+                  on_stderr: OutputCallback | None) -> RunResult:
+        limits = session.limits
+        if timeout_s is not None:
+            limits = limits.model_copy(update={"timeout_s": timeout_s})
+        request = make_request(code, limits=limits, env=session.env, profile=session.profile)
+        return self.run_request(request, cache=False, secrets=secrets, session_id=session.id,
+                                on_stdout=on_stdout, on_stderr=on_stderr, _kind="cell",
+                                _session=session)
+
+    def _cell_run(self, session: Session, request: RunRequest, base: RunResult,
+                  on_stdout: OutputCallback | None,
+                  on_stderr: OutputCallback | None) -> RunResult:
+        limits = request.limits
+        base = base.model_copy(update={"session_id": session.id})
+        try:
+            raw = session._channel.cell(
+                request.code, limits.timeout_s, limits.effective_cpu_s, limits.output_bytes,
+                limits.timeout_s + BACKSTOP_GRACE_S, on_stdout, on_stderr)
+        except SessionEnded as exc:
+            session._mark_ended(str(exc))
+            raise SessionClosed(f"session {session.id} has ended: {exc}") from exc
+        except HostError as exc:
+            if session.end_reason is not None:  # killed by the reaper: say why
+                message = f"the session {session.end_reason}; it was ended during this cell"
+                session._mark_ended(session.end_reason)
+                return base.model_copy(update={"status": Status.timeout, "error": ErrorInfo(
+                    type="SessionExpired", message=message)})
+            log.error("cell of session %s: sandbox error: %s", session.id, exc)
+            session._mark_ended(f"sandbox error: {exc}")
+            return base.model_copy(update={"error": ErrorInfo(type="SandboxError",
+                                                              message=str(exc))})
+        result = _result(base, raw)
+        outputs = [Output(**item) for item in raw.meta.get("outputs", [])]
+        result = result.model_copy(update={"outputs": outputs})
+        if raw.meta.get("ended"):
+            reason = result.error.message if result.error else "the interpreter exited"
+            session._mark_ended(f"{result.status.value}: {reason}")
+        return result
+
+    async def astream(self, code: str, **kwargs: Any) -> AsyncIterator[StreamEvent]:
+        """Like `run` (same arguments), yielding output events as the code prints, then the
+        result event."""
+        from .streaming import stream_events
+
+        async for event in stream_events(
+                lambda out, err: self.run(code, on_stdout=out, on_stderr=err, **kwargs)):
+            yield event
 
     def map(self, requests: Iterable[RunRequest | str], *, concurrency: int | None = None,
             cache: bool | None = None) -> Iterator[tuple[int, RunResult]]:
@@ -340,6 +454,11 @@ class Executor:
             if self._closed:
                 return
             self._closed = True
+        self._reaper.stop()
+        for session in self._live_sessions():
+            session._channel.kill()  # a running cell ends now; its caller sees why
+            session._end("the executor was closed")
+        with self._lock:
             self._host.close()
             self.store.close()
 
@@ -409,10 +528,31 @@ class ReplayReport(BaseModel):
                    env_redacted=env_redacted)
 
 
+def _spec(limits: Limits, request: RunRequest) -> dict[str, Any]:
+    """The sandbox's view of a run's limits, environment and inputs."""
+    return {
+        "timeout_s": limits.timeout_s,
+        "cpu_s": limits.effective_cpu_s,
+        "memory_bytes": limits.memory_mib * MIB,
+        "pids": limits.pids,
+        "disk_bytes": limits.disk_mib * MIB,
+        "output_bytes": limits.output_bytes,
+        "artifact_bytes": limits.artifact_bytes,
+        "artifact_files": limits.artifact_files,
+        "env": request.env,
+        "input_bytes": sum(len(f.data) for f in request.files),
+        "input_count": len(request.files),
+    }
+
+
 def _redact(result: RunResult, redactor: Redactor) -> RunResult:
     """Scrub secrets from everything the code produced as text."""
     update: dict[str, Any] = {"stdout": redactor.redact(result.stdout),
                               "stderr": redactor.redact(result.stderr)}
+    if result.outputs:  # text outputs; binary ones are base64 and hold no plain secret
+        update["outputs"] = [o.model_copy(update={"data": redactor.redact(o.data)})
+                             if o.mime_type.startswith("text/") or o.mime_type.endswith("json")
+                             else o for o in result.outputs]
     if result.error is not None:
         update["error"] = result.error.model_copy(update={
             "message": redactor.redact(result.error.message),

@@ -85,10 +85,17 @@ def _read_regular(dir_fd: int, name: str, expect: os.stat_result, limit: int) ->
         os.close(fd)
 
 
-def collect(root: str, skip: set[tuple[int, int]], max_files: int, max_bytes: int
-            ) -> tuple[list[Collected], bool]:
-    """Return (artifacts in path order, truncated). `skip` holds the inputs' (dev, inode)."""
+FileState = tuple[int, int, int]  # inode, size, modification time (ns)
+
+
+def collect(root: str, skip: set[tuple[int, int]], max_files: int, max_bytes: int,
+            seen: dict[str, FileState] | None = None) -> tuple[list[Collected], bool]:
+    """Return (artifacts in path order, truncated). `skip` holds the inputs' (dev, inode).
+
+    With `seen` (a session's workspace between cells), files whose state is unchanged since the
+    last call are left out, and `seen` is replaced by the state of every regular file now."""
     found: list[Collected] = []
+    now: dict[str, FileState] = {}
     truncated = False
     budget = max_bytes
     path_budget = MAX_PATH_BYTES_TOTAL
@@ -132,10 +139,15 @@ def collect(root: str, skip: set[tuple[int, int]], max_files: int, max_bytes: in
             elif stat.S_ISREG(st.st_mode):
                 if (st.st_dev, st.st_ino) in skip:
                     continue
+                name = display_name(parts)
+                if seen is not None:
+                    state = (st.st_ino, st.st_size, st.st_mtime_ns)
+                    now[name] = state
+                    if seen.get(name) == state:
+                        continue
                 if len(found) >= max_files:
                     truncated = True
                     return False
-                name = display_name(parts)
                 if st.st_size > budget or len(name) > path_budget:
                     truncated = True
                     continue
@@ -153,4 +165,7 @@ def collect(root: str, skip: set[tuple[int, int]], max_files: int, max_bytes: in
         walk(root_fd, [], 0)
     finally:
         os.close(root_fd)
+    if seen is not None:
+        seen.clear()
+        seen.update(now)
     return found, truncated

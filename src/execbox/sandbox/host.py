@@ -20,10 +20,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import protocol
 from .cgroup import Hierarchy
+
+if TYPE_CHECKING:
+    from .channel import SessionChannel
 
 # The options arrive on the socket, not in argv: a run can read /proc/self/cmdline, and host
 # paths are none of its business.
@@ -143,6 +146,12 @@ class ZygoteProcess:
         except BaseException:
             self._release(slot)
             raise
+
+    def open_session(self, slot_wait_s: float) -> SessionChannel:
+        """A staged slot, to be started as a session (see `channel`)."""
+        from .channel import SessionChannel
+
+        return SessionChannel(self.pool.take(slot_wait_s), self._release)
 
     def _release(self, slot: Slot) -> None:
         with self._lock:

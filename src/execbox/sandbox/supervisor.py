@@ -15,14 +15,15 @@ import os
 import select
 import signal
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from . import _linux, artifacts, jail, protocol, runner
+from . import _linux, artifacts, cells, jail, kernel, protocol, runner
 from .cgroup import Hierarchy, RunCgroup
 
 STAGED_MEMORY_BYTES = 512 << 20  # Limits().memory_mib
 STAGED_PIDS = 64  # Limits().pids
+SESSION_CPU_S = 24 * 3600.0  # a session's per-process CPU rlimit (cells are timed one by one)
 DONE_JUNK_LIMIT = 64 << 10  # bytes read from the exit-report pipe before we stop listening
 
 
@@ -84,6 +85,12 @@ class Supervisor:
                 raise jail.JailError(f"protocol: bad input file frame for {meta['name']!r}")
             files.append((meta["name"], data))
         spec = jail.RunSpec(**req["spec"])
+        if req.get("session"):
+            try:
+                cells.serve(self, spec, files)
+            finally:
+                self._cleanup()
+            return
         try:
             result = self._execute(req["code"], spec, files)
         except BaseException:
@@ -318,13 +325,19 @@ def _program(z: Zygote, stdio: tuple[int, int, int], fds: _ProgramFds) -> None:
     try:
         go = json.loads(payload)
         spec = jail.RunSpec(**go["spec"])
-        jail.set_rlimits(spec)
+        session = go.get("mode") == "session"
+        # A session's interpreter lives through many cells: CPU time is watched per cell by the
+        # supervisor, and the per-process rlimit only bounds the whole session.
+        jail.set_rlimits(replace(spec, cpu_s=SESSION_CPU_S) if session else spec)
         jail.set_environment(spec.env)
     except BaseException as exc:  # noqa: BLE001
         _write_quiet(fds.setup_w, f"program set-up: {exc}".encode())
         os._exit(127)
-    os.close(fds.go_r)
     os.close(fds.setup_w)
+    if session:
+        os.close(fds.done_w)
+        kernel.serve(fds.go_r, fds.err_w, z.src_paths, go["spec"])
+    os.close(fds.go_r)
     runner.run(go["code"], fds.err_w, z.src_paths, fds.done_w, go["token"].encode())
 
 

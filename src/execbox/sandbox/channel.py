@@ -1,0 +1,320 @@
+"""The host's end of a session: a staged run slot turned into a long-lived interpreter.
+
+A cell's output streams through the same pipes for the whole session; the program ends each
+cell's output with a marker the host chose for that cell, so the host knows where one cell's
+output stops. Output caps apply per cell: past the cap, bytes are read and dropped and the cell
+is interrupted. Calls on one channel must not overlap (the `Session` above holds a lock).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+from . import cells, protocol
+from .host import HostError, OutputCallback, RawRun, Slot
+
+START_TIMEOUT_S = 60.0
+MARKER_DRAIN_S = 2.0  # after the result, how long to wait for the end-of-cell markers
+FILE_OP_TIMEOUT_S = 120.0
+_CHUNK = 65536
+
+
+class SessionEnded(Exception):
+    """The session's interpreter is gone; `meta` says why (a contract status and error)."""
+
+    def __init__(self, meta: dict[str, Any]) -> None:
+        super().__init__((meta.get("error") or {}).get("message", "the session has ended"))
+        self.meta = meta
+
+
+class SessionChannel:
+    def __init__(self, slot: Slot, release: Callable[[Slot], None]) -> None:
+        self.slot = slot
+        self._release = release
+        self._reader = protocol.FrameReader(protocol.MAX_JSON + (1 << 34))
+        self._carry = {slot.stdout_r: b"", slot.stderr_r: b""}
+        self._pending: list[tuple[bytes, bytes]] = []
+        self.ended: dict[str, Any] | None = None
+        self.closed = False
+
+    # ---- start and stop -----------------------------------------------------------------------
+
+    def start(self, session_id: str, spec: dict[str, Any], files: list[tuple[str, bytes]]) -> None:
+        """Send the session request; return when the interpreter is ready."""
+        request = {"code": "", "run_id": session_id, "spec": spec, "session": True,
+                   "files": [{"name": n, "size": len(d)} for n, d in files]}
+        try:
+            self.slot.ctrl.sendall(protocol.json_frame(protocol.REQ, request))
+            for _name, data in files:
+                self.slot.ctrl.sendall(protocol.frame(protocol.FILE, data))
+        except OSError as exc:
+            self.close()
+            raise HostError(f"the session supervisor did not take the request: {exc}") from exc
+        self.slot.close_stdin()  # a session has no stdin: input comes as cells and files
+        for fd in (self.slot.stdout_r, self.slot.stderr_r):
+            os.set_blocking(fd, False)
+        self.slot.ctrl.setblocking(False)
+        try:
+            kind, payload = self._next_frame(time.monotonic() + START_TIMEOUT_S)
+            if kind == cells.END:
+                raise HostError("the session's interpreter exited while starting: "
+                                + str((json.loads(payload).get("error") or {}).get("message")))
+            if kind != cells.SESSION_READY:
+                raise HostError(f"protocol: expected the session to be ready, got {kind!r}")
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """End the session: the supervisor kills the interpreter and removes its cgroup."""
+        if not self.closed:
+            self.closed = True
+            self._release(self.slot)
+
+    def kill(self) -> None:
+        """For a stuck supervisor: kill it outright (its init dies with it)."""
+        if self.slot.sup_pid:
+            try:
+                os.kill(self.slot.sup_pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    # ---- control frames -----------------------------------------------------------------------
+
+    def _next_frame(self, deadline: float) -> tuple[bytes, bytes]:
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.slot.ctrl, selectors.EVENT_READ)
+            while True:
+                frames = self._poll_ctrl()
+                if frames:
+                    kind, payload = frames[0]
+                    self._pending = frames[1:]
+                    return kind, payload
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self.kill()
+                    raise HostError("the session supervisor did not answer in time")
+                sel.select(min(left, 1.0))
+
+    def _poll_ctrl(self) -> list[tuple[bytes, bytes]]:
+        """Frames available now; HostError when the supervisor is gone or failed."""
+        frames, self._pending = list(self._pending), []
+        if frames:
+            return frames
+        try:
+            data = self.slot.ctrl.recv(1 << 20)
+        except BlockingIOError:
+            return []
+        except OSError:
+            data = b""
+        if not data:
+            raise HostError("the session supervisor exited")
+        frames = self._reader.feed(data)
+        for kind, payload in frames:
+            if kind == protocol.ERR:
+                raise HostError("sandbox: " + json.loads(payload)["message"])
+        return frames
+
+    # ---- cells --------------------------------------------------------------------------------
+
+    def cell(self, code: str, timeout_s: float, cpu_s: float, output_bytes: int,
+             backstop_s: float, on_stdout: OutputCallback | None = None,
+             on_stderr: OutputCallback | None = None) -> RawRun:
+        """Run one cell; the result's meta carries `outputs`, and `ended` when the session
+        ended with it. Raises SessionEnded when it had ended before."""
+        self._check_ended()
+        marker = f"\x00execbox-cell-end-{os.urandom(12).hex()}\x00"
+        request = {"code": code, "marker": marker, "timeout_s": timeout_s, "cpu_s": cpu_s}
+        try:
+            self.slot.ctrl.setblocking(True)
+            self.slot.ctrl.sendall(protocol.json_frame(cells.CELL, request))
+            self.slot.ctrl.setblocking(False)
+        except OSError as exc:
+            raise HostError(f"the session supervisor did not take the cell: {exc}") from exc
+        pump = _CellPump(self, marker.encode(), output_bytes, on_stdout, on_stderr)
+        raw = pump.run(time.monotonic() + backstop_s)
+        if raw.meta.get("ended"):
+            self.ended = raw.meta
+        return raw
+
+    def _check_ended(self) -> None:
+        if self.ended is None:
+            try:
+                for kind, payload in self._poll_ctrl():
+                    if kind == cells.END:
+                        self.ended = json.loads(payload)
+            except HostError as exc:
+                self.ended = {"status": "sandbox_error", "error": {"message": str(exc)}}
+        if self.ended is not None:
+            raise SessionEnded(self.ended)
+
+    def interrupt(self, reason: str) -> None:
+        try:
+            self.slot.ctrl.send(protocol.frame(cells.INT, reason.encode()))
+        except OSError:
+            pass
+
+    # ---- files --------------------------------------------------------------------------------
+
+    def file_op(self, op: str, path: str = "", data: bytes | None = None
+                ) -> tuple[dict[str, Any], bytes]:
+        """One files API call; returns (answer, bytes read)."""
+        self._check_ended()
+        try:
+            self.slot.ctrl.setblocking(True)
+            self.slot.ctrl.sendall(protocol.json_frame(cells.FOP, {"op": op, "path": path}))
+            if data is not None:
+                self.slot.ctrl.sendall(protocol.frame(protocol.FILE, data))
+            self.slot.ctrl.setblocking(False)
+        except OSError as exc:
+            raise HostError(f"the session supervisor did not take the call: {exc}") from exc
+        deadline = time.monotonic() + FILE_OP_TIMEOUT_S
+        while True:
+            kind, payload = self._next_frame(deadline)
+            if kind == cells.END:
+                self.ended = json.loads(payload)
+                raise SessionEnded(self.ended)
+            if kind == cells.FILE_RESULT:
+                answer = json.loads(payload)
+                blob = b""
+                if answer.get("ok") and op == "read":
+                    kind, blob = self._next_frame(deadline)
+                    if kind != protocol.FILE:
+                        raise HostError(f"protocol: expected file data, got {kind!r}")
+                return answer, blob
+
+
+class _CellPump:
+    """Moves one cell's output and result from the session's pipes to the caller."""
+
+    def __init__(self, channel: SessionChannel, marker: bytes, cap: int,
+                 on_stdout: OutputCallback | None, on_stderr: OutputCallback | None) -> None:
+        self.ch = channel
+        slot = channel.slot
+        self.marker = marker
+        self.cap = cap
+        self.fds = (slot.stdout_r, slot.stderr_r)
+        self.out = {fd: bytearray() for fd in self.fds}
+        self.hold = {fd: b"" for fd in self.fds}  # may hold the start of a split marker
+        self.done = {fd: False for fd in self.fds}
+        self.truncated = {fd: False for fd in self.fds}
+        self.callbacks = dict(zip(self.fds, (on_stdout, on_stderr), strict=True))
+        self.meta: dict[str, Any] | None = None
+        self.arts: list[bytes] = []
+        self.interrupted = False
+
+    def run(self, backstop: float) -> RawRun:
+        ch = self.ch
+        sel = selectors.DefaultSelector()
+        try:
+            sel.register(ch.slot.ctrl, selectors.EVENT_READ)
+            for fd in self.fds:
+                sel.register(fd, selectors.EVENT_READ)
+                carry, ch._carry[fd] = ch._carry[fd], b""
+                if carry:
+                    self._take(fd, carry)
+            drain_until: float | None = None
+            self._ctrl()  # frames that arrived with an earlier read
+            while True:
+                if self._complete():
+                    if all(self.done.values()):
+                        break
+                    if drain_until is None:
+                        drain_until = time.monotonic() + MARKER_DRAIN_S
+                    elif time.monotonic() >= drain_until:
+                        break  # a marker that never comes (the code redirected fd 1, say)
+                now = time.monotonic()
+                if now >= backstop:
+                    ch.kill()
+                    raise HostError("the session supervisor did not finish the cell in time")
+                wait = min(backstop, drain_until or backstop) - now
+                for key, _ in sel.select(timeout=min(max(wait, 0.001), 1.0)):
+                    if key.fileobj is ch.slot.ctrl:
+                        self._ctrl()
+                    else:
+                        self._read(sel, key.fd)
+        finally:
+            sel.close()
+        assert self.meta is not None
+        for fd in self.fds:  # what a marker that never came was holding back
+            self._emit(fd, self.hold[fd])
+            self.hold[fd] = b""
+        out, err = self.fds
+        return RawRun(self.meta, self.arts, bytes(self.out[out]), bytes(self.out[err]),
+                      self.truncated[out], self.truncated[err])
+
+    def _complete(self) -> bool:
+        if self.meta is None or len(self.arts) < len(self.meta.get("artifacts", [])):
+            return False
+        markers = self.meta.get("markers") or {}
+        if not self.meta.get("ended"):  # an ended session's pipes reach their end soon
+            for fd, name in zip(self.fds, ("stdout", "stderr"), strict=True):
+                if not markers.get(name) and not self.done[fd]:  # no marker will come
+                    self._emit(fd, self.hold[fd])
+                    self.hold[fd] = b""
+                    self.done[fd] = True
+        return True
+
+    def _ctrl(self) -> None:
+        for kind, payload in self.ch._poll_ctrl():
+            if kind == cells.CELL_RESULT:
+                self.meta = json.loads(payload)
+            elif kind == protocol.ART:
+                self.arts.append(payload)
+            elif kind == cells.END:
+                self.meta = dict(json.loads(payload), ended=True, artifacts=[], outputs=[],
+                                 metrics={"wall_ms": 0, "cpu_ms": 0, "memory_peak_bytes": 0})
+
+    def _read(self, sel: selectors.BaseSelector, fd: int) -> None:
+        try:
+            data = os.read(fd, _CHUNK)
+        except BlockingIOError:
+            return
+        if not data:
+            sel.unregister(fd)
+            self._emit(fd, self.hold[fd])
+            self.hold[fd] = b""
+            self.done[fd] = True
+            return
+        if self.done[fd]:  # output after this cell's end: it belongs to the next cell
+            self.ch._carry[fd] += data
+            return
+        self._take(fd, data)
+
+    def _take(self, fd: int, data: bytes) -> None:
+        window = self.hold[fd] + data
+        at = window.find(self.marker)
+        if at >= 0:
+            self._emit(fd, window[:at])
+            self.hold[fd] = b""
+            self.done[fd] = True
+            rest = window[at + len(self.marker):]
+            if rest:
+                self.ch._carry[fd] += rest
+            return
+        keep = len(self.marker) - 1
+        self._emit(fd, window[:-keep] if len(window) > keep else b"")
+        self.hold[fd] = window[-keep:] if len(window) > keep else window
+
+    def _emit(self, fd: int, data: bytes) -> None:
+        if not data:
+            return
+        buf = self.out[fd]
+        room = self.cap - len(buf)
+        if room > 0:
+            keep = data[:room]
+            buf += keep
+            callback = self.callbacks[fd]
+            if callback is not None:
+                callback(keep)
+        if len(data) > room:
+            self.truncated[fd] = True
+            if not self.interrupted:
+                self.interrupted = True
+                self.ch.interrupt("output_limit")

@@ -1,0 +1,244 @@
+"""Stateful sessions: one long-lived sandboxed interpreter whose cells share variables, imports
+and files, like a notebook.
+
+A session has the same isolation as a run (namespaces, cgroup, seccomp, uid, read-only system,
+its own workspace); its memory and pids limits hold for the whole session, its wall and CPU
+limits for each cell. Every cell goes through the executor's pipeline: policy check, redaction,
+a run record carrying the session id. A cell past its time is interrupted and the session goes
+on; a session whose interpreter dies (out of memory, a forbidden call, unresponsive to an
+interrupt) is over, and every later call raises `SessionClosed` saying why.
+
+    with executor.session() as s:
+        s.run("import pandas as pd; df = pd.DataFrame({'x': [1, 2, 3]})")
+        s.run("df.x.sum()").outputs[-1].data   # '6'
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import AsyncIterator, Iterable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from .contract import Artifact, Limits, RunResult, StreamEvent
+from .errors import SessionClosed, UsageError
+from .sandbox.channel import SessionChannel, SessionEnded
+from .sandbox.host import HostError, OutputCallback
+
+if TYPE_CHECKING:
+    from .executor import Executor
+
+DEFAULT_IDLE_TIMEOUT_S = 600.0
+DEFAULT_MAX_LIFETIME_S = 3600.0
+
+
+class Session:
+    """A sandboxed, stateful interpreter. Thread-safe: cells and file calls run one at a time."""
+
+    def __init__(self, executor: Executor, channel: SessionChannel, session_id: str, *,
+                 profile: str, limits: Limits, env: dict[str, str], idle_timeout_s: float,
+                 max_lifetime_s: float, secrets: Iterable[str] = ()) -> None:
+        self.id = session_id
+        self.profile = profile
+        self.limits = limits
+        self.env = env
+        self.idle_timeout_s = idle_timeout_s
+        self.max_lifetime_s = max_lifetime_s
+        self.created_at = time.monotonic()
+        self.last_used = self.created_at
+        self.cells = 0
+        self.end_reason: str | None = None
+        self.files = SessionFiles(self)
+        self._executor = executor
+        self._channel = channel
+        self._secrets = tuple(secrets)
+        self._lock = threading.RLock()
+        self._busy = False
+
+    @property
+    def closed(self) -> bool:
+        return self.end_reason is not None
+
+    def run(self, code: str, *, timeout_s: float | None = None, secrets: Iterable[str] = (),
+            on_stdout: OutputCallback | None = None,
+            on_stderr: OutputCallback | None = None) -> RunResult:
+        """Run one cell. `timeout_s` overrides the session's per-cell wall time (CPU time
+        follows it unless the session's limits set `cpu_s`). Never raises for the code; raises
+        SessionClosed when the session has ended."""
+        if timeout_s is not None and not 0 < timeout_s <= 3600:
+            raise UsageError(f"timeout_s must be in (0, 3600], not {timeout_s!r}")
+        with self._use():
+            self.cells += 1
+            result = self._executor._run_cell(
+                self, code, timeout_s=timeout_s, secrets=(*self._secrets, *secrets),
+                on_stdout=on_stdout, on_stderr=on_stderr)
+            return result
+
+    async def astream(self, code: str, *, timeout_s: float | None = None
+                      ) -> AsyncIterator[StreamEvent]:
+        """Run one cell and yield its output as it happens, then the result."""
+        from .streaming import stream_events
+
+        async for event in stream_events(
+                lambda out, err: self.run(code, timeout_s=timeout_s, on_stdout=out,
+                                          on_stderr=err)):
+            yield event
+
+    def close(self) -> None:
+        """End the session: its processes, cgroup and workspace are gone."""
+        self._end("closed by the caller")
+
+    def _end(self, reason: str) -> None:
+        with self._lock:
+            if self.end_reason is None:
+                self.end_reason = reason
+            self._channel.close()
+        self._executor._forget_session(self.id)
+
+    def _mark_ended(self, reason: str) -> None:
+        """The interpreter is gone (seen by a cell or a file call, under the session's lock)."""
+        if self.end_reason is None:
+            self.end_reason = reason
+        self._channel.close()
+        self._executor._forget_session(self.id)
+
+    def _use(self) -> _InUse:
+        return _InUse(self)
+
+    def expired(self, now: float) -> str | None:
+        """Why the session should be closed now, or None."""
+        if self._busy:
+            if now - self.created_at >= self.max_lifetime_s:
+                return f"reached its maximum lifetime of {self.max_lifetime_s:g} s " \
+                       "(max_lifetime_s)"
+            return None
+        if now - self.last_used >= self.idle_timeout_s:
+            return f"idle for {self.idle_timeout_s:g} s (idle_timeout_s)"
+        if now - self.created_at >= self.max_lifetime_s:
+            return f"reached its maximum lifetime of {self.max_lifetime_s:g} s (max_lifetime_s)"
+        return None
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = f"ended: {self.end_reason}" if self.closed else "open"
+        return f"<Session {self.id} {state}, {self.cells} cells>"
+
+
+class _InUse:
+    """Holds the session's lock for one call and checks that it is still open."""
+
+    def __init__(self, session: Session) -> None:
+        self.s = session
+
+    def __enter__(self) -> SessionChannel:
+        s = self.s
+        s._lock.acquire()
+        if s.end_reason is not None:
+            s._lock.release()
+            raise SessionClosed(f"session {s.id} has ended: {s.end_reason}")
+        s._busy = True
+        return s._channel
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        s = self.s
+        s._busy = False
+        s.last_used = time.monotonic()
+        s._lock.release()
+
+
+class SessionFiles:
+    """Files in the session's /workspace, with the same link safety as artifacts: symlinks are
+    never followed, FIFOs and devices never opened."""
+
+    def __init__(self, session: Session) -> None:
+        self._s = session
+
+    def _call(self, op: str, path: str = "", data: bytes | None = None
+              ) -> tuple[dict[str, Any], bytes]:
+        if op != "list":
+            _check_path(path)
+        with self._s._use() as channel:
+            try:
+                answer, blob = channel.file_op(op, path, data)
+            except SessionEnded as exc:
+                self._s._mark_ended(str(exc))
+                raise SessionClosed(f"session {self._s.id} has ended: {exc}") from exc
+            except HostError as exc:
+                self._s._mark_ended(f"sandbox error: {exc}")
+                raise SessionClosed(f"session {self._s.id} has ended: sandbox error: {exc}"
+                                    ) from exc
+        if not answer.get("ok"):
+            raise UsageError(str(answer.get("error")))
+        return answer, blob
+
+    def write(self, path: str, data: bytes | str) -> Artifact:
+        """Create or replace `path` (parents created) with `data`; returns its metadata."""
+        payload = data.encode() if isinstance(data, str) else bytes(data)
+        self._call("write", path, payload)
+        import hashlib
+
+        from .sandbox.artifacts import guess_mime
+
+        return Artifact(path=path, size=len(payload), sha256=hashlib.sha256(payload).hexdigest(),
+                        mime_type=guess_mime(path, payload[:4096]))
+
+    def read(self, path: str) -> bytes:
+        """The bytes of a regular file (UsageError for a link, FIFO, directory or no file)."""
+        return self._call("read", path)[1]
+
+    def list(self) -> list[Artifact]:
+        """Every regular file in the workspace, inputs included, in path order."""
+        answer, _ = self._call("list")
+        return [Artifact(**entry) for entry in answer.get("entries", [])]
+
+    def remove(self, path: str) -> None:
+        """Remove a file, a link (never its target) or an empty directory."""
+        self._call("remove", path)
+
+
+def _check_path(path: str) -> None:
+    from .contract import InputFile
+
+    try:
+        InputFile(name=path, data=b"")
+    except ValueError as exc:
+        raise UsageError(f"bad session file path {path!r}: it must be a clean relative path "
+                         "inside /workspace") from exc
+
+
+class Reaper:
+    """Closes sessions that have been idle or alive too long."""
+
+    def __init__(self, executor: Executor, interval_s: float = 0.5) -> None:
+        self._executor = executor
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="execbox-session-reaper",
+                                        daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            now = time.monotonic()
+            for session in self._executor._live_sessions():
+                reason = session.expired(now)
+                if not reason:
+                    continue
+                if session._busy:
+                    # Over its lifetime mid-cell: kill it now; the cell's caller sees why.
+                    session.end_reason = session.end_reason or reason
+                    session._channel.kill()
+                else:
+                    session._end(reason)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)

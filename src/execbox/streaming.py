@@ -1,0 +1,53 @@
+"""Live output as an async iterator: a run or a cell executes in a worker thread, and what it
+prints reaches the caller as events while it runs, the result last."""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+from collections.abc import AsyncIterator, Callable
+
+from .contract import RunResult, StreamEvent
+from .sandbox.host import OutputCallback
+
+Runner = Callable[[OutputCallback, OutputCallback], RunResult]
+
+
+async def stream_events(run: Runner) -> AsyncIterator[StreamEvent]:
+    """Call `run(on_stdout, on_stderr)` in a thread; yield its output, then its result.
+    Output bytes are decoded incrementally (a character split across chunks stays whole)."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[StreamEvent | BaseException] = asyncio.Queue()
+    decoders = {kind: codecs.getincrementaldecoder("utf-8")("replace")
+                for kind in ("stdout", "stderr")}
+
+    def sink(kind: str) -> OutputCallback:
+        def push(data: bytes) -> None:
+            text = decoders[kind].decode(data)
+            if text:
+                loop.call_soon_threadsafe(queue.put_nowait, StreamEvent(kind=kind, text=text))
+        return push
+
+    def work() -> None:
+        try:
+            result = run(sink("stdout"), sink("stderr"))
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's task
+            loop.call_soon_threadsafe(queue.put_nowait, exc)
+            return
+        for kind, decoder in decoders.items():
+            tail = decoder.decode(b"", final=True)
+            if tail:
+                loop.call_soon_threadsafe(queue.put_nowait, StreamEvent(kind=kind, text=tail))
+        loop.call_soon_threadsafe(queue.put_nowait, StreamEvent(kind="result", result=result))
+
+    worker = loop.run_in_executor(None, work)
+    try:
+        while True:
+            item = await queue.get()
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+            if item.kind == "result":
+                return
+    finally:
+        await asyncio.shield(worker)
