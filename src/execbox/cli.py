@@ -484,5 +484,16 @@ def eval_humaneval(samples_path: Path | None, canonical: bool, ks_text: str, tim
     sys.exit(EXIT_OK)
 
 
+from .server.cli import keys as _keys_command  # noqa: E402
+from .server.cli import serve as _serve_command  # noqa: E402
+
+main.add_command(_serve_command)
+main.add_command(_keys_command)
+
+from .mcp import mcp_command as _mcp_command  # noqa: E402
+
+main.add_command(_mcp_command)
+
+
 if __name__ == "__main__":
     main()

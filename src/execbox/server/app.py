@@ -1,0 +1,78 @@
+"""The HTTP API: a FastAPI app over one Executor.
+
+    POST /v1/runs, /v1/runs/stream          run code (JSON result, or server-sent events)
+    GET  /v1/runs/{id}, .../artifacts/{p}   the record and artifact bytes (own runs only)
+    /v1/sessions/...                        sessions: create, cells, files, close
+    GET  /healthz /readyz /metrics          liveness, readiness, Prometheus metrics
+
+The executor is synchronous: every sandbox call runs on a worker thread, never on the loop.
+On shutdown (SIGTERM, lifespan end) uvicorn stops accepting and lets in-flight requests finish;
+then every session is closed and the executor (its fork server and slots) stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
+
+import anyio.to_thread
+from fastapi import FastAPI, Response
+from fastapi.responses import JSONResponse
+
+from .. import __version__
+from . import errors, runs, sessions
+from .deps import State
+from .limits import BodySizeLimit
+from .state import ServerState, Settings
+
+if TYPE_CHECKING:
+    from ..executor import Executor
+
+log = logging.getLogger("execbox.server")
+
+
+def create_app(executor: Executor | None = None, settings: Settings | None = None) -> FastAPI:
+    """The API app. With `executor` the app uses it and leaves it open at shutdown; without,
+    it starts its own at startup (from `settings.executor_options`) and closes it at the end."""
+    settings = settings or Settings()
+    state = ServerState(settings, executor)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        await anyio.to_thread.run_sync(state.start)
+        log.info("execbox server ready (auth %s, max request %d bytes)",
+                 "on" if settings.auth else "OFF", settings.max_request_bytes)
+        try:
+            yield
+        finally:
+            log.info("execbox server shutting down")
+            await anyio.to_thread.run_sync(state.stop)
+
+    app = FastAPI(title="execbox", version=__version__, lifespan=lifespan,
+                  description="Run the code AI agents write: isolated, limited, recorded. "
+                              "Every error is {\"error\": {\"code\", \"message\"}}.")
+    app.state.execbox = state
+    errors.install(app, lambda code: state.metrics.rejected.labels(code=code).inc())
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
+    app.include_router(runs.router)
+    app.include_router(sessions.router)
+
+    @app.get("/healthz", tags=["ops"], summary="The process is serving")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["ops"], summary="The executor is up and the server not draining",
+             responses=errors.documented(503))
+    async def readyz(state: State) -> JSONResponse:
+        state.executor  # noqa: B018 - raises 503 not_ready while starting or draining
+        return JSONResponse({"status": "ready"})
+
+    @app.get("/metrics", tags=["ops"], summary="Prometheus metrics", response_class=Response,
+             responses={200: {"content": {"text/plain": {}}, "description": "metrics"}})
+    async def metrics(state: State) -> Response:
+        return Response(state.metrics.render(),
+                        media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    return app

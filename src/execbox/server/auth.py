@@ -1,0 +1,139 @@
+"""API keys and tenancy: who is calling, and which runs belong to whom.
+
+A key is `ebx_` plus 32 random bytes (URL-safe base64). Only its SHA-256 is stored: a random
+256-bit key needs no slow hash, and a leaked table yields no usable key. The key's name is the
+tenant: a tenant sees only the runs it started (table `tenant_runs`). The tables live on the run
+store's engine under their own metadata, beside the run records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from ..errors import UsageError
+
+KEY_PREFIX = "ebx_"
+
+_meta = sa.MetaData()
+
+api_keys = sa.Table(
+    "api_keys", _meta,
+    sa.Column("name", sa.String(100), primary_key=True),
+    sa.Column("key_sha256", sa.String(64), nullable=False, unique=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("revoked_at", sa.Float),
+    sa.Column("max_concurrent", sa.Integer, nullable=False),
+    sa.Column("max_sessions", sa.Integer, nullable=False),
+    sa.Column("rpm", sa.Integer, nullable=False),
+)
+
+tenant_runs = sa.Table(
+    "tenant_runs", _meta,
+    sa.Column("run_id", sa.String(64), primary_key=True),
+    sa.Column("tenant", sa.String(100), nullable=False, index=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """An authenticated caller and its limits."""
+
+    name: str
+    max_concurrent: int
+    max_sessions: int
+    rpm: int
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    name: str
+    created_at: float
+    revoked_at: float | None
+    max_concurrent: int
+    max_sessions: int
+    rpm: int
+
+
+class KeyRevoked(Exception):
+    """The key was valid once and has been revoked."""
+
+
+def _digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+class KeyStore:
+    """API keys and the run -> tenant map, on a SQLAlchemy engine (the run store's)."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self.engine = engine
+        _meta.create_all(engine)
+
+    def create(self, name: str, *, max_concurrent: int = 8, max_sessions: int = 4,
+               rpm: int = 600) -> str:
+        """Store a new key and return it; it is shown once and never stored in clear."""
+        if not name or len(name) > 100 or not name.isprintable():
+            raise UsageError("a key name is 1 to 100 printable characters")
+        if min(max_concurrent, max_sessions, rpm) < 0:
+            raise UsageError("key limits must be >= 0")
+        key = KEY_PREFIX + secrets.token_urlsafe(32)
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(api_keys.insert().values(
+                    name=name, key_sha256=_digest(key), created_at=time.time(),
+                    max_concurrent=max_concurrent, max_sessions=max_sessions, rpm=rpm))
+        except sa.exc.IntegrityError as exc:
+            raise UsageError(f"a key named {name!r} already exists") from exc
+        return key
+
+    def revoke(self, name: str) -> None:
+        with self.engine.begin() as conn:
+            done = conn.execute(api_keys.update()
+                                .where(api_keys.c.name == name, api_keys.c.revoked_at.is_(None))
+                                .values(revoked_at=time.time()))
+        if not done.rowcount:
+            raise UsageError(f"no active key named {name!r}")
+
+    def list(self) -> list[KeyInfo]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(api_keys).order_by(api_keys.c.name)).mappings().all()
+        return [KeyInfo(**{k: v for k, v in row.items() if k != "key_sha256"}) for row in rows]
+
+    def authenticate(self, key: str) -> Tenant | None:
+        """The tenant of `key`; None when unknown; KeyRevoked when revoked."""
+        digest = _digest(key)
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(api_keys).where(api_keys.c.key_sha256 == digest)
+                               ).mappings().first()
+        if row is None or not hmac.compare_digest(row["key_sha256"], digest):
+            return None
+        if row["revoked_at"] is not None:
+            raise KeyRevoked(row["name"])
+        return Tenant(row["name"], row["max_concurrent"], row["max_sessions"], row["rpm"])
+
+    # ---- tenancy ----------------------------------------------------------------------------
+
+    def claim_run(self, run_id: str, tenant: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(tenant_runs.insert().values(run_id=run_id, tenant=tenant,
+                                                     created_at=time.time()))
+
+    def owner_of(self, run_id: str) -> str | None:
+        with self.engine.connect() as conn:
+            owner: str | None = conn.scalar(sa.select(tenant_runs.c.tenant)
+                                            .where(tenant_runs.c.run_id == run_id))
+        return owner
+
+    def count_runs(self, tenant: str | None = None) -> int:
+        query = sa.select(sa.func.count()).select_from(tenant_runs)
+        if tenant is not None:
+            query = query.where(tenant_runs.c.tenant == tenant)
+        with self.engine.connect() as conn:
+            return int(conn.scalar(query) or 0)

@@ -1,0 +1,45 @@
+"""Serve an app on a background thread: for tests, notebooks and benchmarks in one process.
+
+    with serving(create_app(executor)) as url:
+        execbox.Client(url, key).run("print(1)")
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import uvicorn
+
+
+@contextmanager
+def serving(app: Any, *, host: str = "127.0.0.1", port: int = 0,
+            startup_timeout_s: float = 60.0) -> Iterator[str]:
+    """Run `app` under uvicorn on a thread; yield its base URL; stop it (lifespan shutdown
+    included) and join the thread on exit. `port=0` picks a free port."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    bound = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on",
+                                           timeout_graceful_shutdown=30))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]},
+                              name="execbox-server", daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + startup_timeout_s
+        while not server.started:
+            if not thread.is_alive():
+                raise RuntimeError("the server failed to start (see its log)")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the server did not start within {startup_timeout_s:g} s")
+            time.sleep(0.01)
+        yield f"http://{host}:{bound}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=60)
+        sock.close()

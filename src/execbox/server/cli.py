@@ -1,0 +1,120 @@
+"""`execbox serve` and `execbox keys`: the HTTP API and its API keys."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+import click
+
+from ..errors import ExecboxError
+
+if TYPE_CHECKING:
+    from .auth import KeyStore
+
+
+def _key_store(db: str | None) -> KeyStore:
+    from ..records import RunStore
+    from .auth import KeyStore
+
+    return KeyStore(RunStore(db).engine)
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8000, show_default=True, type=int, help="Port to listen on.")
+@click.option("--no-auth", is_flag=True,
+              help="Accept every caller as the tenant 'local' (only on a trusted loopback).")
+@click.option("--max-request-mib", default=32, show_default=True, type=click.IntRange(1),
+              help="Largest request body; bigger ones get a 413.")
+@click.option("--max-concurrency", type=click.IntRange(1), default=None,
+              help="Runs at once (default: 4 per CPU).")
+@click.option("--pool-size", type=click.IntRange(1), default=None,
+              help="Run slots kept staged (default: 2 per CPU).")
+@click.option("--graceful-timeout", default=30, show_default=True, type=click.IntRange(0),
+              help="Seconds in-flight requests get to finish after SIGTERM.")
+@click.option("--db", default=None, help="Records database URL (default: EXECBOX_DB_URL or "
+                                         "the SQLite file in the data directory).")
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+def serve(host: str, port: int, no_auth: bool, max_request_mib: int,
+          max_concurrency: int | None, pool_size: int | None, graceful_timeout: int,
+          db: str | None, log_level: str) -> None:
+    """Serve the HTTP API (OpenAPI document at /docs and /openapi.json).
+
+    Callers send 'Authorization: Bearer KEY' with a key from `execbox keys create`.
+    SIGTERM stops accepting, lets in-flight runs finish, closes sessions and the sandbox."""
+    import logging
+
+    import uvicorn
+
+    from .app import create_app
+    from .state import Settings
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    options: dict[str, object] = {"max_concurrency": max_concurrency, "pool_size": pool_size}
+    if db:
+        options["records"] = db
+    settings = Settings(auth=not no_auth, max_request_bytes=max_request_mib << 20,
+                        executor_options={k: v for k, v in options.items() if v is not None})
+    if no_auth and host not in ("127.0.0.1", "::1", "localhost"):
+        click.echo(f"execbox: WARNING: --no-auth on {host}: anyone who can reach it runs code",
+                   err=True)
+    config = uvicorn.Config(create_app(settings=settings), host=host, port=port,
+                            log_level=log_level, timeout_graceful_shutdown=graceful_timeout,
+                            lifespan="on")
+    server = uvicorn.Server(config)
+    server.run()
+    if not server.started:
+        sys.exit(2)
+
+
+@click.group()
+def keys() -> None:
+    """API keys of the HTTP API (stored hashed beside the run records)."""
+
+
+@keys.command("create")
+@click.argument("name")
+@click.option("--concurrent", default=8, show_default=True, type=click.IntRange(0),
+              help="Runs in flight at once.")
+@click.option("--sessions", default=4, show_default=True, type=click.IntRange(0),
+              help="Sessions open at once.")
+@click.option("--rpm", default=600, show_default=True, type=click.IntRange(0),
+              help="Runs started per minute.")
+@click.option("--db", default=None, help="Records database URL.")
+def create_key(name: str, concurrent: int, sessions: int, rpm: int, db: str | None) -> None:
+    """Create a key named NAME (the tenant) and print it; it is shown only this once."""
+    try:
+        key = _key_store(db).create(name, max_concurrent=concurrent, max_sessions=sessions,
+                                    rpm=rpm)
+    except ExecboxError as exc:
+        click.echo(f"execbox: {exc}", err=True)
+        sys.exit(2)
+    click.echo(key)
+
+
+@keys.command("revoke")
+@click.argument("name")
+@click.option("--db", default=None, help="Records database URL.")
+def revoke_key(name: str, db: str | None) -> None:
+    """Revoke the key named NAME: requests with it get 401 from now on."""
+    try:
+        _key_store(db).revoke(name)
+    except ExecboxError as exc:
+        click.echo(f"execbox: {exc}", err=True)
+        sys.exit(2)
+    click.echo(f"revoked {name}")
+
+
+@keys.command("list")
+@click.option("--db", default=None, help="Records database URL.")
+def list_keys(db: str | None) -> None:
+    """Keys with their limits and state (never the keys themselves)."""
+    import datetime as dt
+
+    for info in _key_store(db).list():
+        created = dt.datetime.fromtimestamp(info.created_at, dt.UTC).strftime("%Y-%m-%d %H:%M")
+        state = "revoked" if info.revoked_at is not None else "active"
+        click.echo(f"{info.name}\t{state}\tcreated {created}\tconcurrent {info.max_concurrent}"
+                   f"\tsessions {info.max_sessions}\trpm {info.rpm}")

@@ -1,0 +1,62 @@
+"""Per-tenant quotas: concurrent runs and runs per minute, counted in this server process.
+
+A run (or session cell) holds a concurrency token from admission to its result; the per-minute
+count is a sliding window of admission times. A refusal says how long to wait (Retry-After).
+Session counts come from the live sessions themselves (see app), so expiry frees them at once.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import defaultdict, deque
+from collections.abc import Callable
+
+from .auth import Tenant
+from .errors import ApiError
+
+WINDOW_S = 60.0
+
+
+class Quotas:
+    """Counts in-flight runs and recent admissions per tenant. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: dict[str, int] = defaultdict(int)
+        self._recent: dict[str, deque[float]] = defaultdict(deque)
+
+    def admit(self, tenant: Tenant) -> Callable[[], None]:
+        """Admit one run for `tenant` and return its release function (call it exactly once,
+        when the run has ended); or raise a 429 ApiError with a retry hint."""
+        now = time.monotonic()
+        with self._lock:
+            recent = self._recent[tenant.name]
+            while recent and recent[0] <= now - WINDOW_S:
+                recent.popleft()
+            if len(recent) >= tenant.rpm:
+                wait = recent[0] + WINDOW_S - now if recent else WINDOW_S
+                raise ApiError(429, "rate_limited",
+                               f"key {tenant.name!r} may start {tenant.rpm} runs per minute",
+                               retry_after=max(1, math.ceil(wait)))
+            if self._running[tenant.name] >= tenant.max_concurrent:
+                raise ApiError(429, "concurrency_limited",
+                               f"key {tenant.name!r} may have {tenant.max_concurrent} runs in "
+                               "flight at once", retry_after=1)
+            recent.append(now)
+            self._running[tenant.name] += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            with self._lock:
+                if not released:
+                    released = True
+                    self._running[tenant.name] -= 1
+
+        return release
+
+    def running(self, tenant: str) -> int:
+        with self._lock:
+            return self._running[tenant]

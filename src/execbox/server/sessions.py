@@ -1,0 +1,175 @@
+"/v1/sessions: stateful interpreters, their cells and files. A tenant reaches only its own."
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Path, Response
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..contract import Artifact, InputFile, Limits, RunResult
+from . import sse
+from .deps import Caller, State
+from .errors import documented
+
+router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
+SessionId = Annotated[str, Path(max_length=64, description="The session's id.")]
+CELL_ERRORS = documented(400, 401, 404, 409, 413, 422, 429, 503)
+FILE_ERRORS = documented(400, 401, 404, 409, 413, 422, 503)
+
+
+class SessionBody(BaseModel):
+    """A new session: a stateful interpreter with its own workspace."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    profile: str = Field("data", description="Policy profile checked before each cell.")
+    limits: Limits | None = Field(None, description="Limits of each cell (null: defaults).")
+    env: dict[str, str] = Field(default_factory=dict, description="Environment of the kernel.")
+    files: list[InputFile] = Field(default_factory=list,
+                                   description="Files placed in the workspace at the start.")
+    idle_timeout_s: float = Field(600.0, gt=0, le=86400,
+                                  description="End the session after this long without a call.")
+    max_lifetime_s: float = Field(3600.0, gt=0, le=7 * 86400,
+                                  description="End the session this long after it started.")
+
+
+class SessionInfo(BaseModel):
+    session_id: str = Field(description="Id for the session's other endpoints.")
+    closed: bool = Field(description="True once the session has ended.")
+    end_reason: str | None = Field(None, description="Why the session ended, once it has.")
+
+
+class CellBody(BaseModel):
+    """Code to run in the session's interpreter."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    code: str = Field(description="The cell's code.")
+    timeout_s: float | None = Field(None, gt=0, le=3600,
+                                    description="Wall time of this cell (null: session's).")
+    secrets: list[str] = Field(default_factory=list,
+                               description="Values redacted from this cell's output.")
+
+
+def _info(session: Any) -> SessionInfo:
+    return SessionInfo(session_id=session.id, closed=session.closed,
+                       end_reason=session.end_reason)
+
+
+@router.post("", response_model=SessionInfo, status_code=201,
+             responses=documented(400, 401, 413, 422, 429, 503), summary="Start a session")
+async def create_session(body: SessionBody, state: State, tenant: Caller) -> SessionInfo:
+    executor = state.executor
+    state.sessions.reserve(tenant)
+    session = None
+    try:
+        session = await state.running(lambda: executor.session(
+            profile=body.profile, limits=body.limits, env=body.env or None,
+            files={f.name: f.data for f in body.files} or None,
+            idle_timeout_s=body.idle_timeout_s, max_lifetime_s=body.max_lifetime_s))
+    finally:
+        state.sessions.add(tenant, session)
+    return _info(session)
+
+
+@router.get("/{session_id}", response_model=SessionInfo, responses=documented(401, 404, 422),
+            summary="A session's state")
+async def get_session(session_id: SessionId, state: State, tenant: Caller) -> SessionInfo:
+    return _info(state.sessions.get(tenant, session_id))
+
+
+@router.delete("/{session_id}", response_model=SessionInfo,
+               responses=documented(401, 404, 422), summary="Close a session")
+async def close_session(session_id: SessionId, state: State, tenant: Caller) -> SessionInfo:
+    session = state.sessions.get(tenant, session_id)
+    await state.blocking(session.close)
+    return _info(session)
+
+
+def _cell(state: State, tenant: Caller, session_id: str, body: CellBody) -> sse.Call:
+    session = state.sessions.get(tenant, session_id)
+
+    def call(on_stdout: sse.OutputCallback | None = None,
+             on_stderr: sse.OutputCallback | None = None) -> RunResult:
+        started = time.perf_counter()
+        result: RunResult = session.run(body.code, timeout_s=body.timeout_s,
+                                        secrets=body.secrets, on_stdout=on_stdout,
+                                        on_stderr=on_stderr)
+        state.finish("cell", tenant, result, started)
+        return result
+
+    return call
+
+
+@router.post("/{session_id}/cells", response_model=RunResult, responses=CELL_ERRORS,
+             summary="Run a cell in the session")
+async def run_cell(session_id: SessionId, body: CellBody, state: State,
+                   tenant: Caller) -> Response:
+    call = _cell(state, tenant, session_id, body)
+    release = state.quotas.admit(tenant)
+    try:
+        result = await state.running(lambda: call(None, None))
+    finally:
+        release()
+    return Response(result.model_dump_json(), media_type="application/json")
+
+
+@router.post("/{session_id}/cells/stream", responses={**CELL_ERRORS, 200: {
+    "description": "Server-sent events: stdout, stderr, then result (or error).",
+    "content": {"text/event-stream": {"schema": {"type": "string"}}}}},
+    response_class=StreamingResponse,
+    summary="Run a cell and stream its output as server-sent events, ending with the result")
+async def stream_cell(session_id: SessionId, body: CellBody, state: State,
+                      tenant: Caller) -> StreamingResponse:
+    call = _cell(state, tenant, session_id, body)
+    release = state.quotas.admit(tenant)
+
+    async def in_thread(fn: Callable[[], RunResult]) -> RunResult:
+        try:
+            return await state.running(fn)
+        finally:
+            release()
+
+    return StreamingResponse(sse.stream(call, in_thread), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-store"})
+
+
+@router.get("/{session_id}/files", response_model=list[Artifact], responses=FILE_ERRORS,
+            summary="Files in the session's workspace")
+async def list_files(session_id: SessionId, state: State, tenant: Caller) -> list[Artifact]:
+    session = state.sessions.get(tenant, session_id)
+    files: list[Artifact] = await state.blocking(session.files.list)
+    return files
+
+
+@router.put("/{session_id}/files/{path:path}", response_model=Artifact, responses=FILE_ERRORS,
+            summary="Write a file into the session's workspace (the raw request body)")
+async def write_file(session_id: SessionId, path: str, state: State, tenant: Caller,
+                     data: Annotated[bytes, Body(media_type="application/octet-stream")]
+                     ) -> Artifact:
+    session = state.sessions.get(tenant, session_id)
+    artifact: Artifact = await state.blocking(lambda: session.files.write(path, data))
+    return artifact
+
+
+@router.get("/{session_id}/files/{path:path}", response_class=Response, responses={
+    **FILE_ERRORS, 200: {"description": "The file's bytes",
+                         "content": {"application/octet-stream": {}}}},
+    summary="Read a file from the session's workspace")
+async def read_file(session_id: SessionId, path: str, state: State, tenant: Caller) -> Response:
+    session = state.sessions.get(tenant, session_id)
+    data: bytes = await state.blocking(lambda: session.files.read(path))
+    return Response(data, media_type="application/octet-stream")
+
+
+@router.delete("/{session_id}/files/{path:path}", status_code=204, response_class=Response,
+               responses=FILE_ERRORS, summary="Remove a file from the session's workspace")
+async def remove_file(session_id: SessionId, path: str, state: State, tenant: Caller
+                      ) -> Response:
+    session = state.sessions.get(tenant, session_id)
+    await state.blocking(lambda: session.files.remove(path))
+    return Response(status_code=204)

@@ -1,0 +1,181 @@
+"""What one server holds: the executor, keys, quotas, metrics and the tenants' live sessions."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anyio
+import anyio.to_thread
+
+from ..contract import RunResult
+from ..errors import SessionClosed
+from .auth import KeyStore, Tenant
+from .errors import ApiError
+from .metrics import Metrics
+from .quotas import Quotas
+
+if TYPE_CHECKING:
+    from ..executor import Executor
+    from ..sessions import Session
+
+log = logging.getLogger("execbox.server")
+T = TypeVar("T")
+
+LOCAL_TENANT = Tenant("local", max_concurrent=1 << 30, max_sessions=1 << 30, rpm=1 << 30)
+ENDED_KEPT = 10_000  # ended sessions remembered, so late calls get session_closed, not 404
+
+
+class EndedSession:
+    """What is left of a session that has ended: its id and why; every call says so."""
+
+    closed = True
+
+    def __init__(self, session_id: str, end_reason: str | None) -> None:
+        self.id = session_id
+        self.end_reason = end_reason
+        self.files = self
+
+    def _ended(self, *_args: Any, **_kwargs: Any) -> Any:
+        raise SessionClosed(f"session {self.id} has ended ({self.end_reason or 'closed'}); "
+                            "start a new session")
+
+    run = write = read = list = remove = _ended
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class Settings:
+    """How a server behaves; `execbox serve` fills it from its options."""
+
+    auth: bool = True
+    """Require `Authorization: Bearer KEY`; without it every caller is the tenant 'local'."""
+    max_request_bytes: int = 32 << 20
+    """Largest request body accepted; bigger ones get a 413."""
+    max_inflight_runs: int = 64
+    """Runs and cells the server hands to the executor at once (worker threads)."""
+    executor_options: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments for the Executor the server starts (when none is passed in)."""
+
+
+class SessionRegistry:
+    """Live sessions by id, each with its tenant. A tenant finds only its own."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sessions: dict[str, tuple[str, Session]] = {}
+        self._ended: OrderedDict[str, tuple[str, EndedSession]] = OrderedDict()
+        self._pending: dict[str, int] = {}
+
+    def reserve(self, tenant: Tenant) -> None:
+        """Count a session about to be created against the tenant's quota, or raise 429."""
+        with self._lock:
+            self._prune()
+            live = sum(1 for owner, _ in self._sessions.values() if owner == tenant.name)
+            if live + self._pending.get(tenant.name, 0) >= tenant.max_sessions:
+                raise ApiError(429, "session_quota",
+                               f"key {tenant.name!r} may keep {tenant.max_sessions} sessions "
+                               "open; close one first", retry_after=5)
+            self._pending[tenant.name] = self._pending.get(tenant.name, 0) + 1
+
+    def add(self, tenant: Tenant, session: Session | None) -> None:
+        """Settle a reservation: register the new session, or drop it if creation failed."""
+        with self._lock:
+            self._pending[tenant.name] -= 1
+            if session is not None:
+                self._sessions[session.id] = (tenant.name, session)
+
+    def get(self, tenant: Tenant, session_id: str) -> Session | EndedSession:
+        with self._lock:
+            entry = self._sessions.get(session_id) or self._ended.get(session_id)
+        if entry is None or entry[0] != tenant.name:
+            raise ApiError(404, "session_not_found", f"no session {session_id!r}")
+        return entry[1]
+
+    def active(self) -> int:
+        with self._lock:
+            return sum(1 for _, s in self._sessions.values() if not s.closed)
+
+    def _prune(self) -> None:
+        for sid in [sid for sid, (_, s) in self._sessions.items() if s.closed]:
+            owner, session = self._sessions.pop(sid)
+            self._ended[sid] = (owner, EndedSession(sid, session.end_reason))
+        while len(self._ended) > ENDED_KEPT:
+            self._ended.popitem(last=False)
+
+    def close_all(self) -> int:
+        with self._lock:
+            sessions = [s for _, s in self._sessions.values()]
+            self._sessions.clear()
+        closed = 0
+        for session in sessions:
+            try:
+                if not session.closed:
+                    session.close()
+                    closed += 1
+            except Exception:  # noqa: BLE001 - shutting down: close the others regardless
+                log.exception("closing session %s", session.id)
+        return closed
+
+
+class ServerState:
+    def __init__(self, settings: Settings, executor: Executor | None) -> None:
+        self.settings = settings
+        self.executor_given = executor is not None
+        self._executor = executor
+        self.keys: KeyStore | None = None
+        self.quotas = Quotas()
+        self.sessions = SessionRegistry()
+        self.metrics = Metrics(lambda: float(self.sessions.active()),
+                               lambda: float(self._executor.pool_size if self._executor else 0))
+        self.run_limiter = anyio.CapacityLimiter(settings.max_inflight_runs)
+        self.draining = False
+        if executor is not None:
+            self.keys = KeyStore(executor.store.engine)
+
+    @property
+    def executor(self) -> Executor:
+        if self._executor is None or self.draining:
+            raise ApiError(503, "not_ready", "the server is starting or shutting down")
+        return self._executor
+
+    def start(self) -> None:
+        if self._executor is None:
+            from ..executor import Executor
+
+            self._executor = Executor(**self.settings.executor_options)
+            self.keys = KeyStore(self._executor.store.engine)
+
+    def stop(self) -> None:
+        """Close every session, then the executor if this server started it."""
+        self.draining = True
+        closed = self.sessions.close_all()
+        if closed:
+            log.info("closed %d session(s) at shutdown", closed)
+        if self._executor is not None and not self.executor_given:
+            self._executor.close()
+
+    def key_store(self) -> KeyStore:
+        if self.keys is None:
+            raise ApiError(503, "not_ready", "the server is starting")
+        return self.keys
+
+    async def blocking(self, fn: Callable[[], T]) -> T:
+        """Run a short blocking call (database, files) off the event loop."""
+        return await anyio.to_thread.run_sync(fn)
+
+    async def running(self, fn: Callable[[], T]) -> T:
+        """Run a sandbox call (a run or a cell) off the event loop, within the run limiter."""
+        return await anyio.to_thread.run_sync(fn, limiter=self.run_limiter)
+
+    def finish(self, kind: str, tenant: Tenant, result: RunResult, started: float) -> None:
+        """Book a finished run: its owner and its metrics (called on the worker thread)."""
+        self.key_store().claim_run(result.run_id, tenant.name)
+        self.metrics.observe(kind, result, time.perf_counter() - started)

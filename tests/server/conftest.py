@@ -1,0 +1,57 @@
+"""A real uvicorn server on loopback over the real sandbox, shared by the server tests."""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+
+import execbox
+from execbox.server import Settings, create_app
+from execbox.server.auth import KeyStore
+from execbox.server.background import serving
+
+MAX_REQUEST_BYTES = 256 * 1024
+_names = itertools.count()
+
+
+@dataclass
+class Api:
+    url: str
+    keys: KeyStore
+    executor: execbox.Executor
+
+    def key(self, prefix: str = "tenant", *, concurrent: int = 8, sessions: int = 4,
+            rpm: int = 10_000) -> tuple[str, str]:
+        """A fresh key: (tenant name, key)."""
+        name = f"{prefix}-{next(_names)}-{uuid.uuid4().hex[:6]}"
+        return name, self.keys.create(name, max_concurrent=concurrent, max_sessions=sessions,
+                                      rpm=rpm)
+
+    def http(self, key: str | None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=60)
+
+
+@pytest.fixture(scope="session")
+def api(executor: execbox.Executor) -> Iterator[Api]:
+    app = create_app(executor, Settings(max_request_bytes=MAX_REQUEST_BYTES))
+    keys = app.state.execbox.keys
+    with serving(app) as url:
+        yield Api(url, keys, executor)
+
+
+@pytest.fixture
+def alice(api: Api) -> Iterator[httpx.Client]:
+    with api.http(api.key("alice")[1]) as client:
+        yield client
+
+
+@pytest.fixture
+def bob(api: Api) -> Iterator[httpx.Client]:
+    with api.http(api.key("bob")[1]) as client:
+        yield client

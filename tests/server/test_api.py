@@ -1,0 +1,159 @@
+"""Runs over HTTP: results, records, artifacts, streaming, errors as JSON, health and metrics."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+
+import httpx
+from conftest import MAX_REQUEST_BYTES, Api
+
+from execbox import RunResult
+
+
+def test_run_returns_the_contract_result_with_inputs_and_stdin(alice: httpx.Client) -> None:
+    body = {"code": "import sys\nprint(open('data/in.txt').read(), sys.stdin.read())",
+            "stdin": base64.b64encode(b"from stdin").decode(),
+            "files": [{"name": "data/in.txt", "data": base64.b64encode(b"from file").decode()}],
+            "limits": {"timeout_s": 5, "memory_mib": 128}}
+    response = alice.post("/v1/runs", json=body)
+    assert response.status_code == 200, response.text
+    result = RunResult.model_validate(response.json())
+    assert result.status == "ok"
+    assert result.stdout == "from file from stdin\n"
+    assert result.limits.memory_mib == 128
+
+
+def test_code_errors_are_results_not_http_errors(alice: httpx.Client) -> None:
+    response = alice.post("/v1/runs", json={"code": "x = 1\nraise ValueError('boom')"})
+    assert response.status_code == 200
+    result = response.json()
+    assert result["status"] == "error"
+    assert result["error"]["type"] == "ValueError" and result["error"]["line"] == 2
+
+
+def test_record_and_artifact_bytes_come_back_for_the_owner(alice: httpx.Client) -> None:
+    code = ("import os\nos.makedirs('out')\nopen('out/report.csv', 'w').write('a,b\\n1,2\\n')")
+    result = alice.post("/v1/runs", json={"code": code}).json()
+    assert result["status"] == "ok", result
+    record = alice.get(f"/v1/runs/{result['run_id']}")
+    assert record.status_code == 200
+    assert record.json()["code"] == code
+    assert record.json()["result"]["artifacts"][0]["path"] == "out/report.csv"
+    art = alice.get(f"/v1/runs/{result['run_id']}/artifacts/out/report.csv")
+    assert art.status_code == 200
+    assert art.content == b"a,b\n1,2\n"
+    assert art.headers["content-type"].startswith("text/csv")
+    missing = alice.get(f"/v1/runs/{result['run_id']}/artifacts/nope.txt")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "artifact_not_found"
+
+
+def test_stream_delivers_output_events_before_the_result(alice: httpx.Client) -> None:
+    code = "import time\nprint('first', flush=True)\ntime.sleep(1.5)\nprint('second')"
+    events: list[tuple[str, dict[str, object], float]] = []
+    with alice.stream("POST", "/v1/runs/stream", json={"code": code}) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        name = ""
+        for line in response.iter_lines():
+            if line.startswith("event: "):
+                name = line[len("event: "):]
+            elif line.startswith("data: "):
+                events.append((name, json.loads(line[len("data: "):]), time.monotonic()))
+    names = [e[0] for e in events]
+    assert names[-1] == "result" and names.count("result") == 1
+    assert "".join(str(e[1]["text"]) for e in events if e[0] == "stdout") == "first\nsecond\n"
+    first_at = next(t for n, d, t in events if n == "stdout" and "first" in str(d["text"]))
+    # 'first' was sent while the program still slept: well before the result arrived.
+    assert events[-1][2] - first_at > 0.75
+    assert events[-1][1]["stdout"] == "first\nsecond\n"
+
+
+def test_bad_input_is_a_json_422_with_a_stable_code(alice: httpx.Client) -> None:
+    for body in ({"code": 1}, {"code": "x", "limits": {"timeout_s": -1}},
+                 {"code": "x", "surprise": True}, {"code": "x", "stdin": "not base64!"},
+                 {"code": "x", "files": [{"name": "../etc/passwd", "data": ""}]}):
+        response = alice.post("/v1/runs", json=body)
+        assert response.status_code == 422, (body, response.text)
+        assert response.json()["error"]["code"] == "invalid_request"
+    broken = alice.post("/v1/runs", content=b"{not json",
+                        headers={"Content-Type": "application/json"})
+    assert broken.status_code == 422 and broken.json()["error"]["code"] == "invalid_request"
+
+
+def test_unknown_routes_and_methods_answer_json(alice: httpx.Client) -> None:
+    missing = alice.get("/v1/nothing-here")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+    wrong = alice.delete("/v1/runs")
+    assert wrong.status_code == 405 and wrong.json()["error"]["code"] == "method_not_allowed"
+
+
+def test_unknown_run_is_404(alice: httpx.Client) -> None:
+    response = alice.get("/v1/runs/" + "0" * 32)
+    assert response.status_code == 404 and response.json()["error"]["code"] == "run_not_found"
+
+
+def test_policy_denial_is_a_result_and_an_unknown_profile_a_400(alice: httpx.Client) -> None:
+    denied = alice.post("/v1/runs", json={"code": "import socket", "profile": "minimal"})
+    assert denied.status_code == 200
+    assert denied.json()["status"] == "policy_denied"
+    assert denied.json()["error"]["rule"] == "import.deny"
+    unknown = alice.post("/v1/runs", json={"code": "1", "profile": "no-such-profile"})
+    assert unknown.status_code == 400, unknown.text
+    assert unknown.json()["error"]["code"] == "bad_request"
+
+
+def test_request_over_the_size_cap_is_a_json_413(alice: httpx.Client) -> None:
+    big = {"code": "x = '" + "a" * MAX_REQUEST_BYTES + "'"}
+    response = alice.post("/v1/runs", json=big)
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "request_too_large"
+
+    def chunks():  # no Content-Length: the cap is counted while reading
+        for _ in range(MAX_REQUEST_BYTES // 4096 + 2):
+            yield b" " * 4096
+
+    chunked = alice.post("/v1/runs", content=chunks(),
+                         headers={"Content-Type": "application/json"})
+    assert chunked.status_code == 413
+    assert chunked.json()["error"]["code"] == "request_too_large"
+
+
+def test_health_and_readiness(api: Api) -> None:
+    with api.http(None) as anon:
+        assert anon.get("/healthz").json() == {"status": "ok"}
+        ready = anon.get("/readyz")
+        assert ready.status_code == 200 and ready.json() == {"status": "ready"}
+
+
+def _metric(text: str, name: str, **labels: str) -> float:
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        if line.startswith(f"{name}{{{want}}} ") or (not labels and line.startswith(name + " ")):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_metrics_count_runs_by_status_and_latency(api: Api, alice: httpx.Client) -> None:
+    before = alice.get("/metrics").text
+    alice.post("/v1/runs", json={"code": "raise SystemExit(3)"})
+    alice.post("/v1/runs", json={"code": "print(1)"})
+    after = alice.get("/metrics").text
+    for status in ("error", "ok"):
+        assert (_metric(after, "execbox_runs_total", kind="run", status=status)
+                == _metric(before, "execbox_runs_total", kind="run", status=status) + 1)
+    assert (_metric(after, "execbox_run_seconds_count", kind="run")
+            == _metric(before, "execbox_run_seconds_count", kind="run") + 2)
+    assert _metric(after, "execbox_pool_size") == api.executor.pool_size
+    assert "execbox_active_sessions " in after
+
+
+def test_openapi_document_describes_the_endpoints(api: Api) -> None:
+    with api.http(None) as anon:
+        doc = anon.get("/openapi.json").json()
+    for path in ("/v1/runs", "/v1/runs/stream", "/v1/runs/{run_id}",
+                 "/v1/runs/{run_id}/artifacts/{path}", "/v1/sessions",
+                 "/v1/sessions/{session_id}/cells", "/v1/sessions/{session_id}/files/{path}"):
+        assert path in doc["paths"], path
+    assert "HTTPBearer" in doc["components"]["securitySchemes"]
