@@ -1,0 +1,352 @@
+"""The ask loop: Plan → (Generate → Policy → Execute → Verify)* → Answer, each stage recorded.
+
+A failed run, a policy refusal or a failed verification goes back to Generate as structured
+feedback, at most `max_repairs` times. Circuit breakers on total execution time, tokens and
+artifacts end the ask with a clean failure that carries every attempt's logs.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from ..budget import Budget
+from ..contract import RunResult, Status
+from ..executor import Executor
+from . import answer as answer_mod
+from . import generate as generate_mod
+from . import plan as plan_mod
+from . import verify
+from .execute import check_policy, effective_limits, execute
+from .llm import LLM, ModelCall, ModelFailure, resolve_model
+from .models import (
+    Answer,
+    AskSettings,
+    AttemptLog,
+    Failure,
+    Plan,
+    Program,
+    RunOutput,
+    TokenUsage,
+    Verdict,
+)
+from .trace import Recorder, TraceStore, new_ask_id
+
+if TYPE_CHECKING:
+    from pydantic_ai.models import Model
+
+Schema = Mapping[str, Any] | type[BaseModel]
+
+
+class _Breaker(Exception):
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+class _Attempt:
+    """What one attempt produced: the runs, the verdicts, and the feedback when it failed."""
+
+    def __init__(self, program: Program) -> None:
+        self.program = program
+        self.code = program.code
+        self.runs: list[RunResult] = []
+        self.main: RunResult | None = None
+        self.result: Any = verify.NO_RESULT
+        self.verdicts: list[Verdict] = []
+        self.feedback: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.feedback is None and self.main is not None
+
+
+def read_files(files: Mapping[str, bytes | str | os.PathLike[str]] | list[str | os.PathLike[str]]
+               | None) -> dict[str, bytes]:
+    """Inputs as workspace name -> bytes; paths are read and named by their base name."""
+    if not files:
+        return {}
+    items = files.items() if isinstance(files, Mapping) else ((Path(p).name, p) for p in files)
+    out: dict[str, bytes] = {}
+    for name, source in items:
+        out[name] = source if isinstance(source, bytes) else Path(source).read_bytes()
+    return out
+
+
+def ask(question: str, *, executor: Executor, model: Model | str | None = None,
+        files: Mapping[str, bytes | str | os.PathLike[str]] | list[str | os.PathLike[str]]
+        | None = None, expected_schema: Schema | None = None,
+        settings: AskSettings | None = None, base_url: str | None = None) -> Answer:
+    """Answer `question` by running code in the sandbox, with evidence.
+
+    `model`: a pydantic-ai Model or a model string (default: EXECBOX_MODEL or the config file).
+    `files`: inputs placed read-only in the workspace. `expected_schema`: a JSON schema or a
+    pydantic model the printed result must match. Never raises for what the model or its code
+    did: a failure is an Answer with status 'failed' and the logs. Raises UsageError when no
+    model is configured."""
+    resolved = resolve_model(model, base_url=base_url)
+    return _Ask(question, executor, resolved, read_files(files), expected_schema,
+                settings or AskSettings()).run()
+
+
+class _Ask:
+    def __init__(self, question: str, executor: Executor, model: Model,
+                 files: dict[str, bytes], schema: Schema | None, settings: AskSettings) -> None:
+        self.question = question
+        self.executor = executor
+        self.files = files
+        self.schema = schema
+        self.schema_json = (schema.model_json_schema() if isinstance(schema, type)
+                            else dict(schema) if schema is not None else None)
+        self.settings = settings
+        self.usage = TokenUsage()
+        self.budget = Budget(exec_s=settings.max_exec_s,
+                             artifact_bytes=settings.max_artifact_bytes)
+        self.artifact_files = 0
+        self.logs: list[AttemptLog] = []
+        self.run_ids: list[str] = []
+        self.ask_id = new_ask_id()
+        self.llm = LLM(model, on_call=self._on_call)
+        self.store = TraceStore(executor.store.engine)
+        self.trace = Recorder(self.store, self.ask_id)
+        self.plan: Plan | None = None
+
+    # -- accounting and breakers ---------------------------------------------------------------
+
+    def _on_call(self, call: ModelCall) -> None:
+        self.usage.input_tokens += call.input_tokens
+        self.usage.output_tokens += call.output_tokens
+        self.usage.requests += call.requests
+        self.trace.call(call.stage, call.model, call.input_tokens, call.output_tokens,
+                        call.requests, call.duration_ms, call.ok, call.error)
+
+    def _check_tokens(self) -> None:
+        if self.usage.total_tokens > self.settings.max_tokens:
+            raise _Breaker("tokens", f"token budget of {self.settings.max_tokens} spent "
+                           f"({self.usage.total_tokens} tokens used); raise max_tokens")
+
+    def _stage_call(self, stage: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        self._check_tokens()
+        started = time.time()
+        try:
+            out = fn(*args, **kwargs)
+        except ModelFailure as exc:
+            self.trace.stage(stage, len(self.logs), "model_error", started, error=str(exc))
+            raise
+        self._check_tokens()
+        return out, started
+
+    def _account(self, run: RunResult) -> None:
+        self.run_ids.append(run.run_id)
+        if run.status is Status.budget_exceeded:
+            message = run.error.message if run.error else "execution-time budget spent"
+            raise _Breaker("exec_time", f"{message} (max_exec_s {self.settings.max_exec_s:g})")
+        self.artifact_files += len(run.artifacts)
+        if self.artifact_files > self.settings.max_artifact_files:
+            raise _Breaker("artifacts", f"{self.artifact_files} artifact files written, more "
+                           f"than max_artifact_files {self.settings.max_artifact_files}")
+        spent = self.budget.remaining_artifact_bytes == 0
+        if run.artifacts_truncated and spent:
+            raise _Breaker("artifacts", f"artifact budget of {self.settings.max_artifact_bytes} "
+                           "bytes spent; raise max_artifact_bytes")
+
+    # -- the stages ----------------------------------------------------------------------------
+
+    def run(self) -> Answer:
+        self.store.start(self.ask_id, self.question, self.llm.name)
+        try:
+            self.plan = self._plan()
+            if not self.plan.needs_code:
+                return self._finish(Answer(ask_id=self.ask_id, status="answered",
+                                           question=self.question, answer=self.plan.answer or "",
+                                           plan=self.plan))
+            mode = self.plan.mode if self.settings.mode == "auto" else self.settings.mode
+            limits = effective_limits(self.executor, self.settings.limits, self.settings.profile)
+            last: _Attempt | None = None
+            for number in range(1, self.settings.max_repairs + 2):
+                last = self._attempt(number, mode, limits, last)
+                if last.passed:
+                    return self._answer(last)
+            assert last is not None
+            return self._fail("repairs_exhausted",
+                              f"no verified answer after {len(self.logs)} attempts "
+                              f"({self.settings.max_repairs} repairs); last problem: "
+                              f"{(last.feedback or '').splitlines()[0]}")
+        except _Breaker as trip:
+            return self._fail(trip.kind, trip.message)
+        except ModelFailure as exc:
+            return self._fail("model_error", f"the model call failed: {exc}")
+
+    def _plan(self) -> Plan:
+        plan, started = self._stage_call("plan", plan_mod.make_plan, self.llm, self.question,
+                                         self.files, self.schema_json)
+        assert isinstance(plan, Plan)
+        self.trace.stage("plan", 0, "code" if plan.needs_code else "text", started,
+                         **plan.model_dump(mode="json"))
+        return plan
+
+    def _attempt(self, number: int, mode: str, limits: Any, previous: _Attempt | None) -> _Attempt:
+        assert self.plan is not None
+        program, started = self._stage_call(
+            "generate", generate_mod.generate, self.llm, self.question, self.plan, self.files,
+            limits, mode=mode, schema=self.schema_json,
+            previous=previous.program if previous else None,
+            feedback=previous.feedback if previous else None)
+        self.trace.stage("generate", number, "repair" if previous else "first", started,
+                         code=program.code, solution=program.solution, tests=program.tests,
+                         cross_check=program.cross_check, notes=program.notes)
+        att = _Attempt(program)
+        log = AttemptLog(attempt=number, status="not_run")
+        self.logs.append(log)
+        try:
+            self._run_and_verify(att, number, mode, log)
+        finally:
+            log.feedback = att.feedback
+        return att
+
+    def _run_and_verify(self, att: _Attempt, number: int, mode: str, log: AttemptLog) -> None:
+        assert self.plan is not None
+        program = att.program
+        if mode == "tests_first":
+            if not program.solution or not program.tests:
+                att.verdicts.append(Verdict(check="tests", passed=False, attempt=number,
+                                            detail="no solution or tests given"))
+                att.feedback = ("tests_first mode: give the reference implementation in "
+                                "`solution` and its tests in `tests`")
+                return
+            tests_code = program.solution + "\n\n" + program.tests
+            run = self._run(number, "tests", tests_code, log, att)
+            if run is None:
+                return
+            if not run.ok:
+                att.verdicts.append(Verdict(check="tests", passed=False, attempt=number,
+                                            run_id=run.run_id, detail=verify.describe_failure(run)))
+                att.feedback = ("The tests failed, so the implementation (or a test) is wrong:\n"
+                                + verify.describe_failure(run, tests_code))
+                return
+            att.verdicts.append(Verdict(check="tests", passed=True, attempt=number,
+                                        run_id=run.run_id, detail="example and property tests pass"))
+            att.code = program.solution + "\n\n" + program.code
+        run = self._run(number, "main", att.code, log, att)
+        if run is None:
+            return
+        att.main = run
+        self._verify(att, number, run)
+
+    def _run(self, number: int, label: str, code: str, log: AttemptLog,
+             att: _Attempt) -> RunResult | None:
+        started = time.time()
+        pol = check_policy(self.executor, code, self.files, self.settings.limits,
+                           self.settings.profile)
+        self.trace.stage("policy", number, pol.decision, started, program=label, rule=pol.rule,
+                         message=pol.message, line=pol.line)
+        if not pol.allowed:
+            log.status = "policy_denied"
+            log.error = f"{pol.rule}: {pol.message}"
+            where = (f" at line {pol.line}:\n{verify.snippet(code, pol.line)}"
+                     if pol.line is not None else "")
+            att.verdicts.append(Verdict(check="policy", passed=False, attempt=number,
+                                        detail=f"{pol.rule}: {pol.message}"))
+            att.feedback = (f"The policy (profile {self.settings.profile!r}) refused the "
+                            f"{label} program, rule {pol.rule}: {pol.message}{where}\n"
+                            "Write code that complies with the policy.")
+            return None
+        started = time.time()
+        run = execute(self.executor, code, self.files, self.settings.limits,
+                      self.settings.profile, self.budget)
+        self.trace.stage("execute", number, run.status.value, started, run_id=run.run_id,
+                         program=label, wall_ms=run.metrics.wall_ms,
+                         artifacts=[a.path for a in run.artifacts])
+        log.run_ids.append(run.run_id)
+        log.status = run.status.value
+        log.error = f"{run.error.type}: {run.error.message}" if run.error else None
+        log.stderr_tail = answer_mod.tail(run.stderr, 2000)
+        att.runs.append(run)
+        self._account(run)
+        return run
+
+    def _verify(self, att: _Attempt, number: int, run: RunResult) -> None:
+        assert self.plan is not None
+        started = time.time()
+        verdicts = att.verdicts
+        verdicts.append(verify.check_run(run, number))
+        if not run.ok:
+            att.feedback = "The program failed:\n" + verify.describe_failure(run, att.code)
+        else:
+            att.result = verify.parse_result(run.stdout)
+            verdicts.append(verify.check_result_present(att.result, number, run.run_id))
+        if att.result is not verify.NO_RESULT:
+            self._deterministic_checks(att, number)
+        failed = [v for v in verdicts if not v.passed]
+        if failed and att.feedback is None:
+            att.feedback = "Verification failed:\n" + "\n".join(
+                f"- {v.check}: {v.detail}" for v in failed)
+        if att.feedback is None:
+            review, _ = self._stage_call("verify", verify.review, self.llm, self.question,
+                                         self.plan, att.code, run, att.result, number)
+            verdicts.append(review)
+            if not review.passed:
+                att.feedback = ("A reviewer checked the output against the question and found: "
+                                f"{review.detail}")
+        self.trace.stage("verify", number, "passed" if att.feedback is None else "failed",
+                         started, run_id=run.run_id,
+                         verdicts=[v.model_dump(mode="json") for v in verdicts])
+
+    def _deterministic_checks(self, att: _Attempt, number: int) -> None:
+        assert self.plan is not None
+        if self.schema is not None:
+            att.verdicts.append(verify.check_schema(att.result, self.schema, number))
+        if self.plan.invariants:
+            found, check_run = verify.check_invariants(self.executor, self.plan.invariants,
+                                                       att.result, self.budget, number)
+            att.runs.append(check_run)
+            self._account(check_run)
+            att.verdicts.extend(found)
+        if self.plan.cross_check:
+            if not att.program.cross_check:
+                att.verdicts.append(Verdict(check="cross_check", passed=False, attempt=number,
+                                            detail="the plan asks for a cross-check: give it "
+                                                   "in `cross_check`"))
+            else:
+                verdict, check_run = verify.cross_check(
+                    self.executor, att.program.cross_check, att.result, self.files,
+                    self.budget, self.settings.limits, self.settings.profile, number)
+                att.runs.append(check_run)
+                self._account(check_run)
+                att.verdicts.append(verdict)
+
+    def _answer(self, att: _Attempt) -> Answer:
+        assert self.plan is not None and att.main is not None
+        run = att.main
+        text, started = self._stage_call("answer", answer_mod.draft_answer, self.llm,
+                                         self.question, self.plan, run, att.result)
+        self.trace.stage("answer", len(self.logs), "answered", started, run_id=run.run_id)
+        return self._finish(Answer(
+            ask_id=self.ask_id, status="answered", question=self.question, answer=text,
+            code=att.code, outputs=[RunOutput(run_id=run.run_id, stdout=run.stdout,
+                                              result=att.result)],
+            run_ids=[r.run_id for r in att.runs], artifacts=run.artifacts,
+            verdicts=att.verdicts, plan=self.plan, attempts=len(self.logs)))
+
+    def _fail(self, kind: Any, message: str) -> Answer:
+        self.trace.stage("answer", len(self.logs), "failed", time.time(), kind=kind,
+                         message=message)
+        return self._finish(Answer(
+            ask_id=self.ask_id, status="failed", question=self.question, plan=self.plan,
+            attempts=len(self.logs), run_ids=list(self.run_ids),
+            failure=Failure(kind=kind, message=message, logs=self.logs)))
+
+    def _finish(self, answer: Answer) -> Answer:
+        answer.usage = self.usage.model_copy()
+        if answer.status == "answered" and not answer.run_ids and self.plan is not None \
+                and not self.plan.needs_code:
+            self.trace.stage("answer", 0, "answered", time.time(), without_code=True)
+        self.store.finish(self.ask_id, answer.status, answer.model_dump_json(),
+                          answer.run_ids, self.usage.input_tokens, self.usage.output_tokens)
+        return answer
