@@ -298,9 +298,14 @@ class _CellPump:
             if rest:
                 self.ch._carry[fd] += rest
             return
-        keep = len(self.marker) - 1
-        self._emit(fd, window[:-keep] if len(window) > keep else b"")
-        self.hold[fd] = window[-keep:] if len(window) > keep else window
+        # Hold back only a tail that could be the start of a split marker (the marker starts
+        # with a NUL byte): everything else goes to the caller as it arrives.
+        keep = 0
+        start = window.rfind(self.marker[:1], max(0, len(window) - len(self.marker) + 1))
+        if start >= 0 and self.marker.startswith(window[start:]):
+            keep = len(window) - start
+        self._emit(fd, window[:len(window) - keep])
+        self.hold[fd] = window[len(window) - keep:]
 
     def _emit(self, fd: int, data: bytes) -> None:
         if not data:
