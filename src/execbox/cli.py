@@ -494,6 +494,14 @@ from .mcp import mcp_command as _mcp_command  # noqa: E402
 
 main.add_command(_mcp_command)
 
+from .agent.cli import ask_cmd as _ask_command  # noqa: E402
+from .agent.cli import asks_cmd as _asks_command  # noqa: E402
+from .agent.cli import trace_cmd as _trace_command  # noqa: E402
+
+main.add_command(_ask_command)
+runs.add_command(_asks_command)
+runs.add_command(_trace_command)
+
 
 if __name__ == "__main__":
     main()

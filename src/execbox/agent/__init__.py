@@ -5,14 +5,13 @@
 One module per stage: `plan`, `generate`, `execute` (policy check and run), `verify`, `answer`;
 `loop` ties them together with bounded repair and circuit breakers; `trace` stores every stage
 and model call; `llm` is the model seam (pydantic-ai) with `ScriptedModel` as its fake.
+The names load lazily, so `execbox --help` does not import the agent.
 """
 
 from __future__ import annotations
 
-from .llm import ModelConfig, ScriptedModel, load_config, resolve_model
-from .loop import ask
-from .models import Answer, AskSettings, Failure, Plan, Program, Review, Verdict
-from .trace import AskTrace, TraceStore
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __all__ = [
     "Answer",
@@ -30,3 +29,25 @@ __all__ = [
     "load_config",
     "resolve_model",
 ]
+
+_WHERE = {
+    "Answer": "models", "AskSettings": "models", "Failure": "models", "Plan": "models",
+    "Program": "models", "Review": "models", "Verdict": "models",
+    "ModelConfig": "llm", "ScriptedModel": "llm", "load_config": "llm", "resolve_model": "llm",
+    "AskTrace": "trace", "TraceStore": "trace", "ask": "loop",
+}
+
+if TYPE_CHECKING:
+    from .llm import ModelConfig, ScriptedModel, load_config, resolve_model
+    from .loop import ask
+    from .models import Answer, AskSettings, Failure, Plan, Program, Review, Verdict
+    from .trace import AskTrace, TraceStore
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'execbox.agent' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
