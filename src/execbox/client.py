@@ -92,14 +92,16 @@ def _run_body(code: str, *, language: str, stdin: bytes | str | None,
 
 def _session_body(*, profile: str, limits: Limits | Mapping[str, Any] | None,
                   env: Mapping[str, str] | None, files: Mapping[str, FileSource] | None,
-                  idle_timeout_s: float, max_lifetime_s: float) -> dict[str, Any]:
+                  idle_timeout_s: float, max_lifetime_s: float,
+                  secrets: Iterable[str]) -> dict[str, Any]:
     from .executor import make_request
 
     checked = make_request("", files=files, limits=limits, env=env, profile=profile)
     return {"profile": profile, "limits": checked.limits.model_dump() if limits else None,
             "env": checked.env, "files": [InputFile.model_dump(f, mode="json")
                                           for f in checked.files],
-            "idle_timeout_s": idle_timeout_s, "max_lifetime_s": max_lifetime_s}
+            "idle_timeout_s": idle_timeout_s, "max_lifetime_s": max_lifetime_s,
+            "secrets": list(secrets)}
 
 
 def _artifact_path(path: str) -> str:
@@ -226,10 +228,11 @@ class Client:
     def session(self, *, profile: str = "data", limits: Limits | Mapping[str, Any] | None = None,
                 env: Mapping[str, str] | None = None,
                 files: Mapping[str, FileSource] | None = None, idle_timeout_s: float = 600.0,
-                max_lifetime_s: float = 3600.0) -> RemoteSession:
+                max_lifetime_s: float = 3600.0, secrets: Iterable[str] = ()) -> RemoteSession:
         """Start a session on the server (a stateful interpreter with its own workspace)."""
         body = _session_body(profile=profile, limits=limits, env=env, files=files,
-                             idle_timeout_s=idle_timeout_s, max_lifetime_s=max_lifetime_s)
+                             idle_timeout_s=idle_timeout_s, max_lifetime_s=max_lifetime_s,
+                             secrets=secrets)
         info = self._call(_Request("POST", "/v1/sessions", json_body=body)).json()
         return RemoteSession(self, info["session_id"])
 
@@ -399,10 +402,12 @@ class AsyncClient:
                       env: Mapping[str, str] | None = None,
                       files: Mapping[str, FileSource] | None = None,
                       idle_timeout_s: float = 600.0,
-                      max_lifetime_s: float = 3600.0) -> AsyncRemoteSession:
+                      max_lifetime_s: float = 3600.0,
+                      secrets: Iterable[str] = ()) -> AsyncRemoteSession:
         """Start a session on the server."""
         body = _session_body(profile=profile, limits=limits, env=env, files=files,
-                             idle_timeout_s=idle_timeout_s, max_lifetime_s=max_lifetime_s)
+                             idle_timeout_s=idle_timeout_s, max_lifetime_s=max_lifetime_s,
+                             secrets=secrets)
         info = (await self._call(_Request("POST", "/v1/sessions", json_body=body))).json()
         return AsyncRemoteSession(self, info["session_id"])
 

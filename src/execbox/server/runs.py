@@ -60,9 +60,7 @@ async def create_run(body: RunBody, state: State, tenant: Caller) -> Response:
     return Response(result.model_dump_json(), media_type="application/json")
 
 
-@router.post("/stream", responses={**RUN_ERRORS, 200: {
-    "description": "Server-sent events: stdout, stderr, then result (or error).",
-    "content": {"text/event-stream": {"schema": {"type": "string"}}}}},
+@router.post("/stream", responses={**RUN_ERRORS, 200: sse.RESPONSE},
     response_class=StreamingResponse,
     summary="Run code and stream its output as server-sent events, ending with the result")
 async def stream_run(body: RunBody, state: State, tenant: Caller) -> StreamingResponse:

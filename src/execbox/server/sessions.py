@@ -35,6 +35,8 @@ class SessionBody(BaseModel):
                                   description="End the session after this long without a call.")
     max_lifetime_s: float = Field(3600.0, gt=0, le=7 * 86400,
                                   description="End the session this long after it started.")
+    secrets: list[str] = Field(default_factory=list,
+                               description="Values redacted from every cell's output.")
 
 
 class SessionInfo(BaseModel):
@@ -70,7 +72,8 @@ async def create_session(body: SessionBody, state: State, tenant: Caller) -> Ses
         session = await state.running(lambda: executor.session(
             profile=body.profile, limits=body.limits, env=body.env or None,
             files={f.name: f.data for f in body.files} or None,
-            idle_timeout_s=body.idle_timeout_s, max_lifetime_s=body.max_lifetime_s))
+            idle_timeout_s=body.idle_timeout_s, max_lifetime_s=body.max_lifetime_s,
+            secrets=body.secrets))
     finally:
         state.sessions.add(tenant, session)
     return _info(session)
@@ -118,9 +121,7 @@ async def run_cell(session_id: SessionId, body: CellBody, state: State,
     return Response(result.model_dump_json(), media_type="application/json")
 
 
-@router.post("/{session_id}/cells/stream", responses={**CELL_ERRORS, 200: {
-    "description": "Server-sent events: stdout, stderr, then result (or error).",
-    "content": {"text/event-stream": {"schema": {"type": "string"}}}}},
+@router.post("/{session_id}/cells/stream", responses={**CELL_ERRORS, 200: sse.RESPONSE},
     response_class=StreamingResponse,
     summary="Run a cell and stream its output as server-sent events, ending with the result")
 async def stream_cell(session_id: SessionId, body: CellBody, state: State,

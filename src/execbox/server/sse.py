@@ -1,6 +1,8 @@
 """Server-sent events for a run or cell: its stdout and stderr as they are written, then the
 result. The executor calls the output callbacks from its worker thread; they hop onto the event
-loop through a queue, so the loop never blocks and events keep their order.
+loop through a queue, so the loop never blocks and events keep their order. (Unlike
+`execbox.streaming`, the run uses the server's own run limiter, not asyncio's small default
+thread pool, and goes on to its end, recorded, when the client disconnects.)
 
     event: stdout          data: {"text": "..."}
     event: stderr          data: {"text": "..."}
@@ -25,6 +27,17 @@ Call = Callable[[OutputCallback | None, OutputCallback | None], RunResult]
 
 _background: set[asyncio.Task[None]] = set()
 
+# OpenAPI description of a streaming response: each server-sent event as {event, data}.
+RESPONSE: dict[str, Any] = {
+    "description": "Server-sent events: stdout and stderr as {\"text\"} while the code runs, "
+                   "then one result (a RunResult) or one error ({\"error\": {code, message}}).",
+    "content": {"text/event-stream": {"schema": {
+        "type": "object", "required": ["event", "data"],
+        "properties": {"event": {"type": "string",
+                                 "enum": ["stdout", "stderr", "result", "error"]},
+                       "data": {"type": "string", "description": "JSON text"}}}}},
+}
+
 
 def event(name: str, data: str) -> bytes:
     return f"event: {name}\ndata: {data}\n\n".encode()
@@ -39,24 +52,28 @@ async def stream(call: Call, run_in_thread: Callable[[Callable[[], RunResult]], 
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
 
+    decoders = {name: codecs.getincrementaldecoder("utf-8")("replace")
+                for name in ("stdout", "stderr")}
+
+    def send(name: str, text: str) -> None:
+        if text:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, (name, text))
+            except RuntimeError:  # the loop is gone (server shutting down)
+                pass
+
     def forward(name: str) -> OutputCallback:
-        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        return lambda chunk: send(name, decoders[name].decode(chunk))
 
-        def on_output(chunk: bytes) -> None:
-            text = decoder.decode(chunk)
-            if text:
-                try:
-                    loop.call_soon_threadsafe(queue.put_nowait, (name, text))
-                except RuntimeError:  # the loop is gone (server shutting down)
-                    pass
-
-        return on_output
-
-    on_stdout, on_stderr = forward("stdout"), forward("stderr")
+    def run() -> RunResult:
+        result = call(forward("stdout"), forward("stderr"))
+        for name, decoder in decoders.items():  # a character cut at the very end
+            send(name, decoder.decode(b"", final=True))
+        return result
 
     async def worker() -> None:
         try:
-            result = await run_in_thread(lambda: call(on_stdout, on_stderr))
+            result = await run_in_thread(run)
             queue.put_nowait(("result", result))
         except ApiError as exc:
             queue.put_nowait(("error", exc))
