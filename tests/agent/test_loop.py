@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from pathlib import Path
 
 import pytest
 from agent_scripts import plan, program, result_of, script
@@ -160,13 +161,8 @@ def test_pure_text_question_runs_no_code(executor: execbox.Executor,
     assert [s.stage for s in trace.stages] == ["plan", "answer"]
 
 
-MESSY = (b"name , city,joined\n"
-         b" Alice ,Paris, 2024-01-05\n"
-         b"Bob,  Berlin ,05/02/2024\n"
-         b" Alice ,Paris, 2024-01-05\n"
-         b"Carol,Rome,2024/03/07\n"
-         b"Bob,Berlin,2024-02-05\n"
-         b"Dan ,Oslo,7 Mar 2024\n")
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+MESSY = (EXAMPLES / "agent_people.csv").read_bytes()  # the README's CSV example
 
 CLEAN_CODE = """\
 import csv, json
@@ -218,8 +214,11 @@ class CleanSummary(BaseModel):
     duplicates_removed: int
 
 
+@pytest.mark.parametrize("schema", ["model", "json"])
 def test_csv_normalization_end_to_end_with_counts_and_a_valid_cleaned_file(
-        executor: execbox.Executor) -> None:
+        executor: execbox.Executor, schema: str) -> None:
+    expected = (CleanSummary if schema == "model"
+                else json.loads((EXAMPLES / "agent_clean_summary.schema.json").read_text()))
     model = script(
         plans=[plan("trim whitespace", "dates as YYYY-MM-DD", "remove duplicate rows",
                     "report counts", "write people_clean.csv",
@@ -230,7 +229,7 @@ def test_csv_normalization_end_to_end_with_counts_and_a_valid_cleaned_file(
         programs=[program(CLEAN_CODE)])
     answer = ask("Clean people.csv: trim whitespace, standardize dates, remove duplicates.",
                  executor=executor, model=model.model, files={"people.csv": MESSY},
-                 expected_schema=CleanSummary)
+                 expected_schema=expected)
     assert answer.status == "answered", answer.failure
     # Bob's two rows become identical once trimmed and standardized: 2 duplicates in all.
     assert answer.outputs[0].result == {"rows_in": 6, "rows_out": 4, "cells_trimmed": 6,
@@ -358,3 +357,41 @@ def test_no_model_configured_is_a_clear_usage_error(executor: execbox.Executor,
                                                    no_model_env: None) -> None:
     with pytest.raises(execbox.UsageError, match="EXECBOX_MODEL"):
         ask("Anything?", executor=executor)
+
+
+CHART_CODE = """\
+import json
+import matplotlib.pyplot as plt
+import pandas as pd
+df = pd.read_csv('sales.csv')
+totals = df.groupby('region').units.sum().sort_values(ascending=False)
+ax = totals.plot.bar(title='Units by region')
+ax.set_ylabel('units')
+plt.tight_layout()
+plt.savefig('units_by_region.png', dpi=80)
+print(json.dumps({'bars': len(totals), 'chart': 'units_by_region.png'}))
+"""
+
+
+def test_chart_comes_back_as_a_png_artifact_of_the_cited_run(executor: execbox.Executor) -> None:
+    model = script(plans=[plan("bar chart of units per region", "saved as PNG",
+                               invariants=[("one bar per region", "result['bars'] == 3")])],
+                   programs=[program(CHART_CODE)])
+    answer = ask("Chart units per region", executor=executor, model=model.model,
+                 files={"sales.csv": SALES})
+    assert answer.status == "answered", answer.failure
+    chart = answer.artifacts[0]
+    assert (chart.path, chart.mime_type) == ("units_by_region.png", "image/png")
+    assert chart.data is not None and chart.data.startswith(b"\x89PNG\r\n\x1a\n")
+    stored = executor.store.artifact_data(answer.outputs[0].run_id, "units_by_region.png")
+    assert stored == chart.data
+    assert "units_by_region.png" in model.calls("verify")[0]  # the reviewer sees the file
+
+
+def test_limits_the_policy_refuses_are_a_usage_error_before_anything_runs(
+        executor: execbox.Executor) -> None:
+    model = script(plans=[], programs=[])
+    with pytest.raises(execbox.UsageError, match="limits"):
+        ask("Anything?", executor=executor, model=model.model,
+            settings=AskSettings(profile="minimal", limits=execbox.Limits(timeout_s=600)))
+    assert model.prompts == []

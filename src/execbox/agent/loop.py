@@ -116,6 +116,8 @@ class _Ask:
         self.store = TraceStore(executor.store.engine)
         self.trace = Recorder(self.store, self.ask_id)
         self.plan: Plan | None = None
+        # Checked before the ask starts: limits the policy refuses are the caller's mistake.
+        self.limits = effective_limits(executor, settings.limits, settings.profile)
 
     # -- accounting and breakers ---------------------------------------------------------------
 
@@ -167,10 +169,9 @@ class _Ask:
                                            question=self.question, answer=self.plan.answer or "",
                                            plan=self.plan))
             mode = self.plan.mode if self.settings.mode == "auto" else self.settings.mode
-            limits = effective_limits(self.executor, self.settings.limits, self.settings.profile)
             last: _Attempt | None = None
             for number in range(1, self.settings.max_repairs + 2):
-                last = self._attempt(number, mode, limits, last)
+                last = self._attempt(number, mode, self.limits, last)
                 if last.passed:
                     return self._answer(last)
             assert last is not None
