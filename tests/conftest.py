@@ -105,3 +105,24 @@ def jailed(executor: execbox.Executor) -> execbox.Executor:
     if problem:
         pytest.skip(f"JAIL NOT PROVEN, hostile test skipped: {problem}")
     return executor
+
+
+class CellRunner:
+    """Runs each program as the first cell of a fresh session, so that the attack tests written
+    against runs attack sessions too (same `run` signature; everything else is the executor's)."""
+
+    def __init__(self, executor: execbox.Executor) -> None:
+        self._executor = executor
+
+    def run(self, code: str, *, limits: execbox.Limits | dict[str, object] | None = None,
+            env: dict[str, str] | None = None, files: dict[str, bytes] | None = None,
+            on_stdout: object = None, on_stderr: object = None,
+            **unsupported: object) -> execbox.RunResult:
+        if unsupported:
+            pytest.skip(f"not applicable to a session cell: {sorted(unsupported)}")
+        with self._executor.session(limits=limits, env=env, files=files) as session:
+            return session.run(code, on_stdout=on_stdout,  # type: ignore[arg-type]
+                               on_stderr=on_stderr)  # type: ignore[arg-type]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._executor, name)

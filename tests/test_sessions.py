@@ -255,6 +255,14 @@ def test_files_api_never_follows_links_or_opens_fifos(jailed: Executor) -> None:
         assert [a.path for a in s.files.list()] == ["link"]
 
 
+def test_cell_filling_the_disk_gets_disk_limit_and_session_survives(executor: Executor) -> None:
+    with executor.session(limits=Limits(disk_mib=2)) as s:
+        r = s.run("open('big.bin', 'wb').write(b'\\0' * (4 << 20))")
+        assert r.status is Status.disk_limit, r
+        assert r.error is not None and "disk_mib" in r.error.message
+        assert s.run("import os\nos.remove('big.bin')\nprint('freed')").stdout == "freed\n"
+
+
 def test_files_write_past_the_disk_limit_fails_clearly(executor: Executor) -> None:
     with executor.session(limits=Limits(disk_mib=1)) as s:
         with pytest.raises(UsageError, match="disk_mib"):

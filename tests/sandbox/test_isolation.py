@@ -30,6 +30,16 @@ from execbox import Executor, Limits, RunResult, Status
 from execbox.sandbox.cgroup import Hierarchy
 
 SMALL = Limits(timeout_s=3, memory_mib=256, pids=32)
+
+
+@pytest.fixture(params=["run", "cell"])
+def jailed(request: pytest.FixtureRequest, jailed: Executor) -> Executor:
+    """Every attack runs twice: as a run, and as a cell of a fresh session (same jail)."""
+    if request.param == "cell":
+        from conftest import CellRunner
+
+        return CellRunner(jailed)  # type: ignore[return-value]
+    return jailed
 SANDBOX_UID = 65532
 
 # What every hostile program starts with: name the errno of whatever failed.

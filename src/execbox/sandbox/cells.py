@@ -241,7 +241,7 @@ class SessionSupervisor:
         except ValueError:
             report = {"status": "error", "error": {
                 "type": "SessionError", "message": "the cell's report was unreadable"}}
-        from .supervisor import _clean_error, classify
+        from .supervisor import _clean_error, _is_full, classify
 
         error = _clean_error(report.get("error") if isinstance(report.get("error"), dict)
                              else None)
@@ -258,6 +258,13 @@ class SessionSupervisor:
             limited = classify(self._cell_spec(cell), cell.reason, None, error, 0, 0.0, [])
             meta.update(status=limited["status"], error=limited["error"])
             meta["error"]["message"] += "; the cell was interrupted and the session goes on"
+        elif error is not None and any(text in error["message"] for text in (
+                "No space left on device", "File too large")):  # ENOSPC; EFBIG: RLIMIT_FSIZE
+            full = [path for path, _ in jail.SCRATCH if _is_full(path)]
+            meta.update(status="disk_limit", error=dict(error, type="DiskLimitExceeded", message=(
+                f"disk limit of {self.spec.disk_bytes >> 20} MiB reached in "
+                f"{', '.join(full) or 'the workspace'}; raise limits.disk_mib "
+                f"({error['type']}: {error['message']})")))
         elif meta["status"] == "error" and self.cg.oom_kills() > cell.oom_base:
             meta.update(status="memory_limit", error={
                 "type": "MemoryLimitExceeded", "line": None, "column": None,

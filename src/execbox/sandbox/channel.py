@@ -22,6 +22,7 @@ from .host import HostError, OutputCallback, RawRun, Slot
 START_TIMEOUT_S = 60.0
 MARKER_DRAIN_S = 2.0  # after the result, how long to wait for the end-of-cell markers
 FILE_OP_TIMEOUT_S = 120.0
+CLOSE_WAIT_S = 5.0
 _CHUNK = 65536
 
 
@@ -71,11 +72,28 @@ class SessionChannel:
             self.close()
             raise
 
-    def close(self) -> None:
-        """End the session: the supervisor kills the interpreter and removes its cgroup."""
-        if not self.closed:
-            self.closed = True
-            self._release(self.slot)
+    def close(self, wait_s: float = CLOSE_WAIT_S) -> None:
+        """End the session: the supervisor kills the interpreter and removes its cgroup. Returns
+        when that is done (the supervisor has exited), so nothing of the session outlives it."""
+        if self.closed:
+            return
+        self.closed = True
+        pidfd = -1
+        if self.slot.sup_pid:
+            try:
+                pidfd = os.pidfd_open(self.slot.sup_pid)
+            except OSError:  # already gone
+                pass
+        self._release(self.slot)
+        if pidfd < 0:
+            return
+        try:
+            with selectors.DefaultSelector() as sel:
+                sel.register(pidfd, selectors.EVENT_READ)
+                if not sel.select(wait_s):
+                    self.kill()
+        finally:
+            os.close(pidfd)
 
     def kill(self) -> None:
         """For a stuck supervisor: kill it outright (its init dies with it)."""
