@@ -130,6 +130,7 @@ class RunStore:
     def __init__(self, url: str | None = None, *, artifact_bytes_cap: int = 10 << 20) -> None:
         self.url = url or default_url()
         self.artifact_bytes_cap = artifact_bytes_cap
+        self._stored_blobs: set[str] = set()  # digests committed by this store
         kwargs: dict[str, Any] = {}
         if self.url.startswith("sqlite"):
             kwargs["connect_args"] = {"timeout": 60, "check_same_thread": False}
@@ -182,10 +183,16 @@ class RunStore:
             "cache_key": cache_key,
         }
         with self.engine.begin() as conn:
-            self._put_blobs(conn, blob_rows)
+            # Blobs are never deleted: one known to be stored (the empty stdin of nearly every
+            # run, say) needs no query.
+            self._put_blobs(conn, {k: v for k, v in blob_rows.items()
+                                   if k not in self._stored_blobs})
             conn.execute(_INSERT_RUN, row)
             if art_rows:
                 conn.execute(artifact_blobs.insert(), art_rows)
+        if len(self._stored_blobs) > 100_000:
+            self._stored_blobs.clear()
+        self._stored_blobs.update(blob_rows)
 
     def _put_blobs(self, conn: sa.Connection, rows: dict[str, bytes]) -> None:
         if not rows:
