@@ -395,3 +395,47 @@ def test_limits_the_policy_refuses_are_a_usage_error_before_anything_runs(
         ask("Anything?", executor=executor, model=model.model,
             settings=AskSettings(profile="minimal", limits=execbox.Limits(timeout_s=600)))
     assert model.prompts == []
+
+
+def test_steps_mode_runs_cells_in_one_session_that_keeps_state(executor: execbox.Executor) -> None:
+    cells = ["import pandas as pd\ndf = pd.read_csv('sales.csv')\nprint('rows', len(df))",
+             "totals = df.groupby('region').units.sum()\ntotals.to_csv('totals.csv')",
+             "import json\nprint(json.dumps({k: int(v) for k, v in totals.items()}))"]
+    model = script(plans=[plan("units per region", mode="steps")],
+                   programs=[program("", cells=cells)])
+    answer = ask("Units per region, step by step", executor=executor, model=model.model,
+                 files={"sales.csv": SALES})
+    assert answer.status == "answered", answer.failure
+    assert answer.outputs[-1].result == {"east": 7, "north": 7, "south": 3}
+    assert [o.stdout for o in answer.outputs[:2]] == ["rows 4\n", ""]
+    sessions = {executor.store.get(o.run_id).result.session_id  # type: ignore[union-attr]
+                for o in answer.outputs}
+    assert len(sessions) == 1 and None not in sessions
+    assert [a.path for a in answer.artifacts] == ["totals.csv"]
+
+
+def test_steps_mode_repair_starts_a_fresh_session(executor: execbox.Executor) -> None:
+    first = ["x = 10", "import json\nprint(json.dumps(x / y))"]
+    second = ["x = 10\ny = 4", "import json\nprint(json.dumps(x / y))"]
+    model = script(plans=[plan("x over y", mode="steps")],
+                   programs=[program("", cells=first), program("", cells=second)])
+    answer = ask("x / y?", executor=executor, model=model.model)
+    assert answer.status == "answered", answer.failure
+    assert answer.outputs[-1].result == 2.5
+    feedback = model.calls("generate")[1]
+    assert "NameError" in feedback and "in cell 2" in feedback
+    trace = TraceStore(executor.store.engine).get(answer.ask_id)
+    assert trace is not None
+    by_attempt = {s.attempt: s.detail["session_id"] for s in trace.stages if s.stage == "execute"}
+    assert by_attempt[1] != by_attempt[2]
+
+
+def test_steps_mode_cells_share_the_exec_time_budget(executor: execbox.Executor) -> None:
+    cells = ["import time\ntime.sleep(0.6)", "time.sleep(30)", "print(1)"]
+    model = script(plans=[plan("wait", mode="steps")], programs=[program("", cells=cells)] * 4)
+    answer = ask("Wait?", executor=executor, model=model.model,
+                 settings=AskSettings(max_exec_s=1.0, limits=execbox.Limits(timeout_s=20)))
+    assert answer.status == "failed"
+    assert answer.failure is not None and answer.failure.kind == "exec_time"
+    assert len(model.calls("generate")) == 1
+    assert len(answer.failure.logs[0].run_ids) == 2  # the third cell never started

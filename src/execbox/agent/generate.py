@@ -29,6 +29,15 @@ and put the program that uses the solution to answer the question in `code`. `te
 each run after `solution` in the same file: do not import it.
 """
 
+STEPS = """
+Mode steps: give the program as `cells`, run in order in one stateful Python interpreter, like
+notebook cells: each cell sees the variables and imports of the cells before it, so load data
+once and build on it. The time limit applies to each cell. The last cell prints the result as
+JSON on its last line. Set `code` to an empty string.
+"""
+
+MODE_TEXT = {"tests_first": TESTS_FIRST, "steps": STEPS}
+
 
 def _limits_text(limits: Limits) -> str:
     return (f"Limits of each run: {limits.timeout_s:g} s wall time, {limits.memory_mib} MiB "
@@ -49,9 +58,14 @@ def generate(llm: LLM, question: str, plan: Plan, files: Mapping[str, bytes], li
         lines.append(f"Cross-check to provide in `cross_check`: {plan.cross_check}")
     lines.append(_limits_text(limits) + schema_text(schema))
     if previous is not None and feedback:
-        lines += ["", "The previous attempt failed.", "Previous solution:",
-                  previous.solution or "(none)", "Previous tests:", previous.tests or "(none)",
-                  "Previous code:", previous.code, "", "What went wrong:", feedback, "",
-                  "Fix the minimal lines."]
-    instructions = INSTRUCTIONS + (TESTS_FIRST if mode == "tests_first" else "")
+        lines += ["", "The previous attempt failed."]
+        if previous.solution or previous.tests:
+            lines += ["Previous solution:", previous.solution or "(none)", "Previous tests:",
+                      previous.tests or "(none)"]
+        if previous.cells:
+            lines += [f"Previous cell {i}:\n{cell}" for i, cell in enumerate(previous.cells, 1)]
+        else:
+            lines += ["Previous code:", previous.code]
+        lines += ["", "What went wrong:", feedback, "", "Fix the minimal lines."]
+    instructions = INSTRUCTIONS + MODE_TEXT.get(mode, "")
     return llm.ask("generate", Program, instructions, "\n".join(lines))

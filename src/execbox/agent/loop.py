@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from ..budget import Budget
-from ..contract import RunResult, Status
+from ..contract import ErrorInfo, RunResult, Status
 from ..executor import Executor
 from . import answer as answer_mod
 from . import generate as generate_mod
@@ -61,6 +61,7 @@ class _Attempt:
         self.result: Any = verify.NO_RESULT
         self.verdicts: list[Verdict] = []
         self.feedback: str | None = None
+        self.cell_outputs: list[RunOutput] = []
 
     @property
     def passed(self) -> bool:
@@ -145,7 +146,8 @@ class _Ask:
         return out, started
 
     def _account(self, run: RunResult) -> None:
-        self.run_ids.append(run.run_id)
+        if run.run_id:
+            self.run_ids.append(run.run_id)
         if run.status is Status.budget_exceeded:
             message = run.error.message if run.error else "execution-time budget spent"
             raise _Breaker("exec_time", f"{message} (max_exec_s {self.settings.max_exec_s:g})")
@@ -183,6 +185,12 @@ class _Ask:
             return self._fail(trip.kind, trip.message)
         except ModelFailure as exc:
             return self._fail("model_error", f"the model call failed: {exc}")
+        except BaseException as exc:  # a host or caller error: the trace says so, then re-raise
+            self.store.finish(self.ask_id, "error", "", self.run_ids, self.usage.input_tokens,
+                              self.usage.output_tokens)
+            self.trace.stage("answer", len(self.logs), "error", time.time(),
+                             error=f"{type(exc).__name__}: {exc}")
+            raise
 
     def _plan(self) -> Plan:
         plan, started = self._stage_call("plan", plan_mod.make_plan, self.llm, self.question,
@@ -234,14 +242,22 @@ class _Ask:
             att.verdicts.append(Verdict(check="tests", passed=True, attempt=number,
                                         run_id=run.run_id, detail="example and property tests pass"))
             att.code = program.solution + "\n\n" + program.code
-        run = self._run(number, "main", att.code, log, att)
+        if mode == "steps":
+            if not program.cells:
+                att.feedback = "steps mode: give the program as `cells`"
+                return
+            att.code = "\n\n".join(f"# --- cell {i} ---\n{cell}"
+                                     for i, cell in enumerate(program.cells, 1))
+            run = self._run_cells(number, program.cells, log, att)
+        else:
+            run = self._run(number, "main", att.code, log, att)
         if run is None:
             return
         att.main = run
         self._verify(att, number, run)
 
-    def _run(self, number: int, label: str, code: str, log: AttemptLog,
-             att: _Attempt) -> RunResult | None:
+    def _policy(self, number: int, label: str, code: str, log: AttemptLog,
+                att: _Attempt) -> bool:
         started = time.time()
         pol = check_policy(self.executor, code, self.files, self.settings.limits,
                            self.settings.profile)
@@ -257,20 +273,78 @@ class _Ask:
             att.feedback = (f"The policy (profile {self.settings.profile!r}) refused the "
                             f"{label} program, rule {pol.rule}: {pol.message}{where}\n"
                             "Write code that complies with the policy.")
+            return False
+        return True
+
+    def _run(self, number: int, label: str, code: str, log: AttemptLog,
+             att: _Attempt) -> RunResult | None:
+        if not self._policy(number, label, code, log, att):
             return None
         started = time.time()
         run = execute(self.executor, code, self.files, self.settings.limits,
                       self.settings.profile, self.budget)
+        self._ran(number, label, run, started, log, att)
+        return run
+
+    def _ran(self, number: int, label: str, run: RunResult, started: float, log: AttemptLog,
+             att: _Attempt) -> None:
         self.trace.stage("execute", number, run.status.value, started, run_id=run.run_id,
-                         program=label, wall_ms=run.metrics.wall_ms,
+                         program=label, wall_ms=run.metrics.wall_ms, session_id=run.session_id,
                          artifacts=[a.path for a in run.artifacts])
-        log.run_ids.append(run.run_id)
+        if run.run_id:  # a cell of a session that had already ended has none
+            log.run_ids.append(run.run_id)
         log.status = run.status.value
         log.error = f"{run.error.type}: {run.error.message}" if run.error else None
+        log.stdout_tail = answer_mod.tail(run.stdout, 2000)
         log.stderr_tail = answer_mod.tail(run.stderr, 2000)
         att.runs.append(run)
         self._account(run)
-        return run
+
+    def _run_cells(self, number: int, cells: list[str], log: AttemptLog,
+                   att: _Attempt) -> RunResult | None:
+        """Steps mode: the cells in order in a fresh session (each attempt starts clean, so a
+        failed cell's half-done changes never leak into the repair). The result combines the
+        cells: all their output, the latest version of every file, the last cell's run id."""
+        for i, cell in enumerate(cells, 1):
+            if not self._policy(number, f"cell {i}", cell, log, att):
+                return None
+        runs: list[RunResult] = []
+        with self.executor.session(profile=self.settings.profile, limits=self.settings.limits,
+                                   files=self.files) as session:
+            for i, cell in enumerate(cells, 1):
+                started = time.time()
+                run, spent = self._run_cell(session, cell)
+                self._ran(number, f"cell {i}", run, started, log, att)
+                if spent:
+                    raise _Breaker("exec_time", f"execution-time budget of "
+                                   f"{self.settings.max_exec_s:g} s ran out during cell {i}")
+                runs.append(run)
+                if not run.ok:
+                    if run.error is not None:
+                        run = run.model_copy(update={"error": run.error.model_copy(update={
+                            "message": f"in cell {i}: {run.error.message}"})})
+                    return run
+        files = {a.path: a for r in runs for a in r.artifacts}
+        att.cell_outputs = [RunOutput(run_id=r.run_id, stdout=r.stdout) for r in runs]
+        return runs[-1].model_copy(update={
+            "stdout": "".join(r.stdout for r in runs), "artifacts": list(files.values())})
+
+    def _run_cell(self, session: Any, cell: str) -> tuple[RunResult, bool]:
+        """One cell under the ask's execution-time budget; True when the budget ran out."""
+        from ..errors import SessionClosed
+
+        reserved = self.budget.reserve(session.limits)
+        if isinstance(reserved, str):
+            raise _Breaker("exec_time", reserved)
+        try:
+            run: RunResult = session.run(cell, timeout_s=reserved.limits.timeout_s)
+        except SessionClosed as exc:
+            self.budget.settle(reserved, 0.0, 0)
+            return RunResult(run_id="", status=Status.sandbox_error, session_id=session.id,
+                             error=ErrorInfo(type="SessionClosed", message=str(exc))), False
+        self.budget.settle(reserved, run.metrics.wall_ms / 1000,
+                           sum(a.size for a in run.artifacts))
+        return run, reserved.time_clipped and run.status is Status.timeout
 
     def _verify(self, att: _Attempt, number: int, run: RunResult) -> None:
         assert self.plan is not None
@@ -330,7 +404,10 @@ class _Ask:
         self.trace.stage("answer", len(self.logs), "answered", started, run_id=run.run_id)
         return self._finish(Answer(
             ask_id=self.ask_id, status="answered", question=self.question, answer=text,
-            code=att.code, outputs=[RunOutput(run_id=run.run_id, stdout=run.stdout,
+            code=att.code, outputs=[*att.cell_outputs[:-1],
+                                    RunOutput(run_id=run.run_id,
+                                              stdout=(att.cell_outputs[-1].stdout
+                                                      if att.cell_outputs else run.stdout),
                                               result=att.result)],
             run_ids=[r.run_id for r in att.runs], artifacts=run.artifacts,
             verdicts=att.verdicts, plan=self.plan, attempts=len(self.logs)))

@@ -38,9 +38,11 @@ class Plan(BaseModel):
                     "rounding, output format, files to write.")
     invariants: list[Invariant] = Field(
         default_factory=list, description="Properties the result must satisfy.")
-    mode: Literal["run", "tests_first"] = Field(
+    mode: Literal["run", "tests_first", "steps"] = Field(
         "run", description="'tests_first' for algorithmic tasks (write a function, test it, then "
-                           "use it); 'run' otherwise.")
+                           "use it); 'steps' for multi-step work whose later steps build on the "
+                           "state of earlier ones (cells in one stateful session); 'run' "
+                           "otherwise.")
     cross_check: str | None = Field(
         None, description="A cheap independent re-computation to run (brute force on small input), "
                           "when one exists; null otherwise.")
@@ -59,6 +61,10 @@ class Program(BaseModel):
         None, description="tests_first mode: example-based and property-style tests (plain "
                           "assert statements; random small inputs with a fixed seed compared with "
                           "a brute-force version). Must exit non-zero on any failure.")
+    cells: list[str] | None = Field(
+        None, description="steps mode: the cells, run in order in one stateful interpreter "
+                          "(each sees the variables of the cells before it); the last cell "
+                          "prints the result as JSON on its last line. `code` is then ignored.")
     cross_check: str | None = Field(
         None, description="When the plan asks for a cross-check: a program that recomputes the "
                           "result independently (brute force on small input) and asserts it "
@@ -117,6 +123,7 @@ class AttemptLog(BaseModel):
     run_ids: list[str] = Field(default_factory=list)
     status: str = Field(description="The run status, or 'policy_denied' / 'not_run'.")
     error: str | None = None
+    stdout_tail: str = ""
     stderr_tail: str = ""
     feedback: str | None = Field(None, description="What was sent back to Generate.")
 
@@ -172,5 +179,5 @@ class AskSettings(BaseModel):
     limits: Limits | None = Field(
         None, description="Limits of each run (fields set override the profile's defaults).")
     profile: str = Field("data", description="Policy profile of the runs.")
-    mode: Literal["auto", "run", "tests_first"] = Field(
+    mode: Literal["auto", "run", "tests_first", "steps"] = Field(
         "auto", description="'auto' follows the plan; the others force a mode.")
