@@ -1,0 +1,316 @@
+"""The MCP server: execbox's runs, sessions and session files as MCP tools.
+
+Built on the official MCP Python SDK (`MCPServer`). Every tool answers with the compact text
+observation of `execbox.tools` (status, error type and line, output, artifacts, limit hints),
+images for charts (a session cell's image outputs, a run's PNG artifacts), and the result as
+structured content. The server uses one Executor for its lifetime; `serve` owns it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import os
+import signal
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+
+import anyio
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import CallToolResult, ContentBlock, ImageContent, TextContent, ToolAnnotations
+from pydantic import Field
+
+from ..contract import Limits, RunResult
+from ..errors import ExecboxError
+from ..tools import RunPython, describe_environment, format_observation
+
+if TYPE_CHECKING:
+    from ..executor import Executor
+    from ..sessions import Session
+
+log = logging.getLogger("execbox.mcp")
+
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+MAX_IMAGES = 8  # per tool result; a model reads a few charts, not a hundred
+MAX_IMAGE_BYTES = 4 * 1024 * 1024
+MAX_READ_CHARS = 100_000  # text a read_file hands back before it says the rest was cut
+
+_T = TypeVar("_T")
+
+Code = Annotated[str, Field(min_length=1, description=RunPython.model_fields["code"].description)]
+SessionCode = Annotated[str, Field(
+    min_length=1, description="Python code to run as the next cell of the session. Variables, "
+                              "imports and files from earlier cells are still there; the value "
+                              "of a last expression is shown, like in a notebook.")]
+Stdin = Annotated[str, Field(description=RunPython.model_fields["stdin"].description)]
+Files = Annotated[dict[str, str], Field(
+    description=RunPython.model_fields["files"].description)]
+BinaryFiles = Annotated[dict[str, str], Field(
+    description="Binary input files: relative path -> base64 content (read-only in /workspace).")]
+RunLimits = Annotated[Limits | None, Field(
+    description="Resource limits; fields left out take the profile's defaults.")]
+SessionId = Annotated[str, Field(description="The id session_create returned.")]
+WorkspacePath = Annotated[str, Field(description="Path relative to /workspace, e.g. 'out/result.csv'.")]
+Timeout = Annotated[float | None, Field(
+    gt=0, description="Wall-time limit of this cell in seconds; default: the session's.")]
+
+
+def build_server(executor: Executor, *, profile: str = "data") -> MCPServer[Any]:
+    """An MCP server whose tools run on `executor` (which the caller owns and closes).
+    Sessions the server opened are closed when the server shuts down."""
+    opened: dict[str, Session] = {}
+    lock = threading.Lock()
+
+    @asynccontextmanager
+    async def lifespan(_: MCPServer[Any]) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            with lock:
+                sessions = list(opened.values())
+                opened.clear()
+            for session in sessions:
+                try:
+                    session.close()
+                except ExecboxError:
+                    pass
+            if sessions:
+                log.info("closed %d session(s) at shutdown", len(sessions))
+
+    server: MCPServer[Any] = MCPServer(
+        "execbox", title="execbox: run Python in a sandbox", version=_version(),
+        instructions=(
+            "Run Python in an isolated sandbox. run_python runs one program from a clean "
+            "state; for work that builds up step by step, session_create a session and "
+            "session_run cells in it (state and files persist until session_close). "
+            + describe_environment(profile=profile)),
+        lifespan=lifespan, log_level="WARNING",
+    )
+    closed_world = ToolAnnotations(open_world_hint=False)
+
+    def session_of(session_id: str) -> Session:
+        return executor.get_session(session_id)
+
+    @server.tool(description=describe_environment(profile=profile),
+                 annotations=ToolAnnotations(open_world_hint=False, read_only_hint=True))
+    def run_python(code: Code, stdin: Stdin = "", files: Files | None = None,
+                   files_base64: BinaryFiles | None = None,
+                   limits: RunLimits = None) -> CallToolResult:
+        inputs = {name: text.encode() for name, text in (files or {}).items()}
+        inputs.update({name: _b64(data, name) for name, data in (files_base64 or {}).items()})
+        result = _call(lambda: executor.run(code, stdin=stdin, files=inputs, limits=limits,
+                                            profile=profile))
+        return _result(result)
+
+    @server.tool(annotations=closed_world)
+    def session_create(files: Files | None = None, files_base64: BinaryFiles | None = None,
+                       limits: RunLimits = None,
+                       idle_timeout_s: Annotated[float, Field(
+                           gt=0, description="Seconds without a call before the session "
+                                             "ends on its own.")] = 600.0) -> CallToolResult:
+        """Start a stateful Python session (like a notebook kernel) in its own sandbox.
+        Run cells with session_run; end it with session_close."""
+        inputs = {name: text.encode() for name, text in (files or {}).items()}
+        inputs.update({name: _b64(data, name) for name, data in (files_base64 or {}).items()})
+        session = _call(lambda: executor.session(profile=profile, limits=limits, files=inputs,
+                                                 idle_timeout_s=idle_timeout_s))
+        with lock:
+            for ended in [sid for sid, known in opened.items() if known.closed]:
+                del opened[ended]  # expired or killed by a limit since
+            opened[session.id] = session
+        return CallToolResult(
+            content=[TextContent(type="text", text=f"session_id: {session.id}")],
+            structured_content={"session_id": session.id})
+
+    @server.tool(annotations=closed_world)
+    def session_run(session_id: SessionId, code: SessionCode,
+                    timeout_s: Timeout = None) -> CallToolResult:
+        """Run a cell in a session. Charts shown with plt.show() or display() come back as
+        images, as do PNG files the cell writes."""
+        result = _call(lambda: session_of(session_id).run(code, timeout_s=timeout_s))
+        return _result(result)
+
+    @server.tool(annotations=closed_world)
+    def session_write_file(session_id: SessionId, path: WorkspacePath,
+                           content: Annotated[str, Field(description="The file's content.")],
+                           encoding: Annotated[Literal["utf-8", "base64"], Field(
+                               description="How `content` is encoded.")] = "utf-8") -> str:
+        """Write a file into a session's /workspace (replacing one at that path)."""
+        data = _b64(content, path) if encoding == "base64" else content.encode()
+        art = _call(lambda: session_of(session_id).files.write(path, data))
+        return f"wrote {art.path} ({art.size} bytes, {art.mime_type})"
+
+    @server.tool(annotations=ToolAnnotations(open_world_hint=False, read_only_hint=True))
+    def session_read_file(session_id: SessionId, path: WorkspacePath) -> CallToolResult:
+        """Read a file from a session's /workspace: text as text, images as images, other
+        binary files as base64."""
+        session = _call(lambda: session_of(session_id))
+        data = _call(lambda: session.files.read(path))
+        mime = next((a.mime_type for a in _call(session.files.list) if a.path == path),
+                    "application/octet-stream")
+        return _file_result(path, data, mime)
+
+    @server.tool(annotations=ToolAnnotations(open_world_hint=False, read_only_hint=True))
+    def session_list_files(session_id: SessionId) -> CallToolResult:
+        """List the files in a session's /workspace: path, size and type."""
+        arts = _call(lambda: session_of(session_id).files.list())
+        text = "\n".join(f"{a.path}\t{a.size}\t{a.mime_type}" for a in arts) or "(no files)"
+        return CallToolResult(
+            content=[TextContent(type="text", text=text)],
+            structured_content={"files": [a.model_dump(mode="json") for a in arts]})
+
+    @server.tool(annotations=ToolAnnotations(open_world_hint=False, destructive_hint=True))
+    def session_close(session_id: SessionId) -> str:
+        """End a session: its interpreter, variables and files are gone."""
+        session = _call(lambda: session_of(session_id))
+        _call(session.close)
+        with lock:
+            opened.pop(session_id, None)
+        return f"session {session_id} closed"
+
+    return server
+
+
+def _call(fn: Callable[[], _T]) -> _T:
+    """Caller mistakes (an unknown or ended session, bad limits, overload) become tool errors
+    the model can read; what the code did is never an exception (it is on the result)."""
+    try:
+        return fn()
+    except ExecboxError as exc:
+        raise ToolError(f"{type(exc).__name__}: {exc}") from exc
+
+
+def _b64(data: str, name: str) -> bytes:
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ToolError(f"{name}: not valid base64 ({exc})") from exc
+
+
+def _result(result: RunResult) -> CallToolResult:
+    images, notes = _images(result)
+    text = format_observation(result)
+    if notes:
+        text += "\n" + "\n".join(notes)
+    content: list[ContentBlock] = [TextContent(type="text", text=text), *images]
+    return CallToolResult(content=content,
+                          structured_content=result.model_dump(mode="json", exclude={"outputs"}))
+
+
+def _images(result: RunResult) -> tuple[list[ImageContent], list[str]]:
+    """Images to show the model: a cell's image outputs, then image artifacts, within caps."""
+    found: list[tuple[str, str, str]] = []  # (label, mime type, base64 data)
+    for index, out in enumerate(result.outputs):
+        if out.mime_type in IMAGE_TYPES:
+            found.append((f"output {index + 1}", out.mime_type, out.data))
+    for art in result.artifacts:
+        if art.mime_type in IMAGE_TYPES and art.data is not None:
+            found.append((art.path, art.mime_type, base64.b64encode(art.data).decode()))
+    images: list[ImageContent] = []
+    shown: list[str] = []
+    skipped: list[str] = []
+    for label, mime, data in found:
+        if len(images) < MAX_IMAGES and len(data) * 3 // 4 <= MAX_IMAGE_BYTES:
+            images.append(ImageContent(type="image", data=data, mime_type=mime))
+            shown.append(label)
+        else:
+            skipped.append(label)
+    notes = [f"images attached: {', '.join(shown)}"] if shown else []
+    if skipped:
+        notes.append(f"images not attached (more than {MAX_IMAGES}, or over "
+                     f"{MAX_IMAGE_BYTES // (1024 * 1024)} MiB): {', '.join(skipped)}")
+    return images, notes
+
+
+def _file_result(path: str, data: bytes, mime: str) -> CallToolResult:
+    if mime in IMAGE_TYPES:
+        return CallToolResult(content=[
+            TextContent(type="text", text=f"{path} ({len(data)} bytes, {mime})"),
+            ImageContent(type="image", data=base64.b64encode(data).decode(), mime_type=mime)])
+    try:
+        text = data.decode()
+    except UnicodeDecodeError:
+        return CallToolResult(content=[TextContent(
+            type="text", text=f"{path} ({len(data)} bytes, {mime}, binary; base64):\n"
+                              + base64.b64encode(data).decode())])
+    if len(text) > MAX_READ_CHARS:
+        text = (text[:MAX_READ_CHARS] + f"\n[... {len(text) - MAX_READ_CHARS:,} more characters "
+                "not shown; read a part of the file with session_run instead ...]")
+    return CallToolResult(content=[TextContent(type="text", text=text)])
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+def serve(transport: Literal["stdio", "streamable-http"] = "stdio", *, host: str = "127.0.0.1",
+          port: int = 8765, profile: str = "data") -> None:
+    """Start an Executor, serve MCP on `transport` until the client leaves (stdio) or a
+    SIGINT/SIGTERM arrives, then close every session and the Executor."""
+    from ..executor import Executor
+
+    with _stop_on_signals() as stop:
+        with Executor() as executor:
+            if stop.requested:  # a signal came while the sandbox was starting
+                return
+            server = build_server(executor, profile=profile)
+            if transport == "stdio":
+                # The SDK reads stdin in a worker thread that no cancellation can interrupt,
+                # so a signal cannot unwind the server: close the sandbox, then leave at once.
+                stop.action = lambda: _close_and_exit(executor)
+                anyio.run(server.run_stdio_async)
+            else:
+                # uvicorn handles SIGINT/SIGTERM itself while it serves; it stops, the
+                # lifespan closes the sessions, then the Executor closes here.
+                stop.action = _interrupt
+                anyio.run(lambda: server.run_streamable_http_async(host=host, port=port))
+            stop.action = None
+
+
+def _interrupt() -> None:
+    raise KeyboardInterrupt
+
+
+def _close_and_exit(executor: Executor) -> None:
+    log.info("stopping on a signal: closing the sandbox")
+    try:
+        executor.close()
+    finally:
+        logging.shutdown()
+        os._exit(0)
+
+
+class _Stop:
+    requested = False
+    action: Callable[[], None] | None = None  # what a signal does; None: only note it
+
+
+@contextmanager
+def _stop_on_signals() -> Iterator[_Stop]:
+    """SIGTERM and SIGINT stop the server with the Executor closed on the way out (SIGTERM's
+    default would kill the process and leave the fork server behind). A signal during
+    start-up is noted and acted on once the Executor is whole."""
+    stop = _Stop()
+
+    def handler(signum: int, frame: Any) -> None:
+        stop.requested = True
+        if stop.action is not None:
+            stop.action()
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield stop
+    except KeyboardInterrupt:
+        log.info("stopped by a signal")
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+__all__ = ["build_server", "serve"]

@@ -1,0 +1,346 @@
+"""`execbox mcp`: the MCP SDK's own client lists and calls the tools over stdio and streamable
+HTTP against a real server subprocess running the real sandbox, and gets images for charts."""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import pytest
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp_types import CallToolResult, ImageContent, TextContent
+
+import execbox
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+SERVER = [sys.executable, "-m", "execbox.cli", "mcp"]
+TOOLS = {"run_python", "session_create", "session_run", "session_write_file",
+         "session_read_file", "session_list_files", "session_close"}
+CHART = ("import matplotlib.pyplot as plt\nplt.plot([1, 4, 2, 8])\nplt.title('sales')\n"
+         "plt.savefig('chart.png')\nprint('saved')\n")
+_T = TypeVar("_T")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _needs_sandbox(executor: execbox.Executor) -> None:
+    """The servers below start their own executors; skip where the sandbox cannot run."""
+
+
+def _sessions_available() -> bool:
+    return hasattr(execbox.Executor, "session")
+
+
+def _text(result: Any) -> str:
+    assert isinstance(result, CallToolResult), result
+    return "\n".join(c.text for c in result.content if isinstance(c, TextContent))
+
+
+def _images(result: Any) -> list[bytes]:
+    assert isinstance(result, CallToolResult), result
+    return [base64.b64decode(c.data) for c in result.content
+            if isinstance(c, ImageContent) and c.mime_type == "image/png"]
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every live process below `pid` (children files of each thread, recursively)."""
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{tid}/children") as fh:
+                    kids = {int(k) for k in fh.read().split()}
+            except OSError:
+                continue
+            todo.extend(kids - found)
+            found |= kids
+    return found
+
+
+def _fork_servers(pid: int) -> set[int]:
+    """The processes below `pid` that run the runtime image's interpreter (the fork server)."""
+    found = set()
+    for child in _descendants(pid):
+        try:
+            with open(f"/proc/{child}/cmdline", "rb") as fh:
+                argv0 = fh.read().split(b"\0")[0]
+        except OSError:
+            continue
+        if b"/images/" in argv0:
+            found.add(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_gone(pids: set[int], timeout_s: float = 15.0) -> set[int]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        left = {p for p in pids if _alive(p)}
+        if not left:
+            return left
+        time.sleep(0.05)
+    return {p for p in pids if _alive(p)}
+
+
+def _run(fn: Callable[[], Awaitable[_T]]) -> _T:
+    return anyio.run(fn)
+
+
+# --- stdio -----------------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def _stdio(errlog: Path) -> AsyncIterator[ClientSession]:
+    params = StdioServerParameters(command=SERVER[0], args=SERVER[1:], env=dict(os.environ))
+    with errlog.open("w") as log:
+        async with stdio_client(params, errlog=log) as (read, write), \
+                ClientSession(read, write, read_timeout_seconds=60) as session:
+            await session.initialize()
+            yield session
+
+
+def test_stdio_client_lists_the_tools_and_runs_code_with_a_chart_as_an_image(
+        tmp_path: Path) -> None:
+    async def main() -> tuple[Any, Any, Any]:
+        async with _stdio(tmp_path / "server.log") as client:
+            listed = await client.list_tools()
+            ok = await client.call_tool("run_python", {"code": "print(6 * 7)"})
+            chart = await client.call_tool("run_python", {"code": CHART})
+            return listed, ok, chart
+
+    listed, ok, chart = _run(main)
+    tools = {tool.name: tool for tool in listed.tools}
+    assert set(tools) == TOOLS
+    run_python = tools["run_python"]
+    assert run_python.input_schema["required"] == ["code"]
+    assert "no network" in (run_python.description or "")
+    assert run_python.annotations is not None and run_python.annotations.open_world_hint is False
+    assert _text(ok) == "status: ok\nstdout:\n42"
+    assert ok.structured_content["status"] == "ok" and ok.structured_content["run_id"]
+    text = _text(chart)
+    assert text.startswith("status: ok") and "chart.png (image/png" in text
+    assert "images attached: chart.png" in text
+    images = _images(chart)
+    assert len(images) == 1 and images[0].startswith(PNG_MAGIC)
+
+
+def test_stdio_server_stops_its_sandbox_when_the_client_leaves(tmp_path: Path) -> None:
+    async def main() -> set[int]:
+        before = _descendants(os.getpid())
+        async with _stdio(tmp_path / "server.log") as client:
+            result = await client.call_tool("run_python", {"code": "print('up')"})
+            assert _text(result).endswith("up")
+            return _descendants(os.getpid()) - before
+
+    spawned = _run(main)
+    assert len(spawned) >= 2, "expected the server and its fork server below it"
+    assert _wait_gone(spawned) == set()
+
+
+INITIALIZE = (b'{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {'
+              b'"protocolVersion": "2025-06-18", "capabilities": {}, '
+              b'"clientInfo": {"name": "test", "version": "0"}}}\n')
+
+
+@pytest.mark.parametrize("when", ["starting", "serving"])
+def test_stdio_server_stops_cleanly_on_sigterm(tmp_path: Path, when: str) -> None:
+    log = tmp_path / "server.log"
+    with log.open("w") as errlog:
+        proc = subprocess.Popen(SERVER, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=errlog)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        below: set[int] = set()
+        if when == "serving":
+            proc.stdin.write(INITIALIZE)
+            proc.stdin.flush()
+            assert b'"result"' in proc.stdout.readline(), log.read_text()
+            below = _descendants(proc.pid)
+            assert below, "the fork server runs below the server"
+        else:  # the fork server has started; the Executor is still getting ready
+            deadline = time.monotonic() + 30
+            while not (below := _fork_servers(proc.pid)) and time.monotonic() < deadline:
+                time.sleep(0.005)
+            assert below, log.read_text()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, log.read_text()
+        assert _wait_gone(below) == set()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdin.close()
+        proc.stdout.close()
+
+
+# --- streamable HTTP -------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class HttpServer:
+    def __init__(self, proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
+        self.proc, self.url, self.log = proc, url, log
+
+
+@pytest.fixture(scope="module")
+def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServer]:
+    port = _free_port()
+    log = tmp_path_factory.mktemp("mcp-http") / "server.log"
+    with log.open("w") as errlog:
+        proc = subprocess.Popen([*SERVER, "--transport", "http", "--port", str(port)],
+                                stdin=subprocess.DEVNULL, stdout=errlog, stderr=errlog)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"execbox mcp exited with {proc.returncode}:\n{log.read_text()}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"execbox mcp did not listen within 30 s:\n{log.read_text()}")
+                time.sleep(0.1)
+        yield HttpServer(proc, f"http://127.0.0.1:{port}/mcp", log)
+    finally:
+        below = _descendants(proc.pid)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        leftover = _wait_gone(below)
+        for pid in leftover:  # never leave a process behind, even when the server failed to
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+@asynccontextmanager
+async def _http(url: str) -> AsyncIterator[ClientSession]:
+    async with streamable_http_client(url) as (read, write), \
+            ClientSession(read, write, read_timeout_seconds=60) as session:
+        await session.initialize()
+        yield session
+
+
+def test_http_client_lists_the_tools_and_gets_an_error_with_its_line(
+        http_server: HttpServer) -> None:
+    async def main() -> tuple[Any, Any]:
+        async with _http(http_server.url) as client:
+            listed = await client.list_tools()
+            failed = await client.call_tool("run_python", {
+                "code": "import pandas as pd\ndf = pd.read_csv('t.csv')\nprint(df.a.sum())\n"
+                        "df.missing\n",
+                "files": {"t.csv": "a\n1\n2\n"}})
+            return listed, failed
+
+    listed, failed = _run(main)
+    assert {tool.name for tool in listed.tools} == TOOLS
+    text = _text(failed)
+    assert text.startswith("status: error, exit code 1")
+    assert "error: AttributeError (line 4)" in text
+    assert "stdout:\n3" in text
+    assert failed.is_error is False  # what the code did is data, not a failed tool call
+
+
+def test_http_client_gets_a_chart_as_an_image_and_limits_apply(http_server: HttpServer) -> None:
+    async def main() -> tuple[Any, Any]:
+        async with _http(http_server.url) as client:
+            chart = await client.call_tool("run_python", {"code": CHART})
+            slow = await client.call_tool("run_python", {
+                "code": "while True:\n    pass\n", "limits": {"timeout_s": 1}})
+            return chart, slow
+
+    chart, slow = _run(main)
+    images = _images(chart)
+    assert len(images) == 1 and images[0].startswith(PNG_MAGIC)
+    assert _text(slow).startswith("status: timeout")
+    assert slow.structured_content["limits"]["timeout_s"] == 1
+
+
+def test_http_bad_arguments_are_a_tool_error_not_a_crash(http_server: HttpServer) -> None:
+    async def main() -> tuple[Any, Any]:
+        async with _http(http_server.url) as client:
+            bad_limits = await client.call_tool("run_python", {
+                "code": "print(1)", "limits": {"timeout_s": -1}})
+            unknown = await client.call_tool("session_run", {"session_id": "nope",
+                                                             "code": "1"})
+            return bad_limits, unknown
+
+    bad_limits, unknown = _run(main)
+    assert bad_limits.is_error is True and "timeout_s" in _text(bad_limits)
+    assert unknown.is_error is True and "nope" in _text(unknown)
+    assert http_server.proc.poll() is None
+
+
+@pytest.mark.skipif(not _sessions_available(), reason="sessions have not landed yet")
+def test_http_session_keeps_state_and_files_across_cells_and_returns_chart_images(
+        http_server: HttpServer) -> None:
+    async def main() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        async with _http(http_server.url) as client:
+            created = await client.call_tool("session_create", {
+                "files": {"in.csv": "x\n1\n2\n3\n"}})
+            assert isinstance(created, CallToolResult) and not created.is_error, created
+            sid = created.structured_content["session_id"]
+            await client.call_tool("session_run", {"session_id": sid, "code": "n = 41"})
+            out["value"] = await client.call_tool("session_run", {"session_id": sid,
+                                                                  "code": "n + 1"})
+            out["chart"] = await client.call_tool("session_run", {"session_id": sid, "code": (
+                "import matplotlib.pyplot as plt, pandas as pd\n"
+                "pd.read_csv('in.csv').x.plot()\nplt.show()\n")})
+            out["write"] = await client.call_tool("session_write_file", {
+                "session_id": sid, "path": "notes/a.txt", "content": "hello"})
+            out["cell"] = await client.call_tool("session_run", {
+                "session_id": sid, "code": "print(open('notes/a.txt').read().upper())"})
+            out["list"] = await client.call_tool("session_list_files", {"session_id": sid})
+            out["read"] = await client.call_tool("session_read_file", {
+                "session_id": sid, "path": "notes/a.txt"})
+            out["close"] = await client.call_tool("session_close", {"session_id": sid})
+            out["after"] = await client.call_tool("session_run", {"session_id": sid,
+                                                                  "code": "n"})
+        return out
+
+    out = _run(main)
+    assert "value: 42" in _text(out["value"])
+    images = _images(out["chart"])
+    assert len(images) == 1 and images[0].startswith(PNG_MAGIC)
+    assert "wrote notes/a.txt (5 bytes" in _text(out["write"])
+    assert "stdout:\nHELLO" in _text(out["cell"])
+    assert "notes/a.txt\t5\t" in _text(out["list"])
+    assert _text(out["read"]) == "hello"
+    assert "closed" in _text(out["close"])
+    assert out["after"].is_error is True
