@@ -137,6 +137,8 @@ class ServerState:
                                lambda: float(self._executor.pool_size if self._executor else 0))
         self.run_limiter = anyio.CapacityLimiter(settings.max_inflight_runs)
         self.draining = False
+        self._inflight = 0
+        self._idle = threading.Condition()
         if executor is not None:
             self.keys = KeyStore(executor.store.engine)
 
@@ -153,14 +155,18 @@ class ServerState:
             self._executor = Executor(**self.settings.executor_options)
             self.keys = KeyStore(self._executor.store.engine)
 
-    def stop(self) -> None:
-        """Close every session, then the executor if this server started it."""
+    def stop(self, drain_timeout_s: float = 15.0) -> None:
+        """Close every session, then the executor if this server started it, then wait for
+        the runs still on worker threads to be recorded (closing the executor ends them)."""
         self.draining = True
         closed = self.sessions.close_all()
         if closed:
             log.info("closed %d session(s) at shutdown", closed)
         if self._executor is not None and not self.executor_given:
             self._executor.close()
+        with self._idle:
+            if not self._idle.wait_for(lambda: self._inflight == 0, drain_timeout_s):
+                log.warning("%d run(s) still on worker threads at exit", self._inflight)
 
     def key_store(self) -> KeyStore:
         if self.keys is None:
@@ -172,8 +178,22 @@ class ServerState:
         return await anyio.to_thread.run_sync(fn)
 
     async def running(self, fn: Callable[[], T]) -> T:
-        """Run a sandbox call (a run or a cell) off the event loop, within the run limiter."""
-        return await anyio.to_thread.run_sync(fn, limiter=self.run_limiter)
+        """Run a sandbox call (a run or a cell) off the event loop, within the run limiter.
+        A cancelled request (shutdown past its grace period) lets go of the thread at once;
+        the run then ends when the executor closes, and `stop` waits for it to be recorded."""
+
+        def counted() -> T:
+            with self._idle:
+                self._inflight += 1
+            try:
+                return fn()
+            finally:
+                with self._idle:
+                    self._inflight -= 1
+                    self._idle.notify_all()
+
+        return await anyio.to_thread.run_sync(counted, limiter=self.run_limiter,
+                                              abandon_on_cancel=True)
 
     def finish(self, kind: str, tenant: Tenant, result: RunResult, started: float) -> None:
         """Book a finished run: its owner and its metrics (called on the worker thread)."""
