@@ -34,8 +34,10 @@ def _fail(message: str) -> NoReturn:
               help="Write the answer's artifacts (cleaned files, charts) here.")
 @click.option("--schema", "schema_path", type=click.Path(dir_okay=False, exists=True,
               path_type=Path), help="A JSON schema the printed result must match.")
-@click.option("--mode", type=click.Choice(["auto", "run", "tests_first"]), default="auto",
-              show_default=True, help="tests_first: test a reference implementation first.")
+@click.option("--mode", type=click.Choice(["auto", "run", "tests_first", "steps"]),
+              default="auto", show_default=True,
+              help="tests_first: test a reference implementation first; steps: cells in one "
+                   "stateful session; auto: as the plan says.")
 @click.option("--max-repairs", type=click.IntRange(0, 20), default=3, show_default=True)
 @click.option("--max-exec-s", type=click.FloatRange(min=0, min_open=True), default=120.0,
               show_default=True, help="Total sandbox execution time of the ask.")

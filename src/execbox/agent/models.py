@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..contract import Artifact, Limits
 
@@ -71,6 +71,25 @@ class Program(BaseModel):
                           "matches `result` (a variable already holding the main program's JSON "
                           "result). The input files are available too.")
     notes: str = Field("", description="What changed since the previous attempt, if any.")
+
+    @field_validator("code", "solution", "tests", "cross_check")
+    @classmethod
+    def _no_fence(cls, value: str | None) -> str | None:
+        return strip_fence(value) if value is not None else None
+
+    @field_validator("cells")
+    @classmethod
+    def _no_fences(cls, value: list[str] | None) -> list[str] | None:
+        return [strip_fence(cell) for cell in value] if value is not None else None
+
+
+def strip_fence(text: str) -> str:
+    """Models often wrap code in a Markdown fence; the sandbox wants the code alone."""
+    stripped = text.strip()
+    if stripped.startswith("```") and stripped.endswith("```") and "\n" in stripped:
+        body = stripped[stripped.index("\n") + 1:-3]
+        return body.rstrip() + "\n"
+    return text
 
 
 class ChecklistItem(BaseModel):
