@@ -20,8 +20,9 @@ SALES = b"region,units\nnorth,5\nsouth,3\nnorth,2\neast,7\n"
 
 def test_correct_code_is_answered_on_the_first_try(executor: execbox.Executor) -> None:
     model = script(
-        plans=[plan("total units per region", invariants=[("non-negative",
-                                                            "all(v >= 0 for v in result.values())")])],
+        plans=[plan("total units per region", invariants=[
+            ("non-negative, each at most the total",
+             "all(0 <= v <= sum(result.values()) for v in result.values())")])],
         programs=[program("import pandas as pd, json\n"
                           "df = pd.read_csv('sales.csv')\n"
                           "totals = df.groupby('region').units.sum().to_dict()\n"

@@ -28,7 +28,7 @@ result = json.load(open("result.json"))
 verdicts = []
 for expression in json.load(open("invariants.json")):
     try:
-        verdicts.append([bool(eval(expression, {"math": math}, {"result": result})), ""])
+        verdicts.append([bool(eval(expression, {"math": math, "result": result})), ""])
     except Exception as exc:
         verdicts.append([False, f"{type(exc).__name__}: {exc}"])
 print(json.dumps(verdicts))
