@@ -219,3 +219,24 @@ def test_a_call_of_another_tool_is_a_usage_error(executor: execbox.Executor) -> 
     with pytest.raises(execbox.UsageError, match="'web_search'"):
         tools.execute_tool_call(executor, {"type": "tool_use", "name": "web_search",
                                            "input": {"code": "print(1)"}})
+
+
+def test_stateful_schema_says_state_persists_and_drops_stdin() -> None:
+    tool = tools.anthropic_tool(stateful=True)
+    assert "persist" in tool["description"] and "clean state" not in tool["description"]
+    assert "stdin" not in tool["input_schema"]["properties"]
+    assert "earlier calls are still there" in tool["input_schema"]["properties"]["code"][
+        "description"]
+    assert "clean state" in tools.anthropic_tool()["description"]
+
+
+def test_tool_calls_in_a_session_keep_variables_and_files_between_calls(
+        executor: execbox.Executor) -> None:
+    with executor.session() as session:
+        first = tools.execute_tool_call(
+            executor, {"code": "x = 21", "files": {"notes.txt": "hi"}}, session=session)
+        assert first.startswith("status: ok")
+        second = tools.execute_tool_call(
+            executor, {"code": "print(open('notes.txt').read())\nx * 2"}, session=session)
+    assert second.startswith("status: ok")
+    assert "stdout:\nhi" in second and "value: 42" in second

@@ -75,6 +75,14 @@ class RunPython(BaseModel):
     )
 
 
+_STATELESS = "Each call starts from a clean state: nothing is kept between calls. "
+_STATEFUL = ("Calls run as cells of one Python session, like a notebook: variables, imports and "
+             "files persist from call to call, and the value of a last expression is shown. ")
+_STATEFUL_CODE = ("Python code to run as the next cell. Variables, imports and files from "
+                  "earlier calls are still there. print() what you need to see, or end with an "
+                  "expression.")
+
+
 def runtime_packages() -> dict[str, str]:
     """The packages user code can import and their pinned versions (runtime/requirements.in)."""
     runtime = resources.files("execbox") / "runtime"
@@ -115,18 +123,20 @@ def _size(n: float) -> str:
     raise AssertionError("unreachable")
 
 
-def describe_environment(limits: Limits | None = None, *, profile: str = "data") -> str:
+def describe_environment(limits: Limits | None = None, *, profile: str = "data",
+                         stateful: bool = False) -> str:
     """What a model should know before it writes code for the sandbox, in a few sentences.
 
-    `limits` are the limits the caller runs with; None means the profile's defaults."""
+    `limits` are the limits the caller runs with; None means the profile's defaults.
+    `stateful`: the calls run as cells of one session (`execute_tool_call(..., session=)`)."""
     default_limits, max_limits = _profile_limits(profile)
     lim = limits or default_limits
     packages = ", ".join(f"{name} {version}" for name, version in runtime_packages().items())
     longest = f", at most {max_limits.timeout_s:g} s" if max_limits else ""
     return (
         f"Run a Python {_python_version()} program in a fresh, isolated sandbox and get back its "
-        "status, stdout, stderr, the error (type and line) and the files it wrote. Each call "
-        "starts from a clean state: nothing is kept between calls. "
+        "status, stdout, stderr, the error (type and line) and the files it wrote. "
+        + (_STATEFUL if stateful else _STATELESS) +
         f"Installed: {packages} and the standard library; nothing else can be installed. "
         "matplotlib uses the Agg backend: save charts with plt.savefig('chart.png'). "
         "There is no network access. The working directory is /workspace: input files are "
@@ -138,13 +148,17 @@ def describe_environment(limits: Limits | None = None, *, profile: str = "data")
     )
 
 
-def parameters_schema(limits: Limits | None = None, *, profile: str = "data") -> dict[str, Any]:
+def parameters_schema(limits: Limits | None = None, *, profile: str = "data",
+                      stateful: bool = False) -> dict[str, Any]:
     """JSON schema of the tool's arguments, derived from `RunPython` (no titles, refs inlined)."""
     default_limits, max_limits = _profile_limits(profile)
     lim = limits or default_limits
     schema = _inline_refs(RunPython.model_json_schema())
     _drop_titles(schema)
     schema.pop("description", None)  # the tool's own description says it all
+    if stateful:
+        schema["properties"]["code"]["description"] = _STATEFUL_CODE
+        del schema["properties"]["stdin"]  # a session's cells have no stdin
     timeout = schema["properties"]["timeout_s"]
     timeout["description"] += f" Default {lim.timeout_s:g}" + (
         f", at most {max_limits.timeout_s:g}." if max_limits else ".")
@@ -156,21 +170,26 @@ def parameters_schema(limits: Limits | None = None, *, profile: str = "data") ->
 
 
 def openai_tool(limits: Limits | None = None, *, name: str = TOOL_NAME, profile: str = "data",
+                stateful: bool = False,
                 api: Literal["chat", "responses"] = "chat") -> dict[str, Any]:
     """The tool in OpenAI's function-calling format: Chat Completions (`api="chat"`, the
-    default) or the Responses API (`api="responses"`, the function fields at the top level)."""
-    function = {"name": name, "description": describe_environment(limits, profile=profile),
-                "parameters": parameters_schema(limits, profile=profile)}
+    default) or the Responses API (`api="responses"`, the function fields at the top level).
+    `stateful=True` describes calls that run as cells of one session."""
+    function = {"name": name,
+                "description": describe_environment(limits, profile=profile, stateful=stateful),
+                "parameters": parameters_schema(limits, profile=profile, stateful=stateful)}
     if api == "responses":
         return {"type": "function", **function}
     return {"type": "function", "function": function}
 
 
 def anthropic_tool(limits: Limits | None = None, *, name: str = TOOL_NAME,
-                   profile: str = "data") -> dict[str, Any]:
-    """The tool in Anthropic's Messages API format (`name`, `description`, `input_schema`)."""
-    return {"name": name, "description": describe_environment(limits, profile=profile),
-            "input_schema": parameters_schema(limits, profile=profile)}
+                   profile: str = "data", stateful: bool = False) -> dict[str, Any]:
+    """The tool in Anthropic's Messages API format (`name`, `description`, `input_schema`).
+    `stateful=True` describes calls that run as cells of one session."""
+    return {"name": name,
+            "description": describe_environment(limits, profile=profile, stateful=stateful),
+            "input_schema": parameters_schema(limits, profile=profile, stateful=stateful)}
 
 
 def parse_tool_call(call: Any) -> tuple[str | None, Any]:

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -211,10 +211,11 @@ class HttpServer:
         self.proc, self.url, self.log = proc, url, log
 
 
-@pytest.fixture(scope="module")
-def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServer]:
+@contextmanager
+def _http_server_process(log: Path) -> Iterator[HttpServer]:
+    """`execbox mcp --transport http` on a free loopback port, listening; stopped (and anything
+    it left behind killed) on the way out."""
     port = _free_port()
-    log = tmp_path_factory.mktemp("mcp-http") / "server.log"
     with log.open("w") as errlog:
         proc = subprocess.Popen([*SERVER, "--transport", "http", "--port", str(port)],
                                 stdin=subprocess.DEVNULL, stdout=errlog, stderr=errlog)
@@ -240,12 +241,17 @@ def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServer
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        leftover = _wait_gone(below)
-        for pid in leftover:  # never leave a process behind, even when the server failed to
+        for pid in _wait_gone(below):  # never leave a process behind, even if the server did
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
+
+
+@pytest.fixture(scope="module")
+def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServer]:
+    with _http_server_process(tmp_path_factory.mktemp("mcp-http") / "server.log") as server:
+        yield server
 
 
 @asynccontextmanager
@@ -344,3 +350,22 @@ def test_http_session_keeps_state_and_files_across_cells_and_returns_chart_image
     assert _text(out["read"]) == "hello"
     assert "closed" in _text(out["close"])
     assert out["after"].is_error is True
+
+
+def test_http_server_stops_on_sigterm_closing_open_sessions_and_the_sandbox(
+        tmp_path: Path) -> None:
+    with _http_server_process(tmp_path / "server.log") as server:
+        async def main() -> Any:
+            async with _http(server.url) as client:
+                created = await client.call_tool("session_create", {})
+                sid = created.structured_content["session_id"]
+                return await client.call_tool("session_run", {
+                    "session_id": sid, "code": "import time\nstarted = time.time()\n1"})
+
+        cell = _run(main)  # the client leaves; its session stays open in the server
+        assert "value: 1" in _text(cell)
+        below = _descendants(server.proc.pid)
+        assert len(below) >= 2, "the fork server and the session's processes run below"
+        server.proc.send_signal(signal.SIGTERM)
+        assert server.proc.wait(timeout=30) == 0, server.log.read_text()
+        assert _wait_gone(below) == set()
