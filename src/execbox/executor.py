@@ -358,16 +358,18 @@ class Executor:
                 request.code, limits.timeout_s, limits.effective_cpu_s, limits.output_bytes,
                 limits.timeout_s + BACKSTOP_GRACE_S, on_stdout, on_stderr)
         except SessionEnded as exc:
-            session._mark_ended(str(exc))
+            session._mark_ended(f"has ended: {exc}")
             raise SessionClosed(f"session {session.id} has ended: {exc}") from exc
         except HostError as exc:
-            if session.end_reason is not None:  # killed by the reaper: say why
-                message = f"the session {session.end_reason}; it was ended during this cell"
+            if session.end_reason is not None:  # ended on purpose during the cell: say why
                 session._mark_ended(session.end_reason)
-                return base.model_copy(update={"status": Status.timeout, "error": ErrorInfo(
-                    type="SessionExpired", message=message)})
+                expired = session.killed_status is Status.timeout
+                return base.model_copy(update={
+                    "status": session.killed_status, "error": ErrorInfo(
+                        type="SessionExpired" if expired else "SandboxError",
+                        message=f"the session {session.end_reason} during this cell")})
             log.error("cell of session %s: sandbox error: %s", session.id, exc)
-            session._mark_ended(f"sandbox error: {exc}")
+            session._mark_ended(f"has ended with a sandbox error: {exc}")
             return base.model_copy(update={"error": ErrorInfo(type="SandboxError",
                                                               message=str(exc))})
         result = _result(base, raw)
@@ -375,7 +377,7 @@ class Executor:
         result = result.model_copy(update={"outputs": outputs})
         if raw.meta.get("ended"):
             reason = result.error.message if result.error else "the interpreter exited"
-            session._mark_ended(f"{result.status.value}: {reason}")
+            session._mark_ended(f"has ended ({result.status.value}): {reason}")
         return result
 
     async def astream(self, code: str, **kwargs: Any) -> AsyncIterator[StreamEvent]:
@@ -456,8 +458,8 @@ class Executor:
             self._closed = True
         self._reaper.stop()
         for session in self._live_sessions():
-            session._channel.kill()  # a running cell ends now; its caller sees why
-            session._end("the executor was closed")
+            session.kill("was ended because the executor was closed", Status.sandbox_error)
+            session._end("was ended because the executor was closed")
         with self._lock:
             self._host.close()
             self.store.close()

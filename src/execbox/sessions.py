@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from .contract import Artifact, Limits, RunResult, StreamEvent
+from .contract import Artifact, Limits, RunResult, Status, StreamEvent
 from .errors import SessionClosed, UsageError
 from .sandbox.channel import SessionChannel, SessionEnded
 from .sandbox.host import HostError, OutputCallback
@@ -49,6 +49,7 @@ class Session:
         self.last_used = self.created_at
         self.cells = 0
         self.end_reason: str | None = None
+        self.killed_status = Status.sandbox_error  # what a cell ended by `kill` reports
         self.files = SessionFiles(self)
         self._executor = executor
         self._channel = channel
@@ -87,7 +88,7 @@ class Session:
 
     def close(self) -> None:
         """End the session: its processes, cgroup and workspace are gone."""
-        self._end("closed by the caller")
+        self._end("was closed by the caller")
 
     def _end(self, reason: str) -> None:
         with self._lock:
@@ -95,6 +96,14 @@ class Session:
                 self.end_reason = reason
             self._channel.close()
         self._executor._forget_session(self.id)
+
+    def kill(self, reason: str, status: Status) -> None:
+        """End the session now, even mid-cell; a running cell returns `status` with `reason`.
+        Safe from any thread (it only signals the session's supervisor)."""
+        if self.end_reason is None:
+            self.end_reason = reason
+            self.killed_status = status
+        self._channel.kill()
 
     def _mark_ended(self, reason: str) -> None:
         """The interpreter is gone (seen by a cell or a file call, under the session's lock)."""
@@ -111,12 +120,13 @@ class Session:
         if self._busy:
             if now - self.created_at >= self.max_lifetime_s:
                 return f"reached its maximum lifetime of {self.max_lifetime_s:g} s " \
-                       "(max_lifetime_s)"
+                       "(max_lifetime_s) and was ended"
             return None
         if now - self.last_used >= self.idle_timeout_s:
-            return f"idle for {self.idle_timeout_s:g} s (idle_timeout_s)"
+            return f"expired after {self.idle_timeout_s:g} s idle (idle_timeout_s)"
         if now - self.created_at >= self.max_lifetime_s:
-            return f"reached its maximum lifetime of {self.max_lifetime_s:g} s (max_lifetime_s)"
+            return f"reached its maximum lifetime of {self.max_lifetime_s:g} s (max_lifetime_s)" \
+                " and was ended"
         return None
 
     def __enter__(self) -> Session:
@@ -142,7 +152,7 @@ class _InUse:
         s._lock.acquire()
         if s.end_reason is not None:
             s._lock.release()
-            raise SessionClosed(f"session {s.id} has ended: {s.end_reason}")
+            raise SessionClosed(f"session {s.id} {s.end_reason}")
         s._busy = True
         return s._channel
 
@@ -169,12 +179,12 @@ class SessionFiles:
             try:
                 answer, blob = channel.file_op(op, path, data)
             except SessionEnded as exc:
-                self._s._mark_ended(str(exc))
+                self._s._mark_ended(f"has ended: {exc}")
                 raise SessionClosed(f"session {self._s.id} has ended: {exc}") from exc
             except HostError as exc:
-                self._s._mark_ended(f"sandbox error: {exc}")
-                raise SessionClosed(f"session {self._s.id} has ended: sandbox error: {exc}"
-                                    ) from exc
+                self._s._mark_ended(f"has ended with a sandbox error: {exc}")
+                raise SessionClosed(f"session {self._s.id} has ended with a sandbox error: "
+                                    f"{exc}") from exc
         if not answer.get("ok"):
             raise UsageError(str(answer.get("error")))
         return answer, blob
@@ -232,10 +242,8 @@ class Reaper:
                 reason = session.expired(now)
                 if not reason:
                     continue
-                if session._busy:
-                    # Over its lifetime mid-cell: kill it now; the cell's caller sees why.
-                    session.end_reason = session.end_reason or reason
-                    session._channel.kill()
+                if session._busy:  # over its lifetime mid-cell: kill it now
+                    session.kill(reason, Status.timeout)
                 else:
                     session._end(reason)
 
