@@ -425,6 +425,7 @@ def test_steps_mode_repair_starts_a_fresh_session(executor: execbox.Executor) ->
     assert answer.outputs[-1].result == 2.5
     feedback = model.calls("generate")[1]
     assert "NameError" in feedback and "in cell 2" in feedback
+    assert ">   2 | print(json.dumps(x / y))" in feedback  # the snippet is the cell's own line
     trace = TraceStore(executor.store.engine).get(answer.ask_id)
     assert trace is not None
     by_attempt = {s.attempt: s.detail["session_id"] for s in trace.stages if s.stage == "execute"}

@@ -62,6 +62,7 @@ class _Attempt:
         self.verdicts: list[Verdict] = []
         self.feedback: str | None = None
         self.cell_outputs: list[RunOutput] = []
+        self.failed_cell: str | None = None  # steps mode: error lines count within the cell
 
     @property
     def passed(self) -> bool:
@@ -180,7 +181,7 @@ class _Ask:
             return self._fail("repairs_exhausted",
                               f"no verified answer after {len(self.logs)} attempts "
                               f"({self.settings.max_repairs} repairs); last problem: "
-                              f"{(last.feedback or '').splitlines()[0]}")
+                              f"{(last.feedback or 'unknown').splitlines()[0]}")
         except _Breaker as trip:
             return self._fail(trip.kind, trip.message)
         except ModelFailure as exc:
@@ -209,7 +210,8 @@ class _Ask:
             feedback=previous.feedback if previous else None)
         self.trace.stage("generate", number, "repair" if previous else "first", started,
                          code=program.code, solution=program.solution, tests=program.tests,
-                         cross_check=program.cross_check, notes=program.notes)
+                         cells=program.cells, cross_check=program.cross_check,
+                         notes=program.notes)
         att = _Attempt(program)
         log = AttemptLog(attempt=number, status="not_run")
         self.logs.append(log)
@@ -320,6 +322,7 @@ class _Ask:
                                    f"{self.settings.max_exec_s:g} s ran out during cell {i}")
                 runs.append(run)
                 if not run.ok:
+                    att.failed_cell = cell
                     if run.error is not None:
                         run = run.model_copy(update={"error": run.error.model_copy(update={
                             "message": f"in cell {i}: {run.error.message}"})})
@@ -352,7 +355,8 @@ class _Ask:
         verdicts = att.verdicts
         verdicts.append(verify.check_run(run, number))
         if not run.ok:
-            att.feedback = "The program failed:\n" + verify.describe_failure(run, att.code)
+            att.feedback = "The program failed:\n" + verify.describe_failure(
+                run, att.failed_cell or att.code)
         else:
             att.result = verify.parse_result(run.stdout)
             verdicts.append(verify.check_result_present(att.result, number, run.run_id))
