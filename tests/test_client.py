@@ -56,6 +56,8 @@ def test_bad_arguments_raise_usage_error(ex: Any) -> None:
         ex.run("print(1)", limits={"timeout_s": -1})
     with pytest.raises(execbox.UsageError):
         ex.run("print(1)", profile="no-such-profile")
+    with pytest.raises(execbox.UsageError):  # raised mid-stream on the server: still a UsageError
+        ex.run("print(1)", profile="no-such-profile", on_stdout=lambda _chunk: None)
 
 
 def test_output_streams_to_callbacks(ex: Any) -> None:

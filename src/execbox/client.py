@@ -137,7 +137,11 @@ def _dispatch(event: tuple[str, str], on_stdout: OutputCallback | None,
     if name == "result":
         return RunResult.model_validate_json(data)
     if name == "error":
-        raise _error(httpx.Response(500, content=data.encode(),
+        try:
+            status = int(json.loads(data).get("status", 500))
+        except (ValueError, AttributeError, TypeError):
+            status = 500
+        raise _error(httpx.Response(status, content=data.encode(),
                                     headers={"Content-Type": "application/json"}))
     callback = on_stdout if name == "stdout" else on_stderr if name == "stderr" else None
     if callback is not None:

@@ -7,7 +7,8 @@ thread pool, and goes on to its end, recorded, when the client disconnects.)
     event: stdout          data: {"text": "..."}
     event: stderr          data: {"text": "..."}
     event: result          data: <RunResult JSON>       (last event on success)
-    event: error           data: {"error": {"code", "message"}}   (last event on failure)
+    event: error           data: {"error": {"code", "message"}, "status"}   (last, on failure;
+                           status: the HTTP status the same error has on the plain endpoint)
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ async def stream(call: Call, run_in_thread: Callable[[Callable[[], RunResult]], 
         if name == "error":
             assert isinstance(item, ApiError)
             yield event("error", json.dumps({"error": {"code": item.code,
-                                                       "message": item.message}}))
+                                                       "message": item.message},
+                                             "status": item.status}))
             return
         yield event(name, json.dumps({"text": item}))
