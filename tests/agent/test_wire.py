@@ -74,6 +74,9 @@ def test_stored_trace_shows_every_stage_each_calls_tokens_and_the_cited_runs(
     text = CliRunner().invoke(main, ["runs", "trace", answer.ask_id])
     assert text.exit_code == 0
     assert "execute" in text.output and answer.outputs[0].run_id in text.output
+    checks = next(s for s in trace["stages"] if s["stage"] == "verify")["detail"]["check_runs"]
+    assert checks == [r for r in answer.run_ids if r != answer.outputs[0].run_id]
+    assert f"checks ran as {checks[0]}" in text.output
     listed = CliRunner().invoke(main, ["runs", "asks", "--json"])
     assert answer.ask_id in listed.output
 

@@ -157,6 +157,8 @@ def trace_cmd(ask_id: str, as_json: bool) -> None:
     for _, kind, item in sorted(events, key=lambda e: e[0]):
         if kind == "stage":
             extra = f" run {item.run_id}" if item.run_id else ""
+            if item.detail.get("check_runs"):
+                extra += f" (checks ran as {', '.join(item.detail['check_runs'])})"
             label = item.detail.get("program")
             click.echo(f"  {item.seq:>3} {item.stage:<9} attempt {item.attempt} {item.status}"
                        f"{f' ({label})' if label else ''}{extra} {item.duration_ms:.0f} ms")

@@ -373,8 +373,9 @@ class _Ask:
             if not review.passed:
                 att.feedback = ("A reviewer checked the output against the question and found: "
                                 f"{review.detail}")
+        checks = sorted({v.run_id for v in verdicts if v.run_id and v.run_id != run.run_id})
         self.trace.stage("verify", number, "passed" if att.feedback is None else "failed",
-                         started, run_id=run.run_id,
+                         started, run_id=run.run_id, check_runs=checks,
                          verdicts=[v.model_dump(mode="json") for v in verdicts])
 
     def _deterministic_checks(self, att: _Attempt, number: int) -> None:
