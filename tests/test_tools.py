@@ -110,6 +110,23 @@ def test_short_output_is_shown_whole_without_a_note() -> None:
     assert tools.format_observation(result) == "status: ok\nstdout:\n42"
 
 
+def test_cell_outputs_show_plain_text_and_name_images_without_repeating_html() -> None:
+    from execbox.contract import Output
+
+    png = "iVBORw0KGgo" + "A" * 400  # base64 of ~300 bytes
+    result = RunResult(run_id="r", status=Status.ok, exit_code=0, outputs=[
+        Output(mime_type="text/plain", data="   a\n0  1"),
+        Output(mime_type="text/html", data="<table>...</table>"),
+        Output(mime_type="image/png", data=png)])
+    text = tools.format_observation(result)
+    assert "output:\n   a\n0  1" in text
+    assert "text/html" not in text
+    assert "output: image/png (308 B)" in text
+    html_only = RunResult(run_id="r", status=Status.ok, exit_code=0, outputs=[
+        Output(mime_type="text/html", data="<b>hi</b>")])
+    assert "output: text/html (9 B)" in tools.format_observation(html_only)
+
+
 # --- tool calls against the real sandbox ---------------------------------------------------
 
 
@@ -239,4 +256,4 @@ def test_tool_calls_in_a_session_keep_variables_and_files_between_calls(
         second = tools.execute_tool_call(
             executor, {"code": "print(open('notes.txt').read())\nx * 2"}, session=session)
     assert second.startswith("status: ok")
-    assert "stdout:\nhi" in second and "value: 42" in second
+    assert "stdout:\nhi" in second and "output: 42" in second

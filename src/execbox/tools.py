@@ -287,12 +287,16 @@ def format_observation(result: RunResult, *, max_output_chars: int = MAX_OUTPUT_
                              f"{_size(result.limits.output_bytes)}" if capped else "") if n]
         header = f"{label} ({'; '.join(notes)})" if notes else label
         lines.append(f"{header}:\n{shown.rstrip(chr(10))}")
+    has_plain = any(out.mime_type == "text/plain" for out in result.outputs)
     for out in result.outputs:
-        if out.mime_type == "text/plain":
+        if out.mime_type in ("text/plain", "application/json"):
             shown, note = _cut(out.data, max_output_chars)
-            lines.append(f"value{f' ({note})' if note else ''}: {shown}")
-        else:
+            header = f"output ({note})" if note else "output"
+            lines.append(f"{header}:\n{shown}" if "\n" in shown else f"{header}: {shown}")
+        elif out.mime_type.startswith("image/"):
             lines.append(f"output: {out.mime_type} ({_size(len(out.data) * 3 // 4)})")
+        elif not has_plain:  # html and the like, when no plain-text form came with them
+            lines.append(f"output: {out.mime_type} ({_size(len(out.data.encode()))})")
     if result.artifacts:
         listed = ", ".join(f"{a.path} ({a.mime_type}, {_size(a.size)})"
                            for a in result.artifacts[:20])

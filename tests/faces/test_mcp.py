@@ -341,7 +341,7 @@ def test_http_session_keeps_state_and_files_across_cells_and_returns_chart_image
         return out
 
     out = _run(main)
-    assert "value: 42" in _text(out["value"])
+    assert "output: 42" in _text(out["value"])
     images = _images(out["chart"])
     assert len(images) == 1 and images[0].startswith(PNG_MAGIC)
     assert "wrote notes/a.txt (5 bytes" in _text(out["write"])
@@ -363,7 +363,7 @@ def test_http_server_stops_on_sigterm_closing_open_sessions_and_the_sandbox(
                     "session_id": sid, "code": "import time\nstarted = time.time()\n1"})
 
         cell = _run(main)  # the client leaves; its session stays open in the server
-        assert "value: 1" in _text(cell)
+        assert "output: 1" in _text(cell)
         below = _descendants(server.proc.pid)
         assert len(below) >= 2, "the fork server and the session's processes run below"
         server.proc.send_signal(signal.SIGTERM)
