@@ -452,3 +452,14 @@ def test_cells_are_policy_checked_redacted_and_recorded(executor: Executor) -> N
         assert all(rec.kind == "cell" and rec.session_id == s.id for rec in records)
         assert all(secret not in rec.result.model_dump_json() for rec in records)
         assert r.session_id == s.id
+
+
+def test_a_budget_shared_by_cells_runs_out(executor: Executor) -> None:
+    from execbox.budget import Budget
+
+    budget = Budget(exec_s=0.6)
+    with executor.session() as s:
+        assert s.run("import time\ntime.sleep(0.5)", budget=budget).ok
+        r = s.run("time.sleep(1)", budget=budget)
+        assert r.status is Status.budget_exceeded, r
+        assert s.run("print('budget is per call')").ok

@@ -338,13 +338,15 @@ class Executor:
             self._sessions.pop(session_id, None)
 
     def _run_cell(self, session: Session, code: str, *, timeout_s: float | None,
-                  secrets: Iterable[str], on_stdout: OutputCallback | None,
+                  secrets: Iterable[str], budget: Budget | None,
+                  on_stdout: OutputCallback | None,
                   on_stderr: OutputCallback | None) -> RunResult:
         limits = session.limits
         if timeout_s is not None:
             limits = limits.model_copy(update={"timeout_s": timeout_s})
         request = make_request(code, limits=limits, env=session.env, profile=session.profile)
-        return self.run_request(request, cache=False, secrets=secrets, session_id=session.id,
+        return self.run_request(request, cache=False, budget=budget, secrets=secrets,
+                                session_id=session.id,
                                 on_stdout=on_stdout, on_stderr=on_stderr, _kind="cell",
                                 _session=session)
 

@@ -27,6 +27,7 @@ from .sandbox.channel import SessionChannel, SessionEnded
 from .sandbox.host import HostError, OutputCallback
 
 if TYPE_CHECKING:
+    from .budget import Budget
     from .executor import Executor
 
 DEFAULT_IDLE_TIMEOUT_S = 600.0
@@ -62,18 +63,19 @@ class Session:
         return self.end_reason is not None
 
     def run(self, code: str, *, timeout_s: float | None = None, secrets: Iterable[str] = (),
-            on_stdout: OutputCallback | None = None,
+            budget: Budget | None = None, on_stdout: OutputCallback | None = None,
             on_stderr: OutputCallback | None = None) -> RunResult:
         """Run one cell. `timeout_s` overrides the session's per-cell wall time (CPU time
-        follows it unless the session's limits set `cpu_s`). Never raises for the code; raises
-        SessionClosed when the session has ended."""
+        follows it unless the session's limits set `cpu_s`); `budget` is shared with other
+        calls as for `Executor.run`. Never raises for the code; raises SessionClosed when the
+        session has ended."""
         if timeout_s is not None and not 0 < timeout_s <= 3600:
             raise UsageError(f"timeout_s must be in (0, 3600], not {timeout_s!r}")
         with self._use():
             self.cells += 1
             result = self._executor._run_cell(
                 self, code, timeout_s=timeout_s, secrets=(*self._secrets, *secrets),
-                on_stdout=on_stdout, on_stderr=on_stderr)
+                budget=budget, on_stdout=on_stdout, on_stderr=on_stderr)
             return result
 
     async def astream(self, code: str, *, timeout_s: float | None = None
