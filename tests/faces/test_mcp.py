@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import anyio
 import pytest
-from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp import Client, ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, ImageContent, TextContent
 
@@ -369,3 +369,84 @@ def test_http_server_stops_on_sigterm_closing_open_sessions_and_the_sandbox(
         server.proc.send_signal(signal.SIGTERM)
         assert server.proc.wait(timeout=30) == 0, server.log.read_text()
         assert _wait_gone(below) == set()
+
+
+# --- in process: the same server object over the SDK's in-memory client --------------------
+
+
+def _inproc(executor: execbox.Executor,
+            body: Callable[[Client], Awaitable[_T]]) -> _T:
+    from execbox.mcp.server import build_server
+
+    async def main() -> _T:
+        async with Client(build_server(executor), read_timeout_seconds=60) as client:
+            return await body(client)
+
+    return _run(main)
+
+
+def test_binary_inputs_and_files_round_trip_and_images_read_back_as_images(
+        executor: execbox.Executor) -> None:
+    blob = bytes(range(256))
+
+    async def body(client: Client) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out["run"] = await client.call_tool("run_python", {
+            "code": "data = open('b.bin', 'rb').read()\nprint(len(data), data[255])",
+            "files_base64": {"b.bin": base64.b64encode(blob).decode()}})
+        sid = (await client.call_tool("session_create", {})).structured_content["session_id"]
+        out["write"] = await client.call_tool("session_write_file", {
+            "session_id": sid, "path": "raw.bin", "encoding": "base64",
+            "content": base64.b64encode(blob).decode()})
+        await client.call_tool("session_run", {"session_id": sid, "code": CHART})
+        out["png"] = await client.call_tool("session_read_file", {"session_id": sid,
+                                                                  "path": "chart.png"})
+        out["bin"] = await client.call_tool("session_read_file", {"session_id": sid,
+                                                                  "path": "raw.bin"})
+        out["missing"] = await client.call_tool("session_read_file", {"session_id": sid,
+                                                                      "path": "nope.txt"})
+        out["bad"] = await client.call_tool("session_write_file", {
+            "session_id": sid, "path": "x", "content": "%%%", "encoding": "base64"})
+        return out
+
+    out = _inproc(executor, body)
+    assert "stdout:\n256 255" in _text(out["run"])
+    assert "wrote raw.bin (256 bytes" in _text(out["write"])
+    images = _images(out["png"])
+    assert len(images) == 1 and images[0].startswith(PNG_MAGIC)
+    text = _text(out["bin"])
+    assert "binary; base64" in text
+    assert base64.b64decode(text.split(":\n", 1)[1]) == blob
+    assert out["missing"].is_error is True and "nope.txt" in _text(out["missing"])
+    assert out["bad"].is_error is True and "not valid base64" in _text(out["bad"])
+
+
+def test_a_run_with_many_charts_attaches_at_most_the_cap_and_names_the_rest(
+        executor: execbox.Executor) -> None:
+    from execbox.mcp.server import MAX_IMAGES
+
+    count = MAX_IMAGES + 2
+    code = ("import matplotlib.pyplot as plt\n"
+            f"for i in range({count}):\n"
+            "    plt.figure(figsize=(1, 1)); plt.plot([0, i]); plt.savefig(f'c{i:02d}.png')\n")
+
+    async def body(client: Client) -> Any:
+        return await client.call_tool("run_python", {"code": code})
+
+    result = _inproc(executor, body)
+    assert len(_images(result)) == MAX_IMAGES
+    text = _text(result)
+    assert "images not attached" in text
+    assert text.count(".png (image/png") == count  # every chart is still listed
+
+
+def test_sessions_the_server_opened_are_closed_when_it_shuts_down(
+        executor: execbox.Executor) -> None:
+    async def body(client: Client) -> str:
+        created = await client.call_tool("session_create", {})
+        sid: str = created.structured_content["session_id"]
+        return sid
+
+    sid = _inproc(executor, body)
+    with pytest.raises(execbox.UsageError, match="no open session"):
+        executor.get_session(sid)
