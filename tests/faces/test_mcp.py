@@ -25,7 +25,7 @@ import execbox
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SERVER = [sys.executable, "-m", "execbox.cli", "mcp"]
-TOOLS = {"run_python", "session_create", "session_run", "session_write_file",
+TOOLS = {"run_python", "read_artifact", "session_create", "session_run", "session_write_file",
          "session_read_file", "session_list_files", "session_close"}
 CHART = ("import matplotlib.pyplot as plt\nplt.plot([1, 4, 2, 8])\nplt.title('sales')\n"
          "plt.savefig('chart.png')\nprint('saved')\n")
@@ -450,3 +450,30 @@ def test_sessions_the_server_opened_are_closed_when_it_shuts_down(
     sid = _inproc(executor, body)
     with pytest.raises(execbox.UsageError, match="no open session"):
         executor.get_session(sid)
+
+
+def test_files_a_run_wrote_can_be_read_back_but_only_from_runs_of_this_server(
+        executor: execbox.Executor) -> None:
+    elsewhere = executor.run("open('secret.txt', 'w').write('not yours')")
+    assert elsewhere.ok and elsewhere.artifacts
+
+    async def body(client: Client) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out["run"] = run = await client.call_tool("run_python", {
+            "code": "import pandas as pd\n"
+                    "pd.DataFrame({'a': [1, 2]}).to_csv('out.csv', index=False)\n"})
+        run_id = run.structured_content["run_id"]
+        out["csv"] = await client.call_tool("read_artifact", {"run_id": run_id,
+                                                              "path": "out.csv"})
+        out["absent"] = await client.call_tool("read_artifact", {"run_id": run_id,
+                                                                 "path": "other.csv"})
+        out["foreign"] = await client.call_tool("read_artifact", {
+            "run_id": elsewhere.run_id, "path": "secret.txt"})
+        return out
+
+    out = _inproc(executor, body)
+    run_id = out["run"].structured_content["run_id"]
+    assert f"run_id: {run_id} (read_artifact" in _text(out["run"])
+    assert _text(out["csv"]) == "a\n1\n2\n"
+    assert out["absent"].is_error is True and "it wrote: out.csv" in _text(out["absent"])
+    assert out["foreign"].is_error is True and "not yours" not in _text(out["foreign"])

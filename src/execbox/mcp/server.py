@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import threading
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
@@ -37,6 +38,7 @@ log = logging.getLogger("execbox.mcp")
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 MAX_IMAGES = 8  # per tool result; a model reads a few charts, not a hundred
 MAX_IMAGE_BYTES = 4 * 1024 * 1024
+MAX_REMEMBERED_RUNS = 10_000  # runs whose artifacts read_artifact serves
 MAX_READ_CHARS = 100_000  # text a read_file hands back before it says the rest was cut
 
 _T = TypeVar("_T")
@@ -63,6 +65,7 @@ def build_server(executor: Executor, *, profile: str = "data") -> MCPServer[Any]
     """An MCP server whose tools run on `executor` (which the caller owns and closes).
     Sessions the server opened are closed when the server shuts down."""
     opened: dict[str, Session] = {}
+    own_runs: OrderedDict[str, None] = OrderedDict()  # runs this server made: readable here
     lock = threading.Lock()
 
     @asynccontextmanager
@@ -104,7 +107,32 @@ def build_server(executor: Executor, *, profile: str = "data") -> MCPServer[Any]
         inputs.update({name: _b64(data, name) for name, data in (files_base64 or {}).items()})
         result = _call(lambda: executor.run(code, stdin=stdin, files=inputs, limits=limits,
                                             profile=profile))
-        return _result(result)
+        if result.artifacts:
+            with lock:
+                own_runs[result.run_id] = None
+                while len(own_runs) > MAX_REMEMBERED_RUNS:
+                    own_runs.popitem(last=False)
+        return _result(result, readable=bool(result.artifacts))
+
+    @server.tool(annotations=ToolAnnotations(open_world_hint=False, read_only_hint=True))
+    def read_artifact(run_id: Annotated[str, Field(description="The run_id of a run_python "
+                                                               "result.")],
+                      path: WorkspacePath) -> CallToolResult:
+        """Read a file a run_python call wrote (listed under artifacts in its result): text as
+        text, images as images, other binary files as base64."""
+        with lock:
+            known = run_id in own_runs
+        record = executor.store.get(run_id) if known else None
+        if record is None:
+            raise ToolError(f"no run {run_id!r} with artifacts from this server")
+        art = next((a for a in record.result.artifacts if a.path == path), None)
+        if art is None:
+            listed = ", ".join(a.path for a in record.result.artifacts)
+            raise ToolError(f"run {run_id} wrote no {path!r}; it wrote: {listed}")
+        data = executor.store.artifact_data(run_id, path)
+        if data is None:
+            raise ToolError(f"{path} was not kept: it is over the run records' artifact cap")
+        return _file_result(path, data, art.mime_type)
 
     @server.tool(annotations=closed_world)
     def session_create(files: Files | None = None, files_base64: BinaryFiles | None = None,
@@ -191,9 +219,11 @@ def _b64(data: str, name: str) -> bytes:
         raise ToolError(f"{name}: not valid base64 ({exc})") from exc
 
 
-def _result(result: RunResult) -> CallToolResult:
+def _result(result: RunResult, *, readable: bool = False) -> CallToolResult:
     images, notes = _images(result)
     text = format_observation(result)
+    if readable:
+        notes.append(f"run_id: {result.run_id} (read_artifact reads the files it wrote)")
     if notes:
         text += "\n" + "\n".join(notes)
     content: list[ContentBlock] = [TextContent(type="text", text=text), *images]
