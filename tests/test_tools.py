@@ -232,6 +232,13 @@ def test_bad_arguments_come_back_as_an_observation_and_nothing_runs(
     assert executor.store.count() == before  # nothing ran, nothing was recorded
 
 
+def test_a_bad_file_name_from_the_model_is_an_observation_not_an_exception(
+        executor: execbox.Executor) -> None:
+    text = tools.execute_tool_call(executor, {"code": "print(1)", "files": {"../up.txt": "x"}})
+    assert text.startswith("status: invalid_arguments")
+    assert "'../up.txt'" in text and "clean relative path" in text
+
+
 def test_a_call_of_another_tool_is_a_usage_error(executor: execbox.Executor) -> None:
     with pytest.raises(execbox.UsageError, match="'web_search'"):
         tools.execute_tool_call(executor, {"type": "tool_use", "name": "web_search",

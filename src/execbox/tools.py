@@ -219,7 +219,8 @@ def execute_tool_call(executor: Executor, call: Any, *, limits: Limits | None = 
 
     `call` is what the model produced (see `parse_tool_call`). Arguments the model got wrong
     come back as an observation saying what to fix, not as an exception; a call of another
-    tool is the caller's mistake (UsageError). With `session`, the code runs as a cell of that
+    tool or an unknown profile is the caller's mistake (UsageError), and `Overloaded` or a
+    closed session raise as they do from the Executor and the Session. With `session`, the code runs as a cell of that
     stateful session (its files are written into the session first) instead of a fresh run.
     """
     called, raw = parse_tool_call(call)
@@ -231,20 +232,33 @@ def execute_tool_call(executor: Executor, call: Any, *, limits: Limits | None = 
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors())
-        return f"status: invalid_arguments\nThe tool call was not run: {problems}."
+        return _invalid(problems)
     if session is not None:
-        for path, content in args.files.items():
-            session.files.write(path, content.encode())
+        try:
+            for path, content in args.files.items():
+                session.files.write(path, content.encode())
+        except UsageError as exc:  # a path the model made up badly
+            return _invalid(str(exc))
         result = session.run(args.code, timeout_s=args.timeout_s)
     else:
+        from .executor import make_request
+
         run_limits: Limits | dict[str, Any] | None = limits
         if args.timeout_s is not None:
             run_limits = (limits.model_copy(update={"timeout_s": args.timeout_s})
                           if limits is not None else {"timeout_s": args.timeout_s})
-        result = executor.run(args.code, stdin=args.stdin,
-                              files={k: v.encode() for k, v in args.files.items()},
-                              limits=run_limits, profile=profile)
+        try:
+            request = make_request(args.code, stdin=args.stdin,
+                                   files={k: v.encode() for k, v in args.files.items()},
+                                   limits=run_limits, profile=profile)
+        except UsageError as exc:  # say, a file name with '..' in it
+            return _invalid(str(exc))
+        result = executor.run_request(request)
     return format_observation(result, max_output_chars=max_output_chars)
+
+
+def _invalid(problems: str) -> str:
+    return f"status: invalid_arguments\nThe tool call was not run: {problems.rstrip('.')}."
 
 
 _LIMIT_HINTS = {
