@@ -230,9 +230,7 @@ def execute_tool_call(executor: Executor, call: Any, *, limits: Limits | None = 
         args = RunPython.model_validate_json(raw) if isinstance(raw, str) \
             else RunPython.model_validate(raw)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors())
-        return _invalid(problems)
+        return _invalid(_problems(exc))
     if session is not None:
         try:
             for path, content in args.files.items():
@@ -252,9 +250,15 @@ def execute_tool_call(executor: Executor, call: Any, *, limits: Limits | None = 
                                    files={k: v.encode() for k, v in args.files.items()},
                                    limits=run_limits, profile=profile)
         except UsageError as exc:  # say, a file name with '..' in it
-            return _invalid(str(exc))
+            cause = exc.__cause__
+            return _invalid(_problems(cause) if isinstance(cause, ValidationError) else str(exc))
         result = executor.run_request(request)
     return format_observation(result, max_output_chars=max_output_chars)
+
+
+def _problems(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}"
+                     for e in exc.errors())
 
 
 def _invalid(problems: str) -> str:
