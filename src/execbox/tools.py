@@ -124,11 +124,12 @@ def _size(n: float) -> str:
 
 
 def describe_environment(limits: Limits | None = None, *, profile: str = "data",
-                         stateful: bool = False) -> str:
+                         stateful: bool = False, timeout_arg: str = "timeout_s") -> str:
     """What a model should know before it writes code for the sandbox, in a few sentences.
 
     `limits` are the limits the caller runs with; None means the profile's defaults.
-    `stateful`: the calls run as cells of one session (`execute_tool_call(..., session=)`)."""
+    `stateful`: the calls run as cells of one session (`execute_tool_call(..., session=)`).
+    `timeout_arg`: how the tool's argument that raises the wall-time limit is spelled."""
     default_limits, max_limits = _profile_limits(profile)
     lim = limits or default_limits
     packages = ", ".join(f"{name} {version}" for name, version in runtime_packages().items())
@@ -141,7 +142,7 @@ def describe_environment(limits: Limits | None = None, *, profile: str = "data",
         "matplotlib uses the Agg backend: save charts with plt.savefig('chart.png'). "
         "There is no network access. The working directory is /workspace: input files are "
         "there, read-only; files the program writes under /workspace come back as artifacts. "
-        f"Limits per run: {lim.timeout_s:g} s wall time (timeout_s{longest}), "
+        f"Limits per run: {lim.timeout_s:g} s wall time ({timeout_arg}{longest}), "
         f"{lim.effective_cpu_s:g} s CPU time, {lim.memory_mib} MiB memory, {lim.pids} processes, "
         f"{lim.disk_mib} MiB disk; stdout and stderr are cut at {_size(lim.output_bytes)} each; "
         f"at most {lim.artifact_files} artifacts, {_size(lim.artifact_bytes)} in all."
@@ -220,8 +221,9 @@ def execute_tool_call(executor: Executor, call: Any, *, limits: Limits | None = 
     `call` is what the model produced (see `parse_tool_call`). Arguments the model got wrong
     come back as an observation saying what to fix, not as an exception; a call of another
     tool or an unknown profile is the caller's mistake (UsageError), and `Overloaded` or a
-    closed session raise as they do from the Executor and the Session. With `session`, the code runs as a cell of that
-    stateful session (its files are written into the session first) instead of a fresh run.
+    closed session raise as they do from the Executor and the Session. With `session`, the
+    code runs as a cell of that stateful session (its files are written into the session
+    first) instead of a fresh run.
     """
     called, raw = parse_tool_call(call)
     if called is not None and called != name:

@@ -56,7 +56,8 @@ BinaryFiles = Annotated[dict[str, str], Field(
 RunLimits = Annotated[Limits | None, Field(
     description="Resource limits; fields left out take the profile's defaults.")]
 SessionId = Annotated[str, Field(description="The id session_create returned.")]
-WorkspacePath = Annotated[str, Field(description="Path relative to /workspace, e.g. 'out/result.csv'.")]
+WorkspacePath = Annotated[str, Field(
+    description="Path relative to /workspace, e.g. 'out/result.csv'.")]
 Timeout = Annotated[float | None, Field(
     gt=0, description="Wall-time limit of this cell in seconds; default: the session's.")]
 
@@ -98,7 +99,8 @@ def build_server(executor: Executor, *, profile: str = "data") -> MCPServer[Any]
     def session_of(session_id: str) -> Session:
         return executor.get_session(session_id)
 
-    @server.tool(description=describe_environment(profile=profile),
+    @server.tool(description=describe_environment(profile=profile,
+                                                  timeout_arg="limits.timeout_s"),
                  annotations=ToolAnnotations(open_world_hint=False, read_only_hint=True))
     def run_python(code: Code, stdin: Stdin = "", files: Files | None = None,
                    files_base64: BinaryFiles | None = None,
