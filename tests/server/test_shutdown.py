@@ -1,6 +1,7 @@
 """Graceful shutdown of a real `execbox serve` process: on SIGTERM the run in flight finishes
-and is recorded, one past the grace period ends with a clear status and is recorded too,
-sessions are closed, and no process the server started is left."""
+and is recorded; runs past the grace period are answered `server_shutting_down` (a streamed
+one with an error event, a plain one with a 503) and are recorded too; sessions are closed; no
+process the server started is left."""
 
 from __future__ import annotations
 
@@ -131,9 +132,18 @@ def test_sigterm_finishes_inflight_runs_closes_sessions_and_leaves_nothing(
         threading.Thread(target=_stream, args=(url, key, "import time\nprint('started', flush="
                                                "True)\ntime.sleep(50)", long_started, long)),
     ]
+    plain: list[httpx.Response] = []
+
+    def post_plain() -> None:
+        plain.append(httpx.post(url + "/v1/runs", json={
+            "code": "import time\ntime.sleep(40)", "limits": {"timeout_s": 60}},
+            headers=auth, timeout=60))
+
+    threads.append(threading.Thread(target=post_plain))
     for thread in threads:
         thread.start()
     assert short_started.wait(30) and long_started.wait(30)
+    time.sleep(0.5)  # let the plain request reach the sandbox too
     before = _descendants(proc.pid)
     assert before, "the server should have a fork server and a session running"
 
@@ -152,17 +162,23 @@ def test_sigterm_finishes_inflight_runs_closes_sessions_and_leaves_nothing(
     assert short[-1][0] == "result", short
     finished = json.loads(short[-1][1])
     assert finished["status"] == "ok" and finished["stdout"] == "started\nfinished\n"
-    # The one that does not was cut off: the client saw the stream end without a result ...
+    # The one that does not is answered with a clear error just before the grace period ends
+    # (not a dropped connection) ...
+    assert long[-1][0] == "error", long
+    assert json.loads(long[-1][1])["error"]["code"] == "server_shutting_down"
     assert all(name != "result" for name, _ in long), long
+    assert plain and plain[0].status_code == 503, plain
+    assert plain[0].json()["error"]["code"] == "server_shutting_down"
     assert took < 45, "shutdown waited for the 50 s run instead of ending it"
     # ... and both are recorded, the cut one with a status that is not ok.
     store = RunStore(db)
     try:
         assert store.get(finished["run_id"]) is not None
         runs = store.list(limit=20)
-        cut = [r for r in runs if "time.sleep(50)" in r.code]
-        assert len(cut) == 1 and cut[0].status != "ok", [(r.code, r.status) for r in runs]
-        assert cut[0].result.error is not None and cut[0].result.error.message
+        cut = [r for r in runs if "time.sleep(50)" in r.code or "time.sleep(40)" in r.code]
+        assert len(cut) == 2 and all(r.status != "ok" for r in cut), [(r.code, r.status)
+                                                                      for r in runs]
+        assert all(r.result.error is not None and r.result.error.message for r in cut)
         cells = [r for r in runs if r.session_id == sid]
         assert len(cells) == 1
     finally:

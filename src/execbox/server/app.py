@@ -42,6 +42,7 @@ def create_app(executor: Executor | None = None, settings: Settings | None = Non
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         await anyio.to_thread.run_sync(state.start)
+        state.arm()
         log.info("execbox server ready (auth %s, max request %d bytes)",
                  "on" if settings.auth else "OFF", settings.max_request_bytes)
         try:

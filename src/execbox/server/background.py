@@ -1,4 +1,5 @@
-"""Serve an app on a background thread: for tests, notebooks and benchmarks in one process.
+"""Running the app under uvicorn: `Server` (used by `execbox serve`) and `serving`, which
+serves an app on a background thread for tests, notebooks and benchmarks in one process.
 
     with serving(create_app(executor)) as url:
         execbox.Client(url, key).run("print(1)")
@@ -16,6 +17,18 @@ from typing import Any
 import uvicorn
 
 
+class Server(uvicorn.Server):
+    """uvicorn's server, telling the app when shutdown begins, so runs still going when the
+    grace period (`timeout_graceful_shutdown`) ends answer `server_shutting_down` instead of
+    having their connections cut."""
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        state = getattr(getattr(self.config.app, "state", None), "execbox", None)
+        if state is not None:
+            state.begin_drain(self.config.timeout_graceful_shutdown)
+        await super().shutdown(sockets=sockets)
+
+
 @contextmanager
 def serving(app: Any, *, host: str = "127.0.0.1", port: int = 0,
             startup_timeout_s: float = 60.0) -> Iterator[str]:
@@ -25,8 +38,8 @@ def serving(app: Any, *, host: str = "127.0.0.1", port: int = 0,
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     bound = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on",
-                                           timeout_graceful_shutdown=30))
+    server = Server(uvicorn.Config(app, log_level="warning", lifespan="on",
+                                   timeout_graceful_shutdown=30))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]},
                               name="execbox-server", daemon=True)
     thread.start()

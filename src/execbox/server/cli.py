@@ -49,6 +49,7 @@ def serve(host: str, port: int, no_auth: bool, max_request_mib: int,
     import uvicorn
 
     from .app import create_app
+    from .background import Server
     from .state import Settings
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
@@ -63,7 +64,7 @@ def serve(host: str, port: int, no_auth: bool, max_request_mib: int,
     config = uvicorn.Config(create_app(settings=settings), host=host, port=port,
                             log_level=log_level, timeout_graceful_shutdown=graceful_timeout,
                             lifespan="on")
-    server = uvicorn.Server(config)
+    server = Server(config)
     server.run()
     if not server.started:
         sys.exit(2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -137,6 +138,7 @@ class ServerState:
                                lambda: float(self._executor.pool_size if self._executor else 0))
         self.run_limiter = anyio.CapacityLimiter(settings.max_inflight_runs)
         self.draining = False
+        self._cut: asyncio.Event | None = None  # set when the shutdown grace period runs out
         self._inflight = 0
         self._idle = threading.Condition()
         if executor is not None:
@@ -177,10 +179,43 @@ class ServerState:
         """Run a short blocking call (database, files) off the event loop."""
         return await anyio.to_thread.run_sync(fn)
 
+    def begin_drain(self, grace_s: float | None) -> None:
+        """Shutdown has begun (called on the event loop): refuse new work, and just before
+        the grace period ends answer the runs still going with `server_shutting_down`, so
+        their callers get a clear error rather than a dropped connection."""
+        self.draining = True
+        if grace_s is not None and self._cut is not None:
+            margin = min(1.0, grace_s / 4)
+            asyncio.get_running_loop().call_later(max(0.0, grace_s - margin), self._cut.set)
+
+    def arm(self) -> None:
+        """Bind the shutdown cut-off to the running event loop (at startup)."""
+        self._cut = asyncio.Event()
+
     async def running(self, fn: Callable[[], T]) -> T:
         """Run a sandbox call (a run or a cell) off the event loop, within the run limiter.
-        A cancelled request (shutdown past its grace period) lets go of the thread at once;
-        the run then ends when the executor closes, and `stop` waits for it to be recorded."""
+        If shutdown's grace period runs out first, the request answers 503
+        `server_shutting_down` and lets go of the thread; the run then ends when the executor
+        closes, and `stop` waits for it to be recorded."""
+        call = asyncio.ensure_future(self._in_thread(fn))
+        if self._cut is None:
+            return await call
+        cut = asyncio.ensure_future(self._cut.wait())
+        try:
+            await asyncio.wait({call, cut}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:  # the request itself was cancelled: the thread goes on alone
+            call.cancel()
+            raise
+        finally:
+            cut.cancel()
+        if call.done():
+            return call.result()
+        call.cancel()
+        raise ApiError(503, "server_shutting_down",
+                       "the server shut down before this run finished; the run was ended "
+                       "(its record says so); send it again", retry_after=5)
+
+    async def _in_thread(self, fn: Callable[[], T]) -> T:
 
         def counted() -> T:
             with self._idle:
