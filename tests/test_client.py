@@ -15,11 +15,13 @@ from execbox.server.background import serving
 
 
 @pytest.fixture(scope="module")
-def server(executor: execbox.Executor) -> Iterator[tuple[str, str]]:
+def server(executor: execbox.Executor) -> Iterator[tuple[str, str, str]]:
     app = create_app(executor, Settings())
-    key = app.state.execbox.keys.create(f"client-tests-{id(app)}", max_sessions=8)
+    keys = app.state.execbox.keys
+    key = keys.create("client-tests", max_sessions=8)
+    limited = keys.create("client-tests-limited", rpm=1)
     with serving(app) as url:
-        yield url, key
+        yield url, key, limited
 
 
 @pytest.fixture(params=["local", "remote"])
@@ -27,7 +29,7 @@ def ex(request: pytest.FixtureRequest, executor: execbox.Executor) -> Iterator[A
     if request.param == "local":
         yield executor
         return
-    url, key = request.getfixturevalue("server")
+    url, key, _ = request.getfixturevalue("server")
     with execbox.Client(url, key) as client:
         yield client
 
@@ -89,8 +91,8 @@ def test_session_keeps_state_files_and_ends_closed(ex: Any) -> None:
         s.run("n")
 
 
-def test_async_client_matches_the_sync_one(server: tuple[str, str]) -> None:
-    url, key = server
+def test_async_client_matches_the_sync_one(server: tuple[str, str, str]) -> None:
+    url, key, _ = server
 
     async def main() -> tuple[execbox.RunResult, execbox.RunResult, list[bytes]]:
         async with execbox.AsyncClient(url, key) as client:
@@ -109,8 +111,8 @@ def test_async_client_matches_the_sync_one(server: tuple[str, str]) -> None:
     assert cell.outputs[-1].data == "10"
 
 
-def test_client_fetches_its_own_run_records(server: tuple[str, str]) -> None:
-    url, key = server
+def test_client_fetches_its_own_run_records(server: tuple[str, str, str]) -> None:
+    url, key, _ = server
     with execbox.Client(url, key) as client:
         run = client.run("print('recorded')")
         record = client.get(run.run_id)
@@ -119,8 +121,12 @@ def test_client_fetches_its_own_run_records(server: tuple[str, str]) -> None:
             client.get("f" * 32)
 
 
-def test_client_errors_map_to_execbox_exceptions(server: tuple[str, str]) -> None:
-    url, _ = server
+def test_client_errors_map_to_execbox_exceptions(server: tuple[str, str, str]) -> None:
+    url, _, limited = server
+    with execbox.Client(url, limited) as client:
+        assert client.run("print(1)").ok
+        with pytest.raises(execbox.Overloaded, match="rate_limited.*retry after"):
+            client.run("print(2)")
     with execbox.Client(url, "ebx_wrong") as client, pytest.raises(execbox.UsageError,
                                                                   match="invalid_api_key"):
         client.run("print(1)")

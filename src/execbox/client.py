@@ -34,7 +34,9 @@ from .errors import (
 OutputCallback = Callable[[bytes], None]
 FileSource = Any  # bytes, or a path (str / os.PathLike), as for Executor.run
 
-_BACK_PRESSURE = {"overloaded", "rate_limited", "concurrency_limited", "session_quota"}
+# Quotas, back-pressure and a server going down: retry later (Overloaded, as locally).
+_RETRY_LATER = {"overloaded", "rate_limited", "concurrency_limited", "session_quota",
+                "server_shutting_down"}
 
 
 class _Request:
@@ -61,7 +63,7 @@ def _error(response: httpx.Response) -> ExecboxError:
     text = f"{message} [{code}, HTTP {response.status_code}]"
     if code == "session_closed":
         return SessionClosed(text)
-    if code in _BACK_PRESSURE:
+    if code in _RETRY_LATER:
         return Overloaded(text + (f"; retry after {response.headers['Retry-After']} s"
                                   if "Retry-After" in response.headers else ""))
     if code in ("sandbox_unavailable", "not_ready"):
