@@ -114,7 +114,10 @@ def list_keys(db: str | None) -> None:
     """Keys with their limits and state (never the keys themselves)."""
     import datetime as dt
 
-    for info in _key_store(db).list():
+    infos = _key_store(db).list()
+    if not infos:
+        click.echo("no keys yet: create one with `execbox keys create NAME`", err=True)
+    for info in infos:
         created = dt.datetime.fromtimestamp(info.created_at, dt.UTC).strftime("%Y-%m-%d %H:%M")
         state = "revoked" if info.revoked_at is not None else "active"
         click.echo(f"{info.name}\t{state}\tcreated {created}\tconcurrent {info.max_concurrent}"
