@@ -13,7 +13,7 @@ from execbox.contract import InputFile, Limits, RunRequest, RunResult, Status, s
 RESULT_FIELDS = {
     "run_id", "status", "exit_code", "signal", "stdout", "stderr", "stdout_truncated",
     "stderr_truncated", "error", "artifacts", "artifacts_truncated", "metrics", "limits",
-    "code_sha256", "image_digest", "cached",
+    "code_sha256", "image_digest", "cached", "session_id", "outputs",
 }
 STATUSES = {
     "ok", "error", "timeout", "cpu_limit", "memory_limit", "disk_limit", "output_limit",

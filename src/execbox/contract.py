@@ -17,6 +17,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_valid
 MIB = 1024 * 1024
 
 
+def _base64_schema(schema: dict[str, Any]) -> None:
+    """Bytes travel as base64 text in JSON; say so in the schema (not 'format: binary')."""
+    schema.pop("format", None)
+    schema["contentEncoding"] = "base64"
+
+
 class Status(StrEnum):
     """How a run ended. Only `sandbox_error` is execbox's fault; the rest describe the code."""
 
@@ -63,7 +69,8 @@ class InputFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(description="Relative path inside /workspace, e.g. 'data/sales.csv'.")
-    data: bytes = Field(description="File content (base64 in JSON).")
+    data: bytes = Field(description="File content (base64 in JSON).",
+                        json_schema_extra=_base64_schema)
 
     @field_validator("name")
     @classmethod
@@ -102,7 +109,8 @@ class RunRequest(BaseModel):
 
     language: Literal["python"] = Field("python", description="Language of `code`.")
     code: str = Field(description="The program to run.")
-    stdin: bytes = Field(b"", description="Bytes fed to standard input (base64 in JSON).")
+    stdin: bytes = Field(b"", description="Bytes fed to standard input (base64 in JSON).",
+                         json_schema_extra=_base64_schema)
     files: list[InputFile] = Field(default_factory=list, description="Read-only input files.")
     limits: Limits = Field(default_factory=Limits, description="Resource limits.")
     env: dict[str, str] = Field(

@@ -270,9 +270,12 @@ class Executor:
                     on_stdout, on_stderr,
                 )
             except HostError as exc:
+                message = str(exc)
+                if self._closed:  # what failed was the teardown under the run, not the run
+                    message = "the executor was closed while the run was in flight"
                 log.error("run %s: sandbox error: %s", base.run_id, exc)
                 return base.model_copy(update={"error": ErrorInfo(type="SandboxError",
-                                                                  message=str(exc))})
+                                                                  message=message)})
         return _result(base, raw)
 
     # ---- sessions ---------------------------------------------------------------------------
