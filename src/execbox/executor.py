@@ -318,7 +318,8 @@ class Executor:
             raise
         session = Session(self, channel, session_id, profile=profile, limits=limits_,
                           env=dict(template.env), idle_timeout_s=idle_timeout_s,
-                          max_lifetime_s=max_lifetime_s, secrets=secrets)
+                          max_lifetime_s=max_lifetime_s, secrets=secrets,
+                          input_bytes=sum(len(f.data) for f in template.files))
         with self._lock:
             self._sessions[session_id] = session
         log.info("session %s started (%s)", session_id, profile)
@@ -556,10 +557,9 @@ def _redact(result: RunResult, redactor: Redactor) -> RunResult:
     """Scrub secrets from everything the code produced as text."""
     update: dict[str, Any] = {"stdout": redactor.redact(result.stdout),
                               "stderr": redactor.redact(result.stderr)}
-    if result.outputs:  # text outputs; binary ones are base64 and hold no plain secret
+    if result.outputs:  # every one: the code chooses the MIME type, so any may hold text
         update["outputs"] = [o.model_copy(update={"data": redactor.redact(o.data)})
-                             if o.mime_type.startswith("text/") or o.mime_type.endswith("json")
-                             else o for o in result.outputs]
+                             for o in result.outputs]
     if result.error is not None:
         update["error"] = result.error.model_copy(update={
             "message": redactor.redact(result.error.message),

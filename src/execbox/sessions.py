@@ -15,13 +15,14 @@ interrupt) is over, and every later call raises `SessionClosed` saying why.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from .contract import Artifact, Limits, RunResult, Status, StreamEvent
+from .contract import MIB, Artifact, Limits, RunResult, Status, StreamEvent
 from .errors import SessionClosed, UsageError
 from .sandbox.channel import SessionChannel, SessionEnded
 from .sandbox.host import HostError, OutputCallback
@@ -29,6 +30,8 @@ from .sandbox.host import HostError, OutputCallback
 if TYPE_CHECKING:
     from .budget import Budget
     from .executor import Executor
+
+log = logging.getLogger("execbox")
 
 DEFAULT_IDLE_TIMEOUT_S = 600.0
 DEFAULT_MAX_LIFETIME_S = 3600.0
@@ -39,7 +42,8 @@ class Session:
 
     def __init__(self, executor: Executor, channel: SessionChannel, session_id: str, *,
                  profile: str, limits: Limits, env: dict[str, str], idle_timeout_s: float,
-                 max_lifetime_s: float, secrets: Iterable[str] = ()) -> None:
+                 max_lifetime_s: float, secrets: Iterable[str] = (),
+                 input_bytes: int = 0) -> None:
         self.id = session_id
         self.profile = profile
         self.limits = limits
@@ -49,6 +53,7 @@ class Session:
         self.created_at = time.monotonic()
         self.last_used = self.created_at
         self.cells = 0
+        self.room_bytes = limits.disk_mib * MIB + input_bytes  # the workspace's size
         self.end_reason: str | None = None
         self.killed_status = Status.sandbox_error  # what a cell ended by `kill` reports
         self.files = SessionFiles(self)
@@ -89,7 +94,10 @@ class Session:
             yield event
 
     def close(self) -> None:
-        """End the session: its processes, cgroup and workspace are gone."""
+        """End the session: its processes, cgroup and workspace are gone when this returns. A
+        cell running in another thread is cut short (its result says so)."""
+        if self._busy:
+            self.kill("was closed by the caller", Status.error)
         self._end("was closed by the caller")
 
     def _end(self, reason: str) -> None:
@@ -194,6 +202,10 @@ class SessionFiles:
     def write(self, path: str, data: bytes | str) -> Artifact:
         """Create or replace `path` (parents created) with `data`; returns its metadata."""
         payload = data.encode() if isinstance(data, str) else bytes(data)
+        room = self._s.room_bytes
+        if len(payload) > room:
+            raise UsageError(f"{path!r} is {len(payload)} bytes, more than the session's "
+                             f"workspace holds ({room} bytes); raise limits.disk_mib")
         self._call("write", path, payload)
         import hashlib
 
@@ -241,13 +253,16 @@ class Reaper:
         while not self._stop.wait(self._interval_s):
             now = time.monotonic()
             for session in self._executor._live_sessions():
-                reason = session.expired(now)
-                if not reason:
-                    continue
-                if session._busy:  # over its lifetime mid-cell: kill it now
-                    session.kill(reason, Status.timeout)
-                else:
-                    session._end(reason)
+                try:
+                    reason = session.expired(now)
+                    if not reason:
+                        continue
+                    if session._busy:  # over its lifetime mid-cell: kill it now
+                        session.kill(reason, Status.timeout)
+                    else:
+                        session._end(reason)
+                except Exception:  # noqa: BLE001 - one session's trouble must not stop expiry
+                    log.exception("expiring session %s failed", session.id)
 
     def stop(self) -> None:
         self._stop.set()

@@ -88,14 +88,49 @@ def _read_regular(dir_fd: int, name: str, expect: os.stat_result, limit: int) ->
 FileState = tuple[int, int, int]  # inode, size, modification time (ns)
 
 
+def state_key(name: str) -> bytes:
+    """A fixed-size key for a path in `seen`: memory does not grow with path lengths."""
+    return hashlib.blake2b(name.encode("utf-8", "surrogateescape"), digest_size=16).digest()
+
+
+def _hash_regular(dir_fd: int, name: str, expect: os.stat_result, limit: int
+                  ) -> tuple[str, bytes] | None:
+    """(sha256, first 4 KiB) of a regular file, read in chunks, nothing kept."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    try:
+        fd = os.open(name, flags, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (expect.st_dev, expect.st_ino):
+            return None
+        digest, head, left = hashlib.sha256(), b"", min(st.st_size, limit) + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            if len(head) < 4096:
+                head += chunk[:4096 - len(head)]
+            digest.update(chunk)
+            left -= len(chunk)
+        return None if left <= 0 else (digest.hexdigest(), head)
+    finally:
+        os.close(fd)
+
+
 def collect(root: str, skip: set[tuple[int, int]], max_files: int, max_bytes: int,
-            seen: dict[str, FileState] | None = None) -> tuple[list[Collected], bool]:
+            seen: dict[bytes, FileState] | None = None, keep_data: bool = True
+            ) -> tuple[list[Collected], bool]:
     """Return (artifacts in path order, truncated). `skip` holds the inputs' (dev, inode).
 
     With `seen` (a session's workspace between cells), files whose state is unchanged since the
-    last call are left out, and `seen` is replaced by the state of every regular file now."""
+    last call are left out, and `seen` is replaced by the state of every regular file now.
+    Without `keep_data`, files are hashed in chunks and their bytes not kept (a listing), and a
+    file with several links is read once."""
     found: list[Collected] = []
-    now: dict[str, FileState] = {}
+    now: dict[bytes, FileState] = {}
+    hashed: dict[tuple[int, int], tuple[str, bytes]] = {}  # (dev, inode) -> sha256, head
     truncated = False
     budget = max_bytes
     path_budget = MAX_PATH_BYTES_TOTAL
@@ -142,14 +177,27 @@ def collect(root: str, skip: set[tuple[int, int]], max_files: int, max_bytes: in
                 name = display_name(parts)
                 if seen is not None:
                     state = (st.st_ino, st.st_size, st.st_mtime_ns)
-                    now[name] = state
-                    if seen.get(name) == state:
+                    key = state_key(name)
+                    now[key] = state
+                    if seen.get(key) == state:
                         continue
                 if len(found) >= max_files:
                     truncated = True
                     return False
                 if st.st_size > budget or len(name) > path_budget:
                     truncated = True
+                    continue
+                if not keep_data:
+                    ident = (st.st_dev, st.st_ino)
+                    if ident not in hashed:
+                        digest = _hash_regular(dir_fd, entry.name, st, budget)
+                        if digest is None:
+                            continue
+                        hashed[ident] = digest
+                        budget -= st.st_size
+                    path_budget -= len(name)
+                    sha, head = hashed[ident]
+                    found.append(Collected(name, st.st_size, sha, guess_mime(name, head), b""))
                     continue
                 data = _read_regular(dir_fd, entry.name, st, budget)
                 if data is None:

@@ -11,8 +11,13 @@ code once. Then, until the host closes the control socket:
 Each cell answers with CRES (the program's report, checked, plus metrics and the files the
 cell created or changed). When the program dies (OOM, a forbidden syscall, os._exit), the
 cell's result says so with `ended`, or END says so between cells, and the supervisor exits.
-Memory and pids limits are the session's; the session's cgroup holds every cell.
-Standard library only.
+
+The program runs the user's code in its own process, so everything it sends is forged until
+proven otherwise: reports are size-capped before they are parsed, outputs are counted here
+against the cell's budget, and anything off-protocol (bytes between cells, unknown frames, a
+closed report pipe) ends the session. CPU used between cells (a thread a cell left spinning)
+is watched too: more than one cell's `cpu_s` ends the session. Memory and pids limits are the
+session's; its cgroup holds every cell. Standard library only.
 """
 
 from __future__ import annotations
@@ -32,9 +37,13 @@ if TYPE_CHECKING:
 
 GRACE_S = 2.0  # how long an interrupted cell has to stop before the session is killed
 HELLO_TIMEOUT_S = 60.0
+IDLE_CHECK_S = 1.0  # how often CPU used between cells is looked at
+REPORT_EOF_GRACE_S = 1.0  # a closed report pipe with the interpreter still alive is sabotage
+MAX_REPORT_JSON = 256 * 1024  # a cell's report without its outputs
+MAX_REPORT_FRAMES = 2 * kernel.MAX_OUTPUTS + 16  # outputs past the cap are dropped in-jail
 CELL, INT, FOP = b"CELL", b"INT ", b"FOP "
 SESSION_READY, CELL_RESULT, FILE_RESULT, END = b"SRDY", b"CRES", b"FRES", b"END "
-MAX_REPORT = protocol.MAX_JSON
+LIMIT_STATUSES = ("timeout", "cpu_limit", "output_limit")
 
 
 @dataclass
@@ -45,9 +54,18 @@ class _Cell:
     cpu_limit_ns: float
     oom_base: int
     next_cpu_check: float
+    timeout_s: float
+    cpu_s: float
     reason: str | None = None  # why it was interrupted
     interrupted_at: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
+    outputs: list[dict[str, str]] = field(default_factory=list)
+    outputs_bytes: int = 0
+    outputs_truncated: bool = False
+    report_frames: int = 0
+
+
+class _Ended(Exception):
+    """The session is over; the supervisor cleans up and exits."""
 
 
 class SessionSupervisor:
@@ -58,12 +76,17 @@ class SessionSupervisor:
         self.spec = spec
         self.files = files
         self.ctrl = sup.ctrl
-        self.reader = protocol.FrameReader(MAX_REPORT)
-        self.seen: dict[str, artifacts.FileState] = {}
+        self.outputs_cap = kernel.outputs_cap(spec.artifact_bytes)
+        self.reader = protocol.FrameReader(self.outputs_cap + MAX_REPORT_JSON)
+        self.seen: dict[bytes, artifacts.FileState] = {}
         self.inputs: set[tuple[int, int]] = set()
         self.cell: _Cell | None = None
         self.program_fd = -1
+        self.pending_go = b""  # cell bytes not yet taken by the program
         self.ncpu = max(1, len(os.sched_getaffinity(0)))
+        self.idle_cpu_base = 0
+        self.report_closed_at = 0.0
+        self.poller = select.poll()
 
     # ---- set-up -------------------------------------------------------------------------------
 
@@ -81,11 +104,13 @@ class SessionSupervisor:
         except BrokenPipeError:
             pass  # the program died in set-up: init's exit says why
         os.set_blocking(self.sup.err_r, False)
+        os.set_blocking(self.sup.go_w, False)
         self.pidfd = os.pidfd_open(self.sup.init_pid)
         try:
             if not self._wait_hello():
                 return
             protocol.send_all(self.ctrl, protocol.json_frame(SESSION_READY, {}))
+            self.idle_cpu_base = self.cg.cpu_ns()
             self._loop()
         finally:
             os.close(self.pidfd)
@@ -116,60 +141,96 @@ class SessionSupervisor:
         raise jail.JailError(f"session interpreter did not start within {HELLO_TIMEOUT_S:g} s")
 
     def _read_reports(self) -> list[tuple[bytes, bytes]]:
+        """Frames from the program; raises EOFError when it closed the report pipe and
+        ValueError when it wrote a frame past the cap."""
         try:
             data = os.read(self.sup.err_r, 1 << 20)
         except BlockingIOError:
             return []
         if not data:
-            return []
+            raise EOFError("report pipe closed")
         return self.reader.feed(data)
 
     # ---- the loop -----------------------------------------------------------------------------
 
     def _loop(self) -> None:
-        poller = select.poll()
         for fd in (self.ctrl, self.sup.err_r, self.pidfd):
-            poller.register(fd, select.POLLIN)
-        err_open = True
+            self.poller.register(fd, select.POLLIN)
         while True:
-            timeout_ms = -1
-            if self.cell is not None:
-                timeout_ms = max(1, int((self._next_timer() - time.monotonic()) * 1000) + 1)
-            for fd, _ in poller.poll(timeout_ms):
+            timeout_ms = max(1, int((self._next_timer() - time.monotonic()) * 1000) + 1)
+            for fd, _ in self.poller.poll(timeout_ms):
                 if fd == self.pidfd:
                     self._program_ended()
                     return
-                if fd == self.sup.err_r and err_open:
-                    try:
-                        frames = self._read_reports()
-                    except ValueError:  # the code wrote garbage into the report channel
-                        frames = []
-                        poller.unregister(fd)
-                        err_open = False
-                        self._interrupt("corrupt")
-                    for kind, payload in frames:
-                        if kind == kernel.CELL_REPORT and self.cell is not None:
-                            self._finish_cell(payload)
+                if fd == self.sup.err_r:
+                    self._reports()
+                elif fd == self.sup.go_w:
+                    self._feed_go()
                 elif fd == self.ctrl:
                     try:
                         kind, payload = protocol.read_frame(self.ctrl)
                     except EOFError:
                         return  # the host closed the session
                     self._command(kind, payload)
-            if self.cell is not None:
-                self._check_timers()
+            self._check_timers()
+
+    def _reports(self) -> None:
+        frames: list[tuple[bytes, bytes]] = []
+        try:
+            frames = self._read_reports()
+        except EOFError:
+            # Usually the interpreter died (its init exits next and says how); if it is still
+            # alive a moment later, the code closed the channel itself.
+            self.poller.unregister(self.sup.err_r)
+            self.report_closed_at = time.monotonic()
+        except ValueError:
+            self._corrupt("the interpreter sent a report larger than the outputs budget")
+        for kind, payload in frames:
+            cell = self.cell
+            if cell is None:
+                self._corrupt("the interpreter reported while no cell was running")
+                return
+            cell.report_frames += 1
+            if cell.report_frames > MAX_REPORT_FRAMES:
+                self._corrupt("the interpreter sent more reports than a cell can have")
+            if kind == kernel.OUTPUT:
+                self._take_output(cell, payload)
+            elif kind == kernel.CELL_REPORT:
+                self._finish_cell(payload)
+            else:
+                self._corrupt(f"the interpreter sent an unknown report {kind!r}")
+
+    def _take_output(self, cell: _Cell, payload: bytes) -> None:
+        mime, sep, data = payload.partition(b"\0")
+        if not sep or len(cell.outputs) >= kernel.MAX_OUTPUTS \
+                or cell.outputs_bytes + len(data) > self.outputs_cap:
+            cell.outputs_truncated = True
+            return
+        cell.outputs_bytes += len(data)
+        cell.outputs.append({"mime_type": _text(mime[:200]), "data": _text(data)})
 
     def _next_timer(self) -> float:
         cell = self.cell
-        assert cell is not None
+        if self.report_closed_at:
+            return self.report_closed_at + REPORT_EOF_GRACE_S
+        if cell is None:
+            return time.monotonic() + IDLE_CHECK_S
         if cell.reason is not None:
             return cell.interrupted_at + GRACE_S
         return min(cell.deadline, cell.next_cpu_check)
 
     def _check_timers(self) -> None:
         cell = self.cell
-        assert cell is not None
         now = time.monotonic()
+        if self.report_closed_at and now >= self.report_closed_at + REPORT_EOF_GRACE_S:
+            self._corrupt("the interpreter closed its report channel")
+        if cell is None:
+            used = self.cg.cpu_ns() - self.idle_cpu_base
+            if used >= self.spec.cpu_s * 1e9:
+                self._end_between_cells("cpu_limit", "CPULimitExceeded", (
+                    f"processes or threads left running by earlier cells used more than "
+                    f"cpu_s={self.spec.cpu_s:g} s of CPU between cells; the session was ended"))
+            return
         if cell.reason is not None:
             if now >= cell.interrupted_at + GRACE_S:
                 self._kill_unresponsive()
@@ -193,13 +254,13 @@ class SessionSupervisor:
             self.cg.reset_memory_peak()
             self.cell = _Cell(started=now, deadline=now + timeout_s, cpu_base=self.cg.cpu_ns(),
                               cpu_limit_ns=cpu_s * 1e9, oom_base=self.cg.oom_kills(),
-                              next_cpu_check=now + cpu_s / self.ncpu,
-                              extra={"timeout_s": timeout_s, "cpu_s": cpu_s})
+                              next_cpu_check=now + cpu_s / self.ncpu, timeout_s=timeout_s,
+                              cpu_s=cpu_s)
             cell = json.dumps({"code": req["code"], "marker": req["marker"]}).encode()
-            try:
-                protocol.send_all(self.sup.go_w, protocol.frame(CELL, cell))
-            except BrokenPipeError:
-                pass  # the program is gone: its pidfd reports that next
+            # The program may not be reading (an earlier cell stopped its loop): never block
+            # on it; what it does not take is fed as it becomes writable, within the deadline.
+            self.pending_go = protocol.frame(CELL, cell)
+            self._feed_go()
         elif kind == INT:
             if self.cell is not None and self.cell.reason is None:
                 self._interrupt(payload.decode("ascii", "replace") or "interrupted")
@@ -207,6 +268,23 @@ class SessionSupervisor:
             self._file_op(json.loads(payload))
         else:
             raise jail.JailError(f"protocol: unexpected frame {kind!r} in a session")
+
+    def _feed_go(self) -> None:
+        try:
+            while self.pending_go:
+                n = os.write(self.sup.go_w, self.pending_go)
+                self.pending_go = self.pending_go[n:]
+        except BlockingIOError:
+            pass
+        except BrokenPipeError:
+            self.pending_go = b""  # the program is gone: its pidfd reports that next
+        try:
+            if self.pending_go:
+                self.poller.register(self.sup.go_w, select.POLLOUT)
+            else:
+                self.poller.unregister(self.sup.go_w)
+        except KeyError:
+            pass
 
     def _interrupt(self, reason: str) -> None:
         cell = self.cell
@@ -226,25 +304,29 @@ class SessionSupervisor:
                 "cpu_ms": round((self.cg.cpu_ns() - cell.cpu_base) / 1e6, 3),
                 "memory_peak_bytes": self.cg.memory_peak()}
 
-    def _cell_spec(self, cell: _Cell) -> jail.RunSpec:
-        return jail.RunSpec(**{**asdict(self.spec), "timeout_s": cell.extra["timeout_s"],
-                               "cpu_s": cell.extra["cpu_s"]})
+    def _cell_spec(self, cell: _Cell | None) -> jail.RunSpec:
+        if cell is None:
+            return self.spec
+        return jail.RunSpec(**{**asdict(self.spec), "timeout_s": cell.timeout_s,
+                               "cpu_s": cell.cpu_s})
 
     def _finish_cell(self, payload: bytes) -> None:
         cell = self.cell
         assert cell is not None
-        metrics = self._metrics(cell)
-        try:
-            report = json.loads(payload)
-            if not isinstance(report, dict):
-                raise ValueError("not an object")
-        except ValueError:
-            report = {"status": "error", "error": {
-                "type": "SessionError", "message": "the cell's report was unreadable"}}
         from .supervisor import _clean_error, _is_full, classify
 
-        error = _clean_error(report.get("error") if isinstance(report.get("error"), dict)
-                             else None)
+        metrics = self._metrics(cell)
+        report: dict[str, Any] = {}
+        if len(payload) <= MAX_REPORT_JSON:
+            try:
+                parsed = json.loads(payload)
+                report = parsed if isinstance(parsed, dict) else {}
+            except Exception:  # noqa: BLE001 - forged: deep nesting, bad JSON, anything
+                report = {}
+        raw_error = report.get("error")
+        error = _clean_error(raw_error if isinstance(raw_error, dict) else None)
+        if error is not None:
+            error = {k: _scrub(v) if isinstance(v, str) else v for k, v in error.items()}
         meta: dict[str, Any]
         if error is None and report.get("status") == "ok":
             meta = {"status": "ok", "exit_code": None, "signal": None, "error": None}
@@ -252,9 +334,10 @@ class SessionSupervisor:
             meta = {"status": "error", "exit_code": None, "signal": None,
                     "error": error or {"type": "SessionError", "line": None, "column": None,
                                        "traceback": None,
-                                       "message": "the cell failed without an error record"}}
-        interrupted = error is not None and error["type"] == "KeyboardInterrupt"
-        if cell.reason in ("timeout", "cpu_limit", "output_limit") and interrupted:
+                                       "message": "the cell failed without a readable report"}}
+        if cell.reason in LIMIT_STATUSES:
+            # Interrupted for a limit: that is how it ended, whatever the interpreter says
+            # (a cell can catch KeyboardInterrupt and report success).
             limited = classify(self._cell_spec(cell), cell.reason, None, error, 0, 0.0, [])
             meta.update(status=limited["status"], error=limited["error"])
             meta["error"]["message"] += "; the cell was interrupted and the session goes on"
@@ -271,19 +354,20 @@ class SessionSupervisor:
                 "traceback": error.get("traceback") if error else None,
                 "message": f"memory limit of {self.spec.memory_bytes >> 20} MiB exceeded in "
                            "the session (a process was killed); raise limits.memory_mib"})
-        self._send_cell_result(cell, meta, metrics, report)
+        markers = report.get("markers")
+        meta["markers"] = ({k: markers.get(k) is True for k in ("stdout", "stderr")}
+                           if isinstance(markers, dict) else {"stdout": False, "stderr": False})
+        cell.outputs_truncated = cell.outputs_truncated or report.get("outputs_truncated") is True
+        self._send_cell_result(cell, meta, metrics)
 
     def _send_cell_result(self, cell: _Cell, meta: dict[str, Any], metrics: dict[str, Any],
-                          report: dict[str, Any], ended: bool = False) -> None:
+                          ended: bool = False) -> None:
         collected, art_truncated = artifacts.collect(
             "/workspace", self.inputs, self.spec.artifact_files, self.spec.artifact_bytes,
             seen=self.seen)
-        markers = report.get("markers")
+        meta.setdefault("markers", {"stdout": False, "stderr": False})
         meta.update(
-            metrics=metrics, outputs=_clean_outputs(report.get("outputs")),
-            outputs_truncated=bool(report.get("outputs_truncated")),
-            markers={k: bool(markers.get(k)) for k in ("stdout", "stderr")}
-            if isinstance(markers, dict) else {"stdout": False, "stderr": False},
+            metrics=metrics, outputs=cell.outputs, outputs_truncated=cell.outputs_truncated,
             artifacts=[{k: v for k, v in asdict(a).items() if k != "data"} for a in collected],
             artifacts_truncated=art_truncated, ended=ended,
         )
@@ -291,6 +375,7 @@ class SessionSupervisor:
         for art in collected:
             protocol.send_all(self.ctrl, protocol.frame(protocol.ART, art.data))
         self.cell = None
+        self.idle_cpu_base = self.cg.cpu_ns()
 
     def _kill_unresponsive(self) -> None:
         cell = self.cell
@@ -299,12 +384,26 @@ class SessionSupervisor:
 
         os.kill(self.sup.init_pid, signal.SIGKILL)
         metrics = self._metrics(cell)
-        reason = cell.reason if cell.reason in ("timeout", "cpu_limit", "output_limit") \
-            else "timeout"
+        reason = cell.reason if cell.reason in LIMIT_STATUSES else "timeout"
         meta = classify(self._cell_spec(cell), reason, None, None, 0, 0.0, [])
         meta["error"]["message"] += (f"; the cell did not stop within {GRACE_S:g} s of the "
                                      "interrupt, so the session was ended")
-        self._send_cell_result(cell, meta, metrics, {}, ended=True)
+        self._send_cell_result(cell, meta, metrics, ended=True)
+        raise _Ended
+
+    def _corrupt(self, why: str) -> None:
+        """The code broke the interpreter's side of the protocol: end the session."""
+        self._end_between_cells("error", "SessionError", f"{why}; the session was ended")
+
+    def _end_between_cells(self, status: str, kind: str, message: str) -> None:
+        os.kill(self.sup.init_pid, signal.SIGKILL)
+        meta = {"status": status, "exit_code": None, "signal": "SIGKILL",
+                "error": {"type": kind, "message": message, "line": None, "column": None,
+                          "traceback": None}}
+        if self.cell is not None:
+            self._send_cell_result(self.cell, meta, self._metrics(self.cell), ended=True)
+        else:
+            protocol.send_all(self.ctrl, protocol.json_frame(END, meta))
         raise _Ended
 
     def _program_ended(self) -> None:
@@ -317,17 +416,16 @@ class SessionSupervisor:
         if init_error:
             raise jail.JailError(init_error)
         cell = self.cell
-        spec = self._cell_spec(cell) if cell else self.spec
         cpu_ms = (self.cg.cpu_ns() - cell.cpu_base) / 1e6 if cell else 0.0
         oom = self.cg.oom_kills() - (cell.oom_base if cell else 0)
-        meta = classify(spec, None, wait_status, None, oom, cpu_ms, [])
+        meta = classify(self._cell_spec(cell), None, wait_status, None, oom, cpu_ms, [])
         if meta["status"] == "ok" or meta["error"] is None:
             meta["status"] = "error" if meta["status"] == "ok" else meta["status"]
             meta["error"] = {"type": "SessionEnded", "line": None, "column": None,
                              "traceback": None, "message": "the session's interpreter exited"}
         meta["error"]["message"] += "; the session has ended"
         if cell is not None:
-            self._send_cell_result(cell, meta, self._metrics(cell), {}, ended=True)
+            self._send_cell_result(cell, meta, self._metrics(cell), ended=True)
         else:
             protocol.send_all(self.ctrl, protocol.json_frame(END, meta))
 
@@ -335,25 +433,26 @@ class SessionSupervisor:
 
     def _file_op(self, req: dict[str, Any]) -> None:
         op, path = req.get("op"), req.get("path", "")
+        room = self.spec.disk_bytes + self.spec.input_bytes
         data = b""
         try:
             if op == "write":
-                kind, blob = protocol.read_frame(self.ctrl, max_len=1 << 34)
+                kind, blob = protocol.read_frame(self.ctrl, max_len=room + (1 << 20))
                 if kind != protocol.FILE:
                     raise jail.JailError("protocol: a write without its data")
                 info = wsfiles.write(path, blob)
                 # The caller put it there: it is not something a cell made.
-                self.seen[path] = (info["inode"], info["size"], info["mtime_ns"])
+                self.seen[artifacts.state_key(path)] = (info["inode"], info["size"],
+                                                        info["mtime_ns"])
                 answer: dict[str, Any] = {"ok": True, "size": info["size"]}
             elif op == "read":
-                data = wsfiles.read(path, self.spec.disk_bytes + self.spec.input_bytes)
+                data = wsfiles.read(path, room)
                 answer = {"ok": True, "size": len(data)}
             elif op == "remove":
                 wsfiles.remove(path)
-                self.seen.pop(path, None)
                 answer = {"ok": True}
             elif op == "list":
-                entries, truncated = wsfiles.listing(100_000, 1 << 40)
+                entries, truncated = wsfiles.listing(artifacts.MAX_ENTRIES, room)
                 answer = {"ok": True, "entries": entries, "truncated": truncated}
             else:
                 answer = {"ok": False, "error": f"unknown file operation {op!r}"}
@@ -364,19 +463,13 @@ class SessionSupervisor:
             protocol.send_all(self.ctrl, protocol.frame(protocol.FILE, data))
 
 
-class _Ended(Exception):
-    """The session was killed; the supervisor cleans up and exits."""
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "replace")
 
 
-def _clean_outputs(items: Any) -> list[dict[str, str]]:
-    if not isinstance(items, list):
-        return []
-    clean = []
-    for item in items:
-        if isinstance(item, dict) and isinstance(item.get("mime_type"), str) \
-                and isinstance(item.get("data"), str):
-            clean.append({"mime_type": item["mime_type"][:200], "data": item["data"]})
-    return clean
+def _scrub(text: str) -> str:
+    """Text that JSON can carry and every encoder accepts (no lone surrogates)."""
+    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 def serve(sup: Supervisor, spec: jail.RunSpec, files: list[tuple[str, bytes]]) -> None:

@@ -146,6 +146,20 @@ class Hierarchy:
                     dead.add(f"x{owner}-")
         return sum(self.sweep(prefix) for prefix in dead)
 
+    def remove_named(self, name: str) -> int:
+        """Remove the run cgroup called exactly `name` (killing what is left in it)."""
+        removed = 0
+        for parent in self.parent_paths.values():
+            path = os.path.join(parent, name)
+            if os.path.isdir(path):
+                _kill_procs(path)
+                try:
+                    os.rmdir(path)
+                    removed += 1
+                except OSError:
+                    pass
+        return removed
+
     def sweep(self, prefix: str) -> int:
         """Remove leftover run cgroups whose name starts with `prefix`; return how many."""
         removed = 0

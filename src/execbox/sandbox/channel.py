@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import selectors
-import signal
 import time
 from collections.abc import Callable
 from typing import Any
@@ -78,30 +77,16 @@ class SessionChannel:
         if self.closed:
             return
         self.closed = True
-        pidfd = -1
-        if self.slot.sup_pid:
-            try:
-                pidfd = os.pidfd_open(self.slot.sup_pid)
-            except OSError:  # already gone
-                pass
+        self.slot.ctrl.close()  # end of file: the supervisor tears the session down
+        if not self.slot.wait_gone(wait_s):
+            self.slot.kill()
         self._release(self.slot)
-        if pidfd < 0:
-            return
-        try:
-            with selectors.DefaultSelector() as sel:
-                sel.register(pidfd, selectors.EVENT_READ)
-                if not sel.select(wait_s):
-                    self.kill()
-        finally:
-            os.close(pidfd)
 
     def kill(self) -> None:
-        """For a stuck supervisor: kill it outright (its init dies with it)."""
-        if self.slot.sup_pid:
-            try:
-                os.kill(self.slot.sup_pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        """For a stuck supervisor, or a session that must end mid-cell: kill the supervisor
+        outright (its init, and every process of the session, die with it). Safe from any
+        thread: it only signals."""
+        self.slot.kill()
 
     # ---- control frames -----------------------------------------------------------------------
 
@@ -159,6 +144,10 @@ class SessionChannel:
         raw = pump.run(time.monotonic() + backstop_s)
         if raw.meta.get("ended"):
             self.ended = raw.meta
+        if pump.callback_error is not None:
+            # The caller's callback failed: the cell was still read to its end, so the session
+            # stays in step; the caller gets its own exception.
+            raise pump.callback_error
         return raw
 
     def _check_ended(self) -> None:
@@ -226,10 +215,12 @@ class _CellPump:
         self.meta: dict[str, Any] | None = None
         self.arts: list[bytes] = []
         self.interrupted = False
+        self.sel: selectors.BaseSelector | None = None
+        self.callback_error: BaseException | None = None
 
     def run(self, backstop: float) -> RawRun:
         ch = self.ch
-        sel = selectors.DefaultSelector()
+        sel = self.sel = selectors.DefaultSelector()
         try:
             sel.register(ch.slot.ctrl, selectors.EVENT_READ)
             for fd in self.fds:
@@ -300,9 +291,6 @@ class _CellPump:
             self.hold[fd] = b""
             self.done[fd] = True
             return
-        if self.done[fd]:  # output after this cell's end: it belongs to the next cell
-            self.ch._carry[fd] += data
-            return
         self._take(fd, data)
 
     def _take(self, fd: int, data: bytes) -> None:
@@ -312,9 +300,12 @@ class _CellPump:
             self._emit(fd, window[:at])
             self.hold[fd] = b""
             self.done[fd] = True
-            rest = window[at + len(self.marker):]
-            if rest:
-                self.ch._carry[fd] += rest
+            # What came after the marker belongs to the next cell: at most one read's worth is
+            # kept, and the stream is not read again this cell, so a writer flooding past a
+            # (forged) marker is held back by the pipe, not buffered here.
+            self.ch._carry[fd] = window[at + len(self.marker):]
+            if self.sel is not None and fd in self.sel.get_map():
+                self.sel.unregister(fd)
             return
         # Hold back only a tail that could be the start of a split marker (the marker starts
         # with a NUL byte): everything else goes to the caller as it arrives.
@@ -334,8 +325,11 @@ class _CellPump:
             keep = data[:room]
             buf += keep
             callback = self.callbacks[fd]
-            if callback is not None:
-                callback(keep)
+            if callback is not None and self.callback_error is None:
+                try:
+                    callback(keep)
+                except BaseException as exc:  # noqa: BLE001 - raised once the cell is drained
+                    self.callback_error = exc
         if len(data) > room:
             self.truncated[fd] = True
             if not self.interrupted:

@@ -11,6 +11,7 @@ import itertools
 import json
 import os
 import queue
+import select
 import selectors
 import signal
 import socket
@@ -137,7 +138,7 @@ class ZygoteProcess:
                     raise HostError("the run supervisor exited while staging")
                 for kind, payload in reader.feed(data):
                     if kind == protocol.PID:
-                        slot.sup_pid = json.loads(payload)["pid"]
+                        slot.watch(json.loads(payload)["pid"])
                     elif kind == protocol.ERR:
                         raise HostError("sandbox: " + json.loads(payload)["message"])
                     elif kind == protocol.RDY:
@@ -156,6 +157,13 @@ class ZygoteProcess:
     def _release(self, slot: Slot) -> None:
         with self._lock:
             self._unused.discard(slot.name)
+        if slot.killed:
+            # A killed supervisor could not remove its cgroup: once it is gone, we do.
+            slot.wait_gone(5.0)
+            try:
+                Hierarchy.discover().remove_named(slot.name)
+            except OSError:
+                pass
         slot.close()
 
     def unused_slot_names(self) -> set[str]:
@@ -278,6 +286,35 @@ class Slot:
         self.stdout_r = stdout_r
         self.stderr_r = stderr_r
         self.sup_pid = 0
+        # A pidfd, not the pid: the zygote reaps supervisors at once, so a number could name
+        # another process by the time we signal it.
+        self.sup_pidfd = -1
+        self.killed = False
+
+    def watch(self, pid: int) -> None:
+        """Hold the supervisor by a pidfd (it is alive: it has just reported)."""
+        self.sup_pid = pid
+        if self.sup_pidfd < 0:
+            try:
+                self.sup_pidfd = os.pidfd_open(pid)
+            except OSError:
+                pass
+
+    def kill(self) -> None:
+        """SIGKILL the supervisor (its init and the whole run die with it)."""
+        if self.sup_pidfd >= 0:
+            try:
+                signal.pidfd_send_signal(self.sup_pidfd, signal.SIGKILL)
+                self.killed = True
+            except ProcessLookupError:
+                pass
+
+    def wait_gone(self, timeout_s: float) -> bool:
+        """Wait until the supervisor has exited; False if it is still there."""
+        if self.sup_pidfd < 0:
+            return True
+        ready, _, _ = select.select([self.sup_pidfd], [], [], timeout_s)
+        return bool(ready)
 
     def close_stdin(self) -> None:
         if self.stdin_w >= 0:
@@ -286,9 +323,10 @@ class Slot:
 
     def close(self) -> None:
         """Release the slot; an unused one is torn down by its supervisor."""
-        self.ctrl.close()
+        if self.ctrl.fileno() >= 0:
+            self.ctrl.close()
         self.close_stdin()
-        for name in ("stdout_r", "stderr_r"):
+        for name in ("stdout_r", "stderr_r", "sup_pidfd"):
             fd = getattr(self, name)
             if fd >= 0:
                 os.close(fd)
@@ -314,7 +352,6 @@ class _Pump:
         self.meta: dict[str, Any] | None = None
         self.error: str | None = None
         self.arts: list[bytes] = []
-        self.sup_pid = slot.sup_pid
         self.kill_sent = False
 
     def run(self, backstop: float) -> RawRun:
@@ -421,7 +458,7 @@ class _Pump:
             return
         for kind, payload in self.reader.feed(data):
             if kind == protocol.PID:
-                self.sup_pid = json.loads(payload)["pid"]
+                self.slot.watch(json.loads(payload)["pid"])
             elif kind == protocol.RES:
                 self.meta = json.loads(payload)
             elif kind == protocol.ART:
@@ -430,8 +467,4 @@ class _Pump:
                 self.error = "sandbox: " + json.loads(payload)["message"]
 
     def _kill_supervisor(self) -> None:
-        if self.sup_pid:
-            try:
-                os.kill(self.sup_pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        self.slot.kill()

@@ -24,16 +24,23 @@ from typing import Any, NoReturn
 
 from . import protocol, runner
 
-HELLO, FAILED, CELL_REPORT = b"HELO", b"FAIL", b"CRES"
+HELLO, FAILED, CELL_REPORT, OUTPUT = b"HELO", b"FAIL", b"CRES", b"OUTP"
 MIN_OUTPUT_BYTES = 1 << 20
+MAX_OUTPUTS = 1000  # rich outputs per cell
+MAX_MESSAGE = 16 * 1024
+
+
+def outputs_cap(artifact_bytes: int) -> int:
+    """Bytes of rich outputs one cell may return (the supervisor enforces it too)."""
+    return max(MIN_OUTPUT_BYTES, artifact_bytes)
 
 
 class _Outputs:
-    """The rich outputs of the running cell, within a byte budget."""
+    """The rich outputs of the running cell, within a byte and a count budget."""
 
     def __init__(self, cap: int) -> None:
         self.cap = cap
-        self.items: list[dict[str, str]] = []
+        self.items: list[tuple[str, bytes]] = []
         self.used = 0
         self.truncated = False
 
@@ -47,19 +54,24 @@ class _Outputs:
 
     def add(self, mime: str, value: Any) -> None:
         if isinstance(value, (bytes, bytearray)):
-            data = base64.b64encode(value).decode()
+            data = base64.b64encode(value)
         elif isinstance(value, str):
-            data = value
+            data = value.encode("utf-8", "replace")
         else:
             try:
-                data = json.dumps(value, default=repr)
+                data = json.dumps(value, default=repr).encode("utf-8", "replace")
             except (TypeError, ValueError):
-                data = repr(value)
-        if self.used + len(data) > self.cap:
+                data = repr(value).encode("utf-8", "replace")
+        if self.used + len(data) > self.cap or len(self.items) >= MAX_OUTPUTS:
             self.truncated = True
             return
         self.used += len(data)
-        self.items.append({"mime_type": mime, "data": data})
+        self.items.append((str(mime)[:200], data))
+
+    def send(self, report_w: int) -> None:
+        """One frame per output: the MIME type, a NUL, the data."""
+        for mime, data in self.items:
+            protocol.send_all(report_w, protocol.frame(OUTPUT, mime.encode() + b"\0" + data))
 
 
 def _make_shell(outputs: _Outputs) -> Any:
@@ -178,6 +190,7 @@ def serve(go_r: int, report_w: int, src_paths: list[str], spec: dict[str, Any]) 
             cell = json.loads(payload)
             report = _run_cell(shell, outputs, cell["code"])
             report["markers"] = _end_streams(cell["marker"].encode())
+            outputs.send(report_w)
             protocol.send_all(report_w, protocol.json_frame(CELL_REPORT, report))
     except BaseException:  # noqa: BLE001 - the code broke the loop itself: the session ends
         os._exit(1)
@@ -190,7 +203,7 @@ def _start(report_w: int, src_paths: list[str], spec: dict[str, Any]) -> tuple[A
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # IPython keeps a profile directory; it goes to /tmp, not into the workspace.
     os.environ["IPYTHONDIR"] = "/tmp/.ipython"
-    outputs = _Outputs(max(MIN_OUTPUT_BYTES, int(spec.get("artifact_bytes", 0))))
+    outputs = _Outputs(outputs_cap(int(spec.get("artifact_bytes", 0))))
     shell = _make_shell(outputs)
     del os.environ["IPYTHONDIR"]
     pyplot = sys.modules.get("matplotlib.pyplot")
@@ -223,5 +236,7 @@ def _run_cell(shell: Any, outputs: _Outputs, code: str) -> dict[str, Any]:
     if interrupted and error is None:
         error = {"type": "KeyboardInterrupt", "message": "the cell was interrupted",
                  "line": None, "column": None, "traceback": None}
-    return {"status": "error" if error else "ok", "error": error, "outputs": outputs.items,
+    if error is not None and len(error["message"]) > MAX_MESSAGE:
+        error["message"] = error["message"][:MAX_MESSAGE] + " …(truncated)"
+    return {"status": "error" if error else "ok", "error": error,
             "outputs_truncated": outputs.truncated}

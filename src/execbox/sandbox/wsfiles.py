@@ -136,6 +136,8 @@ def remove(path: str) -> None:
 
 
 def listing(max_files: int, max_bytes: int) -> tuple[list[dict[str, Any]], bool]:
-    found, truncated = artifacts.collect(ROOT, set(), max_files, max_bytes)
+    """Every regular file, hashed in chunks (no bytes kept; a file with many links is read
+    once), at most `max_bytes` read in all."""
+    found, truncated = artifacts.collect(ROOT, set(), max_files, max_bytes, keep_data=False)
     return [{"path": f.path, "size": f.size, "sha256": f.sha256, "mime_type": f.mime_type}
             for f in found], truncated
