@@ -66,6 +66,16 @@ def _pidfd() -> str:
     return "pidfd_open works"
 
 
+def _protected_hardlinks() -> str:
+    """The session files API works as root inside a workspace the code controls; with
+    protected hardlinks the code cannot link in files it does not own for root to act on."""
+    with open("/proc/sys/fs/protected_hardlinks") as fh:
+        value = fh.read().strip()
+    if value == "0":
+        raise OSError("fs.protected_hardlinks is 0")
+    return f"fs.protected_hardlinks={value}"
+
+
 def _image() -> str:
     from ..image import Image
 
@@ -91,6 +101,9 @@ def run_checks() -> list[Check]:
              "mount cgroup v2 with memory and pids controllers, or cgroup v1 memory and pids"),
         _try("seccomp", _seccomp, "install libseccomp2 (apt-get install libseccomp2)"),
         _try("pidfd", _pidfd, "use Linux 5.3 or newer"),
+        _try("hardlink protection", _protected_hardlinks,
+             "sysctl -w fs.protected_hardlinks=1 (session file calls rely on it)",
+             required=False),
         _try("runtime image", _image, "run `execbox image build`"),
     ]
     return checks
