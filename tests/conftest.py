@@ -126,3 +126,9 @@ class CellRunner:
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._executor, name)
+
+
+@pytest.fixture
+def as_session_cells() -> type[CellRunner]:
+    """CellRunner, for test modules (which cannot import this conftest by name reliably)."""
+    return CellRunner

@@ -33,12 +33,11 @@ SMALL = Limits(timeout_s=3, memory_mib=256, pids=32)
 
 
 @pytest.fixture(params=["run", "cell"])
-def jailed(request: pytest.FixtureRequest, jailed: Executor) -> Executor:
+def jailed(request: pytest.FixtureRequest, jailed: Executor,
+           as_session_cells: type[Any]) -> Executor:
     """Every attack runs twice: as a run, and as a cell of a fresh session (same jail)."""
     if request.param == "cell":
-        from conftest import CellRunner
-
-        return CellRunner(jailed)  # type: ignore[return-value]
+        return as_session_cells(jailed)  # type: ignore[no-any-return]
     return jailed
 SANDBOX_UID = 65532
 

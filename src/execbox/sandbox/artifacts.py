@@ -17,6 +17,7 @@ import itertools
 import mimetypes
 import os
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 MAX_DEPTH = 64
@@ -62,24 +63,37 @@ def guess_mime(name: str, head: bytes) -> str:
         return "application/octet-stream"
 
 
-def _read_regular(dir_fd: int, name: str, expect: os.stat_result, limit: int) -> bytes | None:
+def _open_regular(dir_fd: int, name: str, expect: os.stat_result) -> int | None:
+    """An fd of the regular file `name` that lstat saw (never a link, FIFO or device)."""
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
     try:
         fd = os.open(name, flags, dir_fd=dir_fd)
     except OSError:
         return None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (expect.st_dev, expect.st_ino):
+        os.close(fd)
+        return None
+    return fd
+
+
+def _chunks(fd: int, limit: int) -> Iterator[bytes]:
+    """The file's bytes in chunks, at most `limit` + 1 of them (one more tells it is larger)."""
+    left = min(os.fstat(fd).st_size, limit) + 1
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            return
+        left -= len(chunk)
+        yield chunk
+
+
+def _read_regular(dir_fd: int, name: str, expect: os.stat_result, limit: int) -> bytes | None:
+    fd = _open_regular(dir_fd, name, expect)
+    if fd is None:
+        return None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (expect.st_dev, expect.st_ino):
-            return None
-        chunks, left = [], min(st.st_size, limit) + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        data = b"".join(chunks)
+        data = b"".join(_chunks(fd, limit))
         return data if len(data) <= limit else None
     finally:
         os.close(fd)
@@ -96,25 +110,17 @@ def state_key(name: str) -> bytes:
 def _hash_regular(dir_fd: int, name: str, expect: os.stat_result, limit: int
                   ) -> tuple[str, bytes] | None:
     """(sha256, first 4 KiB) of a regular file, read in chunks, nothing kept."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-    try:
-        fd = os.open(name, flags, dir_fd=dir_fd)
-    except OSError:
+    fd = _open_regular(dir_fd, name, expect)
+    if fd is None:
         return None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (expect.st_dev, expect.st_ino):
-            return None
-        digest, head, left = hashlib.sha256(), b"", min(st.st_size, limit) + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
+        digest, head, size = hashlib.sha256(), b"", 0
+        for chunk in _chunks(fd, limit):
             if len(head) < 4096:
                 head += chunk[:4096 - len(head)]
             digest.update(chunk)
-            left -= len(chunk)
-        return None if left <= 0 else (digest.hexdigest(), head)
+            size += len(chunk)
+        return None if size > limit else (digest.hexdigest(), head)
     finally:
         os.close(fd)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 PARENT_NAME = "execbox"
@@ -148,25 +149,18 @@ class Hierarchy:
 
     def remove_named(self, name: str) -> int:
         """Remove the run cgroup called exactly `name` (killing what is left in it)."""
-        removed = 0
-        for parent in self.parent_paths.values():
-            path = os.path.join(parent, name)
-            if os.path.isdir(path):
-                _kill_procs(path)
-                try:
-                    os.rmdir(path)
-                    removed += 1
-                except OSError:
-                    pass
-        return removed
+        return self._remove(lambda entry: entry == name)
 
     def sweep(self, prefix: str) -> int:
         """Remove leftover run cgroups whose name starts with `prefix`; return how many."""
+        return self._remove(lambda entry: entry.startswith(prefix))
+
+    def _remove(self, wanted: Callable[[str], bool]) -> int:
         removed = 0
         for parent in self.parent_paths.values():
             for entry in os.listdir(parent):
-                if entry.startswith(prefix):
-                    path = os.path.join(parent, entry)
+                path = os.path.join(parent, entry)
+                if wanted(entry) and os.path.isdir(path):
                     _kill_procs(path)
                     try:
                         os.rmdir(path)

@@ -10,9 +10,11 @@ Standard library only.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
+from collections.abc import Iterator
 from typing import Any
 
 from . import artifacts
@@ -88,7 +90,9 @@ def write(path: str, data: bytes) -> dict[str, Any]:
     return {"path": path, "size": st.st_size, "inode": st.st_ino, "mtime_ns": st.st_mtime_ns}
 
 
-def read(path: str, limit: int) -> bytes:
+@contextlib.contextmanager
+def _existing(path: str) -> Iterator[tuple[int, str, os.stat_result]]:
+    """(parent directory fd, name, lstat) of an existing entry; FileOpError when missing."""
     parts = _parts(path)
     try:
         parent = _open_parent(parts, create=False)
@@ -99,40 +103,34 @@ def read(path: str, limit: int) -> bytes:
             st = os.stat(parts[-1], dir_fd=parent, follow_symlinks=False)
         except FileNotFoundError as exc:
             raise FileOpError(f"no file {path!r} in the session's workspace") from exc
+        yield parent, parts[-1], st
+    finally:
+        os.close(parent)
+
+
+def read(path: str, limit: int) -> bytes:
+    with _existing(path) as (parent, name, st):
         if not stat.S_ISREG(st.st_mode):
             raise FileOpError(f"{path!r} is not a regular file (links, FIFOs and devices "
                               "are never read)")
         if st.st_size > limit:
             raise FileOpError(f"{path!r} is {st.st_size} bytes, over the {limit}-byte cap")
-        data = artifacts._read_regular(parent, parts[-1], st, limit)
+        data = artifacts._read_regular(parent, name, st, limit)
         if data is None:
             raise FileOpError(f"{path!r} changed while it was read; try again")
         return data
-    finally:
-        os.close(parent)
 
 
 def remove(path: str) -> None:
-    parts = _parts(path)
-    try:
-        parent = _open_parent(parts, create=False)
-    except FileNotFoundError as exc:
-        raise FileOpError(f"no file {path!r} in the session's workspace") from exc
-    try:
-        try:
-            st = os.stat(parts[-1], dir_fd=parent, follow_symlinks=False)
-        except FileNotFoundError as exc:
-            raise FileOpError(f"no file {path!r} in the session's workspace") from exc
+    with _existing(path) as (parent, name, st):
         if stat.S_ISDIR(st.st_mode):
             try:
-                os.rmdir(parts[-1], dir_fd=parent)
+                os.rmdir(name, dir_fd=parent)
             except OSError as exc:
                 raise FileOpError(f"cannot remove directory {path!r}: "
                                   f"{os.strerror(exc.errno or 0)}") from exc
         else:  # unlinking a link removes the link, never its target
-            os.unlink(parts[-1], dir_fd=parent)
-    finally:
-        os.close(parent)
+            os.unlink(name, dir_fd=parent)
 
 
 def listing(max_files: int, max_bytes: int) -> tuple[list[dict[str, Any]], bool]:
