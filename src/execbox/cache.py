@@ -18,8 +18,9 @@ from .contract import RunRequest, RunResult, Status
 DEFAULT_TTL_S = 3600.0
 
 
-def cache_key(request: RunRequest, image_digest: str) -> str:
-    """sha256 over language, code, input names and hashes, stdin, limits, env and image."""
+def cache_key(request: RunRequest, image_digest: str, scope: str | None = None) -> str:
+    """sha256 over language, code, input names and hashes, stdin, limits, env and image, and
+    the `scope` when given (a tenant: one tenant's results never answer another's runs)."""
     material = {
         "v": 1,
         "language": request.language,
@@ -31,6 +32,8 @@ def cache_key(request: RunRequest, image_digest: str) -> str:
         "network": request.network,
         "image": image_digest,
     }
+    if scope is not None:
+        material["scope"] = scope
     blob = json.dumps(material, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()
 

@@ -169,8 +169,10 @@ class Executor:
                     on_stdout: OutputCallback | None = None,
                     on_stderr: OutputCallback | None = None,
                     _kind: str = "run", _source: str | None = None,
-                    _approved: bool = False, _session: Session | None = None) -> RunResult:
-        """The whole pipeline for one request (or one cell of `_session`)."""
+                    _approved: bool = False, _session: Session | None = None,
+                    cache_scope: str | None = None) -> RunResult:
+        """The whole pipeline for one request (or one cell of `_session`). `cache_scope`
+        partitions the result cache (the HTTP server passes the tenant)."""
         run_id = new_run_id()
         redactor = self._redactor.with_secrets(secrets)
         verdict = policy_mod.check(request, self.profiles)
@@ -217,7 +219,7 @@ class Executor:
             base = base.model_copy(update={"limits": reservation.limits})
 
         use_cache = (self.cache_enabled if cache is None else cache) and _session is None
-        key = cache_key(request, self.image.digest) if use_cache else None
+        key = cache_key(request, self.image.digest, cache_scope) if use_cache else None
         if key is not None:
             hit = self.store.cache_lookup(key)
             if hit is not None:

@@ -126,3 +126,13 @@ def test_bad_key_names_are_refused(api: Api, name: str) -> None:
     result = CliRunner().invoke(main, ["keys", "create", name,
                                        "--db", os.environ["EXECBOX_DB_URL"]])
     assert result.exit_code == 2
+
+
+def test_one_tenants_cached_result_never_answers_another_tenant(alice: httpx.Client,
+                                                                bob: httpx.Client) -> None:
+    code = f"print('cache probe {os.urandom(8).hex()}')"
+    first = alice.post("/v1/runs", json={"code": code, "cache": True}).json()
+    again = alice.post("/v1/runs", json={"code": code, "cache": True}).json()
+    assert not first["cached"] and again["cached"], "control: the cache answers its own tenant"
+    theirs = bob.post("/v1/runs", json={"code": code, "cache": True}).json()
+    assert theirs["status"] == "ok" and not theirs["cached"]

@@ -41,7 +41,8 @@ def _runner(state: State, tenant: Caller, body: RunBody) -> sse.Call:
              on_stderr: sse.OutputCallback | None = None) -> RunResult:
         started = time.perf_counter()
         result = executor.run_request(request, cache=body.cache, secrets=body.secrets,
-                                      on_stdout=on_stdout, on_stderr=on_stderr)
+                                      on_stdout=on_stdout, on_stderr=on_stderr,
+                                      cache_scope=tenant.name)
         state.finish("run", tenant, result, started)
         return result
 
