@@ -463,3 +463,9 @@ def test_a_budget_shared_by_cells_runs_out(executor: Executor) -> None:
         r = s.run("time.sleep(1)", budget=budget)
         assert r.status is Status.budget_exceeded, r
         assert s.run("print('budget is per call')").ok
+
+
+def test_session_environment_is_exactly_what_was_given(executor: Executor) -> None:
+    with executor.session(env={"GREETING": "hello"}) as s:
+        r = s.run("import os\nprint(sorted(os.environ.items()))")
+        assert r.stdout == "[('GREETING', 'hello')]\n", r
