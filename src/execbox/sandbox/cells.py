@@ -79,16 +79,17 @@ class SessionSupervisor:
         try:
             protocol.send_all(self.sup.go_w, protocol.frame(protocol.REQ, go))
         except BrokenPipeError:
-            pass  # the program died in set-up: init's exit says why
+            pass  # the program died in set-up: its status says why
         os.set_blocking(self.sup.err_r, False)
-        self.pidfd = os.pidfd_open(self.sup.init_pid)
+        # The heavy zygote writes the program's wait status here when it ends (or closes it,
+        # should the zygote itself die): readable means the program is gone.
+        self.ended_fd = self.sup.status_r
         try:
             if not self._wait_hello():
                 return
             protocol.send_all(self.ctrl, protocol.json_frame(SESSION_READY, {}))
             self._loop()
         finally:
-            os.close(self.pidfd)
             if self.program_fd >= 0:
                 os.close(self.program_fd)
 
@@ -96,10 +97,10 @@ class SessionSupervisor:
         deadline = time.monotonic() + HELLO_TIMEOUT_S
         poller = select.poll()
         poller.register(self.sup.err_r, select.POLLIN)
-        poller.register(self.pidfd, select.POLLIN)
+        poller.register(self.ended_fd, select.POLLIN)
         while time.monotonic() < deadline:
             for fd, _ in poller.poll(1000):
-                if fd == self.pidfd:
+                if fd == self.ended_fd:
                     self._program_ended()
                     return False
                 for kind, payload in self._read_reports():
@@ -128,7 +129,7 @@ class SessionSupervisor:
 
     def _loop(self) -> None:
         poller = select.poll()
-        for fd in (self.ctrl, self.sup.err_r, self.pidfd):
+        for fd in (self.ctrl, self.sup.err_r, self.ended_fd):
             poller.register(fd, select.POLLIN)
         err_open = True
         while True:
@@ -136,7 +137,7 @@ class SessionSupervisor:
             if self.cell is not None:
                 timeout_ms = max(1, int((self._next_timer() - time.monotonic()) * 1000) + 1)
             for fd, _ in poller.poll(timeout_ms):
-                if fd == self.pidfd:
+                if fd == self.ended_fd:
                     self._program_ended()
                     return
                 if fd == self.sup.err_r and err_open:
@@ -199,7 +200,7 @@ class SessionSupervisor:
             try:
                 protocol.send_all(self.sup.go_w, protocol.frame(CELL, cell))
             except BrokenPipeError:
-                pass  # the program is gone: its pidfd reports that next
+                pass  # the program is gone: its status reports that next
         elif kind == INT:
             if self.cell is not None and self.cell.reason is None:
                 self._interrupt(payload.decode("ascii", "replace") or "interrupted")
@@ -297,7 +298,7 @@ class SessionSupervisor:
         assert cell is not None
         from .supervisor import classify
 
-        os.kill(self.sup.init_pid, signal.SIGKILL)
+        self.sup.end_init()
         metrics = self._metrics(cell)
         reason = cell.reason if cell.reason in ("timeout", "cpu_limit", "output_limit") \
             else "timeout"
@@ -308,12 +309,12 @@ class SessionSupervisor:
         raise _Ended
 
     def _program_ended(self) -> None:
-        """init exited: the program is gone, and with it the session."""
+        """The program is gone, and with it the session: end the rest of it (init and whatever
+        the program left running) and say how it ended."""
         from .supervisor import _read_status, classify
 
-        os.waitpid(self.sup.init_pid, 0)
-        self.sup.init_pid = 0
         wait_status, init_error = _read_status(self.sup.status_r)
+        self.sup.end_init()
         if init_error:
             raise jail.JailError(init_error)
         cell = self.cell
