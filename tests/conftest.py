@@ -126,3 +126,10 @@ class CellRunner:
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._executor, name)
+
+
+@pytest.fixture
+def cell_runner() -> type[CellRunner]:
+    """`CellRunner`, for test modules: `from conftest import ...` finds whichever conftest.py
+    the run imported last (tests/agent's, in a whole-suite run), fixtures do not."""
+    return CellRunner

@@ -33,12 +33,11 @@ SMALL = Limits(timeout_s=3, memory_mib=256, pids=32)
 
 
 @pytest.fixture(params=["run", "cell"])
-def jailed(request: pytest.FixtureRequest, jailed: Executor) -> Executor:
+def jailed(request: pytest.FixtureRequest, jailed: Executor,
+           cell_runner: Callable[[Executor], Executor]) -> Executor:
     """Every attack runs twice: as a run, and as a cell of a fresh session (same jail)."""
     if request.param == "cell":
-        from conftest import CellRunner
-
-        return CellRunner(jailed)  # type: ignore[return-value]
+        return cell_runner(jailed)
     return jailed
 SANDBOX_UID = 65532
 
