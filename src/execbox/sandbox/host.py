@@ -77,6 +77,9 @@ class ZygoteProcess:
             light = _Starting(python, env, dict(common, role="supervisors", preload=[]),
                               spawn_light)
             self._starting.append(light)
+        except BaseException:
+            self.close()
+            raise
         finally:
             spawn_heavy.close()
             spawn_light.close()
@@ -84,7 +87,8 @@ class ZygoteProcess:
         failed = [info for info in infos if not info.get("ready")]
         if failed:
             self.close()
-            raise HostError(f"the zygote failed to start: {failed[0].get('error')}")
+            raise HostError(f"the zygote ({failed[0].get('role', '?')}) failed to start: "
+                            f"{failed[0].get('error')}")
         self._proc, self._sock = light.proc, light.sock
         self._heavy_proc = heavy.proc
         self.heavy_pid = heavy.proc.pid

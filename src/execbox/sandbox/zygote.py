@@ -67,7 +67,7 @@ def main(sock: socket.socket, options: dict[str, Any]) -> None:
         if threading.active_count() != 1 or len(os.listdir("/proc/self/task")) != 1:
             raise RuntimeError("the zygote must be single-threaded to fork safely")
     except Exception as exc:  # noqa: BLE001
-        sock.send(json.dumps({"ready": False, "error": str(exc)}).encode())
+        sock.send(json.dumps({"ready": False, "role": role, "error": str(exc)}).encode())
         return
     hello = {
         "ready": True,
