@@ -66,8 +66,8 @@ def time_runs(executor: Executor, code: str, n: int, expect: str) -> list[float]
     return samples
 
 
-def tree_pss_kib(root_pid: int) -> int:
-    """Proportional set size of a process and all its descendants (shared pages split)."""
+def tree_pss_kib(*root_pids: int) -> int:
+    """Proportional set size of processes and all their descendants (shared pages split)."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -77,7 +77,7 @@ def tree_pss_kib(root_pid: int) -> int:
             except OSError:
                 continue
             children.setdefault(ppid, []).append(int(entry))
-    total, todo = 0, [root_pid]
+    total, todo = 0, list(root_pids)
     while todo:
         pid = todo.pop()
         todo += children.get(pid, [])
@@ -109,7 +109,8 @@ def main() -> None:
     assert first.ok, first
     with executor, tmp:
         time.sleep(1.0)  # let the pool stage its slots
-        idle_pss_mib = tree_pss_kib(executor._host.pid) / 1024
+        # Both zygotes and what they forked: supervisors and init (light), staged programs (heavy).
+        idle_pss_mib = tree_pss_kib(executor._host.pid, executor._host.heavy_pid) / 1024
         time_runs(executor, "print(1)", 10, "1\n")
         print1 = time_runs(executor, "print(1)", args.runs, "1\n")
         paced = []

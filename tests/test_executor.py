@@ -65,6 +65,16 @@ def test_zygote_death_is_recovered_by_the_next_run(executor: Executor) -> None:
     assert r.status is Status.ok and r.stdout == "again\n"
 
 
+def test_heavy_zygote_death_is_recovered_by_the_next_run(executor: Executor) -> None:
+    import os
+    import signal
+
+    os.kill(executor._host.heavy_pid, signal.SIGKILL)
+    executor._host._heavy_proc.wait()
+    r = executor.run("import pandas\nprint('again')")
+    assert r.status is Status.ok and r.stdout == "again\n"
+
+
 def test_live_output_arrives_before_the_run_ends(executor: Executor) -> None:
     import time
 

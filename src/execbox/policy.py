@@ -32,6 +32,7 @@ import builtins
 import os
 import posixpath
 import re
+import threading
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -219,6 +220,11 @@ def _describe(err: ErrorDetails) -> str:
     return f"{field}: {message}" if field else message
 
 
+# ast.parse from several threads at once can fail with "AST constructor recursion depth
+# mismatch" on CPython 3.11 (python/cpython#106905); parses are short, so serialize them.
+_PARSE_LOCK = threading.Lock()
+
+
 def check(request: RunRequest, profiles: Mapping[str, Profile]) -> Verdict:
     """Decide whether `request` may run under its profile, and with which limits.
 
@@ -361,7 +367,8 @@ class _Checker:
         if denied is not None:
             return denied
         try:
-            tree = ast.parse(self.request.code, filename="main.py")  # as the sandbox names it
+            with _PARSE_LOCK:  # CPython 3.11's parser is not safe from several threads
+                tree = ast.parse(self.request.code, filename="main.py")  # as the sandbox does
         except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
             # Not a deny: the sandbox compiles the code too and reports the error with its line
             # and column as an ordinary `error` result, which tells the author far more.

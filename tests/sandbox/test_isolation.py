@@ -39,6 +39,8 @@ def jailed(request: pytest.FixtureRequest, jailed: Executor,
     if request.param == "cell":
         return as_session_cells(jailed)  # type: ignore[no-any-return]
     return jailed
+
+
 SANDBOX_UID = 65532
 
 # What every hostile program starts with: name the errno of whatever failed.
@@ -485,7 +487,9 @@ def test_proc_shows_only_the_runs_own_processes(jailed: Executor) -> None:
                 "cmdlines": cmdlines})
     """))
     assert out["pids"] == [1, out["self"]], out  # init and the program, nothing else
-    assert out["self"] == 2 and out["ppid"] == 1 and out["ppid1"] == "0", out
+    # The program's parent (the heavy zygote) and init's (the supervisor) are outside the
+    # namespace: both show as 0, nothing of the host is named.
+    assert out["self"] == 2 and out["ppid"] == 0 and out["ppid1"] == "0", out
     assert host_pid not in out["pids"] or host_pid <= 2
     for cmdline in out["cmdlines"].values():
         assert "pytest" not in cmdline, out  # the test process is not visible
@@ -944,12 +948,14 @@ def _settled(executor: Executor, hier: Hierarchy, timeout_s: float = 10.0) -> bo
     """Wait until the pool is full and quiet: every slot staged and waiting, nothing of a
     finished run still cleaning up, nothing being staged."""
     zygote, prefix, pool = executor._host.pid, executor._host._prefix, executor.pool_size
+    heavy = executor._host.heavy_pid
     deadline = time.monotonic() + timeout_s
     quiet = 0
     while time.monotonic() < deadline:
         names = {e.split(":", 1)[1] for e in _cgroup_entries(hier, prefix)}
         full = (executor._host.pool._ready.qsize() == pool
-                and len(_zygote_children(zygote)) == pool and len(names) == pool)
+                and len(_zygote_children(zygote)) == pool and len(names) == pool
+                and len(_zygote_children(heavy)) == pool)  # one staged program per slot
         quiet = quiet + 1 if full else 0
         if quiet >= 3:  # three looks in a row, 50 ms apart
             return True
@@ -959,12 +965,14 @@ def _settled(executor: Executor, hier: Hierarchy, timeout_s: float = 10.0) -> bo
 
 def _check_500_runs_leave_nothing(executor: Executor) -> None:
     # With pre-staged slots, what may exist between runs is exactly the staged pool: one
-    # cgroup name and one supervisor per waiting slot. Everything of a finished run is gone.
+    # cgroup name, one supervisor and one program per waiting slot. Everything of a finished
+    # run is gone, its status pipe in the heavy zygote included.
     hier = Hierarchy.discover()
     zygote, prefix = executor._host.pid, executor._host._prefix
+    heavy = executor._host.heavy_pid
     executor.run("pass", limits=SMALL)  # warm up: anything created once is not a leak
     assert _settled(executor, hier), "control: the pool never settled before the runs"
-    before = (_mountinfo(), _fd_count("self"), _fd_count(zygote))
+    before = (_mountinfo(), _fd_count("self"), _fd_count(zygote), _fd_count(heavy))
     statuses: dict[Status, int] = {}
     for _ in range(500):
         r = executor.run("pass", limits=SMALL)
@@ -977,11 +985,40 @@ def _check_500_runs_leave_nothing(executor: Executor) -> None:
                      f"{[_describe_process(p) for p in kids]}, staging error "
                      f"{executor._host.pool._error}")
     assert names == executor._host.unused_slot_names(), "cgroups other than the staged slots"
-    after = (_mountinfo(), _fd_count("self"), _fd_count(zygote))
+    after = (_mountinfo(), _fd_count("self"), _fd_count(zygote), _fd_count(heavy))
     assert set(after[0]) ^ set(before[0]) == set(), "host mounts changed"
     assert after[1] <= before[1], f"test process descriptors grew {before[1]} -> {after[1]}"
     assert after[2] <= before[2], f"zygote descriptors grew {before[2]} -> {after[2]}"
+    assert after[3] <= before[3], f"heavy zygote descriptors grew {before[3]} -> {after[3]}"
     assert executor._host.alive()
+
+
+def _maps_heavy_modules(pid: int) -> bool:
+    with open(f"/proc/{pid}/maps") as fh:
+        return "/numpy/" in fh.read()
+
+
+def test_only_programs_are_forks_of_the_heavy_zygote() -> None:
+    """Supervisors and init come from the light zygote: they must not carry (and fork, and
+    tear down) the pre-imported runtime; the staged programs must."""
+    with Executor(cache=False) as own:  # no other test's sessions among its processes
+        _check_only_programs_are_heavy(own)
+
+
+def _check_only_programs_are_heavy(executor: Executor) -> None:
+    executor.run("pass", limits=SMALL)
+    assert _settled(executor, Hierarchy.discover()), "the pool never settled"
+    light, heavy = executor._host.pid, executor._host.heavy_pid
+    assert _maps_heavy_modules(heavy), "control: the heavy zygote has numpy mapped"
+    supervisors = _zygote_children(light)
+    inits = [pid for sup in supervisors for pid in _zygote_children(sup)]
+    programs = _zygote_children(heavy)
+    assert supervisors and len(inits) == len(supervisors) == len(programs), \
+        (supervisors, inits, programs)
+    for pid in [light, *supervisors, *inits]:
+        assert not _maps_heavy_modules(pid), f"process {pid} carries the heavy modules"
+    for pid in programs:
+        assert _maps_heavy_modules(pid), f"staged program {pid} lacks the pre-imported modules"
 
 
 def test_closing_an_executor_leaves_no_cgroups_processes_or_mounts() -> None:

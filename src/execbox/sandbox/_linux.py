@@ -65,6 +65,12 @@ def unshare(flags: int) -> None:
     _check(_libc.unshare(ctypes.c_int(flags)), "unshare")
 
 
+def setns(fd: int, nstype: int) -> None:
+    """Join the namespace `fd` names (for CLONE_NEWPID: the namespace of the caller's next
+    children; the caller itself stays where it is)."""
+    _check(_libc.setns(ctypes.c_int(fd), ctypes.c_int(nstype)), f"setns({nstype:#x})")
+
+
 def mount(source: str, target: str, fstype: str | None, flags: int = 0, data: str | None = None) -> None:
     _check(
         _libc.mount(

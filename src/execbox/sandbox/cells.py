@@ -102,10 +102,12 @@ class SessionSupervisor:
         try:
             protocol.send_all(self.sup.go_w, protocol.frame(protocol.REQ, go))
         except BrokenPipeError:
-            pass  # the program died in set-up: init's exit says why
+            pass  # the program died in set-up: its status says why
         os.set_blocking(self.sup.err_r, False)
         os.set_blocking(self.sup.go_w, False)
-        self.pidfd = os.pidfd_open(self.sup.init_pid)
+        # The heavy zygote writes the program's wait status here when it ends (or closes it,
+        # should the zygote itself die): readable means the program is gone.
+        self.ended_fd = self.sup.status_r
         try:
             if not self._wait_hello():
                 return
@@ -113,7 +115,6 @@ class SessionSupervisor:
             self.idle_cpu_base = self.cg.cpu_ns()
             self._loop()
         finally:
-            os.close(self.pidfd)
             if self.program_fd >= 0:
                 os.close(self.program_fd)
 
@@ -121,10 +122,10 @@ class SessionSupervisor:
         deadline = time.monotonic() + HELLO_TIMEOUT_S
         poller = select.poll()
         poller.register(self.sup.err_r, select.POLLIN)
-        poller.register(self.pidfd, select.POLLIN)
+        poller.register(self.ended_fd, select.POLLIN)
         while time.monotonic() < deadline:
             for fd, _ in poller.poll(1000):
-                if fd == self.pidfd:
+                if fd == self.ended_fd:
                     self._program_ended()
                     return False
                 for kind, payload in self._read_reports():
@@ -154,12 +155,12 @@ class SessionSupervisor:
     # ---- the loop -----------------------------------------------------------------------------
 
     def _loop(self) -> None:
-        for fd in (self.ctrl, self.sup.err_r, self.pidfd):
+        for fd in (self.ctrl, self.sup.err_r, self.ended_fd):
             self.poller.register(fd, select.POLLIN)
         while True:
             timeout_ms = max(1, int((self._next_timer() - time.monotonic()) * 1000) + 1)
             for fd, _ in self.poller.poll(timeout_ms):
-                if fd == self.pidfd:
+                if fd == self.ended_fd:
                     self._program_ended()
                     return
                 if fd == self.sup.err_r:
@@ -277,7 +278,7 @@ class SessionSupervisor:
         except BlockingIOError:
             pass
         except BrokenPipeError:
-            self.pending_go = b""  # the program is gone: its pidfd reports that next
+            self.pending_go = b""  # the program is gone: its status reports that next
         try:
             if self.pending_go:
                 self.poller.register(self.sup.go_w, select.POLLOUT)
@@ -382,7 +383,7 @@ class SessionSupervisor:
         assert cell is not None
         from .supervisor import classify
 
-        os.kill(self.sup.init_pid, signal.SIGKILL)
+        self.sup.end_init()
         metrics = self._metrics(cell)
         reason = cell.reason if cell.reason in LIMIT_STATUSES else "timeout"
         meta = classify(self._cell_spec(cell), reason, None, None, 0, 0.0, [])
@@ -407,12 +408,12 @@ class SessionSupervisor:
         raise _Ended
 
     def _program_ended(self) -> None:
-        """init exited: the program is gone, and with it the session."""
+        """The program is gone, and with it the session: end the rest of it (init and whatever
+        the program left running) and say how it ended."""
         from .supervisor import _read_status, classify
 
-        os.waitpid(self.sup.init_pid, 0)
-        self.sup.init_pid = 0
         wait_status, init_error = _read_status(self.sup.status_r)
+        self.sup.end_init()
         if init_error:
             raise jail.JailError(init_error)
         cell = self.cell

@@ -238,14 +238,10 @@ class RunCgroup:
         self.applied = (memory_bytes, pids)
 
     def open_procs(self) -> list[int]:
-        """Open cgroup.procs of every controller, for a child to join with `join()`."""
+        """Open cgroup.procs of every controller, for init and the program to join with
+        `jail.join_cgroup`."""
         self._procs_fds = [os.open("cgroup.procs", os.O_WRONLY, dir_fd=d) for d in self.dirs.values()]
         return self._procs_fds
-
-    def join(self) -> None:
-        """Move the calling process into the run's cgroup ('0' means the writer itself)."""
-        for fd in self._procs_fds:
-            os.write(fd, b"0")
 
     def close_procs(self) -> None:
         for fd in self._procs_fds:

@@ -1,4 +1,4 @@
-"""The host side of the boundary: start the zygote, hand it one run at a time, stream the run's
+"""The host side of the boundary: start the zygotes, hand them one run at a time, stream the run's
 stdin, stdout and stderr with caps, and read the supervisor's result.
 
 Output caps are enforced while streaming: past the cap the bytes are read and dropped, and the
@@ -56,37 +56,47 @@ class RawRun:
 
 
 class ZygoteProcess:
-    """A running fork server in the runtime image's interpreter."""
+    """The two running fork servers in the runtime image's interpreter (see `zygote`): a light
+    one that forks supervisors and init, and a heavy one, with the runtime's modules imported,
+    that forks only the programs."""
 
     def __init__(self, python: Path, env: dict[str, str], ro_paths: list[str],
                  preload: list[str], ready_timeout_s: float = 60.0, pool_size: int = 4) -> None:
         import execbox
 
         src = str(Path(execbox.__file__).resolve().parent.parent)
-        self._sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        options = {"preload": preload, "ro_paths": ro_paths, "src_paths": [src]}
-        self._proc = subprocess.Popen(
-            # Not -I: its -E would drop PYTHONMALLOC. The environment is ours alone (`env`),
-            # -s skips user site-packages and -P keeps the working directory off sys.path.
-            [str(python), "-s", "-P", "-B", "-c", _BOOT, str(child.fileno())],
-            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            pass_fds=[child.fileno()], cwd="/", start_new_session=True,
-        )
-        child.close()
-        self._sock.send(json.dumps(options).encode())
-        self._sock.settimeout(ready_timeout_s)
+        # Supervisors ask the heavy zygote for their programs on this pair: one end is the
+        # heavy zygote's, the other the light one's (and so every supervisor's).
+        spawn_heavy, spawn_light = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        common = {"ro_paths": ro_paths, "src_paths": [src]}
+        self._starting: list[_Starting] = []
         try:
-            hello = self._sock.recv(65536)
-        except OSError as exc:
+            # Both start at once: the heavy one's imports are most of the wait.
+            heavy = _Starting(python, env, dict(common, role="programs", preload=preload),
+                              spawn_heavy)
+            self._starting.append(heavy)
+            light = _Starting(python, env, dict(common, role="supervisors", preload=[]),
+                              spawn_light)
+            self._starting.append(light)
+        except BaseException:
             self.close()
-            raise HostError(f"the zygote did not start within {ready_timeout_s:g} s") from exc
-        self._sock.settimeout(None)
-        info = json.loads(hello) if hello else {"ready": False, "error": "exited at start"}
-        if not info.get("ready"):
+            raise
+        finally:
+            spawn_heavy.close()
+            spawn_light.close()
+        infos = [z.ready(ready_timeout_s) for z in self._starting]
+        failed = [info for info in infos if not info.get("ready")]
+        if failed:
             self.close()
-            raise HostError(f"the zygote failed to start: {info.get('error')}")
-        self.info: dict[str, Any] = info
-        self._prefix = f"x{os.getpid()}-{info['pid']}-"
+            raise HostError(f"the zygote ({failed[0].get('role', '?')}) failed to start: "
+                            f"{failed[0].get('error')}")
+        self._proc, self._sock = light.proc, light.sock
+        self._heavy_proc = heavy.proc
+        self.heavy_pid = heavy.proc.pid
+        self.info: dict[str, Any] = dict(
+            infos[1], preloaded=infos[0]["preloaded"],
+            startup_ms=max(info["startup_ms"] for info in infos))
+        self._prefix = f"x{os.getpid()}-{infos[1]['pid']}-"
         try:
             Hierarchy.discover().sweep_orphans()
         except OSError:
@@ -99,10 +109,11 @@ class ZygoteProcess:
 
     @property
     def pid(self) -> int:
+        """The light zygote: the parent of every supervisor."""
         return self._proc.pid
 
     def alive(self) -> bool:
-        return self._proc.poll() is None
+        return self._proc.poll() is None and self._heavy_proc.poll() is None
 
     def stage(self, timeout_s: float = 30.0) -> Slot:
         """Fork a supervisor and let it stage a run slot (cgroup, namespaces, root, init and a
@@ -192,25 +203,63 @@ class ZygoteProcess:
             self._release(slot)
 
     def close(self) -> None:
-        """Stop the zygote; staged slots are released, runs in flight end with their caller."""
+        """Stop the zygotes; staged slots are released, runs in flight end with their caller."""
         pool = getattr(self, "pool", None)
         if pool is not None:
             pool.close()
         self._closed = True
-        try:
-            self._sock.close()
-        finally:
-            try:
-                self._proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+        for z in getattr(self, "_starting", []):
+            z.stop()
         prefix = getattr(self, "_prefix", None)
         if prefix:
             try:
                 Hierarchy.discover().sweep(prefix)
             except OSError:
                 pass
+
+
+class _Starting:
+    """One zygote process and the host's socket to it."""
+
+    def __init__(self, python: Path, env: dict[str, str], options: dict[str, Any],
+                 spawn: socket.socket) -> None:
+        self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        options = dict(options, spawn_fd=spawn.fileno())
+        try:
+            self.proc = subprocess.Popen(
+                # Not -I: its -E would drop PYTHONMALLOC. The environment is ours alone (`env`),
+                # -s skips user site-packages and -P keeps the working directory off sys.path.
+                [str(python), "-s", "-P", "-B", "-c", _BOOT, str(child.fileno())],
+                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                pass_fds=[child.fileno(), spawn.fileno()], cwd="/", start_new_session=True,
+            )
+        except BaseException:
+            self.sock.close()
+            raise
+        finally:
+            child.close()
+        self.sock.send(json.dumps(options).encode())
+
+    def ready(self, timeout_s: float) -> dict[str, Any]:
+        self.sock.settimeout(timeout_s)
+        try:
+            hello = self.sock.recv(65536)
+        except OSError:
+            return {"ready": False, "error": f"the zygote did not start within {timeout_s:g} s"}
+        self.sock.settimeout(None)
+        info: dict[str, Any] = (json.loads(hello) if hello
+                                else {"ready": False, "error": "exited at start"})
+        return info
+
+    def stop(self) -> None:
+        try:
+            self.sock.close()
+        finally:
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
 
 class SlotPool:

@@ -1,13 +1,16 @@
 """The containment checklist, one small named step per concern (nsjail's `contain` is the model).
 
-Three processes take part in a run:
-  supervisor  forked from the zygote; root; host pid namespace; new mount, net, ipc and uts
-              namespaces. Builds the run's root filesystem and cgroup, then supervises.
-  init        pid 1 of a new pid namespace. Joins the cgroup, mounts /proc, forks the program,
-              drops every privilege, reaps orphans; when the program ends it reports the
-              program's wait status and exits, which kills everything left in the namespace.
-  program     the user's code: rlimits, workspace, unprivileged uid, no capabilities,
-              no_new_privs, empty environment, reseeded randomness, seccomp last.
+Three processes take part in a run, from two fork servers (see `zygote`):
+  supervisor  forked from the light zygote (standard library only); root; host pid namespace;
+              new mount, net, ipc and uts namespaces. Builds the run's root filesystem and
+              cgroup, forks init, asks the heavy zygote for the program, then supervises.
+  init        pid 1 of a new pid namespace, forked by the supervisor. Joins the cgroup, mounts
+              /proc, drops every privilege and lets the kernel reap orphans. Killing it kills
+              everything in the namespace, the program included.
+  program     the user's code, forked from the heavy zygote (numpy, pandas, ... pre-imported)
+              straight into init's namespaces and cgroup (see `program`): rlimits, workspace,
+              unprivileged uid, no capabilities, no_new_privs, empty environment, reseeded
+              randomness, seccomp last.
 
 Each step raises `JailError` naming itself and the call that failed.
 Standard library only: the zygote imports this inside the runtime image.
@@ -253,6 +256,54 @@ def mount_proc() -> None:
 def unshare_cgroup_namespace() -> None:
     with step("unshare cgroup namespace"):
         _linux.unshare(_linux.CLONE_NEWCGROUP)
+
+
+# ---- how the program joins the slot (see `program`) -----------------------------------------
+
+# The namespaces of init the program joins, in this order: pid first (the heavy zygote applies
+# it to its next child), cgroup after the cgroup itself, the mount namespace (and with it the
+# jail's root) last.
+PROGRAM_NAMESPACES = (
+    ("pid", _linux.CLONE_NEWPID), ("cgroup", _linux.CLONE_NEWCGROUP),
+    ("net", _linux.CLONE_NEWNET), ("ipc", _linux.CLONE_NEWIPC), ("uts", _linux.CLONE_NEWUTS),
+    ("mnt", _linux.CLONE_NEWNS),
+)
+
+
+def open_namespaces(pid: int) -> list[int]:
+    """Descriptors of the namespaces of `pid`, in PROGRAM_NAMESPACES order (the supervisor
+    opens init's, as pid 1 of the jail's own /proc)."""
+    fds: list[int] = []
+    with step("open init's namespaces"):
+        try:
+            for name, _flag in PROGRAM_NAMESPACES:
+                fds.append(os.open(f"/proc/{pid}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC))
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+    return fds
+
+
+def join_cgroup(procs_fds: list[int]) -> None:
+    """Move the calling process into the run's cgroup through its cgroup.procs descriptors
+    ('0' means the writer itself), then close them."""
+    with step("join cgroup"):
+        for fd in procs_fds:
+            os.write(fd, b"0")
+        for fd in procs_fds:
+            os.close(fd)
+
+
+def enter_namespaces(ns_fds: list[int]) -> None:
+    """Join init's namespaces except pid (already the namespace this process was forked into),
+    then close the descriptors. Joining the mount namespace sets root and working directory to
+    the jail's root."""
+    for (name, flag), fd in zip(PROGRAM_NAMESPACES, ns_fds, strict=True):
+        if flag != _linux.CLONE_NEWPID:
+            with step(f"enter the {name} namespace"):
+                _linux.setns(fd, flag)
+        os.close(fd)
 
 
 # ---- program steps (and init's own privilege drop) -----------------------------------------

@@ -1,10 +1,12 @@
-"""One run, from the zygote's fork to the result frame: supervisor, init and program.
+"""One run, from the light zygote's fork to the result frame: supervisor and init.
 
-The supervisor reads the request from its control socket, builds the cgroup and the jail,
-forks init (pid 1 of the run's pid namespace), enforces wall and CPU time, then reads the
-run's own cgroup for OOM kills, CPU and peak memory, collects artifacts, removes the cgroup
+The supervisor builds the cgroup and the jail, forks init (pid 1 of the run's pid namespace),
+and asks the heavy zygote to fork the program into them (see `program`); the slot is then
+staged. It reads the request from its control socket, enforces wall and CPU time, then reads
+the run's own cgroup for OOM kills, CPU and peak memory, collects artifacts, removes the cgroup
 and sends the result. Killing init kills every process of the run: the kernel tears down the
-whole pid namespace, daemons and grandchildren included.
+whole pid namespace, the program, daemons and grandchildren included.
+Supervisor and init are forks of the light zygote: only the program pays for the heavy one.
 Standard library only.
 """
 
@@ -14,33 +16,35 @@ import json
 import os
 import select
 import signal
+import socket
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict
 from typing import Any
 
-from . import _linux, artifacts, cells, jail, kernel, protocol, runner
+from . import _linux, artifacts, cells, jail, program, protocol
 from .cgroup import Hierarchy, RunCgroup
 
 STAGED_MEMORY_BYTES = 512 << 20  # Limits().memory_mib
 STAGED_PIDS = 64  # Limits().pids
-SESSION_CPU_S = 24 * 3600.0  # a session's per-process CPU rlimit (cells are timed one by one)
 DONE_JUNK_LIMIT = 64 << 10  # bytes read from the exit-report pipe before we stop listening
+INIT_READY = b"ready"
+INIT_WAIT_S = 5.0  # how long teardown waits for a killed init (see `end_init`)
 
 
 class Zygote:
-    """What the zygote hands every supervisor it forks."""
+    """What the light zygote hands every supervisor it forks."""
 
-    def __init__(self, cfg: jail.JailConfig, hierarchy: Hierarchy, src_paths: list[str]) -> None:
+    def __init__(self, cfg: jail.JailConfig, hierarchy: Hierarchy, spawn: socket.socket) -> None:
         self.cfg = cfg
         self.hierarchy = hierarchy
-        self.src_paths = src_paths
+        self.spawn = spawn  # to the heavy zygote, shared by every supervisor (SOCK_SEQPACKET)
 
 
 def serve(z: Zygote, fds: list[int], cgroup_name: str) -> None:
     """Entry point of the supervisor process; never returns."""
     ctrl, stdin_r, stdout_w, stderr_w = fds
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    keep = [ctrl, stdin_r, stdout_w, stderr_w, *z.hierarchy.parents.values()]
+    keep = [ctrl, stdin_r, stdout_w, stderr_w, z.spawn.fileno(), *z.hierarchy.parents.values()]
     jail.close_fds_except(keep)
     code = 0
     try:
@@ -102,14 +106,29 @@ class Supervisor:
             protocol.send_all(self.ctrl, f)
         self._cleanup()  # after the result: the caller does not wait for teardown
 
+    def end_init(self) -> None:
+        """Kill init, and with it everything in the run's pid namespace, and reap it. init's
+        exit waits until every process of the namespace is reaped, the program by the heavy
+        zygote; should that never happen (the heavy zygote died and nothing reaps its orphans),
+        teardown goes on without it after INIT_WAIT_S."""
+        if not self.init_pid:
+            return
+        pid, self.init_pid = self.init_pid, 0
+        try:
+            pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return
+        try:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            if select.select([pidfd], [], [], INIT_WAIT_S)[0]:
+                os.waitpid(pid, 0)
+        except (ChildProcessError, ProcessLookupError):
+            pass
+        finally:
+            os.close(pidfd)
+
     def _cleanup(self) -> None:
-        if self.init_pid:
-            try:
-                os.kill(self.init_pid, signal.SIGKILL)
-                os.waitpid(self.init_pid, 0)
-            except (ChildProcessError, ProcessLookupError):
-                pass
-            self.init_pid = 0
+        self.end_init()
         if self.cg is not None:
             with jail.step("remove cgroup"):
                 self.cg.remove()
@@ -122,24 +141,37 @@ class Supervisor:
             self.cg = self.z.hierarchy.create(self.cgroup_name)
             # Staged under the default limits; a request that asks for others changes them.
             self.cg.set_limits(STAGED_MEMORY_BYTES, STAGED_PIDS)
-            self.cg.open_procs()
+            procs = self.cg.open_procs()
         jail.unshare_namespaces()
         jail.build_root(self.z.cfg)
         jail.enter_root()
-        self.err_r, err_w = os.pipe()  # the program's structured error (it can write there)
-        self.setup_r, setup_w = os.pipe()  # set-up failures; closed before the code starts
-        self.status_r, status_w = os.pipe()  # init reports the program's wait status
-        go_r, self.go_w = os.pipe()  # the code and its settings, when the request comes
-        self.done_r, done_w = os.pipe()  # the program reports its exit before tearing down
+        ready_r, ready_w = os.pipe()
         pid = os.fork()
         if pid == 0:
-            for fd in (self.status_r, self.err_r, self.setup_r, self.go_w, self.done_r):
-                os.close(fd)
-            self._init(_ProgramFds(go_r, err_w, setup_w, done_w), status_w)
+            os.close(ready_r)
+            self._init(ready_w, procs)
         self.init_pid = pid
-        self.cg.close_procs()
-        for fd in (err_w, setup_w, status_w, go_r, done_w, *self.stdio):
-            os.close(fd)
+        os.close(ready_w)
+        try:
+            ready = _read_to_end(ready_r, 65536)
+        finally:
+            os.close(ready_r)
+        if ready != INIT_READY:
+            raise jail.JailError(ready.decode("utf-8", "replace") or "init: exited during set-up")
+        # pid 1 of the jail's own /proc is init: its namespaces are the ones the program joins.
+        namespaces = jail.open_namespaces(1)
+        self.err_r, err_w = os.pipe()  # the program's structured error (it can write there)
+        self.setup_r, setup_w = os.pipe()  # set-up failures; closed before the code starts
+        self.status_r, status_w = os.pipe()  # the heavy zygote reports the program's end
+        go_r, self.go_w = os.pipe()  # the code and its settings, when the request comes
+        self.done_r, done_w = os.pipe()  # the program reports its exit before tearing down
+        try:
+            program.request(self.z.spawn, status_w, namespaces, procs, self.stdio,
+                            program.ProgramFds(go_r, err_w, setup_w, done_w))
+        finally:
+            self.cg.close_procs()
+            for fd in (err_w, setup_w, status_w, go_r, done_w, *namespaces, *self.stdio):
+                os.close(fd)
 
     def _execute(self, code: str, spec: jail.RunSpec,
                  files: list[tuple[str, bytes]]) -> dict[str, Any]:
@@ -162,15 +194,14 @@ class Supervisor:
         except BrokenPipeError:
             pass  # the program died during set-up; init's report says why
         os.close(self.go_w)
-        killed, reported = self._supervise(self.init_pid, started, spec, cpu_base)
+        killed, reported = self._supervise(started, spec, cpu_base)
         wall_ms = (time.monotonic() - started) * 1000
         wait_status: int | None = reported
         init_error: str | None = None
         if reported is not None:
             os.kill(self.init_pid, signal.SIGKILL)  # the program is done: end the rest now
         else:
-            os.waitpid(self.init_pid, 0)
-            self.init_pid = 0
+            self.end_init()  # everything of the run is gone before we look at its files
             wait_status, init_error = _read_status(self.status_r)
         user_error = _clean_error(_parse_json(_read_available(self.err_r)))
         setup_error = _read_available(self.setup_r).decode("utf-8", "replace")
@@ -195,15 +226,14 @@ class Supervisor:
         )
         return {"meta": meta, "artifacts": collected}
 
-    def _supervise(self, pid: int, started: float, spec: jail.RunSpec,
+    def _supervise(self, started: float, spec: jail.RunSpec,
                    cpu_base: int) -> tuple[str | None, int | None]:
-        """Wait for the program to report its exit or for init to exit; kill init on wall time,
-        CPU time or a host request. Returns (why it was killed, the program's reported wait
-        status)."""
+        """Wait for the program to report its exit or for its status to arrive from the heavy
+        zygote; kill init (and so the program) on wall time, CPU time or a host request.
+        Returns (why it was killed, the program's reported wait status)."""
         assert self.cg is not None
-        pidfd = os.pidfd_open(pid)
         poller = select.poll()
-        for fd in (pidfd, self.ctrl, self.done_r):
+        for fd in (self.status_r, self.ctrl, self.done_r):
             poller.register(fd, select.POLLIN)
         deadline = started + spec.timeout_s
         cpu_limit_ns = spec.cpu_s * 1e9
@@ -245,7 +275,7 @@ class Supervisor:
                         if at >= 0 and len(window) > at + len(token):
                             return None, window[at + len(token)] << 8
                         tail = window[-len(token):]
-                    elif fd == pidfd:
+                    elif fd == self.status_r:
                         return None, None
                     elif fd == self.ctrl:
                         try:
@@ -259,86 +289,42 @@ class Supervisor:
                             return killed, None
         finally:
             if killed:
-                os.kill(pid, signal.SIGKILL)
-            os.close(pidfd)
+                os.kill(self.init_pid, signal.SIGKILL)
 
-    def _init(self, fds: _ProgramFds, status_w: int) -> None:
-        """pid 1 of the run's pid namespace. Never returns."""
+    def _init(self, ready_w: int, procs: list[int]) -> None:
+        """pid 1 of the run's pid namespace: set up, say so on `ready_w`, then only exist (the
+        kernel reaps orphans for it). Never returns."""
         try:
             _linux.prctl(_linux.PR_SET_PDEATHSIG, signal.SIGKILL)
             assert self.cg is not None
-            with jail.step("join cgroup"):
-                self.cg.join()
-                self.cg.close_procs()
+            self.z.spawn.detach()  # init never talks to the heavy zygote
+            jail.close_fds_except([ready_w, *procs])
+            jail.join_cgroup(procs)
             jail.unshare_cgroup_namespace()
             jail.mount_proc()
-            pid = os.fork()
-            if pid == 0:
-                _program(self.z, self.stdio, fds)
-            jail.close_fds_except([status_w])
+            with jail.step("let the kernel reap orphans"):
+                signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
             jail.drop_privileges(jail.INIT_UID, self.z.cfg.cap_last_cap)
             jail.load_seccomp(self.z.cfg)
         except BaseException as exc:  # noqa: BLE001
-            _write_quiet(status_w, json.dumps({"error": f"init: {exc}"}).encode())
+            _write_quiet(ready_w, f"init: {exc}".encode())
             os._exit(1)
+        _write_quiet(ready_w, INIT_READY)
+        os.close(ready_w)
         while True:
-            try:
-                reaped, wstatus = os.wait()
-            except ChildProcessError:
-                os._exit(1)
-            except InterruptedError:
-                continue
-            if reaped == pid:
-                _write_quiet(status_w, json.dumps({"status": wstatus}).encode())
-                os._exit(0)
+            signal.pause()
 
 
-@dataclass
-class _ProgramFds:
-    go_r: int  # the code and its settings arrive here
-    err_w: int  # structured error of the code
-    setup_w: int  # set-up failures (closed before the code starts)
-    done_w: int  # the exit status, reported before the process tears down
-
-
-def _program(z: Zygote, stdio: tuple[int, int, int], fds: _ProgramFds) -> None:
-    """The user's process: contain, wait for the code, run it. Never returns."""
-    try:
-        jail.setup_stdio(*stdio, keep=[fds.go_r, fds.err_w, fds.setup_w, fds.done_w])
-        jail.reset_signals()
-        with jail.step("enter /workspace"):
-            os.chdir("/workspace")
-        jail.drop_privileges(jail.SANDBOX_UID, z.cfg.cap_last_cap)
-        jail.set_environment({})
-        with jail.step("reseed random state"):
-            runner.reseed()
-        os.umask(0o022)
-        jail.load_seccomp(z.cfg)
-    except BaseException as exc:  # noqa: BLE001
-        _write_quiet(fds.setup_w, f"program set-up: {exc}".encode())
-        os._exit(127)
-    # Staged: from here on the process is fully contained and waits for its request.
-    try:
-        kind, payload = protocol.read_frame(fds.go_r)
-    except (EOFError, OSError):
-        os._exit(0)  # the slot was closed unused
-    try:
-        go = json.loads(payload)
-        spec = jail.RunSpec(**go["spec"])
-        session = go.get("mode") == "session"
-        # A session's interpreter lives through many cells: CPU time is watched per cell by the
-        # supervisor, and the per-process rlimit only bounds the whole session.
-        jail.set_rlimits(replace(spec, cpu_s=SESSION_CPU_S) if session else spec)
-        jail.set_environment(spec.env)
-    except BaseException as exc:  # noqa: BLE001
-        _write_quiet(fds.setup_w, f"program set-up: {exc}".encode())
-        os._exit(127)
-    os.close(fds.setup_w)
-    if session:
-        os.close(fds.done_w)
-        kernel.serve(fds.go_r, fds.err_w, z.src_paths, go["spec"])
-    os.close(fds.go_r)
-    runner.run(go["code"], fds.err_w, z.src_paths, fds.done_w, go["token"].encode())
+def _read_to_end(fd: int, limit: int) -> bytes:
+    chunks, size = [], 0
+    while size < limit:
+        chunk = os.read(fd, limit - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
 
 
 def _read_available(fd: int) -> bytes:

@@ -1,11 +1,22 @@
-"""The fork server. Started with an empty environment in the runtime image's interpreter, it
-imports the heavy modules once, compiles the seccomp filter, discovers the cgroup hierarchy and
-then only forks: one supervisor per request. It never runs user code and never sees a request's
-content (the supervisor reads that from its own control socket).
+"""The fork servers. Each starts with an empty environment in the runtime image's interpreter,
+compiles the seccomp filter and then only forks. There are two, running this same code:
 
-Protocol on the socket whose fd is argv[1] (SOCK_SEQPACKET): the host sends the options (JSON), the zygote answers with
-one READY message (JSON); each message it receives names a cgroup and carries four descriptors (control socket, stdin,
-stdout, stderr of one run slot) and starts one supervisor, which stages the slot. End of file ends the zygote.
+  light  (role "supervisors"): standard library and execbox.sandbox only. Forks one supervisor
+         per run slot, which stages the slot (cgroup, namespaces, root) and forks init (see
+         `supervisor`). Forking and exiting a small interpreter is cheap.
+  heavy  (role "programs"): imports the heavy modules (numpy, pandas, ...) once. Forks only the
+         programs, each straight into the slot its supervisor staged, reaps them and reports
+         how they ended (see `program`).
+
+Neither runs user code or sees a request's content (the supervisor reads that from its own
+control socket), and neither holds secrets: a program can read all of the heavy one's memory.
+
+Protocol on the host socket whose fd is argv[1] (SOCK_SEQPACKET): the host sends the options
+(JSON), the zygote answers with one READY message (JSON). The light one then takes messages that
+each name a cgroup and carry four descriptors (control socket, stdin, stdout, stderr of one run
+slot) and starts one supervisor per message. The heavy one takes spawn requests from the
+supervisors on a second socket (`spawn_fd`; the light one holds its other end). End of file on
+the host socket ends either.
 Standard library only.
 """
 
@@ -40,13 +51,14 @@ def _preload(modules: list[str]) -> list[str]:
 
 def main(sock: socket.socket, options: dict[str, Any]) -> None:
     started = time.monotonic()
-    from . import jail, seccomp, supervisor
+    from . import jail, program, seccomp, supervisor
     from .cgroup import Hierarchy
 
+    role = options.get("role", "supervisors")
     try:
         loaded = _preload(options.get("preload", []))
         cfg = jail.JailConfig.discover(options["ro_paths"], seccomp.compile_filter())
-        hierarchy = Hierarchy.discover()
+        hierarchy = Hierarchy.discover() if role == "supervisors" else None
         # Everything imported so far lives as long as the zygote: move it out of the garbage
         # collector's reach, so a collection in a forked child does not touch (and so copy)
         # every page of the pre-imported heap.
@@ -55,17 +67,24 @@ def main(sock: socket.socket, options: dict[str, Any]) -> None:
         if threading.active_count() != 1 or len(os.listdir("/proc/self/task")) != 1:
             raise RuntimeError("the zygote must be single-threaded to fork safely")
     except Exception as exc:  # noqa: BLE001
-        sock.send(json.dumps({"ready": False, "error": str(exc)}).encode())
+        sock.send(json.dumps({"ready": False, "role": role, "error": str(exc)}).encode())
         return
-    z = supervisor.Zygote(cfg, hierarchy, options.get("src_paths", []))
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps supervisors
-    sock.send(json.dumps({
+    hello = {
         "ready": True,
         "pid": os.getpid(),
+        "role": role,
         "preloaded": loaded,
-        "cgroup_version": hierarchy.version,
+        "cgroup_version": hierarchy.version if hierarchy else None,
         "startup_ms": round((time.monotonic() - started) * 1000, 1),
-    }).encode())
+    }
+    if hierarchy is None:
+        sock.send(json.dumps(hello).encode())
+        program.main(cfg, options.get("src_paths", []), sock, options)
+        return
+    spawn = socket.socket(fileno=int(options["spawn_fd"]))
+    z = supervisor.Zygote(cfg, hierarchy, spawn)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps supervisors
+    sock.send(json.dumps(hello).encode())
     while True:
         try:
             msg, fds, _flags, _addr = socket.recv_fds(sock, 64, 4)
@@ -83,5 +102,3 @@ def main(sock: socket.socket, options: dict[str, Any]) -> None:
             supervisor.serve(z, fds, msg.decode("ascii", "replace"))
         for fd in fds:
             os.close(fd)
-
-

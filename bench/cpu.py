@@ -1,0 +1,120 @@
+"""CPU time per isolated run, for the whole process tree: the caller, both zygotes, supervisors,
+init and the programs, set-up and teardown included. On a shared machine runs/s swing with
+other load; CPU per run hardly does, and it is what bounds throughput (2 cores / CPU per run).
+
+It moves itself into a cpuacct cgroup of its own (cgroup v1; execbox nests the run cgroups
+under the caller's, so they are counted too) and reads it before and after each batch, with
+the pool settled on both sides. Prints ms per run and a breakdown; writes bench/results/cpu.json.
+
+    .venv/bin/python bench/cpu.py [--runs 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # noqa: E402
+
+from latency import PANDAS, save_results  # noqa: E402
+
+from execbox.executor import Executor  # noqa: E402
+
+CPUACCT = "/sys/fs/cgroup/cpuacct"
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu_ms(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) * 1000 / TICKS
+
+
+def self_cpu_ms() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return (usage.ru_utime + usage.ru_stime) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=200)
+    args = parser.parse_args()
+    if not os.path.exists(f"{CPUACCT}/cpuacct.usage"):
+        sys.exit("bench/cpu.py needs cgroup v1 with the cpuacct controller")
+    cgroup = f"{CPUACCT}/execbox-bench-{os.getpid()}"
+    os.makedirs(cgroup)
+    with open(f"{cgroup}/cgroup.procs", "w") as fh:
+        fh.write(str(os.getpid()))
+
+    def usage_ms() -> float:
+        with open(f"{cgroup}/cpuacct.usage") as fh:
+            return int(fh.read()) / 1e6
+
+    result: dict[str, object] = {}
+    try:
+        with Executor(cache=False) as ex:
+            zygotes = {"light_zygote": ex._host.pid, "heavy_zygote": ex._host.heavy_pid}
+            for _ in range(20):
+                ex.run("print(1)")
+            for name, code, clients in (("print1_1_client", "print(1)", 1),
+                                        ("print1_4_clients", "print(1)", 4),
+                                        ("pandas_1_client", PANDAS, 1)):
+                per = max(1, args.runs // clients)
+                time.sleep(1.0)  # the pool is settled: staging of earlier runs is not counted
+                z0 = {k: proc_cpu_ms(p) for k, p in zygotes.items()}
+                s0, u0, t0 = self_cpu_ms(), usage_ms(), time.monotonic()
+
+                def work(code: str = code, per: int = per) -> None:
+                    for _ in range(per):
+                        r = ex.run(code)
+                        assert r.ok, r
+
+                threads = [threading.Thread(target=work) for _ in range(clients)]
+                for th in threads:
+                    th.start()
+                for th in threads:
+                    th.join()
+                wall = time.monotonic() - t0
+                time.sleep(1.0)  # teardown and restaging of the last slots are counted too
+                n = per * clients
+                total = (usage_ms() - u0) / n
+                caller = (self_cpu_ms() - s0) / n
+                zyg = {k: round((proc_cpu_ms(p) - z0[k]) / n, 2) for k, p in zygotes.items()}
+                result[name] = {
+                    "cpu_ms_per_run": round(total, 2), "runs_per_s": round(n / wall, 1),
+                    "caller_ms": round(caller, 2), **zyg,
+                    "supervisor_init_program_ms": round(total - caller - sum(zyg.values()), 2),
+                    "n": n,
+                }
+    finally:
+        with open(f"{CPUACCT}/cgroup.procs", "w") as fh:
+            fh.write(str(os.getpid()))
+        for _ in range(50):
+            try:
+                for sub in Path(cgroup).iterdir():
+                    if sub.is_dir():
+                        sub.rmdir()
+                os.rmdir(cgroup)
+                break
+            except OSError:
+                time.sleep(0.1)
+    print(f"{'workload':22} {'CPU ms/run':>10} {'caller':>7} {'light':>6} {'heavy':>6} "
+          f"{'sup+init+prog':>13} {'runs/s':>7}")
+    for name, row in result.items():
+        assert isinstance(row, dict)
+        print(f"{name:22} {row['cpu_ms_per_run']:>10.2f} {row['caller_ms']:>7.2f} "
+              f"{row['light_zygote']:>6.2f} {row['heavy_zygote']:>6.2f} "
+              f"{row['supervisor_init_program_ms']:>13.2f} {row['runs_per_s']:>7.1f}")
+    save_results("cpu", result)
+
+
+if __name__ == "__main__":
+    main()
