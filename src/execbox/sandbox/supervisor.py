@@ -306,11 +306,17 @@ class Supervisor:
                 signal.signal(signal.SIGCHLD, signal.SIG_IGN)
                 signal.signal(signal.SIGINT, signal.SIG_IGN)
             jail.drop_privileges(jail.INIT_UID, self.z.cfg.cap_last_cap)
+            # Changing credentials clears the parent-death signal: arm it again, so a killed
+            # supervisor takes init, and with it the whole pid namespace, along.
+            _linux.prctl(_linux.PR_SET_PDEATHSIG, signal.SIGKILL)
             jail.load_seccomp(self.z.cfg)
         except BaseException as exc:  # noqa: BLE001
             _write_quiet(ready_w, f"init: {exc}".encode())
             os._exit(1)
-        _write_quiet(ready_w, INIT_READY)
+        try:
+            os.write(ready_w, INIT_READY)
+        except OSError:  # the supervisor died before the signal was armed: end the namespace
+            os._exit(1)
         os.close(ready_w)
         while True:
             signal.pause()
