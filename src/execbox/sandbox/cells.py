@@ -250,18 +250,21 @@ class SessionSupervisor:
             if self.cell is not None:
                 raise jail.JailError("protocol: a cell arrived while another one runs")
             req = json.loads(payload)
-            now = time.monotonic()
             timeout_s, cpu_s = float(req["timeout_s"]), float(req["cpu_s"])
-            self.cg.reset_memory_peak()
-            self.cell = _Cell(started=now, deadline=now + timeout_s, cpu_base=self.cg.cpu_ns(),
-                              cpu_limit_ns=cpu_s * 1e9, oom_base=self.cg.oom_kills(),
-                              next_cpu_check=now + cpu_s / self.ncpu, timeout_s=timeout_s,
-                              cpu_s=cpu_s)
+            oom_base = self.cg.oom_kills()
             cell = json.dumps({"code": req["code"], "marker": req["marker"]}).encode()
             # The program may not be reading (an earlier cell stopped its loop): never block
             # on it; what it does not take is fed as it becomes writable, within the deadline.
             self.pending_go = protocol.frame(CELL, cell)
+            now = time.monotonic()
             self._feed_go()
+            # The cell's CPU and memory baselines are read while the program wakes up, not
+            # before it is sent the cell: a cell is charged from a few microseconds into it.
+            self.cg.reset_memory_peak()
+            self.cell = _Cell(started=now, deadline=now + timeout_s, cpu_base=self.cg.cpu_ns(),
+                              cpu_limit_ns=cpu_s * 1e9, oom_base=oom_base,
+                              next_cpu_check=now + cpu_s / self.ncpu, timeout_s=timeout_s,
+                              cpu_s=cpu_s)
         elif kind == INT:
             if self.cell is not None and self.cell.reason is None:
                 self._interrupt(payload.decode("ascii", "replace") or "interrupted")

@@ -135,9 +135,7 @@ class SessionChannel:
         marker = f"\x00execbox-cell-end-{os.urandom(12).hex()}\x00"
         request = {"code": code, "marker": marker, "timeout_s": timeout_s, "cpu_s": cpu_s}
         try:
-            self.slot.ctrl.setblocking(True)
-            self.slot.ctrl.sendall(protocol.json_frame(cells.CELL, request))
-            self.slot.ctrl.setblocking(False)
+            self._send(protocol.json_frame(cells.CELL, request))
         except OSError as exc:
             raise HostError(f"the session supervisor did not take the cell: {exc}") from exc
         pump = _CellPump(self, marker.encode(), output_bytes, on_stdout, on_stderr)
@@ -149,6 +147,21 @@ class SessionChannel:
             # stays in step; the caller gets its own exception.
             raise pump.callback_error
         return raw
+
+    def _send(self, data: bytes) -> None:
+        """All of `data` on the (non-blocking) control socket: a small frame goes in one call;
+        a large one waits for room."""
+        sock = self.slot.ctrl
+        try:
+            sent = sock.send(data)
+        except BlockingIOError:
+            sent = 0
+        if sent < len(data):
+            sock.setblocking(True)
+            try:
+                sock.sendall(memoryview(data)[sent:])
+            finally:
+                sock.setblocking(False)
 
     def _check_ended(self) -> None:
         if self.ended is None:
@@ -174,11 +187,9 @@ class SessionChannel:
         """One files API call; returns (answer, bytes read)."""
         self._check_ended()
         try:
-            self.slot.ctrl.setblocking(True)
-            self.slot.ctrl.sendall(protocol.json_frame(cells.FOP, {"op": op, "path": path}))
+            self._send(protocol.json_frame(cells.FOP, {"op": op, "path": path}))
             if data is not None:
-                self.slot.ctrl.sendall(protocol.frame(protocol.FILE, data))
-            self.slot.ctrl.setblocking(False)
+                self._send(protocol.frame(protocol.FILE, data))
         except OSError as exc:
             raise HostError(f"the session supervisor did not take the call: {exc}") from exc
         deadline = time.monotonic() + FILE_OP_TIMEOUT_S
