@@ -66,6 +66,18 @@ def test_variable_set_in_cell_one_is_read_in_cell_three(session: object) -> None
     assert r.stdout == "42\n"
 
 
+def test_a_cell_larger_than_the_pipe_buffer_arrives_whole(session: object) -> None:
+    # The host writes a cell's code to the interpreter without blocking: a cell bigger than
+    # the pipe (64 KiB) is fed as the interpreter reads it, and the next cell is in step.
+    body = "".join(secrets.choice("abcdef") for _ in range(300_000))
+    r = session.run(f"s = {body!r}\nimport hashlib; hashlib.sha256(s.encode()).hexdigest()")  # type: ignore[attr-defined]
+    import hashlib
+
+    assert r.ok, r
+    assert last_text(r) == repr(hashlib.sha256(body.encode()).hexdigest())
+    assert last_text(session.run("len(s)")) == "300000"  # type: ignore[attr-defined]
+
+
 def test_last_expression_value_is_a_text_plain_output(session: object) -> None:
     r = session.run("a = 6\nprint('side effect')\na * 7")  # type: ignore[attr-defined]
     assert r.status is Status.ok

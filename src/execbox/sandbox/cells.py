@@ -3,10 +3,13 @@ cell at a time.
 
 The slot is staged exactly as for a run (cgroup, namespaces, root, init, contained program);
 the request says `session`, and the program starts IPython (see `kernel`) instead of running
-code once. Then, until the host closes the control socket:
-  CELL  forwarded to the program; its wall and CPU time are watched: past either, the cell is
-        interrupted (SIGINT, KeyboardInterrupt in the cell); if it has not answered within
-        GRACE_S, the whole session is killed. INT (from the host: output cap) does the same.
+code once. Once it is ready, the supervisor hands the host the write end of the program's
+cell pipe (with SRDY) and closes its own: the host sends each cell's code to the program
+directly, one process hop less per cell. Then, until the host closes the control socket:
+  CELL  a cell starts (the host sends this before the code): its wall and CPU time are watched
+        from here: past either, the cell is interrupted (SIGINT, KeyboardInterrupt in the
+        cell); if it has not answered within GRACE_S, the whole session is killed. INT (from
+        the host: output cap) does the same.
   FOP   a files API call, done here with `wsfiles` (the program is not involved).
 Each cell answers with CRES (the program's report, checked, plus metrics and the files the
 cell created or changed). When the program dies (OOM, a forbidden syscall, os._exit), the
@@ -26,6 +29,7 @@ import json
 import os
 import select
 import signal
+import socket
 import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -82,7 +86,6 @@ class SessionSupervisor:
         self.inputs: set[tuple[int, int]] = set()
         self.cell: _Cell | None = None
         self.program_fd = -1
-        self.pending_go = b""  # cell bytes not yet taken by the program
         self.ncpu = max(1, len(os.sched_getaffinity(0)))
         self.idle_cpu_base = 0
         self.report_closed_at = 0.0
@@ -104,14 +107,13 @@ class SessionSupervisor:
         except BrokenPipeError:
             pass  # the program died in set-up: its status says why
         os.set_blocking(self.sup.err_r, False)
-        os.set_blocking(self.sup.go_w, False)
         # The heavy zygote writes the program's wait status here when it ends (or closes it,
         # should the zygote itself die): readable means the program is gone.
         self.ended_fd = self.sup.status_r
         try:
             if not self._wait_hello():
                 return
-            protocol.send_all(self.ctrl, protocol.json_frame(SESSION_READY, {}))
+            self._hand_over_cells()
             self.idle_cpu_base = self.cg.cpu_ns()
             self._loop()
         finally:
@@ -141,6 +143,16 @@ class SessionSupervisor:
                         return True
         raise jail.JailError(f"session interpreter did not start within {HELLO_TIMEOUT_S:g} s")
 
+    def _hand_over_cells(self) -> None:
+        """SRDY, carrying the cell pipe's write end: from now on the host writes the cells."""
+        sock = socket.socket(fileno=os.dup(self.ctrl))
+        try:
+            socket.send_fds(sock, [protocol.json_frame(SESSION_READY, {})], [self.sup.go_w])
+        finally:
+            sock.close()
+        os.close(self.sup.go_w)
+        self.sup.go_w = -1
+
     def _read_reports(self) -> list[tuple[bytes, bytes]]:
         """Frames from the program; raises EOFError when it closed the report pipe and
         ValueError when it wrote a frame past the cap."""
@@ -159,21 +171,26 @@ class SessionSupervisor:
             self.poller.register(fd, select.POLLIN)
         while True:
             timeout_ms = max(1, int((self._next_timer() - time.monotonic()) * 1000) + 1)
-            for fd, _ in self.poller.poll(timeout_ms):
-                if fd == self.ended_fd:
-                    self._program_ended()
-                    return
-                if fd == self.sup.err_r:
-                    self._reports()
-                elif fd == self.sup.go_w:
-                    self._feed_go()
-                elif fd == self.ctrl:
-                    try:
-                        kind, payload = protocol.read_frame(self.ctrl)
-                    except EOFError:
-                        return  # the host closed the session
-                    self._command(kind, payload)
+            ready = dict(self.poller.poll(timeout_ms))
+            if self.ended_fd in ready:
+                self._program_ended()
+                return
+            # The host sends CELL before the cell's code, so commands are taken first: a
+            # report read after them belongs to a cell this loop knows of.
+            if self.ctrl in ready and not self._take_command():
+                return  # the host closed the session
+            if self.sup.err_r in ready:
+                self._reports()
             self._check_timers()
+
+    def _take_command(self) -> bool:
+        """One frame from the host; False when it closed the control socket."""
+        try:
+            kind, payload = protocol.read_frame(self.ctrl)
+        except EOFError:
+            return False
+        self._command(kind, payload)
+        return True
 
     def _reports(self) -> None:
         frames: list[tuple[bytes, bytes]] = []
@@ -188,6 +205,11 @@ class SessionSupervisor:
             self._corrupt("the interpreter sent a report larger than the outputs budget")
         for kind, payload in frames:
             cell = self.cell
+            if cell is None and select.select([self.ctrl], [], [], 0)[0]:
+                # The report overtook this loop's look at the control socket, not its CELL.
+                if not self._take_command():
+                    raise _Ended
+                cell = self.cell
             if cell is None:
                 self._corrupt("the interpreter reported while no cell was running")
                 return
@@ -251,15 +273,10 @@ class SessionSupervisor:
                 raise jail.JailError("protocol: a cell arrived while another one runs")
             req = json.loads(payload)
             timeout_s, cpu_s = float(req["timeout_s"]), float(req["cpu_s"])
-            oom_base = self.cg.oom_kills()
-            cell = json.dumps({"code": req["code"], "marker": req["marker"]}).encode()
-            # The program may not be reading (an earlier cell stopped its loop): never block
-            # on it; what it does not take is fed as it becomes writable, within the deadline.
-            self.pending_go = protocol.frame(CELL, cell)
             now = time.monotonic()
-            self._feed_go()
-            # The cell's CPU and memory baselines are read while the program wakes up, not
-            # before it is sent the cell: a cell is charged from a few microseconds into it.
+            # The host writes the code right after this frame, so the program may be some
+            # microseconds into the cell already: its limits are measured from here.
+            oom_base = self.cg.oom_kills()
             self.cg.reset_memory_peak()
             self.cell = _Cell(started=now, deadline=now + timeout_s, cpu_base=self.cg.cpu_ns(),
                               cpu_limit_ns=cpu_s * 1e9, oom_base=oom_base,
@@ -272,23 +289,6 @@ class SessionSupervisor:
             self._file_op(json.loads(payload))
         else:
             raise jail.JailError(f"protocol: unexpected frame {kind!r} in a session")
-
-    def _feed_go(self) -> None:
-        try:
-            while self.pending_go:
-                n = os.write(self.sup.go_w, self.pending_go)
-                self.pending_go = self.pending_go[n:]
-        except BlockingIOError:
-            pass
-        except BrokenPipeError:
-            self.pending_go = b""  # the program is gone: its status reports that next
-        try:
-            if self.pending_go:
-                self.poller.register(self.sup.go_w, select.POLLOUT)
-            else:
-                self.poller.unregister(self.sup.go_w)
-        except KeyError:
-            pass
 
     def _interrupt(self, reason: str) -> None:
         cell = self.cell

@@ -1,6 +1,8 @@
 """The host's end of a session: a staged run slot turned into a long-lived interpreter.
 
-A cell's output streams through the same pipes for the whole session; the program ends each
+The supervisor hands over the write end of the interpreter's cell pipe when the session is
+ready: a cell is announced to the supervisor (CELL, which starts its clocks) and its code
+written to the interpreter directly, without a hop through the supervisor. A cell's output streams through the same pipes for the whole session; the program ends each
 cell's output with a marker the host chose for that cell, so the host knows where one cell's
 output stops. Output caps apply per cell: past the cap, bytes are read and dropped and the cell
 is interrupted. Calls on one channel must not overlap (the `Session` above holds a lock).
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import selectors
+import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -40,6 +43,7 @@ class SessionChannel:
         self._reader = protocol.FrameReader(protocol.MAX_JSON + (1 << 34))
         self._carry = {slot.stdout_r: b"", slot.stderr_r: b""}
         self._pending: list[tuple[bytes, bytes]] = []
+        self.cells_w = -1  # the interpreter's cell pipe, from SRDY
         self.ended: dict[str, Any] | None = None
         self.closed = False
 
@@ -65,8 +69,10 @@ class SessionChannel:
             if kind == cells.END:
                 raise HostError("the session's interpreter exited while starting: "
                                 + str((json.loads(payload).get("error") or {}).get("message")))
-            if kind != cells.SESSION_READY:
-                raise HostError(f"protocol: expected the session to be ready, got {kind!r}")
+            if kind != cells.SESSION_READY or self.cells_w < 0:
+                raise HostError(f"protocol: expected the session to be ready with its cell "
+                                f"pipe, got {kind!r}")
+            os.set_blocking(self.cells_w, False)
         except BaseException:
             self.close()
             raise
@@ -77,6 +83,9 @@ class SessionChannel:
         if self.closed:
             return
         self.closed = True
+        if self.cells_w >= 0:
+            os.close(self.cells_w)
+            self.cells_w = -1
         self.slot.ctrl.close()  # end of file: the supervisor tears the session down
         if not self.slot.wait_gone(wait_s):
             self.slot.kill()
@@ -111,7 +120,15 @@ class SessionChannel:
         if frames:
             return frames
         try:
-            data = self.slot.ctrl.recv(1 << 20)
+            if self.cells_w < 0 and not self.closed:  # SRDY brings a descriptor
+                data, fds, _flags, _addr = socket.recv_fds(self.slot.ctrl, 1 << 20, 1)
+                for fd in fds:
+                    if self.cells_w < 0:
+                        self.cells_w = fd
+                    else:
+                        os.close(fd)
+            else:
+                data = self.slot.ctrl.recv(1 << 20)
         except BlockingIOError:
             return []
         except OSError:
@@ -133,12 +150,14 @@ class SessionChannel:
         ended with it. Raises SessionEnded when it had ended before."""
         self._check_ended()
         marker = f"\x00execbox-cell-end-{os.urandom(12).hex()}\x00"
-        request = {"code": code, "marker": marker, "timeout_s": timeout_s, "cpu_s": cpu_s}
         try:
-            self._send(protocol.json_frame(cells.CELL, request))
+            self._send(protocol.json_frame(cells.CELL, {"timeout_s": timeout_s, "cpu_s": cpu_s}))
         except OSError as exc:
             raise HostError(f"the session supervisor did not take the cell: {exc}") from exc
-        pump = _CellPump(self, marker.encode(), output_bytes, on_stdout, on_stderr)
+        # Then the code, to the interpreter: never blocking on it (it may not be reading, if an
+        # earlier cell stopped its loop); the rest is fed as the pipe takes it.
+        pump = _CellPump(self, marker.encode(), output_bytes, on_stdout, on_stderr,
+                         protocol.json_frame(cells.CELL, {"code": code, "marker": marker}))
         raw = pump.run(time.monotonic() + backstop_s)
         if raw.meta.get("ended"):
             self.ended = raw.meta
@@ -212,8 +231,10 @@ class _CellPump:
     """Moves one cell's output and result from the session's pipes to the caller."""
 
     def __init__(self, channel: SessionChannel, marker: bytes, cap: int,
-                 on_stdout: OutputCallback | None, on_stderr: OutputCallback | None) -> None:
+                 on_stdout: OutputCallback | None, on_stderr: OutputCallback | None,
+                 cell: bytes) -> None:
         self.ch = channel
+        self.cell = memoryview(cell)  # what the interpreter has not taken yet
         slot = channel.slot
         self.marker = marker
         self.cap = cap
@@ -240,6 +261,8 @@ class _CellPump:
                 if carry:
                     self._take(fd, carry)
             drain_until: float | None = None
+            if self._feed():
+                sel.register(ch.cells_w, selectors.EVENT_WRITE)
             self._ctrl()  # frames that arrived with an earlier read
             while True:
                 if self._complete():
@@ -257,17 +280,36 @@ class _CellPump:
                 for key, _ in sel.select(timeout=min(max(wait, 0.001), 1.0)):
                     if key.fileobj is ch.slot.ctrl:
                         self._ctrl()
+                    elif key.fd == ch.cells_w:
+                        if not self._feed():
+                            sel.unregister(ch.cells_w)
                     else:
                         self._read(sel, key.fd)
         finally:
             sel.close()
         assert self.meta is not None
+        if self.cell and not self.meta.get("ended"):
+            # It answered without taking the whole cell: what is left would be read as the
+            # start of the next one.
+            ch.kill()
+            raise HostError("the session's interpreter stopped reading its cells")
         for fd in self.fds:  # what a marker that never came was holding back
             self._emit(fd, self.hold[fd])
             self.hold[fd] = b""
         out, err = self.fds
         return RawRun(self.meta, self.arts, bytes(self.out[out]), bytes(self.out[err]),
                       self.truncated[out], self.truncated[err])
+
+    def _feed(self) -> bool:
+        """Write what the pipe takes of the cell; True while some is left."""
+        try:
+            while self.cell:
+                self.cell = self.cell[os.write(self.ch.cells_w, self.cell):]
+        except BlockingIOError:
+            pass
+        except BrokenPipeError:
+            self.cell = memoryview(b"")  # the interpreter is gone: the supervisor says so next
+        return bool(self.cell)
 
     def _complete(self) -> bool:
         if self.meta is None or len(self.arts) < len(self.meta.get("artifacts", [])):
