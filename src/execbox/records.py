@@ -142,11 +142,11 @@ class RunStore:
         self._rows: _SQLiteRunRows | None = None
         if self.engine.dialect.name == "sqlite":
             sa.event.listen(self.engine, "connect", _sqlite_pragmas)
-            database = self.engine.url.database
-            if database and database != ":memory:" and not database.startswith("file:") \
-                    and not self.engine.url.query:  # plain files only: no URI or options
-                self._rows = _SQLiteRunRows(os.path.abspath(database))
         _meta.create_all(self.engine)
+        database = self.engine.url.database
+        if self.engine.dialect.name == "sqlite" and database and database != ":memory:" \
+                and not database.startswith("file:") and not self.engine.url.query:
+            self._rows = _SQLiteRunRows(os.path.abspath(database))  # plain files only
 
     def close(self) -> None:
         if self._rows is not None:
@@ -327,14 +327,21 @@ class _SQLiteRunRows:
     ~140 against ~50 us per record), and every run and session cell pays it. The schema,
     migrations and every other statement stay SQLAlchemy's."""
 
+    MAX_IDLE = 4  # connections kept open between inserts; more at once are opened and closed
+
     def __init__(self, database: str) -> None:
         self._database = database
         self._columns = [c.name for c in runs.c]
         self._json = frozenset(c.name for c in runs.c if isinstance(c.type, sa.JSON))
         self._sql = (f"INSERT INTO runs ({', '.join(self._columns)}) "
                      f"VALUES ({', '.join('?' * len(self._columns))})")
-        self._idle: collections.deque[sqlite3.Connection] = collections.deque()
+        self._idle: collections.deque[sqlite3.Connection] = collections.deque([self._connect()])
         self._closed = False
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self._database, timeout=60, check_same_thread=False)
+        _sqlite_pragmas(conn, None)
+        return conn
 
     def insert(self, row: dict[str, Any], result_json: str) -> None:
         params = [result_json if name == "result"
@@ -342,16 +349,15 @@ class _SQLiteRunRows:
                   for name in self._columns]
         try:
             conn = self._idle.pop()
-        except IndexError:
-            conn = sqlite3.connect(self._database, timeout=60, check_same_thread=False)
-            _sqlite_pragmas(conn, None)
+        except IndexError:  # another thread has the one kept open
+            conn = self._connect()
         try:
             with conn:  # commits, or rolls back when the insert failed
                 conn.execute(self._sql, params)
         except BaseException:
             conn.close()
             raise
-        if self._closed:
+        if self._closed or len(self._idle) >= self.MAX_IDLE:
             conn.close()
         else:
             self._idle.append(conn)
