@@ -6,8 +6,8 @@ the request says `session`, and the program starts IPython (see `kernel`) instea
 code once. Once it is ready, the supervisor hands the host the write end of the program's
 cell pipe (with SRDY) and closes its own: the host sends each cell's code to the program
 directly, one process hop less per cell. Then, until the host closes the control socket:
-  CELL  a cell starts (the host sends this before the code): its wall and CPU time are watched
-        from here: past either, the cell is interrupted (SIGINT, KeyboardInterrupt in the
+  CELL  a cell has started (the host sends this right after the code): its wall and CPU time
+        are watched from here (CPU used before it counts as between cells): past either, the cell is interrupted (SIGINT, KeyboardInterrupt in the
         cell); if it has not answered within GRACE_S, the whole session is killed. INT (from
         the host: output cap) does the same.
   FOP   a files API call, done here with `wsfiles` (the program is not involved).
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 GRACE_S = 2.0  # how long an interrupted cell has to stop before the session is killed
 HELLO_TIMEOUT_S = 60.0
 IDLE_CHECK_S = 1.0  # how often CPU used between cells is looked at
+CELL_WAIT_S = 1.0  # a report before its cell's CELL: how long CELL may take to follow
 REPORT_EOF_GRACE_S = 1.0  # a closed report pipe with the interpreter still alive is sabotage
 MAX_REPORT_JSON = 256 * 1024  # a cell's report without its outputs
 MAX_REPORT_FRAMES = 2 * kernel.MAX_OUTPUTS + 16  # outputs past the cap are dropped in-jail
@@ -175,8 +176,6 @@ class SessionSupervisor:
             if self.ended_fd in ready:
                 self._program_ended()
                 return
-            # The host sends CELL before the cell's code, so commands are taken first: a
-            # report read after them belongs to a cell this loop knows of.
             if self.ctrl in ready and not self._take_command():
                 return  # the host closed the session
             if self.sup.err_r in ready:
@@ -205,8 +204,8 @@ class SessionSupervisor:
             self._corrupt("the interpreter sent a report larger than the outputs budget")
         for kind, payload in frames:
             cell = self.cell
-            if cell is None and select.select([self.ctrl], [], [], 0)[0]:
-                # The report overtook this loop's look at the control socket, not its CELL.
+            if cell is None and select.select([self.ctrl], [], [], CELL_WAIT_S)[0]:
+                # The host sends CELL right after the code: a quick cell can report first.
                 if not self._take_command():
                     raise _Ended
                 cell = self.cell
@@ -274,7 +273,7 @@ class SessionSupervisor:
             req = json.loads(payload)
             timeout_s, cpu_s = float(req["timeout_s"]), float(req["cpu_s"])
             now = time.monotonic()
-            # The host writes the code right after this frame, so the program may be some
+            # The host wrote the code just before this frame, so the program may be some
             # microseconds into the cell already: its limits are measured from here.
             oom_base = self.cg.oom_kills()
             self.cg.reset_memory_peak()

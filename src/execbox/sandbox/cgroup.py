@@ -205,6 +205,9 @@ class RunCgroup:
     dirs: dict[str, int]
     _procs_fds: list[int] = field(default_factory=list)
     applied: tuple[int, int] | None = None
+    # Counter files stay open once read (a session reads some at every cell): one pread
+    # each time instead of open, read and close. Closed by `remove`.
+    _kept: dict[tuple[int, str, int], int] = field(default_factory=dict)
 
     @property
     def v2(self) -> bool:
@@ -248,35 +251,52 @@ class RunCgroup:
             os.close(fd)
         self._procs_fds = []
 
+    def _kept_fd(self, dir_fd: int, name: str, flags: int) -> int:
+        key = (dir_fd, name, flags)
+        fd = self._kept.get(key)
+        if fd is None:
+            fd = self._kept[key] = os.open(name, flags | os.O_CLOEXEC, dir_fd=dir_fd)
+        return fd
+
+    def _read(self, dir_fd: int, name: str) -> str:
+        return os.pread(self._kept_fd(dir_fd, name, os.O_RDONLY), 65536, 0).decode()
+
     def cpu_ns(self) -> int:
         if self.v2:
-            for line in _read(self.dirs[""], "cpu.stat").splitlines():
+            for line in self._read(self.dirs[""], "cpu.stat").splitlines():
                 key, _, value = line.partition(" ")
                 if key == "usage_usec":
                     return int(value) * 1000
             return 0
         if "cpuacct" in self.dirs:
-            return int(_read(self.dirs["cpuacct"], "cpuacct.usage"))
+            return int(self._read(self.dirs["cpuacct"], "cpuacct.usage"))
         return 0
 
-    def memory_peak(self) -> int:
+    def _peak_fd(self) -> int:
+        # One descriptor for reading and resetting: on v2 a reset holds for reads through the
+        # descriptor that wrote it.
         name = "memory.peak" if self.v2 else "memory.max_usage_in_bytes"
         try:
-            return int(_read(self._mem(), name))
+            return self._kept_fd(self._mem(), name, os.O_RDWR)
+        except PermissionError:  # v2 before 6.12: read-only, no reset
+            return self._kept_fd(self._mem(), name, os.O_RDONLY)
+
+    def memory_peak(self) -> int:
+        try:
+            return int(os.pread(self._peak_fd(), 64, 0))
         except (OSError, ValueError):
             return 0
 
     def reset_memory_peak(self) -> None:
         """Start the peak over (set-up of a staged slot is not the code's memory)."""
-        name = "memory.peak" if self.v2 else "memory.max_usage_in_bytes"
         try:
-            _write(self._mem(), name, "0")
+            os.pwrite(self._peak_fd(), b"0", 0)
         except OSError:  # v2 kernels before 6.12 cannot reset the peak
             pass
 
     def oom_kills(self) -> int:
         name = "memory.events" if self.v2 else "memory.oom_control"
-        for line in _read(self._mem(), name).splitlines():
+        for line in self._read(self._mem(), name).splitlines():
             key, _, value = line.partition(" ")
             if key == "oom_kill":
                 return int(value)
@@ -284,6 +304,9 @@ class RunCgroup:
 
     def remove(self) -> None:
         """Remove the run's directories (the cgroup must hold no processes any more)."""
+        for fd in self._kept.values():
+            os.close(fd)
+        self._kept.clear()
         for controller, fd in list(self.dirs.items()):
             os.close(fd)
             try:

@@ -1,8 +1,8 @@
 """The host's end of a session: a staged run slot turned into a long-lived interpreter.
 
 The supervisor hands over the write end of the interpreter's cell pipe when the session is
-ready: a cell is announced to the supervisor (CELL, which starts its clocks) and its code
-written to the interpreter directly, without a hop through the supervisor. A cell's output streams through the same pipes for the whole session; the program ends each
+ready: a cell's code is written to the interpreter directly, without a hop through the
+supervisor, then announced to the supervisor (CELL, which starts its clocks). A cell's output streams through the same pipes for the whole session; the program ends each
 cell's output with a marker the host chose for that cell, so the host knows where one cell's
 output stops. Output caps apply per cell: past the cap, bytes are read and dropped and the cell
 is interrupted. Calls on one channel must not overlap (the `Session` above holds a lock).
@@ -150,14 +150,16 @@ class SessionChannel:
         ended with it. Raises SessionEnded when it had ended before."""
         self._check_ended()
         marker = f"\x00execbox-cell-end-{os.urandom(12).hex()}\x00"
+        # The code goes to the interpreter first, so it starts at once; never blocking on it
+        # (it may not be reading, if an earlier cell stopped its loop): what the pipe does not
+        # take now is fed as it does. Then CELL starts the supervisor's clocks.
+        pump = _CellPump(self, marker.encode(), output_bytes, on_stdout, on_stderr,
+                         protocol.json_frame(cells.CELL, {"code": code, "marker": marker}))
+        pump.feed()
         try:
             self._send(protocol.json_frame(cells.CELL, {"timeout_s": timeout_s, "cpu_s": cpu_s}))
         except OSError as exc:
             raise HostError(f"the session supervisor did not take the cell: {exc}") from exc
-        # Then the code, to the interpreter: never blocking on it (it may not be reading, if an
-        # earlier cell stopped its loop); the rest is fed as the pipe takes it.
-        pump = _CellPump(self, marker.encode(), output_bytes, on_stdout, on_stderr,
-                         protocol.json_frame(cells.CELL, {"code": code, "marker": marker}))
         raw = pump.run(time.monotonic() + backstop_s)
         if raw.meta.get("ended"):
             self.ended = raw.meta
@@ -261,7 +263,7 @@ class _CellPump:
                 if carry:
                     self._take(fd, carry)
             drain_until: float | None = None
-            if self._feed():
+            if self.cell:
                 sel.register(ch.cells_w, selectors.EVENT_WRITE)
             self._ctrl()  # frames that arrived with an earlier read
             while True:
@@ -281,7 +283,7 @@ class _CellPump:
                     if key.fileobj is ch.slot.ctrl:
                         self._ctrl()
                     elif key.fd == ch.cells_w:
-                        if not self._feed():
+                        if not self.feed():
                             sel.unregister(ch.cells_w)
                     else:
                         self._read(sel, key.fd)
@@ -300,7 +302,7 @@ class _CellPump:
         return RawRun(self.meta, self.arts, bytes(self.out[out]), bytes(self.out[err]),
                       self.truncated[out], self.truncated[err])
 
-    def _feed(self) -> bool:
+    def feed(self) -> bool:
         """Write what the pipe takes of the cell; True while some is left."""
         try:
             while self.cell:
