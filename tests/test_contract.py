@@ -50,6 +50,18 @@ def test_input_names_that_could_escape_are_rejected(name: str) -> None:
         InputFile(name=name, data=b"")
 
 
+def test_code_with_a_lone_surrogate_is_rejected_with_its_line() -> None:
+    # JSON as the standard library (and so FastAPI) decodes it can carry one ("\\udcff"); it
+    # cannot be run, recorded or hashed as UTF-8.
+    body = json.loads('{"code": "x = 1\\ny = \\"\\udcff\\""}')
+    with pytest.raises(ValidationError, match="lone surrogate .* on line 2"):
+        RunRequest.model_validate(body)
+    from execbox.executor import make_request
+
+    with pytest.raises(execbox.UsageError, match="lone surrogate"):
+        make_request("x = '\udcff'")
+
+
 def test_input_file_used_as_directory_is_rejected() -> None:
     with pytest.raises(ValidationError, match="both as file and directory"):
         RunRequest(code="", files=[InputFile(name="a", data=b""), InputFile(name="a/b", data=b"")])

@@ -119,6 +119,17 @@ class RunRequest(BaseModel):
     network: Literal["none"] = Field("none", description="Network access; only 'none' for now.")
     profile: str = Field("data", description="Policy profile checked before the run.")
 
+    @field_validator("code")
+    @classmethod
+    def _unicode_code(cls, code: str) -> str:
+        try:
+            code.encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate ("\udcff" in JSON, say)
+            line = code.count("\n", 0, exc.start) + 1
+            raise ValueError(f"the code is not valid Unicode text: a lone surrogate "
+                             f"{code[exc.start]!r} on line {line}") from None
+        return code
+
     @field_validator("env")
     @classmethod
     def _valid_env(cls, env: dict[str, str]) -> dict[str, str]:

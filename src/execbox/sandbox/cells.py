@@ -6,8 +6,9 @@ the request says `session`, and the program starts IPython (see `kernel`) instea
 code once. Once it is ready, the supervisor hands the host the write end of the program's
 cell pipe (with SRDY) and closes its own: the host sends each cell's code to the program
 directly, one process hop less per cell. Then, until the host closes the control socket:
-  CELL  a cell has started (the host sends this right after the code): its wall and CPU time
-        are watched from here (CPU used before it counts as between cells): past either, the cell is interrupted (SIGINT, KeyboardInterrupt in the
+  CELL  a cell has started (the host sends this right after the code, with the cell's id that
+        its report must echo): its wall and CPU time are watched from here (CPU used before
+        it counts as between cells): past either, the cell is interrupted (SIGINT, KeyboardInterrupt in the
         cell); if it has not answered within GRACE_S, the whole session is killed. INT (from
         the host: output cap) does the same.
   FOP   a files API call, done here with `wsfiles` (the program is not involved).
@@ -53,6 +54,7 @@ LIMIT_STATUSES = ("timeout", "cpu_limit", "output_limit")
 
 @dataclass
 class _Cell:
+    nonce: str  # the host's id of the cell: its report must carry it
     started: float
     deadline: float
     cpu_base: int
@@ -277,7 +279,7 @@ class SessionSupervisor:
             # microseconds into the cell already: its limits are measured from here.
             oom_base = self.cg.oom_kills()
             self.cg.reset_memory_peak()
-            self.cell = _Cell(started=now, deadline=now + timeout_s, cpu_base=self.cg.cpu_ns(),
+            self.cell = _Cell(nonce=str(req.get("cell")), started=now, deadline=now + timeout_s, cpu_base=self.cg.cpu_ns(),
                               cpu_limit_ns=cpu_s * 1e9, oom_base=oom_base,
                               next_cpu_check=now + cpu_s / self.ncpu, timeout_s=timeout_s,
                               cpu_s=cpu_s)
@@ -326,6 +328,11 @@ class SessionSupervisor:
                 report = parsed if isinstance(parsed, dict) else {}
             except Exception:  # noqa: BLE001 - forged: deep nesting, bad JSON, anything
                 report = {}
+        if report.get("cell") != cell.nonce:
+            # Not this cell's answer: one forged before the cell began (a thread an earlier
+            # cell left), or a second one for an earlier cell (a forked copy of the loop).
+            # Taking it would give this cell another's result, and every later cell too.
+            self._corrupt("the interpreter sent a report that is not this cell's")
         raw_error = report.get("error")
         error = _clean_error(raw_error if isinstance(raw_error, dict) else None)
         if error is not None:

@@ -10,6 +10,7 @@ is interrupted. Calls on one channel must not overlap (the `Session` above holds
 
 from __future__ import annotations
 
+import array
 import json
 import os
 import selectors
@@ -121,12 +122,7 @@ class SessionChannel:
             return frames
         try:
             if self.cells_w < 0 and not self.closed:  # SRDY brings a descriptor
-                data, fds, _flags, _addr = socket.recv_fds(self.slot.ctrl, 1 << 20, 1)
-                for fd in fds:
-                    if self.cells_w < 0:
-                        self.cells_w = fd
-                    else:
-                        os.close(fd)
+                data, self.cells_w = _recv_with_fd(self.slot.ctrl)
             else:
                 data = self.slot.ctrl.recv(1 << 20)
         except BlockingIOError:
@@ -150,14 +146,17 @@ class SessionChannel:
         ended with it. Raises SessionEnded when it had ended before."""
         self._check_ended()
         marker = f"\x00execbox-cell-end-{os.urandom(12).hex()}\x00"
+        cell_id = os.urandom(12).hex()  # the report must echo it: no other cell's answer fits
         # The code goes to the interpreter first, so it starts at once; never blocking on it
         # (it may not be reading, if an earlier cell stopped its loop): what the pipe does not
         # take now is fed as it does. Then CELL starts the supervisor's clocks.
         pump = _CellPump(self, marker.encode(), output_bytes, on_stdout, on_stderr,
-                         protocol.json_frame(cells.CELL, {"code": code, "marker": marker}))
+                         protocol.json_frame(cells.CELL, {"code": code, "marker": marker,
+                                                          "cell": cell_id}))
         pump.feed()
         try:
-            self._send(protocol.json_frame(cells.CELL, {"timeout_s": timeout_s, "cpu_s": cpu_s}))
+            self._send(protocol.json_frame(cells.CELL, {"timeout_s": timeout_s, "cpu_s": cpu_s,
+                                                        "cell": cell_id}))
         except OSError as exc:
             raise HostError(f"the session supervisor did not take the cell: {exc}") from exc
         raw = pump.run(time.monotonic() + backstop_s)
@@ -229,6 +228,21 @@ class SessionChannel:
                 return answer, blob
 
 
+def _recv_with_fd(sock: socket.socket) -> tuple[bytes, int]:
+    """Data and at most one passed descriptor (-1 if none), close-on-exec from the start:
+    the host application's children must never inherit a session's cell pipe (3.11's
+    socket.recv_fds drops its flags, so not that)."""
+    data, ancdata, _flags, _addr = sock.recvmsg(1 << 20, socket.CMSG_SPACE(4),
+                                                socket.MSG_CMSG_CLOEXEC)
+    fds = array.array("i")
+    for level, kind, payload in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+    for extra in fds[1:]:
+        os.close(extra)
+    return data, fds[0] if fds else -1
+
+
 class _CellPump:
     """Moves one cell's output and result from the session's pipes to the caller."""
 
@@ -291,10 +305,18 @@ class _CellPump:
             sel.close()
         assert self.meta is not None
         if self.cell and not self.meta.get("ended"):
-            # It answered without taking the whole cell: what is left would be read as the
-            # start of the next one.
+            # It answered without taking the whole cell (the cell's id makes that all but
+            # impossible): what is left would be read as the start of the next one. The code
+            # did it, so it is the session's end, not a sandbox error.
             ch.kill()
-            raise HostError("the session's interpreter stopped reading its cells")
+            self.meta = {"status": "error", "exit_code": None, "signal": "SIGKILL",
+                         "error": {"type": "SessionError", "line": None, "column": None,
+                                   "traceback": None, "message": (
+                                       "the interpreter answered before taking the whole "
+                                       "cell; the session was ended")},
+                         "ended": True, "artifacts": [], "outputs": [],
+                         "metrics": {"wall_ms": 0, "cpu_ms": 0, "memory_peak_bytes": 0}}
+            self.arts = []
         for fd in self.fds:  # what a marker that never came was holding back
             self._emit(fd, self.hold[fd])
             self.hold[fd] = b""
