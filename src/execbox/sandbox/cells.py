@@ -8,9 +8,9 @@ cell pipe (with SRDY) and closes its own: the host sends each cell's code to the
 directly, one process hop less per cell. Then, until the host closes the control socket:
   CELL  a cell has started (the host sends this right after the code, with the cell's id that
         its report must echo): its wall and CPU time are watched from here (CPU used before
-        it counts as between cells): past either, the cell is interrupted (SIGINT, KeyboardInterrupt in the
-        cell); if it has not answered within GRACE_S, the whole session is killed. INT (from
-        the host: output cap) does the same.
+        it counts as between cells): past either, the cell is interrupted (SIGINT,
+        KeyboardInterrupt in the cell); if it has not answered within GRACE_S, the whole
+        session is killed. INT (from the host: output cap) does the same.
   FOP   a files API call, done here with `wsfiles` (the program is not involved).
 Each cell answers with CRES (the program's report, checked, plus metrics and the files the
 cell created or changed). When the program dies (OOM, a forbidden syscall, os._exit), the
@@ -279,7 +279,8 @@ class SessionSupervisor:
             # microseconds into the cell already: its limits are measured from here.
             oom_base = self.cg.oom_kills()
             self.cg.reset_memory_peak()
-            self.cell = _Cell(nonce=str(req.get("cell")), started=now, deadline=now + timeout_s, cpu_base=self.cg.cpu_ns(),
+            self.cell = _Cell(nonce=str(req.get("cell")), started=now,
+                              deadline=now + timeout_s, cpu_base=self.cg.cpu_ns(),
                               cpu_limit_ns=cpu_s * 1e9, oom_base=oom_base,
                               next_cpu_check=now + cpu_s / self.ncpu, timeout_s=timeout_s,
                               cpu_s=cpu_s)

@@ -2,8 +2,9 @@
 
 The supervisor hands over the write end of the interpreter's cell pipe when the session is
 ready: a cell's code is written to the interpreter directly, without a hop through the
-supervisor, then announced to the supervisor (CELL, which starts its clocks). A cell's output streams through the same pipes for the whole session; the program ends each
-cell's output with a marker the host chose for that cell, so the host knows where one cell's
+supervisor, then announced to the supervisor (CELL, which starts its clocks). A cell's output
+streams through the same pipes for the whole session; the program ends each cell's output
+with a marker the host chose for that cell, so the host knows where one cell's
 output stops. Output caps apply per cell: past the cap, bytes are read and dropped and the cell
 is interrupted. Calls on one channel must not overlap (the `Session` above holds a lock).
 """
