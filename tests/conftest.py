@@ -107,6 +107,20 @@ def jailed(executor: execbox.Executor) -> execbox.Executor:
     return executor
 
 
+@pytest.fixture(scope="module")
+def jailed_one_slot() -> Iterator[execbox.Executor]:
+    """An executor of its own with one slot of each kind, so that consecutive runs of a kind
+    reuse the same slot; proven jailed like `jailed`."""
+    reason = _host_can_sandbox()
+    if reason:
+        pytest.skip(f"SANDBOX UNAVAILABLE, sandbox tests skipped: {reason}")
+    with execbox.Executor(cache=False, pool_size=1) as ex:
+        problem = prove_jail(ex)
+        if problem:
+            pytest.skip(f"JAIL NOT PROVEN, hostile test skipped: {problem}")
+        yield ex
+
+
 class CellRunner:
     """Runs each program as the first cell of a fresh session, so that the attack tests written
     against runs attack sessions too (same `run` signature; everything else is the executor's)."""

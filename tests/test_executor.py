@@ -65,13 +65,16 @@ def test_zygote_death_is_recovered_by_the_next_run(executor: Executor) -> None:
     assert r.status is Status.ok and r.stdout == "again\n"
 
 
-def test_heavy_zygote_death_is_recovered_by_the_next_run(executor: Executor) -> None:
+@pytest.mark.parametrize("kind, code", [("heavy", "import pandas\nprint('again')"),
+                                        ("light", "print('again')")])
+def test_program_zygote_death_is_recovered_by_the_next_run(executor: Executor, kind: str,
+                                                          code: str) -> None:
     import os
     import signal
 
-    os.kill(executor._host.heavy_pid, signal.SIGKILL)
-    executor._host._heavy_proc.wait()
-    r = executor.run("import pandas\nprint('again')")
+    os.kill(getattr(executor._host, f"{kind}_pid"), signal.SIGKILL)
+    executor._host._starting[kind].proc.wait()
+    r = executor.run(code)
     assert r.status is Status.ok and r.stdout == "again\n"
 
 

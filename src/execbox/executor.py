@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import sys
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
@@ -36,7 +37,7 @@ from .contract import (
     StreamEvent,
 )
 from .errors import Overloaded, SandboxError, SandboxUnavailable, SessionClosed, UsageError
-from .image import Image
+from .image import LIGHT_PRELOAD, Image
 from .records import PolicyInfo, RunStore
 from .redact import Redactor
 from .sandbox.channel import SessionEnded
@@ -131,7 +132,8 @@ class Executor:
     def _start_host(self) -> ZygoteProcess:
         try:
             return ZygoteProcess(self.image.python, self.image.zygote_env(), self.image.ro_paths,
-                                 list(self.image.preload), pool_size=self.pool_size)
+                                 list(self.image.preload), list(LIGHT_PRELOAD),
+                                 pool_size=self.pool_size)
         except HostError as exc:
             raise SandboxUnavailable(f"{exc}; see `execbox doctor`") from exc
 
@@ -236,7 +238,8 @@ class Executor:
         if _session is not None:
             result = self._cell_run(_session, request, base, on_stdout, on_stderr)
         else:
-            result = self._sandbox_run(request, base, on_stdout, on_stderr)
+            result = self._sandbox_run(request, base, on_stdout, on_stderr,
+                                       program_kind(verdict.imports))
         result = _redact(result, redactor)
         if budget is not None and reservation is not None:
             budget.settle(reservation, result.metrics.wall_ms / 1000,
@@ -258,14 +261,14 @@ class Executor:
 
     def _sandbox_run(self, request: RunRequest, base: RunResult,
                      on_stdout: OutputCallback | None,
-                     on_stderr: OutputCallback | None) -> RunResult:
+                     on_stderr: OutputCallback | None, kind: str = "heavy") -> RunResult:
         limits = request.limits
         host = self._live_host()
         spec = _spec(limits, request)
         with self._admission:
             try:
                 raw = host.execute(
-                    host.pool.take(SLOT_WAIT_S),
+                    host.pool.take(kind, SLOT_WAIT_S),
                     {"code": request.code, "run_id": base.run_id, "spec": spec},
                     [(f.name, f.data) for f in request.files], request.stdin,
                     limits.output_bytes, limits.timeout_s + BACKSTOP_GRACE_S,
@@ -536,6 +539,20 @@ class ReplayReport(BaseModel):
         return cls(original=original, replay=replay, matches=not diffs, differences=diffs,
                    image_changed=original.image_digest != replay.image_digest,
                    env_redacted=env_redacted)
+
+
+def program_kind(imports: frozenset[str] | None) -> str:
+    """Which program zygote runs the code: "light" (standard library only, a fork of a small
+    interpreter) when the code imports nothing else, "heavy" (numpy, pandas, matplotlib and
+    scipy already imported) otherwise. Code the policy could not parse fails to compile in the
+    sandbox too: it goes light. An import the analysis cannot see (a computed name) still works
+    in a light program, at the price of importing the module then."""
+    if imports is None or imports <= _STDLIB:
+        return "light"
+    return "heavy"
+
+
+_STDLIB = frozenset(sys.stdlib_module_names)
 
 
 def _spec(limits: Limits, request: RunRequest) -> dict[str, Any]:

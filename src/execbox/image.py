@@ -25,6 +25,12 @@ from .errors import SandboxUnavailable, UsageError
 
 LOCK_FILE = Path(__file__).parent / "runtime" / "requirements.lock"
 PRELOAD = ["numpy", "numpy.random", "pandas", "matplotlib", "matplotlib.pyplot", "scipy"]
+# The light program zygote: what the runner needs and the standard-library modules code most
+# often imports (a module not listed still imports, from the read-only image, at its own cost).
+LIGHT_PRELOAD = ["random", "json", "traceback", "linecache", "math", "re", "collections",
+                 "itertools", "functools", "typing", "heapq", "bisect", "string", "operator",
+                 "copy", "dataclasses", "fractions", "decimal", "datetime", "hashlib",
+                 "statistics"]
 _SKIP_DIRS = {"__pycache__"}
 
 

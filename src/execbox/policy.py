@@ -155,6 +155,9 @@ class Verdict:
     message: str | None
     line: int | None
     limits: Limits
+    # Top-level modules the code imports (statically, and through __import__/importlib with a
+    # constant name); None when the code was not analysed.
+    imports: frozenset[str] | None = None
 
 
 def load_profiles(path: Path | None = None) -> dict[str, Profile]:
@@ -343,9 +346,9 @@ class _Checker:
         self.limits = _effective_limits(request.limits, profile)
 
     def verdict(self, decision: Decision, rule: str | None = None, message: str | None = None,
-                line: int | None = None) -> Verdict:
+                line: int | None = None, imports: frozenset[str] | None = None) -> Verdict:
         return Verdict(decision=decision, rule=rule, message=message, line=line,
-                       limits=self.limits)
+                       limits=self.limits, imports=imports)
 
     def advice(self, accepts: Callable[[Profile], bool], otherwise: str) -> str:
         """What to do: the first other profile (in file order) that accepts, and `otherwise`."""
@@ -376,13 +379,16 @@ class _Checker:
             return self.verdict("allow", "code.syntax", (
                 f"the code was not analysed ({type(exc).__name__}: {exc}); "
                 "the run reports the error"), line)
-        findings = _Analysis(tree, self).findings
+        analysis = _Analysis(tree, self)
+        findings = analysis.findings
+        imports = frozenset(analysis.imports)
         for decision in ("deny", "needs_approval"):
             chosen = [f for f in findings if f.decision == decision]
             if chosen:
                 first = min(chosen, key=lambda f: (f.line, f.col))
-                return self.verdict(first.decision, first.rule, first.message, first.line)
-        return self.verdict("allow")
+                return self.verdict(first.decision, first.rule, first.message, first.line,
+                                    imports)
+        return self.verdict("allow", imports=imports)
 
     def inputs(self) -> Verdict | None:
         p, key, files = self.profile, self.key, self.request.files
@@ -438,6 +444,7 @@ class _Analysis:
         self.star_modules: list[str] = []
         self.path_names: dict[str, tuple[str, bool]] = {}
         self.findings: list[_Finding] = []
+        self.imports: set[str] = set()
         nodes = list(ast.walk(tree))
         self.bind_imports(nodes)
         self.bind_assignments(nodes)
@@ -634,6 +641,7 @@ class _Analysis:
         return [path[0] for path in found if path is not None]
 
     def check_import(self, module: str, node: ast.stmt | ast.expr) -> None:
+        self.imports.add(module)
         rule = _import_rule(self.profile, module)
         if rule is None:
             return

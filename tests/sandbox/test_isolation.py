@@ -948,14 +948,19 @@ def _settled(executor: Executor, hier: Hierarchy, timeout_s: float = 10.0) -> bo
     """Wait until the pool is full and quiet: every slot staged and waiting, nothing of a
     finished run still cleaning up, nothing being staged."""
     zygote, prefix, pool = executor._host.pid, executor._host._prefix, executor.pool_size
-    heavy = executor._host.heavy_pid
+    heavy, light = executor._host.heavy_pid, executor._host.light_pid
     deadline = time.monotonic() + timeout_s
     quiet = 0
     while time.monotonic() < deadline:
         names = {e.split(":", 1)[1] for e in _cgroup_entries(hier, prefix)}
-        full = (executor._host.pool._ready.qsize() == pool
-                and len(_zygote_children(zygote)) == pool and len(names) == pool
-                and len(_zygote_children(heavy)) == pool)  # one staged program per slot
+        supervisors = _zygote_children(zygote)
+        inits = [pid for sup in supervisors for pid in _zygote_children(sup)]
+        # pool_size slots of each kind, each with one init and one staged program
+        full = (executor._host.pool.ready_count() == 2 * pool
+                and len(supervisors) == 2 * pool and len(names) == 2 * pool
+                and len(inits) == 2 * pool
+                and len(_zygote_children(heavy)) == pool
+                and len(_zygote_children(light)) == pool)
         quiet = quiet + 1 if full else 0
         if quiet >= 3:  # three looks in a row, 50 ms apart
             return True
@@ -965,14 +970,17 @@ def _settled(executor: Executor, hier: Hierarchy, timeout_s: float = 10.0) -> bo
 
 def _check_500_runs_leave_nothing(executor: Executor) -> None:
     # With pre-staged slots, what may exist between runs is exactly the staged pool: one
-    # cgroup name, one supervisor and one program per waiting slot. Everything of a finished
-    # run is gone, its status pipe in the heavy zygote included.
+    # cgroup name, one supervisor, one init and one program per waiting slot. Everything of a
+    # finished run is gone, its status pipe in the program zygote included. The slots are
+    # reused: 500 runs on a handful of slots, each restaged between runs.
     hier = Hierarchy.discover()
     zygote, prefix = executor._host.pid, executor._host._prefix
-    heavy = executor._host.heavy_pid
+    heavy, light = executor._host.heavy_pid, executor._host.light_pid
     executor.run("pass", limits=SMALL)  # warm up: anything created once is not a leak
     assert _settled(executor, hier), "control: the pool never settled before the runs"
-    before = (_mountinfo(), _fd_count("self"), _fd_count(zygote), _fd_count(heavy))
+    slots_before = executor._host.unused_slot_names()
+    before = (_mountinfo(), _fd_count("self"), _fd_count(zygote), _fd_count(heavy),
+              _fd_count(light))
     statuses: dict[Status, int] = {}
     for _ in range(500):
         r = executor.run("pass", limits=SMALL)
@@ -985,11 +993,14 @@ def _check_500_runs_leave_nothing(executor: Executor) -> None:
                      f"{[_describe_process(p) for p in kids]}, staging error "
                      f"{executor._host.pool._error}")
     assert names == executor._host.unused_slot_names(), "cgroups other than the staged slots"
-    after = (_mountinfo(), _fd_count("self"), _fd_count(zygote), _fd_count(heavy))
+    assert executor._host.unused_slot_names() == slots_before, "slots were replaced, not reused"
+    after = (_mountinfo(), _fd_count("self"), _fd_count(zygote), _fd_count(heavy),
+             _fd_count(light))
     assert set(after[0]) ^ set(before[0]) == set(), "host mounts changed"
     assert after[1] <= before[1], f"test process descriptors grew {before[1]} -> {after[1]}"
     assert after[2] <= before[2], f"zygote descriptors grew {before[2]} -> {after[2]}"
     assert after[3] <= before[3], f"heavy zygote descriptors grew {before[3]} -> {after[3]}"
+    assert after[4] <= before[4], f"light zygote descriptors grew {before[4]} -> {after[4]}"
     assert executor._host.alive()
 
 
@@ -998,9 +1009,10 @@ def _maps_heavy_modules(pid: int) -> bool:
         return "/numpy/" in fh.read()
 
 
-def test_only_programs_are_forks_of_the_heavy_zygote() -> None:
-    """Supervisors and init come from the light zygote: they must not carry (and fork, and
-    tear down) the pre-imported runtime; the staged programs must."""
+def test_only_heavy_programs_are_forks_of_the_heavy_zygote() -> None:
+    """Supervisors and init come from the supervisors' zygote, light programs from the light
+    one: they must not carry (and fork, and tear down) the pre-imported runtime; the staged
+    heavy programs must."""
     with Executor(cache=False) as own:  # no other test's sessions among its processes
         _check_only_programs_are_heavy(own)
 
@@ -1008,14 +1020,15 @@ def test_only_programs_are_forks_of_the_heavy_zygote() -> None:
 def _check_only_programs_are_heavy(executor: Executor) -> None:
     executor.run("pass", limits=SMALL)
     assert _settled(executor, Hierarchy.discover()), "the pool never settled"
-    light, heavy = executor._host.pid, executor._host.heavy_pid
+    zygote, heavy, light = executor._host.pid, executor._host.heavy_pid, executor._host.light_pid
     assert _maps_heavy_modules(heavy), "control: the heavy zygote has numpy mapped"
-    supervisors = _zygote_children(light)
+    supervisors = _zygote_children(zygote)
     inits = [pid for sup in supervisors for pid in _zygote_children(sup)]
     programs = _zygote_children(heavy)
-    assert supervisors and len(inits) == len(supervisors) == len(programs), \
-        (supervisors, inits, programs)
-    for pid in [light, *supervisors, *inits]:
+    light_programs = _zygote_children(light)
+    assert supervisors and len(inits) == len(supervisors) == len(programs) + len(light_programs), \
+        (supervisors, inits, programs, light_programs)
+    for pid in [zygote, light, *supervisors, *inits, *light_programs]:
         assert not _maps_heavy_modules(pid), f"process {pid} carries the heavy modules"
     for pid in programs:
         assert _maps_heavy_modules(pid), f"staged program {pid} lacks the pre-imported modules"

@@ -39,6 +39,7 @@ MNT_DETACH = 2
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_SET_SECCOMP = 22
+PR_CAPBSET_READ = 23
 PR_CAPBSET_DROP = 24
 PR_SET_SECUREBITS = 28
 PR_SET_NO_NEW_PRIVS = 38
@@ -130,17 +131,24 @@ def clear_capabilities() -> None:
     _check(_libc.capset(ctypes.byref(header), data), "capset")
 
 
-def load_seccomp_bpf(program: bytes) -> None:
-    """Install a classic BPF seccomp program (requires no_new_privs or CAP_SYS_ADMIN)."""
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
-    class SockFprog(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
-    if not program or len(program) % 8:
-        raise OSError(0, "seccomp: malformed BPF program")
-    buf = ctypes.create_string_buffer(program, len(program))
-    prog = SockFprog(len(program) // 8, ctypes.cast(buf, ctypes.c_void_p))
-    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog))
+class SeccompLoader:
+    """A classic BPF seccomp program, laid out in memory once (a fork installs it with one
+    call, requiring no_new_privs or CAP_SYS_ADMIN)."""
+
+    def __init__(self, program: bytes) -> None:
+        if not program or len(program) % 8:
+            raise OSError(0, "seccomp: malformed BPF program")
+        self._buf = ctypes.create_string_buffer(program, len(program))
+        self._prog = _SockFprog(len(program) // 8, ctypes.cast(self._buf, ctypes.c_void_p))
+        self._addr = ctypes.addressof(self._prog)
+
+    def install(self) -> None:
+        prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, self._addr)
+
 
 
 def loopback_up() -> None:

@@ -148,13 +148,9 @@ class SessionSupervisor:
 
     def _hand_over_cells(self) -> None:
         """SRDY, carrying the cell pipe's write end: from now on the host writes the cells."""
-        sock = socket.socket(fileno=os.dup(self.ctrl))
-        try:
-            socket.send_fds(sock, [protocol.json_frame(SESSION_READY, {})], [self.sup.go_w])
-        finally:
-            sock.close()
-        os.close(self.sup.go_w)
-        self.sup.go_w = -1
+        socket.send_fds(self.sup.ctrl_sock, [protocol.json_frame(SESSION_READY, {})],
+                        [self.sup.go_w])
+        self.sup.close_go()
 
     def _read_reports(self) -> list[tuple[bytes, bytes]]:
         """Frames from the program; raises EOFError when it closed the report pipe and

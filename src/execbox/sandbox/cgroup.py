@@ -272,6 +272,10 @@ class RunCgroup:
             return int(self._read(self.dirs["cpuacct"], "cpuacct.usage"))
         return 0
 
+    def has_processes(self) -> bool:
+        """Whether any process is still in the cgroup (in any controller's hierarchy)."""
+        return any(self._read(d, "cgroup.procs").strip() for d in self.dirs.values())
+
     def _peak_fd(self) -> int:
         # One descriptor for reading and resetting: on v2 a reset holds for reads through the
         # descriptor that wrote it.

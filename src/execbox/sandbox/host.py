@@ -1,5 +1,5 @@
-"""The host side of the boundary: start the zygotes, hand them one run at a time, stream the run's
-stdin, stdout and stderr with caps, and read the supervisor's result.
+"""The host side of the boundary: start the zygotes, keep run slots staged, hand them one run at a
+time, stream the run's stdin, stdout and stderr with caps, and read the supervisor's result.
 
 Output caps are enforced while streaming: past the cap the bytes are read and dropped, and the
 supervisor is told to end the run, so the host never buffers more than the cap.
@@ -7,10 +7,10 @@ supervisor is told to end the run, so the host never buffers more than the cap.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 import os
-import queue
 import select
 import selectors
 import signal
@@ -55,119 +55,108 @@ class RawRun:
     stderr_truncated: bool = False
 
 
+KINDS = ("light", "heavy")  # of program zygote: standard library only, or the data stack too
+STAGE_TIMEOUT_S = 30.0  # a slot not staged by then is killed and replaced
+
+
 class ZygoteProcess:
-    """The two running fork servers in the runtime image's interpreter (see `zygote`): a light
-    one that forks supervisors and init, and a heavy one, with the runtime's modules imported,
-    that forks only the programs."""
+    """The three running fork servers in the runtime image's interpreter (see `zygote`): one
+    that forks supervisors and init, and two that fork only programs, a light one (standard
+    library) and a heavy one (the runtime's data modules imported)."""
 
     def __init__(self, python: Path, env: dict[str, str], ro_paths: list[str],
-                 preload: list[str], ready_timeout_s: float = 60.0, pool_size: int = 4) -> None:
+                 preload: list[str], light_preload: list[str] | None = None,
+                 ready_timeout_s: float = 60.0, pool_size: int = 4) -> None:
         import execbox
 
         src = str(Path(execbox.__file__).resolve().parent.parent)
-        # Supervisors ask the heavy zygote for their programs on this pair: one end is the
-        # heavy zygote's, the other the light one's (and so every supervisor's).
-        spawn_heavy, spawn_light = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # Supervisors ask a program zygote for their programs on one of these pairs: one end
+        # is the program zygote's, the other the supervisors' zygote's (and so every
+        # supervisor's).
+        pairs = {kind: socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) for kind in KINDS}
         common = {"ro_paths": ro_paths, "src_paths": [src]}
-        self._starting: list[_Starting] = []
+        preloads = {"heavy": preload, "light": light_preload or []}
+        self._starting: dict[str, _Starting] = {}
         try:
-            # Both start at once: the heavy one's imports are most of the wait.
-            heavy = _Starting(python, env, dict(common, role="programs", preload=preload),
-                              spawn_heavy)
-            self._starting.append(heavy)
-            light = _Starting(python, env, dict(common, role="supervisors", preload=[]),
-                              spawn_light)
-            self._starting.append(light)
+            # All start at once: the heavy one's imports are most of the wait.
+            for kind in ("heavy", "light"):
+                prog = pairs[kind][0]
+                self._starting[kind] = _Starting(
+                    python, env if kind == "heavy" else _small_heap(env), dict(common, role="programs", kind=kind,
+                                      preload=preloads[kind], spawn_fd=prog.fileno()), [prog])
+            sup_ends = [pairs[kind][1] for kind in KINDS]
+            self._starting["supervisors"] = _Starting(
+                python, env, dict(common, role="supervisors", preload=[],
+                                  spawn_fds={k: pairs[k][1].fileno() for k in KINDS}), sup_ends)
         except BaseException:
             self.close()
             raise
         finally:
-            spawn_heavy.close()
-            spawn_light.close()
-        infos = [z.ready(ready_timeout_s) for z in self._starting]
-        failed = [info for info in infos if not info.get("ready")]
+            for pair in pairs.values():
+                for end in pair:
+                    end.close()
+        infos = {name: z.ready(ready_timeout_s) for name, z in self._starting.items()}
+        failed = [(name, info) for name, info in infos.items() if not info.get("ready")]
         if failed:
             self.close()
-            raise HostError(f"the zygote ({failed[0].get('role', '?')}) failed to start: "
-                            f"{failed[0].get('error')}")
-        self._proc, self._sock = light.proc, light.sock
-        self._heavy_proc = heavy.proc
-        self.heavy_pid = heavy.proc.pid
+            name, info = failed[0]
+            raise HostError(f"the zygote ({name}) failed to start: {info.get('error')}")
+        sup = self._starting["supervisors"]
+        self._proc, self._sock = sup.proc, sup.sock
+        self.heavy_pid = self._starting["heavy"].proc.pid
+        self.light_pid = self._starting["light"].proc.pid
         self.info: dict[str, Any] = dict(
-            infos[1], preloaded=infos[0]["preloaded"],
-            startup_ms=max(info["startup_ms"] for info in infos))
-        self._prefix = f"x{os.getpid()}-{infos[1]['pid']}-"
+            infos["supervisors"], preloaded=infos["heavy"]["preloaded"],
+            light_preloaded=infos["light"]["preloaded"],
+            startup_ms=max(info["startup_ms"] for info in infos.values()))
+        self._prefix = f"x{os.getpid()}-{infos['supervisors']['pid']}-"
         try:
             Hierarchy.discover().sweep_orphans()
         except OSError:
             pass
         self._counter = itertools.count()
-        self._lock = threading.Lock()
         self._closed = False
-        self._unused: set[str] = set()
         self.pool = SlotPool(self, pool_size)
 
     @property
     def pid(self) -> int:
-        """The light zygote: the parent of every supervisor."""
+        """The supervisors' zygote: the parent of every supervisor."""
         return self._proc.pid
 
     def alive(self) -> bool:
-        return self._proc.poll() is None and self._heavy_proc.poll() is None
+        return all(z.proc.poll() is None for z in self._starting.values())
 
-    def stage(self, timeout_s: float = 30.0) -> Slot:
-        """Fork a supervisor and let it stage a run slot (cgroup, namespaces, root, init and a
-        contained program waiting for its code). Raises HostError when staging fails."""
+    def start_slot(self, kind: str) -> Slot:
+        """Ask for a new supervisor; it builds its slot and stages a run of `kind` (the pool
+        reads its RDY, see `Slot.read_staging`). Raises HostError when the zygote is gone."""
         if self._closed:
             raise HostError("the sandbox host is closed")
         name = f"{self._prefix}{next(self._counter)}"
-        with self._lock:
-            self._unused.add(name)
         ctrl, ctrl_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        stdin_r, stdin_w = os.pipe()
-        stdout_r, stdout_w = os.pipe()
-        stderr_r, stderr_w = os.pipe()
-        child_fds = [ctrl_child.fileno(), stdin_r, stdout_w, stderr_w]
-        slot = Slot(name, ctrl, stdin_w, stdout_r, stderr_r)
         try:
-            try:
-                socket.send_fds(self._sock, [name.encode()], child_fds)
-            except OSError as exc:
-                raise HostError(f"the zygote is gone: {exc}") from exc
-            finally:
-                ctrl_child.close()
-                for fd in child_fds[1:]:
-                    os.close(fd)
-            ctrl.settimeout(timeout_s)
-            reader = protocol.FrameReader()
-            while True:
-                try:
-                    data = ctrl.recv(65536)
-                except OSError as exc:
-                    raise HostError(f"staging a run slot failed: {exc}") from exc
-                if not data:
-                    raise HostError("the run supervisor exited while staging")
-                for kind, payload in reader.feed(data):
-                    if kind == protocol.PID:
-                        slot.watch(json.loads(payload)["pid"])
-                    elif kind == protocol.ERR:
-                        raise HostError("sandbox: " + json.loads(payload)["message"])
-                    elif kind == protocol.RDY:
-                        ctrl.settimeout(None)
-                        return slot
-        except BaseException:
-            self._release(slot)
-            raise
+            socket.send_fds(self._sock, [f"{name} {kind}".encode()], [ctrl_child.fileno()])
+        except OSError as exc:
+            ctrl.close()
+            raise HostError(f"the zygote is gone: {exc}") from exc
+        finally:
+            ctrl_child.close()
+        return Slot(name, kind, ctrl)
 
     def open_session(self, slot_wait_s: float) -> SessionChannel:
         """A staged slot, to be started as a session (see `channel`)."""
         from .channel import SessionChannel
 
-        return SessionChannel(self.pool.take(slot_wait_s), self._release)
+        return SessionChannel(self.pool.take("heavy", slot_wait_s), self._release)
 
     def _release(self, slot: Slot) -> None:
-        with self._lock:
-            self._unused.discard(slot.name)
+        """A slot back from a run: staged again for the next one when the run ended cleanly,
+        else closed (its supervisor tears it down, or is dead and we remove its cgroup)."""
+        if slot.reusable and not self._closed and self.pool.recycle(slot):
+            return
+        self._forget(slot)
+        self.pool.discard(slot)
+
+    def _forget(self, slot: Slot) -> None:
         if slot.killed:
             # A killed supervisor could not remove its cgroup: once it is gone, we do.
             slot.wait_gone(5.0)
@@ -178,16 +167,15 @@ class ZygoteProcess:
         slot.close()
 
     def unused_slot_names(self) -> set[str]:
-        """Cgroup names of slots staged (or being staged) and not used yet."""
-        with self._lock:
-            return set(self._unused)
+        """Cgroup names of the slots that run nothing now: staged, or being staged."""
+        return self.pool.unused_names()
 
     def execute(self, slot: Slot, request: dict[str, Any], files: list[tuple[str, bytes]],
                 stdin: bytes, output_bytes: int, backstop_s: float,
                 on_stdout: OutputCallback | None = None,
                 on_stderr: OutputCallback | None = None) -> RawRun:
-        """Run one request in a staged slot (used once, closed here); raises HostError for
-        failures of the sandbox itself."""
+        """Run one request in a staged slot (given back to the pool here); raises HostError
+        for failures of the sandbox itself."""
         request = dict(request, files=[{"name": n, "size": len(d)} for n, d in files])
         try:
             try:
@@ -208,7 +196,7 @@ class ZygoteProcess:
         if pool is not None:
             pool.close()
         self._closed = True
-        for z in getattr(self, "_starting", []):
+        for z in getattr(self, "_starting", {}).values():
             z.stop()
         prefix = getattr(self, "_prefix", None)
         if prefix:
@@ -218,20 +206,28 @@ class ZygoteProcess:
                 pass
 
 
+def _small_heap(env: dict[str, str]) -> dict[str, str]:
+    """A small interpreter forks faster with Python's own allocator: the huge pages that make
+    copying the heavy one's page tables cheap cost a split of a 2 MiB page at the first write
+    to each in a child, which a 9 MB heap does not win back (measured: ~15% less CPU per
+    program)."""
+    return {k: v for k, v in env.items() if k not in ("PYTHONMALLOC", "GLIBC_TUNABLES")}
+
+
 class _Starting:
     """One zygote process and the host's socket to it."""
 
     def __init__(self, python: Path, env: dict[str, str], options: dict[str, Any],
-                 spawn: socket.socket) -> None:
+                 passed: list[socket.socket]) -> None:
         self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        options = dict(options, spawn_fd=spawn.fileno())
         try:
             self.proc = subprocess.Popen(
                 # Not -I: its -E would drop PYTHONMALLOC. The environment is ours alone (`env`),
                 # -s skips user site-packages and -P keeps the working directory off sys.path.
                 [str(python), "-s", "-P", "-B", "-c", _BOOT, str(child.fileno())],
                 env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                pass_fds=[child.fileno(), spawn.fileno()], cwd="/", start_new_session=True,
+                pass_fds=[child.fileno(), *(p.fileno() for p in passed)], cwd="/",
+                start_new_session=True,
             )
         except BaseException:
             self.sock.close()
@@ -263,82 +259,214 @@ class _Starting:
 
 
 class SlotPool:
-    """Keeps `size` run slots staged in the background, so a request never pays for forks,
-    namespaces, mounts or the cgroup. Each slot serves one run and is then gone."""
+    """Keeps `size` run slots of each kind staged, so a request never pays for forks,
+    namespaces, mounts or the cgroup. A slot serves one run at a time and, when the run ended
+    cleanly, is staged again for the next (fresh pid and ipc namespaces, init, scratch mounts
+    and program: see `supervisor`). One thread reads what staging slots report."""
 
     def __init__(self, zygote: ZygoteProcess, size: int) -> None:
         self._zygote = zygote
-        self._ready: queue.Queue[Slot] = queue.Queue()
-        self._space = threading.Semaphore(size)
-        self._closed = threading.Event()
+        self._size = size
+        self._cond = threading.Condition()
+        self._ready: dict[str, collections.deque[Slot]] = {k: collections.deque() for k in KINDS}
+        self._alive: dict[str, set[str]] = {k: set() for k in KINDS}  # slot names
+        self._busy: set[str] = set()
+        self._incoming: list[Slot] = []
+        self._closed = False
         self._error: str | None = None
-        self._threads = [threading.Thread(target=self._fill, name=f"execbox-stage-{i}",
-                                          daemon=True) for i in range(min(size, 2))]
-        for thread in self._threads:
-            thread.start()
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._thread = threading.Thread(target=self._loop, name="execbox-stage", daemon=True)
+        self._thread.start()
 
-    def _fill(self) -> None:
-        while not self._closed.is_set():
-            if not self._space.acquire(timeout=0.2):
-                continue
-            if self._closed.is_set():
-                self._space.release()
-                return
-            try:
-                slot = self._zygote.stage()
-            except HostError as exc:
-                self._error = str(exc)
-                self._space.release()
-                self._closed.wait(0.2)  # do not spin on a broken host
-                continue
-            self._error = None
-            self._ready.put(slot)
+    def ready_count(self, kind: str | None = None) -> int:
+        with self._cond:
+            return sum(len(self._ready[k]) for k in ([kind] if kind else KINDS))
 
-    def take(self, timeout_s: float) -> Slot:
-        """A staged slot; HostError when staging keeps failing or none is ready in time."""
+    def unused_names(self) -> set[str]:
+        with self._cond:
+            return set().union(*self._alive.values()) - self._busy
+
+    def take(self, kind: str, timeout_s: float) -> Slot:
+        """A staged slot of `kind`; HostError when staging keeps failing or none is ready in
+        time."""
         started = time.monotonic()
         deadline = started + timeout_s
-        while True:
-            try:
-                slot = self._ready.get(timeout=0.1)
-            except queue.Empty:
-                if self._closed.is_set():
-                    raise HostError("the sandbox host is closed") from None
-                if self._error and time.monotonic() > started + 1.0:  # failing for a second
-                    raise HostError(f"cannot stage a run slot: {self._error}") from None
-                if time.monotonic() > deadline:
-                    raise HostError(f"no run slot was ready within {timeout_s:g} s") from None
-                continue
-            self._space.release()
-            return slot
+        with self._cond:
+            while True:
+                if self._closed:
+                    raise HostError("the sandbox host is closed")
+                if self._ready[kind]:
+                    slot = self._ready[kind].popleft()
+                    self._busy.add(slot.name)
+                    return slot
+                now = time.monotonic()
+                if self._error and now > started + 1.0:  # failing for a second
+                    raise HostError(f"cannot stage a run slot: {self._error}")
+                if now > deadline:
+                    raise HostError(f"no run slot was ready within {timeout_s:g} s")
+                self._cond.wait(min(0.1, deadline - now + 0.001))
+
+    def recycle(self, slot: Slot) -> bool:
+        """Have the slot staged again; False when it cannot be (the caller discards it)."""
+        slot.close_run()
+        try:
+            slot.ctrl.send(protocol.frame(protocol.NEXT, b""))
+        except OSError:
+            return False
+        with self._cond:
+            if self._closed:
+                return False
+            self._busy.discard(slot.name)
+            self._incoming.append(slot)
+        self._wake()
+        return True
+
+    def discard(self, slot: Slot) -> None:
+        """The slot is gone (closed by the caller): stage a new one in its place."""
+        with self._cond:
+            self._busy.discard(slot.name)
+            self._alive[slot.kind].discard(slot.name)
+        self._wake()
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:  # full: the loop is awake anyway; closed: the pool is closing
+            pass
+
+    def _lost(self, slot: Slot, error: str) -> None:
+        self._zygote._forget(slot)
+        with self._cond:
+            self._alive[slot.kind].discard(slot.name)
+            self._error = error
+            self._cond.notify_all()
+
+    def _loop(self) -> None:
+        sel = selectors.DefaultSelector()
+        sel.register(self._wake_r, selectors.EVENT_READ)
+        retry_at = 0.0
+        try:
+            while True:
+                with self._cond:
+                    if self._closed:
+                        return
+                    incoming, self._incoming = self._incoming, []
+                    missing = [k for k in KINDS for _ in range(self._size - len(self._alive[k]))]
+                now = time.monotonic()
+                for slot in incoming:
+                    slot.staging_since = now
+                    sel.register(slot.ctrl, selectors.EVENT_READ, slot)
+                if now >= retry_at:
+                    for kind in missing:
+                        try:
+                            slot = self._zygote.start_slot(kind)
+                        except HostError as exc:
+                            with self._cond:
+                                self._error = str(exc)
+                            retry_at = now + 0.2  # do not spin on a broken host
+                            break
+                        slot.staging_since = now
+                        with self._cond:
+                            self._alive[kind].add(slot.name)
+                        sel.register(slot.ctrl, selectors.EVENT_READ, slot)
+                for key, _ in sel.select(timeout=0.2):
+                    if key.fd == self._wake_r:
+                        _drain(self._wake_r)
+                        continue
+                    slot = key.data
+                    try:
+                        staged = slot.read_staging()
+                    except HostError as exc:
+                        sel.unregister(slot.ctrl)
+                        self._lost(slot, str(exc))
+                        retry_at = time.monotonic() + 0.2
+                        continue
+                    if staged:
+                        sel.unregister(slot.ctrl)
+                        with self._cond:
+                            self._error = None
+                            self._ready[slot.kind].append(slot)
+                            self._cond.notify_all()
+                late = time.monotonic() - STAGE_TIMEOUT_S
+                for key in list(sel.get_map().values()):
+                    if key.data is not None and key.data.staging_since < late:
+                        sel.unregister(key.fileobj)
+                        key.data.kill()
+                        self._lost(key.data, f"staging took over {STAGE_TIMEOUT_S:g} s")
+        finally:
+            for key in list(sel.get_map().values()):
+                if key.data is not None:
+                    self._zygote._forget(key.data)
+            sel.close()
 
     def close(self) -> None:
-        self._closed.set()
-        for thread in self._threads:
-            thread.join(timeout=5)
-        while True:
-            try:
-                self._zygote._release(self._ready.get_nowait())
-            except queue.Empty:
-                return
+        with self._cond:
+            self._closed = True
+            ready = [slot for q in self._ready.values() for slot in q]
+            incoming, self._incoming = self._incoming, []
+            for q in self._ready.values():
+                q.clear()
+            self._cond.notify_all()
+        self._wake()
+        self._thread.join(timeout=10)
+        for slot in ready + incoming:
+            self._zygote._forget(slot)
+        os.close(self._wake_r)
+        os.close(self._wake_w)
 
 
 class Slot:
-    """The host's ends of one staged run slot. Each descriptor is closed exactly once: a second
-    close could hit a number another thread has just been given."""
+    """The host's handle on one run slot: the control socket to its supervisor (for the slot's
+    life) and the current run's stdio (new for every run). Each descriptor is closed exactly
+    once: a second close could hit a number another thread has just been given."""
 
-    def __init__(self, name: str, ctrl: socket.socket, stdin_w: int, stdout_r: int,
-                 stderr_r: int) -> None:
+    def __init__(self, name: str, kind: str, ctrl: socket.socket) -> None:
         self.name = name  # of the slot's cgroup
+        self.kind = kind
         self.ctrl = ctrl
-        self.stdin_w = stdin_w
-        self.stdout_r = stdout_r
-        self.stderr_r = stderr_r
+        self.stdin_w = -1
+        self.stdout_r = -1
+        self.stderr_r = -1
         self.sup_pid = 0
         # A pidfd, not the pid: the zygote reaps supervisors at once, so a number could name
         # another process by the time we signal it.
         self.sup_pidfd = -1
         self.killed = False
+        self.reusable = False  # set when a run's result came back whole
+        self.staging_since = 0.0
+        self._reader = protocol.FrameReader(protocol.MAX_JSON)
+        self._fds: list[int] = []
+
+    def read_staging(self) -> bool:
+        """Read what the supervisor says while it stages (the socket is readable): True once
+        the slot is staged (RDY, with the run's stdio). Raises HostError when staging failed."""
+        try:
+            data, fds, _flags, _addr = socket.recv_fds(self.ctrl, 65536, 8,
+                                                       socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return False
+        except OSError as exc:
+            raise HostError(f"staging a run slot failed: {exc}") from exc
+        self._fds += fds
+        if not data:
+            raise HostError("the run supervisor exited while staging")
+        for kind, payload in self._reader.feed(data):
+            if kind == protocol.PID:
+                self.watch(json.loads(payload)["pid"])
+            elif kind == protocol.ERR:
+                raise HostError("sandbox: " + json.loads(payload)["message"])
+            elif kind == protocol.RDY:
+                fds, self._fds = self._fds, []
+                if len(fds) != 3:
+                    for fd in fds:
+                        os.close(fd)
+                    raise HostError(f"protocol: a staged slot sent {len(fds)} descriptors, not 3")
+                self.stdin_w, self.stdout_r, self.stderr_r = fds
+                self.reusable = False
+                return True
+            else:
+                raise HostError(f"protocol: unexpected {kind!r} while staging")
+        return False
 
     def watch(self, pid: int) -> None:
         """Hold the supervisor by a pidfd (it is alive: it has just reported)."""
@@ -370,16 +498,26 @@ class Slot:
             os.close(self.stdin_w)
             self.stdin_w = -1
 
-    def close(self) -> None:
-        """Release the slot; an unused one is torn down by its supervisor."""
-        if self.ctrl.fileno() >= 0:
-            self.ctrl.close()
+    def close_run(self) -> None:
+        """Close the last run's stdio (the slot stays)."""
         self.close_stdin()
-        for name in ("stdout_r", "stderr_r", "sup_pidfd"):
+        for name in ("stdout_r", "stderr_r"):
             fd = getattr(self, name)
             if fd >= 0:
                 os.close(fd)
                 setattr(self, name, -1)
+
+    def close(self) -> None:
+        """Release the slot; its supervisor tears it down."""
+        if self.ctrl.fileno() >= 0:
+            self.ctrl.close()
+        self.close_run()
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
+        if self.sup_pidfd >= 0:
+            os.close(self.sup_pidfd)
+            self.sup_pidfd = -1
 
 
 class _Pump:
@@ -441,6 +579,7 @@ class _Pump:
         n = len(self.meta.get("artifacts", []))
         if len(self.arts) != n:
             raise HostError(f"the run supervisor sent {len(self.arts)} of {n} artifacts")
+        self.slot.reusable = True
         return RawRun(self.meta, self.arts, bytes(self.out[self.stdout_r]),
                       bytes(self.out[self.stderr_r]), self.truncated[self.stdout_r],
                       self.truncated[self.stderr_r])
@@ -517,3 +656,11 @@ class _Pump:
 
     def _kill_supervisor(self) -> None:
         self.slot.kill()
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 4096):
+            pass
+    except BlockingIOError:
+        pass

@@ -59,6 +59,7 @@ class JailConfig:
     seccomp_bpf: bytes
     cap_last_cap: int
     devices: tuple[str, ...] = ("null", "zero", "full", "random", "urandom")
+    seccomp_loader: _linux.SeccompLoader | None = None
 
     @classmethod
     def discover(cls, extra_ro: list[str], seccomp_bpf: bytes) -> JailConfig:
@@ -92,7 +93,8 @@ class JailConfig:
             target = os.path.realpath("/etc/localtime")
             if target.startswith("/usr/"):
                 etc_links["localtime"] = target
-        return cls(binds, links, etc_files, etc_links, seccomp_bpf, _linux.cap_last_cap())
+        return cls(binds, links, etc_files, etc_links, seccomp_bpf, _linux.cap_last_cap(),
+                   seccomp_loader=_linux.SeccompLoader(seccomp_bpf))
 
 
 @dataclass
@@ -180,14 +182,21 @@ def build_root(cfg: JailConfig) -> None:
                              ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
             os.symlink(target, f"{r}/dev/{name}")
         os.mkdir(f"{r}/dev/shm")
-        sizes = scratch_sizes(STAGED_DISK_BYTES)
-        _tmpfs(f"{r}/dev/shm", sizes["/dev/shm"], 0o1777, _linux.MS_NOEXEC)
-    with step("mount /workspace and /tmp"):
+    with step("make mount points"):
         os.mkdir(f"{r}/workspace")
-        _tmpfs(f"{r}/workspace", sizes["/workspace"], 0o1777)
         os.mkdir(f"{r}/tmp")
-        _tmpfs(f"{r}/tmp", sizes["/tmp"], 0o1777)
         os.mkdir(f"{r}/proc")
+
+
+def fresh_scratch(first: bool) -> None:
+    """New, empty /workspace, /tmp and /dev/shm at the staged sizes, replacing the last run's
+    (called inside the jail's root, with no process of that run left)."""
+    sizes = scratch_sizes(STAGED_DISK_BYTES)
+    with step("mount fresh /workspace, /tmp and /dev/shm"):
+        for path, extra in SCRATCH:
+            if not first:
+                _linux.umount2(path, _linux.MNT_DETACH)
+            _tmpfs(path, sizes[path], 0o1777, extra)
 
 
 def size_scratch(spec: RunSpec) -> None:
@@ -340,11 +349,22 @@ def set_rlimits(spec: RunSpec) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 
 
-def drop_privileges(uid: int, cap_last_cap: int) -> None:
-    """Unprivileged uid, no capabilities anywhere (bounding set included), no_new_privs."""
+def empty_bounding_set(cap_last_cap: int) -> None:
+    """Drop every capability from the bounding set. The bounding set only limits what an
+    execve can grant, never what a process holds: a zygote (which never execs) does this once
+    at start, and every process it forks inherits the empty set instead of dropping 41
+    capabilities one call at a time."""
     with step("drop the capability bounding set"):
         for cap in range(cap_last_cap + 1):
             _linux.prctl(_linux.PR_CAPBSET_DROP, cap)
+
+
+def drop_privileges(uid: int, cap_last_cap: int) -> None:
+    """Unprivileged uid, no capabilities anywhere (bounding set included), no_new_privs."""
+    if _linux.prctl(_linux.PR_CAPBSET_READ, cap_last_cap) or _linux.prctl(
+            _linux.PR_CAPBSET_READ, 0):  # not emptied by the zygote (both ends checked)
+        empty_bounding_set(cap_last_cap)
+    with step("lock capabilities out"):
         _linux.prctl(_linux.PR_CAP_AMBIENT, _linux.PR_CAP_AMBIENT_CLEAR_ALL)
         _linux.prctl(_linux.PR_SET_SECUREBITS, _linux.SECUREBITS_LOCKED_DOWN)
     with step("switch to the sandbox uid"):
@@ -384,5 +404,7 @@ def set_environment(env: dict[str, str]) -> None:
 
 def load_seccomp(cfg: JailConfig) -> None:
     with step("load seccomp filter"):
-        _linux.load_seccomp_bpf(cfg.seccomp_bpf)
+        if cfg.seccomp_loader is None:  # built once, in the zygote: forks only install it
+            cfg.seccomp_loader = _linux.SeccompLoader(cfg.seccomp_bpf)
+        cfg.seccomp_loader.install()
 

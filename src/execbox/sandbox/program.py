@@ -106,6 +106,9 @@ class ProgramServer:
 
     def serve(self) -> None:
         """Until the host closes its socket (or every supervisor's socket is gone)."""
+        # Dispositions as a fresh interpreter has them, set once here for every program
+        # (whatever the host started us with); each fork only undoes the SIGCHLD handler.
+        jail.reset_signals()
         signal.signal(signal.SIGCHLD, lambda _sig, _frame: None)
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
         poller = select.poll()
@@ -174,6 +177,7 @@ class ProgramServer:
         """In the fork: join the slot, then become the program. Never returns."""
         try:
             signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             # Their finalizers must never close a descriptor number the program reuses.
             self.host.detach()
             self.spawn.detach()
@@ -193,7 +197,6 @@ def _program(cfg: jail.JailConfig, src_paths: list[str], stdio: tuple[int, int, 
     returns."""
     try:
         jail.setup_stdio(*stdio, keep=[fds.go_r, fds.err_w, fds.setup_w, fds.done_w])
-        jail.reset_signals()
         with jail.step("enter /workspace"):
             os.chdir("/workspace")
         jail.drop_privileges(jail.SANDBOX_UID, cfg.cap_last_cap)
@@ -202,6 +205,8 @@ def _program(cfg: jail.JailConfig, src_paths: list[str], stdio: tuple[int, int, 
             runner.reseed()
         os.umask(0o022)
         jail.load_seccomp(cfg)
+        with jail.step("prepare the runner"):
+            runner.prepare()
     except BaseException as exc:  # noqa: BLE001
         _write_quiet(fds.setup_w, f"program set-up: {exc}".encode())
         os._exit(127)

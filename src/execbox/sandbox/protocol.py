@@ -1,10 +1,11 @@
 """Framing on the control socket between the host side and a run supervisor.
 
 A frame is a 4-byte kind, an 8-byte big-endian length and the payload. Kinds:
-  host -> supervisor: REQ (JSON request), FILE (one input file's bytes, in REQ order), KILL (reason)
+  host -> supervisor: REQ (JSON request), FILE (one input file's bytes, in REQ order), KILL
+  (reason), NEXT (the host has read a result and wants the slot again)
   supervisor -> host: PID (supervisor pid, JSON), RDY (the slot is staged and waits for its
-  request), RES (JSON result), ART (one artifact's bytes, in RES order), ERR (JSON sandbox
-  error)
+  request; carries the host's ends of the run's stdin, stdout and stderr as SCM_RIGHTS),
+  RES (JSON result), ART (one artifact's bytes, in RES order), ERR (JSON sandbox error)
 
 Standard library only: both the executor and the zygote import this.
 """
@@ -18,7 +19,7 @@ from typing import Any
 
 HEADER = struct.Struct("!4sQ")
 
-REQ, FILE, KILL = b"REQ ", b"FILE", b"KILL"
+REQ, FILE, KILL, NEXT = b"REQ ", b"FILE", b"KILL", b"NEXT"
 PID, RDY, RES, ART, ERR = b"PID ", b"RDY ", b"RES ", b"ART ", b"ERR "
 
 MAX_JSON = 64 * 1024 * 1024

@@ -34,22 +34,27 @@ INIT_WAIT_S = 5.0  # how long teardown waits for a killed init (see `end_init`)
 class Zygote:
     """What the light zygote hands every supervisor it forks."""
 
-    def __init__(self, cfg: jail.JailConfig, hierarchy: Hierarchy, spawn: socket.socket) -> None:
+    def __init__(self, cfg: jail.JailConfig, hierarchy: Hierarchy,
+                 spawn: dict[str, socket.socket]) -> None:
         self.cfg = cfg
         self.hierarchy = hierarchy
-        self.spawn = spawn  # to the heavy zygote, shared by every supervisor (SOCK_SEQPACKET)
+        # To the program zygotes, by kind ("light", "heavy"); each socket is shared by every
+        # supervisor (SOCK_SEQPACKET: one message is one request).
+        self.spawn = spawn
 
 
-def serve(z: Zygote, fds: list[int], cgroup_name: str) -> None:
-    """Entry point of the supervisor process; never returns."""
-    ctrl, stdin_r, stdout_w, stderr_w = fds
+def serve(z: Zygote, ctrl: int, message: str) -> None:
+    """Entry point of the supervisor process; never returns. `message` is "<cgroup> <kind>"."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    keep = [ctrl, stdin_r, stdout_w, stderr_w, z.spawn.fileno(), *z.hierarchy.parents.values()]
+    keep = [ctrl, *(s.fileno() for s in z.spawn.values()), *z.hierarchy.parents.values()]
     jail.close_fds_except(keep)
     code = 0
     try:
+        cgroup_name, kind = message.split(" ")
+        if kind not in z.spawn:
+            raise jail.JailError(f"protocol: unknown program kind {kind!r}")
         os.write(ctrl, protocol.json_frame(protocol.PID, {"pid": os.getpid()}))
-        Supervisor(z, ctrl, stdin_r, stdout_w, stderr_w, cgroup_name).run()
+        Supervisor(z, ctrl, cgroup_name, kind).run()
     except BaseException as exc:  # noqa: BLE001 - report everything, then exit
         code = 1
         try:
@@ -60,57 +65,91 @@ def serve(z: Zygote, fds: list[int], cgroup_name: str) -> None:
 
 
 class Supervisor:
-    """One run slot: staged before its request arrives, used once, then gone."""
+    """One run slot. The slot (cgroup, mount, network and uts namespaces, root) is built once
+    and serves run after run; each run gets fresh pid and ipc namespaces with their own init, a
+    fresh /proc, fresh scratch mounts and new stdio pipes, all staged before its request
+    arrives. Between runs nothing of the last one is left: init's death ends every process of
+    its pid namespace, the cgroup is checked empty, the scratch tmpfs are replaced."""
 
-    def __init__(self, z: Zygote, ctrl: int, stdin_r: int, stdout_w: int, stderr_w: int,
-                 cgroup_name: str) -> None:
+    def __init__(self, z: Zygote, ctrl: int, cgroup_name: str, kind: str) -> None:
         self.z = z
         self.cgroup_name = cgroup_name
+        self.kind = kind
         self.ctrl = ctrl
-        self.stdio = (stdin_r, stdout_w, stderr_w)
         self.cg: RunCgroup | None = None
         self.init_pid = 0
+        self.run_fds: list[int] = []  # of the staged run, closed when it ends
+        self.go_w = -1
+        self.host_fds: list[int] = []  # the host's ends of the staged run's stdio
+        self.ctrl_sock = socket.socket(fileno=ctrl)  # never closed: the process ends with os._exit
+        self.runs = 0
+        # Where this process's children go by default; each run points them at a fresh pid
+        # namespace (unshare) and back (setns) for the next one.
+        self.own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
 
     def run(self) -> None:
-        self._stage()
-        protocol.send_all(self.ctrl, protocol.json_frame(protocol.RDY, {}))
         try:
-            kind, payload = protocol.read_frame(self.ctrl)
-        except EOFError:  # the host closed an idle slot
+            self._stage_slot()
+            while True:
+                self._stage_run()
+                if self.runs:  # the host asks for the slot again once it has read a result
+                    if not self._wait_for(protocol.NEXT):
+                        return
+                host_fds = self.host_fds
+                try:
+                    socket.send_fds(self.ctrl_sock, [protocol.json_frame(protocol.RDY, {})],
+                                    host_fds)
+                finally:
+                    for fd in host_fds:
+                        os.close(fd)
+                    self.host_fds = []
+                try:
+                    kind, payload = protocol.read_frame(self.ctrl)
+                except EOFError:  # the host closed an idle slot
+                    return
+                if kind != protocol.REQ:
+                    raise jail.JailError(f"protocol: expected a request, got {kind!r}")
+                T = [time.monotonic()]
+                self.T = T
+                req = json.loads(payload)
+                files = []
+                for meta in req["files"]:
+                    kind, data = protocol.read_frame(self.ctrl, max_len=1 << 34)
+                    if kind != protocol.FILE or len(data) != meta["size"]:
+                        raise jail.JailError(f"protocol: bad input file frame for {meta['name']!r}")
+                    files.append((meta["name"], data))
+                spec = jail.RunSpec(**req["spec"])
+                if req.get("session"):  # a session's slot serves nothing after it
+                    cells.serve(self, spec, files)
+                    return
+                result = self._execute(req["code"], spec, files)
+                frames = [protocol.json_frame(protocol.RES, result["meta"])]
+                frames += [protocol.frame(protocol.ART, a.data) for a in result["artifacts"]]
+                for f in frames:
+                    protocol.send_all(self.ctrl, f)
+                self.runs += 1
+                self._end_run()  # after the result: the caller does not wait for teardown
+        finally:
             self._cleanup()
-            return
-        if kind != protocol.REQ:
-            raise jail.JailError(f"protocol: expected a request, got {kind!r}")
-        req = json.loads(payload)
-        files = []
-        for meta in req["files"]:
-            kind, data = protocol.read_frame(self.ctrl, max_len=1 << 34)
-            if kind != protocol.FILE or len(data) != meta["size"]:
-                raise jail.JailError(f"protocol: bad input file frame for {meta['name']!r}")
-            files.append((meta["name"], data))
-        spec = jail.RunSpec(**req["spec"])
-        if req.get("session"):
+
+    def _wait_for(self, wanted: bytes) -> bool:
+        """Read frames until `wanted` (True) or end of file (False); a KILL that raced the end
+        of the last run is stale and ignored."""
+        while True:
             try:
-                cells.serve(self, spec, files)
-            finally:
-                self._cleanup()
-            return
-        try:
-            result = self._execute(req["code"], spec, files)
-        except BaseException:
-            self._cleanup()
-            raise
-        frames = [protocol.json_frame(protocol.RES, result["meta"])]
-        frames += [protocol.frame(protocol.ART, a.data) for a in result["artifacts"]]
-        for f in frames:
-            protocol.send_all(self.ctrl, f)
-        self._cleanup()  # after the result: the caller does not wait for teardown
+                kind, _payload = protocol.read_frame(self.ctrl, max_len=4096)
+            except EOFError:
+                return False
+            if kind == wanted:
+                return True
+            if kind != protocol.KILL:
+                raise jail.JailError(f"protocol: expected {wanted!r}, got {kind!r}")
 
     def end_init(self) -> None:
         """Kill init, and with it everything in the run's pid namespace, and reap it. init's
-        exit waits until every process of the namespace is reaped, the program by the heavy
-        zygote; should that never happen (the heavy zygote died and nothing reaps its orphans),
-        teardown goes on without it after INIT_WAIT_S."""
+        exit waits until every process of the namespace is reaped, the program by its zygote;
+        should that never happen (the zygote died and nothing reaps its orphans), teardown goes
+        on without it after INIT_WAIT_S."""
         if not self.init_pid:
             return
         pid, self.init_pid = self.init_pid, 0
@@ -127,6 +166,27 @@ class Supervisor:
         finally:
             os.close(pidfd)
 
+    def close_go(self) -> None:
+        """Close the program's go pipe (the code has been sent, or the session took it)."""
+        if self.go_w >= 0:
+            self.run_fds.remove(self.go_w)
+            os.close(self.go_w)
+            self.go_w = -1
+
+    def _end_run(self) -> None:
+        """Everything of the run gone: its processes, /proc, descriptors; the cgroup empty."""
+        self.end_init()
+        for fd in self.run_fds:
+            os.close(fd)
+        self.run_fds = []
+        self.go_w = -1
+        with jail.step("unmount the run's /proc"):
+            _linux.umount2("/proc", _linux.MNT_DETACH)
+        assert self.cg is not None
+        with jail.step("check the cgroup is empty"):
+            if self.cg.has_processes():
+                raise jail.JailError("processes of the last run survived its pid namespace")
+
     def _cleanup(self) -> None:
         self.end_init()
         if self.cg is not None:
@@ -134,43 +194,62 @@ class Supervisor:
                 self.cg.remove()
             self.cg = None
 
-    def _stage(self) -> None:
-        """Everything that does not depend on the request: cgroup, namespaces, root, init, and
-        the program process waiting, already contained, for its code."""
+    def _stage_slot(self) -> None:
+        """What every run of this slot shares: the cgroup (limits and counters are set and read
+        per run), the mount, network and uts namespaces and the read-only root."""
         with jail.step("create cgroup"):
             self.cg = self.z.hierarchy.create(self.cgroup_name)
-            # Staged under the default limits; a request that asks for others changes them.
             self.cg.set_limits(STAGED_MEMORY_BYTES, STAGED_PIDS)
-            procs = self.cg.open_procs()
         jail.unshare_namespaces()
         jail.build_root(self.z.cfg)
         jail.enter_root()
-        ready_r, ready_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(ready_r)
-            self._init(ready_w, procs)
-        self.init_pid = pid
-        os.close(ready_w)
+
+    def _stage_run(self) -> None:
+        """Everything of one run that does not depend on its request: fresh scratch mounts,
+        fresh pid and ipc namespaces with their init, and the program process waiting, already
+        contained, for its code."""
+        assert self.cg is not None
+        jail.fresh_scratch(first=not self.runs)
+        with jail.step("new pid and ipc namespaces"):
+            _linux.setns(self.own_pid_ns, _linux.CLONE_NEWPID)
+            _linux.unshare(_linux.CLONE_NEWPID | _linux.CLONE_NEWIPC)
+        procs = self.cg.open_procs()
+        fds: list[int] = []
         try:
-            ready = _read_to_end(ready_r, 65536)
-        finally:
-            os.close(ready_r)
-        if ready != INIT_READY:
-            raise jail.JailError(ready.decode("utf-8", "replace") or "init: exited during set-up")
-        # pid 1 of the jail's own /proc is init: its namespaces are the ones the program joins.
-        namespaces = jail.open_namespaces(1)
-        self.err_r, err_w = os.pipe()  # the program's structured error (it can write there)
-        self.setup_r, setup_w = os.pipe()  # set-up failures; closed before the code starts
-        self.status_r, status_w = os.pipe()  # the heavy zygote reports the program's end
-        go_r, self.go_w = os.pipe()  # the code and its settings, when the request comes
-        self.done_r, done_w = os.pipe()  # the program reports its exit before tearing down
-        try:
-            program.request(self.z.spawn, status_w, namespaces, procs, self.stdio,
+            ready_r, ready_w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                os.close(ready_r)
+                self._init(ready_w, procs)
+            self.init_pid = pid
+            os.close(ready_w)
+            try:
+                ready = _read_to_end(ready_r, 65536)
+            finally:
+                os.close(ready_r)
+            if ready != INIT_READY:
+                raise jail.JailError(ready.decode("utf-8", "replace") or "init: exited during set-up")
+            # pid 1 of the jail's own /proc is init: its namespaces are the ones the program joins.
+            namespaces = jail.open_namespaces(1)
+            fds += namespaces
+            stdin_r, stdin_w = os.pipe()
+            stdout_r, stdout_w = os.pipe()
+            stderr_r, stderr_w = os.pipe()
+            fds += [stdin_r, stdout_w, stderr_w]
+            self.host_fds = [stdin_w, stdout_r, stderr_r]
+            self.err_r, err_w = os.pipe()  # the program's structured error (it can write there)
+            self.setup_r, setup_w = os.pipe()  # set-up failures; closed before the code starts
+            self.status_r, status_w = os.pipe()  # the program's zygote reports its end
+            go_r, self.go_w = os.pipe()  # the code and its settings, when the request comes
+            self.done_r, done_w = os.pipe()  # the program reports its exit before tearing down
+            fds += [err_w, setup_w, status_w, go_r, done_w]
+            self.run_fds = [self.err_r, self.setup_r, self.status_r, self.go_w, self.done_r]
+            program.request(self.z.spawn[self.kind], status_w, namespaces, procs,
+                            (stdin_r, stdout_w, stderr_w),
                             program.ProgramFds(go_r, err_w, setup_w, done_w))
         finally:
             self.cg.close_procs()
-            for fd in (err_w, setup_w, status_w, go_r, done_w, *namespaces, *self.stdio):
+            for fd in fds:
                 os.close(fd)
 
     def _execute(self, code: str, spec: jail.RunSpec,
@@ -183,6 +262,7 @@ class Supervisor:
         del files
         self.cg.reset_memory_peak()
         cpu_base = self.cg.cpu_ns()
+        oom_base = self.cg.oom_kills()  # the counter only grows: the slot's earlier runs count
         # The exit report must carry this token: bytes a program writes blindly into its
         # inherited descriptors cannot end its run early.
         self.done_token = os.urandom(16).hex().encode()
@@ -193,8 +273,10 @@ class Supervisor:
             protocol.send_all(self.go_w, protocol.frame(protocol.REQ, go))
         except BrokenPipeError:
             pass  # the program died during set-up; init's report says why
-        os.close(self.go_w)
+        self.close_go()
+        self.T.append(started)
         killed, reported = self._supervise(started, spec, cpu_base)
+        self.T.append(time.monotonic())
         wall_ms = (time.monotonic() - started) * 1000
         wait_status: int | None = reported
         init_error: str | None = None
@@ -210,7 +292,7 @@ class Supervisor:
         if setup_error:
             raise jail.JailError(setup_error)
 
-        oom = self.cg.oom_kills()
+        oom = self.cg.oom_kills() - oom_base
         cpu_ms = (self.cg.cpu_ns() - cpu_base) / 1e6
         mem_peak = self.cg.memory_peak()
         full = [p for p, _ in jail.SCRATCH if _is_full(p)]
@@ -224,6 +306,8 @@ class Supervisor:
             artifacts=[{k: v for k, v in asdict(a).items() if k != "data"} for a in collected],
             artifacts_truncated=art_truncated,
         )
+        self.T.append(time.monotonic())
+        meta["_t"] = self.T
         return {"meta": meta, "artifacts": collected}
 
     def _supervise(self, started: float, spec: jail.RunSpec,
@@ -297,7 +381,8 @@ class Supervisor:
         try:
             _linux.prctl(_linux.PR_SET_PDEATHSIG, signal.SIGKILL)
             assert self.cg is not None
-            self.z.spawn.detach()  # init never talks to the heavy zygote
+            for sock in (*self.z.spawn.values(), self.ctrl_sock):
+                sock.detach()  # init never talks to the zygotes or the host
             jail.close_fds_except([ready_w, *procs])
             jail.join_cgroup(procs)
             jail.unshare_cgroup_namespace()

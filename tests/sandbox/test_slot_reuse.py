@@ -1,0 +1,143 @@
+"""Slots serve run after run: nothing of one run may reach the next one in the same slot.
+
+Each executor here has one slot of each kind (`jailed_one_slot`), so consecutive runs of a kind
+meet in the same slot (same supervisor, cgroup, mount and network namespaces); the tests check
+that it really was the same slot, then attack what a slot keeps between runs.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import time
+
+import pytest
+
+from execbox import Executor, Status
+from execbox.executor import program_kind
+
+LEAVE_BEHIND = textwrap.dedent("""
+    import ctypes, os, socket, time
+    for path in ('/workspace/left.txt', '/tmp/left.txt', '/dev/shm/left'):
+        with open(path, 'w') as fh:
+            fh.write('left')
+    libc = ctypes.CDLL(None, use_errno=True)
+    made = [libc.shmget(0x5eed, 4096, 0o1666), libc.semget(0x5eee, 1, 0o1666),
+            libc.msgget(0x5eef, 0o1666)]
+    pid = os.fork()
+    if pid == 0:  # a daemon: double fork, new session, an abstract socket, a late write
+        os.setsid()
+        if os.fork() == 0:
+            s = socket.socket(socket.AF_UNIX)
+            s.bind('\\0execbox-left-behind')
+            s.listen()
+            time.sleep(0.5)
+            try:
+                with open('/workspace/late.txt', 'w') as fh:
+                    fh.write('late')
+            except OSError:
+                pass
+            time.sleep(60)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    time.sleep(0.1)
+    print(min(made), os.getpid())
+""")
+
+LOOK_AROUND = textwrap.dedent("""
+    import json, os, socket, time
+    time.sleep(0.8)  # past the daemon's late write, had it survived
+    s = socket.socket(socket.AF_UNIX)
+    s.bind('\\0execbox-left-behind')  # free again: its holder is gone
+    def rows(kind):
+        with open(f'/proc/sysvipc/{kind}') as fh:
+            return fh.read().splitlines()[1:]
+    print(json.dumps({
+        "pid": os.getpid(),
+        "procs": sorted(int(p) for p in os.listdir('/proc') if p.isdigit()),
+        "files": {d: os.listdir(d) for d in ('/workspace', '/tmp', '/dev/shm')},
+        "ipc": {k: rows(k) for k in ('shm', 'sem', 'msg')},
+    }))
+""")
+
+
+@pytest.mark.hostile
+def test_a_reused_slot_starts_every_run_clean(jailed_one_slot: Executor) -> None:
+    ex = jailed_one_slot
+    ex.run("pass")
+    slots = ex._host.unused_slot_names()
+    assert len(slots) == 2, slots  # one light, one heavy
+    first = ex.run(LEAVE_BEHIND)
+    assert first.status is Status.ok, first
+    made, pid = (int(x) for x in first.stdout.split())
+    assert made >= 0, "control: the SysV IPC objects were created"
+    assert pid == 2
+    second = ex.run(LOOK_AROUND)
+    assert second.status is Status.ok, second
+    assert ex._host.unused_slot_names() == slots, "control: both runs were in the same slot"
+    seen = json.loads(second.stdout)
+    assert seen["pid"] == 2 and seen["procs"] == [1, 2], seen
+    assert seen["files"] == {"/workspace": [], "/tmp": [], "/dev/shm": []}, seen
+    assert seen["ipc"] == {"shm": [], "sem": [], "msg": []}, seen
+    assert second.artifacts == []
+
+
+@pytest.mark.hostile
+def test_a_slot_is_reused_after_a_run_killed_for_its_time(jailed_one_slot: Executor) -> None:
+    ex = jailed_one_slot
+    ex.run("pass")
+    slots = ex._host.unused_slot_names()
+    r = ex.run("import os, time\nos.fork()\ntime.sleep(60)\n", limits={"timeout_s": 0.3})
+    assert r.status is Status.timeout, r
+    after = ex.run("import os\nprint(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))")
+    assert after.status is Status.ok and after.stdout == "[1, 2]\n", after
+    assert ex._host.unused_slot_names() == slots
+
+
+@pytest.mark.hostile
+def test_limits_of_one_run_do_not_stay_with_its_slot(jailed_one_slot: Executor) -> None:
+    ex = jailed_one_slot
+    small = ex.run("x = bytearray(40 << 20)", limits={"memory_mib": 16, "disk_mib": 1})
+    assert small.status is Status.memory_limit, small
+    big = ex.run("x = bytearray(100 << 20)\nopen('/tmp/f', 'wb').write(bytes(5 << 20))\n"
+                 "print(len(x))")
+    assert big.status is Status.ok and big.stdout == str(100 << 20) + "\n", big
+    again = ex.run("x = bytearray(40 << 20)", limits={"memory_mib": 16})
+    assert again.status is Status.memory_limit, again  # the earlier OOM kill is not counted twice
+    fine = ex.run("print(1)", limits={"memory_mib": 16})
+    assert fine.status is Status.ok, fine
+
+
+def test_standard_library_code_runs_in_a_light_program(executor: Executor) -> None:
+    probe = "print(open('/proc/self/maps').read().count('/numpy/') > 0)"
+    light = executor.run("import json\n" + probe)
+    assert light.status is Status.ok and light.stdout == "False\n", light
+    heavy = executor.run("import numpy\n" + probe)
+    assert heavy.status is Status.ok and heavy.stdout == "True\n", heavy
+
+
+def test_an_import_the_policy_cannot_see_still_works_in_a_light_program(
+        executor: Executor) -> None:
+    r = executor.run("name = 'pan' + 'das'\nm = __import__(name)\nprint(m.DataFrame({'a': [1]}).shape)",
+                     limits={"timeout_s": 30})
+    assert r.status is Status.ok and r.stdout == "(1, 1)\n", r
+
+
+@pytest.mark.parametrize("imports, kind", [
+    (frozenset(), "light"),
+    (frozenset({"json", "collections", "os"}), "light"),
+    (None, "light"),  # not parsed: it fails to compile in the sandbox too
+    (frozenset({"numpy"}), "heavy"),
+    (frozenset({"json", "pandas"}), "heavy"),
+    (frozenset({"helper"}), "heavy"),  # a module of the workspace: not known to be small
+])
+def test_program_kind_follows_the_imports(imports: frozenset[str] | None, kind: str) -> None:
+    assert program_kind(imports) == kind
+
+
+def test_slots_are_staged_again_soon_after_a_run(executor: Executor) -> None:
+    executor.run("pass")
+    deadline = time.monotonic() + 5
+    while executor._host.pool.ready_count("light") < executor.pool_size:
+        assert time.monotonic() < deadline, "the light slots were not staged again"
+        time.sleep(0.01)
