@@ -1,5 +1,5 @@
-"""CPU time per isolated run, for the whole process tree: the caller, both zygotes, supervisors,
-init and the programs, set-up and teardown included. On a shared machine runs/s swing with
+"""CPU time per isolated run, for the whole process tree: the caller, the three zygotes,
+supervisors, init and the programs, set-up and teardown included. On a shared machine runs/s swing with
 other load; CPU per run hardly does, and it is what bounds throughput (2 cores / CPU per run).
 
 It moves itself into a cpuacct cgroup of its own (cgroup v1; execbox nests the run cgroups
@@ -29,13 +29,15 @@ CPUACCT = "/sys/fs/cgroup/cpuacct"
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def proc_cpu_ms(pid: int) -> float:
+def proc_cpu_ms(pid: int, children: bool = False) -> float:
+    """CPU of the process itself, or of its reaped children (cutime + cstime)."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
             fields = fh.read().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) * 1000 / TICKS
+    first = 13 if children else 11
+    return (int(fields[first]) + int(fields[first + 1])) * 1000 / TICKS
 
 
 def self_cpu_ms() -> float:
@@ -61,7 +63,9 @@ def main() -> None:
     result: dict[str, object] = {}
     try:
         with Executor(cache=False) as ex:
-            zygotes = {"light_zygote": ex._host.pid, "heavy_zygote": ex._host.heavy_pid}
+            zygotes = {"sup_zygote": ex._host.pid, "light_zygote": ex._host.light_pid,
+                       "heavy_zygote": ex._host.heavy_pid}
+            program_zygotes = (ex._host.light_pid, ex._host.heavy_pid)
             for _ in range(20):
                 ex.run("print(1)")
             for name, code, clients in (("print1_1_client", "print(1)", 1),
@@ -70,6 +74,7 @@ def main() -> None:
                 per = max(1, args.runs // clients)
                 time.sleep(1.0)  # the pool is settled: staging of earlier runs is not counted
                 z0 = {k: proc_cpu_ms(p) for k, p in zygotes.items()}
+                p0 = sum(proc_cpu_ms(p, children=True) for p in program_zygotes)
                 s0, u0, t0 = self_cpu_ms(), usage_ms(), time.monotonic()
 
                 def work(code: str = code, per: int = per) -> None:
@@ -88,10 +93,13 @@ def main() -> None:
                 total = (usage_ms() - u0) / n
                 caller = (self_cpu_ms() - s0) / n
                 zyg = {k: round((proc_cpu_ms(p) - z0[k]) / n, 2) for k, p in zygotes.items()}
+                programs = (sum(proc_cpu_ms(p, children=True) for p in program_zygotes)
+                            - p0) / n
                 result[name] = {
                     "cpu_ms_per_run": round(total, 2), "runs_per_s": round(n / wall, 1),
-                    "caller_ms": round(caller, 2), **zyg,
-                    "supervisor_init_program_ms": round(total - caller - sum(zyg.values()), 2),
+                    "caller_ms": round(caller, 2), **zyg, "programs_ms": round(programs, 2),
+                    "supervisor_init_ms": round(
+                        total - caller - sum(zyg.values()) - programs, 2),
                     "n": n,
                 }
     finally:
@@ -106,13 +114,14 @@ def main() -> None:
                 break
             except OSError:
                 time.sleep(0.1)
-    print(f"{'workload':22} {'CPU ms/run':>10} {'caller':>7} {'light':>6} {'heavy':>6} "
-          f"{'sup+init+prog':>13} {'runs/s':>7}")
+    print(f"{'workload':22} {'CPU ms/run':>10} {'caller':>7} {'zygotes':>8} {'programs':>9} "
+          f"{'sup+init':>9} {'runs/s':>7}")
     for name, row in result.items():
         assert isinstance(row, dict)
+        zyg_ms = row["sup_zygote"] + row["light_zygote"] + row["heavy_zygote"]
         print(f"{name:22} {row['cpu_ms_per_run']:>10.2f} {row['caller_ms']:>7.2f} "
-              f"{row['light_zygote']:>6.2f} {row['heavy_zygote']:>6.2f} "
-              f"{row['supervisor_init_program_ms']:>13.2f} {row['runs_per_s']:>7.1f}")
+              f"{zyg_ms:>8.2f} {row['programs_ms']:>9.2f} "
+              f"{row['supervisor_init_ms']:>9.2f} {row['runs_per_s']:>7.1f}")
     save_results("cpu", result)
 
 

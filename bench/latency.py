@@ -109,8 +109,9 @@ def main() -> None:
     assert first.ok, first
     with executor, tmp:
         time.sleep(1.0)  # let the pool stage its slots
-        # Both zygotes and what they forked: supervisors and init (light), staged programs (heavy).
-        idle_pss_mib = tree_pss_kib(executor._host.pid, executor._host.heavy_pid) / 1024
+        # The three zygotes and what they forked: supervisors, init, staged programs.
+        idle_pss_mib = tree_pss_kib(executor._host.pid, executor._host.heavy_pid,
+                                    executor._host.light_pid) / 1024
         time_runs(executor, "print(1)", 10, "1\n")
         print1 = time_runs(executor, "print(1)", args.runs, "1\n")
         paced = []

@@ -1,16 +1,17 @@
 """The containment checklist, one small named step per concern (nsjail's `contain` is the model).
 
-Three processes take part in a run, from two fork servers (see `zygote`):
-  supervisor  forked from the light zygote (standard library only); root; host pid namespace;
-              new mount, net, ipc and uts namespaces. Builds the run's root filesystem and
-              cgroup, forks init, asks the heavy zygote for the program, then supervises.
-  init        pid 1 of a new pid namespace, forked by the supervisor. Joins the cgroup, mounts
-              /proc, drops every privilege and lets the kernel reap orphans. Killing it kills
-              everything in the namespace, the program included.
-  program     the user's code, forked from the heavy zygote (numpy, pandas, ... pre-imported)
-              straight into init's namespaces and cgroup (see `program`): rlimits, workspace,
-              unprivileged uid, no capabilities, no_new_privs, empty environment, reseeded
-              randomness, seccomp last.
+Three processes take part in a run, from three fork servers (see `zygote`):
+  supervisor  forked from the supervisors' zygote (standard library only) once per slot; root;
+              host pid namespace; new mount, net and uts namespaces. Builds the slot's root
+              filesystem and cgroup; for each run: fresh scratch mounts, new pid and ipc
+              namespaces, forks init, asks a program zygote for the program, then supervises.
+  init        pid 1 of the run's new pid namespace, forked by the supervisor. Joins the cgroup,
+              mounts /proc, drops every privilege and lets the kernel reap orphans. Killing it
+              kills everything in the namespace, the program included.
+  program     the user's code, forked from the light (standard library) or heavy (numpy,
+              pandas, ... pre-imported) program zygote straight into init's namespaces and
+              cgroup (see `program`): rlimits, workspace, unprivileged uid, no capabilities,
+              no_new_privs, empty environment, reseeded randomness, seccomp last.
 
 Each step raises `JailError` naming itself and the call that failed.
 Standard library only: the zygote imports this inside the runtime image.

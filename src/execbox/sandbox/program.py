@@ -1,24 +1,25 @@
-"""The program process: how the heavy zygote forks it into a staged run slot, and the steps that
+"""The program process: how a program zygote forks it into a staged run slot, and the steps that
 contain it there.
 
-Only the program needs the pre-imported interpreter, so only the program is a fork of the heavy
-zygote (numpy, pandas, ...): supervisor and init come from the light one (see `supervisor`).
-Once a supervisor has staged its slot (cgroup, namespaces, root, init), it sends one SPAWN
-message to the heavy zygote over a SOCK_SEQPACKET socket that every supervisor shares (one
-message is one request: requests never interleave). The message carries descriptors only:
+Only the program needs the pre-imported interpreter, so only the program is a fork of a program
+zygote, the light one (standard library) or the heavy one (numpy, pandas, ...): supervisor and
+init come from the supervisors' zygote (see `supervisor`). Once a supervisor has staged a run
+(cgroup, namespaces, root, init), it sends one SPAWN message to its program zygote over a
+SOCK_SEQPACKET socket that every supervisor shares (one message is one request: requests never
+interleave). The message carries descriptors only:
 
     status_w, init's namespaces (PROGRAM_NAMESPACES order), cgroup.procs of each controller,
     the program's stdin, stdout, stderr, then go_r, err_w, setup_w, done_w (`ProgramFds`)
 
-The heavy zygote points the pid namespace of its next child at the slot's (setns with
+The program zygote points the pid namespace of its next child at the slot's (setns with
 CLONE_NEWPID changes only where children go), forks, and returns to its own pid namespace. The
 child joins the cgroup and the slot's other namespaces (the mount namespace last: its root and
 working directory become the jail's), then contains itself as before and waits for its code.
 
-The program is the heavy zygote's child, not init's: the heavy zygote reaps it and writes its
+The program is its zygote's child, not init's: the zygote reaps it and writes its
 wait status to its status pipe, as JSON `{"status": wstatus}` (or `{"error": ...}` when it could
 not be forked). Killing init still ends it: it lives in init's pid namespace.
-The heavy zygote never sees a request's code and never runs user code.
+A program zygote never sees a request's code and never runs user code.
 Standard library only.
 """
 
@@ -91,7 +92,7 @@ class _Spawn:
 
 
 class ProgramServer:
-    """The heavy zygote's loop: fork programs into the slots supervisors ask for, reap them and
+    """A program zygote's loop: fork programs into the slots supervisors ask for, reap them and
     report how they ended. Single-threaded; it blocks on nothing a supervisor controls."""
 
     def __init__(self, cfg: jail.JailConfig, src_paths: list[str], host: socket.socket,
@@ -251,6 +252,6 @@ def _write_quiet(fd: int, data: bytes) -> None:
 
 def main(cfg: jail.JailConfig, src_paths: list[str], host: socket.socket,
          options: dict[str, Any]) -> None:
-    """The heavy zygote after start-up: serve spawn requests until the host is gone."""
+    """A program zygote after start-up: serve spawn requests until the host is gone."""
     spawn = socket.socket(fileno=int(options["spawn_fd"]))
     ProgramServer(cfg, src_paths, host, spawn).serve()

@@ -1,12 +1,14 @@
-"""One run, from the light zygote's fork to the result frame: supervisor and init.
+"""A run slot, from the supervisors' zygote's fork to its last run: supervisor and init.
 
-The supervisor builds the cgroup and the jail, forks init (pid 1 of the run's pid namespace),
-and asks the heavy zygote to fork the program into them (see `program`); the slot is then
-staged. It reads the request from its control socket, enforces wall and CPU time, then reads
-the run's own cgroup for OOM kills, CPU and peak memory, collects artifacts, removes the cgroup
-and sends the result. Killing init kills every process of the run: the kernel tears down the
-whole pid namespace, the program, daemons and grandchildren included.
-Supervisor and init are forks of the light zygote: only the program pays for the heavy one.
+The supervisor builds the slot once (cgroup, mount, network and uts namespaces, read-only
+root). For each run it mounts fresh scratch tmpfs, makes new pid and ipc namespaces, forks init
+(pid 1 of the run's pid namespace) and asks its program zygote to fork the program into them
+(see `program`); the run is then staged. It reads the request from its control socket,
+enforces wall and CPU time, then reads the cgroup for OOM kills, CPU and peak memory, collects
+artifacts and sends the result. Killing init kills every process of the run: the kernel tears
+down the whole pid namespace, the program, daemons and grandchildren included. Then the next
+run is staged, once the host asks for the slot again (NEXT). A session's slot ends with it.
+Supervisor and init are forks of a small zygote: only the program pays for a big one.
 Standard library only.
 """
 

@@ -11,8 +11,8 @@ compiles the seccomp filter and then only forks. There are three, running this s
                beyond the standard library runs in a fork of the light one: forking, faulting
                and tearing down a 9 MB interpreter costs a fraction of a 90 MB one.
 
-Neither runs user code or sees a request's content (the supervisor reads that from its own
-control socket), and neither holds secrets: a program can read all of the heavy one's memory.
+None of them runs user code or sees a request's content (the supervisor reads that from its own
+control socket), and none holds secrets: a program can read all of its zygote's memory.
 
 Protocol on the host socket whose fd is argv[1] (SOCK_SEQPACKET): the host sends the options
 (JSON), the zygote answers with one READY message (JSON). The supervisors' zygote then takes
