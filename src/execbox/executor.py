@@ -100,7 +100,8 @@ class Executor:
         EXECBOX_PROFILES). `records`: a RunStore or database URL (default: SQLite under the
         data directory). `cache`: whether runs use the result cache unless a call says
         otherwise. `secrets`: values redacted from every result and record.
-        Concurrency: at most `max_concurrency` runs at once, `pool_size` slots staged ahead;
+        Concurrency: at most `max_concurrency` runs at once, `pool_size` slots of each program
+        kind (light: standard library only; heavy: the data stack imported) staged ahead;
         at most `max_queue` callers wait for a turn, each at most `queue_timeout_s`; past
         either, `run` raises `Overloaded` instead of queueing without bound. At most
         `max_sessions` sessions are open at once."""
