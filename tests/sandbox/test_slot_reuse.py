@@ -108,6 +108,15 @@ def test_limits_of_one_run_do_not_stay_with_its_slot(jailed_one_slot: Executor) 
     assert fine.status is Status.ok, fine
 
 
+def test_a_reused_slot_takes_large_input_files(jailed_one_slot: Executor) -> None:
+    # The first run leaves the slot's control socket as its pump left it: the next request's
+    # 20 MiB file must still go through whole.
+    for _ in range(3):
+        r = jailed_one_slot.run("import os\nprint(os.path.getsize('big.bin'))",
+                                files={"big.bin": bytes(20 << 20)}, limits={"disk_mib": 64})
+        assert r.status is Status.ok and r.stdout == f"{20 << 20}\n", r
+
+
 def test_standard_library_code_runs_in_a_light_program(executor: Executor) -> None:
     probe = "print(open('/proc/self/maps').read().count('/numpy/') > 0)"
     light = executor.run("import json\n" + probe)

@@ -463,6 +463,9 @@ class Slot:
                     raise HostError(f"protocol: a staged slot sent {len(fds)} descriptors, not 3")
                 self.stdin_w, self.stdout_r, self.stderr_r = fds
                 self.reusable = False
+                # The last run's pump left it non-blocking: a request (input files of any size)
+                # is sent with a blocking sendall.
+                self.ctrl.setblocking(True)
                 return True
             else:
                 raise HostError(f"protocol: unexpected {kind!r} while staging")
