@@ -8,6 +8,8 @@ that it really was the same slot, then attack what a slot keeps between runs.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import textwrap
 import time
 
@@ -15,6 +17,7 @@ import pytest
 
 from execbox import Executor, Status
 from execbox.executor import program_kind
+from execbox.sandbox.cgroup import Hierarchy
 
 LEAVE_BEHIND = textwrap.dedent("""
     import ctypes, os, socket, time
@@ -115,6 +118,29 @@ def test_a_reused_slot_takes_large_input_files(jailed_one_slot: Executor) -> Non
         r = jailed_one_slot.run("import os\nprint(os.path.getsize('big.bin'))",
                                 files={"big.bin": bytes(20 << 20)}, limits={"disk_mib": 64})
         assert r.status is Status.ok and r.stdout == f"{20 << 20}\n", r
+
+
+def test_the_between_runs_check_sees_a_process_left_in_the_cgroup() -> None:
+    cg = Hierarchy.discover().create(f"x{os.getpid()}-emptycheck")
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        assert not cg.has_processes()
+        for fd in cg.open_procs():
+            os.write(fd, str(sleeper.pid).encode())
+        cg.close_procs()
+        assert cg.has_processes(), "a process in the cgroup went unseen"
+        assert cg.has_processes(), "a second look went blind"
+        sleeper.kill()
+        sleeper.wait()
+        deadline = time.monotonic() + 5
+        while cg.has_processes() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not cg.has_processes()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        time.sleep(0.05)
+        cg.remove()
 
 
 def test_standard_library_code_runs_in_a_light_program(executor: Executor) -> None:

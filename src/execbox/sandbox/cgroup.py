@@ -273,8 +273,9 @@ class RunCgroup:
         return 0
 
     def has_processes(self) -> bool:
-        """Whether any process is still in the cgroup (in any controller's hierarchy)."""
-        return any(self._read(d, "cgroup.procs").strip() for d in self.dirs.values())
+        """Whether any process is still in the cgroup (in any controller's hierarchy). Opened
+        afresh each time: a kept descriptor of cgroup.procs reads its first list again."""
+        return any(_read(d, "cgroup.procs").strip() for d in self.dirs.values())
 
     def _peak_fd(self) -> int:
         # One descriptor for reading and resetting: on v2 a reset holds for reads through the
