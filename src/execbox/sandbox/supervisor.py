@@ -111,8 +111,6 @@ class Supervisor:
                     return
                 if kind != protocol.REQ:
                     raise jail.JailError(f"protocol: expected a request, got {kind!r}")
-                T = [time.monotonic()]
-                self.T = T
                 req = json.loads(payload)
                 files = []
                 for meta in req["files"]:
@@ -276,9 +274,7 @@ class Supervisor:
         except BrokenPipeError:
             pass  # the program died during set-up; init's report says why
         self.close_go()
-        self.T.append(started)
         killed, reported = self._supervise(started, spec, cpu_base)
-        self.T.append(time.monotonic())
         wall_ms = (time.monotonic() - started) * 1000
         wait_status: int | None = reported
         init_error: str | None = None
@@ -308,8 +304,6 @@ class Supervisor:
             artifacts=[{k: v for k, v in asdict(a).items() if k != "data"} for a in collected],
             artifacts_truncated=art_truncated,
         )
-        self.T.append(time.monotonic())
-        meta["_t"] = self.T
         return {"meta": meta, "artifacts": collected}
 
     def _supervise(self, started: float, spec: jail.RunSpec,
