@@ -384,9 +384,13 @@ class SlotPool:
                     if staged:
                         sel.unregister(slot.ctrl)
                         with self._cond:
-                            self._error = None
-                            self._ready[slot.kind].append(slot)
-                            self._cond.notify_all()
+                            closed = self._closed  # then `close` has taken the ready slots
+                            if not closed:
+                                self._error = None
+                                self._ready[slot.kind].append(slot)
+                                self._cond.notify_all()
+                        if closed:
+                            self._zygote._forget(slot)
                 late = time.monotonic() - STAGE_TIMEOUT_S
                 for key in list(sel.get_map().values()):
                     if key.data is not None and key.data.staging_since < late:
