@@ -262,7 +262,7 @@ class Executor:
 
     def _sandbox_run(self, request: RunRequest, base: RunResult,
                      on_stdout: OutputCallback | None,
-                     on_stderr: OutputCallback | None, kind: str = "heavy") -> RunResult:
+                     on_stderr: OutputCallback | None, kind: str) -> RunResult:
         limits = request.limits
         host = self._live_host()
         spec = _spec(limits, request)

@@ -371,7 +371,7 @@ class SlotPool:
                         sel.register(slot.ctrl, selectors.EVENT_READ, slot)
                 for key, _ in sel.select(timeout=0.2):
                     if key.fd == self._wake_r:
-                        _drain(self._wake_r)
+                        protocol.drain(self._wake_r)
                         continue
                     slot = key.data
                     try:
@@ -663,11 +663,3 @@ class _Pump:
 
     def _kill_supervisor(self) -> None:
         self.slot.kill()
-
-
-def _drain(fd: int) -> None:
-    try:
-        while os.read(fd, 4096):
-            pass
-    except BlockingIOError:
-        pass

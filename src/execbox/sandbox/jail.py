@@ -57,10 +57,9 @@ class JailConfig:
     root_links: dict[str, str]  # /bin -> usr/bin on merged-/usr systems
     etc_files: dict[str, bytes]
     etc_links: dict[str, str]
-    seccomp_bpf: bytes
+    seccomp: _linux.SeccompLoader  # the filter, laid out once: forks only install it
     cap_last_cap: int
     devices: tuple[str, ...] = ("null", "zero", "full", "random", "urandom")
-    seccomp_loader: _linux.SeccompLoader | None = None
 
     @classmethod
     def discover(cls, extra_ro: list[str], seccomp_bpf: bytes) -> JailConfig:
@@ -94,8 +93,8 @@ class JailConfig:
             target = os.path.realpath("/etc/localtime")
             if target.startswith("/usr/"):
                 etc_links["localtime"] = target
-        return cls(binds, links, etc_files, etc_links, seccomp_bpf, _linux.cap_last_cap(),
-                   seccomp_loader=_linux.SeccompLoader(seccomp_bpf))
+        return cls(binds, links, etc_files, etc_links, _linux.SeccompLoader(seccomp_bpf),
+                   _linux.cap_last_cap())
 
 
 @dataclass
@@ -405,7 +404,5 @@ def set_environment(env: dict[str, str]) -> None:
 
 def load_seccomp(cfg: JailConfig) -> None:
     with step("load seccomp filter"):
-        if cfg.seccomp_loader is None:  # built once, in the zygote: forks only install it
-            cfg.seccomp_loader = _linux.SeccompLoader(cfg.seccomp_bpf)
-        cfg.seccomp_loader.install()
+        cfg.seccomp.install()
 

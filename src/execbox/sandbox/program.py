@@ -118,7 +118,7 @@ class ProgramServer:
         while True:
             for fd, _ in poller.poll():
                 if fd == self.wake_r:
-                    _drain(self.wake_r)
+                    protocol.drain(self.wake_r)
                 elif fd == self.spawn.fileno():
                     msg, fds, _flags, _addr = socket.recv_fds(self.spawn, 4096, MAX_SPAWN_FDS)
                     if not msg and not fds:
@@ -233,14 +233,6 @@ def _program(cfg: jail.JailConfig, src_paths: list[str], stdio: tuple[int, int, 
         kernel.serve(fds.go_r, fds.err_w, src_paths, go["spec"])
     os.close(fds.go_r)
     runner.run(go["code"], fds.err_w, src_paths, fds.done_w, go["token"].encode())
-
-
-def _drain(fd: int) -> None:
-    try:
-        while os.read(fd, 4096):
-            pass
-    except BlockingIOError:
-        pass
 
 
 def _write_quiet(fd: int, data: bytes) -> None:

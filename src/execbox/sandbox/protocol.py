@@ -40,6 +40,15 @@ def send_all(fd: int, data: bytes | memoryview) -> None:
         view = view[n:]
 
 
+def drain(fd: int) -> None:
+    """Read a non-blocking descriptor until it is empty (a wake-up pipe)."""
+    try:
+        while os.read(fd, 4096):
+            pass
+    except BlockingIOError:
+        pass
+
+
 def _read_exact(fd: int, n: int) -> bytes:
     chunks = []
     while n:
