@@ -11,6 +11,10 @@ deps:
 	@# libseccomp (the syscall filter) is the one system library the sandbox needs.
 	@ldconfig -p | grep -q 'libseccomp\.so\.2' || { \
 	  echo "installing libseccomp2"; apt-get update -qq && apt-get install -y -qq libseccomp2; }
+	@# A C compiler and the static C library: the image build compiles the jail's init and
+	@# the program's contain steps (src/execbox/sandbox/native).
+	@{ command -v cc >/dev/null && test -e "$$(cc -print-file-name=libc.a)"; } || { \
+	  echo "installing gcc and libc6-dev"; apt-get update -qq && apt-get install -y -qq gcc libc6-dev; }
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 	  { echo "execbox needs Python 3.11+ as $(PYTHON)"; exit 2; }
 

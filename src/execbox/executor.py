@@ -133,7 +133,7 @@ class Executor:
     def _start_host(self) -> ZygoteProcess:
         try:
             return ZygoteProcess(self.image.python, self.image.zygote_env(), self.image.ro_paths,
-                                 list(self.image.preload), list(LIGHT_PRELOAD),
+                                 self.image.libexec, list(self.image.preload), list(LIGHT_PRELOAD),
                                  pool_size=self.pool_size)
         except HostError as exc:
             raise SandboxUnavailable(f"{exc}; see `execbox doctor`") from exc

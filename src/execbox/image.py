@@ -2,9 +2,10 @@
 
 `build()` makes a virtual environment from the lock file (hashes required, no dependencies
 resolved at build time, nothing ever installed at run time), warms matplotlib's font cache,
-and computes a digest over what the code can see: the interpreter version, the base standard
-library and every installed file (bytecode caches and the venv's `bin/` scripts, which embed
-the build path, excluded). Images live under `<home>/images/<digest>`; `current` points at the
+compiles the jail's C parts (`sandbox/native/`: init and the program's contain steps) into
+`libexec/`, and computes a digest over
+what the code can see: the interpreter version, the base standard library and every installed
+file (bytecode caches and the venv's `bin/` scripts, which embed the build path, excluded). Images live under `<home>/images/<digest>`; `current` points at the
 newest. `EXECBOX_HOME` overrides the home (default `$XDG_DATA_HOME/execbox`).
 """
 
@@ -18,12 +19,15 @@ import subprocess
 import sys
 import sysconfig
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import SandboxUnavailable, UsageError
 
 LOCK_FILE = Path(__file__).parent / "runtime" / "requirements.lock"
+NATIVE = Path(__file__).parent / "sandbox" / "native"  # the jail's C parts, built per image
+CFLAGS = ["-O2", "-Wall", "-Wextra", "-Werror"]
 PRELOAD = ["numpy", "numpy.random", "pandas", "matplotlib", "matplotlib.pyplot", "scipy"]
 # The light program zygote: what the runner needs and the standard-library modules code most
 # often imports (a module not listed still imports, from the read-only image, at its own cost).
@@ -55,6 +59,12 @@ class Image:
     @property
     def python(self) -> Path:
         return self.root / "bin" / "python"
+
+    @property
+    def libexec(self) -> Path:
+        """The jail's C parts: `execbox-init` and `libexecbox-contain.so` (see
+        `sandbox/native`)."""
+        return self.root / "libexec"
 
     @property
     def mplconfig(self) -> Path:
@@ -89,8 +99,47 @@ class Image:
                 f"no runtime image at {root}; build one with `execbox image build`"
             )
         data = json.loads(manifest.read_text())
-        return cls(root.resolve(), data["digest"], data["python_version"],
-                   Path(data["base_prefix"]), tuple(data.get("preload", PRELOAD)))
+        image = cls(root.resolve(), data["digest"], data["python_version"],
+                    Path(data["base_prefix"]), tuple(data.get("preload", PRELOAD)))
+        if data.get("native_sha256") != _native_sha() or not all(
+                (image.libexec / name).is_file() for name in NATIVE_OUTPUTS):
+            raise SandboxUnavailable(
+                f"the runtime image at {root} lacks this execbox's init and contain steps; "
+                "rebuild it with `execbox image build`")
+        return image
+
+
+# What each C source becomes in libexec/, and how: init is static (the jail has no loader
+# cache for it, and a static binary starts fastest); the contain steps are a library the
+# program zygotes load.
+NATIVE_OUTPUTS = {"execbox-init": ("init.c", ["-static", "-s"]),
+                  "libexecbox-contain.so": ("contain.c", ["-shared", "-fPIC", "-s"])}
+
+
+def _native_sha() -> str:
+    h = hashlib.sha256()
+    for path in sorted(NATIVE.iterdir()):
+        if path.suffix in (".c", ".h"):
+            h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def build_native(root: Path) -> None:
+    """Compile the jail's C parts into `root/libexec`."""
+    cc = shutil.which(os.environ.get("CC") or "cc")
+    if cc is None:
+        raise SandboxUnavailable("building the runtime image needs a C compiler for the jail's "
+                                 "init: install gcc (Debian: apt-get install gcc libc6-dev)")
+    dest = root / "libexec"
+    dest.mkdir(exist_ok=True)
+    for name, (source, flags) in NATIVE_OUTPUTS.items():
+        tmp = dest / f".{name}.tmp"
+        done = subprocess.run([cc, *CFLAGS, *flags, "-o", str(tmp), str(NATIVE / source)],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            tmp.unlink(missing_ok=True)
+            raise SandboxUnavailable(f"compiling {source} failed:\n{done.stderr.strip()}")
+        tmp.replace(dest / name)
 
 
 def _hash_tree(h: hashlib._Hash, root: Path, skip: set[str]) -> int:
@@ -134,13 +183,18 @@ def build(lock: Path = LOCK_FILE, dest_home: Path | None = None, python: str | N
     images.mkdir(parents=True, exist_ok=True)
     lock_sha = hashlib.sha256(lock.read_bytes()).hexdigest()
     current = images / "current"
-    try:
-        existing = Image.load(current)
-        meta = json.loads((existing.root / "manifest.json").read_text())
-        if meta.get("lock_sha256") == lock_sha and existing.python.exists():
-            return existing
-    except SandboxUnavailable:
-        pass
+    manifest_path = current / "manifest.json"
+    if manifest_path.is_file():
+        meta = json.loads(manifest_path.read_text())
+        if meta.get("lock_sha256") == lock_sha and (current / "bin" / "python").exists():
+            if meta.get("native_sha256") != _native_sha():  # same packages, other C parts
+                root = current.resolve()
+                build_native(root)
+                meta["native_sha256"] = _native_sha()
+                meta["digest"] = compute_digest(root, Path(meta["base_prefix"]),
+                                                meta["python_version"])
+                _write_manifest(root, meta)
+            return Image.load(current)
     interpreter: str = python or getattr(sys, "_base_executable", None) or sys.executable
     tag = hashlib.sha256(f"{lock_sha}\0{os.path.realpath(interpreter)}".encode()).hexdigest()
     final = images / tag[:16]
@@ -157,6 +211,7 @@ def build(lock: Path = LOCK_FILE, dest_home: Path | None = None, python: str | N
                         "--only-binary", ":all:", "-r", str(lock)],
                        check=True, stdout=out)
         work.rename(final)  # before the font cache is made: it records absolute paths
+        build_native(final)
         probe = subprocess.run(
             [str(final / "bin" / "python"), "-I", "-c",
              "import sys, matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot, "
@@ -171,10 +226,11 @@ def build(lock: Path = LOCK_FILE, dest_home: Path | None = None, python: str | N
             "python_version": version,
             "base_prefix": base_prefix,
             "lock_sha256": lock_sha,
+            "native_sha256": _native_sha(),
             "preload": PRELOAD,
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
-        (final / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        _write_manifest(final, manifest)
         tmp_link = images / ".current.tmp"
         if tmp_link.is_symlink() or tmp_link.exists():
             tmp_link.unlink()
@@ -184,6 +240,12 @@ def build(lock: Path = LOCK_FILE, dest_home: Path | None = None, python: str | N
     except (subprocess.CalledProcessError, OSError) as exc:
         shutil.rmtree(work, ignore_errors=True)
         raise SandboxUnavailable(f"building the runtime image failed: {exc}") from exc
+
+
+def _write_manifest(root: Path, manifest: Mapping[str, object]) -> None:
+    tmp = root / "manifest.json.tmp"
+    tmp.write_text(json.dumps(manifest, indent=2) + "\n")
+    tmp.replace(root / "manifest.json")
 
 
 def verify(image: Image) -> bool:

@@ -36,21 +36,7 @@ MS_REC = 16384
 MS_PRIVATE = 1 << 18
 MNT_DETACH = 2
 
-PR_SET_PDEATHSIG = 1
-PR_SET_DUMPABLE = 4
-PR_SET_SECCOMP = 22
-PR_CAPBSET_READ = 23
 PR_CAPBSET_DROP = 24
-PR_SET_SECUREBITS = 28
-PR_SET_NO_NEW_PRIVS = 38
-PR_GET_NO_NEW_PRIVS = 39
-PR_CAP_AMBIENT = 47
-PR_CAP_AMBIENT_CLEAR_ALL = 4
-SECCOMP_MODE_FILTER = 2
-
-# Lock root out of special treatment for good: no caps for uid 0 on exec, no cap fix-ups on
-# setuid, no keep-caps, no ambient raise. The *_LOCKED bits make these permanent.
-SECUREBITS_LOCKED_DOWN = (1 << 0) | (1 << 1) | (1 << 3) | (1 << 5) | (1 << 6) | (1 << 7)
 
 _SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 
@@ -112,32 +98,13 @@ def prctl(option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 
     )
 
 
-class _CapHeader(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-
-class _CapData(ctypes.Structure):
-    _fields_ = [
-        ("effective", ctypes.c_uint32),
-        ("permitted", ctypes.c_uint32),
-        ("inheritable", ctypes.c_uint32),
-    ]
-
-
-def clear_capabilities() -> None:
-    """Empty the effective, permitted and inheritable sets of this thread."""
-    header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
-    data = (_CapData * 2)()
-    _check(_libc.capset(ctypes.byref(header), data), "capset")
-
-
 class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
 class SeccompLoader:
-    """A classic BPF seccomp program, laid out in memory once (a fork installs it with one
-    call, requiring no_new_privs or CAP_SYS_ADMIN)."""
+    """A classic BPF seccomp program, laid out in memory once (a program installs it as the
+    last of its contain steps, see `ContainLibrary`)."""
 
     def __init__(self, program: bytes) -> None:
         if not program or len(program) % 8:
@@ -146,8 +113,34 @@ class SeccompLoader:
         self._prog = _SockFprog(len(program) // 8, ctypes.cast(self._buf, ctypes.c_void_p))
         self._addr = ctypes.addressof(self._prog)
 
-    def install(self) -> None:
-        prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, self._addr)
+    @property
+    def address(self) -> int:
+        """Of the `struct sock_fprog`."""
+        return self._addr
+
+
+class ContainLibrary:
+    """The program's contain steps in C (`native/contain.c`), loaded once by a program zygote;
+    a program runs them with one call."""
+
+    def __init__(self, path: str, namespace_types: list[int]) -> None:
+        fn = ctypes.CDLL(path, use_errno=True).execbox_contain
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.POINTER(ctypes.c_int),
+                       ctypes.c_int, ctypes.c_uint, ctypes.c_void_p, ctypes.c_char_p,
+                       ctypes.c_size_t]
+        self._fn = fn
+        self._types = (ctypes.c_int * len(namespace_types))(*namespace_types)
+        self._n_ns = len(namespace_types)
+        self._error = ctypes.create_string_buffer(512)
+
+    def contain(self, fds: list[int], n_cgroups: int, uid: int, seccomp: SeccompLoader) -> None:
+        """`fds`: the namespaces (in `namespace_types` order), the cgroup.procs files, stdin,
+        stdout, stderr and the four descriptors the program keeps (see contain.c)."""
+        array = (ctypes.c_int * len(fds))(*fds)
+        if self._fn(array, self._n_ns, self._types, n_cgroups, uid, seccomp.address,
+                    self._error, len(self._error)):
+            raise OSError(ctypes.get_errno(), self._error.value.decode("utf-8", "replace"))
 
 
 

@@ -64,7 +64,7 @@ class ZygoteProcess:
     that forks supervisors and init, and two that fork only programs, a light one (standard
     library) and a heavy one (the runtime's data modules imported)."""
 
-    def __init__(self, python: Path, env: dict[str, str], ro_paths: list[str],
+    def __init__(self, python: Path, env: dict[str, str], ro_paths: list[str], libexec: Path,
                  preload: list[str], light_preload: list[str] | None = None,
                  ready_timeout_s: float = 60.0, pool_size: int = 4) -> None:
         import execbox
@@ -74,7 +74,7 @@ class ZygoteProcess:
         # is the program zygote's, the other the supervisors' zygote's (and so every
         # supervisor's).
         pairs = {kind: socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) for kind in KINDS}
-        common = {"ro_paths": ro_paths, "src_paths": [src]}
+        common = {"ro_paths": ro_paths, "src_paths": [src], "libexec": str(libexec)}
         preloads = {"heavy": preload, "light": light_preload or []}
         self._starting: dict[str, _Starting] = {}
         try:

@@ -4,14 +4,17 @@ Three processes take part in a run, from three fork servers (see `zygote`):
   supervisor  forked from the supervisors' zygote (standard library only) once per slot; root;
               host pid namespace; new mount, net and uts namespaces. Builds the slot's root
               filesystem and cgroup; for each run: fresh scratch mounts, new pid and ipc
-              namespaces, forks init, asks a program zygote for the program, then supervises.
-  init        pid 1 of the run's new pid namespace, forked by the supervisor. Joins the cgroup,
-              mounts /proc, drops every privilege and lets the kernel reap orphans. Killing it
-              kills everything in the namespace, the program included.
+              namespaces, spawns init, asks a program zygote for the program, then supervises.
+  init        pid 1 of the run's new pid namespace: a small static C program (`native/init.c`)
+              the supervisor spawns (vfork and exec, nothing of the supervisor copied). Joins
+              the cgroup, mounts /proc, drops every privilege, enters seccomp's strict mode
+              and lets the kernel reap orphans. Killing it kills everything in the namespace, the
+              program included.
   program     the user's code, forked from the light (standard library) or heavy (numpy,
               pandas, ... pre-imported) program zygote straight into init's namespaces and
-              cgroup (see `program`): rlimits, workspace, unprivileged uid, no capabilities,
-              no_new_privs, empty environment, reseeded randomness, seccomp last.
+              cgroup, contained by one call into C (`native/contain.c`): workspace,
+              unprivileged uid, no capabilities, no_new_privs, seccomp last; then empty
+              environment, reseeded randomness and, with its request, rlimits.
 
 Each step raises `JailError` naming itself and the call that failed.
 Standard library only: the zygote imports this inside the runtime image.
@@ -20,6 +23,7 @@ Standard library only: the zygote imports this inside the runtime image.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import resource
 import socket
@@ -59,10 +63,11 @@ class JailConfig:
     etc_links: dict[str, str]
     seccomp: _linux.SeccompLoader  # the filter, laid out once: forks only install it
     cap_last_cap: int
+    libexec: str  # the C parts (`native/`), inside the read-only runtime image
     devices: tuple[str, ...] = ("null", "zero", "full", "random", "urandom")
 
     @classmethod
-    def discover(cls, extra_ro: list[str], seccomp_bpf: bytes) -> JailConfig:
+    def discover(cls, extra_ro: list[str], seccomp_bpf: bytes, libexec: str) -> JailConfig:
         binds, links = ["/usr"], {}
         for name in ROOT_DIRS:
             path = "/" + name
@@ -93,8 +98,19 @@ class JailConfig:
             target = os.path.realpath("/etc/localtime")
             if target.startswith("/usr/"):
                 etc_links["localtime"] = target
+        libexec = os.path.realpath(libexec)
+        if not any(libexec.startswith(b + "/") for b in binds):
+            raise JailError(f"{libexec} is outside the jail's read-only paths")
         return cls(binds, links, etc_files, etc_links, _linux.SeccompLoader(seccomp_bpf),
-                   _linux.cap_last_cap())
+                   _linux.cap_last_cap(), libexec)
+
+    @property
+    def init(self) -> str:
+        return f"{self.libexec}/execbox-init"
+
+    @property
+    def contain_library(self) -> str:
+        return f"{self.libexec}/libexecbox-contain.so"
 
 
 @dataclass
@@ -114,7 +130,7 @@ class RunSpec:
     input_count: int = 0
 
 
-# ---- supervisor steps (root, before the fork of init) -------------------------------------
+# ---- supervisor steps (root) --------------------------------------------------------------
 
 
 def unshare_namespaces() -> None:
@@ -253,25 +269,11 @@ def enter_root() -> None:
                      | _linux.MS_NODEV)
 
 
-# ---- init steps (pid 1 of the run's pid namespace) ----------------------------------------
-
-
-def mount_proc() -> None:
-    with step("mount /proc"):
-        _linux.mount("proc", "/proc", "proc",
-                     _linux.MS_NOSUID | _linux.MS_NODEV | _linux.MS_NOEXEC)
-
-
-def unshare_cgroup_namespace() -> None:
-    with step("unshare cgroup namespace"):
-        _linux.unshare(_linux.CLONE_NEWCGROUP)
-
-
 # ---- how the program joins the slot (see `program`) -----------------------------------------
 
-# The namespaces of init the program joins, in this order: pid first (the heavy zygote applies
-# it to its next child), cgroup after the cgroup itself, the mount namespace (and with it the
-# jail's root) last.
+# The namespaces of init the program joins, in this order (`native/contain.c` follows it): pid
+# first (its program zygote applies it to its next child), cgroup after the cgroup itself, the
+# mount namespace (and with it the jail's root) last.
 PROGRAM_NAMESPACES = (
     ("pid", _linux.CLONE_NEWPID), ("cgroup", _linux.CLONE_NEWCGROUP),
     ("net", _linux.CLONE_NEWNET), ("ipc", _linux.CLONE_NEWIPC), ("uts", _linux.CLONE_NEWUTS),
@@ -294,28 +296,7 @@ def open_namespaces(pid: int) -> list[int]:
     return fds
 
 
-def join_cgroup(procs_fds: list[int]) -> None:
-    """Move the calling process into the run's cgroup through its cgroup.procs descriptors
-    ('0' means the writer itself), then close them."""
-    with step("join cgroup"):
-        for fd in procs_fds:
-            os.write(fd, b"0")
-        for fd in procs_fds:
-            os.close(fd)
-
-
-def enter_namespaces(ns_fds: list[int]) -> None:
-    """Join init's namespaces except pid (already the namespace this process was forked into),
-    then close the descriptors. Joining the mount namespace sets root and working directory to
-    the jail's root."""
-    for (name, flag), fd in zip(PROGRAM_NAMESPACES, ns_fds, strict=True):
-        if flag != _linux.CLONE_NEWPID:
-            with step(f"enter the {name} namespace"):
-                _linux.setns(fd, flag)
-        os.close(fd)
-
-
-# ---- program steps (and init's own privilege drop) -----------------------------------------
+# ---- process steps in Python (the program's contain steps are in `native/contain.c`) --------
 
 
 def close_fds_except(keep: list[int]) -> None:
@@ -328,12 +309,18 @@ def close_fds_except(keep: list[int]) -> None:
     os.closerange(low, 1 << 20)
 
 
-def setup_stdio(stdin: int, stdout: int, stderr: int, keep: list[int]) -> None:
-    with step("set up stdio"):
-        for target, fd in ((0, stdin), (1, stdout), (2, stderr)):
-            if fd != target:
-                os.dup2(fd, target)
-        close_fds_except([0, 1, 2, *keep])
+def spawn(path: str, argv: list[str], fds: list[int]) -> int:
+    """Start `path` with vfork and exec (nothing of the caller copied, and nothing for the
+    caller to copy back on its next writes, as after a fork), an empty environment and
+    `fds[i]` at descriptor 3 + i; returns its pid."""
+    # Out of the way of the target numbers first, so that no dup2 overwrites a later source.
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 64) for fd in fds]
+    try:
+        return os.posix_spawn(path, argv, {}, file_actions=[
+            (os.POSIX_SPAWN_DUP2, fd, 3 + i) for i, fd in enumerate(high)])
+    finally:
+        for fd in high:
+            os.close(fd)
 
 
 def set_rlimits(spec: RunSpec) -> None:
@@ -351,30 +338,13 @@ def set_rlimits(spec: RunSpec) -> None:
 
 def empty_bounding_set(cap_last_cap: int) -> None:
     """Drop every capability from the bounding set. The bounding set only limits what an
-    execve can grant, never what a process holds: a zygote (which never execs) does this once
-    at start, and every process it forks inherits the empty set instead of dropping 41
-    capabilities one call at a time."""
+    execve can grant, never what a process holds: a program zygote (which never execs) does
+    this once at start, and every program it forks inherits the empty set instead of dropping
+    41 capabilities one call at a time. (The supervisors' zygote keeps its set: init, which
+    supervisors exec, needs its capabilities for its set-up and drops them itself.)"""
     with step("drop the capability bounding set"):
         for cap in range(cap_last_cap + 1):
             _linux.prctl(_linux.PR_CAPBSET_DROP, cap)
-
-
-def drop_privileges(uid: int, cap_last_cap: int) -> None:
-    """Unprivileged uid, no capabilities anywhere (bounding set included), no_new_privs."""
-    if _linux.prctl(_linux.PR_CAPBSET_READ, cap_last_cap) or _linux.prctl(
-            _linux.PR_CAPBSET_READ, 0):  # not emptied by the zygote (both ends checked)
-        empty_bounding_set(cap_last_cap)
-    with step("lock capabilities out"):
-        _linux.prctl(_linux.PR_CAP_AMBIENT, _linux.PR_CAP_AMBIENT_CLEAR_ALL)
-        _linux.prctl(_linux.PR_SET_SECUREBITS, _linux.SECUREBITS_LOCKED_DOWN)
-    with step("switch to the sandbox uid"):
-        os.setgroups([])
-        os.setresgid(uid, uid, uid)
-        os.setresuid(uid, uid, uid)
-    with step("clear capabilities"):
-        _linux.clear_capabilities()
-    with step("set no_new_privs"):
-        _linux.prctl(_linux.PR_SET_NO_NEW_PRIVS, 1)
 
 
 def reset_signals() -> None:
@@ -400,9 +370,3 @@ def set_environment(env: dict[str, str]) -> None:
     with step("set environment"):
         os.environ.clear()
         os.environ.update(env)
-
-
-def load_seccomp(cfg: JailConfig) -> None:
-    with step("load seccomp filter"):
-        cfg.seccomp.install()
-

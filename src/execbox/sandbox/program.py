@@ -2,8 +2,8 @@
 contain it there.
 
 Only the program needs the pre-imported interpreter, so only the program is a fork of a program
-zygote, the light one (standard library) or the heavy one (numpy, pandas, ...): supervisor and
-init come from the supervisors' zygote (see `supervisor`). Once a supervisor has staged a run
+zygote, the light one (standard library) or the heavy one (numpy, pandas, ...): the supervisor
+is a fork of the supervisors' zygote and init a small C program (see `supervisor`). Once a supervisor has staged a run
 (cgroup, namespaces, root, init), it sends one SPAWN message to its program zygote over a
 SOCK_SEQPACKET socket that every supervisor shares (one message is one request: requests never
 interleave). The message carries descriptors only:
@@ -13,8 +13,12 @@ interleave). The message carries descriptors only:
 
 The program zygote points the pid namespace of its next child at the slot's (setns with
 CLONE_NEWPID changes only where children go), forks, and returns to its own pid namespace. The
-child joins the cgroup and the slot's other namespaces (the mount namespace last: its root and
-working directory become the jail's), then contains itself as before and waits for its code.
+child contains itself with one call into C (`native/contain.c`, system calls only: a Python
+step in a fresh fork copies every page it touches): it joins the cgroup and the slot's other
+namespaces (the mount namespace last: its root and working directory become the jail's), puts
+its stdio on 0-2 and closes all else, enters /workspace, drops every privilege and installs
+the seccomp filter. Then, in Python: an empty environment, reseeded randomness, the runner
+readied; and it waits for its code.
 
 The program is its zygote's child, not init's: the zygote reaps it and writes its
 wait status to its status pipe, as JSON `{"status": wstatus}` (or `{"error": ...}` when it could
@@ -102,6 +106,8 @@ class ProgramServer:
         self.host = host
         self.spawn = spawn
         self.own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+        self.contain = _linux.ContainLibrary(cfg.contain_library,
+                                             [flag for _name, flag in jail.PROGRAM_NAMESPACES])
         self.children: dict[int, int] = {}  # pid -> its status pipe
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 
@@ -175,42 +181,32 @@ class ProgramServer:
                 os.close(fd)
 
     def _child(self, req: _Spawn) -> None:
-        """In the fork: join the slot, then become the program. Never returns."""
+        """In the fork: join the slot and contain the process, then become the program. Never
+        returns."""
         try:
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             # Their finalizers must never close a descriptor number the program reuses.
             self.host.detach()
             self.spawn.detach()
-            with jail.step("keep only the program's descriptors"):
-                jail.close_fds_except([fd for fd in req.all_fds() if fd != req.status_w])
-            jail.join_cgroup(req.cgroup_procs)
-            jail.enter_namespaces(req.namespaces)
+            # Join the cgroup and the slot's namespaces, stdio on 0-2 and nothing else open
+            # but the program's four, /workspace, the sandbox uid without privileges, seccomp.
+            with jail.step("contain the program"):
+                self.contain.contain(req.all_fds()[1:], len(req.cgroup_procs), jail.SANDBOX_UID,
+                                     self.cfg.seccomp)
+            jail.set_environment({})
+            with jail.step("reseed random state"):
+                runner.reseed()
+            with jail.step("prepare the runner"):
+                runner.prepare()
         except BaseException as exc:  # noqa: BLE001
             _write_quiet(req.fds.setup_w, f"program set-up: {exc}".encode())
             os._exit(127)
-        _program(self.cfg, self.src_paths, req.stdio, req.fds)
+        _program(self.src_paths, req.fds)
 
 
-def _program(cfg: jail.JailConfig, src_paths: list[str], stdio: tuple[int, int, int],
-             fds: ProgramFds) -> None:
-    """The user's process, inside the slot: contain, wait for the code, run it. Never
-    returns."""
-    try:
-        jail.setup_stdio(*stdio, keep=[fds.go_r, fds.err_w, fds.setup_w, fds.done_w])
-        with jail.step("enter /workspace"):
-            os.chdir("/workspace")
-        jail.drop_privileges(jail.SANDBOX_UID, cfg.cap_last_cap)
-        jail.set_environment({})
-        with jail.step("reseed random state"):
-            runner.reseed()
-        os.umask(0o022)
-        jail.load_seccomp(cfg)
-        with jail.step("prepare the runner"):
-            runner.prepare()
-    except BaseException as exc:  # noqa: BLE001
-        _write_quiet(fds.setup_w, f"program set-up: {exc}".encode())
-        os._exit(127)
+def _program(src_paths: list[str], fds: ProgramFds) -> None:
+    """The user's process, contained in the slot: wait for the code, run it. Never returns."""
     # Staged: from here on the process is fully contained and waits for its request.
     try:
         kind, payload = protocol.read_frame(fds.go_r)

@@ -1,14 +1,16 @@
 """A run slot, from the supervisors' zygote's fork to its last run: supervisor and init.
 
 The supervisor builds the slot once (cgroup, mount, network and uts namespaces, read-only
-root). For each run it mounts fresh scratch tmpfs, makes new pid and ipc namespaces, forks init
-(pid 1 of the run's pid namespace) and asks its program zygote to fork the program into them
+root). For each run it mounts fresh scratch tmpfs, makes new pid and ipc namespaces, spawns
+init (pid 1 of the run's pid namespace, a small static C program: `init.c`) and asks its
+program zygote to fork the program into them
 (see `program`); the run is then staged. It reads the request from its control socket,
 enforces wall and CPU time, then reads the cgroup for OOM kills, CPU and peak memory, collects
 artifacts and sends the result. Killing init kills every process of the run: the kernel tears
 down the whole pid namespace, the program, daemons and grandchildren included. Then the next
 run is staged, once the host asks for the slot again (NEXT). A session's slot ends with it.
-Supervisor and init are forks of a small zygote: only the program pays for a big one.
+The supervisor is a fork of a small zygote and init is no fork of Python at all: only the
+program pays for a big interpreter.
 Standard library only.
 """
 
@@ -216,19 +218,7 @@ class Supervisor:
         procs = self.cg.open_procs()
         fds: list[int] = []
         try:
-            ready_r, ready_w = os.pipe()
-            pid = os.fork()
-            if pid == 0:
-                os.close(ready_r)
-                self._init(ready_w, procs)
-            self.init_pid = pid
-            os.close(ready_w)
-            try:
-                ready = _read_to_end(ready_r, 65536)
-            finally:
-                os.close(ready_r)
-            if ready != INIT_READY:
-                raise jail.JailError(ready.decode("utf-8", "replace") or "init: exited during set-up")
+            self._spawn_init(procs)
             # pid 1 of the jail's own /proc is init: its namespaces are the ones the program joins.
             namespaces = jail.open_namespaces(1)
             fds += namespaces
@@ -371,36 +361,26 @@ class Supervisor:
             if killed:
                 os.kill(self.init_pid, signal.SIGKILL)
 
-    def _init(self, ready_w: int, procs: list[int]) -> None:
-        """pid 1 of the run's pid namespace: set up, say so on `ready_w`, then only exist (the
-        kernel reaps orphans for it). Never returns."""
+    def _spawn_init(self, procs: list[int]) -> None:
+        """Start init (`init.c`), the first process of the run's new pid namespace, and wait
+        for its report. vfork and exec: nothing of this process is copied, and this process
+        copies nothing of its own back on its next writes, as it would after a fork."""
+        report_r, report_w = os.pipe()
         try:
-            _linux.prctl(_linux.PR_SET_PDEATHSIG, signal.SIGKILL)
-            assert self.cg is not None
-            for sock in (*self.z.spawn.values(), self.ctrl_sock):
-                sock.detach()  # init never talks to the zygotes or the host
-            jail.close_fds_except([ready_w, *procs])
-            jail.join_cgroup(procs)
-            jail.unshare_cgroup_namespace()
-            jail.mount_proc()
-            with jail.step("let the kernel reap orphans"):
-                signal.signal(signal.SIGCHLD, signal.SIG_IGN)
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
-            jail.drop_privileges(jail.INIT_UID, self.z.cfg.cap_last_cap)
-            # Changing credentials clears the parent-death signal: arm it again, so a killed
-            # supervisor takes init, and with it the whole pid namespace, along.
-            _linux.prctl(_linux.PR_SET_PDEATHSIG, signal.SIGKILL)
-            jail.load_seccomp(self.z.cfg)
-        except BaseException as exc:  # noqa: BLE001
-            _write_quiet(ready_w, f"init: {exc}".encode())
-            os._exit(1)
+            with jail.step("spawn init"):
+                self.init_pid = jail.spawn(
+                    self.z.cfg.init, ["execbox-init", str(jail.INIT_UID), str(len(procs))],
+                    [report_w, *procs])
+        finally:
+            os.close(report_w)
         try:
-            os.write(ready_w, INIT_READY)
-        except OSError:  # the supervisor died before the signal was armed: end the namespace
-            os._exit(1)
-        os.close(ready_w)
-        while True:
-            signal.pause()
+            report = os.read(report_r, 4096)
+            if report != INIT_READY:  # an error, written whole before init exits
+                report += _read_to_end(report_r, 65536)
+        finally:
+            os.close(report_r)
+        if report != INIT_READY:
+            raise jail.JailError(report.decode("utf-8", "replace") or "init: exited during set-up")
 
 
 def _read_to_end(fd: int, limit: int) -> bytes:

@@ -60,8 +60,10 @@ def main(sock: socket.socket, options: dict[str, Any]) -> None:
     role = options.get("role", "supervisors")
     try:
         loaded = _preload(options.get("preload", []))
-        cfg = jail.JailConfig.discover(options["ro_paths"], seccomp.compile_filter())
-        jail.empty_bounding_set(cfg.cap_last_cap)
+        cfg = jail.JailConfig.discover(options["ro_paths"], seccomp.compile_filter(),
+                                       options["libexec"])
+        if role == "programs":  # init is exec'd by supervisors: it needs the full set to drop
+            jail.empty_bounding_set(cfg.cap_last_cap)
         hierarchy = Hierarchy.discover() if role == "supervisors" else None
         # Everything imported so far lives as long as the zygote: move it out of the garbage
         # collector's reach, so a collection in a forked child does not touch (and so copy)

@@ -1,0 +1,95 @@
+/* execbox-init: pid 1 of a run's pid namespace.
+
+   The supervisor spawns it (vfork and exec: no copy of the supervisor's memory) as the first
+   process of a fresh pid namespace, inside the slot's mount, network, uts and ipc namespaces.
+   It joins the run's cgroup, takes a cgroup namespace of its own, mounts the run's /proc,
+   drops every privilege, enters seccomp's strict mode (read, write, exit, sigreturn) and says
+   "ready" on its report descriptor; then it only exists until the supervisor kills it. Its
+   death ends every process of the namespace. Orphans are reaped by the kernel (SIGCHLD
+   ignored). Any failure is written to the report descriptor as "init: <step>: <error>".
+
+   Descriptors: 3 is the report pipe, 4 .. 4+N-1 are the run cgroup's cgroup.procs files (one
+   per controller hierarchy); every other descriptor, stdio included, is closed.
+   Usage: execbox-init UID N
+
+   Built by `execbox image build` into the runtime image's libexec/ (static, so it runs in the jail's
+   read-only root with no loader). */
+
+#include "privileges.h"
+
+#include <linux/seccomp.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mount.h>
+
+#define REPORT_FD 3
+#define FIRST_CGROUP_FD 4
+#define MAX_CGROUP_FDS 8
+
+static void fail(const char *step) {
+    char msg[256];
+    int len = snprintf(msg, sizeof msg, "init: %s: %s", step, strerror(errno));
+    if (len > 0)
+        (void)!write(REPORT_FD, msg, (size_t)len < sizeof msg ? (size_t)len : sizeof msg - 1);
+    _exit(1);
+}
+
+static long parse(const char *text, long lo, long hi, const char *what) {
+    char *end;
+    errno = 0;
+    long value = strtol(text, &end, 10);
+    if (errno || *end || end == text || value < lo || value > hi) {
+        errno = EINVAL;
+        fail(what);
+    }
+    return value;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        errno = EINVAL;
+        fail("usage: execbox-init UID N");
+    }
+    uid_t uid = (uid_t)parse(argv[1], 1, 0x7fffffff, "the uid argument");
+    int cgroups = (int)parse(argv[2], 0, MAX_CGROUP_FDS, "the cgroup count argument");
+
+    /* A killed supervisor takes init, and so the whole namespace, along. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0))
+        fail("arm the parent-death signal");
+    for (int i = 0; i < cgroups; i++) {
+        if (write(FIRST_CGROUP_FD + i, "0", 1) != 1)
+            fail("join cgroup");
+    }
+    if (syscall(SYS_close_range, 0, 2, 0) || syscall(SYS_close_range, FIRST_CGROUP_FD, ~0U, 0))
+        fail("close inherited descriptors");
+    if (unshare(CLONE_NEWCGROUP))
+        fail("unshare cgroup namespace");
+    if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL))
+        fail("mount /proc");
+    struct sigaction ignore;
+    memset(&ignore, 0, sizeof ignore);
+    ignore.sa_handler = SIG_IGN;
+    if (sigaction(SIGCHLD, &ignore, NULL) || sigaction(SIGPIPE, &ignore, NULL))
+        fail("let the kernel reap orphans");
+    const char *step;
+    if (execbox_drop_privileges(uid, &step))
+        fail(step);
+    /* Changing credentials cleared the parent-death signal: arm it again. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0))
+        fail("arm the parent-death signal");
+    int hold[2]; /* init reads its own pipe forever: the write end stays open here */
+    if (pipe(hold))
+        fail("make the idle pipe");
+    if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_STRICT, 0, 0, 0))
+        fail("enter seccomp strict mode");
+    /* From here on only read, write and exit. A supervisor that died before the signal was
+       armed closed the report pipe: the write fails and init ends (strict mode kills the
+       process on the C library's exit_group: the same end). */
+    if (write(REPORT_FD, "ready", 5) != 5)
+        _exit(1);
+    char byte;
+    for (;;)
+        (void)!read(hold[0], &byte, 1);
+}

@@ -1,0 +1,130 @@
+"""The jail's C parts (`sandbox/native`) as the image builds them: init's and the contain steps'
+own failure reports, and what the image does when they are missing, stale or cannot be
+compiled. How they contain a real run is attacked in `test_isolation` and `test_slot_reuse`."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from execbox import image
+from execbox.errors import SandboxUnavailable
+from execbox.sandbox import _linux, jail
+from execbox.sandbox.jail import SANDBOX_UID
+
+
+@pytest.fixture(scope="module")
+def libexec(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("image")
+    image.build_native(root)
+    return root / "libexec"
+
+
+def _init(libexec: Path, *args: str, fds: tuple[int, ...] = ()) -> tuple[int, bytes]:
+    """Run init as the supervisor does (report pipe at 3, `fds` from 4 on): its exit code and
+    report. Every case fails before init changes anything of the host."""
+    report_r, report_w = os.pipe()
+    try:
+        pid = jail.spawn(str(libexec / "execbox-init"), ["execbox-init", *args],
+                         [report_w, *fds])
+    finally:
+        os.close(report_w)
+    with os.fdopen(report_r, "rb") as fh:
+        report = fh.read()
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), report
+
+
+@pytest.mark.parametrize("args", [(), ("65533",), ("0", "1"), ("65533", "9"), ("x", "1")])
+def test_init_refuses_bad_arguments_and_says_so(libexec: Path, args: tuple[str, ...]) -> None:
+    code, report = _init(libexec, *args)
+    assert code == 1 and report.startswith(b"init: "), (code, report)
+    assert b"Invalid argument" in report, report
+
+
+def test_init_reports_the_step_that_failed(libexec: Path) -> None:
+    # A cgroup.procs stand-in it cannot write to: the first step after arming the signal.
+    read_end, write_end = os.pipe()
+    try:
+        code, report = _init(libexec, "65533", "1", fds=(read_end,))
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert (code, report) == (1, b"init: join cgroup: Bad file descriptor"), report
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the contain steps need root")
+def test_contain_runs_every_step_up_to_seccomp_and_names_the_failed_one(
+        libexec: Path, tmp_path: Path) -> None:
+    """In a fork chrooted to a directory with a /workspace and given a filter the kernel
+    refuses, the contain steps run to the last one, seccomp, and fail there: by then stdio is
+    on 0-2, every other descriptor but the program's four is closed, the working directory is
+    /workspace and the process has the sandbox uid and no groups."""
+    (tmp_path / "workspace").mkdir()
+    lib = _linux.ContainLibrary(str(libexec / "libexecbox-contain.so"), [])
+    refused = _linux.SeccompLoader(b"\0" * 8)  # one load, no return: not a valid program
+    report_r, report_w = os.pipe()
+    stray = os.open("/dev/null", os.O_RDONLY)  # not passed: must be closed by the call
+    stdio = [os.open("/dev/null", os.O_RDWR) for _ in range(3)]
+    keep = [os.open("/dev/null", os.O_RDONLY) for _ in range(3)] + [report_w]
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.chroot(str(tmp_path))
+            lib.contain([*stdio, *keep], 0, SANDBOX_UID, refused)
+            error = "contained with a refused filter"
+        except OSError as exc:
+            error = f"{exc.errno} {exc.strerror}"
+        open_fds = []
+        for fd in range(64):
+            try:
+                os.fstat(fd)
+                open_fds.append(fd)
+            except OSError:
+                pass
+        os.write(report_w, json.dumps({
+            "error": error, "fds": open_fds, "cwd": os.getcwd(), "uids": os.getresuid(),
+            "gids": os.getresgid(), "groups": os.getgroups()}).encode())
+        os._exit(0)
+    os.close(report_w)
+    for fd in (stray, *stdio, *keep[:3]):
+        os.close(fd)
+    with os.fdopen(report_r, "rb") as fh:
+        out = json.loads(fh.read())
+    os.waitpid(pid, 0)
+    assert out["error"] == f"{errno.EINVAL} load seccomp filter: Invalid argument", out
+    assert out["fds"] == sorted([0, 1, 2, *keep]), out
+    assert out["cwd"] == "/workspace", out
+    assert out["uids"] == [SANDBOX_UID] * 3 and out["gids"] == [SANDBOX_UID] * 3, out
+    assert out["groups"] == [], out
+
+
+def test_an_image_without_this_execboxs_native_parts_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "img"
+    (root / "libexec").mkdir(parents=True)
+    manifest = {"digest": "sha256:x", "python_version": "3.11.0", "base_prefix": "/usr",
+                "native_sha256": "stale"}
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(SandboxUnavailable, match="execbox image build"):
+        image.Image.load(root)
+
+
+def test_a_missing_compiler_is_a_clear_error(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CC", "no-such-compiler-anywhere")
+    with pytest.raises(SandboxUnavailable, match="needs a C compiler"):
+        image.build_native(tmp_path)
+
+
+def test_a_failed_compile_shows_the_compilers_words(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    cc = tmp_path / "cc"
+    cc.write_text("#!/bin/sh\necho 'cc: out of cheese' >&2\nexit 1\n")
+    cc.chmod(0o755)
+    monkeypatch.setenv("CC", str(cc))
+    with pytest.raises(SandboxUnavailable, match="compiling init.c failed:\ncc: out of cheese"):
+        image.build_native(tmp_path)
+    assert not list((tmp_path / "libexec").iterdir())  # nothing half-built left
