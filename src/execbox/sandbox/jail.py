@@ -368,5 +368,7 @@ def reset_signals() -> None:
 
 def set_environment(env: dict[str, str]) -> None:
     with step("set environment"):
-        os.environ.clear()
-        os.environ.update(env)
+        if os.environ:  # the common case, already empty, runs no Python code of os's
+            os.environ.clear()
+        if env:
+            os.environ.update(env)

@@ -17,8 +17,8 @@ child contains itself with one call into C (`native/contain.c`, system calls onl
 step in a fresh fork copies every page it touches): it joins the cgroup and the slot's other
 namespaces (the mount namespace last: its root and working directory become the jail's), puts
 its stdio on 0-2 and closes all else, enters /workspace, drops every privilege and installs
-the seccomp filter. Then, in Python: an empty environment, reseeded randomness, the runner
-readied; and it waits for its code.
+the seccomp filter. Then, in Python: reseeded randomness and the runner readied (the
+environment is empty already: its zygote cleared it once); and it waits for its code.
 
 The program is its zygote's child, not init's: the zygote reaps it and writes its
 wait status to its status pipe, as JSON `{"status": wstatus}` (or `{"error": ...}` when it could
@@ -194,7 +194,8 @@ class ProgramServer:
             with jail.step("contain the program"):
                 self.contain.contain(req.all_fds()[1:], len(req.cgroup_procs), jail.SANDBOX_UID,
                                      self.cfg.seccomp)
-            jail.set_environment({})
+            if os.environ:
+                raise jail.JailError("the program zygote's environment is not empty")
             with jail.step("reseed random state"):
                 runner.reseed()
             with jail.step("prepare the runner"):
