@@ -133,7 +133,7 @@ def build_native(root: Path) -> None:
     dest = root / "libexec"
     dest.mkdir(exist_ok=True)
     for name, (source, flags) in NATIVE_OUTPUTS.items():
-        tmp = dest / f".{name}.tmp"
+        tmp = dest / f".{name}.{os.getpid()}.tmp"  # a concurrent build has its own
         done = subprocess.run([cc, *CFLAGS, *flags, "-o", str(tmp), str(NATIVE / source)],
                               capture_output=True, text=True)
         if done.returncode != 0:

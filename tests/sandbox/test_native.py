@@ -8,6 +8,7 @@ import errno
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,7 +39,8 @@ def _init(libexec: Path, *args: str, fds: tuple[int, ...] = ()) -> tuple[int, by
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), report
 
 
-@pytest.mark.parametrize("args", [(), ("65533",), ("0", "1"), ("65533", "9"), ("x", "1")])
+@pytest.mark.parametrize("args", [(), ("65533",), ("0", "1"), ("65533", "0"), ("65533", "9"),
+                                  ("x", "1")])
 def test_init_refuses_bad_arguments_and_says_so(libexec: Path, args: tuple[str, ...]) -> None:
     code, report = _init(libexec, *args)
     assert code == 1 and report.startswith(b"init: "), (code, report)
@@ -56,16 +58,13 @@ def test_init_reports_the_step_that_failed(libexec: Path) -> None:
     assert (code, report) == (1, b"init: join cgroup: Bad file descriptor"), report
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="the contain steps need root")
-def test_contain_runs_every_step_up_to_seccomp_and_names_the_failed_one(
-        libexec: Path, tmp_path: Path) -> None:
-    """In a fork chrooted to a directory with a /workspace and given a filter the kernel
-    refuses, the contain steps run to the last one, seccomp, and fail there: by then stdio is
-    on 0-2, every other descriptor but the program's four is closed, the working directory is
-    /workspace and the process has the sandbox uid and no groups."""
-    (tmp_path / "workspace").mkdir()
+def _contain_in_fork(libexec: Path, root: Path, uid: int,
+                     stdio_from: list[int] | None = None) -> tuple[dict[str, Any], list[int]]:
+    """Call the contain steps in a fork chrooted to `root`, with a seccomp program the kernel
+    refuses (one load, no return), so that even a full success ends in a named failure and
+    the fork's state can be reported. Returns the report and the four kept descriptors."""
     lib = _linux.ContainLibrary(str(libexec / "libexecbox-contain.so"), [])
-    refused = _linux.SeccompLoader(b"\0" * 8)  # one load, no return: not a valid program
+    refused = _linux.SeccompLoader(b"\0" * 8)
     report_r, report_w = os.pipe()
     stray = os.open("/dev/null", os.O_RDONLY)  # not passed: must be closed by the call
     stdio = [os.open("/dev/null", os.O_RDWR) for _ in range(3)]
@@ -73,8 +72,9 @@ def test_contain_runs_every_step_up_to_seccomp_and_names_the_failed_one(
     pid = os.fork()
     if pid == 0:
         try:
-            os.chroot(str(tmp_path))
-            lib.contain([*stdio, *keep], 0, SANDBOX_UID, refused)
+            os.chroot(str(root))
+            os.chdir("/")
+            lib.contain([*(stdio_from or stdio), *keep], 0, uid, refused)
             error = "contained with a refused filter"
         except OSError as exc:
             error = f"{exc.errno} {exc.strerror}"
@@ -95,11 +95,50 @@ def test_contain_runs_every_step_up_to_seccomp_and_names_the_failed_one(
     with os.fdopen(report_r, "rb") as fh:
         out = json.loads(fh.read())
     os.waitpid(pid, 0)
+    return out, keep
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the contain steps need root")
+
+
+@needs_root
+def test_contain_runs_every_step_up_to_seccomp_and_names_the_failed_one(
+        libexec: Path, tmp_path: Path) -> None:
+    """Every step but the last succeeds: by then stdio is on 0-2, every other descriptor but
+    the program's four is closed, the working directory is /workspace and the process has the
+    sandbox uid and gid and no groups."""
+    (tmp_path / "workspace").mkdir()
+    out, keep = _contain_in_fork(libexec, tmp_path, SANDBOX_UID)
     assert out["error"] == f"{errno.EINVAL} load seccomp filter: Invalid argument", out
     assert out["fds"] == sorted([0, 1, 2, *keep]), out
     assert out["cwd"] == "/workspace", out
     assert out["uids"] == [SANDBOX_UID] * 3 and out["gids"] == [SANDBOX_UID] * 3, out
     assert out["groups"] == [], out
+
+
+@needs_root
+@pytest.mark.parametrize("uid", [0, 2**32 - 1])  # root, and (uid_t)-1: "leave it unchanged"
+def test_contain_refuses_to_stay_root(libexec: Path, tmp_path: Path, uid: int) -> None:
+    (tmp_path / "workspace").mkdir()
+    out, _keep = _contain_in_fork(libexec, tmp_path, uid)
+    assert out["error"] == f"{errno.EINVAL} check the unprivileged uid: Invalid argument", out
+    assert out["uids"] == [0, 0, 0], out  # and it stops there: nothing claims it dropped
+
+
+@needs_root
+def test_contain_checks_the_descriptors_before_it_changes_anything(
+        libexec: Path, tmp_path: Path) -> None:
+    """stdout taken from descriptor 0: a dup2 onto 0-2 could overwrite a source."""
+    (tmp_path / "workspace").mkdir()
+    source = os.open("/dev/null", os.O_RDWR)
+    try:
+        out, _keep = _contain_in_fork(libexec, tmp_path, SANDBOX_UID,
+                                      stdio_from=[source, 0, source])
+    finally:
+        os.close(source)
+    assert out["error"] == (f"{errno.EBADF} check the program's descriptors: "
+                            "Bad file descriptor"), out
+    assert out["cwd"] == "/" and out["uids"] == [0, 0, 0], out
 
 
 def test_an_image_without_this_execboxs_native_parts_is_refused(tmp_path: Path) -> None:

@@ -314,8 +314,10 @@ def spawn(path: str, argv: list[str], fds: list[int]) -> int:
     caller to copy back on its next writes, as after a fork), an empty environment and
     `fds[i]` at descriptor 3 + i; returns its pid."""
     # Out of the way of the target numbers first, so that no dup2 overwrites a later source.
-    high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 64) for fd in fds]
+    high: list[int] = []
     try:
+        for fd in fds:
+            high.append(fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 64))
         return os.posix_spawn(path, argv, {}, file_actions=[
             (os.POSIX_SPAWN_DUP2, fd, 3 + i) for i, fd in enumerate(high)])
     finally:
@@ -336,15 +338,22 @@ def set_rlimits(spec: RunSpec) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 
 
-def empty_bounding_set(cap_last_cap: int) -> None:
-    """Drop every capability from the bounding set. The bounding set only limits what an
-    execve can grant, never what a process holds: a program zygote (which never execs) does
-    this once at start, and every program it forks inherits the empty set instead of dropping
-    41 capabilities one call at a time. (The supervisors' zygote keeps its set: init, which
-    supervisors exec, needs its capabilities for its set-up and drops them itself.)"""
+# What init (`native/init.c`), the one program supervisors exec, needs for its set-up before it
+# drops them all: CAP_SETGID, CAP_SETUID, CAP_SETPCAP (securebits, bounding set), CAP_SYS_ADMIN
+# (its cgroup namespace, the run's /proc).
+INIT_CAPABILITIES = frozenset({6, 7, 8, 21})
+
+
+def empty_bounding_set(cap_last_cap: int, keep: frozenset[int] = frozenset()) -> None:
+    """Drop every capability but `keep` from the bounding set. The bounding set only limits
+    what an execve can grant, never what a process holds: a program zygote (which never execs)
+    empties it once at start, and every program it forks inherits the empty set instead of
+    dropping 41 capabilities one call at a time. The supervisors' zygote keeps
+    INIT_CAPABILITIES for the init its supervisors exec."""
     with step("drop the capability bounding set"):
         for cap in range(cap_last_cap + 1):
-            _linux.prctl(_linux.PR_CAPBSET_DROP, cap)
+            if cap not in keep:
+                _linux.prctl(_linux.PR_CAPBSET_DROP, cap)
 
 
 def reset_signals() -> None:

@@ -367,13 +367,13 @@ class Supervisor:
         copies nothing of its own back on its next writes, as it would after a fork."""
         report_r, report_w = os.pipe()
         try:
-            with jail.step("spawn init"):
-                self.init_pid = jail.spawn(
-                    self.z.cfg.init, ["execbox-init", str(jail.INIT_UID), str(len(procs))],
-                    [report_w, *procs])
-        finally:
-            os.close(report_w)
-        try:
+            try:
+                with jail.step("spawn init"):
+                    self.init_pid = jail.spawn(
+                        self.z.cfg.init, ["execbox-init", str(jail.INIT_UID), str(len(procs))],
+                        [report_w, *procs])
+            finally:
+                os.close(report_w)
             report = os.read(report_r, 4096)
             if report != INIT_READY:  # an error, written whole before init exits
                 report += _read_to_end(report_r, 65536)

@@ -62,8 +62,9 @@ def main(sock: socket.socket, options: dict[str, Any]) -> None:
         loaded = _preload(options.get("preload", []))
         cfg = jail.JailConfig.discover(options["ro_paths"], seccomp.compile_filter(),
                                        options["libexec"])
-        if role == "programs":  # init is exec'd by supervisors: it needs the full set to drop
-            jail.empty_bounding_set(cfg.cap_last_cap)
+        jail.empty_bounding_set(
+            cfg.cap_last_cap, jail.INIT_CAPABILITIES if role == "supervisors" else frozenset())
+        if role == "programs":
             # What the preloaded modules read from the environment they have read: every
             # program starts from an empty one (clearing it in each fork costs ~100 page copies).
             jail.set_environment({})

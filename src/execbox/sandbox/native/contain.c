@@ -48,6 +48,17 @@ int execbox_contain(const int *fds, int n_ns, const int *ns_types, int n_cgroups
         return failed("malformed request", error, error_len);
     }
     const int *cgroups = fds + n_ns, *stdio = cgroups + n_cgroups, *keep = stdio + 3;
+    /* Before anything changes: stdio's sources and the kept descriptors above 0-2 (no dup2
+       onto 0-2 can then overwrite one), the kept ones distinct. */
+    for (int i = 0; i < 3 + KEEP; i++) {
+        int bad = stdio[i] < 3;
+        for (int j = 3; j < i; j++)
+            bad |= stdio[i] == stdio[j];
+        if (bad) {
+            errno = EBADF;
+            return failed("check the program's descriptors", error, error_len);
+        }
+    }
     for (int i = 0; i < n_cgroups; i++)
         if (write(cgroups[i], "0", 1) != 1)
             return failed("join cgroup", error, error_len);
@@ -62,12 +73,8 @@ int execbox_contain(const int *fds, int n_ns, const int *ns_types, int n_cgroups
     memcpy(sorted, keep, sizeof(int) * KEEP);
     qsort(sorted, KEEP, sizeof(int), cmp_int);
     sorted[KEEP] = -1;
-    for (int i = 0; i <= KEEP; i++) {
+    for (int i = 0; i <= KEEP; i++) { /* sorted[KEEP] = -1 marks the end: close up to ~0 */
         unsigned int high = sorted[i] < 0 ? ~0U : (unsigned int)sorted[i] - 1;
-        if (sorted[i] >= 0 && sorted[i] < low) {
-            errno = EBADF;
-            return failed("keep the program's descriptors", error, error_len);
-        }
         if ((sorted[i] < 0 || sorted[i] > low) && syscall(SYS_close_range, low, high, 0))
             return failed("keep only the program's descriptors", error, error_len);
         low = sorted[i] + 1;

@@ -53,7 +53,7 @@ int main(int argc, char **argv) {
         fail("usage: execbox-init UID N");
     }
     uid_t uid = (uid_t)parse(argv[1], 1, 0x7fffffff, "the uid argument");
-    int cgroups = (int)parse(argv[2], 0, MAX_CGROUP_FDS, "the cgroup count argument");
+    int cgroups = (int)parse(argv[2], 1, MAX_CGROUP_FDS, "the cgroup count argument");
 
     /* A killed supervisor takes init, and so the whole namespace, along. */
     if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0))
@@ -79,6 +79,9 @@ int main(int argc, char **argv) {
     /* Changing credentials cleared the parent-death signal: arm it again. */
     if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0))
         fail("arm the parent-death signal");
+    /* Not dumpable whatever fs.suid_dumpable says: /proc/1 stays closed to the program. */
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0))
+        fail("make init undumpable");
     int hold[2]; /* init reads its own pipe forever: the write end stays open here */
     if (pipe(hold))
         fail("make the idle pipe");

@@ -1,5 +1,6 @@
 /* The privilege drop shared by init (init.c) and the program (contain.c): no capabilities in
-   any set, root's special treatment locked out, an unprivileged uid, no_new_privs.
+   any set, root's special treatment locked out, an unprivileged uid (never 0, checked after
+   the switch) and the same gid, no groups, no_new_privs.
    Returns 0, or -1 with errno set and *step naming what failed. */
 
 #ifndef EXECBOX_PRIVILEGES_H
@@ -19,6 +20,11 @@
     ((1 << 0) | (1 << 1) | (1 << 3) | (1 << 5) | (1 << 6) | (1 << 7))
 
 static int execbox_drop_privileges(uid_t uid, const char **step) {
+    *step = "check the unprivileged uid";
+    if (uid == 0 || uid == (uid_t)-1) { /* root, or "leave unchanged" */
+        errno = EINVAL;
+        return -1;
+    }
     /* Normally empty already: a program zygote empties it once, for every fork. */
     *step = "drop the capability bounding set";
     for (int cap = 0; prctl(PR_CAPBSET_READ, cap, 0, 0, 0) >= 0; cap++)
@@ -31,6 +37,15 @@ static int execbox_drop_privileges(uid_t uid, const char **step) {
     *step = "switch to the unprivileged uid";
     if (setgroups(0, NULL) || setresgid(uid, uid, uid) || setresuid(uid, uid, uid))
         return -1;
+    uid_t r, e, s;
+    gid_t rg, eg, sg;
+    if (getresuid(&r, &e, &s) || getresgid(&rg, &eg, &sg))
+        return -1;
+    if (r != uid || e != uid || s != uid || rg != uid || eg != uid || sg != uid ||
+        getgroups(0, NULL) != 0) {
+        errno = EPERM;
+        return -1;
+    }
     *step = "clear capabilities";
     struct __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
     struct __user_cap_data_struct data[2];
