@@ -32,7 +32,6 @@ from __future__ import annotations
 import json
 import os
 import select
-import signal
 import socket
 from dataclasses import astuple, dataclass, replace
 from typing import Any
@@ -108,24 +107,21 @@ class ProgramServer:
         self.own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
         self.contain = _linux.ContainLibrary(cfg.contain_library,
                                              [flag for _name, flag in jail.PROGRAM_NAMESPACES])
-        self.children: dict[int, int] = {}  # pid -> its status pipe
-        self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        # Each living child is watched through a pidfd: its end makes the pidfd readable. (No
+        # SIGCHLD handler and wake-up pipe, which every fork would have to undo in Python.)
+        self.children: dict[int, tuple[int, int]] = {}  # pidfd -> (pid, its status pipe)
+        self.poller = select.poll()
 
     def serve(self) -> None:
         """Until the host closes its socket (or every supervisor's socket is gone)."""
         # Dispositions as a fresh interpreter has them, set once here for every program
-        # (whatever the host started us with); each fork only undoes the SIGCHLD handler.
+        # (whatever the host started us with); a fork changes none of them.
         jail.reset_signals()
-        signal.signal(signal.SIGCHLD, lambda _sig, _frame: None)
-        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
-        poller = select.poll()
-        for fd in (self.host.fileno(), self.spawn.fileno(), self.wake_r):
-            poller.register(fd, select.POLLIN)
+        for fd in (self.host.fileno(), self.spawn.fileno()):
+            self.poller.register(fd, select.POLLIN)
         while True:
-            for fd, _ in poller.poll():
-                if fd == self.wake_r:
-                    protocol.drain(self.wake_r)
-                elif fd == self.spawn.fileno():
+            for fd, _ in self.poller.poll():
+                if fd == self.spawn.fileno():
                     msg, fds, _flags, _addr = socket.recv_fds(self.spawn, 4096, MAX_SPAWN_FDS)
                     if not msg and not fds:
                         return
@@ -133,7 +129,8 @@ class ProgramServer:
                 elif fd == self.host.fileno():
                     if not self.host.recv(4096):
                         return
-            self._reap()
+                else:
+                    self._reap(fd)
 
     def _spawn(self, msg: bytes, fds: list[int]) -> None:
         try:
@@ -165,27 +162,25 @@ class ProgramServer:
             _write_quiet(req.status_w, json.dumps({"error": f"program: {error}"}).encode())
             os.close(req.status_w)
             return
-        self.children[pid] = req.status_w
+        # An unreaped child always has a pidfd; should the call fail all the same, the zygote
+        # exits (the host restarts it) rather than lose track of a program.
+        pidfd = os.pidfd_open(pid)
+        self.children[pidfd] = (pid, req.status_w)
+        self.poller.register(pidfd, select.POLLIN)
 
-    def _reap(self) -> None:
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            fd = self.children.pop(pid, None)
-            if fd is not None:
-                _write_quiet(fd, json.dumps({"status": status}).encode())
-                os.close(fd)
+    def _reap(self, pidfd: int) -> None:
+        """The child behind `pidfd` has ended: reap it and report its wait status."""
+        self.poller.unregister(pidfd)
+        pid, status_w = self.children.pop(pidfd)
+        os.close(pidfd)
+        _pid, status = os.waitpid(pid, 0)
+        _write_quiet(status_w, json.dumps({"status": status}).encode())
+        os.close(status_w)
 
     def _child(self, req: _Spawn) -> None:
         """In the fork: join the slot and contain the process, then become the program. Never
         returns."""
         try:
-            signal.set_wakeup_fd(-1)
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             # Their finalizers must never close a descriptor number the program reuses.
             self.host.detach()
             self.spawn.detach()
