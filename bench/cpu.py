@@ -2,6 +2,9 @@
 supervisors, init and the programs, set-up and teardown included. On a shared machine runs/s swing with
 other load; CPU per run hardly does, and it is what bounds throughput (2 cores / CPU per run).
 
+The baseline, measured in the same run before and after: the CPU of a bare
+`python3 -I -S -c pass`; the ratio to it holds when the machine's speed drifts.
+
 It moves itself into a cpuacct cgroup of its own (cgroup v1; execbox nests the run cgroups
 under the caller's, so they are counted too) and reads it before and after each batch, with
 the pool settled on both sides. Prints ms per run and a breakdown; writes bench/results/cpu.json.
@@ -14,6 +17,8 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -45,6 +50,19 @@ def self_cpu_ms() -> float:
     return (usage.ru_utime + usage.ru_stime) * 1000
 
 
+def bare_cpu_ms(n: int = 60) -> float:
+    """Median CPU of a bare `python3 -I -S -c pass` (started and waited for here): the
+    baseline, measured in the same run, that absolute numbers drift with."""
+    samples = []
+    for _ in range(n):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run([sys.executable, "-I", "-S", "-c", "pass"], check=True)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        samples.append((after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+                       * 1000)
+    return statistics.median(samples)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
@@ -61,6 +79,7 @@ def main() -> None:
             return int(fh.read()) / 1e6
 
     result: dict[str, object] = {}
+    bare = [bare_cpu_ms()]
     try:
         with Executor(cache=False) as ex:
             zygotes = {"sup_zygote": ex._host.pid, "light_zygote": ex._host.light_pid,
@@ -102,6 +121,7 @@ def main() -> None:
                         total - caller - sum(zyg.values()) - programs, 2),
                     "n": n,
                 }
+        bare.append(bare_cpu_ms())
     finally:
         with open(f"{CPUACCT}/cgroup.procs", "w") as fh:
             fh.write(str(os.getpid()))
@@ -114,12 +134,18 @@ def main() -> None:
                 break
             except OSError:
                 time.sleep(0.1)
-    print(f"{'workload':22} {'CPU ms/run':>10} {'caller':>7} {'zygotes':>8} {'programs':>9} "
-          f"{'sup+init':>9} {'runs/s':>7}")
+    base = statistics.mean(bare)
+    result["bare_python_I_S_cpu_ms"] = round(base, 3)
+    print(f"bare `python3 -I -S -c pass`: {bare[0]:.2f} ms CPU before, {bare[1]:.2f} after")
+    print(f"{'workload':22} {'CPU ms/run':>10} {'ratio':>6} {'caller':>7} {'zygotes':>8} "
+          f"{'programs':>9} {'sup+init':>9} {'runs/s':>7}")
     for name, row in result.items():
-        assert isinstance(row, dict)
+        if not isinstance(row, dict):
+            continue
+        row["ratio_to_bare"] = round(row["cpu_ms_per_run"] / base, 3)
         zyg_ms = row["sup_zygote"] + row["light_zygote"] + row["heavy_zygote"]
-        print(f"{name:22} {row['cpu_ms_per_run']:>10.2f} {row['caller_ms']:>7.2f} "
+        print(f"{name:22} {row['cpu_ms_per_run']:>10.2f} {row['ratio_to_bare']:>6.2f} "
+              f"{row['caller_ms']:>7.2f} "
               f"{zyg_ms:>8.2f} {row['programs_ms']:>9.2f} "
               f"{row['supervisor_init_ms']:>9.2f} {row['runs_per_s']:>7.1f}")
     save_results("cpu", result)
