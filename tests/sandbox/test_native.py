@@ -167,3 +167,11 @@ def test_a_failed_compile_shows_the_compilers_words(tmp_path: Path,
     with pytest.raises(SandboxUnavailable, match="compiling init.c failed:\ncc: out of cheese"):
         image.build_native(tmp_path)
     assert not list((tmp_path / "libexec").iterdir())  # nothing half-built left
+
+
+def test_an_image_under_the_jails_staging_directory_is_refused_by_name(tmp_path: Path) -> None:
+    """Each slot's root is built on a tmpfs over /tmp: an image there could not be bound into
+    it (every run would fail with a bare ENOENT from mount)."""
+    under = f"{jail.STAGING}/execbox-home/images/x"
+    with pytest.raises(jail.JailError, match="EXECBOX_HOME"):
+        jail.JailConfig.discover([under], b"\0" * 8, f"{under}/libexec")

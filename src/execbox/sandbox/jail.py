@@ -77,6 +77,9 @@ class JailConfig:
                 binds.append(path)
         for path in extra_ro:
             real = os.path.realpath(path)
+            if real == STAGING or real.startswith(STAGING + "/"):
+                raise JailError(f"{real} is under {STAGING}, where each slot's root is built: "
+                                "keep the runtime image elsewhere (EXECBOX_HOME)")
             if not any(real == b or real.startswith(b + "/") for b in binds):
                 binds.append(real)
         etc_files = {
