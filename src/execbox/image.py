@@ -3,10 +3,10 @@
 `build()` makes a virtual environment from the lock file (hashes required, no dependencies
 resolved at build time, nothing ever installed at run time), warms matplotlib's font cache,
 compiles the jail's C parts (`sandbox/native/`: init and the program's contain steps) into
-`libexec/`, and computes a digest over
-what the code can see: the interpreter version, the base standard library and every installed
-file (bytecode caches and the venv's `bin/` scripts, which embed the build path, excluded). Images live under `<home>/images/<digest>`; `current` points at the
-newest. `EXECBOX_HOME` overrides the home (default `$XDG_DATA_HOME/execbox`).
+`libexec/`, and computes a digest over what the code can see: the interpreter version, the base
+standard library and every installed file (bytecode caches and the venv's `bin/` scripts,
+which embed the build path, excluded). Images live under `<home>/images/<digest>`; `current`
+points at the newest. `EXECBOX_HOME` overrides the home (default `$XDG_DATA_HOME/execbox`).
 """
 
 from __future__ import annotations
@@ -187,10 +187,11 @@ def build(lock: Path = LOCK_FILE, dest_home: Path | None = None, python: str | N
     if manifest_path.is_file():
         meta = json.loads(manifest_path.read_text())
         if meta.get("lock_sha256") == lock_sha and (current / "bin" / "python").exists():
-            if meta.get("native_sha256") != _native_sha():  # same packages, other C parts
+            native_sha = _native_sha()
+            if meta.get("native_sha256") != native_sha:  # same packages, other C parts
                 root = current.resolve()
                 build_native(root)
-                meta["native_sha256"] = _native_sha()
+                meta["native_sha256"] = native_sha
                 meta["digest"] = compute_digest(root, Path(meta["base_prefix"]),
                                                 meta["python_version"])
                 _write_manifest(root, meta)

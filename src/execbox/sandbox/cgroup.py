@@ -241,8 +241,8 @@ class RunCgroup:
         self.applied = (memory_bytes, pids)
 
     def open_procs(self) -> list[int]:
-        """Open cgroup.procs of every controller, for init and the program to join with
-        `jail.join_cgroup`."""
+        """Open cgroup.procs of every controller, for init and the program to join (writing
+        '0', in `native/init.c` and `native/contain.c`)."""
         self._procs_fds = [os.open("cgroup.procs", os.O_WRONLY, dir_fd=d) for d in self.dirs.values()]
         return self._procs_fds
 

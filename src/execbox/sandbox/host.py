@@ -82,8 +82,9 @@ class ZygoteProcess:
             for kind in ("heavy", "light"):
                 prog = pairs[kind][0]
                 self._starting[kind] = _Starting(
-                    python, env if kind == "heavy" else _small_heap(env), dict(common, role="programs", kind=kind,
-                                      preload=preloads[kind], spawn_fd=prog.fileno()), [prog])
+                    python, env if kind == "heavy" else _small_heap(env),
+                    dict(common, role="programs", kind=kind, preload=preloads[kind],
+                         spawn_fd=prog.fileno()), [prog])
             sup_ends = [pairs[kind][1] for kind in KINDS]
             self._starting["supervisors"] = _Starting(
                 python, env, dict(common, role="supervisors", preload=[],

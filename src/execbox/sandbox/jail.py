@@ -8,8 +8,8 @@ Three processes take part in a run, from three fork servers (see `zygote`):
   init        pid 1 of the run's new pid namespace: a small static C program (`native/init.c`)
               the supervisor spawns (vfork and exec, nothing of the supervisor copied). Joins
               the cgroup, mounts /proc, drops every privilege, enters seccomp's strict mode
-              and lets the kernel reap orphans. Killing it kills everything in the namespace, the
-              program included.
+              and lets the kernel reap orphans. Killing it kills everything in the namespace,
+              the program included.
   program     the user's code, forked from the light (standard library) or heavy (numpy,
               pandas, ... pre-imported) program zygote straight into init's namespaces and
               cgroup, contained by one call into C (`native/contain.c`): workspace,
@@ -77,10 +77,10 @@ class JailConfig:
                 binds.append(path)
         for path in extra_ro:
             real = os.path.realpath(path)
-            if real == STAGING or real.startswith(STAGING + "/"):
+            if _within(real, STAGING):
                 raise JailError(f"{real} is under {STAGING}, where each slot's root is built: "
                                 "keep the runtime image elsewhere (EXECBOX_HOME)")
-            if not any(real == b or real.startswith(b + "/") for b in binds):
+            if not any(_within(real, b) for b in binds):
                 binds.append(real)
         etc_files = {
             "passwd": (
@@ -102,7 +102,7 @@ class JailConfig:
             if target.startswith("/usr/"):
                 etc_links["localtime"] = target
         libexec = os.path.realpath(libexec)
-        if not any(libexec.startswith(b + "/") for b in binds):
+        if not any(_within(libexec, b) for b in binds):
             raise JailError(f"{libexec} is outside the jail's read-only paths")
         return cls(binds, links, etc_files, etc_links, _linux.SeccompLoader(seccomp_bpf),
                    _linux.cap_last_cap(), libexec)
@@ -114,6 +114,10 @@ class JailConfig:
     @property
     def contain_library(self) -> str:
         return f"{self.libexec}/libexecbox-contain.so"
+
+
+def _within(path: str, base: str) -> bool:
+    return path == base or path.startswith(base + "/")
 
 
 @dataclass

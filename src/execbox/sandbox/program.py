@@ -3,10 +3,10 @@ contain it there.
 
 Only the program needs the pre-imported interpreter, so only the program is a fork of a program
 zygote, the light one (standard library) or the heavy one (numpy, pandas, ...): the supervisor
-is a fork of the supervisors' zygote and init a small C program (see `supervisor`). Once a supervisor has staged a run
-(cgroup, namespaces, root, init), it sends one SPAWN message to its program zygote over a
-SOCK_SEQPACKET socket that every supervisor shares (one message is one request: requests never
-interleave). The message carries descriptors only:
+is a fork of the supervisors' zygote and init a small C program (see `supervisor`). Once a
+supervisor has staged a run (cgroup, namespaces, root, init), it sends one SPAWN message to
+its program zygote over a SOCK_SEQPACKET socket that every supervisor shares (one message is
+one request: requests never interleave). The message carries descriptors only:
 
     status_w, init's namespaces (PROGRAM_NAMESPACES order), cgroup.procs of each controller,
     the program's stdin, stdout, stderr, then go_r, err_w, setup_w, done_w (`ProgramFds`)

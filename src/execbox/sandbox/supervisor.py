@@ -2,9 +2,8 @@
 
 The supervisor builds the slot once (cgroup, mount, network and uts namespaces, read-only
 root). For each run it mounts fresh scratch tmpfs, makes new pid and ipc namespaces, spawns
-init (pid 1 of the run's pid namespace, a small static C program: `init.c`) and asks its
-program zygote to fork the program into them
-(see `program`); the run is then staged. It reads the request from its control socket,
+init (pid 1 of the run's pid namespace, a small static C program: `native/init.c`) and asks
+its program zygote to fork the program into them (see `program`); the run is then staged. It reads the request from its control socket,
 enforces wall and CPU time, then reads the cgroup for OOM kills, CPU and peak memory, collects
 artifacts and sends the result. Killing init kills every process of the run: the kernel tears
 down the whole pid namespace, the program, daemons and grandchildren included. Then the next
@@ -407,13 +406,6 @@ def _read_available(fd: int) -> bytes:
     except BlockingIOError:
         pass
     return b"".join(chunks)
-
-
-def _write_quiet(fd: int, data: bytes) -> None:
-    try:
-        os.write(fd, data)
-    except OSError:
-        pass
 
 
 def _parse_json(data: bytes) -> dict[str, Any] | None:

@@ -3,7 +3,8 @@ compiles the seccomp filter and then only forks. There are three, running this s
 
   supervisors  (role "supervisors"): standard library and execbox.sandbox only. Forks one
                supervisor per run slot, which builds the slot (cgroup, namespaces, root) and,
-               for each run, forks init (see `supervisor`). Forking a small interpreter is cheap.
+               for each run, spawns init, a small C program (see `supervisor`). Forking a small
+               interpreter is cheap.
   programs     (role "programs"), twice: the heavy one imports numpy, pandas, matplotlib and
                scipy once; the light one only the standard library modules code commonly uses.
                Each forks only programs, straight into the slot a supervisor staged, reaps

@@ -12,8 +12,8 @@
    per controller hierarchy); every other descriptor, stdio included, is closed.
    Usage: execbox-init UID N
 
-   Built by `execbox image build` into the runtime image's libexec/ (static, so it runs in the jail's
-   read-only root with no loader). */
+   Built by `execbox image build` into the runtime image's libexec/ (static, so it runs in the
+   jail's read-only root with no loader). */
 
 #include "privileges.h"
 
@@ -71,8 +71,10 @@ int main(int argc, char **argv) {
     struct sigaction ignore;
     memset(&ignore, 0, sizeof ignore);
     ignore.sa_handler = SIG_IGN;
+    /* SIGCHLD ignored: the kernel reaps orphans; SIGPIPE ignored: a write to a closed pipe
+       fails with EPIPE instead. */
     if (sigaction(SIGCHLD, &ignore, NULL) || sigaction(SIGPIPE, &ignore, NULL))
-        fail("let the kernel reap orphans");
+        fail("ignore SIGCHLD and SIGPIPE");
     const char *step;
     if (execbox_drop_privileges(uid, &step))
         fail(step);
