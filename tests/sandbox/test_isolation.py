@@ -1049,6 +1049,23 @@ def test_closing_an_executor_leaves_no_cgroups_processes_or_mounts() -> None:
     assert set(_mountinfo()) ^ set(mounts) == set(), "host mounts changed"
 
 
+def test_each_run_has_fresh_randomness_and_its_own_main_thread_id(executor: Executor) -> None:
+    """Programs are forked in C, where CPython's after-fork hooks do not run: what a program
+    could tell apart is redone for it. Every run, light or heavy, draws other random numbers
+    than the last (the zygote's generators are shared by every fork), and the main thread's
+    native id is the program's own, not its zygote's."""
+    probe = ("import random, threading{extra}; print(random.getrandbits(64){draw}, "
+             "threading.main_thread().native_id == threading.get_native_id())")
+    for extra, draw in (("", ""), (", numpy", ", numpy.random.randint(2**62)")):
+        outs = []
+        for _ in range(3):
+            r = executor.run(probe.format(extra=extra, draw=draw))
+            assert r.status is Status.ok, r
+            outs.append(r.stdout)
+        assert all(out.endswith(" True\n") for out in outs), outs
+        assert len(set(outs)) == 3, outs
+
+
 def test_run_sees_no_host_source_paths_in_its_command_line(executor: Executor) -> None:
     import execbox as pkg
 

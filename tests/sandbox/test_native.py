@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -175,3 +176,101 @@ def test_an_image_under_the_jails_staging_directory_is_refused_by_name(tmp_path:
     under = f"{jail.STAGING}/execbox-home/images/x"
     with pytest.raises(jail.JailError, match="EXECBOX_HOME"):
         jail.JailConfig.discover([under], b"\0" * 8, f"{under}/libexec")
+
+
+def _serve_in_fork(libexec: Path, root: Path, requests: list[tuple[bytes, list[int]]],
+                   close: list[int], read: list[int]) -> tuple[str, list[bytes]]:
+    """A program zygote's fork server (`serve_programs`) in a fork chrooted to `root`, with
+    the real seccomp filter and the fork's own pid namespace as the slot's. Each request is
+    sent in turn, our copies of `close` closed, and each descriptor of `read` read to its
+    end; then the host end is closed. A child that comes back contained reports its uids
+    and cwd on its exit-report descriptor and exits 0. Returns what the server's fork said
+    when `serve_programs` returned, and what was read."""
+    from execbox.sandbox import seccomp
+
+    lib = _linux.ContainLibrary(str(libexec / "libexecbox-contain.so"), [_linux.CLONE_NEWPID])
+    loader = _linux.SeccompLoader(seccomp.compile_filter())
+    host, host_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    spawn, spawn_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    said_r, said_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        said = "raised"
+        try:
+            host.close()
+            spawn.close()
+            for fd in (*close, *read):  # the copies this fork inherited: only sent ones count
+                os.close(fd)
+            own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY)
+            os.chroot(str(root))
+            os.chdir("/")
+            kept = lib.serve_programs(host_child.fileno(), spawn_child.fileno(), own_pid_ns,
+                                      SANDBOX_UID, loader)
+            if kept is not None:  # a forked child, contained
+                os.write(kept[3], f"{os.getresuid()} {os.getcwd()}".encode())
+                os._exit(0)
+            said = "returned at end of file"
+        except OSError as exc:
+            said = f"raised {exc}"
+        finally:
+            os.write(said_w, said.encode())
+            os._exit(0)
+    host_child.close()
+    spawn_child.close()
+    os.close(said_w)
+    try:
+        for message, fds in requests:
+            socket.send_fds(spawn, [message], fds)
+        for fd in close:
+            os.close(fd)
+        got = []
+        for fd in read:
+            with os.fdopen(fd, "rb") as fh:
+                got.append(fh.read())
+        host.close()
+        with os.fdopen(said_r, "rb") as fh:
+            return fh.read().decode(), got
+    finally:
+        spawn.close()
+        os.waitpid(pid, 0)
+
+
+@needs_root
+def test_the_fork_server_forks_contained_programs_reports_their_end_and_drops_bad_requests(
+        libexec: Path, tmp_path: Path) -> None:
+    """Two malformed requests are dropped (their pipes closed unanswered) and the server goes
+    on; a program whose contain step fails says which on its set-up descriptor and exits 127;
+    a contained one comes back to Python as the sandbox uid in /workspace; each end is
+    reported as {"status": N}; end of file on the host ends the loop."""
+    (tmp_path / "workspace").mkdir()
+    pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY)
+    ours: list[int] = [pid_ns]  # closed once sent
+    joinable = os.open("/dev/null", os.O_WRONLY)  # for cgroup.procs: writing "0" succeeds
+    refused = os.open("/dev/null", os.O_RDONLY)  # and here fails
+    ours += [joinable, refused]
+    requests, read = [], []
+    for layout, cgroup in ((b"1 x", joinable), (b"1 2", joinable), (b"1 1", refused),
+                           (b"1 1", joinable)):
+        (status_r, status_w), (io_r, io_w) = os.pipe(), os.pipe()
+        (setup_r, setup_w), (done_r, done_w) = os.pipe(), os.pipe()
+        ours += [status_w, io_r, io_w, setup_w, done_w]
+        read += [status_r, setup_r, done_r]
+        requests.append((layout, [status_w, pid_ns, cgroup, io_r, io_w, io_w,
+                                  io_r, io_w, setup_w, done_w]))  # go, error, set-up, report
+    said, got = _serve_in_fork(libexec, tmp_path, requests, ours, read)
+    assert said == "returned at end of file"
+    bad_layout, too_few, failing, good = (got[i:i + 3] for i in range(0, 12, 3))
+    assert bad_layout == too_few == [b"", b"", b""]
+    status, setup, _done = failing
+    assert json.loads(status) == {"status": 127 << 8}
+    assert setup == b"program set-up: contain the program: join cgroup: Bad file descriptor"
+    status, setup, done = good
+    assert json.loads(status) == {"status": 0} and setup == b"", setup
+    assert done.decode() == f"({SANDBOX_UID}, {SANDBOX_UID}, {SANDBOX_UID}) /workspace"
+
+
+def test_the_fork_server_refuses_a_layout_without_the_pid_namespace_first(
+        libexec: Path) -> None:
+    lib = _linux.ContainLibrary(str(libexec / "libexecbox-contain.so"), [_linux.CLONE_NEWNS])
+    with pytest.raises(OSError, match="check the namespace layout: Invalid argument"):
+        lib.serve_programs(-1, -1, -1, SANDBOX_UID, _linux.SeccompLoader(b"\0" * 8))

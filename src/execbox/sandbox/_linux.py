@@ -120,28 +120,49 @@ class SeccompLoader:
 
 
 class ContainLibrary:
-    """The program's contain steps in C (`native/contain.c`), loaded once by a program zygote;
-    a program runs them with one call."""
+    """A program zygote's fork server and a program's contain steps, in C
+    (`native/contain.c`), loaded once by a program zygote."""
 
     def __init__(self, path: str, namespace_types: list[int]) -> None:
-        fn = ctypes.CDLL(path, use_errno=True).execbox_contain
-        fn.restype = ctypes.c_int
-        fn.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.POINTER(ctypes.c_int),
-                       ctypes.c_int, ctypes.c_uint, ctypes.c_void_p, ctypes.c_char_p,
-                       ctypes.c_size_t]
-        self._fn = fn
+        contain = ctypes.CDLL(path, use_errno=True).execbox_contain
+        contain.restype = ctypes.c_int
+        contain.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int,
+                            ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_uint,
+                            ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
+        # PyDLL: the GIL stays held across each fork, as os.fork holds it.
+        serve = ctypes.PyDLL(path, use_errno=True).execbox_serve_programs
+        serve.restype = ctypes.c_int
+        serve.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                          ctypes.POINTER(ctypes.c_int), ctypes.c_uint, ctypes.c_void_p,
+                          ctypes.POINTER(ctypes.c_int), ctypes.c_char_p, ctypes.c_size_t]
+        self._contain, self._serve = contain, serve
         self._types = (ctypes.c_int * len(namespace_types))(*namespace_types)
         self._n_ns = len(namespace_types)
         self._error = ctypes.create_string_buffer(512)
 
     def contain(self, fds: list[int], n_cgroups: int, uid: int, seccomp: SeccompLoader) -> None:
-        """`fds`: the namespaces (in `namespace_types` order), the cgroup.procs files, stdin,
-        stdout, stderr and the four descriptors the program keeps (see contain.c)."""
+        """The contain steps in this process. `fds`: the namespaces (in `namespace_types`
+        order), the cgroup.procs files, stdin, stdout, stderr and the four descriptors the
+        program keeps (see contain.c)."""
         array = (ctypes.c_int * len(fds))(*fds)
-        if self._fn(array, self._n_ns, self._types, n_cgroups, uid, seccomp.address,
-                    self._error, len(self._error)):
+        if self._contain(array, self._n_ns, self._types, n_cgroups, uid, seccomp.address,
+                         self._error, len(self._error)):
             raise OSError(ctypes.get_errno(), self._error.value.decode("utf-8", "replace"))
 
+    def serve_programs(self, host: int, spawn: int, own_pid_ns: int, uid: int,
+                       seccomp: SeccompLoader) -> tuple[int, int, int, int] | None:
+        """Serve spawn requests until the host is gone (None). Returns in each forked child,
+        contained, with the four descriptors it keeps. None of CPython's after-fork work runs
+        in the child: the caller must be single-threaded, and reseeds what needs reseeding
+        itself. Raises OSError when the zygote cannot go on."""
+        kept = (ctypes.c_int * 4)()
+        rc = self._serve(host, spawn, own_pid_ns, self._n_ns, self._types, uid, seccomp.address,
+                         kept, self._error, len(self._error))
+        if rc == 1:
+            return kept[0], kept[1], kept[2], kept[3]
+        if rc == 0:
+            return None
+        raise OSError(ctypes.get_errno(), self._error.value.decode("utf-8", "replace"))
 
 
 def loopback_up() -> None:

@@ -54,14 +54,18 @@ def prepare() -> None:
     _prepared = True
 
 
-def reseed() -> None:
-    """Fresh randomness per run: the zygote's generator state is shared by every fork."""
+def after_fork() -> None:
+    """What CPython's own after-fork hooks would have done that a program can tell apart (the
+    fork was C's, see `program`): fresh randomness, since the zygote's generator state is
+    shared by every fork, and the main thread's native id, the child's own."""
     import random
+    import threading
 
     random.seed()
     np_random = sys.modules.get("numpy.random")
     if np_random is not None:
         np_random.seed()
+    threading.main_thread()._set_native_id()  # type: ignore[attr-defined]
 
 
 def _report(err_fd: int, record: dict[str, Any]) -> None:

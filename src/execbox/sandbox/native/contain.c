@@ -1,9 +1,23 @@
-/* libexecbox-contain: the steps that contain a program, in one call from its fresh fork.
+/* libexecbox-contain: a program zygote's fork server, and the steps that contain a program.
 
    A program is a fork of a program zygote, a big interpreter whose pages the fork shares:
-   every Python step in the child copies the pages of every object it touches. These steps
-   are system calls only, so they run here, where they touch a few pages of C stack instead
-   (see `program` and `jail`, which load and call this through ctypes).
+   every Python step, in the child or in the zygote between forks, copies the pages of every
+   object it touches, and so does CPython's own after-fork work (os.fork reinitialises the
+   runtime's locks and threads and runs every module's at-fork hook: ~0.5 ms of CPU per fork).
+   So the zygote's loop, the fork and the contain steps are system calls only, here, and a
+   child returns to Python contained (see `program`, which calls this through ctypes with the
+   GIL held: a program zygote is single-threaded, checked at its start, so nothing CPython
+   reinitialises after a fork was in use).
+
+   execbox_serve_programs(host, spawn, own_pid_ns, n_ns, ns_types, uid, filter, kept,
+                          error, error_len)
+     Serves spawn requests from `spawn` (SOCK_SEQPACKET; see `program` for the message) until
+     `host` reaches end of file: forks each program into its slot (`fork_program`), watches
+     it through a pidfd, reaps it and writes its wait status to the request's status pipe as
+     {"status": N}, or {"error": "..."} when it could not be forked. Malformed requests are
+     dropped, their descriptors closed. Returns 0 at end of file, 1 in a forked child,
+     contained, with the four descriptors it keeps in `kept`, or -1 with "<step>: <error>"
+     in `error` when the zygote cannot go on (it must not fork again: it exits).
 
    execbox_contain(fds, n_ns, ns_types, n_cgroups, uid, filter, error, error_len):
      fds       the request's descriptors: n_ns namespaces (ns_types[i] is the CLONE_NEW* flag of
@@ -21,15 +35,22 @@
 
 #include "privileges.h"
 
+#include <fcntl.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <sched.h>
 #include <stdio.h>
+#include <poll.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #define KEEP 4 /* go, error, set-up error and exit report: see program.ProgramFds */
-#define MAX_FDS 64
+#define KEEP_SETUP 2 /* the set-up error descriptor, among the kept ones */
+#define MAX_FDS 64 /* per spawn request */
+#define MAX_CGROUPS 8
+#define STATUS_FDS 1 /* the status pipe comes first in a request, before the namespaces */
 
 static int failed(const char *step, char *error, size_t error_len) {
     snprintf(error, error_len, "%s: %s", step, strerror(errno));
@@ -87,4 +108,219 @@ int execbox_contain(const int *fds, int n_ns, const int *ns_types, int n_cgroups
     if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, filter, 0, 0))
         return failed("load seccomp filter", error, error_len);
     return 0;
+}
+
+
+/* Fork a program into the pid namespace `pid_ns` and contain it there. In the parent: the
+   child's pid, or -1 with `error` set (nothing was forked), or -2 when the parent could not
+   return to its own pid namespace. In the child: 0 once contained; when a contain step fails
+   the child reports on its set-up descriptor and exits with 127. */
+static pid_t fork_program(int pid_ns, int own_pid_ns, const int *fds, int n_ns,
+                          const int *ns_types, int n_cgroups, uid_t uid,
+                          const struct sock_fprog *filter, char *error, size_t error_len) {
+    if (setns(pid_ns, CLONE_NEWPID))
+        return failed("enter the slot's pid namespace", error, error_len);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (execbox_contain(fds, n_ns, ns_types, n_cgroups, uid, filter, error, error_len) == 0)
+            return 0;
+        char report[600];
+        int len = snprintf(report, sizeof report, "program set-up: contain the program: %s",
+                           error);
+        if (len > 0) {
+            int setup = fds[n_ns + n_cgroups + 3 + KEEP_SETUP];
+            size_t n = (size_t)len < sizeof report ? (size_t)len : sizeof report - 1;
+            ssize_t written = write(setup, report, n);
+            (void)written; /* nothing more to do if it fails: the exit status says set-up */
+        }
+        _exit(127);
+    }
+    int fork_errno = errno;
+    if (setns(own_pid_ns, CLONE_NEWPID)) {
+        failed("return to the zygote's own pid namespace", error, error_len);
+        return -2;
+    }
+    if (pid < 0) {
+        errno = fork_errno;
+        return failed("fork the program", error, error_len);
+    }
+    return pid;
+}
+
+/* Write `{"<key>": <text>}` to a status pipe (non-blocking: a supervisor that never reads
+   cannot stop the zygote) and close it. `text` is a number, or a string to quote. */
+static void report_status(int fd, const char *key, const char *text, int quote) {
+    char out[1024];
+    size_t n = (size_t)snprintf(out, sizeof out, "{\"%s\": %s", key, quote ? "\"" : "");
+    for (const char *c = text; *c && n < sizeof out - 8; c++) {
+        if (quote && (*c == '"' || *c == '\\'))
+            out[n++] = '\\';
+        out[n++] = (unsigned char)*c < 0x20 ? ' ' : *c;
+    }
+    n += (size_t)snprintf(out + n, sizeof out - n, "%s}", quote ? "\"" : "");
+    ssize_t written = write(fd, out, n);
+    (void)written;
+    close(fd);
+}
+
+/* "<namespaces> <cgroups>": two small decimal numbers and nothing else. */
+static int parse_layout(const char *msg, size_t len, int *n_ns, int *n_cgroups) {
+    int values[2] = {0, 0}, which = 0, digits = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (msg[i] >= '0' && msg[i] <= '9' && digits < 3) {
+            values[which] = values[which] * 10 + (msg[i] - '0');
+            digits++;
+        } else if (msg[i] == ' ' && which == 0 && digits) {
+            which = 1;
+            digits = 0;
+        } else {
+            return -1;
+        }
+    }
+    if (which != 1 || !digits)
+        return -1;
+    *n_ns = values[0];
+    *n_cgroups = values[1];
+    return 0;
+}
+
+struct child {
+    int pidfd;
+    pid_t pid;
+    int status_w;
+};
+
+int execbox_serve_programs(int host, int spawn, int own_pid_ns, int n_ns, const int *ns_types,
+                           uid_t uid, const struct sock_fprog *filter, int *kept, char *error,
+                           size_t error_len) {
+    if (n_ns < 1 || ns_types[0] != CLONE_NEWPID || n_ns + MAX_CGROUPS + 3 + KEEP > MAX_FDS) {
+        errno = EINVAL; /* the slot's pid namespace comes first: the fork goes there */
+        return failed("check the namespace layout", error, error_len);
+    }
+    struct child *children = NULL;
+    struct pollfd *polled = NULL;
+    size_t n_children = 0, room = 0;
+    int result = -1;
+    for (;;) {
+        if (room < n_children + 2 || !polled) {
+            room = room ? room * 2 : 64;
+            struct child *c = realloc(children, room * sizeof *c);
+            if (c)
+                children = c;
+            struct pollfd *p = realloc(polled, (room + 2) * sizeof *p);
+            if (p)
+                polled = p;
+            if (!c || !p) {
+                failed("grow the table of children", error, error_len);
+                goto out;
+            }
+        }
+        polled[0] = (struct pollfd){.fd = host, .events = POLLIN};
+        polled[1] = (struct pollfd){.fd = spawn, .events = POLLIN};
+        for (size_t i = 0; i < n_children; i++)
+            polled[2 + i] = (struct pollfd){.fd = children[i].pidfd, .events = POLLIN};
+        if (poll(polled, 2 + n_children, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            failed("wait for requests", error, error_len);
+            goto out;
+        }
+        /* Ended children first, from the end of the table (each is replaced by the last). */
+        for (size_t i = n_children; i-- > 0;) {
+            if (!polled[2 + i].revents)
+                continue;
+            struct child done = children[i];
+            children[i] = children[--n_children];
+            int status = 0;
+            char number[16];
+            pid_t reaped = waitpid(done.pid, &status, 0);
+            close(done.pidfd);
+            if (reaped != done.pid) {
+                report_status(done.status_w, "error", "program: its exit status was lost", 1);
+                continue;
+            }
+            snprintf(number, sizeof number, "%d", status);
+            report_status(done.status_w, "status", number, 0);
+        }
+        if (polled[0].revents) {
+            char junk[256];
+            ssize_t got = recv(host, junk, sizeof junk, MSG_DONTWAIT);
+            if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
+                result = 0; /* the host is gone */
+                goto out;
+            }
+        }
+        if (!polled[1].revents)
+            continue;
+        char msg[256];
+        union {
+            struct cmsghdr header;
+            char space[CMSG_SPACE(sizeof(int) * MAX_FDS)];
+        } control;
+        struct iovec iov = {.iov_base = msg, .iov_len = sizeof msg};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.space,
+                            .msg_controllen = sizeof control.space};
+        ssize_t got = recvmsg(spawn, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+        if (got < 0) {
+            if (errno == EAGAIN || errno == EINTR)
+                continue;
+            failed("read a spawn request", error, error_len);
+            goto out;
+        }
+        int fds[MAX_FDS], n_fds = 0;
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+            if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+                continue;
+            int n = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+            for (int i = 0; i < n && n_fds < MAX_FDS; i++)
+                memcpy(&fds[n_fds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        }
+        if (got == 0 && n_fds == 0) {
+            result = 0; /* every supervisor's end is gone */
+            goto out;
+        }
+        int req_ns = -1, req_cgroups = -1;
+        if ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
+            parse_layout(msg, (size_t)got, &req_ns, &req_cgroups) || req_ns != n_ns ||
+            req_cgroups < 1 || req_cgroups > MAX_CGROUPS ||
+            n_fds != STATUS_FDS + n_ns + req_cgroups + 3 + KEEP) {
+            for (int i = 0; i < n_fds; i++)
+                close(fds[i]); /* malformed: dropped */
+            continue;
+        }
+        int status_w = fds[0];
+        const int *request = fds + STATUS_FDS; /* namespaces, cgroups, stdio, kept */
+        fcntl(status_w, F_SETFL, fcntl(status_w, F_GETFL) | O_NONBLOCK);
+        pid_t pid = fork_program(request[0], own_pid_ns, request, n_ns, ns_types, req_cgroups,
+                                 uid, filter, error, error_len);
+        if (pid == 0) {
+            memcpy(kept, request + n_ns + req_cgroups + 3, sizeof(int) * KEEP);
+            free(children);
+            free(polled);
+            return 1;
+        }
+        for (int i = STATUS_FDS; i < n_fds; i++)
+            close(fds[i]);
+        if (pid == -2) {
+            close(status_w);
+            goto out;
+        }
+        if (pid < 0) {
+            char message[600];
+            snprintf(message, sizeof message, "program: %s", error);
+            report_status(status_w, "error", message, 1);
+            continue;
+        }
+        int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+        if (pidfd < 0) { /* an unreaped child always has one: never lose track of a program */
+            failed("watch the program", error, error_len);
+            close(status_w);
+            goto out;
+        }
+        children[n_children++] = (struct child){pidfd, pid, status_w};
+    }
+out:
+    free(children);
+    free(polled);
+    return result;
 }
