@@ -78,6 +78,26 @@ def test_program_zygote_death_is_recovered_by_the_next_run(executor: Executor, k
     assert r.status is Status.ok and r.stdout == "again\n"
 
 
+@pytest.mark.parametrize("kind, code", [("heavy", "import pandas\nprint('again')"),
+                                        ("light", "print('again')")])
+def test_a_signal_to_a_program_zygote_never_reaches_its_later_programs(
+        executor: Executor, kind: str, code: str) -> None:
+    """Program zygotes fork in C, where CPython's after-fork work (which clears signals left
+    pending) does not run: a SIGINT must be handled by the zygote itself (it ends, as any
+    Python process would, and the next run recovers), never inherited by the programs
+    forked after it."""
+    import os
+    import signal
+
+    assert executor.run(code).stdout == "again\n"  # control: this kind's zygote serves
+    proc = executor._host._starting[kind].proc
+    os.kill(proc.pid, signal.SIGINT)
+    proc.wait(timeout=10)
+    for _ in range(3):
+        r = executor.run(code)
+        assert r.status is Status.ok and r.stdout == "again\n", r
+
+
 def test_live_output_arrives_before_the_run_ends(executor: Executor) -> None:
     import time
 

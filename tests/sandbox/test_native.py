@@ -184,7 +184,8 @@ def _serve_in_fork(libexec: Path, root: Path, requests: list[tuple[bytes, list[i
     the real seccomp filter and the fork's own pid namespace as the slot's. Each request is
     sent in turn, our copies of `close` closed, and each descriptor of `read` read to its
     end; then the host end is closed. A child that comes back contained reports its uids
-    and cwd on its exit-report descriptor and exits 0. Returns what the server's fork said
+    and cwd on its exit-report descriptor and exits 0 once its go descriptor ends (so all
+    children live until every request is sent and `close` closed). Returns what the server's fork said
     when `serve_programs` returned, and what was read."""
     from execbox.sandbox import seccomp
 
@@ -206,8 +207,10 @@ def _serve_in_fork(libexec: Path, root: Path, requests: list[tuple[bytes, list[i
             os.chdir("/")
             kept = lib.serve_programs(host_child.fileno(), spawn_child.fileno(), own_pid_ns,
                                       SANDBOX_UID, loader)
-            if kept is not None:  # a forked child, contained
+            if kept is not None:  # a forked child, contained: it lives until go_r ends
                 os.write(kept[3], f"{os.getresuid()} {os.getcwd()}".encode())
+                while os.read(kept[0], 4096):
+                    pass
                 os._exit(0)
             said = "returned at end of file"
         except OSError as exc:
@@ -240,8 +243,9 @@ def test_the_fork_server_forks_contained_programs_reports_their_end_and_drops_ba
         libexec: Path, tmp_path: Path) -> None:
     """Two malformed requests are dropped (their pipes closed unanswered) and the server goes
     on; a program whose contain step fails says which on its set-up descriptor and exits 127;
-    a contained one comes back to Python as the sandbox uid in /workspace; each end is
-    reported as {"status": N}; end of file on the host ends the loop."""
+    contained ones come back to Python as the sandbox uid in /workspace, 66 alive at once
+    (past the first size of the server's table of children); each end is reported as
+    {"status": N}; end of file on the host ends the loop."""
     (tmp_path / "workspace").mkdir()
     pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY)
     ours: list[int] = [pid_ns]  # closed once sent
@@ -250,23 +254,24 @@ def test_the_fork_server_forks_contained_programs_reports_their_end_and_drops_ba
     ours += [joinable, refused]
     requests, read = [], []
     for layout, cgroup in ((b"1 x", joinable), (b"1 2", joinable), (b"1 1", refused),
-                           (b"1 1", joinable)):
-        (status_r, status_w), (io_r, io_w) = os.pipe(), os.pipe()
+                           *[(b"1 1", joinable)] * 66):
+        (status_r, status_w), (io_r, io_w), (go_r, go_w) = os.pipe(), os.pipe(), os.pipe()
         (setup_r, setup_w), (done_r, done_w) = os.pipe(), os.pipe()
-        ours += [status_w, io_r, io_w, setup_w, done_w]
+        ours += [status_w, io_r, io_w, go_r, go_w, setup_w, done_w]
         read += [status_r, setup_r, done_r]
         requests.append((layout, [status_w, pid_ns, cgroup, io_r, io_w, io_w,
-                                  io_r, io_w, setup_w, done_w]))  # go, error, set-up, report
+                                  go_r, io_w, setup_w, done_w]))  # go, error, set-up, report
     said, got = _serve_in_fork(libexec, tmp_path, requests, ours, read)
     assert said == "returned at end of file"
-    bad_layout, too_few, failing, good = (got[i:i + 3] for i in range(0, 12, 3))
+    bad_layout, too_few, failing, *good = (got[i:i + 3] for i in range(0, len(got), 3))
     assert bad_layout == too_few == [b"", b"", b""]
     status, setup, _done = failing
     assert json.loads(status) == {"status": 127 << 8}
     assert setup == b"program set-up: contain the program: join cgroup: Bad file descriptor"
-    status, setup, done = good
-    assert json.loads(status) == {"status": 0} and setup == b"", setup
-    assert done.decode() == f"({SANDBOX_UID}, {SANDBOX_UID}, {SANDBOX_UID}) /workspace"
+    assert len(good) == 66
+    for status, setup, done in good:
+        assert json.loads(status) == {"status": 0} and setup == b"", setup
+        assert done.decode() == f"({SANDBOX_UID}, {SANDBOX_UID}, {SANDBOX_UID}) /workspace"
 
 
 def test_the_fork_server_refuses_a_layout_without_the_pid_namespace_first(

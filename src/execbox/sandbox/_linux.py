@@ -153,11 +153,16 @@ class ContainLibrary:
                        seccomp: SeccompLoader) -> tuple[int, int, int, int] | None:
         """Serve spawn requests until the host is gone (None). Returns in each forked child,
         contained, with the four descriptors it keeps. None of CPython's after-fork work runs
-        in the child: the caller must be single-threaded, and reseeds what needs reseeding
-        itself. Raises OSError when the zygote cannot go on."""
+        in the child: the caller must be single-threaded, and redoes what a program could
+        tell apart itself. Raises OSError when the zygote cannot go on."""
         kept = (ctypes.c_int * 4)()
-        rc = self._serve(host, spawn, own_pid_ns, self._n_ns, self._types, uid, seccomp.address,
-                         kept, self._error, len(self._error))
+        while True:
+            rc = self._serve(host, spawn, own_pid_ns, self._n_ns, self._types, uid,
+                             seccomp.address, kept, self._error, len(self._error))
+            if rc != 2:
+                break
+            # A signal arrived: its Python handler runs here, between two calls (and may
+            # raise, ending the zygote as it would any Python process), never in a child.
         if rc == 1:
             return kept[0], kept[1], kept[2], kept[3]
         if rc == 0:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 from dataclasses import astuple, dataclass, replace
 from typing import Any
 
@@ -74,11 +75,20 @@ def serve(cfg: jail.JailConfig, src_paths: list[str], host: socket.socket,
     # Dispositions as a fresh interpreter has them, set once here for every program
     # (whatever the host started us with); a fork changes none of them.
     jail.reset_signals()
+    # The fork skips CPython's after-fork work, which is sound only with no other thread.
+    if threading.active_count() != 1 or len(os.listdir("/proc/self/task")) != 1:
+        raise jail.JailError("a program zygote must be single-threaded to fork in C")
     server = _linux.ContainLibrary(cfg.contain_library,
                                    [flag for _name, flag in jail.PROGRAM_NAMESPACES])
     own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
-    kept = server.serve_programs(host.fileno(), spawn.fileno(), own_pid_ns, jail.SANDBOX_UID,
-                                 cfg.seccomp)
+    zygote_pid = os.getpid()
+    try:
+        kept = server.serve_programs(host.fileno(), spawn.fileno(), own_pid_ns,
+                                     jail.SANDBOX_UID, cfg.seccomp)
+    except BaseException:
+        if os.getpid() == zygote_pid:
+            raise
+        os._exit(127)  # a child, whatever went wrong: never the zygote's shutdown
     if kept is None:
         return
     fds = ProgramFds(*kept)

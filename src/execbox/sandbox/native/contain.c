@@ -16,8 +16,13 @@
      it through a pidfd, reaps it and writes its wait status to the request's status pipe as
      {"status": N}, or {"error": "..."} when it could not be forked. Malformed requests are
      dropped, their descriptors closed. Returns 0 at end of file, 1 in a forked child,
-     contained, with the four descriptors it keeps in `kept`, or -1 with "<step>: <error>"
-     in `error` when the zygote cannot go on (it must not fork again: it exits).
+     contained, with the four descriptors it keeps in `kept` (close-on-exec, like every
+     descriptor received here), 2 when a signal arrived (the caller lets its handler run,
+     then calls again), or -1 with "<step>: <error>" in `error` when the zygote cannot go on
+     (it must not fork again: it exits). Signals are blocked except while it waits in ppoll:
+     one that arrives is handled by the caller before the next fork, never left pending for a
+     child to inherit (CPython's own after-fork work, which clears that, does not run here);
+     each child starts with the caller's signal mask.
 
    execbox_contain(fds, n_ns, ns_types, n_cgroups, uid, filter, error, error_len):
      fds       the request's descriptors: n_ns namespaces (ns_types[i] is the CLONE_NEW* flag of
@@ -41,6 +46,7 @@
 #include <sched.h>
 #include <stdio.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -117,11 +123,13 @@ int execbox_contain(const int *fds, int n_ns, const int *ns_types, int n_cgroups
    the child reports on its set-up descriptor and exits with 127. */
 static pid_t fork_program(int pid_ns, int own_pid_ns, const int *fds, int n_ns,
                           const int *ns_types, int n_cgroups, uid_t uid,
-                          const struct sock_fprog *filter, char *error, size_t error_len) {
+                          const struct sock_fprog *filter, const sigset_t *child_mask,
+                          char *error, size_t error_len) {
     if (setns(pid_ns, CLONE_NEWPID))
         return failed("enter the slot's pid namespace", error, error_len);
     pid_t pid = fork();
     if (pid == 0) {
+        pthread_sigmask(SIG_SETMASK, child_mask, NULL);
         if (execbox_contain(fds, n_ns, ns_types, n_cgroups, uid, filter, error, error_len) == 0)
             return 0;
         char report[600];
@@ -138,6 +146,11 @@ static pid_t fork_program(int pid_ns, int own_pid_ns, const int *fds, int n_ns,
     int fork_errno = errno;
     if (setns(own_pid_ns, CLONE_NEWPID)) {
         failed("return to the zygote's own pid namespace", error, error_len);
+        if (pid > 0) { /* never leave a program nobody watches */
+            kill(pid, SIGKILL);
+            while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+                ;
+        }
         return -2;
     }
     if (pid < 0) {
@@ -190,6 +203,12 @@ struct child {
     int status_w;
 };
 
+/* The living children, kept across calls: a call that returns for a signal (2) comes back to
+   the same children. One zygote process, one thread: nothing else touches these. */
+static struct child *children;
+static struct pollfd *polled;
+static size_t n_children, room;
+
 int execbox_serve_programs(int host, int spawn, int own_pid_ns, int n_ns, const int *ns_types,
                            uid_t uid, const struct sock_fprog *filter, int *kept, char *error,
                            size_t error_len) {
@@ -197,9 +216,10 @@ int execbox_serve_programs(int host, int spawn, int own_pid_ns, int n_ns, const 
         errno = EINVAL; /* the slot's pid namespace comes first: the fork goes there */
         return failed("check the namespace layout", error, error_len);
     }
-    struct child *children = NULL;
-    struct pollfd *polled = NULL;
-    size_t n_children = 0, room = 0;
+    sigset_t all, caller_mask;
+    sigfillset(&all);
+    if (pthread_sigmask(SIG_BLOCK, &all, &caller_mask))
+        return failed("block signals", error, error_len);
     int result = -1;
     for (;;) {
         if (room < n_children + 2 || !polled) {
@@ -219,9 +239,11 @@ int execbox_serve_programs(int host, int spawn, int own_pid_ns, int n_ns, const 
         polled[1] = (struct pollfd){.fd = spawn, .events = POLLIN};
         for (size_t i = 0; i < n_children; i++)
             polled[2 + i] = (struct pollfd){.fd = children[i].pidfd, .events = POLLIN};
-        if (poll(polled, 2 + n_children, -1) < 0) {
-            if (errno == EINTR)
-                continue;
+        if (ppoll(polled, 2 + n_children, NULL, &caller_mask) < 0) {
+            if (errno == EINTR) {
+                result = 2; /* the caller runs the signal's handler, then calls again */
+                goto out;
+            }
             failed("wait for requests", error, error_len);
             goto out;
         }
@@ -233,7 +255,9 @@ int execbox_serve_programs(int host, int spawn, int own_pid_ns, int n_ns, const 
             children[i] = children[--n_children];
             int status = 0;
             char number[16];
-            pid_t reaped = waitpid(done.pid, &status, 0);
+            pid_t reaped;
+            while ((reaped = waitpid(done.pid, &status, 0)) < 0 && errno == EINTR)
+                ;
             close(done.pidfd);
             if (reaped != done.pid) {
                 report_status(done.status_w, "error", "program: its exit status was lost", 1);
@@ -290,13 +314,16 @@ int execbox_serve_programs(int host, int spawn, int own_pid_ns, int n_ns, const 
         }
         int status_w = fds[0];
         const int *request = fds + STATUS_FDS; /* namespaces, cgroups, stdio, kept */
-        fcntl(status_w, F_SETFL, fcntl(status_w, F_GETFL) | O_NONBLOCK);
+        int flags = fcntl(status_w, F_GETFL);
+        if (flags < 0 || fcntl(status_w, F_SETFL, flags | O_NONBLOCK)) {
+            for (int i = 0; i < n_fds; i++)
+                close(fds[i]); /* a status pipe that could block us: dropped */
+            continue;
+        }
         pid_t pid = fork_program(request[0], own_pid_ns, request, n_ns, ns_types, req_cgroups,
-                                 uid, filter, error, error_len);
-        if (pid == 0) {
+                                 uid, filter, &caller_mask, error, error_len);
+        if (pid == 0) { /* the child, contained, its signal mask the caller's */
             memcpy(kept, request + n_ns + req_cgroups + 3, sizeof(int) * KEEP);
-            free(children);
-            free(polled);
             return 1;
         }
         for (int i = STATUS_FDS; i < n_fds; i++)
@@ -320,7 +347,6 @@ int execbox_serve_programs(int host, int spawn, int own_pid_ns, int n_ns, const 
         children[n_children++] = (struct child){pidfd, pid, status_w};
     }
 out:
-    free(children);
-    free(polled);
+    pthread_sigmask(SIG_SETMASK, &caller_mask, NULL);
     return result;
 }
