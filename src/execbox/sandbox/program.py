@@ -34,7 +34,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import threading
 from dataclasses import astuple, dataclass, replace
 from typing import Any
 
@@ -75,9 +74,8 @@ def serve(cfg: jail.JailConfig, src_paths: list[str], host: socket.socket,
     # Dispositions as a fresh interpreter has them, set once here for every program
     # (whatever the host started us with); a fork changes none of them.
     jail.reset_signals()
-    # The fork skips CPython's after-fork work, which is sound only with no other thread.
-    if threading.active_count() != 1 or len(os.listdir("/proc/self/task")) != 1:
-        raise jail.JailError("a program zygote must be single-threaded to fork in C")
+    # The fork skips CPython's after-fork work, sound only with no other thread: `zygote.main`
+    # checks the process is single-threaded before it says ready.
     server = _linux.ContainLibrary(cfg.contain_library,
                                    [flag for _name, flag in jail.PROGRAM_NAMESPACES])
     own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)

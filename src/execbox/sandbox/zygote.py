@@ -75,6 +75,7 @@ def main(sock: socket.socket, options: dict[str, Any]) -> None:
         # every page of the pre-imported heap.
         gc.collect()
         gc.freeze()
+        # Program zygotes fork in C, skipping CPython's after-fork work (see `program`).
         if threading.active_count() != 1 or len(os.listdir("/proc/self/task")) != 1:
             raise RuntimeError("the zygote must be single-threaded to fork safely")
     except Exception as exc:  # noqa: BLE001

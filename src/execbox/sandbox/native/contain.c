@@ -197,6 +197,11 @@ static int parse_layout(const char *msg, size_t len, int *n_ns, int *n_cgroups) 
     return 0;
 }
 
+static void close_all(const int *fds, int n) {
+    for (int i = 0; i < n; i++)
+        close(fds[i]);
+}
+
 struct child {
     int pidfd;
     pid_t pid;
@@ -222,7 +227,7 @@ int execbox_serve_programs(int host, int spawn, int own_pid_ns, int n_ns, const 
         return failed("block signals", error, error_len);
     int result = -1;
     for (;;) {
-        if (room < n_children + 2 || !polled) {
+        if (room < n_children + 2) { /* room for one more child, and the first table */
             room = room ? room * 2 : 64;
             struct child *c = realloc(children, room * sizeof *c);
             if (c)
@@ -308,16 +313,14 @@ int execbox_serve_programs(int host, int spawn, int own_pid_ns, int n_ns, const 
             parse_layout(msg, (size_t)got, &req_ns, &req_cgroups) || req_ns != n_ns ||
             req_cgroups < 1 || req_cgroups > MAX_CGROUPS ||
             n_fds != STATUS_FDS + n_ns + req_cgroups + 3 + KEEP) {
-            for (int i = 0; i < n_fds; i++)
-                close(fds[i]); /* malformed: dropped */
+            close_all(fds, n_fds); /* malformed: dropped */
             continue;
         }
         int status_w = fds[0];
         const int *request = fds + STATUS_FDS; /* namespaces, cgroups, stdio, kept */
         int flags = fcntl(status_w, F_GETFL);
         if (flags < 0 || fcntl(status_w, F_SETFL, flags | O_NONBLOCK)) {
-            for (int i = 0; i < n_fds; i++)
-                close(fds[i]); /* a status pipe that could block us: dropped */
+            close_all(fds, n_fds); /* a status pipe that could block us: dropped */
             continue;
         }
         pid_t pid = fork_program(request[0], own_pid_ns, request, n_ns, ns_types, req_cgroups,
@@ -326,8 +329,7 @@ int execbox_serve_programs(int host, int spawn, int own_pid_ns, int n_ns, const 
             memcpy(kept, request + n_ns + req_cgroups + 3, sizeof(int) * KEEP);
             return 1;
         }
-        for (int i = STATUS_FDS; i < n_fds; i++)
-            close(fds[i]);
+        close_all(request, n_fds - STATUS_FDS);
         if (pid == -2) {
             close(status_w);
             goto out;
