@@ -4,9 +4,12 @@ compiled. How they contain a real run is attacked in `test_isolation` and `test_
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import json
+import mmap
 import os
+import resource
 import socket
 from pathlib import Path
 from typing import Any
@@ -178,15 +181,30 @@ def test_an_image_under_the_jails_staging_directory_is_refused_by_name(tmp_path:
         jail.JailConfig.discover([under], b"\0" * 8, f"{under}/libexec")
 
 
+WARM = 32  # pages of the region `_serve_in_fork` marks warm, when asked to
+
+
+def _write_every_page(buf: mmap.mmap | bytearray) -> int:
+    """Write a byte to each page of `buf`: the page faults it cost."""
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for at in range(0, len(buf), mmap.PAGESIZE):
+        buf[at] = 1
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
 def _serve_in_fork(libexec: Path, root: Path, requests: list[tuple[bytes, list[int]]],
-                   close: list[int], read: list[int]) -> tuple[str, list[bytes]]:
+                   close: list[int], read: list[int],
+                   warm: bool | None = None) -> tuple[str, list[bytes]]:
     """A program zygote's fork server (`serve_programs`) in a fork chrooted to `root`, with
     the real seccomp filter and the fork's own pid namespace as the slot's. Each request is
     sent in turn, our copies of `close` closed, and each descriptor of `read` read to its
     end; then the host end is closed. A child that comes back contained reports its uids
     and cwd on its exit-report descriptor and exits 0 once its go descriptor ends (so all
-    children live until every request is sent and `close` closed). Returns what the server's fork said
-    when `serve_programs` returned, and what was read."""
+    children live until every request is sent and `close` closed). With `warm` not None, the
+    server's fork first writes a WARM-page private region (shared with each child, then) and,
+    if `warm`, gives it to the server as warm pages; each child then also reports how many
+    page faults writing every page of it cost. Returns what the server's fork said when
+    `serve_programs` returned, and what was read."""
     from execbox.sandbox import seccomp
 
     lib = _linux.ContainLibrary(str(libexec / "libexecbox-contain.so"), [_linux.CLONE_NEWPID])
@@ -203,12 +221,24 @@ def _serve_in_fork(libexec: Path, root: Path, requests: list[tuple[bytes, list[i
             for fd in (*close, *read):  # the copies this fork inherited: only sent ones count
                 os.close(fd)
             own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY)
+            region = None
+            if warm is not None:
+                region = mmap.mmap(-1, WARM * mmap.PAGESIZE,
+                                   mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+                region.write(b"z" * len(region))  # present, and shared with every child
+                start = ctypes.addressof(ctypes.c_char.from_buffer(region))
+                if warm:
+                    lib.set_warm([(start, start + len(region))])
             os.chroot(str(root))
             os.chdir("/")
             kept = lib.serve_programs(host_child.fileno(), spawn_child.fileno(), own_pid_ns,
                                       SANDBOX_UID, loader)
             if kept is not None:  # a forked child, contained: it lives until go_r ends
-                os.write(kept[3], f"{os.getresuid()} {os.getcwd()}".encode())
+                report = f"{os.getresuid()} {os.getcwd()}"
+                if region is not None:
+                    _write_every_page(bytearray(mmap.PAGESIZE))  # the loop's own first faults
+                    report += f" {_write_every_page(region)}"
+                os.write(kept[3], report.encode())
                 while os.read(kept[0], 4096):
                     pass
                 os._exit(0)
@@ -272,6 +302,60 @@ def test_the_fork_server_forks_contained_programs_reports_their_end_and_drops_ba
     for status, setup, done in good:
         assert json.loads(status) == {"status": 0} and setup == b"", setup
         assert done.decode() == f"({SANDBOX_UID}, {SANDBOX_UID}, {SANDBOX_UID}) /workspace"
+
+
+@needs_root
+@pytest.mark.parametrize("warm", [True, False])
+def test_a_forked_program_has_its_warm_pages_copied_before_it_returns(
+        libexec: Path, tmp_path: Path, warm: bool) -> None:
+    """The pages the server is given as warm are the child's own by the time it returns
+    contained: writing them costs no page fault. The control, without warm pages: one fault
+    for each page."""
+    (tmp_path / "workspace").mkdir()
+    pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY)
+    joinable = os.open("/dev/null", os.O_WRONLY)
+    (status_r, status_w), (io_r, io_w), (go_r, go_w) = os.pipe(), os.pipe(), os.pipe()
+    (setup_r, setup_w), (done_r, done_w) = os.pipe(), os.pipe()
+    request = (b"1 1", [status_w, pid_ns, joinable, io_r, io_w, io_w, go_r, io_w, setup_w,
+                        done_w])
+    ours = [pid_ns, joinable, status_w, io_r, io_w, go_r, go_w, setup_w, done_w]
+    said, got = _serve_in_fork(libexec, tmp_path, [request], ours,
+                               [status_r, setup_r, done_r], warm=warm)
+    assert said == "returned at end of file"
+    status, setup, done = got
+    assert json.loads(status) == {"status": 0} and setup == b"", setup
+    faults = int(done.decode().rsplit(" ", 1)[1])
+    if warm:
+        assert faults <= 4, f"{faults} faults writing {WARM} warm pages"
+    else:
+        assert faults >= WARM, f"control: only {faults} faults writing {WARM} shared pages"
+
+
+def test_written_pages_are_exactly_the_pages_a_fork_wrote(libexec: Path) -> None:
+    """What a training fork reports (`execbox_written_pages`): of the ranges it is given, the
+    pages it wrote (its own copies), contiguous ones as one range; not the pages it only
+    shares with its parent, nor pages outside the ranges."""
+    lib = _linux.ContainLibrary(str(libexec / "libexecbox-contain.so"), [])
+    page = mmap.PAGESIZE
+    region = mmap.mmap(-1, 16 * page, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    region.write(b"z" * len(region))  # every page present, shared once forked
+    start = ctypes.addressof(ctypes.c_char.from_buffer(region))
+    asked = lib.warm_array([(start, start + 12 * page)])  # page 14 is written, not asked for
+    out_r, out_w = os.pipe()
+    pid = lib.fork()
+    if pid == 0:
+        try:
+            for n in (2, 3, 4, 9, 14):
+                region[n * page] = 1
+            lib.report_written(asked, out_w)
+        finally:
+            os._exit(0)
+    os.close(out_w)
+    with os.fdopen(out_r, "rb") as fh:
+        data = fh.read()
+    assert os.waitpid(pid, 0)[1] == 0
+    pairs = memoryview(data).cast("Q").tolist()
+    assert [p - start for p in pairs] == [2 * page, 5 * page, 9 * page, 10 * page]
 
 
 def test_the_fork_server_refuses_a_layout_without_the_pid_namespace_first(

@@ -134,8 +134,17 @@ class ContainLibrary:
         serve.restype = ctypes.c_int
         serve.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
                           ctypes.POINTER(ctypes.c_int), ctypes.c_uint, ctypes.c_void_p,
+                          ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t,
                           ctypes.POINTER(ctypes.c_int), ctypes.c_char_p, ctypes.c_size_t]
-        self._contain, self._serve = contain, serve
+        written = ctypes.CDLL(path, use_errno=True).execbox_written_pages
+        written.restype = ctypes.c_int
+        written.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t, ctypes.c_int]
+        # libc's fork, as the server's own: none of CPython's after-fork work in the child.
+        fork = ctypes.PyDLL(None, use_errno=True).fork
+        fork.restype = ctypes.c_int
+        fork.argtypes = []
+        self._contain, self._serve, self._written, self._fork = contain, serve, written, fork
+        self.warm = self.warm_array([])  # see `set_warm`
         self._types = (ctypes.c_int * len(namespace_types))(*namespace_types)
         self._n_ns = len(namespace_types)
         self._error = ctypes.create_string_buffer(512)
@@ -158,7 +167,8 @@ class ContainLibrary:
         kept = (ctypes.c_int * 4)()
         while True:
             rc = self._serve(host, spawn, own_pid_ns, self._n_ns, self._types, uid,
-                             seccomp.address, kept, self._error, len(self._error))
+                             seccomp.address, self.warm, len(self.warm) // 2, kept,
+                             self._error, len(self._error))
             if rc != 2:
                 break
             # A signal arrived: its Python handler runs here, between two calls (and may
@@ -168,6 +178,30 @@ class ContainLibrary:
         if rc == 0:
             return None
         raise OSError(ctypes.get_errno(), self._error.value.decode("utf-8", "replace"))
+
+
+    def set_warm(self, ranges: list[tuple[int, int]]) -> None:
+        """The [start, end) address ranges each forked program copies at once, contained,
+        before it returns (see `program.learn_warm_pages`)."""
+        self.warm = self.warm_array(ranges)
+
+    @staticmethod
+    def warm_array(ranges: list[tuple[int, int]]) -> ctypes.Array[ctypes.c_uint64]:
+        return (ctypes.c_uint64 * (2 * len(ranges)))(*(a for r in ranges for a in r))
+
+    def fork(self) -> int:
+        """libc's fork with the GIL held, like the server's: CPython's after-fork work does
+        not run in the child (the caller must be single-threaded)."""
+        pid = self._fork()
+        if pid < 0:
+            raise OSError(ctypes.get_errno(), "fork")
+        return int(pid)
+
+    def report_written(self, ranges: ctypes.Array[ctypes.c_uint64], out: int) -> None:
+        """Write to `out` which pages of `ranges` this process has written (see
+        `execbox_written_pages`)."""
+        if self._written(ranges, len(ranges) // 2, out):
+            raise OSError(ctypes.get_errno(), "read /proc/self/pagemap")
 
 
 def loopback_up() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import itertools
 import json
+import logging
 import os
 import select
 import selectors
@@ -54,6 +55,8 @@ class RawRun:
     stdout_truncated: bool = False
     stderr_truncated: bool = False
 
+
+log = logging.getLogger("execbox")
 
 KINDS = ("light", "heavy")  # of program zygote: standard library only, or the data stack too
 STAGE_TIMEOUT_S = 30.0  # a slot not staged by then is killed and replaced
@@ -109,7 +112,13 @@ class ZygoteProcess:
         self.info: dict[str, Any] = dict(
             infos["supervisors"], preloaded=infos["heavy"]["preloaded"],
             light_preloaded=infos["light"]["preloaded"],
-            startup_ms=max(info["startup_ms"] for info in infos.values()))
+            startup_ms=max(info["startup_ms"] for info in infos.values()),
+            warm_pages={kind: infos[kind].get("warm_pages", 0) for kind in KINDS})
+        for kind in KINDS:
+            if "warm_error" in infos[kind]:
+                log.warning("the %s program zygote learned no warm pages (its programs copy "
+                            "each page as they first write it): %s", kind,
+                            infos[kind]["warm_error"])
         self._prefix = f"x{os.getpid()}-{infos['supervisors']['pid']}-"
         try:
             Hierarchy.discover().sweep_orphans()

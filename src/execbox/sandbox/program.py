@@ -31,10 +31,12 @@ Standard library only.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import select
 import socket
-from dataclasses import astuple, dataclass, replace
+from dataclasses import asdict, astuple, dataclass, replace
 from typing import Any
 
 from . import _linux, jail, kernel, protocol, runner
@@ -65,19 +67,32 @@ def request(spawn: socket.socket, status_w: int, namespaces: list[int], cgroup_p
 # ---- the program zygote's side --------------------------------------------------------------
 
 
-def serve(cfg: jail.JailConfig, src_paths: list[str], host: socket.socket,
-          spawn: socket.socket) -> None:
+def start(cfg: jail.JailConfig, src_paths: list[str], kind: str
+          ) -> tuple[_linux.ContainLibrary, dict[str, Any]]:
+    """A program zygote's fork server, its warm pages learned (see `learn_warm_pages`), and
+    what to tell the host of them: {"warm_pages": N}, or {"warm_error": why} when training
+    failed (programs then run all the same, each copying its pages as it writes them)."""
+    # Dispositions as a fresh interpreter has them, set once here for every program
+    # (whatever the host started us with); a fork changes none of them.
+    jail.reset_signals()
+    server = _linux.ContainLibrary(cfg.contain_library,
+                                   [flag for _name, flag in jail.PROGRAM_NAMESPACES])
+    try:
+        ranges = learn_warm_pages(server, src_paths, TRAINING.get(kind, []))
+    except (OSError, jail.JailError) as exc:
+        return server, {"warm_error": str(exc)}
+    server.set_warm(ranges)
+    return server, {"warm_pages": sum(end - begin for begin, end in ranges) // PAGE}
+
+
+def serve(cfg: jail.JailConfig, server: _linux.ContainLibrary, src_paths: list[str],
+          host: socket.socket, spawn: socket.socket) -> None:
     """A program zygote's loop: fork programs into the slots supervisors ask for, reap them and
     report how they ended, until the host closes its socket (or every supervisor's socket is
     gone). Single-threaded; it blocks on nothing a supervisor controls. Returns in the
     zygote only; each forked child becomes its program here."""
-    # Dispositions as a fresh interpreter has them, set once here for every program
-    # (whatever the host started us with); a fork changes none of them.
-    jail.reset_signals()
     # The fork skips CPython's after-fork work, sound only with no other thread: `zygote.main`
     # checks the process is single-threaded before it says ready.
-    server = _linux.ContainLibrary(cfg.contain_library,
-                                   [flag for _name, flag in jail.PROGRAM_NAMESPACES])
     own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     zygote_pid = os.getpid()
     try:
@@ -133,6 +148,120 @@ def _program(src_paths: list[str], fds: ProgramFds) -> None:
     runner.run(go["code"], fds.err_w, src_paths, fds.done_w, go["token"].encode())
 
 
+# ---- the pages programs write first ------------------------------------------------------
+#
+# A program is a fresh fork of its zygote: the first write to each page it shares with the
+# zygote copies that page in a page fault (~2.5 us each here, more for a fresh page), and many
+# of those pages are the same in every run: the runner's steps, the interpreter's common
+# objects and, in the heavy zygote, what pandas touches whenever it is used. So a program
+# zygote learns them once, at start: it forks training programs that take the real program
+# path (after-fork work, runner, request, code, shutdown) on fixed snippets, and each reports
+# from /proc/self/pagemap which of the zygote's pages it wrote. The pages any snippet wrote are
+# the warm set: each forked program copies them at once, contained (MADV_POPULATE_WRITE, in C:
+# `contain.c`), while it is staged and waits for its code, so its request path is left with
+# the faults particular to that code. The price is paid off the request path but paid by every
+# program: a heavy one copies ~9 MB (~4-7 ms of CPU here) whether or not its code uses pandas.
+
+TRAINING = {
+    "light": [
+        "print(1)\n",
+        "import json\nprint(json.dumps({'total': sum(range(10))}))\n",
+    ],
+    "heavy": [
+        "import pandas as pd\n"
+        "frame = pd.DataFrame({'a': range(100), 'b': [i % 3 for i in range(100)]})\n"
+        "print(frame.groupby('b').a.sum())\n",
+        "import numpy as np\nimport pandas as pd\n"
+        "frame = pd.DataFrame(np.arange(60.0).reshape(20, 3), columns=list('xyz'))\n"
+        "print(frame.describe())\n",
+    ],
+}
+_TRAINING_SPEC = jail.RunSpec(timeout_s=10.0, cpu_s=10.0, memory_bytes=512 << 20, pids=64,
+                              disk_bytes=64 << 20, output_bytes=1 << 20,
+                              artifact_bytes=1 << 20, artifact_files=10)
+TRAINING_WAIT_S = 30.0
+PAGE = os.sysconf("SC_PAGESIZE")
+
+
+def learn_warm_pages(server: _linux.ContainLibrary, src_paths: list[str],
+                     codes: list[str]) -> list[tuple[int, int]]:
+    """The address ranges (start, end) of the pages a training program wrote for any of
+    `codes`, contiguous pages merged."""
+    written: set[int] = set()
+    for code in codes:
+        written |= _written_by(server, src_paths, code)
+    ranges: list[tuple[int, int]] = []
+    for page in sorted(written):
+        if ranges and ranges[-1][1] == page:
+            ranges[-1] = (ranges[-1][0], page + PAGE)
+        else:
+            ranges.append((page, page + PAGE))
+    return ranges
+
+
+def _written_by(server: _linux.ContainLibrary, src_paths: list[str], code: str) -> set[int]:
+    """The zygote's pages that a program running `code` writes: a training fork takes the
+    program path (not contained: it runs only our own snippet, stdio on /dev/null) and reports
+    them just before it exits."""
+    ranges = _private_writable()
+    wanted = server.warm_array(ranges)
+    with jail.step("train the warm pages"):
+        result_r, result_w = os.pipe()
+        go_r, go_w = os.pipe()
+        err_r, err_w = os.pipe()
+        setup_r, setup_w = os.pipe()
+        done_r, done_w = os.pipe()
+        go = {"code": code, "spec": asdict(_TRAINING_SPEC), "token": "00" * 16}
+        protocol.send_all(go_w, protocol.frame(protocol.REQ, json.dumps(go).encode()))
+        os.close(go_w)
+        pid = server.fork()
+        if pid == 0:
+            try:
+                null = os.open(os.devnull, os.O_RDWR)
+                for fd in (0, 1, 2):
+                    os.dup2(null, fd)
+                # Run by the shutdown the program path ends with, just before it exits.
+                atexit.register(server.report_written, wanted, result_w)
+                runner.after_fork()
+                runner.prepare()
+                _program(src_paths, ProgramFds(go_r, err_w, setup_w, done_w))
+            finally:
+                os._exit(127)
+        for fd in (result_w, go_r, err_w, setup_w, done_w):
+            os.close(fd)
+        try:
+            data = b""
+            while select.select([result_r], [], [], TRAINING_WAIT_S)[0]:
+                chunk = os.read(result_r, 1 << 16)
+                if not chunk:
+                    break
+                data += chunk
+            else:
+                os.kill(pid, 9)
+            _, status = os.waitpid(pid, 0)
+            report = os.read(setup_r, 4096) + os.read(err_r, 4096)
+        finally:
+            for fd in (result_r, err_r, setup_r, done_r):
+                os.close(fd)
+        if status != 0 or len(data) % 16:
+            raise jail.JailError(f"a training program ended with status {status}: "
+                                 + report.decode("utf-8", "replace")[:300])
+    pairs = memoryview(data).cast("Q")
+    return {page for i in range(0, len(pairs), 2) for page in range(pairs[i], pairs[i + 1], PAGE)}
+
+
+def _private_writable() -> list[tuple[int, int]]:
+    """This process's private writable mappings."""
+    ranges = []
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            span, perms = line.split(None, 2)[:2]
+            if perms[1] == "w" and perms[3] == "p":
+                start, end = span.split("-")
+                ranges.append((int(start, 16), int(end, 16)))
+    return ranges
+
+
 def _write_quiet(fd: int, data: bytes) -> None:
     try:
         os.write(fd, data)
@@ -140,8 +269,8 @@ def _write_quiet(fd: int, data: bytes) -> None:
         pass
 
 
-def main(cfg: jail.JailConfig, src_paths: list[str], host: socket.socket,
-         options: dict[str, Any]) -> None:
+def main(cfg: jail.JailConfig, server: _linux.ContainLibrary, src_paths: list[str],
+         host: socket.socket, options: dict[str, Any]) -> None:
     """A program zygote after start-up: serve spawn requests until the host is gone."""
     spawn = socket.socket(fileno=int(options["spawn_fd"]))
-    serve(cfg, src_paths, host, spawn)
+    serve(cfg, server, src_paths, host, spawn)

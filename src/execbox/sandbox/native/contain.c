@@ -9,8 +9,8 @@
    GIL held: a program zygote is single-threaded, checked at its start, so nothing CPython
    reinitialises after a fork was in use).
 
-   execbox_serve_programs(host, spawn, own_pid_ns, n_ns, ns_types, uid, filter, kept,
-                          error, error_len)
+   execbox_serve_programs(host, spawn, own_pid_ns, n_ns, ns_types, uid, filter, warm, n_warm,
+                          kept, error, error_len)
      Serves spawn requests from `spawn` (SOCK_SEQPACKET; see `program` for the message) until
      `host` reaches end of file: forks each program into its slot (`fork_program`), watches
      it through a pidfd, reaps it and writes its wait status to the request's status pipe as
@@ -23,6 +23,16 @@
      one that arrives is handled by the caller before the next fork, never left pending for a
      child to inherit (CPython's own after-fork work, which clears that, does not run here);
      each child starts with the caller's signal mask.
+
+   Each child, once contained, also copies at once the pages programs are known to write
+   first (`warm`, n_warm [start, end) address pairs: see `prefault`), while it waits for its
+   code, instead of one page fault at a time while it runs.
+
+   execbox_written_pages(ranges, n, out)
+     Called by a training fork (see `prefault`) just before it exits: of the [start, end)
+     address pairs in `ranges` (the zygote's private writable mappings when it forked), writes
+     to `out` the pairs that this process has written (its own anonymous copies, read from
+     /proc/self/pagemap), contiguous pages as one pair. Returns 0, or -1 with errno set.
 
    execbox_contain(fds, n_ns, ns_types, n_cgroups, uid, filter, error, error_len):
      fds       the request's descriptors: n_ns namespaces (ns_types[i] is the CLONE_NEW* flag of
@@ -48,6 +58,8 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <stdint.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -57,6 +69,12 @@
 #define MAX_FDS 64 /* per spawn request */
 #define MAX_CGROUPS 8
 #define STATUS_FDS 1 /* the status pipe comes first in a request, before the namespaces */
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+#define PAGEMAP_PRESENT (1ULL << 63)
+#define PAGEMAP_FILE_OR_SHARED (1ULL << 61)
+#define PAGEMAP_EXCLUSIVE (1ULL << 56)
 
 static int failed(const char *step, char *error, size_t error_len) {
     snprintf(error, error_len, "%s: %s", step, strerror(errno));
@@ -117,21 +135,85 @@ int execbox_contain(const int *fds, int n_ns, const int *ns_types, int n_cgroups
 }
 
 
+int execbox_written_pages(const uint64_t *ranges, size_t n, int out) {
+    long page = sysconf(_SC_PAGESIZE);
+    int pagemap = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    if (pagemap < 0 || page <= 0)
+        return -1;
+    uint64_t entries[512], pairs[256], start = 0, end = 0;
+    size_t n_pairs = 0;
+    int result = 0;
+    for (size_t r = 0; r < n && result == 0; r++) {
+        for (uint64_t at = ranges[2 * r]; at < ranges[2 * r + 1] && result == 0;) {
+            size_t want = (size_t)((ranges[2 * r + 1] - at) / (uint64_t)page);
+            if (want > 512)
+                want = 512;
+            ssize_t got = pread(pagemap, entries, want * 8, (off_t)(at / (uint64_t)page * 8));
+            if (got <= 0) {
+                result = -1;
+                break;
+            }
+            for (size_t i = 0; i < (size_t)got / 8; i++, at += (uint64_t)page) {
+                uint64_t e = entries[i];
+                if ((e & PAGEMAP_PRESENT) && (e & PAGEMAP_EXCLUSIVE) &&
+                    !(e & PAGEMAP_FILE_OR_SHARED)) {
+                    if (at != end) { /* a new run of pages: the last one is done */
+                        if (end > start) {
+                            pairs[n_pairs++] = start;
+                            pairs[n_pairs++] = end;
+                        }
+                        start = at;
+                    }
+                    end = at + (uint64_t)page;
+                }
+                if (n_pairs == 256) {
+                    if (write(out, pairs, sizeof pairs) != (ssize_t)sizeof pairs)
+                        result = -1;
+                    n_pairs = 0;
+                }
+            }
+        }
+    }
+    if (end > start) {
+        pairs[n_pairs++] = start;
+        pairs[n_pairs++] = end;
+    }
+    if (result == 0 && n_pairs &&
+        write(out, pairs, n_pairs * 8) != (ssize_t)(n_pairs * 8))
+        result = -1;
+    close(pagemap);
+    return result;
+}
+
+/* Copy the pages of `warm` into this process now (n_warm [start, end) pairs): the ones a
+   program of this zygote is known to write first (learned by a training fork, see
+   `prefault`). Each would otherwise cost a page fault when first written, on the request
+   path; a range this process does not have, or cannot write, is skipped (the copy is only
+   ever a head start: contents do not change). */
+static void prefault(const uint64_t *warm, size_t n_warm) {
+    for (size_t i = 0; i < n_warm; i++)
+        madvise((void *)(uintptr_t)warm[2 * i], (size_t)(warm[2 * i + 1] - warm[2 * i]),
+                MADV_POPULATE_WRITE);
+}
+
 /* Fork a program into the pid namespace `pid_ns` and contain it there. In the parent: the
    child's pid, or -1 with `error` set (nothing was forked), or -2 when the parent could not
    return to its own pid namespace. In the child: 0 once contained; when a contain step fails
    the child reports on its set-up descriptor and exits with 127. */
 static pid_t fork_program(int pid_ns, int own_pid_ns, const int *fds, int n_ns,
                           const int *ns_types, int n_cgroups, uid_t uid,
-                          const struct sock_fprog *filter, const sigset_t *child_mask,
-                          char *error, size_t error_len) {
+                          const struct sock_fprog *filter, const uint64_t *warm,
+                          size_t n_warm, const sigset_t *child_mask, char *error,
+                          size_t error_len) {
     if (setns(pid_ns, CLONE_NEWPID))
         return failed("enter the slot's pid namespace", error, error_len);
     pid_t pid = fork();
     if (pid == 0) {
         pthread_sigmask(SIG_SETMASK, child_mask, NULL);
-        if (execbox_contain(fds, n_ns, ns_types, n_cgroups, uid, filter, error, error_len) == 0)
+        if (execbox_contain(fds, n_ns, ns_types, n_cgroups, uid, filter, error, error_len) == 0) {
+            prefault(warm, n_warm); /* in the slot's cgroup: the copies are the program's */
             return 0;
+        }
         char report[600];
         int len = snprintf(report, sizeof report, "program set-up: contain the program: %s",
                            error);
@@ -215,8 +297,8 @@ static struct pollfd *polled;
 static size_t n_children, room;
 
 int execbox_serve_programs(int host, int spawn, int own_pid_ns, int n_ns, const int *ns_types,
-                           uid_t uid, const struct sock_fprog *filter, int *kept, char *error,
-                           size_t error_len) {
+                           uid_t uid, const struct sock_fprog *filter, const uint64_t *warm,
+                           size_t n_warm, int *kept, char *error, size_t error_len) {
     if (n_ns < 1 || ns_types[0] != CLONE_NEWPID || n_ns + MAX_CGROUPS + 3 + KEEP > MAX_FDS) {
         errno = EINVAL; /* the slot's pid namespace comes first: the fork goes there */
         return failed("check the namespace layout", error, error_len);
@@ -324,7 +406,7 @@ int execbox_serve_programs(int host, int spawn, int own_pid_ns, int n_ns, const 
             continue;
         }
         pid_t pid = fork_program(request[0], own_pid_ns, request, n_ns, ns_types, req_cgroups,
-                                 uid, filter, &caller_mask, error, error_len);
+                                 uid, filter, warm, n_warm, &caller_mask, error, error_len);
         if (pid == 0) { /* the child, contained, its signal mask the caller's */
             memcpy(kept, request + n_ns + req_cgroups + 3, sizeof(int) * KEEP);
             return 1;
