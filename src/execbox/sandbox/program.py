@@ -18,9 +18,10 @@ namespace of its next child at the slot's (setns with CLONE_NEWPID changes only 
 go), forks, and returns to its own pid namespace. The child contains itself in C too: it joins
 the cgroup and the slot's other namespaces (the mount namespace last: its root and working
 directory become the jail's), puts its stdio on 0-2 and closes all else, enters /workspace,
-drops every privilege and installs the seccomp filter. Only then does it return to Python:
-reseeded randomness and the runner readied (the environment is empty already: its zygote
-cleared it once); and it waits for its code.
+drops every privilege and installs the seccomp filter, then copies its warm pages (see
+`learn_warm_pages`). Only then does it return to Python: reseeded randomness and the runner
+readied (the environment is empty already: its zygote cleared it once); and it waits for its
+code.
 
 The program is its zygote's child, not init's: the zygote reaps it and writes its
 wait status to its status pipe, as JSON `{"status": wstatus}` (or `{"error": ...}` when it could
@@ -160,7 +161,8 @@ def _program(src_paths: list[str], fds: ProgramFds) -> None:
 # the warm set: each forked program copies them at once, contained (MADV_POPULATE_WRITE, in C:
 # `contain.c`), while it is staged and waits for its code, so its request path is left with
 # the faults particular to that code. The price is paid off the request path but paid by every
-# program: a heavy one copies ~9 MB (~4-7 ms of CPU here) whether or not its code uses pandas.
+# program: a heavy one copies ~9 MB whether or not its code uses pandas (a small numpy run:
+# +7-8 ms of CPU here).
 
 TRAINING = {
     "light": [
