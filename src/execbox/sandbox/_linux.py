@@ -124,7 +124,8 @@ class ContainLibrary:
     (`native/contain.c`), loaded once by a program zygote."""
 
     def __init__(self, path: str, namespace_types: list[int]) -> None:
-        contain = ctypes.CDLL(path, use_errno=True).execbox_contain
+        library = ctypes.CDLL(path, use_errno=True)
+        contain = library.execbox_contain
         contain.restype = ctypes.c_int
         contain.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int,
                             ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_uint,
@@ -136,7 +137,7 @@ class ContainLibrary:
                           ctypes.POINTER(ctypes.c_int), ctypes.c_uint, ctypes.c_void_p,
                           ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t,
                           ctypes.POINTER(ctypes.c_int), ctypes.c_char_p, ctypes.c_size_t]
-        written = ctypes.CDLL(path, use_errno=True).execbox_written_pages
+        written = library.execbox_written_pages
         written.restype = ctypes.c_int
         written.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t, ctypes.c_int]
         # libc's fork, as the server's own: none of CPython's after-fork work in the child.

@@ -36,6 +36,7 @@ import atexit
 import json
 import os
 import select
+import signal
 import socket
 from dataclasses import asdict, astuple, dataclass, replace
 from typing import Any
@@ -239,7 +240,7 @@ def _written_by(server: _linux.ContainLibrary, src_paths: list[str], code: str) 
                     break
                 data += chunk
             else:
-                os.kill(pid, 9)
+                os.kill(pid, signal.SIGKILL)
             _, status = os.waitpid(pid, 0)
             report = os.read(setup_r, 4096) + os.read(err_r, 4096)
         finally:
