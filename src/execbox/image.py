@@ -110,9 +110,15 @@ class Image:
 
 
 # What each C source becomes in libexec/, and how: init is static (the jail has no loader
-# cache for it, and a static binary starts fastest); the contain steps are a library the
-# program zygotes load.
-NATIVE_OUTPUTS = {"execbox-init": ("init.c", ["-static", "-s"]),
+# cache for it, and a static binary starts fastest), and where `native/nolibc.h` knows the
+# system calls it has no C library at all (whose start-up is most of a static program's exec
+# on a virtual machine: 0.46 against 0.12 ms of CPU here); the contain steps are a library
+# the program zygotes load.
+_NOLIBC = ["-DEXECBOX_NOLIBC", "-nostdlib", "-nostartfiles", "-ffreestanding",
+           "-fno-stack-protector", "-U_FORTIFY_SOURCE"]
+NATIVE_OUTPUTS = {"execbox-init": ("init.c", ["-static", "-s",
+                                              *(_NOLIBC if os.uname().machine in
+                                                ("x86_64", "aarch64") else [])]),
                   "libexecbox-contain.so": ("contain.c", ["-shared", "-fPIC", "-s"])}
 
 

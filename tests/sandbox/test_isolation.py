@@ -504,7 +504,7 @@ def test_run_has_no_root_no_capabilities_and_seccomp(jailed: Executor) -> None:
         own = status("self")
         init = status(1)   # contained before the program was even forked
         keys = ("Uid", "Gid", "Groups", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb",
-                "NoNewPrivs", "Seccomp")
+                "NoNewPrivs", "Seccomp", "SigIgn")
         report({"own": {k: own.get(k) for k in keys}, "init": {k: init.get(k) for k in keys},
                 "getuid": os.getuid(), "getgid": os.getgid(), "groups": os.getgroups()})
     """))
@@ -520,8 +520,45 @@ def test_run_has_no_root_no_capabilities_and_seccomp(jailed: Executor) -> None:
         assert proc["NoNewPrivs"] == "1", proc
     assert own["Seccomp"] == "2", own  # our filter
     assert init["Seccomp"] == "1", init  # strict mode: read, write, exit and sigreturn only
+    # init ignores SIGCHLD (the kernel reaps the namespace's orphans) and SIGPIPE.
+    ignored = int(init["SigIgn"], 16)
+    assert ignored & (1 << (signal.SIGCHLD - 1)) and ignored & (1 << (signal.SIGPIPE - 1)), init
     assert out["getuid"] == SANDBOX_UID and out["getgid"] == SANDBOX_UID, out
     assert out["groups"] == [], out
+
+
+@pytest.mark.hostile
+def test_orphans_of_a_run_are_reaped_not_left_as_zombies(jailed: Executor) -> None:
+    """A grandchild whose parent is gone belongs to init, which never waits: it goes away only
+    because init ignores SIGCHLD (the kernel then reaps it). Control: the child, whose parent
+    is the program, is a zombie until the program waits for it."""
+    out = run_ok(jailed, program("""
+        import time
+        def state(pid):
+            try:
+                with open(f"/proc/{pid}/stat") as fh:
+                    return fh.read().rsplit(")", 1)[1].split()[0]
+            except FileNotFoundError:
+                return "gone"
+        r, w = os.pipe()
+        child = os.fork()
+        if child == 0:
+            grandchild = os.fork()
+            if grandchild == 0:
+                time.sleep(0.2)  # outlives its parent: init's orphan when it ends
+                os._exit(0)
+            os.write(w, str(grandchild).encode())
+            os._exit(0)
+        grandchild = int(os.read(r, 32))
+        time.sleep(0.1)
+        child_state = state(child)  # ended, not yet waited for by the program
+        deadline = time.monotonic() + 2
+        while state(grandchild) != "gone" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        report({"child": child_state, "grandchild": state(grandchild),
+                "waited": os.waitpid(child, 0)[0] == child})
+    """))
+    assert out == {"child": "Z", "grandchild": "gone", "waited": True}, out
 
 
 @pytest.mark.hostile

@@ -13,34 +13,47 @@
    Usage: execbox-init UID N
 
    Built by `execbox image build` into the runtime image's libexec/ (static, so it runs in the
-   jail's read-only root with no loader). */
+   jail's read-only root with no loader), with no C library where nolibc.h knows the system
+   calls: a C library's start-up would cost more than everything init does. */
 
+#ifdef EXECBOX_NOLIBC
+#include "nolibc.h"
+#endif
 #include "privileges.h"
 
 #include <linux/seccomp.h>
 #include <sched.h>
 #include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <sys/mount.h>
 
 #define REPORT_FD 3
 #define FIRST_CGROUP_FD 4
 #define MAX_CGROUP_FDS 8
 
+static char *append(char *at, const char *end, const char *text) {
+    while (*text && at < end)
+        *at++ = *text++;
+    return at;
+}
+
 static void fail(const char *step) {
+    const char *why = strerror(errno);
     char msg[256];
-    int len = snprintf(msg, sizeof msg, "init: %s: %s", step, strerror(errno));
-    if (len > 0)
-        (void)!write(REPORT_FD, msg, (size_t)len < sizeof msg ? (size_t)len : sizeof msg - 1);
+    char *end = append(msg, msg + sizeof msg, "init: ");
+    end = append(end, msg + sizeof msg, step);
+    end = append(end, msg + sizeof msg, ": ");
+    end = append(end, msg + sizeof msg, why);
+    (void)!write(REPORT_FD, msg, (size_t)(end - msg));
     _exit(1);
 }
 
+/* A decimal number in [lo, hi], digits only. */
 static long parse(const char *text, long lo, long hi, const char *what) {
-    char *end;
-    errno = 0;
-    long value = strtol(text, &end, 10);
-    if (errno || *end || end == text || value < lo || value > hi) {
+    long value = 0;
+    const char *p = text;
+    for (; *p >= '0' && *p <= '9' && value <= hi; p++)
+        value = value * 10 + (*p - '0');
+    if (*p || p == text || value < lo || value > hi) {
         errno = EINVAL;
         fail(what);
     }
