@@ -151,6 +151,16 @@ def test_standard_library_code_runs_in_a_light_program(executor: Executor) -> No
     assert heavy.status is Status.ok and heavy.stdout == "True\n", heavy
 
 
+def test_a_light_program_carries_none_of_the_supervisors_or_ctypes_util_modules(
+        executor: Executor) -> None:
+    """A light program is a fork of a zygote kept small (its size is every fork's and every
+    exit's cost): the supervisor's modules and what `ctypes.util` pulls in stay out of it."""
+    r = executor.run("import sys\nprint(sorted(m for m in ('execbox.sandbox.supervisor', "
+                     "'execbox.sandbox.cells', 'ctypes.util', 'subprocess', 'tempfile', "
+                     "'platform') if m in sys.modules))")
+    assert r.status is Status.ok and r.stdout == "[]\n", r
+
+
 def test_an_import_the_policy_cannot_see_still_works_in_a_light_program(
         executor: Executor) -> None:
     r = executor.run("name = 'pan' + 'das'\nm = __import__(name)\nprint(m.DataFrame({'a': [1]}).shape)",

@@ -7,12 +7,13 @@ Every wrapper raises OSError with the errno and a message naming the call.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
-import platform
 import struct
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+# The C library the interpreter itself runs on (dlopen of the program's own global symbols).
+# Not `ctypes.util.find_library`: it imports subprocess, shutil, tempfile and more, ~1.5 MB
+# that every light program's fork and exit would carry for nothing.
+_libc = ctypes.CDLL(None, use_errno=True)
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWCGROUP = 0x02000000
@@ -76,9 +77,10 @@ def umount2(target: str, flags: int) -> None:
 
 
 def pivot_root(new_root: str, put_old: str) -> None:
-    nr = _SYS_PIVOT_ROOT.get(platform.machine())
+    machine = os.uname().machine
+    nr = _SYS_PIVOT_ROOT.get(machine)
     if nr is None:
-        raise OSError(0, f"pivot_root: unsupported architecture {platform.machine()}")
+        raise OSError(0, f"pivot_root: unsupported architecture {machine}")
     _check(
         _libc.syscall(ctypes.c_long(nr), new_root.encode(), put_old.encode()),
         f"pivot_root({new_root!r})",

@@ -15,7 +15,6 @@ Standard library only (ctypes): the zygote imports this inside the runtime image
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
 
@@ -68,9 +67,8 @@ class _ArgCmp(ctypes.Structure):
 
 
 def _lib() -> ctypes.CDLL:
-    name = ctypes.util.find_library("seccomp") or "libseccomp.so.2"
-    try:
-        lib = ctypes.CDLL(name, use_errno=True)
+    try:  # its soname since 2.0 (see `_linux`: no `ctypes.util` in a zygote)
+        lib = ctypes.CDLL("libseccomp.so.2", use_errno=True)
     except OSError as exc:
         raise OSError(0, f"libseccomp not found ({exc}); install libseccomp2") from exc
     lib.seccomp_init.restype = ctypes.c_void_p

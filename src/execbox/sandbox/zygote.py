@@ -69,7 +69,7 @@ def _exercise_pandas() -> None:
 
 def main(sock: socket.socket, options: dict[str, Any]) -> None:
     started = time.monotonic()
-    from . import jail, program, seccomp, supervisor
+    from . import jail, program, seccomp
     from .cgroup import Hierarchy
 
     role = options.get("role", "supervisors")
@@ -110,6 +110,9 @@ def main(sock: socket.socket, options: dict[str, Any]) -> None:
         sock.send(json.dumps(hello).encode())
         program.main(cfg, server, src_paths, sock, options)
         return
+    # Only here: a program zygote's forks would carry the supervisor's modules for nothing.
+    from . import supervisor
+
     spawn = {kind: socket.socket(fileno=int(fd)) for kind, fd in options["spawn_fds"].items()}
     z = supervisor.Zygote(cfg, hierarchy, spawn)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps supervisors
