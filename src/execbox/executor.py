@@ -42,6 +42,7 @@ from .records import PolicyInfo, RunStore
 from .redact import Redactor
 from .sandbox.channel import SessionEnded
 from .sandbox.host import HostError, OutputCallback, RawRun, ZygoteProcess
+from .sandbox.program import WARM_MORE_IMPORTS
 from .sessions import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_MAX_LIFETIME_S, Reaper, Session
 
 log = logging.getLogger("execbox")
@@ -239,8 +240,7 @@ class Executor:
         if _session is not None:
             result = self._cell_run(_session, request, base, on_stdout, on_stderr)
         else:
-            result = self._sandbox_run(request, base, on_stdout, on_stderr,
-                                       program_kind(verdict.imports))
+            result = self._sandbox_run(request, base, on_stdout, on_stderr, verdict.imports)
         result = _redact(result, redactor)
         if budget is not None and reservation is not None:
             budget.settle(reservation, result.metrics.wall_ms / 1000,
@@ -262,15 +262,19 @@ class Executor:
 
     def _sandbox_run(self, request: RunRequest, base: RunResult,
                      on_stdout: OutputCallback | None,
-                     on_stderr: OutputCallback | None, kind: str) -> RunResult:
+                     on_stderr: OutputCallback | None,
+                     imports: frozenset[str] | None) -> RunResult:
         limits = request.limits
         host = self._live_host()
         spec = _spec(limits, request)
         with self._admission:
             try:
                 raw = host.execute(
-                    host.pool.take(kind, SLOT_WAIT_S),
-                    {"code": request.code, "run_id": base.run_id, "spec": spec},
+                    host.pool.take(program_kind(imports), SLOT_WAIT_S),
+                    # The slot's next program copies the warm pages of pandas' use only if
+                    # this code uses it: the guess that the slot's next code is alike.
+                    {"code": request.code, "run_id": base.run_id, "spec": spec,
+                     "next_warm_all": bool(imports and imports & WARM_MORE_IMPORTS)},
                     [(f.name, f.data) for f in request.files], request.stdin,
                     limits.output_bytes, limits.timeout_s + BACKSTOP_GRACE_S,
                     on_stdout, on_stderr,

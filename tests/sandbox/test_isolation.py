@@ -1052,24 +1052,52 @@ def test_only_heavy_programs_are_forks_of_the_heavy_zygote() -> None:
         _check_only_programs_are_heavy(own)
 
 
+def _staged_private_pages(zygote: int) -> list[int]:
+    pages = []
+    for pid in _zygote_children(zygote):
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            kib = next(int(line.split()[1]) for line in fh if line.startswith("Private_Dirty:"))
+        pages.append(kib * 1024 // os.sysconf("SC_PAGESIZE"))
+    return pages
+
+
 def test_staged_programs_already_hold_the_pages_programs_write_first() -> None:
     """Each program zygote learned at start which of its pages programs write (its warm
     pages), and every staged program, waiting for its code, already holds them as its own
     copies: its private dirty memory is at least that much (a staged heavy program without
-    them holds ~1,600 pages; its warm pages are ~2,400)."""
+    them holds ~1,600 pages; its warm pages are ~2,500)."""
     with Executor(cache=False) as own:
         warm = own._host.info["warm_pages"]
         assert warm["light"] > 100 and warm["heavy"] > 1000, warm
         own.run("pass", limits=SMALL)
         assert _settled(own, Hierarchy.discover()), "the pool never settled"
         for kind, zygote in (("light", own._host.light_pid), ("heavy", own._host.heavy_pid)):
-            staged = _zygote_children(zygote)
+            staged = _staged_private_pages(zygote)
             assert len(staged) == own.pool_size, (kind, staged)
-            for pid in staged:
-                with open(f"/proc/{pid}/smaps_rollup") as fh:
-                    kib = next(int(line.split()[1]) for line in fh
-                               if line.startswith("Private_Dirty:"))
-                assert kib * 1024 // os.sysconf("SC_PAGESIZE") >= warm[kind], (kind, kib, warm)
+            assert min(staged) >= warm[kind], (kind, staged, warm)
+
+
+def test_a_heavy_slot_copies_pandas_pages_only_while_its_last_run_used_pandas() -> None:
+    """A heavy program's warm pages are a base (what every heavy program writes) and the pages
+    pandas' use writes besides; a slot's next program copies the latter only if the slot's
+    last code imported pandas. Each slot of the pool runs numpy code, then pandas code."""
+    with Executor(cache=False, pool_size=2) as own:
+        warm, base = own._host.info["warm_pages"], own._host.info["warm_base_pages"]
+        assert 500 < base["heavy"] < warm["heavy"] - 1000, (base, warm)
+        assert base["light"] == warm["light"], (base, warm)  # the light zygote has no more
+        hier = Hierarchy.discover()
+        for code, least, most in (
+                ("import numpy as np\nprint(np.ones(3).sum())", base, warm["heavy"]),
+                ("import pandas as pd\nprint(pd.Series([1, 2]).sum())", warm, None)):
+            for _ in range(own.pool_size):  # each slot once: a restaged one queues last
+                r = own.run(code, limits=SMALL)
+                assert r.status is Status.ok, describe(r)
+            assert _settled(own, hier), "the pool never settled"
+            staged = _staged_private_pages(own._host.heavy_pid)
+            assert len(staged) == own.pool_size, staged
+            assert min(staged) >= least["heavy"], (code, staged, least)
+            if most is not None:
+                assert max(staged) < most, (code, staged, most)
 
 
 def _check_only_programs_are_heavy(executor: Executor) -> None:

@@ -194,17 +194,18 @@ def _write_every_page(buf: mmap.mmap | bytearray) -> int:
 
 def _serve_in_fork(libexec: Path, root: Path, requests: list[tuple[bytes, list[int]]],
                    close: list[int], read: list[int],
-                   warm: bool | None = None) -> tuple[str, list[bytes]]:
+                   warm: str | None = None) -> tuple[str, list[bytes]]:
     """A program zygote's fork server (`serve_programs`) in a fork chrooted to `root`, with
     the real seccomp filter and the fork's own pid namespace as the slot's. Each request is
     sent in turn, our copies of `close` closed, and each descriptor of `read` read to its
     end; then the host end is closed. A child that comes back contained reports its uids
     and cwd on its exit-report descriptor and exits 0 once its go descriptor ends (so all
     children live until every request is sent and `close` closed). With `warm` not None, the
-    server's fork first writes a WARM-page private region (shared with each child, then) and,
-    if `warm`, gives it to the server as warm pages; each child then also reports how many
-    page faults writing every page of it cost. Returns what the server's fork said when
-    `serve_programs` returned, and what was read."""
+    server's fork first writes a WARM-page private region (shared with each child, then) and
+    gives it to the server as warm pages: none ("none"), its first half as the base and the
+    rest as more ("split"); each child then also reports how many page faults writing every
+    page of it cost. Returns what the server's fork said when `serve_programs` returned, and
+    what was read."""
     from execbox.sandbox import seccomp
 
     lib = _linux.ContainLibrary(str(libexec / "libexecbox-contain.so"), [_linux.CLONE_NEWPID])
@@ -227,8 +228,9 @@ def _serve_in_fork(libexec: Path, root: Path, requests: list[tuple[bytes, list[i
                                    mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
                 region.write(b"z" * len(region))  # present, and shared with every child
                 start = ctypes.addressof(ctypes.c_char.from_buffer(region))
-                if warm:
-                    lib.set_warm([(start, start + len(region))])
+                if warm == "split":
+                    half = start + len(region) // 2
+                    lib.set_warm([(start, half)], [(half, start + len(region))])
             os.chroot(str(root))
             os.chdir("/")
             kept = lib.serve_programs(host_child.fileno(), spawn_child.fileno(), own_pid_ns,
@@ -271,7 +273,7 @@ def _serve_in_fork(libexec: Path, root: Path, requests: list[tuple[bytes, list[i
 @needs_root
 def test_the_fork_server_forks_contained_programs_reports_their_end_and_drops_bad_requests(
         libexec: Path, tmp_path: Path) -> None:
-    """Two malformed requests are dropped (their pipes closed unanswered) and the server goes
+    """Four malformed requests are dropped (their pipes closed unanswered) and the server goes
     on; a program whose contain step fails says which on its set-up descriptor and exits 127;
     contained ones come back to Python as the sandbox uid in /workspace, 66 alive at once
     (past the first size of the server's table of children); each end is reported as
@@ -283,8 +285,9 @@ def test_the_fork_server_forks_contained_programs_reports_their_end_and_drops_ba
     refused = os.open("/dev/null", os.O_RDONLY)  # and here fails
     ours += [joinable, refused]
     requests, read = [], []
-    for layout, cgroup in ((b"1 x", joinable), (b"1 2", joinable), (b"1 1", refused),
-                           *[(b"1 1", joinable)] * 66):
+    for layout, cgroup in ((b"1 x 1", joinable), (b"1 1", joinable), (b"1 1 2", joinable),
+                           (b"1 2 1", joinable), (b"1 1 0", refused),
+                           *[(b"1 1 1", joinable)] * 66):
         (status_r, status_w), (io_r, io_w), (go_r, go_w) = os.pipe(), os.pipe(), os.pipe()
         (setup_r, setup_w), (done_r, done_w) = os.pipe(), os.pipe()
         ours += [status_w, io_r, io_w, go_r, go_w, setup_w, done_w]
@@ -293,8 +296,9 @@ def test_the_fork_server_forks_contained_programs_reports_their_end_and_drops_ba
                                   go_r, io_w, setup_w, done_w]))  # go, error, set-up, report
     said, got = _serve_in_fork(libexec, tmp_path, requests, ours, read)
     assert said == "returned at end of file"
-    bad_layout, too_few, failing, *good = (got[i:i + 3] for i in range(0, len(got), 3))
-    assert bad_layout == too_few == [b"", b"", b""]
+    bad_layout, no_warm, bad_warm, too_few, failing, *good = (got[i:i + 3]
+                                                              for i in range(0, len(got), 3))
+    assert bad_layout == no_warm == bad_warm == too_few == [b"", b"", b""]
     status, setup, _done = failing
     assert json.loads(status) == {"status": 127 << 8}
     assert setup == b"program set-up: contain the program: join cgroup: Bad file descriptor"
@@ -305,19 +309,24 @@ def test_the_fork_server_forks_contained_programs_reports_their_end_and_drops_ba
 
 
 @needs_root
-@pytest.mark.parametrize("warm", [True, False])
+@pytest.mark.parametrize("warm, asked, faults_from, faults_to", [
+    ("split", b"1", 0, 4),  # all its warm pages
+    ("split", b"0", WARM // 2, WARM // 2 + 4),  # the base: the other half still faults
+    ("none", b"1", WARM, WARM + 8),  # the control: one fault for each page
+])
 def test_a_forked_program_has_its_warm_pages_copied_before_it_returns(
-        libexec: Path, tmp_path: Path, warm: bool) -> None:
+        libexec: Path, tmp_path: Path, warm: str, asked: bytes, faults_from: int,
+        faults_to: int) -> None:
     """The pages the server is given as warm are the child's own by the time it returns
-    contained: writing them costs no page fault. The control, without warm pages: one fault
-    for each page."""
+    contained, all of them or only the base as the request asks: writing them costs no page
+    fault. The control, without warm pages: one fault for each page."""
     (tmp_path / "workspace").mkdir()
     pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY)
     joinable = os.open("/dev/null", os.O_WRONLY)
     (status_r, status_w), (io_r, io_w), (go_r, go_w) = os.pipe(), os.pipe(), os.pipe()
     (setup_r, setup_w), (done_r, done_w) = os.pipe(), os.pipe()
-    request = (b"1 1", [status_w, pid_ns, joinable, io_r, io_w, io_w, go_r, io_w, setup_w,
-                        done_w])
+    request = (b"1 1 " + asked, [status_w, pid_ns, joinable, io_r, io_w, io_w, go_r, io_w,
+                                 setup_w, done_w])
     ours = [pid_ns, joinable, status_w, io_r, io_w, go_r, go_w, setup_w, done_w]
     said, got = _serve_in_fork(libexec, tmp_path, [request], ours,
                                [status_r, setup_r, done_r], warm=warm)
@@ -325,10 +334,7 @@ def test_a_forked_program_has_its_warm_pages_copied_before_it_returns(
     status, setup, done = got
     assert json.loads(status) == {"status": 0} and setup == b"", setup
     faults = int(done.decode().rsplit(" ", 1)[1])
-    if warm:
-        assert faults <= 4, f"{faults} faults writing {WARM} warm pages"
-    else:
-        assert faults >= WARM, f"control: only {faults} faults writing {WARM} shared pages"
+    assert faults_from <= faults <= faults_to, f"{faults} faults writing {WARM} pages"
 
 
 def test_written_pages_are_exactly_the_pages_a_fork_wrote(libexec: Path) -> None:

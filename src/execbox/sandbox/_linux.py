@@ -137,7 +137,7 @@ class ContainLibrary:
         serve.restype = ctypes.c_int
         serve.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
                           ctypes.POINTER(ctypes.c_int), ctypes.c_uint, ctypes.c_void_p,
-                          ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t,
+                          ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t, ctypes.c_size_t,
                           ctypes.POINTER(ctypes.c_int), ctypes.c_char_p, ctypes.c_size_t]
         written = library.execbox_written_pages
         written.restype = ctypes.c_int
@@ -148,6 +148,7 @@ class ContainLibrary:
         fork.argtypes = []
         self._contain, self._serve, self._written, self._fork = contain, serve, written, fork
         self.warm = self.warm_array([])  # see `set_warm`
+        self.n_base = 0
         self._types = (ctypes.c_int * len(namespace_types))(*namespace_types)
         self._n_ns = len(namespace_types)
         self._error = ctypes.create_string_buffer(512)
@@ -170,7 +171,7 @@ class ContainLibrary:
         kept = (ctypes.c_int * 4)()
         while True:
             rc = self._serve(host, spawn, own_pid_ns, self._n_ns, self._types, uid,
-                             seccomp.address, self.warm, len(self.warm) // 2, kept,
+                             seccomp.address, self.warm, self.n_base, len(self.warm) // 2, kept,
                              self._error, len(self._error))
             if rc != 2:
                 break
@@ -183,10 +184,13 @@ class ContainLibrary:
         raise OSError(ctypes.get_errno(), self._error.value.decode("utf-8", "replace"))
 
 
-    def set_warm(self, ranges: list[tuple[int, int]]) -> None:
+    def set_warm(self, base: list[tuple[int, int]],
+                 more: list[tuple[int, int]] | None = None) -> None:
         """The [start, end) address ranges each forked program copies at once, contained,
-        before it returns (see `program.learn_warm_pages`)."""
-        self.warm = self.warm_array(ranges)
+        before it returns (see `program.learn_warm_pages`): `base` always, `more` too when
+        its request asks for all its warm pages."""
+        self.warm = self.warm_array(base + (more or []))
+        self.n_base = len(base)
 
     @staticmethod
     def warm_array(ranges: list[tuple[int, int]]) -> ctypes.Array[ctypes.c_uint64]:

@@ -113,7 +113,8 @@ class ZygoteProcess:
             infos["supervisors"], preloaded=infos["heavy"]["preloaded"],
             light_preloaded=infos["light"]["preloaded"],
             startup_ms=max(info["startup_ms"] for info in infos.values()),
-            warm_pages={kind: infos[kind].get("warm_pages", 0) for kind in KINDS})
+            warm_pages={kind: infos[kind].get("warm_pages", 0) for kind in KINDS},
+            warm_base_pages={kind: infos[kind].get("warm_base_pages", 0) for kind in KINDS})
         for kind in KINDS:
             if "warm_error" in infos[kind]:
                 log.warning("the %s program zygote learned no warm pages (its programs copy "

@@ -6,8 +6,9 @@ zygote, the light one (standard library) or the heavy one (numpy, pandas, ...): 
 is a fork of the supervisors' zygote and init a small C program (see `supervisor`). Once a
 supervisor has staged a run (cgroup, namespaces, root, init), it sends one SPAWN message to
 its program zygote over a SOCK_SEQPACKET socket that every supervisor shares (one message is
-one request: requests never interleave). The message is "<namespaces> <cgroups>", the number
-of each, and carries these descriptors:
+one request: requests never interleave). The message is "<namespaces> <cgroups> <warm>", the
+number of each and whether the program copies all its warm pages (1) or only those every
+program writes (0; see `learn_warm_pages`), and carries these descriptors:
 
     status_w, init's namespaces (PROGRAM_NAMESPACES order), cgroup.procs of each controller,
     the program's stdin, stdout, stderr, then go_r, err_w, setup_w, done_w (`ProgramFds`)
@@ -58,11 +59,13 @@ class ProgramFds:
 
 
 def request(spawn: socket.socket, status_w: int, namespaces: list[int], cgroup_procs: list[int],
-            stdio: tuple[int, int, int], fds: ProgramFds) -> None:
+            stdio: tuple[int, int, int], fds: ProgramFds, warm_all: bool = True) -> None:
     """Ask the program zygote to fork the program into this slot (the caller keeps and closes
-    its own copies of the descriptors)."""
+    its own copies of the descriptors); `warm_all`: copy all the warm pages, not only those
+    every program writes."""
     with jail.step("ask the zygote for the program"):
-        socket.send_fds(spawn, [f"{len(namespaces)} {len(cgroup_procs)}".encode()],
+        layout = f"{len(namespaces)} {len(cgroup_procs)} {int(warm_all)}"
+        socket.send_fds(spawn, [layout.encode()],
                         [status_w, *namespaces, *cgroup_procs, *stdio, *astuple(fds)])
 
 
@@ -72,19 +75,22 @@ def request(spawn: socket.socket, status_w: int, namespaces: list[int], cgroup_p
 def start(cfg: jail.JailConfig, src_paths: list[str], kind: str
           ) -> tuple[_linux.ContainLibrary, dict[str, Any]]:
     """A program zygote's fork server, its warm pages learned (see `learn_warm_pages`), and
-    what to tell the host of them: {"warm_pages": N}, or {"warm_error": why} when training
-    failed (programs then run all the same, each copying its pages as it writes them)."""
+    what to tell the host of them: {"warm_pages": all, "warm_base_pages": base}, or
+    {"warm_error": why} when training failed (programs then run all the same, each copying
+    its pages as it writes them)."""
     # Dispositions as a fresh interpreter has them, set once here for every program
     # (whatever the host started us with); a fork changes none of them.
     jail.reset_signals()
     server = _linux.ContainLibrary(cfg.contain_library,
                                    [flag for _name, flag in jail.PROGRAM_NAMESPACES])
+    base_codes, more_codes = TRAINING.get(kind, ([], []))
     try:
-        ranges = learn_warm_pages(server, src_paths, TRAINING.get(kind, []))
+        base = learn_warm_pages(server, src_paths, base_codes)
+        more = learn_warm_pages(server, src_paths, more_codes, without=base)
     except (OSError, jail.JailError) as exc:
         return server, {"warm_error": str(exc)}
-    server.set_warm(ranges)
-    return server, {"warm_pages": sum(end - begin for begin, end in ranges) // PAGE}
+    server.set_warm(_ranges(base), _ranges(more))
+    return server, {"warm_pages": len(base) + len(more), "warm_base_pages": len(base)}
 
 
 def serve(cfg: jail.JailConfig, server: _linux.ContainLibrary, src_paths: list[str],
@@ -162,22 +168,27 @@ def _program(src_paths: list[str], fds: ProgramFds) -> None:
 # the warm set: each forked program copies them at once, contained (MADV_POPULATE_WRITE, in C:
 # `contain.c`), while it is staged and waits for its code, so its request path is left with
 # the faults particular to that code. The price is paid off the request path but paid by every
-# program: a heavy one copies ~9 MB whether or not its code uses pandas (a small numpy run:
-# +7-8 ms of CPU here).
+# program, so each zygote has two sets: the pages its every program writes (the base), and
+# those a pandas program writes besides (~2,000 pages, 8 MB, in the heavy zygote), which a
+# program copies only when its request says so: the host asks for them while the slot's last
+# run used pandas (see `Executor`), and a numpy run does not pay for pandas' pages.
 
-TRAINING = {
-    "light": [
+WARM_MORE_IMPORTS = frozenset({"pandas"})  # what the other snippets below use
+TRAINING = {  # kind: (the base set's snippets, the other snippets)
+    "light": ([
         "print(1)\n",
         "import json\nprint(json.dumps({'total': sum(range(10))}))\n",
-    ],
-    "heavy": [
+    ], []),
+    "heavy": ([
+        "import numpy as np\nprint(np.arange(12.0).reshape(3, 4).sum(axis=0))\n",
+    ], [
         "import pandas as pd\n"
         "frame = pd.DataFrame({'a': range(100), 'b': [i % 3 for i in range(100)]})\n"
         "print(frame.groupby('b').a.sum())\n",
         "import numpy as np\nimport pandas as pd\n"
         "frame = pd.DataFrame(np.arange(60.0).reshape(20, 3), columns=list('xyz'))\n"
         "print(frame.describe())\n",
-    ],
+    ]),
 }
 _TRAINING_SPEC = jail.RunSpec(timeout_s=10.0, cpu_s=10.0, memory_bytes=512 << 20, pids=64,
                               disk_bytes=64 << 20, output_bytes=1 << 20,
@@ -186,15 +197,20 @@ TRAINING_WAIT_S = 30.0
 PAGE = os.sysconf("SC_PAGESIZE")
 
 
-def learn_warm_pages(server: _linux.ContainLibrary, src_paths: list[str],
-                     codes: list[str]) -> list[tuple[int, int]]:
-    """The address ranges (start, end) of the pages a training program wrote for any of
-    `codes`, contiguous pages merged."""
+def learn_warm_pages(server: _linux.ContainLibrary, src_paths: list[str], codes: list[str],
+                     without: set[int] | frozenset[int] = frozenset()) -> set[int]:
+    """The pages (their addresses) a training program wrote for any of `codes`, less those
+    in `without`."""
     written: set[int] = set()
     for code in codes:
         written |= _written_by(server, src_paths, code)
+    return written - without
+
+
+def _ranges(pages: set[int]) -> list[tuple[int, int]]:
+    """Address ranges [start, end) of `pages`, contiguous pages merged."""
     ranges: list[tuple[int, int]] = []
-    for page in sorted(written):
+    for page in sorted(pages):
         if ranges and ranges[-1][1] == page:
             ranges[-1] = (ranges[-1][0], page + PAGE)
         else:

@@ -86,6 +86,9 @@ class Supervisor:
         self.host_fds: list[int] = []  # the host's ends of the staged run's stdio
         self.ctrl_sock = socket.socket(fileno=ctrl)  # never closed: the process ends with os._exit
         self.runs = 0
+        # Whether the next staged program copies all its warm pages: the host says, with each
+        # request, what it expects of the slot's next code (see `program.learn_warm_pages`).
+        self.warm_all = True
         # Where this process's children go by default; each run points them at a fresh pid
         # namespace (unshare) and back (setns) for the next one.
         self.own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
@@ -113,6 +116,7 @@ class Supervisor:
                 if kind != protocol.REQ:
                     raise jail.JailError(f"protocol: expected a request, got {kind!r}")
                 req = json.loads(payload)
+                self.warm_all = bool(req.get("next_warm_all", True))
                 files = []
                 for meta in req["files"]:
                     kind, data = protocol.read_frame(self.ctrl, max_len=1 << 34)
@@ -235,7 +239,7 @@ class Supervisor:
             self.run_fds = [self.err_r, self.setup_r, self.status_r, self.go_w, self.done_r]
             program.request(self.z.spawn[self.kind], status_w, namespaces, procs,
                             (stdin_r, stdout_w, stderr_w),
-                            program.ProgramFds(go_r, err_w, setup_w, done_w))
+                            program.ProgramFds(go_r, err_w, setup_w, done_w), self.warm_all)
         finally:
             self.cg.close_procs()
             for fd in fds:

@@ -9,8 +9,8 @@
    GIL held: a program zygote is single-threaded, checked at its start, so nothing CPython
    reinitialises after a fork was in use).
 
-   execbox_serve_programs(host, spawn, own_pid_ns, n_ns, ns_types, uid, filter, warm, n_warm,
-                          kept, error, error_len)
+   execbox_serve_programs(host, spawn, own_pid_ns, n_ns, ns_types, uid, filter, warm, n_base,
+                          n_warm, kept, error, error_len)
      Serves spawn requests from `spawn` (SOCK_SEQPACKET; see `program` for the message) until
      `host` reaches end of file: forks each program into its slot (`fork_program`), watches
      it through a pidfd, reaps it and writes its wait status to the request's status pipe as
@@ -26,7 +26,9 @@
 
    Each child, once contained, also copies at once the pages programs are known to write
    first (`warm`, n_warm [start, end) address pairs: see `prefault`), while it waits for its
-   code, instead of one page fault at a time while it runs.
+   code, instead of one page fault at a time while it runs: the first n_base pairs, which
+   every program writes, or all of them, as its request asks (the supervisor passes on the
+   host's guess of what the slot's next code will use).
 
    execbox_written_pages(ranges, n, out)
      Called by a training fork (see `prefault`) just before it exits: of the [start, end)
@@ -258,25 +260,23 @@ static void report_status(int fd, const char *key, const char *text, int quote) 
     close(fd);
 }
 
-/* "<namespaces> <cgroups>": two small decimal numbers and nothing else. */
-static int parse_layout(const char *msg, size_t len, int *n_ns, int *n_cgroups) {
-    int values[2] = {0, 0}, which = 0, digits = 0;
+/* "<namespaces> <cgroups> <warm>": three small decimal numbers and nothing else (warm: 0
+   for the pages every program writes, 1 for all the warm pages). */
+static int parse_layout(const char *msg, size_t len, int values[3]) {
+    int which = 0, digits = 0;
+    values[0] = values[1] = values[2] = 0;
     for (size_t i = 0; i < len; i++) {
         if (msg[i] >= '0' && msg[i] <= '9' && digits < 3) {
             values[which] = values[which] * 10 + (msg[i] - '0');
             digits++;
-        } else if (msg[i] == ' ' && which == 0 && digits) {
-            which = 1;
+        } else if (msg[i] == ' ' && which < 2 && digits) {
+            which++;
             digits = 0;
         } else {
             return -1;
         }
     }
-    if (which != 1 || !digits)
-        return -1;
-    *n_ns = values[0];
-    *n_cgroups = values[1];
-    return 0;
+    return which == 2 && digits && values[2] <= 1 ? 0 : -1;
 }
 
 static void close_all(const int *fds, int n) {
@@ -298,7 +298,12 @@ static size_t n_children, room;
 
 int execbox_serve_programs(int host, int spawn, int own_pid_ns, int n_ns, const int *ns_types,
                            uid_t uid, const struct sock_fprog *filter, const uint64_t *warm,
-                           size_t n_warm, int *kept, char *error, size_t error_len) {
+                           size_t n_base, size_t n_warm, int *kept, char *error,
+                           size_t error_len) {
+    if (n_base > n_warm) {
+        errno = EINVAL;
+        return failed("check the warm pages", error, error_len);
+    }
     if (n_ns < 1 || ns_types[0] != CLONE_NEWPID || n_ns + MAX_CGROUPS + 3 + KEEP > MAX_FDS) {
         errno = EINVAL; /* the slot's pid namespace comes first: the fork goes there */
         return failed("check the namespace layout", error, error_len);
@@ -390,10 +395,14 @@ int execbox_serve_programs(int host, int spawn, int own_pid_ns, int n_ns, const 
             result = 0; /* every supervisor's end is gone */
             goto out;
         }
-        int req_ns = -1, req_cgroups = -1;
+        int layout[3]; /* namespaces, cgroups, warm */
         if ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
-            parse_layout(msg, (size_t)got, &req_ns, &req_cgroups) || req_ns != n_ns ||
-            req_cgroups < 1 || req_cgroups > MAX_CGROUPS ||
+            parse_layout(msg, (size_t)got, layout) || layout[0] != n_ns) {
+            close_all(fds, n_fds); /* malformed: dropped */
+            continue;
+        }
+        int req_cgroups = layout[1];
+        if (req_cgroups < 1 || req_cgroups > MAX_CGROUPS ||
             n_fds != STATUS_FDS + n_ns + req_cgroups + 3 + KEEP) {
             close_all(fds, n_fds); /* malformed: dropped */
             continue;
@@ -406,7 +415,8 @@ int execbox_serve_programs(int host, int spawn, int own_pid_ns, int n_ns, const 
             continue;
         }
         pid_t pid = fork_program(request[0], own_pid_ns, request, n_ns, ns_types, req_cgroups,
-                                 uid, filter, warm, n_warm, &caller_mask, error, error_len);
+                                 uid, filter, warm, layout[2] ? n_warm : n_base, &caller_mask,
+                                 error, error_len);
         if (pid == 0) { /* the child, contained, its signal mask the caller's */
             memcpy(kept, request + n_ns + req_cgroups + 3, sizeof(int) * KEEP);
             return 1;
