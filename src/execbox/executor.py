@@ -42,7 +42,6 @@ from .records import PolicyInfo, RunStore
 from .redact import Redactor
 from .sandbox.channel import SessionEnded
 from .sandbox.host import HostError, OutputCallback, RawRun, ZygoteProcess
-from .sandbox.program import WARM_MORE_IMPORTS
 from .sessions import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_MAX_LIFETIME_S, Reaper, Session
 
 log = logging.getLogger("execbox")
@@ -101,8 +100,9 @@ class Executor:
         EXECBOX_PROFILES). `records`: a RunStore or database URL (default: SQLite under the
         data directory). `cache`: whether runs use the result cache unless a call says
         otherwise. `secrets`: values redacted from every result and record.
-        Concurrency: at most `max_concurrency` runs at once, `pool_size` slots of each program
-        kind (light: standard library only; heavy: the data stack imported) staged ahead;
+        Concurrency: at most `max_concurrency` runs at once, `pool_size` slots of each kind
+        (light: standard library only; heavy: the data stack imported; pandas: the same, its
+        program readied for pandas' use) staged ahead;
         at most `max_queue` callers wait for a turn, each at most `queue_timeout_s`; past
         either, `run` raises `Overloaded` instead of queueing without bound. At most
         `max_sessions` sessions are open at once."""
@@ -240,7 +240,8 @@ class Executor:
         if _session is not None:
             result = self._cell_run(_session, request, base, on_stdout, on_stderr)
         else:
-            result = self._sandbox_run(request, base, on_stdout, on_stderr, verdict.imports)
+            result = self._sandbox_run(request, base, on_stdout, on_stderr,
+                                       program_kind(verdict.imports))
         result = _redact(result, redactor)
         if budget is not None and reservation is not None:
             budget.settle(reservation, result.metrics.wall_ms / 1000,
@@ -262,19 +263,15 @@ class Executor:
 
     def _sandbox_run(self, request: RunRequest, base: RunResult,
                      on_stdout: OutputCallback | None,
-                     on_stderr: OutputCallback | None,
-                     imports: frozenset[str] | None) -> RunResult:
+                     on_stderr: OutputCallback | None, kind: str) -> RunResult:
         limits = request.limits
         host = self._live_host()
         spec = _spec(limits, request)
         with self._admission:
             try:
                 raw = host.execute(
-                    host.pool.take(program_kind(imports), SLOT_WAIT_S),
-                    # The slot's next program copies the warm pages of pandas' use only if
-                    # this code uses it: the guess that the slot's next code is alike.
-                    {"code": request.code, "run_id": base.run_id, "spec": spec,
-                     "next_warm_all": bool(imports and imports & WARM_MORE_IMPORTS)},
+                    host.pool.take(kind, SLOT_WAIT_S),
+                    {"code": request.code, "run_id": base.run_id, "spec": spec},
                     [(f.name, f.data) for f in request.files], request.stdin,
                     limits.output_bytes, limits.timeout_s + BACKSTOP_GRACE_S,
                     on_stdout, on_stderr,
@@ -547,14 +544,16 @@ class ReplayReport(BaseModel):
 
 
 def program_kind(imports: frozenset[str] | None) -> str:
-    """Which program zygote runs the code: "light" (standard library only, a fork of a small
-    interpreter) when the code imports nothing else, "heavy" (numpy, pandas, matplotlib and
-    scipy already imported) otherwise. Code the policy could not parse fails to compile in the
-    sandbox too: it goes light. An import the analysis cannot see (a computed name) still works
-    in a light program, at the price of importing the module then."""
+    """Which kind of slot runs the code (`protocol.SLOT_KINDS`): "light" (standard library
+    only, a fork of a small interpreter) when the code imports nothing else, else a fork of
+    the heavy zygote (numpy, pandas, matplotlib and scipy already imported): "pandas" when it
+    imports pandas (its program has copied the pages pandas' use writes), "heavy" otherwise.
+    Code the policy could not parse fails to compile in the sandbox too: it goes light. An
+    import the analysis cannot see (a computed name) still works in a light program, at the
+    price of importing the module then."""
     if imports is None or imports <= _STDLIB:
         return "light"
-    return "heavy"
+    return "pandas" if "pandas" in imports else "heavy"
 
 
 _STDLIB = frozenset(sys.stdlib_module_names)

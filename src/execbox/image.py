@@ -111,23 +111,32 @@ class Image:
 
 # What each C source becomes in libexec/, and how: init is static (the jail has no loader
 # cache for it, and a static binary starts fastest), and where `native/nolibc.h` knows the
-# system calls it has no C library at all (whose start-up is most of a static program's exec
-# on a virtual machine: 0.46 against 0.12 ms of CPU here); the contain steps are a library
-# the program zygotes load.
-_NOLIBC = ["-DEXECBOX_NOLIBC", "-nostdlib", "-nostartfiles", "-ffreestanding",
-           "-fno-stack-protector", "-U_FORTIFY_SOURCE"]
-NATIVE_OUTPUTS = {"execbox-init": ("init.c", ["-static", "-s",
-                                              *(_NOLIBC if os.uname().machine in
-                                                ("x86_64", "aarch64") else [])]),
+# system calls (x86-64 and arm64 targets) it has no C library at all, whose start-up is most of
+# a static program's exec on a virtual machine (0.49 against 0.12 ms of CPU here); the contain
+# steps are a library the program zygotes load.
+NATIVE_OUTPUTS = {"execbox-init": ("init.c", ["-static", "-s"]),
                   "libexecbox-contain.so": ("contain.c", ["-shared", "-fPIC", "-s"])}
+NOLIBC = ["-DEXECBOX_NOLIBC", "-nostdlib", "-nostartfiles", "-ffreestanding",
+          "-fno-stack-protector", "-fno-tree-loop-distribute-patterns", "-U_FORTIFY_SOURCE"]
+NOLIBC_OUTPUTS = {"execbox-init"}
+NOLIBC_TARGETS = ("x86_64-", "aarch64-")  # of `cc -dumpmachine`; not x32 (32-bit longs)
 
 
 def _native_sha() -> str:
-    h = hashlib.sha256()
+    h = hashlib.sha256(json.dumps([CFLAGS, NATIVE_OUTPUTS, NOLIBC]).encode())
     for path in sorted(NATIVE.iterdir()):
         if path.suffix in (".c", ".h"):
             h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
+
+
+def _nolibc_target(cc: str) -> bool:
+    """Whether `cc` builds for a target `native/nolibc.h` knows (what the compiler targets,
+    not what the kernel runs: a 32-bit user space on a 64-bit kernel must not get it)."""
+    done = subprocess.run([cc, "-dumpmachine"], capture_output=True, text=True)
+    target = done.stdout.strip()
+    return (done.returncode == 0 and target.startswith(NOLIBC_TARGETS)
+            and not target.endswith("x32"))
 
 
 def build_native(root: Path) -> None:
@@ -138,7 +147,10 @@ def build_native(root: Path) -> None:
                                  "init: install gcc (Debian: apt-get install gcc libc6-dev)")
     dest = root / "libexec"
     dest.mkdir(exist_ok=True)
+    nolibc = _nolibc_target(cc)
     for name, (source, flags) in NATIVE_OUTPUTS.items():
+        if nolibc and name in NOLIBC_OUTPUTS:
+            flags = [*flags, *NOLIBC]
         tmp = dest / f".{name}.{os.getpid()}.tmp"  # a concurrent build has its own
         done = subprocess.run([cc, *CFLAGS, *flags, "-o", str(tmp), str(NATIVE / source)],
                               capture_output=True, text=True)

@@ -10,6 +10,7 @@ import json
 import mmap
 import os
 import resource
+import shutil
 import socket
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,30 @@ def test_init_refuses_bad_arguments_and_says_so(libexec: Path, args: tuple[str, 
     code, report = _init(libexec, *args)
     assert code == 1 and report.startswith(b"init: "), (code, report)
     assert b"Invalid argument" in report, report
+
+
+def test_init_carries_no_c_library_where_nolibc_knows_the_target(libexec: Path) -> None:
+    """A static C library's start-up (CPU probes that trap on a VM) would cost more than all
+    init does: on x86-64 and arm64 targets init is built without one."""
+    cc = shutil.which(os.environ.get("CC") or "cc")
+    assert cc is not None
+    if not image._nolibc_target(cc):
+        pytest.skip(f"{cc} targets neither x86-64 nor arm64: init keeps the C library")
+    data = (libexec / "execbox-init").read_bytes()
+    assert b"glibc" not in data and len(data) < 64 << 10, len(data)
+
+
+@pytest.mark.parametrize("target, nolibc", [("x86_64-linux-gnu", True),
+                                            ("aarch64-linux-gnu", True),
+                                            ("x86_64-linux-gnux32", False),
+                                            ("i686-linux-gnu", False),
+                                            ("arm-linux-gnueabihf", False), (None, False)])
+def test_the_no_c_library_build_follows_the_compilers_target(
+        tmp_path: Path, target: str | None, nolibc: bool) -> None:
+    cc = tmp_path / "cc"
+    cc.write_text(f"#!/bin/sh\necho {target}\n" if target else "#!/bin/sh\nexit 1\n")
+    cc.chmod(0o755)
+    assert image._nolibc_target(str(cc)) is nolibc
 
 
 def test_init_reports_the_step_that_failed(libexec: Path) -> None:

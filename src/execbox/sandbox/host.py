@@ -59,6 +59,7 @@ class RawRun:
 log = logging.getLogger("execbox")
 
 KINDS = ("light", "heavy")  # of program zygote: standard library only, or the data stack too
+SLOT_KINDS = tuple(protocol.SLOT_KINDS)  # of run slot (the pool keeps `size` of each)
 STAGE_TIMEOUT_S = 30.0  # a slot not staged by then is killed and replaced
 
 
@@ -279,8 +280,9 @@ class SlotPool:
         self._zygote = zygote
         self._size = size
         self._cond = threading.Condition()
-        self._ready: dict[str, collections.deque[Slot]] = {k: collections.deque() for k in KINDS}
-        self._alive: dict[str, set[str]] = {k: set() for k in KINDS}  # slot names
+        self._ready: dict[str, collections.deque[Slot]] = {k: collections.deque()
+                                                           for k in SLOT_KINDS}
+        self._alive: dict[str, set[str]] = {k: set() for k in SLOT_KINDS}  # slot names
         self._busy: set[str] = set()
         self._incoming: list[Slot] = []
         self._closed = False
@@ -291,7 +293,7 @@ class SlotPool:
 
     def ready_count(self, kind: str | None = None) -> int:
         with self._cond:
-            return sum(len(self._ready[k]) for k in ([kind] if kind else KINDS))
+            return sum(len(self._ready[k]) for k in ([kind] if kind else SLOT_KINDS))
 
     def unused_names(self) -> set[str]:
         with self._cond:
@@ -362,7 +364,8 @@ class SlotPool:
                     if self._closed:
                         return
                     incoming, self._incoming = self._incoming, []
-                    missing = [k for k in KINDS for _ in range(self._size - len(self._alive[k]))]
+                    missing = [k for k in SLOT_KINDS
+                               for _ in range(self._size - len(self._alive[k]))]
                 now = time.monotonic()
                 for slot in incoming:
                     slot.staging_since = now

@@ -169,11 +169,10 @@ def _program(src_paths: list[str], fds: ProgramFds) -> None:
 # `contain.c`), while it is staged and waits for its code, so its request path is left with
 # the faults particular to that code. The price is paid off the request path but paid by every
 # program, so each zygote has two sets: the pages its every program writes (the base), and
-# those a pandas program writes besides (~2,000 pages, 8 MB, in the heavy zygote), which a
-# program copies only when its request says so: the host asks for them while the slot's last
-# run used pandas (see `Executor`), and a numpy run does not pay for pandas' pages.
+# those a pandas program writes besides (~1,700 pages, 7 MB, in the heavy zygote), which only
+# the programs of "pandas" slots copy (`protocol.SLOT_KINDS`; code that imports pandas runs
+# there): a numpy run does not pay for pandas' pages.
 
-WARM_MORE_IMPORTS = frozenset({"pandas"})  # what the other snippets below use
 TRAINING = {  # kind: (the base set's snippets, the other snippets)
     "light": ([
         "print(1)\n",

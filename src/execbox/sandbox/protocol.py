@@ -24,6 +24,13 @@ PID, RDY, RES, ART, ERR = b"PID ", b"RDY ", b"RES ", b"ART ", b"ERR "
 
 MAX_JSON = 64 * 1024 * 1024
 
+# The kinds of run slot (the host names one when it asks for a slot: "<cgroup> <kind>"): which
+# program zygote forks the slot's programs, and whether they copy all its warm pages or only
+# the base (see `program.learn_warm_pages`; the heavy zygote's other warm pages are pandas').
+# Fixed for a slot's life: no run's code decides what a later run's program copies, which the
+# later run could read back from its own memory and CPU time.
+SLOT_KINDS = {"light": ("light", True), "heavy": ("heavy", False), "pandas": ("heavy", True)}
+
 
 def frame(kind: bytes, payload: bytes) -> bytes:
     return HEADER.pack(kind, len(payload)) + payload

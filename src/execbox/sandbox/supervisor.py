@@ -54,8 +54,8 @@ def serve(z: Zygote, ctrl: int, message: str) -> None:
     code = 0
     try:
         cgroup_name, kind = message.split(" ")
-        if kind not in z.spawn:
-            raise jail.JailError(f"protocol: unknown program kind {kind!r}")
+        if kind not in protocol.SLOT_KINDS:
+            raise jail.JailError(f"protocol: unknown slot kind {kind!r}")
         os.write(ctrl, protocol.json_frame(protocol.PID, {"pid": os.getpid()}))
         Supervisor(z, ctrl, cgroup_name, kind).run()
     except BaseException as exc:  # noqa: BLE001 - report everything, then exit
@@ -78,6 +78,7 @@ class Supervisor:
         self.z = z
         self.cgroup_name = cgroup_name
         self.kind = kind
+        self.program_kind, self.warm_all = protocol.SLOT_KINDS[kind]
         self.ctrl = ctrl
         self.cg: RunCgroup | None = None
         self.init_pid = 0
@@ -86,9 +87,6 @@ class Supervisor:
         self.host_fds: list[int] = []  # the host's ends of the staged run's stdio
         self.ctrl_sock = socket.socket(fileno=ctrl)  # never closed: the process ends with os._exit
         self.runs = 0
-        # Whether the next staged program copies all its warm pages: the host says, with each
-        # request, what it expects of the slot's next code (see `program.learn_warm_pages`).
-        self.warm_all = True
         # Where this process's children go by default; each run points them at a fresh pid
         # namespace (unshare) and back (setns) for the next one.
         self.own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
@@ -116,7 +114,6 @@ class Supervisor:
                 if kind != protocol.REQ:
                     raise jail.JailError(f"protocol: expected a request, got {kind!r}")
                 req = json.loads(payload)
-                self.warm_all = bool(req.get("next_warm_all", True))
                 files = []
                 for meta in req["files"]:
                     kind, data = protocol.read_frame(self.ctrl, max_len=1 << 34)
@@ -237,7 +234,7 @@ class Supervisor:
             self.done_r, done_w = os.pipe()  # the program reports its exit before tearing down
             fds += [err_w, setup_w, status_w, go_r, done_w]
             self.run_fds = [self.err_r, self.setup_r, self.status_r, self.go_w, self.done_r]
-            program.request(self.z.spawn[self.kind], status_w, namespaces, procs,
+            program.request(self.z.spawn[self.program_kind], status_w, namespaces, procs,
                             (stdin_r, stdout_w, stderr_w),
                             program.ProgramFds(go_r, err_w, setup_w, done_w), self.warm_all)
         finally:

@@ -51,7 +51,7 @@ static void fail(const char *step) {
 static long parse(const char *text, long lo, long hi, const char *what) {
     long value = 0;
     const char *p = text;
-    for (; *p >= '0' && *p <= '9' && value <= hi; p++)
+    for (; *p >= '0' && *p <= '9' && value <= (hi - (*p - '0')) / 10; p++)
         value = value * 10 + (*p - '0');
     if (*p || p == text || value < lo || value > hi) {
         errno = EINVAL;

@@ -66,9 +66,10 @@ __attribute__((noreturn)) void _exit(int status) {
 long syscall(long n, ...) {
     va_list ap;
     va_start(ap, n);
-    long a = va_arg(ap, long), b = va_arg(ap, long), c = va_arg(ap, long);
+    long a = va_arg(ap, long), b = va_arg(ap, long), c = va_arg(ap, long),
+         d = va_arg(ap, long), e = va_arg(ap, long);
     va_end(ap);
-    return SYS5(n, a, b, c, 0, 0);
+    return SYS5(n, a, b, c, d, e);
 }
 
 int prctl(int option, ...) {
@@ -99,16 +100,16 @@ int mount(const char *source, const char *target, const char *type, unsigned lon
 /* Only a disposition and its flags (no handler needs a restorer here, no mask, no old action):
    what init asks for. The kernel's layout, not the C library's. */
 int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
+    if (act == NULL || old != NULL || act->sa_handler != SIG_IGN) {
+        execbox_errno = EINVAL;
+        return -1;
+    }
     struct {
         void (*handler)(int);
         unsigned long flags;
         void (*restorer)(void);
         unsigned long mask;
     } k = {act->sa_handler, (unsigned long)act->sa_flags, NULL, 0};
-    if (old != NULL || act->sa_handler != SIG_IGN) {
-        execbox_errno = EINVAL;
-        return -1;
-    }
     return (int)SYS5(SYS_rt_sigaction, sig, &k, NULL, sizeof k.mask, 0);
 }
 
@@ -120,11 +121,12 @@ void *memset(void *s, int c, size_t n) {
 }
 
 /* The C library's words for the errors init's steps can meet (the tests and the host's
-   reports read them); any other is its number. */
+   reports read them); any other as the C library says an unknown one. */
 char *strerror(int err) {
     switch (err) {
     case EPERM: return "Operation not permitted";
     case ENOENT: return "No such file or directory";
+    case ESRCH: return "No such process";
     case EINTR: return "Interrupted system call";
     case EIO: return "Input/output error";
     case EBADF: return "Bad file descriptor";
@@ -133,6 +135,7 @@ char *strerror(int err) {
     case EACCES: return "Permission denied";
     case EFAULT: return "Bad address";
     case EBUSY: return "Device or resource busy";
+    case ENODEV: return "No such device";
     case ENOTDIR: return "Not a directory";
     case EINVAL: return "Invalid argument";
     case EMFILE: return "Too many open files";
@@ -142,14 +145,16 @@ char *strerror(int err) {
     case ENOSYS: return "Function not implemented";
     case EUSERS: return "Too many users";
     }
-    static char text[] = "error 0000000000";
-    char *end = text + sizeof text - 1, *p = end;
-    unsigned value = (unsigned)err;
+    static char text[32] = "Unknown error ";
+    char digits[12], *p = digits + sizeof digits;
+    unsigned long value = err < 0 ? 0UL - (unsigned long)err : (unsigned long)err;
     do
         *--p = (char)('0' + value % 10);
-    while ((value /= 10) && p > text + 6);
-    char *q = text + 6;
-    while (p < end)
+    while (value /= 10);
+    char *q = text + 14; /* after "Unknown error " */
+    if (err < 0)
+        *q++ = '-';
+    while (p < digits + sizeof digits)
         *q++ = *p++;
     *q = '\0';
     return text;
