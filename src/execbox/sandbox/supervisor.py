@@ -77,7 +77,6 @@ class Supervisor:
     def __init__(self, z: Zygote, ctrl: int, cgroup_name: str, kind: str) -> None:
         self.z = z
         self.cgroup_name = cgroup_name
-        self.kind = kind
         self.program_kind, self.warm_all = protocol.SLOT_KINDS[kind]
         self.ctrl = ctrl
         self.cg: RunCgroup | None = None

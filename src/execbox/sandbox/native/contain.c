@@ -27,8 +27,8 @@
    Each child, once contained, also copies at once the pages programs are known to write
    first (`warm`, n_warm [start, end) address pairs: see `prefault`), while it waits for its
    code, instead of one page fault at a time while it runs: the first n_base pairs, which
-   every program writes, or all of them, as its request asks (the supervisor passes on the
-   host's guess of what the slot's next code will use).
+   every program writes, or all of them, as its request asks (by its slot's kind, see
+   `protocol.SLOT_KINDS`).
 
    execbox_written_pages(ranges, n, out)
      Called by a training fork (see `prefault`) just before it exits: of the [start, end)
