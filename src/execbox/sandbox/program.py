@@ -59,7 +59,7 @@ class ProgramFds:
 
 
 def request(spawn: socket.socket, status_w: int, namespaces: list[int], cgroup_procs: list[int],
-            stdio: tuple[int, int, int], fds: ProgramFds, warm_all: bool = True) -> None:
+            stdio: tuple[int, int, int], fds: ProgramFds, warm_all: bool) -> None:
     """Ask the program zygote to fork the program into this slot (the caller keeps and closes
     its own copies of the descriptors); `warm_all`: copy all the warm pages, not only those
     every program writes."""
