@@ -1053,12 +1053,16 @@ def test_only_heavy_programs_are_forks_of_the_heavy_zygote() -> None:
         _check_only_programs_are_heavy(own)
 
 
+def _pages(kib: int) -> int:
+    return kib * 1024 // os.sysconf("SC_PAGESIZE")
+
+
 def _staged_private_pages(zygote: int) -> list[int]:
     pages = []
     for pid in _zygote_children(zygote):
         with open(f"/proc/{pid}/smaps_rollup") as fh:
             kib = next(int(line.split()[1]) for line in fh if line.startswith("Private_Dirty:"))
-        pages.append(kib * 1024 // os.sysconf("SC_PAGESIZE"))
+        pages.append(_pages(kib))
     return pages
 
 
@@ -1101,7 +1105,7 @@ def test_only_pandas_slots_copy_pandas_pages_whatever_ran_before() -> None:
                                 ("pandas", "import pandas\n" + own_pages)):
                 r = own.run(probe, limits=SMALL)
                 assert r.status is Status.ok, describe(r)
-                seen.setdefault(kind, []).append(int(r.stdout) * 1024 // os.sysconf("SC_PAGESIZE"))
+                seen.setdefault(kind, []).append(_pages(int(r.stdout)))
         heavy, pandas_slot = seen["heavy"], seen["pandas"]
         # The same code sees the same memory after either neighbour (a few pages of noise) ...
         assert max(heavy) - min(heavy) < 100 and max(pandas_slot) - min(pandas_slot) < 100, seen

@@ -183,13 +183,11 @@ class ContainLibrary:
             return None
         raise OSError(ctypes.get_errno(), self._error.value.decode("utf-8", "replace"))
 
-
-    def set_warm(self, base: list[tuple[int, int]],
-                 more: list[tuple[int, int]] | None = None) -> None:
+    def set_warm(self, base: list[tuple[int, int]], more: list[tuple[int, int]]) -> None:
         """The [start, end) address ranges each forked program copies at once, contained,
         before it returns (see `program.learn_warm_pages`): `base` always, `more` too when
         its request asks for all its warm pages."""
-        self.warm = self.warm_array(base + (more or []))
+        self.warm = self.warm_array(base + more)
         self.n_base = len(base)
 
     @staticmethod

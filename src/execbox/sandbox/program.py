@@ -86,7 +86,7 @@ def start(cfg: jail.JailConfig, src_paths: list[str], kind: str
     base_codes, more_codes = TRAINING.get(kind, ([], []))
     try:
         base = learn_warm_pages(server, src_paths, base_codes)
-        more = learn_warm_pages(server, src_paths, more_codes, without=base)
+        more = learn_warm_pages(server, src_paths, more_codes) - base
     except (OSError, jail.JailError) as exc:
         return server, {"warm_error": str(exc)}
     server.set_warm(_ranges(base), _ranges(more))
@@ -196,14 +196,13 @@ TRAINING_WAIT_S = 30.0
 PAGE = os.sysconf("SC_PAGESIZE")
 
 
-def learn_warm_pages(server: _linux.ContainLibrary, src_paths: list[str], codes: list[str],
-                     without: set[int] | frozenset[int] = frozenset()) -> set[int]:
-    """The pages (their addresses) a training program wrote for any of `codes`, less those
-    in `without`."""
+def learn_warm_pages(server: _linux.ContainLibrary, src_paths: list[str],
+                     codes: list[str]) -> set[int]:
+    """The pages (their addresses) a training program wrote for any of `codes`."""
     written: set[int] = set()
     for code in codes:
         written |= _written_by(server, src_paths, code)
-    return written - without
+    return written
 
 
 def _ranges(pages: set[int]) -> list[tuple[int, int]]:

@@ -136,7 +136,6 @@ int execbox_contain(const int *fds, int n_ns, const int *ns_types, int n_cgroups
     return 0;
 }
 
-
 int execbox_written_pages(const uint64_t *ranges, size_t n, int out) {
     long page = sysconf(_SC_PAGESIZE);
     int pagemap = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
@@ -397,16 +396,13 @@ int execbox_serve_programs(int host, int spawn, int own_pid_ns, int n_ns, const 
         }
         int layout[3]; /* namespaces, cgroups, warm */
         if ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
-            parse_layout(msg, (size_t)got, layout) || layout[0] != n_ns) {
+            parse_layout(msg, (size_t)got, layout) || layout[0] != n_ns ||
+            layout[1] < 1 || layout[1] > MAX_CGROUPS ||
+            n_fds != STATUS_FDS + n_ns + layout[1] + 3 + KEEP) {
             close_all(fds, n_fds); /* malformed: dropped */
             continue;
         }
         int req_cgroups = layout[1];
-        if (req_cgroups < 1 || req_cgroups > MAX_CGROUPS ||
-            n_fds != STATUS_FDS + n_ns + req_cgroups + 3 + KEEP) {
-            close_all(fds, n_fds); /* malformed: dropped */
-            continue;
-        }
         int status_w = fds[0];
         const int *request = fds + STATUS_FDS; /* namespaces, cgroups, stdio, kept */
         int flags = fcntl(status_w, F_GETFL);
