@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import select
-import selectors
 import signal
 import socket
 import subprocess
@@ -284,10 +283,15 @@ class SlotPool:
                                                            for k in SLOT_KINDS}
         self._alive: dict[str, set[str]] = {k: set() for k in SLOT_KINDS}  # slot names
         self._busy: set[str] = set()
-        self._incoming: list[Slot] = []
+        # The slots being staged, by control socket: each is registered with the epoll where
+        # it is added (a recycled slot by the thread that ran it), so a slot coming back from
+        # a run costs the staging thread one wake-up, for its RDY.
+        self._staging: dict[int, Slot] = {}
+        self._epoll = select.epoll()
         self._closed = False
         self._error: str | None = None
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._epoll.register(self._wake_r, select.EPOLLIN)
         self._thread = threading.Thread(target=self._loop, name="execbox-stage", daemon=True)
         self._thread.start()
 
@@ -330,8 +334,7 @@ class SlotPool:
             if self._closed:
                 return False
             self._busy.discard(slot.name)
-            self._incoming.append(slot)
-        self._wake()
+            self._watch(slot)
         return True
 
     def discard(self, slot: Slot) -> None:
@@ -354,49 +357,58 @@ class SlotPool:
             self._error = error
             self._cond.notify_all()
 
+    def _watch(self, slot: Slot) -> None:
+        """Start reading what the slot says while it stages (called with the lock held)."""
+        slot.staging_since = time.monotonic()
+        self._staging[slot.ctrl.fileno()] = slot
+        self._epoll.register(slot.ctrl.fileno(), select.EPOLLIN)
+
+    def _unwatch(self, slot: Slot) -> None:
+        """Stop reading the slot (before it is closed or handed out)."""
+        with self._cond:
+            fd = slot.ctrl.fileno()
+            if self._staging.pop(fd, None) is not None:
+                self._epoll.unregister(fd)
+
     def _loop(self) -> None:
-        sel = selectors.DefaultSelector()
-        sel.register(self._wake_r, selectors.EVENT_READ)
         retry_at = 0.0
         try:
             while True:
                 with self._cond:
                     if self._closed:
                         return
-                    incoming, self._incoming = self._incoming, []
                     missing = [k for k in SLOT_KINDS
                                for _ in range(self._size - len(self._alive[k]))]
                 now = time.monotonic()
-                for slot in incoming:
-                    slot.staging_since = now
-                    sel.register(slot.ctrl, selectors.EVENT_READ, slot)
                 if now >= retry_at:
                     for kind in missing:
                         try:
-                            slot = self._zygote.start_slot(kind)
+                            new = self._zygote.start_slot(kind)
                         except HostError as exc:
                             with self._cond:
                                 self._error = str(exc)
                             retry_at = now + 0.2  # do not spin on a broken host
                             break
-                        slot.staging_since = now
                         with self._cond:
-                            self._alive[kind].add(slot.name)
-                        sel.register(slot.ctrl, selectors.EVENT_READ, slot)
-                for key, _ in sel.select(timeout=0.2):
-                    if key.fd == self._wake_r:
+                            self._alive[kind].add(new.name)
+                            self._watch(new)
+                for fd, _events in self._epoll.poll(0.2):
+                    if fd == self._wake_r:
                         protocol.drain(self._wake_r)
                         continue
-                    slot = key.data
+                    with self._cond:
+                        slot = self._staging.get(fd)
+                    if slot is None:
+                        continue
                     try:
                         staged = slot.read_staging()
                     except HostError as exc:
-                        sel.unregister(slot.ctrl)
+                        self._unwatch(slot)
                         self._lost(slot, str(exc))
                         retry_at = time.monotonic() + 0.2
                         continue
                     if staged:
-                        sel.unregister(slot.ctrl)
+                        self._unwatch(slot)
                         with self._cond:
                             closed = self._closed  # then `close` has taken the ready slots
                             if not closed:
@@ -406,29 +418,31 @@ class SlotPool:
                         if closed:
                             self._zygote._forget(slot)
                 late = time.monotonic() - STAGE_TIMEOUT_S
-                for key in list(sel.get_map().values()):
-                    if key.data is not None and key.data.staging_since < late:
-                        sel.unregister(key.fileobj)
-                        key.data.kill()
-                        self._lost(key.data, f"staging took over {STAGE_TIMEOUT_S:g} s")
+                with self._cond:
+                    stuck = [s for s in self._staging.values() if s.staging_since < late]
+                for slot in stuck:
+                    self._unwatch(slot)
+                    slot.kill()
+                    self._lost(slot, f"staging took over {STAGE_TIMEOUT_S:g} s")
         finally:
-            for key in list(sel.get_map().values()):
-                if key.data is not None:
-                    self._zygote._forget(key.data)
-            sel.close()
+            with self._cond:
+                left = list(self._staging.values())
+            for slot in left:
+                self._unwatch(slot)
+                self._zygote._forget(slot)
 
     def close(self) -> None:
         with self._cond:
             self._closed = True
             ready = [slot for q in self._ready.values() for slot in q]
-            incoming, self._incoming = self._incoming, []
             for q in self._ready.values():
                 q.clear()
             self._cond.notify_all()
         self._wake()
         self._thread.join(timeout=10)
-        for slot in ready + incoming:
+        for slot in ready:
             self._zygote._forget(slot)
+        self._epoll.close()
         os.close(self._wake_r)
         os.close(self._wake_w)
 
@@ -563,36 +577,32 @@ class _Pump:
         self.kill_sent = False
 
     def run(self, backstop: float) -> RawRun:
-        sel = selectors.DefaultSelector()
+        sel = _Poll()
         for fd in (self.stdout_r, self.stderr_r, self.stdin_w):
             os.set_blocking(fd, False)
         self.ctrl.setblocking(False)
-        sel.register(self.stdout_r, selectors.EVENT_READ)
-        sel.register(self.stderr_r, selectors.EVENT_READ)
-        sel.register(self.ctrl, selectors.EVENT_READ)
+        ctrl = self.ctrl.fileno()
+        sel.register(self.stdout_r, select.POLLIN)
+        sel.register(self.stderr_r, select.POLLIN)
+        sel.register(ctrl, select.POLLIN)
         if self.stdin:
-            sel.register(self.stdin_w, selectors.EVENT_WRITE)
+            sel.register(self.stdin_w, select.POLLOUT)
         else:
             self.close_stdin()
-        outputs = {self.stdout_r, self.stderr_r}
-        try:
-            while sel.get_map():
-                if self._complete() and not outputs & set(sel.get_map()):
-                    break  # the result is in and output has ended: teardown is not our wait
-                left = backstop - time.monotonic()
-                if left <= 0:
-                    self._kill_supervisor()
-                    raise HostError("the run supervisor did not finish in time")
-                for key, _ in sel.select(timeout=min(left, 1.0)):
-                    fd = key.fd
-                    if fd == self.stdin_w:
-                        self._feed(sel)
-                    elif key.fileobj is self.ctrl:
-                        self._read_ctrl(sel)
-                    else:
-                        self._read_output(sel, fd)
-        finally:
-            sel.close()
+        while sel.fds:
+            if self._complete() and self.stdout_r not in sel.fds and self.stderr_r not in sel.fds:
+                break  # the result is in and output has ended: teardown is not our wait
+            left = backstop - time.monotonic()
+            if left <= 0:
+                self._kill_supervisor()
+                raise HostError("the run supervisor did not finish in time")
+            for fd, _events in sel.poll(min(left, 1.0)):
+                if fd == self.stdin_w:
+                    self._feed(sel)
+                elif fd == ctrl:
+                    self._read_ctrl(sel)
+                else:
+                    self._read_output(sel, fd)
         if self.error is not None:
             raise HostError(self.error)
         if self.meta is None:
@@ -614,7 +624,7 @@ class _Pump:
         self.slot.close_stdin()
         self.stdin_w = -1
 
-    def _feed(self, sel: selectors.BaseSelector) -> None:
+    def _feed(self, sel: _Poll) -> None:
         try:
             n = os.write(self.stdin_w, self.stdin[:_CHUNK * 4])
             self.stdin = self.stdin[n:]
@@ -626,7 +636,7 @@ class _Pump:
             sel.unregister(self.stdin_w)
             self.close_stdin()
 
-    def _read_output(self, sel: selectors.BaseSelector, fd: int) -> None:
+    def _read_output(self, sel: _Poll, fd: int) -> None:
         try:
             data = os.read(fd, _CHUNK)
         except BlockingIOError:
@@ -651,7 +661,7 @@ class _Pump:
                 except OSError:
                     pass
 
-    def _read_ctrl(self, sel: selectors.BaseSelector) -> None:
+    def _read_ctrl(self, sel: _Poll) -> None:
         try:
             data = self.ctrl.recv(1 << 20)
         except BlockingIOError:
@@ -659,9 +669,9 @@ class _Pump:
         except OSError:
             data = b""
         if not data:
-            sel.unregister(self.ctrl)
+            sel.unregister(self.ctrl.fileno())
             if self.stdin_w >= 0:
-                if self.stdin_w in sel.get_map():
+                if self.stdin_w in sel.fds:
                     sel.unregister(self.stdin_w)
                 self.close_stdin()
             return
@@ -677,3 +687,23 @@ class _Pump:
 
     def _kill_supervisor(self) -> None:
         self.slot.kill()
+
+
+class _Poll:
+    """select.poll and the descriptors registered with it (a run's pump watches at most four:
+    poll is the cheapest way to wait on so few)."""
+
+    def __init__(self) -> None:
+        self._poll = select.poll()
+        self.fds: set[int] = set()
+
+    def register(self, fd: int, events: int) -> None:
+        self._poll.register(fd, events)
+        self.fds.add(fd)
+
+    def unregister(self, fd: int) -> None:
+        self._poll.unregister(fd)
+        self.fds.discard(fd)
+
+    def poll(self, timeout_s: float) -> list[tuple[int, int]]:
+        return self._poll.poll(max(0, int(timeout_s * 1000) + 1))

@@ -39,7 +39,7 @@ import os
 import select
 import signal
 import socket
-from dataclasses import asdict, astuple, dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from . import _linux, jail, kernel, protocol, runner
@@ -66,7 +66,8 @@ def request(spawn: socket.socket, status_w: int, namespaces: list[int], cgroup_p
     with jail.step("ask the zygote for the program"):
         layout = f"{len(namespaces)} {len(cgroup_procs)} {int(warm_all)}"
         socket.send_fds(spawn, [layout.encode()],
-                        [status_w, *namespaces, *cgroup_procs, *stdio, *astuple(fds)])
+                        [status_w, *namespaces, *cgroup_procs, *stdio, fds.go_r, fds.err_w,
+                         fds.setup_w, fds.done_w])
 
 
 # ---- the program zygote's side --------------------------------------------------------------

@@ -255,7 +255,7 @@ class Supervisor:
         # The exit report must carry this token: bytes a program writes blindly into its
         # inherited descriptors cannot end its run early.
         self.done_token = os.urandom(16).hex().encode()
-        go = json.dumps({"code": code, "spec": asdict(spec),
+        go = json.dumps({"code": code, "spec": vars(spec),
                          "token": self.done_token.decode()}).encode()
         started = time.monotonic()
         try:
