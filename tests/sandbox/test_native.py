@@ -394,3 +394,122 @@ def test_the_fork_server_refuses_a_layout_without_the_pid_namespace_first(
     lib = _linux.ContainLibrary(str(libexec / "libexecbox-contain.so"), [_linux.CLONE_NEWNS])
     with pytest.raises(OSError, match="check the namespace layout: Invalid argument"):
         lib.serve_programs(-1, -1, -1, SANDBOX_UID, _linux.SeccompLoader(b"\0" * 8))
+
+
+def _stage_in_fork(libexec: Path, tmp_path: Path, *, init: str | None = None,
+                   init_uid: int = jail.INIT_UID, procs_file: bool = True,
+                   n_scratch: int = 2) -> dict[str, Any]:
+    """Call the supervisor's C staging (`native/stage.c`) in a fork with mount, pid and ipc
+    namespaces of its own (/ made private first: nothing it mounts reaches the host), with a
+    plain file as the cgroup's cgroup.procs. Returns its error, the spawn request as the
+    program zygote would receive it and what init and the pipes looked like."""
+    scratch = []
+    for i in range(n_scratch):
+        (tmp_path / f"scratch{i}").mkdir()
+        scratch.append((str(tmp_path / f"scratch{i}"), "size=65536,mode=1777", 0))
+    cgroup = tmp_path / "cgroup"
+    cgroup.mkdir()
+    if procs_file:
+        (cgroup / "cgroup.procs").write_text("")
+    names = [name for name, _ in jail.PROGRAM_NAMESPACES]
+    report_r, report_w = os.pipe()
+    spawn_ours, spawn_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    pid = os.fork()
+    if pid == 0:
+        out: dict[str, Any] = {}
+        try:
+            _linux.unshare(_linux.CLONE_NEWNS)
+            _linux.mount("none", "/", None, _linux.MS_REC | _linux.MS_PRIVATE)
+            own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY)
+            dir_fd = os.open(str(cgroup), os.O_RDONLY | os.O_DIRECTORY)
+            stager = _linux.Stager(
+                str(libexec / "libexecbox-contain.so"), scratch=scratch,
+                own_pid_ns=own_pid_ns, cgroup_dirs=[dir_fd],
+                init=init or str(libexec / "execbox-init"), init_uid=init_uid,
+                ns_names=names, spawn=spawn_ours.fileno(), warm_all=True)
+            staged, error = stager.stage(first=True)
+            out["error"] = error
+            out["init_pid"] = staged.init_pid
+            if staged.init_pid:
+                os.kill(staged.init_pid, 9)
+                os.waitpid(staged.init_pid, 0)
+            if error is None:
+                # (init's /proc is on /proc now: it does not show this process)
+                out["mounts"] = [p for p, _, _ in scratch if os.path.ismount(p)]
+                for path, _, _ in scratch:
+                    Path(path, "left").write_text("by the last run")
+                out["procs"] = (cgroup / "cgroup.procs").read_text()
+                os.write(staged.go_w, b"code")  # the zygote's go_r gets this
+                out["fds"] = [getattr(staged, name) for name, _ in staged._fields_[1:]]
+                # A second staging replaces the scratch mounts (one of each stays).
+                again, error = stager.stage(first=False)
+                out["again_error"] = error
+                if again.init_pid:
+                    os.kill(again.init_pid, 9)
+                    os.waitpid(again.init_pid, 0)
+                out["mounts_again"] = [p for p, _, _ in scratch if os.path.ismount(p)]
+                out["left"] = [p for p, _, _ in scratch if Path(p, "left").exists()]
+                for path, _, _ in scratch:  # replaced, not stacked: one unmount and it is gone
+                    _linux.umount2(path, 0)
+                out["stacked"] = [p for p, _, _ in scratch if os.path.ismount(p)]
+        except BaseException as exc:  # noqa: BLE001
+            out["exception"] = repr(exc)
+        os.write(report_w, json.dumps(out).encode())
+        os._exit(0)
+    os.close(report_w)
+    with os.fdopen(report_r, "rb") as fh:
+        out = json.loads(fh.read())
+    os.waitpid(pid, 0)
+    spawn_theirs.setblocking(False)
+    try:
+        msg, fds, _flags, _addr = socket.recv_fds(spawn_theirs, 256, 64)
+    except BlockingIOError:
+        msg, fds = b"", []
+    out["request"] = msg.decode()
+    out["n_request_fds"] = len(fds)
+    if fds:  # go_r: the 4th of the program's kept descriptors, after stdio
+        go_r = fds[1 + len(names) + 1 + 3]
+        os.set_blocking(go_r, False)
+        out["go"] = os.read(go_r, 16).decode()
+    for fd in fds:
+        os.close(fd)
+    spawn_ours.close()
+    spawn_theirs.close()
+    return out
+
+
+@needs_root
+def test_staging_mounts_scratch_spawns_init_and_asks_for_the_program(
+        libexec: Path, tmp_path: Path) -> None:
+    out = _stage_in_fork(libexec, tmp_path)
+    assert out.get("error") is None and "exception" not in out, out
+    assert out["init_pid"] > 0, out
+    assert sorted(out["mounts"]) == sorted(str(tmp_path / f"scratch{i}") for i in range(2)), out
+    assert out["procs"] == "0", out  # init joined the "cgroup"
+    assert len(set(out["fds"])) == 8 and min(out["fds"]) > 2, out
+    # "<namespaces> <cgroups> <warm>" with status_w, 6 namespaces, 1 cgroup, stdio, 4 kept.
+    assert out["request"] == f"{len(jail.PROGRAM_NAMESPACES)} 1 1", out
+    assert out["n_request_fds"] == 1 + len(jail.PROGRAM_NAMESPACES) + 1 + 3 + 4, out
+    assert out["go"] == "code", out  # the request's go_r is the supervisor's go_w's pipe
+    assert out["again_error"] is None, out
+    assert sorted(out["mounts_again"]) == sorted(out["mounts"]), out
+    assert out["left"] == [] and out["stacked"] == [], out  # fresh: nothing of the last run
+
+
+@needs_root
+@pytest.mark.parametrize("case, expected", [
+    ("no init", "spawn init: No such file or directory"),
+    ("init refuses", "init: the uid argument: Invalid argument"),
+    ("no cgroup.procs", "open the cgroup's cgroup.procs: No such file or directory"),
+    ("too many scratch mounts", "stage a run: malformed arguments: Invalid argument"),
+])
+def test_staging_names_the_step_that_failed_and_sends_nothing(
+        libexec: Path, tmp_path: Path, case: str, expected: str) -> None:
+    out = _stage_in_fork(
+        libexec, tmp_path, init=str(tmp_path / "missing") if case == "no init" else None,
+        init_uid=0 if case == "init refuses" else jail.INIT_UID,
+        procs_file=case != "no cgroup.procs", n_scratch=5 if case == "too many scratch mounts"
+        else 2)
+    assert out.get("error") == expected, out
+    assert (out["init_pid"] > 0) is (case == "init refuses"), out  # the caller's to reap
+    assert out["request"] == "" and out["n_request_fds"] == 0, out

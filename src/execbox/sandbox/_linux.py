@@ -209,6 +209,65 @@ class ContainLibrary:
             raise OSError(ctypes.get_errno(), "read /proc/self/pagemap")
 
 
+class _StageArgs(ctypes.Structure):
+    _fields_ = [("first", ctypes.c_int), ("n_scratch", ctypes.c_int),
+                ("scratch", ctypes.POINTER(ctypes.c_char_p)),
+                ("options", ctypes.POINTER(ctypes.c_char_p)),
+                ("flags", ctypes.POINTER(ctypes.c_ulong)), ("own_pid_ns", ctypes.c_int),
+                ("n_cgroups", ctypes.c_int), ("cgroup_dirs", ctypes.POINTER(ctypes.c_int)),
+                ("init", ctypes.c_char_p), ("init_uid", ctypes.c_char_p), ("n_ns", ctypes.c_int),
+                ("ns_names", ctypes.POINTER(ctypes.c_char_p)), ("spawn", ctypes.c_int),
+                ("warm_all", ctypes.c_int)]
+
+
+class StagedRun(ctypes.Structure):
+    """What `Stager.stage` opened: init's pid, the host's ends of stdin, stdout and stderr,
+    the supervisor's ends of the program's error, set-up, exit status, code and exit-report
+    pipes."""
+
+    _fields_ = [(name, ctypes.c_int) for name in (
+        "init_pid", "stdin_w", "stdout_r", "stderr_r", "err_r", "setup_r", "status_r", "go_w",
+        "done_r")]
+
+
+def _strings(values: list[str]) -> ctypes.Array[ctypes.c_char_p]:
+    return (ctypes.c_char_p * len(values))(*(v.encode() for v in values))
+
+
+class Stager:
+    """A slot's staging of each run, in C (`native/stage.c`): the arguments, fixed for the
+    slot's life, are laid out once."""
+
+    def __init__(self, path: str, *, scratch: list[tuple[str, str, int]], own_pid_ns: int,
+                 cgroup_dirs: list[int], init: str, init_uid: int, ns_names: list[str],
+                 spawn: int, warm_all: bool) -> None:
+        stage = ctypes.CDLL(path, use_errno=True).execbox_stage_run
+        stage.restype = ctypes.c_int
+        stage.argtypes = [ctypes.POINTER(_StageArgs), ctypes.POINTER(StagedRun),
+                          ctypes.c_char_p, ctypes.c_size_t]
+        self._stage = stage
+        # Kept here: the structure points into these.
+        self._arrays = (_strings([p for p, _, _ in scratch]), _strings([o for _, o, _ in scratch]),
+                        (ctypes.c_ulong * len(scratch))(*(f for _, _, f in scratch)),
+                        (ctypes.c_int * len(cgroup_dirs))(*cgroup_dirs), _strings(ns_names),
+                        init.encode(), str(init_uid).encode())
+        paths, options, flags, dirs, names, init_b, uid_b = self._arrays
+        self._args = _StageArgs(1, len(scratch), paths, options, flags, own_pid_ns,
+                                len(cgroup_dirs), dirs, init_b, uid_b, len(ns_names), names,
+                                spawn, int(warm_all))
+        self._error = ctypes.create_string_buffer(1024)
+
+    def stage(self, first: bool) -> tuple[StagedRun, str | None]:
+        """Stage one run; returns what was opened and, when a step failed, why (everything
+        but init is then closed again: a started init is the caller's to kill)."""
+        self._args.first = int(first)
+        out = StagedRun()
+        if self._stage(ctypes.byref(self._args), ctypes.byref(out), self._error,
+                       len(self._error)):
+            return out, self._error.value.decode("utf-8", "replace")
+        return out, None
+
+
 def loopback_up() -> None:
     """Bring `lo` up in the current network namespace (so code can talk to itself)."""
     import fcntl

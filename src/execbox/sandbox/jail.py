@@ -218,15 +218,11 @@ def build_root(cfg: JailConfig) -> None:
         os.mkdir(f"{r}/proc")
 
 
-def fresh_scratch(first: bool) -> None:
-    """New, empty /workspace, /tmp and /dev/shm at the staged sizes, replacing the last run's
-    (called inside the jail's root, with no process of that run left)."""
+def staged_scratch() -> list[tuple[str, str, int]]:
+    """How each run's fresh /workspace, /tmp and /dev/shm are mounted (the supervisor's C
+    staging mounts them, `native/stage.c`): (path, tmpfs options, extra mount flags)."""
     sizes = scratch_sizes(STAGED_DISK_BYTES)
-    with step("mount fresh /workspace, /tmp and /dev/shm"):
-        for path, extra in SCRATCH:
-            if not first:
-                _linux.umount2(path, _linux.MNT_DETACH)
-            _tmpfs(path, sizes[path], 0o1777, extra)
+    return [(path, f"size={sizes[path]},mode=1777", extra) for path, extra in SCRATCH]
 
 
 def size_scratch(spec: RunSpec) -> None:
@@ -293,21 +289,6 @@ PROGRAM_NAMESPACES = (
     ("net", _linux.CLONE_NEWNET), ("ipc", _linux.CLONE_NEWIPC), ("uts", _linux.CLONE_NEWUTS),
     ("mnt", _linux.CLONE_NEWNS),
 )
-
-
-def open_namespaces(pid: int) -> list[int]:
-    """Descriptors of the namespaces of `pid`, in PROGRAM_NAMESPACES order (the supervisor
-    opens init's, as pid 1 of the jail's own /proc)."""
-    fds: list[int] = []
-    with step("open init's namespaces"):
-        try:
-            for name, _flag in PROGRAM_NAMESPACES:
-                fds.append(os.open(f"/proc/{pid}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC))
-        except BaseException:
-            for fd in fds:
-                os.close(fd)
-            raise
-    return fds
 
 
 # ---- process steps in Python (the program's contain steps are in `native/contain.c`) --------

@@ -4,8 +4,8 @@ contain it there.
 Only the program needs the pre-imported interpreter, so only the program is a fork of a program
 zygote, the light one (standard library) or the heavy one (numpy, pandas, ...): the supervisor
 is a fork of the supervisors' zygote and init a small C program (see `supervisor`). Once a
-supervisor has staged a run (cgroup, namespaces, root, init), it sends one SPAWN message to
-its program zygote over a SOCK_SEQPACKET socket that every supervisor shares (one message is
+supervisor has staged a run (cgroup, namespaces, root, init: `native/stage.c`), it sends one
+SPAWN message to its program zygote over a SOCK_SEQPACKET socket that every supervisor shares (one message is
 one request: requests never interleave). The message is "<namespaces> <cgroups> <warm>", the
 number of each and whether the program copies all its warm pages (1) or only those every
 program writes (0; see `learn_warm_pages`), and carries these descriptors:
@@ -53,21 +53,6 @@ class ProgramFds:
     err_w: int  # structured error of the code
     setup_w: int  # set-up failures (closed before the code starts)
     done_w: int  # the exit status, reported before the process tears down
-
-
-# ---- the supervisor's side ------------------------------------------------------------------
-
-
-def request(spawn: socket.socket, status_w: int, namespaces: list[int], cgroup_procs: list[int],
-            stdio: tuple[int, int, int], fds: ProgramFds, warm_all: bool) -> None:
-    """Ask the program zygote to fork the program into this slot (the caller keeps and closes
-    its own copies of the descriptors); `warm_all`: copy all the warm pages, not only those
-    every program writes."""
-    with jail.step("ask the zygote for the program"):
-        layout = f"{len(namespaces)} {len(cgroup_procs)} {int(warm_all)}"
-        socket.send_fds(spawn, [layout.encode()],
-                        [status_w, *namespaces, *cgroup_procs, *stdio, fds.go_r, fds.err_w,
-                         fds.setup_w, fds.done_w])
 
 
 # ---- the program zygote's side --------------------------------------------------------------

@@ -3,14 +3,15 @@
 The supervisor builds the slot once (cgroup, mount, network and uts namespaces, read-only
 root). For each run it mounts fresh scratch tmpfs, makes new pid and ipc namespaces, spawns
 init (pid 1 of the run's pid namespace, a small static C program: `native/init.c`) and asks
-its program zygote to fork the program into them (see `program`); the run is then staged. It
+its program zygote to fork the program into them (see `program`); the run is then staged.
+That staging is one call into C (`native/stage.c`), off the request path. It
 reads the request from its control socket, enforces wall and CPU time, then reads the cgroup
 for OOM kills, CPU and peak memory, collects artifacts and sends the result. Killing init
 kills every process of the run: the kernel tears down the whole pid namespace, the program,
 daemons and grandchildren included. Then the next run is staged, once the host asks for the
 slot again (NEXT). A session's slot ends with it. The supervisor is a fork of a small zygote
 and init is no fork of Python at all: only the program pays for a big interpreter.
-Standard library only.
+Standard library only (and the jail's C library, through ctypes).
 """
 
 from __future__ import annotations
@@ -24,13 +25,12 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from . import _linux, artifacts, cells, jail, program, protocol
+from . import _linux, artifacts, cells, jail, protocol
 from .cgroup import Hierarchy, RunCgroup
 
 STAGED_MEMORY_BYTES = 512 << 20  # Limits().memory_mib
 STAGED_PIDS = 64  # Limits().pids
 DONE_JUNK_LIMIT = 64 << 10  # bytes read from the exit-report pipe before we stop listening
-INIT_READY = b"ready"
 INIT_WAIT_S = 5.0  # how long teardown waits for a killed init (see `end_init`)
 
 
@@ -204,42 +204,25 @@ class Supervisor:
         jail.unshare_namespaces()
         jail.build_root(self.z.cfg)
         jail.enter_root()
+        self.stager = _linux.Stager(
+            self.z.cfg.contain_library, scratch=jail.staged_scratch(), own_pid_ns=self.own_pid_ns,
+            cgroup_dirs=list(self.cg.dirs.values()), init=self.z.cfg.init,
+            init_uid=jail.INIT_UID, ns_names=[name for name, _ in jail.PROGRAM_NAMESPACES],
+            spawn=self.z.spawn[self.program_kind].fileno(), warm_all=self.warm_all)
 
     def _stage_run(self) -> None:
         """Everything of one run that does not depend on its request: fresh scratch mounts,
         fresh pid and ipc namespaces with their init, and the program process waiting, already
-        contained, for its code."""
-        assert self.cg is not None
-        jail.fresh_scratch(first=not self.runs)
-        with jail.step("new pid and ipc namespaces"):
-            _linux.setns(self.own_pid_ns, _linux.CLONE_NEWPID)
-            _linux.unshare(_linux.CLONE_NEWPID | _linux.CLONE_NEWIPC)
-        procs = self.cg.open_procs()
-        fds: list[int] = []
-        try:
-            self._spawn_init(procs)
-            # pid 1 of the jail's own /proc is init: its namespaces are the ones the program joins.
-            namespaces = jail.open_namespaces(1)
-            fds += namespaces
-            stdin_r, stdin_w = os.pipe()
-            stdout_r, stdout_w = os.pipe()
-            stderr_r, stderr_w = os.pipe()
-            fds += [stdin_r, stdout_w, stderr_w]
-            self.host_fds = [stdin_w, stdout_r, stderr_r]
-            self.err_r, err_w = os.pipe()  # the program's structured error (it can write there)
-            self.setup_r, setup_w = os.pipe()  # set-up failures; closed before the code starts
-            self.status_r, status_w = os.pipe()  # the program's zygote reports its end
-            go_r, self.go_w = os.pipe()  # the code and its settings, when the request comes
-            self.done_r, done_w = os.pipe()  # the program reports its exit before tearing down
-            fds += [err_w, setup_w, status_w, go_r, done_w]
-            self.run_fds = [self.err_r, self.setup_r, self.status_r, self.go_w, self.done_r]
-            program.request(self.z.spawn[self.program_kind], status_w, namespaces, procs,
-                            (stdin_r, stdout_w, stderr_w),
-                            program.ProgramFds(go_r, err_w, setup_w, done_w), self.warm_all)
-        finally:
-            self.cg.close_procs()
-            for fd in fds:
-                os.close(fd)
+        contained, for its code. In C (`native/stage.c`): as Python steps, its sixty-odd
+        system calls cost the supervisor more CPU than the calls themselves."""
+        staged, error = self.stager.stage(first=not self.runs)
+        self.init_pid = staged.init_pid  # killed by `end_init`, also when staging failed
+        if error:
+            raise jail.JailError(error)
+        self.host_fds = [staged.stdin_w, staged.stdout_r, staged.stderr_r]
+        self.err_r, self.setup_r = staged.err_r, staged.setup_r
+        self.status_r, self.go_w, self.done_r = staged.status_r, staged.go_w, staged.done_r
+        self.run_fds = [self.err_r, self.setup_r, self.status_r, self.go_w, self.done_r]
 
     def _execute(self, code: str, spec: jail.RunSpec,
                  files: list[tuple[str, bytes]]) -> dict[str, Any]:
@@ -359,38 +342,6 @@ class Supervisor:
         finally:
             if killed:
                 os.kill(self.init_pid, signal.SIGKILL)
-
-    def _spawn_init(self, procs: list[int]) -> None:
-        """Start init (`init.c`), the first process of the run's new pid namespace, and wait
-        for its report. vfork and exec: nothing of this process is copied, and this process
-        copies nothing of its own back on its next writes, as it would after a fork."""
-        report_r, report_w = os.pipe()
-        try:
-            try:
-                with jail.step("spawn init"):
-                    self.init_pid = jail.spawn(
-                        self.z.cfg.init, ["execbox-init", str(jail.INIT_UID), str(len(procs))],
-                        [report_w, *procs])
-            finally:
-                os.close(report_w)
-            report = os.read(report_r, 4096)
-            if report != INIT_READY:  # an error, written whole before init exits
-                report += _read_to_end(report_r, 65536)
-        finally:
-            os.close(report_r)
-        if report != INIT_READY:
-            raise jail.JailError(report.decode("utf-8", "replace") or "init: exited during set-up")
-
-
-def _read_to_end(fd: int, limit: int) -> bytes:
-    chunks, size = [], 0
-    while size < limit:
-        chunk = os.read(fd, limit - size)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks)
 
 
 def _read_available(fd: int) -> bytes:

@@ -1,0 +1,251 @@
+/* A supervisor's staging of one run, in C: system calls only (see `supervisor`).
+
+   Staging is what a run needs that does not depend on its request, done after the last run
+   and before the next request: about sixty system calls, which as one Python step each cost
+   the supervisor more CPU than the calls themselves. The supervisor calls this through ctypes.
+
+   execbox_stage_run(args, out, error, error_len)
+     In order:
+       1. fresh scratch tmpfs: each of args->n_scratch mount points is unmounted (detached; not
+          on a slot's first run) and mounted anew with its options;
+       2. new pid and ipc namespaces: the supervisor's children go back to its own pid
+          namespace (setns on args->own_pid_ns), then to a new one, with a new ipc namespace;
+       3. init (args->init, `init.c`), spawned with vfork and exec as pid 1 of the new pid
+          namespace: descriptor 3 its report pipe, 4.. the cgroup.procs file of each of
+          args->n_cgroups cgroup directories, an empty environment. Its report is read whole:
+          anything but "ready" is init's error, returned as it is;
+       4. pipes for the program's stdin, stdout, stderr, structured error, set-up error, exit
+          report, code, and for its zygote's report of its end;
+       5. the spawn request to the program zygote (args->spawn, SOCK_SEQPACKET): "<namespaces>
+          <cgroups> <warm>" with the descriptors `program.request` lists, init's namespaces
+          opened in its /proc (PROGRAM_NAMESPACES order, args->ns_names).
+     Every descriptor the program's side takes is closed here once sent. Returns 0 with `out`
+     filled (see `struct stage_out`); or -1 with "<step>: <error>" in `error` (init's own
+     report, "init: ...", when init failed), everything opened here closed and `out->init_pid`
+     set when init was started (the caller kills and reaps it). */
+
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define MAX_SCRATCH 4
+#define MAX_CGROUPS 8
+#define MAX_NS 8
+#define INIT_FIRST_FD 3 /* the report pipe, then the cgroup.procs files */
+
+struct stage_args {
+    int first;                     /* the slot's first run: no scratch mounts to replace */
+    int n_scratch;
+    const char *const *scratch;    /* mount points */
+    const char *const *options;    /* their tmpfs options ("size=...,mode=...") */
+    const unsigned long *flags;    /* their extra mount flags */
+    int own_pid_ns;
+    int n_cgroups;
+    const int *cgroup_dirs;
+    const char *init;
+    const char *init_uid;          /* init's argv[1] */
+    int n_ns;
+    const char *const *ns_names;   /* under /proc/1/ns/ */
+    int spawn;
+    int warm_all;
+};
+
+struct stage_out {
+    int init_pid;
+    int stdin_w, stdout_r, stderr_r;                 /* the host's ends */
+    int err_r, setup_r, status_r, go_w, done_r;      /* the supervisor's ends */
+};
+
+static int stage_failed(const char *step, char *error, size_t error_len) {
+    snprintf(error, error_len, "%s: %s", step, strerror(errno));
+    return -1;
+}
+
+static void close_fds(int *fds, int n) {
+    for (int i = 0; i < n; i++)
+        if (fds[i] >= 0) {
+            close(fds[i]);
+            fds[i] = -1;
+        }
+}
+
+/* vfork and exec init with `fds` at 3, 4, ...: moved out of the way first (to 64 and up), so
+   that no dup2 onto a target number overwrites a later source. Returns its pid or -1. */
+static pid_t spawn_init(const struct stage_args *a, const int *fds, int n) {
+    int high[1 + MAX_CGROUPS];
+    int made = 0;
+    pid_t pid = -1;
+    posix_spawn_file_actions_t actions;
+    if (posix_spawn_file_actions_init(&actions)) {
+        errno = ENOMEM;
+        return -1;
+    }
+    for (; made < n; made++) {
+        high[made] = fcntl(fds[made], F_DUPFD_CLOEXEC, 64);
+        if (high[made] < 0)
+            goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        int err = posix_spawn_file_actions_adddup2(&actions, high[i], INIT_FIRST_FD + i);
+        if (err) {
+            errno = err;
+            goto out;
+        }
+    }
+    char count[16];
+    snprintf(count, sizeof count, "%d", a->n_cgroups);
+    char *argv[] = {"execbox-init", (char *)a->init_uid, count, NULL};
+    char *envp[] = {NULL};
+    int err = posix_spawn(&pid, a->init, &actions, NULL, argv, envp);
+    if (err) {
+        errno = err;
+        pid = -1;
+    }
+out:
+    posix_spawn_file_actions_destroy(&actions);
+    int saved = errno;
+    close_fds(high, made);
+    errno = saved;
+    return pid;
+}
+
+/* Read init's report: "ready", or its error, written whole before it exits. */
+static int read_report(int fd, char *report, size_t size) {
+    size_t got = 0;
+    while (got < size - 1) {
+        ssize_t n = read(fd, report + got, size - 1 - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+        if (got == 5 && memcmp(report, "ready", 5) == 0)
+            break;
+    }
+    report[got] = 0;
+    return (int)got;
+}
+
+int execbox_stage_run(const struct stage_args *a, struct stage_out *out, char *error,
+                      size_t error_len) {
+    /* Everything opened here, so that one place closes it on failure. */
+    enum { REPORT_R, REPORT_W, STDIN_R, STDIN_W, STDOUT_R, STDOUT_W, STDERR_R, STDERR_W,
+           ERR_R, ERR_W, SETUP_R, SETUP_W, STATUS_R, STATUS_W, GO_R, GO_W, DONE_R, DONE_W,
+           N_PIPE_FDS };
+    int p[N_PIPE_FDS], procs[MAX_CGROUPS], ns[MAX_NS];
+    int n_procs = 0, n_open_ns = 0;
+    for (int i = 0; i < N_PIPE_FDS; i++)
+        p[i] = -1;
+    out->init_pid = 0;
+    if (a->n_scratch > MAX_SCRATCH || a->n_cgroups < 1 || a->n_cgroups > MAX_CGROUPS ||
+        a->n_ns < 1 || a->n_ns > MAX_NS) {
+        errno = EINVAL;
+        return stage_failed("stage a run: malformed arguments", error, error_len);
+    }
+    const char *step = "mount fresh /workspace, /tmp and /dev/shm";
+    for (int i = 0; i < a->n_scratch; i++) {
+        if (!a->first && umount2(a->scratch[i], MNT_DETACH))
+            goto failed;
+        if (mount("tmpfs", a->scratch[i], "tmpfs", MS_NOSUID | MS_NODEV | a->flags[i],
+                  a->options[i]))
+            goto failed;
+    }
+    step = "new pid and ipc namespaces";
+    if (setns(a->own_pid_ns, CLONE_NEWPID) || unshare(CLONE_NEWPID | CLONE_NEWIPC))
+        goto failed;
+    step = "open the cgroup's cgroup.procs";
+    for (; n_procs < a->n_cgroups; n_procs++) {
+        procs[n_procs] = openat(a->cgroup_dirs[n_procs], "cgroup.procs", O_WRONLY | O_CLOEXEC);
+        if (procs[n_procs] < 0)
+            goto failed;
+    }
+    step = "spawn init";
+    if (pipe2(&p[REPORT_R], O_CLOEXEC))
+        goto failed;
+    int init_fds[1 + MAX_CGROUPS];
+    init_fds[0] = p[REPORT_W];
+    memcpy(init_fds + 1, procs, sizeof(int) * (size_t)n_procs);
+    pid_t pid = spawn_init(a, init_fds, 1 + n_procs);
+    if (pid < 0)
+        goto failed;
+    out->init_pid = pid;
+    close_fds(&p[REPORT_W], 1);
+    char report[512];
+    read_report(p[REPORT_R], report, sizeof report);
+    if (strcmp(report, "ready") != 0) {
+        snprintf(error, error_len, "%s", report[0] ? report : "init: exited during set-up");
+        goto cleanup;
+    }
+    close_fds(&p[REPORT_R], 1);
+    /* pid 1 of the jail's own /proc is init: its namespaces are the ones the program joins. */
+    step = "open init's namespaces";
+    for (; n_open_ns < a->n_ns; n_open_ns++) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/1/ns/%s", a->ns_names[n_open_ns]);
+        ns[n_open_ns] = open(path, O_RDONLY | O_CLOEXEC);
+        if (ns[n_open_ns] < 0)
+            goto failed;
+    }
+    step = "make the run's pipes";
+    for (int i = STDIN_R; i < N_PIPE_FDS; i += 2)
+        if (pipe2(&p[i], O_CLOEXEC))
+            goto failed;
+    step = "ask the zygote for the program";
+    {
+        int fds[1 + MAX_NS + MAX_CGROUPS + 7], n = 0;
+        fds[n++] = p[STATUS_W];
+        for (int i = 0; i < n_open_ns; i++)
+            fds[n++] = ns[i];
+        for (int i = 0; i < n_procs; i++)
+            fds[n++] = procs[i];
+        int rest[] = {p[STDIN_R], p[STDOUT_W], p[STDERR_W], p[GO_R], p[ERR_W], p[SETUP_W],
+                      p[DONE_W]};
+        for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++)
+            fds[n++] = rest[i];
+        char layout[32];
+        int len = snprintf(layout, sizeof layout, "%d %d %d", n_open_ns, n_procs,
+                           a->warm_all ? 1 : 0);
+        union {
+            struct cmsghdr header;
+            char space[CMSG_SPACE(sizeof fds)];
+        } control;
+        memset(&control, 0, sizeof control);
+        struct iovec iov = {.iov_base = layout, .iov_len = (size_t)len};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.space,
+                            .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)n)};
+        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)n);
+        memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)n);
+        ssize_t sent;
+        while ((sent = sendmsg(a->spawn, &mh, MSG_NOSIGNAL)) < 0 && errno == EINTR)
+            ;
+        if (sent != len)
+            goto failed;
+    }
+    /* Sent: the zygote holds its own copies of the program's side. */
+    close_fds(ns, n_open_ns);
+    close_fds(procs, n_procs);
+    int theirs[] = {STATUS_W, STDIN_R, STDOUT_W, STDERR_W, GO_R, ERR_W, SETUP_W, DONE_W};
+    for (size_t i = 0; i < sizeof theirs / sizeof theirs[0]; i++)
+        close_fds(&p[theirs[i]], 1);
+    *out = (struct stage_out){pid, p[STDIN_W], p[STDOUT_R], p[STDERR_R], p[ERR_R], p[SETUP_R],
+                              p[STATUS_R], p[GO_W], p[DONE_R]};
+    return 0;
+failed:
+    stage_failed(step, error, error_len);
+cleanup:
+    close_fds(p, N_PIPE_FDS);
+    close_fds(ns, n_open_ns);
+    close_fds(procs, n_procs);
+    return -1;
+}
