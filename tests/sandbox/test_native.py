@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import json
 import mmap
 import os
@@ -396,23 +397,40 @@ def test_the_fork_server_refuses_a_layout_without_the_pid_namespace_first(
         lib.serve_programs(-1, -1, -1, SANDBOX_UID, _linux.SeccompLoader(b"\0" * 8))
 
 
+NS_GET_NSTYPE = 0xB703  # ioctl on a namespace descriptor: its CLONE_NEW* type
+
+
+def _open_fds() -> set[int]:
+    fds = set()
+    for fd in range(1024):  # no /proc of our own once init has mounted its own
+        try:
+            os.fstat(fd)
+            fds.add(fd)
+        except OSError:
+            pass
+    return fds
+
+
 def _stage_in_fork(libexec: Path, tmp_path: Path, *, init: str | None = None,
                    init_uid: int = jail.INIT_UID, procs_file: bool = True,
                    n_scratch: int = 2) -> dict[str, Any]:
-    """Call the supervisor's C staging (`native/stage.c`) in a fork with mount, pid and ipc
-    namespaces of its own (/ made private first: nothing it mounts reaches the host), with a
-    plain file as the cgroup's cgroup.procs. Returns its error, the spawn request as the
-    program zygote would receive it and what init and the pipes looked like."""
+    """Call the supervisor's C staging (`native/stage.c`) in a fork with a mount namespace of
+    its own (/ made private first: nothing it mounts reaches the host; the staging makes the
+    pid and ipc ones), with a plain file as the cgroup's cgroup.procs. Returns its error, the
+    spawn request as the program zygote would receive it and what init and the pipes looked
+    like; out["staged"] and out["request"] are the descriptors of both sides."""
     scratch = []
     for i in range(n_scratch):
         (tmp_path / f"scratch{i}").mkdir()
-        scratch.append((str(tmp_path / f"scratch{i}"), "size=65536,mode=1777", 0))
+        scratch.append((str(tmp_path / f"scratch{i}"), "size=65536,mode=1777",
+                        _linux.MS_NOEXEC if i == 1 else 0))
     cgroup = tmp_path / "cgroup"
     cgroup.mkdir()
     if procs_file:
         (cgroup / "cgroup.procs").write_text("")
     names = [name for name, _ in jail.PROGRAM_NAMESPACES]
     report_r, report_w = os.pipe()
+    back_ours, back_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
     spawn_ours, spawn_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     pid = os.fork()
     if pid == 0:
@@ -420,6 +438,7 @@ def _stage_in_fork(libexec: Path, tmp_path: Path, *, init: str | None = None,
         try:
             _linux.unshare(_linux.CLONE_NEWNS)
             _linux.mount("none", "/", None, _linux.MS_REC | _linux.MS_PRIVATE)
+            host_proc = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY)
             own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY)
             dir_fd = os.open(str(cgroup), os.O_RDONLY | os.O_DIRECTORY)
             stager = _linux.Stager(
@@ -427,20 +446,28 @@ def _stage_in_fork(libexec: Path, tmp_path: Path, *, init: str | None = None,
                 own_pid_ns=own_pid_ns, cgroup_dirs=[dir_fd],
                 init=init or str(libexec / "execbox-init"), init_uid=init_uid,
                 ns_names=names, spawn=spawn_ours.fileno(), warm_all=True)
+            before = _open_fds()
             staged, error = stager.stage(first=True)
+            fds = [getattr(staged, name) for name, _ in staged._fields_[1:]]
             out["error"] = error
             out["init_pid"] = staged.init_pid
+            out["leaked"] = sorted(_open_fds() - before - set(fds if error is None else []))
             if staged.init_pid:
+                with open(f"{staged.init_pid}/status", opener=lambda p, f: os.open(
+                        p, f, dir_fd=host_proc)) as fh:
+                    out["nspid"] = [ln.split()[1:] for ln in fh if ln.startswith("NSpid:")][0]
                 os.kill(staged.init_pid, 9)
                 os.waitpid(staged.init_pid, 0)
             if error is None:
                 # (init's /proc is on /proc now: it does not show this process)
                 out["mounts"] = [p for p, _, _ in scratch if os.path.ismount(p)]
+                out["flags"] = [os.statvfs(p).f_flag & (os.ST_NOEXEC | os.ST_NOSUID
+                                                       | os.ST_NODEV) for p, _, _ in scratch]
+                out["modes"] = [oct(os.stat(p).st_mode & 0o7777) for p, _, _ in scratch]
+                out["procs"] = (cgroup / "cgroup.procs").read_text()
+                socket.send_fds(back_ours, [b"staged"], fds)
                 for path, _, _ in scratch:
                     Path(path, "left").write_text("by the last run")
-                out["procs"] = (cgroup / "cgroup.procs").read_text()
-                os.write(staged.go_w, b"code")  # the zygote's go_r gets this
-                out["fds"] = [getattr(staged, name) for name, _ in staged._fields_[1:]]
                 # A second staging replaces the scratch mounts (one of each stays).
                 again, error = stager.stage(first=False)
                 out["again_error"] = error
@@ -460,21 +487,20 @@ def _stage_in_fork(libexec: Path, tmp_path: Path, *, init: str | None = None,
     with os.fdopen(report_r, "rb") as fh:
         out = json.loads(fh.read())
     os.waitpid(pid, 0)
+    back_theirs.setblocking(False)
+    try:
+        out["staged"] = socket.recv_fds(back_theirs, 16, 16)[1]
+    except BlockingIOError:
+        out["staged"] = []
     spawn_theirs.setblocking(False)
     try:
-        msg, fds, _flags, _addr = socket.recv_fds(spawn_theirs, 256, 64)
+        msg, request, _flags, _addr = socket.recv_fds(spawn_theirs, 256, 64)
     except BlockingIOError:
-        msg, fds = b"", []
-    out["request"] = msg.decode()
-    out["n_request_fds"] = len(fds)
-    if fds:  # go_r: the 4th of the program's kept descriptors, after stdio
-        go_r = fds[1 + len(names) + 1 + 3]
-        os.set_blocking(go_r, False)
-        out["go"] = os.read(go_r, 16).decode()
-    for fd in fds:
-        os.close(fd)
-    spawn_ours.close()
-    spawn_theirs.close()
+        msg, request = b"", []
+    out["message"] = msg.decode()
+    out["request"] = request
+    for sock in (back_ours, back_theirs, spawn_ours, spawn_theirs):
+        sock.close()
     return out
 
 
@@ -482,18 +508,45 @@ def _stage_in_fork(libexec: Path, tmp_path: Path, *, init: str | None = None,
 def test_staging_mounts_scratch_spawns_init_and_asks_for_the_program(
         libexec: Path, tmp_path: Path) -> None:
     out = _stage_in_fork(libexec, tmp_path)
+    try:
+        _check_staged(out, tmp_path)
+    finally:
+        for fd in out["staged"] + out["request"]:
+            os.close(fd)
+
+
+def _check_staged(out: dict[str, Any], tmp_path: Path) -> None:
     assert out.get("error") is None and "exception" not in out, out
-    assert out["init_pid"] > 0, out
+    assert out["leaked"] == [], out  # only the eight descriptors it returns stay open
+    assert out["nspid"][-1] == "1", out  # init is pid 1 of a new pid namespace
     assert sorted(out["mounts"]) == sorted(str(tmp_path / f"scratch{i}") for i in range(2)), out
+    nosuid_nodev = os.ST_NOSUID | os.ST_NODEV
+    assert out["flags"] == [nosuid_nodev, nosuid_nodev | os.ST_NOEXEC], out
+    assert out["modes"] == ["0o1777", "0o1777"], out
     assert out["procs"] == "0", out  # init joined the "cgroup"
-    assert len(set(out["fds"])) == 8 and min(out["fds"]) > 2, out
-    # "<namespaces> <cgroups> <warm>" with status_w, 6 namespaces, 1 cgroup, stdio, 4 kept.
-    assert out["request"] == f"{len(jail.PROGRAM_NAMESPACES)} 1 1", out
-    assert out["n_request_fds"] == 1 + len(jail.PROGRAM_NAMESPACES) + 1 + 3 + 4, out
-    assert out["go"] == "code", out  # the request's go_r is the supervisor's go_w's pipe
     assert out["again_error"] is None, out
     assert sorted(out["mounts_again"]) == sorted(out["mounts"]), out
     assert out["left"] == [] and out["stacked"] == [], out  # fresh: nothing of the last run
+    # "<namespaces> <cgroups> <warm>": status_w, the namespaces in order, the cgroup.procs
+    # file, then stdin_r, stdout_w, stderr_w, go_r, err_w, setup_w, done_w.
+    n_ns = len(jail.PROGRAM_NAMESPACES)
+    assert out["message"] == f"{n_ns} 1 1", out
+    request, staged = out["request"], out["staged"]
+    assert len(request) == 1 + n_ns + 1 + 7 and len(staged) == 8, out
+    for fd, (name, flag) in zip(request[1:1 + n_ns], jail.PROGRAM_NAMESPACES, strict=True):
+        assert fcntl.ioctl(fd, NS_GET_NSTYPE) == flag, name
+    for name in ("pid", "ipc"):  # new ones, not this process's
+        at = [n for n, _ in jail.PROGRAM_NAMESPACES].index(name)
+        assert os.fstat(request[1 + at]).st_ino != os.stat(f"/proc/self/ns/{name}").st_ino
+    status_w, (stdin_r, stdout_w, stderr_w, go_r, err_w, setup_w, done_w) = (
+        request[0], request[2 + n_ns:])
+    stdin_w, stdout_r, stderr_r, err_r, setup_r, status_r, go_w, done_r = staged
+    for writer, reader in ((stdin_w, stdin_r), (stdout_w, stdout_r), (stderr_w, stderr_r),
+                           (go_w, go_r), (err_w, err_r), (setup_w, setup_r),
+                           (status_w, status_r), (done_w, done_r)):
+        os.write(writer, b"%d" % writer)
+        os.set_blocking(reader, False)
+        assert os.read(reader, 16) == b"%d" % writer, (writer, reader)
 
 
 @needs_root
@@ -511,5 +564,6 @@ def test_staging_names_the_step_that_failed_and_sends_nothing(
         procs_file=case != "no cgroup.procs", n_scratch=5 if case == "too many scratch mounts"
         else 2)
     assert out.get("error") == expected, out
+    assert out["leaked"] == [], out  # everything it opened is closed again
     assert (out["init_pid"] > 0) is (case == "init refuses"), out  # the caller's to reap
-    assert out["request"] == "" and out["n_request_fds"] == 0, out
+    assert out["message"] == "" and out["request"] == [] and out["staged"] == [], out

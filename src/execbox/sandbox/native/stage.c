@@ -109,21 +109,25 @@ static pid_t spawn_init(const struct stage_args *a, const int *fds, int n) {
         errno = err;
         pid = -1;
     }
-out:
-    posix_spawn_file_actions_destroy(&actions);
+out:;
     int saved = errno;
+    posix_spawn_file_actions_destroy(&actions);
     close_fds(high, made);
     errno = saved;
     return pid;
 }
 
-/* Read init's report: "ready", or its error, written whole before it exits. */
+/* Read init's report: "ready", or its error, written whole before it exits. Returns 0, or -1
+   when the pipe could not be read. */
 static int read_report(int fd, char *report, size_t size) {
     size_t got = 0;
+    int result = 0;
     while (got < size - 1) {
         ssize_t n = read(fd, report + got, size - 1 - got);
         if (n < 0 && errno == EINTR)
             continue;
+        if (n < 0)
+            result = -1;
         if (n <= 0)
             break;
         got += (size_t)n;
@@ -131,7 +135,7 @@ static int read_report(int fd, char *report, size_t size) {
             break;
     }
     report[got] = 0;
-    return (int)got;
+    return result;
 }
 
 int execbox_stage_run(const struct stage_args *a, struct stage_out *out, char *error,
@@ -145,7 +149,7 @@ int execbox_stage_run(const struct stage_args *a, struct stage_out *out, char *e
     for (int i = 0; i < N_PIPE_FDS; i++)
         p[i] = -1;
     out->init_pid = 0;
-    if (a->n_scratch > MAX_SCRATCH || a->n_cgroups < 1 || a->n_cgroups > MAX_CGROUPS ||
+    if (a->n_scratch < 0 || a->n_scratch > MAX_SCRATCH || a->n_cgroups < 1 || a->n_cgroups > MAX_CGROUPS ||
         a->n_ns < 1 || a->n_ns > MAX_NS) {
         errno = EINVAL;
         return stage_failed("stage a run: malformed arguments", error, error_len);
@@ -179,20 +183,25 @@ int execbox_stage_run(const struct stage_args *a, struct stage_out *out, char *e
     out->init_pid = pid;
     close_fds(&p[REPORT_W], 1);
     char report[512];
-    read_report(p[REPORT_R], report, sizeof report);
+    step = "read init's report";
+    if (read_report(p[REPORT_R], report, sizeof report))
+        goto failed;
     if (strcmp(report, "ready") != 0) {
         snprintf(error, error_len, "%s", report[0] ? report : "init: exited during set-up");
         goto cleanup;
     }
     close_fds(&p[REPORT_R], 1);
     /* pid 1 of the jail's own /proc is init: its namespaces are the ones the program joins. */
-    step = "open init's namespaces";
     for (; n_open_ns < a->n_ns; n_open_ns++) {
-        char path[64];
+        char path[128];
         snprintf(path, sizeof path, "/proc/1/ns/%s", a->ns_names[n_open_ns]);
         ns[n_open_ns] = open(path, O_RDONLY | O_CLOEXEC);
-        if (ns[n_open_ns] < 0)
-            goto failed;
+        if (ns[n_open_ns] < 0) {
+            char named[160];
+            snprintf(named, sizeof named, "open init's namespaces: %s", path);
+            stage_failed(named, error, error_len);
+            goto cleanup;
+        }
     }
     step = "make the run's pipes";
     for (int i = STDIN_R; i < N_PIPE_FDS; i += 2)
@@ -229,8 +238,11 @@ int execbox_stage_run(const struct stage_args *a, struct stage_out *out, char *e
         ssize_t sent;
         while ((sent = sendmsg(a->spawn, &mh, MSG_NOSIGNAL)) < 0 && errno == EINTR)
             ;
-        if (sent != len)
+        if (sent != len) {
+            if (sent >= 0)
+                errno = EMSGSIZE; /* cut short: no error of its own to report */
             goto failed;
+        }
     }
     /* Sent: the zygote holds its own copies of the program's side. */
     close_fds(ns, n_open_ns);
