@@ -113,7 +113,8 @@ class Image:
 # cache for it, and a static binary starts fastest), and where `native/nolibc.h` knows the
 # system calls (x86-64 and arm64 targets) it has no C library at all, whose start-up is most of
 # a static program's exec on a virtual machine (0.49 against 0.12 ms of CPU here); the contain
-# steps are a library the program zygotes load.
+# steps (which the program zygotes call) and the staging of each run (which supervisors call)
+# are one library.
 NATIVE_OUTPUTS = {"execbox-init": (["init.c"], ["-static", "-s"]),
                   "libexecbox-contain.so": (["contain.c", "stage.c"],
                                             ["-shared", "-fPIC", "-s"])}

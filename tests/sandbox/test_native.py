@@ -32,14 +32,18 @@ def libexec(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _init(libexec: Path, *args: str, fds: tuple[int, ...] = ()) -> tuple[int, bytes]:
-    """Run init as the supervisor does (report pipe at 3, `fds` from 4 on): its exit code and
-    report. Every case fails before init changes anything of the host."""
+    """Run init as the supervisor's staging does (report pipe at 3, `fds` from 4 on): its exit
+    code and report. Every case fails before init changes anything of the host."""
     report_r, report_w = os.pipe()
+    # Out of the way of the target numbers first, so that no dup2 overwrites a later source.
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 64) for fd in (report_w, *fds)]
     try:
-        pid = jail.spawn(str(libexec / "execbox-init"), ["execbox-init", *args],
-                         [report_w, *fds])
+        pid = os.posix_spawn(str(libexec / "execbox-init"), ["execbox-init", *args], {},
+                             file_actions=[(os.POSIX_SPAWN_DUP2, fd, 3 + i)
+                                           for i, fd in enumerate(high)])
     finally:
-        os.close(report_w)
+        for fd in (report_w, *high):
+            os.close(fd)
     with os.fdopen(report_r, "rb") as fh:
         report = fh.read()
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), report

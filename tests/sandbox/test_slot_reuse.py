@@ -125,9 +125,12 @@ def test_the_between_runs_check_sees_a_process_left_in_the_cgroup() -> None:
     sleeper = subprocess.Popen(["sleep", "30"])
     try:
         assert not cg.has_processes()
-        for fd in cg.open_procs():
-            os.write(fd, str(sleeper.pid).encode())
-        cg.close_procs()
+        for dir_fd in cg.dirs.values():
+            fd = os.open("cgroup.procs", os.O_WRONLY, dir_fd=dir_fd)
+            try:
+                os.write(fd, str(sleeper.pid).encode())
+            finally:
+                os.close(fd)
         assert cg.has_processes(), "a process in the cgroup went unseen"
         assert cg.has_processes(), "a second look went blind"
         sleeper.kill()

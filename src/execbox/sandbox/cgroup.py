@@ -203,7 +203,6 @@ class RunCgroup:
     hierarchy: Hierarchy
     name: str
     dirs: dict[str, int]
-    _procs_fds: list[int] = field(default_factory=list)
     applied: tuple[int, int] | None = None
     # Counter files stay open once read (a session reads some at every cell): one pread
     # each time instead of open, read and close. Closed by `remove`.
@@ -239,17 +238,6 @@ class RunCgroup:
                     _write(mem, name, str(memory_bytes))
             _write(self.dirs["pids"], "pids.max", str(pids))
         self.applied = (memory_bytes, pids)
-
-    def open_procs(self) -> list[int]:
-        """Open cgroup.procs of every controller, for init and the program to join (writing
-        '0', in `native/init.c` and `native/contain.c`)."""
-        self._procs_fds = [os.open("cgroup.procs", os.O_WRONLY, dir_fd=d) for d in self.dirs.values()]
-        return self._procs_fds
-
-    def close_procs(self) -> None:
-        for fd in self._procs_fds:
-            os.close(fd)
-        self._procs_fds = []
 
     def _kept_fd(self, dir_fd: int, name: str, flags: int) -> int:
         key = (dir_fd, name, flags)

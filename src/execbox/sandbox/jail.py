@@ -3,8 +3,9 @@
 Three processes take part in a run, from three fork servers (see `zygote`):
   supervisor  forked from the supervisors' zygote (standard library only) once per slot; root;
               host pid namespace; new mount, net and uts namespaces. Builds the slot's root
-              filesystem and cgroup; for each run: fresh scratch mounts, new pid and ipc
-              namespaces, spawns init, asks a program zygote for the program, then supervises.
+              filesystem and cgroup; for each run, in one call into C (`native/stage.c`):
+              fresh scratch mounts, new pid and ipc namespaces, spawns init, asks a program
+              zygote for the program; then supervises.
   init        pid 1 of the run's new pid namespace: a small static C program (`native/init.c`)
               the supervisor spawns (vfork and exec, nothing of the supervisor copied). Joins
               the cgroup, mounts /proc, drops every privilege, enters seccomp's strict mode
@@ -23,7 +24,6 @@ Standard library only: the zygote imports this inside the runtime image.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import resource
 import socket
@@ -161,9 +161,13 @@ def unshare_namespaces() -> None:
         socket.sethostname(HOSTNAME)
 
 
+def _tmpfs_options(size: int, mode: int) -> str:
+    return f"size={size},mode={mode:o}"
+
+
 def _tmpfs(target: str, size: int, mode: int, flags: int = 0) -> None:
     _linux.mount("tmpfs", target, "tmpfs", _linux.MS_NOSUID | _linux.MS_NODEV | flags,
-                 f"size={size},mode={mode:o}")
+                 _tmpfs_options(size, mode))
 
 
 def _bind_ro(source: str, target: str) -> None:
@@ -222,7 +226,7 @@ def staged_scratch() -> list[tuple[str, str, int]]:
     """How each run's fresh /workspace, /tmp and /dev/shm are mounted (the supervisor's C
     staging mounts them, `native/stage.c`): (path, tmpfs options, extra mount flags)."""
     sizes = scratch_sizes(STAGED_DISK_BYTES)
-    return [(path, f"size={sizes[path]},mode=1777", extra) for path, extra in SCRATCH]
+    return [(path, _tmpfs_options(sizes[path], 0o1777), extra) for path, extra in SCRATCH]
 
 
 def size_scratch(spec: RunSpec) -> None:
@@ -302,22 +306,6 @@ def close_fds_except(keep: list[int]) -> None:
             os.closerange(low, fd)
         low = fd + 1
     os.closerange(low, 1 << 20)
-
-
-def spawn(path: str, argv: list[str], fds: list[int]) -> int:
-    """Start `path` with vfork and exec (nothing of the caller copied, and nothing for the
-    caller to copy back on its next writes, as after a fork), an empty environment and
-    `fds[i]` at descriptor 3 + i; returns its pid."""
-    # Out of the way of the target numbers first, so that no dup2 overwrites a later source.
-    high: list[int] = []
-    try:
-        for fd in fds:
-            high.append(fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 64))
-        return os.posix_spawn(path, argv, {}, file_actions=[
-            (os.POSIX_SPAWN_DUP2, fd, 3 + i) for i, fd in enumerate(high)])
-    finally:
-        for fd in high:
-            os.close(fd)
 
 
 def set_rlimits(spec: RunSpec) -> None:

@@ -17,7 +17,7 @@
        4. pipes for the program's stdin, stdout, stderr, structured error, set-up error, exit
           report, code, and for its zygote's report of its end;
        5. the spawn request to the program zygote (args->spawn, SOCK_SEQPACKET): "<namespaces>
-          <cgroups> <warm>" with the descriptors `program.request` lists, init's namespaces
+          <cgroups> <warm>" with the descriptors `program`'s docstring lists, init's namespaces
           opened in its /proc (PROGRAM_NAMESPACES order, args->ns_names).
      Every descriptor the program's side takes is closed here once sent. Returns 0 with `out`
      filled (see `struct stage_out`); or -1 with "<step>: <error>" in `error` (init's own
