@@ -158,23 +158,19 @@ def test_a_forged_report_never_shifts_later_cells_results(hostile: Executor) -> 
                 assert [o.data for o in record.result.outputs] in ([f"'val{i}'"], []), record
 
 
-def test_a_cell_that_forks_never_shifts_later_cells_results(hostile: Executor) -> None:
-    """e6fe597: a plain os.fork() left two loops answering; the second report shifted every
-    later cell by one (same cause as above, from code that is not even hostile)."""
+def test_a_cell_that_forks_answers_with_the_interpreters_result_and_later_cells_their_own(
+        hostile: Executor) -> None:
+    """e6fe597: a plain os.fork() left two loops answering, and whichever copy reported first
+    was the cell's result (CI saw 'child'). The forked copy now ends once its copy of the cell
+    does, without a report: the cell is the interpreter's, every later cell its own."""
     with hostile.session() as s:
-        first = s.run("import os\npid = os.fork()\n'parent' if pid else 'child'")
-        assert "'parent'" in [o.data for o in first.outputs], first  # control: it forked
-        # The cell right after the fork may get the child's report (it can race that cell's
-        # CELL); its own report must then end the session, never reach a later cell.
-        _run_or_closed(s, "print('out2')\n'val2'")
-        for i in range(3, 6):
-            r = _run_or_closed(s, f"print('out{i}')\n'val{i}'")
-            if isinstance(r, SessionClosed):
-                return  # ending the session is a correct answer
-            if r.status is not Status.ok:  # type: ignore[attr-defined]
-                return  # the session ended with this cell
-            assert [o.data for o in r.outputs] == [f"'val{i}'"], \
-                f"cell {i} got {[o.data for o in r.outputs]} (stdout {r.stdout!r})"
+        for round_ in range(3):  # the race was lost about one time in a few hundred; ask often
+            first = s.run("import os\npid = os.fork()\n'parent' if pid else 'child'")
+            assert [o.data for o in first.outputs] == ["'parent'"], first
+            for i in range(2, 5):
+                r = s.run(f"print('out{i}')\n'val{i}'")
+                assert r.ok and [o.data for o in r.outputs] == [f"'val{i}'"], (round_, i, r)
+                assert r.stdout == f"out{i}\n", (round_, i, r.stdout)
 
 
 def test_a_report_forged_between_cells_ends_the_session_when_no_cell_follows(

@@ -172,6 +172,17 @@ def _end_streams(marker: bytes) -> dict[str, bool]:
     return written
 
 
+def _leave_quietly() -> NoReturn:
+    """End a forked copy of the interpreter without a report: the cell's answer is the
+    interpreter's own, and a second loop would race it for the next cells."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - closed or replaced by the code
+            pass
+    os._exit(0)
+
+
 def serve(go_r: int, report_w: int, src_paths: list[str], spec: dict[str, Any]) -> NoReturn:
     """Run cells until the supervisor closes the go pipe; never returns."""
     try:
@@ -181,6 +192,7 @@ def serve(go_r: int, report_w: int, src_paths: list[str], spec: dict[str, Any]) 
             protocol.send_all(report_w, protocol.json_frame(FAILED, {"message": repr(exc)}))
         finally:
             os._exit(1)
+    kernel_pid = os.getpid()
     try:
         while True:
             try:
@@ -189,6 +201,8 @@ def serve(go_r: int, report_w: int, src_paths: list[str], spec: dict[str, Any]) 
                 os._exit(0)
             cell = json.loads(payload)
             report = _run_cell(shell, outputs, cell["code"])
+            if os.getpid() != kernel_pid:  # a cell's os.fork(): the copy's cell ends here
+                _leave_quietly()
             report["cell"] = cell.get("cell")  # which cell this answers (see `cells`)
             report["markers"] = _end_streams(cell["marker"].encode())
             outputs.send(report_w)
