@@ -15,9 +15,11 @@ import time
 
 import pytest
 
-from execbox import Executor, Status
-from execbox.executor import program_kind
+from execbox import Executor, Limits, RunResult, Status
+from execbox.executor import _spec, make_request, program_kind
+from execbox.sandbox import protocol
 from execbox.sandbox.cgroup import Hierarchy
+from execbox.sandbox.host import HostError
 
 LEAVE_BEHIND = textwrap.dedent("""
     import ctypes, os, socket, time
@@ -109,6 +111,72 @@ def test_limits_of_one_run_do_not_stay_with_its_slot(jailed_one_slot: Executor) 
     assert again.status is Status.memory_limit, again  # the earlier OOM kill is not counted twice
     fine = ex.run("print(1)", limits={"memory_mib": 16})
     assert fine.status is Status.ok, fine
+
+
+def _staged_light_memory(ex: Executor) -> int:
+    """The memory limit the (one) staged light slot has: what a run needs to take the short
+    way, the code straight to the program (see `protocol`)."""
+    deadline = time.monotonic() + 5
+    while not ex._host.pool.ready_count("light"):
+        assert time.monotonic() < deadline, "the light slot was not staged again"
+        time.sleep(0.01)
+    [slot] = ex._host.pool._ready["light"]
+    return int(slot.staged["memory_bytes"])
+
+
+@pytest.mark.hostile
+def test_runs_sent_straight_to_the_program_have_the_limits_the_slot_kept(
+        jailed_one_slot: Executor, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run's memory and pids limits stay applied, so the next run with the same ones takes
+    the short way (its code is never seen by the supervisor before it runs): it must be held
+    to them all the same, and a run asking for others goes the long way and gets its own."""
+    ex = jailed_one_slot
+    sent: list[bytes] = []  # the kinds of frame the host sends its supervisors
+    json_frame = protocol.json_frame
+    monkeypatch.setattr(protocol, "json_frame",
+                        lambda kind, obj: sent.append(kind) or json_frame(kind, obj))
+
+    def way(code: str, **limits: int) -> RunResult:
+        sent.clear()
+        result = ex.run(code, limits=limits)
+        assert len(sent) == 1, sent
+        return result
+
+    hog = "x = bytearray(40 << 20)\nprint('allocated')"
+    assert way(hog, memory_mib=16).status is Status.memory_limit
+    assert sent == [protocol.REQ]  # control: other limits than the slot's go the long way
+    assert _staged_light_memory(ex) == 16 << 20
+    again = way(hog, memory_mib=16)
+    assert sent == [protocol.RUN] and again.status is Status.memory_limit, again
+    assert _staged_light_memory(ex) == 16 << 20
+    default = way(hog)  # the long way: 512 MiB applied before the code is sent
+    assert sent == [protocol.REQ], sent
+    assert default.status is Status.ok and default.stdout == "allocated\n", default
+    assert _staged_light_memory(ex) == 512 << 20
+    short = way(hog + "\nimport time\ntime.sleep(0.2)")
+    assert sent == [protocol.RUN], sent
+    assert short.status is Status.ok and short.stdout == "allocated\n", short
+    assert short.metrics.wall_ms >= 200, short.metrics  # the clocks run from the host's send
+    assert short.metrics.memory_peak_bytes >= 40 << 20, short.metrics
+    assert short.metrics.cpu_ms > 0, short.metrics
+
+
+def test_a_supervisor_refuses_code_sent_straight_with_limits_its_slot_does_not_have(
+        jailed_one_slot: Executor) -> None:
+    """The host decides which way a run goes; the supervisor checks it: a RUN whose limits are
+    not the slot's ends the slot (a sandbox error), never runs under the wrong limits."""
+    ex = jailed_one_slot
+    ex.run("pass")
+    host = ex._host
+    slot = host.pool.take("light", 5.0)
+    request = make_request("print(1)", limits=Limits(memory_mib=64))
+    spec = _spec(request.limits, request)
+    slot.staged = dict(slot.staged, memory_bytes=64 << 20)  # the host's bookkeeping is wrong
+    with pytest.raises(HostError, match="protocol: a RUN with limits"):
+        host.execute(slot, {"code": "print(1)", "run_id": "refused", "spec": spec}, [], b"",
+                     1 << 20, 10.0)
+    after = ex.run("print(2)")  # the pool stages a new slot in its place
+    assert after.status is Status.ok and after.stdout == "2\n", after
 
 
 def test_a_reused_slot_takes_large_input_files(jailed_one_slot: Executor) -> None:

@@ -55,6 +55,7 @@ class SessionChannel:
         """Send the session request; return when the interpreter is ready."""
         request = {"code": "", "run_id": session_id, "spec": spec, "session": True,
                    "files": [{"name": n, "size": len(d)} for n, d in files]}
+        self.slot.close_go()  # the supervisor starts the interpreter, then hands over its pipe
         try:
             self.slot.ctrl.sendall(protocol.json_frame(protocol.REQ, request))
             for _name, data in files:

@@ -187,16 +187,28 @@ class ZygoteProcess:
                 on_stderr: OutputCallback | None = None) -> RawRun:
         """Run one request in a staged slot (given back to the pool here); raises HostError
         for failures of the sandbox itself."""
-        request = dict(request, files=[{"name": n, "size": len(d)} for n, d in files])
+        spec = request["spec"]
+        go = b""
         try:
             try:
-                slot.ctrl.sendall(protocol.json_frame(protocol.REQ, request))
-                for _name, data in files:
-                    slot.ctrl.sendall(protocol.frame(protocol.FILE, data))
+                if not files and slot.staged_for(spec):  # the short way (see `protocol`)
+                    go = protocol.frame(protocol.REQ, json.dumps(
+                        {"code": request["code"], "spec": spec, "token": slot.token}).encode())
+                    # The run's clocks start now: the code may be running before the
+                    # supervisor reads this.
+                    slot.ctrl.sendall(protocol.json_frame(
+                        protocol.RUN, {"spec": spec, "sent": time.monotonic()}))
+                else:
+                    slot.close_go()
+                    request = dict(request, files=[{"name": n, "size": len(d)}
+                                                   for n, d in files])
+                    slot.ctrl.sendall(protocol.json_frame(protocol.REQ, request))
+                    for _name, data in files:
+                        slot.ctrl.sendall(protocol.frame(protocol.FILE, data))
             except OSError as exc:
                 raise HostError(f"the run supervisor did not take the request: {exc}") from exc
-            pump = _Pump(slot, stdin, output_bytes, on_stdout, on_stderr,
-                         max_frame=protocol.MAX_JSON + int(request["spec"]["artifact_bytes"]))
+            pump = _Pump(slot, go, stdin, output_bytes, on_stdout, on_stderr,
+                         max_frame=protocol.MAX_JSON + int(spec["artifact_bytes"]))
             return pump.run(time.monotonic() + backstop_s)
         finally:
             self._release(slot)
@@ -459,6 +471,9 @@ class Slot:
         self.stdin_w = -1
         self.stdout_r = -1
         self.stderr_r = -1
+        self.go_w = -1  # the staged program's go pipe (see `protocol`: RUN)
+        self.token = ""  # the staged run's, for the code sent down `go_w`
+        self.staged: dict[str, Any] = {}  # the limits the slot is staged with
         self.sup_pid = 0
         # A pidfd, not the pid: the zygote reaps supervisors at once, so a number could name
         # another process by the time we signal it.
@@ -489,11 +504,13 @@ class Slot:
                 raise HostError("sandbox: " + json.loads(payload)["message"])
             elif kind == protocol.RDY:
                 fds, self._fds = self._fds, []
-                if len(fds) != 3:
+                if len(fds) != 4:
                     for fd in fds:
                         os.close(fd)
-                    raise HostError(f"protocol: a staged slot sent {len(fds)} descriptors, not 3")
-                self.stdin_w, self.stdout_r, self.stderr_r = fds
+                    raise HostError(f"protocol: a staged slot sent {len(fds)} descriptors, not 4")
+                self.stdin_w, self.stdout_r, self.stderr_r, self.go_w = fds
+                self.staged = json.loads(payload)
+                self.token = self.staged.pop("token")
                 self.reusable = False
                 # The last run's pump left it non-blocking: a request (input files of any size)
                 # is sent with a blocking sendall.
@@ -528,14 +545,29 @@ class Slot:
         ready, _, _ = select.select([self.sup_pidfd], [], [], timeout_s)
         return bool(ready)
 
+    def staged_for(self, spec: dict[str, Any]) -> bool:
+        """Whether a run with `spec` (and no input files) may take the short way: its limits
+        are those the slot is staged with."""
+        staged = self.staged
+        return (spec["memory_bytes"] == staged.get("memory_bytes")
+                and spec["pids"] == staged.get("pids")
+                and spec["disk_bytes"] == staged.get("disk_bytes")
+                and not spec.get("input_bytes") and not spec.get("input_count"))
+
     def close_stdin(self) -> None:
         if self.stdin_w >= 0:
             os.close(self.stdin_w)
             self.stdin_w = -1
 
+    def close_go(self) -> None:
+        if self.go_w >= 0:
+            os.close(self.go_w)
+            self.go_w = -1
+
     def close_run(self) -> None:
-        """Close the last run's stdio (the slot stays)."""
+        """Close the last run's stdio and go pipe (the slot stays)."""
         self.close_stdin()
+        self.close_go()
         for name in ("stdout_r", "stderr_r"):
             fd = getattr(self, name)
             if fd >= 0:
@@ -558,13 +590,16 @@ class Slot:
 class _Pump:
     """Moves bytes between the host and one run until the supervisor reports."""
 
-    def __init__(self, slot: Slot, stdin: bytes, cap: int, on_stdout: OutputCallback | None,
-                 on_stderr: OutputCallback | None, max_frame: int) -> None:
+    def __init__(self, slot: Slot, go: bytes, stdin: bytes, cap: int,
+                 on_stdout: OutputCallback | None, on_stderr: OutputCallback | None,
+                 max_frame: int) -> None:
         self.slot = slot
         ctrl, stdout_r, stderr_r = slot.ctrl, slot.stdout_r, slot.stderr_r
         self.ctrl = ctrl
-        self.stdin = memoryview(stdin)
-        self.stdin_w = slot.stdin_w
+        # What is still to be written: the code (on the short way) and stdin, each pipe
+        # closed once written.
+        self.writes = {fd: memoryview(data) for fd, data in ((slot.go_w, go),
+                                                             (slot.stdin_w, stdin)) if fd >= 0}
         self.cap = cap
         self.out = {stdout_r: bytearray(), stderr_r: bytearray()}
         self.truncated = {stdout_r: False, stderr_r: False}
@@ -578,17 +613,16 @@ class _Pump:
 
     def run(self, backstop: float) -> RawRun:
         sel = _Poll()
-        for fd in (self.stdout_r, self.stderr_r, self.stdin_w):
+        for fd in (self.stdout_r, self.stderr_r, *self.writes):
             os.set_blocking(fd, False)
         self.ctrl.setblocking(False)
         ctrl = self.ctrl.fileno()
         sel.register(self.stdout_r, select.POLLIN)
         sel.register(self.stderr_r, select.POLLIN)
         sel.register(ctrl, select.POLLIN)
-        if self.stdin:
-            sel.register(self.stdin_w, select.POLLOUT)
-        else:
-            self.close_stdin()
+        for fd in list(self.writes):
+            sel.register(fd, select.POLLOUT)
+            self._feed(sel, fd)  # the code and small input fit the pipe: no wait for them
         while sel.fds:
             if self._complete() and self.stdout_r not in sel.fds and self.stderr_r not in sel.fds:
                 break  # the result is in and output has ended: teardown is not our wait
@@ -597,8 +631,8 @@ class _Pump:
                 self._kill_supervisor()
                 raise HostError("the run supervisor did not finish in time")
             for fd, _events in sel.poll(min(left, 1.0)):
-                if fd == self.stdin_w:
-                    self._feed(sel)
+                if fd in self.writes:
+                    self._feed(sel, fd)
                 elif fd == ctrl:
                     self._read_ctrl(sel)
                 else:
@@ -620,21 +654,26 @@ class _Pump:
             return True
         return self.meta is not None and len(self.arts) >= len(self.meta.get("artifacts", []))
 
-    def close_stdin(self) -> None:
-        self.slot.close_stdin()
-        self.stdin_w = -1
+    def _feed(self, sel: _Poll, fd: int) -> None:
+        data = self.writes[fd]
+        if data:
+            try:
+                data = data[os.write(fd, data[:_CHUNK * 4]):]
+            except BlockingIOError:
+                return
+            except OSError:  # the program closed the pipe or exited: the rest is not wanted
+                data = data[:0]
+            self.writes[fd] = data
+        if not data:
+            self._end_write(sel, fd)
 
-    def _feed(self, sel: _Poll) -> None:
-        try:
-            n = os.write(self.stdin_w, self.stdin[:_CHUNK * 4])
-            self.stdin = self.stdin[n:]
-        except BlockingIOError:
-            return
-        except OSError:  # the program closed stdin or exited: the rest is not wanted
-            self.stdin = self.stdin[:0]
-        if not self.stdin:
-            sel.unregister(self.stdin_w)
-            self.close_stdin()
+    def _end_write(self, sel: _Poll, fd: int) -> None:
+        del self.writes[fd]
+        sel.unregister(fd)
+        if fd == self.slot.stdin_w:
+            self.slot.close_stdin()
+        else:
+            self.slot.close_go()
 
     def _read_output(self, sel: _Poll, fd: int) -> None:
         try:
@@ -670,10 +709,8 @@ class _Pump:
             data = b""
         if not data:
             sel.unregister(self.ctrl.fileno())
-            if self.stdin_w >= 0:
-                if self.stdin_w in sel.fds:
-                    sel.unregister(self.stdin_w)
-                self.close_stdin()
+            for fd in list(self.writes):
+                self._end_write(sel, fd)
             return
         for kind, payload in self.reader.feed(data):
             if kind == protocol.PID:

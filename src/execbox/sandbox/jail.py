@@ -298,6 +298,12 @@ PROGRAM_NAMESPACES = (
 # ---- process steps in Python (the program's contain steps are in `native/contain.c`) --------
 
 
+def name_process(name: str) -> None:
+    """What ps and top show for this process (at most 15 bytes are kept)."""
+    with open("/proc/self/comm", "w") as f:
+        f.write(name)
+
+
 def close_fds_except(keep: list[int]) -> None:
     """Close every descriptor not in `keep` (the zygote's socket above all)."""
     low = 0

@@ -119,6 +119,7 @@ def serve(cfg: jail.JailConfig, server: _linux.ContainLibrary, src_paths: list[s
 def _program(src_paths: list[str], fds: ProgramFds) -> None:
     """The user's process, contained in the slot: wait for the code, run it. Never returns."""
     # Staged: from here on the process is fully contained and waits for its request.
+    _write_quiet(fds.done_w, protocol.PARKED)
     try:
         kind, payload = protocol.read_frame(fds.go_r)
     except (EOFError, OSError):

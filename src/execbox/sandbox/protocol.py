@@ -1,11 +1,18 @@
 """Framing on the control socket between the host side and a run supervisor.
 
 A frame is a 4-byte kind, an 8-byte big-endian length and the payload. Kinds:
-  host -> supervisor: REQ (JSON request), FILE (one input file's bytes, in REQ order), KILL
-  (reason), NEXT (the host has read a result and wants the slot again)
-  supervisor -> host: PID (supervisor pid, JSON), RDY (the slot is staged and waits for its
-  request; carries the host's ends of the run's stdin, stdout and stderr as SCM_RIGHTS),
-  RES (JSON result), ART (one artifact's bytes, in RES order), ERR (JSON sandbox error)
+  host -> supervisor: REQ (JSON request), FILE (one input file's bytes, in REQ order), RUN
+  (JSON: the host has written the code to the program itself, see below), KILL (reason), NEXT
+  (the host has read a result and wants the slot again)
+  supervisor -> host: PID (supervisor pid, JSON), RDY (the slot is staged and its program
+  waits for its code; JSON: the run's token and the limits the slot is staged with; carries
+  the host's ends of the run's stdin, stdout, stderr and go pipe as SCM_RIGHTS), RES (JSON
+  result), ART (one artifact's bytes, in RES order), ERR (JSON sandbox error)
+
+A request whose limits are those the slot is staged with and that has no input files takes
+the short way: the host sends RUN (which starts the supervisor's clocks) and writes the code
+(a REQ frame) straight into the program's go pipe, so the supervisor is not on the way to the
+program. Any other request goes as REQ to the supervisor, which applies it and writes the code.
 
 Standard library only: both the executor and the zygote import this.
 """
@@ -19,10 +26,15 @@ from typing import Any
 
 HEADER = struct.Struct("!4sQ")
 
-REQ, FILE, KILL, NEXT = b"REQ ", b"FILE", b"KILL", b"NEXT"
+REQ, FILE, RUN, KILL, NEXT = b"REQ ", b"FILE", b"RUN ", b"KILL", b"NEXT"
 PID, RDY, RES, ART, ERR = b"PID ", b"RDY ", b"RES ", b"ART ", b"ERR "
 
 MAX_JSON = 64 * 1024 * 1024
+
+# What a staged program writes on its exit-report pipe once it waits for its code: it has run
+# nothing of a request yet, so the supervisor can take the run's baselines (CPU, OOM kills,
+# peak memory) before any code runs, whoever sends the code.
+PARKED = b"P"
 
 # The kinds of run slot (the host names one when it asks for a slot: "<cgroup> <kind>"): which
 # program zygote forks the slot's programs, and whether they copy all its warm pages or only

@@ -32,6 +32,7 @@ STAGED_MEMORY_BYTES = 512 << 20  # Limits().memory_mib
 STAGED_PIDS = 64  # Limits().pids
 DONE_JUNK_LIMIT = 64 << 10  # bytes read from the exit-report pipe before we stop listening
 INIT_WAIT_S = 5.0  # how long teardown waits for a killed init (see `end_init`)
+PARK_WAIT_S = 30.0  # how long a staged program may take to wait for its code (the host's too)
 
 
 class Zygote:
@@ -53,6 +54,7 @@ def serve(z: Zygote, ctrl: int, message: str) -> None:
     jail.close_fds_except(keep)
     code = 0
     try:
+        jail.name_process("execbox-sup")
         cgroup_name, kind = message.split(" ")
         if kind not in protocol.SLOT_KINDS:
             raise jail.JailError(f"protocol: unknown slot kind {kind!r}")
@@ -86,6 +88,9 @@ class Supervisor:
         self.host_fds: list[int] = []  # the host's ends of the staged run's stdio
         self.ctrl_sock = socket.socket(fileno=ctrl)  # never closed: the process ends with os._exit
         self.runs = 0
+        # The staged run's baselines and token (see `_await_parked`).
+        self.cpu_base = self.oom_base = 0
+        self.done_token = b""
         # Where this process's children go by default; each run points them at a fresh pid
         # namespace (unshare) and back (setns) for the next one.
         self.own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
@@ -95,13 +100,14 @@ class Supervisor:
             self._stage_slot()
             while True:
                 self._stage_run()
+                self._await_parked()
                 if self.runs:  # the host asks for the slot again once it has read a result
                     if not self._wait_for(protocol.NEXT):
                         return
-                host_fds = self.host_fds
+                host_fds = self.host_fds + [os.dup(self.go_w)]
                 try:
-                    socket.send_fds(self.ctrl_sock, [protocol.json_frame(protocol.RDY, {})],
-                                    host_fds)
+                    socket.send_fds(self.ctrl_sock,
+                                    [protocol.json_frame(protocol.RDY, self._staged())], host_fds)
                 finally:
                     for fd in host_fds:
                         os.close(fd)
@@ -110,20 +116,29 @@ class Supervisor:
                     kind, payload = protocol.read_frame(self.ctrl)
                 except EOFError:  # the host closed an idle slot
                     return
-                if kind != protocol.REQ:
+                if kind == protocol.RUN:  # the host has the code on its way to the program
+                    run = json.loads(payload)
+                    spec = jail.RunSpec(**run["spec"])
+                    self._check_staged(spec)
+                    # CLOCK_MONOTONIC is the machine's, the host's reading included.
+                    started = min(float(run["sent"]), time.monotonic())
+                    result = self._execute(None, spec, [], started)
+                elif kind == protocol.REQ:
+                    req = json.loads(payload)
+                    files = []
+                    for meta in req["files"]:
+                        kind, data = protocol.read_frame(self.ctrl, max_len=1 << 34)
+                        if kind != protocol.FILE or len(data) != meta["size"]:
+                            raise jail.JailError(
+                                f"protocol: bad input file frame for {meta['name']!r}")
+                        files.append((meta["name"], data))
+                    spec = jail.RunSpec(**req["spec"])
+                    if req.get("session"):  # a session's slot serves nothing after it
+                        cells.serve(self, spec, files)
+                        return
+                    result = self._execute(req["code"], spec, files, 0.0)
+                else:
                     raise jail.JailError(f"protocol: expected a request, got {kind!r}")
-                req = json.loads(payload)
-                files = []
-                for meta in req["files"]:
-                    kind, data = protocol.read_frame(self.ctrl, max_len=1 << 34)
-                    if kind != protocol.FILE or len(data) != meta["size"]:
-                        raise jail.JailError(f"protocol: bad input file frame for {meta['name']!r}")
-                    files.append((meta["name"], data))
-                spec = jail.RunSpec(**req["spec"])
-                if req.get("session"):  # a session's slot serves nothing after it
-                    cells.serve(self, spec, files)
-                    return
-                result = self._execute(req["code"], spec, files)
                 frames = [protocol.json_frame(protocol.RES, result["meta"])]
                 frames += [protocol.frame(protocol.ART, a.data) for a in result["artifacts"]]
                 for f in frames:
@@ -224,28 +239,73 @@ class Supervisor:
         self.status_r, self.go_w, self.done_r = staged.status_r, staged.go_w, staged.done_r
         self.run_fds = [self.err_r, self.setup_r, self.status_r, self.go_w, self.done_r]
 
-    def _execute(self, code: str, spec: jail.RunSpec,
-                 files: list[tuple[str, bytes]]) -> dict[str, Any]:
+    def _await_parked(self) -> None:
+        """Wait until the staged program waits for its code (it says PARKED on its exit-report
+        pipe), then take the run's baselines: nothing of the run has happened yet, and the code
+        may reach the program without passing here (RUN)."""
         assert self.cg is not None
-        with jail.step("apply limits"):
-            self.cg.set_limits(spec.memory_bytes, spec.pids)
-        jail.size_scratch(spec)
-        inputs = jail.place_inputs(files)
-        del files
+        poller = select.poll()
+        poller.register(self.done_r, select.POLLIN)
+        poller.register(self.status_r, select.POLLIN)
+        if not poller.poll(int(PARK_WAIT_S * 1000)):
+            raise jail.JailError(f"program set-up: not ready within {PARK_WAIT_S:g} s")
+        try:
+            said = os.read(self.done_r, len(protocol.PARKED))
+        except BlockingIOError:
+            said = b""
+        if said != protocol.PARKED:  # it ended in set-up: its zygote and set-up pipe say why
+            self.end_init()
+            _status, init_error = _read_status(self.status_r)
+            setup_error = _read_available(self.setup_r).decode("utf-8", "replace")
+            raise jail.JailError(setup_error or init_error
+                                 or "program set-up: the program ended before its code came")
         self.cg.reset_memory_peak()
-        cpu_base = self.cg.cpu_ns()
-        oom_base = self.cg.oom_kills()  # the counter only grows: the slot's earlier runs count
+        self.cpu_base = self.cg.cpu_ns()
+        self.oom_base = self.cg.oom_kills()  # it only grows: the slot's earlier runs count
         # The exit report must carry this token: bytes a program writes blindly into its
         # inherited descriptors cannot end its run early.
         self.done_token = os.urandom(16).hex().encode()
-        go = json.dumps({"code": code, "spec": vars(spec),
-                         "token": self.done_token.decode()}).encode()
-        started = time.monotonic()
-        try:
-            protocol.send_all(self.go_w, protocol.frame(protocol.REQ, go))
-        except BrokenPipeError:
-            pass  # the program died during set-up; init's report says why
+
+    def _staged(self) -> dict[str, Any]:
+        """What RDY tells the host: the run's token and the limits the slot has now (a run's
+        memory and pids stay applied for the next: a caller's usual limits take the short way
+        from its second run on)."""
+        assert self.cg is not None and self.cg.applied is not None
+        memory_bytes, pids = self.cg.applied
+        return {"token": self.done_token.decode(), "memory_bytes": memory_bytes, "pids": pids,
+                "disk_bytes": jail.STAGED_DISK_BYTES}
+
+    def _check_staged(self, spec: jail.RunSpec) -> None:
+        """A RUN must ask for what the slot is staged with: nothing is applied for it."""
+        assert self.cg is not None
+        staged = (self.cg.applied, jail.scratch_sizes(jail.STAGED_DISK_BYTES))
+        wanted = ((spec.memory_bytes, spec.pids),
+                  jail.scratch_sizes(spec.disk_bytes, spec.input_bytes, spec.input_count))
+        if wanted != staged:
+            raise jail.JailError(f"protocol: a RUN with limits {wanted} in a slot staged with "
+                                 f"{staged}")
+
+    def _execute(self, code: str | None, spec: jail.RunSpec, files: list[tuple[str, bytes]],
+                 started: float) -> dict[str, Any]:
+        """One run; `code` None when the host has written it to the program (RUN), which it
+        started sending at `started`."""
+        assert self.cg is not None
+        inputs: set[tuple[int, int]] = set()
+        if code is not None:
+            with jail.step("apply limits"):
+                self.cg.set_limits(spec.memory_bytes, spec.pids)
+            jail.size_scratch(spec)
+            inputs = jail.place_inputs(files)
+            del files
+            go = json.dumps({"code": code, "spec": vars(spec),
+                             "token": self.done_token.decode()}).encode()
+            started = time.monotonic()
+            try:
+                protocol.send_all(self.go_w, protocol.frame(protocol.REQ, go))
+            except BrokenPipeError:
+                pass  # the program died during set-up; init's report says why
         self.close_go()
+        cpu_base, oom_base = self.cpu_base, self.oom_base
         killed, reported = self._supervise(started, spec, cpu_base)
         wall_ms = (time.monotonic() - started) * 1000
         wait_status: int | None = reported

@@ -74,6 +74,7 @@ def main(sock: socket.socket, options: dict[str, Any]) -> None:
 
     role = options.get("role", "supervisors")
     try:
+        jail.name_process(f"execbox-{options.get('kind') or 'sups'}")
         loaded = _preload(options.get("preload", []))
         cfg = jail.JailConfig.discover(options["ro_paths"], seccomp.compile_filter(),
                                        options["libexec"])

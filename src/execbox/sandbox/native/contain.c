@@ -211,6 +211,7 @@ static pid_t fork_program(int pid_ns, int own_pid_ns, const int *fds, int n_ns,
     pid_t pid = fork();
     if (pid == 0) {
         pthread_sigmask(SIG_SETMASK, child_mask, NULL);
+        prctl(PR_SET_NAME, "execbox-program", 0, 0, 0); /* for ps and top; cannot fail */
         if (execbox_contain(fds, n_ns, ns_types, n_cgroups, uid, filter, error, error_len) == 0) {
             prefault(warm, n_warm); /* in the slot's cgroup: the copies are the program's */
             return 0;
