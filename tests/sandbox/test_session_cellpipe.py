@@ -320,6 +320,25 @@ def test_the_cell_pipe_does_not_leak_into_host_children(hostile: Executor) -> No
         assert pipe not in out, f"a host child inherited the session's cell pipe ({pipe})"
 
 
+def test_a_session_on_a_slot_that_offered_the_short_way_leaves_no_descriptor_behind(
+        hostile: Executor) -> None:
+    """A staged slot offers runs the short way (PRK, with a copy of the program's go pipe)
+    before the host asks it for anything; a session takes the slot all the same: the offer is
+    not taken for its cell pipe, and its copy of the pipe is closed."""
+    time.sleep(0.5)  # every staged slot's program waits for its code: each has offered
+    with hostile.session() as s:
+        links = _session_links(s)
+        assert [o.data for o in s.run("x = 2\nx").outputs] == ["2"]
+    time.sleep(0.2)
+    held = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            held.add(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            pass
+    assert not links & held, f"still open after the session: {links & held}"
+
+
 def test_sessions_leave_no_host_descriptor_behind(hostile: Executor) -> None:
     held: set[str] = set()
     for _ in range(3):

@@ -19,7 +19,7 @@ from execbox import Executor, Limits, RunResult, Status
 from execbox.executor import _spec, make_request, program_kind
 from execbox.sandbox import protocol
 from execbox.sandbox.cgroup import Hierarchy
-from execbox.sandbox.host import HostError
+from execbox.sandbox.host import HostError, Slot
 
 LEAVE_BEHIND = textwrap.dedent("""
     import ctypes, os, socket, time
@@ -113,6 +113,15 @@ def test_limits_of_one_run_do_not_stay_with_its_slot(jailed_one_slot: Executor) 
     assert fine.status is Status.ok, fine
 
 
+def _offered(slot: Slot) -> Slot:
+    """The slot once its supervisor has offered the short way (PRK)."""
+    deadline = time.monotonic() + 5
+    while not slot.take_offer():
+        assert time.monotonic() < deadline, "the slot never offered the short way"
+        time.sleep(0.01)
+    return slot
+
+
 def _staged_light_memory(ex: Executor) -> int:
     """The memory limit the (one) staged light slot has: what a run needs to take the short
     way, the code straight to the program (see `protocol`)."""
@@ -121,7 +130,7 @@ def _staged_light_memory(ex: Executor) -> int:
         assert time.monotonic() < deadline, "the light slot was not staged again"
         time.sleep(0.01)
     [slot] = ex._host.pool._ready["light"]
-    return int(slot.staged["memory_bytes"])
+    return int(_offered(slot).staged["memory_bytes"])
 
 
 @pytest.mark.hostile
@@ -168,7 +177,7 @@ def test_a_supervisor_refuses_code_sent_straight_with_limits_its_slot_does_not_h
     ex = jailed_one_slot
     ex.run("pass")
     host = ex._host
-    slot = host.pool.take("light", 5.0)
+    slot = _offered(host.pool.take("light", 5.0))
     request = make_request("print(1)", limits=Limits(memory_mib=64))
     spec = _spec(request.limits, request)
     slot.staged = dict(slot.staged, memory_bytes=64 << 20)  # the host's bookkeeping is wrong
@@ -258,3 +267,28 @@ def test_slots_are_staged_again_soon_after_a_run(executor: Executor) -> None:
     while executor._host.pool.ready_count("light") < executor.pool_size:
         assert time.monotonic() < deadline, "the light slots were not staged again"
         time.sleep(0.01)
+
+
+def test_a_staged_slots_pipes_do_not_leak_into_host_children(executor: Executor) -> None:
+    """RDY's stdio and PRK's go pipe arrive close-on-exec (3.11's socket.recv_fds dropped
+    the flag): a child the host application starts must not hold a run's pipes, or a program
+    reading its stdin would wait for an end of file that never comes."""
+    executor.run("pass")
+    deadline = time.monotonic() + 5
+    while not executor._host.pool.ready_count("light"):
+        assert time.monotonic() < deadline, "no light slot was staged"
+        time.sleep(0.01)
+    slot = _offered(executor._host.pool._ready["light"][0])
+    fds = [slot.stdin_w, slot.stdout_r, slot.stderr_r, slot.go_w]
+    pipes = {os.readlink(f"/proc/self/fd/{fd}") for fd in fds}
+    r, w = os.pipe()
+    os.set_inheritable(w, True)  # control: the check sees a descriptor a child does inherit
+    try:
+        out = subprocess.run(["ls", "-l", "/proc/self/fd/"], close_fds=False,
+                             capture_output=True, text=True, check=True).stdout
+        assert os.readlink(f"/proc/self/fd/{w}") in out
+    finally:
+        os.close(r)
+        os.close(w)
+    leaked = [pipe for pipe in pipes if pipe in out]
+    assert not leaked, f"a host child inherited a staged run's pipes: {leaked}"

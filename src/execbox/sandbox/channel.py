@@ -11,7 +11,6 @@ is interrupted. Calls on one channel must not overlap (the `Session` above holds
 
 from __future__ import annotations
 
-import array
 import json
 import os
 import selectors
@@ -122,9 +121,10 @@ class SessionChannel:
         frames, self._pending = list(self._pending), []
         if frames:
             return frames
+        passed = -1
         try:
             if self.cells_w < 0 and not self.closed:  # SRDY brings a descriptor
-                data, self.cells_w = _recv_with_fd(self.slot.ctrl)
+                data, passed = _recv_with_fd(self.slot.ctrl)
             else:
                 data = self.slot.ctrl.recv(1 << 20)
         except BlockingIOError:
@@ -134,6 +134,16 @@ class SessionChannel:
         if not data:
             raise HostError("the session supervisor exited")
         frames = self._reader.feed(data)
+        if any(kind == protocol.PRK for kind, _ in frames):
+            # The slot offered a run the short way before its supervisor read our request: the
+            # descriptor that came with it is not the cell pipe (a read ends with the first
+            # message that passes any).
+            if passed >= 0:
+                os.close(passed)
+                passed = -1
+            frames = [(kind, payload) for kind, payload in frames if kind != protocol.PRK]
+        if passed >= 0:
+            self.cells_w = passed
         for kind, payload in frames:
             if kind == protocol.ERR:
                 raise HostError("sandbox: " + json.loads(payload)["message"])
@@ -231,15 +241,8 @@ class SessionChannel:
 
 
 def _recv_with_fd(sock: socket.socket) -> tuple[bytes, int]:
-    """Data and at most one passed descriptor (-1 if none), close-on-exec from the start:
-    the host application's children must never inherit a session's cell pipe (3.11's
-    socket.recv_fds drops its flags, so not that)."""
-    data, ancdata, _flags, _addr = sock.recvmsg(1 << 20, socket.CMSG_SPACE(4),
-                                                socket.MSG_CMSG_CLOEXEC)
-    fds = array.array("i")
-    for level, kind, payload in ancdata:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+    """Data and at most one passed descriptor (-1 if none), close-on-exec."""
+    data, fds = protocol.recv_fds(sock, 1 << 20, 1)
     for extra in fds[1:]:
         os.close(extra)
     return data, fds[0] if fds else -1

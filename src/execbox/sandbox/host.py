@@ -191,7 +191,7 @@ class ZygoteProcess:
         go = b""
         try:
             try:
-                if not files and slot.staged_for(spec):  # the short way (see `protocol`)
+                if not files and slot.take_offer() and slot.staged_for(spec):  # see `protocol`
                     go = protocol.frame(protocol.REQ, json.dumps(
                         {"code": request["code"], "spec": spec, "token": slot.token}).encode())
                     # The run's clocks start now: the code may be running before the
@@ -471,9 +471,11 @@ class Slot:
         self.stdin_w = -1
         self.stdout_r = -1
         self.stderr_r = -1
-        self.go_w = -1  # the staged program's go pipe (see `protocol`: RUN)
-        self.token = ""  # the staged run's, for the code sent down `go_w`
-        self.staged: dict[str, Any] = {}  # the limits the slot is staged with
+        # The short way's offer (PRK, see `protocol`): the staged program's go pipe, the
+        # run's token for the code sent down it, the limits the slot has.
+        self.go_w = -1
+        self.token = ""
+        self.staged: dict[str, Any] = {}
         self.sup_pid = 0
         # A pidfd, not the pid: the zygote reaps supervisors at once, so a number could name
         # another process by the time we signal it.
@@ -488,8 +490,7 @@ class Slot:
         """Read what the supervisor says while it stages (the socket is readable): True once
         the slot is staged (RDY, with the run's stdio). Raises HostError when staging failed."""
         try:
-            data, fds, _flags, _addr = socket.recv_fds(self.ctrl, 65536, 8,
-                                                       socket.MSG_DONTWAIT)
+            data, fds = protocol.recv_fds(self.ctrl, 65536, 8, socket.MSG_DONTWAIT)
         except BlockingIOError:
             return False
         except OSError as exc:
@@ -504,13 +505,11 @@ class Slot:
                 raise HostError("sandbox: " + json.loads(payload)["message"])
             elif kind == protocol.RDY:
                 fds, self._fds = self._fds, []
-                if len(fds) != 4:
+                if len(fds) != 3:
                     for fd in fds:
                         os.close(fd)
-                    raise HostError(f"protocol: a staged slot sent {len(fds)} descriptors, not 4")
-                self.stdin_w, self.stdout_r, self.stderr_r, self.go_w = fds
-                self.staged = json.loads(payload)
-                self.token = self.staged.pop("token")
+                    raise HostError(f"protocol: a staged slot sent {len(fds)} descriptors, not 3")
+                self.stdin_w, self.stdout_r, self.stderr_r = fds
                 self.reusable = False
                 # The last run's pump left it non-blocking: a request (input files of any size)
                 # is sent with a blocking sendall.
@@ -545,6 +544,34 @@ class Slot:
         ready, _, _ = select.select([self.sup_pidfd], [], [], timeout_s)
         return bool(ready)
 
+    def take_offer(self) -> bool:
+        """Whether the short way is open for this run: PRK has come (read now if it is there,
+        never waited for). Raises HostError when the supervisor failed or is gone."""
+        if self.go_w >= 0:
+            return True
+        try:
+            data, fds = protocol.recv_fds(self.ctrl, 65536, 1, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return False
+        except OSError as exc:
+            raise HostError(f"the run supervisor is gone: {exc}") from exc
+        try:
+            if not data:
+                raise HostError("the run supervisor exited")
+            for kind, payload in self._reader.feed(data):
+                if kind == protocol.PRK and fds:
+                    self.go_w = fds.pop()
+                    self.staged = json.loads(payload)
+                    self.token = self.staged.pop("token")
+                elif kind == protocol.ERR:
+                    raise HostError("sandbox: " + json.loads(payload)["message"])
+                else:
+                    raise HostError(f"protocol: unexpected {kind!r} from a staged slot")
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return self.go_w >= 0
+
     def staged_for(self, spec: dict[str, Any]) -> bool:
         """Whether a run with `spec` (and no input files) may take the short way: its limits
         are those the slot is staged with."""
@@ -563,6 +590,7 @@ class Slot:
         if self.go_w >= 0:
             os.close(self.go_w)
             self.go_w = -1
+        self.token, self.staged = "", {}
 
     def close_run(self) -> None:
         """Close the last run's stdio and go pipe (the slot stays)."""

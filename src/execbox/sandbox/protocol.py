@@ -4,30 +4,35 @@ A frame is a 4-byte kind, an 8-byte big-endian length and the payload. Kinds:
   host -> supervisor: REQ (JSON request), FILE (one input file's bytes, in REQ order), RUN
   (JSON: the host has written the code to the program itself, see below), KILL (reason), NEXT
   (the host has read a result and wants the slot again)
-  supervisor -> host: PID (supervisor pid, JSON), RDY (the slot is staged and its program
-  waits for its code; JSON: the run's token and the limits the slot is staged with; carries
-  the host's ends of the run's stdin, stdout, stderr and go pipe as SCM_RIGHTS), RES (JSON
-  result), ART (one artifact's bytes, in RES order), ERR (JSON sandbox error)
+  supervisor -> host: PID (supervisor pid, JSON), RDY (the slot is staged: carries the host's
+  ends of the run's stdin, stdout and stderr as SCM_RIGHTS), PRK (the staged program waits for
+  its code and the run's baselines are taken; JSON: the run's token and the limits the slot
+  has; carries the write end of the program's go pipe), RES (JSON result), ART (one artifact's
+  bytes, in RES order), ERR (JSON sandbox error)
 
-A request whose limits are those the slot is staged with and that has no input files takes
-the short way: the host sends RUN (which starts the supervisor's clocks) and writes the code
-(a REQ frame) straight into the program's go pipe, so the supervisor is not on the way to the
-program. Any other request goes as REQ to the supervisor, which applies it and writes the code.
+The short way: a request whose limits are those PRK named and that has no input files, sent
+after PRK came, has its code (a REQ frame) written by the host straight into the program's go
+pipe, after a RUN that starts the supervisor's clocks; the supervisor is not on the way to the
+program. Any other request goes as REQ to the supervisor, which applies it and writes the
+code. RDY does not wait for PRK: a slot is ready as soon as it is staged, and a request that
+comes before its program is ready takes the long way.
 
 Standard library only: both the executor and the zygote import this.
 """
 
 from __future__ import annotations
 
+import array
 import json
 import os
+import socket
 import struct
 from typing import Any
 
 HEADER = struct.Struct("!4sQ")
 
 REQ, FILE, RUN, KILL, NEXT = b"REQ ", b"FILE", b"RUN ", b"KILL", b"NEXT"
-PID, RDY, RES, ART, ERR = b"PID ", b"RDY ", b"RES ", b"ART ", b"ERR "
+PID, RDY, PRK, RES, ART, ERR = b"PID ", b"RDY ", b"PRK ", b"RES ", b"ART ", b"ERR "
 
 MAX_JSON = 64 * 1024 * 1024
 
@@ -57,6 +62,20 @@ def send_all(fd: int, data: bytes | memoryview) -> None:
     while view:
         n = os.write(fd, view)
         view = view[n:]
+
+
+def recv_fds(sock: socket.socket, bufsize: int, max_fds: int,
+             flags: int = 0) -> tuple[bytes, list[int]]:
+    """Data and the descriptors passed with it, close-on-exec from the start: the host
+    application's children must never inherit a run's pipes (3.11's socket.recv_fds drops its
+    flags, so not that)."""
+    data, ancdata, _flags, _addr = sock.recvmsg(
+        bufsize, socket.CMSG_SPACE(max_fds * 4), flags | socket.MSG_CMSG_CLOEXEC)
+    fds = array.array("i")
+    for level, kind, payload in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+    return data, fds.tolist()
 
 
 def drain(fd: int) -> None:

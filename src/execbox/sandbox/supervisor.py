@@ -88,7 +88,9 @@ class Supervisor:
         self.host_fds: list[int] = []  # the host's ends of the staged run's stdio
         self.ctrl_sock = socket.socket(fileno=ctrl)  # never closed: the process ends with os._exit
         self.runs = 0
-        # The staged run's baselines and token (see `_await_parked`).
+        # The staged run's baselines and token, once its program waits for its code (see
+        # `_take_parked`).
+        self.parked = False
         self.cpu_base = self.oom_base = 0
         self.done_token = b""
         # Where this process's children go by default; each run points them at a fresh pid
@@ -100,23 +102,24 @@ class Supervisor:
             self._stage_slot()
             while True:
                 self._stage_run()
-                self._await_parked()
                 if self.runs:  # the host asks for the slot again once it has read a result
                     if not self._wait_for(protocol.NEXT):
                         return
-                host_fds = self.host_fds + [os.dup(self.go_w)]
+                host_fds = self.host_fds
                 try:
-                    socket.send_fds(self.ctrl_sock,
-                                    [protocol.json_frame(protocol.RDY, self._staged())], host_fds)
+                    socket.send_fds(self.ctrl_sock, [protocol.json_frame(protocol.RDY, {})],
+                                    host_fds)
                 finally:
                     for fd in host_fds:
                         os.close(fd)
                     self.host_fds = []
-                try:
-                    kind, payload = protocol.read_frame(self.ctrl)
-                except EOFError:  # the host closed an idle slot
+                request = self._wait_request()
+                if request is None:  # the host closed an idle slot
                     return
+                kind, payload = request
                 if kind == protocol.RUN:  # the host has the code on its way to the program
+                    if not self.parked:
+                        raise jail.JailError("protocol: a RUN before the slot offered it (PRK)")
                     run = json.loads(payload)
                     spec = jail.RunSpec(**run["spec"])
                     self._check_staged(spec)
@@ -136,6 +139,7 @@ class Supervisor:
                     if req.get("session"):  # a session's slot serves nothing after it
                         cells.serve(self, spec, files)
                         return
+                    self._await_parked()
                     result = self._execute(req["code"], spec, files, 0.0)
                 else:
                     raise jail.JailError(f"protocol: expected a request, got {kind!r}")
@@ -230,6 +234,7 @@ class Supervisor:
         fresh pid and ipc namespaces with their init, and the program process waiting, already
         contained, for its code. In C (`native/stage.c`): as Python steps, its sixty-odd
         system calls cost the supervisor more CPU than the calls themselves."""
+        self.parked = False
         staged, error = self.stager.stage(first=not self.runs)
         self.init_pid = staged.init_pid  # killed by `end_init`, also when staging failed
         if error:
@@ -239,41 +244,74 @@ class Supervisor:
         self.status_r, self.go_w, self.done_r = staged.status_r, staged.go_w, staged.done_r
         self.run_fds = [self.err_r, self.setup_r, self.status_r, self.go_w, self.done_r]
 
-    def _await_parked(self) -> None:
-        """Wait until the staged program waits for its code (it says PARKED on its exit-report
-        pipe), then take the run's baselines: nothing of the run has happened yet, and the code
-        may reach the program without passing here (RUN)."""
-        assert self.cg is not None
+    def _wait_request(self) -> tuple[bytes, bytes] | None:
+        """The host's next frame (None at end of file). Meanwhile, once the staged program
+        says it waits for its code, take the run's baselines and offer the host the short way
+        (PRK, see `protocol`)."""
         poller = select.poll()
-        poller.register(self.done_r, select.POLLIN)
-        poller.register(self.status_r, select.POLLIN)
-        if not poller.poll(int(PARK_WAIT_S * 1000)):
-            raise jail.JailError(f"program set-up: not ready within {PARK_WAIT_S:g} s")
+        poller.register(self.ctrl, select.POLLIN)
+        if not self.parked:
+            poller.register(self.done_r, select.POLLIN)
+        while True:
+            for fd, _ in poller.poll():
+                if fd == self.done_r:
+                    poller.unregister(fd)
+                    if self._take_parked():
+                        self._offer_short_way()
+                    continue
+                try:
+                    return protocol.read_frame(self.ctrl)
+                except EOFError:
+                    return None
+
+    def _take_parked(self) -> bool:
+        """Read what the program said (done_r is readable): PARKED, and the run's baselines
+        are taken (True); anything else means it ended in set-up (False)."""
+        assert self.cg is not None
+        os.set_blocking(self.done_r, False)
         try:
             said = os.read(self.done_r, len(protocol.PARKED))
         except BlockingIOError:
             said = b""
-        if said != protocol.PARKED:  # it ended in set-up: its zygote and set-up pipe say why
-            self.end_init()
-            _status, init_error = _read_status(self.status_r)
-            setup_error = _read_available(self.setup_r).decode("utf-8", "replace")
-            raise jail.JailError(setup_error or init_error
-                                 or "program set-up: the program ended before its code came")
+        if said != protocol.PARKED:
+            return False
         self.cg.reset_memory_peak()
         self.cpu_base = self.cg.cpu_ns()
         self.oom_base = self.cg.oom_kills()  # it only grows: the slot's earlier runs count
         # The exit report must carry this token: bytes a program writes blindly into its
         # inherited descriptors cannot end its run early.
         self.done_token = os.urandom(16).hex().encode()
+        self.parked = True
+        return True
 
-    def _staged(self) -> dict[str, Any]:
-        """What RDY tells the host: the run's token and the limits the slot has now (a run's
-        memory and pids stay applied for the next: a caller's usual limits take the short way
-        from its second run on)."""
+    def _offer_short_way(self) -> None:
+        """PRK: the run's token and the limits the slot has now, with the write end of the
+        program's go pipe (a run's memory and pids limits stay applied for the next, so a
+        caller's usual limits take the short way from its second run on)."""
         assert self.cg is not None and self.cg.applied is not None
         memory_bytes, pids = self.cg.applied
-        return {"token": self.done_token.decode(), "memory_bytes": memory_bytes, "pids": pids,
-                "disk_bytes": jail.STAGED_DISK_BYTES}
+        offer = {"token": self.done_token.decode(), "memory_bytes": memory_bytes, "pids": pids,
+                 "disk_bytes": jail.STAGED_DISK_BYTES}
+        go_w = os.dup(self.go_w)
+        try:
+            socket.send_fds(self.ctrl_sock, [protocol.json_frame(protocol.PRK, offer)], [go_w])
+        finally:
+            os.close(go_w)
+
+    def _await_parked(self) -> None:
+        """For a request that came the long way: the program must be waiting for its code and
+        the baselines taken before the code is sent."""
+        if self.parked:
+            return
+        poller = select.poll()
+        poller.register(self.done_r, select.POLLIN)
+        if poller.poll(int(PARK_WAIT_S * 1000)) and self._take_parked():
+            return
+        self.end_init()  # it ended in set-up (or never got there): its zygote says why
+        _status, init_error = _read_status(self.status_r)
+        setup_error = _read_available(self.setup_r).decode("utf-8", "replace")
+        raise jail.JailError(setup_error or init_error or
+                             f"program set-up: not waiting for its code within {PARK_WAIT_S:g} s")
 
     def _check_staged(self, spec: jail.RunSpec) -> None:
         """A RUN must ask for what the slot is staged with: nothing is applied for it."""
