@@ -96,6 +96,7 @@ class Supervisor:
         # Where this process's children go by default; each run points them at a fresh pid
         # namespace (unshare) and back (setns) for the next one.
         self.own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+        self.ncpu = max(1, len(os.sched_getaffinity(0)))  # how fast a run can use its CPU time
 
     def run(self) -> None:
         try:
@@ -363,7 +364,8 @@ class Supervisor:
         oom = self.cg.oom_kills() - oom_base
         cpu_ms = (self.cg.cpu_ns() - cpu_base) / 1e6
         mem_peak = self.cg.memory_peak()
-        full = [p for p, _ in jail.SCRATCH if _is_full(p)]
+        # Only a failed run's status can be the disk limit (see `classify`).
+        full = [] if wait_status == 0 else [p for p, _ in jail.SCRATCH if _is_full(p)]
         collected, art_truncated = artifacts.collect(
             "/workspace", inputs, spec.artifact_files, spec.artifact_bytes
         )
@@ -387,7 +389,7 @@ class Supervisor:
             poller.register(fd, select.POLLIN)
         deadline = started + spec.timeout_s
         cpu_limit_ns = spec.cpu_s * 1e9
-        ncpu = max(1, len(os.sched_getaffinity(0)))
+        ncpu = self.ncpu
         next_cpu_check = started + spec.cpu_s / ncpu
         killed: str | None = None
         token, tail, junk = self.done_token, b"", 0
