@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import textwrap
+import threading
 import time
 
 import pytest
@@ -292,3 +294,34 @@ def test_a_staged_slots_pipes_do_not_leak_into_host_children(executor: Executor)
         os.close(w)
     leaked = [pipe for pipe in pipes if pipe in out]
     assert not leaked, f"a host child inherited a staged run's pipes: {leaked}"
+
+
+def test_a_run_sent_the_short_way_is_timed_from_the_hosts_send(
+        jailed_one_slot: Executor) -> None:
+    """On the short way the code may run before the supervisor reads RUN: its clocks start at
+    the host's send, not when it gets around to it. The supervisor is stopped while the code
+    runs, so it reads RUN late."""
+    ex = jailed_one_slot
+    ex.run("pass")
+    host = ex._host
+    slot = _offered(host.pool.take("light", 5.0))
+    request = make_request("import time\ntime.sleep(0.1)\nprint('slept')")
+    spec = _spec(request.limits, request)
+    assert slot.staged_for(spec), "control: this run takes the short way"
+    box: list[object] = []
+
+    def run() -> None:
+        box.append(host.execute(slot, {"code": request.code, "run_id": "late", "spec": spec},
+                                [], b"", 1 << 20, 20.0))
+
+    signal.pidfd_send_signal(slot.sup_pidfd, signal.SIGSTOP)
+    try:
+        thread = threading.Thread(target=run)
+        thread.start()
+        time.sleep(0.6)  # the code has slept and printed by now; its supervisor saw nothing
+    finally:
+        signal.pidfd_send_signal(slot.sup_pidfd, signal.SIGCONT)
+    thread.join(20)
+    [raw] = box
+    assert raw.stdout == b"slept\n", raw  # type: ignore[attr-defined]
+    assert raw.meta["metrics"]["wall_ms"] >= 550, raw.meta  # type: ignore[attr-defined]
