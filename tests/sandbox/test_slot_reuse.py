@@ -325,3 +325,37 @@ def test_a_run_sent_the_short_way_is_timed_from_the_hosts_send(
     [raw] = box
     assert raw.stdout == b"slept\n", raw  # type: ignore[attr-defined]
     assert raw.meta["metrics"]["wall_ms"] >= 550, raw.meta  # type: ignore[attr-defined]
+
+
+READ_SOURCES = textwrap.dedent("""
+    import os, sys
+    # Page cache a run reads in is charged to the slot's cgroup and outlives the run.
+    total = 0
+    for base in sys.path:
+        for root, _dirs, names in os.walk(base):
+            for name in names:
+                if total >= 96 << 20:
+                    break
+                if name.endswith('.py'):
+                    fd = os.open(os.path.join(root, name), os.O_RDONLY)
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                    while os.read(fd, 1 << 20):
+                        pass
+                    total += os.fstat(fd).st_size
+                    os.close(fd)
+    print(total >= 96 << 20)
+""")
+
+
+@pytest.mark.hostile
+def test_a_run_that_lowers_the_memory_limit_reports_its_own_peak(
+        jailed_one_slot: Executor) -> None:
+    """The long way lowers the slot's memory limit after the baselines were taken: what the
+    cgroup held beyond the new limit (a last run's page cache) is reclaimed then, and must not
+    show as this run's peak."""
+    ex = jailed_one_slot
+    first = ex.run(READ_SOURCES, limits={"timeout_s": 30, "cpu_s": 30})
+    assert first.status is Status.ok and first.stdout == "True\n", first  # 96 MiB read
+    small = ex.run("print(1)", limits={"memory_mib": 32})
+    assert small.status is Status.ok, small
+    assert small.metrics.memory_peak_bytes <= 32 << 20, small.metrics

@@ -131,9 +131,14 @@ class SessionChannel:
             return []
         except OSError:
             data = b""
-        if not data:
-            raise HostError("the session supervisor exited")
-        frames = self._reader.feed(data)
+        try:
+            if not data:
+                raise HostError("the session supervisor exited")
+            frames = self._reader.feed(data)
+        except BaseException:
+            if passed >= 0:
+                os.close(passed)
+            raise
         if any(kind == protocol.PRK for kind, _ in frames):
             # The slot offered a run the short way before its supervisor read our request: the
             # descriptor that came with it is not the cell pipe (a read ends with the first

@@ -560,13 +560,15 @@ class Slot:
                 raise HostError("the run supervisor exited")
             for kind, payload in self._reader.feed(data):
                 if kind == protocol.PRK and fds:
-                    self.go_w = fds.pop()
-                    self.staged = json.loads(payload)
-                    self.token = self.staged.pop("token")
+                    offer = json.loads(payload)
+                    self.token = str(offer.pop("token"))
+                    self.go_w, self.staged = fds.pop(), offer
                 elif kind == protocol.ERR:
-                    raise HostError("sandbox: " + json.loads(payload)["message"])
+                    raise HostError("sandbox: " + str(json.loads(payload).get("message")))
                 else:
                     raise HostError(f"protocol: unexpected {kind!r} from a staged slot")
+        except (ValueError, KeyError, AttributeError) as exc:  # a frame we cannot read
+            raise HostError(f"protocol: a staged slot's offer: {exc!r}") from exc
         finally:
             for fd in fds:
                 os.close(fd)

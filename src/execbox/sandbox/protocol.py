@@ -2,8 +2,8 @@
 
 A frame is a 4-byte kind, an 8-byte big-endian length and the payload. Kinds:
   host -> supervisor: REQ (JSON request), FILE (one input file's bytes, in REQ order), RUN
-  (JSON: the host has written the code to the program itself, see below), KILL (reason), NEXT
-  (the host has read a result and wants the slot again)
+  (JSON: the host is writing the code to the program itself, see below; the spec and when it
+  started), KILL (reason), NEXT (the host has read a result and wants the slot again)
   supervisor -> host: PID (supervisor pid, JSON), RDY (the slot is staged: carries the host's
   ends of the run's stdin, stdout and stderr as SCM_RIGHTS), PRK (the staged program waits for
   its code and the run's baselines are taken; JSON: the run's token and the limits the slot

@@ -10,8 +10,8 @@ waits for its code, the supervisor takes the run's baselines and offers the host
 way is read from the control socket and applied first. It enforces wall and CPU time, then
 reads the cgroup for OOM kills, CPU and peak memory, collects artifacts and sends the result.
 Killing init kills every process of the run: the kernel tears down the whole pid namespace, the
-program, daemons and grandchildren included. Then the next run is staged, once the host asks
-for the slot again (NEXT). A session's slot ends with it. The supervisor is a fork of a small
+program, daemons and grandchildren included. Then the next run is staged; the host hears of it
+once it asks for the slot again (NEXT). A session's slot ends with it. The supervisor is a fork of a small
 zygote and init is no fork of Python at all: only the program pays for a big interpreter.
 Standard library only (and the jail's C library, through ctypes).
 """
@@ -76,7 +76,10 @@ class Supervisor:
     and serves run after run; each run gets fresh pid and ipc namespaces with their own init, a
     fresh /proc, fresh scratch mounts and new stdio pipes, all staged before its request
     arrives. Between runs nothing of the last one is left: init's death ends every process of
-    its pid namespace, the cgroup is checked empty, the scratch tmpfs are replaced."""
+    its pid namespace, the cgroup is checked empty, the scratch tmpfs are replaced. Only the
+    cgroup's memory and pids limits stay as the last run set them, for the short way of a next
+    run that asks for the same (see `_offer_short_way`); one that asks for others has them
+    applied before its code is sent."""
 
     def __init__(self, z: Zygote, ctrl: int, cgroup_name: str, kind: str) -> None:
         self.z = z
@@ -98,7 +101,6 @@ class Supervisor:
         # Where this process's children go by default; each run points them at a fresh pid
         # namespace (unshare) and back (setns) for the next one.
         self.own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
-        self.ncpu = max(1, len(os.sched_getaffinity(0)))  # how fast a run can use its CPU time
 
     def run(self) -> None:
         try:
@@ -142,7 +144,7 @@ class Supervisor:
                     if req.get("session"):  # a session's slot serves nothing after it
                         cells.serve(self, spec, files)
                         return
-                    self._await_parked()
+                    self._await_parked(spec.timeout_s)
                     result = self._execute(req["code"], spec, files, 0.0)
                 else:
                     raise jail.JailError(f"protocol: expected a request, got {kind!r}")
@@ -218,8 +220,9 @@ class Supervisor:
             self.cg = None
 
     def _stage_slot(self) -> None:
-        """What every run of this slot shares: the cgroup (limits and counters are set and read
-        per run), the mount, network and uts namespaces and the read-only root."""
+        """What every run of this slot shares: the cgroup (its limits set for a run that asks
+        for others, its counters read per run), the mount, network and uts namespaces and the
+        read-only root."""
         with jail.step("create cgroup"):
             self.cg = self.z.hierarchy.create(self.cgroup_name)
             self.cg.set_limits(STAGED_MEMORY_BYTES, STAGED_PIDS)
@@ -259,8 +262,8 @@ class Supervisor:
             for fd, _ in poller.poll():
                 if fd == self.done_r:
                     poller.unregister(fd)
-                    if self._take_parked():
-                        self._offer_short_way()
+                    if self._take_parked() and not self._offer_short_way():
+                        return None  # the host closed the slot as its program got ready
                     continue
                 try:
                     return protocol.read_frame(self.ctrl)
@@ -287,10 +290,11 @@ class Supervisor:
         self.parked = True
         return True
 
-    def _offer_short_way(self) -> None:
+    def _offer_short_way(self) -> bool:
         """PRK: the run's token and the limits the slot has now, with the write end of the
         program's go pipe (a run's memory and pids limits stay applied for the next, so a
-        caller's usual limits take the short way from its second run on)."""
+        caller's usual limits take the short way once each slot of the pool has run with them;
+        slots are staged with the defaults). False when the host has closed the slot."""
         assert self.cg is not None and self.cg.applied is not None
         memory_bytes, pids = self.cg.applied
         offer = {"token": self.done_token.decode(), "memory_bytes": memory_bytes, "pids": pids,
@@ -298,23 +302,34 @@ class Supervisor:
         go_w = os.dup(self.go_w)
         try:
             socket.send_fds(self.ctrl_sock, [protocol.json_frame(protocol.PRK, offer)], [go_w])
+        except (BrokenPipeError, ConnectionResetError):
+            return False
         finally:
             os.close(go_w)
+        return True
 
-    def _await_parked(self) -> None:
+    def _await_parked(self, timeout_s: float) -> None:
         """For a request that came the long way: the program must be waiting for its code and
-        the baselines taken before the code is sent."""
+        the baselines taken before the code is sent. Waits at most `timeout_s` (the run's own:
+        a program that is not ready in its run's time fails the run then, not at the host's
+        backstop)."""
         if self.parked:
             return
         poller = select.poll()
         poller.register(self.done_r, select.POLLIN)
-        if poller.poll(int(PARK_WAIT_S * 1000)) and self._take_parked():
+        ready = bool(poller.poll(int(min(PARK_WAIT_S, timeout_s) * 1000) + 1))
+        if ready and self._take_parked():
             return
-        self.end_init()  # it ended in set-up (or never got there): its zygote says why
-        _status, init_error = _read_status(self.status_r)
+        self.end_init()  # everything of the run is gone before its reports are read
+        status, init_error = _read_status(self.status_r)
         setup_error = _read_available(self.setup_r).decode("utf-8", "replace")
-        raise jail.JailError(setup_error or init_error or
-                             f"program set-up: not waiting for its code within {PARK_WAIT_S:g} s")
+        if setup_error or init_error:
+            raise jail.JailError(setup_error or init_error or "")
+        if ready:
+            raise jail.JailError("program set-up: the program ended before its code came"
+                                 + (f" (wait status {status})" if status is not None else ""))
+        raise jail.JailError(f"program set-up: not waiting for its code within "
+                             f"{min(PARK_WAIT_S, timeout_s):g} s")
 
     def _check_staged(self, spec: jail.RunSpec) -> None:
         """A RUN must ask for what the slot is staged with: nothing is applied for it."""
@@ -338,6 +353,9 @@ class Supervisor:
             jail.size_scratch(spec)
             inputs = jail.place_inputs(files)
             del files
+            # Lowering the memory limit reclaims what the cgroup holds beyond it: the peak
+            # taken at PARKED would still show it.
+            self.cg.reset_memory_peak()
             go = json.dumps({"code": code, "spec": vars(spec),
                              "token": self.done_token.decode()}).encode()
             started = time.monotonic()
@@ -391,7 +409,7 @@ class Supervisor:
             poller.register(fd, select.POLLIN)
         deadline = started + spec.timeout_s
         cpu_limit_ns = spec.cpu_s * 1e9
-        ncpu = self.ncpu
+        ncpu = max(1, len(os.sched_getaffinity(0)))  # it may change between runs
         next_cpu_check = started + spec.cpu_s / ncpu
         killed: str | None = None
         token, tail, junk = self.done_token, b"", 0
