@@ -359,3 +359,18 @@ def test_a_run_that_lowers_the_memory_limit_reports_its_own_peak(
     small = ex.run("print(1)", limits={"memory_mib": 32})
     assert small.status is Status.ok, small
     assert small.metrics.memory_peak_bytes <= 32 << 20, small.metrics
+
+
+@pytest.mark.hostile
+def test_what_a_run_read_does_not_count_in_the_next_runs_memory(
+        jailed_one_slot: Executor) -> None:
+    """Page cache outlives the run that read it, charged to the slot's cgroup: given back
+    between runs, it neither shows in the next run's peak (which could be another caller's,
+    learning how much the last one read) nor takes room under its limit."""
+    ex = jailed_one_slot
+    first = ex.run(READ_SOURCES, limits={"timeout_s": 30, "cpu_s": 30})
+    assert first.status is Status.ok and first.stdout == "True\n", first  # 96 MiB read
+    assert first.metrics.memory_peak_bytes >= 96 << 20, first.metrics  # control: charged here
+    nxt = ex.run("print(1)", limits={"timeout_s": 30, "cpu_s": 30})
+    assert nxt.status is Status.ok, nxt
+    assert nxt.metrics.memory_peak_bytes < 48 << 20, nxt.metrics

@@ -211,6 +211,7 @@ class Supervisor:
         with jail.step("check the cgroup is empty"):
             if self.cg.has_processes():
                 raise jail.JailError("processes of the last run survived its pid namespace")
+        self.cg.reclaim()
 
     def _cleanup(self) -> None:
         self.end_init()
