@@ -198,9 +198,6 @@ def _kill_procs(path: str) -> None:
         time.sleep(0.01)
 
 
-RECLAIM_ABOVE = 1 << 20  # bytes an empty run cgroup may hold before `reclaim` gives them back
-
-
 @dataclass
 class RunCgroup:
     hierarchy: Hierarchy
@@ -288,24 +285,6 @@ class RunCgroup:
         try:
             os.pwrite(self._peak_fd(), b"0", 0)
         except OSError:  # v2 kernels before 6.12 cannot reset the peak
-            pass
-
-    def reclaim(self) -> None:
-        """Give back what the cgroup still holds with no process in it, when that is more than
-        RECLAIM_ABOVE: the page cache its last run read in. Else it counts in the next run's
-        memory and peak (another caller's run, maybe: how much the last one read would show).
-        Below it, what is left is the kernel's own (~0.25 MiB): reclaiming that costs a drain
-        of every CPU's page lists for nothing (~0.2 ms of CPU a run, measured)."""
-        mem = self._mem()
-        try:
-            usage = int(self._read(mem, "memory.current" if self.v2 else "memory.usage_in_bytes"))
-            if usage <= RECLAIM_ABOVE:
-                return
-            if self.v2:  # memory.reclaim (5.19+) takes an amount
-                os.pwrite(self._kept_fd(mem, "memory.reclaim", os.O_WRONLY), str(usage).encode(), 0)
-            else:
-                os.pwrite(self._kept_fd(mem, "memory.force_empty", os.O_WRONLY), b"0", 0)
-        except (OSError, ValueError):  # an older kernel, or some of it could not be reclaimed
             pass
 
     def oom_kills(self) -> int:

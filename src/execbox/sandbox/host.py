@@ -567,7 +567,7 @@ class Slot:
                     raise HostError("sandbox: " + str(json.loads(payload).get("message")))
                 else:
                     raise HostError(f"protocol: unexpected {kind!r} from a staged slot")
-        except (ValueError, KeyError, AttributeError) as exc:  # a frame we cannot read
+        except (ValueError, KeyError, AttributeError, TypeError) as exc:  # unreadable
             raise HostError(f"protocol: a staged slot's offer: {exc!r}") from exc
         finally:
             for fd in fds:

@@ -35,6 +35,7 @@ STAGED_PIDS = 64  # Limits().pids
 DONE_JUNK_LIMIT = 64 << 10  # bytes read from the exit-report pipe before we stop listening
 INIT_WAIT_S = 5.0  # how long teardown waits for a killed init (see `end_init`)
 PARK_WAIT_S = 30.0  # how long a staged program may take to wait for its code (the host's too)
+PARK_MIN_S = 5.0  # and how long a run of any timeout waits for it (see `_await_parked`)
 
 
 class Zygote:
@@ -211,7 +212,6 @@ class Supervisor:
         with jail.step("check the cgroup is empty"):
             if self.cg.has_processes():
                 raise jail.JailError("processes of the last run survived its pid namespace")
-        self.cg.reclaim()
 
     def _cleanup(self) -> None:
         self.end_init()
@@ -311,14 +311,15 @@ class Supervisor:
 
     def _await_parked(self, timeout_s: float) -> None:
         """For a request that came the long way: the program must be waiting for its code and
-        the baselines taken before the code is sent. Waits at most `timeout_s` (the run's own:
-        a program that is not ready in its run's time fails the run then, not at the host's
-        backstop)."""
+        the baselines taken before the code is sent. Waits `timeout_s` (the run's own), at
+        least PARK_MIN_S (a loaded machine may take that to ready a program; the wait is not
+        the run's time) and at most PARK_WAIT_S, within the host's backstop."""
         if self.parked:
             return
+        wait_s = min(PARK_WAIT_S, max(PARK_MIN_S, timeout_s))
         poller = select.poll()
         poller.register(self.done_r, select.POLLIN)
-        ready = bool(poller.poll(int(min(PARK_WAIT_S, timeout_s) * 1000) + 1))
+        ready = bool(poller.poll(int(wait_s * 1000) + 1))
         if ready and self._take_parked():
             return
         self.end_init()  # everything of the run is gone before its reports are read
@@ -329,8 +330,7 @@ class Supervisor:
         if ready:
             raise jail.JailError("program set-up: the program ended before its code came"
                                  + (f" (wait status {status})" if status is not None else ""))
-        raise jail.JailError(f"program set-up: not waiting for its code within "
-                             f"{min(PARK_WAIT_S, timeout_s):g} s")
+        raise jail.JailError(f"program set-up: not waiting for its code within {wait_s:g} s")
 
     def _check_staged(self, spec: jail.RunSpec) -> None:
         """A RUN must ask for what the slot is staged with: nothing is applied for it."""
