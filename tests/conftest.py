@@ -4,9 +4,10 @@ real cgroups. Hostile programs run only after `jailed` has proven the jail is ac
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -146,3 +147,21 @@ class CellRunner:
 def as_session_cells() -> type[CellRunner]:
     """CellRunner, for test modules (which cannot import this conftest by name reliably)."""
     return CellRunner
+
+
+@pytest.fixture
+def host_child_fds() -> Callable[[], str]:
+    """What a child the host application starts with close_fds=False holds open (`ls -l` of
+    its /proc/self/fd), after a control: a descriptor made inheritable is seen there."""
+    def listing() -> str:
+        r, w = os.pipe()
+        os.set_inheritable(w, True)
+        try:
+            out = subprocess.run(["ls", "-l", "/proc/self/fd/"], close_fds=False,
+                                 capture_output=True, text=True, check=True).stdout
+            assert os.readlink(f"/proc/self/fd/{w}") in out
+        finally:
+            os.close(r)
+            os.close(w)
+        return out
+    return listing
