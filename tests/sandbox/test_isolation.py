@@ -538,8 +538,8 @@ def test_orphans_of_a_run_are_reaped_not_left_as_zombies(jailed: Executor) -> No
             try:
                 with open(f"/proc/{pid}/stat") as fh:
                     return fh.read().rsplit(")", 1)[1].split()[0]
-            except FileNotFoundError:
-                return "gone"
+            except (FileNotFoundError, ProcessLookupError):  # reaped before open, or between
+                return "gone"                                 # open and read (ESRCH)
         r, w = os.pipe()
         child = os.fork()
         if child == 0:
