@@ -172,6 +172,21 @@ def test_findings_give_kind_and_exact_span(case: Case) -> None:
     assert text[finding.start:finding.end] == case.secret
 
 
+def test_rules_skip_only_texts_too_short_to_match() -> None:
+    """A text shorter than a rule's `min_len` is not scanned by it: every rule has a bound
+    (short outputs skip the scans), and no match of any rule on any case is shorter."""
+    from execbox.redact import _RULES
+
+    assert all(rule.min_len > 0 for rule in _RULES), [r.kind for r in _RULES if not r.min_len]
+    for case in CASES:
+        for rule in _RULES:
+            subject = case.text.lower() if rule.lowered else case.text
+            for m in rule.pattern.finditer(subject):
+                assert m.end() - m.start() >= rule.min_len, (rule.kind, case.text)
+        # The secret alone, with nothing around it to lengthen the text, is still found.
+        assert DEFAULT.redact(case.text) == case.expected
+
+
 @pytest.mark.parametrize("context", list(CONTEXTS))
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_redaction_is_idempotent(case: Case, context: str) -> None:

@@ -578,8 +578,11 @@ def _spec(limits: Limits, request: RunRequest) -> dict[str, Any]:
 
 def _redact(result: RunResult, redactor: Redactor) -> RunResult:
     """Scrub secrets from everything the code produced as text."""
-    update: dict[str, Any] = {"stdout": redactor.redact(result.stdout),
-                              "stderr": redactor.redact(result.stderr)}
+    stdout, stderr = redactor.redact(result.stdout), redactor.redact(result.stderr)
+    if stdout is result.stdout and stderr is result.stderr and not result.outputs \
+            and result.error is None:
+        return result  # nothing to scrub (`redact` returns its argument then): no copy
+    update: dict[str, Any] = {"stdout": stdout, "stderr": stderr}
     if result.outputs:  # every one: the code chooses the MIME type, so any may hold text
         update["outputs"] = [o.model_copy(update={"data": redactor.redact(o.data)})
                              for o in result.outputs]

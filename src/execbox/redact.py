@@ -63,6 +63,7 @@ class _Rule:
     pattern: re.Pattern[str]
     lowered: bool  # matched against the lowercased text (keyword rules)
     groups: tuple[str, ...]  # named groups holding the secret; none = the whole match
+    min_len: int  # no match is shorter: a shorter text is not scanned (most outputs are short)
 
 
 # ---- building blocks -------------------------------------------------------------------------
@@ -103,7 +104,18 @@ _QUERY_VALUE = r"[a-z0-9._~%+/=:@!$*-]*[a-z0-9_~%+/=@!$*-]"
 def _rule(kind: str, regex: str, *, lowered: bool = False) -> _Rule:
     pattern = re.compile(regex, re.VERBOSE)
     groups = tuple(sorted(pattern.groupindex, key=pattern.groupindex.__getitem__))
-    return _Rule(kind, pattern, lowered, groups)
+    return _Rule(kind, pattern, lowered, groups, _min_width(regex, re.VERBOSE))
+
+
+def _min_width(regex: str, flags: int) -> int:
+    """The fewest characters a match of `regex` spans, from the regex parser `re` itself
+    uses (lookarounds count as none); 0, so the rule is always run, where it cannot tell."""
+    try:
+        from re import _parser  # type: ignore[attr-defined]  # CPython's own, 3.11+
+
+        return max(0, int(_parser.parse(regex, flags).getwidth()[0]))
+    except Exception:  # noqa: BLE001 - another implementation: no shortcut, same result
+        return 0
 
 
 def _keyword(kind: str, lead: str, tails: str, value: str) -> _Rule:
@@ -281,17 +293,23 @@ class Redactor:
         self._secrets: tuple[str, ...] = tuple(sorted(kept, key=lambda s: (-len(s), s)))
 
     def with_secrets(self, more: Iterable[str]) -> Redactor:
-        """A new Redactor that also redacts the values in `more`."""
-        return Redactor((*self._secrets, *more))
+        """A Redactor that also redacts the values in `more` (this one when there are none:
+        it is immutable)."""
+        more = tuple(more)
+        return Redactor((*self._secrets, *more)) if more else self
 
     def findings(self, text: str) -> list[Finding]:
         """The secrets in `text`, sorted, non-overlapping (overlapping hits merged)."""
+        if not text:
+            return []
         raw: list[tuple[int, int, int, str]] = []  # (start, end, priority, kind)
         for prio, value in enumerate(self._secrets):
             raw.extend((s, e, prio, REGISTERED) for s, e in _registered_spans(text, value))
         base = len(self._secrets)
         lowered: str | None = None
         for prio, rule in enumerate(_RULES, start=base):
+            if rule.min_len > len(text):
+                continue
             if rule.lowered:
                 if lowered is None:
                     lowered = _lower_same_length(text)
