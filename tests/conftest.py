@@ -78,7 +78,10 @@ def prove_jail(ex: execbox.Executor) -> str | None:
                     continue
                 if controller in ("memory", "") and procs:
                     limit_file = "memory.limit_in_bytes" if controller else "memory.max"
-                    limit = _read(os.path.join(path, limit_file)).strip()
+                    try:
+                        limit = _read(os.path.join(path, limit_file)).strip()
+                    except OSError:  # gone since its procs were read
+                        continue
                     if limit == str(probe_mib << 20):
                         seen["memory_limit"] = limit
                         seen["procs"] = " ".join(procs)

@@ -305,8 +305,10 @@ def test_a_run_sent_the_short_way_is_timed_from_the_hosts_send(
     spec = _spec(request.limits, request)
     assert slot.staged_for(spec), "control: this run takes the short way"
     box: list[object] = []
+    sending = threading.Event()
 
     def run() -> None:
+        sending.set()
         box.append(host.execute(slot, {"code": request.code, "run_id": "late", "spec": spec},
                                 [], b"", 1 << 20, 20.0))
 
@@ -314,6 +316,7 @@ def test_a_run_sent_the_short_way_is_timed_from_the_hosts_send(
     try:
         thread = threading.Thread(target=run)
         thread.start()
+        assert sending.wait(10)
         time.sleep(0.6)  # the code has slept and printed by now; its supervisor saw nothing
     finally:
         signal.pidfd_send_signal(slot.sup_pidfd, signal.SIGCONT)

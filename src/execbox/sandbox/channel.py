@@ -290,8 +290,15 @@ class _CellPump:
             if self.cell:
                 sel.register(ch.cells_w, selectors.EVENT_WRITE)
             self._ctrl()  # frames that arrived with an earlier read
+            watching_ctrl = True
             while True:
                 if self._complete():
+                    if watching_ctrl:
+                        # The result is whole: nothing more of this cell comes that way, and a
+                        # supervisor whose session ended may exit before our output pipes reach
+                        # their end. That end of file is not a failure of the cell.
+                        sel.unregister(ch.slot.ctrl)
+                        watching_ctrl = False
                     if all(self.done.values()):
                         break
                     if drain_until is None:
