@@ -211,6 +211,44 @@ def test_a_forged_oversized_report_ends_the_session_before_it_is_buffered(
         _ends_promptly(s, sup, "larger than the outputs budget")
 
 
+def test_a_session_ending_cell_keeps_its_result_when_the_host_reads_output_late(
+        hostile: Executor, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cell that ends its session: its supervisor sends the result, then exits. A host slow
+    to read the output pipes (a loaded machine) can see that exit before the pipes' end, and
+    the cell's result must still be the result, not a sandbox error. Staged here: once the host
+    has the result it waits until the supervisor is gone before it reads on, and its selector
+    hands over the control socket first (an order the kernel is free to choose)."""
+    import selectors
+    import socket
+
+    from execbox.sandbox import channel
+
+    class CtrlFirst(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+        def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+            return sorted(super().select(timeout),
+                          key=lambda event: not isinstance(event[0].fileobj, socket.socket))
+
+    take_ctrl = channel._CellPump._ctrl
+    waited: list[bool] = []
+    sup = 0
+
+    def slow_host(self: channel._CellPump) -> None:
+        take_ctrl(self)
+        if self.meta is not None and not waited:  # the result is in; the output is not read
+            waited.append(_wait_until(lambda: not _alive(sup), 10.0))
+
+    monkeypatch.setattr(selectors, "DefaultSelector", CtrlFirst)
+    monkeypatch.setattr(channel._CellPump, "_ctrl", slow_host)
+    with hostile.session(limits=Limits(memory_mib=256)) as s:
+        sup = _sup_pid(s)
+        payload = ("b'{\"status\":\"ok\",\"outputs\":[' + b'{},' * (4 << 20) + b'{}]}'")
+        r = s.run(KERNEL + "print('x' * 100)\n"
+                  + f"write_all(K['report_w'], forge(b'CRES', {payload}))")
+        assert waited == [True], "control: the supervisor exited before the host read on"
+        assert r.status is Status.error and r.error is not None, r
+        assert "larger than the outputs budget" in r.error.message, r
+
+
 def test_supervisor_memory_check_sees_growth(hostile: Executor) -> None:
     """Control for the check above: a cell whose report the supervisor must hold (a 40 MiB
     output within a raised artifact budget) does show up in the supervisor's peak."""
