@@ -84,9 +84,10 @@ def make_request(code: str, *, language: str = "python", stdin: bytes | str | No
 class Executor:
     """Runs code in the sandbox. Thread-safe; start once, run many times, close at the end.
 
-    Construction starts the fork server (about a second: it pre-imports numpy, pandas and
-    matplotlib). It raises SandboxUnavailable when this host cannot isolate runs; there is no
-    unsandboxed fallback.
+    Construction starts the fork servers and returns once standard-library code can run (a
+    fifth of a second); the one that pre-imports numpy, pandas and matplotlib keeps starting in
+    the background (about a second), and runs and sessions that need it wait for it. It raises
+    SandboxUnavailable when this host cannot isolate runs; there is no unsandboxed fallback.
     """
 
     def __init__(self, *, image: Image | None = None, max_concurrency: int | None = None,

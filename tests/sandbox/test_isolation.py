@@ -1085,6 +1085,7 @@ def test_staged_programs_already_hold_the_pages_programs_write_first() -> None:
     copies: its private dirty memory is at least that much (a staged heavy program without
     them holds ~1,600 pages; its warm pages are ~2,500)."""
     with Executor(cache=False) as own:
+        own._host.wait_heavy()  # its entries come once it is ready
         warm = own._host.info["warm_pages"]
         assert warm["light"] > 100 and warm["heavy"] > 1000, warm
         own.run("pass", limits=SMALL)
@@ -1104,6 +1105,7 @@ def test_only_pandas_slots_copy_pandas_pages_whatever_ran_before() -> None:
     runs imported changes nothing of it: a run can not read from its own memory what the run
     before it in its slot did."""
     with Executor(cache=False, pool_size=1) as own:
+        own._host.wait_heavy()  # its entries come once it is ready
         warm, base = own._host.info["warm_pages"], own._host.info["warm_base_pages"]
         assert 500 < base["heavy"] < warm["heavy"] - 1000, (base, warm)
         assert base["light"] == warm["light"], (base, warm)  # the light zygote has no more

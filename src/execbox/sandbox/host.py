@@ -99,7 +99,11 @@ class ZygoteProcess:
             for pair in pairs.values():
                 for end in pair:
                     end.close()
-        infos = {name: z.ready(ready_timeout_s) for name, z in self._starting.items()}
+        # The light and the supervisors' zygotes are ready in ~50 ms, the heavy one in a second
+        # or more (numpy, pandas, matplotlib, its training): the host is ready without it, its
+        # slots are staged meanwhile, and what runs there waits for it (`wait_heavy`).
+        infos = {name: z.ready(ready_timeout_s) for name, z in self._starting.items()
+                 if name != "heavy"}
         failed = [(name, info) for name, info in infos.items() if not info.get("ready")]
         if failed:
             self.close()
@@ -109,17 +113,17 @@ class ZygoteProcess:
         self._proc, self._sock = sup.proc, sup.sock
         self.heavy_pid = self._starting["heavy"].proc.pid
         self.light_pid = self._starting["light"].proc.pid
+        # The heavy zygote's entries (preloaded, heavy_startup_ms, its warm pages) are added
+        # once it is ready: read them after `wait_heavy`.
         self.info: dict[str, Any] = dict(
-            infos["supervisors"], preloaded=infos["heavy"]["preloaded"],
-            light_preloaded=infos["light"]["preloaded"],
+            infos["supervisors"], light_preloaded=infos["light"]["preloaded"],
             startup_ms=max(info["startup_ms"] for info in infos.values()),
-            warm_pages={kind: infos[kind].get("warm_pages", 0) for kind in KINDS},
-            warm_base_pages={kind: infos[kind].get("warm_base_pages", 0) for kind in KINDS})
-        for kind in KINDS:
-            if "warm_error" in infos[kind]:
-                log.warning("the %s program zygote learned no warm pages (its programs copy "
-                            "each page as they first write it): %s", kind,
-                            infos[kind]["warm_error"])
+            warm_pages={"light": infos["light"].get("warm_pages", 0)},
+            warm_base_pages={"light": infos["light"].get("warm_base_pages", 0)})
+        self._warn_no_warm_pages("light", infos["light"])
+        self._ready_timeout_s = ready_timeout_s
+        self._heavy_done = threading.Event()
+        self._heavy_error: str | None = None
         self._prefix = f"x{os.getpid()}-{infos['supervisors']['pid']}-"
         try:
             Hierarchy.discover().sweep_orphans()
@@ -128,6 +132,37 @@ class ZygoteProcess:
         self._counter = itertools.count()
         self._closed = False
         self.pool = SlotPool(self, pool_size)
+        threading.Thread(target=self._await_heavy, name="execbox-heavy-start",
+                         daemon=True).start()
+
+    def _await_heavy(self) -> None:
+        info = self._starting["heavy"].ready(self._ready_timeout_s)
+        if info.get("ready"):
+            self.info.update(preloaded=info["preloaded"], heavy_startup_ms=info["startup_ms"])
+            self.info["warm_pages"]["heavy"] = info.get("warm_pages", 0)
+            self.info["warm_base_pages"]["heavy"] = info.get("warm_base_pages", 0)
+            self._warn_no_warm_pages("heavy", info)
+        else:
+            self._heavy_error = f"the zygote (heavy) failed to start: {info.get('error')}"
+            if not self._closed:
+                log.error("%s", self._heavy_error)
+        self._heavy_done.set()
+
+    @staticmethod
+    def _warn_no_warm_pages(kind: str, info: dict[str, Any]) -> None:
+        if "warm_error" in info:
+            log.warning("the %s program zygote learned no warm pages (its programs copy each "
+                        "page as they first write it): %s", kind, info["warm_error"])
+
+    def wait_heavy(self, timeout_s: float | None = None) -> None:
+        """Wait until the heavy zygote serves (numpy and pandas runs and sessions have their
+        programs there); HostError when it failed to start, or was not ready in `timeout_s`
+        (by default the zygotes' start-up limit)."""
+        wait_s = self._ready_timeout_s + 1.0 if timeout_s is None else timeout_s
+        if not self._heavy_done.wait(wait_s):
+            raise HostError(f"the heavy zygote was not ready within {wait_s:g} s")
+        if self._heavy_error is not None:
+            raise HostError(self._heavy_error)
 
     @property
     def pid(self) -> int:
@@ -157,6 +192,7 @@ class ZygoteProcess:
         """A staged slot, to be started as a session (see `channel`)."""
         from .channel import SessionChannel
 
+        self.wait_heavy()
         return SessionChannel(self.pool.take("heavy", slot_wait_s), self._release)
 
     def _release(self, slot: Slot) -> None:
@@ -190,6 +226,8 @@ class ZygoteProcess:
         spec = request["spec"]
         go = b""
         try:
+            if protocol.SLOT_KINDS[slot.kind][0] == "heavy":
+                self.wait_heavy()
             try:
                 if not files and slot.take_offer() and slot.staged_for(spec):  # see `protocol`
                     go = protocol.frame(protocol.REQ, json.dumps(

@@ -1,0 +1,45 @@
+"""The executor is ready once its light and supervisors' zygotes are: the heavy zygote (numpy,
+pandas, matplotlib, sessions) keeps starting in the background, and what needs it waits for it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from execbox import Executor, Status
+from execbox.sandbox.host import HostError
+
+
+def test_heavy_work_right_after_start_waits_for_the_heavy_zygote() -> None:
+    with Executor(cache=False) as ex:
+        # Issued at once, each before the heavy zygote has necessarily said it is ready.
+        numpy = ex.run("import numpy as np\nprint(int(np.arange(4).sum()))")
+        pandas = ex.run("import pandas as pd\nprint(pd.Series([1, 2]).sum())")
+        with ex.session() as s:
+            cell = s.run("x = 41\nx + 1")
+        light = ex.run("print(1)")
+        assert numpy.status is Status.ok and numpy.stdout == "6\n", numpy
+        assert pandas.status is Status.ok and pandas.stdout == "3\n", pandas
+        assert cell.status is Status.ok and cell.outputs, cell
+        assert light.status is Status.ok and light.stdout == "1\n", light
+        ex._host.wait_heavy(0)  # ready by now, without failure
+        assert "numpy" in ex._host.info["preloaded"], ex._host.info
+        assert ex._host.info["warm_pages"]["heavy"] > 0, ex._host.info
+
+
+def test_a_heavy_zygote_that_dies_while_starting_is_a_clear_error() -> None:
+    with Executor(cache=False) as ex:
+        host = ex._host
+        if host._heavy_done.is_set():  # pragma: no cover - the heavy zygote takes over a second
+            pytest.skip("the heavy zygote was ready before it could be killed")
+        os.kill(host.heavy_pid, signal.SIGKILL)
+        with pytest.raises(HostError, match=r"the zygote \(heavy\) failed to start"):
+            host.wait_heavy(30)
+        # The executor sees a dead zygote and starts a new host: every kind of run works again.
+        assert ex.run("print(1)").stdout == "1\n"
+        r = ex.run("import pandas as pd\nprint(pd.Series([1, 2]).sum())")
+        assert r.status is Status.ok and r.stdout == "3\n", r
+        assert ex._host is not host
