@@ -49,6 +49,7 @@ def main() -> None:
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp, execbox.Executor(
             cache=False, records=f"sqlite:///{tmp}/runs.db") as ex:
+        ex._host.wait_heavy()  # it starts in the background: not in what is measured
         def isolated() -> None:
             r = ex.run("print(1)")
             assert r.ok, r

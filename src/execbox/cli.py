@@ -291,10 +291,16 @@ def doctor() -> None:
         try:
             with Executor() as ex:
                 r = ex.run("import os; print(os.getuid())")
+                # The data stack's zygote starts in the background: its own smoke run.
+                heavy = ex.run("import numpy, pandas; print(numpy.__version__)")
             ok = r.ok and r.stdout.strip() != "0"
             click.echo(f"{'ok  ' if ok else 'FAIL'} {'smoke run':<14} status={r.status.value} "
                        f"uid={r.stdout.strip()} wall={r.metrics.wall_ms:.1f}ms")
-            sys.exit(EXIT_OK if ok else EXIT_USAGE)
+            click.echo(f"{'ok  ' if heavy.ok else 'FAIL'} {'numpy run':<14} "
+                       f"status={heavy.status.value} "
+                       + (f"numpy={heavy.stdout.strip()}" if heavy.ok
+                          else f"error={heavy.error.message if heavy.error else ''}"))
+            sys.exit(EXIT_OK if ok and heavy.ok else EXIT_USAGE)
         except ExecboxError as exc:
             click.echo(f"FAIL {'smoke run':<14} {exc}")
     sys.exit(EXIT_USAGE)

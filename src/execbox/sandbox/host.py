@@ -136,17 +136,31 @@ class ZygoteProcess:
                          daemon=True).start()
 
     def _await_heavy(self) -> None:
-        info = self._starting["heavy"].ready(self._ready_timeout_s)
-        if info.get("ready"):
+        """The heavy zygote's hello, read in the background. A start that failed is final for
+        this host: its slots are no longer staged and what needs it fails with its error (a
+        restart would fail the same way, again and again); a hung one is killed."""
+        heavy = self._starting["heavy"]
+        try:
+            info = heavy.ready(self._ready_timeout_s)
+            if not info.get("ready"):
+                raise HostError(str(info.get("error")))
             self.info.update(preloaded=info["preloaded"], heavy_startup_ms=info["startup_ms"])
             self.info["warm_pages"]["heavy"] = info.get("warm_pages", 0)
             self.info["warm_base_pages"]["heavy"] = info.get("warm_base_pages", 0)
             self._warn_no_warm_pages("heavy", info)
-        else:
-            self._heavy_error = f"the zygote (heavy) failed to start: {info.get('error')}"
+        except Exception as exc:  # noqa: BLE001 - whatever it was, heavy runs must learn it
+            why = "the sandbox host was closed" if self._closed else str(exc)
+            self._heavy_error = f"the zygote (heavy) failed to start: {why}"
             if not self._closed:
                 log.error("%s", self._heavy_error)
-        self._heavy_done.set()
+                heavy.kill()
+        finally:
+            self._heavy_done.set()
+
+    def kind_error(self, slot_kind: str) -> str | None:
+        """Why slots of `slot_kind` cannot run (their program zygote failed to start), or
+        None."""
+        return self._heavy_error if protocol.SLOT_KINDS[slot_kind][0] == "heavy" else None
 
     @staticmethod
     def _warn_no_warm_pages(kind: str, info: dict[str, Any]) -> None:
@@ -170,7 +184,10 @@ class ZygoteProcess:
         return self._proc.pid
 
     def alive(self) -> bool:
-        return all(z.proc.poll() is None for z in self._starting.values())
+        """Whether every zygote still runs; a heavy zygote that failed to start is not counted
+        (its failure is final, see `_await_heavy`)."""
+        return all(z.proc.poll() is None for name, z in self._starting.items()
+                   if not (name == "heavy" and self._heavy_error is not None))
 
     def start_slot(self, kind: str) -> Slot:
         """Ask for a new supervisor; it builds its slot and stages a run of `kind` (the pool
@@ -299,19 +316,34 @@ class _Starting:
         finally:
             child.close()
         self.sock.send(json.dumps(options).encode())
+        self.said_hello = False
 
     def ready(self, timeout_s: float) -> dict[str, Any]:
-        self.sock.settimeout(timeout_s)
         try:
+            self.sock.settimeout(timeout_s)
             hello = self.sock.recv(65536)
-        except OSError:
+            self.sock.settimeout(None)
+        except TimeoutError:
             return {"ready": False, "error": f"the zygote did not start within {timeout_s:g} s"}
-        self.sock.settimeout(None)
+        except OSError as exc:
+            return {"ready": False, "error": f"its socket failed: {exc}"}
         info: dict[str, Any] = (json.loads(hello) if hello
                                 else {"ready": False, "error": "exited at start"})
+        self.said_hello = bool(info.get("ready"))
         return info
 
+    def kill(self) -> None:
+        """End the zygote and what it forked while starting (its training programs): it leads
+        its own process group."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self.proc.wait()
+
     def stop(self) -> None:
+        if not self.said_hello:  # still starting, or failed: nothing of it is worth a wait
+            self.kill()
         try:
             self.sock.close()
         finally:
@@ -365,6 +397,9 @@ class SlotPool:
             while True:
                 if self._closed:
                     raise HostError("the sandbox host is closed")
+                failed = self._zygote.kind_error(kind)
+                if failed:
+                    raise HostError(failed)
                 if self._ready[kind]:
                     slot = self._ready[kind].popleft()
                     self._busy.add(slot.name)
@@ -430,7 +465,7 @@ class SlotPool:
                 with self._cond:
                     if self._closed:
                         return
-                    missing = [k for k in SLOT_KINDS
+                    missing = [k for k in SLOT_KINDS if not self._zygote.kind_error(k)
                                for _ in range(self._size - len(self._alive[k]))]
                 now = time.monotonic()
                 if now >= retry_at:
