@@ -124,6 +124,7 @@ class ZygoteProcess:
         self._ready_timeout_s = ready_timeout_s
         self._heavy_done = threading.Event()
         self._heavy_error: str | None = None
+        self._heavy_final = False
         self._prefix = f"x{os.getpid()}-{infos['supervisors']['pid']}-"
         try:
             Hierarchy.discover().sweep_orphans()
@@ -136,13 +137,16 @@ class ZygoteProcess:
                          daemon=True).start()
 
     def _await_heavy(self) -> None:
-        """The heavy zygote's hello, read in the background. A start that failed is final for
-        this host: its slots are no longer staged and what needs it fails with its error (a
-        restart would fail the same way, again and again); a hung one is killed."""
+        """The heavy zygote's hello, read in the background. Its slots are no longer staged and
+        what needs it fails with its error when it did not start. A zygote that said why it
+        failed, or hung (it is killed), would do the same again: that is final for this host.
+        One that died (killed, crashed) is a zygote death like any other: the next call starts
+        a new host (see `alive`)."""
         heavy = self._starting["heavy"]
         try:
             info = heavy.ready(self._ready_timeout_s)
             if not info.get("ready"):
+                self._heavy_final = not info.get("died")
                 raise HostError(str(info.get("error")))
             self.info.update(preloaded=info["preloaded"], heavy_startup_ms=info["startup_ms"])
             self.info["warm_pages"]["heavy"] = info.get("warm_pages", 0)
@@ -153,7 +157,9 @@ class ZygoteProcess:
             self._heavy_error = f"the zygote (heavy) failed to start: {why}"
             if not self._closed:
                 log.error("%s", self._heavy_error)
-                heavy.kill()
+                if self._heavy_final:
+                    heavy.kill()
+                self.pool.drop_kinds([k for k in SLOT_KINDS if self.kind_error(k)])
         finally:
             self._heavy_done.set()
 
@@ -184,10 +190,12 @@ class ZygoteProcess:
         return self._proc.pid
 
     def alive(self) -> bool:
-        """Whether every zygote still runs; a heavy zygote that failed to start is not counted
-        (its failure is final, see `_await_heavy`)."""
+        """Whether every zygote still runs; a heavy zygote whose failed start is final is not
+        counted (see `_await_heavy`)."""
+        if self._heavy_error is not None and not self._heavy_final:
+            return False  # it died starting (its process may not be reaped yet)
         return all(z.proc.poll() is None for name, z in self._starting.items()
-                   if not (name == "heavy" and self._heavy_error is not None))
+                   if not (name == "heavy" and self._heavy_final))
 
     def start_slot(self, kind: str) -> Slot:
         """Ask for a new supervisor; it builds its slot and stages a run of `kind` (the pool
@@ -326,9 +334,9 @@ class _Starting:
         except TimeoutError:
             return {"ready": False, "error": f"the zygote did not start within {timeout_s:g} s"}
         except OSError as exc:
-            return {"ready": False, "error": f"its socket failed: {exc}"}
+            return {"ready": False, "died": True, "error": f"its socket failed: {exc}"}
         info: dict[str, Any] = (json.loads(hello) if hello
-                                else {"ready": False, "error": "exited at start"})
+                                else {"ready": False, "died": True, "error": "exited at start"})
         self.said_hello = bool(info.get("ready"))
         return info
 
@@ -425,6 +433,17 @@ class SlotPool:
             self._watch(slot)
         return True
 
+    def drop_kinds(self, kinds: list[str]) -> None:
+        """Close the staged slots of `kinds`: their program zygote failed to start."""
+        with self._cond:
+            dropped = [slot for kind in kinds for slot in self._ready[kind]]
+            for kind in kinds:
+                self._ready[kind].clear()
+            for slot in dropped:
+                self._alive[slot.kind].discard(slot.name)
+        for slot in dropped:
+            self._zygote._forget(slot)
+
     def discard(self, slot: Slot) -> None:
         """The slot is gone (closed by the caller): stage a new one in its place."""
         with self._cond:
@@ -498,12 +517,15 @@ class SlotPool:
                     if staged:
                         self._unwatch(slot)
                         with self._cond:
-                            closed = self._closed  # then `close` has taken the ready slots
-                            if not closed:
+                            # When closed, `close` has taken the ready slots; a kind whose
+                            # program zygote failed to start serves nothing.
+                            unusable = self._closed or bool(self._zygote.kind_error(slot.kind))
+                            if not unusable:
                                 self._error = None
                                 self._ready[slot.kind].append(slot)
                                 self._cond.notify_all()
-                        if closed:
+                        if unusable:
+                            self._alive[slot.kind].discard(slot.name)
                             self._zygote._forget(slot)
                 late = time.monotonic() - STAGE_TIMEOUT_S
                 with self._cond:
