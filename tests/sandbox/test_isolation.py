@@ -139,23 +139,14 @@ def host_pids_with_cmdline(cmdline: bytes) -> list[int]:
     return [pid for pid in host_pids() if host_cmdline(pid) == cmdline]
 
 
-def host_cmdline_gone(cmdline: bytes, timeout: float = 3.0) -> list[int]:
-    """Poll: what is left with `cmdline` once the processes ended ([] when none). A result comes
-    before its run's teardown ends: a killed process can still show for a moment."""
+def poll_host_cmdline(cmdline: bytes, *, gone: bool, timeout: float) -> list[int]:
+    """The host pids with `cmdline`, polled until there are some (or none, when `gone`) or
+    `timeout` passes: an exec'd process shows its argv a moment after its parent sees the exec
+    succeed, and a killed one can still show a moment after its run's result came."""
     deadline = time.monotonic() + timeout
     while True:
         found = host_pids_with_cmdline(cmdline)
-        if not found or time.monotonic() >= deadline:
-            return found
-        time.sleep(0.02)
-
-
-def wait_for_host_cmdline(cmdline: bytes, timeout: float = 2.0) -> list[int]:
-    """Poll: an exec'd process shows its argv a moment after its parent sees the exec succeed."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = host_pids_with_cmdline(cmdline)
-        if found or time.monotonic() >= deadline:
+        if bool(found) != gone or time.monotonic() >= deadline:
             return found
         time.sleep(0.02)
 
@@ -752,7 +743,7 @@ def test_daemonized_grandchild_does_not_outlive_its_run(jailed: Executor) -> Non
     assert ready.wait(5), "the run never reported its daemon running"
     during = host_pids_with_cmdline(cmdline)
     r = joined(thread, box)
-    after = host_cmdline_gone(cmdline)
+    after = poll_host_cmdline(cmdline, gone=True, timeout=3.0)
     assert r.status is Status.ok, describe(r)
     assert during, "control failed: the host scan did not see the daemon while the run was live"
     assert after == [], f"the daemon outlived its run: host pids {after}"
@@ -775,7 +766,7 @@ def test_daemon_holding_stdout_does_not_delay_the_result(jailed: Executor) -> No
     elapsed = time.monotonic() - started
     assert r.status is Status.ok, describe(r)
     assert elapsed < 5, f"the result waited {elapsed:.1f} s for a daemon"
-    assert host_cmdline_gone(f"sleep\0{marker}\0".encode()) == []
+    assert poll_host_cmdline(f"sleep\0{marker}\0".encode(), gone=True, timeout=3.0) == []
 
 
 @pytest.mark.hostile
@@ -939,7 +930,8 @@ def test_concurrent_runs_cannot_see_or_signal_each_other(jailed: Executor) -> No
     """, MARK=mark, PORT=port, SLEEPER=sleeper)
     thread, box = in_thread(lambda: jailed.run(a_code, limits=SMALL, on_stdout=on_stdout))
     assert ready.wait(5), "run A never became ready"
-    assert wait_for_host_cmdline(f"sleep\0{sleeper}\0".encode()), "control: A's child not seen"
+    assert poll_host_cmdline(f"sleep\0{sleeper}\0".encode(), gone=False, timeout=2.0), \
+        "control: A's child not seen"
     b = run_ok(jailed, b_code)
     a = joined(thread, box)
     assert a.status is Status.ok, describe(a)

@@ -682,14 +682,11 @@ class Slot:
                 and not spec.get("input_bytes") and not spec.get("input_count"))
 
     def write_go(self, data: bytes) -> int:
-        """Write what fits of `data` into the offered go pipe without waiting; how much."""
+        """Write what fits of `data` into the offered go pipe without waiting; how much (all
+        of it when the program is gone)."""
         os.set_blocking(self.go_w, False)
-        try:
-            return os.write(self.go_w, data)
-        except BlockingIOError:
-            return 0
-        except OSError:  # the program is gone: its report says why, the rest is not wanted
-            return len(data)
+        written = _write_some(self.go_w, data)
+        return len(data) if written < 0 else written
 
     def close_stdin(self) -> None:
         if self.stdin_w >= 0:
@@ -795,12 +792,11 @@ class _Pump:
     def _feed(self, sel: _Poll, fd: int) -> None:
         data = self.writes[fd]
         if data:
-            try:
-                data = data[os.write(fd, data[:_CHUNK * 4]):]
-            except BlockingIOError:
+            written = _write_some(fd, data[:_CHUNK * 4])
+            if not written:
                 return
-            except OSError:  # the program closed the pipe or exited: the rest is not wanted
-                data = data[:0]
+            # The program closed the pipe or exited: the rest is not wanted either.
+            data = data[:0] if written < 0 else data[written:]
             self.writes[fd] = data
         if not data:
             self._end_write(sel, fd)
@@ -862,6 +858,17 @@ class _Pump:
 
     def _kill_supervisor(self) -> None:
         self.slot.kill()
+
+
+def _write_some(fd: int, data: bytes | memoryview) -> int:
+    """Write what fits of `data` into the non-blocking pipe `fd`: bytes written, 0 when it is
+    full, -1 when its reader is gone."""
+    try:
+        return os.write(fd, data)
+    except BlockingIOError:
+        return 0
+    except OSError:
+        return -1
 
 
 class _Poll:

@@ -2,17 +2,18 @@
 
 The supervisor builds the slot once (cgroup, mount, network and uts namespaces, read-only
 root). For each run it mounts fresh scratch tmpfs, makes new pid and ipc namespaces, spawns
-init (pid 1 of the run's pid namespace, a small static C program: `native/init.c`) and asks
-its program zygote to fork the program into them (see `program`); the run is then staged.
-That staging is one call into C (`native/stage.c`), off the request path. Once the program
-waits for its code, the supervisor takes the run's baselines and offers the host the short way
-(the host writes the code to the program itself, see `protocol`); a request that comes the long
-way is read from the control socket and applied first. It enforces wall and CPU time, then
-reads the cgroup for OOM kills, CPU and peak memory, collects artifacts and sends the result.
-Killing init kills every process of the run: the kernel tears down the whole pid namespace, the
+init (pid 1 of the run's pid namespace, a small static C program: `native/init.c`) and asks its
+program zygote to fork the program into them (see `program`); the run is then staged. That
+staging is one call into C (`native/stage.c`), off the request path. Once the program waits for
+its code, the supervisor takes the run's baselines and offers the host the short way (the host
+writes the code to the program itself, see `protocol`); a request that comes the long way is
+read from the control socket and applied first. It enforces wall and CPU time, then reads the
+cgroup for OOM kills, CPU and peak memory, collects artifacts and sends the result. Killing
+init kills every process of the run: the kernel tears down the whole pid namespace, the
 program, daemons and grandchildren included. Then the next run is staged; the host hears of it
-once it asks for the slot again (NEXT). A session's slot ends with it. The supervisor is a fork of a small
-zygote and init is no fork of Python at all: only the program pays for a big interpreter.
+once it asks for the slot again (NEXT). A session's slot ends with it. The supervisor is a fork
+of a small zygote and init is no fork of Python at all: only the program pays for a big
+interpreter.
 Standard library only (and the jail's C library, through ctypes).
 """
 
