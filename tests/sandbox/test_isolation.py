@@ -30,6 +30,7 @@ from execbox import Executor, Limits, RunResult, Status
 from execbox.sandbox.cgroup import Hierarchy
 
 SMALL = Limits(timeout_s=3, memory_mib=256, pids=32)
+PACE_S = 0.3  # between runs, for a slot's program to be waiting for its code
 
 
 @pytest.fixture(params=["run", "cell"])
@@ -1107,9 +1108,13 @@ def test_only_pandas_slots_copy_pandas_pages_whatever_ran_before() -> None:
         numpy = "import numpy as np\nprint(np.ones(3).sum())"
         seen: dict[str, list[int]] = {}
         for before in (pandas, numpy, pandas, numpy):
+            # Paced: a request that comes as its slot's program gets ready is served, and the
+            # slot's next program staged without its warm pages (see the test below).
+            time.sleep(PACE_S)
             assert own.run(before, limits=SMALL).status is Status.ok
             for kind, probe in (("heavy", "import numpy\n" + own_pages),
                                 ("pandas", "import pandas\n" + own_pages)):
+                time.sleep(PACE_S)
                 r = own.run(probe, limits=SMALL)
                 assert r.status is Status.ok, describe(r)
                 seen.setdefault(kind, []).append(_pages(int(r.stdout)))
@@ -1119,6 +1124,37 @@ def test_only_pandas_slots_copy_pandas_pages_whatever_ran_before() -> None:
         # ... and only the pandas slot's program holds pandas' pages.
         assert base["heavy"] <= min(heavy) and max(heavy) < warm["heavy"] <= min(pandas_slot), \
             (seen, base, warm)
+
+
+def test_a_slot_in_demand_stages_its_next_program_without_warm_pages() -> None:
+    """Copying warm pages is a head start paid in CPU by every program. A request that finds
+    its slot's program not yet waiting for its code (callers queue for slots: CPU is short)
+    has the slot's next program staged without them; a request that comes to an idle slot
+    has the next one copy them again. With one light slot: B queues while A runs, so it takes
+    the slot as it is restaged; C, paced, runs in the program staged after B and holds ~90
+    fewer private pages than D, staged after C came to an idle slot, and E, the same again."""
+    with Executor(cache=False, pool_size=1) as own:
+        warm = own._host.info["warm_pages"]["light"]
+        own_pages = ("with open('/proc/self/smaps_rollup') as fh:\n"
+                     "    print(fh.read().split('Private_Dirty:')[1].split()[0])\n")
+        time.sleep(PACE_S)
+        queued: list[RunResult] = []
+        a = threading.Thread(target=lambda: queued.append(
+            own.run("import time\ntime.sleep(0.5)", limits=SMALL)))
+        a.start()
+        time.sleep(0.2)  # A holds the only light slot: B waits for it
+        b = own.run("print(1)", limits=SMALL)
+        a.join()
+        assert b.status is Status.ok and queued[0].status is Status.ok, (b, queued)
+        pages = []
+        for _ in range(3):  # C, D, E
+            time.sleep(PACE_S)
+            r = own.run(own_pages, limits=SMALL)
+            assert r.status is Status.ok, describe(r)
+            pages.append(_pages(int(r.stdout)))
+        cold, after_idle, again = pages
+        assert after_idle - cold > min(40, warm // 4), (pages, warm)
+        assert abs(again - after_idle) < 20, pages
 
 
 def _check_only_programs_are_heavy(executor: Executor) -> None:

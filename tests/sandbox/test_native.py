@@ -315,7 +315,7 @@ def test_the_fork_server_forks_contained_programs_reports_their_end_and_drops_ba
     refused = os.open("/dev/null", os.O_RDONLY)  # and here fails
     ours += [joinable, refused]
     requests, read = [], []
-    for layout, cgroup in ((b"1 x 1", joinable), (b"1 1", joinable), (b"1 1 2", joinable),
+    for layout, cgroup in ((b"1 x 1", joinable), (b"1 1", joinable), (b"1 1 3", joinable),
                            (b"1 2 1", joinable), (b"1 1 0", refused),
                            *[(b"1 1 1", joinable)] * 66):
         (status_r, status_w), (io_r, io_w), (go_r, go_w) = os.pipe(), os.pipe(), os.pipe()
@@ -342,14 +342,15 @@ def test_the_fork_server_forks_contained_programs_reports_their_end_and_drops_ba
 @pytest.mark.parametrize("warm, asked, faults_from, faults_to", [
     ("split", b"1", 0, 4),  # all its warm pages
     ("split", b"0", WARM // 2, WARM // 2 + 4),  # the base: the other half still faults
+    ("split", b"2", WARM, WARM + 8),  # none (its slot is in demand): every page faults
     ("none", b"1", WARM, WARM + 8),  # the control: one fault for each page
 ])
 def test_a_forked_program_has_its_warm_pages_copied_before_it_returns(
         libexec: Path, tmp_path: Path, warm: str, asked: bytes, faults_from: int,
         faults_to: int) -> None:
     """The pages the server is given as warm are the child's own by the time it returns
-    contained, all of them or only the base as the request asks: writing them costs no page
-    fault. The control, without warm pages: one fault for each page."""
+    contained, all of them, only the base or none as the request asks: writing them costs no
+    page fault. The control, without warm pages: one fault for each page."""
     (tmp_path / "workspace").mkdir()
     pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY)
     joinable = os.open("/dev/null", os.O_WRONLY)
@@ -449,9 +450,9 @@ def _stage_in_fork(libexec: Path, tmp_path: Path, *, init: str | None = None,
                 str(libexec / "libexecbox-contain.so"), scratch=scratch,
                 own_pid_ns=own_pid_ns, cgroup_dirs=[dir_fd],
                 init=init or str(libexec / "execbox-init"), init_uid=init_uid,
-                ns_names=names, spawn=spawn_ours.fileno(), warm_all=True)
+                ns_names=names, spawn=spawn_ours.fileno())
             before = _open_fds()
-            staged, error = stager.stage(first=True)
+            staged, error = stager.stage(first=True, warm=_linux.WARM_ALL)
             fds = [getattr(staged, name) for name, _ in staged._fields_[1:]]
             out["error"] = error
             out["init_pid"] = staged.init_pid
@@ -473,7 +474,7 @@ def _stage_in_fork(libexec: Path, tmp_path: Path, *, init: str | None = None,
                 for path, _, _ in scratch:
                     Path(path, "left").write_text("by the last run")
                 # A second staging replaces the scratch mounts (one of each stays).
-                again, error = stager.stage(first=False)
+                again, error = stager.stage(first=False, warm=_linux.WARM_NONE)
                 out["again_error"] = error
                 if again.init_pid:
                     os.kill(again.init_pid, 9)

@@ -209,6 +209,12 @@ class ContainLibrary:
             raise OSError(ctypes.get_errno(), "read /proc/self/pagemap")
 
 
+# Which of its zygote's warm pages a staged program copies (`native/contain.c`).
+WARM_BASE = 0  # the pages every program of its zygote writes
+WARM_ALL = 1  # those and the rest (a "pandas" slot's: see `protocol.SLOT_KINDS`)
+WARM_NONE = 2  # none: its slot is in demand (see `supervisor`)
+
+
 class _StageArgs(ctypes.Structure):
     _fields_ = [("first", ctypes.c_int), ("n_scratch", ctypes.c_int),
                 ("scratch", ctypes.POINTER(ctypes.c_char_p)),
@@ -217,7 +223,7 @@ class _StageArgs(ctypes.Structure):
                 ("n_cgroups", ctypes.c_int), ("cgroup_dirs", ctypes.POINTER(ctypes.c_int)),
                 ("init", ctypes.c_char_p), ("init_uid", ctypes.c_char_p), ("n_ns", ctypes.c_int),
                 ("ns_names", ctypes.POINTER(ctypes.c_char_p)), ("spawn", ctypes.c_int),
-                ("warm_all", ctypes.c_int)]
+                ("warm", ctypes.c_int)]
 
 
 class StagedRun(ctypes.Structure):
@@ -240,7 +246,7 @@ class Stager:
 
     def __init__(self, path: str, *, scratch: list[tuple[str, str, int]], own_pid_ns: int,
                  cgroup_dirs: list[int], init: str, init_uid: int, ns_names: list[str],
-                 spawn: int, warm_all: bool) -> None:
+                 spawn: int) -> None:
         stage = ctypes.CDLL(path, use_errno=True).execbox_stage_run
         stage.restype = ctypes.c_int
         stage.argtypes = [ctypes.POINTER(_StageArgs), ctypes.POINTER(StagedRun),
@@ -254,13 +260,15 @@ class Stager:
         paths, options, flags, dirs, names, init_b, uid_b = self._arrays
         self._args = _StageArgs(1, len(scratch), paths, options, flags, own_pid_ns,
                                 len(cgroup_dirs), dirs, init_b, uid_b, len(ns_names), names,
-                                spawn, int(warm_all))
+                                spawn, WARM_BASE)
         self._error = ctypes.create_string_buffer(1024)
 
-    def stage(self, first: bool) -> tuple[StagedRun, str | None]:
-        """Stage one run; returns what was opened and, when a step failed, why (everything
-        but init is then closed again: a started init is the caller's to kill)."""
+    def stage(self, first: bool, warm: int) -> tuple[StagedRun, str | None]:
+        """Stage one run, its program copying the `warm` pages (WARM_*); returns what was
+        opened and, when a step failed, why (everything but init is then closed again: a
+        started init is the caller's to kill)."""
         self._args.first = int(first)
+        self._args.warm = warm
         out = StagedRun()
         if self._stage(ctypes.byref(self._args), ctypes.byref(out), self._error,
                        len(self._error)):

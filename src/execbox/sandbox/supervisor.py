@@ -37,6 +37,9 @@ DONE_JUNK_LIMIT = 64 << 10  # bytes read from the exit-report pipe before we sto
 INIT_WAIT_S = 5.0  # how long teardown waits for a killed init (see `end_init`)
 PARK_WAIT_S = 30.0  # how long a staged program may take to wait for its code (the host's too)
 PARK_MIN_S = 5.0  # and how long a run of any timeout waits for it (see `_await_parked`)
+# A request that comes before its program waits for its code, or this soon after, finds the
+# slot in demand: its next program is staged without copying its warm pages (see `_stage_run`).
+DEMAND_S = 0.002
 
 
 class Zygote:
@@ -86,7 +89,9 @@ class Supervisor:
     def __init__(self, z: Zygote, ctrl: int, cgroup_name: str, kind: str) -> None:
         self.z = z
         self.cgroup_name = cgroup_name
-        self.program_kind, self.warm_all = protocol.SLOT_KINDS[kind]
+        self.program_kind, warm_all = protocol.SLOT_KINDS[kind]
+        self.warm = _linux.WARM_ALL if warm_all else _linux.WARM_BASE
+        self.in_demand = False  # whether the last request came as its program got ready
         self.ctrl = ctrl
         self.cg: RunCgroup | None = None
         self.init_pid = 0
@@ -98,6 +103,7 @@ class Supervisor:
         # The staged run's baselines and token, once its program waits for its code (see
         # `_take_parked`).
         self.parked = False
+        self.parked_at = 0.0
         self.cpu_base = self.oom_base = 0
         self.done_token = b""
         # Where this process's children go by default; each run points them at a fresh pid
@@ -124,6 +130,8 @@ class Supervisor:
                 if request is None:  # the host closed an idle slot
                     return
                 kind, payload = request
+                self.in_demand = (not self.parked
+                                  or time.monotonic() - self.parked_at < DEMAND_S)
                 if kind == protocol.RUN:  # the host has the code on its way to the program
                     if not self.parked:
                         raise jail.JailError("protocol: a RUN before the slot offered it (PRK)")
@@ -235,15 +243,24 @@ class Supervisor:
             self.z.cfg.contain_library, scratch=jail.staged_scratch(), own_pid_ns=self.own_pid_ns,
             cgroup_dirs=list(self.cg.dirs.values()), init=self.z.cfg.init,
             init_uid=jail.INIT_UID, ns_names=[name for name, _ in jail.PROGRAM_NAMESPACES],
-            spawn=self.z.spawn[self.program_kind].fileno(), warm_all=self.warm_all)
+            spawn=self.z.spawn[self.program_kind].fileno())
 
     def _stage_run(self) -> None:
         """Everything of one run that does not depend on its request: fresh scratch mounts,
         fresh pid and ipc namespaces with their init, and the program process waiting, already
         contained, for its code. In C (`native/stage.c`): as Python steps, its sixty-odd
-        system calls cost the supervisor more CPU than the calls themselves."""
+        system calls cost the supervisor more CPU than the calls themselves.
+
+        The program copies its warm pages while it waits (`program`): a head start for a
+        request that comes later, paid in CPU by every program whether its code writes those
+        pages or not. When the slot's last request came as its program got ready (callers
+        waiting for slots: the machine's CPU is the bottleneck), the next program is staged
+        without them, ready sooner, and its code faults in only the pages it writes. A run
+        can tell which it got (from its own memory), and so whether the request before it
+        found the slot's program ready: a bit of timing, nothing of what any run computed."""
         self.parked = False
-        staged, error = self.stager.stage(first=not self.runs)
+        warm = _linux.WARM_NONE if self.in_demand else self.warm
+        staged, error = self.stager.stage(first=not self.runs, warm=warm)
         self.init_pid = staged.init_pid  # killed by `end_init`, also when staging failed
         if error:
             raise jail.JailError(error)
@@ -283,6 +300,7 @@ class Supervisor:
             said = b""
         if said != protocol.PARKED:
             return False
+        self.parked_at = time.monotonic()
         self.cg.reset_memory_peak()
         self.cpu_base = self.cg.cpu_ns()
         self.oom_base = self.cg.oom_kills()  # it only grows: the slot's earlier runs count

@@ -27,8 +27,9 @@
    Each child, once contained, also copies at once the pages programs are known to write
    first (`warm`, n_warm [start, end) address pairs: see `prefault`), while it waits for its
    code, instead of one page fault at a time while it runs: the first n_base pairs, which
-   every program writes, or all of them, as its request asks (by its slot's kind, see
-   `protocol.SLOT_KINDS`).
+   every program writes, or all of them, or none, as its request asks (by its slot's kind,
+   see `protocol.SLOT_KINDS`, and by how soon its slot's last request came: see
+   `supervisor`).
 
    execbox_written_pages(ranges, n, out)
      Called by a training fork (see `prefault`) just before it exits: of the [start, end)
@@ -260,8 +261,10 @@ static void report_status(int fd, const char *key, const char *text, int quote) 
     close(fd);
 }
 
+enum { WARM_BASE = 0, WARM_ALL = 1, WARM_NONE = 2 }; /* `_linux.WARM_*` */
+
 /* "<namespaces> <cgroups> <warm>": three small decimal numbers and nothing else (warm: 0
-   for the pages every program writes, 1 for all the warm pages). */
+   for the pages every program writes, 1 for all the warm pages, 2 for none). */
 static int parse_layout(const char *msg, size_t len, int values[3]) {
     int which = 0, digits = 0;
     values[0] = values[1] = values[2] = 0;
@@ -276,7 +279,7 @@ static int parse_layout(const char *msg, size_t len, int values[3]) {
             return -1;
         }
     }
-    return which == 2 && digits && values[2] <= 1 ? 0 : -1;
+    return which == 2 && digits && values[2] <= WARM_NONE ? 0 : -1;
 }
 
 static void close_all(const int *fds, int n) {
@@ -411,9 +414,9 @@ int execbox_serve_programs(int host, int spawn, int own_pid_ns, int n_ns, const 
             close_all(fds, n_fds); /* a status pipe that could block us: dropped */
             continue;
         }
+        size_t copied = layout[2] == WARM_NONE ? 0 : layout[2] == WARM_ALL ? n_warm : n_base;
         pid_t pid = fork_program(request[0], own_pid_ns, request, n_ns, ns_types, req_cgroups,
-                                 uid, filter, warm, layout[2] ? n_warm : n_base, &caller_mask,
-                                 error, error_len);
+                                 uid, filter, warm, copied, &caller_mask, error, error_len);
         if (pid == 0) { /* the child, contained, its signal mask the caller's */
             memcpy(kept, request + n_ns + req_cgroups + 3, sizeof(int) * KEEP);
             return 1;

@@ -55,7 +55,7 @@ struct stage_args {
     int n_ns;
     const char *const *ns_names;   /* under /proc/1/ns/ */
     int spawn;
-    int warm_all;
+    int warm;                      /* 0: the base pages, 1: all, 2: none */
 };
 
 struct stage_out {
@@ -221,7 +221,7 @@ int execbox_stage_run(const struct stage_args *a, struct stage_out *out, char *e
             fds[n++] = rest[i];
         char layout[32];
         int len = snprintf(layout, sizeof layout, "%d %d %d", n_open_ns, n_procs,
-                           a->warm_all ? 1 : 0);
+                           a->warm);
         union {
             struct cmsghdr header;
             char space[CMSG_SPACE(sizeof fds)];
