@@ -15,8 +15,8 @@ every body replaced by `pass` (all should fail). Each goes through
 
 Verdicts (passed or not) are compared problem by problem in every round. Prints the median
 wall time over rounds, problems/s and execbox's throughput ratios to the reference and to the
-fork floor; writes
-bench/results/humaneval.json. Exits 1 when the harnesses disagree on any problem.
+fork floor; writes bench/results/humaneval.json. Exits 1 when the harnesses disagree on any
+problem.
 
     .venv/bin/python bench/humaneval.py [--rounds 3] [--workers 2]
 
@@ -95,13 +95,19 @@ json.dump({"wall": time.perf_counter() - t, "outcomes": outcomes}, sys.stdout)
 """
 
 
+def _only_known_code(samples: list[he.Sample], problems: Mapping[str, he.Problem]) -> None:
+    """The only code the unsandboxed harnesses here may run on the host: the dataset's own
+    solutions and `pass` stubs."""
+    for sample in samples:
+        assert sample.completion in (problems[sample.task_id]["canonical_solution"],
+                                     he.STUB_COMPLETION), sample.task_id
+
+
 def run_reference(samples: list[he.Sample], problems: Mapping[str, he.Problem],
                   workers: int) -> tuple[float, Verdicts, list[float]]:
     """Wall seconds, verdicts, and each check_correctness call's latency (ms), from the
     reference harness in a fresh interpreter that imports only it."""
-    for sample in samples:  # the only code this harness may run on the host
-        assert sample.completion in (problems[sample.task_id]["canonical_solution"],
-                                     he.STUB_COMPLETION), sample.task_id
+    _only_known_code(samples, problems)
     job = {"timeout_s": TIMEOUT_S, "workers": workers,
            "items": [(problems[s.task_id], s.completion) for s in samples]}
     done = subprocess.run([sys.executable, "-c", _REFERENCE], input=json.dumps(job),
@@ -156,9 +162,7 @@ def run_fork_floor(samples: list[he.Sample], problems: Mapping[str, he.Problem],
                    workers: int) -> tuple[float, Verdicts, list[float]]:
     """Wall seconds, verdicts, and each problem's fork-to-reaped latency (ms), from the fork
     floor in a fresh interpreter."""
-    for sample in samples:  # the only code this may run on the host
-        assert sample.completion in (problems[sample.task_id]["canonical_solution"],
-                                     he.STUB_COMPLETION), sample.task_id
+    _only_known_code(samples, problems)
     job = {"timeout_s": TIMEOUT_S, "workers": workers,
            "programs": [he.check_program(problems[s.task_id], s.completion) for s in samples]}
     done = subprocess.run([sys.executable, "-I", "-S", "-c", _FORK_FLOOR],

@@ -31,6 +31,9 @@ from execbox.sandbox.cgroup import Hierarchy
 
 SMALL = Limits(timeout_s=3, memory_mib=256, pids=32)
 PACE_S = 0.3  # between runs, for a slot's program to be waiting for its code
+# A run's own private dirty memory, in KiB: the pages its program holds as its own copies.
+PRIVATE_DIRTY_KIB = ("with open('/proc/self/smaps_rollup') as fh:\n"
+                     "    print(fh.read().split('Private_Dirty:')[1].split()[0])\n")
 
 
 @pytest.fixture(params=["run", "cell"])
@@ -1102,8 +1105,6 @@ def test_only_pandas_slots_copy_pandas_pages_whatever_ran_before() -> None:
         warm, base = own._host.info["warm_pages"], own._host.info["warm_base_pages"]
         assert 500 < base["heavy"] < warm["heavy"] - 1000, (base, warm)
         assert base["light"] == warm["light"], (base, warm)  # the light zygote has no more
-        own_pages = ("import re\nwith open('/proc/self/smaps_rollup') as fh:\n"
-                     "    print(re.search(r'Private_Dirty: +(\\d+)', fh.read())[1])\n")
         pandas = "import pandas as pd\nprint(pd.Series([1, 2]).sum())"
         numpy = "import numpy as np\nprint(np.ones(3).sum())"
         seen: dict[str, list[int]] = {}
@@ -1112,8 +1113,8 @@ def test_only_pandas_slots_copy_pandas_pages_whatever_ran_before() -> None:
             # slot's next program staged without its warm pages (see the test below).
             time.sleep(PACE_S)
             assert own.run(before, limits=SMALL).status is Status.ok
-            for kind, probe in (("heavy", "import numpy\n" + own_pages),
-                                ("pandas", "import pandas\n" + own_pages)):
+            for kind, probe in (("heavy", "import numpy\n" + PRIVATE_DIRTY_KIB),
+                                ("pandas", "import pandas\n" + PRIVATE_DIRTY_KIB)):
                 time.sleep(PACE_S)
                 r = own.run(probe, limits=SMALL)
                 assert r.status is Status.ok, describe(r)
@@ -1135,8 +1136,6 @@ def test_a_slot_in_demand_stages_its_next_program_without_warm_pages() -> None:
     fewer private pages than D, staged after C came to an idle slot, and E, the same again."""
     with Executor(cache=False, pool_size=1) as own:
         warm = own._host.info["warm_pages"]["light"]
-        own_pages = ("with open('/proc/self/smaps_rollup') as fh:\n"
-                     "    print(fh.read().split('Private_Dirty:')[1].split()[0])\n")
         time.sleep(PACE_S)
         queued: list[RunResult] = []
         a = threading.Thread(target=lambda: queued.append(
@@ -1149,7 +1148,7 @@ def test_a_slot_in_demand_stages_its_next_program_without_warm_pages() -> None:
         pages = []
         for _ in range(3):  # C, D, E
             time.sleep(PACE_S)
-            r = own.run(own_pages, limits=SMALL)
+            r = own.run(PRIVATE_DIRTY_KIB, limits=SMALL)
             assert r.status is Status.ok, describe(r)
             pages.append(_pages(int(r.stdout)))
         cold, after_idle, again = pages
