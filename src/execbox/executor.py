@@ -41,7 +41,7 @@ from .image import LIGHT_PRELOAD, Image
 from .records import PolicyInfo, RunStore
 from .redact import Redactor
 from .sandbox.channel import SessionEnded
-from .sandbox.host import HostError, OutputCallback, RawRun, ZygoteProcess
+from .sandbox.host import HostError, OutputCallback, RawRun, RunNotStarted, ZygoteProcess
 from .sessions import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_MAX_LIFETIME_S, Reaper, Session
 
 log = logging.getLogger("execbox")
@@ -49,6 +49,9 @@ log = logging.getLogger("execbox")
 FileSource = bytes | str | os.PathLike[str]
 BACKSTOP_GRACE_S = 15.0  # the supervisor enforces limits; this only catches a stuck supervisor
 SLOT_WAIT_S = 30.0  # how long a run waits for a staged slot before it is a sandbox_error
+# How many staged programs a request may find gone before its code (killed from outside: the
+# machine's OOM killer, an operator) before it is a sandbox_error; none of them ran any of it.
+NOT_STARTED_TRIES = 3
 
 
 def new_run_id() -> str:
@@ -270,13 +273,21 @@ class Executor:
         spec = _spec(limits, request)
         with self._admission:
             try:
-                raw = host.execute(
-                    host.pool.take(kind, SLOT_WAIT_S),
-                    {"code": request.code, "run_id": base.run_id, "spec": spec},
-                    [(f.name, f.data) for f in request.files], request.stdin,
-                    limits.output_bytes, limits.timeout_s + BACKSTOP_GRACE_S,
-                    on_stdout, on_stderr,
-                )
+                for attempt in range(1, NOT_STARTED_TRIES + 1):
+                    try:
+                        raw = host.execute(
+                            host.pool.take(kind, SLOT_WAIT_S),
+                            {"code": request.code, "run_id": base.run_id, "spec": spec},
+                            [(f.name, f.data) for f in request.files], request.stdin,
+                            limits.output_bytes, limits.timeout_s + BACKSTOP_GRACE_S,
+                            on_stdout, on_stderr,
+                        )
+                        break
+                    except RunNotStarted as exc:  # nothing ran: another program may take it
+                        log.warning("run %s: %s (try %d of %d)", base.run_id, exc, attempt,
+                                    NOT_STARTED_TRIES)
+                        if attempt == NOT_STARTED_TRIES:
+                            raise HostError(f"{exc}, {attempt} times") from exc
             except HostError as exc:
                 message = str(exc)
                 if self._closed:  # what failed was the teardown under the run, not the run

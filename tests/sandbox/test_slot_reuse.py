@@ -367,3 +367,64 @@ def test_a_run_that_lowers_the_memory_limit_reports_its_own_peak(
     small = ex.run("print(1)", limits={"memory_mib": 32})
     assert small.status is Status.ok, small
     assert small.metrics.memory_peak_bytes <= 32 << 20, small.metrics
+
+
+def _staged_light_program(ex: Executor) -> int:
+    """The pid of the (one) light slot's program, once it waits for its code: the light
+    zygote's only child."""
+    _staged_light_memory(ex)  # staged and offered: its program has said it waits
+    zygote = ex._host.light_pid
+    with open(f"/proc/{zygote}/task/{zygote}/children") as fh:
+        [pid] = (int(p) for p in fh.read().split())
+    return pid
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.parametrize("files", [{}, {"in.txt": b"x"}], ids=["short_way", "long_way"])
+def test_a_program_killed_while_it_waits_is_not_the_codes_fault(
+        jailed_one_slot: Executor, files: dict[str, bytes],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A staged program killed from outside (the machine's OOM killer, an operator) before
+    its code came ran none of it: the request goes to the slot's next program, and no result
+    says the code was killed. The short way finds the go pipe without a reader; the long way
+    is told by the supervisor, whose write found none."""
+    ex = jailed_one_slot
+    ex.run("pass")
+    victim = _staged_light_program(ex)
+    os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while not _gone(victim):
+        assert time.monotonic() < deadline, "control: the staged program did not die"
+        time.sleep(0.01)
+    with caplog.at_level("WARNING", logger="execbox"):
+        r = ex.run("print('ran')", files=files)
+    assert r.status is Status.ok and r.stdout == "ran\n", r
+    assert "gone before it took the code (try 1 of 3)" in caplog.text, "control: sent again"
+    assert ex.run("print(2)").stdout == "2\n"
+
+
+def test_a_program_killed_with_its_code_unread_is_not_the_codes_fault(
+        jailed_one_slot: Executor, caplog: pytest.LogCaptureFixture) -> None:
+    """The code is in the program's go pipe, written whole, but the program (stopped) never
+    read it when it is killed: the supervisor sees the unread bytes and says so (LOST)."""
+    ex = jailed_one_slot
+    ex.run("pass")
+    victim = _staged_light_program(ex)
+    os.kill(victim, signal.SIGSTOP)
+    box: list[RunResult] = []
+    with caplog.at_level("WARNING", logger="execbox"):
+        thread = threading.Thread(target=lambda: box.append(ex.run("print('ran')")))
+        thread.start()
+        time.sleep(0.5)  # the code is in the pipe, and RUN with the supervisor
+        os.kill(victim, signal.SIGKILL)
+        thread.join(30)
+    [r] = box
+    assert r.status is Status.ok and r.stdout == "ran\n", r
+    assert "gone before it took the code (try 1 of 3)" in caplog.text, "control: sent again"

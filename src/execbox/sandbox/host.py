@@ -45,6 +45,11 @@ class HostError(Exception):
     """The zygote or a supervisor failed; the message says where."""
 
 
+class RunNotStarted(HostError):
+    """The slot's staged program was gone before it took the code (killed from outside): no
+    code ran, so the request may be sent again. The slot is staged again."""
+
+
 @dataclass
 class RawRun:
     meta: dict[str, Any]
@@ -250,6 +255,7 @@ class ZygoteProcess:
         for failures of the sandbox itself."""
         spec = request["spec"]
         go = b""
+        go_lost = False
         try:
             if protocol.SLOT_KINDS[slot.kind][0] == "heavy":
                 self.wait_heavy()
@@ -261,7 +267,9 @@ class ZygoteProcess:
                     # pump writes the rest): a RUN first would wake the supervisor, which
                     # the scheduler may run on this CPU before the code is on its way.
                     sent = time.monotonic()
-                    go = go[slot.write_go(go):]
+                    written = slot.write_go(go)
+                    go_lost = written < 0
+                    go = b"" if go_lost else go[written:]
                     slot.ctrl.sendall(protocol.json_frame(
                         protocol.RUN, {"spec": spec, "sent": sent}))
                 else:
@@ -275,6 +283,7 @@ class ZygoteProcess:
                 raise HostError(f"the run supervisor did not take the request: {exc}") from exc
             pump = _Pump(slot, go, stdin, output_bytes, on_stdout, on_stderr,
                          max_frame=protocol.MAX_JSON + int(spec["artifact_bytes"]))
+            pump.go_lost = go_lost
             return pump.run(time.monotonic() + backstop_s)
         finally:
             self._release(slot)
@@ -682,11 +691,10 @@ class Slot:
                 and not spec.get("input_bytes") and not spec.get("input_count"))
 
     def write_go(self, data: bytes) -> int:
-        """Write what fits of `data` into the offered go pipe without waiting; how much (all
-        of it when the program is gone)."""
+        """Write what fits of `data` into the offered go pipe without waiting; how much, or -1
+        when the program is gone."""
         os.set_blocking(self.go_w, False)
-        written = _write_some(self.go_w, data)
-        return len(data) if written < 0 else written
+        return _write_some(self.go_w, data)
 
     def close_stdin(self) -> None:
         if self.stdin_w >= 0:
@@ -745,6 +753,10 @@ class _Pump:
         self.error: str | None = None
         self.arts: list[bytes] = []
         self.kill_sent = False
+        # The program was gone before it took its code: the go pipe had no reader (seen here,
+        # on the short way), or the supervisor says so (LOST).
+        self.go_lost = False
+        self.lost = False
 
     def run(self, backstop: float) -> RawRun:
         sel = _Poll()
@@ -774,6 +786,9 @@ class _Pump:
                     self._read_output(sel, fd)
         if self.error is not None:
             raise HostError(self.error)
+        if self.lost or (self.go_lost and self.meta is not None):
+            self.slot.reusable = True
+            raise RunNotStarted("the run slot's program was gone before it took the code")
         if self.meta is None:
             raise HostError("the run supervisor exited without a result")
         n = len(self.meta.get("artifacts", []))
@@ -785,7 +800,7 @@ class _Pump:
                       self.truncated[self.stderr_r])
 
     def _complete(self) -> bool:
-        if self.error is not None:
+        if self.error is not None or self.lost:
             return True
         return self.meta is not None and len(self.arts) >= len(self.meta.get("artifacts", []))
 
@@ -795,7 +810,11 @@ class _Pump:
             written = _write_some(fd, data[:_CHUNK * 4])
             if not written:
                 return
-            # The program closed the pipe or exited: the rest is not wanted either.
+            # The program closed the pipe or exited: the rest is not wanted either. A program
+            # closes its go pipe only once it has read its code whole: gone before that, it
+            # ran none of it.
+            if written < 0 and fd == self.slot.go_w:
+                self.go_lost = True
             data = data[:0] if written < 0 else data[written:]
             self.writes[fd] = data
         if not data:
@@ -855,6 +874,8 @@ class _Pump:
                 self.arts.append(payload)
             elif kind == protocol.ERR:
                 self.error = "sandbox: " + json.loads(payload)["message"]
+            elif kind == protocol.LOST:
+                self.lost = True
 
     def _kill_supervisor(self) -> None:
         self.slot.kill()

@@ -8,7 +8,9 @@ A frame is a 4-byte kind, an 8-byte big-endian length and the payload. Kinds:
   ends of the run's stdin, stdout and stderr as SCM_RIGHTS), PRK (the staged program waits for
   its code and the run's baselines are taken; JSON: the run's token and the limits the slot
   has; carries the write end of the program's go pipe), RES (JSON result), ART (one artifact's
-  bytes, in RES order), ERR (JSON sandbox error)
+  bytes, in RES order), ERR (JSON sandbox error), LOST (instead of RES: the staged program was
+  gone before it took its code, killed from outside, so nothing of the request ran and it may
+  be sent again; the slot is staged again as after a result)
 
 The short way: a request whose limits are those PRK named and that has no input files, sent
 after PRK came, has its code (a REQ frame) written by the host straight into the program's go
@@ -32,7 +34,8 @@ from typing import Any
 HEADER = struct.Struct("!4sQ")
 
 REQ, FILE, RUN, KILL, NEXT = b"REQ ", b"FILE", b"RUN ", b"KILL", b"NEXT"
-PID, RDY, PRK, RES, ART, ERR = b"PID ", b"RDY ", b"PRK ", b"RES ", b"ART ", b"ERR "
+PID, RDY, PRK, RES, ART, ERR, LOST = (b"PID ", b"RDY ", b"PRK ", b"RES ", b"ART ", b"ERR ",
+                                      b"LOST")
 
 MAX_JSON = 64 * 1024 * 1024
 

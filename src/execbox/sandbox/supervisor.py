@@ -19,11 +19,14 @@ Standard library only (and the jail's C library, through ctypes).
 
 from __future__ import annotations
 
+import array
+import fcntl
 import json
 import os
 import select
 import signal
 import socket
+import termios
 import time
 from dataclasses import asdict
 from typing import Any
@@ -154,12 +157,15 @@ class Supervisor:
                     if req.get("session"):  # a session's slot serves nothing after it
                         cells.serve(self, spec, files)
                         return
-                    self._await_parked(spec.timeout_s)
-                    result = self._execute(req["code"], spec, files, 0.0)
+                    result = (self._execute(req["code"], spec, files, 0.0)
+                              if self._await_parked(spec.timeout_s) else None)
                 else:
                     raise jail.JailError(f"protocol: expected a request, got {kind!r}")
-                frames = [protocol.json_frame(protocol.RES, result["meta"])]
-                frames += [protocol.frame(protocol.ART, a.data) for a in result["artifacts"]]
+                if result is None:  # the program was gone before its code: nothing ran
+                    frames = [protocol.frame(protocol.LOST, b"")]
+                else:
+                    frames = [protocol.json_frame(protocol.RES, result["meta"])]
+                    frames += [protocol.frame(protocol.ART, a.data) for a in result["artifacts"]]
                 for f in frames:
                     protocol.send_all(self.ctrl, f)
                 self.runs += 1
@@ -328,24 +334,28 @@ class Supervisor:
             os.close(go_w)
         return True
 
-    def _await_parked(self, timeout_s: float) -> None:
+    def _await_parked(self, timeout_s: float) -> bool:
         """For a request that came the long way: the program must be waiting for its code and
-        the baselines taken before the code is sent. Waits `timeout_s` (the run's own), at
-        least PARK_MIN_S (a loaded machine may take that to ready a program; the wait is not
-        the run's time) and at most PARK_WAIT_S, within the host's backstop."""
+        the baselines taken before the code is sent (True). Waits `timeout_s` (the run's own),
+        at least PARK_MIN_S (a loaded machine may take that to ready a program; the wait is
+        not the run's time) and at most PARK_WAIT_S, within the host's backstop. False when
+        the program ended in set-up with no error of its own (killed from outside: the
+        request may go to another program); a set-up that failed, or never ends, raises."""
         if self.parked:
-            return
+            return True
         wait_s = min(PARK_WAIT_S, max(PARK_MIN_S, timeout_s))
         poller = select.poll()
         poller.register(self.done_r, select.POLLIN)
         ready = bool(poller.poll(int(wait_s * 1000) + 1))
         if ready and self._take_parked():
-            return
+            return True
         self.end_init()  # everything of the run is gone before its reports are read
         status, init_error = _read_status(self.status_r)
         setup_error = _read_available(self.setup_r).decode("utf-8", "replace")
         if setup_error or init_error:
             raise jail.JailError(setup_error or init_error or "")
+        if ready and status is not None and os.WIFSIGNALED(status):
+            return False
         if ready:
             raise jail.JailError("program set-up: the program ended before its code came"
                                  + (f" (wait status {status})" if status is not None else ""))
@@ -362,11 +372,13 @@ class Supervisor:
                                  f"{staged}")
 
     def _execute(self, code: str | None, spec: jail.RunSpec, files: list[tuple[str, bytes]],
-                 started: float) -> dict[str, Any]:
+                 started: float) -> dict[str, Any] | None:
         """One run; `code` None when the host has written it to the program (RUN), which it
-        started sending at `started`."""
+        started sending at `started`. None when the program was gone before it took its code
+        (see `_unread`): nothing of the request ran."""
         assert self.cg is not None
         inputs: set[tuple[int, int]] = set()
+        delivered = True
         if code is not None:
             with jail.step("apply limits"):
                 self.cg.set_limits(spec.memory_bytes, spec.pids)
@@ -382,8 +394,7 @@ class Supervisor:
             try:
                 protocol.send_all(self.go_w, protocol.frame(protocol.REQ, go))
             except BrokenPipeError:
-                pass  # the program died during set-up; init's report says why
-        self.close_go()
+                delivered = False  # the program is gone; init's report may say why
         cpu_base, oom_base = self.cpu_base, self.oom_base
         killed, reported = self._supervise(started, spec, cpu_base)
         wall_ms = (time.monotonic() - started) * 1000
@@ -400,6 +411,10 @@ class Supervisor:
             raise jail.JailError(init_error)
         if setup_error:
             raise jail.JailError(setup_error)
+        lost = reported is None and not killed and (not delivered or _unread(self.go_w) > 0)
+        self.close_go()
+        if lost:
+            return None
 
         oom = self.cg.oom_kills() - oom_base
         cpu_ms = (self.cg.cpu_ns() - cpu_base) / 1e6
@@ -482,6 +497,17 @@ class Supervisor:
         finally:
             if killed:
                 os.kill(self.init_pid, signal.SIGKILL)
+
+
+def _unread(fd: int) -> int:
+    """Bytes in the pipe of `fd` (either end) that nobody has read. The go pipe's are left
+    only when its program ended before it took the whole of its code: a program reads its
+    request in full before any of the code runs."""
+    if fd < 0:
+        return 0
+    count = array.array("i", [0])
+    fcntl.ioctl(fd, termios.FIONREAD, count, True)
+    return count[0]
 
 
 def _read_available(fd: int) -> bytes:
