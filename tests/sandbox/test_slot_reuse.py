@@ -369,6 +369,54 @@ def test_a_run_that_lowers_the_memory_limit_reports_its_own_peak(
     assert small.metrics.memory_peak_bytes <= 32 << 20, small.metrics
 
 
+def _slot_file_bytes(ex: Executor, kind: str) -> int:
+    """Page cache charged to the (one) staged slot of `kind`, read from its cgroup."""
+    deadline = time.monotonic() + 5
+    while not ex._host.pool.ready_count(kind):
+        assert time.monotonic() < deadline, f"the {kind} slot was not staged again"
+        time.sleep(0.01)
+    [slot] = ex._host.pool._ready[kind]
+    hierarchy = Hierarchy.discover()
+    try:
+        parent = hierarchy.parent_paths["" if hierarchy.version == 2 else "memory"]
+        with open(os.path.join(parent, slot.name, "memory.stat")) as fh:
+            stat = dict(line.split() for line in fh)
+    finally:
+        for fd in hierarchy.parents.values():
+            os.close(fd)
+    return int(stat["active_file"]) + int(stat["inactive_file"])
+
+
+@pytest.mark.hostile
+def test_a_runs_page_cache_does_not_count_in_later_runs_of_its_slot(
+        jailed_one_slot: Executor) -> None:
+    """Page cache a run reads in stays charged to its slot's cgroup after the run: it must not
+    show in a later run's peak (nor tell it how much the earlier run read), in a run or in a
+    session's cell (a session takes a heavy slot that may have served runs)."""
+    ex = jailed_one_slot
+    with ex.session() as s:
+        fresh = s.run("x = 1")
+    assert fresh.status is Status.ok, fresh
+    for kind in ("light", "heavy"):
+        first = ex.run(("import numpy\n" if kind == "heavy" else "") + READ_FILES,
+                       limits={"timeout_s": 30, "cpu_s": 30})
+        assert first.status is Status.ok, first
+        if int(first.stdout) < 64:
+            pytest.skip(f"only {first.stdout.strip()} MiB of files to read in the sandbox")
+        left = _slot_file_bytes(ex, kind)
+        assert left >= 48 << 20, f"control: the slot holds {left} bytes of the run's reads"
+        if kind == "light":
+            later = ex.run("print(1)")
+            assert later.status is Status.ok, later
+            assert later.metrics.memory_peak_bytes < 16 << 20, later.metrics
+        else:
+            with ex.session() as s:  # the heavy slot that has just read the files
+                cell = s.run("x = 1")
+            assert cell.status is Status.ok, cell
+            assert cell.metrics.memory_peak_bytes < fresh.metrics.memory_peak_bytes + (
+                16 << 20), (cell.metrics, fresh.metrics)
+
+
 def _staged_light_program(ex: Executor) -> int:
     """The pid of the (one) light slot's program, once it waits for its code: the light
     zygote's only child."""

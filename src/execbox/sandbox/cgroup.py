@@ -204,6 +204,8 @@ class RunCgroup:
     name: str
     dirs: dict[str, int]
     applied: tuple[int, int] | None = None
+    # The file pages the cgroup held at the last peak reset (see `memory_peak`).
+    file_base: int = 0
     # Counter files stay open once read (a session reads some at every cell): one pread
     # each time instead of open, read and close. Closed by `remove`.
     _kept: dict[tuple[int, str, int], int] = field(default_factory=dict)
@@ -275,17 +277,35 @@ class RunCgroup:
             return self._kept_fd(self._mem(), name, os.O_RDONLY)
 
     def memory_peak(self) -> int:
+        """The most memory the cgroup held since the last reset, less the file pages it held
+        then. Page cache stays charged to the cgroup that read it in after its readers are
+        gone: a slot's last runs' file reads would otherwise count in every later run's peak
+        (64 MiB read by one run showed as ~90 MiB in each later `print(1)` of its slot), and
+        tell that run how much they read. Should the kernel reclaim those pages during the
+        run (only when it nears its memory limit), the peak reads low by at most as much."""
         try:
-            return int(os.pread(self._peak_fd(), 64, 0))
+            return max(0, int(os.pread(self._peak_fd(), 64, 0)) - self.file_base)
         except (OSError, ValueError):
             return 0
 
     def reset_memory_peak(self) -> None:
-        """Start the peak over (set-up of a staged slot is not the code's memory)."""
+        """Start the peak over (set-up of a staged slot is not the code's memory), and take
+        the file pages the cgroup holds now as the next peak's baseline."""
         try:
             os.pwrite(self._peak_fd(), b"0", 0)
         except OSError:  # v2 kernels before 6.12 cannot reset the peak
             pass
+        self.file_base = self.file_bytes()
+
+    def file_bytes(self) -> int:
+        """Page cache charged to the cgroup: file pages on its LRU lists (tmpfs pages are not
+        among them)."""
+        total = 0
+        for line in self._read(self._mem(), "memory.stat").splitlines():
+            key, _, value = line.partition(" ")
+            if key in ("active_file", "inactive_file"):
+                total += int(value)
+        return total
 
     def oom_kills(self) -> int:
         name = "memory.events" if self.v2 else "memory.oom_control"
