@@ -476,3 +476,23 @@ def test_a_program_killed_with_its_code_unread_is_not_the_codes_fault(
     [r] = box
     assert r.status is Status.ok and r.stdout == "ran\n", r
     assert "gone before it took the code (try 1 of 3)" in caplog.text, "control: sent again"
+
+
+def test_a_supervisor_killed_while_its_slot_waits_is_not_the_codes_fault(
+        jailed_one_slot: Executor, caplog: pytest.LogCaptureFixture) -> None:
+    """A staged slot whose supervisor was killed (its init and program die with it) took none
+    of the request: it goes to a new slot, not back as a sandbox error."""
+    ex = jailed_one_slot
+    ex.run("pass")
+    program = _staged_light_program(ex)
+    [slot] = ex._host.pool._ready["light"]
+    signal.pidfd_send_signal(slot.sup_pidfd, signal.SIGKILL)
+    assert slot.wait_gone(5), "control: the supervisor did not die"
+    deadline = time.monotonic() + 5
+    while not _gone(program):  # init dies with its supervisor, and the program with init
+        assert time.monotonic() < deadline, "control: the program outlived its supervisor"
+        time.sleep(0.01)
+    with caplog.at_level("WARNING", logger="execbox"):
+        r = ex.run("print('ran')")
+    assert r.status is Status.ok and r.stdout == "ran\n", r
+    assert "did not take the request" in caplog.text, "control: sent again"

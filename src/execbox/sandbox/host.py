@@ -46,8 +46,8 @@ class HostError(Exception):
 
 
 class RunNotStarted(HostError):
-    """The slot's staged program was gone before it took the code (killed from outside): no
-    code ran, so the request may be sent again. The slot is staged again."""
+    """The slot's staged program, or its supervisor, was gone before the program took the
+    code (killed from outside): no code ran, so the request may be sent again."""
 
 
 @dataclass
@@ -256,6 +256,7 @@ class ZygoteProcess:
         spec = request["spec"]
         go = b""
         go_lost = False
+        code_sent = False  # whether any of the code may have reached a program
         try:
             if protocol.SLOT_KINDS[slot.kind][0] == "heavy":
                 self.wait_heavy()
@@ -269,6 +270,7 @@ class ZygoteProcess:
                     sent = time.monotonic()
                     written = slot.write_go(go)
                     go_lost = written < 0
+                    code_sent = not go_lost
                     go = b"" if go_lost else go[written:]
                     slot.ctrl.sendall(protocol.json_frame(
                         protocol.RUN, {"spec": spec, "sent": sent}))
@@ -279,8 +281,12 @@ class ZygoteProcess:
                     slot.ctrl.sendall(protocol.json_frame(protocol.REQ, request))
                     for _name, data in files:
                         slot.ctrl.sendall(protocol.frame(protocol.FILE, data))
-            except OSError as exc:
-                raise HostError(f"the run supervisor did not take the request: {exc}") from exc
+            except (OSError, HostError) as exc:
+                # A supervisor gone before it had the whole request (killed while its slot
+                # waited: its init and program die with it) ran none of the code; on the
+                # long way it writes the code only once it has all of it.
+                error = HostError if code_sent else RunNotStarted
+                raise error(f"the run supervisor did not take the request: {exc}") from exc
             pump = _Pump(slot, go, stdin, output_bytes, on_stdout, on_stderr,
                          max_frame=protocol.MAX_JSON + int(spec["artifact_bytes"]))
             pump.go_lost = go_lost
