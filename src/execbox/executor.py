@@ -326,9 +326,17 @@ class Executor:
             session_id = new_run_id()
             self._sessions[session_id] = None  # type: ignore[assignment]  # the place is held
         try:
-            channel = host.open_session(SLOT_WAIT_S)
-            channel.start(session_id, _spec(limits_, template), [(f.name, f.data)
-                                                                  for f in template.files])
+            for attempt in range(1, NOT_STARTED_TRIES + 1):
+                channel = host.open_session(SLOT_WAIT_S)
+                try:
+                    channel.start(session_id, _spec(limits_, template),
+                                  [(f.name, f.data) for f in template.files])
+                    break
+                except RunNotStarted as exc:  # nothing started: another slot may take it
+                    log.warning("session %s: %s (try %d of %d)", session_id, exc, attempt,
+                                NOT_STARTED_TRIES)
+                    if attempt == NOT_STARTED_TRIES:
+                        raise HostError(f"{exc}, {attempt} times") from exc
         except HostError as exc:
             self._forget_session(session_id)
             raise SandboxError(f"the session could not start: {exc}") from exc

@@ -417,14 +417,25 @@ def test_a_runs_page_cache_does_not_count_in_later_runs_of_its_slot(
                 16 << 20), (cell.metrics, fresh.metrics)
 
 
-def _staged_light_program(ex: Executor) -> int:
-    """The pid of the (one) light slot's program, once it waits for its code: the light
-    zygote's only child."""
-    _staged_light_memory(ex)  # staged and offered: its program has said it waits
-    zygote = ex._host.light_pid
+def _staged_program(ex: Executor, kind: str = "light") -> int:
+    """The pid of the (one) staged slot of `kind`'s program, once it waits for its code: the
+    child of its program zygote in the slot's cgroup."""
+    deadline = time.monotonic() + 5
+    while not ex._host.pool.ready_count(kind):
+        assert time.monotonic() < deadline, f"the {kind} slot was not staged again"
+        time.sleep(0.01)
+    [slot] = ex._host.pool._ready[kind]
+    _offered(slot)  # its program has said it waits
+    zygote = ex._host.light_pid if kind == "light" else ex._host.heavy_pid
     with open(f"/proc/{zygote}/task/{zygote}/children") as fh:
-        [pid] = (int(p) for p in fh.read().split())
+        children = [int(p) for p in fh.read().split()]
+    [pid] = [p for p in children if f"/{slot.name}\n" in _read_text(f"/proc/{p}/cgroup")]
     return pid
+
+
+def _read_text(path: str) -> str:
+    with open(path) as fh:
+        return fh.read()
 
 
 def _gone(pid: int) -> bool:
@@ -445,7 +456,7 @@ def test_a_program_killed_while_it_waits_is_not_the_codes_fault(
     is told by the supervisor, whose write found none."""
     ex = jailed_one_slot
     ex.run("pass")
-    victim = _staged_light_program(ex)
+    victim = _staged_program(ex)
     os.kill(victim, signal.SIGKILL)
     deadline = time.monotonic() + 5
     while not _gone(victim):
@@ -464,7 +475,7 @@ def test_a_program_killed_with_its_code_unread_is_not_the_codes_fault(
     read it when it is killed: the supervisor sees the unread bytes and says so (LOST)."""
     ex = jailed_one_slot
     ex.run("pass")
-    victim = _staged_light_program(ex)
+    victim = _staged_program(ex)
     os.kill(victim, signal.SIGSTOP)
     box: list[RunResult] = []
     with caplog.at_level("WARNING", logger="execbox"):
@@ -484,7 +495,7 @@ def test_a_supervisor_killed_while_its_slot_waits_is_not_the_codes_fault(
     of the request: it goes to a new slot, not back as a sandbox error."""
     ex = jailed_one_slot
     ex.run("pass")
-    program = _staged_light_program(ex)
+    program = _staged_program(ex)
     [slot] = ex._host.pool._ready["light"]
     signal.pidfd_send_signal(slot.sup_pidfd, signal.SIGKILL)
     assert slot.wait_gone(5), "control: the supervisor did not die"
@@ -496,3 +507,19 @@ def test_a_supervisor_killed_while_its_slot_waits_is_not_the_codes_fault(
         r = ex.run("print('ran')")
     assert r.status is Status.ok and r.stdout == "ran\n", r
     assert "did not take the request" in caplog.text, "control: sent again"
+
+
+def test_a_session_whose_program_was_killed_while_it_waited_starts_in_another_slot(
+        jailed_one_slot: Executor, caplog: pytest.LogCaptureFixture) -> None:
+    ex = jailed_one_slot
+    ex._host.wait_heavy()
+    victim = _staged_program(ex, "heavy")
+    os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while not _gone(victim):
+        assert time.monotonic() < deadline, "control: the staged program did not die"
+        time.sleep(0.01)
+    with caplog.at_level("WARNING", logger="execbox"), ex.session() as s:
+        r = s.run("x = 41\nprint(x + 1)")
+    assert r.status is Status.ok and r.stdout == "42\n", r
+    assert "gone before it took the session's request (try 1 of 3)" in caplog.text

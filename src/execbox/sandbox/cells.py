@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from .supervisor import Supervisor
 
 GRACE_S = 2.0  # how long an interrupted cell has to stop before the session is killed
+STATUS_WAIT_S = 5.0  # for a program's wait status once its pipes have closed
 HELLO_TIMEOUT_S = 60.0
 IDLE_CHECK_S = 1.0  # how often CPU used between cells is looked at
 CELL_WAIT_S = 1.0  # a report before its cell's CELL: how long CELL may take to follow
@@ -89,6 +90,7 @@ class SessionSupervisor:
         self.inputs: set[tuple[int, int]] = set()
         self.cell: _Cell | None = None
         self.program_fd = -1
+        self.delivered = True  # whether the session's request went into the program's pipe
         self.ncpu = max(1, len(os.sched_getaffinity(0)))
         self.idle_cpu_base = 0
         self.report_closed_at = 0.0
@@ -108,7 +110,7 @@ class SessionSupervisor:
         try:
             protocol.send_all(self.sup.go_w, protocol.frame(protocol.REQ, go))
         except BrokenPipeError:
-            pass  # the program died in set-up: its status says why
+            self.delivered = False  # the program is gone: its status says how
         os.set_blocking(self.sup.err_r, False)
         # The heavy zygote writes the program's wait status here when it ends (or closes it,
         # should the zygote itself die): readable means the program is gone.
@@ -130,21 +132,44 @@ class SessionSupervisor:
         poller.register(self.ended_fd, select.POLLIN)
         while time.monotonic() < deadline:
             for fd, _ in poller.poll(1000):
-                if fd == self.ended_fd:
-                    self._program_ended()
-                    return False
-                for kind, payload in self._read_reports():
-                    if kind == kernel.FAILED:
-                        raise jail.JailError("session interpreter failed to start: "
-                                             + str(json.loads(payload).get("message"))[:2000])
-                    if kind == kernel.HELLO:
-                        pid = json.loads(payload)["pid"]
-                        # /proc here is the session's own pid namespace: this descriptor names
-                        # the program for pidfd_send_signal, and never another process.
-                        self.program_fd = os.open(f"/proc/{int(pid)}", os.O_RDONLY
-                                                  | os.O_DIRECTORY | os.O_CLOEXEC)
-                        return True
+                if fd == self.sup.err_r:
+                    try:
+                        reports = self._read_reports()
+                    except EOFError:  # the program is gone: its status follows
+                        select.select([self.ended_fd], [], [], STATUS_WAIT_S)
+                    else:
+                        if self._hello(reports):
+                            return True
+                        continue
+                self._ended_before_hello()
+                return False
         raise jail.JailError(f"session interpreter did not start within {HELLO_TIMEOUT_S:g} s")
+
+    def _hello(self, reports: list[tuple[bytes, bytes]]) -> bool:
+        """Whether the program said it is ready (HELLO); raises when it could not start."""
+        for kind, payload in reports:
+            if kind == kernel.FAILED:
+                raise jail.JailError("session interpreter failed to start: "
+                                     + str(json.loads(payload).get("message"))[:2000])
+            if kind == kernel.HELLO:
+                pid = json.loads(payload)["pid"]
+                # /proc here is the session's own pid namespace: this descriptor names the
+                # program for pidfd_send_signal, and never another process.
+                self.program_fd = os.open(f"/proc/{int(pid)}", os.O_RDONLY | os.O_DIRECTORY
+                                          | os.O_CLOEXEC)
+                return True
+        return False
+
+    def _ended_before_hello(self) -> None:
+        from .supervisor import _unread
+
+        if self.delivered and not _unread(self.sup.go_w):
+            self._program_ended()
+            return
+        # Killed before it took the session's request: nothing of it ran, and the host may
+        # start the session in another slot.
+        self.sup.end_init()
+        protocol.send_all(self.ctrl, protocol.frame(protocol.LOST, b""))
 
     def _hand_over_cells(self) -> None:
         """SRDY, carrying the cell pipe's write end: from now on the host writes the cells."""

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import cells, protocol
-from .host import HostError, OutputCallback, RawRun, Slot
+from .host import HostError, OutputCallback, RawRun, RunNotStarted, Slot
 
 START_TIMEOUT_S = 60.0
 MARKER_DRAIN_S = 2.0  # after the result, how long to wait for the end-of-cell markers
@@ -59,15 +59,19 @@ class SessionChannel:
             self.slot.ctrl.sendall(protocol.json_frame(protocol.REQ, request))
             for _name, data in files:
                 self.slot.ctrl.sendall(protocol.frame(protocol.FILE, data))
-        except OSError as exc:
+        except OSError as exc:  # gone before it had the request: it started nothing
             self.close()
-            raise HostError(f"the session supervisor did not take the request: {exc}") from exc
+            raise RunNotStarted(f"the session supervisor did not take the request: {exc}"
+                                ) from exc
         self.slot.close_stdin()  # a session has no stdin: input comes as cells and files
         for fd in (self.slot.stdout_r, self.slot.stderr_r):
             os.set_blocking(fd, False)
         self.slot.ctrl.setblocking(False)
         try:
             kind, payload = self._next_frame(time.monotonic() + START_TIMEOUT_S)
+            if kind == protocol.LOST:
+                raise RunNotStarted("the session slot's program was gone before it took the "
+                                    "session's request")
             if kind == cells.END:
                 raise HostError("the session's interpreter exited while starting: "
                                 + str((json.loads(payload).get("error") or {}).get("message")))
