@@ -340,8 +340,9 @@ def test_the_fork_server_forks_contained_programs_reports_their_end_and_drops_ba
 
 @needs_root
 @pytest.mark.parametrize("warm, asked, faults_from, faults_to", [
-    ("split", b"1", 0, 4),  # all its warm pages
-    ("split", b"0", WARM // 2, WARM // 2 + 4),  # the base: the other half still faults
+    # The slack is the Python loop's own faults: a full suite on a loaded machine saw 5 once.
+    ("split", b"1", 0, 8),  # all its warm pages
+    ("split", b"0", WARM // 2, WARM // 2 + 8),  # the base: the other half still faults
     ("split", b"2", WARM, WARM + 8),  # none (its slot is in demand): every page faults
     ("none", b"1", WARM, WARM + 8),  # the control: one fault for each page
 ])

@@ -409,6 +409,12 @@ def test_a_runs_page_cache_does_not_count_in_later_runs_of_its_slot(
             later = ex.run("print(1)")
             assert later.status is Status.ok, later
             assert later.metrics.memory_peak_bytes < 16 << 20, later.metrics
+            # One that reaches its limit has the kernel reclaim those pages for it: its peak
+            # is all its own, not less the pages it took the place of.
+            assert _slot_file_bytes(ex, kind) >= 48 << 20, "control: the pages are still there"
+            hog = ex.run("x = bytearray(200 << 20)", limits={"memory_mib": 128})
+            assert hog.status is Status.memory_limit, hog
+            assert hog.metrics.memory_peak_bytes > 112 << 20, hog.metrics
         else:
             with ex.session() as s:  # the heavy slot that has just read the files
                 cell = s.run("x = 1")
@@ -523,3 +529,70 @@ def test_a_session_whose_program_was_killed_while_it_waited_starts_in_another_sl
         r = s.run("x = 41\nprint(x + 1)")
     assert r.status is Status.ok and r.stdout == "42\n", r
     assert "gone before it took the session's request (try 1 of 3)" in caplog.text
+
+
+def test_a_request_too_big_for_its_memory_limit_is_that_runs_memory_limit(
+        jailed_one_slot: Executor, caplog: pytest.LogCaptureFixture) -> None:
+    """A program killed by its own memory limit while it reads a large request (each \\x01 is
+    six bytes of JSON) did not die from outside: the run's status is memory_limit, and the
+    request is not sent again."""
+    code = "#" + "\x01" * ((4 << 20) - 64) + "\nprint('ran')\n"
+    with caplog.at_level("WARNING", logger="execbox"):
+        r = jailed_one_slot.run(code, limits={"memory_mib": 16}, profile="extended")
+    assert r.status is Status.memory_limit, r
+    assert "gone before it took" not in caplog.text
+
+
+def _children(pid: int) -> set[int]:
+    return {int(p) for p in _read_text(f"/proc/{pid}/task/{pid}/children").split()}
+
+
+def _kill_the_next(zygote: int, before: set[int], cgroup: str, stop: threading.Event) -> None:
+    """Kill the first child of `zygote` not in `before` that is in `cgroup`, at once."""
+    while not stop.is_set():
+        for pid in _children(zygote) - before:
+            try:
+                if f"/{cgroup}\n" in _read_text(f"/proc/{pid}/cgroup"):
+                    os.kill(pid, signal.SIGKILL)
+                    return
+            except FileNotFoundError:
+                pass
+
+
+def test_a_program_killed_before_it_said_it_waits_is_not_the_codes_fault(
+        jailed_one_slot: Executor, caplog: pytest.LogCaptureFixture) -> None:
+    """Killed while it readies itself, before it says it waits for its code: the slot never
+    offers the short way, the request comes the long way, and the supervisor, seeing its
+    program ended by SIGKILL in set-up, says LOST. A pandas slot's program copies ~10 MB of
+    warm pages before it says so: a watcher kills it in that time."""
+    ex = jailed_one_slot
+    ex._host.wait_heavy()
+    zygote = ex._host.heavy_pid
+    code = "import pandas\nprint('ran')"
+    for _ in range(5):
+        _staged_program(ex, "pandas")  # parked, and long since: its next one is staged warm
+        [slot] = ex._host.pool._ready["pandas"]
+        before = _children(zygote)
+        stop = threading.Event()
+
+        watcher = threading.Thread(target=_kill_the_next, args=(zygote, before, slot.name, stop))
+        watcher.start()
+        try:
+            assert ex.run(code).status is Status.ok  # its slot then stages the victim
+            deadline = time.monotonic() + 5
+            while not ex._host.pool.ready_count("pandas"):
+                assert time.monotonic() < deadline, "the pandas slot was not staged again"
+                time.sleep(0.01)
+        finally:
+            stop.set()
+            watcher.join(5)
+        time.sleep(0.3)
+        [slot] = ex._host.pool._ready["pandas"]
+        if not slot.take_offer():  # it never said it waits: killed in time
+            break
+    else:
+        pytest.fail("the watcher never killed a pandas program before it said it waits")
+    with caplog.at_level("WARNING", logger="execbox"):
+        r = ex.run(code)
+    assert r.status is Status.ok and r.stdout == "ran\n", r
+    assert "gone before it took the code (try 1 of 3)" in caplog.text

@@ -284,9 +284,12 @@ class RunCgroup:
         tell that run how much they read. Should the kernel reclaim those pages during the
         run (only when it nears its memory limit), the peak reads low by at most as much."""
         try:
-            return max(0, int(os.pread(self._peak_fd(), 64, 0)) - self.file_base)
+            peak = int(os.pread(self._peak_fd(), 64, 0))
         except (OSError, ValueError):
             return 0
+        # Those of the baseline's pages still there: near its limit the run's own memory took
+        # the place of those reclaimed, and the peak is all its own.
+        return max(0, peak - min(self.file_base, self.file_bytes()))
 
     def reset_memory_peak(self) -> None:
         """Start the peak over (set-up of a staged slot is not the code's memory), and take
@@ -294,18 +297,21 @@ class RunCgroup:
         try:
             os.pwrite(self._peak_fd(), b"0", 0)
         except OSError:  # v2 kernels before 6.12 cannot reset the peak
-            pass
+            self.file_base = 0  # nor take a baseline for a peak since the cgroup's start
+            return
         self.file_base = self.file_bytes()
 
     def file_bytes(self) -> int:
-        """Page cache charged to the cgroup: file pages on its LRU lists (tmpfs pages are not
-        among them)."""
-        total = 0
-        for line in self._read(self._mem(), "memory.stat").splitlines():
-            key, _, value = line.partition(" ")
-            if key in ("active_file", "inactive_file"):
-                total += int(value)
-        return total
+        """Page cache charged to the cgroup (and any below it, as its peak counts them): file
+        pages on its LRU lists, tmpfs pages not among them. 0 when unreadable."""
+        keys = ("active_file", "inactive_file") if self.v2 else ("total_active_file",
+                                                                  "total_inactive_file")
+        try:
+            stat = self._read(self._mem(), "memory.stat")
+            return sum(int(value) for key, _, value in
+                       (line.partition(" ") for line in stat.splitlines()) if key in keys)
+        except (OSError, ValueError):
+            return 0
 
     def oom_kills(self) -> int:
         name = "memory.events" if self.v2 else "memory.oom_control"

@@ -792,8 +792,12 @@ class _Pump:
                     self._read_output(sel, fd)
         if self.error is not None:
             raise HostError(self.error)
-        if self.lost or (self.go_lost and self.meta is not None):
-            self.slot.reusable = True
+        # The host saw the go pipe without a reader; the supervisor, which did not, reports
+        # that program's end as a SIGKILL (a memory_limit when its own limit killed it).
+        killed = self.meta is not None and (self.meta.get("status"), self.meta.get("signal")) \
+            == ("error", "SIGKILL")
+        if self.lost or (self.go_lost and killed):
+            # The slot is closed: whatever killed its program may have broken more of it.
             raise RunNotStarted("the run slot's program was gone before it took the code")
         if self.meta is None:
             raise HostError("the run supervisor exited without a result")

@@ -354,8 +354,9 @@ class Supervisor:
         setup_error = _read_available(self.setup_r).decode("utf-8", "replace")
         if setup_error or init_error:
             raise jail.JailError(setup_error or init_error or "")
-        if ready and status is not None and os.WIFSIGNALED(status):
-            return False
+        if ready and status is not None and os.WIFSIGNALED(status) \
+                and os.WTERMSIG(status) == signal.SIGKILL:
+            return False  # killed from outside; any other end in set-up is ours to report
         if ready:
             raise jail.JailError("program set-up: the program ended before its code came"
                                  + (f" (wait status {status})" if status is not None else ""))
@@ -411,12 +412,14 @@ class Supervisor:
             raise jail.JailError(init_error)
         if setup_error:
             raise jail.JailError(setup_error)
-        lost = reported is None and not killed and (not delivered or _unread(self.go_w) > 0)
+        oom = self.cg.oom_kills() - oom_base
+        # Killed from outside before it took its code; not by its own memory limit, which a
+        # large request alone can reach (that run's status is memory_limit).
+        lost = (reported is None and not killed and not oom
+                and (not delivered or _unread(self.go_w) > 0))
         self.close_go()
         if lost:
             return None
-
-        oom = self.cg.oom_kills() - oom_base
         cpu_ms = (self.cg.cpu_ns() - cpu_base) / 1e6
         mem_peak = self.cg.memory_peak()
         # Only a failed run's status can be the disk limit (see `classify`).
