@@ -10,7 +10,7 @@ A frame is a 4-byte kind, an 8-byte big-endian length and the payload. Kinds:
   has; carries the write end of the program's go pipe), RES (JSON result), ART (one artifact's
   bytes, in RES order), ERR (JSON sandbox error), LOST (instead of RES: the staged program was
   gone before it took its code, killed from outside, so nothing of the request ran and it may
-  be sent again; the slot is staged again as after a result)
+  be sent again; the host closes the slot)
 
 The short way: a request whose limits are those PRK named and that has no input files, sent
 after PRK came, has its code (a REQ frame) written by the host straight into the program's go
