@@ -14,10 +14,10 @@ import os
 import sys
 import threading
 import uuid
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -40,7 +40,7 @@ from .errors import Overloaded, SandboxError, SandboxUnavailable, SessionClosed,
 from .image import LIGHT_PRELOAD, Image
 from .records import PolicyInfo, RunStore
 from .redact import Redactor
-from .sandbox.channel import SessionEnded
+from .sandbox.channel import SessionChannel, SessionEnded
 from .sandbox.host import HostError, OutputCallback, RawRun, RunNotStarted, ZygoteProcess
 from .sessions import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_MAX_LIFETIME_S, Reaper, Session
 
@@ -52,6 +52,7 @@ SLOT_WAIT_S = 30.0  # how long a run waits for a staged slot before it is a sand
 # How many staged programs a request may find gone before its code (killed from outside: the
 # machine's OOM killer, an operator) before it is a sandbox_error; none of them ran any of it.
 NOT_STARTED_TRIES = 3
+T = TypeVar("T")
 
 
 def new_run_id() -> str:
@@ -273,21 +274,13 @@ class Executor:
         spec = _spec(limits, request)
         with self._admission:
             try:
-                for attempt in range(1, NOT_STARTED_TRIES + 1):
-                    try:
-                        raw = host.execute(
-                            host.pool.take(kind, SLOT_WAIT_S),
-                            {"code": request.code, "run_id": base.run_id, "spec": spec},
-                            [(f.name, f.data) for f in request.files], request.stdin,
-                            limits.output_bytes, limits.timeout_s + BACKSTOP_GRACE_S,
-                            on_stdout, on_stderr,
-                        )
-                        break
-                    except RunNotStarted as exc:  # nothing ran: another program may take it
-                        log.warning("run %s: %s (try %d of %d)", base.run_id, exc, attempt,
-                                    NOT_STARTED_TRIES)
-                        if attempt == NOT_STARTED_TRIES:
-                            raise HostError(f"{exc}, {attempt} times") from exc
+                raw = _until_started(f"run {base.run_id}", lambda: host.execute(
+                    host.pool.take(kind, SLOT_WAIT_S),
+                    {"code": request.code, "run_id": base.run_id, "spec": spec},
+                    [(f.name, f.data) for f in request.files], request.stdin,
+                    limits.output_bytes, limits.timeout_s + BACKSTOP_GRACE_S,
+                    on_stdout, on_stderr,
+                ))
             except HostError as exc:
                 message = str(exc)
                 if self._closed:  # what failed was the teardown under the run, not the run
@@ -325,18 +318,15 @@ class Executor:
                                  f"{self.max_sessions}); close one or raise max_sessions")
             session_id = new_run_id()
             self._sessions[session_id] = None  # type: ignore[assignment]  # the place is held
+
+        def start() -> SessionChannel:
+            channel = host.open_session(SLOT_WAIT_S)
+            channel.start(session_id, _spec(limits_, template),
+                          [(f.name, f.data) for f in template.files])
+            return channel
+
         try:
-            for attempt in range(1, NOT_STARTED_TRIES + 1):
-                channel = host.open_session(SLOT_WAIT_S)
-                try:
-                    channel.start(session_id, _spec(limits_, template),
-                                  [(f.name, f.data) for f in template.files])
-                    break
-                except RunNotStarted as exc:  # nothing started: another slot may take it
-                    log.warning("session %s: %s (try %d of %d)", session_id, exc, attempt,
-                                NOT_STARTED_TRIES)
-                    if attempt == NOT_STARTED_TRIES:
-                        raise HostError(f"{exc}, {attempt} times") from exc
+            channel = _until_started(f"session {session_id}", start)
         except HostError as exc:
             self._forget_session(session_id)
             raise SandboxError(f"the session could not start: {exc}") from exc
@@ -594,6 +584,20 @@ def _spec(limits: Limits, request: RunRequest) -> dict[str, Any]:
         "input_bytes": sum(len(f.data) for f in request.files),
         "input_count": len(request.files),
     }
+
+
+def _until_started(what: str, attempt: Callable[[], T]) -> T:
+    """`attempt()`, again while it finds its slot's program (or supervisor) gone before
+    anything started (RunNotStarted: nothing ran, another slot may take it), at most
+    NOT_STARTED_TRIES times in all; then a HostError."""
+    for n in range(1, NOT_STARTED_TRIES + 1):
+        try:
+            return attempt()
+        except RunNotStarted as exc:
+            log.warning("%s: %s (try %d of %d)", what, exc, n, NOT_STARTED_TRIES)
+            if n == NOT_STARTED_TRIES:
+                raise HostError(f"{exc}, {n} times") from exc
+    raise AssertionError("unreachable")
 
 
 def _redact(result: RunResult, redactor: Redactor) -> RunResult:

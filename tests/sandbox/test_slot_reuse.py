@@ -125,15 +125,20 @@ def _offered(slot: Slot) -> Slot:
     return slot
 
 
+def _ready_slot(ex: Executor, kind: str) -> Slot:
+    """The (one) slot of `kind`, once it is staged (again)."""
+    deadline = time.monotonic() + 5
+    while not ex._host.pool.ready_count(kind):
+        assert time.monotonic() < deadline, f"the {kind} slot was not staged again"
+        time.sleep(0.01)
+    [slot] = ex._host.pool._ready[kind]
+    return slot
+
+
 def _staged_light_memory(ex: Executor) -> int:
     """The memory limit the (one) staged light slot has: what a run needs to take the short
     way, the code straight to the program (see `protocol`)."""
-    deadline = time.monotonic() + 5
-    while not ex._host.pool.ready_count("light"):
-        assert time.monotonic() < deadline, "the light slot was not staged again"
-        time.sleep(0.01)
-    [slot] = ex._host.pool._ready["light"]
-    return int(_offered(slot).staged["memory_bytes"])
+    return int(_offered(_ready_slot(ex, "light")).staged["memory_bytes"])
 
 
 @pytest.mark.hostile
@@ -371,11 +376,7 @@ def test_a_run_that_lowers_the_memory_limit_reports_its_own_peak(
 
 def _slot_file_bytes(ex: Executor, kind: str) -> int:
     """Page cache charged to the (one) staged slot of `kind`, read from its cgroup."""
-    deadline = time.monotonic() + 5
-    while not ex._host.pool.ready_count(kind):
-        assert time.monotonic() < deadline, f"the {kind} slot was not staged again"
-        time.sleep(0.01)
-    [slot] = ex._host.pool._ready[kind]
+    slot = _ready_slot(ex, kind)
     hierarchy = Hierarchy.discover()
     try:
         parent = hierarchy.parent_paths["" if hierarchy.version == 2 else "memory"]
@@ -426,16 +427,10 @@ def test_a_runs_page_cache_does_not_count_in_later_runs_of_its_slot(
 def _staged_program(ex: Executor, kind: str = "light") -> int:
     """The pid of the (one) staged slot of `kind`'s program, once it waits for its code: the
     child of its program zygote in the slot's cgroup."""
-    deadline = time.monotonic() + 5
-    while not ex._host.pool.ready_count(kind):
-        assert time.monotonic() < deadline, f"the {kind} slot was not staged again"
-        time.sleep(0.01)
-    [slot] = ex._host.pool._ready[kind]
-    _offered(slot)  # its program has said it waits
+    slot = _offered(_ready_slot(ex, kind))  # its program has said it waits
     zygote = ex._host.light_pid if kind == "light" else ex._host.heavy_pid
-    with open(f"/proc/{zygote}/task/{zygote}/children") as fh:
-        children = [int(p) for p in fh.read().split()]
-    [pid] = [p for p in children if f"/{slot.name}\n" in _read_text(f"/proc/{p}/cgroup")]
+    [pid] = [p for p in _children(zygote)
+             if f"/{slot.name}\n" in _read_text(f"/proc/{p}/cgroup")]
     return pid
 
 
@@ -444,12 +439,21 @@ def _read_text(path: str) -> str:
         return fh.read()
 
 
-def _gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
-        return True
+def _children(pid: int) -> set[int]:
+    return {int(p) for p in _read_text(f"/proc/{pid}/task/{pid}/children").split()}
+
+
+def _wait_gone(pid: int, what: str) -> None:
+    """Until the process `pid` has exited (a zombie counts)."""
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            if _read_text(f"/proc/{pid}/stat").rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                return
+        except FileNotFoundError:
+            return
+        assert time.monotonic() < deadline, f"control: {what}"
+        time.sleep(0.01)
 
 
 @pytest.mark.parametrize("files", [{}, {"in.txt": b"x"}], ids=["short_way", "long_way"])
@@ -464,10 +468,7 @@ def test_a_program_killed_while_it_waits_is_not_the_codes_fault(
     ex.run("pass")
     victim = _staged_program(ex)
     os.kill(victim, signal.SIGKILL)
-    deadline = time.monotonic() + 5
-    while not _gone(victim):
-        assert time.monotonic() < deadline, "control: the staged program did not die"
-        time.sleep(0.01)
+    _wait_gone(victim, "the staged program did not die")
     with caplog.at_level("WARNING", logger="execbox"):
         r = ex.run("print('ran')", files=files)
     assert r.status is Status.ok and r.stdout == "ran\n", r
@@ -505,10 +506,8 @@ def test_a_supervisor_killed_while_its_slot_waits_is_not_the_codes_fault(
     [slot] = ex._host.pool._ready["light"]
     signal.pidfd_send_signal(slot.sup_pidfd, signal.SIGKILL)
     assert slot.wait_gone(5), "control: the supervisor did not die"
-    deadline = time.monotonic() + 5
-    while not _gone(program):  # init dies with its supervisor, and the program with init
-        assert time.monotonic() < deadline, "control: the program outlived its supervisor"
-        time.sleep(0.01)
+    # init dies with its supervisor, and the program with init
+    _wait_gone(program, "the program outlived its supervisor")
     with caplog.at_level("WARNING", logger="execbox"):
         r = ex.run("print('ran')")
     assert r.status is Status.ok and r.stdout == "ran\n", r
@@ -521,10 +520,7 @@ def test_a_session_whose_program_was_killed_while_it_waited_starts_in_another_sl
     ex._host.wait_heavy()
     victim = _staged_program(ex, "heavy")
     os.kill(victim, signal.SIGKILL)
-    deadline = time.monotonic() + 5
-    while not _gone(victim):
-        assert time.monotonic() < deadline, "control: the staged program did not die"
-        time.sleep(0.01)
+    _wait_gone(victim, "the staged program did not die")
     with caplog.at_level("WARNING", logger="execbox"), ex.session() as s:
         r = s.run("x = 41\nprint(x + 1)")
     assert r.status is Status.ok and r.stdout == "42\n", r
@@ -541,10 +537,6 @@ def test_a_request_too_big_for_its_memory_limit_is_that_runs_memory_limit(
         r = jailed_one_slot.run(code, limits={"memory_mib": 16}, profile="extended")
     assert r.status is Status.memory_limit, r
     assert "gone before it took" not in caplog.text
-
-
-def _children(pid: int) -> set[int]:
-    return {int(p) for p in _read_text(f"/proc/{pid}/task/{pid}/children").split()}
 
 
 def _kill_the_next(zygote: int, before: set[int], cgroup: str, stop: threading.Event) -> None:
@@ -571,23 +563,18 @@ def test_a_program_killed_before_it_said_it_waits_is_not_the_codes_fault(
     code = "import pandas\nprint('ran')"
     for _ in range(5):
         _staged_program(ex, "pandas")  # parked, and long since: its next one is staged warm
-        [slot] = ex._host.pool._ready["pandas"]
+        slot = _ready_slot(ex, "pandas")
         before = _children(zygote)
         stop = threading.Event()
-
         watcher = threading.Thread(target=_kill_the_next, args=(zygote, before, slot.name, stop))
         watcher.start()
         try:
             assert ex.run(code).status is Status.ok  # its slot then stages the victim
-            deadline = time.monotonic() + 5
-            while not ex._host.pool.ready_count("pandas"):
-                assert time.monotonic() < deadline, "the pandas slot was not staged again"
-                time.sleep(0.01)
+            slot = _ready_slot(ex, "pandas")
         finally:
             stop.set()
             watcher.join(5)
         time.sleep(0.3)
-        [slot] = ex._host.pool._ready["pandas"]
         if not slot.take_offer():  # it never said it waits: killed in time
             break
     else:

@@ -161,9 +161,7 @@ class SessionSupervisor:
         return False
 
     def _ended_before_hello(self) -> None:
-        from .supervisor import _unread
-
-        if self.delivered and not _unread(self.sup.go_w):
+        if not self.sup.request_untaken(self.delivered):
             self._program_ended()
             return
         # Killed before it took the session's request: nothing of it ran, and the host may

@@ -281,14 +281,15 @@ class RunCgroup:
         then. Page cache stays charged to the cgroup that read it in after its readers are
         gone: a slot's last runs' file reads would otherwise count in every later run's peak
         (64 MiB read by one run showed as ~90 MiB in each later `print(1)` of its slot), and
-        tell that run how much they read. Should the kernel reclaim those pages during the
-        run (only when it nears its memory limit), the peak reads low by at most as much."""
+        tell that run how much they read. Only those still charged now are left out: near
+        its limit the run's own memory took the place of those the kernel reclaimed, and the
+        peak is all its own. A run that evicts them itself reads low by what it evicted."""
         try:
             peak = int(os.pread(self._peak_fd(), 64, 0))
         except (OSError, ValueError):
             return 0
-        # Those of the baseline's pages still there: near its limit the run's own memory took
-        # the place of those reclaimed, and the peak is all its own.
+        if not self.file_base:
+            return peak
         return max(0, peak - min(self.file_base, self.file_bytes()))
 
     def reset_memory_peak(self) -> None:

@@ -207,6 +207,13 @@ class Supervisor:
         finally:
             os.close(pidfd)
 
+    def request_untaken(self, delivered: bool) -> bool:
+        """Whether the staged program, now ended, never took its request: our write of it
+        was refused (`delivered` False), or some of it is still unread in its go pipe. A
+        program reads its request in full before any of the code runs, and nobody writes
+        to the pipe after it, so code that started always leaves it empty."""
+        return not delivered or _unread(self.go_w) > 0
+
     def close_go(self) -> None:
         """Close the program's go pipe (the code has been sent, or the session took it)."""
         if self.go_w >= 0:
@@ -376,7 +383,7 @@ class Supervisor:
                  started: float) -> dict[str, Any] | None:
         """One run; `code` None when the host has written it to the program (RUN), which it
         started sending at `started`. None when the program was gone before it took its code
-        (see `_unread`): nothing of the request ran."""
+        (see `request_untaken`): nothing of the request ran."""
         assert self.cg is not None
         inputs: set[tuple[int, int]] = set()
         delivered = True
@@ -415,8 +422,7 @@ class Supervisor:
         oom = self.cg.oom_kills() - oom_base
         # Killed from outside before it took its code; not by its own memory limit, which a
         # large request alone can reach (that run's status is memory_limit).
-        lost = (reported is None and not killed and not oom
-                and (not delivered or _unread(self.go_w) > 0))
+        lost = reported is None and not killed and not oom and self.request_untaken(delivered)
         self.close_go()
         if lost:
             return None
@@ -503,9 +509,7 @@ class Supervisor:
 
 
 def _unread(fd: int) -> int:
-    """Bytes in the pipe of `fd` (either end) that nobody has read. The go pipe's are left
-    only when its program ended before it took the whole of its code: a program reads its
-    request in full before any of the code runs."""
+    """Bytes in the pipe of `fd` (either end) that nobody has read."""
     if fd < 0:
         return 0
     count = array.array("i", [0])
