@@ -264,16 +264,18 @@ class ZygoteProcess:
                 if not files and slot.take_offer() and slot.staged_for(spec):  # see `protocol`
                     go = protocol.frame(protocol.REQ, json.dumps(
                         {"code": request["code"], "spec": spec, "token": slot.token}).encode())
-                    # The run's clocks start now. The code goes first (what fits the pipe; the
-                    # pump writes the rest): a RUN first would wake the supervisor, which
-                    # the scheduler may run on this CPU before the code is on its way.
+                    # The run's clocks start now. RUN goes first, the code (what fits the
+                    # pipe; the pump writes the rest) last: writing it wakes the program,
+                    # which the scheduler often runs on this CPU at once, and a RUN still
+                    # unsent waited for the program to run and tear down before the
+                    # supervisor heard of the run.
                     sent = time.monotonic()
+                    slot.ctrl.sendall(protocol.json_frame(
+                        protocol.RUN, {"spec": spec, "sent": sent}))
                     written = slot.write_go(go)
                     go_lost = written < 0
                     code_sent = not go_lost
                     go = b"" if go_lost else go[written:]
-                    slot.ctrl.sendall(protocol.json_frame(
-                        protocol.RUN, {"spec": spec, "sent": sent}))
                 else:
                     slot.close_go()
                     request = dict(request, files=[{"name": n, "size": len(d)}

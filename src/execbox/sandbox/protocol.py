@@ -14,7 +14,7 @@ A frame is a 4-byte kind, an 8-byte big-endian length and the payload. Kinds:
 
 The short way: a request whose limits are those PRK named and that has no input files, sent
 after PRK came, has its code (a REQ frame) written by the host straight into the program's go
-pipe, followed by a RUN that starts the supervisor's clocks at the time the code started on its
+pipe, just after a RUN that starts the supervisor's clocks at the time the code started on its
 way; the supervisor is not on the way to the program. Any other request goes as REQ to the
 supervisor, which applies it and writes the code. RDY does not wait for PRK: a slot is ready as
 soon as it is staged, and a request that comes before its program is ready takes the long way.
