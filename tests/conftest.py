@@ -46,6 +46,33 @@ def executor() -> Iterator[execbox.Executor]:
         yield ex
 
 
+@pytest.fixture()
+def poisoned_records(executor: execbox.Executor) -> Iterator[Callable[[], None]]:
+    """For one test, the record of a run whose code says 'poisoned' cannot be written: a
+    trigger in the records database aborts its insert, as a failing database would. Yields
+    a function that waits until the store's writer has failed on one (without taking the
+    failure, which the store raises once)."""
+    rows = executor.store._rows
+    if rows is None:
+        pytest.skip("the records are not in a SQLite file")
+    with executor.store.engine.begin() as conn:
+        conn.exec_driver_sql(
+            "CREATE TRIGGER poisoned BEFORE INSERT ON runs WHEN NEW.code LIKE '%poisoned%' "
+            "BEGIN SELECT RAISE(ABORT, 'the records database refused it'); END")
+
+    def failed() -> None:
+        deadline = time.monotonic() + 10
+        while not rows._failed:
+            assert time.monotonic() < deadline, "no record failed to be written"
+            time.sleep(0.01)
+
+    try:
+        yield failed
+    finally:
+        with executor.store.engine.begin() as conn:
+            conn.exec_driver_sql("DROP TRIGGER poisoned")
+
+
 def _read(path: str) -> str:
     with open(path) as fh:
         return fh.read()

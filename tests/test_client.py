@@ -4,7 +4,7 @@ between local and remote by changing one line."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -133,3 +133,16 @@ def test_client_errors_map_to_execbox_exceptions(server: tuple[str, str, str]) -
     with execbox.Client("http://127.0.0.1:9", "k") as client, pytest.raises(
             execbox.SandboxUnavailable):
         client.run("print(1)")
+
+
+def test_a_record_that_cannot_be_written_reaches_a_remote_caller_as_records_error(
+        server: tuple[str, str, str], poisoned_records: Callable[[], None]) -> None:
+    """The next run is refused before its code runs, with its own error code (500
+    records_error) and the client's RecordsError."""
+    url, key, _ = server
+    with execbox.Client(url, key) as client:
+        assert client.run("print('poisoned')").ok  # its record cannot be written
+        poisoned_records()
+        with pytest.raises(execbox.RecordsError, match="database refused it.*records_error, HTTP 500"):
+            client.run("print(3)")
+        assert client.run("print(4)").ok

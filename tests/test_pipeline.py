@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
 from execbox import Executor, Status, UsageError
 from execbox.budget import Budget
+from execbox.errors import RecordsError
 
 AWS_KEY = "AKIA" + "Q7XZ3N5B2WJ4K6PD"  # built by concatenation: not a real key
 
@@ -142,12 +145,39 @@ def test_secrets_are_redacted_in_output_errors_tracebacks_and_records(executor: 
     assert "my-registered-value" not in r.stderr
     assert r.error is not None and "ghp_" not in r.error.message
     assert "ghp_a1B2" not in (r.error.traceback or "")
+    executor.store.settle()  # committed just after the result returned
     with executor.store.engine.connect() as conn:
         raw = conn.execute(sa.text("select result from runs where run_id = :id"),
                            {"id": r.run_id}).scalar()
     stored = raw if isinstance(raw, str) else json.dumps(raw)
     for secret in (AWS_KEY, "my-registered-value", "ghp_a1B2"):
         assert secret not in stored
+
+
+def test_no_run_starts_while_records_fail(executor: Executor,
+                                          poisoned_records: Callable[[], None],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A record is committed just after its run's result returns; one that cannot be written
+    is raised by the next run, before its code runs, and only once. The others are kept."""
+    executed: list[str] = []
+    execute = executor._host.execute
+
+    def counted(slot: Any, request: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        executed.append(request["code"])
+        return execute(slot, request, *args, **kwargs)
+
+    monkeypatch.setattr(executor._host, "execute", counted)
+    kept = executor.run("print('kept')")
+    lost = executor.run("print('poisoned')")
+    assert kept.ok and lost.ok and lost.stdout == "poisoned\n"  # the result still returns
+    poisoned_records()
+    with pytest.raises(RecordsError, match=f"run {lost.run_id}: the records database refused"):
+        executor.run("print('refused')")
+    assert executed == ["print('kept')", "print('poisoned')"]
+    assert executor.run("print('after')").ok  # raised once
+    assert executed[-1] == "print('after')"
+    assert executor.store.get(kept.run_id) is not None
+    assert executor.store.get(lost.run_id) is None
 
 
 def test_replay_of_twenty_recorded_runs_reproduces_them(executor: Executor) -> None:
@@ -173,6 +203,7 @@ def test_replay_of_twenty_recorded_runs_reproduces_them(executor: Executor) -> N
 
 def test_replay_flags_a_different_image_digest(executor: Executor) -> None:
     r = executor.run("print('x')")
+    executor.store.settle()
     with executor.store.engine.begin() as conn:
         row = conn.execute(sa.text("select result from runs where run_id = :id"),
                            {"id": r.run_id}).scalar()

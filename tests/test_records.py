@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
 from execbox.contract import Artifact, InputFile, RunRequest, RunResult, Status
-from execbox.records import PolicyInfo, RunStore
+from execbox.errors import RecordsError
+from execbox.records import PolicyInfo, RunStore, _SQLiteRunRows
 
 
 def _run(i: int, art: bytes = b"") -> tuple[RunRequest, RunResult]:
@@ -91,3 +99,177 @@ def test_expired_cache_entries_are_not_returned(tmp_path: Path) -> None:
     hit = store.cache_lookup("k" * 64)
     assert hit is not None and hit.run_id == "run00005"
     assert store.cache_purge_expired() == 0
+
+
+# ---- the writer: a run's row is committed just after its result returns ---------------------
+
+
+def _committed(db: Path, run_id: str) -> bool:
+    """Read the file with a connection of our own, as another process would: nothing of the
+    store's, so no waiting for its writer."""
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute("select 1 from runs where run_id = ?", (run_id,)).fetchone() is not None
+    finally:
+        conn.close()
+
+
+def _fast(i: int) -> tuple[RunRequest, RunResult]:
+    """A run that takes the writer's path: no input files, artifacts or stdin not yet stored."""
+    req = RunRequest(code=f"print({i})")
+    res = RunResult(run_id=f"fast{i:05d}", status=Status.ok, stdout=f"{i}\n",
+                    code_sha256="c" * 64, image_digest="sha256:img")
+    return req, res
+
+
+def test_reads_wait_for_queued_rows_and_close_commits_them(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    store = RunStore(f"sqlite:///{db}")
+    store.save(*_fast(0), policy=PolicyInfo(), env={})  # stdin b"" stored: now the fast path
+    lock = sqlite3.connect(db, isolation_level=None)
+    lock.execute("BEGIN IMMEDIATE")  # another writer holds the file: the store's must wait
+    try:
+        for i in range(1, 50):
+            store.save(*_fast(i), policy=PolicyInfo(), env={})
+        time.sleep(0.2)
+        assert not _committed(db, "fast00049")  # control: queued, not written yet
+        reader = threading.Thread(target=lambda: seen.append(store.get("fast00049")))
+        seen: list[object] = []
+        reader.start()
+        time.sleep(0.2)
+        assert reader.is_alive() and not seen, "a read did not wait for the queued rows"
+    finally:
+        lock.rollback()
+        lock.close()
+    reader.join(10)
+    assert seen and seen[0] is not None
+    for i in range(50, 100):
+        store.save(*_fast(i), policy=PolicyInfo(), env={})
+    store.close()
+    assert all(_committed(db, f"fast{i:05d}") for i in range(100))
+
+
+def test_rows_still_queued_at_exit_are_committed(tmp_path: Path) -> None:
+    """An interpreter that ends without closing its store still commits what it queued."""
+    db = tmp_path / "runs.db"
+    code = (
+        "import sys\n"
+        "from execbox.records import PolicyInfo, RunStore\n"
+        "from execbox.contract import RunRequest, RunResult, Status\n"
+        "store = RunStore(sys.argv[1])\n"
+        "for i in range(300):\n"
+        "    store.save(RunRequest(code=f'print({i})'), RunResult(run_id=f'exit{i:05d}',"
+        " status=Status.ok, code_sha256='c' * 64, image_digest='sha256:img'),"
+        " policy=PolicyInfo(), env={})\n"
+    )
+    subprocess.run([sys.executable, "-c", code, f"sqlite:///{db}"], check=True, timeout=60)
+    assert all(_committed(db, f"exit{i:05d}") for i in range(300))
+
+
+def test_a_row_that_cannot_be_written_is_raised_and_costs_no_other(tmp_path: Path,
+                                                                   caplog: pytest.LogCaptureFixture
+                                                                   ) -> None:
+    db = tmp_path / "runs.db"
+    store = RunStore(f"sqlite:///{db}")
+    store.save(*_fast(1), policy=PolicyInfo(), env={})
+    store.settle()
+    lock = sqlite3.connect(db, isolation_level=None)
+    lock.execute("BEGIN IMMEDIATE")  # so the three rows below go in one batch
+    try:
+        for i in (2, 1, 3):  # run fast00001 again: its primary key is taken
+            store.save(*_fast(i), policy=PolicyInfo(), env={})
+    finally:
+        lock.rollback()
+        lock.close()
+    with pytest.raises(RecordsError, match="fast00001"):
+        store.settle()
+    assert "fast00001" in caplog.text  # logged when it failed, not only when raised
+    assert _committed(db, "fast00002") and _committed(db, "fast00003")
+    store.check()  # each failure is raised once
+    store.close()
+
+
+def test_saves_wait_when_the_queue_is_full(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_SQLiteRunRows, "MAX_QUEUED", 4)
+    db = tmp_path / "runs.db"
+    store = RunStore(f"sqlite:///{db}")
+    store.save(*_fast(0), policy=PolicyInfo(), env={})
+    store.settle()
+    lock = sqlite3.connect(db, isolation_level=None)
+    lock.execute("BEGIN IMMEDIATE")
+    saved: list[int] = []
+
+    def saver() -> None:
+        for i in range(1, 20):
+            store.save(*_fast(i), policy=PolicyInfo(), env={})
+            saved.append(i)
+
+    thread = threading.Thread(target=saver)
+    try:
+        thread.start()
+        time.sleep(0.5)
+        # The writer holds one batch (stuck on the lock) and 4 more rows wait in the queue:
+        # the saver waits for room.
+        blocked_at = len(saved)
+        assert store._rows is not None and len(store._rows._queue) == 4
+        time.sleep(0.3)
+        assert thread.is_alive() and len(saved) == blocked_at < 19, saved
+    finally:
+        lock.rollback()
+        lock.close()
+    thread.join(30)
+    assert saved == list(range(1, 20))
+    store.close()
+    assert all(_committed(db, f"fast{i:05d}") for i in range(20))
+
+
+def test_a_forked_child_writes_its_own_rows(tmp_path: Path) -> None:
+    """A child forked while the parent's writer runs gets a writer of its own (the parent's
+    thread and lock are not in the child), and does not write the parent's queued rows."""
+    db = tmp_path / "runs.db"
+    store = RunStore(f"sqlite:///{db}")
+    for i in range(20):
+        store.save(*_fast(i), policy=PolicyInfo(), env={})
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            signal.alarm(20)
+            store.save(*_fast(100), policy=PolicyInfo(), env={})
+            store.settle()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    store.close()
+    assert all(_committed(db, f"fast{i:05d}") for i in (*range(20), 100))
+
+
+def test_a_read_under_a_steady_stream_of_saves_returns(tmp_path: Path) -> None:
+    """A read waits for the rows queued before it, not for a moment when nothing is queued
+    (which a busy server may never have)."""
+    store = RunStore(f"sqlite:///{tmp_path}/runs.db")
+    store.save(*_fast(0), policy=PolicyInfo(), env={})
+    stop = time.monotonic() + 4.0
+    saved = [0]
+
+    def saver() -> None:
+        i = 1
+        while time.monotonic() < stop:
+            store.save(*_fast(i), policy=PolicyInfo(), env={})
+            saved[0] = i
+            i += 1
+
+    thread = threading.Thread(target=saver)
+    thread.start()
+    try:
+        time.sleep(0.3)
+        before = saved[0]
+        started = time.monotonic()
+        assert store.count() >= before + 1
+        assert time.monotonic() - started < 2.0, "the read waited for the stream to stop"
+    finally:
+        thread.join()
+    store.close()

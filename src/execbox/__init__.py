@@ -27,6 +27,7 @@ __all__ = [
     "Metrics",
     "Output",
     "Overloaded",
+    "RecordsError",
     "RunRequest",
     "RunResult",
     "SandboxError",
@@ -54,6 +55,7 @@ _WHERE = {
     "run": "executor",
     "ExecboxError": "errors",
     "Overloaded": "errors",
+    "RecordsError": "errors",
     "SandboxError": "errors",
     "SandboxUnavailable": "errors",
     "UsageError": "errors",
@@ -77,6 +79,7 @@ if TYPE_CHECKING:
     from .errors import (
         ExecboxError,
         Overloaded,
+        RecordsError,
         SandboxError,
         SandboxUnavailable,
         SessionClosed,

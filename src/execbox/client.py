@@ -25,6 +25,7 @@ from .contract import Artifact, InputFile, Limits, RunResult
 from .errors import (
     ExecboxError,
     Overloaded,
+    RecordsError,
     SandboxError,
     SandboxUnavailable,
     SessionClosed,
@@ -68,6 +69,8 @@ def _error(response: httpx.Response) -> ExecboxError:
                                   if "Retry-After" in response.headers else ""))
     if code in ("sandbox_unavailable", "not_ready"):
         return SandboxUnavailable(text)
+    if code == "records_error":
+        return RecordsError(text)
     if response.status_code < 500:
         return UsageError(text)
     return SandboxError(text)

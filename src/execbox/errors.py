@@ -25,6 +25,13 @@ class SandboxError(ExecboxError):
     """The sandbox itself failed while running code (execbox's fault, never the code's)."""
 
 
+class RecordsError(ExecboxError):
+    """Run records could not be written to the records database; the message names the runs.
+
+    Records are committed just after their results return, so this is raised by the next
+    run (before its code runs), read of the records or close (see `records`)."""
+
+
 class Overloaded(ExecboxError):
     """Too many runs are waiting for this executor; try again later (back-pressure)."""
 

@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..errors import (
     ExecboxError,
     Overloaded,
+    RecordsError,
     SandboxUnavailable,
     SessionClosed,
     UsageError,
@@ -57,6 +58,8 @@ def translate(exc: ExecboxError) -> ApiError:
         return ApiError(503, "sandbox_unavailable", str(exc))
     if isinstance(exc, UsageError):
         return ApiError(400, "bad_request", str(exc))
+    if isinstance(exc, RecordsError):
+        return ApiError(500, "records_error", str(exc))
     return ApiError(500, "sandbox_error", str(exc))
 
 
