@@ -154,11 +154,13 @@ def test_secrets_are_redacted_in_output_errors_tracebacks_and_records(executor: 
         assert secret not in stored
 
 
-def test_no_run_starts_while_records_fail(executor: Executor,
-                                          poisoned_records: Callable[[], None],
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_run_after_a_refused_record_is_refused(executor: Executor,
+                                                 poisoned_records: Callable[[], None],
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
     """A record is committed just after its run's result returns; one that cannot be written
-    is raised by the next run, before its code runs, and only once. The others are kept."""
+    is logged, and raised by the first run to start after the failure, before its code runs,
+    and only once. The others are kept."""
     executed: list[str] = []
     execute = executor._host.execute
 
@@ -171,8 +173,9 @@ def test_no_run_starts_while_records_fail(executor: Executor,
     lost = executor.run("print('poisoned')")
     assert kept.ok and lost.ok and lost.stdout == "poisoned\n"  # the result still returns
     poisoned_records()
-    with pytest.raises(RecordsError, match=f"run {lost.run_id}: the records database refused"):
+    with pytest.raises(RecordsError, match="1 run record.*the records database refused it"):
         executor.run("print('refused')")
+    assert f"records: run {lost.run_id}: the records database refused it" in caplog.text
     assert executed == ["print('kept')", "print('poisoned')"]
     assert executor.run("print('after')").ok  # raised once
     assert executed[-1] == "print('after')"

@@ -181,9 +181,10 @@ def test_a_row_that_cannot_be_written_is_raised_and_costs_no_other(tmp_path: Pat
     finally:
         lock.rollback()
         lock.close()
-    with pytest.raises(RecordsError, match="fast00001"):
-        store.settle()
-    assert "fast00001" in caplog.text  # logged when it failed, not only when raised
+    store.settle()  # waits, raises nothing: failures are `check`'s
+    with pytest.raises(RecordsError, match="1 run record.*UNIQUE constraint failed"):
+        store.check()
+    assert "run fast00001: UNIQUE" in caplog.text  # the log names the run
     assert _committed(db, "fast00002") and _committed(db, "fast00003")
     store.check()  # each failure is raised once
     store.close()
@@ -224,27 +225,47 @@ def test_saves_wait_when_the_queue_is_full(tmp_path: Path,
     assert all(_committed(db, f"fast{i:05d}") for i in range(20))
 
 
-def test_a_forked_child_writes_its_own_rows(tmp_path: Path) -> None:
-    """A child forked while the parent's writer runs gets a writer of its own (the parent's
-    thread and lock are not in the child), and does not write the parent's queued rows."""
+def test_forked_children_write_their_own_rows(tmp_path: Path) -> None:
+    """Children forked while the parent's writer is busy (often inside a transaction) get a
+    writer of their own (the parent's thread and lock are not in a child), write their rows
+    promptly (a fork never lands inside a transaction: SQLite's in-process lock state would
+    make a child wait its whole busy timeout, or hang) and not the parent's queued rows."""
     db = tmp_path / "runs.db"
     store = RunStore(f"sqlite:///{db}")
-    for i in range(20):
-        store.save(*_fast(i), policy=PolicyInfo(), env={})
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            signal.alarm(20)
-            store.save(*_fast(100), policy=PolicyInfo(), env={})
-            store.settle()
-            code = 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    store.save(*_fast(0), policy=PolicyInfo(), env={})
+    stop = threading.Event()
+
+    def saver() -> None:
+        i = 1
+        while not stop.is_set():
+            store.save(*_fast(i), policy=PolicyInfo(), env={})
+            i += 1
+
+    thread = threading.Thread(target=saver)
+    thread.start()
+    children = []
+    try:
+        for n in range(8):
+            time.sleep(0.02)
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    signal.alarm(10)
+                    store.save(*_fast(90000 + n), policy=PolicyInfo(), env={})
+                    store.settle()
+                    store.check()
+                    code = 0
+                finally:
+                    os._exit(code)
+            children.append(pid)
+    finally:
+        stop.set()
+        thread.join()
+        codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in children]
+    assert codes == [0] * 8, codes
     store.close()
-    assert all(_committed(db, f"fast{i:05d}") for i in (*range(20), 100))
+    assert all(_committed(db, f"fast{90000 + n:05d}") for n in range(8))
 
 
 def test_a_read_under_a_steady_stream_of_saves_returns(tmp_path: Path) -> None:
@@ -272,4 +293,107 @@ def test_a_read_under_a_steady_stream_of_saves_returns(tmp_path: Path) -> None:
         assert time.monotonic() - started < 2.0, "the read waited for the stream to stop"
     finally:
         thread.join()
+    store.close()
+
+
+def test_rows_saved_after_close_are_written_before_save_returns(tmp_path: Path) -> None:
+    """Runs still in flight when a server closes its executor end after the store closed:
+    their records are written at once, with no writer left to wait for."""
+    db = tmp_path / "runs.db"
+    store = RunStore(f"sqlite:///{db}")
+    store.save(*_fast(0), policy=PolicyInfo(), env={})
+    store.save(*_fast(1), policy=PolicyInfo(), env={})
+    store.close()
+    assert _committed(db, "fast00001")
+    store.save(*_fast(2), policy=PolicyInfo(), env={})
+    assert _committed(db, "fast00002")  # read by another connection, nothing settled
+    assert store._rows is not None and store._rows._writer is None
+
+
+def test_without_a_thread_rows_are_written_by_the_caller(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "runs.db"
+    store = RunStore(f"sqlite:///{db}")
+    store.save(*_fast(0), policy=PolicyInfo(), env={})
+
+    def no_thread(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", no_thread)
+    store.save(*_fast(1), policy=PolicyInfo(), env={})
+    assert _committed(db, "fast00001")
+    assert store.count() == 2  # nothing left waiting for a writer that never started
+    store.close()
+
+
+def test_a_locked_database_fails_a_batch_once_not_row_by_row(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    """Past the busy timeout every queued row fails together: retrying row by row would make
+    each wait the whole timeout again (and every read wait for all of them)."""
+    db = tmp_path / "runs.db"
+    store = RunStore(f"sqlite:///{db}")
+    store.save(*_fast(0), policy=PolicyInfo(), env={})
+    assert store._rows is not None
+    rows = store._rows
+
+    def connect() -> sqlite3.Connection:  # the real pragmas, with a 0.3 s busy timeout
+        conn = sqlite3.connect(db, timeout=0.3, check_same_thread=False)
+        conn.execute("PRAGMA busy_timeout=300")
+        return conn
+
+    monkeypatch.setattr(rows, "_connect", connect)
+    store.settle()
+    rows.close()  # the next writer opens its connection with the short timeout
+    lock = sqlite3.connect(db, isolation_level=None)
+    lock.execute("BEGIN IMMEDIATE")
+    try:
+        rows._closed = False
+        started = time.monotonic()
+        for i in range(1, 30):
+            store.save(*_fast(i), policy=PolicyInfo(), env={})
+        store.settle()
+        took = time.monotonic() - started
+    finally:
+        lock.rollback()
+        lock.close()
+    assert took < 3.0, f"the locked batch took {took:.1f} s: failed row by row"
+    with pytest.raises(RecordsError, match=r"29 run record\(s\) .*database is locked"):
+        store.check()
+    store.close()
+
+
+def test_a_row_sqlite_cannot_take_costs_only_itself(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    store = RunStore(f"sqlite:///{db}")
+    store.save(*_fast(0), policy=PolicyInfo(), env={})
+    store.settle()
+    lock = sqlite3.connect(db, isolation_level=None)
+    lock.execute("BEGIN IMMEDIATE")  # one batch for the four rows below
+    try:
+        for i in range(1, 5):
+            req, res = _fast(i)
+            if i == 2:  # a lone surrogate: the request takes it, SQLite's UTF-8 cannot
+                req = req.model_copy(update={"profile": "data\udc80"})
+            store.save(req, res, policy=PolicyInfo(), env={})
+    finally:
+        lock.rollback()
+        lock.close()
+    store.settle()
+    assert [_committed(db, f"fast{i:05d}") for i in range(1, 5)] == [True, False, True, True]
+    with pytest.raises(RecordsError, match="1 run record"):
+        store.check()
+    store.close()
+
+
+def test_reads_wait_but_leave_failures_to_the_next_run(tmp_path: Path) -> None:
+    """A failure is raised by `check` (the executor's, before each run), not by whoever reads
+    next (on a server, maybe another tenant's request)."""
+    db = tmp_path / "runs.db"
+    store = RunStore(f"sqlite:///{db}")
+    store.save(*_fast(0), policy=PolicyInfo(), env={})
+    store.save(*_fast(0), policy=PolicyInfo(), env={})  # its run id is taken
+    assert store.get("fast00000") is not None and store.count() == 1
+    with pytest.raises(RecordsError):
+        store.check()
     store.close()

@@ -26,10 +26,11 @@ class SandboxError(ExecboxError):
 
 
 class RecordsError(ExecboxError):
-    """Run records could not be written to the records database; the message names the runs.
+    """Run records could not be written to the records database (the log names the runs).
 
-    Records are committed just after their results return, so this is raised by the next
-    run (before its code runs), read of the records or close (see `records`)."""
+    Records are committed just after their results return, so this is raised by the first
+    run to start after the failure (before its code runs) or by close; a record written
+    before its result returns (input files, artifacts, after close) raises it there."""
 
 
 class Overloaded(ExecboxError):

@@ -3,8 +3,8 @@
     request -> policy -> budget -> cache -> sandbox -> redact -> record -> result
 
 Every run is recorded, allowed or not; the record is committed as its result returns (see
-`records`), and no run starts while records fail to be written. What the code did is data on
-the result; only caller and host problems raise (see `errors`).
+`records`), and the first run to start after a record could not be written is refused. What
+the code did is data on the result; only caller and host problems raise (see `errors`).
 """
 
 from __future__ import annotations
@@ -183,7 +183,7 @@ class Executor:
                     cache_scope: str | None = None) -> RunResult:
         """The whole pipeline for one request (or one cell of `_session`). `cache_scope`
         partitions the result cache (the HTTP server passes the tenant)."""
-        self.store.check()  # records of earlier runs that could not be written: run nothing
+        self.store.check()  # refused when a record failed since the last check (see `records`)
         run_id = new_run_id()
         redactor = self._redactor.with_secrets(secrets)
         verdict = policy_mod.check(request, self.profiles)

@@ -220,11 +220,15 @@ class RunStore:
             self._rows.insert(row, result_json)  # the common case: one row, nothing else new
         else:
             row["result"] = json.loads(result_json)
-            with self.engine.begin() as conn:
-                self._put_blobs(conn, new_blobs)
-                conn.execute(_INSERT_RUN, row)
-                if art_rows:
-                    conn.execute(artifact_blobs.insert(), art_rows)
+            try:
+                with self.engine.begin() as conn:
+                    self._put_blobs(conn, new_blobs)
+                    conn.execute(_INSERT_RUN, row)
+                    if art_rows:
+                        conn.execute(artifact_blobs.insert(), art_rows)
+            except sa.exc.SQLAlchemyError as exc:
+                log.error("records: run %s: %s", result.run_id, exc)
+                raise RecordsError(f"the run's record could not be written: {exc}") from exc
         if len(self._stored_blobs) > 100_000:
             self._stored_blobs.clear()
         self._stored_blobs.update(blob_rows)
@@ -349,6 +353,14 @@ class RunStore:
                        .rowcount)
 
 
+# Held around every transaction of the records' writers, and across fork (see below): a child
+# forked while a writer is inside a transaction would inherit SQLite's in-process lock state
+# (and maybe a mutex held) and hang or fail on its own first write.
+_COMMIT_LOCK = threading.Lock()
+os.register_at_fork(before=_COMMIT_LOCK.acquire, after_in_parent=_COMMIT_LOCK.release,
+                    after_in_child=_COMMIT_LOCK.release)
+
+
 class _SQLiteRunRows:
     """The hot path of `save` on a SQLite file: one run row and nothing else new. The row is
     handed to a writer thread of the store's own, which inserts whatever rows have queued up
@@ -356,16 +368,25 @@ class _SQLiteRunRows:
 
     So a run's record is committed just after its result returns, not before: the insert is
     ~0.1 ms back to back but ~0.4 ms after an idle gap (cold caches), the largest single item
-    of a paced run's latency, and under load one commit serves several runs. What a caller
-    can see stays consistent: every read of the store first waits for the rows queued before
-    it (`settle`), and so do `close` and the interpreter's exit. A row that cannot be inserted
-    is logged at once and raised (RecordsError) by the store's next `check`, read or close;
-    the executor checks before every run, so it runs no code while its records fail. A
-    process killed outright loses the rows still queued: at most MAX_QUEUED, normally the
-    last one or none (with `synchronous=NORMAL` a power loss could lose recent commits
-    anyway). Through SQLAlchemy the same insert cost about three times the insert itself
-    (~140 against ~50 us per record); the schema, migrations and every other statement stay
-    SQLAlchemy's."""
+    of a paced run's latency, and under load one commit serves several runs. In this process
+    what a caller reads stays consistent: every read of the store first waits for the rows
+    queued before it (`settle`), and so do `close` and the interpreter's exit; another
+    process reading the file sees a record once it is committed. After `close`, and when no
+    writer thread can be started, rows are inserted before `insert` returns, as before.
+
+    A row that cannot be inserted is logged at once (with its run id) and counted; the next
+    `check` raises RecordsError for it, once: the executor checks before each run, so the
+    first run to start after the failure is refused before its code runs (one that started
+    while the row was still queued runs). A batch that fails for one row's sake (a duplicate
+    run id, a value SQLite cannot store) is inserted row by row, so only that row is lost; one
+    that fails for the database's (locked past the busy timeout, disk full) fails whole.
+
+    Rows still queued are lost when the process ends without running its exit handlers
+    (SIGKILL, a signal's default action, `os._exit`): at most 2 x MAX_QUEUED (the queue and
+    the batch being written), normally the last one or none; with `synchronous=NORMAL` a
+    power loss may lose recent commits anyway. Through SQLAlchemy the same insert cost about
+    three times the insert itself (~140 against ~50 us per record); the schema, migrations and
+    every other statement stay SQLAlchemy's."""
 
     MAX_QUEUED = 1024  # rows waiting for the writer; a save beyond this waits for room
     IDLE_S = 10.0  # a writer with nothing to do this long ends (the next insert starts one)
@@ -377,7 +398,6 @@ class _SQLiteRunRows:
         self._sql = (f"INSERT INTO runs ({', '.join(self._columns)}) "
                      f"VALUES ({', '.join('?' * len(self._columns))})")
         self._connect().close()  # a file that cannot be opened fails here, not in the writer
-        self._failed: list[str] = []
         self._start_state()
         # A plain function holding the rows weakly: the hook must not keep them alive.
         atexit.register(functools.partial(_settle_quietly, weakref.ref(self)))
@@ -388,14 +408,16 @@ class _SQLiteRunRows:
         self._pid = os.getpid()
         self._cond = threading.Condition()
         self._queue: list[list[Any]] = []
-        self._queued = 0  # rows ever queued here; the writer has committed the first _done
+        self._queued = 0  # rows ever queued here; the first _done of them are written or failed
         self._done = 0
         self._writer: threading.Thread | None = None  # at most one at a time: rows go in order
         self._stop = False
+        self._closed = False
+        self._failed = 0  # rows that could not be inserted since the last check
+        self._last_failure = ""
 
     def _state(self) -> threading.Condition:
         if self._pid != os.getpid():
-            self._failed = []
             self._start_state()
         return self._cond
 
@@ -415,31 +437,48 @@ class _SQLiteRunRows:
                 cond.wait()
             self._queue.append(params)
             self._queued += 1
-            if self._writer is None:  # none yet, or it stopped (see `close`)
-                self._stop = False
-                self._writer = threading.Thread(target=self._write, name="execbox-records",
-                                                daemon=True)
-                self._writer.start()
-            cond.notify_all()
+            if self._writer is not None:
+                cond.notify_all()
+                return
+            if not self._closed:  # none yet, or it ended idle
+                writer = threading.Thread(target=self._write, name="execbox-records",
+                                          daemon=True)
+                try:
+                    writer.start()
+                except RuntimeError as exc:  # no thread to be had: write it here instead
+                    log.warning("records: no writer thread (%s); writing in the caller", exc)
+                else:
+                    self._stop, self._writer = False, writer
+                    return
+            batch, self._queue = self._queue, []
+            last = self._queued
+        # Closed (runs that end after `close` are still recorded), or no thread: in this
+        # thread, before the caller goes on, and raised here when it fails.
+        conn, failures = self._write_batch(None, batch)
+        if conn is not None:
+            conn.close()
+        self._finish(last, failures)
+        self.check()
 
     def settle(self) -> None:
-        """Wait until every row queued before this call is committed (or failed), then
-        `check`. Rows queued meanwhile are not waited for: a read under a steady stream of
-        runs returns."""
+        """Wait until every row queued before this call is written or has failed. Raises
+        nothing: failures are the next `check`'s."""
         cond = self._state()
         with cond:
             wanted = self._queued
             while self._done < wanted:
                 cond.wait()
-        self.check()
 
     def check(self) -> None:
-        """Raise RecordsError for rows that could not be inserted since the last check."""
+        """Raise RecordsError once for the rows that could not be inserted since the last
+        check (their run ids are in the log, not in the message: the next caller may be
+        another tenant)."""
         with self._state():
-            failed, self._failed = self._failed, []
+            failed, self._failed = self._failed, 0
+            last = self._last_failure
         if failed:
-            raise RecordsError(f"{len(failed)} run record(s) could not be written: "
-                               + "; ".join(failed[:3]) + (" ..." if len(failed) > 3 else ""))
+            raise RecordsError(f"{failed} run record(s) could not be written, the last for "
+                               f"this reason: {last} (the log names the runs)")
 
     def _write(self) -> None:
         cond, conn = self._cond, None
@@ -452,52 +491,75 @@ class _SQLiteRunRows:
                         if left <= 0:
                             break
                         cond.wait(left)
-                    if not self._queue:  # stopped or idle, and all is committed
+                    if not self._queue:  # stopped or idle, and all is written
                         self._writer = None
                         return
                     batch, self._queue = self._queue, []
                     last = self._queued
                     cond.notify_all()  # room for savers that waited
-                failed: list[str] = []
-                try:
-                    conn = conn or self._connect()
-                    failed = self._commit(conn, batch)
-                except Exception as exc:  # noqa: BLE001 - reported, never lost in this thread
-                    failed = [f"run {params[0]}: {exc}" for params in batch]
-                for what in failed:
-                    log.error("records: %s", what)
-                with cond:
-                    self._failed += failed
-                    self._done = last
-                    cond.notify_all()
+                conn, failures = self._write_batch(conn, batch)
+                self._finish(last, failures)
         finally:
             if conn is not None:
                 conn.close()
+            with cond:
+                if self._writer is threading.current_thread():  # ended by an error
+                    self._writer = None
+                cond.notify_all()
 
-    def _commit(self, conn: sqlite3.Connection, batch: list[list[Any]]) -> list[str]:
-        """Insert the batch in one transaction; when that fails (one bad row rolls back all),
-        row by row, so only the rows that fail are lost. Returns what failed."""
+    def _finish(self, last: int, failures: list[str]) -> None:
+        """The rows up to ticket `last` are written, but for `failures`."""
+        for what in failures:
+            log.error("records: %s", what)
+        with self._cond:
+            if failures:
+                self._failed += len(failures)
+                self._last_failure = failures[-1].split(": ", 1)[-1]
+            self._done = max(self._done, last)
+            self._cond.notify_all()
+
+    def _write_batch(self, conn: sqlite3.Connection | None, batch: list[list[Any]]
+                     ) -> tuple[sqlite3.Connection | None, list[str]]:
+        """Insert the batch in one transaction; when one of its rows made that fail (which
+        rolls back all), row by row, so only such rows are lost; a failure of the database's
+        own (locked past the busy timeout, disk full: sqlite3.OperationalError) fails every
+        row not yet written at once. Returns (the connection to keep, what failed); never
+        raises."""
+        written = 0
+        failed: list[str] = []
         try:
-            with conn:  # commits, or rolls back when an insert failed
-                conn.executemany(self._sql, batch)
-            return []
-        except sqlite3.Error as exc:
-            if len(batch) == 1:
-                return [f"run {batch[0][0]}: {exc}"]
-        failed = []
-        for params in batch:
-            try:
-                with conn:
-                    conn.execute(self._sql, params)
-            except sqlite3.Error as exc:
-                failed.append(f"run {params[0]}: {exc}")
-        return failed
+            with _COMMIT_LOCK:
+                conn = conn or self._connect()
+                try:
+                    with conn:  # commits, or rolls back when an insert failed
+                        conn.executemany(self._sql, batch)
+                    return conn, failed
+                except sqlite3.OperationalError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - a row's: find which
+                    if len(batch) == 1:
+                        return conn, [f"run {batch[0][0]}: {exc}"]
+                for params in batch:
+                    try:
+                        with conn:
+                            conn.execute(self._sql, params)
+                    except sqlite3.OperationalError:
+                        raise
+                    except Exception as exc:  # noqa: BLE001
+                        failed.append(f"run {params[0]}: {exc}")
+                    written += 1
+                return conn, failed
+        except Exception as exc:  # noqa: BLE001 - reported, never lost in a thread
+            if conn is not None:
+                conn.close()
+            return None, failed + [f"run {params[0]}: {exc}" for params in batch[written:]]
 
     def close(self) -> None:
-        """Commit what is queued and stop the writer (a later insert starts another)."""
+        """Write what is queued and stop the writer; rows inserted later are written at once.
+        Raises RecordsError for rows that failed since the last check."""
         cond = self._state()
         with cond:
-            self._stop = True
+            self._stop = self._closed = True
             writer = self._writer
             cond.notify_all()
         if writer is not None:
@@ -506,13 +568,11 @@ class _SQLiteRunRows:
 
 
 def _settle_quietly(ref: weakref.ref[_SQLiteRunRows]) -> None:
-    """At the interpreter's exit: commit the rows still queued (the writer is a daemon)."""
+    """At the interpreter's exit: write the rows still queued (the writer is a daemon);
+    failures were logged."""
     rows = ref()
     if rows is not None:
-        try:
-            rows.settle()
-        except RecordsError:
-            pass  # logged when it failed
+        rows.settle()
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:

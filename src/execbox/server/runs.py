@@ -17,7 +17,7 @@ from .deps import Caller, State
 from .errors import ApiError, documented
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
-RUN_ERRORS = documented(400, 401, 413, 422, 429, 503)
+RUN_ERRORS = documented(400, 401, 413, 422, 429, 500, 503)
 RunId = Annotated[str, Path(max_length=64, description="The run's id.")]
 
 

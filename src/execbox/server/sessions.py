@@ -17,7 +17,7 @@ from .errors import documented
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 SessionId = Annotated[str, Path(max_length=64, description="The session's id.")]
-CELL_ERRORS = documented(400, 401, 404, 409, 413, 422, 429, 503)
+CELL_ERRORS = documented(400, 401, 404, 409, 413, 422, 429, 500, 503)
 FILE_ERRORS = documented(400, 401, 404, 409, 413, 422, 503)
 
 
