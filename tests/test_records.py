@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -397,3 +398,63 @@ def test_reads_wait_but_leave_failures_to_the_next_run(tmp_path: Path) -> None:
     with pytest.raises(RecordsError):
         store.check()
     store.close()
+
+
+def test_callers_writing_after_close_keep_the_rows_in_order(tmp_path: Path) -> None:
+    """After close, callers write rows themselves, one at a time: a read still waits for every
+    row queued before it, also those another caller is writing (tickets end in order)."""
+    db = tmp_path / "runs.db"
+    store = RunStore(f"sqlite:///{db}")
+    store.save(*_fast(0), policy=PolicyInfo(), env={})  # the slow path: no ticket
+    store.close()
+    rows = store._rows
+    assert rows is not None
+
+    def saver(t: int) -> None:
+        for i in range(100):
+            store.save(*_fast(1 + t * 100 + i), policy=PolicyInfo(), env={})
+
+    threads = [threading.Thread(target=saver, args=(t,)) for t in range(8)]
+    conn = sqlite3.connect(db)  # opened ahead: the check must follow `settle` closely
+    early = 0
+    try:
+        for th in threads:
+            th.start()
+        while any(th.is_alive() for th in threads):
+            before = rows._queued  # rows queued so far (their tickets)
+            store.settle()
+            count = conn.execute("select count(*) from runs").fetchone()[0]
+            early += count < before + 1  # and the slow path's row
+    finally:
+        for th in threads:
+            th.join()
+        conn.close()
+    assert early == 0, f"{early} reads returned before rows saved ahead of them were written"
+    assert store.count() == 801
+
+
+def test_a_write_interrupted_leaves_no_read_waiting(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A KeyboardInterrupt while a caller writes its row (after close) fails that row; reads
+    and the exit's settle do not wait for it forever."""
+    db = tmp_path / "runs.db"
+    store = RunStore(f"sqlite:///{db}")
+    store.save(*_fast(0), policy=PolicyInfo(), env={})
+    store.close()
+    rows = store._rows
+    assert rows is not None
+
+    def interrupted(*args: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(rows, "_write_batch", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        store.save(*_fast(1), policy=PolicyInfo(), env={})
+    monkeypatch.undo()
+    done = threading.Event()
+    threading.Thread(target=lambda: (store.settle(), done.set()), daemon=True).start()
+    assert done.wait(5), "settle() waits for a row nobody will write"
+    with pytest.raises(RecordsError, match="interrupted"):
+        store.check()
+    store.save(*_fast(2), policy=PolicyInfo(), env={})  # the store goes on
+    assert _committed(db, "fast00002")

@@ -355,7 +355,10 @@ class RunStore:
 
 # Held around every transaction of the records' writers, and across fork (see below): a child
 # forked while a writer is inside a transaction would inherit SQLite's in-process lock state
-# (and maybe a mutex held) and hang or fail on its own first write.
+# (and maybe a mutex held) and hang or fail on its own first write. So an `os.fork` in this
+# process waits for a commit in progress: up to the busy timeout on a file another process
+# holds locked. (The executor's own processes start with subprocess, which runs no fork
+# hooks.)
 _COMMIT_LOCK = threading.Lock()
 os.register_at_fork(before=_COMMIT_LOCK.acquire, after_in_parent=_COMMIT_LOCK.release,
                     after_in_child=_COMMIT_LOCK.release)
@@ -372,12 +375,15 @@ class _SQLiteRunRows:
     what a caller reads stays consistent: every read of the store first waits for the rows
     queued before it (`settle`), and so do `close` and the interpreter's exit; another
     process reading the file sees a record once it is committed. After `close`, and when no
-    writer thread can be started, rows are inserted before `insert` returns, as before.
+    writer thread can be started, rows are inserted before `insert` returns, as before: the
+    caller takes the writer's part (one writer at a time, so batches end in ticket order).
 
     A row that cannot be inserted is logged at once (with its run id) and counted; the next
     `check` raises RecordsError for it, once: the executor checks before each run, so the
     first run to start after the failure is refused before its code runs (one that started
-    while the row was still queued runs). A batch that fails for one row's sake (a duplicate
+    while the row was still queued or being written runs: up to the busy timeout on a locked
+    file). A row whose writing was interrupted (KeyboardInterrupt) counts as failed: no read
+    waits for it. A batch that fails for one row's sake (a duplicate
     run id, a value SQLite cannot store) is inserted row by row, so only that row is lost; one
     that fails for the database's (locked past the busy timeout, disk full) fails whole.
 
@@ -410,7 +416,10 @@ class _SQLiteRunRows:
         self._queue: list[list[Any]] = []
         self._queued = 0  # rows ever queued here; the first _done of them are written or failed
         self._done = 0
-        self._writer: threading.Thread | None = None  # at most one at a time: rows go in order
+        # Who writes the queue: the writer thread, or a caller after `close` or when no thread
+        # could be started. At most one at a time, so batches end in ticket order.
+        self._writer: threading.Thread | None = None
+        self._thread: threading.Thread | None = None  # the last writer thread started
         self._stop = False
         self._closed = False
         self._failed = 0  # rows that could not be inserted since the last check
@@ -427,38 +436,63 @@ class _SQLiteRunRows:
         return conn
 
     def insert(self, row: dict[str, Any], result_json: str) -> None:
-        """Queue the row for the writer (waits only while MAX_QUEUED rows are queued)."""
+        """Queue the row for the writer (waits only while MAX_QUEUED rows are queued). After
+        `close`, or when no thread can be started, the row is written before this returns:
+        the caller drains the queue itself, or waits for the caller that does."""
         params = [result_json if name == "result"
                   else json.dumps(row.get(name)) if name in self._json else row.get(name)
                   for name in self._columns]
         cond = self._state()
         with cond:
-            while len(self._queue) >= self.MAX_QUEUED:
+            while len(self._queue) >= self.MAX_QUEUED and self._writer is not None:
                 cond.wait()
             self._queue.append(params)
             self._queued += 1
-            if self._writer is not None:
+            ticket = self._queued
+            drain = False
+            if self._writer is None:
+                if not self._closed and self._start_writer():
+                    return
+                # Closed (a run that ends after `close` is still recorded) or no thread: this
+                # caller is the writer, one at a time, so rows are still written in order.
+                self._writer, drain = threading.current_thread(), True
+            elif not self._closed:
                 cond.notify_all()
                 return
-            if not self._closed:  # none yet, or it ended idle
-                writer = threading.Thread(target=self._write, name="execbox-records",
-                                          daemon=True)
-                try:
-                    writer.start()
-                except RuntimeError as exc:  # no thread to be had: write it here instead
-                    log.warning("records: no writer thread (%s); writing in the caller", exc)
-                else:
-                    self._stop, self._writer = False, writer
-                    return
-            batch, self._queue = self._queue, []
-            last = self._queued
-        # Closed (runs that end after `close` are still recorded), or no thread: in this
-        # thread, before the caller goes on, and raised here when it fails.
-        conn, failures = self._write_batch(None, batch)
-        if conn is not None:
-            conn.close()
-        self._finish(last, failures)
-        self.check()
+        if drain:
+            self._drain(0.0)
+        with cond:  # written by this caller or by the one draining: wait for this row
+            while self._done < ticket:
+                cond.wait()
+
+    def _start_writer(self) -> bool:
+        """Start the writer thread (the lock is held); False when no thread can be had."""
+        writer = threading.Thread(target=self._drain, args=(self.IDLE_S,),
+                                  name="execbox-records", daemon=True)
+        self._stop, self._writer = False, writer
+        try:
+            writer.start()
+        except RuntimeError as exc:
+            self._writer = None
+            log.warning("records: no writer thread (%s); the caller writes its row", exc)
+            return False
+        except BaseException:  # interrupted: the rows queued are failed, not left hanging
+            self._writer = None
+            self._fail_queued("interrupted before it was written")
+            raise
+        self._thread = writer
+        return True
+
+    def _fail_queued(self, why: str) -> None:
+        """Count every queued row as failed (the lock is held)."""
+        batch, self._queue = self._queue, []
+        for params in batch:
+            log.error("records: run %s: %s", params[0], why)
+        if batch:
+            self._failed += len(batch)
+            self._last_failure = why
+        self._done = self._queued
+        self._cond.notify_all()
 
     def settle(self) -> None:
         """Wait until every row queued before this call is written or has failed. Raises
@@ -480,42 +514,54 @@ class _SQLiteRunRows:
             raise RecordsError(f"{failed} run record(s) could not be written, the last for "
                                f"this reason: {last} (the log names the runs)")
 
-    def _write(self) -> None:
+    def _drain(self, idle_s: float) -> None:
+        """Write what is queued, batch by batch, until the queue has stayed empty for
+        `idle_s` or the store is stopping; the writer's loop (this thread is `_writer`). A
+        batch interrupted before it was written counts as failed, and rows still queued when
+        the loop ends by an error are failed too: no ticket is left that nobody will end."""
         cond, conn = self._cond, None
         try:
             while True:
                 with cond:
-                    idle_until = time.monotonic() + self.IDLE_S
+                    idle_until = time.monotonic() + idle_s
                     while not self._queue and not self._stop:
                         left = idle_until - time.monotonic()
                         if left <= 0:
                             break
                         cond.wait(left)
-                    if not self._queue:  # stopped or idle, and all is written
+                    if not self._queue:  # idle or stopping, and all is written
                         self._writer = None
+                        cond.notify_all()
                         return
                     batch, self._queue = self._queue, []
                     last = self._queued
                     cond.notify_all()  # room for savers that waited
-                conn, failures = self._write_batch(conn, batch)
-                self._finish(last, failures)
+                failures: list[str] | None = None
+                try:
+                    conn, failures = self._write_batch(conn, batch)
+                finally:
+                    if failures is None:
+                        failures = [f"run {params[0]}: interrupted while it was written"
+                                    for params in batch]
+                    self._finish(last, failures)
         finally:
             if conn is not None:
                 conn.close()
             with cond:
                 if self._writer is threading.current_thread():  # ended by an error
                     self._writer = None
-                cond.notify_all()
+                    self._fail_queued("its writer ended by an error")
 
     def _finish(self, last: int, failures: list[str]) -> None:
-        """The rows up to ticket `last` are written, but for `failures`."""
+        """The rows up to ticket `last` are written, but for `failures` (batches end in
+        ticket order: one writer at a time)."""
         for what in failures:
             log.error("records: %s", what)
         with self._cond:
             if failures:
                 self._failed += len(failures)
                 self._last_failure = failures[-1].split(": ", 1)[-1]
-            self._done = max(self._done, last)
+            self._done = last
             self._cond.notify_all()
 
     def _write_batch(self, conn: sqlite3.Connection | None, batch: list[list[Any]]
@@ -560,10 +606,13 @@ class _SQLiteRunRows:
         cond = self._state()
         with cond:
             self._stop = self._closed = True
-            writer = self._writer
             cond.notify_all()
-        if writer is not None:
-            writer.join()
+            thread = self._thread
+            # The writer thread, or a caller writing rows itself, ends once the queue is empty.
+            while self._writer is not None and self._writer is not threading.current_thread():
+                cond.wait()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()  # it has left its loop: only its connection is still to close
         self.check()
 
 
