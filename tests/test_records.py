@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -123,13 +125,24 @@ def _fast(i: int) -> tuple[RunRequest, RunResult]:
     return req, res
 
 
+@contextlib.contextmanager
+def _held(db: Path) -> Iterator[None]:
+    """Another connection holds the file's write lock: the store's writer waits on it (so
+    the rows saved meanwhile queue up, and go in one batch once it is let go)."""
+    lock = sqlite3.connect(db, isolation_level=None)
+    lock.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    finally:
+        lock.rollback()
+        lock.close()
+
+
 def test_reads_wait_for_queued_rows_and_close_commits_them(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
     store = RunStore(f"sqlite:///{db}")
     store.save(*_fast(0), policy=PolicyInfo(), env={})  # stdin b"" stored: now the fast path
-    lock = sqlite3.connect(db, isolation_level=None)
-    lock.execute("BEGIN IMMEDIATE")  # another writer holds the file: the store's must wait
-    try:
+    with _held(db):  # the store's writer must wait
         for i in range(1, 50):
             store.save(*_fast(i), policy=PolicyInfo(), env={})
         time.sleep(0.2)
@@ -139,9 +152,6 @@ def test_reads_wait_for_queued_rows_and_close_commits_them(tmp_path: Path) -> No
         reader.start()
         time.sleep(0.2)
         assert reader.is_alive() and not seen, "a read did not wait for the queued rows"
-    finally:
-        lock.rollback()
-        lock.close()
     reader.join(10)
     assert seen and seen[0] is not None
     for i in range(50, 100):
@@ -174,14 +184,9 @@ def test_a_row_that_cannot_be_written_is_raised_and_costs_no_other(tmp_path: Pat
     store = RunStore(f"sqlite:///{db}")
     store.save(*_fast(1), policy=PolicyInfo(), env={})
     store.settle()
-    lock = sqlite3.connect(db, isolation_level=None)
-    lock.execute("BEGIN IMMEDIATE")  # so the three rows below go in one batch
-    try:
+    with _held(db):  # so the three rows below go in one batch
         for i in (2, 1, 3):  # run fast00001 again: its primary key is taken
             store.save(*_fast(i), policy=PolicyInfo(), env={})
-    finally:
-        lock.rollback()
-        lock.close()
     store.settle()  # waits, raises nothing: failures are `check`'s
     with pytest.raises(RecordsError, match="1 run record.*UNIQUE constraint failed"):
         store.check()
@@ -198,8 +203,6 @@ def test_saves_wait_when_the_queue_is_full(tmp_path: Path,
     store = RunStore(f"sqlite:///{db}")
     store.save(*_fast(0), policy=PolicyInfo(), env={})
     store.settle()
-    lock = sqlite3.connect(db, isolation_level=None)
-    lock.execute("BEGIN IMMEDIATE")
     saved: list[int] = []
 
     def saver() -> None:
@@ -208,7 +211,7 @@ def test_saves_wait_when_the_queue_is_full(tmp_path: Path,
             saved.append(i)
 
     thread = threading.Thread(target=saver)
-    try:
+    with _held(db):
         thread.start()
         time.sleep(0.5)
         # The writer holds one batch (stuck on the lock) and 4 more rows wait in the queue:
@@ -217,9 +220,6 @@ def test_saves_wait_when_the_queue_is_full(tmp_path: Path,
         assert store._rows is not None and len(store._rows._queue) == 4
         time.sleep(0.3)
         assert thread.is_alive() and len(saved) == blocked_at < 19, saved
-    finally:
-        lock.rollback()
-        lock.close()
     thread.join(30)
     assert saved == list(range(1, 20))
     store.close()
@@ -346,18 +346,13 @@ def test_a_locked_database_fails_a_batch_once_not_row_by_row(tmp_path: Path,
     monkeypatch.setattr(rows, "_connect", connect)
     store.settle()
     rows.close()  # the next writer opens its connection with the short timeout
-    lock = sqlite3.connect(db, isolation_level=None)
-    lock.execute("BEGIN IMMEDIATE")
-    try:
+    with _held(db):
         rows._closed = False
         started = time.monotonic()
         for i in range(1, 30):
             store.save(*_fast(i), policy=PolicyInfo(), env={})
         store.settle()
         took = time.monotonic() - started
-    finally:
-        lock.rollback()
-        lock.close()
     assert took < 3.0, f"the locked batch took {took:.1f} s: failed row by row"
     with pytest.raises(RecordsError, match=r"29 run record\(s\) .*database is locked"):
         store.check()
@@ -369,17 +364,12 @@ def test_a_row_sqlite_cannot_take_costs_only_itself(tmp_path: Path) -> None:
     store = RunStore(f"sqlite:///{db}")
     store.save(*_fast(0), policy=PolicyInfo(), env={})
     store.settle()
-    lock = sqlite3.connect(db, isolation_level=None)
-    lock.execute("BEGIN IMMEDIATE")  # one batch for the four rows below
-    try:
+    with _held(db):  # one batch for the four rows below
         for i in range(1, 5):
             req, res = _fast(i)
             if i == 2:  # a lone surrogate: the request takes it, SQLite's UTF-8 cannot
                 req = req.model_copy(update={"profile": "data\udc80"})
             store.save(req, res, policy=PolicyInfo(), env={})
-    finally:
-        lock.rollback()
-        lock.close()
     store.settle()
     assert [_committed(db, f"fast{i:05d}") for i in range(1, 5)] == [True, False, True, True]
     with pytest.raises(RecordsError, match="1 run record"):

@@ -164,8 +164,8 @@ class RunStore:
             self.engine.dispose()
 
     def settle(self) -> None:
-        """Wait until every record saved so far is committed (every read of the store does);
-        RecordsError for records that could not be written."""
+        """Wait until every record saved so far is committed or has failed (every read of
+        the runs does); failures are `check`'s to raise."""
         if self._rows is not None:
             self._rows.settle()
 
@@ -293,12 +293,11 @@ class RunStore:
             return int(conn.scalar(sa.select(sa.func.count()).select_from(runs)) or 0)
 
     def blob(self, digest: str) -> bytes | None:
-        self.settle()
+        # Blobs (and artifact blobs) are written before their save returns, never queued.
         with self.engine.connect() as conn:
             return conn.scalar(sa.select(blobs.c.data).where(blobs.c.sha256 == digest))
 
     def artifact_data(self, run_id: str, path: str) -> bytes | None:
-        self.settle()
         with self.engine.connect() as conn:
             digest = conn.scalar(sa.select(artifact_blobs.c.sha256).where(
                 artifact_blobs.c.run_id == run_id, artifact_blobs.c.path == path))
@@ -327,8 +326,7 @@ class RunStore:
     # ---- cache ------------------------------------------------------------------------------
 
     def cache_lookup(self, key: str) -> RunRecord | None:
-        self.settle()
-        now = time.time()
+        now = time.time()  # the cache row is written at once; `get` waits for the run's
         with self.engine.connect() as conn:
             run_id = conn.scalar(sa.select(cache.c.run_id).where(cache.c.key == key,
                                                                  cache.c.expires_at > now))
@@ -383,9 +381,9 @@ class _SQLiteRunRows:
     first run to start after the failure is refused before its code runs (one that started
     while the row was still queued or being written runs: up to the busy timeout on a locked
     file). A row whose writing was interrupted (KeyboardInterrupt) counts as failed: no read
-    waits for it. A batch that fails for one row's sake (a duplicate
-    run id, a value SQLite cannot store) is inserted row by row, so only that row is lost; one
-    that fails for the database's (locked past the busy timeout, disk full) fails whole.
+    waits for it. A batch that fails for one row's sake (a duplicate run id, a value SQLite
+    cannot store) is inserted row by row, so only that row is lost; one that fails for the
+    database's (locked past the busy timeout, disk full) fails whole.
 
     Rows still queued are lost when the process ends without running its exit handlers
     (SIGKILL, a signal's default action, `os._exit`): at most 2 x MAX_QUEUED (the queue and
@@ -486,13 +484,9 @@ class _SQLiteRunRows:
     def _fail_queued(self, why: str) -> None:
         """Count every queued row as failed (the lock is held)."""
         batch, self._queue = self._queue, []
-        for params in batch:
-            log.error("records: run %s: %s", params[0], why)
-        if batch:
-            self._failed += len(batch)
-            self._last_failure = why
-        self._done = self._queued
-        self._cond.notify_all()
+        failures = [f"run {params[0]}: {why}" for params in batch]
+        _log_failures(failures)
+        self._end(self._queued, failures)
 
     def settle(self) -> None:
         """Wait until every row queued before this call is written or has failed. Raises
@@ -553,16 +547,19 @@ class _SQLiteRunRows:
                     self._fail_queued("its writer ended by an error")
 
     def _finish(self, last: int, failures: list[str]) -> None:
-        """The rows up to ticket `last` are written, but for `failures` (batches end in
-        ticket order: one writer at a time)."""
-        for what in failures:
-            log.error("records: %s", what)
+        _log_failures(failures)  # not under the lock: savers need not wait for the log
         with self._cond:
-            if failures:
-                self._failed += len(failures)
-                self._last_failure = failures[-1].split(": ", 1)[-1]
-            self._done = last
-            self._cond.notify_all()
+            self._end(last, failures)
+
+    def _end(self, last: int, failures: list[str]) -> None:
+        """The rows up to ticket `last` are written, but for `failures` ("run <id>: <why>"),
+        counted for `check` (the lock is held; batches end in ticket order: one writer at a
+        time)."""
+        if failures:
+            self._failed += len(failures)
+            self._last_failure = failures[-1].split(": ", 1)[-1]
+        self._done = last
+        self._cond.notify_all()
 
     def _write_batch(self, conn: sqlite3.Connection | None, batch: list[list[Any]]
                      ) -> tuple[sqlite3.Connection | None, list[str]]:
@@ -614,6 +611,11 @@ class _SQLiteRunRows:
         if thread is not None and thread is not threading.current_thread():
             thread.join()  # it has left its loop: only its connection is still to close
         self.check()
+
+
+def _log_failures(failures: list[str]) -> None:
+    for what in failures:
+        log.error("records: %s", what)
 
 
 def _settle_quietly(ref: weakref.ref[_SQLiteRunRows]) -> None:
