@@ -297,6 +297,58 @@ def test_a_read_under_a_steady_stream_of_saves_returns(tmp_path: Path) -> None:
     store.close()
 
 
+def _wait_committed(db: Path, run_id: str, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while not _committed(db, run_id):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_a_read_or_close_cuts_the_writers_linger_short(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_SQLiteRunRows, "LINGER_S", 3600.0)
+    db = tmp_path / "runs.db"
+    store = RunStore(f"sqlite:///{db}")
+    store.save(*_fast(0), policy=PolicyInfo(), env={})
+    store.save(*_fast(1), policy=PolicyInfo(), env={})
+    time.sleep(0.3)
+    assert not _committed(db, "fast00001")  # control: the writer lingers for more rows
+    seen: list[object] = []
+    reader = threading.Thread(target=lambda: seen.append(store.get("fast00001")))
+    reader.start()
+    reader.join(10)
+    assert seen and seen[0] is not None, "a read waited out the writer's linger"
+    assert _committed(db, "fast00001")
+    store.save(*_fast(2), policy=PolicyInfo(), env={})
+    time.sleep(0.3)
+    assert not _committed(db, "fast00002")
+    closer = threading.Thread(target=store.close)
+    closer.start()
+    closer.join(10)
+    assert not closer.is_alive() and _committed(db, "fast00002")
+
+
+def test_lingering_rows_are_committed_with_no_read(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process sees a record once its linger is over, or once enough rows wait."""
+    db = tmp_path / "runs.db"
+    monkeypatch.setattr(_SQLiteRunRows, "LINGER_S", 0.3)
+    store = RunStore(f"sqlite:///{db}")
+    store.save(*_fast(0), policy=PolicyInfo(), env={})
+    assert _wait_committed(db, "fast00000", 10)
+    monkeypatch.setattr(_SQLiteRunRows, "LINGER_S", 3600.0)
+    monkeypatch.setattr(_SQLiteRunRows, "LINGER_ROWS", 8)
+    for i in range(1, 8):
+        store.save(*_fast(i), policy=PolicyInfo(), env={})
+    time.sleep(0.3)
+    assert not _committed(db, "fast00007")  # control: seven rows wait for an eighth
+    store.save(*_fast(8), policy=PolicyInfo(), env={})
+    assert _wait_committed(db, "fast00008", 10)
+    store.close()
+
+
 def test_rows_saved_after_close_are_written_before_save_returns(tmp_path: Path) -> None:
     """Runs still in flight when a server closes its executor end after the store closed:
     their records are written at once, with no writer left to wait for."""
