@@ -18,6 +18,7 @@ import pytest
 import sqlalchemy as sa
 
 from execbox.contract import Artifact, InputFile, RunRequest, RunResult, Status
+from execbox import records
 from execbox.errors import RecordsError
 from execbox.records import PolicyInfo, RunStore, _SQLiteRunRows
 
@@ -267,6 +268,29 @@ def test_forked_children_write_their_own_rows(tmp_path: Path) -> None:
     assert codes == [0] * 8, codes
     store.close()
     assert all(_committed(db, f"fast{90000 + n:05d}") for n in range(8))
+
+
+def test_a_writer_closes_its_connection_only_between_forks(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    """Closing a connection takes SQLite's process-wide file mutex: a child forked meanwhile
+    would hang in its first `connect`. So a writer ending idle closes its connection under the
+    lock that `os.fork` takes: while the lock is held, it cannot."""
+    monkeypatch.setattr(_SQLiteRunRows, "IDLE_S", 0.1)
+    monkeypatch.setattr(_SQLiteRunRows, "LINGER_S", 0.0)
+    store = RunStore(f"sqlite:///{tmp_path}/runs.db")
+    store.save(*_fast(0), policy=PolicyInfo(), env={})  # the slow path: stdin is new
+    store.save(*_fast(1), policy=PolicyInfo(), env={})
+    store.settle()
+    assert store._rows is not None
+    writer = store._rows._thread
+    assert writer is not None
+    with records._COMMIT_LOCK:
+        time.sleep(0.5)  # well past its idle time
+        assert writer.is_alive(), "the writer closed its connection while a fork could happen"
+    writer.join(10)
+    assert not writer.is_alive()
+    store.close()
 
 
 def test_a_read_under_a_steady_stream_of_saves_returns(tmp_path: Path) -> None:

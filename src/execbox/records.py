@@ -356,10 +356,16 @@ class RunStore:
 # (and maybe a mutex held) and hang or fail on its own first write. So an `os.fork` in this
 # process waits for a commit in progress: up to the busy timeout on a file another process
 # holds locked. (The executor's own processes start with subprocess, which runs no fork
-# hooks.)
+# hooks.) Closing a connection takes SQLite's process-wide file mutex too: a child forked
+# while a writer closed its connection (at its idle end) hung in its first `connect`.
 _COMMIT_LOCK = threading.Lock()
 os.register_at_fork(before=_COMMIT_LOCK.acquire, after_in_parent=_COMMIT_LOCK.release,
                     after_in_child=_COMMIT_LOCK.release)
+
+
+def _close(conn: sqlite3.Connection) -> None:
+    with _COMMIT_LOCK:
+        conn.close()
 
 
 class _SQLiteRunRows:
@@ -407,7 +413,8 @@ class _SQLiteRunRows:
         self._json = frozenset(c.name for c in runs.c if isinstance(c.type, sa.JSON))
         self._sql = (f"INSERT INTO runs ({', '.join(self._columns)}) "
                      f"VALUES ({', '.join('?' * len(self._columns))})")
-        self._connect().close()  # a file that cannot be opened fails here, not in the writer
+        with _COMMIT_LOCK:  # a file that cannot be opened fails here, not in the writer
+            self._connect().close()
         self._start_state()
         # A plain function holding the rows weakly: the hook must not keep them alive.
         atexit.register(functools.partial(_settle_quietly, weakref.ref(self)))
@@ -564,7 +571,7 @@ class _SQLiteRunRows:
                     self._finish(last, failures)
         finally:
             if conn is not None:
-                conn.close()
+                _close(conn)
             with cond:
                 if self._writer is threading.current_thread():  # ended by an error
                     self._writer = None
@@ -618,7 +625,7 @@ class _SQLiteRunRows:
                 return conn, failed
         except Exception as exc:  # noqa: BLE001 - reported, never lost in a thread
             if conn is not None:
-                conn.close()
+                _close(conn)
             return None, failed + [f"run {params[0]}: {exc}" for params in batch[written:]]
 
     def close(self) -> None:
