@@ -1086,6 +1086,9 @@ def test_staged_programs_already_hold_the_pages_programs_write_first() -> None:
         own._host.wait_heavy()  # its entries come once it is ready
         warm = own._host.info["warm_pages"]
         assert warm["light"] > 100 and warm["heavy"] > 1000, warm
+        # Its program waiting first: a request that comes before has the slot's next program
+        # staged without the warm pages (the slot is in demand, see `supervisor`).
+        assert _settled(own, Hierarchy.discover()), "the pool never settled"
         own.run("pass", limits=SMALL)
         assert _settled(own, Hierarchy.discover()), "the pool never settled"
         base = own._host.info["warm_base_pages"]
