@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from execbox.contract import Artifact, InputFile, RunRequest, RunResult, Status
 from execbox import records
+from execbox.contract import Artifact, InputFile, RunRequest, RunResult, Status
 from execbox.errors import RecordsError
 from execbox.records import PolicyInfo, RunStore, _SQLiteRunRows
 
