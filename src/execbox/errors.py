@@ -28,9 +28,10 @@ class SandboxError(ExecboxError):
 class RecordsError(ExecboxError):
     """Run records could not be written to the records database (the log names the runs).
 
-    Records are committed after their results return (within ~50 ms), so this is raised by the first
-    run to start after the failure (before its code runs) or by close; a record written
-    before its result returns (input files, artifacts, after close) raises it there."""
+    Records are committed after their results return (within ~50 ms), so this is raised by
+    the first run to start after the failure (before its code runs) or by close; a record
+    written before its result returns (input files, artifacts, after close) raises it
+    there."""
 
 
 class Overloaded(ExecboxError):

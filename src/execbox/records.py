@@ -379,9 +379,10 @@ class _SQLiteRunRows:
     LINGER_ROWS), so under load one commit serves many runs. In this process what a caller
     reads stays consistent: every read of the store first waits for the rows queued before
     it (`settle`, which cuts the linger short), and so do `close` and the interpreter's exit;
-    another process reading the file sees a record once it is committed. After `close`, and when no
-    writer thread can be started, rows are inserted before `insert` returns, as before: the
-    caller takes the writer's part (one writer at a time, so batches end in ticket order).
+    another process reading the file sees a record once it is committed. After `close`, and
+    when no writer thread can be started, rows are inserted before `insert` returns, as
+    before: the caller takes the writer's part (one writer at a time, so batches end in
+    ticket order).
 
     A row that cannot be inserted is logged at once (with its run id) and counted; the next
     `check` raises RecordsError for it, once: the executor checks before each run, so the
@@ -534,30 +535,22 @@ class _SQLiteRunRows:
         """Write what is queued, batch by batch, until the queue has stayed empty for
         `idle_s` or the store is stopping; the writer's loop (this thread is `_writer`). With
         `linger`, a batch waits up to LINGER_S after its first row for more, unless a reader
-        waits (`settle`), the store stops or LINGER_ROWS are queued. A
-        batch interrupted before it was written counts as failed, and rows still queued when
-        the loop ends by an error are failed too: no ticket is left that nobody will end."""
+        waits (`settle`), the store stops or LINGER_ROWS are queued. A batch interrupted
+        before it was written counts as failed, and rows still queued when the loop ends by
+        an error are failed too: no ticket is left that nobody will end."""
         cond, conn = self._cond, None
         try:
             while True:
                 with cond:
-                    idle_until = time.monotonic() + idle_s
-                    while not self._queue and not self._stop:
-                        left = idle_until - time.monotonic()
-                        if left <= 0:
-                            break
-                        cond.wait(left)
+                    cond.wait_for(lambda: self._queue or self._stop, idle_s)
                     if not self._queue:  # idle or stopping, and all is written
                         self._writer = None
                         cond.notify_all()
                         return
-                    linger_until = time.monotonic() + (self.LINGER_S if linger else 0.0)
-                    while (len(self._queue) < self._linger_rows() and not self._stop
-                           and self._wanted <= self._done):
-                        left = linger_until - time.monotonic()
-                        if left <= 0:
-                            break
-                        cond.wait(left)
+                    if linger:
+                        cond.wait_for(lambda: len(self._queue) >= self._linger_rows()
+                                      or self._stop or self._wanted > self._done,
+                                      self.LINGER_S)
                     batch, self._queue = self._queue, []
                     last = self._queued
                     cond.notify_all()  # room for savers that waited
