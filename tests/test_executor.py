@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
 import execbox
 from execbox import Executor, SandboxUnavailable, Status, UsageError
+from execbox.executor import _concurrently
 
 
 def test_non_root_host_is_refused_before_anything_runs(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -146,6 +149,74 @@ def test_back_pressure_refuses_callers_beyond_the_queue(monkeypatch: pytest.Monk
         first.join()
         second.join()
     assert len(results) == 2 and all(getattr(r, "status", None) is Status.ok for r in results)
+
+
+class _Calls:
+    """A call for `_concurrently` that counts its calls, the most at once, and the items the
+    input gave."""
+
+    def __init__(self, seconds: float = 0.02) -> None:
+        self.seconds = seconds
+        self.lock = threading.Lock()
+        self.running = self.most = self.started = self.taken = 0
+
+    def items(self, n: int) -> Iterator[int]:
+        for i in range(n):
+            with self.lock:
+                self.taken += 1
+            yield i
+
+    def __call__(self, item: int) -> int:
+        with self.lock:
+            self.started += 1
+            self.running += 1
+            self.most = max(self.most, self.running)
+        time.sleep(self.seconds)
+        with self.lock:
+            self.running -= 1
+        if item == 13:
+            raise ValueError("thirteen")
+        return item * 2
+
+
+def _map_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("execbox-map")]
+
+
+def test_concurrently_runs_width_calls_at_once_and_yields_each_result_once() -> None:
+    calls = _Calls()
+    got = list(_concurrently(calls, calls.items(12), 3))
+    assert sorted(got) == [(i, i * 2) for i in range(12)]
+    assert calls.most == 3 and calls.started == 12
+    assert not _map_threads()
+
+
+def test_concurrently_holds_the_input_back_for_a_slow_consumer() -> None:
+    calls = _Calls(0.001)
+    results = _concurrently(calls, calls.items(1000), 4)
+    next(results)
+    time.sleep(0.3)  # the consumer is busy: at most 4 calls run and 4 results wait
+    assert calls.taken <= 2 * 4 + 1, calls.taken
+    results.close()
+    started = calls.started
+    time.sleep(0.1)
+    assert calls.started == started and not _map_threads()  # nothing starts after the close
+
+
+def test_concurrently_raises_a_calls_error_and_the_inputs_in_their_place() -> None:
+    calls = _Calls(0.001)
+    with pytest.raises(ValueError, match="thirteen"):
+        for _ in _concurrently(calls, calls.items(100), 4):
+            pass
+    assert not _map_threads() and calls.running == 0
+
+    def broken() -> Iterator[int]:
+        yield 1
+        raise KeyError("the input broke")
+
+    with pytest.raises(KeyError, match="the input broke"):
+        list(_concurrently(calls, broken(), 4))
+    assert not _map_threads()
 
 
 def test_map_yields_every_result_once_as_runs_finish(executor: Executor) -> None:

@@ -3,6 +3,7 @@ limit caps, and loading profiles from TOML. Pure Python: no sandbox needed."""
 
 from __future__ import annotations
 
+import ast
 import textwrap
 from importlib import resources
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 
 from execbox.contract import InputFile, Limits, RunRequest
 from execbox.errors import UsageError
-from execbox.policy import Profile, Verdict, check, load_profiles
+from execbox.policy import Profile, Verdict, _nodes, check, load_profiles
 
 MIB = 1 << 20
 
@@ -196,6 +197,72 @@ def test_aliases_are_resolved_to_the_module_or_call_they_name(
         shipped: dict[str, Profile], src: str, rule: str, line: int) -> None:
     v = run_check(src, strict(shipped), "strict")
     assert (v.decision, v.rule, v.line) == ("deny", rule, line), v.message
+    # The analysis looks only for the rules a profile has: each still fires alone.
+    alone = strict(shipped, writes_outside_workspace="allow",
+                   **({"imports_deny": []} if rule == "call.deny" else {"calls_deny": []}))
+    v = run_check(src, alone, "strict")
+    assert (v.decision, v.rule, v.line) == ("deny", rule, line), v.message
+
+
+def test_the_imports_are_reported_whatever_rules_the_profile_has(
+        shipped: dict[str, Profile]) -> None:
+    # The executor picks a run's slot (light, heavy, pandas) from them: the default profile,
+    # which has no rules, must see every form of import.
+    src = code("""
+        import json, os.path
+        from collections import abc
+        def f():
+            import numpy as np
+        m = __import__('pandas.core')
+        import importlib
+        n = importlib.import_module('scipy.stats')
+        from . import local
+    """)
+    expected = {"json", "os", "collections", "numpy", "pandas", "importlib", "scipy"}
+    for profiles, profile in ((shipped, "data"), (strict(shipped), "strict")):
+        assert run_check(src, profiles, profile).imports == expected
+
+
+def test_the_node_walk_finds_every_node_ast_walk_finds() -> None:
+    # The analysis walks the tree with `_nodes`, which skips fields by their declared type: a
+    # node it missed would be a rule that never fires. The standard library's own sources
+    # cover the grammar; the snippet adds what they may lack.
+    snippet = code("""
+        match p:
+            case {"k": [a, *rest], **kw} if g(a):
+                pass
+            case Point(x=0) | None:
+                pass
+        d = {**base, "k": f"{v!r:>{w}}"}
+        async def h(x: int = (y := 3), *a, k=lambda q=os.system: q, **kw) -> t[int]:
+            async with m() as n, o:
+                await z
+            global G
+            del d[1:2:3]
+        @deco(x)
+        class C(B, metaclass=M): ...
+        try:
+            pass
+        except* E as e:
+            raise X from e
+    """)
+    stdlib = Path(ast.__file__).parent
+    sources = [snippet] + [(stdlib / name).read_text(encoding="utf-8") for name in (
+        "ast.py", "dataclasses.py", "typing.py", "asyncio/base_events.py",
+        "email/_header_value_parser.py", "test/test_patma.py", "test/test_grammar.py")
+        if (stdlib / name).exists()]
+    assert len(sources) >= 5
+    singletons = (ast.expr_context, ast.operator, ast.boolop, ast.unaryop, ast.cmpop)
+    for source in sources:
+        tree = ast.parse(source)
+        walked = [n for n in ast.walk(tree) if not isinstance(n, singletons)]
+        found = [n for n in _nodes(tree) if n is not None]
+        assert {id(n) for n in found} == {id(n) for n in walked}
+        assert len(found) == len(walked)  # each once
+        position = {id(n): i for i, n in enumerate(found)}
+        for node in found:  # parents before their children
+            assert all(position[id(child)] > position[id(node)]
+                       for child in ast.iter_child_nodes(node) if id(child) in position)
 
 
 def test_import_of_a_submodule_counts_as_its_top_level_module(shipped: dict[str, Profile]) -> None:
@@ -274,6 +341,9 @@ def test_constant_writes_outside_the_workspace_are_denied_when_the_profile_says_
     assert "choose profile 'data'" in v.message
     assert run_check(src, strict(shipped, writes_outside_workspace="allow"),
                      "strict").decision == "allow"
+    alone = strict(shipped, imports_deny=[], calls_deny=[])  # the write rule alone still fires
+    v = run_check(src, alone, "strict")
+    assert (v.decision, v.rule, v.line) == ("deny", "write.outside_workspace", line)
 
 
 @pytest.mark.parametrize("src", [
@@ -318,6 +388,10 @@ def test_an_approval_call_holds_the_run(shipped: dict[str, Profile]) -> None:
     assert (v.decision, v.rule, v.line) == ("needs_approval", "call.approval", 3)
     v = run_check("x = eval('1 + 1')\n", approval(shipped), "strict")
     assert (v.decision, v.rule, v.line) == ("needs_approval", "call.approval", 1)
+    alone = strict(shipped, imports_deny=[], calls_deny=[], writes_outside_workspace="allow",
+                   calls_approval=["os.kill"])  # the only rule the profile has
+    v = run_check("import os\n\nos.kill(1, 9)\n", alone, "strict")
+    assert (v.decision, v.rule, v.line) == ("needs_approval", "call.approval", 3)
 
 
 def test_a_deny_anywhere_wins_over_an_earlier_approval(shipped: dict[str, Profile]) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import queue
 import sys
 import threading
 import uuid
@@ -54,6 +55,7 @@ SLOT_WAIT_S = 30.0  # how long a run waits for a staged slot before it is a sand
 # machine's OOM killer, an operator) before it is a sandbox_error; none of them ran any of it.
 NOT_STARTED_TRIES = 3
 T = TypeVar("T")
+A = TypeVar("A")
 
 
 def new_run_id() -> str:
@@ -420,30 +422,13 @@ class Executor:
         runs finish. At most `concurrency` runs are in flight (default: the executor's
         `max_concurrency`) and the input is consumed lazily, so a generator of a million
         requests never sits in memory at once."""
-        from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-
         width = max(1, min(concurrency or self.max_concurrency, self.max_concurrency))
-        items = iter(enumerate(requests))
-        with ThreadPoolExecutor(width, thread_name_prefix="execbox-map") as pool:
-            pending: dict[Future[RunResult], int] = {}
 
-            def submit_next() -> bool:
-                try:
-                    index, item = next(items)
-                except StopIteration:
-                    return False
-                request = item if isinstance(item, RunRequest) else make_request(item)
-                pending[pool.submit(self.run_request, request, cache=cache)] = index
-                return True
+        def run(item: RunRequest | str) -> RunResult:
+            request = item if isinstance(item, RunRequest) else make_request(item)
+            return self.run_request(request, cache=cache)
 
-            while len(pending) < width and submit_next():
-                pass
-            while pending:
-                done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for future in done:
-                    index = pending.pop(future)
-                    yield index, future.result()
-                    submit_next()
+        return _concurrently(run, requests, width)
 
     def approve(self, run_id: str, *, approved_by: str | None = None,
                 on_stdout: OutputCallback | None = None,
@@ -586,6 +571,61 @@ def _spec(limits: Limits, request: RunRequest) -> dict[str, Any]:
         "input_bytes": sum(len(f.data) for f in request.files),
         "input_count": len(request.files),
     }
+
+
+def _concurrently(fn: Callable[[A], T], items: Iterable[A], width: int
+                  ) -> Iterator[tuple[int, T]]:
+    """`(index, fn(item))` for each item, yielded as calls finish, from `width` threads that
+    each take the next item themselves: a call ended costs one wake-up (of the consumer, if it
+    waits), not two, and no future. At most `width` calls run and `width` results wait for
+    the consumer, so a slow one holds the input back; items are taken lazily. An exception
+    (from `fn` or from the input) is raised to the consumer in its place; a consumer that
+    stops early waits for the calls in flight, and no new one starts."""
+    numbered = iter(enumerate(items))
+    taking = threading.Lock()
+    room = threading.Semaphore(2 * width)  # calls in flight plus results not yet consumed
+    done: queue.SimpleQueue[tuple[int, T | BaseException] | None] = queue.SimpleQueue()
+    stop = threading.Event()
+
+    def work() -> None:
+        try:
+            while room.acquire() and not stop.is_set():
+                with taking:
+                    try:
+                        index, item = next(numbered, (-1, None))
+                    except BaseException as exc:  # the input's own error, raised in its place
+                        done.put((-1, exc))
+                        return
+                if index < 0:
+                    return
+                try:
+                    done.put((index, fn(item)))  # type: ignore[arg-type]
+                except BaseException as exc:
+                    done.put((index, exc))
+        finally:
+            done.put(None)
+
+    threads = [threading.Thread(target=work, name=f"execbox-map-{i}", daemon=True)
+               for i in range(width)]
+    for thread in threads:
+        thread.start()
+    try:
+        working = width
+        while working:
+            got = done.get()
+            if got is None:
+                working -= 1
+                continue
+            index, outcome = got
+            if isinstance(outcome, BaseException):
+                raise outcome
+            yield index, outcome
+            room.release()
+    finally:
+        stop.set()
+        room.release(width)  # a thread waiting for room sees the stop
+        for thread in threads:
+            thread.join()
 
 
 def _until_started(what: str, attempt: Callable[[], T]) -> T:
