@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import sqlite3
@@ -291,6 +292,69 @@ def test_a_writer_closes_its_connection_only_between_forks(tmp_path: Path,
     writer.join(10)
     assert not writer.is_alive()
     store.close()
+
+
+def test_every_connection_a_store_opens_is_closed_between_forks(tmp_path: Path) -> None:
+    """SQLAlchemy's connections (reads, the schema, the cache) too, and also when a store
+    dropped unclosed leaves them to the garbage collector, in whichever thread collects."""
+    store = RunStore(f"sqlite:///{tmp_path}/runs.db")
+    store.save(*_fast(0), policy=PolicyInfo(), env={})
+    store.settle()
+    assert store.get("fast00000") is not None
+    with store.engine.connect() as conn:
+        raw = conn.connection.dbapi_connection
+        assert isinstance(raw, records._ForkSafeConnection), type(raw)
+    store.close()
+    dropped: list[Any] = [RunStore(f"sqlite:///{tmp_path}/other.db")]
+    assert dropped[0].get("nope") is None  # a pooled connection, open
+    collected = threading.Event()
+
+    def collect() -> None:
+        dropped.clear()  # the store and its engine are cycles: only the collector frees them
+        gc.collect()
+        collected.set()
+
+    with records._COMMIT_LOCK:
+        thread = threading.Thread(target=collect)
+        thread.start()
+        assert not collected.wait(0.5), "a connection was closed while a fork could happen"
+    assert collected.wait(10)
+    thread.join()
+
+
+def test_children_forked_while_the_collector_closes_connections_do_not_hang(
+        tmp_path: Path) -> None:
+    """The last test's claim, end to end: forks while another thread's collection closes the
+    connections of dropped stores (with plain connections, 1 child in 7 hung in `connect`)."""
+    forked: list[int] = []
+    gc.disable()
+    try:
+        while len(forked) < 60:
+            for i in range(10):
+                store = RunStore(f"sqlite:///{tmp_path}/r{i}.db")
+                store.get("nope")
+                del store
+            collector = threading.Thread(target=gc.collect)
+            collector.start()
+            while collector.is_alive() or not forked:
+                pid = os.fork()
+                if pid == 0:
+                    code = 1
+                    try:
+                        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+                        signal.alarm(5)  # a hang ends the child by the alarm
+                        conn = sqlite3.connect(str(tmp_path / "child.db"))
+                        conn.execute("select 1")
+                        conn.close()
+                        code = 0
+                    finally:
+                        os._exit(code)
+                status = os.waitpid(pid, 0)[1]
+                forked.append(os.waitstatus_to_exitcode(status))
+            collector.join()
+    finally:
+        gc.enable()
+    assert forked == [0] * len(forked), forked
 
 
 def test_a_read_under_a_steady_stream_of_saves_returns(tmp_path: Path) -> None:

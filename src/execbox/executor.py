@@ -420,8 +420,10 @@ class Executor:
             cache: bool | None = None) -> Iterator[tuple[int, RunResult]]:
         """Run many requests (or code strings) concurrently; yield `(index, result)` pairs as
         runs finish. At most `concurrency` runs are in flight (default: the executor's
-        `max_concurrency`) and the input is consumed lazily, so a generator of a million
-        requests never sits in memory at once."""
+        `max_concurrency`), and at most as many results wait for a consumer that is slower
+        than the runs: the input is consumed lazily, so a generator of a million requests
+        never sits in memory at once. An error (a bad request, the input's own) is raised in
+        its result's place; stopping early waits for the runs in flight."""
         width = max(1, min(concurrency or self.max_concurrency, self.max_concurrency))
 
         def run(item: RunRequest | str) -> RunResult:

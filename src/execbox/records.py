@@ -141,13 +141,14 @@ class RunStore:
         self._stored_blobs: set[str] = set()  # digests committed by this store
         kwargs: dict[str, Any] = {}
         if self.url.startswith("sqlite"):
-            kwargs["connect_args"] = {"timeout": 60, "check_same_thread": False}
+            kwargs["connect_args"] = {"timeout": 60}
         try:
             self.engine = sa.create_engine(self.url, **kwargs)
         except (sa.exc.ArgumentError, ImportError) as exc:
             raise UsageError(f"bad records database URL {self.url!r}: {exc}") from exc
         self._rows: _SQLiteRunRows | None = None
         if self.engine.dialect.name == "sqlite":
+            sa.event.listen(self.engine, "do_connect", _sqlite_connect)
             sa.event.listen(self.engine, "connect", _sqlite_pragmas)
         _meta.create_all(self.engine)
         database = self.engine.url.database
@@ -356,11 +357,38 @@ class RunStore:
 # (and maybe a mutex held) and hang or fail on its own first write. So an `os.fork` in this
 # process waits for a commit in progress: up to the busy timeout on a file another process
 # holds locked. (The executor's own processes start with subprocess, which runs no fork
-# hooks.) Closing a connection takes SQLite's process-wide file mutex too: a child forked
-# while a writer closed its connection (at its idle end) hung in its first `connect`.
-_COMMIT_LOCK = threading.Lock()
+# hooks.) Opening and closing a connection take SQLite's process-wide file mutex too: a
+# child forked meanwhile hung in its first `connect`. So every SQLite connection a store
+# opens, the writer's and SQLAlchemy's, is a `_ForkSafeConnection`: opened and closed under
+# this lock, also when the garbage collector closes it (in whichever thread collects, which
+# may hold the lock already: hence reentrant).
+_COMMIT_LOCK = threading.RLock()
 os.register_at_fork(before=_COMMIT_LOCK.acquire, after_in_parent=_COMMIT_LOCK.release,
                     after_in_child=_COMMIT_LOCK.release)
+
+
+class _ForkSafeConnection(sqlite3.Connection):
+    """A SQLite connection closed only under the fork lock: by `close`, or by `__del__`
+    when it is dropped unclosed (SQLite's own finalizer would close it without the lock).
+    Open it with `_connect_sqlite`."""
+
+    _lock = _COMMIT_LOCK  # a class attribute: still there while the interpreter exits
+
+    def close(self) -> None:
+        with self._lock:
+            super().close()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def _connect_sqlite(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+    """sqlite3.connect under the fork lock, to a `_ForkSafeConnection` (which must be closable
+    from any thread: the collector's)."""
+    params = {**kwargs, "factory": _ForkSafeConnection, "check_same_thread": False}
+    with _COMMIT_LOCK:
+        conn: sqlite3.Connection = sqlite3.connect(*args, **params)
+    return conn
 
 
 def _close(conn: sqlite3.Connection) -> None:
@@ -444,7 +472,7 @@ class _SQLiteRunRows:
         return self._cond
 
     def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self._database, timeout=60, check_same_thread=False)
+        conn = _connect_sqlite(self._database, timeout=60)
         _sqlite_pragmas(conn, None)
         return conn
 
@@ -648,6 +676,12 @@ def _settle_quietly(ref: weakref.ref[_SQLiteRunRows]) -> None:
     rows = ref()
     if rows is not None:
         rows.settle()
+
+
+def _sqlite_connect(_dialect: Any, _record: Any, cargs: tuple[Any, ...],
+                    cparams: dict[str, Any]) -> sqlite3.Connection:
+    """SQLAlchemy's connect, fork-safe (see `_ForkSafeConnection`)."""
+    return _connect_sqlite(*cargs, **cparams)
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
