@@ -391,11 +391,6 @@ def _connect_sqlite(*args: Any, **kwargs: Any) -> sqlite3.Connection:
     return conn
 
 
-def _close(conn: sqlite3.Connection) -> None:
-    with _COMMIT_LOCK:
-        conn.close()
-
-
 class _SQLiteRunRows:
     """The hot path of `save` on a SQLite file: one run row and nothing else new. The row is
     handed to a writer thread of the store's own, which inserts whatever rows have queued up
@@ -592,7 +587,7 @@ class _SQLiteRunRows:
                     self._finish(last, failures)
         finally:
             if conn is not None:
-                _close(conn)
+                conn.close()  # under the fork lock: a _ForkSafeConnection
             with cond:
                 if self._writer is threading.current_thread():  # ended by an error
                     self._writer = None
@@ -646,7 +641,7 @@ class _SQLiteRunRows:
                 return conn, failed
         except Exception as exc:  # noqa: BLE001 - reported, never lost in a thread
             if conn is not None:
-                _close(conn)
+                conn.close()
             return None, failed + [f"run {params[0]}: {exc}" for params in batch[written:]]
 
     def close(self) -> None:
