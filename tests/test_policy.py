@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
+from execbox import policy
 from execbox.contract import InputFile, Limits, RunRequest
 from execbox.errors import UsageError
-from execbox.policy import Profile, Verdict, _nodes, check, load_profiles
+from execbox.policy import Profile, Verdict, _nodes, check, load_profiles, scan_imports
 
 MIB = 1 << 20
 
@@ -263,6 +264,76 @@ def test_the_node_walk_finds_every_node_ast_walk_finds() -> None:
         for node in found:  # parents before their children
             assert all(position[id(child)] > position[id(node)]
                        for child in ast.iter_child_nodes(node) if id(child) in position)
+
+
+def test_a_profile_with_no_rules_about_the_code_does_not_parse_it(
+        shipped: dict[str, Profile], monkeypatch: pytest.MonkeyPatch) -> None:
+    parsed: list[str] = []
+    real_parse = ast.parse
+
+    def counting_parse(source: str, *args: Any, **kwargs: Any) -> ast.Module:
+        parsed.append(source)
+        return real_parse(source, *args, **kwargs)
+
+    monkeypatch.setattr(policy.ast, "parse", counting_parse)
+    src = "import numpy as np\nfrom pandas import DataFrame\n"
+    v = run_check(src, shipped, "data")
+    assert (v.decision, v.rule, v.imports) == ("allow", None, {"numpy", "pandas"})
+    v = run_check("import json\nx = (\n", shipped, "data")  # not parsed: no code.syntax
+    assert (v.decision, v.rule, v.imports) == ("allow", None, {"json"})
+    assert parsed == []
+    # Any one rule about the code, and the code is parsed again.
+    for rule in ({"imports_deny": ["ctypes"]}, {"imports_approval": ["ctypes"]},
+                 {"imports_allow": ["numpy", "pandas"]}, {"calls_deny": ["os.system"]},
+                 {"calls_approval": ["os.system"]}, {"writes_outside_workspace": "deny"}):
+        only = {**shipped["data"].model_dump(), "name": "only", **rule}
+        profiles = {"only": Profile.model_validate(only)}
+        parsed.clear()
+        v = run_check(src, profiles, "only")
+        assert parsed == [src], rule
+        assert v.imports == {"numpy", "pandas"}
+        assert run_check("import json\nx = (\n", profiles, "only").rule == "code.syntax"
+
+
+@pytest.mark.parametrize(("src", "expected"), [
+    ("import json, os.path as p,  collections.abc\n", {"json", "os", "collections"}),
+    ("x = 1; import numpy\nif x: from scipy.stats import norm\n", {"numpy", "scipy"}),
+    ("from matplotlib import (\n    pyplot,\n    colors)\n", {"matplotlib"}),
+    ("from os \\\n    import path\nimport json, \\\r\n  csv\n", {"os", "json", "csv"}),
+    ("from  a_from_b.x\timport c\n", {"a_from_b"}),
+    ("def f():\n    import numpy.linalg as la\n    return la\n", {"numpy"}),
+    ("m = __import__('pandas.core')\nn = __import__( \"re\" )\n", {"pandas", "re"}),
+    ("import importlib\nimportlib.import_module('scipy.stats')\n", {"importlib", "scipy"}),
+    ("from importlib import import_module\nimport_module(\"zlib\")\n", {"importlib", "zlib"}),
+    ("from ｎｕｍｐｙ import array\n", {"numpy"}),  # NFKC, as the parser normalizes it
+    ("from . import a\nfrom .b import c\nimport_module('.d')\n", set()),
+    ("important = 1\nreimport(x)\nx.import_all()\nimports = [y_import]\n", set()),
+    ("name = 'x'\n__import__(name)\nimport_module(name)\n", set()),
+    ("import", set()),
+    ("print('import numpy')  # a string: counted, at worst a bigger interpreter\n", {"numpy"}),
+])
+def test_the_scan_reads_each_form_of_import(src: str, expected: set[str]) -> None:
+    assert scan_imports(src) == expected
+
+
+def test_the_scan_finds_every_import_the_syntax_tree_finds(shipped: dict[str, Profile]) -> None:
+    # The default profile picks a run's slot from the scan instead of the syntax tree: an
+    # import it missed would run numpy code in a light program, importing numpy there. The
+    # standard library's own sources are the ordinary code; the tree's analysis runs under a
+    # profile with one rule about the code (writes), which denies none of them.
+    reading = {"r": Profile.model_validate({**shipped["data"].model_dump(), "name": "r",
+                                            "writes_outside_workspace": "deny"})}
+    stdlib = Path(ast.__file__).parent
+    files = sorted(stdlib.glob("*.py")) + sorted(stdlib.glob("test/test_import*/*.py"))
+    compared = 0
+    for path in files:
+        source = path.read_text(encoding="utf-8", errors="replace")
+        seen = run_check(source, reading, "r").imports
+        if seen is None:  # does not parse (the standard library's deliberately bad files)
+            continue
+        compared += 1
+        assert seen <= scan_imports(source), (path.name, sorted(seen - scan_imports(source)))
+    assert compared >= 150
 
 
 def test_import_of_a_submodule_counts_as_its_top_level_module(shipped: dict[str, Profile]) -> None:
@@ -521,7 +592,7 @@ def test_code_that_does_not_parse_is_allowed_for_the_sandbox_to_report(
 
 def test_code_too_deep_to_compile_is_allowed_for_the_sandbox_to_report(
         shipped: dict[str, Profile]) -> None:
-    v = run_check("x = " + "+".join(["1"] * 20_000) + "\n", shipped, "data")
+    v = run_check("x = " + "+".join(["1"] * 20_000) + "\n", shipped, "minimal")
     assert (v.decision, v.rule) == ("allow", "code.syntax")
 
 

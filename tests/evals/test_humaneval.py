@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from execbox import Executor, RunResult, Status, UsageError
-from execbox.contract import ErrorInfo
+from execbox.contract import ErrorInfo, RunRequest
 from execbox.evals import humaneval as he
+from execbox.policy import Profile, check, load_profiles, scan_imports
 
 EXECBOX = [sys.executable, "-m", "execbox.cli"]
 PROBLEMS = he.load_problems()
@@ -49,6 +50,18 @@ def test_the_reference_check_program_is_embedded_verbatim() -> None:
     assert he.check_program(HE0, completion) == reference
     program = he.sandbox_program(HE0, completion, "MARK")
     assert program == he.PRELUDE + reference + "\n" + "__import__('os').write(1, b'\\nMARK\\n')\n"
+
+
+def test_the_default_profile_sees_the_imports_the_syntax_tree_sees_in_every_program() -> None:
+    # The default profile reads a program's imports from its text (it has no rule about the
+    # code); they pick the slot each problem runs in.
+    reading = {"r": Profile.model_validate({**load_profiles()["data"].model_dump(), "name": "r",
+                                            "writes_outside_workspace": "deny"})}
+    for problem in PROBLEMS.values():
+        program = he.sandbox_program(problem, problem["canonical_solution"], "MARK")
+        tree = check(RunRequest(code=program, profile="r"), reading).imports
+        assert tree is not None and "os" in tree
+        assert scan_imports(program) == tree, problem["task_id"]
 
 
 # -- verdicts against the real sandbox -------------------------------------------------------
