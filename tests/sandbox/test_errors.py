@@ -29,6 +29,35 @@ def assert_json_roundtrip(r: RunResult) -> None:
     assert json.loads(r.model_dump_json())["status"] == r.status.value
 
 
+# ---- uncaught exceptions ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("prelude", ["", "import numpy\n"], ids=["light", "heavy"])
+def test_a_failed_assert_is_reported_whole_and_the_zygotes_exercise_left_nothing(
+        executor: Executor, prelude: str) -> None:
+    # Program zygotes take an error through this path before they fork (see
+    # runner.exercise_errors): the report is the code's own, and nothing of the exercise shows.
+    code = prelude + (
+        "import linecache\n"
+        "assert not [k for k in linecache.cache if 'exercise' in k], list(linecache.cache)\n"
+        "def check(candidate):\n"
+        "    assert candidate([1, 2], 3) == [3, 2, 1]\n"
+        "check(lambda xs, n: None)\n")
+    r = executor.run(code)
+    assert r.status is Status.error, r
+    assert r.error is not None
+    line = code.splitlines().index("    assert candidate([1, 2], 3) == [3, 2, 1]") + 1
+    assert (r.error.type, r.error.message, r.error.line) == ("AssertionError", "", line)
+    assert r.error.traceback is not None
+    assert r.error.traceback.startswith('Traceback (most recent call last):\n  File "main.py"')
+    assert r.error.traceback.endswith(
+        f'  File "main.py", line {line}, in check\n'
+        "    assert candidate([1, 2], 3) == [3, 2, 1]\n"
+        f"           {'^' * len('candidate([1, 2], 3) == [3, 2, 1]')}\nAssertionError\n")
+    assert r.stderr == r.error.traceback
+    assert_clean_traceback(r.error.traceback)
+
+
 # ---- syntax errors ---------------------------------------------------------------------------
 
 

@@ -69,13 +69,15 @@ def _exercise_pandas() -> None:
 
 def main(sock: socket.socket, options: dict[str, Any]) -> None:
     started = time.monotonic()
-    from . import jail, program, seccomp
+    from . import jail, program, runner, seccomp
     from .cgroup import Hierarchy
 
     role = options.get("role", "supervisors")
     try:
         jail.name_process(f"execbox-{options.get('kind') or 'sups'}")
         loaded = _preload(options.get("preload", []))
+        if role == "programs":
+            runner.exercise_errors()
         cfg = jail.JailConfig.discover(options["ro_paths"], seccomp.compile_filter(),
                                        options["libexec"])
         jail.empty_bounding_set(
