@@ -138,6 +138,12 @@ def jailed(executor: execbox.Executor) -> execbox.Executor:
     return executor
 
 
+@pytest.fixture
+def hostile(jailed: execbox.Executor) -> execbox.Executor:
+    """`jailed`, under the name the hostile session tests use for it."""
+    return jailed
+
+
 @pytest.fixture(scope="module")
 def jailed_one_slot() -> Iterator[execbox.Executor]:
     """An executor of its own with one slot of each kind, so that consecutive runs of a kind

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from probes import wait_until
 
 from execbox import records
 from execbox.contract import Artifact, InputFile, RunRequest, RunResult, Status
@@ -385,15 +386,6 @@ def test_a_read_under_a_steady_stream_of_saves_returns(tmp_path: Path) -> None:
     store.close()
 
 
-def _wait_committed(db: Path, run_id: str, within_s: float) -> bool:
-    deadline = time.monotonic() + within_s
-    while not _committed(db, run_id):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
-
-
 def test_a_read_or_close_cuts_the_writers_linger_short(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_SQLiteRunRows, "LINGER_S", 3600.0)
@@ -425,7 +417,7 @@ def test_lingering_rows_are_committed_with_no_read(tmp_path: Path,
     monkeypatch.setattr(_SQLiteRunRows, "LINGER_S", 0.3)
     store = RunStore(f"sqlite:///{db}")
     store.save(*_fast(0), policy=PolicyInfo(), env={})
-    assert _wait_committed(db, "fast00000", 10)
+    assert wait_until(lambda: _committed(db, "fast00000"), 10, every_s=0.02)
     monkeypatch.setattr(_SQLiteRunRows, "LINGER_S", 3600.0)
     monkeypatch.setattr(_SQLiteRunRows, "LINGER_ROWS", 8)
     for i in range(1, 8):
@@ -433,7 +425,7 @@ def test_lingering_rows_are_committed_with_no_read(tmp_path: Path,
     time.sleep(0.3)
     assert not _committed(db, "fast00007")  # control: seven rows wait for an eighth
     store.save(*_fast(8), policy=PolicyInfo(), env={})
-    assert _wait_committed(db, "fast00008", 10)
+    assert wait_until(lambda: _committed(db, "fast00008"), 10, every_s=0.02)
     store.close()
 
 

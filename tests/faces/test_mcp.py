@@ -20,6 +20,7 @@ import pytest
 from mcp import Client, ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, ImageContent, TextContent
+from probes import alive, wait_until
 
 import execbox
 
@@ -87,22 +88,10 @@ def _fork_servers(pid: int) -> set[int]:
     return found
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def _wait_gone(pids: set[int], timeout_s: float = 15.0) -> set[int]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        left = {p for p in pids if _alive(p)}
-        if not left:
-            return left
-        time.sleep(0.05)
-    return {p for p in pids if _alive(p)}
+    """Those of `pids` still running after up to `timeout_s` of waiting for all to end."""
+    wait_until(lambda: not any(alive(p) for p in pids), timeout_s)
+    return {p for p in pids if alive(p)}
 
 
 def _run(fn: Callable[[], Awaitable[_T]]) -> _T:

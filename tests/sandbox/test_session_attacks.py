@@ -19,9 +19,10 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
+from probes import alive, wait_until
+from session_probes import KERNEL, cgroup_dirs, run_or_closed, sup_pid
 
 from execbox import Executor, Limits, SessionClosed, Status, UsageError
 from execbox.sandbox.cgroup import Hierarchy
@@ -30,31 +31,6 @@ from execbox.sessions import Session
 pytestmark = pytest.mark.hostile
 
 MIB = 1 << 20
-
-# What a hostile cell starts with: the interpreter loop's own locals (kernel.serve's frame):
-# go_r, report_w, outputs, the current cell's request with its end marker.
-KERNEL = """
-import os, sys, json, struct, threading, time
-def _kernel_locals():
-    f = sys._getframe()
-    while f is not None:
-        if 'report_w' in f.f_locals and 'go_r' in f.f_locals:
-            return f.f_locals
-        f = f.f_back
-    raise RuntimeError('kernel frame not found')
-K = _kernel_locals()
-def forge(kind, payload):
-    return struct.pack('!4sQ', kind, len(payload)) + payload
-def write_all(fd, data):
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-"""
-
-
-@pytest.fixture
-def hostile(jailed: Executor) -> Iterator[Executor]:
-    yield jailed
 
 
 # ---- host-side observation -----------------------------------------------------------------
@@ -74,12 +50,6 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _sup_pid(s: Session) -> int:
-    pid = s._channel.slot.sup_pid
-    assert pid > 0
-    return pid
-
-
 def _session_pids(s: Session) -> list[int]:
     """Host pids of the session's jailed processes (its cgroup's members)."""
     pids: set[int] = set()
@@ -90,28 +60,6 @@ def _session_pids(s: Session) -> list[int]:
         except OSError:
             pass
     return sorted(pids)
-
-
-def _cgroup_dirs(name: str) -> list[str]:
-    return [os.path.join(parent, name) for parent in Hierarchy.discover().parent_paths.values()
-            if os.path.isdir(os.path.join(parent, name))]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _wait_until(predicate: object, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return True
-        time.sleep(0.05)
-    return bool(predicate())  # type: ignore[operator]
 
 
 # ---- the host's output pump -----------------------------------------------------------------
@@ -165,30 +113,30 @@ def test_an_idle_session_costs_its_supervisor_no_cpu(hostile: Executor) -> None:
         # Control: the measurement sees a process that spins (the session's own interpreter).
         program = max(_session_pids(s), key=_cpu_s)
         assert _cpu_over(program, 0.8) > 0.2
-        assert _cpu_over(_sup_pid(s), 0.8) < 0.1
+        assert _cpu_over(sup_pid(s), 0.8) < 0.1
 
 
 def _ends_promptly(s: Session, sup: int, match: str) -> None:
     """The session is over within a few seconds, says why, and its root supervisor is gone."""
-    assert _wait_until(lambda: not _alive(sup), 5.0), "the supervisor is still running"
+    assert wait_until(lambda: not alive(sup), 5.0), "the supervisor is still running"
     with pytest.raises(SessionClosed, match=match):
         s.run("1")
 
 
 def test_closing_the_report_pipe_ends_the_session_and_its_supervisor(hostile: Executor) -> None:
     with hostile.session() as s:
-        sup = _sup_pid(s)
+        sup = sup_pid(s)
         r = s.run(KERNEL + "def later():\n    time.sleep(1.0)\n    r, w = os.pipe()\n"
                   "    os.dup2(w, K['report_w'])\n"
                   "threading.Thread(target=later, daemon=True).start()")
         assert r.ok, r
-        assert _alive(sup), "control: the supervisor runs while the channel is intact"
+        assert alive(sup), "control: the supervisor runs while the channel is intact"
         _ends_promptly(s, sup, "closed its report channel")
 
 
 def _supervisor_growth_kib(s: Session, code: str) -> tuple[int, object]:
     """Run `code` as a cell; return how far the supervisor's peak RSS rose over its RSS before."""
-    pid = _sup_pid(s)
+    pid = sup_pid(s)
     before = _status_kib(pid, "VmRSS")
     r = s.run(code)
     return _status_kib(pid, "VmHWM") - before, r
@@ -197,14 +145,14 @@ def _supervisor_growth_kib(s: Session, code: str) -> tuple[int, object]:
 def test_a_forged_oversized_report_ends_the_session_before_it_is_buffered(
         hostile: Executor) -> None:
     with hostile.session(limits=Limits(memory_mib=256)) as s:
-        sup = _sup_pid(s)
+        sup = sup_pid(s)
         before = _status_kib(sup, "VmRSS")
         payload = ("b'{\"status\":\"ok\",\"outputs\":[' + b'{},' * (4 << 20) + b'{}]}'")
         r = s.run(KERNEL + f"write_all(K['report_w'], forge(b'CRES', {payload}))")
         assert r.status is Status.error and r.error is not None, r
         assert "larger than the outputs budget" in r.error.message
         try:  # the supervisor is ending the session: it may be gone between check and read
-            peak = _status_kib(sup, "VmHWM") if _alive(sup) else before
+            peak = _status_kib(sup, "VmHWM") if alive(sup) else before
         except (OSError, KeyError):
             peak = before
         assert peak - before < 16 << 10, f"the supervisor grew by {(peak - before) >> 10} MiB"
@@ -235,12 +183,12 @@ def test_a_session_ending_cell_keeps_its_result_when_the_host_reads_output_late(
     def slow_host(self: channel._CellPump) -> None:
         take_ctrl(self)
         if self.meta is not None and not waited:  # the result is in; the output is not read
-            waited.append(_wait_until(lambda: not _alive(sup), 10.0))
+            waited.append(wait_until(lambda: not alive(sup), 10.0))
 
     monkeypatch.setattr(selectors, "DefaultSelector", CtrlFirst)
     monkeypatch.setattr(channel._CellPump, "_ctrl", slow_host)
     with hostile.session(limits=Limits(memory_mib=256)) as s:
-        sup = _sup_pid(s)
+        sup = sup_pid(s)
         payload = ("b'{\"status\":\"ok\",\"outputs\":[' + b'{},' * (4 << 20) + b'{}]}'")
         r = s.run(KERNEL + "print('x' * 100)\n"
                   + f"write_all(K['report_w'], forge(b'CRES', {payload}))")
@@ -291,7 +239,7 @@ def test_files_list_does_not_pull_the_workspace_into_supervisor_memory(
         r = s.run("open('big', 'wb').write(b'\\1' * (8 << 20))\nimport os\n"
                   "for i in range(31):\n    os.link('big', f'link{i}')")
         assert r.ok, r
-        pid = _sup_pid(s)
+        pid = sup_pid(s)
         before = _status_kib(pid, "VmRSS")
         listed = s.files.list()
         grew = _status_kib(pid, "VmHWM") - before
@@ -319,7 +267,7 @@ os.chdir('/workspace')
 def test_the_supervisor_memory_does_not_grow_with_the_workspace_paths(
         hostile: Executor) -> None:
     with hostile.session() as s:
-        pid = _sup_pid(s)
+        pid = sup_pid(s)
         before = _status_kib(pid, "VmRSS")
         r = s.run(DEEP_LINKS.replace("N", "20000"), timeout_s=20)
         assert r.ok, r
@@ -384,27 +332,27 @@ def test_closing_a_session_leaves_no_process_cgroup_or_supervisor(hostile: Execu
     mark = f"7{secrets.randbelow(10**8)}"
     s = hostile.session()
     assert s.run(SPAWN_SLEEPER.format(mark=mark)).ok
-    name, sup = s._channel.slot.name, _sup_pid(s)
+    name, sup = s._channel.slot.name, sup_pid(s)
     # Control: everything the check looks for is there while the session is open. The
     # sleeper is looked for until it shows: once, under the whole suite's load, it was not
     # found at the first look (cause not found; the check after close is what matters).
-    assert _cgroup_dirs(name) and _alive(sup)
-    assert _wait_until(lambda: _host_pids_with(f"sleep\0{mark}".encode()), 5.0)
+    assert cgroup_dirs(name) and alive(sup)
+    assert wait_until(lambda: _host_pids_with(f"sleep\0{mark}".encode()), 5.0)
     s.close()  # returns once the session is gone
-    assert not _cgroup_dirs(name), "the session's cgroup outlived close()"
-    assert not _alive(sup), "the session's supervisor outlived close()"
+    assert not cgroup_dirs(name), "the session's cgroup outlived close()"
+    assert not alive(sup), "the session's supervisor outlived close()"
     assert not _host_pids_with(f"sleep\0{mark}".encode()), "a session process outlived close()"
 
 
 def test_a_session_killed_mid_cell_at_its_lifetime_leaves_no_cgroup(hostile: Executor) -> None:
     s = hostile.session(max_lifetime_s=1.0)
-    name, sup = s._channel.slot.name, _sup_pid(s)
-    assert _cgroup_dirs(name)  # control
+    name, sup = s._channel.slot.name, sup_pid(s)
+    assert cgroup_dirs(name)  # control
     r = s.run("import time\ntime.sleep(8)", timeout_s=10)
     assert r.error is not None and "maximum lifetime" in r.error.message, r
-    assert _wait_until(lambda: not _alive(sup), 3)
-    assert _wait_until(lambda: not _cgroup_dirs(name), 1.5), \
-        f"the killed session's cgroup is still there: {_cgroup_dirs(name)}"
+    assert wait_until(lambda: not alive(sup), 3)
+    assert wait_until(lambda: not cgroup_dirs(name), 1.5), \
+        f"the killed session's cgroup is still there: {cgroup_dirs(name)}"
 
 
 # ---- per-cell limits ---------------------------------------------------------------------------
@@ -537,13 +485,13 @@ def test_a_cell_cannot_reopen_its_command_pipe_to_inject_cells(hostile: Executor
 
 def test_junk_on_the_report_pipe_ends_the_session(hostile: Executor) -> None:
     with hostile.session() as s:
-        sup = _sup_pid(s)
+        sup = sup_pid(s)
         r = s.run(KERNEL + "junk = forge(b'JUNK', b'') * 20000\n"
                   "def flood():\n    time.sleep(1.0)\n    while True:\n"
                   "        write_all(K['report_w'], junk)\n        time.sleep(0.01)\n"
                   "threading.Thread(target=flood, daemon=True).start()")
         assert r.ok, r
-        assert _alive(sup), "control: the supervisor runs until the junk arrives"
+        assert alive(sup), "control: the supervisor runs until the junk arrives"
         _ends_promptly(s, sup, "reported while no cell was running|unknown report")
 
 
@@ -601,9 +549,9 @@ def test_a_killed_supervisor_takes_every_session_process_with_it(hostile: Execut
         assert s.run(SPAWN_SLEEPER.format(mark=mark)).ok
         needle = f"sleep\0{mark}".encode()
         # Control. Popen returns before the exec'd program's argv shows in /proc: poll.
-        assert _wait_until(lambda: _host_pids_with(needle), 5)
+        assert wait_until(lambda: _host_pids_with(needle), 5)
         s._channel.kill()
-        assert _wait_until(lambda: not _host_pids_with(needle), 3), \
+        assert wait_until(lambda: not _host_pids_with(needle), 3), \
             "a session process outlived its killed supervisor"
 
 
@@ -630,7 +578,7 @@ def test_close_during_a_running_cell_returns_promptly(hostile: Executor) -> None
     s = hostile.session()
     box: list[object] = []
     t = threading.Thread(target=lambda: box.append(
-        _run_or_closed(s, "import time\ntime.sleep(3)", timeout_s=6)))
+        run_or_closed(s, "import time\ntime.sleep(3)", timeout_s=6)))
     t.start()
     time.sleep(0.5)
     started = time.monotonic()
@@ -639,13 +587,6 @@ def test_close_during_a_running_cell_returns_promptly(hostile: Executor) -> None
     t.join(10)
     assert box and not t.is_alive()  # control: the cell's caller got an answer
     assert took < 1.5, f"close() took {took:.1f} s while a cell ran"
-
-
-def _run_or_closed(s: Session, code: str, timeout_s: float) -> object:
-    try:
-        return s.run(code, timeout_s=timeout_s)
-    except SessionClosed as exc:
-        return exc
 
 
 # ---- between cells -------------------------------------------------------------------------------
@@ -696,8 +637,8 @@ def test_closing_a_session_whose_supervisor_is_gone_never_kills_another_process(
         assert s.run("import os, threading, time\n"
                      "threading.Thread(target=lambda: (time.sleep(0.3), os._exit(7)))"
                      ".start()").ok
-        sup = _sup_pid(s)
-        assert _wait_until(lambda: not _alive(sup), 5)  # the session ended by itself
+        sup = sup_pid(s)
+        assert wait_until(lambda: not alive(sup), 5)  # the session ended by itself
         # The pid is free now: simulate its reuse by an unrelated host process.
         victim = subprocess.Popen(["sleep", "30"])
         try:

@@ -23,36 +23,18 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
+from probes import alive, wait_until
+from session_probes import KERNEL, cgroup_dirs, run_or_closed, sup_pid
 
 from execbox import Executor, Limits, SessionClosed, Status, UsageError
-from execbox.sandbox.cgroup import Hierarchy
 from execbox.sessions import Session
 
 pytestmark = pytest.mark.hostile
 
 MIB = 1 << 20
-
-# The interpreter loop's own locals (kernel.serve's frame): go_r, report_w, the current cell.
-KERNEL = """
-import os, sys, json, struct, threading, time, select
-def _kernel_locals():
-    f = sys._getframe()
-    while f is not None:
-        if 'report_w' in f.f_locals and 'go_r' in f.f_locals:
-            return f.f_locals
-        f = f.f_back
-    raise RuntimeError('kernel frame not found')
-K = _kernel_locals()
-def forge(kind, payload):
-    return struct.pack('!4sQ', kind, len(payload)) + payload
-def write_all(fd, data):
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-"""
 
 # A thread left running: when the next cell's code lands in the go pipe, do `action`.
 ON_NEXT_CELL = KERNEL + """
@@ -72,34 +54,7 @@ FORGED_OK = ("    write_all(K['report_w'], forge(b'CRES', json.dumps({'status': 
              "'error': None, 'markers': {'stdout': False, 'stderr': False}}).encode()))")
 
 
-@pytest.fixture
-def hostile(jailed: Executor) -> Iterator[Executor]:
-    yield jailed
-
-
 # ---- host-side observation -----------------------------------------------------------------
-
-
-def _cgroup_dirs(name: str) -> list[str]:
-    return [os.path.join(parent, name) for parent in Hierarchy.discover().parent_paths.values()
-            if os.path.isdir(os.path.join(parent, name))]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _wait_until(predicate: object, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return True
-        time.sleep(0.05)
-    return bool(predicate())  # type: ignore[operator]
 
 
 def _host_links() -> set[str]:
@@ -120,19 +75,6 @@ def _session_links(s: Session) -> set[str]:
     return {os.readlink(f"/proc/self/fd/{fd}") for fd in fds}
 
 
-def _sup_pid(s: Session) -> int:
-    pid = s._channel.slot.sup_pid
-    assert pid > 0
-    return pid
-
-
-def _run_or_closed(s: Session, code: str, **kwargs: object) -> object:
-    try:
-        return s.run(code, **kwargs)  # type: ignore[arg-type]
-    except SessionClosed as exc:
-        return exc
-
-
 # ---- each cell gets its own result ---------------------------------------------------------------
 
 
@@ -144,7 +86,7 @@ def test_a_forged_report_never_shifts_later_cells_results(hostile: Executor) -> 
         # The thread answers for cell 2 (a cell's own result may be forged, or refused), so
         # cell 2's real report comes with no cell running. No cell may show another's.
         for i in range(2, 7):
-            r = _run_or_closed(s, f"print('out{i}')\n'val{i}'")
+            r = run_or_closed(s, f"print('out{i}')\n'val{i}'")
             if isinstance(r, SessionClosed):
                 return  # ending the session is a correct answer
             shown = [o.data for o in r.outputs]
@@ -177,11 +119,11 @@ def test_a_report_forged_between_cells_ends_the_session_when_no_cell_follows(
     """Control for the tests above: with no cell within CELL_WAIT_S, the same forgery ends the
     session (the supervisor's rule for reports while no cell runs)."""
     with hostile.session() as s:
-        sup = _sup_pid(s)
+        sup = sup_pid(s)
         r = s.run(KERNEL + "def later():\n    time.sleep(0.2)\n" + FORGED_OK + "\n"
                   "threading.Thread(target=later, daemon=True).start()")
         assert r.ok, r
-        assert _wait_until(lambda: not _alive(sup), 5.0), "the supervisor is still running"
+        assert wait_until(lambda: not alive(sup), 5.0), "the supervisor is still running"
         with pytest.raises(SessionClosed, match="reported while no cell was running"):
             s.run("1")
 
@@ -191,7 +133,7 @@ def test_a_report_forged_before_a_files_call_ends_the_session_without_a_hang(
     """A report while no cell runs, then a files call (not a CELL) within CELL_WAIT_S: the call
     is answered, then the session ends; nothing hangs or raises past SessionClosed."""
     with hostile.session() as s:
-        sup = _sup_pid(s)
+        sup = sup_pid(s)
         r = s.run(KERNEL + "def later():\n    time.sleep(0.3)\n" + FORGED_OK + "\n"
                   "threading.Thread(target=later, daemon=True).start()")
         assert r.ok, r
@@ -202,7 +144,7 @@ def test_a_report_forged_before_a_files_call_ends_the_session_without_a_hang(
         except SessionClosed:
             pass
         assert time.monotonic() - started < 2.5
-        assert _wait_until(lambda: not _alive(sup), 3.0)
+        assert wait_until(lambda: not alive(sup), 3.0)
         with pytest.raises(SessionClosed):
             s.files.list()
 
@@ -245,7 +187,7 @@ def test_a_forged_report_during_a_large_cell_is_not_a_sandbox_error(hostile: Exe
     with hostile.session() as s:
         # The loop takes no more cells; a thread answers for the next one as it arrives.
         assert s.run(STOP_READING_CELLS + ON_NEXT_CELL.format(action=FORGED_OK)).ok
-        r = _run_or_closed(s, "x = 1\n" + "#" * (300 << 10), timeout_s=2)
+        r = run_or_closed(s, "x = 1\n" + "#" * (300 << 10), timeout_s=2)
         if isinstance(r, SessionClosed):
             return
         assert r.status is not Status.sandbox_error, r
@@ -264,20 +206,20 @@ def test_a_forged_report_during_a_large_cell_is_not_a_sandbox_error(hostile: Exe
 def test_a_thread_left_on_the_go_pipe_ends_at_most_the_session_within_its_limits(
         hostile: Executor, action: str) -> None:
     with hostile.session() as s:
-        sup = _sup_pid(s)
+        sup = sup_pid(s)
         assert s.run(ON_NEXT_CELL.format(action=action)).ok
         started = time.monotonic()
-        r = _run_or_closed(s, "print('next')", timeout_s=1)
+        r = run_or_closed(s, "print('next')", timeout_s=1)
         took = time.monotonic() - started
         assert took < 1 + 2 + 1.5, f"the host waited {took:.1f} s"
         if not isinstance(r, SessionClosed):
             assert r.status is not Status.sandbox_error, r  # type: ignore[attr-defined]
             assert r.stdout in ("", "next\n"), r  # type: ignore[attr-defined]
-        later = _run_or_closed(s, "print('later')", timeout_s=1)
+        later = run_or_closed(s, "print('later')", timeout_s=1)
         if not isinstance(later, SessionClosed):
             assert later.stdout == "later\n" or later.status is not Status.ok, later  # type: ignore[attr-defined]
         s.close()
-        assert _wait_until(lambda: not _alive(sup), 3.0)
+        assert wait_until(lambda: not alive(sup), 3.0)
 
 
 def test_a_shrunken_go_pipe_still_carries_a_large_cell(hostile: Executor) -> None:
@@ -334,13 +276,13 @@ def test_sessions_leave_no_host_descriptor_behind(hostile: Executor) -> None:
     s = hostile.session()  # one whose interpreter dies as its next cell arrives
     held |= _session_links(s)
     assert s.run(ON_NEXT_CELL.format(action="    os._exit(3)")).ok
-    _run_or_closed(s, "1")
+    run_or_closed(s, "1")
     s.close()
     s = hostile.session()  # one whose supervisor is killed mid-cell
     held |= _session_links(s)
     box: list[object] = []
     t = threading.Thread(target=lambda: box.append(
-        _run_or_closed(s, "import time\ntime.sleep(5)", timeout_s=10)))
+        run_or_closed(s, "import time\ntime.sleep(5)", timeout_s=10)))
     t.start()
     time.sleep(0.3)
     s._channel.kill()
@@ -357,11 +299,11 @@ def test_executor_close_while_a_large_cell_is_being_fed(hostile: Executor) -> No
     closed = False
     try:
         s = ex.session()
-        name, sup = s._channel.slot.name, _sup_pid(s)
+        name, sup = s._channel.slot.name, sup_pid(s)
         assert s.run(STOP_READING_CELLS).ok
         box: list[object] = []
         t = threading.Thread(target=lambda: box.append(
-            _run_or_closed(s, "x = 1\n" + "#" * (MIB - 100), timeout_s=30)))
+            run_or_closed(s, "x = 1\n" + "#" * (MIB - 100), timeout_s=30)))
         t.start()
         time.sleep(0.5)
         assert t.is_alive()  # control: the host is still feeding the cell
@@ -373,8 +315,8 @@ def test_executor_close_while_a_large_cell_is_being_fed(hostile: Executor) -> No
         assert box and not t.is_alive(), "the cell's caller got no answer"
         assert not isinstance(box[0], BaseException) or isinstance(box[0], SessionClosed)
         assert took < 3, f"Executor.close took {took:.1f} s"
-        assert _wait_until(lambda: not _alive(sup), 3.0)
-        assert _wait_until(lambda: not _cgroup_dirs(name), 3.0), _cgroup_dirs(name)
+        assert wait_until(lambda: not alive(sup), 3.0)
+        assert wait_until(lambda: not cgroup_dirs(name), 3.0), cgroup_dirs(name)
     finally:
         if not closed:
             ex.close()

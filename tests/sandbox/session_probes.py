@@ -1,0 +1,51 @@
+"""What the hostile session tests share: the cell prologue that reaches the interpreter loop's
+own descriptors, and the host-side probes of a session's processes and cgroups."""
+
+from __future__ import annotations
+
+import os
+
+from execbox import SessionClosed
+from execbox.sandbox.cgroup import Hierarchy
+from execbox.sessions import Session
+
+# What a hostile cell starts with: the interpreter loop's own locals (kernel.serve's frame):
+# go_r, report_w, outputs, the current cell's request with its end marker.
+KERNEL = """
+import os, sys, json, struct, threading, time, select
+def _kernel_locals():
+    f = sys._getframe()
+    while f is not None:
+        if 'report_w' in f.f_locals and 'go_r' in f.f_locals:
+            return f.f_locals
+        f = f.f_back
+    raise RuntimeError('kernel frame not found')
+K = _kernel_locals()
+def forge(kind, payload):
+    return struct.pack('!4sQ', kind, len(payload)) + payload
+def write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+"""
+
+
+def cgroup_dirs(name: str) -> list[str]:
+    """The directories of cgroup `name` that still exist, in every controller's hierarchy."""
+    return [os.path.join(parent, name) for parent in Hierarchy.discover().parent_paths.values()
+            if os.path.isdir(os.path.join(parent, name))]
+
+
+def sup_pid(s: Session) -> int:
+    """The pid of the session's supervisor."""
+    pid = s._channel.slot.sup_pid
+    assert pid > 0
+    return pid
+
+
+def run_or_closed(s: Session, code: str, **kwargs: object) -> object:
+    """The cell's result, or the SessionClosed its run raised."""
+    try:
+        return s.run(code, **kwargs)  # type: ignore[arg-type]
+    except SessionClosed as exc:
+        return exc
