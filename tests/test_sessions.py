@@ -9,9 +9,10 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
+from probes import wait_until
 
 from execbox import Executor, Limits, SessionClosed, Status, UsageError
 from execbox.errors import Overloaded
@@ -39,13 +40,6 @@ def _session_cgroups(executor: Executor) -> set[str]:
     prefix = executor._host._prefix
     return {name for parent in hier.parent_paths.values() for name in os.listdir(parent)
             if name.startswith(prefix) and os.path.isdir(os.path.join(parent, name))}
-
-
-def _eventually(predicate: Callable[[], object], timeout_s: float) -> None:
-    """Poll until `predicate()` holds or `timeout_s` passes (the caller asserts it after)."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate() and time.monotonic() < deadline:
-        time.sleep(0.05)
 
 
 def _processes_with(marker: str) -> list[int]:
@@ -343,13 +337,13 @@ def test_idle_session_expires_and_frees_its_processes_and_cgroup(executor: Execu
     s.run(f"import subprocess\np = subprocess.Popen(['sleep', '{marker}'])")
     mine = _session_cgroups(executor) - before
     # Popen returns before the exec'd program's argv shows in /proc: poll for it.
-    _eventually(lambda: _processes_with(f"sleep\0{marker}"), 5)
+    wait_until(lambda: _processes_with(f"sleep\0{marker}"), 5)
     assert _processes_with(f"sleep\0{marker}"), "control: the session's child is visible"
-    _eventually(lambda: s.closed, 10)
+    wait_until(lambda: s.closed, 10)
     assert s.closed and "idle" in (s.end_reason or "")
     with pytest.raises(SessionClosed, match="idle"):
         s.run("1")
-    _eventually(lambda: not (_processes_with(f"sleep\0{marker}")
+    wait_until(lambda: not (_processes_with(f"sleep\0{marker}")
                              or _session_cgroups(executor) & mine), 5)
     assert not _processes_with(f"sleep\0{marker}"), "the session's process outlived it"
     assert not (_session_cgroups(executor) & mine - executor._host.unused_slot_names()), \
@@ -392,7 +386,7 @@ def test_closing_the_executor_kills_every_session() -> None:
     t.join(10)
     assert not t.is_alive()
     assert s.closed
-    _eventually(lambda: not _processes_with(f"sleep\0{marker}"), 3)  # killed: may still show
+    wait_until(lambda: not _processes_with(f"sleep\0{marker}"), 3)  # killed: may still show
     assert not _processes_with(f"sleep\0{marker}")
 
 

@@ -14,6 +14,7 @@ import threading
 import time
 
 import pytest
+from probes import wait_until
 
 from execbox import Executor, RunResult, Status
 from execbox.sandbox.cgroup import Hierarchy
@@ -54,12 +55,7 @@ def host_comms() -> set[str]:
 def comm_gone(token: str, timeout_s: float = 3.0) -> bool:
     """Poll: whether no host process is named `token` (a result comes before its run's
     teardown ends: a killed process can still show for a moment)."""
-    deadline = time.monotonic() + timeout_s
-    while token in host_comms():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.02)
-    return True
+    return wait_until(lambda: token not in host_comms(), timeout_s, every_s=0.02)
 
 
 def leftover_cgroups(ex: Executor, grace_s: float = 3.0) -> list[str]:
