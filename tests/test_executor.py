@@ -151,6 +151,100 @@ def test_back_pressure_refuses_callers_beyond_the_queue(monkeypatch: pytest.Monk
     assert len(results) == 2 and all(getattr(r, "status", None) is Status.ok for r in results)
 
 
+@pytest.mark.parametrize("setting", [
+    {"max_concurrency": 0}, {"max_concurrency": -1}, {"max_concurrency": True},
+    {"pool_size": 0}, {"pool_size": 2.5}, {"max_queue": -1}, {"max_sessions": -1},
+    {"queue_timeout_s": -1}, {"queue_timeout_s": float("nan")}, {"queue_timeout_s": "5"},
+])
+def test_bad_concurrency_settings_are_a_usage_error(setting: dict[str, object]) -> None:
+    # Before: 0 fell back to the default, -1 raised a bare ValueError from a semaphore, a
+    # negative queue was accepted.
+    with pytest.raises(UsageError, match=next(iter(setting))):
+        Executor(**setting)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("concurrency", [0, -1, True, 2.5])
+def test_a_bad_map_concurrency_is_a_usage_error(executor: Executor, concurrency: object) -> None:
+    with pytest.raises(UsageError, match="concurrency"):
+        executor.map(["print(1)"], concurrency=concurrency)  # type: ignore[arg-type]
+
+
+def test_astream_callers_go_through_admission() -> None:
+    # Each stream used to run in the event loop's default thread pool, whose few threads
+    # queued the rest without bound where max_queue never saw them: more streams than those
+    # threads all ran, one batch after another, and none was refused.
+    import asyncio
+    import os
+
+    from execbox import Overloaded
+
+    pool_threads = min(32, (os.cpu_count() or 1) + 4)  # the default executor's workers
+    limit = pool_threads + 1
+
+    async def main(ex: Executor) -> list[str]:
+        async def one() -> str:
+            try:
+                async for event in ex.astream("import time\ntime.sleep(1.5)"):
+                    if event.kind == "result":
+                        assert event.result is not None
+                        return event.result.status.value
+            except Overloaded:
+                return "overloaded"
+            return "no result"
+
+        return await asyncio.gather(*(one() for _ in range(limit + 2)))
+
+    with Executor(cache=False, max_concurrency=limit, max_queue=0) as ex:
+        outcomes = asyncio.run(main(ex))
+    assert sorted(outcomes) == ["ok"] * limit + ["overloaded"] * 2, outcomes
+
+
+def test_runs_beyond_the_pool_size_run_at_once_and_the_pool_shrinks_back() -> None:
+    # pool_size is how many slots are kept staged, not how many runs go at once: a third run
+    # of a kind whose two slots are busy gets a slot of its own, where it used to wait for
+    # one (and failed after 30 s when the others ran that long).
+    from probes import wait_until
+
+    with Executor(cache=False, max_concurrency=4, pool_size=2) as ex:
+        results: list[execbox.RunResult] = []
+        code = "import time\ntime.sleep(2)\nprint(round(time.monotonic(), 2))"
+
+        def call() -> None:
+            results.append(ex.run(code, limits={"timeout_s": 20}))
+
+        began = time.monotonic()
+        threads = [threading.Thread(target=call) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        took = time.monotonic() - began
+        assert [r.status for r in results] == [Status.ok] * 3, results
+        ends = sorted(float(r.stdout) for r in results)
+        # Run one after another on two slots, the third would end ~2 s after the others.
+        assert ends[-1] - ends[0] < 1.5, (ends, took)
+        pool = ex._host.pool
+        assert wait_until(lambda: len(pool._alive["light"]) == 2, 10), pool._alive
+        assert ex.run("print(1)").stdout == "1\n"
+
+
+def test_open_sessions_leave_the_pool_its_slots() -> None:
+    # A session holds its slot for its whole life: with more sessions open than pool_size,
+    # numpy runs (the same kind of slot) and further sessions are served at once.
+    with Executor(cache=False, pool_size=1) as ex:
+        sessions = [ex.session() for _ in range(2)]
+        try:
+            began = time.monotonic()
+            r = ex.run("import numpy\nprint(numpy.arange(3).sum())")
+            third = ex.session()
+            third.close()
+            assert r.status is Status.ok and r.stdout == "3\n", r
+            assert time.monotonic() - began < 10
+        finally:
+            for s in sessions:
+                s.close()
+
+
 class _Calls:
     """A call for `_concurrently` that counts its calls, the most at once, and the items the
     input gave."""

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from .image import Image
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 
 def _fail(message: str) -> NoReturn:
@@ -371,7 +372,7 @@ def eval_group() -> None:
 
 def _parse_ks(text: str) -> list[int]:
     try:
-        ks = [int(part) for part in text.split(",") if part.strip()]
+        ks = [int(part) for part in text.split(",")]
     except ValueError:
         ks = []
     if not ks or any(k < 1 for k in ks):
@@ -409,8 +410,9 @@ def eval_humaneval(samples_path: Path | None, canonical: bool, ks_text: str, tim
 
     SAMPLES.jsonl has the reference harness's format: one {"task_id", "completion"} object per
     line (several per task for pass@k, k > 1). Every run is uncached and recorded. Exit 0 when
-    the evaluation completed (whatever the verdicts), 1 when some run hit a sandbox error,
-    2 for usage errors.
+    the evaluation completed (whatever the verdicts), 1 when some run hit a sandbox error or
+    the policy refused a sample, 2 for usage errors, 130 when interrupted (Ctrl-C: the runs in
+    flight are ended and the verdicts so far written to the results file).
     """
     import contextlib
     import time as _time
@@ -430,19 +432,34 @@ def eval_humaneval(samples_path: Path | None, canonical: bool, ks_text: str, tim
         else:
             samples = he.canonical_samples(problems)
             target = out or Path("humaneval_canonical_results.jsonl")
+        _check_writable(target)  # before the runs, not after them
+        finished: dict[int, dict[str, Any]] = {}
         with contextlib.ExitStack() as stack:
-            on_result: Callable[[int, dict[str, Any]], None] | None = None
+            tick: Callable[[], None] | None = None
             if sys.stderr.isatty():  # a bar in a log file is noise; --json stdout stays clean
                 bar = stack.enter_context(click.progressbar(
                     length=len(samples), label="humaneval", file=sys.stderr))
 
-                def on_result(_index: int, _row: dict[str, Any]) -> None:
+                def tick() -> None:
                     bar.update(1)
+
+            def on_result(index: int, row: dict[str, Any]) -> None:
+                finished[index] = row
+                if tick is not None:
+                    tick()
             executor = stack.enter_context(Executor(max_concurrency=concurrency))
             started = _time.perf_counter()
-            evaluation = he.evaluate(executor, samples, problems, timeout_s=timeout,
-                                     concurrency=concurrency, profile=profile,
-                                     on_result=on_result)
+            try:
+                evaluation = he.evaluate(executor, samples, problems, timeout_s=timeout,
+                                         concurrency=concurrency, profile=profile,
+                                         on_result=on_result)
+            except KeyboardInterrupt:
+                rows = [finished[i] for i in sorted(finished)]
+                with contextlib.suppress(OSError):
+                    he.write_results(target, rows)
+                click.echo(f"\nexecbox: interrupted after {len(rows)} of {len(samples)} "
+                           f"samples; their verdicts are in {target}", err=True)
+                sys.exit(EXIT_INTERRUPTED)
             wall_s = _time.perf_counter() - started
     except ExecboxError as exc:
         _fail(str(exc))
@@ -457,12 +474,13 @@ def eval_humaneval(samples_path: Path | None, canonical: bool, ks_text: str, tim
     fewest = min(n for n, _ in counts.values())
     not_reported = [k for k in ks if f"pass@{k}" not in scores]
     sandbox_errors = evaluation.sandbox_errors
+    refused = evaluation.refused
     if as_json:
         click.echo(json.dumps({
             "dataset": he.DATASET, "samples": len(evaluation.rows), "problems": len(groups),
             "passed": evaluation.passed, "pass_at_k": scores, "k_not_reported": not_reported,
             "timeout_s": timeout, "wall_s": round(wall_s, 3), "sandbox_errors": sandbox_errors,
-            "results_path": str(target),
+            "refused": refused, "results_path": str(target),
             "per_problem": {tid: {"n": counts[tid][0], "passed": counts[tid][1],
                                   "results": [r["result"] for r in rows]}
                             for tid, rows in groups.items()},
@@ -486,8 +504,22 @@ def eval_humaneval(samples_path: Path | None, canonical: bool, ks_text: str, tim
         click.echo(f"execbox: {sandbox_errors} run(s) ended in sandbox_error (execbox's fault, "
                    "not the completions'); their verdicts and pass@k are not reliable",
                    err=True)
-        sys.exit(EXIT_RUN_FAILED)
-    sys.exit(EXIT_OK)
+    if refused:
+        click.echo(f"execbox: the policy (profile {profile!r}) refused {refused} sample(s) "
+                   "(see their run records, e.g. code over max_code_bytes): they were not run, "
+                   "and count as failed in pass@k", err=True)
+    sys.exit(EXIT_RUN_FAILED if sandbox_errors or refused else EXIT_OK)
+
+
+def _check_writable(target: Path) -> None:
+    """A usage error now if the results cannot be written to `target`."""
+    parent = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        _fail(f"cannot write results to {target}: it is a directory")
+    if not parent.is_dir():
+        _fail(f"cannot write results to {target}: no directory {parent}")
+    if not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        _fail(f"cannot write results to {target}: permission denied")
 
 
 from .server.cli import keys as _keys_command  # noqa: E402

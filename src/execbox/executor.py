@@ -16,7 +16,7 @@ import queue
 import sys
 import threading
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -50,6 +50,7 @@ log = logging.getLogger("execbox")
 
 FileSource = bytes | str | os.PathLike[str]
 BACKSTOP_GRACE_S = 15.0  # the supervisor enforces limits; this only catches a stuck supervisor
+SIGNAL_CHECK_S = 0.2  # how often a `map` consumer waiting for results runs signal handlers
 SLOT_WAIT_S = 30.0  # how long a run waits for a staged slot before it is a sandbox_error
 # How many staged programs a request may find gone before its code (killed from outside: the
 # machine's OOM killer, an operator) before it is a sandbox_error; none of them ran any of it.
@@ -113,7 +114,18 @@ class Executor:
         program readied for pandas' use) staged ahead;
         at most `max_queue` callers wait for a turn, each at most `queue_timeout_s`; past
         either, `run` raises `Overloaded` instead of queueing without bound. At most
-        `max_sessions` sessions are open at once."""
+        `max_sessions` sessions are open at once. A bad value of any of these is a
+        UsageError."""
+        for name, value, least in (("max_concurrency", max_concurrency, 1),
+                                   ("pool_size", pool_size, 1)):
+            if value is not None:
+                _whole(name, value, least)
+        _whole("max_queue", max_queue, 0)
+        _whole("max_sessions", max_sessions, 0)
+        if (isinstance(queue_timeout_s, bool) or not isinstance(queue_timeout_s, (int, float))
+                or not 0 <= queue_timeout_s < float("inf")):
+            raise UsageError(f"queue_timeout_s must be a number of seconds >= 0, got "
+                             f"{queue_timeout_s!r}")
         self.profiles = (dict(profiles) if isinstance(profiles, Mapping)
                          else policy_mod.load_profiles(profiles))
         self.store = records if isinstance(records, RunStore) else RunStore(records)
@@ -417,14 +429,18 @@ class Executor:
             yield event
 
     def map(self, requests: Iterable[RunRequest | str], *, concurrency: int | None = None,
-            cache: bool | None = None) -> Iterator[tuple[int, RunResult]]:
+            cache: bool | None = None) -> Generator[tuple[int, RunResult], None, None]:
         """Run many requests (or code strings) concurrently; yield `(index, result)` pairs as
         runs finish. At most `concurrency` runs are in flight (default: the executor's
         `max_concurrency`), and at most as many results wait for a consumer that is slower
         than the runs: the input is consumed lazily, so a generator of a million requests
         never sits in memory at once. An error (a bad request, the input's own) is raised in
-        its result's place; stopping early waits for the runs in flight."""
-        width = max(1, min(concurrency or self.max_concurrency, self.max_concurrency))
+        its result's place; stopping early waits for the runs in flight (not after a Ctrl-C,
+        see `_concurrently`). `concurrency` above `max_concurrency` is capped there; below 1
+        (or not an integer) it is a UsageError."""
+        if concurrency is not None:
+            _whole("concurrency", concurrency, 1)
+        width = min(concurrency or self.max_concurrency, self.max_concurrency)
 
         def run(item: RunRequest | str) -> RunResult:
             request = item if isinstance(item, RunRequest) else make_request(item)
@@ -482,6 +498,12 @@ class Executor:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+
+def _whole(name: str, value: object, least: int) -> None:
+    """UsageError unless `value` is an integer of at least `least` (a bool is no count)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise UsageError(f"{name} must be an integer >= {least}, got {value!r}")
 
 
 class _Admission:
@@ -576,13 +598,14 @@ def _spec(limits: Limits, request: RunRequest) -> dict[str, Any]:
 
 
 def _concurrently(fn: Callable[[A], T], items: Iterable[A], width: int
-                  ) -> Iterator[tuple[int, T]]:
+                  ) -> Generator[tuple[int, T], None, None]:
     """`(index, fn(item))` for each item, yielded as calls finish, from `width` threads that
     each take the next item themselves: a call ended costs one wake-up (of the consumer, if it
     waits), not two, and no future. At most `width` calls run and `width` results wait for
     the consumer, so a slow one holds the input back; items are taken lazily. An exception
     (from `fn` or from the input) is raised to the consumer in its place; a consumer that
-    stops early waits for the calls in flight, and no new one starts."""
+    stops early waits for the calls in flight, and no new one starts (interrupted by a
+    KeyboardInterrupt, it does not wait: its caller may end them, see `evals.humaneval`)."""
     numbered = iter(enumerate(items))
     taking = threading.Lock()
     room = threading.Semaphore(2 * width)  # calls in flight plus results not yet consumed
@@ -611,10 +634,16 @@ def _concurrently(fn: Callable[[A], T], items: Iterable[A], width: int
                for i in range(width)]
     for thread in threads:
         thread.start()
+    interrupted = False
     try:
         working = width
         while working:
-            got = done.get()
+            try:
+                # Timed: a blocking get would hold off the consumer's signal handlers (a
+                # KeyboardInterrupt) until the next run finished.
+                got = done.get(timeout=SIGNAL_CHECK_S)
+            except queue.Empty:
+                continue
             if got is None:
                 working -= 1
                 continue
@@ -623,11 +652,15 @@ def _concurrently(fn: Callable[[A], T], items: Iterable[A], width: int
                 raise outcome
             yield index, outcome
             room.release()
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
     finally:
         stop.set()
         room.release(width)  # a thread waiting for room sees the stop
-        for thread in threads:
-            thread.join()
+        if not interrupted:  # a Ctrl-C does not wait: the calls in flight end on their own
+            for thread in threads:
+                thread.join()
 
 
 def _until_started(what: str, attempt: Callable[[], T]) -> T:

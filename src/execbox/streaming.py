@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import threading
 from collections.abc import AsyncIterator, Callable
 
 from .contract import RunResult, StreamEvent
@@ -14,8 +15,11 @@ Runner = Callable[[OutputCallback, OutputCallback], RunResult]
 
 
 async def stream_events(run: Runner) -> AsyncIterator[StreamEvent]:
-    """Call `run(on_stdout, on_stderr)` in a thread; yield its output, then its result.
-    Output bytes are decoded incrementally (a character split across chunks stays whole)."""
+    """Call `run(on_stdout, on_stderr)` in a thread of its own; yield its output, then its
+    result. Output bytes are decoded incrementally (a character split across chunks stays
+    whole). Not the loop's default executor: its few threads would queue the calls beyond
+    them without bound, out of reach of the executor's admission (`max_concurrency`,
+    `max_queue`), which each thread goes through like any caller of `run`."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[StreamEvent | BaseException] = asyncio.Queue()
     decoders = {kind: codecs.getincrementaldecoder("utf-8")("replace")
@@ -40,7 +44,18 @@ async def stream_events(run: Runner) -> AsyncIterator[StreamEvent]:
                 loop.call_soon_threadsafe(queue.put_nowait, StreamEvent(kind=kind, text=tail))
         loop.call_soon_threadsafe(queue.put_nowait, StreamEvent(kind="result", result=result))
 
-    worker = loop.run_in_executor(None, work)
+    worker: asyncio.Future[None] = loop.create_future()
+
+    def thread() -> None:
+        try:
+            work()
+        finally:
+            try:
+                loop.call_soon_threadsafe(_settle, worker)
+            except RuntimeError:  # the loop is closed: nobody awaits the worker any more
+                pass
+
+    threading.Thread(target=thread, name="execbox-stream", daemon=True).start()
     try:
         while True:
             item = await queue.get()
@@ -51,3 +66,8 @@ async def stream_events(run: Runner) -> AsyncIterator[StreamEvent]:
                 return
     finally:
         await asyncio.shield(worker)
+
+
+def _settle(worker: asyncio.Future[None]) -> None:
+    if not worker.done():
+        worker.set_result(None)

