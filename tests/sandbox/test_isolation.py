@@ -1132,13 +1132,16 @@ def test_only_pandas_slots_copy_pandas_pages_whatever_ran_before() -> None:
             (seen, base, warm)
 
 
-def test_a_slot_in_demand_stages_its_next_program_without_warm_pages() -> None:
+def test_a_slot_in_demand_stages_its_next_program_without_warm_pages(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Copying warm pages is a head start paid in CPU by every program. A request that finds
     its slot's program not yet waiting for its code (callers queue for slots: CPU is short)
     has the slot's next program staged without them; a request that comes to an idle slot
     has the next one copy them again. With one light slot: B queues while A runs, so it takes
     the slot as it is restaged; C, paced, runs in the program staged after B and holds ~90
     fewer private pages than D, staged after C came to an idle slot, and E, the same again."""
+    # B must wait for A's slot, not have one more staged for it (see SlotPool).
+    monkeypatch.setattr("execbox.sandbox.host.GROW_AFTER_S", 60.0)
     with Executor(cache=False, pool_size=1) as own:
         warm = own._host.info["warm_pages"]["light"]
         time.sleep(PACE_S)
