@@ -381,7 +381,8 @@ class _Starting:
                 self.proc.wait()
 
 
-GROW_AFTER_S = 0.05  # how long a taker waits for a busy slot before one more is staged
+GROW_AFTER_S = 0.05  # how long a taker waits, every slot of its kind busy, for one more
+SHRINK_AFTER_S = 2.0  # how long a slot beyond the pool's size stays staged unused
 
 
 class SlotPool:
@@ -390,11 +391,13 @@ class SlotPool:
     cleanly, is staged again for the next (fresh pid and ipc namespaces, init, scratch mounts
     and program: see `supervisor`). One thread reads what staging slots report.
 
-    `size` is what is kept staged, not a cap: a taker that finds every slot of its kind busy
-    has one more started for it once it has waited GROW_AFTER_S (the executor's admission
-    bounds how many runs ask at once), and a slot back from a run is closed instead of staged
-    again while its kind has more than `size` slots and nobody waits. A session's slot leaves
-    the pool (`detach`), which stages another in its place."""
+    `size` is what is kept staged, not a cap: a taker that has waited GROW_AFTER_S while
+    every slot of its kind runs something (none staging, none staged) has one more started for
+    it (the executor's admission bounds how many runs ask at once); slots beyond `size` close
+    once they have stayed staged and unused for SHRINK_AFTER_S. Short runs that only queue for
+    slots being restaged (the CPU is what is short) grow nothing, and a load that grew the pool
+    keeps it while it lasts instead of closing and starting slots run after run. A session's
+    slot leaves the pool (`detach`), which stages another in its place."""
 
     def __init__(self, zygote: ZygoteProcess, size: int) -> None:
         self._zygote = zygote
@@ -451,8 +454,9 @@ class SlotPool:
                 if now > deadline:
                     raise HostError(f"no run slot was ready within {timeout_s:g} s")
                 # A slot back from a short run is staged again within milliseconds: only a
-                # taker that has waited GROW_AFTER_S asks for one more.
-                grow = now - started >= GROW_AFTER_S
+                # taker that has waited GROW_AFTER_S, with no slot of its kind on its way
+                # back, asks for one more.
+                grow = now - started >= GROW_AFTER_S and self._all_busy(kind)
                 self._waiting[kind] += grow
                 try:
                     if grow and len(self._alive[kind]) < self._wanted(kind):
@@ -461,6 +465,10 @@ class SlotPool:
                     self._staged[kind].wait(min(wait_s, deadline - now) + 0.001)
                 finally:
                     self._waiting[kind] -= grow
+
+    def _all_busy(self, kind: str) -> bool:
+        """Whether every slot of `kind` runs something (called with the lock held)."""
+        return all(name in self._busy for name in self._alive[kind])
 
     def _wanted(self, kind: str) -> int:
         """How many slots of `kind` to keep (called with the lock held): `size`, or one for
@@ -477,14 +485,7 @@ class SlotPool:
         self._wake()
 
     def recycle(self, slot: Slot) -> bool:
-        """Have the slot staged again; False when it cannot be, or its kind has more slots
-        than it needs now (the caller discards it)."""
-        with self._lock:
-            self._busy.discard(slot.name)
-            surplus = len(self._alive[slot.kind]) > self._wanted(slot.kind)
-            self._busy.add(slot.name)
-        if surplus:
-            return False
+        """Have the slot staged again; False when it cannot be (the caller discards it)."""
         slot.close_run()
         try:
             slot.ctrl.send(protocol.frame(protocol.NEXT, b""))
@@ -591,11 +592,13 @@ class SlotPool:
                             unusable = self._closed or bool(self._zygote.kind_error(slot.kind))
                             if not unusable:
                                 self._error = None
+                                slot.staged_at = time.monotonic()
                                 self._ready[slot.kind].append(slot)
                                 self._staged[slot.kind].notify()
                         if unusable:
                             self._alive[slot.kind].discard(slot.name)
                             self._zygote._forget(slot)
+                self._shrink()
                 late = time.monotonic() - STAGE_TIMEOUT_S
                 with self._lock:
                     stuck = [s for s in self._staging.values() if s.staging_since < late]
@@ -609,6 +612,20 @@ class SlotPool:
             for slot in left:
                 self._unwatch(slot)
                 self._zygote._forget(slot)
+
+    def _shrink(self) -> None:
+        """Close the slots beyond `size` that have stayed staged unused for SHRINK_AFTER_S."""
+        idle_since = time.monotonic() - SHRINK_AFTER_S
+        closing = []
+        with self._lock:
+            for kind, ready in self._ready.items():
+                while (len(self._alive[kind]) > self._wanted(kind) and ready
+                       and ready[0].staged_at < idle_since):
+                    slot = ready.popleft()  # the longest unused
+                    self._alive[kind].discard(slot.name)
+                    closing.append(slot)
+        for slot in closing:
+            self._zygote._forget(slot)
 
     def close(self) -> None:
         with self._lock:
@@ -650,6 +667,7 @@ class Slot:
         self.killed = False
         self.reusable = False  # set when a run's result came back whole
         self.staging_since = 0.0
+        self.staged_at = 0.0  # when it was last staged (unused since, while in the ready queue)
         self._reader = protocol.FrameReader(protocol.MAX_JSON)
         self._fds: list[int] = []
 
