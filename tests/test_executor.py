@@ -199,6 +199,66 @@ def test_astream_callers_go_through_admission() -> None:
     assert sorted(outcomes) == ["ok"] * limit + ["overloaded"] * 2, outcomes
 
 
+def test_a_cancelled_run_ends_at_once_and_its_slot_serves_the_next(executor: Executor) -> None:
+    cancel = execbox.Cancel()
+    out: list[execbox.RunResult] = []
+    runner = threading.Thread(target=lambda: out.append(executor.run(
+        "import time\nprint('started', flush=True)\ntime.sleep(30)",
+        limits={"timeout_s": 40}, cancel=cancel)))
+    runner.start()
+    time.sleep(1.5)
+    cancelled_at = time.monotonic()
+    cancel.cancel()
+    runner.join(10)
+    assert not runner.is_alive() and time.monotonic() - cancelled_at < 5
+    (r,) = out
+    assert r.status is Status.error and r.error is not None, r
+    assert (r.error.type, r.error.message) == ("Cancelled", "the run was cancelled by its caller")
+    assert r.stdout == "started\n"
+    record = executor.store.get(r.run_id)
+    assert record is not None and record.status == "error"
+    assert executor.run("print(1)").stdout == "1\n"
+
+    # A token cancelled before its run starts: nothing runs.
+    early = executor.run("print('ran')", cancel=cancel)
+    assert early.status is Status.error and early.error is not None and early.stdout == ""
+    assert early.error.message == "the run was cancelled before it started"
+
+
+def test_cancelling_an_astream_task_ends_its_run(tmp_path: object) -> None:
+    # The task's cancellation used to wait for the whole run, which went on to its end.
+    import asyncio
+
+    async def main(ex: Executor) -> float:
+        started = asyncio.Event()
+
+        async def consume() -> None:
+            async for event in ex.astream("import time\nprint('s', flush=True)\ntime.sleep(30)",
+                                          limits={"timeout_s": 40}):
+                if event.kind == "stdout":
+                    started.set()
+
+        task = asyncio.create_task(consume())
+        await asyncio.wait_for(started.wait(), 20)
+        began = time.monotonic()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return time.monotonic() - began
+
+    with Executor(cache=False, records=f"sqlite:///{tmp_path}/r.db") as ex:
+        took = asyncio.run(main(ex))
+        assert took < 2, took
+        from probes import wait_until
+
+        def cancelled() -> bool:
+            records = ex.store.list(limit=5)
+            return bool(records) and records[0].result.error is not None \
+                and records[0].result.error.type == "Cancelled"
+        assert wait_until(cancelled, 10), ex.store.list(limit=5)
+        assert ex.run("print(2)").stdout == "2\n"
+
+
 def test_runs_beyond_the_pool_size_run_at_once_and_the_pool_shrinks_back() -> None:
     # pool_size is how many slots are kept staged, not how many runs go at once: a third run
     # of a kind whose two slots are busy gets a slot of its own, where it used to wait for

@@ -18,6 +18,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Artifact",
     "AsyncClient",
+    "Cancel",
     "Client",
     "ErrorInfo",
     "Executor",
@@ -52,6 +53,7 @@ _WHERE = {
     "RunResult": "contract",
     "Status": "contract",
     "Executor": "executor",
+    "Cancel": "executor",
     "run": "executor",
     "ExecboxError": "errors",
     "Overloaded": "errors",
@@ -85,7 +87,7 @@ if TYPE_CHECKING:
         SessionClosed,
         UsageError,
     )
-    from .executor import Executor, run
+    from .executor import Cancel, Executor, run
     from .sessions import Session
 
 

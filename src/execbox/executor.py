@@ -43,6 +43,7 @@ from .image import LIGHT_PRELOAD, Image
 from .records import PolicyInfo, RunStore
 from .redact import Redactor
 from .sandbox.channel import SessionChannel, SessionEnded
+from .sandbox.host import Cancel as Cancel  # re-exported: execbox.Cancel
 from .sandbox.host import HostError, OutputCallback, RawRun, RunNotStarted, ZygoteProcess
 from .sessions import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_MAX_LIFETIME_S, Reaper, Session
 
@@ -176,16 +177,19 @@ class Executor:
             cache: bool | None = None, budget: Budget | None = None,
             secrets: Iterable[str] = (), session_id: str | None = None,
             on_stdout: OutputCallback | None = None,
-            on_stderr: OutputCallback | None = None) -> RunResult:
+            on_stderr: OutputCallback | None = None,
+            cancel: Cancel | None = None) -> RunResult:
         """Run `code` in a fresh sandbox and return its result (never raises for the code).
 
         `limits` fields you set override the profile's defaults (within its maximums).
         `cache=False` skips the result cache; `budget` is shared across calls; `secrets` are
-        redacted from this run's output, errors and record."""
+        redacted from this run's output, errors and record. `cancel` (an `execbox.Cancel`)
+        lets another thread end the run: its result is then an `error` of type Cancelled."""
         request = make_request(code, language=language, stdin=stdin, files=files,
                                limits=limits, env=env, profile=profile)
         return self.run_request(request, cache=cache, budget=budget, secrets=secrets,
-                                session_id=session_id, on_stdout=on_stdout, on_stderr=on_stderr)
+                                session_id=session_id, on_stdout=on_stdout, on_stderr=on_stderr,
+                                cancel=cancel)
 
     def run_request(self, request: RunRequest, *, cache: bool | None = None,
                     budget: Budget | None = None, secrets: Iterable[str] = (),
@@ -194,7 +198,7 @@ class Executor:
                     on_stderr: OutputCallback | None = None,
                     _kind: str = "run", _source: str | None = None,
                     _approved: bool = False, _session: Session | None = None,
-                    cache_scope: str | None = None) -> RunResult:
+                    cache_scope: str | None = None, cancel: Cancel | None = None) -> RunResult:
         """The whole pipeline for one request (or one cell of `_session`). `cache_scope`
         partitions the result cache (the HTTP server passes the tenant)."""
         self.store.check()  # refused when a record failed since the last check (see `records`)
@@ -262,7 +266,7 @@ class Executor:
             result = self._cell_run(_session, request, base, on_stdout, on_stderr)
         else:
             result = self._sandbox_run(request, base, on_stdout, on_stderr,
-                                       program_kind(verdict.imports))
+                                       program_kind(verdict.imports), cancel)
         result = _redact(result, redactor)
         if budget is not None and reservation is not None:
             budget.settle(reservation, result.metrics.wall_ms / 1000,
@@ -284,18 +288,22 @@ class Executor:
 
     def _sandbox_run(self, request: RunRequest, base: RunResult,
                      on_stdout: OutputCallback | None,
-                     on_stderr: OutputCallback | None, kind: str) -> RunResult:
+                     on_stderr: OutputCallback | None, kind: str,
+                     cancel: Cancel | None = None) -> RunResult:
         limits = request.limits
         host = self._live_host()
         spec = _spec(limits, request)
         with self._admission:
+            if cancel is not None and cancel.cancelled:  # while it waited for its turn
+                return base.model_copy(update={"status": Status.error, "error": ErrorInfo(
+                    type="Cancelled", message="the run was cancelled before it started")})
             try:
                 raw = _until_started(f"run {base.run_id}", lambda: host.execute(
                     host.pool.take(kind, SLOT_WAIT_S),
                     {"code": request.code, "run_id": base.run_id, "spec": spec},
                     [(f.name, f.data) for f in request.files], request.stdin,
                     limits.output_bytes, limits.timeout_s + BACKSTOP_GRACE_S,
-                    on_stdout, on_stderr,
+                    on_stdout, on_stderr, cancel,
                 ))
             except HostError as exc:
                 message = str(exc)
@@ -421,11 +429,14 @@ class Executor:
 
     async def astream(self, code: str, **kwargs: Any) -> AsyncIterator[StreamEvent]:
         """Like `run` (same arguments), yielding output events as the code prints, then the
-        result event."""
+        result event. Cancelled, or closed before its result, it ends its run at once (the
+        run's record says Cancelled)."""
         from .streaming import stream_events
 
+        cancel = Cancel()
         async for event in stream_events(
-                lambda out, err: self.run(code, on_stdout=out, on_stderr=err, **kwargs)):
+                lambda out, err: self.run(code, on_stdout=out, on_stderr=err, cancel=cancel,
+                                          **kwargs), cancel=cancel.cancel):
             yield event
 
     def map(self, requests: Iterable[RunRequest | str], *, concurrency: int | None = None,

@@ -50,6 +50,39 @@ class RunNotStarted(HostError):
     code (killed from outside): no code ran, so the request may be sent again."""
 
 
+class Cancel:
+    """Ends a run from another thread. `cancel()` kills the run in flight that was given this
+    token (its supervisor ends it and reports it `error`, type Cancelled), or, when none is in
+    flight yet, the next one as soon as it starts. The kill is sent under the token's lock,
+    which the run takes to let go of its slot: it can never reach the slot's next run."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._cancelled = False
+        self._kill: Callable[[], None] | None = None
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancelled = True
+            if self._kill is not None:
+                self._kill()
+
+    def attach(self, kill: Callable[[], None]) -> None:
+        """The run in flight is killed by `kill` (at once if already cancelled)."""
+        with self._lock:
+            self._kill = kill
+            if self._cancelled:
+                kill()
+
+    def detach(self) -> None:
+        with self._lock:
+            self._kill = None
+
+
 @dataclass
 class RawRun:
     meta: dict[str, Any]
@@ -252,9 +285,10 @@ class ZygoteProcess:
     def execute(self, slot: Slot, request: dict[str, Any], files: list[tuple[str, bytes]],
                 stdin: bytes, output_bytes: int, backstop_s: float,
                 on_stdout: OutputCallback | None = None,
-                on_stderr: OutputCallback | None = None) -> RawRun:
+                on_stderr: OutputCallback | None = None,
+                cancel: Cancel | None = None) -> RawRun:
         """Run one request in a staged slot (given back to the pool here); raises HostError
-        for failures of the sandbox itself."""
+        for failures of the sandbox itself. `cancel` can end the run from another thread."""
         spec = request["spec"]
         go = b""
         go_lost = False
@@ -294,8 +328,13 @@ class ZygoteProcess:
             pump = _Pump(slot, go, stdin, output_bytes, on_stdout, on_stderr,
                          max_frame=protocol.MAX_JSON + int(spec["artifact_bytes"]))
             pump.go_lost = go_lost
+            if cancel is not None:
+                cancel.attach(lambda: _send_quiet(slot.ctrl, protocol.frame(
+                    protocol.KILL, CANCELLED.encode())))
             return pump.run(time.monotonic() + backstop_s)
         finally:
+            if cancel is not None:
+                cancel.detach()  # before the slot can serve another run
             self._release(slot)
 
     def close(self) -> None:
@@ -381,6 +420,7 @@ class _Starting:
                 self.proc.wait()
 
 
+CANCELLED = "cancelled"  # the KILL reason of a run its caller cancelled (see `Cancel`)
 GROW_AFTER_S = 0.05  # how long a taker waits, every slot of its kind busy, for one more
 SHRINK_AFTER_S = 2.0  # how long a slot beyond the pool's size stays staged unused
 
@@ -963,6 +1003,13 @@ class _Pump:
 
     def _kill_supervisor(self) -> None:
         self.slot.kill()
+
+
+def _send_quiet(sock: socket.socket, data: bytes) -> None:
+    try:
+        sock.send(data)
+    except OSError:  # the supervisor is gone: the run is over anyway
+        pass
 
 
 def _write_some(fd: int, data: bytes | memoryview) -> int:

@@ -617,6 +617,8 @@ def classify(spec: jail.RunSpec, killed: str | None, wait_status: int | None,
                      + _hint("output_bytes", "--output-bytes"))
     if killed == "host_gone":
         return limit("sandbox_error", "SandboxError", "the executor went away during the run")
+    if killed == "cancelled":  # see host.Cancel
+        return limit("error", "Cancelled", "the run was cancelled by its caller")
     failed = exit_code != 0
     if not failed:
         user_error = None  # a clean exit has no uncaught exception: ignore whatever is in the pipe
