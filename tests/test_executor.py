@@ -380,18 +380,21 @@ def test_concurrently_holds_the_input_back_for_a_slow_consumer() -> None:
 
 def test_concurrently_raises_a_calls_error_and_the_inputs_in_their_place() -> None:
     calls = _Calls(0.001)
-    with pytest.raises(ValueError, match="thirteen"):
+    with pytest.raises(ValueError, match="thirteen") as raised:
         for _ in _concurrently(calls, calls.items(100), 4):
             pass
     assert not _map_threads() and calls.running == 0
+    # Which item it was: the caller cannot tell otherwise.
+    assert raised.value.__notes__ == ["(raised by item 13 of the map)"]
 
     def broken() -> Iterator[int]:
         yield 1
         raise KeyError("the input broke")
 
-    with pytest.raises(KeyError, match="the input broke"):
+    with pytest.raises(KeyError, match="the input broke") as raised_input:
         list(_concurrently(calls, broken(), 4))
     assert not _map_threads()
+    assert raised_input.value.__notes__ == ["(raised by the map's input)"]
 
 
 def test_map_yields_every_result_once_as_runs_finish(executor: Executor) -> None:

@@ -660,6 +660,8 @@ def _concurrently(fn: Callable[[A], T], items: Iterable[A], width: int
                 continue
             index, outcome = got
             if isinstance(outcome, BaseException):
+                outcome.add_note(f"(raised by item {index} of the map)" if index >= 0
+                                 else "(raised by the map's input)")
                 raise outcome
             yield index, outcome
             room.release()

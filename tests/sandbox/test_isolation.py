@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from probes import alive, wait_until
 
 from execbox import Executor, Limits, RunResult, Status
 from execbox.sandbox.cgroup import Hierarchy
@@ -1189,6 +1190,11 @@ def test_closing_an_executor_leaves_no_cgroups_processes_or_mounts() -> None:
         for _ in range(20):
             assert ex.run("pass", limits=SMALL).status is Status.ok
         assert _cgroup_entries(hier, prefix), "control: staged slots have cgroups"
+        assert wait_until(lambda: ex._host.pool.ready_count() == 3 * ex.pool_size, 30)
+        supervisors = [s.sup_pid for q in ex._host.pool._ready.values() for s in q]
+        assert all(alive(pid) for pid in supervisors), "control: the supervisors run"
+    # Gone when close returns (they used to go on tearing down for up to seconds after).
+    assert [pid for pid in supervisors if alive(pid)] == []
     deadline = time.monotonic() + 5
     while (_cgroup_entries(hier, prefix) or os.path.exists(f"/proc/{zygote}")) \
             and time.monotonic() < deadline:

@@ -170,6 +170,9 @@ class ZygoteProcess:
             pass
         self._counter = itertools.count()
         self._closed = False
+        # While `close` runs: the supervisors of the slots it lets go, to wait for.
+        self._ending: list[int] | None = None
+        self._ending_lock = threading.Lock()
         self.pool = SlotPool(self, pool_size)
         threading.Thread(target=self._await_heavy, name="execbox-heavy-start",
                          daemon=True).start()
@@ -269,6 +272,9 @@ class ZygoteProcess:
         self.pool.discard(slot)
 
     def _forget(self, slot: Slot) -> None:
+        with self._ending_lock:
+            if self._ending is not None and slot.sup_pidfd >= 0:
+                self._ending.append(os.dup(slot.sup_pidfd))
         if slot.killed:
             # A killed supervisor could not remove its cgroup: once it is gone, we do.
             slot.wait_gone(5.0)
@@ -338,13 +344,26 @@ class ZygoteProcess:
             self._release(slot)
 
     def close(self) -> None:
-        """Stop the zygotes; staged slots are released, runs in flight end with their caller."""
+        """Stop the zygotes; staged slots are released, and their supervisors (with their
+        init and staged program) have exited when this returns, within SUPERVISORS_END_S.
+        Runs in flight end with their caller."""
         pool = getattr(self, "pool", None)
         if pool is not None:
+            with self._ending_lock:
+                self._ending = []
             pool.close()
         self._closed = True
         for z in getattr(self, "_starting", {}).values():
             z.stop()
+        if pool is not None:
+            with self._ending_lock:
+                ending, self._ending = self._ending or [], None
+            deadline = time.monotonic() + SUPERVISORS_END_S
+            for pidfd in ending:
+                try:
+                    select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))
+                finally:
+                    os.close(pidfd)
         prefix = getattr(self, "_prefix", None)
         if prefix:
             try:
@@ -420,6 +439,7 @@ class _Starting:
                 self.proc.wait()
 
 
+SUPERVISORS_END_S = 10.0  # how long `close` waits for the supervisors it let go to exit
 CANCELLED = "cancelled"  # the KILL reason of a run its caller cancelled (see `Cancel`)
 GROW_AFTER_S = 0.05  # how long a taker waits, every slot of its kind busy, for one more
 SHRINK_AFTER_S = 2.0  # how long a slot beyond the pool's size stays staged unused
