@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -415,8 +417,6 @@ def eval_humaneval(samples_path: Path | None, canonical: bool, ks_text: str, tim
     flight are ended and the verdicts so far written to the results file).
     """
     import contextlib
-    import time as _time
-    from collections.abc import Callable
 
     from .evals import humaneval as he
     from .executor import Executor
@@ -435,20 +435,21 @@ def eval_humaneval(samples_path: Path | None, canonical: bool, ks_text: str, tim
         _check_writable(target)  # before the runs, not after them
         finished: dict[int, dict[str, Any]] = {}
         with contextlib.ExitStack() as stack:
-            tick: Callable[[], None] | None = None
-            if sys.stderr.isatty():  # a bar in a log file is noise; --json stdout stays clean
+            tick: Callable[[], None]
+            if sys.stderr.isatty():  # --json stdout stays clean: progress goes to stderr
                 bar = stack.enter_context(click.progressbar(
                     length=len(samples), label="humaneval", file=sys.stderr))
 
                 def tick() -> None:
                     bar.update(1)
+            else:  # a bar in a log file is noise: a line now and then
+                tick = _ProgressLines(len(samples), PROGRESS_EVERY_S).tick
 
             def on_result(index: int, row: dict[str, Any]) -> None:
                 finished[index] = row
-                if tick is not None:
-                    tick()
+                tick()
             executor = stack.enter_context(Executor(max_concurrency=concurrency))
-            started = _time.perf_counter()
+            started = time.perf_counter()
             try:
                 evaluation = he.evaluate(executor, samples, problems, timeout_s=timeout,
                                          concurrency=concurrency, profile=profile,
@@ -460,7 +461,7 @@ def eval_humaneval(samples_path: Path | None, canonical: bool, ks_text: str, tim
                 click.echo(f"\nexecbox: interrupted after {len(rows)} of {len(samples)} "
                            f"samples; their verdicts are in {target}", err=True)
                 sys.exit(EXIT_INTERRUPTED)
-            wall_s = _time.perf_counter() - started
+            wall_s = time.perf_counter() - started
     except ExecboxError as exc:
         _fail(str(exc))
     try:
@@ -509,6 +510,27 @@ def eval_humaneval(samples_path: Path | None, canonical: bool, ks_text: str, tim
                    "(see their run records, e.g. code over max_code_bytes): they were not run, "
                    "and count as failed in pass@k", err=True)
     sys.exit(EXIT_RUN_FAILED if sandbox_errors or refused else EXIT_OK)
+
+
+PROGRESS_EVERY_S = 10.0  # how often `eval` says how far it is when stderr is not a terminal
+
+
+class _ProgressLines:
+    """Progress for a log: one line on stderr at most every `every_s`, none for a short run."""
+
+    def __init__(self, total: int, every_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.total, self.every_s, self.clock = total, every_s, clock
+        self.done = 0
+        self.started = self.last = clock()
+
+    def tick(self) -> None:
+        self.done += 1
+        now = self.clock()
+        if now - self.last >= self.every_s and self.done < self.total:
+            self.last = now
+            rate = self.done / max(now - self.started, 1e-9)
+            click.echo(f"humaneval: {self.done}/{self.total} samples, {rate:.0f}/s", err=True)
 
 
 def _check_writable(target: Path) -> None:

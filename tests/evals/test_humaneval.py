@@ -365,3 +365,21 @@ def test_ctrl_c_ends_the_runs_at_once_and_keeps_the_verdicts_so_far(sandbox: Exe
     rows = [json.loads(line) for line in
             (tmp_path / "slow.jsonl_results.jsonl").read_text().splitlines()]
     assert [(r["task_id"], r["result"]) for r in rows] == [("HumanEval/0", "passed")]
+
+
+def test_a_long_evaluation_logs_its_progress_when_stderr_is_not_a_terminal(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # The bar is for terminals; a log (CI's) used to stay silent until the end.
+    from execbox.cli import _ProgressLines
+
+    now = [0.0]
+    progress = _ProgressLines(100, 10.0, clock=lambda: now[0])
+    for _ in range(40):  # 40 samples in 20 s: one line at 10 s and one at 20 s
+        now[0] += 0.5
+        progress.tick()
+    assert capsys.readouterr().err.splitlines() == [
+        "humaneval: 20/100 samples, 2/s", "humaneval: 40/100 samples, 2/s"]
+    quick = _ProgressLines(5, 10.0, clock=lambda: now[0])
+    for _ in range(5):
+        quick.tick()
+    assert capsys.readouterr().err == ""
