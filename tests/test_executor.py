@@ -199,19 +199,26 @@ def test_astream_callers_go_through_admission() -> None:
     assert sorted(outcomes) == ["ok"] * limit + ["overloaded"] * 2, outcomes
 
 
-def test_a_cancelled_run_ends_at_once_and_its_slot_serves_the_next(executor: Executor) -> None:
-    cancel = execbox.Cancel()
+def _cancelled_after(ex: Executor, code: str, wait_s: float, cancel: execbox.Cancel,
+                     **kwargs: object) -> tuple[execbox.RunResult, float]:
+    """`code` run in a thread with `cancel`, cancelled `wait_s` after it started: its result
+    and how long it took to return after the cancel."""
     out: list[execbox.RunResult] = []
-    runner = threading.Thread(target=lambda: out.append(executor.run(
-        "import time\nprint('started', flush=True)\ntime.sleep(30)",
-        limits={"timeout_s": 40}, cancel=cancel)))
+    runner = threading.Thread(target=lambda: out.append(ex.run(code, cancel=cancel, **kwargs)))
     runner.start()
-    time.sleep(1.5)
+    time.sleep(wait_s)
     cancelled_at = time.monotonic()
     cancel.cancel()
     runner.join(10)
-    assert not runner.is_alive() and time.monotonic() - cancelled_at < 5
-    (r,) = out
+    assert not runner.is_alive()
+    return out[0], time.monotonic() - cancelled_at
+
+
+def test_a_cancelled_run_ends_at_once_and_its_slot_serves_the_next(executor: Executor) -> None:
+    cancel = execbox.Cancel()
+    r, took = _cancelled_after(executor, "import time\nprint('started', flush=True)\n"
+                               "time.sleep(30)", 1.5, cancel, limits={"timeout_s": 40})
+    assert took < 5
     assert r.status is Status.error and r.error is not None, r
     assert (r.error.type, r.error.message) == ("Cancelled", "the run was cancelled by its caller")
     assert r.stdout == "started\n"
@@ -257,6 +264,69 @@ def test_cancelling_an_astream_task_ends_its_run(tmp_path: object) -> None:
                 and records[0].result.error.type == "Cancelled"
         assert wait_until(cancelled, 10), ex.store.list(limit=5)
         assert ex.run("print(2)").stdout == "2\n"
+
+
+def test_runs_ending_after_close_write_nothing_into_files_opened_since(tmp_path: object) -> None:
+    # A run that ended after `close` woke the slot pool through its pipe's number, closed by
+    # then and reused: a byte landed in whatever file had it, once the records' SQLite file.
+    from pathlib import Path
+
+    ex = Executor(cache=False, max_concurrency=8, records=f"sqlite:///{tmp_path}/r.db")
+    outcomes: list[str] = []
+
+    def call() -> None:
+        try:
+            outcomes.append(ex.run("import time\ntime.sleep(1.5)").status.value)
+        except Exception as exc:  # noqa: BLE001 - a closed executor may refuse the record
+            outcomes.append(type(exc).__name__)
+
+    threads = [threading.Thread(target=call) for _ in range(8)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)
+    ex.close()
+    # The lowest free numbers now, the pipe's among them.
+    files = [Path(f"{tmp_path}/f{i}") for i in range(64)]
+    handles = [f.open("wb") for f in files]
+    try:
+        for t in threads:
+            t.join(30)
+        assert len(outcomes) == 8, outcomes
+    finally:
+        for h in handles:
+            h.close()
+    assert [f.read_bytes() for f in files] == [b""] * 64
+
+
+def test_a_cancelled_run_is_not_cached(tmp_path: object) -> None:
+    with Executor(records=f"sqlite:///{tmp_path}/r.db") as ex:
+        code = "import time\nprint('start', flush=True)\ntime.sleep(5)\nprint('end')"
+        cancel = execbox.Cancel()
+        timer = threading.Timer(1.0, cancel.cancel)
+        timer.start()
+        first = ex.run(code, cancel=cancel)
+        timer.join()
+        assert first.error is not None and first.error.type == "Cancelled", first
+        again = ex.run(code)  # cache on: it must run, not replay the cancelled result
+        assert again.status is Status.ok and not again.cached and again.stdout == "start\nend\n"
+
+
+def test_a_cancelled_caller_gives_up_its_place_in_the_queue_at_once() -> None:
+    # It used to hold its place until its turn came (up to queue_timeout_s), refusing others.
+    with Executor(cache=False, max_concurrency=1, max_queue=1) as ex:
+        holder = threading.Thread(target=lambda: ex.run("import time\ntime.sleep(3)"))
+        holder.start()
+        time.sleep(0.5)
+        r, took = _cancelled_after(ex, "print(1)", 0.5, execbox.Cancel())
+        assert took < 1
+        assert r.error is not None and r.error.message == "the run was cancelled before it started"
+        # Its place is free again: the next caller may wait.
+        after: list[execbox.RunResult] = []
+        nxt = threading.Thread(target=lambda: after.append(ex.run("print(2)")))
+        nxt.start()
+        holder.join()
+        nxt.join(10)
+        assert after and after[0].stdout == "2\n"
 
 
 def test_runs_beyond_the_pool_size_run_at_once_and_the_pool_shrinks_back() -> None:

@@ -448,13 +448,14 @@ def eval_humaneval(samples_path: Path | None, canonical: bool, ks_text: str, tim
             def on_result(index: int, row: dict[str, Any]) -> None:
                 finished[index] = row
                 tick()
-            executor = stack.enter_context(Executor(max_concurrency=concurrency))
-            started = time.perf_counter()
-            try:
+            try:  # a Ctrl-C from here on, the executor's start included, exits 130
+                executor = stack.enter_context(Executor(max_concurrency=concurrency))
+                started = time.perf_counter()
                 evaluation = he.evaluate(executor, samples, problems, timeout_s=timeout,
                                          concurrency=concurrency, profile=profile,
                                          on_result=on_result)
             except KeyboardInterrupt:
+                stack.close()  # the executor is closed before the verdicts are written
                 rows = [finished[i] for i in sorted(finished)]
                 with contextlib.suppress(OSError):
                     he.write_results(target, rows)

@@ -15,6 +15,7 @@ import os
 import queue
 import sys
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Generator, Iterable, Mapping
 from pathlib import Path
@@ -51,6 +52,7 @@ log = logging.getLogger("execbox")
 
 FileSource = bytes | str | os.PathLike[str]
 BACKSTOP_GRACE_S = 15.0  # the supervisor enforces limits; this only catches a stuck supervisor
+CANCEL_CHECK_S = 0.1  # how often a cancellable run waiting for its turn looks at its token
 SIGNAL_CHECK_S = 0.2  # how often a `map` consumer waiting for results runs signal handlers
 SLOT_WAIT_S = 30.0  # how long a run waits for a staged slot before it is a sandbox_error
 # How many staged programs a request may find gone before its code (killed from outside: the
@@ -293,10 +295,13 @@ class Executor:
         limits = request.limits
         host = self._live_host()
         spec = _spec(limits, request)
-        with self._admission:
-            if cancel is not None and cancel.cancelled:  # while it waited for its turn
-                return base.model_copy(update={"status": Status.error, "error": ErrorInfo(
-                    type="Cancelled", message="the run was cancelled before it started")})
+        not_started = base.model_copy(update={"status": Status.error, "error": ErrorInfo(
+            type="Cancelled", message="the run was cancelled before it started")})
+        if not self._admission.enter(cancel):  # cancelled while it waited for its turn
+            return not_started
+        try:
+            if cancel is not None and cancel.cancelled:
+                return not_started
             try:
                 raw = _until_started(f"run {base.run_id}", lambda: host.execute(
                     host.pool.take(kind, SLOT_WAIT_S),
@@ -312,6 +317,8 @@ class Executor:
                 log.error("run %s: sandbox error: %s", base.run_id, exc)
                 return base.model_copy(update={"error": ErrorInfo(type="SandboxError",
                                                                   message=message)})
+        finally:
+            self._admission.leave()
         return _result(base, raw)
 
     # ---- sessions ---------------------------------------------------------------------------
@@ -527,23 +534,34 @@ class _Admission:
         self._max_waiting = max_waiting
         self._timeout_s = timeout_s
 
-    def __enter__(self) -> None:
+    def enter(self, cancel: Cancel | None = None) -> bool:
+        """Wait for a turn: True once it is the caller's (`leave` gives it back), False when
+        `cancel` was cancelled while it waited (its place in the queue is given up at once);
+        raises Overloaded past `max_queue` or `queue_timeout_s`."""
         if self._sem.acquire(blocking=False):
-            return
+            return True
         with self._lock:
             if self._waiting >= self._max_waiting:
                 raise Overloaded(f"{self._waiting} runs are already waiting (max_queue="
                                  f"{self._max_waiting}); retry later or raise max_queue")
             self._waiting += 1
         try:
-            if not self._sem.acquire(timeout=self._timeout_s):
-                raise Overloaded(f"no run slot within {self._timeout_s:g} s "
-                                 "(queue_timeout_s); retry later")
+            deadline = time.monotonic() + self._timeout_s
+            while True:
+                if cancel is not None and cancel.cancelled:
+                    return False
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise Overloaded(f"no run slot within {self._timeout_s:g} s "
+                                     "(queue_timeout_s); retry later")
+                # A cancellable waiter looks at its token every CANCEL_CHECK_S.
+                if self._sem.acquire(timeout=min(left, CANCEL_CHECK_S) if cancel else left):
+                    return True
         finally:
             with self._lock:
                 self._waiting -= 1
 
-    def __exit__(self, *exc: object) -> None:
+    def leave(self) -> None:
         self._sem.release()
 
 

@@ -53,8 +53,10 @@ class RunNotStarted(HostError):
 class Cancel:
     """Ends a run from another thread. `cancel()` kills the run in flight that was given this
     token (its supervisor ends it and reports it `error`, type Cancelled), or, when none is in
-    flight yet, the next one as soon as it starts. The kill is sent under the token's lock,
-    which the run takes to let go of its slot: it can never reach the slot's next run."""
+    flight yet, the next one as soon as it starts (a run waiting for its turn gives up its
+    place). The kill is sent under the token's lock, which the run takes to let go of its
+    slot: it can never reach the slot's next run. One token per run: two runs in flight at
+    once on one token would share one kill hook, and a cancelled token stays cancelled."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -577,10 +579,16 @@ class SlotPool:
         self._wake()
 
     def _wake(self) -> None:
-        try:
-            os.write(self._wake_w, b"x")
-        except OSError:  # full: the loop is awake anyway; closed: the pool is closing
-            pass
+        # Under the lock, and never once `close` has let go of the pipe: its number may name
+        # another file by then (a run that ends after `close` releases its slot here, and a
+        # stray byte once landed in the records' SQLite file).
+        with self._lock:
+            if self._wake_w < 0:
+                return
+            try:
+                os.write(self._wake_w, b"x")
+            except OSError:  # full: the loop is awake anyway
+                pass
 
     def _notify_all(self) -> None:
         """Wake every taker (called with the lock held): the pool closed or staging failed."""
@@ -679,8 +687,9 @@ class SlotPool:
         closing = []
         with self._lock:
             for kind, ready in self._ready.items():
-                while (len(self._alive[kind]) > self._wanted(kind) and ready
-                       and ready[0].staged_at < idle_since):
+                # Cheapest test first: the loop comes here at every slot staged.
+                while (ready and ready[0].staged_at < idle_since
+                       and len(self._alive[kind]) > self._wanted(kind)):
                     slot = ready.popleft()  # the longest unused
                     self._alive[kind].discard(slot.name)
                     closing.append(slot)
@@ -699,8 +708,10 @@ class SlotPool:
         for slot in ready:
             self._zygote._forget(slot)
         self._epoll.close()
-        os.close(self._wake_r)
-        os.close(self._wake_w)
+        with self._lock:
+            wake_r, wake_w, self._wake_r, self._wake_w = self._wake_r, self._wake_w, -1, -1
+        os.close(wake_r)
+        os.close(wake_w)
 
 
 class Slot:
