@@ -1204,6 +1204,28 @@ def test_closing_an_executor_leaves_no_cgroups_processes_or_mounts() -> None:
     assert set(_mountinfo()) ^ set(mounts) == set(), "host mounts changed"
 
 
+def test_closing_an_executor_ends_its_runs_in_flight_before_it_returns() -> None:
+    # Their supervisors, init and programs used to go on for a second or more after close.
+    ex = Executor(cache=False)
+    outcomes: list[RunResult] = []
+    threads = [threading.Thread(target=lambda: outcomes.append(
+        ex.run("import time\ntime.sleep(30)", limits={"timeout_s": 40}))) for _ in range(3)]
+    for t in threads:
+        t.start()
+    pool = ex._host.pool
+    assert wait_until(lambda: len(pool._busy) == 3, 20), pool._busy
+    time.sleep(0.5)  # the programs run
+    supervisors = [slot.sup_pid for slot in pool._busy.values()]
+    assert all(alive(pid) for pid in supervisors), "control: the supervisors run"
+    began = time.monotonic()
+    ex.close()
+    assert time.monotonic() - began < 15
+    assert [pid for pid in supervisors if alive(pid)] == []
+    for t in threads:
+        t.join(10)
+    assert [r.status for r in outcomes] == [Status.sandbox_error] * 3, outcomes
+
+
 def test_each_run_has_fresh_randomness_and_its_own_main_thread_id(executor: Executor) -> None:
     """Programs are forked in C, where CPython's after-fork hooks do not run: what a program
     could tell apart is redone for it. Every run, light or heavy, draws other random numbers

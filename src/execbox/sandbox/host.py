@@ -273,10 +273,17 @@ class ZygoteProcess:
         self._forget(slot)
         self.pool.discard(slot)
 
-    def _forget(self, slot: Slot) -> None:
+    def _ending_too(self, slot: Slot) -> None:
+        """While `close` runs: wait for `slot`'s supervisor too before it returns."""
         with self._ending_lock:
             if self._ending is not None and slot.sup_pidfd >= 0:
-                self._ending.append(os.dup(slot.sup_pidfd))
+                try:
+                    self._ending.append(os.dup(slot.sup_pidfd))
+                except OSError:  # its caller has just closed it: nothing left to wait for
+                    pass
+
+    def _forget(self, slot: Slot) -> None:
+        self._ending_too(slot)
         if slot.killed:
             # A killed supervisor could not remove its cgroup: once it is gone, we do.
             slot.wait_gone(5.0)
@@ -472,7 +479,7 @@ class SlotPool:
         self._ready: dict[str, collections.deque[Slot]] = {k: collections.deque()
                                                            for k in SLOT_KINDS}
         self._alive: dict[str, set[str]] = {k: set() for k in SLOT_KINDS}  # slot names
-        self._busy: set[str] = set()
+        self._busy: dict[str, Slot] = {}  # the slots taken for a run, by name
         self._waiting = {k: 0 for k in SLOT_KINDS}  # takers that found no slot of the kind
         # The slots being staged, by control socket: each is registered with the epoll where
         # it is added (a recycled slot by the thread that ran it), so a slot coming back from
@@ -492,7 +499,7 @@ class SlotPool:
 
     def unused_names(self) -> set[str]:
         with self._lock:
-            return set().union(*self._alive.values()) - self._busy
+            return set().union(*self._alive.values()) - self._busy.keys()
 
     def take(self, kind: str, timeout_s: float) -> Slot:
         """A staged slot of `kind`; HostError when staging keeps failing or none is ready in
@@ -508,7 +515,7 @@ class SlotPool:
                     raise HostError(failed)
                 if self._ready[kind]:
                     slot = self._ready[kind].popleft()
-                    self._busy.add(slot.name)
+                    self._busy[slot.name] = slot
                     return slot
                 now = time.monotonic()
                 if self._error and now > started + 1.0:  # failing for a second
@@ -542,7 +549,7 @@ class SlotPool:
         """`slot`, taken, is a session's from now on: it no longer counts as the pool's, and
         another is staged in its place (a session holds its slot for its whole life)."""
         with self._lock:
-            self._busy.discard(slot.name)
+            self._busy.pop(slot.name, None)
             self._alive[slot.kind].discard(slot.name)
         self._wake()
 
@@ -556,7 +563,7 @@ class SlotPool:
         with self._lock:
             if self._closed:
                 return False
-            self._busy.discard(slot.name)
+            self._busy.pop(slot.name, None)
             self._watch(slot)
         return True
 
@@ -574,7 +581,7 @@ class SlotPool:
     def discard(self, slot: Slot) -> None:
         """The slot is gone (closed by the caller): stage a new one in its place."""
         with self._lock:
-            self._busy.discard(slot.name)
+            self._busy.pop(slot.name, None)
             self._alive[slot.kind].discard(slot.name)
         self._wake()
 
@@ -697,16 +704,23 @@ class SlotPool:
             self._zygote._forget(slot)
 
     def close(self) -> None:
+        """Let go of the staged slots and end the runs in flight: their supervisors are
+        killed (init and the program with them), so nothing of a run outlives the pool; each
+        run's caller then gets a sandbox error and forgets its slot."""
         with self._lock:
             self._closed = True
             ready = [slot for q in self._ready.values() for slot in q]
             for q in self._ready.values():
                 q.clear()
+            running = list(self._busy.values())
             self._notify_all()
         self._wake()
         self._thread.join(timeout=10)
         for slot in ready:
             self._zygote._forget(slot)
+        for slot in running:
+            self._zygote._ending_too(slot)
+            slot.kill()
         self._epoll.close()
         with self._lock:
             wake_r, wake_w, self._wake_r, self._wake_w = self._wake_r, self._wake_w, -1, -1
@@ -790,7 +804,7 @@ class Slot:
             try:
                 signal.pidfd_send_signal(self.sup_pidfd, signal.SIGKILL)
                 self.killed = True
-            except ProcessLookupError:
+            except OSError:  # gone already, or its descriptor closed by the caller just now
                 pass
 
     def wait_gone(self, timeout_s: float) -> bool:
