@@ -39,12 +39,8 @@ def cache_key(request: RunRequest, image_digest: str, scope: str | None = None) 
 
 
 def cacheable(result: RunResult) -> bool:
-    """Only outcomes of the code itself: never our own failures, pre-run verdicts, or a run
-    its caller cancelled (what another caller of the same code would get is not that)."""
-    err = result.error
-    if err is not None and err.type == "Cancelled" and err.message.startswith(
-            "the run was cancelled"):
-        return False
+    """Only outcomes of the code itself: never our own failures or pre-run verdicts (nor a
+    cancelled run: the executor, which holds its token, leaves those out)."""
     return result.status not in (
         Status.sandbox_error, Status.policy_denied, Status.needs_approval, Status.budget_exceeded
     )

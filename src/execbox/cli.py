@@ -536,7 +536,7 @@ class _ProgressLines:
 
 def _check_writable(target: Path) -> None:
     """A usage error now if the results cannot be written to `target`."""
-    parent = target.parent if str(target.parent) else Path(".")
+    parent = target.parent  # "." for a bare name
     if target.is_dir():
         _fail(f"cannot write results to {target}: it is a directory")
     if not parent.is_dir():

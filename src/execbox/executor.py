@@ -281,7 +281,9 @@ class Executor:
                         f"(it had {reservation.limits.timeout_s:.2f} s left)")),
                 })
         finish(result, cache_key=key)
-        if key is not None and cacheable(result) and self._all_artifacts_kept(result):
+        # A cancelled run is not what another caller of the same code would get.
+        if key is not None and cacheable(result) and not (cancel and cancel.cancelled) \
+                and self._all_artifacts_kept(result):
             self.store.cache_store(key, result.run_id, self.cache_ttl_s)
         return result
 
@@ -295,13 +297,11 @@ class Executor:
         limits = request.limits
         host = self._live_host()
         spec = _spec(limits, request)
-        not_started = base.model_copy(update={"status": Status.error, "error": ErrorInfo(
-            type="Cancelled", message="the run was cancelled before it started")})
         if not self._admission.enter(cancel):  # cancelled while it waited for its turn
-            return not_started
+            return _not_started(base)
         try:
             if cancel is not None and cancel.cancelled:
-                return not_started
+                return _not_started(base)
             try:
                 raw = _until_started(f"run {base.run_id}", lambda: host.execute(
                     host.pool.take(kind, SLOT_WAIT_S),
@@ -516,6 +516,12 @@ class Executor:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+
+def _not_started(base: RunResult) -> RunResult:
+    """The result of a run cancelled before it started: nothing ran."""
+    return base.model_copy(update={"status": Status.error, "error": ErrorInfo(
+        type="Cancelled", message="the run was cancelled before it started")})
 
 
 def _whole(name: str, value: object, least: int) -> None:

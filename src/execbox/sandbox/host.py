@@ -528,8 +528,8 @@ class SlotPool:
                 grow = now - started >= GROW_AFTER_S and self._all_busy(kind)
                 self._waiting[kind] += grow
                 try:
-                    if grow and len(self._alive[kind]) < self._wanted(kind):
-                        self._wake()  # every slot of the kind is busy: stage one more
+                    if grow:  # every slot of the kind is busy: the loop stages one more
+                        self._wake()
                     wait_s = 0.1 if grow else started + GROW_AFTER_S - now
                     self._staged[kind].wait(min(wait_s, deadline - now) + 0.001)
                 finally:
