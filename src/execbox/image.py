@@ -116,7 +116,7 @@ class Image:
 # steps (which the program zygotes call) and the staging of each run (which supervisors call)
 # are one library.
 NATIVE_OUTPUTS = {"execbox-init": (["init.c"], ["-static", "-s"]),
-                  "libexecbox-contain.so": (["contain.c", "stage.c"],
+                  "libexecbox-contain.so": (["contain.c", "stage.c", "supervise.c"],
                                             ["-shared", "-fPIC", "-s"])}
 NOLIBC = ["-DEXECBOX_NOLIBC", "-nostdlib", "-nostartfiles", "-ffreestanding",
           "-fno-stack-protector", "-fno-tree-loop-distribute-patterns", "-U_FORTIFY_SOURCE"]

@@ -420,6 +420,36 @@ def test_junk_in_inherited_pipes_only_changes_the_programs_own_outcome(jailed: E
     assert again.status is Status.ok and again.stdout == "next\n"
 
 
+def test_a_flood_of_its_report_pipes_leaves_the_programs_exit_status_to_its_zygote(
+        jailed: Executor) -> None:
+    # Far more than the supervisor reads of the exit-report pipe before it stops listening
+    # (64 KiB): its real exit status then comes from its zygote, whatever it wrote.
+    code = (
+        "import os, stat, time\n"
+        "junk = b'x' * 65536\n"
+        "for fd in range(3, 64):\n"
+        "    try:\n"
+        "        if not stat.S_ISFIFO(os.fstat(fd).st_mode):\n"
+        "            continue\n"
+        "        os.set_blocking(fd, False)\n"
+        "        written, until = 0, time.monotonic() + 0.5\n"
+        "        while written < (512 << 10) and time.monotonic() < until:\n"
+        "            try:\n"
+        "                written += os.write(fd, junk)\n"
+        "            except BlockingIOError:\n"
+        "                time.sleep(0.01)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "os._exit(7)\n"
+    )
+    r = jailed.run(code)
+    assert r.status is Status.error and r.exit_code == 7, r
+    assert r.error is not None and r.error.type == "ProcessError"
+    assert r.metrics.wall_ms < 5000
+    again = jailed.run("print('next')")
+    assert again.status is Status.ok and again.stdout == "next\n"
+
+
 def test_signals_behave_normally_even_when_the_host_ignores_them() -> None:
     # A background job inherits SIGINT and SIGQUIT ignored; the code must not.
     import signal

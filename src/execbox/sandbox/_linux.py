@@ -276,6 +276,187 @@ class Stager:
         return out, None
 
 
+class _Counters(ctypes.Structure):
+    _fields_ = [("cpu_fd", ctypes.c_int), ("cpu_v2", ctypes.c_int), ("oom_fd", ctypes.c_int),
+                ("peak_fd", ctypes.c_int), ("stat_fd", ctypes.c_int),
+                ("file_keys", ctypes.c_char_p * 2), ("file_base", ctypes.c_longlong)]
+
+
+class Baselines(ctypes.Structure):
+    """A staged run's baselines, taken once its program waits for its code: when (on
+    CLOCK_MONOTONIC, as `time.monotonic`), the cgroup's CPU and OOM kills, and the run's
+    token."""
+
+    _fields_ = [("parked", ctypes.c_int), ("parked_at", ctypes.c_double),
+                ("cpu_ns", ctypes.c_longlong), ("oom_kills", ctypes.c_longlong),
+                ("token", ctypes.c_char * 33)]
+
+
+class _Watch(ctypes.Structure):
+    _fields_ = [("done_r", ctypes.c_int), ("status_r", ctypes.c_int), ("ctrl", ctypes.c_int),
+                ("deadline", ctypes.c_double), ("next_cpu_check", ctypes.c_double),
+                ("cpu_s", ctypes.c_double), ("cpu_base", ctypes.c_longlong),
+                ("token", ctypes.c_char_p), ("tail", ctypes.c_char * 32),
+                ("tail_len", ctypes.c_int), ("junk", ctypes.c_longlong), ("status", ctypes.c_int)]
+
+
+class _Collected(ctypes.Structure):
+    _fields_ = [("cpu_ns", ctypes.c_longlong), ("oom_kills", ctypes.c_longlong),
+                ("memory_peak", ctypes.c_longlong), ("err_len", ctypes.c_size_t),
+                ("setup_len", ctypes.c_size_t), ("workspace_inodes", ctypes.c_longlong)]
+
+
+# How `SlotSteps.watch` saw a run end (`native/supervise.c`).
+WATCH_REPORTED, WATCH_ENDED, WATCH_HOST, WATCH_TIMEOUT, WATCH_CPU = 1, 2, 3, 4, 5
+
+
+class Collected:
+    """What a run left to read once it ended: its error and set-up pipes' bytes, the
+    cgroup's counters, and the inodes in use on /workspace (-1: unknown)."""
+
+    __slots__ = ("error", "setup", "cpu_ns", "oom_kills", "memory_peak", "workspace_inodes")
+
+    def __init__(self, error: bytes, setup: bytes, cpu_ns: int, oom_kills: int,
+                 memory_peak: int, workspace_inodes: int) -> None:
+        self.error, self.setup = error, setup
+        self.cpu_ns, self.oom_kills, self.memory_peak = cpu_ns, oom_kills, memory_peak
+        self.workspace_inodes = workspace_inodes
+
+
+class SlotSteps:
+    """A supervisor's per-run steps that are mostly system calls, in C (`native/supervise.c`):
+    the hand-over of a staged run (RDY, PRK and the baselines), the wait for its end, what it
+    left and the teardown. `counters`: the cgroup's counter files (`RunCgroup.counter_files`);
+    `cgroup_dirs`: its directories, one per controller."""
+
+    ERROR_READ = 128 * 1024  # of a run's structured error: the most the supervisor parses
+    SETUP_READ = 64 * 1024
+
+    def __init__(self, path: str, counters: tuple[int, bool, int, int, int, tuple[str, str]],
+                 cgroup_dirs: list[int], failure: type[Exception]) -> None:
+        self._failure = failure  # raised with "<step>: <error>" when a step fails
+        lib = ctypes.CDLL(path, use_errno=True)
+        err_t, size_t, int_p = ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int)
+        self._hand_over = lib.execbox_hand_over
+        self._hand_over.argtypes = [ctypes.c_int, ctypes.c_int, int_p, ctypes.c_int, err_t, size_t]
+        self._await = lib.execbox_await_request
+        self._await.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                ctypes.POINTER(_Counters), ctypes.c_char_p,
+                                ctypes.POINTER(Baselines), err_t, size_t]
+        self._take_parked = lib.execbox_take_parked
+        self._take_parked.argtypes = [ctypes.c_int, ctypes.POINTER(_Counters),
+                                      ctypes.POINTER(Baselines)]
+        self._await_parked = lib.execbox_await_parked
+        self._await_parked.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(_Counters),
+                                       ctypes.POINTER(Baselines)]
+        self._reset_peak = lib.execbox_reset_peak
+        self._reset_peak.restype = None
+        self._reset_peak.argtypes = [ctypes.POINTER(_Counters)]
+        self._watch = lib.execbox_watch
+        self._watch.argtypes = [ctypes.POINTER(_Watch), ctypes.POINTER(_Counters), err_t, size_t]
+        self._collect = lib.execbox_collect
+        self._collect.restype = None
+        self._collect.argtypes = [ctypes.POINTER(_Counters), ctypes.c_int, ctypes.c_void_p, size_t,
+                                  ctypes.c_int, ctypes.c_void_p, size_t,
+                                  ctypes.POINTER(_Collected)]
+        self._end_init = lib.execbox_end_init
+        self._end_init.restype = None
+        self._end_init.argtypes = [ctypes.c_int, ctypes.c_int]
+        self._end_run = lib.execbox_end_run
+        self._end_run.argtypes = [ctypes.c_int, ctypes.c_int, int_p, ctypes.c_int, int_p,
+                                  ctypes.c_int, err_t, size_t]
+        cpu, v2, oom, peak, stat, keys = counters
+        self._keys = (ctypes.c_char_p * 2)(*(k.encode() for k in keys))
+        self._counters = _Counters(cpu, int(v2), oom, peak, stat, self._keys, 0)
+        self._dirs = (ctypes.c_int * len(cgroup_dirs))(*cgroup_dirs)
+        self.baselines = Baselines()
+        self._watching = _Watch()
+        self._collected = _Collected()
+        self._err_buf = ctypes.create_string_buffer(self.ERROR_READ)
+        self._setup_buf = ctypes.create_string_buffer(self.SETUP_READ)
+        self._error = ctypes.create_string_buffer(1024)
+
+    def _failed(self) -> Exception:
+        return self._failure(self._error.value.decode("utf-8", "replace"))
+
+    def hand_over(self, ctrl: int, wait_next: bool, host_fds: list[int]) -> bool:
+        """RDY with `host_fds` (closed here), after the host's NEXT when `wait_next`; False
+        when the host closed the slot first."""
+        fds = (ctypes.c_int * len(host_fds))(*host_fds)
+        rc = self._hand_over(ctrl, int(wait_next), fds, len(host_fds), self._error,
+                             len(self._error))
+        if rc < 0:
+            raise self._failed()
+        return bool(rc)
+
+    def new_run(self) -> None:
+        """A run is staged: no baselines yet."""
+        self.baselines.parked = 0
+
+    def await_request(self, ctrl: int, done_r: int, go_w: int, offer: bytes) -> bool:
+        """Wait until the host's next frame can be read (True), meanwhile taking the run's
+        baselines and offering the short way once its program waits for its code; False when
+        the host closed the slot as the program got ready."""
+        rc = self._await(ctrl, done_r, go_w, ctypes.byref(self._counters), offer,
+                         ctypes.byref(self.baselines), self._error, len(self._error))
+        if rc < 0:
+            raise self._failed()
+        return bool(rc)
+
+    def await_parked(self, done_r: int, wait_s: float) -> bool | None:
+        """For a request that came the long way: wait at most `wait_s` for the program to
+        say it waits for its code (True, its baselines then taken); False when it ended in
+        set-up instead, None when it said nothing in time."""
+        rc = self._await_parked(done_r, int(wait_s * 1000) + 1, ctypes.byref(self._counters),
+                                ctypes.byref(self.baselines))
+        if rc == -1:
+            raise self._failure(f"draw the run's token: {os.strerror(ctypes.get_errno())}")
+        return None if rc == -2 else bool(rc)
+
+    def reset_peak(self) -> None:
+        """Start the run's memory peak over (see `RunCgroup.reset_memory_peak`)."""
+        self._reset_peak(ctypes.byref(self._counters))
+
+    def start_watch(self, done_r: int, status_r: int, ctrl: int, deadline: float,
+                    first_cpu_check: float, cpu_s: float) -> None:
+        w = self._watching
+        w.done_r, w.status_r, w.ctrl = done_r, status_r, ctrl
+        w.deadline, w.next_cpu_check, w.cpu_s = deadline, first_cpu_check, cpu_s
+        w.cpu_base, w.token = self.baselines.cpu_ns, self.baselines.token
+        w.tail_len, w.junk, w.status = 0, 0, 0
+
+    def watch(self) -> tuple[int, int]:
+        """Wait for the watched run's end (WATCH_*) and its reported wait status."""
+        rc = self._watch(ctypes.byref(self._watching), ctypes.byref(self._counters), self._error,
+                         len(self._error))
+        if rc < 0:
+            raise self._failed()
+        return rc, self._watching.status
+
+    def collect(self, err_r: int, setup_r: int) -> Collected:
+        out = self._collected
+        self._collect(ctypes.byref(self._counters), err_r, self._err_buf, self.ERROR_READ,
+                      setup_r, self._setup_buf, self.SETUP_READ, ctypes.byref(out))
+        return Collected(ctypes.string_at(self._err_buf, out.err_len),
+                         ctypes.string_at(self._setup_buf, out.setup_len), out.cpu_ns,
+                         out.oom_kills, out.memory_peak, out.workspace_inodes)
+
+    def end_init(self, pid: int, wait_s: float) -> None:
+        """Kill init (everything of its pid namespace dies with it) and reap it, waiting at
+        most `wait_s`."""
+        self._end_init(pid, int(wait_s * 1000))
+
+    def end_run(self, init_pid: int, wait_s: float, fds: list[int]) -> bool:
+        """Init ended (see `end_init`), `fds` closed, /proc unmounted; whether processes of
+        the run survived in its cgroup."""
+        array = (ctypes.c_int * len(fds))(*fds)
+        rc = self._end_run(init_pid, int(wait_s * 1000), array, len(fds), self._dirs,
+                           len(self._dirs), self._error, len(self._error))
+        if rc < 0:
+            raise self._failed()
+        return bool(rc)
+
+
 def loopback_up() -> None:
     """Bring `lo` up in the current network namespace (so code can talk to itself)."""
     import fcntl

@@ -217,10 +217,11 @@ class RunCgroup:
     def _mem(self) -> int:
         return self.dirs["" if self.v2 else "memory"]
 
-    def set_limits(self, memory_bytes: int, pids: int) -> None:
-        """Memory (RAM and swap) and pids limits; writes only what changed."""
+    def set_limits(self, memory_bytes: int, pids: int) -> bool:
+        """Memory (RAM and swap) and pids limits; writes only what changed (and says whether
+        anything did)."""
         if self.applied == (memory_bytes, pids):
-            return
+            return False
         if self.v2:
             d = self.dirs[""]
             _write(d, "memory.max", str(memory_bytes))
@@ -240,6 +241,7 @@ class RunCgroup:
                     _write(mem, name, str(memory_bytes))
             _write(self.dirs["pids"], "pids.max", str(pids))
         self.applied = (memory_bytes, pids)
+        return True
 
     def _kept_fd(self, dir_fd: int, name: str, flags: int) -> int:
         key = (dir_fd, name, flags)
@@ -313,6 +315,26 @@ class RunCgroup:
                        (line.partition(" ") for line in stat.splitlines()) if key in keys)
         except (OSError, ValueError):
             return 0
+
+    def counter_files(self) -> tuple[int, bool, int, int, int, tuple[str, str]]:
+        """The kept descriptors the supervisor's C steps read and reset (`_linux.SlotSteps`,
+        the same counters as `cpu_ns`, `oom_kills`, `memory_peak` and `file_bytes`): CPU (-1:
+        none) and whether it is v2's cpu.stat, OOM kills, the peak (-1: none), memory.stat,
+        and memory.stat's file-page keys."""
+        if self.v2:
+            cpu, keys = self._kept_fd(self.dirs[""], "cpu.stat", os.O_RDONLY), ("active_file",
+                                                                                "inactive_file")
+        else:
+            cpu = (self._kept_fd(self.dirs["cpuacct"], "cpuacct.usage", os.O_RDONLY)
+                   if "cpuacct" in self.dirs else -1)
+            keys = ("total_active_file", "total_inactive_file")
+        oom = self._kept_fd(self._mem(), "memory.events" if self.v2 else "memory.oom_control",
+                            os.O_RDONLY)
+        try:
+            peak = self._peak_fd()
+        except OSError:  # no peak file (v2 before 5.19): a peak of 0, as `memory_peak` reads
+            peak = -1
+        return cpu, self.v2, oom, peak, self._kept_fd(self._mem(), "memory.stat", os.O_RDONLY), keys
 
     def oom_kills(self) -> int:
         name = "memory.events" if self.v2 else "memory.oom_control"

@@ -7,7 +7,9 @@ program zygote to fork the program into them (see `program`); the run is then st
 staging is one call into C (`native/stage.c`), off the request path. Once the program waits for
 its code, the supervisor takes the run's baselines and offers the host the short way (the host
 writes the code to the program itself, see `protocol`); a request that comes the long way is
-read from the control socket and applied first. It enforces wall and CPU time, then reads the
+read from the control socket and applied first. Those steps, the wait for the run's end and the
+teardown are mostly system calls, also in C (`native/supervise.c`); Python reads the requests,
+classifies the result and writes it. It enforces wall and CPU time, then reads the
 cgroup for OOM kills, CPU and peak memory, collects artifacts and sends the result. Killing
 init kills every process of the run: the kernel tears down the whole pid namespace, the
 program, daemons and grandchildren included. Then the next run is staged; the host hears of it
@@ -23,7 +25,6 @@ import array
 import fcntl
 import json
 import os
-import select
 import signal
 import socket
 import termios
@@ -36,7 +37,6 @@ from .cgroup import Hierarchy, RunCgroup
 
 STAGED_MEMORY_BYTES = 512 << 20  # Limits().memory_mib
 STAGED_PIDS = 64  # Limits().pids
-DONE_JUNK_LIMIT = 64 << 10  # bytes read from the exit-report pipe before we stop listening
 INIT_WAIT_S = 5.0  # how long teardown waits for a killed init (see `end_init`)
 PARK_WAIT_S = 30.0  # how long a staged program may take to wait for its code (the host's too)
 PARK_MIN_S = 5.0  # and how long a run of any timeout waits for it (see `_await_parked`)
@@ -86,7 +86,7 @@ class Supervisor:
     arrives. Between runs nothing of the last one is left: init's death ends every process of
     its pid namespace, the cgroup is checked empty, the scratch tmpfs are replaced. Only the
     cgroup's memory and pids limits stay as the last run set them, for the short way of a next
-    run that asks for the same (see `_offer_short_way`); one that asks for others has them
+    run that asks for the same (see `_wait_request`); one that asks for others has them
     applied before its code is sent."""
 
     def __init__(self, z: Zygote, ctrl: int, cgroup_name: str, kind: str) -> None:
@@ -103,12 +103,7 @@ class Supervisor:
         self.host_fds: list[int] = []  # the host's ends of the staged run's stdio
         self.ctrl_sock = socket.socket(fileno=ctrl)  # never closed: the process ends with os._exit
         self.runs = 0
-        # The staged run's baselines and token, once its program waits for its code (see
-        # `_take_parked`).
-        self.parked = False
-        self.parked_at = 0.0
-        self.cpu_base = self.oom_base = 0
-        self.done_token = b""
+        self.steps: _linux.SlotSteps | None = None  # see `_stage_slot`
         # Where this process's children go by default; each run points them at a fresh pid
         # namespace (unshare) and back (setns) for the next one.
         self.own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
@@ -118,25 +113,22 @@ class Supervisor:
             self._stage_slot()
             while True:
                 self._stage_run()
-                if self.runs:  # the host asks for the slot again once it has read a result
-                    if not self._wait_for(protocol.NEXT):
-                        return
-                host_fds = self.host_fds
-                try:
-                    socket.send_fds(self.ctrl_sock, [protocol.json_frame(protocol.RDY, {})],
-                                    host_fds)
-                finally:
-                    for fd in host_fds:
-                        os.close(fd)
-                    self.host_fds = []
+                steps = self.steps
+                assert steps is not None
+                host_fds, self.host_fds = self.host_fds, []
+                # RDY (after NEXT: the host asks for the slot again once it has read a
+                # result); the host's ends of the run's stdio go with it and are closed here.
+                if not steps.hand_over(self.ctrl, bool(self.runs), host_fds):
+                    return
                 request = self._wait_request()
                 if request is None:  # the host closed an idle slot
                     return
                 kind, payload = request
-                self.in_demand = (not self.parked
-                                  or time.monotonic() - self.parked_at < DEMAND_S)
+                parked = steps.baselines.parked
+                self.in_demand = (not parked
+                                  or time.monotonic() - steps.baselines.parked_at < DEMAND_S)
                 if kind == protocol.RUN:  # the host has the code on its way to the program
-                    if not self.parked:
+                    if not parked:
                         raise jail.JailError("protocol: a RUN before the slot offered it (PRK)")
                     run = json.loads(payload)
                     spec = jail.RunSpec(**run["spec"])
@@ -173,19 +165,6 @@ class Supervisor:
         finally:
             self._cleanup()
 
-    def _wait_for(self, wanted: bytes) -> bool:
-        """Read frames until `wanted` (True) or end of file (False); a KILL that raced the end
-        of the last run is stale and ignored."""
-        while True:
-            try:
-                kind, _payload = protocol.read_frame(self.ctrl, max_len=4096)
-            except EOFError:
-                return False
-            if kind == wanted:
-                return True
-            if kind != protocol.KILL:
-                raise jail.JailError(f"protocol: expected {wanted!r}, got {kind!r}")
-
     def end_init(self) -> None:
         """Kill init, and with it everything in the run's pid namespace, and reap it. init's
         exit waits until every process of the namespace is reaped, the program by its zygote;
@@ -194,18 +173,8 @@ class Supervisor:
         if not self.init_pid:
             return
         pid, self.init_pid = self.init_pid, 0
-        try:
-            pidfd = os.pidfd_open(pid)
-        except ProcessLookupError:
-            return
-        try:
-            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-            if select.select([pidfd], [], [], INIT_WAIT_S)[0]:
-                os.waitpid(pid, 0)
-        except (ChildProcessError, ProcessLookupError):
-            pass
-        finally:
-            os.close(pidfd)
+        assert self.steps is not None  # made before any init is
+        self.steps.end_init(pid, INIT_WAIT_S)
 
     def request_untaken(self, delivered: bool) -> bool:
         """Whether the staged program, now ended, never took its request: our write of it
@@ -223,17 +192,12 @@ class Supervisor:
 
     def _end_run(self) -> None:
         """Everything of the run gone: its processes, /proc, descriptors; the cgroup empty."""
-        self.end_init()
-        for fd in self.run_fds:
-            os.close(fd)
-        self.run_fds = []
-        self.go_w = -1
-        with jail.step("unmount the run's /proc"):
-            _linux.umount2("/proc", _linux.MNT_DETACH)
-        assert self.cg is not None
-        with jail.step("check the cgroup is empty"):
-            if self.cg.has_processes():
-                raise jail.JailError("processes of the last run survived its pid namespace")
+        assert self.steps is not None
+        pid, self.init_pid = self.init_pid, 0
+        fds, self.run_fds, self.go_w = self.run_fds, [], -1
+        if self.steps.end_run(pid, INIT_WAIT_S, fds):
+            raise jail.JailError("check the cgroup is empty: processes of the last run "
+                                 "survived its pid namespace")
 
     def _cleanup(self) -> None:
         self.end_init()
@@ -257,6 +221,8 @@ class Supervisor:
             cgroup_dirs=list(self.cg.dirs.values()), init=self.z.cfg.init,
             init_uid=jail.INIT_UID, ns_names=[name for name, _ in jail.PROGRAM_NAMESPACES],
             spawn=self.z.spawn[self.program_kind].fileno())
+        self.steps = _linux.SlotSteps(self.z.cfg.contain_library, self.cg.counter_files(),
+                                      list(self.cg.dirs.values()), jail.JailError)
 
     def _stage_run(self) -> None:
         """Everything of one run that does not depend on its request: fresh scratch mounts,
@@ -271,7 +237,8 @@ class Supervisor:
         without them, ready sooner, and its code faults in only the pages it writes. A run
         can tell which it got (from its own memory), and so whether the request before it
         found the slot's program ready: a bit of timing, nothing of what any run computed."""
-        self.parked = False
+        assert self.steps is not None
+        self.steps.new_run()
         warm = _linux.WARM_NONE if self.in_demand else self.warm
         staged, error = self.stager.stage(first=not self.runs, warm=warm)
         self.init_pid = staged.init_pid  # killed by `end_init`, also when staging failed
@@ -285,61 +252,20 @@ class Supervisor:
     def _wait_request(self) -> tuple[bytes, bytes] | None:
         """The host's next frame (None at end of file). Meanwhile, once the staged program
         says it waits for its code, take the run's baselines and offer the host the short way
-        (PRK, see `protocol`)."""
-        poller = select.poll()
-        poller.register(self.ctrl, select.POLLIN)
-        if not self.parked:
-            poller.register(self.done_r, select.POLLIN)
-        while True:
-            for fd, _ in poller.poll():
-                if fd == self.done_r:
-                    poller.unregister(fd)
-                    if self._take_parked() and not self._offer_short_way():
-                        return None  # the host closed the slot as its program got ready
-                    continue
-                try:
-                    return protocol.read_frame(self.ctrl)
-                except EOFError:
-                    return None
-
-    def _take_parked(self) -> bool:
-        """Read what the program said (done_r is readable): PARKED, and the run's baselines
-        are taken (True); anything else means it ended in set-up (False)."""
-        assert self.cg is not None
-        os.set_blocking(self.done_r, False)
-        try:
-            said = os.read(self.done_r, len(protocol.PARKED))
-        except BlockingIOError:
-            said = b""
-        if said != protocol.PARKED:
-            return False
-        self.parked_at = time.monotonic()
-        self.cg.reset_memory_peak()
-        self.cpu_base = self.cg.cpu_ns()
-        self.oom_base = self.cg.oom_kills()  # it only grows: the slot's earlier runs count
-        # The exit report must carry this token: bytes a program writes blindly into its
-        # inherited descriptors cannot end its run early.
-        self.done_token = os.urandom(16).hex().encode()
-        self.parked = True
-        return True
-
-    def _offer_short_way(self) -> bool:
-        """PRK: the run's token and the limits the slot has now, with the write end of the
-        program's go pipe (a run's memory and pids limits stay applied for the next, so a
-        caller's usual limits take the short way once each slot of the pool has run with them;
-        slots are staged with the defaults). False when the host has closed the slot."""
-        assert self.cg is not None and self.cg.applied is not None
+        (PRK, see `protocol`): the run's token and the limits the slot has now, with the write
+        end of the program's go pipe. A run's memory and pids limits stay applied for the
+        next, so a caller's usual limits take the short way once each slot of the pool has run
+        with them; slots are staged with the defaults."""
+        assert self.cg is not None and self.cg.applied is not None and self.steps is not None
         memory_bytes, pids = self.cg.applied
-        offer = {"token": self.done_token.decode(), "memory_bytes": memory_bytes, "pids": pids,
-                 "disk_bytes": jail.STAGED_DISK_BYTES}
-        go_w = os.dup(self.go_w)
+        offer = (f'"memory_bytes":{memory_bytes},"pids":{pids},'
+                 f'"disk_bytes":{jail.STAGED_DISK_BYTES}').encode()
+        if not self.steps.await_request(self.ctrl, self.done_r, self.go_w, offer):
+            return None  # the host closed the slot as its program got ready
         try:
-            socket.send_fds(self.ctrl_sock, [protocol.json_frame(protocol.PRK, offer)], [go_w])
-        except (BrokenPipeError, ConnectionResetError):
-            return False
-        finally:
-            os.close(go_w)
-        return True
+            return protocol.read_frame(self.ctrl)
+        except EOFError:
+            return None
 
     def _await_parked(self, timeout_s: float) -> bool:
         """For a request that came the long way: the program must be waiting for its code and
@@ -348,14 +274,14 @@ class Supervisor:
         not the run's time) and at most PARK_WAIT_S, within the host's backstop. False when
         the program ended in set-up with no error of its own (killed from outside: the
         request may go to another program); a set-up that failed, or never ends, raises."""
-        if self.parked:
+        assert self.steps is not None
+        if self.steps.baselines.parked:
             return True
         wait_s = min(PARK_WAIT_S, max(PARK_MIN_S, timeout_s))
-        poller = select.poll()
-        poller.register(self.done_r, select.POLLIN)
-        ready = bool(poller.poll(int(wait_s * 1000) + 1))
-        if ready and self._take_parked():
+        parked = self.steps.await_parked(self.done_r, wait_s)
+        if parked:
             return True
+        ready = parked is not None
         self.end_init()  # everything of the run is gone before its reports are read
         status, init_error = _read_status(self.status_r)
         setup_error = _read_available(self.setup_r).decode("utf-8", "replace")
@@ -384,27 +310,28 @@ class Supervisor:
         """One run; `code` None when the host has written it to the program (RUN), which it
         started sending at `started`. None when the program was gone before it took its code
         (see `request_untaken`): nothing of the request ran."""
-        assert self.cg is not None
+        assert self.cg is not None and self.steps is not None
+        base = self.steps.baselines
         inputs: set[tuple[int, int]] = set()
         delivered = True
         if code is not None:
             with jail.step("apply limits"):
-                self.cg.set_limits(spec.memory_bytes, spec.pids)
+                changed = self.cg.set_limits(spec.memory_bytes, spec.pids)
             jail.size_scratch(spec)
             inputs = jail.place_inputs(files)
+            if changed or files:
+                # Lowering the memory limit reclaims what the cgroup holds beyond it: the peak
+                # taken at PARKED would still show it.
+                self.steps.reset_peak()
             del files
-            # Lowering the memory limit reclaims what the cgroup holds beyond it: the peak
-            # taken at PARKED would still show it.
-            self.cg.reset_memory_peak()
             go = json.dumps({"code": code, "spec": vars(spec),
-                             "token": self.done_token.decode()}).encode()
+                             "token": base.token.decode()}).encode()
             started = time.monotonic()
             try:
                 protocol.send_all(self.go_w, protocol.frame(protocol.REQ, go))
             except BrokenPipeError:
                 delivered = False  # the program is gone; init's report may say why
-        cpu_base, oom_base = self.cpu_base, self.oom_base
-        killed, reported = self._supervise(started, spec, cpu_base)
+        killed, reported = self._supervise(started, spec)
         wall_ms = (time.monotonic() - started) * 1000
         wait_status: int | None = reported
         init_error: str | None = None
@@ -413,26 +340,30 @@ class Supervisor:
         else:
             self.end_init()  # everything of the run is gone before we look at its files
             wait_status, init_error = _read_status(self.status_r)
-        user_error = _clean_error(_parse_json(_read_available(self.err_r)))
-        setup_error = _read_available(self.setup_r).decode("utf-8", "replace")
+        left = self.steps.collect(self.err_r, self.setup_r)
+        user_error = _clean_error(_parse_json(left.error))
+        setup_error = left.setup.decode("utf-8", "replace")
         if init_error:
             raise jail.JailError(init_error)
         if setup_error:
             raise jail.JailError(setup_error)
-        oom = self.cg.oom_kills() - oom_base
+        oom = left.oom_kills - base.oom_kills
         # Killed from outside before it took its code; not by its own memory limit, which a
         # large request alone can reach (that run's status is memory_limit).
         lost = reported is None and not killed and not oom and self.request_untaken(delivered)
         self.close_go()
         if lost:
             return None
-        cpu_ms = (self.cg.cpu_ns() - cpu_base) / 1e6
-        mem_peak = self.cg.memory_peak()
+        cpu_ms = (left.cpu_ns - base.cpu_ns) / 1e6
+        mem_peak = left.memory_peak
         # Only a failed run's status can be the disk limit (see `classify`).
         full = [] if wait_status == 0 else [p for p, _ in jail.SCRATCH if _is_full(p)]
-        collected, art_truncated = artifacts.collect(
-            "/workspace", inputs, spec.artifact_files, spec.artifact_bytes
-        )
+        if left.workspace_inodes == 1 and not inputs:  # nothing but its root: no files
+            collected: list[artifacts.Collected] = []
+            art_truncated = False
+        else:
+            collected, art_truncated = artifacts.collect(
+                "/workspace", inputs, spec.artifact_files, spec.artifact_bytes)
         meta = classify(spec, killed, wait_status, user_error, oom, cpu_ms, full)
         meta.update(
             metrics={"wall_ms": round(wall_ms, 3), "cpu_ms": round(cpu_ms, 3),
@@ -442,70 +373,35 @@ class Supervisor:
         )
         return {"meta": meta, "artifacts": collected}
 
-    def _supervise(self, started: float, spec: jail.RunSpec,
-                   cpu_base: int) -> tuple[str | None, int | None]:
-        """Wait for the program to report its exit or for its status to arrive from the heavy
+    def _supervise(self, started: float, spec: jail.RunSpec) -> tuple[str | None, int | None]:
+        """Wait for the program to report its exit or for its status to arrive from its
         zygote; kill init (and so the program) on wall time, CPU time or a host request.
         Returns (why it was killed, the program's reported wait status)."""
-        assert self.cg is not None
-        poller = select.poll()
-        for fd in (self.status_r, self.ctrl, self.done_r):
-            poller.register(fd, select.POLLIN)
-        deadline = started + spec.timeout_s
-        cpu_limit_ns = spec.cpu_s * 1e9
-        ncpu = max(1, len(os.sched_getaffinity(0)))  # it may change between runs
-        next_cpu_check = started + spec.cpu_s / ncpu
+        assert self.steps is not None
+        # The first CPU check comes at once and sets the next (see `execbox_watch`).
+        self.steps.start_watch(self.done_r, self.status_r, self.ctrl, started + spec.timeout_s,
+                               started, spec.cpu_s)
         killed: str | None = None
-        token, tail, junk = self.done_token, b"", 0
-        os.set_blocking(self.done_r, False)
-        try:
-            while True:
-                now = time.monotonic()
-                if now >= deadline:
-                    killed = "timeout"
-                elif now >= next_cpu_check:
-                    used = self.cg.cpu_ns() - cpu_base
-                    if used >= cpu_limit_ns:
-                        killed = "cpu_limit"
-                    else:
-                        next_cpu_check = now + max(0.01, (cpu_limit_ns - used) / 1e9 / ncpu)
-                if killed:
-                    return killed, None
-                wait_s = min(deadline, next_cpu_check) - now
-                for fd, _ in poller.poll(max(1, int(wait_s * 1000) + 1)):
-                    if fd == self.done_r:
-                        try:
-                            data = os.read(fd, 65536)
-                        except BlockingIOError:
-                            continue
-                        junk += len(data)
-                        if not data or junk > DONE_JUNK_LIMIT:
-                            # Closed without a report, or flooded by the program: stop reading
-                            # (the flood then blocks the writer, at no cost to us) and take
-                            # the exit status from init instead.
-                            poller.unregister(fd)
-                            continue
-                        # Bounded: only a token split across two reads needs the earlier bytes.
-                        window = tail + data
-                        at = window.find(token)
-                        if at >= 0 and len(window) > at + len(token):
-                            return None, window[at + len(token)] << 8
-                        tail = window[-len(token):]
-                    elif fd == self.status_r:
-                        return None, None
-                    elif fd == self.ctrl:
-                        try:
-                            kind, payload = protocol.read_frame(self.ctrl, max_len=4096)
-                        except EOFError:
-                            killed = "host_gone"
-                        else:
-                            if kind == protocol.KILL:
-                                killed = payload.decode()
-                        if killed:
-                            return killed, None
-        finally:
-            if killed:
-                os.kill(self.init_pid, signal.SIGKILL)
+        while not killed:
+            how, status = self.steps.watch()
+            if how == _linux.WATCH_REPORTED:
+                return None, status
+            if how == _linux.WATCH_ENDED:
+                return None, None
+            if how == _linux.WATCH_TIMEOUT:
+                killed = "timeout"
+            elif how == _linux.WATCH_CPU:
+                killed = "cpu_limit"
+            else:  # a frame from the host
+                try:
+                    kind, payload = protocol.read_frame(self.ctrl, max_len=4096)
+                except EOFError:
+                    killed = "host_gone"
+                else:
+                    if kind == protocol.KILL:
+                        killed = payload.decode()
+        os.kill(self.init_pid, signal.SIGKILL)
+        return killed, None
 
 
 def _unread(fd: int) -> int:

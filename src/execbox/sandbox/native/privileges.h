@@ -27,9 +27,13 @@ static int execbox_drop_privileges(uid_t uid, const char **step) {
     }
     /* Normally empty already: a program zygote empties it once, for every fork. */
     *step = "drop the capability bounding set";
-    for (int cap = 0; prctl(PR_CAPBSET_READ, cap, 0, 0, 0) >= 0; cap++)
-        if (prctl(PR_CAPBSET_READ, cap, 0, 0, 0) == 1 && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0))
+    for (int cap = 0;; cap++) {
+        int held = prctl(PR_CAPBSET_READ, cap, 0, 0, 0); /* < 0 past the last capability */
+        if (held < 0)
+            break;
+        if (held == 1 && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0))
             return -1;
+    }
     *step = "lock capabilities out";
     if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) ||
         prctl(PR_SET_SECUREBITS, EXECBOX_SECUREBITS_LOCKED_DOWN, 0, 0, 0))
