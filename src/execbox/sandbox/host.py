@@ -480,6 +480,7 @@ class SlotPool:
                                                            for k in SLOT_KINDS}
         self._alive: dict[str, set[str]] = {k: set() for k in SLOT_KINDS}  # slot names
         self._busy: dict[str, Slot] = {}  # the slots taken for a run, by name
+        self._busy_n = {k: 0 for k in SLOT_KINDS}  # how many of each kind (all are alive)
         self._waiting = {k: 0 for k in SLOT_KINDS}  # takers that found no slot of the kind
         # The slots being staged, by control socket: each is registered with the epoll where
         # it is added (a recycled slot by the thread that ran it), so a slot coming back from
@@ -516,6 +517,7 @@ class SlotPool:
                 if self._ready[kind]:
                     slot = self._ready[kind].popleft()
                     self._busy[slot.name] = slot
+                    self._busy_n[kind] += 1
                     return slot
                 now = time.monotonic()
                 if self._error and now > started + 1.0:  # failing for a second
@@ -537,19 +539,23 @@ class SlotPool:
 
     def _all_busy(self, kind: str) -> bool:
         """Whether every slot of `kind` runs something (called with the lock held)."""
-        return all(name in self._busy for name in self._alive[kind])
+        return self._busy_n[kind] >= len(self._alive[kind])
+
+    def _not_busy(self, slot: Slot) -> None:
+        """`slot` runs nothing any more (called with the lock held)."""
+        if self._busy.pop(slot.name, None) is not None:
+            self._busy_n[slot.kind] -= 1
 
     def _wanted(self, kind: str) -> int:
         """How many slots of `kind` to keep (called with the lock held): `size`, or one for
         each run in flight and each taker waiting when they are more."""
-        busy = sum(1 for name in self._alive[kind] if name in self._busy)
-        return max(self._size, busy + self._waiting[kind])
+        return max(self._size, self._busy_n[kind] + self._waiting[kind])
 
     def detach(self, slot: Slot) -> None:
         """`slot`, taken, is a session's from now on: it no longer counts as the pool's, and
         another is staged in its place (a session holds its slot for its whole life)."""
         with self._lock:
-            self._busy.pop(slot.name, None)
+            self._not_busy(slot)
             self._alive[slot.kind].discard(slot.name)
         self._wake()
 
@@ -563,7 +569,7 @@ class SlotPool:
         with self._lock:
             if self._closed:
                 return False
-            self._busy.pop(slot.name, None)
+            self._not_busy(slot)
             self._watch(slot)
         return True
 
@@ -581,7 +587,7 @@ class SlotPool:
     def discard(self, slot: Slot) -> None:
         """The slot is gone (closed by the caller): stage a new one in its place."""
         with self._lock:
-            self._busy.pop(slot.name, None)
+            self._not_busy(slot)
             self._alive[slot.kind].discard(slot.name)
         self._wake()
 
@@ -760,7 +766,7 @@ class Slot:
         """Read what the supervisor says while it stages (the socket is readable): True once
         the slot is staged (RDY, with the run's stdio). Raises HostError when staging failed."""
         try:
-            data, fds = protocol.recv_fds(self.ctrl, 65536, 8, socket.MSG_DONTWAIT)
+            data, fds = protocol.recv_fds(self.ctrl, 65536, 8, protocol.DONTWAIT)
         except BlockingIOError:
             return False
         except OSError as exc:
@@ -820,7 +826,7 @@ class Slot:
         if self.go_w >= 0:
             return True
         try:
-            data, fds = protocol.recv_fds(self.ctrl, 65536, 1, socket.MSG_DONTWAIT)
+            data, fds = protocol.recv_fds(self.ctrl, 65536, 1, protocol.DONTWAIT)
         except BlockingIOError:
             return False
         except OSError as exc:

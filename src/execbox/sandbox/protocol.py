@@ -67,13 +67,19 @@ def send_all(fd: int, data: bytes | memoryview) -> None:
         view = view[n:]
 
 
+# Plain ints: or-ing the socket module's flag enums runs Python (enum's Flag.__or__), and the
+# host's staging thread receives with them at every run.
+DONTWAIT = int(socket.MSG_DONTWAIT)
+_CMSG_CLOEXEC = int(socket.MSG_CMSG_CLOEXEC)
+
+
 def recv_fds(sock: socket.socket, bufsize: int, max_fds: int,
              flags: int = 0) -> tuple[bytes, list[int]]:
     """Data and the descriptors passed with it, close-on-exec from the start: the host
     application's children must never inherit a run's pipes (3.11's socket.recv_fds drops its
-    flags, so not that)."""
+    flags, so not that). `flags`: plain ints (`DONTWAIT`)."""
     data, ancdata, _flags, _addr = sock.recvmsg(
-        bufsize, socket.CMSG_SPACE(max_fds * 4), flags | socket.MSG_CMSG_CLOEXEC)
+        bufsize, socket.CMSG_SPACE(max_fds * 4), flags | _CMSG_CLOEXEC)
     fds = array.array("i")
     for level, kind, payload in ancdata:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
