@@ -121,6 +121,15 @@ class SeccompLoader:
         return self._addr
 
 
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+
+
+def install_seccomp(loader: SeccompLoader) -> None:
+    """Install the filter in this (single-threaded) process; its forks inherit it."""
+    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, loader.address)
+
+
 class ContainLibrary:
     """A program zygote's fork server and a program's contain steps, in C
     (`native/contain.c`), loaded once by a program zygote."""

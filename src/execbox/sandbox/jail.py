@@ -68,7 +68,8 @@ class JailConfig:
     root_links: dict[str, str]  # /bin -> usr/bin on merged-/usr systems
     etc_files: dict[str, bytes]
     etc_links: dict[str, str]
-    seccomp: _linux.SeccompLoader  # the filter, laid out once: forks only install it
+    # The filter's program part (`seccomp.compile_split`), laid out once: forks only install it.
+    seccomp: _linux.SeccompLoader
     cap_last_cap: int
     libexec: str  # the C parts (`native/`), inside the read-only runtime image
     devices: tuple[str, ...] = ("null", "zero", "full", "random", "urandom")

@@ -19,7 +19,8 @@ namespace of its next child at the slot's (setns with CLONE_NEWPID changes only 
 go), forks, and returns to its own pid namespace. The child contains itself in C too: it joins
 the cgroup and the slot's other namespaces (the mount namespace last: its root and working
 directory become the jail's), puts its stdio on 0-2 and closes all else, enters /workspace,
-drops every privilege and installs the seccomp filter, then copies its warm pages (see
+drops every privilege and installs the seccomp filter's program part (the zygote runs under
+the rest: see `seccomp.compile_split`), then copies its warm pages (see
 `learn_warm_pages`). Only then does it return to Python: reseeded randomness and the runner
 readied (the environment is empty already: its zygote cleared it once); and it waits for its
 code.

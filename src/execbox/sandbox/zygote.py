@@ -69,7 +69,7 @@ def _exercise_pandas() -> None:
 
 def main(sock: socket.socket, options: dict[str, Any]) -> None:
     started = time.monotonic()
-    from . import jail, program, runner, seccomp
+    from . import _linux, jail, program, runner, seccomp
     from .cgroup import Hierarchy
 
     role = options.get("role", "supervisors")
@@ -78,8 +78,10 @@ def main(sock: socket.socket, options: dict[str, Any]) -> None:
         loaded = _preload(options.get("preload", []))
         if role == "programs":
             runner.exercise_errors()
-        cfg = jail.JailConfig.discover(options["ro_paths"], seccomp.compile_filter(),
-                                       options["libexec"])
+        # The program part goes to every program; a program zygote installs the zygote part
+        # itself once it has learned its warm pages (see `seccomp.compile_split`).
+        zygote_filter, program_filter = seccomp.compile_split()
+        cfg = jail.JailConfig.discover(options["ro_paths"], program_filter, options["libexec"])
         jail.empty_bounding_set(
             cfg.cap_last_cap, jail.INIT_CAPABILITIES if role == "supervisors" else frozenset())
         if role == "programs":
@@ -109,6 +111,14 @@ def main(sock: socket.socket, options: dict[str, Any]) -> None:
     if hierarchy is None:
         src_paths = options.get("src_paths", [])
         server, warm = program.start(cfg, src_paths, options.get("kind", ""))
+        try:
+            # From here on this zygote, and every program it forks, runs under the zygote
+            # part of the filter; each program adds the program part as it is contained.
+            _linux.install_seccomp(_linux.SeccompLoader(zygote_filter))
+        except OSError as exc:
+            sock.send(json.dumps({"ready": False, "role": role,
+                                  "error": f"install the zygote's seccomp filter: {exc}"}).encode())
+            return
         hello.update(warm, startup_ms=round((time.monotonic() - started) * 1000, 1))
         sock.send(json.dumps(hello).encode())
         program.main(cfg, server, src_paths, sock, options)
