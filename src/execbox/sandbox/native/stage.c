@@ -15,7 +15,8 @@
           args->n_cgroups cgroup directories, an empty environment. Its report is read whole:
           anything but "ready" is init's error, returned as it is;
        4. pipes for the program's stdin, stdout, stderr, structured error, set-up error, exit
-          report, code, and for its zygote's report of its end;
+          report, code, and for its zygote's report of its end (the supervisor's ends of the
+          error, set-up, exit-report and end pipes non-blocking);
        5. the spawn request to the program zygote (args->spawn, SOCK_SEQPACKET): "<namespaces>
           <cgroups> <warm>" with the descriptors `program`'s docstring lists, init's namespaces
           opened in its /proc (PROGRAM_NAMESPACES order, args->ns_names).
@@ -206,6 +207,12 @@ int execbox_stage_run(const struct stage_args *a, struct stage_out *out, char *e
     step = "make the run's pipes";
     for (int i = STDIN_R; i < N_PIPE_FDS; i += 2)
         if (pipe2(&p[i], O_CLOEXEC))
+            goto failed;
+    /* The supervisor's read ends never block: it waits in poll only, and reads what is there
+       (a read that waited for every writer to close would wait for the run's teardown). */
+    int nonblocking[] = {ERR_R, SETUP_R, STATUS_R, DONE_R};
+    for (size_t i = 0; i < sizeof nonblocking / sizeof nonblocking[0]; i++)
+        if (fcntl(p[nonblocking[i]], F_SETFL, O_NONBLOCK))
             goto failed;
     step = "ask the zygote for the program";
     {

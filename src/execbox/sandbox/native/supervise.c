@@ -409,7 +409,8 @@ struct collected {
     long long workspace_inodes; /* in use on /workspace, its root's included; -1: unknown */
 };
 
-/* Read what is in a non-blocking pipe now, at most `size` bytes; how many. */
+/* Read what is in a pipe now, at most `size` bytes; how many. The supervisor's ends are
+   non-blocking (`stage.c`): a read never waits for the run's writers to end. */
 static size_t read_available(int fd, char *buf, size_t size) {
     size_t got = 0;
     while (got < size) {
