@@ -108,6 +108,9 @@ def test_the_two_parts_refuse_exactly_what_the_whole_filter_refuses() -> None:
                 assert got == expected, (arch, number, args, hex(got), hex(expected))
                 checked += 1
     assert checked > 2000
+    # A call from another architecture's ABI kills the whole process, not only its thread.
+    assert _run(whole, 11, AUDIT_ARCH_I386, ()) == seccomp.ACT_KILL_PROCESS
+    assert _combined(parts, 11, AUDIT_ARCH_I386, ()) == seccomp.ACT_KILL_PROCESS
 
 
 def test_the_zygote_part_lets_the_contain_steps_through_and_the_program_part_refuses_them(

@@ -352,22 +352,18 @@ class SlotSteps:
         self._await.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int,
                                 ctypes.POINTER(_Counters), ctypes.c_char_p,
                                 ctypes.POINTER(Baselines), err_t, size_t]
-        self._take_parked = lib.execbox_take_parked
-        self._take_parked.argtypes = [ctypes.c_int, ctypes.POINTER(_Counters),
-                                      ctypes.POINTER(Baselines)]
         self._await_parked = lib.execbox_await_parked
         self._await_parked.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(_Counters),
-                                       ctypes.POINTER(Baselines)]
+                                       ctypes.POINTER(Baselines), err_t, size_t]
         self._reset_peak = lib.execbox_reset_peak
         self._reset_peak.restype = None
         self._reset_peak.argtypes = [ctypes.POINTER(_Counters)]
         self._watch = lib.execbox_watch
         self._watch.argtypes = [ctypes.POINTER(_Watch), ctypes.POINTER(_Counters), err_t, size_t]
         self._collect = lib.execbox_collect
-        self._collect.restype = None
         self._collect.argtypes = [ctypes.POINTER(_Counters), ctypes.c_int, ctypes.c_void_p, size_t,
                                   ctypes.c_int, ctypes.c_void_p, size_t,
-                                  ctypes.POINTER(_Collected)]
+                                  ctypes.POINTER(_Collected), err_t, size_t]
         self._end_init = lib.execbox_end_init
         self._end_init.restype = None
         self._end_init.argtypes = [ctypes.c_int, ctypes.c_int]
@@ -417,9 +413,9 @@ class SlotSteps:
         say it waits for its code (True, its baselines then taken); False when it ended in
         set-up instead, None when it said nothing in time."""
         rc = self._await_parked(done_r, int(wait_s * 1000) + 1, ctypes.byref(self._counters),
-                                ctypes.byref(self.baselines))
+                                ctypes.byref(self.baselines), self._error, len(self._error))
         if rc == -1:
-            raise self._failure(f"draw the run's token: {os.strerror(ctypes.get_errno())}")
+            raise self._failed()
         return None if rc == -2 else bool(rc)
 
     def reset_peak(self) -> None:
@@ -444,8 +440,10 @@ class SlotSteps:
 
     def collect(self, err_r: int, setup_r: int) -> Collected:
         out = self._collected
-        self._collect(ctypes.byref(self._counters), err_r, self._err_buf, self.ERROR_READ,
-                      setup_r, self._setup_buf, self.SETUP_READ, ctypes.byref(out))
+        if self._collect(ctypes.byref(self._counters), err_r, self._err_buf, self.ERROR_READ,
+                         setup_r, self._setup_buf, self.SETUP_READ, ctypes.byref(out),
+                         self._error, len(self._error)):
+            raise self._failed()
         return Collected(ctypes.string_at(self._err_buf, out.err_len),
                          ctypes.string_at(self._setup_buf, out.setup_len), out.cpu_ns,
                          out.oom_kills, out.memory_peak, out.workspace_inodes)

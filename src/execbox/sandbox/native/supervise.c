@@ -92,17 +92,22 @@ static long long keyed(const char *text, const char *key) {
     return 0;
 }
 
+/* The cgroup's CPU time: 0 with no CPU counter (a v1 host without cpuacct), -1 when it
+   could not be read. */
 static long long cpu_ns(const struct counters *c) {
     char buf[4096];
-    if (c->cpu_fd < 0 || read_file(c->cpu_fd, buf, sizeof buf) < 0)
+    if (c->cpu_fd < 0)
         return 0;
+    if (read_file(c->cpu_fd, buf, sizeof buf) < 0)
+        return -1;
     return c->cpu_v2 ? keyed(buf, "usage_usec") * 1000 : strtoll(buf, NULL, 10);
 }
 
+/* The cgroup's OOM kills so far; -1 when they could not be read. */
 static long long oom_kills(const struct counters *c) {
     char buf[4096];
     if (read_file(c->oom_fd, buf, sizeof buf) < 0)
-        return 0;
+        return -1;
     return keyed(buf, "oom_kill");
 }
 
@@ -242,11 +247,12 @@ out:
     return result;
 }
 
-/* execbox_take_parked(done_r, c, b)
+/* execbox_take_parked(done_r, c, b, error, error_len)
    Read what the staged program said (`done_r` is readable): PARKED, and the run's baselines are
    taken into `b` (the peak reset, CPU, OOM kills, a fresh token; returns 1); anything else means
-   it ended in set-up (0). -1 when no token could be drawn. */
-int execbox_take_parked(int done_r, struct counters *c, struct baselines *b) {
+   it ended in set-up (0). -1 when a counter could not be read or no token drawn. */
+int execbox_take_parked(int done_r, struct counters *c, struct baselines *b, char *error,
+                        size_t error_len) {
     char said = 0;
     ssize_t r;
     while ((r = read(done_r, &said, 1)) < 0 && errno == EINTR)
@@ -256,30 +262,37 @@ int execbox_take_parked(int done_r, struct counters *c, struct baselines *b) {
     b->parked_at = monotonic();
     execbox_reset_peak(c);
     b->cpu_ns = cpu_ns(c);
+    if (b->cpu_ns < 0)
+        return failed("read the run's CPU time", error, error_len);
     b->oom_kills = oom_kills(c); /* it only grows: the slot's earlier runs count */
+    if (b->oom_kills < 0)
+        return failed("read the run's OOM kills", error, error_len);
     /* The exit report must carry it: bytes a program writes blindly into its inherited
        descriptors cannot end its run early. */
     unsigned char raw[TOKEN_HEX / 2];
     if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw)
-        return -1;
+        return failed("draw the run's token", error, error_len);
     for (size_t i = 0; i < sizeof raw; i++)
         snprintf(b->token + 2 * i, 3, "%02x", raw[i]);
     b->parked = 1;
     return 1;
 }
 
-/* execbox_await_parked(done_r, wait_ms, c, b)
+/* execbox_await_parked(done_r, wait_ms, c, b, error, error_len)
    For a request that came the long way: wait at most `wait_ms` for the staged program to say
-   it waits for its code, then as `execbox_take_parked` (1: parked, 0: it ended in set-up).
-   -2 when it said nothing in time, -1 when no token could be drawn. */
-int execbox_await_parked(int done_r, int wait_ms, struct counters *c, struct baselines *b) {
+   it waits for its code, then as `execbox_take_parked` (1: parked, 0: it ended in set-up,
+   -1). -2 when it said nothing in time. */
+int execbox_await_parked(int done_r, int wait_ms, struct counters *c, struct baselines *b,
+                         char *error, size_t error_len) {
     struct pollfd p = {done_r, POLLIN, 0};
     int n;
     while ((n = poll(&p, 1, wait_ms)) < 0 && errno == EINTR)
         ;
-    if (n <= 0)
+    if (n < 0)
+        return failed("wait for the program", error, error_len);
+    if (n == 0)
         return -2;
-    return execbox_take_parked(done_r, c, b);
+    return execbox_take_parked(done_r, c, b, error, error_len);
 }
 
 /* execbox_await_request(ctrl, done_r, go_w, c, offer, b, error, error_len)
@@ -300,9 +313,9 @@ int execbox_await_request(int ctrl, int done_r, int go_w, struct counters *c,
             return failed("wait for a request", error, error_len);
         if (fds[1].revents) {
             fds[1].fd = -1; /* said what it says, or ended */
-            int parked = execbox_take_parked(done_r, c, b);
+            int parked = execbox_take_parked(done_r, c, b, error, error_len);
             if (parked < 0)
-                return failed("draw the run's token", error, error_len);
+                return -1;
             if (parked) {
                 char payload[512];
                 int len = snprintf(payload, sizeof payload, "{\"token\":\"%s\",%s}", b->token,
@@ -343,7 +356,11 @@ enum { WATCH_REPORTED = 1, WATCH_ENDED, WATCH_HOST, WATCH_TIMEOUT, WATCH_CPU };
    (WATCH_ENDED: no report of its own), a frame from the host (WATCH_HOST: the caller reads
    it and calls again), the wall deadline (WATCH_TIMEOUT) or the CPU limit, checked as often as
    the cores could have used it up (WATCH_CPU). A program that closes `done_r` without a
-   report, or floods it, is no longer read: its exit status then comes from `status_r`. */
+   report, or floods it, is no longer read: its exit status then comes from `status_r`.
+   When several are ready at once the report comes first: the program is done, and the rest of
+   the run ends with init at once (the zygote's report would have the supervisor wait for
+   init's end first). A program can forge its report (its token is in its own memory) and so
+   lie about its own exit status, as it could by exiting with that status. */
 int execbox_watch(struct watch *w, const struct counters *c, char *error, size_t error_len) {
     cpu_set_t set;
     int ncpu = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1; /* may change */
@@ -357,7 +374,10 @@ int execbox_watch(struct watch *w, const struct counters *c, char *error, size_t
         if (now >= w->deadline)
             return WATCH_TIMEOUT;
         if (now >= w->next_cpu_check) {
-            double used = (double)(cpu_ns(c) - w->cpu_base) / 1e9;
+            long long now_ns = cpu_ns(c);
+            if (now_ns < 0)
+                return failed("read the run's CPU time", error, error_len);
+            double used = (double)(now_ns - w->cpu_base) / 1e9;
             if (used >= w->cpu_s)
                 return WATCH_CPU;
             double wait = (w->cpu_s - used) / ncpu;
@@ -424,20 +444,27 @@ static size_t read_available(int fd, char *buf, size_t size) {
     return got;
 }
 
-/* execbox_collect(c, err_r, err, err_size, setup_r, setup, setup_size, out)
+/* execbox_collect(c, err_r, err, err_size, setup_r, setup, setup_size, out, error, error_len)
    After the run: what is in its error and set-up pipes (at most the buffers' sizes), the
    cgroup's counters, and how many inodes /workspace holds (a fresh tmpfs holds one, its root:
-   with no inputs, 1 means no file to collect). */
-void execbox_collect(const struct counters *c, int err_r, char *err, size_t err_size,
-                     int setup_r, char *setup, size_t setup_size, struct collected *out) {
+   with no inputs, 1 means no file to collect). Returns 0, or -1 when a counter could not be
+   read. */
+int execbox_collect(const struct counters *c, int err_r, char *err, size_t err_size,
+                    int setup_r, char *setup, size_t setup_size, struct collected *out,
+                    char *error, size_t error_len) {
     out->err_len = read_available(err_r, err, err_size);
     out->setup_len = read_available(setup_r, setup, setup_size);
     out->oom_kills = oom_kills(c);
+    if (out->oom_kills < 0)
+        return failed("read the run's OOM kills", error, error_len);
     out->cpu_ns = cpu_ns(c);
+    if (out->cpu_ns < 0)
+        return failed("read the run's CPU time", error, error_len);
     out->memory_peak = memory_peak(c);
     struct statvfs v;
     out->workspace_inodes = statvfs("/workspace", &v) == 0 && v.f_files > 0
                                 ? (long long)(v.f_files - v.f_ffree) : -1;
+    return 0;
 }
 
 /* execbox_end_init(pid, wait_ms)
