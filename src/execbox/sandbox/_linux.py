@@ -367,6 +367,8 @@ class SlotSteps:
         self._end_init = lib.execbox_end_init
         self._end_init.restype = None
         self._end_init.argtypes = [ctypes.c_int, ctypes.c_int]
+        self._has_processes = lib.execbox_cgroup_has_processes
+        self._has_processes.argtypes = [int_p, ctypes.c_int, err_t, size_t]
         self._end_run = lib.execbox_end_run
         self._end_run.argtypes = [ctypes.c_int, ctypes.c_int, int_p, ctypes.c_int, int_p,
                                   ctypes.c_int, err_t, size_t]
@@ -452,6 +454,14 @@ class SlotSteps:
         """Kill init (everything of its pid namespace dies with it) and reap it, waiting at
         most `wait_s`."""
         self._end_init(pid, int(wait_s * 1000))
+
+    def has_processes(self) -> bool:
+        """Whether any process is in the slot's cgroup (in any controller's directory): the
+        check `end_run` makes."""
+        rc = self._has_processes(self._dirs, len(self._dirs), self._error, len(self._error))
+        if rc < 0:
+            raise self._failed()
+        return bool(rc)
 
     def end_run(self, init_pid: int, wait_s: float, fds: list[int]) -> bool:
         """Init ended (see `end_init`), `fds` closed, /proc unmounted; whether processes of

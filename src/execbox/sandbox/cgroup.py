@@ -56,14 +56,6 @@ def _write(dir_fd: int, name: str, value: str) -> None:
         os.close(fd)
 
 
-def _read(dir_fd: int, name: str) -> str:
-    fd = os.open(name, os.O_RDONLY, dir_fd=dir_fd)
-    try:
-        return os.read(fd, 65536).decode()
-    finally:
-        os.close(fd)
-
-
 def _mkdir_p(path: str) -> None:
     os.makedirs(path, exist_ok=True)
 
@@ -264,11 +256,6 @@ class RunCgroup:
             return int(self._read(self.dirs["cpuacct"], "cpuacct.usage"))
         return 0
 
-    def has_processes(self) -> bool:
-        """Whether any process is still in the cgroup (in any controller's hierarchy). Opened
-        afresh each time: a kept descriptor of cgroup.procs reads its first list again."""
-        return any(_read(d, "cgroup.procs").strip() for d in self.dirs.values())
-
     def _peak_fd(self) -> int:
         # One descriptor for reading and resetting: on v2 a reset holds for reads through the
         # descriptor that wrote it.
@@ -307,8 +294,7 @@ class RunCgroup:
     def file_bytes(self) -> int:
         """Page cache charged to the cgroup (and any below it, as its peak counts them): file
         pages on its LRU lists, tmpfs pages not among them. 0 when unreadable."""
-        keys = ("active_file", "inactive_file") if self.v2 else ("total_active_file",
-                                                                  "total_inactive_file")
+        keys = self._file_keys()
         try:
             stat = self._read(self._mem(), "memory.stat")
             return sum(int(value) for key, _, value in
@@ -322,23 +308,29 @@ class RunCgroup:
         none) and whether it is v2's cpu.stat, OOM kills, the peak (-1: none), memory.stat,
         and memory.stat's file-page keys."""
         if self.v2:
-            cpu, keys = self._kept_fd(self.dirs[""], "cpu.stat", os.O_RDONLY), ("active_file",
-                                                                                "inactive_file")
+            cpu = self._kept_fd(self.dirs[""], "cpu.stat", os.O_RDONLY)
         else:
             cpu = (self._kept_fd(self.dirs["cpuacct"], "cpuacct.usage", os.O_RDONLY)
                    if "cpuacct" in self.dirs else -1)
-            keys = ("total_active_file", "total_inactive_file")
-        oom = self._kept_fd(self._mem(), "memory.events" if self.v2 else "memory.oom_control",
-                            os.O_RDONLY)
+        oom = self._kept_fd(self._mem(), self._oom_file(), os.O_RDONLY)
         try:
             peak = self._peak_fd()
         except OSError:  # no peak file (v2 before 5.19): a peak of 0, as `memory_peak` reads
             peak = -1
-        return cpu, self.v2, oom, peak, self._kept_fd(self._mem(), "memory.stat", os.O_RDONLY), keys
+        stat = self._kept_fd(self._mem(), "memory.stat", os.O_RDONLY)
+        return cpu, self.v2, oom, peak, stat, self._file_keys()
+
+    def _file_keys(self) -> tuple[str, str]:
+        """memory.stat's counters of the file pages on the cgroup's LRU lists."""
+        return ("active_file", "inactive_file") if self.v2 else ("total_active_file",
+                                                                  "total_inactive_file")
+
+    def _oom_file(self) -> str:
+        """The file with the cgroup's "oom_kill N" line."""
+        return "memory.events" if self.v2 else "memory.oom_control"
 
     def oom_kills(self) -> int:
-        name = "memory.events" if self.v2 else "memory.oom_control"
-        for line in self._read(self._mem(), name).splitlines():
+        for line in self._read(self._mem(), self._oom_file()).splitlines():
             key, _, value = line.partition(" ")
             if key == "oom_kill":
                 return int(value)

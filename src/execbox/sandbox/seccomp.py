@@ -96,9 +96,13 @@ def _lib() -> ctypes.CDLL:
     return lib
 
 
-def compile_filter(leave_out: tuple[str, ...] = ()) -> bytes:
-    """Build the filter with libseccomp and return it as a classic BPF program; the calls in
-    `leave_out` are allowed."""
+_Rule = Callable[..., None]  # rule(action, syscall name, *argument comparisons)
+
+
+def _compile(add_rules: Callable[[_Rule], None]) -> bytes:
+    """A filter that allows by default, with the rules `add_rules` adds through the `rule` it
+    is given, exported by libseccomp as a classic BPF program. A call from another
+    architecture's ABI kills the process."""
     lib = _lib()
     ctx = lib.seccomp_init(ACT_ALLOW)
     if not ctx:
@@ -118,6 +122,23 @@ def compile_filter(leave_out: tuple[str, ...] = ()) -> bytes:
 
         check(lib.seccomp_attr_set(ctx, _FLTATR_ACT_BADARCH, ACT_KILL_PROCESS), "badarch")
         check(lib.seccomp_attr_set(ctx, _FLTATR_CTL_NNP, 0), "nnp")
+        add_rules(rule)
+        fd = os.memfd_create("execbox-seccomp")
+        try:
+            check(lib.seccomp_export_bpf(ctx, fd), "export")
+            size = os.lseek(fd, 0, os.SEEK_END)
+            return os.pread(fd, size, 0)
+        finally:
+            os.close(fd)
+    finally:
+        lib.seccomp_release(ctx)
+
+
+def compile_filter(leave_out: tuple[str, ...] = ()) -> bytes:
+    """Build the filter with libseccomp and return it as a classic BPF program; the calls in
+    `leave_out` are allowed."""
+
+    def policy(rule: _Rule) -> None:
         for name in KILLED:
             rule(ACT_KILL_PROCESS, name)
         for name in DENIED_EPERM:
@@ -134,9 +155,8 @@ def compile_filter(leave_out: tuple[str, ...] = ()) -> bytes:
         for sock_type in (_SOCK_RAW, _SOCK_PACKET):
             rule(act_errno(errno.EPERM), "socket", (1, _CMP_MASKED_EQ, 0xF, sock_type))
         rule(act_errno(errno.EPERM), "ioctl", (1, _CMP_MASKED_EQ, 0xFFFFFFFF, _TIOCSTI))
-        return _export(lib, ctx, check)
-    finally:
-        lib.seccomp_release(ctx)
+
+    return _compile(policy)
 
 
 def compile_split() -> tuple[bytes, bytes]:
@@ -145,35 +165,9 @@ def compile_split() -> tuple[bytes, bytes]:
     the same action: the program part refuses only calls the zygote part allows."""
     if not set(CONTAIN_CALLS) <= set(DENIED_EPERM):
         raise OSError(0, "seccomp: the program part may only refuse calls the policy refuses")
-    lib = _lib()
-    ctx = lib.seccomp_init(ACT_ALLOW)
-    if not ctx:
-        raise OSError(0, "seccomp_init failed")
-    try:
 
-        def check(rc: int, what: str) -> None:
-            if rc < 0:
-                raise OSError(-rc, f"seccomp: {what}: {os.strerror(-rc)}")
-
-        check(lib.seccomp_attr_set(ctx, _FLTATR_ACT_BADARCH, ACT_KILL_PROCESS), "badarch")
-        check(lib.seccomp_attr_set(ctx, _FLTATR_CTL_NNP, 0), "nnp")
-        arr = (_ArgCmp * 1)()
+    def contain_calls(rule: _Rule) -> None:
         for name in CONTAIN_CALLS:
-            nr = lib.seccomp_syscall_resolve_name(name.encode())
-            if nr >= 0:
-                check(lib.seccomp_rule_add_array(ctx, act_errno(errno.EPERM), nr, 0, arr),
-                      f"rule {name}")
-        program_part = _export(lib, ctx, check)
-    finally:
-        lib.seccomp_release(ctx)
-    return compile_filter(leave_out=CONTAIN_CALLS), program_part
+            rule(act_errno(errno.EPERM), name)
 
-
-def _export(lib: ctypes.CDLL, ctx: int, check: Callable[[int, str], None]) -> bytes:
-    fd = os.memfd_create("execbox-seccomp")
-    try:
-        check(lib.seccomp_export_bpf(ctx, fd), "export")
-        size = os.lseek(fd, 0, os.SEEK_END)
-        return os.pread(fd, size, 0)
-    finally:
-        os.close(fd)
+    return compile_filter(leave_out=CONTAIN_CALLS), _compile(contain_calls)

@@ -486,20 +486,12 @@ void execbox_end_init(int pid, int wait_ms) {
     close(pidfd);
 }
 
-/* execbox_end_run(init_pid, wait_ms, fds, n_fds, cgroup_dirs, n_cgroups, error, error_len)
-   Everything of the run gone: init and with it its processes (see `execbox_end_init`), its
-   descriptors (closed), its /proc (unmounted). Returns 0 when the cgroup is then empty, 1 when
-   processes of the run survived, -1 on a failed step. */
-int execbox_end_run(int init_pid, int wait_ms, const int *fds, int n_fds,
-                    const int *cgroup_dirs, int n_cgroups, char *error, size_t error_len) {
-    if (init_pid > 0)
-        execbox_end_init(init_pid, wait_ms);
-    for (int i = 0; i < n_fds; i++)
-        if (fds[i] >= 0)
-            close(fds[i]);
-    if (umount2("/proc", MNT_DETACH))
-        return failed("unmount the run's /proc", error, error_len);
-    /* Opened afresh each time: a kept descriptor of cgroup.procs reads its first list again. */
+/* execbox_cgroup_has_processes(cgroup_dirs, n_cgroups, error, error_len)
+   Whether any process is in the cgroup, in any of its controllers' directories: 1, 0, or -1
+   when a cgroup.procs could not be read. Opened afresh each time: a kept descriptor of
+   cgroup.procs reads its first list again. */
+int execbox_cgroup_has_processes(const int *cgroup_dirs, int n_cgroups, char *error,
+                                 size_t error_len) {
     for (int i = 0; i < n_cgroups; i++) {
         int fd = openat(cgroup_dirs[i], "cgroup.procs", O_RDONLY | O_CLOEXEC);
         if (fd < 0)
@@ -516,4 +508,20 @@ int execbox_end_run(int init_pid, int wait_ms, const int *fds, int n_fds,
                 return 1;
     }
     return 0;
+}
+
+/* execbox_end_run(init_pid, wait_ms, fds, n_fds, cgroup_dirs, n_cgroups, error, error_len)
+   Everything of the run gone: init and with it its processes (see `execbox_end_init`), its
+   descriptors (closed), its /proc (unmounted). Returns 0 when the cgroup is then empty, 1 when
+   processes of the run survived (`execbox_cgroup_has_processes`), -1 on a failed step. */
+int execbox_end_run(int init_pid, int wait_ms, const int *fds, int n_fds,
+                    const int *cgroup_dirs, int n_cgroups, char *error, size_t error_len) {
+    if (init_pid > 0)
+        execbox_end_init(init_pid, wait_ms);
+    for (int i = 0; i < n_fds; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    if (umount2("/proc", MNT_DETACH))
+        return failed("unmount the run's /proc", error, error_len);
+    return execbox_cgroup_has_processes(cgroup_dirs, n_cgroups, error, error_len);
 }
