@@ -365,6 +365,12 @@ def test_short_runs_queueing_for_slots_do_not_churn_the_pool() -> None:
     # evaluation of HumanEval's 164 problems.
     with Executor(cache=False, max_concurrency=8, pool_size=2) as ex:
         host = ex._host
+        # The pool's thread starts its first slots after the executor is back: count only
+        # what the map starts (a start counted before the map made this fail under load).
+        deadline = time.monotonic() + 30
+        while host.pool.ready_count("light") < 2:
+            assert time.monotonic() < deadline, "the pool never staged its two light slots"
+            time.sleep(0.01)
         started: list[str] = []
         start_slot = host.start_slot
 
