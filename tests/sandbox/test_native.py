@@ -403,9 +403,6 @@ def test_the_fork_server_refuses_a_layout_without_the_pid_namespace_first(
         lib.serve_programs(-1, -1, -1, SANDBOX_UID, _linux.SeccompLoader(b"\0" * 8))
 
 
-NS_GET_NSTYPE = 0xB703  # ioctl on a namespace descriptor: its CLONE_NEW* type
-
-
 def _open_fds() -> set[int]:
     fds = set()
     for fd in range(1024):  # no /proc of our own once init has mounted its own
@@ -434,7 +431,6 @@ def _stage_in_fork(libexec: Path, tmp_path: Path, *, init: str | None = None,
     cgroup.mkdir()
     if procs_file:
         (cgroup / "cgroup.procs").write_text("")
-    names = [name for name, _ in jail.PROGRAM_NAMESPACES]
     report_r, report_w = os.pipe()
     back_ours, back_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
     spawn_ours, spawn_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -451,13 +447,25 @@ def _stage_in_fork(libexec: Path, tmp_path: Path, *, init: str | None = None,
                 str(libexec / "libexecbox-contain.so"), scratch=scratch,
                 own_pid_ns=own_pid_ns, cgroup_dirs=[dir_fd],
                 init=init or str(libexec / "execbox-init"), init_uid=init_uid,
-                ns_names=names, spawn=spawn_ours.fileno())
+                spawn=spawn_ours.fileno())
             before = _open_fds()
             staged, error = stager.stage(first=True, warm=_linux.WARM_ALL)
             fds = [getattr(staged, name) for name, _ in staged._fields_[1:]]
             out["error"] = error
             out["init_pid"] = staged.init_pid
             out["leaked"] = sorted(_open_fds() - before - set(fds if error is None else []))
+            # The spawn request, as the program zygote would take it, while init lives: its
+            # namespaces come as a pidfd, which must name init.
+            spawn_theirs.setblocking(False)
+            try:
+                msg, request, _flags, _addr = socket.recv_fds(spawn_theirs, 256, 64)
+            except BlockingIOError:
+                msg, request = b"", []
+            out["message"] = msg.decode()
+            if len(request) > 1:
+                with open(f"self/fdinfo/{request[1]}", opener=lambda p, f: os.open(
+                        p, f, dir_fd=host_proc)) as fh:
+                    out["pidfd_of"] = [int(ln.split()[1]) for ln in fh if ln.startswith("Pid:")]
             if staged.init_pid:
                 with open(f"{staged.init_pid}/status", opener=lambda p, f: os.open(
                         p, f, dir_fd=host_proc)) as fh:
@@ -472,6 +480,7 @@ def _stage_in_fork(libexec: Path, tmp_path: Path, *, init: str | None = None,
                 out["modes"] = [oct(os.stat(p).st_mode & 0o7777) for p, _, _ in scratch]
                 out["procs"] = (cgroup / "cgroup.procs").read_text()
                 socket.send_fds(back_ours, [b"staged"], fds)
+                socket.send_fds(back_ours, [b"request"], request)
                 for path, _, _ in scratch:
                     Path(path, "left").write_text("by the last run")
                 # A second staging replaces the scratch mounts (one of each stays).
@@ -494,17 +503,12 @@ def _stage_in_fork(libexec: Path, tmp_path: Path, *, init: str | None = None,
         out = json.loads(fh.read())
     os.waitpid(pid, 0)
     back_theirs.setblocking(False)
+    out["staged"], out["request"] = [], []
     try:
         out["staged"] = socket.recv_fds(back_theirs, 16, 16)[1]
+        out["request"] = socket.recv_fds(back_theirs, 16, 64)[1]
     except BlockingIOError:
-        out["staged"] = []
-    spawn_theirs.setblocking(False)
-    try:
-        msg, request, _flags, _addr = socket.recv_fds(spawn_theirs, 256, 64)
-    except BlockingIOError:
-        msg, request = b"", []
-    out["message"] = msg.decode()
-    out["request"] = request
+        pass
     for sock in (back_ours, back_theirs, spawn_ours, spawn_theirs):
         sock.close()
     return out
@@ -533,19 +537,14 @@ def _check_staged(out: dict[str, Any], tmp_path: Path) -> None:
     assert out["again_error"] is None, out
     assert sorted(out["mounts_again"]) == sorted(out["mounts"]), out
     assert out["left"] == [] and out["stacked"] == [], out  # fresh: nothing of the last run
-    # "<namespaces> <cgroups> <warm>": status_w, the namespaces in order, the cgroup.procs
-    # file, then stdin_r, stdout_w, stderr_w, go_r, err_w, setup_w, done_w.
-    n_ns = len(jail.PROGRAM_NAMESPACES)
-    assert out["message"] == f"{n_ns} 1 1", out
+    # "1 <cgroups> <warm>": status_w, a pidfd of init (its namespaces are the program's),
+    # the cgroup.procs file, then stdin_r, stdout_w, stderr_w, go_r, err_w, setup_w, done_w.
+    assert out["message"] == "1 1 1", out
     request, staged = out["request"], out["staged"]
-    assert len(request) == 1 + n_ns + 1 + 7 and len(staged) == 8, out
-    for fd, (name, flag) in zip(request[1:1 + n_ns], jail.PROGRAM_NAMESPACES, strict=True):
-        assert fcntl.ioctl(fd, NS_GET_NSTYPE) == flag, name
-    for name in ("pid", "ipc"):  # new ones, not this process's
-        at = [n for n, _ in jail.PROGRAM_NAMESPACES].index(name)
-        assert os.fstat(request[1 + at]).st_ino != os.stat(f"/proc/self/ns/{name}").st_ino
+    assert len(request) == 1 + 1 + 1 + 7 and len(staged) == 8, out
+    assert out["pidfd_of"] == [out["init_pid"]], out
     status_w, (stdin_r, stdout_w, stderr_w, go_r, err_w, setup_w, done_w) = (
-        request[0], request[2 + n_ns:])
+        request[0], request[3:])
     stdin_w, stdout_r, stderr_r, err_r, setup_r, status_r, go_w, done_r = staged
     for writer, reader in ((stdin_w, stdin_r), (stdout_w, stdout_r), (stderr_w, stderr_r),
                            (go_w, go_r), (err_w, err_r), (setup_w, setup_r),

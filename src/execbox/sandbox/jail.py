@@ -286,14 +286,12 @@ def enter_root() -> None:
 
 # ---- how the program joins the slot (see `program`) -----------------------------------------
 
-# The namespaces of init the program joins, in this order (`native/contain.c` follows it): pid
-# first (its program zygote applies it to its next child), cgroup after the cgroup itself, the
-# mount namespace (and with it the jail's root) last.
-PROGRAM_NAMESPACES = (
-    ("pid", _linux.CLONE_NEWPID), ("cgroup", _linux.CLONE_NEWCGROUP),
-    ("net", _linux.CLONE_NEWNET), ("ipc", _linux.CLONE_NEWIPC), ("uts", _linux.CLONE_NEWUTS),
-    ("mnt", _linux.CLONE_NEWNS),
-)
+# The namespaces of init the program joins, all through one pidfd of init (Linux 5.8): pid
+# by its program zygote (setns with CLONE_NEWPID changes only where its next child goes), the
+# others by the program in one setns, after it joined the cgroup (its cgroup namespace is
+# rooted there); the mount namespace's root and working directory become the program's.
+PROGRAM_NAMESPACES = (_linux.CLONE_NEWPID | _linux.CLONE_NEWCGROUP | _linux.CLONE_NEWNET
+                      | _linux.CLONE_NEWIPC | _linux.CLONE_NEWUTS | _linux.CLONE_NEWNS)
 
 
 # ---- process steps in Python (the program's contain steps are in `native/contain.c`) --------

@@ -10,8 +10,9 @@ one request: requests never interleave). The message is "<namespaces> <cgroups> 
 number of each and whether the program copies all its warm pages (1) or only those every
 program writes (0; see `learn_warm_pages`), and carries these descriptors:
 
-    status_w, init's namespaces (PROGRAM_NAMESPACES order), cgroup.procs of each controller,
-    the program's stdin, stdout, stderr, then go_r, err_w, setup_w, done_w (`ProgramFds`)
+    status_w, a pidfd of init (the one "namespace": the program joins init's
+    `jail.PROGRAM_NAMESPACES` through it), cgroup.procs of each controller, the program's
+    stdin, stdout, stderr, then go_r, err_w, setup_w, done_w (`ProgramFds`)
 
 A program zygote's loop is C (`native/contain.c`, system calls only: a Python step copies every
 page it touches, in a fresh fork and in the zygote after each fork alike). It points the pid
@@ -68,8 +69,7 @@ def start(cfg: jail.JailConfig, src_paths: list[str], kind: str
     # Dispositions as a fresh interpreter has them, set once here for every program
     # (whatever the host started us with); a fork changes none of them.
     jail.reset_signals()
-    server = _linux.ContainLibrary(cfg.contain_library,
-                                   [flag for _name, flag in jail.PROGRAM_NAMESPACES])
+    server = _linux.ContainLibrary(cfg.contain_library, [jail.PROGRAM_NAMESPACES])
     base_codes, more_codes = TRAINING.get(kind, ([], []))
     try:
         base = learn_warm_pages(server, src_paths, base_codes)

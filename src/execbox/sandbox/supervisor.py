@@ -219,8 +219,7 @@ class Supervisor:
         self.stager = _linux.Stager(
             self.z.cfg.contain_library, scratch=jail.staged_scratch(), own_pid_ns=self.own_pid_ns,
             cgroup_dirs=list(self.cg.dirs.values()), init=self.z.cfg.init,
-            init_uid=jail.INIT_UID, ns_names=[name for name, _ in jail.PROGRAM_NAMESPACES],
-            spawn=self.z.spawn[self.program_kind].fileno())
+            init_uid=jail.INIT_UID, spawn=self.z.spawn[self.program_kind].fileno())
         self.steps = _linux.SlotSteps(self.z.cfg.contain_library, self.cg.counter_files(),
                                       list(self.cg.dirs.values()), jail.JailError)
 

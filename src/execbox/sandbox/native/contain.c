@@ -38,10 +38,11 @@
      /proc/self/pagemap), contiguous pages as one pair. Returns 0, or -1 with errno set.
 
    execbox_contain(fds, n_ns, ns_types, n_cgroups, uid, filter, error, error_len):
-     fds       the request's descriptors: n_ns namespaces (ns_types[i] is the CLONE_NEW* flag of
-               fds[i]; CLONE_NEWPID is skipped, the zygote forked us into it), n_cgroups
-               cgroup.procs files, then stdin, stdout, stderr, then KEEP descriptors the
-               program keeps at their numbers
+     fds       the request's descriptors: n_ns namespace descriptors or pidfds (ns_types[i]
+               is the CLONE_NEW* flags joined through fds[i], in one setns for a pidfd;
+               CLONE_NEWPID is skipped, the zygote forked us into it), n_cgroups cgroup.procs
+               files, then stdin, stdout, stderr, then KEEP descriptors the program keeps at
+               their numbers
      uid       the unprivileged uid to become
      filter    the seccomp program (struct sock_fprog), installed last
    In order: join the cgroup, join the namespaces (the mount namespace last: root and working
@@ -110,9 +111,11 @@ int execbox_contain(const int *fds, int n_ns, const int *ns_types, int n_cgroups
     for (int i = 0; i < n_cgroups; i++)
         if (write(cgroups[i], "0", 1) != 1)
             return failed("join cgroup", error, error_len);
-    for (int i = 0; i < n_ns; i++)
-        if (ns_types[i] != CLONE_NEWPID && setns(fds[i], ns_types[i]))
+    for (int i = 0; i < n_ns; i++) { /* the pid namespace is the zygote's to enter */
+        int joined = ns_types[i] & ~CLONE_NEWPID;
+        if (joined && setns(fds[i], joined))
             return failed("enter the slot's namespaces", error, error_len);
+    }
     for (int i = 0; i < 3; i++)
         if (stdio[i] != i && dup2(stdio[i], i) < 0)
             return failed("set up stdio", error, error_len);
@@ -307,7 +310,7 @@ int execbox_serve_programs(int host, int spawn, int own_pid_ns, int n_ns, const 
         errno = EINVAL;
         return failed("check the warm pages", error, error_len);
     }
-    if (n_ns < 1 || ns_types[0] != CLONE_NEWPID || n_ns + MAX_CGROUPS + 3 + KEEP > MAX_FDS) {
+    if (n_ns < 1 || !(ns_types[0] & CLONE_NEWPID) || n_ns + MAX_CGROUPS + 3 + KEEP > MAX_FDS) {
         errno = EINVAL; /* the slot's pid namespace comes first: the fork goes there */
         return failed("check the namespace layout", error, error_len);
     }
