@@ -415,8 +415,7 @@ def _open_fds() -> set[int]:
 
 
 def _stage_in_fork(libexec: Path, tmp_path: Path, *, init: str | None = None,
-                   init_uid: int = jail.INIT_UID, procs_file: bool = True,
-                   n_scratch: int = 2) -> dict[str, Any]:
+                   init_uid: int = jail.INIT_UID, n_scratch: int = 2) -> dict[str, Any]:
     """Call the supervisor's C staging (`native/stage.c`) in a fork with a mount namespace of
     its own (/ made private first: nothing it mounts reaches the host; the staging makes the
     pid and ipc ones), with a plain file as the cgroup's cgroup.procs. Returns its error, the
@@ -429,8 +428,7 @@ def _stage_in_fork(libexec: Path, tmp_path: Path, *, init: str | None = None,
                         _linux.MS_NOEXEC if i == 1 else 0))
     cgroup = tmp_path / "cgroup"
     cgroup.mkdir()
-    if procs_file:
-        (cgroup / "cgroup.procs").write_text("")
+    (cgroup / "cgroup.procs").write_text("")
     report_r, report_w = os.pipe()
     back_ours, back_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
     spawn_ours, spawn_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -442,10 +440,10 @@ def _stage_in_fork(libexec: Path, tmp_path: Path, *, init: str | None = None,
             _linux.mount("none", "/", None, _linux.MS_REC | _linux.MS_PRIVATE)
             host_proc = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY)
             own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY)
-            dir_fd = os.open(str(cgroup), os.O_RDONLY | os.O_DIRECTORY)
+            procs = os.open(str(cgroup / "cgroup.procs"), os.O_WRONLY)
             stager = _linux.Stager(
                 str(libexec / "libexecbox-contain.so"), scratch=scratch,
-                own_pid_ns=own_pid_ns, cgroup_dirs=[dir_fd],
+                own_pid_ns=own_pid_ns, cgroup_procs=[procs],
                 init=init or str(libexec / "execbox-init"), init_uid=init_uid,
                 spawn=spawn_ours.fileno())
             before = _open_fds()
@@ -558,7 +556,6 @@ def _check_staged(out: dict[str, Any], tmp_path: Path) -> None:
 @pytest.mark.parametrize("case, expected", [
     ("no init", "spawn init: No such file or directory"),
     ("init refuses", "init: the uid argument: Invalid argument"),
-    ("no cgroup.procs", "open the cgroup's cgroup.procs: No such file or directory"),
     ("too many scratch mounts", "stage a run: malformed arguments: Invalid argument"),
 ])
 def test_staging_names_the_step_that_failed_and_sends_nothing(
@@ -566,8 +563,7 @@ def test_staging_names_the_step_that_failed_and_sends_nothing(
     out = _stage_in_fork(
         libexec, tmp_path, init=str(tmp_path / "missing") if case == "no init" else None,
         init_uid=0 if case == "init refuses" else jail.INIT_UID,
-        procs_file=case != "no cgroup.procs", n_scratch=5 if case == "too many scratch mounts"
-        else 2)
+        n_scratch=5 if case == "too many scratch mounts" else 2)
     assert out.get("error") == expected, out
     assert out["leaked"] == [], out  # everything it opened is closed again
     assert (out["init_pid"] > 0) is (case == "init refuses"), out  # the caller's to reap

@@ -229,7 +229,7 @@ class _StageArgs(ctypes.Structure):
                 ("scratch", ctypes.POINTER(ctypes.c_char_p)),
                 ("options", ctypes.POINTER(ctypes.c_char_p)),
                 ("flags", ctypes.POINTER(ctypes.c_ulong)), ("own_pid_ns", ctypes.c_int),
-                ("n_cgroups", ctypes.c_int), ("cgroup_dirs", ctypes.POINTER(ctypes.c_int)),
+                ("n_cgroups", ctypes.c_int), ("cgroup_procs", ctypes.POINTER(ctypes.c_int)),
                 ("init", ctypes.c_char_p), ("init_uid", ctypes.c_char_p),
                 ("spawn", ctypes.c_int), ("warm", ctypes.c_int)]
 
@@ -253,7 +253,7 @@ class Stager:
     slot's life, are laid out once."""
 
     def __init__(self, path: str, *, scratch: list[tuple[str, str, int]], own_pid_ns: int,
-                 cgroup_dirs: list[int], init: str, init_uid: int, spawn: int) -> None:
+                 cgroup_procs: list[int], init: str, init_uid: int, spawn: int) -> None:
         stage = ctypes.CDLL(path, use_errno=True).execbox_stage_run
         stage.restype = ctypes.c_int
         stage.argtypes = [ctypes.POINTER(_StageArgs), ctypes.POINTER(StagedRun),
@@ -262,11 +262,11 @@ class Stager:
         # Kept here: the structure points into these.
         self._arrays = (_strings([p for p, _, _ in scratch]), _strings([o for _, o, _ in scratch]),
                         (ctypes.c_ulong * len(scratch))(*(f for _, _, f in scratch)),
-                        (ctypes.c_int * len(cgroup_dirs))(*cgroup_dirs),
+                        (ctypes.c_int * len(cgroup_procs))(*cgroup_procs),
                         init.encode(), str(init_uid).encode())
-        paths, options, flags, dirs, init_b, uid_b = self._arrays
+        paths, options, flags, procs, init_b, uid_b = self._arrays
         self._args = _StageArgs(1, len(scratch), paths, options, flags, own_pid_ns,
-                                len(cgroup_dirs), dirs, init_b, uid_b, spawn, WARM_BASE)
+                                len(cgroup_procs), procs, init_b, uid_b, spawn, WARM_BASE)
         self._error = ctypes.create_string_buffer(1024)
 
     def stage(self, first: bool, warm: int) -> tuple[StagedRun, str | None]:

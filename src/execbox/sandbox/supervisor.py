@@ -218,7 +218,7 @@ class Supervisor:
         jail.enter_root()
         self.stager = _linux.Stager(
             self.z.cfg.contain_library, scratch=jail.staged_scratch(), own_pid_ns=self.own_pid_ns,
-            cgroup_dirs=list(self.cg.dirs.values()), init=self.z.cfg.init,
+            cgroup_procs=self.cg.procs_files(), init=self.z.cfg.init,
             init_uid=jail.INIT_UID, spawn=self.z.spawn[self.program_kind].fileno())
         self.steps = _linux.SlotSteps(self.z.cfg.contain_library, self.cg.counter_files(),
                                       list(self.cg.dirs.values()), jail.JailError)

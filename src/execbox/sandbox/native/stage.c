@@ -11,8 +11,9 @@
        2. new pid and ipc namespaces: the supervisor's children go back to its own pid
           namespace (setns on args->own_pid_ns), then to a new one, with a new ipc namespace;
        3. init (args->init, `init.c`), spawned with vfork and exec as pid 1 of the new pid
-          namespace: descriptor 3 its report pipe, 4.. the cgroup.procs file of each of
-          args->n_cgroups cgroup directories, an empty environment. Its report is read whole:
+          namespace: descriptor 3 its report pipe, 4.. the cgroup.procs files of the slot's
+          cgroup (args->cgroup_procs: the supervisor's, open for the slot's life; one per
+          controller hierarchy), an empty environment. Its report is read whole:
           anything but "ready" is init's error, returned as it is;
        4. pipes for the program's stdin, stdout, stderr, structured error, set-up error, exit
           report, code, and for its zygote's report of its end (the supervisor's ends of the
@@ -51,7 +52,7 @@ struct stage_args {
     const unsigned long *flags;    /* their extra mount flags */
     int own_pid_ns;
     int n_cgroups;
-    const int *cgroup_dirs;
+    const int *cgroup_procs;       /* open for writing, kept by the caller */
     const char *init;
     const char *init_uid;          /* init's argv[1] */
     int spawn;
@@ -144,8 +145,8 @@ int execbox_stage_run(const struct stage_args *a, struct stage_out *out, char *e
     enum { REPORT_R, REPORT_W, STDIN_R, STDIN_W, STDOUT_R, STDOUT_W, STDERR_R, STDERR_W,
            ERR_R, ERR_W, SETUP_R, SETUP_W, STATUS_R, STATUS_W, GO_R, GO_W, DONE_R, DONE_W,
            N_PIPE_FDS };
-    int p[N_PIPE_FDS], procs[MAX_CGROUPS], init_pidfd = -1;
-    int n_procs = 0;
+    int p[N_PIPE_FDS], init_pidfd = -1;
+    const int *procs = a->cgroup_procs, n_procs = a->n_cgroups;
     for (int i = 0; i < N_PIPE_FDS; i++)
         p[i] = -1;
     out->init_pid = 0;
@@ -165,12 +166,6 @@ int execbox_stage_run(const struct stage_args *a, struct stage_out *out, char *e
     step = "new pid and ipc namespaces";
     if (setns(a->own_pid_ns, CLONE_NEWPID) || unshare(CLONE_NEWPID | CLONE_NEWIPC))
         goto failed;
-    step = "open the cgroup's cgroup.procs";
-    for (; n_procs < a->n_cgroups; n_procs++) {
-        procs[n_procs] = openat(a->cgroup_dirs[n_procs], "cgroup.procs", O_WRONLY | O_CLOEXEC);
-        if (procs[n_procs] < 0)
-            goto failed;
-    }
     step = "spawn init";
     if (pipe2(&p[REPORT_R], O_CLOEXEC))
         goto failed;
@@ -244,7 +239,6 @@ int execbox_stage_run(const struct stage_args *a, struct stage_out *out, char *e
     }
     /* Sent: the zygote holds its own copies of the program's side. */
     close_fds(&init_pidfd, 1);
-    close_fds(procs, n_procs);
     int theirs[] = {STATUS_W, STDIN_R, STDOUT_W, STDERR_W, GO_R, ERR_W, SETUP_W, DONE_W};
     for (size_t i = 0; i < sizeof theirs / sizeof theirs[0]; i++)
         close_fds(&p[theirs[i]], 1);
@@ -256,6 +250,5 @@ failed:
 cleanup:
     close_fds(p, N_PIPE_FDS);
     close_fds(&init_pidfd, 1);
-    close_fds(procs, n_procs);
     return -1;
 }
