@@ -454,7 +454,7 @@ def _wait_gone(pid: int, what: str) -> None:
         try:
             if _read_text(f"/proc/{pid}/stat").rsplit(")", 1)[1].split()[0] in ("Z", "X"):
                 return
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):  # reaped, before or while we read
             return
         assert time.monotonic() < deadline, f"control: {what}"
         time.sleep(0.01)
@@ -551,7 +551,7 @@ def _kill_the_next(zygote: int, before: set[int], cgroup: str, stop: threading.E
                 if f"/{cgroup}\n" in _read_text(f"/proc/{pid}/cgroup"):
                     os.kill(pid, signal.SIGKILL)
                     return
-            except FileNotFoundError:
+            except (FileNotFoundError, ProcessLookupError):  # reaped before or while we read
                 pass
 
 
