@@ -12,6 +12,7 @@ import mmap
 import os
 import resource
 import shutil
+import signal
 import socket
 from pathlib import Path
 from typing import Any
@@ -173,6 +174,33 @@ def test_contain_checks_the_descriptors_before_it_changes_anything(
     assert out["error"] == (f"{errno.EBADF} check the program's descriptors: "
                             "Bad file descriptor"), out
     assert out["cwd"] == "/" and out["uids"] == [0, 0, 0], out
+
+
+@needs_root
+def test_a_program_whose_slot_init_is_gone_dies_as_if_killed_with_it(libexec: Path) -> None:
+    """The program joins its slot's namespaces through a pidfd of init. An init gone by then
+    (its slot killed from outside after the program's fork) must end the program as a kill
+    would have (SIGKILL: the request goes to another slot), not as a set-up failure."""
+    lib = _linux.ContainLibrary(str(libexec / "libexecbox-contain.so"),
+                                [jail.PROGRAM_NAMESPACES])
+    gone = os.fork()
+    if gone == 0:
+        os._exit(0)
+    pidfd = os.pidfd_open(gone)
+    os.waitpid(gone, 0)  # reaped: the pidfd names no process any more
+    fds = [os.open("/dev/null", os.O_RDWR) for _ in range(3 + 4)]
+    try:
+        pid = os.fork()
+        if pid == 0:
+            try:
+                lib.contain([pidfd, *fds], 0, SANDBOX_UID, _linux.SeccompLoader(b"\0" * 8))
+            finally:
+                os._exit(3)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        for fd in (pidfd, *fds):
+            os.close(fd)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
 
 
 def test_an_image_without_this_execboxs_native_parts_is_refused(tmp_path: Path) -> None:
@@ -446,6 +474,7 @@ def _stage_in_fork(libexec: Path, tmp_path: Path, *, init: str | None = None,
                 own_pid_ns=own_pid_ns, cgroup_procs=[procs],
                 init=init or str(libexec / "execbox-init"), init_uid=init_uid,
                 spawn=spawn_ours.fileno())
+            ipc_before = os.readlink("/proc/self/ns/ipc")
             before = _open_fds()
             staged, error = stager.stage(first=True, warm=_linux.WARM_ALL)
             fds = [getattr(staged, name) for name, _ in staged._fields_[1:]]
@@ -468,6 +497,8 @@ def _stage_in_fork(libexec: Path, tmp_path: Path, *, init: str | None = None,
                 with open(f"{staged.init_pid}/status", opener=lambda p, f: os.open(
                         p, f, dir_fd=host_proc)) as fh:
                     out["nspid"] = [ln.split()[1:] for ln in fh if ln.startswith("NSpid:")][0]
+                out["new_ipc"] = os.readlink(f"{staged.init_pid}/ns/ipc",
+                                             dir_fd=host_proc) != ipc_before
                 os.kill(staged.init_pid, 9)
                 os.waitpid(staged.init_pid, 0)
             if error is None:
@@ -527,6 +558,7 @@ def _check_staged(out: dict[str, Any], tmp_path: Path) -> None:
     assert out.get("error") is None and "exception" not in out, out
     assert out["leaked"] == [], out  # only the eight descriptors it returns stay open
     assert out["nspid"][-1] == "1", out  # init is pid 1 of a new pid namespace
+    assert out["new_ipc"] is True, out  # and of a new ipc namespace
     assert sorted(out["mounts"]) == sorted(str(tmp_path / f"scratch{i}") for i in range(2)), out
     nosuid_nodev = os.ST_NOSUID | os.ST_NODEV
     assert out["flags"] == [nosuid_nodev, nosuid_nodev | os.ST_NOEXEC], out

@@ -18,7 +18,7 @@ A program zygote's loop is C (`native/contain.c`, system calls only: a Python st
 page it touches, in a fresh fork and in the zygote after each fork alike). It points the pid
 namespace of its next child at the slot's (setns with CLONE_NEWPID changes only where children
 go), forks, and returns to its own pid namespace. The child contains itself in C too: it joins
-the cgroup and the slot's other namespaces (the mount namespace last: its root and working
+the cgroup and the slot's other namespaces (with the mount namespace, its root and working
 directory become the jail's), puts its stdio on 0-2 and closes all else, enters /workspace,
 drops every privilege and installs the seccomp filter's program part (the zygote runs under
 the rest: see `seccomp.compile_split`), then copies its warm pages (see

@@ -213,12 +213,14 @@ class Supervisor:
         with jail.step("create cgroup"):
             self.cg = self.z.hierarchy.create(self.cgroup_name)
             self.cg.set_limits(STAGED_MEMORY_BYTES, STAGED_PIDS)
+        with jail.step("open the cgroup's cgroup.procs"):
+            procs = self.cg.procs_files()
         jail.unshare_namespaces()
         jail.build_root(self.z.cfg)
         jail.enter_root()
         self.stager = _linux.Stager(
             self.z.cfg.contain_library, scratch=jail.staged_scratch(), own_pid_ns=self.own_pid_ns,
-            cgroup_procs=self.cg.procs_files(), init=self.z.cfg.init,
+            cgroup_procs=procs, init=self.z.cfg.init,
             init_uid=jail.INIT_UID, spawn=self.z.spawn[self.program_kind].fileno())
         self.steps = _linux.SlotSteps(self.z.cfg.contain_library, self.cg.counter_files(),
                                       list(self.cg.dirs.values()), jail.JailError)

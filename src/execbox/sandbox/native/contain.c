@@ -45,8 +45,8 @@
                their numbers
      uid       the unprivileged uid to become
      filter    the seccomp program (struct sock_fprog), installed last
-   In order: join the cgroup, join the namespaces (the mount namespace last: root and working
-   directory become the jail's), stdio on 0-2, every other descriptor closed, /workspace,
+   In order: join the cgroup, join the namespaces (with the mount namespace, root and working
+   directory become the jail's; an init gone by then, its slot killed, kills us too), stdio on 0-2, every other descriptor closed, /workspace,
    privileges dropped (privileges.h), umask 022, seccomp. Returns 0, or -1 with
    "<step>: <error>" in `error`.
 
@@ -113,8 +113,14 @@ int execbox_contain(const int *fds, int n_ns, const int *ns_types, int n_cgroups
             return failed("join cgroup", error, error_len);
     for (int i = 0; i < n_ns; i++) { /* the pid namespace is the zygote's to enter */
         int joined = ns_types[i] & ~CLONE_NEWPID;
-        if (joined && setns(fds[i], joined))
+        if (joined && setns(fds[i], joined)) {
+            /* A pidfd of an init that is gone: its slot was killed from outside after our
+               fork, and its namespace kills the rest of it. End as that would have ended us
+               (the supervisor then tells that from a set-up that failed). */
+            if (errno == ESRCH)
+                kill(getpid(), SIGKILL);
             return failed("enter the slot's namespaces", error, error_len);
+        }
     }
     for (int i = 0; i < 3; i++)
         if (stdio[i] != i && dup2(stdio[i], i) < 0)
