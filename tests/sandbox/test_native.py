@@ -496,7 +496,10 @@ def _stage_in_fork(libexec: Path, tmp_path: Path, *, init: str | None = None,
             if staged.init_pid:
                 with open(f"{staged.init_pid}/status", opener=lambda p, f: os.open(
                         p, f, dir_fd=host_proc)) as fh:
-                    out["nspid"] = [ln.split()[1:] for ln in fh if ln.startswith("NSpid:")][0]
+                    status = fh.read().splitlines()
+                out["nspid"] = [ln.split()[1:] for ln in status if ln.startswith("NSpid:")][0]
+                # Spawned with every signal blocked (vfork), it unblocks them itself.
+                out["sigblk"] = [ln.split()[1] for ln in status if ln.startswith("SigBlk:")][0]
                 out["new_ipc"] = os.readlink(f"{staged.init_pid}/ns/ipc",
                                              dir_fd=host_proc) != ipc_before
                 os.kill(staged.init_pid, 9)
@@ -559,6 +562,7 @@ def _check_staged(out: dict[str, Any], tmp_path: Path) -> None:
     assert out["leaked"] == [], out  # only the eight descriptors it returns stay open
     assert out["nspid"][-1] == "1", out  # init is pid 1 of a new pid namespace
     assert out["new_ipc"] is True, out  # and of a new ipc namespace
+    assert int(out["sigblk"], 16) == 0, out  # with no signal blocked
     assert sorted(out["mounts"]) == sorted(str(tmp_path / f"scratch{i}") for i in range(2)), out
     nosuid_nodev = os.ST_NOSUID | os.ST_NODEV
     assert out["flags"] == [nosuid_nodev, nosuid_nodev | os.ST_NOEXEC], out

@@ -68,6 +68,10 @@ int main(int argc, char **argv) {
     uid_t uid = (uid_t)parse(argv[1], 1, 0x7fffffff, "the uid argument");
     int cgroups = (int)parse(argv[2], 1, MAX_CGROUP_FDS, "the cgroup count argument");
 
+    /* The supervisor spawns us with every signal blocked (see stage.c): none stays so. */
+    static const sigset_t none;
+    if (sigprocmask(SIG_SETMASK, &none, NULL))
+        fail("unblock signals");
     /* A killed supervisor takes init, and so the whole namespace, along. */
     if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0))
         fail("arm the parent-death signal");

@@ -113,6 +113,11 @@ int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
     return (int)SYS5(SYS_rt_sigaction, sig, &k, NULL, sizeof k.mask, 0);
 }
 
+/* The kernel's mask is the first 8 bytes of the C library's sigset_t. */
+int sigprocmask(int how, const sigset_t *set, sigset_t *old) {
+    return (int)SYS5(SYS_rt_sigprocmask, how, set, old, 8, 0);
+}
+
 void *memset(void *s, int c, size_t n) {
     unsigned char *p = s;
     while (n--)

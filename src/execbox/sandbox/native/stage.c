@@ -31,13 +31,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
-#include <spawn.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define MAX_SCRATCH 4
@@ -78,41 +79,68 @@ static void close_fds(int *fds, int n) {
         }
 }
 
-/* vfork and exec init with `fds` at 3, 4, ...: moved out of the way first (to 64 and up), so
-   that no dup2 onto a target number overwrites a later source. Returns its pid or -1. */
+/* vfork and exec `path` with `fds` (n of them, none below 3 + n) at 3, 4, ..., and an empty
+   environment. Returns its pid, or -1 with errno set (an exec that failed is reaped here).
+
+   The child borrows our memory and stack until its exec, so it makes system calls only, with
+   every signal blocked: no handler of ours (the supervisor's Python has some) can run in it.
+   Init starts with them blocked and unblocks them itself. posix_spawn did the same with ~130
+   more system calls a run (a query and a reset of each of the 64 signal handlers, a stack
+   mapped and unmapped, a getrlimit for each descriptor it checks): 114-118 against 84-89 us
+   of CPU a spawn, measured alone. */
+static pid_t __attribute__((noinline)) vfork_exec(const char *path, char *const argv[],
+                                                  const int *fds, int n) {
+    char *envp[] = {NULL};
+    sigset_t all, old;
+    sigfillset(&all);
+    int err = pthread_sigmask(SIG_BLOCK, &all, &old);
+    if (err) {
+        errno = err;
+        return -1;
+    }
+    volatile int child_errno = 0; /* written by the child, in our memory, when it fails */
+    pid_t pid = vfork();
+    if (pid == 0) {
+        for (int i = 0; i < n; i++)
+            if (dup2(fds[i], INIT_FIRST_FD + i) < 0) {
+                child_errno = errno;
+                _exit(127);
+            }
+        execve(path, argv, envp);
+        child_errno = errno;
+        _exit(127);
+    }
+    int vfork_errno = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (pid < 0) {
+        errno = vfork_errno;
+    } else if (child_errno) { /* it never became init: reap it, report why */
+        int why = child_errno;
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+        errno = why;
+        pid = -1;
+    }
+    return pid;
+}
+
+/* Spawn init with `fds` at 3, 4, ...: moved out of the way first (to 64 and up), so that no
+   dup2 onto a target number overwrites a later source. Returns its pid or -1. */
 static pid_t spawn_init(const struct stage_args *a, const int *fds, int n) {
     int high[1 + MAX_CGROUPS];
     int made = 0;
     pid_t pid = -1;
-    posix_spawn_file_actions_t actions;
-    if (posix_spawn_file_actions_init(&actions)) {
-        errno = ENOMEM;
-        return -1;
-    }
     for (; made < n; made++) {
         high[made] = fcntl(fds[made], F_DUPFD_CLOEXEC, 64);
         if (high[made] < 0)
             goto out;
     }
-    for (int i = 0; i < n; i++) {
-        int err = posix_spawn_file_actions_adddup2(&actions, high[i], INIT_FIRST_FD + i);
-        if (err) {
-            errno = err;
-            goto out;
-        }
-    }
     char count[16];
     snprintf(count, sizeof count, "%d", a->n_cgroups);
     char *argv[] = {"execbox-init", (char *)a->init_uid, count, NULL};
-    char *envp[] = {NULL};
-    int err = posix_spawn(&pid, a->init, &actions, NULL, argv, envp);
-    if (err) {
-        errno = err;
-        pid = -1;
-    }
+    pid = vfork_exec(a->init, argv, high, n);
 out:;
     int saved = errno;
-    posix_spawn_file_actions_destroy(&actions);
     close_fds(high, made);
     errno = saved;
     return pid;
