@@ -25,21 +25,29 @@ def _try(name: str, fn: Callable[[], str], fix: str, required: bool = True) -> C
         return Check(name, False, str(exc) or type(exc).__name__, fix, required)
 
 
-def _namespaces() -> str:
-    from . import _linux
-
+def _in_fork(step: Callable[[], object], failed: str) -> None:
+    """Run `step` in a fork (what it changes stays there); OSError(`failed`) when it raised."""
     pid = os.fork()
     if pid == 0:
         try:
-            _linux.unshare(_linux.CLONE_NEWNS | _linux.CLONE_NEWPID | _linux.CLONE_NEWNET
-                           | _linux.CLONE_NEWIPC | _linux.CLONE_NEWUTS | _linux.CLONE_NEWCGROUP)
-            _linux.mount("none", "/", None, _linux.MS_REC | _linux.MS_PRIVATE)
+            step()
             os._exit(0)
         except BaseException:  # noqa: BLE001
             os._exit(1)
     _, status = os.waitpid(pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
-        raise OSError("unshare(mount, pid, net, ipc, uts, cgroup) or a private mount failed")
+        raise OSError(failed)
+
+
+def _namespaces() -> str:
+    from . import _linux
+
+    def step() -> None:
+        _linux.unshare(_linux.CLONE_NEWNS | _linux.CLONE_NEWPID | _linux.CLONE_NEWNET
+                       | _linux.CLONE_NEWIPC | _linux.CLONE_NEWUTS | _linux.CLONE_NEWCGROUP)
+        _linux.mount("none", "/", None, _linux.MS_REC | _linux.MS_PRIVATE)
+
+    _in_fork(step, "unshare(mount, pid, net, ipc, uts, cgroup) or a private mount failed")
     return "mount, pid, net, ipc, uts and cgroup namespaces"
 
 
@@ -65,17 +73,11 @@ def _pidfd() -> str:
     fork joins ours that way (its own already: nothing changes)."""
     from . import _linux
 
-    pid = os.fork()
-    if pid == 0:
-        try:
-            fd = os.pidfd_open(os.getppid())
-            _linux.setns(fd, _linux.CLONE_NEWUTS | _linux.CLONE_NEWIPC | _linux.CLONE_NEWNET)
-            os._exit(0)
-        except BaseException:  # noqa: BLE001
-            os._exit(1)
-    _, status = os.waitpid(pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise OSError("pidfd_open, or setns with a pidfd, failed")
+    def step() -> None:
+        fd = os.pidfd_open(os.getppid())
+        _linux.setns(fd, _linux.CLONE_NEWUTS | _linux.CLONE_NEWIPC | _linux.CLONE_NEWNET)
+
+    _in_fork(step, "pidfd_open, or setns with a pidfd, failed")
     return "pidfd_open and setns with a pidfd work"
 
 

@@ -46,9 +46,9 @@
      uid       the unprivileged uid to become
      filter    the seccomp program (struct sock_fprog), installed last
    In order: join the cgroup, join the namespaces (with the mount namespace, root and working
-   directory become the jail's; an init gone by then, its slot killed, kills us too), stdio on 0-2, every other descriptor closed, /workspace,
-   privileges dropped (privileges.h), umask 022, seccomp. Returns 0, or -1 with
-   "<step>: <error>" in `error`.
+   directory become the jail's; an init gone by then, its slot killed, kills us too), stdio
+   on 0-2, every other descriptor closed, /workspace, privileges dropped (privileges.h),
+   umask 022, seccomp. Returns 0, or -1 with "<step>: <error>" in `error`.
 
    Built by `execbox image build` into the runtime image's libexec/. */
 
