@@ -28,6 +28,7 @@ import pytest
 from probes import alive, wait_until
 
 from execbox import Executor, Limits, RunResult, Status
+from execbox.sandbox import jail
 from execbox.sandbox.cgroup import Hierarchy
 
 SMALL = Limits(timeout_s=3, memory_mib=256, pids=32)
@@ -46,7 +47,8 @@ def jailed(request: pytest.FixtureRequest, jailed: Executor,
     return jailed
 
 
-SANDBOX_UID = 65532
+SANDBOX_UIDS = range(jail.UID_FIRST, jail.UID_FIRST + jail.UID_COUNT)  # one per slot
+VICTIMS = 64  # slots take the lowest free uids: more than the suite's executors hold at once
 
 # What every hostile program starts with: name the errno of whatever failed.
 PRELUDE = r'''
@@ -530,7 +532,7 @@ def test_run_has_no_root_no_capabilities_and_seccomp(jailed: Executor) -> None:
     # init ignores SIGCHLD (the kernel reaps the namespace's orphans) and SIGPIPE.
     ignored = int(init["SigIgn"], 16)
     assert ignored & (1 << (signal.SIGCHLD - 1)) and ignored & (1 << (signal.SIGPIPE - 1)), init
-    assert out["getuid"] == SANDBOX_UID and out["getgid"] == SANDBOX_UID, out
+    assert out["getuid"] in SANDBOX_UIDS and out["getgid"] == out["getuid"], out
     assert out["groups"] == [], out
 
 
@@ -606,7 +608,7 @@ def test_mount_unshare_chroot_and_setuid_are_denied(jailed: Executor) -> None:
     denied = {name: rv for name, rv in out["calls"].items() if rv != [-1, "EPERM"]}
     assert denied == {}, f"calls that did not fail with EPERM: {denied}"
     assert out["setuid"] == out["setresuid"] == out["setgid"] == "EPERM", out
-    assert out["tmp_intact"] is True and out["uid"] == SANDBOX_UID and out["continued"], out
+    assert out["tmp_intact"] is True and out["uid"] in SANDBOX_UIDS and out["continued"], out
 
 
 @pytest.mark.hostile
@@ -777,9 +779,11 @@ def test_daemon_holding_stdout_does_not_delay_the_result(jailed: Executor) -> No
 @pytest.mark.hostile
 def test_kill_minus_one_only_kills_the_runs_own_processes(jailed: Executor) -> None:
     marker = str(10**9 + secrets.randbelow(10**9))
-    # A host process with the very uid the sandbox uses: only the pid namespace protects it.
-    victim = subprocess.Popen(["/bin/sleep", marker], user=SANDBOX_UID, group=SANDBOX_UID,
-                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    # Host processes with the very uids slots take first: only the pid namespace protects
+    # them.
+    victims = [subprocess.Popen(["/bin/sleep", marker], user=uid, group=uid,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+               for uid in SANDBOX_UIDS[:VICTIMS]]
     try:
         zygote = jailed._host.pid
         out = run_ok(jailed, program("""
@@ -792,17 +796,20 @@ def test_kill_minus_one_only_kills_the_runs_own_processes(jailed: Executor) -> N
             rc = attempt(lambda: os.kill(-1, signal.SIGKILL))
             _, st = os.waitpid(child, 0)
             report({"kill": rc, "child_signal": os.WTERMSIG(st) if os.WIFSIGNALED(st) else None,
-                    "survived": True})
+                    "survived": True, "uid": os.getuid()})
         """))
+        assert out["uid"] in SANDBOX_UIDS[:VICTIMS], "control: a victim had the run's uid"
+        del out["uid"]
         assert out == {"kill": "OK", "child_signal": signal.SIGKILL, "survived": True}
-        assert victim.poll() is None, "a host process with the sandbox uid was killed"
+        assert all(v.poll() is None for v in victims), "a host process with a sandbox uid died"
         assert os.path.exists(f"/proc/{zygote}") and jailed._host.alive(), "the zygote died"
         assert jailed._host.pid == zygote
         after = jailed.run("print('next run')", limits=SMALL)
         assert after.status is Status.ok and after.stdout == "next run\n", describe(after)
     finally:
-        victim.kill()
-        victim.wait()
+        for victim in victims:
+            victim.kill()
+            victim.wait()
 
 
 # ---- seccomp ----------------------------------------------------------------------------------

@@ -22,7 +22,9 @@ import pytest
 from execbox import image
 from execbox.errors import SandboxUnavailable
 from execbox.sandbox import _linux, jail
-from execbox.sandbox.jail import SANDBOX_UID
+
+UID = jail.UID_FIRST  # the sandbox uid of the programs these tests contain
+UIDS = range(jail.UID_FIRST, jail.UID_FIRST + jail.UID_COUNT)
 
 
 @pytest.fixture(scope="module")
@@ -143,11 +145,11 @@ def test_contain_runs_every_step_up_to_seccomp_and_names_the_failed_one(
     the program's four is closed, the working directory is /workspace and the process has the
     sandbox uid and gid and no groups."""
     (tmp_path / "workspace").mkdir()
-    out, keep = _contain_in_fork(libexec, tmp_path, SANDBOX_UID)
+    out, keep = _contain_in_fork(libexec, tmp_path, UID)
     assert out["error"] == f"{errno.EINVAL} load seccomp filter: Invalid argument", out
     assert out["fds"] == sorted([0, 1, 2, *keep]), out
     assert out["cwd"] == "/workspace", out
-    assert out["uids"] == [SANDBOX_UID] * 3 and out["gids"] == [SANDBOX_UID] * 3, out
+    assert out["uids"] == [UID] * 3 and out["gids"] == [UID] * 3, out
     assert out["groups"] == [], out
 
 
@@ -167,7 +169,7 @@ def test_contain_checks_the_descriptors_before_it_changes_anything(
     (tmp_path / "workspace").mkdir()
     source = os.open("/dev/null", os.O_RDWR)
     try:
-        out, _keep = _contain_in_fork(libexec, tmp_path, SANDBOX_UID,
+        out, _keep = _contain_in_fork(libexec, tmp_path, UID,
                                       stdio_from=[source, 0, source])
     finally:
         os.close(source)
@@ -193,7 +195,7 @@ def test_a_program_whose_slot_init_is_gone_dies_as_if_killed_with_it(libexec: Pa
         pid = os.fork()
         if pid == 0:
             try:
-                lib.contain([pidfd, *fds], 0, SANDBOX_UID, _linux.SeccompLoader(b"\0" * 8))
+                lib.contain([pidfd, *fds], 0, UID, _linux.SeccompLoader(b"\0" * 8))
             finally:
                 os._exit(3)
         _, status = os.waitpid(pid, 0)
@@ -292,7 +294,7 @@ def _serve_in_fork(libexec: Path, root: Path, requests: list[tuple[bytes, list[i
             os.chroot(str(root))
             os.chdir("/")
             kept = lib.serve_programs(host_child.fileno(), spawn_child.fileno(), own_pid_ns,
-                                      SANDBOX_UID, loader)
+                                      UIDS, loader)
             if kept is not None:  # a forked child, contained: it lives until go_r ends
                 report = f"{os.getresuid()} {os.getcwd()}"
                 if region is not None:
@@ -331,7 +333,7 @@ def _serve_in_fork(libexec: Path, root: Path, requests: list[tuple[bytes, list[i
 @needs_root
 def test_the_fork_server_forks_contained_programs_reports_their_end_and_drops_bad_requests(
         libexec: Path, tmp_path: Path) -> None:
-    """Four malformed requests are dropped (their pipes closed unanswered) and the server goes
+    """Six malformed requests are dropped (two of them naming a uid outside the range) (their pipes closed unanswered) and the server goes
     on; a program whose contain step fails says which on its set-up descriptor and exits 127;
     contained ones come back to Python as the sandbox uid in /workspace, 66 alive at once
     (past the first size of the server's table of children); each end is reported as
@@ -343,9 +345,11 @@ def test_the_fork_server_forks_contained_programs_reports_their_end_and_drops_ba
     refused = os.open("/dev/null", os.O_RDONLY)  # and here fails
     ours += [joinable, refused]
     requests, read = [], []
-    for layout, cgroup in ((b"1 x 1", joinable), (b"1 1", joinable), (b"1 1 3", joinable),
-                           (b"1 2 1", joinable), (b"1 1 0", refused),
-                           *[(b"1 1 1", joinable)] * 66):
+    good_layout = b"1 1 1 %d" % (UID + 1)
+    for layout, cgroup in ((b"1 x 1 %d" % UID, joinable), (b"1 1 1", joinable),
+                           (b"1 1 3 %d" % UID, joinable), (b"1 2 1 %d" % UID, joinable),
+                           (b"1 1 1 0", joinable), (b"1 1 1 %d" % (UID - 1), joinable),
+                           (b"1 1 0 %d" % UID, refused), *[(good_layout, joinable)] * 66):
         (status_r, status_w), (io_r, io_w), (go_r, go_w) = os.pipe(), os.pipe(), os.pipe()
         (setup_r, setup_w), (done_r, done_w) = os.pipe(), os.pipe()
         ours += [status_w, io_r, io_w, go_r, go_w, setup_w, done_w]
@@ -354,16 +358,16 @@ def test_the_fork_server_forks_contained_programs_reports_their_end_and_drops_ba
                                   go_r, io_w, setup_w, done_w]))  # go, error, set-up, report
     said, got = _serve_in_fork(libexec, tmp_path, requests, ours, read)
     assert said == "returned at end of file"
-    bad_layout, no_warm, bad_warm, too_few, failing, *good = (got[i:i + 3]
-                                                              for i in range(0, len(got), 3))
-    assert bad_layout == no_warm == bad_warm == too_few == [b"", b"", b""]
+    bad_layout, no_uid, bad_warm, too_few, root, below, failing, *good = (
+        got[i:i + 3] for i in range(0, len(got), 3))
+    assert bad_layout == no_uid == bad_warm == too_few == root == below == [b"", b"", b""]
     status, setup, _done = failing
     assert json.loads(status) == {"status": 127 << 8}
     assert setup == b"program set-up: contain the program: join cgroup: Bad file descriptor"
     assert len(good) == 66
     for status, setup, done in good:
         assert json.loads(status) == {"status": 0} and setup == b"", setup
-        assert done.decode() == f"({SANDBOX_UID}, {SANDBOX_UID}, {SANDBOX_UID}) /workspace"
+        assert done.decode() == f"({UID + 1}, {UID + 1}, {UID + 1}) /workspace"
 
 
 @needs_root
@@ -385,7 +389,7 @@ def test_a_forked_program_has_its_warm_pages_copied_before_it_returns(
     joinable = os.open("/dev/null", os.O_WRONLY)
     (status_r, status_w), (io_r, io_w), (go_r, go_w) = os.pipe(), os.pipe(), os.pipe()
     (setup_r, setup_w), (done_r, done_w) = os.pipe(), os.pipe()
-    request = (b"1 1 " + asked, [status_w, pid_ns, joinable, io_r, io_w, io_w, go_r, io_w,
+    request = (b"1 1 " + asked + b" %d" % UID, [status_w, pid_ns, joinable, io_r, io_w, io_w, go_r, io_w,
                                  setup_w, done_w])
     ours = [pid_ns, joinable, status_w, io_r, io_w, go_r, go_w, setup_w, done_w]
     said, got = _serve_in_fork(libexec, tmp_path, [request], ours,
@@ -428,7 +432,7 @@ def test_the_fork_server_refuses_a_layout_without_the_pid_namespace_first(
         libexec: Path) -> None:
     lib = _linux.ContainLibrary(str(libexec / "libexecbox-contain.so"), [_linux.CLONE_NEWNS])
     with pytest.raises(OSError, match="check the namespace layout: Invalid argument"):
-        lib.serve_programs(-1, -1, -1, SANDBOX_UID, _linux.SeccompLoader(b"\0" * 8))
+        lib.serve_programs(-1, -1, -1, UIDS, _linux.SeccompLoader(b"\0" * 8))
 
 
 def _open_fds() -> set[int]:
@@ -444,9 +448,9 @@ def _open_fds() -> set[int]:
 
 def _stage_in_fork(libexec: Path, tmp_path: Path, *, init: str | None = None,
                    init_uid: int = jail.INIT_UID, n_scratch: int = 2) -> dict[str, Any]:
-    """Call the supervisor's C staging (`native/stage.c`) in a fork with a mount namespace of
-    its own (/ made private first: nothing it mounts reaches the host; the staging makes the
-    pid and ipc ones), with a plain file as the cgroup's cgroup.procs. Returns its error, the
+    """Call the supervisor's C staging (`native/stage.c`) in a fork with a mount and a network
+    namespace of its own (/ made private first: nothing it mounts reaches the host; the
+    staging makes the pid and ipc ones), with a plain file as the cgroup's cgroup.procs. Returns its error, the
     spawn request as the program zygote would receive it and what init and the pipes looked
     like; out["staged"] and out["request"] are the descriptors of both sides."""
     scratch = []
@@ -464,8 +468,10 @@ def _stage_in_fork(libexec: Path, tmp_path: Path, *, init: str | None = None,
     if pid == 0:
         out: dict[str, Any] = {}
         try:
-            _linux.unshare(_linux.CLONE_NEWNS)
+            _linux.unshare(_linux.CLONE_NEWNS | _linux.CLONE_NEWNET)
             _linux.mount("none", "/", None, _linux.MS_REC | _linux.MS_PRIVATE)
+            _linux.loopback_up()
+            net_dir = os.open("/proc/self/net", os.O_PATH | os.O_DIRECTORY)
             host_proc = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY)
             own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY)
             procs = os.open(str(cgroup / "cgroup.procs"), os.O_WRONLY)
@@ -473,11 +479,13 @@ def _stage_in_fork(libexec: Path, tmp_path: Path, *, init: str | None = None,
                 str(libexec / "libexecbox-contain.so"), scratch=scratch,
                 own_pid_ns=own_pid_ns, cgroup_procs=[procs],
                 init=init or str(libexec / "execbox-init"), init_uid=init_uid,
-                spawn=spawn_ours.fileno())
+                spawn=spawn_ours.fileno(), uid=UID, net_dir=net_dir)
             ipc_before = os.readlink("/proc/self/ns/ipc")
             before = _open_fds()
+            net_first = os.readlink("/proc/self/ns/net")
             staged, error = stager.stage(first=True, warm=_linux.WARM_ALL)
-            fds = [getattr(staged, name) for name, _ in staged._fields_[1:]]
+            out["fresh_net"] = [staged.fresh_net]
+            fds = [getattr(staged, name) for name, _ in staged._fields_[1:-1]]
             out["error"] = error
             out["init_pid"] = staged.init_pid
             out["leaked"] = sorted(_open_fds() - before - set(fds if error is None else []))
@@ -515,12 +523,23 @@ def _stage_in_fork(libexec: Path, tmp_path: Path, *, init: str | None = None,
                 socket.send_fds(back_ours, [b"request"], request)
                 for path, _, _ in scratch:
                     Path(path, "left").write_text("by the last run")
-                # A second staging replaces the scratch mounts (one of each stays).
-                again, error = stager.stage(first=False, warm=_linux.WARM_NONE)
-                out["again_error"] = error
-                if again.init_pid:
-                    os.kill(again.init_pid, 9)
-                    os.waitpid(again.init_pid, 0)
+                # The last run used the network: a datagram to a port nobody listens on.
+                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+                    udp.sendto(b"x", ("127.0.0.1", 9))
+                # A second staging replaces the scratch mounts (one of each stays) and the
+                # network namespace; a third, after a run that did not use it, keeps it.
+                for _ in range(2):
+                    again, error = stager.stage(first=False, warm=_linux.WARM_NONE)
+                    out["again_error"] = error
+                    out["fresh_net"].append(again.fresh_net)
+                    out.setdefault("net", []).append(os.readlink("self/ns/net",
+                                                                  dir_fd=host_proc))
+                    if again.init_pid:
+                        os.kill(again.init_pid, 9)
+                        os.waitpid(again.init_pid, 0)
+                    if error:
+                        break
+                out["net_first"] = net_first
                 out["mounts_again"] = [p for p, _, _ in scratch if os.path.ismount(p)]
                 out["left"] = [p for p, _, _ in scratch if Path(p, "left").exists()]
                 for path, _, _ in scratch:  # replaced, not stacked: one unmount and it is gone
@@ -558,7 +577,7 @@ def test_staging_mounts_scratch_spawns_init_and_asks_for_the_program(
 
 
 def _check_staged(out: dict[str, Any], tmp_path: Path) -> None:
-    assert out.get("error") is None and "exception" not in out, out
+    assert out.get("error") is None and "exception" not in out, out.get("exception")
     assert out["leaked"] == [], out  # only the eight descriptors it returns stay open
     assert out["nspid"][-1] == "1", out  # init is pid 1 of a new pid namespace
     assert out["new_ipc"] is True, out  # and of a new ipc namespace
@@ -571,9 +590,13 @@ def _check_staged(out: dict[str, Any], tmp_path: Path) -> None:
     assert out["again_error"] is None, out
     assert sorted(out["mounts_again"]) == sorted(out["mounts"]), out
     assert out["left"] == [] and out["stacked"] == [], out  # fresh: nothing of the last run
-    # "1 <cgroups> <warm>": status_w, a pidfd of init (its namespaces are the program's),
-    # the cgroup.procs file, then stdin_r, stdout_w, stderr_w, go_r, err_w, setup_w, done_w.
-    assert out["message"] == "1 1 1", out
+    # Only the staging after a run that used the network made a new network namespace.
+    assert out["fresh_net"] == [0, 1, 0], out
+    assert out["net"][0] == out["net"][1] != out["net_first"], out
+    # "1 <cgroups> <warm> <uid>": status_w, a pidfd of init (its namespaces are the
+    # program's), the cgroup.procs file, then stdin_r, stdout_w, stderr_w, go_r, err_w,
+    # setup_w, done_w.
+    assert out["message"] == f"1 1 1 {UID}", out
     request, staged = out["request"], out["staged"]
     assert len(request) == 1 + 1 + 1 + 7 and len(staged) == 8, out
     assert out["pidfd_of"] == [out["init_pid"]], out
@@ -604,3 +627,13 @@ def test_staging_names_the_step_that_failed_and_sends_nothing(
     assert out["leaked"] == [], out  # everything it opened is closed again
     assert (out["init_pid"] > 0) is (case == "init refuses"), out  # the caller's to reap
     assert out["message"] == "" and out["request"] == [] and out["staged"] == [], out
+
+
+@pytest.mark.parametrize("uids", [range(0, 10), range(jail.UID_FIRST, jail.UID_FIRST),
+                                  range(0x7FFF_FFF0, 0x8000_0010)])
+def test_the_fork_server_refuses_a_uid_range_with_root_or_past_2_31(
+        libexec: Path, uids: range) -> None:
+    lib = _linux.ContainLibrary(str(libexec / "libexecbox-contain.so"),
+                                [_linux.CLONE_NEWPID])
+    with pytest.raises(OSError, match="check the uid range: Invalid argument"):
+        lib.serve_programs(-1, -1, -1, uids, _linux.SeccompLoader(b"\0" * 8))

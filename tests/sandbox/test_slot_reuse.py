@@ -587,3 +587,72 @@ def test_a_program_killed_before_it_said_it_waits_is_not_the_codes_fault(
         r = ex.run(code)
     assert r.status is Status.ok and r.stdout == "ran\n", r
     assert "gone before it took the code (try 1 of 3)" in caplog.text
+
+
+# What a run can read of its network namespace's past (global fields, like sockstat's memory
+# pages, left out: they are the machine's).
+NET_STATE = textwrap.dedent("""
+    import json, os, re
+    def read(name):
+        with open('/proc/net/' + name) as fh:
+            text = fh.read()
+        return re.sub(r' mem \\d+', '', text) if name.startswith('sockstat') else text
+    names = ('tcp', 'tcp6', 'udp', 'udp6', 'dev', 'snmp', 'snmp6', 'netstat', 'sockstat',
+             'sockstat6', 'unix', 'ip6_flowlabel')
+    print(json.dumps({"uid": os.getuid(), "net": os.readlink('/proc/self/ns/net'),
+                      "state": {n: read(n) for n in names}}))
+""")
+
+USE_THE_NETWORK = textwrap.dedent("""
+    import socket
+    for family, host in ((socket.AF_INET, '127.0.0.1'), (socket.AF_INET6, '::1')):
+        server = socket.socket(family)
+        server.bind((host, 0))
+        server.listen()
+        client = socket.create_connection(server.getsockname()[:2])
+        conn, _ = server.accept()
+        client.sendall(b'from an earlier run')
+        conn.recv(100)
+        client.close()  # the closing side keeps the connection in TIME_WAIT
+        conn.close()
+        server.close()
+        with socket.socket(family, socket.SOCK_DGRAM) as udp:
+            udp.sendto(b'x', (host, 9))  # nobody listens: an ICMP error, counted
+    for address in (('192.0.2.1', 80), ('2001:db8::1', 80)):  # no route: counted
+        with socket.socket(socket.AF_INET6 if ':' in address[0] else socket.AF_INET) as s:
+            try:
+                s.connect(address)
+            except OSError:
+                pass
+""") + NET_STATE
+
+
+@pytest.mark.hostile
+def test_no_network_state_reaches_the_next_runs_of_a_slot(jailed_one_slot: Executor) -> None:
+    """A run that used loopback (TCP over IPv4 and IPv6 left in TIME_WAIT, UDP to a closed
+    port, connects with no route) leaves nothing the ten runs after it in its slot can read in
+    /proc/net: each sees what a run saw before any use of the network."""
+    ex = jailed_one_slot
+
+    def state(code: str) -> dict[str, object]:
+        r = ex.run(code)
+        assert r.status is Status.ok, r
+        return json.loads(r.stdout)  # type: ignore[no-any-return]
+
+    before = state(NET_STATE)
+    slots = ex._host.unused_slot_names()
+    used = state(USE_THE_NETWORK)
+    assert used["uid"] == before["uid"], "control: the runs were in the same slot"
+    # Control: the run itself sees what it did, so the comparison below can fail.
+    changed = {n for n, text in before["state"].items()  # type: ignore[attr-defined]
+               if used["state"][n] != text}  # type: ignore[index]
+    assert {"tcp", "tcp6", "dev", "snmp", "snmp6", "netstat"} <= changed, changed
+    after = [state(NET_STATE) for _ in range(10)]
+    assert ex._host.unused_slot_names() == slots, "control: every run was in the same slot"
+    for i, seen in enumerate(after):
+        assert seen["uid"] == before["uid"], "control: the runs were in the same slot"
+        leaked = {n: text for n, text in seen["state"].items()  # type: ignore[attr-defined]
+                  if text != before["state"][n]}  # type: ignore[index]
+        assert leaked == {}, f"run {i + 1} after the network use saw {leaked}"
+    # A new namespace only after the run that used one: the ten after it share theirs.
+    assert len({seen["net"] for seen in after}) == 1 and after[0]["net"] != used["net"]

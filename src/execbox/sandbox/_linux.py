@@ -145,8 +145,9 @@ class ContainLibrary:
         serve = ctypes.PyDLL(path, use_errno=True).execbox_serve_programs
         serve.restype = ctypes.c_int
         serve.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                          ctypes.POINTER(ctypes.c_int), ctypes.c_uint, ctypes.c_void_p,
-                          ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t, ctypes.c_size_t,
+                          ctypes.POINTER(ctypes.c_int), ctypes.c_uint, ctypes.c_uint,
+                          ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t,
+                          ctypes.c_size_t,
                           ctypes.POINTER(ctypes.c_int), ctypes.c_char_p, ctypes.c_size_t]
         written = library.execbox_written_pages
         written.restype = ctypes.c_int
@@ -171,16 +172,17 @@ class ContainLibrary:
                          self._error, len(self._error)):
             raise OSError(ctypes.get_errno(), self._error.value.decode("utf-8", "replace"))
 
-    def serve_programs(self, host: int, spawn: int, own_pid_ns: int, uid: int,
+    def serve_programs(self, host: int, spawn: int, own_pid_ns: int, uids: range,
                        seccomp: SeccompLoader) -> tuple[int, int, int, int] | None:
-        """Serve spawn requests until the host is gone (None). Returns in each forked child,
+        """Serve spawn requests until the host is gone (None); each names its program's uid,
+        which must lie in `uids`. Returns in each forked child,
         contained, with the four descriptors it keeps. None of CPython's after-fork work runs
         in the child: the caller must be single-threaded, and redoes what a program could
         tell apart itself. Raises OSError when the zygote cannot go on."""
         kept = (ctypes.c_int * 4)()
         while True:
-            rc = self._serve(host, spawn, own_pid_ns, self._n_ns, self._types, uid,
-                             seccomp.address, self.warm, self.n_base, len(self.warm) // 2, kept,
+            rc = self._serve(host, spawn, own_pid_ns, self._n_ns, self._types, uids.start,
+                             len(uids), seccomp.address, self.warm, self.n_base, len(self.warm) // 2, kept,
                              self._error, len(self._error))
             if rc != 2:
                 break
@@ -231,17 +233,18 @@ class _StageArgs(ctypes.Structure):
                 ("flags", ctypes.POINTER(ctypes.c_ulong)), ("own_pid_ns", ctypes.c_int),
                 ("n_cgroups", ctypes.c_int), ("cgroup_procs", ctypes.POINTER(ctypes.c_int)),
                 ("init", ctypes.c_char_p), ("init_uid", ctypes.c_char_p),
-                ("spawn", ctypes.c_int), ("warm", ctypes.c_int)]
+                ("spawn", ctypes.c_int), ("warm", ctypes.c_int), ("uid", ctypes.c_uint),
+                ("net_dir", ctypes.c_int)]
 
 
 class StagedRun(ctypes.Structure):
     """What `Stager.stage` opened: init's pid, the host's ends of stdin, stdout and stderr,
     the supervisor's ends of the program's error, set-up, exit status, code and exit-report
-    pipes."""
+    pipes; and whether the run got a new network namespace (`fresh_net`)."""
 
     _fields_ = [(name, ctypes.c_int) for name in (
         "init_pid", "stdin_w", "stdout_r", "stderr_r", "err_r", "setup_r", "status_r", "go_w",
-        "done_r")]
+        "done_r", "fresh_net")]
 
 
 def _strings(values: list[str]) -> ctypes.Array[ctypes.c_char_p]:
@@ -253,7 +256,8 @@ class Stager:
     slot's life, are laid out once."""
 
     def __init__(self, path: str, *, scratch: list[tuple[str, str, int]], own_pid_ns: int,
-                 cgroup_procs: list[int], init: str, init_uid: int, spawn: int) -> None:
+                 cgroup_procs: list[int], init: str, init_uid: int, spawn: int, uid: int,
+                 net_dir: int) -> None:
         stage = ctypes.CDLL(path, use_errno=True).execbox_stage_run
         stage.restype = ctypes.c_int
         stage.argtypes = [ctypes.POINTER(_StageArgs), ctypes.POINTER(StagedRun),
@@ -266,7 +270,8 @@ class Stager:
                         init.encode(), str(init_uid).encode())
         paths, options, flags, procs, init_b, uid_b = self._arrays
         self._args = _StageArgs(1, len(scratch), paths, options, flags, own_pid_ns,
-                                len(cgroup_procs), procs, init_b, uid_b, spawn, WARM_BASE)
+                                len(cgroup_procs), procs, init_b, uid_b, spawn, WARM_BASE, uid,
+                                net_dir)
         self._error = ctypes.create_string_buffer(1024)
 
     def stage(self, first: bool, warm: int) -> tuple[StagedRun, str | None]:

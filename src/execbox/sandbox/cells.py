@@ -470,7 +470,7 @@ class SessionSupervisor:
                 kind, blob = protocol.read_frame(self.ctrl, max_len=room + (1 << 20))
                 if kind != protocol.FILE:
                     raise jail.JailError("protocol: a write without its data")
-                info = wsfiles.write(path, blob)
+                info = wsfiles.write(path, blob, self.sup.uid)
                 # The caller put it there: it is not something a cell made.
                 self.seen[artifacts.state_key(path)] = (info["inode"], info["size"],
                                                         info["mtime_ns"])

@@ -24,6 +24,7 @@ Standard library only: the zygote imports this inside the runtime image.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import resource
 import socket
@@ -31,7 +32,13 @@ from dataclasses import dataclass, field
 
 from . import _linux
 
-SANDBOX_UID = 65532  # the program
+# Each slot's program runs as a uid of its own from this range (see `claim_uid`): per-user
+# kernel limits (inotify instances, pipe buffer pages, message queue bytes, pending signals)
+# are never shared by two runs at once. The range is one systemd leaves unallocated
+# (0x70000000-0x7FFFFFFF), below 2^31 (no sign trouble).
+UID_FIRST = 0x7000_0000
+UID_COUNT = 1 << 16
+UID_LOCKS = "/run/execbox/uids"  # one lock file per uid in use, held by its slot's supervisor
 INIT_UID = 65533  # pid 1 of the run's pid namespace, once set-up is done
 STAGING = "/tmp"  # in the private mount namespace a tmpfs is mounted here and becomes the root
 HOSTNAME = "sandbox"
@@ -91,12 +98,6 @@ class JailConfig:
             if not any(_within(real, b) for b in binds):
                 binds.append(real)
         etc_files = {
-            "passwd": (
-                f"root:x:0:0:root:/nonexistent:/usr/sbin/nologin\n"
-                f"sandbox:x:{SANDBOX_UID}:{SANDBOX_UID}:sandbox:/workspace:/bin/sh\n"
-                f"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
-            ).encode(),
-            "group": f"root:x:0:\nsandbox:x:{SANDBOX_UID}:\nnogroup:x:65534:\n".encode(),
             "hosts": f"127.0.0.1 localhost {HOSTNAME}\n::1 localhost\n".encode(),
             "hostname": f"{HOSTNAME}\n".encode(),
             "nsswitch.conf": b"passwd: files\ngroup: files\nhosts: files\n",
@@ -189,8 +190,38 @@ def scratch_sizes(disk_bytes: int, input_bytes: int = 0, input_count: int = 0) -
             "/tmp": disk_bytes, "/dev/shm": disk_bytes}
 
 
-def build_root(cfg: JailConfig) -> None:
-    """Assemble the run's filesystem under STAGING; nothing of the host is writable in it."""
+def claim_uid() -> tuple[int, int]:
+    """The first uid of the range no other slot holds, on this machine, and the descriptor of
+    its lock (held for the slot's life: the kernel lets it go when the supervisor dies,
+    however it dies). Called before the slot leaves the host's mount namespace."""
+    with step("claim a sandbox uid"):
+        os.makedirs(UID_LOCKS, 0o700, exist_ok=True)
+        for uid in range(UID_FIRST, UID_FIRST + UID_COUNT):
+            fd = os.open(f"{UID_LOCKS}/{uid}", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            return uid, fd
+        raise OSError(0, f"all {UID_COUNT} sandbox uids are in use")
+
+
+def slot_etc_files(uid: int) -> dict[str, bytes]:
+    """The users a slot's /etc names: its program's uid is `sandbox`."""
+    return {
+        "passwd": (
+            f"root:x:0:0:root:/nonexistent:/usr/sbin/nologin\n"
+            f"sandbox:x:{uid}:{uid}:sandbox:/workspace:/bin/sh\n"
+            f"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+        ).encode(),
+        "group": f"root:x:0:\nsandbox:x:{uid}:\nnogroup:x:65534:\n".encode(),
+    }
+
+
+def build_root(cfg: JailConfig, uid: int) -> None:
+    """Assemble the run's filesystem under STAGING, its program's uid `uid`; nothing of the
+    host is writable in it."""
     r = STAGING
     with step("mount root tmpfs"):
         _tmpfs(r, 1 << 20, 0o755)
@@ -202,7 +233,7 @@ def build_root(cfg: JailConfig) -> None:
             os.symlink(target, f"{r}/{name}")
     with step("write /etc"):
         os.mkdir(f"{r}/etc", 0o755)
-        for name, data in cfg.etc_files.items():
+        for name, data in (cfg.etc_files | slot_etc_files(uid)).items():
             with open(f"{r}/etc/{name}", "wb") as fh:
                 fh.write(data)
         for name, target in cfg.etc_links.items():

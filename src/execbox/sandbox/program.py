@@ -92,7 +92,8 @@ def serve(cfg: jail.JailConfig, server: _linux.ContainLibrary, src_paths: list[s
     zygote_pid = os.getpid()
     try:
         kept = server.serve_programs(host.fileno(), spawn.fileno(), own_pid_ns,
-                                     jail.SANDBOX_UID, cfg.seccomp)
+                                     range(jail.UID_FIRST, jail.UID_FIRST + jail.UID_COUNT),
+                                     cfg.seccomp)
     except BaseException:
         if os.getpid() == zygote_pid:
             raise

@@ -103,6 +103,8 @@ class Supervisor:
         self.host_fds: list[int] = []  # the host's ends of the staged run's stdio
         self.ctrl_sock = socket.socket(fileno=ctrl)  # never closed: the process ends with os._exit
         self.runs = 0
+        self.uid = 0  # the program's, claimed for the slot's life (see `_stage_slot`)
+        self.uid_lock = -1
         self.steps: _linux.SlotSteps | None = None  # see `_stage_slot`
         # Where this process's children go by default; each run points them at a fresh pid
         # namespace (unshare) and back (setns) for the next one.
@@ -215,13 +217,19 @@ class Supervisor:
             self.cg.set_limits(STAGED_MEMORY_BYTES, STAGED_PIDS)
         with jail.step("open the cgroup's cgroup.procs"):
             procs = self.cg.procs_files()
+        self.uid, self.uid_lock = jail.claim_uid()
         jail.unshare_namespaces()
-        jail.build_root(self.z.cfg)
+        with jail.step("open /proc/self/net"):
+            # The host's /proc, kept past pivot_root: its net/ shows our current namespace.
+            net_dir = os.open("/proc/self/net",
+                              os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        jail.build_root(self.z.cfg, self.uid)
         jail.enter_root()
         self.stager = _linux.Stager(
             self.z.cfg.contain_library, scratch=jail.staged_scratch(), own_pid_ns=self.own_pid_ns,
             cgroup_procs=procs, init=self.z.cfg.init,
-            init_uid=jail.INIT_UID, spawn=self.z.spawn[self.program_kind].fileno())
+            init_uid=jail.INIT_UID, spawn=self.z.spawn[self.program_kind].fileno(),
+            uid=self.uid, net_dir=net_dir)
         self.steps = _linux.SlotSteps(self.z.cfg.contain_library, self.cg.counter_files(),
                                       list(self.cg.dirs.values()), jail.JailError)
 

@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import artifacts
-from .jail import SANDBOX_UID
 
 ROOT = "/workspace"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -36,14 +35,14 @@ def _parts(path: str) -> list[str]:
     return parts
 
 
-def _open_parent(parts: list[str], create: bool) -> int:
+def _open_parent(parts: list[str], uid: int | None) -> int:
     fd = os.open(ROOT, _DIR_FLAGS)
     try:
         for part in parts[:-1]:
-            if create:
+            if uid is not None:
                 try:
                     os.mkdir(part, 0o755, dir_fd=fd)
-                    os.chown(part, SANDBOX_UID, SANDBOX_UID, dir_fd=fd, follow_symlinks=False)
+                    os.chown(part, uid, uid, dir_fd=fd, follow_symlinks=False)
                 except FileExistsError:
                     pass
             try:
@@ -59,15 +58,16 @@ def _open_parent(parts: list[str], create: bool) -> int:
         raise
 
 
-def write(path: str, data: bytes) -> dict[str, Any]:
+def write(path: str, data: bytes, uid: int) -> dict[str, Any]:
+    """Write `data` at `path`, owned by the program's `uid` (its directories too)."""
     parts = _parts(path)
-    parent = _open_parent(parts, create=True)
+    parent = _open_parent(parts, uid)
     tmp = f".execbox-upload-{os.urandom(6).hex()}"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      0o644, dir_fd=parent)
         try:
-            os.fchown(fd, SANDBOX_UID, SANDBOX_UID)
+            os.fchown(fd, uid, uid)
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
@@ -95,7 +95,7 @@ def _existing(path: str) -> Iterator[tuple[int, str, os.stat_result]]:
     """(parent directory fd, name, lstat) of an existing entry; FileOpError when missing."""
     parts = _parts(path)
     try:
-        parent = _open_parent(parts, create=False)
+        parent = _open_parent(parts, None)
     except FileNotFoundError as exc:
         raise FileOpError(f"no file {path!r} in the session's workspace") from exc
     try:

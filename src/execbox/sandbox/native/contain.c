@@ -9,13 +9,14 @@
    GIL held: a program zygote is single-threaded, checked at its start, so nothing CPython
    reinitialises after a fork was in use).
 
-   execbox_serve_programs(host, spawn, own_pid_ns, n_ns, ns_types, uid, filter, warm, n_base,
-                          n_warm, kept, error, error_len)
+   execbox_serve_programs(host, spawn, own_pid_ns, n_ns, ns_types, uid_first, uid_count,
+                          filter, warm, n_base, n_warm, kept, error, error_len)
      Serves spawn requests from `spawn` (SOCK_SEQPACKET; see `program` for the message) until
-     `host` reaches end of file: forks each program into its slot (`fork_program`), watches
-     it through a pidfd, reaps it and writes its wait status to the request's status pipe as
-     {"status": N}, or {"error": "..."} when it could not be forked. Malformed requests are
-     dropped, their descriptors closed. Returns 0 at end of file, 1 in a forked child,
+     `host` reaches end of file: forks each program into its slot (`fork_program`) as the
+     uid its request names (its slot's own), watches it through a pidfd, reaps it and writes
+     its wait status to the request's status pipe as {"status": N}, or {"error": "..."} when
+     it could not be forked. Malformed requests, and those naming a uid outside [uid_first,
+     uid_first + uid_count), are dropped, their descriptors closed. Returns 0 at end of file, 1 in a forked child,
      contained, with the four descriptors it keeps in `kept` (close-on-exec, like every
      descriptor received here), 2 when a signal arrived (the caller lets its handler run,
      then calls again), or -1 with "<step>: <error>" in `error` when the zygote cannot go on
@@ -272,23 +273,24 @@ static void report_status(int fd, const char *key, const char *text, int quote) 
 
 enum { WARM_BASE = 0, WARM_ALL = 1, WARM_NONE = 2 }; /* `_linux.WARM_*` */
 
-/* "<namespaces> <cgroups> <warm>": three small decimal numbers and nothing else (warm: 0
-   for the pages every program writes, 1 for all the warm pages, 2 for none). */
-static int parse_layout(const char *msg, size_t len, int values[3]) {
+/* "<namespaces> <cgroups> <warm> <uid>": four decimal numbers and nothing else, the first
+   three small (warm: 0 for the pages every program writes, 1 for all the warm pages, 2 for
+   none), the uid at most ten digits. */
+static int parse_layout(const char *msg, size_t len, unsigned long long values[4]) {
     int which = 0, digits = 0;
-    values[0] = values[1] = values[2] = 0;
+    values[0] = values[1] = values[2] = values[3] = 0;
     for (size_t i = 0; i < len; i++) {
-        if (msg[i] >= '0' && msg[i] <= '9' && digits < 3) {
-            values[which] = values[which] * 10 + (msg[i] - '0');
+        if (msg[i] >= '0' && msg[i] <= '9' && digits < (which == 3 ? 10 : 3)) {
+            values[which] = values[which] * 10 + (unsigned long long)(msg[i] - '0');
             digits++;
-        } else if (msg[i] == ' ' && which < 2 && digits) {
+        } else if (msg[i] == ' ' && which < 3 && digits) {
             which++;
             digits = 0;
         } else {
             return -1;
         }
     }
-    return which == 2 && digits && values[2] <= WARM_NONE ? 0 : -1;
+    return which == 3 && digits && values[2] <= WARM_NONE ? 0 : -1;
 }
 
 static void close_all(const int *fds, int n) {
@@ -309,9 +311,14 @@ static struct pollfd *polled;
 static size_t n_children, room;
 
 int execbox_serve_programs(int host, int spawn, int own_pid_ns, int n_ns, const int *ns_types,
-                           uid_t uid, const struct sock_fprog *filter, const uint64_t *warm,
-                           size_t n_base, size_t n_warm, int *kept, char *error,
-                           size_t error_len) {
+                           uid_t uid_first, uid_t uid_count, const struct sock_fprog *filter,
+                           const uint64_t *warm, size_t n_base, size_t n_warm, int *kept,
+                           char *error, size_t error_len) {
+    if (uid_first == 0 || uid_count == 0 || uid_first + uid_count < uid_first ||
+        uid_first + uid_count > 0x80000000u) { /* never root, never past 2^31 */
+        errno = EINVAL;
+        return failed("check the uid range", error, error_len);
+    }
     if (n_base > n_warm) {
         errno = EINVAL;
         return failed("check the warm pages", error, error_len);
@@ -407,15 +414,17 @@ int execbox_serve_programs(int host, int spawn, int own_pid_ns, int n_ns, const 
             result = 0; /* every supervisor's end is gone */
             goto out;
         }
-        int layout[3]; /* namespaces, cgroups, warm */
+        unsigned long long layout[4]; /* namespaces, cgroups, warm, uid */
         if ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
-            parse_layout(msg, (size_t)got, layout) || layout[0] != n_ns ||
+            parse_layout(msg, (size_t)got, layout) || layout[0] != (unsigned)n_ns ||
             layout[1] < 1 || layout[1] > MAX_CGROUPS ||
-            n_fds != STATUS_FDS + n_ns + layout[1] + 3 + KEEP) {
+            layout[3] < uid_first || layout[3] - uid_first >= uid_count ||
+            n_fds != STATUS_FDS + n_ns + (int)layout[1] + 3 + KEEP) {
             close_all(fds, n_fds); /* malformed: dropped */
             continue;
         }
-        int req_cgroups = layout[1];
+        int req_cgroups = (int)layout[1];
+        uid_t uid = (uid_t)layout[3];
         int status_w = fds[0];
         const int *request = fds + STATUS_FDS; /* namespaces, cgroups, stdio, kept */
         int flags = fcntl(status_w, F_GETFL);
