@@ -1,0 +1,118 @@
+"""A/B of two execbox trees in the same minutes: `print(1)` latency, runs/s with 4 callers and
+HumanEval (canonical solutions) problems/s, each tree measured in rounds that alternate (A B,
+B A, A B, ...), each round a fresh executor in a fresh interpreter of that tree. Prints each
+side's median and B's ratio to A; writes bench/results/ab.json.
+
+    .venv/bin/python bench/ab.py --a TREE_A --b TREE_B [--rounds 6]
+
+A tree is a checkout with its own `.venv` (`make image` made it); `--a-home`/`--b-home` give
+each tree's EXECBOX_HOME when their images differ (native code changed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+WARMUP = 30
+LATENCY_RUNS = 200
+THROUGHPUT_S = 4.0
+CLIENTS = 4
+
+
+def _child() -> None:
+    """One round in this interpreter (the tree's own execbox): a JSON line of measurements."""
+    import execbox
+    from execbox.evals import humaneval as he
+
+    out: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp, execbox.Executor(
+            cache=False, records=f"sqlite:///{tmp}/runs.db") as ex:
+        ex._host.wait_heavy()
+        for _ in range(WARMUP):
+            assert ex.run("print(1)").ok
+        samples = []
+        for _ in range(LATENCY_RUNS):
+            t = time.perf_counter()
+            r = ex.run("print(1)")
+            samples.append((time.perf_counter() - t) * 1000)
+            assert r.ok and r.stdout == "1\n", r
+        out["print1_ms"] = statistics.median(samples)
+        count = [0] * CLIENTS
+        stop = time.monotonic() + THROUGHPUT_S
+
+        def client(i: int) -> None:
+            while time.monotonic() < stop:
+                assert ex.run("print(1)").ok
+                count[i] += 1
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(CLIENTS)]
+        t = time.monotonic()
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        out["runs_per_s_4"] = sum(count) / (time.monotonic() - t)
+        problems = he.load_problems()
+        canonical = he.canonical_samples(problems)
+        t = time.perf_counter()
+        evaluation = he.evaluate(ex, canonical, problems, timeout_s=he.DEFAULT_TIMEOUT_S)
+        wall = time.perf_counter() - t
+        assert sum(bool(r["passed"]) for r in evaluation.rows) == len(problems)
+        out["humaneval_per_s"] = len(problems) / wall
+    print(json.dumps(out))
+
+
+def _round(tree: Path, home: str | None) -> dict[str, float]:
+    env = dict(os.environ)
+    if home:
+        env["EXECBOX_HOME"] = home
+    done = subprocess.run([str(tree / ".venv" / "bin" / "python"), __file__, "--child"],
+                          cwd=tree, env=env, capture_output=True, text=True, check=False)
+    if done.returncode:
+        sys.exit(f"a round in {tree} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def main() -> None:
+    if sys.argv[1:] == ["--child"]:
+        _child()
+        return
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--a", type=Path, required=True)
+    parser.add_argument("--b", type=Path, required=True)
+    parser.add_argument("--a-home")
+    parser.add_argument("--b-home")
+    parser.add_argument("--rounds", type=int, default=6)
+    args = parser.parse_args()
+    sides = {"A": (args.a.resolve(), args.a_home), "B": (args.b.resolve(), args.b_home)}
+    seen: dict[str, list[dict[str, float]]] = {"A": [], "B": []}
+    for i in range(args.rounds):
+        for side in ("AB" if i % 2 == 0 else "BA"):
+            seen[side].append(_round(*sides[side]))
+            print(f"round {i + 1} {side}: {seen[side][-1]}", flush=True)
+    result: dict[str, dict[str, float]] = {}
+    for metric in seen["A"][0]:
+        a = statistics.median(r[metric] for r in seen["A"])
+        b = statistics.median(r[metric] for r in seen["B"])
+        result[metric] = {"A": round(a, 3), "B": round(b, 3), "B/A": round(b / a, 3)}
+    print(f"{'metric':<18}{'A':>10}{'B':>10}{'B/A':>8}")
+    for metric, row in result.items():
+        print(f"{metric:<18}{row['A']:>10.2f}{row['B']:>10.2f}{row['B/A']:>8.3f}")
+    out = Path(__file__).parent / "results"
+    out.mkdir(exist_ok=True)
+    (out / "ab.json").write_text(json.dumps(
+        {"a": str(args.a), "b": str(args.b), "rounds": seen, "medians": result}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
