@@ -43,6 +43,7 @@ from .errors import Overloaded, SandboxError, SandboxUnavailable, SessionClosed,
 from .image import LIGHT_PRELOAD, Image
 from .records import PolicyInfo, RunStore
 from .redact import Redactor
+from .sandbox import capabilities
 from .sandbox.channel import SessionChannel, SessionEnded
 from .sandbox.host import Cancel as Cancel  # re-exported: execbox.Cancel
 from .sandbox.host import HostError, OutputCallback, RawRun, RunNotStarted, ZygoteProcess
@@ -142,6 +143,9 @@ class Executor:
                 "the default isolation tier needs root (namespaces, mounts, cgroups); "
                 "run as root, and see `execbox doctor`"
             )
+        unprivileged = capabilities.unavailable_reason()
+        if unprivileged:  # else the first run fails on a bare EPERM deep in the set-up
+            raise SandboxUnavailable(f"{unprivileged}; see `execbox doctor`")
         self.image = image or Image.load()
         self.max_concurrency = max_concurrency or 4 * (os.cpu_count() or 1)
         self.pool_size = max(1, pool_size or min(self.max_concurrency, 2 * (os.cpu_count() or 1)))
