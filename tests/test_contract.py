@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -127,3 +131,62 @@ def test_committed_schema_file_is_up_to_date() -> None:
     assert json.loads(committed.read_text()) == json.loads(json.dumps(schema())), (
         "regenerate with: execbox schema -o docs/contract.schema.json"
     )
+
+
+# Source bytes CPython itself refuses, each with the line of the first byte that does not
+# decode, or of the coding cookie that is wrong.
+UNDECODABLE_SOURCES = [
+    (b"\xff\n", 1),
+    (b"x = 1\ny = 'a\xffb'\n", 2),
+    (b"x = 1  # \xe9 in a comment\n", 1),
+    ("x = 'é'\n\n\nz = 1\n".encode() + b"w = '\xc3('\n", 5),
+    (b"\xef\xbb\xbfx = 1\n\xff\n", 2),
+    (b"# coding: ascii\nx = 1\ny = '\xe9'\n", 3),
+    (b"x = 1\n# coding: latin-1\n\xe9 = 2\n", 3),  # a cookie below code is no cookie
+    (b"\xff\n# coding: latin-1\n", 1),
+    (b"\n# coding: no-such-codec\nx = 1\n", 2),
+    (b"\xef\xbb\xbf# coding: latin-1\nx = 1\n", 1),  # a BOM says UTF-8: a cookie may not differ
+]
+
+
+def _cpython_verdict(source: bytes, tmp_path: Path) -> tuple[bool, int | None]:
+    """Whether CPython runs `source` as a file, and the line it names when it does not."""
+    path = tmp_path / "main.py"
+    path.write_bytes(source)
+    proc = subprocess.run([sys.executable, str(path)], capture_output=True, timeout=60)
+    if proc.returncode == 0:
+        return True, None
+    assert b"SyntaxError" in proc.stderr, proc.stderr
+    found = re.search(rb"line (\d+)", proc.stderr)
+    return False, int(found.group(1)) if found else None
+
+
+@pytest.mark.parametrize("source,line", UNDECODABLE_SOURCES)
+def test_undecodable_source_is_cpythons_syntax_error_on_its_line(source: bytes, line: int,
+                                                                   tmp_path: Path) -> None:
+    ran, cpython_line = _cpython_verdict(source, tmp_path)
+    assert not ran and cpython_line in (line, None)  # None: CPython names no line; we do
+    request = RunRequest(code=source)  # a request all the same, never a validation error
+    error = request.source_error
+    assert isinstance(error, SyntaxError) and error.lineno == line
+    assert error.msg and ("codec" in error.msg or "encoding" in error.msg)
+
+
+def test_column_of_an_undecodable_byte_counts_characters() -> None:
+    error = RunRequest(code="s = 'é'; t = '".encode() + b"\xff'\n").source_error
+    assert error is not None and (error.lineno, error.offset) == (1, 15)
+    assert error.text == "s = 'é'; t = '\ufffd'\n"
+
+
+@pytest.mark.parametrize("source,text", [
+    (b"# -*- coding: latin-1 -*-\nprint('caf\xe9')\n", "# -*- coding: latin-1 -*-\nprint('café')\n"),
+    (b"#!/usr/bin/env python\n# vim: set fileencoding=cp1252 :\nx = '\x80'\n",
+     "#!/usr/bin/env python\n# vim: set fileencoding=cp1252 :\nx = '€'\n"),
+    (b"\xef\xbb\xbfprint('bom')\n", "print('bom')\n"),
+    ("print('é')\n".encode(), "print('é')\n"),
+])
+def test_source_bytes_decode_as_cpython_decodes_a_file(source: bytes, text: str,
+                                                        tmp_path: Path) -> None:
+    assert _cpython_verdict(source, tmp_path) == (True, None)  # CPython runs each of them
+    request = RunRequest(code=source)
+    assert request.source_error is None and request.code == text

@@ -479,3 +479,16 @@ def test_map_yields_every_result_once_as_runs_finish(executor: Executor) -> None
     assert sorted(order) == [(i, f"{i}\n") for i in range(12)]
     position = [i for i, _ in order].index(0)
     assert position >= 6, order  # the slow first run does not hold up the ones after it
+
+
+def test_undecodable_bytes_are_a_syntax_error_result_on_every_callback(
+        executor: execbox.Executor) -> None:
+    streamed: list[bytes] = []
+    result = executor.run(b"print('never')\nx = '\xe9'\n", on_stderr=streamed.append)
+    assert result.status is Status.error and result.exit_code == 1
+    assert result.error is not None and (result.error.type, result.error.line) == ("SyntaxError", 2)
+    assert result.stdout == "" and b"".join(streamed).decode() == result.stderr
+    record = executor.store.get(result.run_id)
+    assert record is not None and record.status == "error"
+    cookie = executor.run(b"# coding: latin-1\nprint('\xe9' * 2)\n")
+    assert cookie.ok and cookie.stdout == "éé\n"

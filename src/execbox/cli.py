@@ -128,8 +128,10 @@ def run_cmd(file: str, stdin_path: str | None, inputs: tuple[str, ...], timeout:
     from .executor import Executor, make_request
 
     try:
-        code = sys.stdin.read() if file == "-" else Path(file).read_text()
-    except (OSError, UnicodeDecodeError) as exc:
+        # Bytes: decoded as CPython decodes a file (BOM, coding cookie); bytes that do not
+        # decode are the run's SyntaxError, a result like any other.
+        code = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
+    except OSError as exc:
         _fail(f"cannot read {file}: {exc}")
     overrides: dict[str, Any] = {
         k: v for k, v in {"timeout_s": timeout, "cpu_s": cpu, "memory_mib": memory,

@@ -7,12 +7,23 @@ the contract; change them only on purpose and keep `schema()` and the docs in st
 from __future__ import annotations
 
 import base64
+import io
 import json
+import tokenize
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidatorFunctionWrapHandler,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 MIB = 1024 * 1024
 
@@ -102,10 +113,55 @@ class InputFile(BaseModel):
         return base64.b64encode(data).decode()
 
 
+SOURCE_FILENAME = "main.py"  # the name the code runs under in the sandbox
+
+
+def decode_source(data: bytes) -> str:
+    """The text of a source file's bytes, decoded as CPython decodes a file it runs: a UTF-8
+    BOM, else a PEP 263 coding cookie, else UTF-8. Raises SyntaxError as CPython does for
+    `python main.py`, with the line and column of the first byte that does not decode."""
+    head = data.removeprefix(b"\xef\xbb\xbf").splitlines(keepends=True)[:2]
+    try:
+        encoding, read = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as exc:
+        try:  # no cookie was read because a first line is not UTF-8: CPython names the byte
+            b"".join(head).decode("utf-8")
+        except UnicodeDecodeError:
+            encoding, read = "utf-8", []
+        else:
+            raise SyntaxError(str(exc), (SOURCE_FILENAME, _cookie_line(head) or 1, None,
+                                         None)) from None
+    cookie_line = _cookie_line(head[:len(read)])  # a cookie below a line of code is none
+    skip = 3 if encoding == "utf-8-sig" else 0
+    try:
+        return data[skip:].decode("utf-8" if skip else encoding)
+    except UnicodeDecodeError as exc:
+        start = exc.start + skip
+        line_start = data.rfind(b"\n", 0, start) + 1
+        line_end = data.find(b"\n", start)
+        lineno = data.count(b"\n", 0, start) + 1
+        column = len(data[max(line_start, skip):start].decode(exc.encoding)) + 1
+        text = data[line_start:None if line_end < 0 else line_end + 1].decode(exc.encoding,
+                                                                              "replace")
+        if cookie_line is not None:
+            message = f"(unicode error) {exc}"
+        else:  # CPython's words for a file it runs
+            message = (f"Non-UTF-8 code starting with '\\x{data[start]:02x}' in file "
+                       f"{SOURCE_FILENAME} on line {lineno}, but no encoding declared; "
+                       "see https://peps.python.org/pep-0263/ for details")
+        raise SyntaxError(message, (SOURCE_FILENAME, lineno, column, text)) from None
+
+
+def _cookie_line(lines: list[bytes]) -> int | None:
+    return next((i + 1 for i, line in enumerate(lines)
+                 if tokenize.cookie_re.match(line.decode("latin-1"))), None)
+
+
 class RunRequest(BaseModel):
     """Everything a run needs. The sandbox sees nothing that is not in here."""
 
     model_config = ConfigDict(extra="forbid")
+    _source_error: SyntaxError | None = PrivateAttr(None)
 
     language: Literal["python"] = Field("python", description="Language of `code`.")
     code: str = Field(description="The program to run.")
@@ -118,6 +174,32 @@ class RunRequest(BaseModel):
     )
     network: Literal["none"] = Field("none", description="Network access; only 'none' for now.")
     profile: str = Field("data", description="Policy profile checked before the run.")
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _source_bytes(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        """In Python, `code` may be the bytes of a source file, decoded as CPython decodes one.
+        Bytes that do not decode still make a request: its `code` shows the bad bytes as \\x
+        escapes and `source_error` holds CPython's SyntaxError, which the run reports as its
+        result without starting the sandbox."""
+        source = data.get("code") if isinstance(data, dict) else None
+        if not isinstance(source, (bytes, bytearray, memoryview)):
+            return handler(data)
+        source = bytes(source)
+        error = None
+        try:
+            code = decode_source(source)
+        except SyntaxError as exc:
+            error = exc
+            code = source.decode("utf-8", "backslashreplace")
+        request = handler({**data, "code": code})
+        request._source_error = error
+        return request
+
+    @property
+    def source_error(self) -> SyntaxError | None:
+        """CPython's SyntaxError for source bytes that do not decode; None for text."""
+        return self._source_error
 
     @field_validator("code")
     @classmethod

@@ -43,9 +43,11 @@ from .errors import Overloaded, SandboxError, SandboxUnavailable, SessionClosed,
 from .image import LIGHT_PRELOAD, Image
 from .records import PolicyInfo, RunStore
 from .redact import Redactor
+from .sandbox import capabilities
 from .sandbox.channel import SessionChannel, SessionEnded
 from .sandbox.host import Cancel as Cancel  # re-exported: execbox.Cancel
 from .sandbox.host import HostError, OutputCallback, RawRun, RunNotStarted, ZygoteProcess
+from .sandbox.runner import compile_error_record
 from .sessions import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_MAX_LIFETIME_S, Reaper, Session
 
 log = logging.getLogger("execbox")
@@ -66,11 +68,12 @@ def new_run_id() -> str:
     return uuid.uuid4().hex
 
 
-def make_request(code: str, *, language: str = "python", stdin: bytes | str | None = None,
+def make_request(code: str | bytes, *, language: str = "python", stdin: bytes | str | None = None,
                  files: Mapping[str, FileSource] | None = None,
                  limits: Limits | Mapping[str, Any] | None = None,
                  env: Mapping[str, str] | None = None, profile: str = "data") -> RunRequest:
-    """Build and validate a RunRequest; UsageError says what is wrong."""
+    """Build and validate a RunRequest; UsageError says what is wrong. `code` given as bytes is
+    decoded as CPython decodes a source file (see `RunRequest`)."""
     inputs = []
     for name, source in (files or {}).items():
         if isinstance(source, (bytes, bytearray, memoryview)):
@@ -140,6 +143,9 @@ class Executor:
                 "the default isolation tier needs root (namespaces, mounts, cgroups); "
                 "run as root, and see `execbox doctor`"
             )
+        unprivileged = capabilities.unavailable_reason()
+        if unprivileged:  # else the first run fails on a bare EPERM deep in the set-up
+            raise SandboxUnavailable(f"{unprivileged}; see `execbox doctor`")
         self.image = image or Image.load()
         self.max_concurrency = max_concurrency or 4 * (os.cpu_count() or 1)
         self.pool_size = max(1, pool_size or min(self.max_concurrency, 2 * (os.cpu_count() or 1)))
@@ -172,7 +178,7 @@ class Executor:
                 self._host = self._start_host()
             return self._host
 
-    def run(self, code: str, *, language: str = "python", stdin: bytes | str | None = None,
+    def run(self, code: str | bytes, *, language: str = "python", stdin: bytes | str | None = None,
             files: Mapping[str, FileSource] | None = None,
             limits: Limits | Mapping[str, Any] | None = None,
             env: Mapping[str, str] | None = None, profile: str = "data",
@@ -182,6 +188,7 @@ class Executor:
             on_stderr: OutputCallback | None = None,
             cancel: Cancel | None = None) -> RunResult:
         """Run `code` in a fresh sandbox and return its result (never raises for the code).
+        `code` may be the bytes of a source file: bytes that do not decode are its SyntaxError.
 
         `limits` fields you set override the profile's defaults (within its maximums).
         `cache=False` skips the result cache; `budget` is shared across calls; `secrets` are
@@ -236,6 +243,12 @@ class Executor:
                 "error": ErrorInfo(type="NeedsApproval" if held else "PolicyDenied",
                                    message=message, line=verdict.line, rule=verdict.rule),
             }))
+
+        if request.source_error is not None:  # CPython runs nothing of it: no sandbox either
+            result = _redact(_undecodable(base, request.source_error), redactor)
+            if on_stderr is not None:
+                on_stderr(result.stderr.encode())
+            return finish(result)
 
         reservation: Reservation | None = None
         if budget is not None:
@@ -490,6 +503,10 @@ class Executor:
         if record.status in (Status.policy_denied.value, Status.needs_approval.value,
                              Status.budget_exceeded.value):
             raise UsageError(f"run {run_id} never ran ({record.status}); nothing to replay")
+        if record.policy.rule == "code.encoding":
+            raise UsageError(f"run {run_id}'s code was bytes that do not decode, and the record "
+                             "keeps only a rendering of them (bad bytes as \\x escapes): run "
+                             "the file again instead")
         request = self.store.request_of(record)
         redacted_env = sorted(k for k, v in request.env.items() if "[REDACTED" in v)
         again = self.run_request(request, cache=False, _kind="replay", _source=run_id,
@@ -733,6 +750,14 @@ def _redact(result: RunResult, redactor: Redactor) -> RunResult:
     return result.model_copy(update=update)
 
 
+def _undecodable(base: RunResult, exc: SyntaxError) -> RunResult:
+    """The result of source bytes that do not decode: what the sandbox reports for code that
+    does not compile (status error, exit status 1, the SyntaxError on stderr)."""
+    record = compile_error_record(exc)
+    return base.model_copy(update={"status": Status.error, "exit_code": 1,
+                                   "stderr": record["traceback"], "error": ErrorInfo(**record)})
+
+
 def _result(base: RunResult, raw: RawRun) -> RunResult:
     meta = raw.meta
     status = Status(meta["status"])
@@ -760,7 +785,7 @@ def _result(base: RunResult, raw: RawRun) -> RunResult:
     })
 
 
-def run(code: str, *, language: str = "python", stdin: bytes | str | None = None,
+def run(code: str | bytes, *, language: str = "python", stdin: bytes | str | None = None,
         files: Mapping[str, FileSource] | None = None,
         limits: Limits | Mapping[str, Any] | None = None,
         env: Mapping[str, str] | None = None, profile: str = "data",

@@ -13,7 +13,9 @@ EXECBOX_PROFILES environment variable). `check()` returns a `Verdict`:
 What is checked, in this order: code size, input caps (files, bytes, CSV rows), limits against
 the profile's maximums, then the code's syntax tree (imports, calls, writes to constant paths).
 Code that does not parse is allowed through (rule "code.syntax"): the sandbox reports the
-SyntaxError with its line and column like any other error.
+SyntaxError with its line and column like any other error. Source bytes that do not decode
+(`RunRequest.source_error`) are let through the same way (rule "code.encoding"); their
+SyntaxError is known before any sandbox, so the executor reports it without starting one.
 
 This is an early, explainable rejection layer, NOT the security boundary. The analysis resolves
 import aliases (`import os as o`, `from os import system as s`, `from os import *`,
@@ -437,6 +439,11 @@ class _Checker:
         denied = self.inputs() or self.limit_maximums()
         if denied is not None:
             return denied
+        undecodable = self.request.source_error
+        if undecodable is not None:  # as CPython, which reads nothing of such a file
+            return self.verdict("allow", "code.encoding", (
+                f"the code was not analysed (SyntaxError: {undecodable.msg}); "
+                "the run reports the error"), undecodable.lineno)
         if not _reads_code(p):
             # No rule of the profile is about the code (the default profile, `data`): nothing
             # to parse it for. Its imports only pick the kind of slot it runs in, a choice of

@@ -82,6 +82,47 @@ def test_usage_errors_exit_2_with_a_clear_message(sandbox: Executor, args: list[
     assert b"Traceback" not in proc.stderr
 
 
+def test_undecodable_file_is_one_syntax_error_result_and_a_record(sandbox: Executor,
+                                                                    tmp_path: Path) -> None:
+    prog = tmp_path / "p.py"
+    prog.write_bytes("x = 'é'\nprint(x)\ny = '".encode() + b"\xff'\n")
+    proc = cli("run", str(prog), "--json", "--no-cache")
+    assert proc.returncode == 1, proc.stderr
+    result = json.loads(proc.stdout)  # exactly one JSON result, as for any other code
+    assert result["status"] == "error" and result["exit_code"] == 1
+    error = result["error"]
+    assert (error["type"], error["line"], error["column"]) == ("SyntaxError", 3, 6)
+    assert "'\\xff'" in error["message"] and "line 3" in result["stderr"]
+    assert result["stdout"] == ""  # CPython runs nothing of a file it cannot decode: nor do we
+    shown = json.loads(cli("runs", "show", result["run_id"]).stdout)
+    assert shown["status"] == "error" and shown["policy"]["rule"] == "code.encoding"
+    assert shown["code"].endswith("y = '\\xff'\n")  # the bad byte, shown as an escape
+    replay = cli("runs", "replay", result["run_id"])
+    assert replay.returncode == 2 and b"run the file again" in replay.stderr
+
+
+def test_undecodable_stdin_prints_cpythons_syntax_error(sandbox: Executor) -> None:
+    proc = cli("run", "-", stdin=b"print('never')\n\n\xc3(\n")
+    assert proc.returncode == 1
+    assert proc.stdout == b""
+    assert b'File "main.py", line 3' in proc.stderr
+    assert b"SyntaxError: Non-UTF-8 code starting with '\\xc3'" in proc.stderr
+    as_json = cli("run", "-", "--json", stdin=b"print('never')\n\n\xc3(\n")
+    assert as_json.returncode == 1 and json.loads(as_json.stdout)["error"]["line"] == 3
+
+
+def test_coding_cookie_and_bom_are_read_as_cpython_reads_them(sandbox: Executor,
+                                                              tmp_path: Path) -> None:
+    latin = tmp_path / "latin.py"
+    latin.write_bytes(b"# -*- coding: latin-1 -*-\nprint('caf\xe9')\n")
+    proc = cli("run", str(latin))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "café\n".encode()
+    proc = cli("run", "-", stdin=b"\xef\xbb\xbfprint('after a BOM')\n")
+    assert proc.returncode == 0, proc.stderr  # not "invalid non-printable character U+FEFF"
+    assert proc.stdout == b"after a BOM\n"
+
+
 def test_missing_image_fails_clearly_and_never_runs_unsandboxed(tmp_path: Path) -> None:
     env = dict(os.environ, EXECBOX_HOME=str(tmp_path / "empty"))
     canary = tmp_path / "ran"

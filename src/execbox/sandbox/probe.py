@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import platform
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from . import capabilities
 
 
 @dataclass
@@ -26,17 +29,65 @@ def _try(name: str, fn: Callable[[], str], fix: str, required: bool = True) -> C
 
 
 def _in_fork(step: Callable[[], object], failed: str) -> None:
-    """Run `step` in a fork (what it changes stays there); OSError(`failed`) when it raised."""
+    """Run `step` in a fork (what it changes stays there); OSError with the errno of the call
+    that failed (and `failed` as its text), so the finding is worded from its real cause."""
     pid = os.fork()
     if pid == 0:
         try:
             step()
             os._exit(0)
+        except OSError as exc:
+            os._exit(exc.errno if exc.errno and 0 < exc.errno < 255 else 255)
         except BaseException:  # noqa: BLE001
-            os._exit(1)
+            os._exit(255)
     _, status = os.waitpid(pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
+    code = os.waitstatus_to_exitcode(status)
+    if code == 255 or code < 0:
         raise OSError(failed)
+    if code != 0:
+        raise OSError(code, f"{failed}: {errno.errorcode.get(code, code)} ({os.strerror(code)})")
+
+
+def _cause(exc: BaseException, kernel_fix: str, what: str) -> str:
+    """The fix for a failed privileged call, from its errno: a missing privilege (EPERM,
+    EACCES), something the kernel lacks (ENOSYS, EINVAL), or else the error itself."""
+    code = exc.errno if isinstance(exc, OSError) else None
+    if code in (errno.EPERM, errno.EACCES):
+        lacking = capabilities.missing()
+        if lacking:
+            return (f"not the kernel: this process lacks {', '.join(map(str, lacking))} "
+                    "(see capabilities)")
+        if capabilities.user_namespace():
+            return "not the kernel: root here is root of a user namespace (see user namespace)"
+        return (f"not the kernel: {what} was refused although the capabilities are held, so a "
+                "seccomp or LSM profile refuses it; in a container: --security-opt "
+                "seccomp=unconfined --security-opt apparmor=unconfined (or --privileged)")
+    if code in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+        return kernel_fix
+    return f"{what} failed for another reason than privilege or kernel support: see the error"
+
+
+def _checked(name: str, fn: Callable[[], str], kernel_fix: str, what: str) -> Check:
+    """`_try` for a privileged call: its fix is worded from the errno it failed with."""
+    try:
+        return Check(name, True, fn())
+    except Exception as exc:  # noqa: BLE001 - every failure is a finding
+        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return Check(name, False, detail or type(exc).__name__, _cause(exc, kernel_fix, what))
+
+
+def _capabilities() -> str:
+    lacking = capabilities.missing()
+    if lacking:
+        raise OSError(f"missing {capabilities.summary(lacking)}")
+    return "held: " + ", ".join(str(cap) for cap in capabilities.REQUIRED)
+
+
+def _user_namespace() -> str:
+    problem = capabilities.not_host_root()
+    if problem:
+        raise OSError(problem)
+    return "the host's own (uid 0 is the host's root)"
 
 
 def _namespaces() -> str:
@@ -111,11 +162,19 @@ def run_checks() -> list[Check]:
     if not all(c.ok for c in checks):
         return checks
     checks += [
-        _try("namespaces", _namespaces, "enable user/mount/pid/net namespaces in the kernel"),
+        _try("capabilities", _capabilities,
+             capabilities.how_to_grant(capabilities.missing())),
+        _try("user namespace", _user_namespace,
+             "run execbox as the host's root, or in a container that is not in a user "
+             "namespace of its own (docker/podman without --userns, not rootless)"),
+        _checked("namespaces", _namespaces,
+                 "enable mount, pid, net, ipc, uts and cgroup namespaces in the kernel "
+                 "(CONFIG_NAMESPACES and its *_NS options)", "unshare or mount"),
         _try("cgroups", _cgroups,
              "mount cgroup v2 with memory and pids controllers, or cgroup v1 memory and pids"),
         _try("seccomp", _seccomp, "install libseccomp2 (apt-get install libseccomp2)"),
-        _try("pidfd", _pidfd, "use Linux 5.8 or newer"),
+        _checked("pidfd", _pidfd, "use Linux 5.8 or newer (setns with a pidfd)",
+                 "setns"),
         _try("hardlink protection", _protected_hardlinks,
              "sysctl -w fs.protected_hardlinks=1 (session file calls rely on it)",
              required=False),

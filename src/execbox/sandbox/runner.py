@@ -126,6 +126,15 @@ def exercise_errors() -> None:
         del linecache.cache[_EXERCISE_FILE]
 
 
+def compile_error_record(exc: SyntaxError | ValueError) -> dict[str, Any]:
+    """The error record of code that does not compile; its traceback is also the program's
+    stderr, as CPython prints it. The host uses it too, for source bytes that do not decode."""
+    text = "".join(traceback.format_exception_only(type(exc), exc))
+    return {"type": type(exc).__name__, "message": getattr(exc, "msg", None) or str(exc),
+            "line": getattr(exc, "lineno", None), "column": getattr(exc, "offset", None),
+            "traceback": text}
+
+
 def _user_line(tb: types.TracebackType | None) -> int | None:
     line = None
     while tb is not None:
@@ -168,15 +177,9 @@ def run(code: str, err_fd: int, src_paths: list[str], done_fd: int, token: bytes
     try:
         compiled = compile(code, FILENAME, "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as exc:
-        text = "".join(traceback.format_exception_only(type(exc), exc))
-        sys.stderr.write(text)
-        _report(err_fd, {
-            "type": type(exc).__name__,
-            "message": getattr(exc, "msg", None) or str(exc),
-            "line": getattr(exc, "lineno", None),
-            "column": getattr(exc, "offset", None),
-            "traceback": text,
-        })
+        record = compile_error_record(exc)
+        sys.stderr.write(record["traceback"])
+        _report(err_fd, record)
         _finish(1, done_fd, my_pid, token)
     try:
         exec(compiled, main.__dict__)
