@@ -3,7 +3,9 @@
     POST /v1/runs, /v1/runs/stream          run code (JSON result, or server-sent events)
     GET  /v1/runs/{id}, .../artifacts/{p}   the record and artifact bytes (own runs only)
     /v1/sessions/...                        sessions: create, cells, files, close
-    GET  /healthz /readyz /metrics          liveness, readiness, Prometheus metrics
+    GET  /healthz /readyz                   liveness, readiness (no key)
+    GET  /metrics                           Prometheus metrics (an admin key)
+    GET  /docs /redoc /openapi.json         the API's documents (only with Settings.docs)
 
 The executor is synchronous: every sandbox call runs on a worker thread, never on the loop.
 On shutdown (SIGTERM, lifespan end) uvicorn stops accepting and lets in-flight requests finish;
@@ -23,7 +25,7 @@ from fastapi.responses import JSONResponse
 
 from .. import __version__
 from . import errors, runs, sessions
-from .deps import State
+from .deps import Admin, State
 from .limits import BodySizeLimit
 from .state import ServerState, Settings
 
@@ -51,7 +53,12 @@ def create_app(executor: Executor | None = None, settings: Settings | None = Non
             log.info("execbox server shutting down")
             await anyio.to_thread.run_sync(state.stop)
 
+    # Documents are off unless asked for: the schema is in the repository for client authors,
+    # and Swagger UI's page loads its scripts from a CDN.
+    on = settings.docs
     app = FastAPI(title="execbox", version=__version__, lifespan=lifespan,
+                  docs_url="/docs" if on else None, redoc_url="/redoc" if on else None,
+                  openapi_url="/openapi.json" if on else None,
                   description="Run the code AI agents write: isolated, limited, recorded. "
                               "Every error is {\"error\": {\"code\", \"message\"}}.")
     app.state.execbox = state
@@ -70,8 +77,10 @@ def create_app(executor: Executor | None = None, settings: Settings | None = Non
         state.executor  # noqa: B018 - raises 503 not_ready while starting or draining
         return JSONResponse({"status": "ready"})
 
-    @app.get("/metrics", tags=["ops"], summary="Prometheus metrics", response_class=Response,
-             responses={200: {"content": {"text/plain": {}}, "description": "metrics"}})
+    @app.get("/metrics", tags=["ops"], summary="Prometheus metrics (an admin key)",
+             response_class=Response, dependencies=[Admin],
+             responses={**errors.documented(401, 403),
+                        200: {"content": {"text/plain": {}}, "description": "metrics"}})
     async def metrics(state: State) -> Response:
         return Response(state.metrics.render(),
                         media_type="text/plain; version=0.0.4; charset=utf-8")

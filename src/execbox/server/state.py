@@ -62,6 +62,8 @@ class Settings:
     """Largest request body accepted; bigger ones get a 413."""
     max_inflight_runs: int = 64
     """Runs and cells the server hands to the executor at once (worker threads)."""
+    docs: bool = False
+    """Serve /docs, /redoc and /openapi.json (without a key: the schema is public)."""
     executor_options: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments for the Executor the server starts (when none is passed in)."""
 
