@@ -14,6 +14,7 @@ then every session is closed and the executor (its fork server and slots) stoppe
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -45,12 +46,15 @@ def create_app(executor: Executor | None = None, settings: Settings | None = Non
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         await anyio.to_thread.run_sync(state.start)
         state.arm()
-        log.info("execbox server ready (auth %s, max request %d bytes)",
-                 "on" if settings.auth else "OFF", settings.max_request_bytes)
+        log.info("execbox server ready (auth %s, max request %d bytes, result budget %d "
+                 "bytes, spool %s)", "on" if settings.auth else "OFF",
+                 settings.max_request_bytes, settings.max_result_bytes, state.spool.root)
+        sweeper = asyncio.create_task(_sweep(state))
         try:
             yield
         finally:
             log.info("execbox server shutting down")
+            sweeper.cancel()
             await anyio.to_thread.run_sync(state.stop)
 
     # Documents are off unless asked for: the schema is in the repository for client authors,
@@ -86,3 +90,11 @@ def create_app(executor: Executor | None = None, settings: Settings | None = Non
                         media_type="text/plain; version=0.0.4; charset=utf-8")
 
     return app
+
+
+async def _sweep(state: ServerState) -> None:
+    """Remove expired spooled artifacts now and then, requests or not."""
+    every = max(0.5, min(30.0, state.settings.artifact_ttl_s / 4))
+    while True:
+        await asyncio.sleep(every)
+        await anyio.to_thread.run_sync(state.spool.sweep)

@@ -35,6 +35,13 @@ def _key_store(db: str | None) -> KeyStore:
               help="Seconds in-flight requests get to finish after SIGTERM.")
 @click.option("--db", default=None, help="Records database URL (default: EXECBOX_DB_URL or "
                                          "the SQLite file in the data directory).")
+@click.option("--max-result-mib", default=2048, show_default=True, type=click.IntRange(1),
+              help="Result bytes in flight, server-wide (runs' output and artifact caps, and "
+                   "spooled artifacts not yet downloaded); past it requests get a 503.")
+@click.option("--spool-dir", default=None, type=click.Path(file_okay=False, exists=True),
+              help="Where artifacts wait for their download (default: the temp directory).")
+@click.option("--artifact-ttl", default=600, show_default=True, type=click.IntRange(1),
+              help="Seconds a run's spooled artifacts wait for their download.")
 @click.option("--docs", is_flag=True,
               help="Serve /docs, /redoc and /openapi.json (off: the schema is in the "
                    "repository, and the docs page loads scripts from a CDN).")
@@ -42,7 +49,8 @@ def _key_store(db: str | None) -> KeyStore:
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 def serve(host: str, port: int, no_auth: bool, max_request_mib: int,
           max_concurrency: int | None, pool_size: int | None, graceful_timeout: int,
-          db: str | None, docs: bool, log_level: str) -> None:
+          db: str | None, max_result_mib: int, spool_dir: str | None, artifact_ttl: int,
+          docs: bool, log_level: str) -> None:
     """Serve the HTTP API.
 
     Callers send 'Authorization: Bearer KEY' with a key from `execbox keys create`; /metrics
@@ -61,6 +69,8 @@ def serve(host: str, port: int, no_auth: bool, max_request_mib: int,
     if db:
         options["records"] = db
     settings = Settings(auth=not no_auth, max_request_bytes=max_request_mib << 20, docs=docs,
+                        max_result_bytes=max_result_mib << 20, spool_dir=spool_dir,
+                        artifact_ttl_s=float(artifact_ttl),
                         executor_options={k: v for k, v in options.items() if v is not None})
     if no_auth and host not in ("127.0.0.1", "::1", "localhost"):
         click.echo(f"execbox: WARNING: --no-auth on {host}: anyone who can reach it runs code",
