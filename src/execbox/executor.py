@@ -207,9 +207,13 @@ class Executor:
                     on_stderr: OutputCallback | None = None,
                     _kind: str = "run", _source: str | None = None,
                     _approved: bool = False, _session: Session | None = None,
-                    cache_scope: str | None = None, cancel: Cancel | None = None) -> RunResult:
+                    cache_scope: str | None = None, cancel: Cancel | None = None,
+                    spool_dir: str | None = None) -> RunResult:
         """The whole pipeline for one request (or one cell of `_session`). `cache_scope`
-        partitions the result cache (the HTTP server passes the tenant)."""
+        partitions the result cache (the HTTP server passes the tenant). With `spool_dir` (an
+        existing private directory; runs, not cells), the run's artifacts are written to
+        `<spool_dir>/<index in result.artifacts>` as they arrive, and only those the record
+        store keeps have their `data` in memory; the caller removes the files."""
         self.store.check()  # refused when a record failed since the last check (see `records`)
         run_id = new_run_id()
         redactor = self._redactor.with_secrets(secrets)
@@ -281,7 +285,9 @@ class Executor:
             result = self._cell_run(_session, request, base, on_stdout, on_stderr)
         else:
             result = self._sandbox_run(request, base, on_stdout, on_stderr,
-                                       program_kind(verdict.imports), cancel)
+                                       program_kind(verdict.imports), cancel, spool_dir)
+            if spool_dir is not None:
+                result = _with_kept_data(result, spool_dir, self.store.artifact_bytes_cap)
         result = _redact(result, redactor)
         if budget is not None and reservation is not None:
             budget.settle(reservation, result.metrics.wall_ms / 1000,
@@ -306,7 +312,7 @@ class Executor:
     def _sandbox_run(self, request: RunRequest, base: RunResult,
                      on_stdout: OutputCallback | None,
                      on_stderr: OutputCallback | None, kind: str,
-                     cancel: Cancel | None = None) -> RunResult:
+                     cancel: Cancel | None = None, spool_dir: str | None = None) -> RunResult:
         limits = request.limits
         host = self._live_host()
         spec = _spec(limits, request)
@@ -321,7 +327,7 @@ class Executor:
                     {"code": request.code, "run_id": base.run_id, "spec": spec},
                     [(f.name, f.data) for f in request.files], request.stdin,
                     limits.output_bytes, limits.timeout_s + BACKSTOP_GRACE_S,
-                    on_stdout, on_stderr, cancel,
+                    on_stdout, on_stderr, cancel, spool_dir,
                 ))
             except HostError as exc:
                 message = str(exc)
@@ -729,6 +735,18 @@ def _until_started(what: str, attempt: Callable[[], T]) -> T:
             if n == NOT_STARTED_TRIES:
                 raise HostError(f"{exc}, {n} times") from exc
     raise AssertionError("unreachable")
+
+
+def _with_kept_data(result: RunResult, spool_dir: str, cap: int) -> RunResult:
+    """Spooled artifacts: read back the bytes of those the record store keeps (the same
+    first-come choice within `cap` as `RunStore.save`), so the record has them."""
+    arts, budget = [], cap
+    for index, art in enumerate(result.artifacts):
+        if art.data is None and art.size <= budget:
+            budget -= art.size
+            art = art.model_copy(update={"data": Path(spool_dir, str(index)).read_bytes()})
+        arts.append(art)
+    return result.model_copy(update={"artifacts": arts}) if arts else result
 
 
 def _redact(result: RunResult, redactor: Redactor) -> RunResult:

@@ -16,13 +16,17 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
+import httpx
 import pytest
 from mcp import Client, ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp_types import CallToolResult, ImageContent, TextContent
 from probes import alive, wait_until
 
 import execbox
+from execbox.records import RunStore
+from execbox.server.auth import ADMIN, KeyStore
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SERVER = [sys.executable, "-m", "execbox.cli", "mcp"]
@@ -198,6 +202,12 @@ def _free_port() -> int:
 class HttpServer:
     def __init__(self, proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
         self.proc, self.url, self.log = proc, url, log
+        self.keys = KeyStore(RunStore(os.environ["EXECBOX_DB_URL"]).engine)
+        self.key = self.new_key("mcp")
+
+    def new_key(self, prefix: str, **limits: Any) -> str:
+        """A fresh key of the server's key table (the HTTP API's, in the same database)."""
+        return self.keys.create(f"{prefix}-{os.urandom(4).hex()}", **limits)
 
 
 @contextmanager
@@ -244,8 +254,11 @@ def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServer
 
 
 @asynccontextmanager
-async def _http(url: str) -> AsyncIterator[ClientSession]:
-    async with streamable_http_client(url) as (read, write), \
+async def _http(server: HttpServer, key: str | None = None) -> AsyncIterator[ClientSession]:
+    """An MCP client session over HTTP with `key` (default: the server's first key)."""
+    headers = {"Authorization": f"Bearer {key or server.key}"}
+    async with create_mcp_http_client(headers=headers) as http, \
+            streamable_http_client(server.url, http_client=http) as (read, write), \
             ClientSession(read, write, read_timeout_seconds=60) as session:
         await session.initialize()
         yield session
@@ -254,7 +267,7 @@ async def _http(url: str) -> AsyncIterator[ClientSession]:
 def test_http_client_lists_the_tools_and_gets_an_error_with_its_line(
         http_server: HttpServer) -> None:
     async def main() -> tuple[Any, Any]:
-        async with _http(http_server.url) as client:
+        async with _http(http_server) as client:
             listed = await client.list_tools()
             failed = await client.call_tool("run_python", {
                 "code": "import pandas as pd\ndf = pd.read_csv('t.csv')\nprint(df.a.sum())\n"
@@ -273,7 +286,7 @@ def test_http_client_lists_the_tools_and_gets_an_error_with_its_line(
 
 def test_http_client_gets_a_chart_as_an_image_and_limits_apply(http_server: HttpServer) -> None:
     async def main() -> tuple[Any, Any]:
-        async with _http(http_server.url) as client:
+        async with _http(http_server) as client:
             chart = await client.call_tool("run_python", {"code": CHART})
             slow = await client.call_tool("run_python", {
                 "code": "while True:\n    pass\n", "limits": {"timeout_s": 1}})
@@ -288,7 +301,7 @@ def test_http_client_gets_a_chart_as_an_image_and_limits_apply(http_server: Http
 
 def test_http_bad_arguments_are_a_tool_error_not_a_crash(http_server: HttpServer) -> None:
     async def main() -> tuple[Any, Any]:
-        async with _http(http_server.url) as client:
+        async with _http(http_server) as client:
             bad_limits = await client.call_tool("run_python", {
                 "code": "print(1)", "limits": {"timeout_s": -1}})
             unknown = await client.call_tool("session_run", {"session_id": "nope",
@@ -301,12 +314,101 @@ def test_http_bad_arguments_are_a_tool_error_not_a_crash(http_server: HttpServer
     assert http_server.proc.poll() is None
 
 
+_INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {},
+    "clientInfo": {"name": "probe", "version": "0"}}}
+_MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
+
+
+def _post(server: HttpServer, key: str | None, body: dict[str, Any],
+          session: str | None = None) -> httpx.Response:
+    headers = dict(_MCP_HEADERS)
+    if key is not None:
+        headers["Authorization"] = f"Bearer {key}"
+    if session is not None:
+        headers["mcp-session-id"] = session
+    return httpx.post(server.url, json=body, headers=headers, timeout=30)
+
+
+def test_http_refuses_requests_without_a_tenants_key(http_server: HttpServer) -> None:
+    revoked = http_server.new_key("revoked")
+    http_server.keys.revoke(next(k.name for k in http_server.keys.list()
+                                 if k.name.startswith("revoked-") and k.revoked_at is None))
+    admin = http_server.new_key("admin", role=ADMIN)
+    for key, status, code in ((None, 401, "missing_api_key"),
+                              ("ebx_not-a-real-key", 401, "invalid_api_key"),
+                              (revoked, 401, "revoked_api_key"),
+                              (admin, 403, "admin_key")):
+        refused = _post(http_server, key, _INITIALIZE)
+        assert refused.status_code == status, (key, refused.text)
+        assert refused.json()["error"]["code"] == code
+        if status == 401:
+            assert refused.headers["www-authenticate"] == "Bearer"
+    accepted = _post(http_server, http_server.key, _INITIALIZE)
+    assert accepted.status_code == 200 and "mcp-session-id" in accepted.headers
+
+
+def test_http_tenant_reaches_only_its_own_sessions_runs_and_mcp_sessions(
+        http_server: HttpServer) -> None:
+    bob = http_server.new_key("bob")
+
+    async def main() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        async with _http(http_server) as alice:
+            created = await alice.call_tool("session_create", {})
+            sid = created.structured_content["session_id"]
+            ran = await alice.call_tool("run_python", {
+                "code": "open('secret.txt', 'w').write('alice only')"})
+            run_id = ran.structured_content["run_id"]
+            async with _http(http_server, bob) as other:
+                out["cell"] = await other.call_tool("session_run", {"session_id": sid,
+                                                                    "code": "1"})
+                out["close"] = await other.call_tool("session_close", {"session_id": sid})
+                out["read"] = await other.call_tool("read_artifact", {"run_id": run_id,
+                                                                      "path": "secret.txt"})
+            out["own_cell"] = await alice.call_tool("session_run", {"session_id": sid,
+                                                                    "code": "40 + 2"})
+            out["own_read"] = await alice.call_tool("read_artifact", {"run_id": run_id,
+                                                                      "path": "secret.txt"})
+            await alice.call_tool("session_close", {"session_id": sid})
+        return out
+
+    out = _run(main)
+    for name in ("cell", "close", "read"):
+        assert out[name].is_error is True, (name, _text(out[name]))
+    assert "session_not_found" in _text(out["cell"]) and "alice only" not in _text(out["read"])
+    assert "output: 42" in _text(out["own_cell"]) and _text(out["own_read"]) == "alice only"
+    # An MCP session id is its opener's: another tenant's key cannot use it.
+    opened = _post(http_server, http_server.key, _INITIALIZE)
+    session = opened.headers["mcp-session-id"]
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
+    hijack = _post(http_server, bob, listing, session=session)
+    assert hijack.status_code == 404 and hijack.json()["error"]["code"] == "session_not_found"
+
+
+def test_http_keys_quotas_apply_to_tool_calls(http_server: HttpServer) -> None:
+    limited = http_server.new_key("limited", rpm=1, max_sessions=0)
+
+    async def main() -> tuple[Any, Any, Any]:
+        async with _http(http_server, limited) as client:
+            first = await client.call_tool("run_python", {"code": "print(1)"})
+            second = await client.call_tool("run_python", {"code": "print(2)"})
+            session = await client.call_tool("session_create", {})
+            return first, second, session
+
+    first, second, session = _run(main)
+    assert _text(first).startswith("status: ok")
+    assert second.is_error is True and "rate_limited" in _text(second)
+    assert "retry after" in _text(second)
+    assert session.is_error is True and "session_quota" in _text(session)
+
+
 @pytest.mark.skipif(not _sessions_available(), reason="sessions have not landed yet")
 def test_http_session_keeps_state_and_files_across_cells_and_returns_chart_images(
         http_server: HttpServer) -> None:
     async def main() -> dict[str, Any]:
         out: dict[str, Any] = {}
-        async with _http(http_server.url) as client:
+        async with _http(http_server) as client:
             created = await client.call_tool("session_create", {
                 "files": {"in.csv": "x\n1\n2\n3\n"}})
             assert isinstance(created, CallToolResult) and not created.is_error, created
@@ -345,7 +447,7 @@ def test_http_server_stops_on_sigterm_closing_open_sessions_and_the_sandbox(
         tmp_path: Path) -> None:
     with _http_server_process(tmp_path / "server.log") as server:
         async def main() -> Any:
-            async with _http(server.url) as client:
+            async with _http(server) as client:
                 created = await client.call_tool("session_create", {})
                 sid = created.structured_content["session_id"]
                 return await client.call_tool("session_run", {

@@ -12,7 +12,7 @@ import pytest
 
 import execbox
 from execbox.server import Settings, create_app
-from execbox.server.auth import KeyStore
+from execbox.server.auth import TENANT, KeyStore
 from execbox.server.background import serving
 
 MAX_REQUEST_BYTES = 256 * 1024
@@ -26,11 +26,11 @@ class Api:
     executor: execbox.Executor
 
     def key(self, prefix: str = "tenant", *, concurrent: int = 8, sessions: int = 4,
-            rpm: int = 10_000) -> tuple[str, str]:
+            rpm: int = 10_000, role: str = TENANT) -> tuple[str, str]:
         """A fresh key: (tenant name, key)."""
         name = f"{prefix}-{next(_names)}-{uuid.uuid4().hex[:6]}"
         return name, self.keys.create(name, max_concurrent=concurrent, max_sessions=sessions,
-                                      rpm=rpm)
+                                      rpm=rpm, role=role)
 
     def http(self, key: str | None) -> httpx.Client:
         headers = {"Authorization": f"Bearer {key}"} if key else {}

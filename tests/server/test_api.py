@@ -10,6 +10,9 @@ import httpx
 from conftest import MAX_REQUEST_BYTES, Api
 
 from execbox import RunResult
+from execbox.server import Settings, create_app
+from execbox.server.auth import ADMIN
+from execbox.server.background import serving
 
 
 def test_run_returns_the_contract_result_with_inputs_and_stdin(alice: httpx.Client) -> None:
@@ -136,10 +139,11 @@ def _metric(text: str, name: str, **labels: str) -> float:
 
 
 def test_metrics_count_runs_by_status_and_latency(api: Api, alice: httpx.Client) -> None:
-    before = alice.get("/metrics").text
-    alice.post("/v1/runs", json={"code": "raise SystemExit(3)"})
-    alice.post("/v1/runs", json={"code": "print(1)"})
-    after = alice.get("/metrics").text
+    with api.http(api.key("ops", role=ADMIN)[1]) as ops:
+        before = ops.get("/metrics").text
+        alice.post("/v1/runs", json={"code": "raise SystemExit(3)"})
+        alice.post("/v1/runs", json={"code": "print(1)"})
+        after = ops.get("/metrics").text
     for status in ("error", "ok"):
         assert (_metric(after, "execbox_runs_total", kind="run", status=status)
                 == _metric(before, "execbox_runs_total", kind="run", status=status) + 1)
@@ -150,7 +154,8 @@ def test_metrics_count_runs_by_status_and_latency(api: Api, alice: httpx.Client)
 
 
 def test_openapi_document_describes_the_endpoints(api: Api) -> None:
-    with api.http(None) as anon:
+    app = create_app(api.executor, Settings(docs=True))
+    with serving(app) as url, httpx.Client(base_url=url) as anon:
         doc = anon.get("/openapi.json").json()
     for path in ("/v1/runs", "/v1/runs/stream", "/v1/runs/{run_id}",
                  "/v1/runs/{run_id}/artifacts/{path}", "/v1/sessions",

@@ -8,6 +8,8 @@ import json
 import httpx
 from conftest import Api
 
+from execbox.server.auth import ADMIN
+
 
 def _open(client: httpx.Client, **body: object) -> str:
     response = client.post("/v1/sessions", json=body)
@@ -110,9 +112,11 @@ def test_session_quota_is_a_429_and_frees_on_close(api: Api) -> None:
         client.delete(f"/v1/sessions/{again}")
 
 
-def test_active_sessions_gauge_follows_open_and_close(alice: httpx.Client) -> None:
+def test_active_sessions_gauge_follows_open_and_close(api: Api, alice: httpx.Client) -> None:
+    ops = api.http(api.key("ops", role=ADMIN)[1])
+
     def active() -> float:
-        for line in alice.get("/metrics").text.splitlines():
+        for line in ops.get("/metrics").text.splitlines():
             if line.startswith("execbox_active_sessions "):
                 return float(line.split()[1])
         raise AssertionError("no execbox_active_sessions metric")
@@ -122,3 +126,4 @@ def test_active_sessions_gauge_follows_open_and_close(alice: httpx.Client) -> No
     assert active() == before + 1
     alice.delete(f"/v1/sessions/{sid}")
     assert active() == before
+    ops.close()

@@ -18,24 +18,34 @@ __all__ = ["mcp_command"]
               show_default=True,
               help="stdio for a client that starts the server; http for streamable HTTP.")
 @click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to listen on (http). Anything but loopback exposes code execution "
-                   "to the network: the server has no authentication.")
+              help="Address to listen on (http).")
 @click.option("--port", type=int, default=8765, show_default=True,
               help="Port to listen on (http); the endpoint is /mcp.")
 @click.option("--profile", default="data", show_default=True,
               help="Policy profile of every run and session.")
-def mcp_command(transport: str, host: str, port: int, profile: str) -> None:
+@click.option("--no-auth", is_flag=True,
+              help="http: accept every caller as the tenant 'local' (only on a trusted "
+                   "loopback). Otherwise each request needs 'Authorization: Bearer KEY'.")
+@click.option("--db", default=None, help="Records database URL, where the keys are (default: "
+                                         "EXECBOX_DB_URL or the SQLite file in the data "
+                                         "directory).")
+def mcp_command(transport: str, host: str, port: int, profile: str, no_auth: bool,
+                db: str | None) -> None:
     """Serve execbox's tools over MCP: run_python, sessions, session files.
 
     The server starts one Executor (the sandbox's fork server) and closes it, with every
-    session it opened, when the client disconnects (stdio) or on SIGINT/SIGTERM.
+    session it opened, when the client disconnects (stdio) or on SIGINT/SIGTERM. Over http,
+    callers send a key from `execbox keys create` (the HTTP API's keys, quotas and tenancy).
     """
     from ..errors import ExecboxError
     from .server import serve
 
+    if transport == "http" and no_auth and host not in ("127.0.0.1", "::1", "localhost"):
+        click.echo(f"execbox: WARNING: --no-auth on {host}: anyone who can reach it runs code",
+                   err=True)
     try:
         serve("stdio" if transport == "stdio" else "streamable-http", host=host, port=port,
-              profile=profile)
+              profile=profile, auth=not no_auth, records=db)
     except ExecboxError as exc:
         click.echo(f"execbox: {exc}", err=True)
         sys.exit(2)

@@ -4,6 +4,10 @@ Built on the official MCP Python SDK (`MCPServer`). Every tool answers with the 
 observation of `execbox.tools` (status, error type and line, output, artifacts, limit hints),
 images for charts (a session cell's image outputs, a run's PNG artifacts), and the result as
 structured content. The server uses one Executor for its lifetime; `serve` owns it.
+
+Over streamable HTTP every request carries a key of the HTTP API (see `mcp.http`): tools run as
+its tenant, under its quotas (runs in flight, runs per minute, open sessions), and reach only
+its own sessions and runs. Over stdio (and in memory) the caller is the tenant 'local'.
 """
 
 from __future__ import annotations
@@ -20,14 +24,20 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import anyio
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, ContentBlock, ImageContent, TextContent, ToolAnnotations
 from pydantic import Field
 
 from ..contract import Limits, RunResult
 from ..errors import ExecboxError
+from ..executor import make_request
+from ..server.auth import Tenant
+from ..server.errors import ApiError
+from ..server.quotas import Quotas
+from ..server.state import LOCAL_TENANT, EndedSession, SessionRegistry
 from ..tools import RunPython, describe_environment, format_observation
+from .http import TENANT_SCOPE_KEY
 
 if TYPE_CHECKING:
     from ..executor import Executor
@@ -62,11 +72,25 @@ Timeout = Annotated[float | None, Field(
     gt=0, description="Wall-time limit of this cell in seconds; default: the session's.")]
 
 
+def caller(ctx: Context) -> Tenant:
+    """The tenant a tool call acts for: the one the HTTP request authenticated as, or 'local'
+    when there is no HTTP request (stdio, in memory). An HTTP request that no authentication
+    middleware saw is refused, never taken for 'local'."""
+    request = ctx.request_context.request
+    if request is None:
+        return LOCAL_TENANT
+    tenant = getattr(request, "scope", {}).get(TENANT_SCOPE_KEY)
+    if not isinstance(tenant, Tenant):
+        raise ToolError("this MCP endpoint is served without authentication (use execbox mcp)")
+    return tenant
+
+
 def build_server(executor: Executor, *, profile: str = "data") -> MCPServer[Any]:
     """An MCP server whose tools run on `executor` (which the caller owns and closes).
     Sessions the server opened are closed when the server shuts down."""
-    opened: dict[str, Session] = {}
-    own_runs: OrderedDict[str, None] = OrderedDict()  # runs this server made: readable here
+    sessions = SessionRegistry()
+    quotas = Quotas()
+    own_runs: OrderedDict[str, str] = OrderedDict()  # runs this server made -> their tenant
     lock = threading.Lock()
 
     @asynccontextmanager
@@ -74,16 +98,9 @@ def build_server(executor: Executor, *, profile: str = "data") -> MCPServer[Any]
         try:
             yield
         finally:
-            with lock:
-                sessions = list(opened.values())
-                opened.clear()
-            for session in sessions:
-                try:
-                    session.close()
-                except ExecboxError:
-                    pass
-            if sessions:
-                log.info("closed %d session(s) at shutdown", len(sessions))
+            closed = await anyio.to_thread.run_sync(sessions.close_all)
+            if closed:
+                log.info("closed %d session(s) at shutdown", closed)
 
     server: MCPServer[Any] = MCPServer(
         "execbox", title="execbox: run Python in a sandbox", version=_version(),
@@ -96,22 +113,34 @@ def build_server(executor: Executor, *, profile: str = "data") -> MCPServer[Any]
     )
     closed_world = ToolAnnotations(open_world_hint=False)
 
-    def session_of(session_id: str) -> Session:
-        return executor.get_session(session_id)
+    def session_of(ctx: Context, session_id: str) -> Session | EndedSession:
+        return _allowed(lambda: sessions.get(caller(ctx), session_id))
+
+    def admitted(ctx: Context, fn: Callable[[], _T]) -> _T:
+        """`fn()` as one of the caller's runs: within its quotas, counted while it runs."""
+        release = _allowed(lambda: quotas.admit(caller(ctx)))
+        try:
+            return _call(fn)
+        finally:
+            release()
 
     @server.tool(description=describe_environment(profile=profile,
                                                   timeout_arg="limits.timeout_s"),
                  annotations=ToolAnnotations(open_world_hint=False, read_only_hint=True))
     def run_python(code: Code, stdin: Stdin = "", files: Files | None = None,
                    files_base64: BinaryFiles | None = None,
-                   limits: RunLimits = None) -> CallToolResult:
+                   limits: RunLimits = None, *, ctx: Context) -> CallToolResult:
         inputs = {name: text.encode() for name, text in (files or {}).items()}
         inputs.update({name: _b64(data, name) for name, data in (files_base64 or {}).items()})
-        result = _call(lambda: executor.run(code, stdin=stdin, files=inputs, limits=limits,
-                                            profile=profile))
+        tenant = caller(ctx)
+        # Each tenant has its own cache entries, as over the HTTP API.
+        scope = None if tenant is LOCAL_TENANT else tenant.name
+        result = admitted(ctx, lambda: executor.run_request(
+            make_request(code, stdin=stdin, files=inputs, limits=limits, profile=profile),
+            cache_scope=scope))
         if result.artifacts:
             with lock:
-                own_runs[result.run_id] = None
+                own_runs[result.run_id] = tenant.name
                 while len(own_runs) > MAX_REMEMBERED_RUNS:
                     own_runs.popitem(last=False)
         return _result(result, readable=bool(result.artifacts))
@@ -119,11 +148,11 @@ def build_server(executor: Executor, *, profile: str = "data") -> MCPServer[Any]
     @server.tool(annotations=ToolAnnotations(open_world_hint=False, read_only_hint=True))
     def read_artifact(run_id: Annotated[str, Field(description="The run_id of a run_python "
                                                                "result.")],
-                      path: WorkspacePath) -> CallToolResult:
+                      path: WorkspacePath, *, ctx: Context) -> CallToolResult:
         """Read a file a run_python call wrote (listed under artifacts in its result): text as
         text, images as images, other binary files as base64."""
         with lock:
-            known = run_id in own_runs
+            known = own_runs.get(run_id) == caller(ctx).name
         record = executor.store.get(run_id) if known else None
         if record is None:
             raise ToolError(f"no run {run_id!r} with artifacts from this server")
@@ -141,65 +170,71 @@ def build_server(executor: Executor, *, profile: str = "data") -> MCPServer[Any]
                        limits: RunLimits = None,
                        idle_timeout_s: Annotated[float, Field(
                            gt=0, description="Seconds without a call before the session "
-                                             "ends on its own.")] = 600.0) -> CallToolResult:
+                                             "ends on its own.")] = 600.0,
+                       *, ctx: Context) -> CallToolResult:
         """Start a stateful Python session (like a notebook kernel) in its own sandbox.
         Run cells with session_run; end it with session_close."""
         inputs = {name: text.encode() for name, text in (files or {}).items()}
         inputs.update({name: _b64(data, name) for name, data in (files_base64 or {}).items()})
-        session = _call(lambda: executor.session(profile=profile, limits=limits, files=inputs,
-                                                 idle_timeout_s=idle_timeout_s))
-        with lock:
-            for ended in [sid for sid, known in opened.items() if known.closed]:
-                del opened[ended]  # expired or killed by a limit since
-            opened[session.id] = session
+        tenant = caller(ctx)
+        _allowed(lambda: sessions.reserve(tenant))
+        session = None
+        try:
+            session = _call(lambda: executor.session(
+                profile=profile, limits=limits, files=inputs, idle_timeout_s=idle_timeout_s))
+        finally:
+            sessions.add(tenant, session)
         return CallToolResult(
             content=[TextContent(type="text", text=f"session_id: {session.id}")],
             structured_content={"session_id": session.id})
 
     @server.tool(annotations=closed_world)
     def session_run(session_id: SessionId, code: SessionCode,
-                    timeout_s: Timeout = None) -> CallToolResult:
+                    timeout_s: Timeout = None, *, ctx: Context) -> CallToolResult:
         """Run a cell in a session. Charts shown with plt.show() or display() come back as
         images, as do PNG files the cell writes."""
-        result = _call(lambda: session_of(session_id).run(code, timeout_s=timeout_s))
+        session = session_of(ctx, session_id)
+        result = admitted(ctx, lambda: session.run(code, timeout_s=timeout_s))
         return _result(result)
 
     @server.tool(annotations=closed_world)
     def session_write_file(session_id: SessionId, path: WorkspacePath,
                            content: Annotated[str, Field(description="The file's content.")],
                            encoding: Annotated[Literal["utf-8", "base64"], Field(
-                               description="How `content` is encoded.")] = "utf-8") -> str:
+                               description="How `content` is encoded.")] = "utf-8",
+                           *, ctx: Context) -> str:
         """Write a file into a session's /workspace (replacing one at that path)."""
         data = _b64(content, path) if encoding == "base64" else content.encode()
-        art = _call(lambda: session_of(session_id).files.write(path, data))
+        session = session_of(ctx, session_id)
+        art = _call(lambda: session.files.write(path, data))
         return f"wrote {art.path} ({art.size} bytes, {art.mime_type})"
 
     @server.tool(annotations=ToolAnnotations(open_world_hint=False, read_only_hint=True))
-    def session_read_file(session_id: SessionId, path: WorkspacePath) -> CallToolResult:
+    def session_read_file(session_id: SessionId, path: WorkspacePath, *,
+                          ctx: Context) -> CallToolResult:
         """Read a file from a session's /workspace: text as text, images as images, other
         binary files as base64."""
-        session = _call(lambda: session_of(session_id))
+        session = session_of(ctx, session_id)
         data = _call(lambda: session.files.read(path))
         mime = next((a.mime_type for a in _call(session.files.list) if a.path == path),
                     "application/octet-stream")
         return _file_result(path, data, mime)
 
     @server.tool(annotations=ToolAnnotations(open_world_hint=False, read_only_hint=True))
-    def session_list_files(session_id: SessionId) -> CallToolResult:
+    def session_list_files(session_id: SessionId, *, ctx: Context) -> CallToolResult:
         """List the files in a session's /workspace: path, size and type."""
-        arts = _call(lambda: session_of(session_id).files.list())
+        session = session_of(ctx, session_id)
+        arts = _call(session.files.list)
         text = "\n".join(f"{a.path}\t{a.size}\t{a.mime_type}" for a in arts) or "(no files)"
         return CallToolResult(
             content=[TextContent(type="text", text=text)],
             structured_content={"files": [a.model_dump(mode="json") for a in arts]})
 
     @server.tool(annotations=ToolAnnotations(open_world_hint=False, destructive_hint=True))
-    def session_close(session_id: SessionId) -> str:
+    def session_close(session_id: SessionId, *, ctx: Context) -> str:
         """End a session: its interpreter, variables and files are gone."""
-        session = _call(lambda: session_of(session_id))
+        session = session_of(ctx, session_id)
         _call(session.close)
-        with lock:
-            opened.pop(session_id, None)
         return f"session {session_id} closed"
 
     return server
@@ -212,6 +247,15 @@ def _call(fn: Callable[[], _T]) -> _T:
         return fn()
     except ExecboxError as exc:
         raise ToolError(f"{type(exc).__name__}: {exc}") from exc
+
+
+def _allowed(fn: Callable[[], _T]) -> _T:
+    """The API's refusals (a quota, another tenant's session) as tool errors the model reads."""
+    try:
+        return fn()
+    except ApiError as exc:
+        wait = f" (retry after {exc.retry_after} s)" if exc.retry_after is not None else ""
+        raise ToolError(f"{exc.code}: {exc.message}{wait}") from exc
 
 
 def _b64(data: str, name: str) -> bytes:
@@ -282,13 +326,16 @@ def _version() -> str:
 
 
 def serve(transport: Literal["stdio", "streamable-http"] = "stdio", *, host: str = "127.0.0.1",
-          port: int = 8765, profile: str = "data") -> None:
+          port: int = 8765, profile: str = "data", auth: bool = True,
+          records: str | None = None) -> None:
     """Start an Executor, serve MCP on `transport` until the client leaves (stdio) or a
-    SIGINT/SIGTERM arrives, then close every session and the Executor."""
+    SIGINT/SIGTERM arrives, then close every session and the Executor. Over HTTP, with `auth`,
+    every request needs a tenant's key of the records database's key table (`records`: its
+    URL; default as `execbox serve`'s)."""
     from ..executor import Executor
 
     with _stop_on_signals() as stop:
-        with Executor() as executor:
+        with Executor(records=records) as executor:
             if stop.requested:  # a signal came while the sandbox was starting
                 return
             server = build_server(executor, profile=profile)
@@ -301,8 +348,21 @@ def serve(transport: Literal["stdio", "streamable-http"] = "stdio", *, host: str
                 # uvicorn handles SIGINT/SIGTERM itself while it serves; it stops, the
                 # lifespan closes the sessions, then the Executor closes here.
                 stop.action = _interrupt
-                anyio.run(lambda: server.run_streamable_http_async(host=host, port=port))
+                anyio.run(lambda: _serve_http(server, executor, host, port, auth))
             stop.action = None
+
+
+async def _serve_http(server: MCPServer[Any], executor: Executor, host: str, port: int,
+                      auth: bool) -> None:
+    import uvicorn
+
+    from ..server.auth import KeyStore
+    from .http import BearerAuth
+
+    keys = KeyStore(executor.store.engine) if auth else None
+    app = BearerAuth(server.streamable_http_app(host=host), keys)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning")
+    await uvicorn.Server(config).serve()
 
 
 def _interrupt() -> None:

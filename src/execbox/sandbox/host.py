@@ -8,6 +8,7 @@ supervisor is told to end the run, so the host never buffers more than the cap.
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import json
 import logging
@@ -18,10 +19,10 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from . import protocol
 from .cgroup import Hierarchy
@@ -88,7 +89,8 @@ class Cancel:
 @dataclass
 class RawRun:
     meta: dict[str, Any]
-    artifact_data: list[bytes] = field(default_factory=list)
+    # None: the artifact's bytes were spooled to `<spool_dir>/<its index>` (see `execute`)
+    artifact_data: Sequence[bytes | None] = field(default_factory=list)
     stdout: bytes = b""
     stderr: bytes = b""
     stdout_truncated: bool = False
@@ -301,9 +303,11 @@ class ZygoteProcess:
                 stdin: bytes, output_bytes: int, backstop_s: float,
                 on_stdout: OutputCallback | None = None,
                 on_stderr: OutputCallback | None = None,
-                cancel: Cancel | None = None) -> RawRun:
+                cancel: Cancel | None = None, spool_dir: str | None = None) -> RawRun:
         """Run one request in a staged slot (given back to the pool here); raises HostError
-        for failures of the sandbox itself. `cancel` can end the run from another thread."""
+        for failures of the sandbox itself. `cancel` can end the run from another thread.
+        With `spool_dir`, each artifact's bytes are written to `<spool_dir>/<index>` (mode
+        0600) as they arrive instead of being held in memory."""
         spec = request["spec"]
         go = b""
         go_lost = False
@@ -341,7 +345,8 @@ class ZygoteProcess:
                 error = HostError if code_sent else RunNotStarted
                 raise error(f"the run supervisor did not take the request: {exc}") from exc
             pump = _Pump(slot, go, stdin, output_bytes, on_stdout, on_stderr,
-                         max_frame=protocol.MAX_JSON + int(spec["artifact_bytes"]))
+                         max_frame=protocol.MAX_JSON + int(spec["artifact_bytes"]),
+                         spool_dir=spool_dir)
             pump.go_lost = go_lost
             if cancel is not None:
                 cancel.attach(lambda: _send_quiet(slot.ctrl, protocol.frame(
@@ -904,7 +909,7 @@ class _Pump:
 
     def __init__(self, slot: Slot, go: bytes, stdin: bytes, cap: int,
                  on_stdout: OutputCallback | None, on_stderr: OutputCallback | None,
-                 max_frame: int) -> None:
+                 max_frame: int, spool_dir: str | None = None) -> None:
         self.slot = slot
         ctrl, stdout_r, stderr_r = slot.ctrl, slot.stdout_r, slot.stderr_r
         self.ctrl = ctrl
@@ -917,10 +922,14 @@ class _Pump:
         self.truncated = {stdout_r: False, stderr_r: False}
         self.callbacks = {stdout_r: on_stdout, stderr_r: on_stderr}
         self.stdout_r, self.stderr_r = stdout_r, stderr_r
-        self.reader = protocol.FrameReader(max_frame)
+        self.spool_dir = spool_dir
+        # Spool files opened and not yet closed, in frame order (one feed may end several).
+        self.spooling: collections.deque[BinaryIO] = collections.deque()
+        self.spooled = 0  # artifacts spooled so far: the next one's file name
+        self.reader = protocol.FrameReader(max_frame, self._spill if spool_dir else None)
         self.meta: dict[str, Any] | None = None
         self.error: str | None = None
-        self.arts: list[bytes] = []
+        self.arts: list[bytes | None] = []
         self.kill_sent = False
         # The program was gone before it took its code: the go pipe had no reader (seen here,
         # on the short way), or the supervisor says so (LOST).
@@ -928,6 +937,25 @@ class _Pump:
         self.lost = False
 
     def run(self, backstop: float) -> RawRun:
+        try:
+            return self._run(backstop)
+        finally:
+            for file in self.spooling:  # the run ended in the middle of an artifact
+                with contextlib.suppress(OSError):
+                    file.close()
+
+    def _spill(self, kind: bytes) -> BinaryIO | None:
+        """An artifact's frame goes to the spool file named by its index."""
+        if kind != protocol.ART or self.spool_dir is None:
+            return None
+        fd = os.open(os.path.join(self.spool_dir, str(self.spooled)),
+                     os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        self.spooled += 1
+        file = open(fd, "wb")  # noqa: SIM115 - closed when its frame ends
+        self.spooling.append(file)
+        return file
+
+    def _run(self, backstop: float) -> RawRun:
         sel = _Poll()
         for fd in (self.stdout_r, self.stderr_r, *self.writes):
             os.set_blocking(fd, False)
@@ -1040,17 +1068,33 @@ class _Pump:
             for fd in list(self.writes):
                 self._end_write(sel, fd)
             return
-        for kind, payload in self.reader.feed(data):
+        try:
+            frames = self.reader.feed(data)
+        except OSError as exc:  # the spool: disk full, or its directory gone
+            self.error = f"could not spool an artifact: {exc}"
+            sel.unregister(self.ctrl.fileno())
+            return
+        for kind, payload in frames:
             if kind == protocol.PID:
                 self.slot.watch(json.loads(payload)["pid"])
             elif kind == protocol.RES:
                 self.meta = json.loads(payload)
+            elif kind == protocol.ART and self.spool_dir is not None:
+                self._spooled()
             elif kind == protocol.ART:
                 self.arts.append(payload)
             elif kind == protocol.ERR:
                 self.error = "sandbox: " + json.loads(payload)["message"]
             elif kind == protocol.LOST:
                 self.lost = True
+
+    def _spooled(self) -> None:
+        """An artifact is whole in its spool file: nothing of it is held here."""
+        try:
+            self.spooling.popleft().close()
+        except OSError as exc:
+            self.error = f"could not spool an artifact: {exc}"
+        self.arts.append(None)
 
     def _kill_supervisor(self) -> None:
         self.slot.kill()

@@ -29,7 +29,8 @@ import json
 import os
 import socket
 import struct
-from typing import Any
+from collections.abc import Callable
+from typing import Any, BinaryIO
 
 HEADER = struct.Struct("!4sQ")
 
@@ -116,22 +117,52 @@ def read_frame(fd: int, max_len: int = MAX_JSON) -> tuple[bytes, bytes]:
 
 
 class FrameReader:
-    """Incremental parser for a non-blocking reader (used by the host side)."""
+    """Incremental parser for a non-blocking reader (used by the host side).
 
-    def __init__(self, max_len: int = MAX_JSON) -> None:
+    With `spill`, a frame whose kind `spill(kind)` returns a file for has its payload written
+    to that file as it arrives, never held whole in memory; the frame is then returned with an
+    empty payload once all of it is written (the caller closes the file)."""
+
+    def __init__(self, max_len: int = MAX_JSON,
+                 spill: Callable[[bytes], BinaryIO | None] | None = None) -> None:
         self._buf = bytearray()
         self._max = max_len
+        self._spill = spill
+        self._into: BinaryIO | None = None  # where the payload of the frame being read goes
+        self._kind = b""
+        self._left = 0
 
     def feed(self, data: bytes) -> list[tuple[bytes, bytes]]:
+        frames: list[tuple[bytes, bytes]] = []
+        if self._into is not None:
+            data = self._pour(data, frames)
         self._buf += data
-        frames = []
         while len(self._buf) >= HEADER.size:
             kind, length = HEADER.unpack_from(self._buf)
             if length > self._max:
                 raise ValueError(f"frame {kind!r} too large: {length} bytes")
+            into = self._spill(bytes(kind)) if self._spill is not None else None
+            if into is not None:
+                rest = bytes(self._buf[HEADER.size:])
+                self._buf.clear()
+                self._into, self._kind, self._left = into, bytes(kind), length
+                self._buf += self._pour(rest, frames)
+                continue
             end = HEADER.size + length
             if len(self._buf) < end:
                 break
             frames.append((bytes(kind), bytes(self._buf[HEADER.size:end])))
             del self._buf[:end]
         return frames
+
+    def _pour(self, data: bytes, frames: list[tuple[bytes, bytes]]) -> bytes:
+        """Write what of `data` belongs to the spilled frame; return the rest."""
+        assert self._into is not None
+        n = min(self._left, len(data))
+        if n:
+            self._into.write(memoryview(data)[:n])
+            self._left -= n
+        if not self._left:
+            self._into = None
+            frames.append((self._kind, b""))
+        return data[n:]

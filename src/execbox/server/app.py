@@ -3,7 +3,9 @@
     POST /v1/runs, /v1/runs/stream          run code (JSON result, or server-sent events)
     GET  /v1/runs/{id}, .../artifacts/{p}   the record and artifact bytes (own runs only)
     /v1/sessions/...                        sessions: create, cells, files, close
-    GET  /healthz /readyz /metrics          liveness, readiness, Prometheus metrics
+    GET  /healthz /readyz                   liveness, readiness (no key)
+    GET  /metrics                           Prometheus metrics (an admin key)
+    GET  /docs /redoc /openapi.json         the API's documents (only with Settings.docs)
 
 The executor is synchronous: every sandbox call runs on a worker thread, never on the loop.
 On shutdown (SIGTERM, lifespan end) uvicorn stops accepting and lets in-flight requests finish;
@@ -12,6 +14,7 @@ then every session is closed and the executor (its fork server and slots) stoppe
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -23,7 +26,7 @@ from fastapi.responses import JSONResponse
 
 from .. import __version__
 from . import errors, runs, sessions
-from .deps import State
+from .deps import Admin, State
 from .limits import BodySizeLimit
 from .state import ServerState, Settings
 
@@ -43,15 +46,23 @@ def create_app(executor: Executor | None = None, settings: Settings | None = Non
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         await anyio.to_thread.run_sync(state.start)
         state.arm()
-        log.info("execbox server ready (auth %s, max request %d bytes)",
-                 "on" if settings.auth else "OFF", settings.max_request_bytes)
+        log.info("execbox server ready (auth %s, max request %d bytes, result budget %d "
+                 "bytes, spool %s)", "on" if settings.auth else "OFF",
+                 settings.max_request_bytes, settings.max_result_bytes, state.spool.root)
+        sweeper = asyncio.create_task(_sweep(state))
         try:
             yield
         finally:
             log.info("execbox server shutting down")
+            sweeper.cancel()
             await anyio.to_thread.run_sync(state.stop)
 
+    # Documents are off unless asked for: the schema is in the repository for client authors,
+    # and Swagger UI's page loads its scripts from a CDN.
+    on = settings.docs
     app = FastAPI(title="execbox", version=__version__, lifespan=lifespan,
+                  docs_url="/docs" if on else None, redoc_url="/redoc" if on else None,
+                  openapi_url="/openapi.json" if on else None,
                   description="Run the code AI agents write: isolated, limited, recorded. "
                               "Every error is {\"error\": {\"code\", \"message\"}}.")
     app.state.execbox = state
@@ -70,10 +81,20 @@ def create_app(executor: Executor | None = None, settings: Settings | None = Non
         state.executor  # noqa: B018 - raises 503 not_ready while starting or draining
         return JSONResponse({"status": "ready"})
 
-    @app.get("/metrics", tags=["ops"], summary="Prometheus metrics", response_class=Response,
-             responses={200: {"content": {"text/plain": {}}, "description": "metrics"}})
+    @app.get("/metrics", tags=["ops"], summary="Prometheus metrics (an admin key)",
+             response_class=Response, dependencies=[Admin],
+             responses={**errors.documented(401, 403),
+                        200: {"content": {"text/plain": {}}, "description": "metrics"}})
     async def metrics(state: State) -> Response:
         return Response(state.metrics.render(),
                         media_type="text/plain; version=0.0.4; charset=utf-8")
 
     return app
+
+
+async def _sweep(state: ServerState) -> None:
+    """Remove expired spooled artifacts now and then, requests or not."""
+    every = max(0.5, min(30.0, state.settings.artifact_ttl_s / 4))
+    while True:
+        await asyncio.sleep(every)
+        await anyio.to_thread.run_sync(state.spool.sweep)

@@ -2,8 +2,9 @@
 
 A key is `ebx_` plus 32 random bytes (URL-safe base64). Only its SHA-256 is stored: a random
 256-bit key needs no slow hash, and a leaked table yields no usable key. The key's name is the
-tenant: a tenant sees only the runs it started (table `tenant_runs`). The tables live on the run
-store's engine under their own metadata, beside the run records.
+tenant: a tenant sees only the runs it started (table `tenant_runs`). An admin key (role
+`admin`) reads the server's global metrics and nothing else: it runs no code and owns no runs. The
+tables live on the run store's engine under their own metadata, beside the run records.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import sqlalchemy as sa
 from ..errors import UsageError
 
 KEY_PREFIX = "ebx_"
+TENANT, ADMIN = "tenant", "admin"  # a key's role: runs code as its tenant, or reads metrics
 
 _meta = sa.MetaData()
 
@@ -31,6 +33,7 @@ api_keys = sa.Table(
     sa.Column("max_concurrent", sa.Integer, nullable=False),
     sa.Column("max_sessions", sa.Integer, nullable=False),
     sa.Column("rpm", sa.Integer, nullable=False),
+    sa.Column("role", sa.String(16), nullable=False, server_default=TENANT),
 )
 
 tenant_runs = sa.Table(
@@ -49,6 +52,7 @@ class Tenant:
     max_concurrent: int
     max_sessions: int
     rpm: int
+    role: str = TENANT
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,7 @@ class KeyInfo:
     max_concurrent: int
     max_sessions: int
     rpm: int
+    role: str
 
 
 class KeyRevoked(Exception):
@@ -75,12 +80,15 @@ class KeyStore:
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
         _meta.create_all(engine)
+        _add_role_column(engine)
 
     def create(self, name: str, *, max_concurrent: int = 8, max_sessions: int = 4,
-               rpm: int = 600) -> str:
+               rpm: int = 600, role: str = TENANT) -> str:
         """Store a new key and return it; it is shown once and never stored in clear."""
         if not name or len(name) > 100 or not name.isprintable():
             raise UsageError("a key name is 1 to 100 printable characters")
+        if role not in (TENANT, ADMIN):
+            raise UsageError(f"a key's role is {TENANT!r} or {ADMIN!r}, not {role!r}")
         if min(max_concurrent, max_sessions, rpm) < 0:
             raise UsageError("key limits must be >= 0")
         key = KEY_PREFIX + secrets.token_urlsafe(32)
@@ -88,7 +96,8 @@ class KeyStore:
             with self.engine.begin() as conn:
                 conn.execute(api_keys.insert().values(
                     name=name, key_sha256=_digest(key), created_at=time.time(),
-                    max_concurrent=max_concurrent, max_sessions=max_sessions, rpm=rpm))
+                    max_concurrent=max_concurrent, max_sessions=max_sessions, rpm=rpm,
+                    role=role))
         except sa.exc.IntegrityError as exc:
             raise UsageError(f"a key named {name!r} already exists") from exc
         return key
@@ -116,7 +125,8 @@ class KeyStore:
             return None
         if row["revoked_at"] is not None:
             raise KeyRevoked(row["name"])
-        return Tenant(row["name"], row["max_concurrent"], row["max_sessions"], row["rpm"])
+        return Tenant(row["name"], row["max_concurrent"], row["max_sessions"], row["rpm"],
+                      row["role"])
 
     # ---- tenancy ----------------------------------------------------------------------------
 
@@ -137,3 +147,16 @@ class KeyStore:
             query = query.where(tenant_runs.c.tenant == tenant)
         with self.engine.connect() as conn:
             return int(conn.scalar(query) or 0)
+
+
+def _add_role_column(engine: sa.Engine) -> None:
+    """Databases made before keys had roles: every key there is a tenant's."""
+    columns = {c["name"] for c in sa.inspect(engine).get_columns("api_keys")}
+    if "role" not in columns:
+        try:
+            with engine.begin() as conn:
+                conn.execute(sa.text("ALTER TABLE api_keys ADD COLUMN role VARCHAR(16) "
+                                     f"NOT NULL DEFAULT '{TENANT}'"))
+        except sa.exc.DBAPIError:  # another process added it first
+            if "role" not in {c["name"] for c in sa.inspect(engine).get_columns("api_keys")}:
+                raise

@@ -35,14 +35,26 @@ def _key_store(db: str | None) -> KeyStore:
               help="Seconds in-flight requests get to finish after SIGTERM.")
 @click.option("--db", default=None, help="Records database URL (default: EXECBOX_DB_URL or "
                                          "the SQLite file in the data directory).")
+@click.option("--max-result-mib", default=2048, show_default=True, type=click.IntRange(1),
+              help="Result bytes in flight, server-wide (runs' output and artifact caps, and "
+                   "spooled artifacts not yet downloaded); past it requests get a 503.")
+@click.option("--spool-dir", default=None, type=click.Path(file_okay=False, exists=True),
+              help="Where artifacts wait for their download (default: the temp directory).")
+@click.option("--artifact-ttl", default=600, show_default=True, type=click.IntRange(1),
+              help="Seconds a run's spooled artifacts wait for their download.")
+@click.option("--docs", is_flag=True,
+              help="Serve /docs, /redoc and /openapi.json (off: the schema is in the "
+                   "repository, and the docs page loads scripts from a CDN).")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 def serve(host: str, port: int, no_auth: bool, max_request_mib: int,
           max_concurrency: int | None, pool_size: int | None, graceful_timeout: int,
-          db: str | None, log_level: str) -> None:
-    """Serve the HTTP API (OpenAPI document at /docs and /openapi.json).
+          db: str | None, max_result_mib: int, spool_dir: str | None, artifact_ttl: int,
+          docs: bool, log_level: str) -> None:
+    """Serve the HTTP API.
 
-    Callers send 'Authorization: Bearer KEY' with a key from `execbox keys create`.
+    Callers send 'Authorization: Bearer KEY' with a key from `execbox keys create`; /metrics
+    takes an admin key (`execbox keys create NAME --admin`).
     SIGTERM stops accepting, lets in-flight runs finish, closes sessions and the sandbox."""
     import logging
 
@@ -56,7 +68,9 @@ def serve(host: str, port: int, no_auth: bool, max_request_mib: int,
     options: dict[str, object] = {"max_concurrency": max_concurrency, "pool_size": pool_size}
     if db:
         options["records"] = db
-    settings = Settings(auth=not no_auth, max_request_bytes=max_request_mib << 20,
+    settings = Settings(auth=not no_auth, max_request_bytes=max_request_mib << 20, docs=docs,
+                        max_result_bytes=max_result_mib << 20, spool_dir=spool_dir,
+                        artifact_ttl_s=float(artifact_ttl),
                         executor_options={k: v for k, v in options.items() if v is not None})
     if no_auth and host not in ("127.0.0.1", "::1", "localhost"):
         click.echo(f"execbox: WARNING: --no-auth on {host}: anyone who can reach it runs code",
@@ -83,12 +97,17 @@ def keys() -> None:
               help="Sessions open at once.")
 @click.option("--rpm", default=600, show_default=True, type=click.IntRange(0),
               help="Runs started per minute.")
+@click.option("--admin", is_flag=True,
+              help="An admin key: reads /metrics (every tenant's counts), runs no code.")
 @click.option("--db", default=None, help="Records database URL.")
-def create_key(name: str, concurrent: int, sessions: int, rpm: int, db: str | None) -> None:
+def create_key(name: str, concurrent: int, sessions: int, rpm: int, admin: bool,
+               db: str | None) -> None:
     """Create a key named NAME (the tenant) and print it; it is shown only this once."""
+    from .auth import ADMIN, TENANT
+
     try:
         key = _key_store(db).create(name, max_concurrent=concurrent, max_sessions=sessions,
-                                    rpm=rpm)
+                                    rpm=rpm, role=ADMIN if admin else TENANT)
     except ExecboxError as exc:
         click.echo(f"execbox: {exc}", err=True)
         sys.exit(2)
@@ -120,5 +139,8 @@ def list_keys(db: str | None) -> None:
     for info in infos:
         created = dt.datetime.fromtimestamp(info.created_at, dt.UTC).strftime("%Y-%m-%d %H:%M")
         state = "revoked" if info.revoked_at is not None else "active"
+        if info.role == "admin":
+            click.echo(f"{info.name}\t{state}\tcreated {created}\tadmin (metrics only)")
+            continue
         click.echo(f"{info.name}\t{state}\tcreated {created}\tconcurrent {info.max_concurrent}"
                    f"\tsessions {info.max_sessions}\trpm {info.rpm}")

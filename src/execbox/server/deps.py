@@ -1,4 +1,5 @@
-"""Request dependencies: the server state and the authenticated tenant."""
+"""Request dependencies: the server state and the authenticated caller (a tenant, or an admin
+reading metrics)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from .auth import KeyRevoked, Tenant
+from .auth import ADMIN, KeyRevoked, KeyStore, Tenant
 from .errors import ApiError
 from .state import LOCAL_TENANT, ServerState
 
@@ -19,18 +20,14 @@ def get_state(request: Request) -> ServerState:
     return state
 
 
-def get_tenant(state: Annotated[ServerState, Depends(get_state)],
-               credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-               ) -> Tenant:
-    """The caller's tenant from `Authorization: Bearer KEY` (a sync dependency: FastAPI runs
-    it on a worker thread, so the key lookup never blocks the event loop)."""
-    if not state.settings.auth:
-        return LOCAL_TENANT
-    if credentials is None:
+def authenticate(keys: KeyStore, key: str | None) -> Tenant:
+    """The key's owner (any role), or a 401 ApiError that says what is wrong. Blocking: call
+    it off the event loop."""
+    if key is None:
         raise ApiError(401, "missing_api_key",
                        "send an API key as 'Authorization: Bearer KEY' (execbox keys create)")
     try:
-        tenant = state.key_store().authenticate(credentials.credentials)
+        tenant = keys.authenticate(key)
     except KeyRevoked as exc:
         raise ApiError(401, "revoked_api_key", f"the key {exc} has been revoked") from exc
     if tenant is None:
@@ -38,5 +35,39 @@ def get_tenant(state: Annotated[ServerState, Depends(get_state)],
     return tenant
 
 
+def tenant_of(keys: KeyStore, key: str | None) -> Tenant:
+    """The tenant that runs code with `key`; an admin key is a 403 (it only reads metrics)."""
+    tenant = authenticate(keys, key)
+    if tenant.role == ADMIN:
+        raise ApiError(403, "admin_key", f"the key {tenant.name!r} is an admin key: it reads "
+                                         "/metrics; runs and sessions need a tenant's key")
+    return tenant
+
+
+def get_tenant(state: Annotated[ServerState, Depends(get_state)],
+               credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+               ) -> Tenant:
+    """The caller's tenant from `Authorization: Bearer KEY` (a sync dependency: FastAPI runs
+    it on a worker thread, so the key lookup never blocks the event loop)."""
+    if not state.settings.auth:
+        return LOCAL_TENANT
+    return tenant_of(state.key_store(), credentials.credentials if credentials else None)
+
+
+def get_admin(state: Annotated[ServerState, Depends(get_state)],
+              credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+              ) -> None:
+    """Only an admin key passes (`execbox keys create NAME --admin`): the server's metrics
+    count every tenant's runs."""
+    if not state.settings.auth:
+        return
+    caller = authenticate(state.key_store(), credentials.credentials if credentials else None)
+    if caller.role != ADMIN:
+        raise ApiError(403, "admin_key_required",
+                       "the server's metrics need an admin key (execbox keys create NAME "
+                       "--admin); a tenant's key reads only its own runs")
+
+
 State = Annotated[ServerState, Depends(get_state)]
 Caller = Annotated[Tenant, Depends(get_tenant)]
+Admin = Depends(get_admin)

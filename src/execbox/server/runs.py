@@ -2,23 +2,28 @@
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Response
+from fastapi import APIRouter, Response
+from fastapi import Path as PathParam
 from fastapi.responses import StreamingResponse
 from pydantic import Field
+from starlette.types import Receive, Scope, Send
 
 from ..contract import RunRequest, RunResult
 from ..records import RunRecord
-from . import sse
+from . import spool, sse
 from .deps import Caller, State
 from .errors import ApiError, documented
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
 RUN_ERRORS = documented(400, 401, 413, 422, 429, 500, 503)
-RunId = Annotated[str, Path(max_length=64, description="The run's id.")]
+RunId = Annotated[str, PathParam(max_length=64, description="The run's id.")]
+CHUNK = 1 << 20  # bytes of a spooled artifact read and sent at a time
 
 
 class RunBody(RunRequest):
@@ -33,49 +38,105 @@ class RunBody(RunRequest):
                                              for name in RunRequest.model_fields})
 
 
-def _runner(state: State, tenant: Caller, body: RunBody) -> sse.Call:
-    executor = state.executor
-    request = body.request()
+class _Run:
+    """One admitted run: its quota token, its reservation of result bytes and its spool
+    directory, each given back on every path: the token when the run is over (`ran`), the
+    rest once the response no longer needs them (`settle`)."""
 
-    def call(on_stdout: sse.OutputCallback | None = None,
-             on_stderr: sse.OutputCallback | None = None) -> RunResult:
+    def __init__(self, state: State, tenant: Caller, body: RunBody) -> None:
+        self.state, self.tenant, self.request = state, tenant, body.request()
+        self.cache, self.secrets = body.cache, body.secrets
+        bound = spool.result_bound(self.request.limits,
+                                   state.executor.profiles.get(self.request.profile))
+        self.release_quota = state.quotas.admit(tenant)
+        try:
+            self.reservation = state.results.reserve(bound)
+            self.directory: Path | None = state.spool.new_dir()
+        except BaseException:
+            self.release_quota()
+            if hasattr(self, "reservation"):
+                self.reservation.release()
+            raise
+        self.result: RunResult | None = None
+        self.started = self.over = self.responded = False
+
+    def __call__(self, on_stdout: sse.OutputCallback | None = None,
+                 on_stderr: sse.OutputCallback | None = None) -> RunResult:
         started = time.perf_counter()
-        result = executor.run_request(request, cache=body.cache, secrets=body.secrets,
-                                      on_stdout=on_stdout, on_stderr=on_stderr,
-                                      cache_scope=tenant.name)
-        state.finish("run", tenant, result, started)
+        result = self.state.executor.run_request(
+            self.request, cache=self.cache, secrets=self.secrets, on_stdout=on_stdout,
+            on_stderr=on_stderr, cache_scope=self.tenant.name, spool_dir=str(self.directory))
+        self.state.finish("run", self.tenant, result, started)
+        self.result = result
         return result
 
-    return call
+    async def run(self, fn: Callable[[], RunResult]) -> RunResult:
+        """`fn` (this run) on a worker thread; once it is over, the quota token goes back,
+        and the rest too if the response has already ended (a client gone mid-stream)."""
+        self.started = True
+        try:
+            return await self.state.running(fn)
+        finally:
+            self.over = True
+            self.release_quota()
+            if self.responded:
+                await self.state.blocking(self.settle)
+
+    async def response_ended(self) -> None:
+        """The response is sent, or the client has gone; settle now unless the run is still
+        going (then it settles when it ends)."""
+        self.responded = True
+        if not self.started:
+            self.release_quota()
+        if not self.started or self.over:
+            await self.state.blocking(self.settle)
+
+    def settle(self) -> None:
+        """Keep only the artifacts still to download, and their bytes in the budget."""
+        directory, self.directory = self.directory, None
+        if directory is None:  # settled already
+            return
+        if self.result is None:  # the run failed, or was left behind at shutdown
+            self.state.spool.discard(directory)
+            self.reservation.release()
+        else:
+            self.state.spool.adopt(self.result, directory, self.tenant.name, self.reservation)
+
+
+class _Streamed(StreamingResponse):
+    """A streaming response that tells its run when it has ended, however it ended (even
+    unstarted: a client gone before the first event never runs the body's generator)."""
+
+    def __init__(self, run: _Run, content: AsyncIterator[bytes]) -> None:
+        super().__init__(content, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-store"})
+        self.execbox_run = run
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.execbox_run.response_ended()
 
 
 @router.post("", response_model=RunResult, responses=RUN_ERRORS,
              summary="Run code in a fresh sandbox and return its result")
 async def create_run(body: RunBody, state: State, tenant: Caller) -> Response:
-    call = _runner(state, tenant, body)
-    release = state.quotas.admit(tenant)
+    run = _Run(state, tenant, body)
     try:
-        result = await state.running(lambda: call(None, None))
+        result = await run.run(run)
+        content = result.model_dump_json()
     finally:
-        release()
-    return Response(result.model_dump_json(), media_type="application/json")
+        await run.response_ended()
+    return Response(content, media_type="application/json")
 
 
 @router.post("/stream", responses={**RUN_ERRORS, 200: sse.RESPONSE},
     response_class=StreamingResponse,
     summary="Run code and stream its output as server-sent events, ending with the result")
 async def stream_run(body: RunBody, state: State, tenant: Caller) -> StreamingResponse:
-    call = _runner(state, tenant, body)
-    release = state.quotas.admit(tenant)
-
-    async def in_thread(fn: Callable[[], RunResult]) -> RunResult:
-        try:
-            return await state.running(fn)
-        finally:
-            release()
-
-    return StreamingResponse(sse.stream(call, in_thread), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-store"})
+    run = _Run(state, tenant, body)
+    return _Streamed(run, sse.stream(run, run.run))
 
 
 def _owned_record(state: State, tenant: Caller, run_id: str) -> RunRecord:
@@ -99,14 +160,37 @@ async def get_run(run_id: RunId, state: State, tenant: Caller) -> Response:
     200: {"description": "The artifact's bytes", "content": {"*/*": {}}}},
     response_class=Response, summary="The bytes of a run's artifact")
 async def get_artifact(run_id: RunId, path: str, state: State, tenant: Caller) -> Response:
-    def load() -> tuple[bytes, str]:
+    """Streamed from the spool (artifacts over the records' cap, once, within the server's
+    artifact TTL) or from the record store."""
+    def load() -> tuple[int, int, str] | tuple[bytes, str]:
         record = _owned_record(state, tenant, run_id)
         mime = next((a.mime_type for a in record.result.artifacts if a.path == path), None)
+        spooled = state.spool.open(run_id, tenant.name, path) if mime else None
+        if spooled is not None:
+            return spooled
         data = state.executor.store.artifact_data(run_id, path) if mime else None
         if data is None or mime is None:
             raise ApiError(404, "artifact_not_found",
-                           f"run {run_id} has no stored artifact {path!r}")
+                           f"run {run_id} has no stored artifact {path!r} (artifacts over the "
+                           "records' cap are served once, within the server's artifact TTL)")
         return data, mime
 
-    data, mime = await state.blocking(load)
-    return Response(data, media_type=mime)
+    found = await state.blocking(load)
+    if len(found) == 2:
+        return Response(found[0], media_type=found[1])
+    fd, size, mime = found
+    return StreamingResponse(_stream_file(state, fd, run_id, path), media_type=mime,
+                             headers={"Content-Length": str(size)})
+
+
+async def _stream_file(state: State, fd: int, run_id: str, path: str) -> AsyncIterator[bytes]:
+    """The file's bytes in chunks; once all are sent, the spooled copy is removed."""
+    try:
+        while True:
+            chunk = await state.blocking(lambda: os.read(fd, CHUNK))
+            if not chunk:
+                break
+            yield chunk
+    finally:
+        os.close(fd)
+    await state.blocking(lambda: state.spool.downloaded(run_id, path))

@@ -14,6 +14,7 @@ from ..contract import Artifact, InputFile, Limits, RunResult
 from . import sse
 from .deps import Caller, State
 from .errors import documented
+from .spool import result_bound
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 SessionId = Annotated[str, Path(max_length=64, description="The session's id.")]
@@ -93,8 +94,22 @@ async def close_session(session_id: SessionId, state: State, tenant: Caller) -> 
     return _info(session)
 
 
-def _cell(state: State, tenant: Caller, session_id: str, body: CellBody) -> sse.Call:
+def _cell(state: State, tenant: Caller, session_id: str, body: CellBody
+          ) -> tuple[sse.Call, Callable[[], None]]:
+    """The cell's call, admitted (quota and result bytes: its outputs and artifacts are held
+    in memory), and the function that gives both back (call it once the cell has ended)."""
     session = state.sessions.get(tenant, session_id)
+    limits = getattr(session, "limits", None)  # an ended session has none: its call fails
+    release_quota = state.quotas.admit(tenant)
+    try:
+        reservation = state.results.reserve(result_bound(limits) if limits else 0)
+    except BaseException:
+        release_quota()
+        raise
+
+    def release() -> None:
+        release_quota()
+        reservation.release()
 
     def call(on_stdout: sse.OutputCallback | None = None,
              on_stderr: sse.OutputCallback | None = None) -> RunResult:
@@ -105,15 +120,14 @@ def _cell(state: State, tenant: Caller, session_id: str, body: CellBody) -> sse.
         state.finish("cell", tenant, result, started)
         return result
 
-    return call
+    return call, release
 
 
 @router.post("/{session_id}/cells", response_model=RunResult, responses=CELL_ERRORS,
              summary="Run a cell in the session")
 async def run_cell(session_id: SessionId, body: CellBody, state: State,
                    tenant: Caller) -> Response:
-    call = _cell(state, tenant, session_id, body)
-    release = state.quotas.admit(tenant)
+    call, release = _cell(state, tenant, session_id, body)
     try:
         result = await state.running(lambda: call(None, None))
     finally:
@@ -126,8 +140,7 @@ async def run_cell(session_id: SessionId, body: CellBody, state: State,
     summary="Run a cell and stream its output as server-sent events, ending with the result")
 async def stream_cell(session_id: SessionId, body: CellBody, state: State,
                       tenant: Caller) -> StreamingResponse:
-    call = _cell(state, tenant, session_id, body)
-    release = state.quotas.admit(tenant)
+    call, release = _cell(state, tenant, session_id, body)
 
     async def in_thread(fn: Callable[[], RunResult]) -> RunResult:
         try:

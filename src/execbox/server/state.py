@@ -20,6 +20,7 @@ from .auth import KeyStore, Tenant
 from .errors import ApiError
 from .metrics import Metrics
 from .quotas import Quotas
+from .spool import ResultBudget, Spool
 
 if TYPE_CHECKING:
     from ..executor import Executor
@@ -62,6 +63,16 @@ class Settings:
     """Largest request body accepted; bigger ones get a 413."""
     max_inflight_runs: int = 64
     """Runs and cells the server hands to the executor at once (worker threads)."""
+    docs: bool = False
+    """Serve /docs, /redoc and /openapi.json (without a key: the schema is public)."""
+    max_result_bytes: int = 2 << 30
+    """Result bytes in flight, server-wide: what running runs and cells may return (outputs and
+    artifacts at their caps) plus artifacts spooled and not yet downloaded; past it, 503."""
+    spool_dir: str | None = None
+    """Where the spool of artifacts is made (a private directory inside); None: the system's
+    temporary directory."""
+    artifact_ttl_s: float = 600.0
+    """How long a run's spooled artifacts wait for their download."""
     executor_options: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments for the Executor the server starts (when none is passed in)."""
 
@@ -137,6 +148,8 @@ class ServerState:
         self.metrics = Metrics(lambda: float(self.sessions.active()),
                                lambda: float(self._executor.pool_size if self._executor else 0))
         self.run_limiter = anyio.CapacityLimiter(settings.max_inflight_runs)
+        self.results = ResultBudget(settings.max_result_bytes)
+        self._spool: Spool | None = None
         self.draining = False
         self._cut: asyncio.Event | None = None  # set when the shutdown grace period runs out
         self._inflight = 0
@@ -150,7 +163,14 @@ class ServerState:
             raise ApiError(503, "not_ready", "the server is starting or shutting down")
         return self._executor
 
+    @property
+    def spool(self) -> Spool:
+        if self._spool is None:
+            raise ApiError(503, "not_ready", "the server is starting or shutting down")
+        return self._spool
+
     def start(self) -> None:
+        self._spool = Spool(self.settings.spool_dir, self.settings.artifact_ttl_s)
         if self._executor is None:
             from ..executor import Executor
 
@@ -169,6 +189,8 @@ class ServerState:
         with self._idle:
             if not self._idle.wait_for(lambda: self._inflight == 0, drain_timeout_s):
                 log.warning("%d run(s) still on worker threads at exit", self._inflight)
+        if self._spool is not None:
+            self._spool.close()
 
     def key_store(self) -> KeyStore:
         if self.keys is None:
