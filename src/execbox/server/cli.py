@@ -31,6 +31,12 @@ def _key_store(db: str | None) -> KeyStore:
               help="Runs at once (default: 4 per CPU).")
 @click.option("--pool-size", type=click.IntRange(1), default=None,
               help="Run slots kept staged (default: 2 per CPU).")
+@click.option("--rotate-after-runs", type=click.IntRange(0), default=None,
+              help="Replace the sandbox host (a new memory layout) after this many runs; "
+                   "0: never (default: 30000).")
+@click.option("--rotate-after-s", type=click.FloatRange(0), default=None,
+              help="Replace it after this many seconds of serving, if sooner; 0: never "
+                   "(default: 300).")
 @click.option("--graceful-timeout", default=30, show_default=True, type=click.IntRange(0),
               help="Seconds in-flight requests get to finish after SIGTERM.")
 @click.option("--db", default=None, help="Records database URL (default: EXECBOX_DB_URL or "
@@ -38,7 +44,8 @@ def _key_store(db: str | None) -> KeyStore:
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 def serve(host: str, port: int, no_auth: bool, max_request_mib: int,
-          max_concurrency: int | None, pool_size: int | None, graceful_timeout: int,
+          max_concurrency: int | None, pool_size: int | None,
+          rotate_after_runs: int | None, rotate_after_s: float | None, graceful_timeout: int,
           db: str | None, log_level: str) -> None:
     """Serve the HTTP API (OpenAPI document at /docs and /openapi.json).
 
@@ -53,7 +60,9 @@ def serve(host: str, port: int, no_auth: bool, max_request_mib: int,
     from .state import Settings
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
-    options: dict[str, object] = {"max_concurrency": max_concurrency, "pool_size": pool_size}
+    options: dict[str, object] = {"max_concurrency": max_concurrency, "pool_size": pool_size,
+                                  "rotate_after_runs": rotate_after_runs,
+                                  "rotate_after_s": rotate_after_s}
     if db:
         options["records"] = db
     settings = Settings(auth=not no_auth, max_request_bytes=max_request_mib << 20,
