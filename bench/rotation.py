@@ -10,7 +10,8 @@ caller's, so the supervisors, init and staged programs are counted too), as in `
 The idle host's memory is the PSS and the private bytes (what a second host adds) of every
 process of it, from /proc/<pid>/smaps_rollup.
 
-    .venv/bin/python bench/rotation.py [--starts 5] [--run-cpu-ms 3.8] [--runs-per-s 400]
+    .venv/bin/python bench/rotation.py [--starts 5] [--pool-size N] [--run-cpu-ms 3.8]
+                                       [--runs-per-s 400]
 """
 
 from __future__ import annotations
@@ -70,6 +71,8 @@ def memory_kib(pids: list[int]) -> dict[str, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--starts", type=int, default=5)
+    parser.add_argument("--pool-size", type=int, default=None,
+                        help="slots of each kind (default: the Executor's, 2 per CPU)")
     parser.add_argument("--run-cpu-ms", type=float, default=3.8,
                         help="CPU of one run at full load (bench/cpu.py, 4 clients)")
     parser.add_argument("--runs-per-s", type=float, default=400.0,
@@ -87,7 +90,7 @@ def main() -> None:
             return int(fh.read()) / 1e9
 
     image = Image.load()
-    pool_size = min(4 * (os.cpu_count() or 1), 2 * (os.cpu_count() or 1))  # Executor's default
+    pool_size = args.pool_size or 2 * (os.cpu_count() or 1)  # the Executor's default
     rows: list[dict[str, float]] = []
     memory: dict[str, int] = {}
     try:
