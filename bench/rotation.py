@@ -10,6 +10,10 @@ caller's, so the supervisors, init and staged programs are counted too), as in `
 The idle host's memory is the PSS and the private bytes (what a second host adds) of every
 process of it, from /proc/<pid>/smaps_rollup.
 
+`--load RUNS` instead measures what a replacement does to runs in flight around it: `print(1)`
+from 4 clients on an executor replaced every `--every` runs, against one never replaced, in
+alternating rounds (runs/s, and latency percentiles over all runs).
+
     .venv/bin/python bench/rotation.py [--starts 5] [--pool-size N] [--run-cpu-ms 3.8]
                                        [--runs-per-s 400]
 """
@@ -68,6 +72,55 @@ def memory_kib(pids: list[int]) -> dict[str, int]:
     return total
 
 
+def under_load(runs: int, every: int, rounds: int = 2, clients: int = 4) -> dict[str, object]:
+    """Runs/s and latency of `print(1)` from `clients` threads, replaced every `every` runs or
+    never, in alternating rounds of `runs` runs each."""
+    import threading
+
+    from execbox.executor import Executor
+
+    out: dict[str, dict[str, list[float]]] = {"rotating": {}, "never": {}}
+    for _ in range(rounds):
+        for name, after in (("never", None), ("rotating", every)):
+            with Executor(cache=False, rotate_after_runs=after, rotate_after_s=None) as ex:
+                ex._host.wait_heavy()
+                for _ in range(50):
+                    ex.run("print(1)")
+                latencies: list[float] = []
+                hosts: set[int] = set()
+
+                def work(ex: Executor = ex, latencies: list[float] = latencies,
+                         hosts: set[int] = hosts) -> None:
+                    for _ in range(runs // clients):
+                        t = time.perf_counter()
+                        r = ex.run("print(1)")
+                        latencies.append((time.perf_counter() - t) * 1000)
+                        hosts.add(id(ex._hosts.current()))
+                        assert r.ok, r
+
+                threads = [threading.Thread(target=work) for _ in range(clients)]
+                t0 = time.monotonic()
+                for th in threads:
+                    th.start()
+                for th in threads:
+                    th.join()
+                wall = time.monotonic() - t0
+                row = out[name]
+                row.setdefault("runs_per_s", []).append(len(latencies) / wall)
+                row.setdefault("latency_ms", []).extend(latencies)
+                row.setdefault("hosts", []).append(len(hosts))
+            print(name, round(len(latencies) / wall), "runs/s,", len(hosts), "hosts", flush=True)
+    result: dict[str, object] = {"runs": runs, "every": every, "rounds": rounds}
+    for name, row in out.items():
+        lat = sorted(row["latency_ms"])
+        result[name] = {
+            "runs_per_s": round(statistics.mean(row["runs_per_s"]), 1),
+            "p50_ms": round(lat[len(lat) // 2], 2), "p99_ms": round(lat[int(len(lat) * 0.99)], 2),
+            "max_ms": round(lat[-1], 1), "hosts_per_round": row["hosts"],
+        }
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--starts", type=int, default=5)
@@ -77,7 +130,16 @@ def main() -> None:
                         help="CPU of one run at full load (bench/cpu.py, 4 clients)")
     parser.add_argument("--runs-per-s", type=float, default=400.0,
                         help="runs/s at full load (bench/throughput.py, 4 clients)")
+    parser.add_argument("--load", type=int, default=0, metavar="RUNS",
+                        help="measure runs around replacements instead (see above)")
+    parser.add_argument("--every", type=int, default=1000,
+                        help="with --load: replace the host after this many runs")
     args = parser.parse_args()
+    if args.load:
+        result = under_load(args.load, args.every)
+        print(result)
+        save_results("rotation_load", result)
+        return
     if not os.path.exists(f"{CPUACCT}/cpuacct.usage"):
         sys.exit("bench/rotation.py needs cgroup v1 with the cpuacct controller")
     cgroup = f"{CPUACCT}/execbox-bench-{os.getpid()}"
