@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from probes import alive, wait_until
 
-from execbox import Executor, UsageError
+from execbox import Executor, RunResult, UsageError
 from execbox.sandbox.cgroup import Hierarchy
 from execbox.sandbox.host import ZygoteProcess
 
@@ -74,15 +74,16 @@ def test_runs_and_sessions_in_flight_keep_their_host_across_a_replacement(
     first = rotating._host
     session = rotating.session()
     assert session.run("x = 41").ok
-    slow: list[str] = []
+    slow: list[RunResult] = []
     # The second slot taken makes the host due; its run is still in flight at the swap.
     thread = threading.Thread(target=lambda: slow.append(rotating.run(
-        "import time; time.sleep(4); print('done')").stdout))
+        "import time; time.sleep(6); print('done')", limits={"timeout_s": 30})))
     thread.start()
     replaced(rotating, first)
-    assert first.retired and thread.is_alive(), "control: the run was not in flight"
+    in_flight = thread.is_alive()
     thread.join()
-    assert slow == ["done\n"]
+    assert slow[0].stdout == "done\n", f"the run in flight was cut short: {slow[0]}"
+    assert first.retired and in_flight, "control: the run was not in flight at the swap"
     r = session.run("print(x + 1)")
     assert r.ok and r.stdout == "42\n", r
     assert not first.closed and alive(first.heavy_pid), "closed under an open session"
