@@ -129,9 +129,9 @@ class Executor:
         either, `run` raises `Overloaded` instead of queueing without bound. At most
         `max_sessions` sessions are open at once.
         Memory layout: the sandbox host (its zygotes, whose layout every run shares) is
-        replaced in the background after `rotate_after_runs` runs or `rotate_after_s`
-        seconds of serving, whichever comes first (0 or None: never); runs and sessions in
-        flight keep their host. `zygotes_per_tenant`: each `tenant=` of `run` and `session`
+        replaced in the background after `rotate_after_runs` runs and sessions or
+        `rotate_after_s` seconds from its start once it has served one, whichever comes
+        first (0 or None: never); runs and sessions in flight keep their host. `zygotes_per_tenant`: each `tenant=` of `run` and `session`
         gets a host of its own (None: the shared one), started at its first run and closed
         after `tenant_idle_s` seconds unused. A bad value of any of these is a UsageError."""
         for name, value, least in (("max_concurrency", max_concurrency, 1),
@@ -344,14 +344,18 @@ class Executor:
         try:
             if cancel is not None and cancel.cancelled:
                 return _not_started(base)
-            try:
-                raw = _until_started(f"run {base.run_id}", lambda: ZygoteProcess.execute(
-                    *self._hosts.take(tenant, kind, SLOT_WAIT_S),
-                    {"code": request.code, "run_id": base.run_id, "spec": spec},
+
+            def attempt() -> RawRun:
+                host, slot = self._hosts.take(tenant, kind, SLOT_WAIT_S)
+                return host.execute(
+                    slot, {"code": request.code, "run_id": base.run_id, "spec": spec},
                     [(f.name, f.data) for f in request.files], request.stdin,
                     limits.output_bytes, limits.timeout_s + BACKSTOP_GRACE_S,
                     on_stdout, on_stderr, cancel,
-                ))
+                )
+
+            try:
+                raw = _until_started(f"run {base.run_id}", attempt)
             except HostError as exc:
                 message = str(exc)
                 if self._closed:  # what failed was the teardown under the run, not the run

@@ -35,7 +35,7 @@ def _key_store(db: str | None) -> KeyStore:
               help="Replace the sandbox host (a new memory layout) after this many runs; "
                    "0: never (default: 30000).")
 @click.option("--rotate-after-s", type=click.FloatRange(0), default=None,
-              help="Replace it after this many seconds of serving, if sooner; 0: never "
+              help="Replace it this many seconds after its start, if sooner; 0: never "
                    "(default: 300).")
 @click.option("--graceful-timeout", default=30, show_default=True, type=click.IntRange(0),
               help="Seconds in-flight requests get to finish after SIGTERM.")
