@@ -42,7 +42,9 @@ def executor() -> Iterator[execbox.Executor]:
     reason = _host_can_sandbox()
     if reason:
         pytest.skip(f"SANDBOX UNAVAILABLE, sandbox tests skipped: {reason}")
-    with execbox.Executor(cache=False) as ex:
+    # Not replaced on a schedule: tests read the host's processes and slots, which a
+    # replacement mid-test would change (tests/test_hosts.py tests replacement).
+    with execbox.Executor(cache=False, rotate_after_runs=None, rotate_after_s=None) as ex:
         yield ex
 
 
@@ -151,7 +153,8 @@ def jailed_one_slot() -> Iterator[execbox.Executor]:
     reason = _host_can_sandbox()
     if reason:
         pytest.skip(f"SANDBOX UNAVAILABLE, sandbox tests skipped: {reason}")
-    with execbox.Executor(cache=False, pool_size=1) as ex:
+    with execbox.Executor(cache=False, pool_size=1, rotate_after_runs=None,
+                          rotate_after_s=None) as ex:
         problem = prove_jail(ex)
         if problem:
             pytest.skip(f"JAIL NOT PROVEN, hostile test skipped: {problem}")

@@ -40,6 +40,12 @@ from .contract import (
     StreamEvent,
 )
 from .errors import Overloaded, SandboxError, SandboxUnavailable, SessionClosed, UsageError
+from .hosts import (
+    DEFAULT_ROTATE_AFTER_RUNS,
+    DEFAULT_ROTATE_AFTER_S,
+    DEFAULT_TENANT_IDLE_S,
+    Hosts,
+)
 from .image import LIGHT_PRELOAD, Image
 from .records import PolicyInfo, RunStore
 from .redact import Redactor
@@ -110,7 +116,11 @@ class Executor:
                  profiles: Path | Mapping[str, policy_mod.Profile] | None = None,
                  records: RunStore | str | None = None, cache: bool = True,
                  cache_ttl_s: float = DEFAULT_TTL_S, secrets: Iterable[str] = (),
-                 max_sessions: int = 16) -> None:
+                 max_sessions: int = 16,
+                 rotate_after_runs: int | None = DEFAULT_ROTATE_AFTER_RUNS,
+                 rotate_after_s: float | None = DEFAULT_ROTATE_AFTER_S,
+                 zygotes_per_tenant: bool = False,
+                 tenant_idle_s: float = DEFAULT_TENANT_IDLE_S) -> None:
         """`profiles`: a TOML file or loaded profiles (default: the shipped ones, or the file in
         EXECBOX_PROFILES). `records`: a RunStore or database URL (default: SQLite under the
         data directory). `cache`: whether runs use the result cache unless a call says
@@ -120,14 +130,32 @@ class Executor:
         program readied for pandas' use) staged ahead;
         at most `max_queue` callers wait for a turn, each at most `queue_timeout_s`; past
         either, `run` raises `Overloaded` instead of queueing without bound. At most
-        `max_sessions` sessions are open at once. A bad value of any of these is a
-        UsageError."""
+        `max_sessions` sessions are open at once.
+        Memory layout: the sandbox host (its zygotes, whose layout every run shares) is
+        replaced in the background after `rotate_after_runs` runs and sessions or
+        `rotate_after_s` seconds from its start once it has served one, whichever comes
+        first (0 or None: never); runs and sessions in flight keep their host. `zygotes_per_tenant`: each `tenant=` of `run` and `session`
+        gets a host of its own (None: the shared one), started at its first run and closed
+        after `tenant_idle_s` seconds unused. A bad value of any of these is a UsageError."""
         for name, value, least in (("max_concurrency", max_concurrency, 1),
                                    ("pool_size", pool_size, 1)):
             if value is not None:
                 _whole(name, value, least)
         _whole("max_queue", max_queue, 0)
         _whole("max_sessions", max_sessions, 0)
+        if rotate_after_runs is not None:
+            _whole("rotate_after_runs", rotate_after_runs, 0)
+        for name, seconds in (("rotate_after_s", rotate_after_s),
+                              ("tenant_idle_s", tenant_idle_s)):
+            if seconds is not None and (
+                    isinstance(seconds, bool) or not isinstance(seconds, (int, float))
+                    or not 0 <= seconds < float("inf")):
+                raise UsageError(f"{name} must be a number of seconds >= 0, got {seconds!r}")
+        if not isinstance(zygotes_per_tenant, bool):
+            raise UsageError(f"zygotes_per_tenant must be True or False, got "
+                             f"{zygotes_per_tenant!r}")
+        if zygotes_per_tenant and not tenant_idle_s:
+            raise UsageError("tenant_idle_s must be > 0 with zygotes_per_tenant")
         if (isinstance(queue_timeout_s, bool) or not isinstance(queue_timeout_s, (int, float))
                 or not 0 <= queue_timeout_s < float("inf")):
             raise UsageError(f"queue_timeout_s must be a number of seconds >= 0, got "
@@ -152,13 +180,24 @@ class Executor:
         self._admission = _Admission(self.max_concurrency, max_queue, queue_timeout_s)
         self._lock = threading.Lock()
         self._closed = False
-        self._host = self._start_host()
+        self._hosts = Hosts(self._start_host, rotate_after_runs=rotate_after_runs,
+                            rotate_after_s=rotate_after_s, per_tenant=zygotes_per_tenant,
+                            tenant_idle_s=tenant_idle_s)
+        try:
+            # A host per tenant starts at the tenant's first run; the shared one starts now,
+            # so that a host that cannot sandbox says so here.
+            info = {} if zygotes_per_tenant else self._hosts.get(None).info
+        except BaseException:
+            self._hosts.close()
+            raise
         self.max_sessions = max_sessions
         self._sessions: dict[str, Session] = {}
         self._reaper = Reaper(self)
-        log.info("execbox executor ready: image %s, cgroup v%s, concurrency %d, zygote %.0f ms",
-                 self.image.digest, self._host.info["cgroup_version"], self.max_concurrency,
-                 self._host.info["startup_ms"])
+        log.info("execbox executor ready: image %s, cgroup v%s, concurrency %d, zygote %s ms, "
+                 "hosts %s, replaced after %s runs or %s s",
+                 self.image.digest, info.get("cgroup_version", "?"), self.max_concurrency,
+                 info.get("startup_ms", "?"), "per tenant" if zygotes_per_tenant else "shared",
+                 rotate_after_runs or "no", rotate_after_s or "no")
 
     def _start_host(self) -> ZygoteProcess:
         try:
@@ -168,15 +207,15 @@ class Executor:
         except HostError as exc:
             raise SandboxUnavailable(f"{exc}; see `execbox doctor`") from exc
 
-    def _live_host(self) -> ZygoteProcess:
-        with self._lock:
-            if self._closed:
-                raise UsageError("this Executor is closed")
-            if not self._host.alive():
-                log.warning("the zygote died; starting a new one")
-                self._host.close()
-                self._host = self._start_host()
-            return self._host
+    def _live_host(self, tenant: str | None = None) -> ZygoteProcess:
+        if self._closed:
+            raise UsageError("this Executor is closed")
+        return self._hosts.get(tenant)
+
+    @property
+    def _host(self) -> ZygoteProcess:
+        """The shared host serving now (started if need be)."""
+        return self._live_host()
 
     def run(self, code: str | bytes, *, language: str = "python", stdin: bytes | str | None = None,
             files: Mapping[str, FileSource] | None = None,
@@ -186,19 +225,20 @@ class Executor:
             secrets: Iterable[str] = (), session_id: str | None = None,
             on_stdout: OutputCallback | None = None,
             on_stderr: OutputCallback | None = None,
-            cancel: Cancel | None = None) -> RunResult:
+            cancel: Cancel | None = None, tenant: str | None = None) -> RunResult:
         """Run `code` in a fresh sandbox and return its result (never raises for the code).
         `code` may be the bytes of a source file: bytes that do not decode are its SyntaxError.
 
         `limits` fields you set override the profile's defaults (within its maximums).
         `cache=False` skips the result cache; `budget` is shared across calls; `secrets` are
         redacted from this run's output, errors and record. `cancel` (an `execbox.Cancel`)
-        lets another thread end the run: its result is then an `error` of type Cancelled."""
+        lets another thread end the run: its result is then an `error` of type Cancelled.
+        `tenant`: whose host runs it, with `zygotes_per_tenant` (else all share one)."""
         request = make_request(code, language=language, stdin=stdin, files=files,
                                limits=limits, env=env, profile=profile)
         return self.run_request(request, cache=cache, budget=budget, secrets=secrets,
                                 session_id=session_id, on_stdout=on_stdout, on_stderr=on_stderr,
-                                cancel=cancel)
+                                cancel=cancel, tenant=tenant)
 
     def run_request(self, request: RunRequest, *, cache: bool | None = None,
                     budget: Budget | None = None, secrets: Iterable[str] = (),
@@ -208,12 +248,14 @@ class Executor:
                     _kind: str = "run", _source: str | None = None,
                     _approved: bool = False, _session: Session | None = None,
                     cache_scope: str | None = None, cancel: Cancel | None = None,
-                    spool_dir: str | None = None) -> RunResult:
+                    spool_dir: str | None = None,
+                    tenant: str | None = None) -> RunResult:
         """The whole pipeline for one request (or one cell of `_session`). `cache_scope`
-        partitions the result cache (the HTTP server passes the tenant). With `spool_dir` (an
-        existing private directory; runs, not cells), the run's artifacts are written to
-        `<spool_dir>/<index in result.artifacts>` as they arrive, and only those the record
-        store keeps have their `data` in memory; the caller removes the files."""
+        partitions the result cache (the HTTP server passes the tenant); `tenant` picks the
+        host with `zygotes_per_tenant`. With `spool_dir` (an existing private directory; runs,
+        not cells), the run's artifacts are written to `<spool_dir>/<index in
+        result.artifacts>` as they arrive, and only those the record store keeps have their
+        `data` in memory; the caller removes the files."""
         self.store.check()  # refused when a record failed since the last check (see `records`)
         run_id = new_run_id()
         redactor = self._redactor.with_secrets(secrets)
@@ -285,7 +327,8 @@ class Executor:
             result = self._cell_run(_session, request, base, on_stdout, on_stderr)
         else:
             result = self._sandbox_run(request, base, on_stdout, on_stderr,
-                                       program_kind(verdict.imports), cancel, spool_dir)
+                                       program_kind(verdict.imports), cancel, spool_dir,
+                                       tenant)
             if spool_dir is not None:
                 result = _with_kept_data(result, spool_dir, self.store.artifact_bytes_cap)
         result = _redact(result, redactor)
@@ -312,23 +355,28 @@ class Executor:
     def _sandbox_run(self, request: RunRequest, base: RunResult,
                      on_stdout: OutputCallback | None,
                      on_stderr: OutputCallback | None, kind: str,
-                     cancel: Cancel | None = None, spool_dir: str | None = None) -> RunResult:
+                     cancel: Cancel | None = None, spool_dir: str | None = None,
+                     tenant: str | None = None) -> RunResult:
         limits = request.limits
-        host = self._live_host()
+        self._live_host(tenant)  # started (or refused: closed) before the run waits its turn
         spec = _spec(limits, request)
         if not self._admission.enter(cancel):  # cancelled while it waited for its turn
             return _not_started(base)
         try:
             if cancel is not None and cancel.cancelled:
                 return _not_started(base)
-            try:
-                raw = _until_started(f"run {base.run_id}", lambda: host.execute(
-                    host.pool.take(kind, SLOT_WAIT_S),
-                    {"code": request.code, "run_id": base.run_id, "spec": spec},
+
+            def attempt() -> RawRun:
+                host, slot = self._hosts.take(tenant, kind, SLOT_WAIT_S)
+                return host.execute(
+                    slot, {"code": request.code, "run_id": base.run_id, "spec": spec},
                     [(f.name, f.data) for f in request.files], request.stdin,
                     limits.output_bytes, limits.timeout_s + BACKSTOP_GRACE_S,
                     on_stdout, on_stderr, cancel, spool_dir,
-                ))
+                )
+
+            try:
+                raw = _until_started(f"run {base.run_id}", attempt)
             except HostError as exc:
                 message = str(exc)
                 if self._closed:  # what failed was the teardown under the run, not the run
@@ -347,10 +395,11 @@ class Executor:
                 files: Mapping[str, FileSource] | None = None,
                 idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
                 max_lifetime_s: float = DEFAULT_MAX_LIFETIME_S,
-                secrets: Iterable[str] = ()) -> Session:
+                secrets: Iterable[str] = (), tenant: str | None = None) -> Session:
         """Start a stateful session (see `execbox.sessions`). `limits`: memory, pids and disk
         for the whole session, wall and CPU time per cell. Raises Overloaded past
-        `max_sessions` open sessions."""
+        `max_sessions` open sessions. `tenant`: whose host it lives on (see `run`); it stays
+        there for its whole life, across replacements of the host."""
         for name, value in (("idle_timeout_s", idle_timeout_s),
                             ("max_lifetime_s", max_lifetime_s)):
             if not 0 < value <= 7 * 24 * 3600:
@@ -361,7 +410,7 @@ class Executor:
             raise UsageError(f"the session was refused by policy profile {profile!r}: "
                              f"{verdict.message}")
         limits_ = verdict.limits
-        host = self._live_host()
+        self._live_host(tenant)
         with self._lock:
             if len(self._sessions) >= self.max_sessions:
                 raise Overloaded(f"{len(self._sessions)} sessions are open (max_sessions="
@@ -370,7 +419,7 @@ class Executor:
             self._sessions[session_id] = None  # type: ignore[assignment]  # the place is held
 
         def start() -> SessionChannel:
-            channel = host.open_session(SLOT_WAIT_S)
+            channel = self._hosts.open_session(tenant, SLOT_WAIT_S)
             channel.start(session_id, _spec(limits_, template),
                           [(f.name, f.data) for f in template.files])
             return channel
@@ -466,7 +515,8 @@ class Executor:
             yield event
 
     def map(self, requests: Iterable[RunRequest | str], *, concurrency: int | None = None,
-            cache: bool | None = None) -> Generator[tuple[int, RunResult], None, None]:
+            cache: bool | None = None, tenant: str | None = None
+            ) -> Generator[tuple[int, RunResult], None, None]:
         """Run many requests (or code strings) concurrently; yield `(index, result)` pairs as
         runs finish. At most `concurrency` runs are in flight (default: the executor's
         `max_concurrency`), and at most as many results wait for a consumer that is slower
@@ -474,14 +524,14 @@ class Executor:
         never sits in memory at once. An error (a bad request, the input's own) is raised in
         its result's place; stopping early waits for the runs in flight (not after a Ctrl-C,
         see `_concurrently`). `concurrency` above `max_concurrency` is capped there; below 1
-        (or not an integer) it is a UsageError."""
+        (or not an integer) it is a UsageError. `tenant`: see `run`."""
         if concurrency is not None:
             _whole("concurrency", concurrency, 1)
         width = min(concurrency or self.max_concurrency, self.max_concurrency)
 
         def run(item: RunRequest | str) -> RunResult:
             request = item if isinstance(item, RunRequest) else make_request(item)
-            return self.run_request(request, cache=cache)
+            return self.run_request(request, cache=cache, tenant=tenant)
 
         return _concurrently(run, requests, width)
 
@@ -530,7 +580,7 @@ class Executor:
             session.kill("was ended because the executor was closed", Status.sandbox_error)
             session._end("was ended because the executor was closed")
         with self._lock:
-            self._host.close()
+            self._hosts.close()
             self.store.close()
 
     def __enter__(self) -> Executor:

@@ -137,7 +137,7 @@ def build_server(executor: Executor, *, profile: str = "data") -> MCPServer[Any]
         scope = None if tenant is LOCAL_TENANT else tenant.name
         result = admitted(ctx, lambda: executor.run_request(
             make_request(code, stdin=stdin, files=inputs, limits=limits, profile=profile),
-            cache_scope=scope))
+            cache_scope=scope, tenant=scope))
         if result.artifacts:
             with lock:
                 own_runs[result.run_id] = tenant.name
@@ -181,7 +181,8 @@ def build_server(executor: Executor, *, profile: str = "data") -> MCPServer[Any]
         session = None
         try:
             session = _call(lambda: executor.session(
-                profile=profile, limits=limits, files=inputs, idle_timeout_s=idle_timeout_s))
+                profile=profile, limits=limits, files=inputs, idle_timeout_s=idle_timeout_s,
+                tenant=None if tenant is LOCAL_TENANT else tenant.name))
         finally:
             sessions.add(tenant, session)
         return CallToolResult(

@@ -46,6 +46,11 @@ class HostError(Exception):
     """The zygote or a supervisor failed; the message says where."""
 
 
+class HostRetired(HostError):
+    """The host was replaced (see `ZygoteProcess.retire`) and takes no new runs or sessions:
+    ask for the one that replaced it."""
+
+
 class RunNotStarted(HostError):
     """The slot's staged program, or its supervisor, was gone before the program took the
     code (killed from outside): no code ran, so the request may be sent again."""
@@ -174,6 +179,9 @@ class ZygoteProcess:
             pass
         self._counter = itertools.count()
         self._closed = False
+        self.started_at = time.monotonic()
+        self._close_lock = threading.Lock()  # a second `close` waits for the first to end
+        self._close_done = False
         # While `close` runs: the supervisors of the slots it lets go, to wait for.
         self._ending: list[int] | None = None
         self._ending_lock = threading.Lock()
@@ -242,6 +250,36 @@ class ZygoteProcess:
         return all(z.proc.poll() is None for name, z in self._starting.items()
                    if not (name == "heavy" and self._heavy_final))
 
+    @property
+    def taken(self) -> int:
+        """How many runs and sessions this host has been asked for (its slots taken)."""
+        return self.pool.taken
+
+    @property
+    def retired(self) -> bool:
+        return self.pool.retired
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close` has ended: nothing of this host runs any more."""
+        return self._close_done
+
+    def in_use(self) -> int:
+        """Runs in flight plus sessions open on this host."""
+        return self.pool.in_use()
+
+    def retire(self) -> None:
+        """Serve no new runs or sessions (takers get HostRetired) and close, in a thread of
+        its own, once the runs in flight and the sessions open here have ended: the
+        replacement of a host is never on a run's path. Runs and sessions keep their host."""
+        self.pool.retire()
+        threading.Thread(target=self._close_when_drained, name="execbox-retire",
+                         daemon=True).start()
+
+    def _close_when_drained(self) -> None:
+        self.pool.drained.wait()
+        self.close()
+
     def start_slot(self, kind: str) -> Slot:
         """Ask for a new supervisor; it builds its slot and stages a run of `kind` (the pool
         reads its RDY, see `Slot.read_staging`). Raises HostError when the zygote is gone."""
@@ -263,8 +301,7 @@ class ZygoteProcess:
         from .channel import SessionChannel
 
         self.wait_heavy()
-        slot = self.pool.take("heavy", slot_wait_s)
-        self.pool.detach(slot)
+        slot = self.pool.take("heavy", slot_wait_s, session=True)
         return SessionChannel(slot, self._release)
 
     def _release(self, slot: Slot) -> None:
@@ -360,7 +397,14 @@ class ZygoteProcess:
     def close(self) -> None:
         """Stop the zygotes; staged slots are released, and their supervisors (with their
         init and staged program) have exited when this returns, within SUPERVISORS_END_S.
-        Runs in flight end with their caller."""
+        Runs in flight end with their caller. A second call waits for the first."""
+        with getattr(self, "_close_lock", threading.Lock()):
+            if getattr(self, "_close_done", False):
+                return
+            self._close()
+            self._close_done = True
+
+    def _close(self) -> None:
         pool = getattr(self, "pool", None)
         if pool is not None:
             with self._ending_lock:
@@ -471,7 +515,10 @@ class SlotPool:
     once they have stayed staged and unused for SHRINK_AFTER_S. Short runs that only queue for
     slots being restaged (the CPU is what is short) grow nothing, and a load that grew the pool
     keeps it while it lasts instead of closing and starting slots run after run. A session's
-    slot leaves the pool (`detach`), which stages another in its place."""
+    slot leaves the pool as it is taken, which stages another in its place.
+
+    A retired pool (its host was replaced) stages nothing and hands out nothing; it is
+    `drained` once the runs in flight and the sessions it gave slots to have ended."""
 
     def __init__(self, zygote: ZygoteProcess, size: int) -> None:
         self._zygote = zygote
@@ -486,6 +533,10 @@ class SlotPool:
         self._alive: dict[str, set[str]] = {k: set() for k in SLOT_KINDS}  # slot names
         self._busy: dict[str, Slot] = {}  # the slots taken for a run, by name
         self._busy_n = {k: 0 for k in SLOT_KINDS}  # how many of each kind (all are alive)
+        self._sessions: set[str] = set()  # the slots taken for a session, by name
+        self.taken = 0  # slots handed out, for runs and sessions
+        self.retired = False
+        self.drained = threading.Event()  # set once retired with nothing in use, or closed
         self._waiting = {k: 0 for k in SLOT_KINDS}  # takers that found no slot of the kind
         # The slots being staged, by control socket: each is registered with the epoll where
         # it is added (a recycled slot by the thread that ran it), so a slot coming back from
@@ -507,13 +558,25 @@ class SlotPool:
         with self._lock:
             return set().union(*self._alive.values()) - self._busy.keys()
 
-    def take(self, kind: str, timeout_s: float) -> Slot:
-        """A staged slot of `kind`; HostError when staging keeps failing or none is ready in
-        time."""
+    @property
+    def size(self) -> int:
+        """How many slots of each kind are kept staged."""
+        return self._size
+
+    def in_use(self) -> int:
+        with self._lock:
+            return len(self._busy) + len(self._sessions)
+
+    def take(self, kind: str, timeout_s: float, session: bool = False) -> Slot:
+        """A staged slot of `kind`, for a run, or a `session`'s from now on (it leaves the
+        pool for the session's life, and another is staged in its place); HostError when
+        staging keeps failing or none is ready in time, HostRetired once the pool retired."""
         started = time.monotonic()
         deadline = started + timeout_s
         with self._lock:
             while True:
+                if self.retired:
+                    raise HostRetired("the sandbox host was replaced")
                 if self._closed:
                     raise HostError("the sandbox host is closed")
                 failed = self._zygote.kind_error(kind)
@@ -521,8 +584,14 @@ class SlotPool:
                     raise HostError(failed)
                 if self._ready[kind]:
                     slot = self._ready[kind].popleft()
-                    self._busy[slot.name] = slot
-                    self._busy_n[kind] += 1
+                    self.taken += 1
+                    if session:
+                        self._alive[kind].discard(slot.name)
+                        self._sessions.add(slot.name)
+                        self._wake()
+                    else:
+                        self._busy[slot.name] = slot
+                        self._busy_n[kind] += 1
                     return slot
                 now = time.monotonic()
                 if self._error and now > started + 1.0:  # failing for a second
@@ -550,19 +619,13 @@ class SlotPool:
         """`slot` runs nothing any more (called with the lock held)."""
         if self._busy.pop(slot.name, None) is not None:
             self._busy_n[slot.kind] -= 1
+        if self.retired and not self._busy and not self._sessions:
+            self.drained.set()
 
     def _wanted(self, kind: str) -> int:
         """How many slots of `kind` to keep (called with the lock held): `size`, or one for
         each run in flight and each taker waiting when they are more."""
         return max(self._size, self._busy_n[kind] + self._waiting[kind])
-
-    def detach(self, slot: Slot) -> None:
-        """`slot`, taken, is a session's from now on: it no longer counts as the pool's, and
-        another is staged in its place (a session holds its slot for its whole life)."""
-        with self._lock:
-            self._not_busy(slot)
-            self._alive[slot.kind].discard(slot.name)
-        self._wake()
 
     def recycle(self, slot: Slot) -> bool:
         """Have the slot staged again; False when it cannot be (the caller discards it)."""
@@ -572,11 +635,27 @@ class SlotPool:
         except OSError:
             return False
         with self._lock:
-            if self._closed:
+            if self._closed or self.retired:
                 return False
             self._not_busy(slot)
             self._watch(slot)
         return True
+
+    def retire(self) -> None:
+        """Stage and hand out nothing more: the staged slots are closed, takers waiting get
+        HostRetired, and a slot back from its run is closed (see `drained`)."""
+        with self._lock:
+            self.retired = True
+            ready = [slot for q in self._ready.values() for slot in q]
+            for q in self._ready.values():
+                q.clear()
+            for slot in ready:
+                self._alive[slot.kind].discard(slot.name)
+            if not self._busy and not self._sessions:
+                self.drained.set()
+            self._notify_all()
+        for slot in ready:
+            self._zygote._forget(slot)
 
     def drop_kinds(self, kinds: list[str]) -> None:
         """Close the staged slots of `kinds`: their program zygote failed to start."""
@@ -592,6 +671,7 @@ class SlotPool:
     def discard(self, slot: Slot) -> None:
         """The slot is gone (closed by the caller): stage a new one in its place."""
         with self._lock:
+            self._sessions.discard(slot.name)
             self._not_busy(slot)
             self._alive[slot.kind].discard(slot.name)
         self._wake()
@@ -640,8 +720,9 @@ class SlotPool:
                 with self._lock:
                     if self._closed:
                         return
-                    missing = [k for k in SLOT_KINDS if not self._zygote.kind_error(k)
-                               for _ in range(self._wanted(k) - len(self._alive[k]))]
+                    missing = [] if self.retired else [
+                        k for k in SLOT_KINDS if not self._zygote.kind_error(k)
+                        for _ in range(self._wanted(k) - len(self._alive[k]))]
                 now = time.monotonic()
                 if now >= retry_at:
                     for kind in missing:
@@ -675,7 +756,8 @@ class SlotPool:
                         with self._lock:
                             # When closed, `close` has taken the ready slots; a kind whose
                             # program zygote failed to start serves nothing.
-                            unusable = self._closed or bool(self._zygote.kind_error(slot.kind))
+                            unusable = (self._closed or self.retired
+                                        or bool(self._zygote.kind_error(slot.kind)))
                             if not unusable:
                                 self._error = None
                                 slot.staged_at = time.monotonic()
@@ -725,6 +807,7 @@ class SlotPool:
                 q.clear()
             running = list(self._busy.values())
             self._notify_all()
+        self.drained.set()  # nothing waits for it any more: a retired host closes now
         self._wake()
         self._thread.join(timeout=10)
         for slot in ready:

@@ -31,6 +31,15 @@ def _key_store(db: str | None) -> KeyStore:
               help="Runs at once (default: 4 per CPU).")
 @click.option("--pool-size", type=click.IntRange(1), default=None,
               help="Run slots kept staged (default: 2 per CPU).")
+@click.option("--rotate-after-runs", type=click.IntRange(0), default=None,
+              help="Replace the sandbox host (a new memory layout) after this many runs; "
+                   "0: never (default: 30000).")
+@click.option("--rotate-after-s", type=click.FloatRange(0), default=None,
+              help="Replace it this many seconds after its start, if sooner; 0: never "
+                   "(default: 300).")
+@click.option("--zygotes-per-tenant", is_flag=True,
+              help="Give each tenant its own zygotes and slots (~225 MiB each while active): "
+                   "no memory layout or slot is shared across tenants.")
 @click.option("--graceful-timeout", default=30, show_default=True, type=click.IntRange(0),
               help="Seconds in-flight requests get to finish after SIGTERM.")
 @click.option("--db", default=None, help="Records database URL (default: EXECBOX_DB_URL or "
@@ -48,9 +57,11 @@ def _key_store(db: str | None) -> KeyStore:
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 def serve(host: str, port: int, no_auth: bool, max_request_mib: int,
-          max_concurrency: int | None, pool_size: int | None, graceful_timeout: int,
-          db: str | None, max_result_mib: int, spool_dir: str | None, artifact_ttl: int,
-          docs: bool, log_level: str) -> None:
+          max_concurrency: int | None, pool_size: int | None,
+          rotate_after_runs: int | None, rotate_after_s: float | None,
+          zygotes_per_tenant: bool, graceful_timeout: int, db: str | None,
+          max_result_mib: int, spool_dir: str | None, artifact_ttl: int, docs: bool,
+          log_level: str) -> None:
     """Serve the HTTP API.
 
     Callers send 'Authorization: Bearer KEY' with a key from `execbox keys create`; /metrics
@@ -65,7 +76,10 @@ def serve(host: str, port: int, no_auth: bool, max_request_mib: int,
     from .state import Settings
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
-    options: dict[str, object] = {"max_concurrency": max_concurrency, "pool_size": pool_size}
+    options: dict[str, object] = {"max_concurrency": max_concurrency, "pool_size": pool_size,
+                                  "rotate_after_runs": rotate_after_runs,
+                                  "rotate_after_s": rotate_after_s,
+                                  "zygotes_per_tenant": zygotes_per_tenant or None}
     if db:
         options["records"] = db
     settings = Settings(auth=not no_auth, max_request_bytes=max_request_mib << 20, docs=docs,

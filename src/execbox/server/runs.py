@@ -65,7 +65,8 @@ class _Run:
         started = time.perf_counter()
         result = self.state.executor.run_request(
             self.request, cache=self.cache, secrets=self.secrets, on_stdout=on_stdout,
-            on_stderr=on_stderr, cache_scope=self.tenant.name, spool_dir=str(self.directory))
+            on_stderr=on_stderr, cache_scope=self.tenant.name, spool_dir=str(self.directory),
+            tenant=self.tenant.name)
         self.state.finish("run", self.tenant, result, started)
         self.result = result
         return result

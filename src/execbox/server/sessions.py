@@ -74,7 +74,7 @@ async def create_session(body: SessionBody, state: State, tenant: Caller) -> Ses
             profile=body.profile, limits=body.limits, env=body.env or None,
             files={f.name: f.data for f in body.files} or None,
             idle_timeout_s=body.idle_timeout_s, max_lifetime_s=body.max_lifetime_s,
-            secrets=body.secrets))
+            secrets=body.secrets, tenant=tenant.name))
     finally:
         state.sessions.add(tenant, session)
     return _info(session)

@@ -1,0 +1,228 @@
+"""Which sandbox host serves a run: one shared by every caller, or one per tenant; each is
+replaced on a schedule.
+
+Every program forked from one zygote has the zygote's memory layout (library and heap
+addresses, `id()` values) and, by fork, its stack canary, glibc's pointer guard and Python's
+str hash secret: an address one run leaks holds for every later run of that host. Replacing
+the host after `rotate_after_runs` runs or `rotate_after_s` seconds, whichever comes first,
+bounds how many runs and how long one layout serves; a host per tenant means that no two
+tenants ever share one.
+
+A replacement starts in the background and serves once it is ready, its heavy zygote and its
+pool included; until then the old host serves everything, so no run waits for it (unless the
+old host died). The old host is then retired: it hands out nothing more, and closes once its
+runs in flight and its sessions have ended (a session never moves).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .errors import UsageError
+from .sandbox.channel import SessionChannel
+from .sandbox.host import SLOT_KINDS, HostError, HostRetired, Slot, ZygoteProcess
+
+log = logging.getLogger("execbox")
+
+# Measured by bench/rotation.py: a host costs ~1.75 CPU-s to start and close (the heavy
+# zygote's imports and training, the pool staged). 30000 runs of ~3.8 ms each make that 1.5%
+# of what the runs use; at full load (~400 runs/s) it is a new layout every ~75 s.
+DEFAULT_ROTATE_AFTER_RUNS = 30_000
+DEFAULT_ROTATE_AFTER_S = 300.0
+DEFAULT_TENANT_IDLE_S = 300.0
+READY_WAIT_S = 60.0  # how long a replacement may take to stage its pool before it serves
+RETRY_S = 30.0  # after a replacement failed to start, how long until the next try
+CHECK_S = 1.0  # how often the keeper looks at the hosts' ages and idleness
+
+
+@dataclass
+class _Entry:
+    """The host of one tenant (or the shared one) and what is being done to it."""
+
+    last_used: float
+    host: ZygoteProcess | None = None
+    starting: threading.Lock = field(default_factory=threading.Lock)  # a start in the caller
+    replacing: bool = False  # a replacement is being started in the background
+    retry_at: float = 0.0
+
+
+class Hosts:
+    """The executor's sandbox hosts, by tenant (the key None is the shared host; without
+    `per_tenant` every tenant gets it). A host starts on its first use, is replaced when due
+    (see the module) or dead, and, with `per_tenant`, closes once idle for `tenant_idle_s`
+    with no run in flight and no session open. One thread (the keeper) starts replacements
+    and closes idle hosts."""
+
+    def __init__(self, start: Callable[[], ZygoteProcess], *, rotate_after_runs: int | None,
+                 rotate_after_s: float | None, per_tenant: bool,
+                 tenant_idle_s: float | None) -> None:
+        self._start = start
+        self.rotate_after_runs = rotate_after_runs or None
+        self.rotate_after_s = rotate_after_s or None
+        self.per_tenant = per_tenant
+        self.tenant_idle_s = tenant_idle_s or None
+        self._lock = threading.Lock()
+        self._entries: dict[str | None, _Entry] = {}
+        self._retired: list[ZygoteProcess] = []  # replaced, closing once drained
+        self._closed = False
+        self._wake = threading.Event()
+        self._keeper = threading.Thread(target=self._loop, name="execbox-hosts", daemon=True)
+        self._keeper.start()
+
+    def get(self, tenant: str | None = None) -> ZygoteProcess:
+        """The live host for `tenant`, started (or restarted, when it died) here if need be:
+        SandboxUnavailable when it cannot start, UsageError once closed."""
+        key = tenant if self.per_tenant else None
+        while True:
+            now = time.monotonic()
+            with self._lock:
+                if self._closed:
+                    raise UsageError("this Executor is closed")
+                entry = self._entries.get(key)
+                if entry is None:
+                    entry = self._entries[key] = _Entry(last_used=now)
+                entry.last_used = now
+                host = entry.host
+                if host is not None and host.alive():
+                    if not entry.replacing and self._due(host, now):
+                        entry.replacing = True
+                        self._wake.set()
+                    return host
+            with entry.starting:
+                host = entry.host
+                if host is None or not host.alive():
+                    if host is not None:
+                        log.warning("the zygote died; starting a new one")
+                        host.close()
+                    host = self._start()
+                    with self._lock:
+                        if self._closed or self._entries.get(key) is not entry:
+                            host.close()  # closed, or its entry closed idle meanwhile: again
+                            continue
+                        entry.host = host
+                return host
+
+    def current(self, tenant: str | None = None) -> ZygoteProcess | None:
+        """The host serving `tenant` now, if one is running (never starts one)."""
+        with self._lock:
+            entry = self._entries.get(tenant if self.per_tenant else None)
+            return entry.host if entry is not None else None
+
+    def take(self, tenant: str | None, kind: str, timeout_s: float
+             ) -> tuple[ZygoteProcess, Slot]:
+        """A staged slot of `kind` on `tenant`'s host, and the host (which runs it)."""
+        while True:
+            host = self.get(tenant)
+            try:
+                return host, host.pool.take(kind, timeout_s)
+            except HostRetired:  # replaced since `get`: its successor serves
+                continue
+
+    def open_session(self, tenant: str | None, slot_wait_s: float) -> SessionChannel:
+        """A slot of `tenant`'s host for a session (see `ZygoteProcess.open_session`)."""
+        while True:
+            host = self.get(tenant)
+            try:
+                return host.open_session(slot_wait_s)
+            except HostRetired:
+                continue
+
+    def _due(self, host: ZygoteProcess, now: float) -> bool:
+        """Whether `host` should be replaced: after its run quota, or after its time when it
+        has served anything (a host no run has seen has leaked nothing)."""
+        taken = host.taken
+        return bool((self.rotate_after_runs and taken >= self.rotate_after_runs)
+                    or (self.rotate_after_s and taken
+                        and now - host.started_at >= self.rotate_after_s))
+
+    def _loop(self) -> None:
+        while True:
+            self._wake.wait(CHECK_S)
+            self._wake.clear()
+            now = time.monotonic()
+            with self._lock:
+                if self._closed:
+                    return
+                self._retired = [h for h in self._retired if not h.closed]
+                due = []
+                for key, entry in self._entries.items():
+                    host = entry.host
+                    if (host is not None and now >= entry.retry_at
+                            and (entry.replacing or self._due(host, now))):
+                        entry.replacing = True
+                        due.append((key, entry))
+                idle = self._take_idle(now) if self.per_tenant and self.tenant_idle_s else []
+            for host in idle:
+                host.retire()  # it has nothing in use: it closes at once, in its own thread
+            for key, entry in due:
+                try:
+                    self._replace(key, entry)
+                except Exception:  # noqa: BLE001 - the keeper must go on; the old host serves
+                    log.exception("replacing the sandbox host failed")
+                    entry.replacing, entry.retry_at = False, time.monotonic() + RETRY_S
+
+    def _take_idle(self, now: float) -> list[ZygoteProcess]:
+        """Take out the hosts idle for `tenant_idle_s` (called with the lock held)."""
+        assert self.tenant_idle_s is not None
+        idle = []
+        for key, entry in list(self._entries.items()):
+            host = entry.host
+            if (host is not None and not entry.replacing and not entry.starting.locked()
+                    and now - entry.last_used >= self.tenant_idle_s and host.alive()
+                    and not host.in_use()):
+                del self._entries[key]
+                self._retired.append(host)
+                idle.append(host)
+                log.info("the sandbox host of tenant %r closes: idle for %.0f s", key,
+                         now - entry.last_used)
+        return idle
+
+    def _replace(self, key: str | None, entry: _Entry) -> None:
+        """Start the host that replaces `entry`'s, wait until it is ready in full (heavy zygote
+        and pool), then have it serve and retire the old one."""
+        old = entry.host
+        new = self._start()
+        try:
+            new.wait_heavy()
+            deadline = time.monotonic() + READY_WAIT_S
+            while (not self._closed and time.monotonic() < deadline
+                   and any(new.pool.ready_count(k) < new.pool.size for k in SLOT_KINDS)):
+                time.sleep(0.02)
+        except HostError:
+            new.close()
+            raise
+        with entry.starting, self._lock:
+            current = (not self._closed and self._entries.get(key) is entry
+                       and entry.host is old)
+            if current:
+                entry.host = new
+                entry.replacing = False
+                if old is not None:
+                    self._retired.append(old)
+        if not current:  # closed, idle or restarted meanwhile: the new one is not wanted
+            entry.replacing = False
+            new.close()
+            return
+        if old is not None:
+            log.info("the sandbox host%s was replaced after %d runs and %.0f s",
+                     f" of tenant {key!r}" if key is not None else "", old.taken,
+                     time.monotonic() - old.started_at)
+            old.retire()
+
+    def close(self) -> None:
+        """Close every host, retired ones included; runs still in flight on them end."""
+        with self._lock:
+            self._closed = True
+            self._wake.set()
+        self._keeper.join(timeout=READY_WAIT_S + 30)
+        with self._lock:
+            hosts = [e.host for e in self._entries.values() if e.host is not None]
+            hosts += self._retired
+            self._entries.clear()
+            self._retired = []
+        for host in hosts:
+            host.close()
