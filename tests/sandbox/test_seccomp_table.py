@@ -102,9 +102,9 @@ def _argument_cases(rule: seccomp.Arg) -> list[tuple[int, ...]]:
     for then in [*rule.cases.values(), rule.otherwise]:
         if isinstance(then, seccomp.Arg) and all(then is not known for known in inner):
             inner.append(then)
+    others = [[(nested.index, v) for v in _values(nested, thorough=False)] for nested in inner]
     cases = []
     for value in _values(rule):
-        others = [[(inner_rule.index, v) for v in _values(inner_rule, thorough=False)] for inner_rule in inner]
         for combo in itertools.product(*others) if others else [()]:
             args = [0] * 6
             args[rule.index] = value

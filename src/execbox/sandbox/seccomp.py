@@ -274,7 +274,8 @@ def _compile(add_rules: Callable[[_Rule], None], default: int) -> bytes:
 
         check(lib.seccomp_attr_set(ctx, _FLTATR_ACT_BADARCH, ACT_KILL_PROCESS), "badarch")
         check(lib.seccomp_attr_set(ctx, _FLTATR_CTL_NNP, 0), "nnp")
-        check(lib.seccomp_attr_set(ctx, _FLTATR_CTL_OPTIMIZE, 2), "binary tree")
+        check(lib.seccomp_attr_set(ctx, _FLTATR_CTL_OPTIMIZE, 2),
+              "binary tree (libseccomp 2.5 or newer)")
         add_rules(rule)
         fd = os.memfd_create("execbox-seccomp")
         try:
