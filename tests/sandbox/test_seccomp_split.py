@@ -8,71 +8,13 @@ mount on the host). That real programs get the refusals is attacked in test_isol
 from __future__ import annotations
 
 import errno
-import struct
 
 import pytest
+from seccomp_bpf import AUDIT_ARCH_AARCH64, AUDIT_ARCH_I386, AUDIT_ARCH_X86_64, X32_BIT
+from seccomp_bpf import combined as _combined
+from seccomp_bpf import run as _run
 
 from execbox.sandbox import seccomp
-
-AUDIT_ARCH_X86_64 = 0xC000003E
-AUDIT_ARCH_AARCH64 = 0xC00000B7
-AUDIT_ARCH_I386 = 0x40000003
-X32_BIT = 0x40000000
-
-
-def _run(program: bytes, nr: int, arch: int, args: tuple[int, ...]) -> int:
-    """The action (SECCOMP_RET_*) a classic BPF seccomp program returns for a call."""
-    data = struct.pack("<iIQ6Q", nr, arch, 0, *args, *([0] * (6 - len(args))))
-    insns = [struct.unpack_from("<HBBI", program, off) for off in range(0, len(program), 8)]
-    a = x = 0
-    mem = [0] * 16
-    pc = 0
-    while True:
-        code, jt, jf, k = insns[pc]
-        pc += 1
-        cls = code & 0x07
-        if code == 0x20:  # ld [k]
-            a = struct.unpack_from("<I", data, k)[0]
-        elif code == 0x00:  # ld #k
-            a = k
-        elif code == 0x60:  # ld M[k]
-            a = mem[k]
-        elif code == 0x61:  # ldx M[k]
-            x = mem[k]
-        elif code == 0x02:  # st M[k]
-            mem[k] = a
-        elif code == 0x03:  # stx M[k]
-            mem[k] = x
-        elif code == 0x07:  # tax
-            x = a
-        elif code == 0x87:  # txa
-            a = x
-        elif code == 0x54:  # and #k
-            a &= k
-        elif code == 0x44:  # or #k
-            a |= k
-        elif code == 0x05:  # ja
-            pc += k
-        elif cls == 0x05 and code & 0x08 == 0:  # conditional jumps on #k
-            op = code & 0xF0
-            taken = {0x10: a == k, 0x20: a > k, 0x30: a >= k, 0x40: bool(a & k)}[op]
-            pc += jt if taken else jf
-        elif code == 0x06:  # ret #k
-            return k
-        elif code == 0x16:  # ret a
-            return a
-        else:
-            raise AssertionError(f"instruction {code:#x} not known to this evaluator")
-
-
-def _precedence(action: int) -> int:
-    """The kernel keeps the action with the lowest SECCOMP_RET_ACTION_FULL as a signed int."""
-    full = action & 0xFFFF0000
-    return full - (1 << 32) if full & 0x80000000 else full
-
-
-def _combined(parts: tuple[bytes, ...], nr: int, arch: int, args: tuple[int, ...]) -> int:
-    return min((_run(p, nr, arch, args) for p in parts), key=_precedence)
 
 
 def _calls() -> list[tuple[int, tuple[int, ...]]]:
@@ -81,7 +23,7 @@ def _calls() -> list[tuple[int, tuple[int, ...]]]:
     lib = seccomp._lib()
 
     def nr(name: str) -> int:
-        return lib.seccomp_syscall_resolve_name(name.encode())
+        return int(lib.seccomp_syscall_resolve_name(name.encode()))
 
     calls: list[tuple[int, tuple[int, ...]]] = [(n, ()) for n in range(0, 1024)]
     clone_flags = [0, 0x11, 0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000,
