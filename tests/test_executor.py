@@ -300,9 +300,10 @@ def test_runs_ending_after_close_write_nothing_into_files_opened_since(tmp_path:
 
 def test_a_cancelled_run_is_not_cached(tmp_path: object) -> None:
     with Executor(records=f"sqlite:///{tmp_path}/r.db") as ex:
-        code = "import time\nprint('start', flush=True)\ntime.sleep(5)\nprint('end')"
+        # Well inside the default 5 s limit: the second run must end on its own.
+        code = "import time\nprint('start', flush=True)\ntime.sleep(2)\nprint('end')"
         cancel = execbox.Cancel()
-        timer = threading.Timer(1.0, cancel.cancel)
+        timer = threading.Timer(0.5, cancel.cancel)
         timer.start()
         first = ex.run(code, cancel=cancel)
         timer.join()
