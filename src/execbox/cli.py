@@ -234,13 +234,15 @@ def runs_show(run_id: str) -> None:
 @runs.command("replay")
 @click.argument("run_id")
 @click.option("--json", "as_json", is_flag=True, help="Print the replay report as JSON.")
-def runs_replay(run_id: str, as_json: bool) -> None:
+@click.option("--secret", "secrets", multiple=True, metavar="VALUE",
+              help="A secret the record keeps redacted, given again. Repeatable.")
+def runs_replay(run_id: str, as_json: bool, secrets: tuple[str, ...]) -> None:
     """Run a recorded run again under its recorded limits; exit 0 when the results match."""
     from .executor import Executor
 
     try:
         with Executor() as executor:
-            report = executor.replay(run_id)
+            report = executor.replay(run_id, secrets=secrets)
     except ExecboxError as exc:
         _fail(str(exc))
     if as_json:
@@ -261,13 +263,16 @@ def runs_replay(run_id: str, as_json: bool) -> None:
 @click.argument("run_id")
 @click.option("--by", "approved_by", help="Who approves (stored with the record).")
 @click.option("--json", "as_json", is_flag=True, help="Print the RunResult as JSON.")
-def runs_approve(run_id: str, approved_by: str | None, as_json: bool) -> None:
+@click.option("--secret", "secrets", multiple=True, metavar="VALUE",
+              help="A secret the record keeps redacted, given again. Repeatable.")
+def runs_approve(run_id: str, approved_by: str | None, as_json: bool,
+                 secrets: tuple[str, ...]) -> None:
     """Release a run held by policy (`needs_approval`) and run it now."""
     from .executor import Executor
 
     try:
         with Executor() as executor:
-            result = executor.approve(run_id, approved_by=approved_by)
+            result = executor.approve(run_id, approved_by=approved_by, secrets=secrets)
     except ExecboxError as exc:
         _fail(str(exc))
     if as_json:

@@ -9,6 +9,7 @@ the code did is data on the result; only caller and host problems raise (see `er
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -17,7 +18,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Generator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -49,6 +50,7 @@ from .hosts import (
 from .image import LIGHT_PRELOAD, Image
 from .records import PolicyInfo, RunStore
 from .redact import Redactor
+from .redact_live import LiveRedactor
 from .sandbox import capabilities
 from .sandbox.channel import SessionChannel, SessionEnded
 from .sandbox.host import Cancel as Cancel  # re-exported: execbox.Cancel
@@ -271,8 +273,7 @@ class Executor:
 
         def finish(result: RunResult, **extra: Any) -> RunResult:
             self.store.save(request, result, policy=pinfo, session_id=session_id,
-                            env={k: redactor.redact(v) for k, v in request.env.items()},
-                            kind=extra.pop("kind", _kind), source_run_id=extra.pop("source", _source),
+                            redactor=redactor, kind=extra.pop("kind", _kind), source_run_id=extra.pop("source", _source),
                             **extra)
             log.info("run %s: %s (%s)", result.run_id, result.status.value, _kind)
             return result
@@ -310,27 +311,30 @@ class Executor:
 
         use_cache = (self.cache_enabled if cache is None else cache) and _session is None
         key = cache_key(request, self.image.digest, cache_scope) if use_cache else None
-        if key is not None:
-            hit = self.store.cache_lookup(key)
-            if hit is not None:
-                if budget is not None and reservation is not None:
-                    budget.settle(reservation, 0.0, 0)
-                result = self.store.with_artifact_data(hit.result).model_copy(
-                    update={"run_id": run_id, "cached": True})
-                # Streaming callers see the stored output as if it had just been printed.
-                for callback, text in ((on_stdout, result.stdout), (on_stderr, result.stderr)):
-                    if callback is not None and text:
-                        callback(text.encode())
-                return finish(result, kind="cache_hit", source=hit.run_id, cache_key=key)
+        with _live_output(redactor, on_stdout, on_stderr) as (on_stdout, on_stderr):
+            if key is not None:
+                hit = self.store.cache_lookup(key)
+                if hit is not None:
+                    if budget is not None and reservation is not None:
+                        budget.settle(reservation, 0.0, 0)
+                    # Redacted again: this caller's secrets may not be the first caller's.
+                    result = _redact(self.store.with_artifact_data(hit.result), redactor)
+                    result = result.model_copy(update={"run_id": run_id, "cached": True})
+                    # Streaming callers see the stored output as if it had just been printed.
+                    for callback, text in ((on_stdout, result.stdout),
+                                           (on_stderr, result.stderr)):
+                        if callback is not None and text:
+                            callback(text.encode())
+                    return finish(result, kind="cache_hit", source=hit.run_id, cache_key=key)
 
-        if _session is not None:
-            result = self._cell_run(_session, request, base, on_stdout, on_stderr)
-        else:
-            result = self._sandbox_run(request, base, on_stdout, on_stderr,
-                                       program_kind(verdict.imports), cancel, spool_dir,
-                                       tenant)
-            if spool_dir is not None:
-                result = _with_kept_data(result, spool_dir, self.store.artifact_bytes_cap)
+            if _session is not None:
+                result = self._cell_run(_session, request, base, on_stdout, on_stderr)
+            else:
+                result = self._sandbox_run(request, base, on_stdout, on_stderr,
+                                           program_kind(verdict.imports), cancel, spool_dir,
+                                           tenant)
+                if spool_dir is not None:
+                    result = _with_kept_data(result, spool_dir, self.store.artifact_bytes_cap)
         result = _redact(result, redactor)
         if budget is not None and reservation is not None:
             budget.settle(reservation, result.metrics.wall_ms / 1000,
@@ -537,22 +541,30 @@ class Executor:
 
     def approve(self, run_id: str, *, approved_by: str | None = None,
                 on_stdout: OutputCallback | None = None,
-                on_stderr: OutputCallback | None = None) -> RunResult:
-        """Release a run the policy held (`needs_approval`): run it now, once."""
+                on_stderr: OutputCallback | None = None,
+                secrets: Iterable[str] = ()) -> RunResult:
+        """Release a run the policy held (`needs_approval`): run it now, once. A run whose
+        record keeps secrets redacted needs them again (`secrets`; UsageError otherwise)."""
         record = self.store.get(run_id)
         if record is None:
             raise UsageError(f"no run {run_id!r}")
         if record.status != Status.needs_approval.value:
             raise UsageError(f"run {run_id} is {record.status}, not held for approval")
+        secrets = tuple(secrets)
+        request = self.store.request_of(record, secrets)  # before it is marked released
         if not self.store.mark_approved(run_id, approved_by):
             raise UsageError(f"run {run_id} was already released")
-        return self.run_request(self.store.request_of(record), cache=False,
+        return self.run_request(request, cache=False, secrets=secrets,
                                 session_id=record.session_id, on_stdout=on_stdout,
                                 on_stderr=on_stderr, _kind="approval", _source=run_id,
                                 _approved=True)
 
-    def replay(self, run_id: str) -> ReplayReport:
-        """Run a recorded run again under its recorded limits and compare the outcomes."""
+    def replay(self, run_id: str, *, secrets: Iterable[str] = ()) -> ReplayReport:
+        """Run a recorded run again under its recorded limits and compare the outcomes.
+        A record that keeps secrets redacted (in its code, stdin, environment or inputs)
+        cannot be replayed exactly without them: give them again as `secrets` (checked
+        against the recorded sha256 before anything runs), or UsageError says which parts
+        need them."""
         record = self.store.get(run_id)
         if record is None:
             raise UsageError(f"no run {run_id!r}")
@@ -563,10 +575,12 @@ class Executor:
             raise UsageError(f"run {run_id}'s code was bytes that do not decode, and the record "
                              "keeps only a rendering of them (bad bytes as \\x escapes): run "
                              "the file again instead")
-        request = self.store.request_of(record)
+        secrets = tuple(secrets)
+        request = self.store.request_of(record, secrets)
+        # Records made before secrets were sealed kept redacted environment values only.
         redacted_env = sorted(k for k, v in request.env.items() if "[REDACTED" in v)
-        again = self.run_request(request, cache=False, _kind="replay", _source=run_id,
-                                 _approved=True)
+        again = self.run_request(request, cache=False, secrets=secrets, _kind="replay",
+                                 _source=run_id, _approved=True)
         return ReplayReport.compare(record.result, again, redacted_env)
 
     def close(self) -> None:
@@ -797,6 +811,32 @@ def _with_kept_data(result: RunResult, spool_dir: str, cap: int) -> RunResult:
             art = art.model_copy(update={"data": Path(spool_dir, str(index)).read_bytes()})
         arts.append(art)
     return result.model_copy(update={"artifacts": arts}) if arts else result
+
+
+@contextlib.contextmanager
+def _live_output(redactor: Redactor, on_stdout: OutputCallback | None,
+                 on_stderr: OutputCallback | None
+                 ) -> Iterator[tuple[OutputCallback | None, OutputCallback | None]]:
+    """The output callbacks behind a `LiveRedactor` each: what they see is redacted as the
+    result will be. What is held back is released when the run ends, on every path (on an
+    error, redacted too, and a callback failing then does not hide the error)."""
+    if on_stdout is None and on_stderr is None:
+        yield None, None
+        return
+    out = LiveRedactor(redactor, on_stdout) if on_stdout is not None else None
+    err = LiveRedactor(redactor, on_stderr) if on_stderr is not None else None
+    streams = (out, err)
+    try:
+        yield (out.write if out else None), (err.write if err else None)
+    except BaseException:
+        for stream in streams:
+            if stream is not None:
+                with contextlib.suppress(Exception):
+                    stream.close()
+        raise
+    for stream in streams:
+        if stream is not None:
+            stream.close()
 
 
 def _redact(result: RunResult, redactor: Redactor) -> RunResult:

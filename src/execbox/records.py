@@ -4,6 +4,8 @@ A record holds what is needed to explain and replay a run: the code and its sha2
 files (names, sizes, sha256, and the bytes, deduplicated in a blob table), stdin, language,
 profile, policy verdict, the limits that applied, the image digest, and the outcome (status,
 exit code, error, metrics, redacted stdout/stderr, artifact metadata; artifact bytes up to a cap).
+Secrets in the code, stdin, environment or input files are stored redacted, the originals'
+sha256 kept (see `atrest`).
 
 Storage is SQLAlchemy Core: SQLite by default, a file under the user's data directory in WAL
 mode with a busy timeout (safe for concurrent writers: threads of one process and several
@@ -23,14 +25,17 @@ import sqlite3
 import threading
 import time
 import weakref
+from collections.abc import Iterable
 from typing import Any
 
 import sqlalchemy as sa
 from pydantic import BaseModel, Field
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
+from . import atrest
 from .contract import InputFile, RunRequest, RunResult
 from .errors import RecordsError, UsageError
+from .redact import Redactor
 
 log = logging.getLogger("execbox")
 
@@ -59,7 +64,10 @@ runs = sa.Table(
     sa.Column("cache_key", sa.String(64)),
     sa.Column("approved_at", sa.Float),
     sa.Column("approved_by", sa.String(200)),
+    sa.Column("sealed", sa.JSON),  # what was redacted before storing (`atrest`), or null
 )
+# Columns added after the first release: a database made before gets them on opening.
+_ADDED_COLUMNS = ("sealed",)
 
 blobs = sa.Table(
     "blobs", _meta,
@@ -120,6 +128,8 @@ class RunRecord(BaseModel):
     cache_key: str | None = None
     approved_at: float | None = None
     approved_by: str | None = None
+    sealed: dict[str, Any] | None = Field(
+        None, description="What was redacted before storing (see execbox.atrest), or null")
 
 
 def default_url() -> str:
@@ -151,6 +161,7 @@ class RunStore:
             sa.event.listen(self.engine, "do_connect", _sqlite_connect)
             sa.event.listen(self.engine, "connect", _sqlite_pragmas)
         _meta.create_all(self.engine)
+        _add_columns(self.engine)
         database = self.engine.url.database
         if self.engine.dialect.name == "sqlite" and database and database != ":memory:" \
                 and not database.startswith("file:") and not self.engine.url.query:
@@ -178,11 +189,19 @@ class RunStore:
     # ---- writing ----------------------------------------------------------------------------
 
     def save(self, request: RunRequest, result: RunResult, *, policy: PolicyInfo,
-             env: dict[str, str], kind: str = "run", source_run_id: str | None = None,
+             redactor: Redactor | None = None, env: dict[str, str] | None = None,
+             kind: str = "run", source_run_id: str | None = None,
              session_id: str | None = None, cache_key: str | None = None) -> None:
-        """Store the run (and its inputs and stdin, for replay) in one transaction. On a
-        SQLite file the common case, one run row and nothing else new, is queued for the
-        store's writer and committed after this returns (see `_SQLiteRunRows`)."""
+        """Store the run (and its inputs and stdin, for replay) in one transaction, with what
+        `redactor` finds in its request redacted (`atrest`); `env`, when given, is stored as
+        the environment instead of the request's. On a SQLite file the common case, one run
+        row and nothing else new, is queued for the store's writer and committed after this
+        returns (see `_SQLiteRunRows`)."""
+        stored = atrest.seal(request, redactor) if redactor is not None else atrest.Stored(
+            request, result.code_sha256, sha256(request.stdin),
+            tuple(sha256(f.data) for f in request.files), None)
+        sizes = [len(f.data) for f in request.files]
+        request = stored.request
         blob_rows = {sha256(f.data): f.data for f in request.files}
         blob_rows[sha256(request.stdin)] = request.stdin
         art_rows = []
@@ -203,15 +222,16 @@ class RunStore:
             "profile": request.profile,
             "code": request.code,
             "code_sha256": result.code_sha256,
-            "stdin_sha256": sha256(request.stdin),
-            "inputs": [{"name": f.name, "size": len(f.data), "sha256": sha256(f.data)}
-                       for f in request.files],
-            "env": env,
+            "stdin_sha256": stored.stdin_sha256,
+            "inputs": [{"name": f.name, "size": size, "sha256": digest} for f, size, digest
+                       in zip(request.files, sizes, stored.input_sha256, strict=True)],
+            "env": request.env if env is None else env,
             "policy": policy.model_dump(),
             "limits": result.limits.model_dump(),
             "image_digest": result.image_digest,
             "status": result.status.value,
             "cache_key": cache_key,
+            "sealed": stored.sealed,
         }
         result_json = result.model_dump_json()
         # Blobs are never deleted: one known to be stored (the empty stdin of nearly every run,
@@ -304,19 +324,29 @@ class RunStore:
                 artifact_blobs.c.run_id == run_id, artifact_blobs.c.path == path))
         return self.blob(digest) if digest else None
 
-    def request_of(self, record: RunRecord) -> RunRequest:
-        """Rebuild the request of a recorded run (code, inputs, stdin, env, limits, profile)."""
+    def request_of(self, record: RunRecord, secrets: Iterable[str] = ()) -> RunRequest:
+        """Rebuild the request of a recorded run (code, inputs, stdin, env, limits, profile).
+        A record that kept secrets redacted needs them again (`secrets`): UsageError says
+        which parts hold them when they are not given or do not match."""
+        sealed = record.sealed or {}
         files = []
         for meta in record.inputs:
-            data = self.blob(meta["sha256"])
+            digest = sealed.get("inputs", {}).get(meta["name"], {}).get("blob", meta["sha256"])
+            data = self.blob(digest)
             if data is None:
                 raise UsageError(f"run {record.run_id}: input {meta['name']!r} is not stored")
             files.append(InputFile(name=meta["name"], data=data))
-        stdin = self.blob(record.stdin_sha256)
+        stdin = self.blob(sealed.get("stdin", {}).get("blob", record.stdin_sha256))
         if stdin is None:
             raise UsageError(f"run {record.run_id}: stdin is not stored")
-        return RunRequest(language=record.language, code=record.code, stdin=stdin, files=files,
-                          limits=record.limits, env=record.env, profile=record.profile)
+        request = RunRequest(language=record.language, code=record.code, stdin=stdin,
+                             files=files, limits=record.limits, env=record.env,
+                             profile=record.profile)
+        if not sealed:
+            return request
+        digests = {"code": record.code_sha256, "stdin": record.stdin_sha256,
+                   **{f"input:{m['name']}": m["sha256"] for m in record.inputs}}
+        return atrest.unseal(record.run_id, sealed, request, digests, secrets)
 
     def with_artifact_data(self, result: RunResult) -> RunResult:
         """The result with artifact bytes filled in from the store where they were kept."""
@@ -685,6 +715,23 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.execute("PRAGMA busy_timeout=60000")
     cur.close()
+
+
+def _add_columns(engine: sa.Engine) -> None:
+    """Add to an existing `runs` table the columns of `_ADDED_COLUMNS` it lacks (nullable)."""
+    have = {c["name"] for c in sa.inspect(engine).get_columns("runs")}
+    for name in _ADDED_COLUMNS:
+        if name in have:
+            continue
+        column = runs.c[name]
+        ddl = f"ALTER TABLE runs ADD COLUMN {name} {column.type.compile(engine.dialect)}"
+        try:
+            with engine.begin() as conn:
+                conn.exec_driver_sql(ddl)
+        except sa.exc.SQLAlchemyError:  # another process added it first
+            again = {c["name"] for c in sa.inspect(engine).get_columns("runs")}
+            if name not in again:
+                raise
 
 
 def _record(row: Any) -> RunRecord:

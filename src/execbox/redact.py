@@ -33,11 +33,12 @@ UUIDs, base64 data, numbers and paths match no rule; tests/test_redact.py measur
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT", "MIN_SECRET_LEN", "Finding", "Redactor"]
+__all__ = ["DEFAULT", "MIN_SECRET_LEN", "Finding", "Hole", "Redactor", "refill"]
 
 # Registered values shorter than this are skipped, silently. A 1-3 character value ("1", "ab",
 # "yes") occurs by chance all over ordinary output: redacting every occurrence would shred the
@@ -55,6 +56,16 @@ class Finding:
     kind: str
     start: int
     end: int
+
+
+@dataclass(frozen=True, slots=True)
+class Hole:
+    """Where `Redactor.seal` put a placeholder: its offset in the sealed text, its kind, and
+    the sha256 of the UTF-8 text it replaced (enough to put a value given again back)."""
+
+    at: int
+    kind: str
+    sha256: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,8 +293,9 @@ def _subtract(spans: list[tuple[int, int, int, str]],
 class Redactor:
     """Finds and replaces secrets in text. Immutable and thread-safe; build once, reuse."""
 
-    def __init__(self, secrets: Iterable[str] = ()) -> None:
+    def __init__(self, secrets: Iterable[str] = (), *, patterns: bool = True) -> None:
         """`secrets`: exact values to redact wherever they occur (also inside longer strings).
+        `patterns=False`: only those, not the known formats.
 
         Values shorter than `MIN_SECRET_LEN` characters are skipped without a warning (see
         `MIN_SECRET_LEN` for why).
@@ -291,12 +303,22 @@ class Redactor:
         kept = {s for s in secrets if len(s) >= MIN_SECRET_LEN}
         # Longest first: when one value contains another, the longer names the span.
         self._secrets: tuple[str, ...] = tuple(sorted(kept, key=lambda s: (-len(s), s)))
+        self._rules = _RULES if patterns else ()
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """The registered values (those long enough to be kept), longest first."""
+        return self._secrets
 
     def with_secrets(self, more: Iterable[str]) -> Redactor:
         """A Redactor that also redacts the values in `more` (this one when there are none:
         it is immutable)."""
         more = tuple(more)
-        return Redactor((*self._secrets, *more)) if more else self
+        return Redactor((*self._secrets, *more), patterns=bool(self._rules)) if more else self
+
+    def registered_only(self) -> Redactor:
+        """A Redactor for the same registered values and no known formats."""
+        return Redactor(self._secrets, patterns=False)
 
     def findings(self, text: str) -> list[Finding]:
         """The secrets in `text`, sorted, non-overlapping (overlapping hits merged)."""
@@ -307,7 +329,7 @@ class Redactor:
             raw.extend((s, e, prio, REGISTERED) for s, e in _registered_spans(text, value))
         base = len(self._secrets)
         lowered: str | None = None
-        for prio, rule in enumerate(_RULES, start=base):
+        for prio, rule in enumerate(self._rules, start=base):
             if rule.min_len > len(text):
                 continue
             if rule.lowered:
@@ -356,6 +378,48 @@ class Redactor:
             pos = f.end
         parts.append(text[pos:])
         return "".join(parts)
+
+    def seal(self, text: str) -> tuple[str, list[Hole]]:
+        """`redact(text)`, and a `Hole` for each placeholder it wrote (none: `text` itself)."""
+        found = self.findings(text)
+        if not found:
+            return text, []
+        parts: list[str] = []
+        holes: list[Hole] = []
+        pos = at = 0
+        for f in found:
+            parts.append(text[pos:f.start])
+            at += f.start - pos
+            mark = f"[REDACTED:{f.kind}]"
+            parts.append(mark)
+            holes.append(Hole(at, f.kind, _sha256(text[f.start:f.end])))
+            at += len(mark)
+            pos = f.end
+        parts.append(text[pos:])
+        return "".join(parts), holes
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def refill(sealed: str, holes: Iterable[Hole], values: Iterable[str]) -> tuple[str, int]:
+    """Put `values` back into the holes of a sealed text, each where its sha256 matches.
+    Returns the text and how many holes no value fits (those keep their placeholder)."""
+    by_hash = {_sha256(v): v for v in values}
+    parts: list[str] = []
+    pos = missing = 0
+    for hole in holes:
+        mark = f"[REDACTED:{hole.kind}]"
+        value = by_hash.get(hole.sha256)
+        if value is None or sealed[hole.at:hole.at + len(mark)] != mark:
+            missing += 1
+            continue
+        parts.append(sealed[pos:hole.at])
+        parts.append(value)
+        pos = hole.at + len(mark)
+    parts.append(sealed[pos:])
+    return "".join(parts), missing
 
 
 DEFAULT = Redactor()
