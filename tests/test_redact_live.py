@@ -1,0 +1,156 @@
+"""Live output is redacted like the result: a secret split across two writes is caught on every
+face (the callbacks, `astream`, the CLI's live output; the server's events are tested in
+tests/server), the held text is released at the end of the run on every path, and the
+concatenated live text is exactly the result's redacted output."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from splits import OUTPUT_BYTES, REGISTERED, SAMPLES, leaked, program
+
+from execbox import Executor, Status
+from execbox.redact import Redactor
+from execbox.redact_live import LiveRedactor
+
+REDACTOR = Redactor(REGISTERED)
+
+
+def _live(chunks: list[bytes], redactor: Redactor = REDACTOR) -> str:
+    out: list[bytes] = []
+    live = LiveRedactor(redactor, out.append)
+    for chunk in chunks:
+        live.write(chunk)
+    live.close()
+    return b"".join(out).decode()
+
+
+def test_every_split_of_every_secret_is_caught_and_matches_the_whole() -> None:
+    for sample in SAMPLES:
+        data = ("before " + sample + " after\n").encode()
+        want = REDACTOR.redact(data.decode())
+        for k in range(1, len(data)):
+            got = _live([data[:k], data[k:]])
+            assert got == want, (sample[:20], k)
+            assert not leaked(got)
+
+
+def test_live_text_equals_the_whole_redaction_however_the_writes_are_cut() -> None:
+    pieces = [*SAMPLES, "\n", "\r", "\r\n", " ", "\\n", "hello, world", "Comment: a, b",
+              "-----BEGIN RSA PRIVATE KEY-----", "-----END RSA PRIVATE KEY-----",
+              "MIIEowIBAAKCAQEAxyz0123456789ab", "api_key = '", "[REDACTED:secret]", "é", "€"]
+    rng = random.Random(27)
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 20)))
+        data = text.encode()
+        cuts = sorted(rng.sample(range(1, len(data)), min(len(data) - 1, rng.randint(0, 8))))
+        chunks = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
+        assert _live(chunks) == REDACTOR.redact(text), text
+
+
+def test_a_partial_line_is_held_until_its_line_ends_or_the_stream_closes() -> None:
+    out: list[bytes] = []
+    live = LiveRedactor(Redactor(REGISTERED[:2]), out.append)  # none spans lines: no hold-back
+    live.write(b"progress 1\rprogress 2\rkey " + REGISTERED[0][:5].encode())
+    assert b"".join(out) == b"progress 1\rprogress 2\r"  # \r-redrawn lines stay live
+    live.write(REGISTERED[0][5:].encode())
+    live.close()
+    assert b"".join(out).decode() == "progress 1\rprogress 2\rkey [REDACTED:secret]"
+
+
+def test_a_pem_key_is_held_whole_until_a_line_that_cannot_belong_to_it() -> None:
+    pem = next(s for s in SAMPLES if "PRIVATE KEY" in s)
+    begin, *body = pem.split("\n")[:-1]
+    out: list[bytes] = []
+    live = LiveRedactor(Redactor(REGISTERED[:2]), out.append)
+    live.write(f"{begin}\n{body[0]}\n".encode())
+    assert out == []  # without its END line the key may go on
+    live.write(("\n".join(body[1:]) + "\nnext line, not base64\n").encode())
+    assert b"".join(out).decode() == "[REDACTED:private_key]\nnext line, not base64\n"
+
+
+@pytest.fixture(scope="module")
+def split_run(executor: Executor) -> tuple[Executor, str]:
+    return executor, program()
+
+
+def test_callbacks_never_see_a_split_secret(split_run: tuple[Executor, str]) -> None:
+    executor, code = split_run
+    out: list[bytes] = []
+    err: list[bytes] = []
+    result = executor.run(program("stdout", "stderr"), secrets=REGISTERED, on_stdout=out.append, on_stderr=err.append,
+                          limits={"output_bytes": OUTPUT_BYTES, "timeout_s": 60})
+    assert result.status is Status.ok, result.error
+    live_out, live_err = b"".join(out).decode(), b"".join(err).decode()
+    assert not leaked(live_out) and not leaked(live_err)
+    assert live_out == result.stdout and live_err == result.stderr
+    assert result.stdout.count("[REDACTED:") >= sum(len(s.encode()) - 1 for s in SAMPLES)
+
+
+def test_astream_never_yields_a_split_secret(split_run: tuple[Executor, str]) -> None:
+    executor, code = split_run
+
+    async def collect() -> tuple[str, str]:
+        text = []
+        stdout = ""
+        async for event in executor.astream(code, secrets=REGISTERED, limits={
+                "output_bytes": OUTPUT_BYTES, "timeout_s": 60}):
+            if event.kind == "stdout":
+                text.append(event.text or "")
+            elif event.kind == "result":
+                assert event.result is not None and event.result.status is Status.ok
+                stdout = event.result.stdout
+        return "".join(text), stdout
+
+    live, stdout = asyncio.run(collect())
+    assert not leaked(live)
+    assert live == stdout
+
+
+def test_cli_live_output_never_shows_a_split_secret(split_run: tuple[Executor, str],
+                                                    tmp_path: Path) -> None:
+    _, code = split_run
+    prog = tmp_path / "split.py"
+    prog.write_text(code)
+    args = [sys.executable, "-m", "execbox.cli", "run", str(prog), "--timeout", "60",
+            "--output-bytes", str(OUTPUT_BYTES)]
+    for value in REGISTERED:
+        args += ["--secret", value]
+    proc = subprocess.run(args, capture_output=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    live = proc.stdout.decode()
+    assert not leaked(live) and not leaked(proc.stderr.decode())
+    assert live.count("[REDACTED:") >= sum(len(s.encode()) - 1 for s in SAMPLES)
+
+
+def test_held_output_is_released_redacted_when_the_run_times_out(executor: Executor) -> None:
+    secret = REGISTERED[0]
+    code = ("import sys, time\n"
+            f"sys.stdout.write('done\\nheld ' + {secret[:4]!r}); sys.stdout.flush()\n"
+            "time.sleep(0.2)\n"
+            f"sys.stdout.write({secret[4:]!r} + ' tail'); sys.stdout.flush()\n"
+            "time.sleep(60)\n")
+    out: list[bytes] = []
+    result = executor.run(code, secrets=[secret], on_stdout=out.append,
+                          limits={"timeout_s": 1})
+    assert result.status is Status.timeout
+    live = b"".join(out).decode()
+    assert live == result.stdout == "done\nheld [REDACTED:secret] tail"
+
+
+def test_cached_result_is_redacted_with_the_callers_secrets(executor: Executor) -> None:
+    secret = "cache-" + REGISTERED[0]
+    code = f"print({secret!r})"
+    first = executor.run(code, cache=True)
+    assert secret in first.stdout  # not registered by its first caller
+    out: list[bytes] = []
+    again = executor.run(code, cache=True, secrets=[secret], on_stdout=out.append)
+    assert again.cached and secret not in again.stdout
+    assert b"".join(out).decode() == again.stdout == "[REDACTED:secret]\n"
+    record = executor.store.get(again.run_id)
+    assert record is not None and secret not in record.model_dump_json()
