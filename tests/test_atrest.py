@@ -1,0 +1,138 @@
+"""Secrets at rest: a registered secret in a run's code, stdin, environment or input file is
+never stored in clear (neither in the SQLite file nor in `execbox runs show`), the originals'
+sha256 are kept, and replay says why it needs the secrets again and runs exactly with them."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import sqlite3
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from execbox import Executor, Status
+from execbox.errors import UsageError
+from execbox.records import RunStore
+
+CLI = [sys.executable, "-m", "execbox.cli"]
+
+
+def sha(data: str | bytes) -> str:
+    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
+
+
+@pytest.fixture
+def secret_run(executor: Executor) -> tuple[Executor, str, str]:
+    """A run with the secret in its code, stdin, environment and an input file: (executor,
+    run id, secret)."""
+    secret = "pw-" + uuid.uuid4().hex
+    code = ("import os, sys\n"
+            f"token = {secret!r}\n"
+            "print(sys.stdin.read() == token, os.environ['API_TOKEN'] == 'Bearer ' + token,\n"
+            "      open('cfg.ini').read() == 'token=' + token)\n")
+    result = executor.run(code, stdin=secret, env={"API_TOKEN": "Bearer " + secret},
+                          files={"cfg.ini": ("token=" + secret).encode()}, secrets=[secret])
+    assert result.status is Status.ok and result.stdout == "True True True\n", result
+    executor.store.settle()
+    return executor, result.run_id, secret
+
+
+def _database(executor: Executor) -> Path:
+    database = executor.store.engine.url.database
+    assert database
+    return Path(database)
+
+
+# Run in a process of its own: opening the database file in the process that has it open
+# through SQLite would drop that process's locks on it (POSIX locks are per process).
+_SCAN = """
+import sqlite3, sys
+from pathlib import Path
+path, secret = Path(sys.argv[1]), sys.argv[2].encode()
+conn = sqlite3.connect(path)
+for (table,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall():
+    for row in conn.execute(f"SELECT * FROM {table}"):
+        for value in row:
+            if secret in (value if isinstance(value, bytes) else str(value).encode()):
+                print("row", table, row[0])
+conn.close()
+for file in path.parent.glob(path.name + "*"):  # the database, its WAL and shm
+    if secret in file.read_bytes():
+        print("file", file.name)
+"""
+
+
+def test_secret_is_in_no_table_nor_file_of_the_records(secret_run: tuple[Executor, str, str]
+                                                      ) -> None:
+    executor, run_id, secret = secret_run
+    proc = subprocess.run([sys.executable, "-c", _SCAN, str(_database(executor)), secret],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ""  # no row and no file holds the secret
+
+
+def test_runs_show_keeps_the_originals_sha256_and_no_secret(
+        secret_run: tuple[Executor, str, str]) -> None:
+    _, run_id, secret = secret_run
+    proc = subprocess.run([*CLI, "runs", "show", run_id], capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert secret.encode() not in proc.stdout
+    record = json.loads(proc.stdout)
+    code = record["code"]
+    assert "[REDACTED:secret]" in code
+    assert record["code_sha256"] == sha(code.replace("[REDACTED:secret]", secret))
+    assert record["stdin_sha256"] == sha(secret)
+    assert record["inputs"][0]["sha256"] == sha("token=" + secret)
+    assert record["env"] == {"API_TOKEN": "Bearer [REDACTED:secret]"}
+    sealed = record["sealed"]
+    assert sealed["env"]["API_TOKEN"]["sha256"] == sha("Bearer " + secret)
+    assert set(sealed) == {"code", "stdin", "env", "inputs"}
+
+
+def test_replay_without_the_secrets_says_why_and_runs_nothing(
+        secret_run: tuple[Executor, str, str]) -> None:
+    executor, run_id, secret = secret_run
+    before = executor.store.count()
+    with pytest.raises(UsageError, match="cannot be run again exactly") as caught:
+        executor.replay(run_id)
+    for part in ("its code", "its stdin", "environment value API_TOKEN", "input file cfg.ini",
+                 "--secret"):
+        assert part in str(caught.value)
+    with pytest.raises(UsageError, match="do not restore"):
+        executor.replay(run_id, secrets=["pw-not-the-one"])
+    assert executor.store.count() == before
+    proc = subprocess.run([*CLI, "runs", "replay", run_id], capture_output=True, timeout=120)
+    assert proc.returncode == 2 and b"cannot be run again exactly" in proc.stderr
+
+
+def test_replay_with_the_secrets_runs_exactly_the_recorded_request(
+        secret_run: tuple[Executor, str, str]) -> None:
+    executor, run_id, secret = secret_run
+    report = executor.replay(run_id, secrets=[secret])
+    assert report.matches, report.differences
+    assert report.replay.stdout == "True True True\n"
+    assert report.replay.code_sha256 == report.original.code_sha256
+    executor.store.settle()
+    proc = subprocess.run([*CLI, "runs", "replay", run_id, "--secret", secret],
+                          capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert b"matches" in proc.stdout and secret.encode() not in proc.stdout + proc.stderr
+
+
+def test_a_record_store_made_before_sealing_gains_the_column(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/runs.db"
+    RunStore(url).close()
+    with contextlib.closing(sqlite3.connect(tmp_path / "runs.db")) as conn:
+        conn.execute("ALTER TABLE runs DROP COLUMN sealed")
+    store = RunStore(url)
+    try:
+        with contextlib.closing(sqlite3.connect(tmp_path / "runs.db")) as conn:
+            names = [r[1] for r in conn.execute("PRAGMA table_info(runs)")]
+        assert "sealed" in names
+    finally:
+        store.close()
