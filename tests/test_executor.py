@@ -62,8 +62,9 @@ def test_zygote_death_is_recovered_by_the_next_run(executor: Executor) -> None:
     import os
     import signal
 
-    os.kill(executor._host.pid, signal.SIGKILL)
-    executor._host._proc.wait()
+    host = executor._host  # once: the property names whichever host serves now
+    os.kill(host.pid, signal.SIGKILL)
+    host._proc.wait()
     r = executor.run("print('again')")
     assert r.status is Status.ok and r.stdout == "again\n"
 
@@ -75,8 +76,9 @@ def test_program_zygote_death_is_recovered_by_the_next_run(executor: Executor, k
     import os
     import signal
 
-    os.kill(getattr(executor._host, f"{kind}_pid"), signal.SIGKILL)
-    executor._host._starting[kind].proc.wait()
+    host = executor._host  # once: the property names whichever host serves now
+    os.kill(getattr(host, f"{kind}_pid"), signal.SIGKILL)
+    host._starting[kind].proc.wait()
     r = executor.run(code)
     assert r.status is Status.ok and r.stdout == "again\n"
 
