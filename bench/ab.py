@@ -18,7 +18,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -30,6 +29,8 @@ CLIENTS = 4
 
 def _child() -> None:
     """One round in this interpreter (the tree's own execbox): a JSON line of measurements."""
+    from throughput import rate
+
     import execbox
     from execbox.evals import humaneval as he
 
@@ -46,21 +47,7 @@ def _child() -> None:
             samples.append((time.perf_counter() - t) * 1000)
             assert r.ok and r.stdout == "1\n", r
         out["print1_ms"] = statistics.median(samples)
-        count = [0] * CLIENTS
-        stop = time.monotonic() + THROUGHPUT_S
-
-        def client(i: int) -> None:
-            while time.monotonic() < stop:
-                assert ex.run("print(1)").ok
-                count[i] += 1
-
-        threads = [threading.Thread(target=client, args=(i,)) for i in range(CLIENTS)]
-        t = time.monotonic()
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-        out["runs_per_s_4"] = sum(count) / (time.monotonic() - t)
+        out["runs_per_s_4"] = rate(CLIENTS, THROUGHPUT_S, lambda: ex.run("print(1)"))
         problems = he.load_problems()
         canonical = he.canonical_samples(problems)
         t = time.perf_counter()

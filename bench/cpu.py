@@ -34,6 +34,33 @@ CPUACCT = "/sys/fs/cgroup/cpuacct"
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def enter_cpuacct_group(script: str) -> str:
+    """Move this process (and what it starts from now on) into a cpuacct cgroup of its own;
+    returns its path. Exits when the host has no cgroup v1 cpuacct controller."""
+    if not os.path.exists(f"{CPUACCT}/cpuacct.usage"):
+        sys.exit(f"{script} needs cgroup v1 with the cpuacct controller")
+    cgroup = f"{CPUACCT}/execbox-bench-{os.getpid()}"
+    os.makedirs(cgroup)
+    with open(f"{cgroup}/cgroup.procs", "w") as fh:
+        fh.write(str(os.getpid()))
+    return cgroup
+
+
+def leave_cpuacct_group(cgroup: str) -> None:
+    """Back to the parent group, and `cgroup` (with any child groups) removed once empty."""
+    with open(f"{CPUACCT}/cgroup.procs", "w") as fh:
+        fh.write(str(os.getpid()))
+    for _ in range(50):
+        try:
+            for sub in Path(cgroup).iterdir():
+                if sub.is_dir():
+                    sub.rmdir()
+            os.rmdir(cgroup)
+            break
+        except OSError:
+            time.sleep(0.1)
+
+
 def proc_cpu_ms(pid: int, children: bool = False) -> float:
     """CPU of the process itself, or of its reaped children (cutime + cstime)."""
     try:
@@ -67,12 +94,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
     args = parser.parse_args()
-    if not os.path.exists(f"{CPUACCT}/cpuacct.usage"):
-        sys.exit("bench/cpu.py needs cgroup v1 with the cpuacct controller")
-    cgroup = f"{CPUACCT}/execbox-bench-{os.getpid()}"
-    os.makedirs(cgroup)
-    with open(f"{cgroup}/cgroup.procs", "w") as fh:
-        fh.write(str(os.getpid()))
+    cgroup = enter_cpuacct_group("bench/cpu.py")
 
     def usage_ms() -> float:
         with open(f"{cgroup}/cpuacct.usage") as fh:
@@ -124,17 +146,7 @@ def main() -> None:
                 }
         bare.append(bare_cpu_ms())
     finally:
-        with open(f"{CPUACCT}/cgroup.procs", "w") as fh:
-            fh.write(str(os.getpid()))
-        for _ in range(50):
-            try:
-                for sub in Path(cgroup).iterdir():
-                    if sub.is_dir():
-                        sub.rmdir()
-                os.rmdir(cgroup)
-                break
-            except OSError:
-                time.sleep(0.1)
+        leave_cpuacct_group(cgroup)
     base = statistics.mean(bare)
     result["bare_python_I_S_cpu_ms"] = round(base, 3)
     print(f"bare `python3 -I -S -c pass`: {bare[0]:.2f} ms CPU before, {bare[1]:.2f} after")

@@ -29,12 +29,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # noqa: E402
 
+from cpu import enter_cpuacct_group, leave_cpuacct_group  # noqa: E402
 from latency import save_results  # noqa: E402
 
 from execbox.image import LIGHT_PRELOAD, Image  # noqa: E402
 from execbox.sandbox.host import SLOT_KINDS, ZygoteProcess  # noqa: E402
-
-CPUACCT = "/sys/fs/cgroup/cpuacct"
 
 
 def descendants(root: int) -> list[int]:
@@ -140,12 +139,7 @@ def main() -> None:
         print(result)
         save_results("rotation_load", result)
         return
-    if not os.path.exists(f"{CPUACCT}/cpuacct.usage"):
-        sys.exit("bench/rotation.py needs cgroup v1 with the cpuacct controller")
-    cgroup = f"{CPUACCT}/execbox-bench-{os.getpid()}"
-    os.makedirs(cgroup)
-    with open(f"{cgroup}/cgroup.procs", "w") as fh:
-        fh.write(str(os.getpid()))
+    cgroup = enter_cpuacct_group("bench/rotation.py")
 
     def usage_s() -> float:
         with open(f"{cgroup}/cpuacct.usage") as fh:
@@ -181,17 +175,7 @@ def main() -> None:
                          "close_wall_s": close_wall, "close_cpu_s": usage_s() - u1})
             print({k: round(v, 3) for k, v in rows[-1].items()}, flush=True)
     finally:
-        with open(f"{CPUACCT}/cgroup.procs", "w") as fh:
-            fh.write(str(os.getpid()))
-        for _ in range(50):
-            try:
-                for sub in Path(cgroup).iterdir():
-                    if sub.is_dir():
-                        sub.rmdir()
-                os.rmdir(cgroup)
-                break
-            except OSError:
-                time.sleep(0.1)
+        leave_cpuacct_group(cgroup)
     med = {k: round(statistics.median(r[k] for r in rows), 3) for k in rows[0]}
     cost_s = med["start_cpu_s"] + med["close_cpu_s"]
     load_cpu_s = args.run_cpu_ms / 1000 * args.runs_per_s  # CPU seconds a second at full load
