@@ -29,12 +29,11 @@ CLIENTS = 4
 
 def _child() -> None:
     """One round in this interpreter (the tree's own execbox): a JSON line of measurements."""
-    from throughput import rate
-
-    import execbox
+    import execbox  # this tree's, before `throughput` puts the bench's own tree on sys.path
     from execbox.evals import humaneval as he
 
     out: dict[str, float] = {}
+    from throughput import rate
     with tempfile.TemporaryDirectory() as tmp, execbox.Executor(
             cache=False, records=f"sqlite:///{tmp}/runs.db") as ex:
         ex._host.wait_heavy()
