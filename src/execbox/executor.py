@@ -362,7 +362,9 @@ class Executor:
                      cancel: Cancel | None = None, spool_dir: str | None = None,
                      tenant: str | None = None) -> RunResult:
         limits = request.limits
-        self._live_host(tenant)  # started (or refused: closed) before the run waits its turn
+        # Started (or refused: closed) before the run waits its turn; the first attempt takes
+        # its slot there.
+        live = [self._live_host(tenant)]
         spec = _spec(limits, request)
         if not self._admission.enter(cancel):  # cancelled while it waited for its turn
             return _not_started(base)
@@ -371,7 +373,8 @@ class Executor:
                 return _not_started(base)
 
             def attempt() -> RawRun:
-                host, slot = self._hosts.take(tenant, kind, SLOT_WAIT_S)
+                host, slot = self._hosts.take(tenant, kind, SLOT_WAIT_S,
+                                              live.pop() if live else None)
                 return host.execute(
                     slot, {"code": request.code, "run_id": base.run_id, "spec": spec},
                     [(f.name, f.data) for f in request.files], request.stdin,

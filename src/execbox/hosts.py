@@ -112,15 +112,16 @@ class Hosts:
             entry = self._entries.get(tenant if self.per_tenant else None)
             return entry.host if entry is not None else None
 
-    def take(self, tenant: str | None, kind: str, timeout_s: float
-             ) -> tuple[ZygoteProcess, Slot]:
-        """A staged slot of `kind` on `tenant`'s host, and the host (which runs it)."""
+    def take(self, tenant: str | None, kind: str, timeout_s: float,
+             host: ZygoteProcess | None = None) -> tuple[ZygoteProcess, Slot]:
+        """A staged slot of `kind` on `tenant`'s host, and the host (which runs it); `host`,
+        when given, is what `get` has just returned (its liveness check is not repeated)."""
         while True:
-            host = self.get(tenant)
+            host = host or self.get(tenant)
             try:
                 return host, host.pool.take(kind, timeout_s)
             except HostRetired:  # replaced since `get`: its successor serves
-                continue
+                host = None
 
     def open_session(self, tenant: str | None, slot_wait_s: float) -> SessionChannel:
         """A slot of `tenant`'s host for a session (see `ZygoteProcess.open_session`)."""
