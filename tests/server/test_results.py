@@ -142,3 +142,35 @@ def test_result_budget_answers_503_with_retry_after_instead_of_growing(api: Api,
         thread.join()
         assert slow["r"].status_code == 200 and state.results.used == 0
         assert client.post("/v1/runs", json={"code": "print(1)"}).status_code == 200
+
+
+def test_session_file_downloads_hold_the_result_budget_until_sent(api: Api) -> None:
+    """A download is held in memory until the client has it: while one is unread, the next
+    that could not fit beside it is a 503, not another copy (an attack grew the server by
+    200 MiB per unread download)."""
+    with _server(api, max_result_bytes=48 * MIB) as (url, state), \
+            httpx.Client(base_url=url, timeout=120,
+                         headers={"Authorization": f"Bearer {api.key('files')[1]}"}) as client:
+        made = client.post("/v1/sessions", json={"limits": {"disk_mib": 40}})
+        assert made.status_code == 201, made.text
+        sid = made.json()["session_id"]
+        try:
+            cell = client.post(f"/v1/sessions/{sid}/cells", json={
+                "code": "open('big.bin', 'wb').write(bytes(30 << 20))"})
+            assert cell.status_code == 200 and cell.json()["status"] == "ok", cell.text
+            with client.stream("GET", f"/v1/sessions/{sid}/files/big.bin") as unread:
+                assert unread.status_code == 200
+                assert state.results.used == 30 * MIB  # the file's size, until it is sent
+                second = client.get(f"/v1/sessions/{sid}/files/big.bin")
+                assert second.status_code == 503, second.status_code
+                assert second.json()["error"]["code"] == "result_budget"
+                assert int(second.headers["retry-after"]) >= 1
+                assert len(unread.read()) == 30 * MIB
+            deadline = time.monotonic() + 5
+            while state.results.used and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert state.results.used == 0
+            again = client.get(f"/v1/sessions/{sid}/files/big.bin")
+            assert again.status_code == 200 and len(again.content) == 30 * MIB
+        finally:
+            client.delete(f"/v1/sessions/{sid}")

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.background import BackgroundTask
 
 from ..contract import Artifact, InputFile, Limits, RunResult
 from . import sse
@@ -17,6 +18,7 @@ from .errors import documented
 from .spool import result_bound
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
+DOWNLOAD_CHUNK = 1 << 20
 SessionId = Annotated[str, Path(max_length=64, description="The session's id.")]
 CELL_ERRORS = documented(400, 401, 404, 409, 413, 422, 429, 500, 503)
 FILE_ERRORS = documented(400, 401, 404, 409, 413, 422, 503)
@@ -176,8 +178,36 @@ async def write_file(session_id: SessionId, path: str, state: State, tenant: Cal
     summary="Read a file from the session's workspace")
 async def read_file(session_id: SessionId, path: str, state: State, tenant: Caller) -> Response:
     session = state.sessions.get(tenant, session_id)
-    data: bytes = await state.blocking(lambda: session.files.read(path))
-    return Response(data, media_type="application/octet-stream")
+    # The file is held in memory until the client has it: admitted like a cell (the key's
+    # concurrency, and the most the workspace can hold of the server's result budget).
+    release_quota = state.quotas.admit(tenant)
+    try:
+        reservation = state.results.reserve(getattr(session, "room_bytes", 0))
+    except BaseException:
+        release_quota()
+        raise
+
+    def release() -> None:
+        release_quota()
+        reservation.release()
+
+    try:
+        data: bytes = await state.blocking(lambda: session.files.read(path))
+    except BaseException:
+        release()
+        raise
+    reservation.resize(len(data))
+
+    def chunks() -> Iterator[bytes]:
+        # In pieces, each sent once the client's connection drains: a whole body is handed to
+        # the server's write buffer at once, which would release the budget before it is sent.
+        view = memoryview(data)
+        for at in range(0, len(data), DOWNLOAD_CHUNK):
+            yield bytes(view[at:at + DOWNLOAD_CHUNK])
+
+    return StreamingResponse(chunks(), media_type="application/octet-stream",
+                             headers={"content-length": str(len(data))},
+                             background=BackgroundTask(release))
 
 
 @router.delete("/{session_id}/files/{path:path}", status_code=204, response_class=Response,
