@@ -136,3 +136,19 @@ def test_a_record_store_made_before_sealing_gains_the_column(tmp_path: Path) -> 
         assert "sealed" in names
     finally:
         store.close()
+
+
+def test_a_policy_refusal_quoting_a_secret_shows_and_stores_it_redacted(
+        executor: Executor) -> None:
+    """The policy's message quotes the code (the module it refused): a review attack read a
+    registered secret there, in the result and in the record, though the code was sealed."""
+    secret = "mod_" + uuid.uuid4().hex
+    result = executor.run(f"import {secret}\n", profile="minimal", secrets=[secret])
+    assert result.status is Status.policy_denied, result
+    assert result.error is not None and "[REDACTED:secret]" in result.error.message, result
+    assert secret not in result.model_dump_json()
+    executor.store.settle()
+    proc = subprocess.run([sys.executable, "-c", _SCAN, str(_database(executor)), secret],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ""  # no row and no file holds the secret

@@ -264,7 +264,8 @@ class Executor:
         verdict = policy_mod.check(request, self.profiles)
         request = request.model_copy(update={"limits": verdict.limits})
         pinfo = PolicyInfo(decision=verdict.decision, rule=verdict.rule,
-                           message=verdict.message, line=verdict.line)
+                           message=redactor.redact(verdict.message) if verdict.message
+                           else verdict.message, line=verdict.line)
         base = RunResult(
             run_id=run_id, status=Status.sandbox_error, limits=request.limits,
             code_sha256=hashlib.sha256(request.code.encode()).hexdigest(),
@@ -285,11 +286,12 @@ class Executor:
                 message += "; a session cell cannot be approved later: run it as a run instead"
             elif held:
                 message += f"; approve it with executor.approve({run_id!r}) or `execbox runs approve`"
-            return finish(base.model_copy(update={
+            # The policy's message quotes the code (a module's name, say): scrubbed like output.
+            return finish(_redact(base.model_copy(update={
                 "status": Status.needs_approval if held else Status.policy_denied,
                 "error": ErrorInfo(type="NeedsApproval" if held else "PolicyDenied",
                                    message=message, line=verdict.line, rule=verdict.rule),
-            }))
+            }), redactor))
 
         if request.source_error is not None:  # CPython runs nothing of it: no sandbox either
             result = _redact(_undecodable(base, request.source_error), redactor)
