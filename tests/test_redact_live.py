@@ -9,6 +9,7 @@ import asyncio
 import random
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -154,3 +155,24 @@ def test_cached_result_is_redacted_with_the_callers_secrets(executor: Executor) 
     assert b"".join(out).decode() == again.stdout == "[REDACTED:secret]\n"
     record = executor.store.get(again.run_id)
     assert record is not None and secret not in record.model_dump_json()
+
+
+def test_a_secret_cut_by_the_output_cap_shows_at_most_two_of_its_characters(
+        executor: Executor) -> None:
+    """The cap cuts the output inside a registered secret: what is left of it no longer
+    matches it whole, and a review attack read its first 16 characters in the result and the
+    live output. The end of a stream that starts a secret is redacted too."""
+    secret = "Zz9-PER-RUN-SECRET-" + uuid.uuid4().hex[:8]
+    for kept in (3, 5, 16, len(secret) - 1):  # characters of the secret inside the cap
+        live: list[bytes] = []
+        code = (f"import sys\nsys.stdout.write('A' * {1024 - kept})\n"
+                f"sys.stdout.write({secret!r})\n")
+        result = executor.run(code, limits={"output_bytes": 1024}, secrets=[secret],
+                              on_stdout=live.append, cache=False)
+        assert result.status is Status.output_limit and result.stdout_truncated, result
+        shown = b"".join(live).decode()
+        assert shown == result.stdout, (shown[-40:], result.stdout[-40:])
+        assert result.stdout.endswith("A[REDACTED:secret]"), (kept, result.stdout[-40:])
+    # Below MIN_CUT_PREFIX characters, a cut is left alone (text may end like a secret starts).
+    assert Redactor([secret]).redact_end("AAA" + secret[:2]) == "AAA" + secret[:2]
+    assert Redactor([secret]).redact_end("AAA" + secret[:3]) == "AAA[REDACTED:secret]"

@@ -846,7 +846,7 @@ def _live_output(redactor: Redactor, on_stdout: OutputCallback | None,
 
 def _redact(result: RunResult, redactor: Redactor) -> RunResult:
     """Scrub secrets from everything the code produced as text."""
-    stdout, stderr = redactor.redact(result.stdout), redactor.redact(result.stderr)
+    stdout, stderr = redactor.redact_end(result.stdout), redactor.redact_end(result.stderr)
     if stdout is result.stdout and stderr is result.stderr and not result.outputs \
             and result.error is None:
         return result  # nothing to scrub (`redact` returns its argument then): no copy

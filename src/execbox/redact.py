@@ -290,6 +290,9 @@ def _subtract(spans: list[tuple[int, int, int, str]],
     return out
 
 
+MIN_CUT_PREFIX = 3  # a cut secret's start this long or longer is redacted (see `redact_end`)
+
+
 class Redactor:
     """Finds and replaces secrets in text. Immutable and thread-safe; build once, reuse."""
 
@@ -378,6 +381,17 @@ class Redactor:
             pos = f.end
         parts.append(text[pos:])
         return "".join(parts)
+
+    def redact_end(self, text: str) -> str:
+        """`redact(text)` for text that ends a stream: an output cut at its cap (or a program
+        ending mid-write) may end with the start of a registered secret, which no longer
+        matches it whole; that start is redacted too, from MIN_CUT_PREFIX characters on."""
+        text = self.redact(text)
+        for value in self._secrets:
+            for k in range(min(len(value), len(text) + 1) - 1, MIN_CUT_PREFIX - 1, -1):
+                if text.endswith(value[:k]):
+                    return text[:-k] + "[REDACTED:secret]"
+        return text
 
     def seal(self, text: str) -> tuple[str, list[Hole]]:
         """`redact(text)`, and a `Hole` for each placeholder it wrote (none: `text` itself)."""

@@ -86,8 +86,8 @@ class LiveRedactor:
             return
         self._closed = True
         rest, self._pending = self._pending + self._decoder.decode(b"", final=True), ""
-        if rest:
-            self._release(rest)
+        if rest:  # the stream's end: it may stop inside a secret (see `Redactor.redact_end`)
+            self._emit(self._redactor.redact_end(rest).encode())
 
     def _release(self, text: str) -> None:
         self._emit(self._redactor.redact(text).encode())
