@@ -1152,22 +1152,28 @@ def test_a_slot_in_demand_stages_its_next_program_without_warm_pages(
     monkeypatch.setattr("execbox.sandbox.host.GROW_AFTER_S", 60.0)
     with Executor(cache=False, pool_size=1) as own:
         warm = own._host.info["warm_pages"]["light"]
-        time.sleep(PACE_S)
-        queued: list[RunResult] = []
-        a = threading.Thread(target=lambda: queued.append(
-            own.run("import time\ntime.sleep(0.5)", limits=SMALL)))
-        a.start()
-        time.sleep(0.2)  # A holds the only light slot: B waits for it
-        b = own.run("print(1)", limits=SMALL)
-        a.join()
-        assert b.status is Status.ok and queued[0].status is Status.ok, (b, queued)
-        pages = []
-        for _ in range(3):  # C, D, E
+        # "In demand" is a request within DEMAND_S of its program's readiness: a loaded
+        # machine can delay B's request past it (seen once in a full CI run), so the scenario
+        # gets three tries; each that happens must show the difference.
+        for _ in range(3):
             time.sleep(PACE_S)
-            r = own.run(PRIVATE_DIRTY_KIB, limits=SMALL)
-            assert r.status is Status.ok, describe(r)
-            pages.append(_pages(int(r.stdout)))
-        cold, after_idle, again = pages
+            queued: list[RunResult] = []
+            a = threading.Thread(target=lambda queued=queued: queued.append(
+                own.run("import time\ntime.sleep(0.5)", limits=SMALL)))
+            a.start()
+            time.sleep(0.2)  # A holds the only light slot: B waits for it
+            b = own.run("print(1)", limits=SMALL)
+            a.join()
+            assert b.status is Status.ok and queued[0].status is Status.ok, (b, queued)
+            pages = []
+            for _ in range(3):  # C, D, E
+                time.sleep(PACE_S)
+                r = own.run(PRIVATE_DIRTY_KIB, limits=SMALL)
+                assert r.status is Status.ok, describe(r)
+                pages.append(_pages(int(r.stdout)))
+            cold, after_idle, again = pages
+            if after_idle - cold > min(40, warm // 4):
+                break
         assert after_idle - cold > min(40, warm // 4), (pages, warm)
         assert abs(again - after_idle) < 20, pages
 
