@@ -15,7 +15,7 @@ from ..contract import Artifact, InputFile, Limits, RunResult
 from . import sse
 from .deps import Caller, State
 from .errors import documented
-from .spool import result_bound
+from .spool import Reservation, result_bound
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 DOWNLOAD_CHUNK = 1 << 20
@@ -96,15 +96,12 @@ async def close_session(session_id: SessionId, state: State, tenant: Caller) -> 
     return _info(session)
 
 
-def _cell(state: State, tenant: Caller, session_id: str, body: CellBody
-          ) -> tuple[sse.Call, Callable[[], None]]:
-    """The cell's call, admitted (quota and result bytes: its outputs and artifacts are held
-    in memory), and the function that gives both back (call it once the cell has ended)."""
-    session = state.sessions.get(tenant, session_id)
-    limits = getattr(session, "limits", None)  # an ended session has none: its call fails
+def _admit(state: State, tenant: Caller, nbytes: int) -> tuple[Reservation, Callable[[], None]]:
+    """One of the key's runs in flight and `nbytes` of the result budget, or the refusal of
+    either (raised, nothing held); with the function that gives both back, once."""
     release_quota = state.quotas.admit(tenant)
     try:
-        reservation = state.results.reserve(result_bound(limits) if limits else 0)
+        reservation = state.results.reserve(nbytes)
     except BaseException:
         release_quota()
         raise
@@ -112,6 +109,17 @@ def _cell(state: State, tenant: Caller, session_id: str, body: CellBody
     def release() -> None:
         release_quota()
         reservation.release()
+
+    return reservation, release
+
+
+def _cell(state: State, tenant: Caller, session_id: str, body: CellBody
+          ) -> tuple[sse.Call, Callable[[], None]]:
+    """The cell's call, admitted (quota and result bytes: its outputs and artifacts are held
+    in memory), and the function that gives both back (call it once the cell has ended)."""
+    session = state.sessions.get(tenant, session_id)
+    limits = getattr(session, "limits", None)  # an ended session has none: its call fails
+    _, release = _admit(state, tenant, result_bound(limits) if limits else 0)
 
     def call(on_stdout: sse.OutputCallback | None = None,
              on_stderr: sse.OutputCallback | None = None) -> RunResult:
@@ -180,17 +188,7 @@ async def read_file(session_id: SessionId, path: str, state: State, tenant: Call
     session = state.sessions.get(tenant, session_id)
     # The file is held in memory until the client has it: admitted like a cell (the key's
     # concurrency, and the most the workspace can hold of the server's result budget).
-    release_quota = state.quotas.admit(tenant)
-    try:
-        reservation = state.results.reserve(getattr(session, "room_bytes", 0))
-    except BaseException:
-        release_quota()
-        raise
-
-    def release() -> None:
-        release_quota()
-        reservation.release()
-
+    reservation, release = _admit(state, tenant, getattr(session, "room_bytes", 0))
     try:
         data: bytes = await state.blocking(lambda: session.files.read(path))
     except BaseException:
