@@ -568,3 +568,28 @@ def test_files_a_run_wrote_can_be_read_back_but_only_from_runs_of_this_server(
     assert _text(out["csv"]) == "a\n1\n2\n"
     assert out["absent"].is_error is True and "it wrote: out.csv" in _text(out["absent"])
     assert out["foreign"].is_error is True and "not yours" not in _text(out["foreign"])
+
+
+def test_tool_calls_hold_the_result_budget_and_refuse_past_it(
+        executor: execbox.Executor) -> None:
+    """Runs and cells hold their results in memory: a call whose limits could return more than
+    the server's budget is refused (a review attack grew an MCP server by 400 MB with one call
+    of 3 x 80 MiB artifacts); one within it runs, and gives its reservation back."""
+    from execbox.mcp.server import build_server
+
+    server = build_server(executor, max_result_bytes=16 << 20)
+
+    async def main() -> tuple[Any, Any]:
+        async with Client(server, read_timeout_seconds=60) as client:
+            big = await client.call_tool("run_python", {
+                "code": "print(1)", "limits": {"artifact_bytes": 32 << 20}})
+            # 12 MiB each (two outputs of 1 MiB, 10 MiB of artifacts): a second fits only
+            # once the first gave its reservation back.
+            fine = [await client.call_tool("run_python", {"code": f"print({i})"})
+                    for i in (2, 3)]
+            return big, fine
+
+    big, fine = _run(main)
+    assert big.is_error and "over_result_budget" in _text(big), _text(big)
+    for result, shown in zip(fine, "23", strict=True):
+        assert not result.is_error and shown in _text(result), _text(result)

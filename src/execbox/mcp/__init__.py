@@ -29,8 +29,11 @@ __all__ = ["mcp_command"]
 @click.option("--db", default=None, help="Records database URL, where the keys are (default: "
                                          "EXECBOX_DB_URL or the SQLite file in the data "
                                          "directory).")
+@click.option("--max-result-mib", default=2048, show_default=True, type=click.IntRange(1),
+              help="Result bytes (output and artifacts) held at once; past it a tool call is "
+                   "refused with a time to retry.")
 def mcp_command(transport: str, host: str, port: int, profile: str, no_auth: bool,
-                db: str | None) -> None:
+                db: str | None, max_result_mib: int) -> None:
     """Serve execbox's tools over MCP: run_python, sessions, session files.
 
     The server starts one Executor (the sandbox's fork server) and closes it, with every
@@ -45,7 +48,8 @@ def mcp_command(transport: str, host: str, port: int, profile: str, no_auth: boo
                    err=True)
     try:
         serve("stdio" if transport == "stdio" else "streamable-http", host=host, port=port,
-              profile=profile, auth=not no_auth, records=db)
+              profile=profile, auth=not no_auth, records=db,
+              max_result_bytes=max_result_mib << 20)
     except ExecboxError as exc:
         click.echo(f"execbox: {exc}", err=True)
         sys.exit(2)

@@ -35,6 +35,7 @@ from ..executor import make_request
 from ..server.auth import Tenant
 from ..server.errors import ApiError
 from ..server.quotas import Quotas
+from ..server.spool import ResultBudget, result_bound
 from ..server.state import LOCAL_TENANT, EndedSession, SessionRegistry
 from ..tools import RunPython, describe_environment, format_observation
 from .http import TENANT_SCOPE_KEY
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("execbox.mcp")
 
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+DEFAULT_RESULT_BYTES = 2048 << 20  # as `execbox serve --max-result-mib`'s default
 MAX_IMAGES = 8  # per tool result; a model reads a few charts, not a hundred
 MAX_IMAGE_BYTES = 4 * 1024 * 1024
 MAX_REMEMBERED_RUNS = 10_000  # runs whose artifacts read_artifact serves
@@ -85,11 +87,15 @@ def caller(ctx: Context) -> Tenant:
     return tenant
 
 
-def build_server(executor: Executor, *, profile: str = "data") -> MCPServer[Any]:
+def build_server(executor: Executor, *, profile: str = "data",
+                 max_result_bytes: int = DEFAULT_RESULT_BYTES) -> MCPServer[Any]:
     """An MCP server whose tools run on `executor` (which the caller owns and closes).
-    Sessions the server opened are closed when the server shuts down."""
+    Sessions the server opened are closed when the server shuts down. Runs and cells hold
+    their results in memory: at most `max_result_bytes` of them at once (as `execbox serve`'s
+    result budget; past it a tool call is refused with a time to retry)."""
     sessions = SessionRegistry()
     quotas = Quotas()
+    results = ResultBudget(max_result_bytes)
     own_runs: OrderedDict[str, str] = OrderedDict()  # runs this server made -> their tenant
     lock = threading.Lock()
 
@@ -116,12 +122,20 @@ def build_server(executor: Executor, *, profile: str = "data") -> MCPServer[Any]
     def session_of(ctx: Context, session_id: str) -> Session | EndedSession:
         return _allowed(lambda: sessions.get(caller(ctx), session_id))
 
-    def admitted(ctx: Context, fn: Callable[[], _T]) -> _T:
-        """`fn()` as one of the caller's runs: within its quotas, counted while it runs."""
+    def admitted(ctx: Context, fn: Callable[[], _T], limits: Limits | None) -> _T:
+        """`fn()` as one of the caller's runs: within its quotas, counted while it runs, and
+        the most a result under `limits` can hold reserved of the result budget."""
         release = _allowed(lambda: quotas.admit(caller(ctx)))
+        try:
+            bound = result_bound(limits or Limits(), executor.profiles.get(profile))
+            reservation = _allowed(lambda: results.reserve(bound))
+        except BaseException:
+            release()
+            raise
         try:
             return _call(fn)
         finally:
+            reservation.release()
             release()
 
     @server.tool(description=describe_environment(profile=profile,
@@ -137,7 +151,7 @@ def build_server(executor: Executor, *, profile: str = "data") -> MCPServer[Any]
         scope = None if tenant is LOCAL_TENANT else tenant.name
         result = admitted(ctx, lambda: executor.run_request(
             make_request(code, stdin=stdin, files=inputs, limits=limits, profile=profile),
-            cache_scope=scope, tenant=scope))
+            cache_scope=scope, tenant=scope), limits)
         if result.artifacts:
             with lock:
                 own_runs[result.run_id] = tenant.name
@@ -195,7 +209,8 @@ def build_server(executor: Executor, *, profile: str = "data") -> MCPServer[Any]
         """Run a cell in a session. Charts shown with plt.show() or display() come back as
         images, as do PNG files the cell writes."""
         session = session_of(ctx, session_id)
-        result = admitted(ctx, lambda: session.run(code, timeout_s=timeout_s))
+        result = admitted(ctx, lambda: session.run(code, timeout_s=timeout_s),
+                          getattr(session, "limits", None))
         return _result(result)
 
     @server.tool(annotations=closed_world)
@@ -328,7 +343,7 @@ def _version() -> str:
 
 def serve(transport: Literal["stdio", "streamable-http"] = "stdio", *, host: str = "127.0.0.1",
           port: int = 8765, profile: str = "data", auth: bool = True,
-          records: str | None = None) -> None:
+          records: str | None = None, max_result_bytes: int = DEFAULT_RESULT_BYTES) -> None:
     """Start an Executor, serve MCP on `transport` until the client leaves (stdio) or a
     SIGINT/SIGTERM arrives, then close every session and the Executor. Over HTTP, with `auth`,
     every request needs a tenant's key of the records database's key table (`records`: its
@@ -339,7 +354,7 @@ def serve(transport: Literal["stdio", "streamable-http"] = "stdio", *, host: str
         with Executor(records=records) as executor:
             if stop.requested:  # a signal came while the sandbox was starting
                 return
-            server = build_server(executor, profile=profile)
+            server = build_server(executor, profile=profile, max_result_bytes=max_result_bytes)
             if transport == "stdio":
                 # The SDK reads stdin in a worker thread that no cancellation can interrupt,
                 # so a signal cannot unwind the server: close the sandbox, then leave at once.
