@@ -34,10 +34,10 @@ __all__ = ["Stored", "seal", "unseal"]
 
 @dataclass(frozen=True, slots=True)
 class Stored:
-    """A request as its record keeps it: `request` redacted, the originals' digests."""
+    """A request as its record keeps it: `request` redacted, the originals' digests (the
+    code's is the result's `code_sha256`, computed once per run)."""
 
     request: RunRequest
-    code_sha256: str
     stdin_sha256: str
     input_sha256: tuple[str, ...]
     sealed: dict[str, Any] | None
@@ -85,7 +85,7 @@ def seal(request: RunRequest, redactor: Redactor) -> Stored:
         files.append(f if data is f.data else InputFile(name=f.name, data=data))
     stored = request.model_copy(update={"code": code, "stdin": stdin, "env": env,
                                         "files": files}) if sealed else request
-    return Stored(stored, _sha256(request.code.encode()), _sha256(request.stdin),
+    return Stored(stored, _sha256(request.stdin),
                   tuple(_sha256(f.data) for f in request.files), sealed or None)
 
 

@@ -198,7 +198,7 @@ class RunStore:
         row and nothing else new, is queued for the store's writer and committed after this
         returns (see `_SQLiteRunRows`)."""
         stored = atrest.seal(request, redactor) if redactor is not None else atrest.Stored(
-            request, result.code_sha256, sha256(request.stdin),
+            request, sha256(request.stdin),
             tuple(sha256(f.data) for f in request.files), None)
         sizes = [len(f.data) for f in request.files]
         request = stored.request
