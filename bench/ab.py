@@ -1,7 +1,9 @@
 """A/B of two execbox trees in the same minutes: `print(1)` latency, runs/s with 4 callers and
 HumanEval (canonical solutions) problems/s, each tree measured in rounds that alternate (A B,
-B A, A B, ...), each round a fresh executor in a fresh interpreter of that tree. Prints each
-side's median and B's ratio to A; writes bench/results/ab.json.
+B A, A B, ...), each round a fresh executor in a fresh interpreter of that tree. Each rate also
+has its whole-tree CPU per run (a cpuacct group per round: caller, zygotes, supervisors and
+programs), which swings less than wall time on a shared machine. Prints each side's median and
+B's ratio to A; writes bench/results/ab.json.
 
     .venv/bin/python bench/ab.py --a TREE_A --b TREE_B [--rounds 6]
 
@@ -29,31 +31,56 @@ CLIENTS = 4
 
 def _child() -> None:
     """One round in this interpreter (the tree's own execbox): a JSON line of measurements."""
-    import execbox  # this tree's, before `throughput` puts the bench's own tree on sys.path
+    # this tree's execbox, before `cpu` and `throughput` put the bench's own tree on sys.path
+    import execbox  # noqa: I001
     from execbox.evals import humaneval as he
 
-    out: dict[str, float] = {}
+    from cpu import enter_cpuacct_group, leave_cpuacct_group
     from throughput import rate
-    with tempfile.TemporaryDirectory() as tmp, execbox.Executor(
-            cache=False, records=f"sqlite:///{tmp}/runs.db") as ex:
-        ex._host.wait_heavy()
-        for _ in range(WARMUP):
-            assert ex.run("print(1)").ok
-        samples = []
-        for _ in range(LATENCY_RUNS):
+
+    cgroup = enter_cpuacct_group("bench/ab.py")
+
+    def cpu_ms() -> float:
+        time.sleep(0.3)  # the last slots' teardown and restaging are counted
+        with open(f"{cgroup}/cpuacct.usage") as fh:
+            return int(fh.read()) / 1e6
+
+    out: dict[str, float] = {}
+    try:
+        with tempfile.TemporaryDirectory() as tmp, execbox.Executor(
+                cache=False, records=f"sqlite:///{tmp}/runs.db") as ex:
+            ex._host.wait_heavy()
+            for _ in range(WARMUP):
+                assert ex.run("print(1)").ok
+            samples = []
+            c0 = cpu_ms()
+            for _ in range(LATENCY_RUNS):
+                t = time.perf_counter()
+                r = ex.run("print(1)")
+                samples.append((time.perf_counter() - t) * 1000)
+                assert r.ok and r.stdout == "1\n", r
+            out["print1_ms"] = statistics.median(samples)
+            out["print1_cpu_ms"] = (cpu_ms() - c0) / LATENCY_RUNS
+            runs = [0]
+
+            def one() -> None:
+                ex.run("print(1)")
+                runs[0] += 1
+
+            c0 = cpu_ms()
+            out["runs_per_s_4"] = rate(CLIENTS, THROUGHPUT_S, one)
+            out["runs_4_cpu_ms"] = (cpu_ms() - c0) / runs[0]
+            problems = he.load_problems()
+            canonical = he.canonical_samples(problems)
+            c0 = cpu_ms()
             t = time.perf_counter()
-            r = ex.run("print(1)")
-            samples.append((time.perf_counter() - t) * 1000)
-            assert r.ok and r.stdout == "1\n", r
-        out["print1_ms"] = statistics.median(samples)
-        out["runs_per_s_4"] = rate(CLIENTS, THROUGHPUT_S, lambda: ex.run("print(1)"))
-        problems = he.load_problems()
-        canonical = he.canonical_samples(problems)
-        t = time.perf_counter()
-        evaluation = he.evaluate(ex, canonical, problems, timeout_s=he.DEFAULT_TIMEOUT_S)
-        wall = time.perf_counter() - t
-        assert sum(bool(r["passed"]) for r in evaluation.rows) == len(problems)
-        out["humaneval_per_s"] = len(problems) / wall
+            evaluation = he.evaluate(ex, canonical, problems, timeout_s=he.DEFAULT_TIMEOUT_S)
+            wall = time.perf_counter() - t
+            out["humaneval_cpu_ms"] = (cpu_ms() - c0) / len(problems)
+            assert sum(bool(r["passed"]) for r in evaluation.rows) == len(problems)
+            out["humaneval_per_s"] = len(problems) / wall
+    finally:
+        leave_cpuacct_group(cgroup)
     print(json.dumps(out))
 
 
