@@ -31,7 +31,10 @@ demo: image
 	$(BIN)/execbox run examples/demo.py --input examples/sales.csv --artifacts-dir artifacts
 
 test: image
-	$(BIN)/python -m pytest -q
+	@# pytest's 5 is "no tests were collected": never a pass for the whole suite.
+	$(BIN)/python -m pytest -q; status=$$?; \
+	if [ $$status -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
+	exit $$status
 
 check: $(STAMP)
 	$(BIN)/ruff check src tests bench

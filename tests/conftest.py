@@ -8,12 +8,21 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import NoReturn
 
 import pytest
 
 import execbox
 from execbox.image import Image
 from execbox.sandbox.cgroup import Hierarchy
+
+
+def sandbox_missing(message: str) -> NoReturn:
+    """Skip a test that needs the real sandbox; fail it instead when EXECBOX_REQUIRE_SANDBOX
+    is set (CI sets it), so that a broken host cannot turn the boundary tests into skips."""
+    if os.environ.get("EXECBOX_REQUIRE_SANDBOX"):
+        pytest.fail(f"{message} (EXECBOX_REQUIRE_SANDBOX is set)", pytrace=False)
+    pytest.skip(message)
 
 
 def _host_can_sandbox() -> str | None:
@@ -41,7 +50,7 @@ def executor() -> Iterator[execbox.Executor]:
     """The real sandbox, with the result cache off: every call really runs."""
     reason = _host_can_sandbox()
     if reason:
-        pytest.skip(f"SANDBOX UNAVAILABLE, sandbox tests skipped: {reason}")
+        sandbox_missing(f"SANDBOX UNAVAILABLE, sandbox tests skipped: {reason}")
     # Not replaced on a schedule: tests read the host's processes and slots, which a
     # replacement mid-test would change (tests/test_hosts.py tests replacement).
     with execbox.Executor(cache=False, rotate_after_runs=None, rotate_after_s=None) as ex:
@@ -132,11 +141,17 @@ def prove_jail(ex: execbox.Executor) -> str | None:
 
 
 @pytest.fixture(scope="session")
-def jailed(executor: execbox.Executor) -> execbox.Executor:
+def jail_problem(executor: execbox.Executor) -> str | None:
+    """What `prove_jail` found wrong with the session's executor, or None."""
+    return prove_jail(executor)
+
+
+@pytest.fixture(scope="session")
+def jailed(executor: execbox.Executor, jail_problem: str | None) -> execbox.Executor:
     """The executor, after proving that runs are really jailed. Use it for hostile programs."""
-    problem = prove_jail(executor)
+    problem = jail_problem
     if problem:
-        pytest.skip(f"JAIL NOT PROVEN, hostile test skipped: {problem}")
+        sandbox_missing(f"JAIL NOT PROVEN, hostile test skipped: {problem}")
     return executor
 
 
@@ -152,12 +167,12 @@ def jailed_one_slot() -> Iterator[execbox.Executor]:
     reuse the same slot; proven jailed like `jailed`."""
     reason = _host_can_sandbox()
     if reason:
-        pytest.skip(f"SANDBOX UNAVAILABLE, sandbox tests skipped: {reason}")
+        sandbox_missing(f"SANDBOX UNAVAILABLE, sandbox tests skipped: {reason}")
     with execbox.Executor(cache=False, pool_size=1, rotate_after_runs=None,
                           rotate_after_s=None) as ex:
         problem = prove_jail(ex)
         if problem:
-            pytest.skip(f"JAIL NOT PROVEN, hostile test skipped: {problem}")
+            sandbox_missing(f"JAIL NOT PROVEN, hostile test skipped: {problem}")
         yield ex
 
 
