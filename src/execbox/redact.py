@@ -60,6 +60,7 @@ __all__ = ["DEFAULT", "MIN_SECRET_LEN", "Finding", "Hole", "Redactor", "checked_
 MIN_SECRET_LEN = 4
 
 REGISTERED = "secret"  # the kind of a registered value
+MIN_CUT_PREFIX = 3  # a cut secret's start this long or longer is redacted (see `redact_end`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,6 +305,9 @@ class _Matcher:
     def __init__(self, values: tuple[str, ...]) -> None:
         found = {f for v in values for f in forms(v)}
         self.forms = tuple(sorted(found, key=lambda f: (-len(f), f)))
+        # Characters a form's cut start can end on (see `Redactor.redact_end`): most outputs
+        # end on a line break, which none holds, and need no look at the forms.
+        self.cut_ends = frozenset(c for f in self.forms for c in f[MIN_CUT_PREFIX - 1:-1])
         self._reach = len(self.forms[0]) - 1  # how far past a match an overlapping one can end
         self._automaton = AhoCorasick(
             [_SURROGATE.sub("\ufffd", f) for f in self.forms],
@@ -387,9 +391,6 @@ def _subtract(spans: list[tuple[int, int, int, str]],
         if start < end:
             out.append((start, end, prio, kind))
     return out
-
-
-MIN_CUT_PREFIX = 3  # a cut secret's start this long or longer is redacted (see `redact_end`)
 
 
 class Redactor:
@@ -491,7 +492,9 @@ class Redactor:
         ending mid-write) may end with the start of a registered secret, which no longer
         matches it whole; that start is redacted too, from MIN_CUT_PREFIX characters on."""
         text = self.redact(text)
-        cut = max((_cut_start(text, form) for form in self.forms), default=0)
+        if self._matcher is None or not text or text[-1] not in self._matcher.cut_ends:
+            return text
+        cut = max(_cut_start(text, form) for form in self._matcher.forms)
         return text[:-cut] + "[REDACTED:secret]" if cut else text
 
     def seal(self, text: str) -> tuple[str, list[Hole]]:
