@@ -3,7 +3,10 @@ run: `print(1)` against `python3 -c pass`, and a pandas snippet against a bare i
 the same work. Also: how long the executor takes to be ready and what it holds in memory idle.
 Prints medians, p90 and ratios; writes bench/results/latency.json.
 
-    .venv/bin/python bench/latency.py [--runs 200] [--baseline-runs 40]
+    .venv/bin/python bench/latency.py [--runs 200] [--baseline-runs 40] [--secrets 3]
+
+`--secrets N` registers N secret values with every run (`run(..., secrets=...)`), so the
+per-run redaction of registered values is in what is measured.
 """
 
 from __future__ import annotations
@@ -56,11 +59,12 @@ def time_command(argv: list[str], n: int) -> list[float]:
     return samples
 
 
-def time_runs(executor: Executor, code: str, n: int, expect: str) -> list[float]:
+def time_runs(executor: Executor, code: str, n: int, expect: str,
+              secrets: tuple[str, ...] = ()) -> list[float]:
     samples = []
     for _ in range(n):
         t = time.perf_counter()
-        r = executor.run(code)
+        r = executor.run(code, secrets=secrets)
         samples.append((time.perf_counter() - t) * 1000)
         assert r.ok and r.stdout == expect, r
     return samples
@@ -95,7 +99,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--baseline-runs", type=int, default=40)
+    parser.add_argument("--secrets", type=int, default=0,
+                        help="secret values registered with every run")
     args = parser.parse_args()
+    # Realistic credentials: 40-64 characters, one with a quote and one not ASCII.
+    secrets = tuple(f"sk-bench{i}-" + "x7Qz" * (8 + i) + ("'\u00e9" if i % 2 else "")
+                    for i in range(args.secrets))
 
     image = Image.load()
     # The interpreter the runtime image is built on, called directly (no shims in between).
@@ -117,19 +126,20 @@ def main() -> None:
         # The three zygotes and what they forked: supervisors, init, staged programs.
         idle_pss_mib = tree_pss_kib(executor._host.pid, executor._host.heavy_pid,
                                     executor._host.light_pid) / 1024
-        time_runs(executor, "print(1)", 10, "1\n")
-        print1 = time_runs(executor, "print(1)", args.runs, "1\n")
+        time_runs(executor, "print(1)", 10, "1\n", secrets)
+        print1 = time_runs(executor, "print(1)", args.runs, "1\n", secrets)
         paced = []
         for _ in range(max(20, args.runs // 4)):  # with the pool settled between requests
             time.sleep(0.03)
-            paced += time_runs(executor, "print(1)", 1, "1\n")
-        pandas = time_runs(executor, PANDAS, max(20, args.runs // 4), "(10, 2)\n")
+            paced += time_runs(executor, "print(1)", 1, "1\n", secrets)
+        pandas = time_runs(executor, PANDAS, max(20, args.runs // 4), "(10, 2)\n",
+                           secrets)
         # Back to back, each run's slot restages (its program copies ~10 MB of warm pages)
         # on the other core while the next runs: paced, the run has the machine to itself.
         pandas_paced = []
         for _ in range(max(20, args.runs // 4)):
             time.sleep(0.03)
-            pandas_paced += time_runs(executor, PANDAS, 1, "(10, 2)\n")
+            pandas_paced += time_runs(executor, PANDAS, 1, "(10, 2)\n", secrets)
     n_base = args.baseline_runs
     baselines = {
         "python3 -c pass": time_command([python3, "-c", "pass"], n_base),
@@ -139,6 +149,7 @@ def main() -> None:
     }
     result = {
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
+        "secrets_per_run": args.secrets,
         "executor_ready_ms": round(ready_ms, 1),
         "first_pandas_result_ms_after_start": round(first_pandas_ms, 1),
         "executor_idle_pss_mib": round(idle_pss_mib, 1),

@@ -152,3 +152,21 @@ def test_a_policy_refusal_quoting_a_secret_shows_and_stores_it_redacted(
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == ""  # no row and no file holds the secret
+
+
+def test_a_secret_written_as_an_escaped_literal_is_sealed_and_replayed(
+        executor: Executor) -> None:
+    """A value with a backslash, a quote and non-ASCII letters appears in code as its repr (a
+    literal): the record keeps that redacted too, and the secret given again restores it."""
+    secret = 'pw\\"é-' + uuid.uuid4().hex[:12]
+    code = f"import json\ntoken = {secret!r}\nprint(json.dumps(token) != token)\n"
+    assert secret not in code  # only its escaped form is in the code
+    result = executor.run(code, secrets=[secret])
+    assert result.status is Status.ok and result.stdout == "True\n", result
+    executor.store.settle()
+    record = executor.store.get(result.run_id)
+    assert record is not None
+    stored = record.model_dump_json()
+    assert repr(secret)[1:-1] not in record.code and secret[-12:] not in stored
+    report = executor.replay(result.run_id, secrets=[secret])
+    assert report.matches and report.replay.code_sha256 == result.code_sha256

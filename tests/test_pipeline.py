@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -279,3 +280,96 @@ def test_eight_threads_of_a_hundred_runs_lose_no_record(executor: Executor) -> N
     assert executor.store.count() == before + 800
     missing = [run_id for run_id in ids if executor.store.get(run_id) is None]
     assert missing == []
+
+
+# ---- redaction on every path: cache hits, escaped forms, caps, artifacts ------------------
+
+# A value a program shows escaped: a backslash, both quotes, a space, non-ASCII letters.
+ESCAPED = 'k\\e"y \'é-'
+
+
+def _escaped_secret() -> str:
+    return ESCAPED + os.urandom(6).hex()
+
+
+SHOWS = ("import json\nv = {v!r}\n"
+         "print(v)\nprint(repr(v))\nprint({{'k': [v]}})\nprint(json.dumps(v))\n"
+         "print(json.dumps([v], ensure_ascii=False))\n"
+         "from urllib.parse import quote, quote_plus\nprint(quote(v), quote_plus(v))\n")
+
+
+def _clean(text: str, secret: str) -> bool:
+    """No form of `secret` in `text`: its random tail is what every form keeps as is."""
+    return secret[-12:] not in text and text.count("[REDACTED:secret]") >= 1
+
+
+@pytest.mark.parametrize("first_with_secrets", [False, True])
+def test_a_cache_hit_is_redacted_for_its_caller_in_both_orders(
+        executor: Executor, first_with_secrets: bool) -> None:
+    secret = _escaped_secret()
+    code = SHOWS.format(v=secret)
+    first = executor.run(code, cache=True, secrets=[secret] if first_with_secrets else [])
+    again = executor.run(code, cache=True, secrets=[] if first_with_secrets else [secret])
+    assert first.status is Status.ok and not first.cached and again.cached
+    with_secrets = again if not first_with_secrets else first
+    assert _clean(with_secrets.stdout, secret), with_secrets.stdout
+    assert with_secrets.stdout.count("[REDACTED:secret]") == 7  # each line, both URL forms
+    executor.store.settle()
+    record = executor.store.get(with_secrets.run_id)
+    assert record is not None and _clean(record.model_dump_json(), secret)
+
+
+def test_secrets_registered_later_on_an_executor_cover_results_cached_before(
+        tmp_path: object) -> None:
+    secret = _escaped_secret()
+    code = SHOWS.format(v=secret)
+    db = f"sqlite:///{tmp_path}/runs.db"
+    with Executor(cache=True, records=db) as before:
+        assert secret in before.run(code).stdout  # cached, in clear: nobody registered it
+    with Executor(cache=True, records=db, secrets=[secret]) as after:
+        hit = after.run(code)
+        assert hit.cached and _clean(hit.stdout, secret), hit.stdout
+        after.store.settle()
+        record = after.store.get(hit.run_id)
+        assert record is not None and record.kind == "cache_hit"
+        assert _clean(record.model_dump_json(), secret)
+
+
+def test_too_many_secrets_are_refused_before_anything_runs(executor: Executor) -> None:
+    from execbox.contract import MAX_SECRETS, MAX_SECRETS_BYTES
+
+    flood = [f"secret-{i:06d}-" + "x" * 20 for i in range(100_000)]
+    started = time.perf_counter()
+    with pytest.raises(UsageError, match=r"100000 secrets given; at most 256 .*MAX_SECRETS"):
+        executor.run("print(1)", secrets=flood)
+    assert time.perf_counter() - started < 2.0  # refused by counting, nothing built
+    big = ["y" * (MAX_SECRETS_BYTES // 2 + 1)] * 2
+    with pytest.raises(UsageError, match="MAX_SECRETS_BYTES"):
+        executor.run("print(1)", secrets=big)
+    with pytest.raises(UsageError, match="MAX_SECRETS"):
+        executor.session(secrets=flood)
+    with executor.session() as session:
+        with pytest.raises(UsageError, match="MAX_SECRETS_BYTES"):
+            session.run("print(1)", secrets=big)
+        assert session.run("print(1)").stdout == "1\n"  # a refused call costs the session nothing
+    at_cap = [f"s{i:03d}-" + "z" * 8 for i in range(MAX_SECRETS)]
+    assert executor.run(f"print({at_cap[-1]!r})", secrets=at_cap).stdout == \
+        "[REDACTED:secret]\n"
+
+
+def test_artifacts_are_returned_as_written_not_redacted(executor: Executor) -> None:
+    """What the program writes to a file comes back byte for byte (its sha256 is the file's):
+    redaction covers output and errors, and the result's schema says artifacts are not."""
+    import hashlib
+
+    from execbox.contract import RunResult
+
+    secret = _escaped_secret()
+    code = f"open('out.txt', 'w').write({secret!r})\nprint({secret!r})\n"
+    result = executor.run(code, secrets=[secret])
+    assert result.stdout == "[REDACTED:secret]\n"
+    (art,) = result.artifacts
+    assert art.data == secret.encode()
+    assert art.sha256 == hashlib.sha256(secret.encode()).hexdigest()
+    described = RunResult.model_json_schema()["properties"]["artifacts"]["description"]
+    assert "not to artifact bytes" in described

@@ -350,6 +350,86 @@ def test_registered_secret_and_known_format_together() -> None:
     assert out == "[REDACTED:github_token] [REDACTED:secret]"
 
 
+# Secrets a plain match misses once a program shows them escaped: a backslash, both quotes,
+# non-ASCII letters, a space, a slash, a line break.
+ESCAPED_SECRETS = ("pa\\ss\"w0rd'" + rand(ALNUM, 6), "m\u00fcnchen-gr\u00fc\u00dfe " + rand(ALNUM, 6),
+                   "a/b c+d&e=" + rand(ALNUM, 6), "two\nlines\t" + rand(ALNUM, 6))
+
+
+def _shown(value: str) -> dict[str, str]:
+    """`value` as common ways of printing it show it, each beside other text."""
+    from urllib.parse import quote, quote_plus, urlencode
+
+    return {
+        "repr": repr(value), "ascii": ascii(value), "repr of a dict": repr({"k": value, 1: 2}),
+        "repr of a list with a quote": repr([value, "it's \"x\""]),
+        "repr of bytes": repr(value.encode()), "str in a bytes literal": str([value.encode()]),
+        "json": json.dumps({"k": value}), "json not ascii": json.dumps([value], ensure_ascii=False),
+        "quote": "https://h/p/" + quote(value) + "?x=1", "quote no safe": quote(value, safe=""),
+        "quote_plus": "q=" + quote_plus(value), "urlencode": urlencode({"token": value}),
+        "html": "<td>" + __import__("html").escape(value) + "</td>",
+    }
+
+
+@pytest.mark.parametrize("value", ESCAPED_SECRETS)
+def test_registered_secret_is_redacted_in_its_escaped_forms(value: str) -> None:
+    r = Redactor([value])
+    for how, text in _shown(value).items():
+        out = r.redact(text)
+        assert "[REDACTED:secret]" in out, (how, text)
+        # Nothing of the value is left: not its escaped text, not a piece of it.
+        core = value[2:-2]
+        assert core not in out and value[-6:] not in out, (how, out)
+
+
+def test_an_escaped_form_cut_at_the_end_of_a_stream_is_redacted() -> None:
+    value = ESCAPED_SECRETS[0]
+    shown = json.dumps(value)
+    r = Redactor([value])
+    assert r.redact_end("out: " + shown[:12]) == "out: \"[REDACTED:secret]"
+
+
+def test_occurrences_chained_across_values_are_all_covered() -> None:
+    # Leftmost-longest matching reports "xxab" and then looks after it; "abcdef" starts inside
+    # it and "efyy" inside that: all three are covered.
+    r = Redactor(["xxab", "abcdef", "efyy"])
+    assert r.redact("1xxabcdefyy2") == "1[REDACTED:secret]2"
+    assert r.redact("abcdefyy xxab") == "[REDACTED:secret] [REDACTED:secret]"
+
+
+def _scan_s(redactor: Redactor, text: str, rounds: int = 5) -> float:
+    best = float("inf")
+    for _ in range(rounds):
+        t = time.perf_counter()
+        redactor.findings(text)
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def test_many_registered_values_are_matched_in_one_pass() -> None:
+    """A scan costs about the same with the most values a request may register as with four
+    (one scan per value would make it ~60 times more)."""
+    values = [f"tok-{i:04d}-" + rand(ALNUM, 40) for i in range(256)]  # MAX_SECRETS
+    text = "ordinary output 12345 of a program, with words and numbers\n" * 16_000  # ~1 MiB
+    few = Redactor(values[:4], patterns=False)
+    many = Redactor(values, patterns=False)
+    assert many.redact(text + values[-1]).endswith("[REDACTED:secret]")
+    assert _scan_s(many, text) < 8 * _scan_s(few, text) + 0.002
+
+
+def test_a_value_overlapping_itself_everywhere_stays_linear() -> None:
+    """A hostile text for a value that overlaps itself ("aaaa" in a run of a's, with a long
+    value registered beside it) is scanned in time linear in its size, and fully covered."""
+    r = Redactor(["aaaa", "b" * 4000 + "aaa"], patterns=False)
+
+    def text(n: int) -> str:
+        return "aaaaab" * n
+
+    small, large = _scan_s(r, text(20_000), 3), _scan_s(r, text(80_000), 3)
+    assert large < 8 * small + 0.01
+    assert set(r.redact(text(1000)).replace("[REDACTED:secret]", "")) <= {"b"}
+
+
 def test_finding_is_a_plain_dataclass() -> None:
     assert Redactor(["wxyz"]).findings("_wxyz_") == [Finding("secret", 1, 5)]
 

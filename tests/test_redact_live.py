@@ -176,3 +176,20 @@ def test_a_secret_cut_by_the_output_cap_shows_at_most_two_of_its_characters(
     # Below MIN_CUT_PREFIX characters, a cut is left alone (text may end like a secret starts).
     assert Redactor([secret]).redact_end("AAA" + secret[:2]) == "AAA" + secret[:2]
     assert Redactor([secret]).redact_end("AAA" + secret[:3]) == "AAA[REDACTED:secret]"
+
+
+def test_escaped_forms_split_across_writes_are_caught() -> None:
+    """repr() and json.dumps() of a value with a backslash, quotes, a space and non-ASCII
+    letters, cut at every byte across two writes: the live text never shows the escaped form
+    and equals the redaction of the whole."""
+    import json
+
+    value = "p\\w \"q\" 'r' é-" + uuid.uuid4().hex[:8]
+    redactor = Redactor([value])
+    for shown in (repr(value), ascii(value), json.dumps(value), json.dumps([value]),
+                  repr({"k": value})):
+        data = ("x = " + shown + " ok\n").encode()
+        want = redactor.redact(data.decode())
+        assert "[REDACTED:secret]" in want and value[-8:] not in want
+        for k in range(1, len(data)):
+            assert _live([data[:k], data[k:]], redactor) == want, (shown, k)

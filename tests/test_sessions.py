@@ -481,3 +481,29 @@ def test_session_environment_is_exactly_what_was_given(executor: Executor) -> No
     with executor.session(env={"GREETING": "hello"}) as s:
         r = s.run("import os\nprint(sorted(os.environ.items()))")
         assert r.stdout == "[('GREETING', 'hello')]\n", r
+
+
+def test_ipython_display_of_a_secret_in_a_dict_or_list_is_redacted(executor: Executor) -> None:
+    """The notebook's ordinary display of a container (text/plain: its repr) and a JSON
+    display (application/json) show a value escaped; both are redacted, as are repr() and
+    json.dumps() printed, in the outputs and in the cell's record."""
+    secret = 'k\\e"y \'é-' + os.urandom(6).hex()
+    with executor.session(limits=SMALL, secrets=[secret]) as s:
+        s.run(f"v = {secret!r}")
+        shown = s.run("from IPython.display import JSON, display\n"
+                      "import json\n"
+                      "print(repr(v), json.dumps(v))\n"
+                      "display(JSON({'token': v}))\n"
+                      "{'token': v, 'list': [v]}\n")
+    assert shown.status is Status.ok, shown.error
+    mimes = [o.mime_type for o in shown.outputs]
+    assert "application/json" in mimes and "text/plain" in mimes, mimes
+    for text in [shown.stdout, *(o.data for o in shown.outputs)]:
+        assert secret[-12:] not in text, text
+    json_out = next(o.data for o in shown.outputs if o.mime_type == "application/json")
+    assert shown.stdout.count("[REDACTED:secret]") == 2
+    assert json.loads(json_out) == {"token": "[REDACTED:secret]"}
+    assert last_text(shown).count("[REDACTED:secret]") == 2
+    executor.store.settle()
+    record = executor.store.get(shown.run_id)
+    assert record is not None and secret[-12:] not in record.model_dump_json()

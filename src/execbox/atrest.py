@@ -3,11 +3,12 @@
 A record keeps the code, stdin, environment and input files, to explain and replay the run.
 None of them keeps a secret in clear: the code, stdin and environment values pass the run's
 `Redactor` (registered values and known formats, as the output does); input files, which are
-data and often binary, are searched for the registered values only (a pattern pass over
-megabytes of binary data would cost seconds and could mangle it). The sha256 of each original
-stays in the record (`code_sha256`, `stdin_sha256`, each input's `sha256`, and per redacted
-environment value), with one sha256 per redacted span (`Hole`), so that a caller who gives the
-secrets again gets the exact request back, checked against those digests, and nobody else does.
+data and often binary, are searched for the registered values (and their escaped forms) only
+(a pattern pass over megabytes of binary data would cost seconds and could mangle it). The
+sha256 of each original stays in the record (`code_sha256`, `stdin_sha256`, each input's
+`sha256`, and per redacted environment value), with one sha256 per redacted span (`Hole`), so
+that a caller who gives the secrets again gets the exact request back, checked against those
+digests, and nobody else does.
 
 The `sealed` column of a record says what was redacted:
 
@@ -74,14 +75,14 @@ def seal(request: RunRequest, redactor: Redactor) -> Stored:
                 "sha256": _sha256(value.encode("utf-8", "surrogateescape")),
                 "holes": _holes(holes)}
     files: list[InputFile] = []
-    registered = redactor.registered_only()
-    needles = [s.encode() for s in registered.secrets]
+    registered = redactor.registered_only() if redactor.secrets else None
     for f in request.files:
         data = f.data
-        if any(n in data for n in needles):  # the common case costs a substring search
+        if registered is not None:  # one pass over the file for every form of every value
             data, holes = _seal_bytes(registered, data)
-            sealed.setdefault("inputs", {})[f.name] = {"blob": _sha256(data),
-                                                       "holes": _holes(holes)}
+            if holes:
+                sealed.setdefault("inputs", {})[f.name] = {"blob": _sha256(data),
+                                                           "holes": _holes(holes)}
         files.append(f if data is f.data else InputFile(name=f.name, data=data))
     stored = request.model_copy(update={"code": code, "stdin": stdin, "env": env,
                                         "files": files}) if sealed else request

@@ -10,11 +10,13 @@ import base64
 import io
 import json
 import tokenize
+from collections.abc import Iterable
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -26,6 +28,38 @@ from pydantic import (
 )
 
 MIB = 1024 * 1024
+# What one request (a run, a session, a cell) may register as secrets: each value costs
+# matching on every result, so a flood of them is refused before anything is built.
+MAX_SECRETS = 256
+MAX_SECRETS_BYTES = 64 * 1024
+
+
+def check_secrets(values: Iterable[str]) -> tuple[str, ...]:
+    """`values` as a tuple; ValueError naming the limit when they are more than MAX_SECRETS
+    values or MAX_SECRETS_BYTES of UTF-8 in all, or not all strings."""
+    values = tuple(values)
+    if len(values) > MAX_SECRETS:
+        raise ValueError(f"{len(values)} secrets given; at most {MAX_SECRETS} per request "
+                         "(execbox.contract.MAX_SECRETS)")
+    if not all(isinstance(v, str) for v in values):
+        raise ValueError("secrets must be strings")
+    size = sum(len(v.encode("utf-8", "surrogatepass")) for v in values)
+    if size > MAX_SECRETS_BYTES:
+        raise ValueError(f"secrets hold {size} bytes of UTF-8; at most {MAX_SECRETS_BYTES} per "
+                         "request (execbox.contract.MAX_SECRETS_BYTES)")
+    return values
+
+
+def _checked_secrets(values: list[str]) -> list[str]:
+    check_secrets(values)
+    return values
+
+
+Secrets = Annotated[list[str], AfterValidator(_checked_secrets), Field(
+    description=f"Values redacted, with their escaped forms (repr, JSON, URL, HTML), from "
+                f"output, errors and the record; at most {MAX_SECRETS} values and "
+                f"{MAX_SECRETS_BYTES} bytes. Artifacts and files are not redacted.")]
+"""The `secrets` field of a request model (HTTP API): capped as `check_secrets` says."""
 
 
 def _base64_schema(schema: dict[str, Any]) -> None:
@@ -293,7 +327,10 @@ class RunResult(BaseModel):
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     error: ErrorInfo | None = None
-    artifacts: list[Artifact] = Field(default_factory=list)
+    artifacts: list[Artifact] = Field(
+        default_factory=list,
+        description="Files the run wrote, as written: secret redaction applies to output and "
+                    "errors, not to artifact bytes.")
     artifacts_truncated: bool = Field(
         False, description="True when files were left out because of the artifact caps."
     )

@@ -49,7 +49,7 @@ from .hosts import (
 )
 from .image import LIGHT_PRELOAD, Image
 from .records import PolicyInfo, RunStore
-from .redact import Redactor
+from .redact import Redactor, checked_secrets
 from .redact_live import LiveRedactor
 from .sandbox import capabilities
 from .sandbox.channel import SessionChannel, SessionEnded
@@ -259,6 +259,8 @@ class Executor:
         result.artifacts>` as they arrive, and only those the record store keeps have their
         `data` in memory; the caller removes the files."""
         self.store.check()  # refused when a record failed since the last check (see `records`)
+        # A cell's are the session's and the cell's own, each checked where it was given.
+        secrets = tuple(secrets) if _session is not None else checked_secrets(secrets)
         run_id = new_run_id()
         redactor = self._redactor.with_secrets(secrets)
         verdict = policy_mod.check(request, self.profiles)
@@ -413,6 +415,7 @@ class Executor:
                             ("max_lifetime_s", max_lifetime_s)):
             if not 0 < value <= 7 * 24 * 3600:
                 raise UsageError(f"{name} must be in (0, 604800] seconds, not {value!r}")
+        secrets = checked_secrets(secrets)
         template = make_request("", limits=limits, env=env, files=files, profile=profile)
         verdict = policy_mod.check(template, self.profiles)
         if verdict.decision != "allow":

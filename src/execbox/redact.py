@@ -7,7 +7,10 @@ Applied to stdout, stderr, error messages and tracebacks. Two sources of secrets
   URLs, JWTs, PEM private key blocks, Authorization / API-key headers, bearer tokens, passwords
   in URLs, secret query parameters, Google API keys, Stripe keys.
 * **Registered values**: exact strings the caller passes (`Redactor(secrets)`), matched anywhere,
-  also inside longer words.
+  also inside longer words, and in the escaped forms a program shows them in (`forms`): Python's
+  repr and ascii() of a str or bytes, JSON (ASCII-only or not), URL-encoding and HTML. All forms
+  of all values are matched in one pass of one Aho-Corasick automaton (`ahocorasick_rs`), so the
+  cost of a scan does not grow with the number of values.
 
 Each secret becomes ``[REDACTED:<kind>]``; the text around it (header names, ``https://user:``,
 ``?token=``) stays, so output remains readable and diffable.
@@ -33,12 +36,22 @@ UUIDs, base64 data, numbers and paths match no rule; tests/test_redact.py measur
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import html
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from urllib.parse import quote, quote_plus
 
-__all__ = ["DEFAULT", "MIN_SECRET_LEN", "Finding", "Hole", "Redactor", "refill"]
+from ahocorasick_rs import AhoCorasick, Implementation, MatchKind
+
+from .contract import check_secrets
+from .errors import UsageError
+
+__all__ = ["DEFAULT", "MIN_SECRET_LEN", "Finding", "Hole", "Redactor", "checked_secrets",
+           "forms", "refill"]
 
 # Registered values shorter than this are skipped, silently. A 1-3 character value ("1", "ab",
 # "yes") occurs by chance all over ordinary output: redacting every occurrence would shred the
@@ -47,6 +60,7 @@ __all__ = ["DEFAULT", "MIN_SECRET_LEN", "Finding", "Hole", "Redactor", "refill"]
 MIN_SECRET_LEN = 4
 
 REGISTERED = "secret"  # the kind of a registered value
+MIN_CUT_PREFIX = 3  # a cut secret's start this long or longer is redacted (see `redact_end`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,22 +268,111 @@ def _lower_same_length(text: str) -> str:
     return lowered
 
 
-def _registered_spans(text: str, value: str) -> Iterable[tuple[int, int]]:
-    """Spans covering every occurrence of `value` in `text`, overlapping occurrences merged.
+def forms(value: str) -> tuple[str, ...]:
+    """The texts `value` becomes when a program shows it, `value` first, each once: inside a
+    Python str or bytes literal (repr and ascii(), with a quote escaped or not: repr escapes
+    ' only when the whole string holds both quotes), in JSON (`json.dumps`, ASCII-only or
+    not), URL-encoded (`quote`, with and without '/' kept, and `quote_plus`) and HTML-escaped
+    (a DataFrame's text/html). Escapes of escapes (the JSON of a repr) are not among them."""
+    out = [value, repr(value)[1:-1], repr('"' + value)[2:-1],
+           ascii(value)[1:-1], ascii('"' + value)[2:-1],
+           json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1],
+           html.escape(value)]
+    try:
+        raw = value.encode()
+    except UnicodeEncodeError:  # a lone surrogate has no UTF-8: no bytes or URL form
+        return tuple(dict.fromkeys(out))
+    out += [repr(raw)[2:-1], repr(b'"' + raw)[3:-1],
+            quote(raw, safe=""), quote(raw), quote_plus(raw)]
+    return tuple(dict.fromkeys(out))
 
-    Overlaps matter for values such as "abab" in "ababab": a non-overlapping search would leave
-    the tail "ab" visible.
-    """
-    n = len(value)
-    start = text.find(value)
-    while start != -1:
-        end = start + n
-        nxt = text.find(value, start + 1)
-        while nxt != -1 and nxt < end:
-            end = nxt + n
-            nxt = text.find(value, nxt + 1)
-        yield start, end
-        start = nxt
+
+# Lone surrogates (bytes that were not UTF-8, decoded with surrogateescape) have no UTF-8 for
+# the automaton: each becomes U+FFFD, one character for one, in the text and in the patterns.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# Of the redactors built per request, those whose forms are this small are kept for reuse
+# (a caller sends the same few secrets with every run); larger ones are built each time.
+_CACHED_FORMS_CHARS = 16 * 1024
+
+
+class _Matcher:
+    """Every form of every registered value, found in one pass of an Aho-Corasick automaton.
+
+    The automaton reports leftmost-longest matches without overlap; an occurrence that starts
+    inside a reported one and runs past it ("abab" twice in "ababab") is found by `_extend`,
+    so the spans cover every occurrence of every form, as the union of their spans."""
+
+    def __init__(self, values: tuple[str, ...]) -> None:
+        found = {f for v in values for f in forms(v)}
+        self.forms = tuple(sorted(found, key=lambda f: (-len(f), f)))
+        # Characters a form's cut start can end on (see `Redactor.redact_end`): most outputs
+        # end on a line break, which none holds, and need no look at the forms.
+        self.cut_ends = frozenset(c for f in self.forms for c in f[MIN_CUT_PREFIX - 1:-1])
+        self._reach = len(self.forms[0]) - 1  # how far past a match an overlapping one can end
+        self._automaton = AhoCorasick(
+            [_SURROGATE.sub("\ufffd", f) for f in self.forms],
+            matchkind=MatchKind.LeftmostLongest,
+            # Builds in tens of microseconds for a few values (the DFA takes ten times more),
+            # and scans as fast as the others on output.
+            implementation=Implementation.ContiguousNFA)
+
+    def _find(self, text: str) -> list[tuple[int, int, int]]:
+        try:
+            return self._automaton.find_matches_as_indexes(text)
+        except UnicodeEncodeError:
+            return self._automaton.find_matches_as_indexes(_SURROGATE.sub("\ufffd", text))
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        """Sorted disjoint spans covering every occurrence of a form in `text`."""
+        spans: list[tuple[int, int]] = []
+        # Extending spans rescans windows of the text: at most this much of it in all, so a
+        # hostile text (a value overlapping itself at every character) stays linear. Past it,
+        # each match is widened by the longest a form overlapping it could reach: the same
+        # occurrences covered, and some text after them too.
+        budget = 8 * len(text) + (1 << 20)
+        for _, start, end in self._find(text):
+            if spans and start < spans[-1][1] and budget >= 0:
+                continue  # what starts in an extended span ends in it (`_extend`)
+            if budget < 0:
+                end = min(len(text), end + self._reach)
+            else:
+                end, budget = self._extend(text, start, end, budget)
+            if spans and start < spans[-1][1]:
+                if end > spans[-1][1]:
+                    spans[-1] = (spans[-1][0], end)
+                continue
+            spans.append((start, end))
+        return spans
+
+    def _extend(self, text: str, start: int, end: int, budget: int) -> tuple[int, int]:
+        """`end`, moved past every occurrence that starts in `text[start:end]` and ends after
+        it (repeatedly, as such an occurrence may itself be overlapped); the budget left."""
+        pos = start + 1
+        while pos < end < len(text):
+            hi = min(len(text), end + self._reach)
+            budget -= hi - pos
+            if budget < 0:
+                return hi, budget
+            first = self._find(text[pos:hi])
+            if not first or pos + first[0][1] >= end:
+                break
+            _, a, b = first[0]
+            end = max(end, pos + b)
+            pos += a + 1
+        return end, budget
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_matcher(values: tuple[str, ...]) -> _Matcher:
+    return _Matcher(values)
+
+
+def _matcher(values: tuple[str, ...]) -> _Matcher | None:
+    if not values:
+        return None
+    if sum(map(len, values)) * 4 <= _CACHED_FORMS_CHARS:
+        return _cached_matcher(values)
+    return _Matcher(values)
 
 
 def _subtract(spans: list[tuple[int, int, int, str]],
@@ -290,9 +393,6 @@ def _subtract(spans: list[tuple[int, int, int, str]],
     return out
 
 
-MIN_CUT_PREFIX = 3  # a cut secret's start this long or longer is redacted (see `redact_end`)
-
-
 class Redactor:
     """Finds and replaces secrets in text. Immutable and thread-safe; build once, reuse."""
 
@@ -304,14 +404,20 @@ class Redactor:
         `MIN_SECRET_LEN` for why).
         """
         kept = {s for s in secrets if len(s) >= MIN_SECRET_LEN}
-        # Longest first: when one value contains another, the longer names the span.
         self._secrets: tuple[str, ...] = tuple(sorted(kept, key=lambda s: (-len(s), s)))
+        self._matcher = _matcher(self._secrets)  # None without registered values: no cost
         self._rules = _RULES if patterns else ()
 
     @property
     def secrets(self) -> tuple[str, ...]:
         """The registered values (those long enough to be kept), longest first."""
         return self._secrets
+
+    @property
+    def forms(self) -> tuple[str, ...]:
+        """Every text redacted as a registered value: each value and its escaped `forms`,
+        longest first."""
+        return self._matcher.forms if self._matcher is not None else ()
 
     def with_secrets(self, more: Iterable[str]) -> Redactor:
         """A Redactor that also redacts the values in `more` (this one when there are none:
@@ -328,11 +434,10 @@ class Redactor:
         if not text:
             return []
         raw: list[tuple[int, int, int, str]] = []  # (start, end, priority, kind)
-        for prio, value in enumerate(self._secrets):
-            raw.extend((s, e, prio, REGISTERED) for s, e in _registered_spans(text, value))
-        base = len(self._secrets)
+        if self._matcher is not None:
+            raw.extend((s, e, 0, REGISTERED) for s, e in self._matcher.spans(text))
         lowered: str | None = None
-        for prio, rule in enumerate(self._rules, start=base):
+        for prio, rule in enumerate(self._rules, start=1):
             if rule.min_len > len(text):
                 continue
             if rule.lowered:
@@ -387,11 +492,10 @@ class Redactor:
         ending mid-write) may end with the start of a registered secret, which no longer
         matches it whole; that start is redacted too, from MIN_CUT_PREFIX characters on."""
         text = self.redact(text)
-        for value in self._secrets:
-            for k in range(min(len(value), len(text) + 1) - 1, MIN_CUT_PREFIX - 1, -1):
-                if text.endswith(value[:k]):
-                    return text[:-k] + "[REDACTED:secret]"
-        return text
+        if self._matcher is None or not text or text[-1] not in self._matcher.cut_ends:
+            return text
+        cut = max(_cut_start(text, form) for form in self._matcher.forms)
+        return text[:-cut] + "[REDACTED:secret]" if cut else text
 
     def seal(self, text: str) -> tuple[str, list[Hole]]:
         """`redact(text)`, and a `Hole` for each placeholder it wrote (none: `text` itself)."""
@@ -413,6 +517,28 @@ class Redactor:
         return "".join(parts), holes
 
 
+def _cut_start(text: str, value: str) -> int:
+    """The longest k, at least MIN_CUT_PREFIX and less than len(value), with `text` ending in
+    `value[:k]`; 0 if none. Only the last len(value) - 1 characters are looked at."""
+    tail = text[max(0, len(text) - len(value) + 1):] if len(value) > 1 else ""
+    head = value[:MIN_CUT_PREFIX]
+    at = tail.find(head)
+    while at != -1:
+        if value.startswith(tail[at:]):
+            return len(tail) - at
+        at = tail.find(head, at + 1)
+    return 0
+
+
+def checked_secrets(secrets: Iterable[str]) -> tuple[str, ...]:
+    """The secrets one request registers, within the caps of `contract.check_secrets` (a
+    flood of values would cost every result), else UsageError naming the cap."""
+    try:
+        return check_secrets(secrets)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+
+
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
 
@@ -420,7 +546,8 @@ def _sha256(text: str) -> str:
 def refill(sealed: str, holes: Iterable[Hole], values: Iterable[str]) -> tuple[str, int]:
     """Put `values` back into the holes of a sealed text, each where its sha256 matches.
     Returns the text and how many holes no value fits (those keep their placeholder)."""
-    by_hash = {_sha256(v): v for v in values}
+    # A hole may hold a value as the redactor found it: escaped (a literal in the code).
+    by_hash = {_sha256(f): f for v in values for f in forms(v)}
     parts: list[str] = []
     pos = missing = 0
     for hole in holes:

@@ -13,8 +13,9 @@ back until it is known not to be the first part of one. What is held, and why it
 * **A PEM private key** spans lines: from its BEGIN line, text is held until a line that cannot
   belong to the key (`_closes_pem`: its END line, or any line with a character a key body
   cannot hold), so the block is redacted whole.
-* **A registered value containing a line break**: the last ``len(value) - 1`` characters stay
-  held, and no cut falls inside an occurrence.
+* **A registered value containing a line break** (or a form of one that keeps it, see
+  `redact.forms`): the last ``len(value) - 1`` characters stay held, and no cut falls inside an
+  occurrence. The escaped forms (repr, JSON, URL) have none: they are caught line by line.
 * **Bound.** A partial line is held until its line end or the end of the run; the run's output
   cap (``limits.output_bytes``) bounds it. There is no cut inside a line: a token of any length
   (a JWT, a key) may be in progress, and a cut there could release the part before it.
@@ -61,7 +62,8 @@ class LiveRedactor:
         self._emit = emit
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self._pending = ""  # text not yet released
-        self._multiline = tuple(s for s in redactor.secrets if "\n" in s or "\r" in s)
+        # Escaped forms hold no line break but the HTML one keeps the value's own.
+        self._multiline = tuple(s for s in redactor.forms if "\n" in s or "\r" in s)
         self._hold = max((len(s) for s in self._multiline), default=1) - 1
         self._closed = False
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from .contract import MIB, Artifact, Limits, RunResult, Status, StreamEvent
 from .errors import SessionClosed, UsageError
+from .redact import checked_secrets
 from .sandbox.channel import SessionChannel, SessionEnded
 from .sandbox.host import HostError, OutputCallback
 
@@ -76,6 +77,7 @@ class Session:
         session has ended."""
         if timeout_s is not None and not 0 < timeout_s <= 3600:
             raise UsageError(f"timeout_s must be in (0, 3600], not {timeout_s!r}")
+        secrets = checked_secrets(secrets)
         with self._use():
             self.cells += 1
             result = self._executor._run_cell(

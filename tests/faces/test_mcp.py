@@ -593,3 +593,32 @@ def test_tool_calls_hold_the_result_budget_and_refuse_past_it(
     assert big.is_error and "over_result_budget" in _text(big), _text(big)
     for result, shown in zip(fine, "23", strict=True):
         assert not result.is_error and shown in _text(result), _text(result)
+
+
+def test_a_cached_run_python_result_is_redacted_with_secrets_registered_later(
+        tmp_path: Path) -> None:
+    """run_python answers from the cache; an executor given the secret after the result was
+    cached still shows it redacted, escaped forms included."""
+    secret = 'k\\e"y \'é-' + os.urandom(6).hex()
+    code = f"import json\nv = {secret!r}\nprint(repr(v), json.dumps(v))"
+    db = f"sqlite:///{tmp_path}/runs.db"
+
+    async def call(client: Client) -> Any:
+        return await client.call_tool("run_python", {"code": code})
+
+    with execbox.Executor(cache=True, records=db) as before:
+        assert secret[-12:] in _text(_inproc(before, call))
+    with execbox.Executor(cache=True, records=db, secrets=[secret]) as after:
+        hit = _inproc(after, call)
+    assert hit.structured_content["cached"] is True
+    assert secret[-12:] not in _text(hit) and _text(hit).count("[REDACTED:secret]") == 2
+    assert secret[-12:] not in str(hit.structured_content)
+
+
+def test_file_tools_say_that_files_are_not_redacted(executor: execbox.Executor) -> None:
+    async def body(client: Client) -> dict[str, str]:
+        return {t.name: t.description or "" for t in (await client.list_tools()).tools}
+
+    described = _inproc(executor, body)
+    for tool in ("read_artifact", "session_read_file"):
+        assert "not redacted" in described[tool], described[tool]

@@ -164,7 +164,8 @@ def build_server(executor: Executor, *, profile: str = "data",
                                                                "result.")],
                       path: WorkspacePath, *, ctx: Context) -> CallToolResult:
         """Read a file a run_python call wrote (listed under artifacts in its result): text as
-        text, images as images, other binary files as base64."""
+        text, images as images, other binary files as base64. Files are returned as written:
+        secret redaction covers output and errors, files are not redacted."""
         with lock:
             known = own_runs.get(run_id) == caller(ctx).name
         record = executor.store.get(run_id) if known else None
@@ -229,7 +230,8 @@ def build_server(executor: Executor, *, profile: str = "data",
     def session_read_file(session_id: SessionId, path: WorkspacePath, *,
                           ctx: Context) -> CallToolResult:
         """Read a file from a session's /workspace: text as text, images as images, other
-        binary files as base64."""
+        binary files as base64. Files are returned as written: secret redaction covers output
+        and errors, files are not redacted."""
         session = session_of(ctx, session_id)
         data = _call(lambda: session.files.read(path))
         mime = next((a.mime_type for a in _call(session.files.list) if a.path == path),

@@ -14,7 +14,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import Field
 from starlette.types import Receive, Scope, Send
 
-from ..contract import RunRequest, RunResult
+from ..contract import RunRequest, RunResult, Secrets
 from ..records import RunRecord
 from . import spool, sse
 from .deps import Caller, State
@@ -30,8 +30,7 @@ class RunBody(RunRequest):
     """A run request, plus how the server should treat it."""
 
     cache: bool | None = Field(None, description="Use the result cache (null: server default).")
-    secrets: list[str] = Field(default_factory=list,
-                               description="Values redacted from this run's output and record.")
+    secrets: Secrets = Field(default_factory=list)
 
     def request(self) -> RunRequest:
         return RunRequest.model_construct(**{name: getattr(self, name)

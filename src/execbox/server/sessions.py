@@ -11,7 +11,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.background import BackgroundTask
 
-from ..contract import Artifact, InputFile, Limits, RunResult
+from ..contract import Artifact, InputFile, Limits, RunResult, Secrets
 from . import sse
 from .deps import Caller, State
 from .errors import documented
@@ -38,8 +38,7 @@ class SessionBody(BaseModel):
                                   description="End the session after this long without a call.")
     max_lifetime_s: float = Field(3600.0, gt=0, le=7 * 86400,
                                   description="End the session this long after it started.")
-    secrets: list[str] = Field(default_factory=list,
-                               description="Values redacted from every cell's output.")
+    secrets: Secrets = Field(default_factory=list)
 
 
 class SessionInfo(BaseModel):
@@ -56,8 +55,7 @@ class CellBody(BaseModel):
     code: str = Field(description="The cell's code.")
     timeout_s: float | None = Field(None, gt=0, le=3600,
                                     description="Wall time of this cell (null: session's).")
-    secrets: list[str] = Field(default_factory=list,
-                               description="Values redacted from this cell's output.")
+    secrets: Secrets = Field(default_factory=list)
 
 
 def _info(session: Any) -> SessionInfo:
