@@ -102,6 +102,8 @@ _NAMESPACE = "<namespace>"
 _ITEM_METHODS = frozenset({"get", "__getitem__", "setdefault", "pop"})
 _ATTRIBUTE_FUNCS = frozenset({"builtins.getattr", "builtins.setattr", "builtins.delattr"})
 _ATTRIBUTE_GETTERS = frozenset({"operator.attrgetter", "operator.methodcaller"})
+# Modules that are attributes of another under a name of their own (posixpath as os.path).
+_MODULE_ATTRIBUTES = frozenset({"os.path"})
 
 
 class Profile(BaseModel):
@@ -125,6 +127,9 @@ class Profile(BaseModel):
     attributes_deny: list[str] = Field(
         default_factory=list, description="Attribute names refused on any object (patterns); "
         "when set, getattr/setattr/delattr with a computed name are refused too.")
+    module_values: Literal["allow", "deny"] = Field(
+        "allow", description="Whether a module may be used as a value (stored in a container, "
+        "passed, returned), where the check cannot follow it.")
     writes_outside_workspace: Literal["allow", "deny"] = Field(
         "deny", description="Whether constant-path writes outside /workspace, /tmp are denied.")
     max_code_bytes: int = Field(ge=0, description="Cap on the code's size in UTF-8 bytes.")
@@ -351,7 +356,8 @@ def _reads_code(profile: Profile) -> bool:
     """Whether any rule of `profile` is about the code itself (its imports, calls or writes)."""
     return bool(profile.imports_allow is not None or profile.imports_deny
                 or profile.imports_approval or profile.calls_deny or profile.calls_approval
-                or profile.attributes_deny or profile.writes_outside_workspace == "deny")
+                or profile.attributes_deny or profile.module_values == "deny"
+                or profile.writes_outside_workspace == "deny")
 
 
 # Blanks within a statement: spaces, tabs and backslash-newline continuations.
@@ -577,11 +583,15 @@ class _Analysis:
         # A denied module reached through an attribute chain (`asyncio.subprocess`) breaks its
         # import rule, so those rules need the uses resolved too.
         self.module_rules = bool(self.profile.imports_deny or self.profile.imports_approval)
+        self.module_values = self.profile.module_values == "deny"
         self.uses = bool(self.profile.calls_deny or self.profile.calls_approval
-                         or self.module_rules)
+                         or self.module_rules or self.module_values)
         self.attributes = bool(self.profile.attributes_deny)
         self.writes = self.profile.writes_outside_workspace == "deny"
-        self.modules = _KNOWN_MODULES | _rule_modules(self.profile)
+        self.rule_modules = _rule_modules(self.profile)
+        self.modules = _KNOWN_MODULES | self.rule_modules
+        self.import_targets: set[str] = set()  # what `import a.b as c` and `import a` bind
+        self.bound_values: set[int] = set()  # values assigned to a name the check follows
         nodes = _nodes(tree)
         self.bind_imports(nodes)
         self.bind_assignments(nodes)
@@ -598,9 +608,11 @@ class _Analysis:
                 for alias in node.names:
                     if alias.asname:
                         self.bind(alias.asname, alias.name)
+                        self.import_targets.add(alias.name)
                     else:  # `import a.b` binds `a`
                         top = alias.name.split(".")[0]
                         self.bind(top, top)
+                        self.import_targets.add(top)
                     self.imported.add(alias.name.split(".")[0])
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 self.imported.add(node.module.split(".")[0])
@@ -627,6 +639,11 @@ class _Analysis:
         # what its values resolve to, resolved when the name is used (`name_targets`).
         for name, value in pairs:
             self.values.setdefault(name, []).append(value)
+        # A name bound in a class body is also an attribute (`C.m`), which is not followed.
+        in_classes = {id(statement.value) for node in nodes if isinstance(node, ast.ClassDef)
+                      for statement in node.body
+                      if isinstance(statement, ast.Assign | ast.AnnAssign)}
+        self.bound_values = {id(value) for _, value in pairs} - in_classes
         if not self.writes:
             return
         for name, value in pairs:
@@ -795,6 +812,8 @@ class _Analysis:
             elif isinstance(node, ast.Call):
                 called.add(id(node.func))
                 self.inspect_call(node)
+                if self.module_values and id(node) not in inner:
+                    self.check_module_value(self.call_value(node, 0), node)
             elif isinstance(node, ast.Attribute):
                 if self.attributes:
                     self.check_attribute(node.attr, node)
@@ -880,6 +899,13 @@ class _Analysis:
     def check_use(self, names: set[str], node: ast.expr, is_call: bool) -> None:
         if not names:
             return
+        if not is_call:
+            if self.module_values:
+                self.check_module_value(names, node)
+            if self.attributes and names & (_ATTRIBUTE_FUNCS | _ATTRIBUTE_GETTERS):
+                self.add(node, "deny", "attribute.computed", self.computed_message(
+                    f"{min(names & (_ATTRIBUTE_FUNCS | _ATTRIBUTE_GETTERS))} passed as a value "
+                    "gets attributes by names the check cannot see"))
         if self.module_rules:
             self.check_reached_modules(names, node)
         rule = _call_rule(self.profile, names)
@@ -957,14 +983,38 @@ class _Analysis:
         for node in named:
             name = _const_str(node)
             if name is None and not isinstance(node, ast.Starred | None):
-                self.add(call, "deny", "attribute.computed", (
-                    f"an attribute name computed at run time is denied by profile "
-                    f"{self.key!r}: it could name any attribute, including those the profile "
-                    f"denies ({', '.join(self.profile.attributes_deny)}); use a constant name, "
-                    + self.checker.advice(lambda q: not q.attributes_deny, "or remove it")))
+                self.add(call, "deny", "attribute.computed",
+                         self.computed_message("an attribute name computed at run time"))
                 return
             for attr in (name or "").split("."):
                 self.check_attribute(attr, call)
+
+    def computed_message(self, what: str) -> str:
+        return (f"{what} is denied by profile {self.key!r}: it could name any attribute, "
+                f"including those the profile denies ({', '.join(self.profile.attributes_deny)})"
+                "; use a constant name instead, or "
+                + self.checker.advice(lambda q: not q.attributes_deny, "remove it"))
+
+    def check_module_value(self, names: set[str], node: ast.expr) -> None:
+        """A module stored, passed or returned is out of the check's sight from then on."""
+        if id(node) in self.bound_values:
+            return  # `p = pathlib`: the name is followed (`name_targets`)
+        for name in sorted(names):
+            last = name.rsplit(".", 1)[-1]
+            # `datetime.datetime` also reads as the module `datetime` reached along it; only a
+            # name that is all there is stands for the module its import statement bound.
+            imported = name in self.import_targets and not any(
+                other.endswith("." + name) for other in names)
+            if not (imported or name in _MODULE_ATTRIBUTES
+                    or last in self.rule_modules or last.lstrip("_") in self.rule_modules
+                    or last in _SAME_MODULE):
+                continue
+            self.add(node, "deny", "module.value", (
+                f"module {name} used as a value (stored, passed or returned) is denied by "
+                f"profile {self.key!r}: the check follows a module only through its "
+                f"attributes; use {name}.<name> directly instead, or "
+                + self.checker.advice(lambda q: q.module_values == "allow", "remove it")))
+            return
 
     def alternative(self, accepts: Callable[[Profile], bool]) -> str:
         for key, profile in self.checker.profiles.items():
