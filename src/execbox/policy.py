@@ -18,13 +18,19 @@ SyntaxError with its line and column like any other error. Source bytes that do 
 SyntaxError is known before any sandbox, so the executor reports it without starting one.
 
 This is an early, explainable rejection layer, NOT the security boundary. The analysis resolves
-import aliases (`import os as o`, `from os import system as s`, `from os import *`,
-`__import__("x")`, `importlib.import_module("x")` and `getattr(mod, "name")` with constant
-arguments) but it does not evaluate anything: `getattr` with a computed name, `exec`/`eval` of a
-built string, imports whose name is computed, objects passed around through containers, and
-code that only runs in libraries are not seen. Write checks are best effort on constant paths
-only. The sandbox (namespaces, read-only root, seccomp, cgroups) holds regardless of what this
-stage lets through.
+names without evaluating anything: import aliases (`import os as o`, `from os import system as
+s`, `from os import *`, `__import__("x")`, `importlib.import_module("x")`), names assigned a
+module or a name (`p = pathlib`, `a, b = os, 1`, walrus), modules reached as attributes of
+others (`pathlib.os`, `random._os`, `posix` for `os`) and constant lookups (`getattr(m, "os")`,
+`sys.modules["os"]`, `m.__dict__["os"]`, `vars(m)["os"]`, `globals()["os"]`, `.get("os")`). A
+rule naming `x.y` covers `x.y.z` too. What exists only at run time is not seen: a computed
+`getattr` name, `exec`/`eval` of a built string, a computed import, a module passed through a
+container or a call, objects returned by library calls, code that only runs in libraries, and
+modules the code writes into the workspace. A profile can refuse the ways to those instead
+(`attributes_deny` with computed attribute names, `module_values`, call rules on `exec` and
+`sys.modules`), as `minimal` does. Write checks are best effort on constant paths only. The
+sandbox (namespaces, read-only root, seccomp, cgroups) holds regardless of what this stage
+lets through.
 """
 
 from __future__ import annotations
