@@ -159,8 +159,11 @@ def test_minimal_denies_processes_native_code_other_libraries_and_outside_writes
     ("import functools\nfunctools.reduce(getattr, ['__init__', '__globals__'], len)\n",
      "attribute.computed", 2),
     ("import os\n[os][0].system('id')\n", "module.value", 2),
-    ("import pathlib\ndef f(m):\n    return m.os\nf(pathlib).system('id')\n",
-     "module.value", 4),
+    ("import pathlib\ndef f(m):\n    return m\nq = f(pathlib)\n", "module.value", 4),
+    ("import warnings\nw = warnings.catch_warnings()._module\nw.sys.modules['os'].system('id')\n",
+     "call.deny", 3),
+    ("import warnings\nw = warnings.catch_warnings()._module\ngetattr(w, 'os').fork()\n",
+     "call.deny", 3),
     ("import os\nclass C:\n    m = os\nC.m.system('id')\n", "module.value", 3),
     ("import pathlib\nfor m in (pathlib.os,):\n    m.system('id')\n", "module.value", 2),
     ("import pathlib\np = pathlib\nq = [p]\n", "module.value", 3),
@@ -217,6 +220,9 @@ def test_minimal_not_allowed_message_names_the_module_and_a_profile_that_allows_
     "import datetime\nfrom datetime import date\nt = datetime.datetime\n"
     "print(isinstance(t.now(), (datetime.datetime, datetime.time, date)))\n",
     "import math, pathlib\np = pathlib\nfns = [math.sqrt, math.floor]\nprint(p.Path('x'))\n",
+    "import re\nm = re.match('a', 'abc')\nprint(m.string, [m.string])\n",
+    "class Clock:\n    def __init__(self):\n        self.time = 0\n        self.string = ''\n"
+    "\n    def tick(self):\n        return [self.time, self.string]\n",
 ])
 def test_minimal_allows_pure_computation_and_workspace_files(
         shipped: dict[str, Profile], src: str) -> None:

@@ -102,6 +102,11 @@ _ATTRIBUTE_PATTERN = re.compile(r"[A-Za-z0-9_*?\[\]!]+\Z")
 # underscores, stands for it too. Some modules go by another name.
 _KNOWN_MODULES = frozenset(sys.stdlib_module_names)
 _SAME_MODULE = {"posix": "os", "nt": "os", "__builtins__": "builtins"}
+# Modules that lead to processes, native code or any other module. An attribute of any object
+# named like one (`x._module.sys`) is taken for the module, whatever the object: the names of
+# other modules are too common as plain attributes (`match.string`, `dt.time`) to be read so.
+_GATEWAY_MODULES = frozenset({"os", "sys", "builtins", "subprocess", "_posixsubprocess",
+                              "importlib", "ctypes", "multiprocessing", "socket", "pty"})
 # What `globals()`, `locals()` and `vars()` return: the code's own namespace.
 _NAMESPACE = "<namespace>"
 # Calls that take a key and return an item: `sys.modules.get("os")` is `sys.modules["os"]`.
@@ -677,7 +682,9 @@ class _Analysis:
         elif isinstance(node, ast.Subscript) and depth < _MAX_DEPTH:
             bases = self.item_value(node.value, _const_str(node.slice), depth + 1)
         else:
-            return set()
+            bases = set()
+        if not bases:  # an object the check cannot name: `x._module.sys.modules`
+            return _gateway_names(list(reversed(attrs)))
         names = set()
         for base in bases:
             names |= self.reached(base + suffix)
@@ -760,7 +767,7 @@ class _Analysis:
             found = set()
             for base in self.qualnames(call.args[0], depth + 1):
                 found |= self.reached(f"{base}.{name}")
-            return found
+            return found or _gateway_names([name])
         return set()
 
     def imported_module(self, call: ast.Call, depth: int) -> str | None:
@@ -1068,6 +1075,17 @@ def _nodes(tree: ast.AST) -> list[Any]:
             elif value is not None:
                 found.append(value)
     return found
+
+
+def _gateway_names(attrs: list[str]) -> set[str]:
+    """The names an attribute chain on an object the check cannot name has from each gateway
+    module it reaches: `x._module.sys.modules` is `sys.modules` whatever `x` is."""
+    names = set()
+    for i, attr in enumerate(attrs):
+        module = _SAME_MODULE.get(attr, attr.lstrip("_") or attr)
+        if module in _GATEWAY_MODULES:
+            names.add(".".join([module, *attrs[i + 1:]]))
+    return names
 
 
 def _rule_modules(profile: Profile) -> frozenset[str]:
