@@ -294,6 +294,7 @@ def test_extended_gets_more_time_and_memory_by_default(shipped: dict[str, Profil
     ("import os\nb = a\na = os\nb.system('ls')\n", "call.deny", 4),
     ("import os\nm, n = os, 1\nm.system('ls')\n", "call.deny", 3),
     ("import os\nif (m := os):\n    m.system('ls')\n", "call.deny", 3),
+    ("import os\n\n(m := os).system('ls')\n", "call.deny", 3),
     ("__builtins__.__import__('subprocess')\n", "import.deny", 1),
     ("import asyncio\nasyncio.subprocess.PIPE\n", "import.deny", 2),
     ("import sys\nsys.modules['ctypes']\n", "import.deny", 2),

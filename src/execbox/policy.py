@@ -681,6 +681,8 @@ class _Analysis:
             bases = self.call_value(node, depth + 1)
         elif isinstance(node, ast.Subscript) and depth < _MAX_DEPTH:
             bases = self.item_value(node.value, _const_str(node.slice), depth + 1)
+        elif isinstance(node, ast.NamedExpr) and depth < _MAX_DEPTH:  # `(m := os).system`
+            bases = self.qualnames(node.value, depth + 1)
         else:
             bases = set()
         if not bases:  # an object the check cannot name: `x._module.sys.modules`
