@@ -221,6 +221,7 @@ def test_minimal_not_allowed_message_names_the_module_and_a_profile_that_allows_
     "print(isinstance(t.now(), (datetime.datetime, datetime.time, date)))\n",
     "import math, pathlib\np = pathlib\nfns = [math.sqrt, math.floor]\nprint(p.Path('x'))\n",
     "import re\nm = re.match('a', 'abc')\nprint(m.string, [m.string])\n",
+    "import os\nprint(getattr(os, 'path').join('a', 'b'))\n",
     "class Clock:\n    def __init__(self):\n        self.time = 0\n        self.string = ''\n"
     "\n    def tick(self):\n        return [self.time, self.string]\n",
 ])

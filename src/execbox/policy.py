@@ -113,6 +113,7 @@ _NAMESPACE = "<namespace>"
 _ITEM_METHODS = frozenset({"get", "__getitem__", "setdefault", "pop"})
 _ATTRIBUTE_FUNCS = frozenset({"builtins.getattr", "builtins.setattr", "builtins.delattr"})
 _ATTRIBUTE_GETTERS = frozenset({"operator.attrgetter", "operator.methodcaller"})
+_CONSTANT_GETTERS = frozenset({"builtins.getattr", "builtins.hasattr"})
 # Modules that are attributes of another under a name of their own (posixpath as os.path).
 _MODULE_ATTRIBUTES = frozenset({"os.path"})
 
@@ -827,8 +828,13 @@ class _Analysis:
             elif isinstance(node, ast.Call):
                 called.add(id(node.func))
                 self.inspect_call(node)
-                if self.module_values and id(node) not in inner:
-                    self.check_module_value(self.call_value(node, 0), node)
+                if self.module_values:
+                    if id(node) not in inner:
+                        self.check_module_value(self.call_value(node, 0), node)
+                    if len(node.args) >= 2 and _const_str(node.args[1]) is not None and (
+                            self.qualnames(node.func, 0) & _CONSTANT_GETTERS):
+                        # getattr(os, "path") is followed like os.path: not a module let go.
+                        self.bound_values.add(id(node.args[0]))
             elif isinstance(node, ast.Attribute):
                 if self.attributes:
                     self.check_attribute(node.attr, node)
@@ -852,8 +858,8 @@ class _Analysis:
         if self.uses and call.args and isinstance(call.func, ast.Name | ast.Attribute):
             # getattr(os, "system") is a use of os.system even when never called directly.
             value = self.call_value(call, 0) if module is None else set()
-            if value:
-                self.check_use(value, call, False)
+            if value:  # as a value it is checked where it is not an attribute chain's head
+                self.check_use(value, call, False, as_value=False)
         if self.writes:
             for path in self.written_paths(call):
                 if _is_outside(path):
@@ -911,10 +917,11 @@ class _Analysis:
                        + self.alternative(lambda q: _import_rule(q, module) is None))
         self.add(node, decision, rule_id, message)
 
-    def check_use(self, names: set[str], node: ast.expr, is_call: bool) -> None:
+    def check_use(self, names: set[str], node: ast.expr, is_call: bool,
+                  as_value: bool = True) -> None:
         if not names:
             return
-        if not is_call:
+        if as_value and not is_call:
             if self.module_values:
                 self.check_module_value(names, node)
             if self.attributes and names & (_ATTRIBUTE_FUNCS | _ATTRIBUTE_GETTERS):
