@@ -81,6 +81,20 @@ def test_minimal_denies_the_attribute_chains_to_os_in_runs_and_cells(
         assert s.files.list() == []  # the code never ran
 
 
+def test_minimal_session_cells_must_be_python_not_ipython_escapes(executor: Executor) -> None:
+    escape = "ran = !touch /workspace/ran\n"
+    with executor.session(profile="minimal") as s:
+        cell = s.run(escape)
+        assert cell.status is Status.policy_denied and cell.error is not None, cell
+        assert cell.error.rule == "code.not_python"
+        assert s.run("get_ipython().system('touch /workspace/ran')").status is \
+            Status.policy_denied
+        assert s.files.list() == []
+    with executor.session(profile="data") as s:  # control: the escape runs a shell
+        assert s.run(escape).ok
+        assert [a.path for a in s.files.list()] == ["ran"]
+
+
 def test_held_run_is_released_once_by_approval(executor: Executor, approval_profile: str) -> None:
     held = executor.run("import shutil\nshutil.rmtree('gone', ignore_errors=True)\nprint('ran')",
                         profile=approval_profile)

@@ -178,6 +178,30 @@ def test_minimal_denies_each_way_around_its_rules(
     assert run_check(src, shipped, "data").decision == "allow"
 
 
+@pytest.mark.parametrize("src", [
+    "!touch ran\n", "x = 1\nfiles = !ls\n", "%system id\n", "%%bash\nid\n", "/exec 'x'\n",
+])
+def test_a_session_cell_that_is_not_python_is_denied_under_minimal(
+        shipped: dict[str, Profile], src: str) -> None:
+    # IPython runs these (a shell, a magic); the rules would never see what they do.
+    v = check(RunRequest(code=src, profile="minimal"), shipped, cell=True)
+    assert (v.decision, v.rule) == ("deny", "code.not_python"), v.message
+    assert v.message is not None and "choose profile 'data'" in v.message
+    # A run is plain Python: its SyntaxError is the run's to report.
+    v = check(RunRequest(code=src, profile="minimal"), shipped)
+    assert (v.decision, v.rule) == ("allow", "code.syntax")
+    assert check(RunRequest(code=src, profile="data"), shipped, cell=True).decision == "allow"
+
+
+@pytest.mark.parametrize("src", [
+    "get_ipython().system('id')\n", "exit._ip.system('id')\n", "__builtin__.eval('1')\n",
+])
+def test_a_session_shell_reached_through_ipython_names_is_denied_under_minimal(
+        shipped: dict[str, Profile], src: str) -> None:
+    v = check(RunRequest(code=src, profile="minimal"), shipped, cell=True)
+    assert (v.decision, v.rule, v.line) == ("deny", "call.deny", 1), v.message
+
+
 def test_a_reached_module_is_named_in_the_message(shipped: dict[str, Profile]) -> None:
     v = run_check("import pathlib\npathlib.os.system('id')\n", shipped, "minimal")
     assert v.message is not None and "os.system" in v.message

@@ -101,7 +101,9 @@ _ATTRIBUTE_PATTERN = re.compile(r"[A-Za-z0-9_*?\[\]!]+\Z")
 # that module: any attribute named like a known module, or so named after leading
 # underscores, stands for it too. Some modules go by another name.
 _KNOWN_MODULES = frozenset(sys.stdlib_module_names)
-_SAME_MODULE = {"posix": "os", "nt": "os", "__builtins__": "builtins"}
+_SAME_MODULE = {"posix": "os", "nt": "os", "__builtins__": "builtins", "__builtin__": "builtins"}
+# Names IPython adds to the builtins of a session (`get_ipython().system(...)` runs a shell).
+_SESSION_BUILTINS = frozenset({"get_ipython"})
 # Modules that lead to processes, native code or any other module. An attribute of any object
 # named like one (`x._module.sys`) is taken for the module, whatever the object: the names of
 # other modules are too common as plain attributes (`match.string`, `dt.time`) to be read so.
@@ -277,8 +279,10 @@ def _describe(err: ErrorDetails) -> str:
 _PARSE_LOCK = threading.Lock()
 
 
-def check(request: RunRequest, profiles: Mapping[str, Profile]) -> Verdict:
-    """Decide whether `request` may run under its profile, and with which limits.
+def check(request: RunRequest, profiles: Mapping[str, Profile], *,
+          cell: bool = False) -> Verdict:
+    """Decide whether `request` may run under its profile, and with which limits. `cell`: the
+    code is a session cell, which IPython runs (its `!cmd` and `%magic` are not Python).
 
     Raises UsageError when the request names a profile that `profiles` does not define.
     """
@@ -286,7 +290,7 @@ def check(request: RunRequest, profiles: Mapping[str, Profile]) -> Verdict:
     if profile is None:
         known = ", ".join(repr(name) for name in profiles) or "none"
         raise UsageError(f"unknown policy profile {request.profile!r}; known profiles: {known}")
-    return _Checker(request, request.profile, profile, profiles).run()
+    return _Checker(request, request.profile, profile, profiles, cell).run()
 
 
 def _effective_limits(requested: Limits, profile: Profile) -> Limits:
@@ -467,11 +471,12 @@ class _Checker:
     """One check of one request: the rules in order, then the syntax tree."""
 
     def __init__(self, request: RunRequest, key: str, profile: Profile,
-                 profiles: Mapping[str, Profile]) -> None:
+                 profiles: Mapping[str, Profile], cell: bool = False) -> None:
         self.request = request
         self.key = key
         self.profile = profile
         self.profiles = profiles
+        self.cell = cell
         self.limits = _effective_limits(request.limits, profile)
 
     def verdict(self, decision: Decision, rule: str | None = None, message: str | None = None,
@@ -513,9 +518,17 @@ class _Checker:
             with _PARSE_LOCK:  # CPython 3.11's parser is not safe from several threads
                 tree = ast.parse(self.request.code, filename="main.py")  # as the sandbox does
         except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+            line = exc.lineno if isinstance(exc, SyntaxError) else None
+            if self.cell:
+                # IPython turns what is not Python into calls the rules never see: `!cmd` and
+                # `x = !cmd` run a shell, `%magic` anything. Only Python is let through.
+                return self.verdict("deny", "code.not_python", (
+                    f"the cell is not Python ({type(exc).__name__}: {exc}); under profile "
+                    f"{key!r} a cell must be Python: IPython's shell escapes and magics (!cmd, "
+                    "%magic) would run past its rules; "
+                    + self.advice(lambda q: not _reads_code(q), "write it in Python")), line)
             # Not a deny: the sandbox compiles the code too and reports the error with its line
             # and column as an ordinary `error` result, which tells the author far more.
-            line = exc.lineno if isinstance(exc, SyntaxError) else None
             return self.verdict("allow", "code.syntax", (
                 f"the code was not analysed ({type(exc).__name__}: {exc}); "
                 "the run reports the error"), line)
@@ -742,9 +755,9 @@ class _Analysis:
         if name in self.aliases:
             return set(self.aliases[name])
         targets = {f"{module}.{name}" for module in self.star_modules}
-        if name in _BUILTINS:
+        if name in _BUILTINS or name in _SESSION_BUILTINS:
             targets.add(f"builtins.{name}")
-        elif name == "__builtins__":
+        elif name in ("__builtins__", "__builtin__"):  # the latter in IPython's namespace
             targets.add("builtins")
         return targets
 
