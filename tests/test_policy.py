@@ -168,6 +168,10 @@ def test_minimal_denies_processes_native_code_other_libraries_and_outside_writes
     ("import pathlib\nfor m in (pathlib.os,):\n    m.system('id')\n", "module.value", 2),
     ("import pathlib\np = pathlib\nq = [p]\n", "module.value", 3),
     ("x = [__builtins__]\n", "module.value", 1),
+    ("help('antigravity')\n", "call.deny", 1),
+    ("import io\nio.FileIO('/proc/self/mem', 'r+')\n", "write.outside_workspace", 2),
+    ("import os\nfd = os.open('/proc/self/mem', os.O_RDWR | os.O_CLOEXEC)\n",
+     "write.outside_workspace", 2),
 ])
 def test_minimal_denies_each_way_around_its_rules(
         shipped: dict[str, Profile], src: str, rule: str, line: int) -> None:
@@ -246,6 +250,8 @@ def test_minimal_not_allowed_message_names_the_module_and_a_profile_that_allows_
     "import math, pathlib\np = pathlib\nfns = [math.sqrt, math.floor]\nprint(p.Path('x'))\n",
     "import re\nm = re.match('a', 'abc')\nprint(m.string, [m.string])\n",
     "import os\nprint(getattr(os, 'path').join('a', 'b'))\n",
+    "import os\nfd = os.open('/etc/hosts', os.O_RDONLY)\nos.close(fd)\n",
+    "import os\nfd = os.open('out.txt', os.O_WRONLY | os.O_CREAT)\n",
     "class Clock:\n    def __init__(self):\n        self.time = 0\n        self.string = ''\n"
     "\n    def tick(self):\n        return [self.time, self.string]\n",
 ])

@@ -70,7 +70,9 @@ WRITABLE_DIRS = (WORKSPACE, "/tmp", "/dev/shm")
 WRITE_SINKS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
 
 _BUILTINS = frozenset(dir(builtins))
-_OPEN_FUNCS = frozenset({"builtins.open", "io.open", "codecs.open"})
+_OPEN_FUNCS = frozenset({"builtins.open", "io.open", "codecs.open", "io.FileIO"})
+# os.open writes at its path when its flags name one of these.
+_WRITE_FLAGS = frozenset({"os.O_WRONLY", "os.O_RDWR", "os.O_CREAT", "os.O_APPEND", "os.O_TRUNC"})
 _PATH_TYPES = frozenset({"pathlib.Path", "pathlib.PosixPath"})
 # pathlib methods that change the file system at the receiver's path. `open` depends on its mode;
 # rename/replace also write at their first argument.
@@ -892,6 +894,14 @@ class _Analysis:
             target = _argument(call, 0, "file") or _argument(call, 0, "filename")
             if mode is not None and set(mode) & set("wax+") and target is not None:
                 paths += self.constant_paths([target])
+        if "os.open" in funcs:
+            flags = _argument(call, 1, "flags")
+            named = set()
+            for node in _nodes(flags) if flags is not None else ():
+                if isinstance(node, ast.Attribute | ast.Name):
+                    named |= self.qualnames(node, 0)
+            if named & _WRITE_FLAGS:
+                paths += self.constant_paths([_argument(call, 0, "path")])
         for func in funcs:
             positions = _WRITE_FUNCS.get(func, ())
             paths += self.constant_paths([_argument(call, i, kw) for i, kw in positions])
