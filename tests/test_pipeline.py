@@ -81,7 +81,7 @@ def test_minimal_denies_the_attribute_chains_to_os_in_runs_and_cells(
         assert s.files.list() == []  # the code never ran
 
 
-def test_minimal_session_cells_must_be_python_not_ipython_escapes(executor: Executor) -> None:
+def test_minimal_session_cells_must_be_python_and_are_checked_with_earlier_cells(executor: Executor) -> None:
     escape = "ran = !touch /workspace/ran\n"
     with executor.session(profile="minimal") as s:
         cell = s.run(escape)
@@ -89,6 +89,10 @@ def test_minimal_session_cells_must_be_python_not_ipython_escapes(executor: Exec
         assert cell.error.rule == "code.not_python"
         assert s.run("get_ipython().system('touch /workspace/ran')").status is \
             Status.policy_denied
+        assert s.files.list() == []
+        assert s.run("import os").ok
+        cell = s.run("os.system('touch /workspace/ran')")  # os imported by the cell before
+        assert cell.status is Status.policy_denied, cell
         assert s.files.list() == []
     with executor.session(profile="data") as s:  # control: the escape runs a shell
         assert s.run(escape).ok

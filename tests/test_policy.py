@@ -188,13 +188,13 @@ def test_minimal_denies_each_way_around_its_rules(
 def test_a_session_cell_that_is_not_python_is_denied_under_minimal(
         shipped: dict[str, Profile], src: str) -> None:
     # IPython runs these (a shell, a magic); the rules would never see what they do.
-    v = check(RunRequest(code=src, profile="minimal"), shipped, cell=True)
+    v = check(RunRequest(code=src, profile="minimal"), shipped, cell=policy.CellContext())
     assert (v.decision, v.rule) == ("deny", "code.not_python"), v.message
     assert v.message is not None and "choose profile 'data'" in v.message
     # A run is plain Python: its SyntaxError is the run's to report.
     v = check(RunRequest(code=src, profile="minimal"), shipped)
     assert (v.decision, v.rule) == ("allow", "code.syntax")
-    assert check(RunRequest(code=src, profile="data"), shipped, cell=True).decision == "allow"
+    assert check(RunRequest(code=src, profile="data"), shipped, cell=policy.CellContext()).decision == "allow"
 
 
 @pytest.mark.parametrize("src", [
@@ -202,8 +202,37 @@ def test_a_session_cell_that_is_not_python_is_denied_under_minimal(
 ])
 def test_a_session_shell_reached_through_ipython_names_is_denied_under_minimal(
         shipped: dict[str, Profile], src: str) -> None:
-    v = check(RunRequest(code=src, profile="minimal"), shipped, cell=True)
+    v = check(RunRequest(code=src, profile="minimal"), shipped, cell=policy.CellContext())
     assert (v.decision, v.rule, v.line) == ("deny", "call.deny", 1), v.message
+
+
+@pytest.mark.parametrize("cells,rule", [
+    (["import os\n", "os.system('id')\n"], "call.deny"),
+    (["import os\nm = os\n", "x = 1\n", "m.system('id')\n"], "call.deny"),
+    (["from os import system as run\n", "run('id')\n"], "call.deny"),
+    (["import pathlib\n", "q = [pathlib]\n"], "module.value"),
+    (["import os\n", "m = os\n", "n = [m]\n"], "module.value"),
+])
+def test_a_session_cell_is_checked_with_what_earlier_cells_bound(
+        shipped: dict[str, Profile], cells: list[str], rule: str) -> None:
+    context = policy.CellContext()
+    for earlier in cells[:-1]:
+        v = check(RunRequest(code=earlier, profile="minimal"), shipped, cell=context)
+        assert v.decision == "allow", v.message
+    v = check(RunRequest(code=cells[-1], profile="minimal"), shipped, cell=context)
+    assert (v.decision, v.rule) == ("deny", rule), v.message
+    # Control: alone (another session) the last cell names nothing the check knows.
+    alone = check(RunRequest(code=cells[-1], profile="minimal"), shipped,
+                  cell=policy.CellContext())
+    assert alone.decision == "allow", alone.message
+
+
+def test_a_denied_cell_binds_nothing_for_the_next(shipped: dict[str, Profile]) -> None:
+    context = policy.CellContext()
+    v = check(RunRequest(code="import os\nos.fork()\nx = os\n", profile="minimal"), shipped,
+              cell=context)
+    assert v.decision == "deny"
+    assert context.aliases == {}
 
 
 def test_a_reached_module_is_named_in_the_message(shipped: dict[str, Profile]) -> None:

@@ -281,10 +281,45 @@ def _describe(err: ErrorDetails) -> str:
 _PARSE_LOCK = threading.Lock()
 
 
+class CellContext:
+    """What the cells a session ran before bound, for checking the next one: `import os` in one
+    cell and `os.system(...)` in the next is a use of os.system. Filled by `check` with each
+    cell it lets run (or holds); one per session."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.aliases: dict[str, set[str]] = {}  # name -> the dotted names it may stand for
+        self.star_modules: set[str] = set()
+        self.import_targets: set[str] = set()
+        self.imported: set[str] = set()
+
+    def snapshot(self) -> CellContext:
+        copy = CellContext()
+        with self._lock:
+            copy.aliases = {name: set(targets) for name, targets in self.aliases.items()}
+            copy.star_modules = set(self.star_modules)
+            copy.import_targets = set(self.import_targets)
+            copy.imported = set(self.imported)
+        return copy
+
+    def add(self, analysis: _Analysis) -> None:
+        # Each name the cell bound, resolved now: what it stands for from then on, along with
+        # what it stood for before (the cell may not have run the assignment).
+        bound = {name: analysis.name_targets(name)
+                 for name in set(analysis.aliases) | set(analysis.values)}
+        with self._lock:
+            for name, targets in bound.items():
+                self.aliases.setdefault(name, set()).update(targets)
+            self.star_modules.update(analysis.star_modules)
+            self.import_targets |= analysis.import_targets
+            self.imported |= analysis.imported
+
+
 def check(request: RunRequest, profiles: Mapping[str, Profile], *,
-          cell: bool = False) -> Verdict:
+          cell: CellContext | None = None) -> Verdict:
     """Decide whether `request` may run under its profile, and with which limits. `cell`: the
-    code is a session cell, which IPython runs (its `!cmd` and `%magic` are not Python).
+    code is a session cell, which IPython runs (its `!cmd` and `%magic` are not Python) after
+    the cells `cell` holds the bindings of; an allowed or held cell's are added to it.
 
     Raises UsageError when the request names a profile that `profiles` does not define.
     """
@@ -473,7 +508,7 @@ class _Checker:
     """One check of one request: the rules in order, then the syntax tree."""
 
     def __init__(self, request: RunRequest, key: str, profile: Profile,
-                 profiles: Mapping[str, Profile], cell: bool = False) -> None:
+                 profiles: Mapping[str, Profile], cell: CellContext | None = None) -> None:
         self.request = request
         self.key = key
         self.profile = profile
@@ -521,7 +556,7 @@ class _Checker:
                 tree = ast.parse(self.request.code, filename="main.py")  # as the sandbox does
         except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
             line = exc.lineno if isinstance(exc, SyntaxError) else None
-            if self.cell:
+            if self.cell is not None:
                 # IPython turns what is not Python into calls the rules never see: `!cmd` and
                 # `x = !cmd` run a shell, `%magic` anything. Only Python is let through.
                 return self.verdict("deny", "code.not_python", (
@@ -534,9 +569,12 @@ class _Checker:
             return self.verdict("allow", "code.syntax", (
                 f"the code was not analysed ({type(exc).__name__}: {exc}); "
                 "the run reports the error"), line)
-        analysis = _Analysis(tree, self)
+        analysis = _Analysis(tree, self, self.cell.snapshot() if self.cell else None)
         findings = analysis.findings
         imports = frozenset(analysis.imports)
+        if self.cell is not None and all(f.decision != "deny" for f in findings):
+            # The cell runs, now or once approved: what it binds holds for the next ones.
+            self.cell.add(analysis)
         for decision in ("deny", "needs_approval"):
             chosen = [f for f in findings if f.decision == decision]
             if chosen:
@@ -591,16 +629,18 @@ class _Analysis:
     stack.
     """
 
-    def __init__(self, tree: ast.Module, checker: _Checker) -> None:
+    def __init__(self, tree: ast.Module, checker: _Checker,
+                 before: CellContext | None = None) -> None:
         self.checker = checker
         self.profile = checker.profile
         self.key = checker.key
-        self.aliases: dict[str, set[str]] = {}
+        self.aliases: dict[str, set[str]] = before.aliases if before else {}
         self.values: dict[str, list[ast.expr]] = {}  # name -> the values assigned to it
         self.resolved: dict[str, set[str]] = {}
         self.resolving: set[str] = set()
-        self.star_modules: list[str] = []
-        self.imported: set[str] = set()  # top-level modules of import statements
+        self.star_modules: list[str] = sorted(before.star_modules) if before else []
+        # Top-level modules of import statements
+        self.imported: set[str] = before.imported if before else set()
         self.path_names: dict[str, tuple[str, bool]] = {}
         self.findings: list[_Finding] = []
         self.imports: set[str] = set()
@@ -617,7 +657,8 @@ class _Analysis:
         self.writes = self.profile.writes_outside_workspace == "deny"
         self.rule_modules = _rule_modules(self.profile)
         self.modules = _KNOWN_MODULES | self.rule_modules
-        self.import_targets: set[str] = set()  # what `import a.b as c` and `import a` bind
+        # What `import a.b as c` and `import a` bind
+        self.import_targets: set[str] = before.import_targets if before else set()
         self.bound_values: set[int] = set()  # values assigned to a name the check follows
         nodes = _nodes(tree)
         self.bind_imports(nodes)
