@@ -66,6 +66,39 @@ def test_policy_denial_names_rule_and_line_and_never_runs(executor: Executor) ->
     assert r.stdout == "" and r.metrics.wall_ms == 0
 
 
+@pytest.mark.parametrize("code", [
+    "import pathlib\npathlib.os.system('touch /workspace/ran')\n",
+    "import logging\nlogging.os.execv('/bin/touch', ['touch', '/workspace/ran'])\n",
+    "import sys\nsys.modules['os'].system('touch /workspace/ran')\n",
+])
+def test_minimal_denies_the_attribute_chains_to_os_in_runs_and_cells(
+        executor: Executor, code: str) -> None:
+    r = executor.run(code, profile="minimal")
+    assert (r.status, r.error and r.error.line) == (Status.policy_denied, 2), r
+    with executor.session(profile="minimal") as s:
+        cell = s.run(code)
+        assert cell.status is Status.policy_denied, cell
+        assert s.files.list() == []  # the code never ran
+
+
+def test_minimal_session_cells_must_be_python_and_are_checked_with_earlier_cells(executor: Executor) -> None:
+    escape = "ran = !touch /workspace/ran\n"
+    with executor.session(profile="minimal") as s:
+        cell = s.run(escape)
+        assert cell.status is Status.policy_denied and cell.error is not None, cell
+        assert cell.error.rule == "code.not_python"
+        assert s.run("get_ipython().system('touch /workspace/ran')").status is \
+            Status.policy_denied
+        assert s.files.list() == []
+        assert s.run("import os").ok
+        cell = s.run("os.system('touch /workspace/ran')")  # os imported by the cell before
+        assert cell.status is Status.policy_denied, cell
+        assert s.files.list() == []
+    with executor.session(profile="data") as s:  # control: the escape runs a shell
+        assert s.run(escape).ok
+        assert [a.path for a in s.files.list()] == ["ran"]
+
+
 def test_held_run_is_released_once_by_approval(executor: Executor, approval_profile: str) -> None:
     held = executor.run("import shutil\nshutil.rmtree('gone', ignore_errors=True)\nprint('ran')",
                         profile=approval_profile)

@@ -121,6 +121,129 @@ def test_minimal_denies_processes_native_code_other_libraries_and_outside_writes
     assert v.message is not None and "'minimal'" in v.message
 
 
+# Ways to reach a process through modules the minimal profile allows, as an attacker writes
+# them (issue 38, finding 8): attribute chains, constant lookups, namespaces, introspection.
+@pytest.mark.parametrize("src,rule,line", [
+    ("import pathlib\npathlib.os.system('id')\n", "call.deny", 2),
+    ("import logging\nlogging.os.execv('/bin/sh', ['sh'])\n", "call.deny", 2),
+    ("import sys\nsys.modules['os'].system('id')\n", "call.deny", 2),
+    ("from pathlib import os\nos.system('id')\n", "call.deny", 2),
+    ("import random\nrandom._os.system('id')\n", "call.deny", 2),
+    ("import pathlib\np = pathlib\np.os.system('id')\n", "call.deny", 3),
+    ("import pathlib\ngetattr(pathlib, 'os').system('id')\n", "call.deny", 2),
+    ("import os\nm = os.sys.modules.get('json')\n", "call.deny", 2),
+    ("import sys\nsys.meta_path[0].load_module('posix').system('id')\n", "call.deny", 2),
+    ("import uuid\nuuid._get_command_stdout('sh', '-c', 'id')\n", "call.deny", 2),
+    ("import os\nos._exit(0)\n", "call.deny", 2),
+    ("__import__('os').system('id')\n", "call.deny", 1),
+    ("__builtins__.__import__('os').system('id')\n", "call.deny", 1),
+    ("exec('import subprocess')\n", "call.deny", 1),
+    ("e = eval\ne('1')\n", "call.deny", 1),
+    ("g = globals()\n", "call.deny", 1),
+    ("import logging.config\nlogging.config.dictConfig({'version': 1})\n", "call.deny", 2),
+    ("import typing\ndef f(x: \"__import__('os').system('id')\"): pass\n"
+     "typing.get_type_hints(f)\n", "call.deny", 3),
+    ("import string\nstring.Formatter().get_field('0.__globals__', [len], {})\n",
+     "call.deny", 2),
+    ("import types\ntypes.FunctionType(types.CodeType, {})\n", "call.deny", 2),
+    ("import pathlib\nnames = pathlib.__dict__\n", "attribute.deny", 2),
+    ("().__class__.__base__.__subclasses__()\n", "attribute.deny", 1),
+    ("f = lambda: 0\nf.__globals__['__builtins__']\n", "attribute.deny", 2),
+    ("print.__self__.__import__('os')\n", "attribute.deny", 1),
+    ("try:\n    1 / 0\nexcept Exception as e:\n    e.__traceback__.tb_frame\n",
+     "attribute.deny", 4),
+    ("x = getattr(object, '__subclasses__')\n", "attribute.deny", 1),
+    ("import operator\noperator.attrgetter('__init__.__globals__')(len)\n",
+     "attribute.deny", 2),
+    ("name = '__sub' + 'classes__'\ngetattr(object, name)()\n", "attribute.computed", 2),
+    ("import functools\nfunctools.reduce(getattr, ['__init__', '__globals__'], len)\n",
+     "attribute.computed", 2),
+    ("import os\n[os][0].system('id')\n", "module.value", 2),
+    ("import pathlib\ndef f(m):\n    return m\nq = f(pathlib)\n", "module.value", 4),
+    ("import warnings\nw = warnings.catch_warnings()._module\nw.sys.modules['os'].system('id')\n",
+     "call.deny", 3),
+    ("import warnings\nw = warnings.catch_warnings()._module\ngetattr(w, 'os').fork()\n",
+     "call.deny", 3),
+    ("import os\nclass C:\n    m = os\nC.m.system('id')\n", "module.value", 3),
+    ("import pathlib\nfor m in (pathlib.os,):\n    m.system('id')\n", "module.value", 2),
+    ("import pathlib\np = pathlib\nq = [p]\n", "module.value", 3),
+    ("x = [__builtins__]\n", "module.value", 1),
+    ("help('antigravity')\n", "call.deny", 1),
+    ("import io\nio.FileIO('/proc/self/mem', 'r+')\n", "write.outside_workspace", 2),
+    ("import os\nfd = os.open('/proc/self/mem', os.O_RDWR | os.O_CLOEXEC)\n",
+     "write.outside_workspace", 2),
+])
+def test_minimal_denies_each_way_around_its_rules(
+        shipped: dict[str, Profile], src: str, rule: str, line: int) -> None:
+    v = run_check(src, shipped, "minimal")
+    assert (v.decision, v.rule, v.line) == ("deny", rule, line), v.message
+    assert v.message is not None and "choose profile 'data'" in v.message
+    # The sandbox is the boundary: the data profile lets all of it through.
+    assert run_check(src, shipped, "data").decision == "allow"
+
+
+@pytest.mark.parametrize("src", [
+    "!touch ran\n", "x = 1\nfiles = !ls\n", "%system id\n", "%%bash\nid\n", "/exec 'x'\n",
+])
+def test_a_session_cell_that_is_not_python_is_denied_under_minimal(
+        shipped: dict[str, Profile], src: str) -> None:
+    # IPython runs these (a shell, a magic); the rules would never see what they do.
+    v = check(RunRequest(code=src, profile="minimal"), shipped, cell=policy.CellContext())
+    assert (v.decision, v.rule) == ("deny", "code.not_python"), v.message
+    assert v.message is not None and "choose profile 'data'" in v.message
+    # A run is plain Python: its SyntaxError is the run's to report.
+    v = check(RunRequest(code=src, profile="minimal"), shipped)
+    assert (v.decision, v.rule) == ("allow", "code.syntax")
+    assert check(RunRequest(code=src, profile="data"), shipped, cell=policy.CellContext()).decision == "allow"
+
+
+@pytest.mark.parametrize("src", [
+    "get_ipython().system('id')\n", "exit._ip.system('id')\n", "__builtin__.eval('1')\n",
+])
+def test_a_session_shell_reached_through_ipython_names_is_denied_under_minimal(
+        shipped: dict[str, Profile], src: str) -> None:
+    v = check(RunRequest(code=src, profile="minimal"), shipped, cell=policy.CellContext())
+    assert (v.decision, v.rule, v.line) == ("deny", "call.deny", 1), v.message
+
+
+@pytest.mark.parametrize("cells,rule", [
+    (["import os\n", "os.system('id')\n"], "call.deny"),
+    (["import os\nm = os\n", "x = 1\n", "m.system('id')\n"], "call.deny"),
+    (["from os import system as run\n", "run('id')\n"], "call.deny"),
+    (["import pathlib\n", "q = [pathlib]\n"], "module.value"),
+    (["import os\n", "m = os\n", "n = [m]\n"], "module.value"),
+])
+def test_a_session_cell_is_checked_with_what_earlier_cells_bound(
+        shipped: dict[str, Profile], cells: list[str], rule: str) -> None:
+    context = policy.CellContext()
+    for earlier in cells[:-1]:
+        v = check(RunRequest(code=earlier, profile="minimal"), shipped, cell=context)
+        assert v.decision == "allow", v.message
+    v = check(RunRequest(code=cells[-1], profile="minimal"), shipped, cell=context)
+    assert (v.decision, v.rule) == ("deny", rule), v.message
+    # Control: alone (another session) the last cell names nothing the check knows.
+    alone = check(RunRequest(code=cells[-1], profile="minimal"), shipped,
+                  cell=policy.CellContext())
+    assert alone.decision == "allow", alone.message
+
+
+def test_a_denied_cell_binds_nothing_for_the_next(shipped: dict[str, Profile]) -> None:
+    context = policy.CellContext()
+    v = check(RunRequest(code="import os\nos.fork()\nx = os\n", profile="minimal"), shipped,
+              cell=context)
+    assert v.decision == "deny"
+    assert context.aliases == {}
+
+
+def test_a_reached_module_is_named_in_the_message(shipped: dict[str, Profile]) -> None:
+    v = run_check("import pathlib\npathlib.os.system('id')\n", shipped, "minimal")
+    assert v.message is not None and "os.system" in v.message
+    v = run_check("import pathlib\nnames = pathlib.__dict__\n", shipped, "minimal")
+    assert v.message is not None and "'__dict__'" in v.message
+    v = run_check("getattr(object, input())\n", shipped, "minimal")
+    assert v.message is not None and "computed" in v.message and "__globals__" in v.message
+
+
 def test_minimal_not_allowed_message_names_the_module_and_a_profile_that_allows_it(
         shipped: dict[str, Profile]) -> None:
     v = run_check("import numpy as np\n", shipped, "minimal")
@@ -139,6 +262,27 @@ def test_minimal_not_allowed_message_names_the_module_and_a_profile_that_allows_
     "open('/workspace/sub/x.txt', 'w').close()\n",
     "print(open('/etc/hosts').read())\n",
     "def system(cmd):\n    return cmd\n\nsystem('ls')\n",
+    # Names like modules that are not reached modules, and ordinary classes.
+    "import sys\nprint(sys.platform, sys.maxsize)\nsys.setrecursionlimit(10_000)\n",
+    "import os\nprint(os.stat('x').st_size, os.sep)\n",
+    "import datetime\nprint(datetime.time(1), datetime.datetime.now())\n",
+    "import math\nroot = math.sqrt\nroot, sep = math.sqrt, 1\nprint(root(4))\n",
+    "class A:\n    def __init__(self):\n        super().__init__()\n        self._x = 1\n\n"
+    "    def __repr__(self):\n        return type(self).__name__ + self.__class__.__name__\n",
+    "print(getattr(A(), 'name', None), hasattr(int, 'real'))\n",
+    "import logging\nlogging.getLogger('x').info('a')\n",
+    "import random\nrandom.seed(1)\nx = random.random()\n",
+    "import operator\nprint(operator.attrgetter('real')(1))\n",
+    "import os\nos = os.path\nos = os.join\n",
+    "import datetime\nfrom datetime import date\nt = datetime.datetime\n"
+    "print(isinstance(t.now(), (datetime.datetime, datetime.time, date)))\n",
+    "import math, pathlib\np = pathlib\nfns = [math.sqrt, math.floor]\nprint(p.Path('x'))\n",
+    "import re\nm = re.match('a', 'abc')\nprint(m.string, [m.string])\n",
+    "import os\nprint(getattr(os, 'path').join('a', 'b'))\n",
+    "import os\nfd = os.open('/etc/hosts', os.O_RDONLY)\nos.close(fd)\n",
+    "import os\nfd = os.open('out.txt', os.O_WRONLY | os.O_CREAT)\n",
+    "class Clock:\n    def __init__(self):\n        self.time = 0\n        self.string = ''\n"
+    "\n    def tick(self):\n        return [self.time, self.string]\n",
 ])
 def test_minimal_allows_pure_computation_and_workspace_files(
         shipped: dict[str, Profile], src: str) -> None:
@@ -193,6 +337,27 @@ def test_extended_gets_more_time_and_memory_by_default(shipped: dict[str, Profil
     ("import os\ngetattr(os, 'system')('ls')\n", "call.deny", 2),
     ("import os\ndef f():\n    return os.execve\n", "call.deny", 3),
     ("import os\nx = [os.system(c) for c in ['a']]\n", "call.deny", 2),
+    # A module reached through another, by a constant lookup, or through a name assigned one.
+    ("import pathlib\npathlib.os.system('ls')\n", "call.deny", 2),
+    ("import logging\n\nlogging.os.execv('sh', ['sh'])\n", "call.deny", 3),
+    ("from pathlib import os\nos.system('ls')\n", "call.deny", 2),
+    ("import random\nrandom._os.system('ls')\n", "call.deny", 2),
+    ("import posix\nposix.system('ls')\n", "call.deny", 2),
+    ("import sys\nsys.modules['os'].system('ls')\n", "call.deny", 2),
+    ("import sys\nsys.modules.get('os').system('ls')\n", "call.deny", 2),
+    ("import os\nos.sys.modules['os'].system('ls')\n", "call.deny", 2),
+    ("import pathlib\npathlib.__dict__['os'].system('ls')\n", "call.deny", 2),
+    ("import pathlib\nvars(pathlib)['os'].system('ls')\n", "call.deny", 2),
+    ("import os\nglobals()['os'].system('ls')\n", "call.deny", 2),
+    ("import pathlib\ngetattr(pathlib, 'os').system('ls')\n", "call.deny", 2),
+    ("import pathlib\np = pathlib\np.os.system('ls')\n", "call.deny", 3),
+    ("import os\nb = a\na = os\nb.system('ls')\n", "call.deny", 4),
+    ("import os\nm, n = os, 1\nm.system('ls')\n", "call.deny", 3),
+    ("import os\nif (m := os):\n    m.system('ls')\n", "call.deny", 3),
+    ("import os\n\n(m := os).system('ls')\n", "call.deny", 3),
+    ("__builtins__.__import__('subprocess')\n", "import.deny", 1),
+    ("import asyncio\nasyncio.subprocess.PIPE\n", "import.deny", 2),
+    ("import sys\nsys.modules['ctypes']\n", "import.deny", 2),
 ])
 def test_aliases_are_resolved_to_the_module_or_call_they_name(
         shipped: dict[str, Profile], src: str, rule: str, line: int) -> None:
@@ -355,6 +520,8 @@ def test_import_of_a_submodule_counts_as_its_top_level_module(shipped: dict[str,
     "import subprocess_helpers\n",
     "system = print\nsystem('x')\n",
     "import os\ngetattr(os, name)('ls')\n",
+    "import os\nx = os\nx = x.path\nx.join('a')\n",
+    "import sys\nprint(sys.platform)\n",
 ])
 def test_relative_computed_and_unrelated_names_are_not_flagged(
         shipped: dict[str, Profile], src: str) -> None:
@@ -682,6 +849,26 @@ def test_calls_patterns_are_validated(tmp_path: Path) -> None:
     text = GOOD.replace('imports_deny = ["json"]', 'calls_deny = ["os system"]')
     with pytest.raises(UsageError, match=r"profile 'tiny': calls_deny: 'os system' is not"):
         load_profiles(write(tmp_path, text))
+
+
+def test_attribute_patterns_are_validated_and_loaded(tmp_path: Path) -> None:
+    text = GOOD.replace('imports_deny = ["json"]', 'attributes_deny = ["os.__dict__"]')
+    with pytest.raises(UsageError, match=r"attributes_deny: 'os.__dict__' is not an attribute"):
+        load_profiles(write(tmp_path, text))
+    text = GOOD.replace('imports_deny = ["json"]', 'attributes_deny = ["f_*"]')
+    profiles = load_profiles(write(tmp_path, text))
+    v = run_check("import sys\nsys._getframe().f_back\n", profiles, "tiny")
+    assert (v.decision, v.rule, v.line) == ("deny", "attribute.deny", 2)
+    assert v.message is not None and "(rule 'f_*')" in v.message
+
+
+def test_a_call_rule_covers_the_attributes_of_what_it_names(shipped: dict[str, Profile]) -> None:
+    profiles = strict(shipped, calls_deny=["sys.modules"])
+    v = run_check("import sys\n\nsys.modules.keys()\n", profiles, "strict")
+    assert (v.decision, v.rule, v.line) == ("deny", "call.deny", 3)
+    assert v.message is not None and v.message.startswith("using sys.modules is denied")
+    assert run_check("import sys\nsys.modules_x = 1\nsys.path\n", profiles,
+                     "strict").decision == "allow"
 
 
 def test_a_missing_profiles_file_is_a_usage_error(tmp_path: Path) -> None:

@@ -263,7 +263,8 @@ class Executor:
         secrets = tuple(secrets) if _session is not None else checked_secrets(secrets)
         run_id = new_run_id()
         redactor = self._redactor.with_secrets(secrets)
-        verdict = policy_mod.check(request, self.profiles)
+        verdict = policy_mod.check(request, self.profiles,
+                                   cell=_session.policy_context if _session else None)
         request = request.model_copy(update={"limits": verdict.limits})
         pinfo = PolicyInfo(decision=verdict.decision, rule=verdict.rule,
                            message=redactor.redact(verdict.message) if verdict.message

@@ -18,23 +18,31 @@ SyntaxError with its line and column like any other error. Source bytes that do 
 SyntaxError is known before any sandbox, so the executor reports it without starting one.
 
 This is an early, explainable rejection layer, NOT the security boundary. The analysis resolves
-import aliases (`import os as o`, `from os import system as s`, `from os import *`,
-`__import__("x")`, `importlib.import_module("x")` and `getattr(mod, "name")` with constant
-arguments) but it does not evaluate anything: `getattr` with a computed name, `exec`/`eval` of a
-built string, imports whose name is computed, objects passed around through containers, and
-code that only runs in libraries are not seen. Write checks are best effort on constant paths
-only. The sandbox (namespaces, read-only root, seccomp, cgroups) holds regardless of what this
-stage lets through.
+names without evaluating anything: import aliases (`import os as o`, `from os import system as
+s`, `from os import *`, `__import__("x")`, `importlib.import_module("x")`), names assigned a
+module or a name (`p = pathlib`, `a, b = os, 1`, walrus), modules reached as attributes of
+others (`pathlib.os`, `random._os`, `posix` for `os`) and constant lookups (`getattr(m, "os")`,
+`sys.modules["os"]`, `m.__dict__["os"]`, `vars(m)["os"]`, `globals()["os"]`, `.get("os")`). A
+rule naming `x.y` covers `x.y.z` too. What exists only at run time is not seen: a computed
+`getattr` name, `exec`/`eval` of a built string, a computed import, a module passed through a
+container or a call, objects returned by library calls, code that only runs in libraries, and
+modules the code writes into the workspace. A profile can refuse the ways to those instead
+(`attributes_deny` with computed attribute names, `module_values`, call rules on `exec` and
+`sys.modules`), as `minimal` does. Write checks are best effort on constant paths only. The
+sandbox (namespaces, read-only root, seccomp, cgroups) holds regardless of what this stage
+lets through.
 """
 
 from __future__ import annotations
 
 import ast
 import builtins
+import fnmatch
 import functools
 import os
 import posixpath
 import re
+import sys
 import threading
 import tomllib
 import unicodedata
@@ -62,7 +70,9 @@ WRITABLE_DIRS = (WORKSPACE, "/tmp", "/dev/shm")
 WRITE_SINKS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
 
 _BUILTINS = frozenset(dir(builtins))
-_OPEN_FUNCS = frozenset({"builtins.open", "io.open", "codecs.open"})
+_OPEN_FUNCS = frozenset({"builtins.open", "io.open", "codecs.open", "io.FileIO"})
+# os.open writes at its path when its flags name one of these.
+_WRITE_FLAGS = frozenset({"os.O_WRONLY", "os.O_RDWR", "os.O_CREAT", "os.O_APPEND", "os.O_TRUNC"})
 _PATH_TYPES = frozenset({"pathlib.Path", "pathlib.PosixPath"})
 # pathlib methods that change the file system at the receiver's path. `open` depends on its mode;
 # rename/replace also write at their first argument.
@@ -87,6 +97,29 @@ _MAX_DEPTH = 32
 
 _TOP_LEVEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _CALL_PATTERN = re.compile(r"[A-Za-z0-9_.*?\[\]!]+\Z")
+_ATTRIBUTE_PATTERN = re.compile(r"[A-Za-z0-9_*?\[\]!]+\Z")
+
+# A module reached as an attribute of another (`pathlib.os`, `random._os`, `logging.sys`) is
+# that module: any attribute named like a known module, or so named after leading
+# underscores, stands for it too. Some modules go by another name.
+_KNOWN_MODULES = frozenset(sys.stdlib_module_names)
+_SAME_MODULE = {"posix": "os", "nt": "os", "__builtins__": "builtins", "__builtin__": "builtins"}
+# Names IPython adds to the builtins of a session (`get_ipython().system(...)` runs a shell).
+_SESSION_BUILTINS = frozenset({"get_ipython"})
+# Modules that lead to processes, native code or any other module. An attribute of any object
+# named like one (`x._module.sys`) is taken for the module, whatever the object: the names of
+# other modules are too common as plain attributes (`match.string`, `dt.time`) to be read so.
+_GATEWAY_MODULES = frozenset({"os", "sys", "builtins", "subprocess", "_posixsubprocess",
+                              "importlib", "ctypes", "multiprocessing", "socket", "pty"})
+# What `globals()`, `locals()` and `vars()` return: the code's own namespace.
+_NAMESPACE = "<namespace>"
+# Calls that take a key and return an item: `sys.modules.get("os")` is `sys.modules["os"]`.
+_ITEM_METHODS = frozenset({"get", "__getitem__", "setdefault", "pop"})
+_ATTRIBUTE_FUNCS = frozenset({"builtins.getattr", "builtins.setattr", "builtins.delattr"})
+_ATTRIBUTE_GETTERS = frozenset({"operator.attrgetter", "operator.methodcaller"})
+_CONSTANT_GETTERS = frozenset({"builtins.getattr", "builtins.hasattr"})
+# Modules that are attributes of another under a name of their own (posixpath as os.path).
+_MODULE_ATTRIBUTES = frozenset({"os.path"})
 
 
 class Profile(BaseModel):
@@ -107,6 +140,12 @@ class Profile(BaseModel):
         default_factory=list, description="Dotted names refused; shell-style wildcards allowed.")
     calls_approval: list[str] = Field(
         default_factory=list, description="Dotted names that hold the run for approval.")
+    attributes_deny: list[str] = Field(
+        default_factory=list, description="Attribute names refused on any object (patterns); "
+        "when set, getattr/setattr/delattr with a computed name are refused too.")
+    module_values: Literal["allow", "deny"] = Field(
+        "allow", description="Whether a module may be used as a value (stored in a container, "
+        "passed, returned), where the check cannot follow it.")
     writes_outside_workspace: Literal["allow", "deny"] = Field(
         "deny", description="Whether constant-path writes outside /workspace, /tmp are denied.")
     max_code_bytes: int = Field(ge=0, description="Cap on the code's size in UTF-8 bytes.")
@@ -132,6 +171,15 @@ class Profile(BaseModel):
             if not _CALL_PATTERN.match(pattern):
                 raise ValueError(f"{pattern!r} is not a dotted name or wildcard pattern "
                                  "(e.g. 'os.system', 'subprocess.*')")
+        return patterns
+
+    @field_validator("attributes_deny")
+    @classmethod
+    def _attribute_patterns(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            if not _ATTRIBUTE_PATTERN.match(pattern):
+                raise ValueError(f"{pattern!r} is not an attribute name or wildcard pattern "
+                                 "(e.g. '__globals__', 'f_*'), without dots")
         return patterns
 
     @model_validator(mode="after")
@@ -233,8 +281,45 @@ def _describe(err: ErrorDetails) -> str:
 _PARSE_LOCK = threading.Lock()
 
 
-def check(request: RunRequest, profiles: Mapping[str, Profile]) -> Verdict:
-    """Decide whether `request` may run under its profile, and with which limits.
+class CellContext:
+    """What the cells a session ran before bound, for checking the next one: `import os` in one
+    cell and `os.system(...)` in the next is a use of os.system. Filled by `check` with each
+    cell it lets run (or holds); one per session."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.aliases: dict[str, set[str]] = {}  # name -> the dotted names it may stand for
+        self.star_modules: set[str] = set()
+        self.import_targets: set[str] = set()
+        self.imported: set[str] = set()
+
+    def snapshot(self) -> CellContext:
+        copy = CellContext()
+        with self._lock:
+            copy.aliases = {name: set(targets) for name, targets in self.aliases.items()}
+            copy.star_modules = set(self.star_modules)
+            copy.import_targets = set(self.import_targets)
+            copy.imported = set(self.imported)
+        return copy
+
+    def add(self, analysis: _Analysis) -> None:
+        # Each name the cell bound, resolved now: what it stands for from then on, along with
+        # what it stood for before (the cell may not have run the assignment).
+        bound = {name: analysis.name_targets(name)
+                 for name in set(analysis.aliases) | set(analysis.values)}
+        with self._lock:
+            for name, targets in bound.items():
+                self.aliases.setdefault(name, set()).update(targets)
+            self.star_modules.update(analysis.star_modules)
+            self.import_targets |= analysis.import_targets
+            self.imported |= analysis.imported
+
+
+def check(request: RunRequest, profiles: Mapping[str, Profile], *,
+          cell: CellContext | None = None) -> Verdict:
+    """Decide whether `request` may run under its profile, and with which limits. `cell`: the
+    code is a session cell, which IPython runs (its `!cmd` and `%magic` are not Python) after
+    the cells `cell` holds the bindings of; an allowed or held cell's are added to it.
 
     Raises UsageError when the request names a profile that `profiles` does not define.
     """
@@ -242,7 +327,7 @@ def check(request: RunRequest, profiles: Mapping[str, Profile]) -> Verdict:
     if profile is None:
         known = ", ".join(repr(name) for name in profiles) or "none"
         raise UsageError(f"unknown policy profile {request.profile!r}; known profiles: {known}")
-    return _Checker(request, request.profile, profile, profiles).run()
+    return _Checker(request, request.profile, profile, profiles, cell).run()
 
 
 def _effective_limits(requested: Limits, profile: Profile) -> Limits:
@@ -298,18 +383,33 @@ def _is_outside(path: str) -> bool:
     return not any(full == d or full.startswith(d + "/") for d in WRITABLE_DIRS)
 
 
-def _matching(patterns: Iterable[str], names: Iterable[str]) -> tuple[str, str] | None:
+def _matching(patterns: list[str], names: Iterable[str]) -> tuple[str, str] | None:
+    """(name, pattern) for the first name, or the longest dotted prefix of one, that a pattern
+    matches: a rule about `sys.modules` covers `sys.modules.get` too."""
+    if not patterns:
+        return None
+    regex = _one_regex(tuple(patterns))
     for name in sorted(names):
-        for pattern in patterns:
-            if fnmatchcase(name, pattern):
-                return name, pattern
+        parts = name.split(".")
+        for end in range(len(parts), 0, -1):
+            candidate = ".".join(parts[:end])
+            if regex.match(candidate):
+                return candidate, next(p for p in patterns if fnmatchcase(candidate, p))
     return None
+
+
+@functools.lru_cache(maxsize=64)
+def _one_regex(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    """One regular expression for a list of shell-style patterns: a name is matched once, not
+    once per pattern."""
+    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns))
 
 
 def _reads_code(profile: Profile) -> bool:
     """Whether any rule of `profile` is about the code itself (its imports, calls or writes)."""
     return bool(profile.imports_allow is not None or profile.imports_deny
                 or profile.imports_approval or profile.calls_deny or profile.calls_approval
+                or profile.attributes_deny or profile.module_values == "deny"
                 or profile.writes_outside_workspace == "deny")
 
 
@@ -408,11 +508,12 @@ class _Checker:
     """One check of one request: the rules in order, then the syntax tree."""
 
     def __init__(self, request: RunRequest, key: str, profile: Profile,
-                 profiles: Mapping[str, Profile]) -> None:
+                 profiles: Mapping[str, Profile], cell: CellContext | None = None) -> None:
         self.request = request
         self.key = key
         self.profile = profile
         self.profiles = profiles
+        self.cell = cell
         self.limits = _effective_limits(request.limits, profile)
 
     def verdict(self, decision: Decision, rule: str | None = None, message: str | None = None,
@@ -454,15 +555,26 @@ class _Checker:
             with _PARSE_LOCK:  # CPython 3.11's parser is not safe from several threads
                 tree = ast.parse(self.request.code, filename="main.py")  # as the sandbox does
         except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+            line = exc.lineno if isinstance(exc, SyntaxError) else None
+            if self.cell is not None:
+                # IPython turns what is not Python into calls the rules never see: `!cmd` and
+                # `x = !cmd` run a shell, `%magic` anything. Only Python is let through.
+                return self.verdict("deny", "code.not_python", (
+                    f"the cell is not Python ({type(exc).__name__}: {exc}); under profile "
+                    f"{key!r} a cell must be Python: IPython's shell escapes and magics (!cmd, "
+                    "%magic) would run past its rules; "
+                    + self.advice(lambda q: not _reads_code(q), "write it in Python")), line)
             # Not a deny: the sandbox compiles the code too and reports the error with its line
             # and column as an ordinary `error` result, which tells the author far more.
-            line = exc.lineno if isinstance(exc, SyntaxError) else None
             return self.verdict("allow", "code.syntax", (
                 f"the code was not analysed ({type(exc).__name__}: {exc}); "
                 "the run reports the error"), line)
-        analysis = _Analysis(tree, self)
+        analysis = _Analysis(tree, self, self.cell.snapshot() if self.cell else None)
         findings = analysis.findings
         imports = frozenset(analysis.imports)
+        if self.cell is not None and all(f.decision != "deny" for f in findings):
+            # The cell runs, now or once approved: what it binds holds for the next ones.
+            self.cell.add(analysis)
         for decision in ("deny", "needs_approval"):
             chosen = [f for f in findings if f.decision == decision]
             if chosen:
@@ -517,20 +629,37 @@ class _Analysis:
     stack.
     """
 
-    def __init__(self, tree: ast.Module, checker: _Checker) -> None:
+    def __init__(self, tree: ast.Module, checker: _Checker,
+                 before: CellContext | None = None) -> None:
         self.checker = checker
         self.profile = checker.profile
         self.key = checker.key
-        self.aliases: dict[str, set[str]] = {}
-        self.star_modules: list[str] = []
+        self.aliases: dict[str, set[str]] = before.aliases if before else {}
+        self.values: dict[str, list[ast.expr]] = {}  # name -> the values assigned to it
+        self.resolved: dict[str, set[str]] = {}
+        self.resolving: set[str] = set()
+        self.star_modules: list[str] = sorted(before.star_modules) if before else []
+        # Top-level modules of import statements
+        self.imported: set[str] = before.imported if before else set()
         self.path_names: dict[str, tuple[str, bool]] = {}
         self.findings: list[_Finding] = []
         self.imports: set[str] = set()
         # Only the rules the profile has are looked for: with no call rules a name's uses are
         # not resolved, and with writes allowed no path is followed (the default profile has
         # neither: for HumanEval's programs the check took 0.41 ms, ~0.2 of it those).
-        self.uses = bool(self.profile.calls_deny or self.profile.calls_approval)
+        # A denied module reached through an attribute chain (`asyncio.subprocess`) breaks its
+        # import rule, so those rules need the uses resolved too.
+        self.module_rules = bool(self.profile.imports_deny or self.profile.imports_approval)
+        self.module_values = self.profile.module_values == "deny"
+        self.uses = bool(self.profile.calls_deny or self.profile.calls_approval
+                         or self.module_rules or self.module_values)
+        self.attributes = bool(self.profile.attributes_deny)
         self.writes = self.profile.writes_outside_workspace == "deny"
+        self.rule_modules = _rule_modules(self.profile)
+        self.modules = _KNOWN_MODULES | self.rule_modules
+        # What `import a.b as c` and `import a` bind
+        self.import_targets: set[str] = before.import_targets if before else set()
+        self.bound_values: set[int] = set()  # values assigned to a name the check follows
         nodes = _nodes(tree)
         self.bind_imports(nodes)
         self.bind_assignments(nodes)
@@ -547,10 +676,14 @@ class _Analysis:
                 for alias in node.names:
                     if alias.asname:
                         self.bind(alias.asname, alias.name)
+                        self.import_targets.add(alias.name)
                     else:  # `import a.b` binds `a`
                         top = alias.name.split(".")[0]
                         self.bind(top, top)
+                        self.import_targets.add(top)
+                    self.imported.add(alias.name.split(".")[0])
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                self.imported.add(node.module.split(".")[0])
                 for alias in node.names:
                     if alias.name == "*":
                         self.star_modules.append(node.module)
@@ -559,24 +692,33 @@ class _Analysis:
 
     def bind_assignments(self, nodes: list[ast.AST]) -> None:
         stores: dict[str, int] = {}
-        for node in nodes if self.writes else ():  # the stores count only for path names
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-                stores[node.id] = stores.get(node.id, 0) + 1
-            elif isinstance(node, ast.arg):
-                stores[node.arg] = stores.get(node.arg, 0) + 1
+        pairs: list[tuple[str, ast.expr]] = []  # (name, the value bound to it)
         for node in nodes:
-            if not (isinstance(node, ast.Assign) and len(node.targets) == 1
-                    and isinstance(node.targets[0], ast.Name)):
-                continue
-            name = node.targets[0].id
-            if isinstance(node.value, ast.Call):  # m = __import__("x"), importlib.import_module
-                module = self.imported_module(node.value, 0)
-                if module is not None:
-                    self.bind(name, module)
+            if self.writes and isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                stores[node.id] = stores.get(node.id, 0) + 1
+            elif self.writes and isinstance(node, ast.arg):
+                stores[node.arg] = stores.get(node.arg, 0) + 1
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    pairs += _bound_pairs(target, node.value)
+            elif isinstance(node, ast.AnnAssign | ast.NamedExpr) and node.value is not None:
+                pairs += _bound_pairs(node.target, node.value)
+        # `p = pathlib`, `m = sys.modules["os"]`, `s = __import__("os")`: the name stands for
+        # what its values resolve to, resolved when the name is used (`name_targets`).
+        for name, value in pairs:
+            self.values.setdefault(name, []).append(value)
+        # A name bound in a class body is also an attribute (`C.m`), which is not followed.
+        in_classes = {id(statement.value) for node in nodes if isinstance(node, ast.ClassDef)
+                      for statement in node.body
+                      if isinstance(statement, ast.Assign | ast.AnnAssign)}
+        self.bound_values = {id(value) for _, value in pairs} - in_classes
+        if not self.writes:
+            return
+        for name, value in pairs:
             # A path constant is only trusted for a name bound exactly once: a rebound name
             # could hold anything at the write, and a wrong guess here would be a false deny.
-            if self.writes and stores.get(name) == 1:
-                path = self.path_of(node.value, 0)
+            if stores.get(name) == 1:
+                path = self.path_of(value, 0)
                 if path is not None:
                     self.path_names[name] = path
 
@@ -591,19 +733,75 @@ class _Analysis:
             node = node.value
         suffix = "".join("." + attr for attr in reversed(attrs))
         if isinstance(node, ast.Name):
-            bases = self.name_targets(node.id)
+            bases = self.name_targets(node.id, depth)
         elif isinstance(node, ast.Call) and depth < _MAX_DEPTH:
             bases = self.call_value(node, depth + 1)
+        elif isinstance(node, ast.Subscript) and depth < _MAX_DEPTH:
+            bases = self.item_value(node.value, _const_str(node.slice), depth + 1)
+        elif isinstance(node, ast.NamedExpr) and depth < _MAX_DEPTH:  # `(m := os).system`
+            bases = self.qualnames(node.value, depth + 1)
         else:
-            return set()
-        return {base + suffix for base in bases}
+            bases = set()
+        if not bases:  # an object the check cannot name: `x._module.sys.modules`
+            return _gateway_names(list(reversed(attrs)))
+        names = set()
+        for base in bases:
+            names |= self.reached(base + suffix)
+        return names
 
-    def name_targets(self, name: str) -> set[str]:
+    def reached(self, name: str) -> set[str]:
+        """`name` and the names it has from each module reached along it: `pathlib.os.system`
+        is also `os.system`, `random._os.fork` also `os.fork`, `posix.system` also
+        `os.system`."""
+        names = {name}
+        parts = name.split(".")
+        for i, part in enumerate(parts):
+            module = _SAME_MODULE.get(part)
+            if module is None and i > 0:
+                bare = part.lstrip("_")
+                module = part if part in self.modules else bare if bare in self.modules else None
+            if module is not None:
+                names.add(".".join([module, *parts[i + 1:]]))
+        return names
+
+    def item_value(self, container: ast.expr, key: str | None, depth: int) -> set[str]:
+        """What `container[key]` is, as dotted names, for a constant key of a namespace:
+        `sys.modules["os"]`, `pathlib.__dict__["os"]`, `globals()["os"]`."""
+        if key is None:
+            return set()
+        found: set[str] = set()
+        for name in self.qualnames(container, depth):
+            if name == "sys.modules":
+                found.add(key)
+            elif name.endswith(".__dict__"):
+                found |= self.reached(f"{name.removesuffix('.__dict__')}.{key}")
+            elif name == "builtins":  # __builtins__ is a dict outside the main module
+                found.add(f"builtins.{key}")
+            elif name == _NAMESPACE:
+                found |= self.name_targets(key)
+        return found
+
+    def name_targets(self, name: str, depth: int = 0) -> set[str]:
+        if name in self.resolved:
+            return self.resolved[name]
+        if name in self.values:
+            if name in self.resolving or depth > _MAX_DEPTH:  # `x = x.y`: x is what else it is
+                return set(self.aliases.get(name, ()))
+            self.resolving.add(name)
+            targets = set(self.aliases.get(name, ()))
+            for value in self.values[name]:
+                targets |= self.qualnames(value, depth + 1)
+            self.resolving.discard(name)
+            if not self.resolving:  # a result cut short by a cycle is not kept
+                self.resolved[name] = targets
+            return targets
         if name in self.aliases:
             return set(self.aliases[name])
         targets = {f"{module}.{name}" for module in self.star_modules}
-        if name in _BUILTINS:
+        if name in _BUILTINS or name in _SESSION_BUILTINS:
             targets.add(f"builtins.{name}")
+        elif name in ("__builtins__", "__builtin__"):  # the latter in IPython's namespace
+            targets.add("builtins")
         return targets
 
     def call_value(self, call: ast.Call, depth: int) -> set[str]:
@@ -612,9 +810,23 @@ class _Analysis:
         module = self.imported_module(call, depth)
         if module is not None:
             return {module}
+        func = call.func
+        if isinstance(func, ast.Attribute) and func.attr in _ITEM_METHODS and call.args:
+            found = self.item_value(func.value, _const_str(call.args[0]), depth + 1)
+            if found:
+                return found
+        funcs = self.qualnames(func, depth)
+        if funcs & {"builtins.globals", "builtins.locals"} or (
+                "builtins.vars" in funcs and not call.args):
+            return {_NAMESPACE}
+        if "builtins.vars" in funcs and call.args:
+            return {f"{base}.__dict__" for base in self.qualnames(call.args[0], depth + 1)}
         name = _const_str(call.args[1]) if len(call.args) >= 2 else None
-        if name is not None and "builtins.getattr" in self.qualnames(call.func, depth):
-            return {f"{base}.{name}" for base in self.qualnames(call.args[0], depth + 1)}
+        if name is not None and "builtins.getattr" in funcs:
+            found = set()
+            for base in self.qualnames(call.args[0], depth + 1):
+                found |= self.reached(f"{base}.{name}")
+            return found or _gateway_names([name])
         return set()
 
     def imported_module(self, call: ast.Call, depth: int) -> str | None:
@@ -626,7 +838,7 @@ class _Analysis:
         funcs = self.qualnames(call.func, depth + 1)
         if "importlib.import_module" in funcs:
             return module
-        if "builtins.__import__" in funcs:
+        if funcs & {"builtins.__import__", "importlib.__import__"}:
             # __import__("a.b") returns the package `a` unless a fromlist asks for `a.b`.
             wants_leaf = len(call.args) >= 4 or any(k.arg == "fromlist" for k in call.keywords)
             return module if wants_leaf else module.split(".")[0]
@@ -672,13 +884,24 @@ class _Analysis:
             elif isinstance(node, ast.Call):
                 called.add(id(node.func))
                 self.inspect_call(node)
-            elif not self.uses:
-                continue
+                if self.module_values:
+                    if id(node) not in inner:
+                        self.check_module_value(self.call_value(node, 0), node)
+                    if len(node.args) >= 2 and _const_str(node.args[1]) is not None and (
+                            self.qualnames(node.func, 0) & _CONSTANT_GETTERS):
+                        # getattr(os, "path") is followed like os.path: not a module let go.
+                        self.bound_values.add(id(node.args[0]))
             elif isinstance(node, ast.Attribute):
+                if self.attributes:
+                    self.check_attribute(node.attr, node)
+                if not self.uses:
+                    continue
                 inner.add(id(node.value))
                 if id(node) not in inner and isinstance(node.ctx, ast.Load):
                     self.check_use(self.qualnames(node, 0), node, id(node) in called)
-            elif isinstance(node, ast.Name):
+            elif not self.uses:
+                continue
+            elif isinstance(node, ast.Name | ast.Subscript):  # `sys.modules["os"]` too
                 if id(node) not in inner and isinstance(node.ctx, ast.Load):
                     self.check_use(self.qualnames(node, 0), node, id(node) in called)
 
@@ -686,11 +909,13 @@ class _Analysis:
         module = self.imported_module(call, 0)
         if module is not None:
             self.check_import(module.split(".")[0], call)
+        if self.attributes:
+            self.check_attribute_call(call)
         if self.uses and call.args and isinstance(call.func, ast.Name | ast.Attribute):
             # getattr(os, "system") is a use of os.system even when never called directly.
             value = self.call_value(call, 0) if module is None else set()
-            if value:
-                self.check_use(value, call, False)
+            if value:  # as a value it is checked where it is not an attribute chain's head
+                self.check_use(value, call, False, as_value=False)
         if self.writes:
             for path in self.written_paths(call):
                 if _is_outside(path):
@@ -710,6 +935,14 @@ class _Analysis:
             target = _argument(call, 0, "file") or _argument(call, 0, "filename")
             if mode is not None and set(mode) & set("wax+") and target is not None:
                 paths += self.constant_paths([target])
+        if "os.open" in funcs:
+            flags = _argument(call, 1, "flags")
+            named = set()
+            for node in _nodes(flags) if flags is not None else ():
+                if isinstance(node, ast.Attribute | ast.Name):
+                    named |= self.qualnames(node, 0)
+            if named & _WRITE_FLAGS:
+                paths += self.constant_paths([_argument(call, 0, "path")])
         for func in funcs:
             positions = _WRITE_FUNCS.get(func, ())
             paths += self.constant_paths([_argument(call, i, kw) for i, kw in positions])
@@ -748,14 +981,24 @@ class _Analysis:
                        + self.alternative(lambda q: _import_rule(q, module) is None))
         self.add(node, decision, rule_id, message)
 
-    def check_use(self, names: set[str], node: ast.expr, is_call: bool) -> None:
+    def check_use(self, names: set[str], node: ast.expr, is_call: bool,
+                  as_value: bool = True) -> None:
         if not names:
             return
+        if as_value and not is_call:
+            if self.module_values:
+                self.check_module_value(names, node)
+            if self.attributes and names & (_ATTRIBUTE_FUNCS | _ATTRIBUTE_GETTERS):
+                self.add(node, "deny", "attribute.computed", self.computed_message(
+                    f"{min(names & (_ATTRIBUTE_FUNCS | _ATTRIBUTE_GETTERS))} passed as a value "
+                    "gets attributes by names the check cannot see"))
+        if self.module_rules:
+            self.check_reached_modules(names, node)
         rule = _call_rule(self.profile, names)
         if rule is None:
             return
         decision, rule_id, name, pattern = rule
-        what = f"calling {name}" if is_call else f"using {name}"
+        what = f"calling {name}" if is_call and name in names else f"using {name}"
         matched = f" (rule {pattern!r})" if pattern != name else ""
 
         def accepts(q: Profile) -> bool:
@@ -768,6 +1011,96 @@ class _Analysis:
             message = (f"{what} needs approval under profile {self.key!r}{matched}: the run is "
                        "held until it is approved" + self.alternative(accepts))
         self.add(node, decision, rule_id, message)
+
+    def check_reached_modules(self, names: set[str], node: ast.expr) -> None:
+        """A denied module reached as an attribute (`asyncio.subprocess`) is that module."""
+        for name in sorted(names):
+            parts = name.split(".")
+            # The first part of a name is a module its import statement already answered
+            # for, or one reached by a lookup (`sys.modules["ctypes"]`), which is checked here.
+            first = 0 if parts[0] not in self.imported and parts[0] != "builtins" else 1
+            for part in parts[first:]:
+                bare = part.lstrip("_")
+                module = _SAME_MODULE.get(part) or (
+                    part if part in self.modules else bare if bare in self.modules else None)
+                if module is None or module == "__future__":
+                    continue
+                rule = _import_rule(self.profile, module)
+                if rule is None or rule[1] == "import.not_allowed":
+                    # The allowlist is about imports only: `sys.platform` and `os.stat` are
+                    # not uses of the modules platform and stat.
+                    continue
+                self.add(node, rule[0], rule[1], self.reached_message(name, module, rule[0]))
+                return
+
+    def reached_message(self, name: str, module: str, decision: Decision) -> str:
+        advice = self.checker.advice(lambda q: _import_rule(q, module) is None, "remove it")
+        verb = "is denied" if decision == "deny" else "needs approval"
+        if name == module:
+            return f"looking up module {module!r} {verb} under profile {self.key!r}; {advice}"
+        return (f"{name} reaches module {module!r}, whose use {verb} under profile "
+                f"{self.key!r}; {advice}")
+
+    def check_attribute(self, attr: str, node: ast.expr) -> None:
+        patterns = self.profile.attributes_deny
+        if not _one_regex(tuple(patterns)).match(attr):
+            return
+        for pattern in patterns:
+            if fnmatchcase(attr, pattern):
+                matched = f" (rule {pattern!r})" if pattern != attr else ""
+                self.add(node, "deny", "attribute.deny", (
+                    f"attribute {attr!r} is denied by profile {self.key!r}{matched}: it leads "
+                    "to an object's internals (globals, modules, frames, classes), which the "
+                    "check cannot follow; "
+                    + self.checker.advice(lambda q: not q.attributes_deny, "remove it")))
+                return
+
+    def check_attribute_call(self, call: ast.Call) -> None:
+        """getattr/setattr/delattr and operator.attrgetter/methodcaller name attributes too:
+        each constant name is checked; a computed one could be any attribute."""
+        funcs = self.qualnames(call.func, 0)
+        named: list[ast.expr | None]
+        if funcs & _ATTRIBUTE_FUNCS:
+            named = [_argument(call, 1, "name")]
+        elif funcs & _ATTRIBUTE_GETTERS:
+            named = list(call.args if "operator.attrgetter" in funcs else call.args[:1])
+        else:
+            return
+        for node in named:
+            name = _const_str(node)
+            if name is None and not isinstance(node, ast.Starred | None):
+                self.add(call, "deny", "attribute.computed",
+                         self.computed_message("an attribute name computed at run time"))
+                return
+            for attr in (name or "").split("."):
+                self.check_attribute(attr, call)
+
+    def computed_message(self, what: str) -> str:
+        return (f"{what} is denied by profile {self.key!r}: it could name any attribute, "
+                f"including those the profile denies ({', '.join(self.profile.attributes_deny)})"
+                "; use a constant name instead, or "
+                + self.checker.advice(lambda q: not q.attributes_deny, "remove it"))
+
+    def check_module_value(self, names: set[str], node: ast.expr) -> None:
+        """A module stored, passed or returned is out of the check's sight from then on."""
+        if id(node) in self.bound_values:
+            return  # `p = pathlib`: the name is followed (`name_targets`)
+        for name in sorted(names):
+            last = name.rsplit(".", 1)[-1]
+            # `datetime.datetime` also reads as the module `datetime` reached along it; only a
+            # name that is all there is stands for the module its import statement bound.
+            imported = name in self.import_targets and not any(
+                other.endswith("." + name) for other in names)
+            if not (imported or name in _MODULE_ATTRIBUTES
+                    or last in self.rule_modules or last.lstrip("_") in self.rule_modules
+                    or last in _SAME_MODULE):
+                continue
+            self.add(node, "deny", "module.value", (
+                f"module {name} used as a value (stored, passed or returned) is denied by "
+                f"profile {self.key!r}: the check follows a module only through its "
+                f"attributes; use {name}.<name> directly instead, or "
+                + self.checker.advice(lambda q: q.module_values == "allow", "remove it")))
+            return
 
     def alternative(self, accepts: Callable[[Profile], bool]) -> str:
         for key, profile in self.checker.profiles.items():
@@ -815,6 +1148,39 @@ def _nodes(tree: ast.AST) -> list[Any]:
             elif value is not None:
                 found.append(value)
     return found
+
+
+def _gateway_names(attrs: list[str]) -> set[str]:
+    """The names an attribute chain on an object the check cannot name has from each gateway
+    module it reaches: `x._module.sys.modules` is `sys.modules` whatever `x` is."""
+    names = set()
+    for i, attr in enumerate(attrs):
+        module = _SAME_MODULE.get(attr, attr.lstrip("_") or attr)
+        if module in _GATEWAY_MODULES:
+            names.add(".".join([module, *attrs[i + 1:]]))
+    return names
+
+
+def _rule_modules(profile: Profile) -> frozenset[str]:
+    """The top-level names the profile's import and call rules name (modules outside the
+    standard library included)."""
+    names = [*profile.imports_deny, *profile.imports_approval, *profile.calls_deny,
+             *profile.calls_approval]
+    return frozenset(name.split(".")[0] for name in names)
+
+
+def _bound_pairs(target: ast.expr, value: ast.expr) -> list[tuple[str, ast.expr]]:
+    """(name, value) for each name `target = value` binds to a value of its own: `a = x`,
+    and `a, b = x, y` element by element."""
+    if isinstance(target, ast.Name):
+        return [(target.id, value)]
+    if isinstance(target, ast.Tuple | ast.List) and isinstance(value, ast.Tuple | ast.List) \
+            and len(target.elts) == len(value.elts):
+        pairs = []
+        for sub_target, sub_value in zip(target.elts, value.elts, strict=True):
+            pairs += _bound_pairs(sub_target, sub_value)
+        return pairs
+    return []
 
 
 def _const_str(node: ast.expr | None) -> str | None:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from .contract import MIB, Artifact, Limits, RunResult, Status, StreamEvent
 from .errors import SessionClosed, UsageError
+from .policy import CellContext
 from .redact import checked_secrets
 from .sandbox.channel import SessionChannel, SessionEnded
 from .sandbox.host import HostError, OutputCallback
@@ -58,6 +59,7 @@ class Session:
         self.end_reason: str | None = None
         self.killed_status = Status.sandbox_error  # what a cell ended by `kill` reports
         self.files = SessionFiles(self)
+        self.policy_context = CellContext()  # what earlier cells bound, for the policy check
         self._executor = executor
         self._channel = channel
         self._secrets = tuple(secrets)

@@ -21,7 +21,7 @@ import threading
 import time
 
 import pytest
-from probes import alive, wait_until
+from probes import WORKSPACE_SWAPPER, alive, wait_until
 from session_probes import KERNEL, cgroup_dirs, run_or_closed, sup_pid
 
 from execbox import Executor, Limits, SessionClosed, Status, UsageError
@@ -455,6 +455,28 @@ def test_files_read_of_a_file_swapped_for_a_fifo_never_hangs(hostile: Executor) 
                 results["refused"] += 1
         assert time.monotonic() - started < 10
         assert results["read"] and results["refused"], results  # control: the race was live
+
+
+def test_files_api_racing_code_that_swaps_the_path_fails_the_call_not_the_session(
+        hostile: Executor) -> None:
+    with hostile.session(limits=Limits(cpu_s=60)) as s:  # the threads spin between cells
+        assert s.run(WORKSPACE_SWAPPER).ok
+        calls = [lambda: s.files.write("p", b"d"), lambda: s.files.write("p/x", b"d"),
+                 lambda: s.files.read("p"), lambda: s.files.read("p/x"), s.files.list,
+                 lambda: s.files.remove("p"), lambda: s.files.remove("p/x")]
+        failed: list[str] = []
+        for _ in range(300):
+            for call in calls:
+                try:
+                    call()
+                except SessionClosed:
+                    raise
+                except UsageError as exc:  # the files API's own error for this one call
+                    failed.append(str(exc))
+        assert not s.closed and not [m for m in failed if "sandbox" in m], failed
+        # Control: the race reached the calls' own system calls, not only the first checks.
+        assert any("changed during the call" in m for m in failed), failed
+        assert s.run("print('alive')").stdout == "alive\n"
 
 
 def test_a_cell_cannot_hard_link_an_input_to_take_it_over(hostile: Executor) -> None:

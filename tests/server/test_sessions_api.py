@@ -7,6 +7,7 @@ import json
 
 import httpx
 from conftest import Api
+from probes import WORKSPACE_SWAPPER
 
 from execbox.server.auth import ADMIN
 
@@ -52,6 +53,31 @@ def test_files_upload_list_download_delete(alice: httpx.Client) -> None:
                                   alice.get(f"/v1/sessions/{sid}/files").json()}
         bad = alice.put(f"/v1/sessions/{sid}/files/../escape", content=b"x")
         assert bad.status_code in (400, 404) and "error" in bad.json()
+    finally:
+        alice.delete(f"/v1/sessions/{sid}")
+
+
+def test_files_racing_code_that_swaps_the_path_answer_400_and_the_session_goes_on(
+        alice: httpx.Client) -> None:
+    sid = _open(alice, limits={"cpu_s": 60})  # the threads spin between cells
+    try:
+        cell = alice.post(f"/v1/sessions/{sid}/cells", json={"code": WORKSPACE_SWAPPER})
+        assert cell.json()["status"] == "ok", cell.text
+        files = f"/v1/sessions/{sid}/files"
+        calls = [("PUT", "/p"), ("PUT", "/p/x"), ("GET", "/p"), ("GET", "/p/x"), ("GET", ""),
+                 ("DELETE", "/p"), ("DELETE", "/p/x")]
+        codes: dict[int, int] = {}
+        for _ in range(40):
+            for method, path in calls:
+                response = alice.request(method, files + path, content=b"d" * (method == "PUT"))
+                codes[response.status_code] = codes.get(response.status_code, 0) + 1
+                if response.status_code >= 400:
+                    error = response.json()["error"]
+                    assert (response.status_code, error["code"]) == (400, "bad_request"), error
+        assert codes.get(400) and set(codes) <= {200, 204, 400}, codes
+        assert alice.get(f"/v1/sessions/{sid}").json()["closed"] is False
+        after = alice.post(f"/v1/sessions/{sid}/cells", json={"code": "print('alive')"})
+        assert after.json()["stdout"] == "alive\n", after.text
     finally:
         alice.delete(f"/v1/sessions/{sid}")
 

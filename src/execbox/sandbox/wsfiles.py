@@ -27,6 +27,19 @@ class FileOpError(Exception):
     """A files API call the caller can fix (no such file, not a regular file, disk full)."""
 
 
+@contextlib.contextmanager
+def _call(verb: str, path: str) -> Iterator[None]:
+    """Any OS error of the call becomes its FileOpError: code left running in the session may
+    change the workspace between any two system calls here, and that is its doing, not a
+    failure of the sandbox."""
+    try:
+        yield
+    except OSError as exc:
+        raise FileOpError(f"cannot {verb} {path!r}: {os.strerror(exc.errno or 0)} (the "
+                          "workspace changed during the call; is code in the session "
+                          "changing it?)") from exc
+
+
 def _parts(path: str) -> list[str]:
     parts = path.split("/")
     if not path or path.startswith("/") or any(p in ("", ".", "..") for p in parts) \
@@ -60,6 +73,11 @@ def _open_parent(parts: list[str], uid: int | None) -> int:
 
 def write(path: str, data: bytes, uid: int) -> dict[str, Any]:
     """Write `data` at `path`, owned by the program's `uid` (its directories too)."""
+    with _call("write", path):
+        return _write(path, data, uid)
+
+
+def _write(path: str, data: bytes, uid: int) -> dict[str, Any]:
     parts = _parts(path)
     parent = _open_parent(parts, uid)
     tmp = f".execbox-upload-{os.urandom(6).hex()}"
@@ -73,7 +91,7 @@ def write(path: str, data: bytes, uid: int) -> dict[str, Any]:
                 view = view[os.write(fd, view):]
         except OSError as exc:
             os.close(fd)
-            os.unlink(tmp, dir_fd=parent)
+            _discard(tmp, parent)
             if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
                 raise FileOpError(f"no room for {path!r} ({len(data)} bytes) in the session's "
                                   "workspace; raise limits.disk_mib") from exc
@@ -83,11 +101,18 @@ def write(path: str, data: bytes, uid: int) -> dict[str, Any]:
         try:
             os.rename(tmp, parts[-1], src_dir_fd=parent, dst_dir_fd=parent)
         except OSError as exc:
-            os.unlink(tmp, dir_fd=parent)
+            _discard(tmp, parent)
             raise FileOpError(f"cannot write {path!r}: {os.strerror(exc.errno or 0)}") from exc
     finally:
         os.close(parent)
     return {"path": path, "size": st.st_size, "inode": st.st_ino, "mtime_ns": st.st_mtime_ns}
+
+
+def _discard(tmp: str, parent: int) -> None:
+    # The session's code may already have removed or replaced it; the call's error is what
+    # matters, not the clean-up's.
+    with contextlib.suppress(OSError):
+        os.unlink(tmp, dir_fd=parent)
 
 
 @contextlib.contextmanager
@@ -109,7 +134,7 @@ def _existing(path: str) -> Iterator[tuple[int, str, os.stat_result]]:
 
 
 def read(path: str, limit: int) -> bytes:
-    with _existing(path) as (parent, name, st):
+    with _call("read", path), _existing(path) as (parent, name, st):
         if not stat.S_ISREG(st.st_mode):
             raise FileOpError(f"{path!r} is not a regular file (links, FIFOs and devices "
                               "are never read)")
@@ -122,7 +147,7 @@ def read(path: str, limit: int) -> bytes:
 
 
 def remove(path: str) -> None:
-    with _existing(path) as (parent, name, st):
+    with _call("remove", path), _existing(path) as (parent, name, st):
         if stat.S_ISDIR(st.st_mode):
             try:
                 os.rmdir(name, dir_fd=parent)
@@ -136,6 +161,7 @@ def remove(path: str) -> None:
 def listing(max_files: int, max_bytes: int) -> tuple[list[dict[str, Any]], bool]:
     """Every regular file, hashed in chunks (no bytes kept; a file with many links is read
     once), at most `max_bytes` read in all."""
-    found, truncated = artifacts.collect(ROOT, set(), max_files, max_bytes, keep_data=False)
+    with _call("list", "."):
+        found, truncated = artifacts.collect(ROOT, set(), max_files, max_bytes, keep_data=False)
     return [{"path": f.path, "size": f.size, "sha256": f.sha256, "mime_type": f.mime_type}
             for f in found], truncated
