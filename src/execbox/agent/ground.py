@@ -1,0 +1,498 @@
+"""Grounding: the answer may state only what the outputs it relies on show.
+
+Every number, date, quoted value and unit in the answer must come from the evidence (the
+printed output line by line, the JSON result, the artifacts' names and sizes), allowing for the
+rounding the answer states ("3.14" for 3.14159, "about 2.5 million" for 2,497,312) and for unit
+formatting (thousands separators, percentages, scientific notation, "k"/"million"). Claims of
+verification must match checks that ran and passed. Values the question itself gives (its
+numbers, years, quoted names) need no evidence, nor do list markers, ordinals, "line 3" and
+rounding statements ("2 decimal places"). Deterministic: no model, no sandbox.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import date
+from typing import Any
+
+from ..contract import Artifact
+from .models import Claim, RunOutput, Verdict
+
+# -- numbers -----------------------------------------------------------------------------------
+
+_NUMBER = re.compile(r"""
+    (?<![\w.])(?P<sign>[-\u2212](?=[$\d.]))?
+    (?P<cur>[$\u20ac\u00a3\u00a5])?
+    (?P<num>(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)
+    (?:[eE](?P<exp>[-+]?\d+)|\s?[\u00d7x*]\s?10\^(?P<exp2>[-+]?\d+))?
+    (?P<pct>\s?%|\s(?:percent|per\ cent)\b)?
+    (?:(?P<mag1>[kKMB])(?![\w])|\s(?P<mag2>thousand|million|billion|trillion|bn)\b)?
+    """, re.X)
+_MAGNITUDES = {"k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "thousand": 1e3, "million": 1e6,
+               "billion": 1e9, "bn": 1e9, "trillion": 1e12}
+_APPROX = re.compile(r"(?:about|approximately|approx\.?|roughly|around|nearly|almost|close to|"
+                     r"some|~|\u2248|circa|ca\.)\s*$", re.I)
+_ABOVE = re.compile(r"(?:over|more than|above|at least|exceeds?|exceeding|upwards of)\s*$", re.I)
+_BELOW = re.compile(r"(?:under|less than|below|fewer than|at most|up to)\s*$", re.I)
+_DOWN = re.compile(r"\b(?:decreas\w*|declin\w*|drop\w*|fell|fall\w*|down|lower|loss|lost|"
+                   r"negative|minus|below|deficit|shr[aiu]nk\w*|reduc\w*)\b", re.I)
+# A number after these words is a position, not a value: "line 3", "step 2", "#1".
+_POSITION = re.compile(r"(?:\bline|\blines|\bstep|\bcell|\battempt|\bitem|\bpage|\brank|"
+                       r"\bversion|\bpython|\bno\.|#)\s*$", re.I)
+_ROUNDING = re.compile(r"\s*(?:decimal|significant|sig\.?\s*fig|digits?\b|dp\b)", re.I)
+_LIST_MARKER = re.compile(r"^\s*\d+[.)]\s", re.M)
+
+
+@dataclass(frozen=True)
+class Num:
+    """A number as written: its value, the step of its last stated digit, its bound."""
+
+    text: str
+    value: float
+    step: float
+    percent: bool
+    signed: bool
+    bound: str  # "exact", "approx", "above", "below"
+    unit: str | None
+    start: int
+    end: int
+
+    def candidates(self) -> Iterator[tuple[float, float]]:
+        yield self.value, self.step
+        if self.percent:
+            yield self.value / 100, self.step / 100
+
+
+def _parse(match: re.Match[str]) -> tuple[float, float, bool]:
+    """(value, step of the last stated digit, percent) of a `_NUMBER` match."""
+    digits = match["num"].replace(",", "")
+    decimals = len(digits.split(".")[1]) if "." in digits else 0
+    exp = int(match["exp"] or match["exp2"] or 0)
+    scale = 10.0 ** exp * _MAGNITUDES.get(match["mag1"] or match["mag2"] or "", 1.0)
+    value = float(digits) * scale
+    if match["sign"]:
+        value = -value
+    return value, 10.0 ** -decimals * scale, bool(match["pct"])
+
+
+def numbers_in(text: str) -> Iterator[tuple[float, re.Match[str]]]:
+    """Every number in `text` with its match; numbers glued to letters ("x86", "3rd", ids)
+    are not numbers."""
+    for match in _NUMBER.finditer(text):
+        if re.match(r"[A-Za-z_]", text[match.end():match.end() + 1]) and not match["mag2"]:
+            continue
+        value, _, percent = _parse(match)
+        yield value, match
+        if percent:
+            yield value / 100, match
+
+
+# -- units -------------------------------------------------------------------------------------
+
+_UNIT_FAMILIES: dict[str, tuple[str, ...]] = {
+    "USD": ("$", "usd", "dollars?", "us\\$"), "EUR": ("\u20ac", "eur", "euros?"),
+    "GBP": ("\u00a3", "gbp", "pounds sterling"), "JPY": ("\u00a5", "jpy", "yen"),
+    "kg": ("kg", "kgs", "kilograms?", "kilos?"), "mg": ("mg", "milligrams?"),
+    "lb": ("lbs?", "pounds?"), "km": ("km", "kilomet(?:er|re)s?"),
+    "m": ("met(?:er|re)s?",), "cm": ("cm", "centimet(?:er|re)s?"),
+    "mm": ("mm", "millimet(?:er|re)s?"), "mi": ("miles?",), "ft": ("ft", "feet", "foot"),
+    "l": ("lit(?:er|re)s?",), "ml": ("ml", "millilit(?:er|re)s?"),
+    "s": ("seconds?", "secs?"), "ms": ("ms", "milliseconds?"), "min": ("minutes?", "mins?"),
+    "h": ("hours?", "hrs?"), "bytes": ("bytes?", "kb", "kib", "mb", "mib", "gb", "gib", "tb",
+                                       "kilobytes?", "megabytes?", "gigabytes?"),
+    "\u00b0C": ("\u00b0c", "celsius", "degrees c"), "\u00b0F": ("\u00b0f", "fahrenheit"),
+    "kWh": ("kwh",), "W": ("watts?",),
+}
+_UNIT_OF: dict[str, str] = {}
+for _family, _spellings in _UNIT_FAMILIES.items():
+    for _spelling in _spellings:
+        _UNIT_OF[_spelling] = _family
+_UNIT_AFTER = re.compile(r"\s?(" + "|".join(sorted(
+    (s for fam, spellings in _UNIT_FAMILIES.items() for s in spellings if s[0] not in "$\u20ac\u00a3\u00a5"),
+    key=len, reverse=True)) + r")(?![A-Za-z])", re.I)
+_CURRENCY = {"$": "USD", "\u20ac": "EUR", "\u00a3": "GBP", "\u00a5": "JPY"}
+_BYTE_FACTORS = {"kb": (1e3, 1024.0), "kib": (1024.0,), "mb": (1e6, 1024.0 ** 2),
+                 "mib": (1024.0 ** 2,), "gb": (1e9, 1024.0 ** 3), "gib": (1024.0 ** 3,),
+                 "tb": (1e12, 1024.0 ** 4)}
+
+
+def _family_of(spelling: str) -> str:
+    low = spelling.lower()
+    for pattern, family in _UNIT_OF.items():
+        if re.fullmatch(pattern, low):
+            return family
+    return low
+
+
+def _mentions_unit(family: str, text: str) -> bool:
+    for spelling in _UNIT_FAMILIES[family]:
+        pattern = re.escape(spelling) if spelling in _CURRENCY else spelling
+        if re.search(r"(?<![A-Za-z])" + pattern + r"(?![A-Za-z])", text, re.I):
+            return True
+    return False
+
+
+# -- dates -------------------------------------------------------------------------------------
+
+_MONTHS = {name: i for i, name in enumerate(
+    ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"], 1)}
+_MONTH = (r"(?P<mon>jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|"
+          r"aug(?:ust)?|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\.?")
+_DATES = [re.compile(p, re.I) for p in (
+    r"(?<![\w.])(?P<y>\d{4})[-/](?P<m>\d{1,2})[-/](?P<d>\d{1,2})(?![\d])",
+    r"(?<![\w.])(?P<a>\d{1,2})[/.](?P<b>\d{1,2})[/.](?P<y>\d{4})(?!\d)",
+    r"(?<![\w.])(?P<d>\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?" + _MONTH + r",?\s+(?P<y>\d{4})\b",
+    _MONTH + r"\s+(?P<d>\d{1,2})(?:st|nd|rd|th)?,?\s+(?P<y>\d{4})\b",
+    _MONTH + r",?\s+(?P<y>\d{4})\b",
+    r"(?<![\w.])(?P<y>\d{4})-(?P<m>\d{2})(?![-\d])",
+)]
+
+DateKey = tuple[int, int, int | None]  # year, month, day (None: the month as a whole)
+
+
+def dates_in(text: str) -> Iterator[tuple[list[DateKey], re.Match[str]]]:
+    """Every date in `text`: its readings (dd/mm and mm/dd are both kept) and its match.
+    Earlier patterns win over later ones on the same text."""
+    taken: list[tuple[int, int]] = []
+    for pattern in _DATES:
+        for match in pattern.finditer(text):
+            if any(s < match.end() and match.start() < e for s, e in taken):
+                continue
+            keys = _date_keys(match.groupdict())
+            if keys:
+                taken.append((match.start(), match.end()))
+                yield keys, match
+
+
+def _date_keys(g: dict[str, str | None]) -> list[DateKey]:
+    def num(name: str) -> int | None:
+        text = g.get(name)
+        return int(text) if text else None
+
+    year = num("y") or 0
+    pairs: list[tuple[int, int | None]]
+    if g.get("mon"):
+        pairs = [(_MONTHS[(g["mon"] or "")[:3].lower()], num("d"))]
+    elif g.get("a"):
+        a, b = num("a") or 0, num("b") or 0
+        pairs = [(b, a), (a, b)]
+    else:
+        pairs = [(num("m") or 0, num("d"))]
+    keys: list[DateKey] = []
+    for month, day in pairs:
+        try:
+            date(year, month, day or 1)
+        except ValueError:
+            continue
+        keys.append((year, month, day))
+    return keys
+
+
+def _date_matches(claim: DateKey, fact: DateKey) -> bool:
+    if claim[2] is None:
+        return claim[:2] == fact[:2]
+    return claim == fact
+
+
+# -- quotes and verification claims -------------------------------------------------------------
+
+_QUOTES = re.compile(r"```.*?```|`(?P<code>[^`\n]{1,200})`|\"(?P<dq>[^\"\n]{1,200})\"|"
+                     r"\u201c(?P<cq>[^\u201d\n]{1,200})\u201d|"
+                     r"(?<![\w])['\u2018](?P<sq>[^'\u2019\n]{1,120})['\u2019](?![\w])", re.S)
+
+_VERIFICATION = [
+    ("tests", re.compile(r"\bunit[- ]?tests?\b|\btests? (?:pass|passed|passing)\b|\btested\b|"
+                         r"\bproperty[- ]based\b", re.I)),
+    ("cross_check", re.compile(r"\bcross[- ]?check\w*|\bindependent(?:ly)?\s+(?:re)?"
+                               r"(?:comput|calculat|check|verif)\w*|\bdouble[- ]check\w*|"
+                               r"\bbrute[- ]force\b", re.I)),
+    ("invariant", re.compile(r"\binvariants?\b|\bsanity[- ]check\w*", re.I)),
+    ("schema", re.compile(r"\bschema\b", re.I)),
+    ("any", re.compile(r"\bverified\b|\bvalidated\b|\bverification\b|\bconfirmed by\b|"
+                       r"\bchecked (?:by|against)\b", re.I)),
+]
+_REAL_CHECKS = ("invariant", "cross_check", "tests", "schema")
+_IDS = re.compile(r"\b(?:ask_)?[0-9a-f]{16,64}\b")  # run and ask ids cited in the answer
+
+
+# -- the evidence ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Fact:
+    value: Any  # float, DateKey or str
+    run_id: str | None
+    where: str
+
+
+@dataclass
+class Evidence:
+    """What the answer may draw on: facts found in the outputs, and the texts they came from."""
+
+    numbers: list[Fact]
+    dates: list[Fact]
+    texts: list[Fact]  # whole lines and strings, searched for quotes and units
+
+    @classmethod
+    def of(cls, outputs: Iterable[RunOutput], artifacts: Iterable[Artifact],
+           artifacts_run: str | None = None) -> Evidence:
+        ev = cls([], [], [])
+        for out in outputs:
+            for n, line in enumerate(out.stdout.splitlines(), 1):
+                if line.strip():
+                    ev.add_text(line, out.run_id, f"stdout line {n}: {line.strip()[:160]}")
+            if out.result is not None:
+                ev.add_value(out.result, out.run_id, "result")
+        arts = list(artifacts)
+        for art in arts:
+            where = f"artifact {art.path} ({art.size} bytes, {art.mime_type})"
+            ev.texts.append(Fact(where, artifacts_run, where))
+            ev.numbers.append(Fact(float(art.size), artifacts_run, where))
+        if arts:
+            ev.numbers.append(Fact(float(len(arts)), artifacts_run, f"{len(arts)} artifacts"))
+        return ev
+
+    def add_text(self, text: str, run_id: str | None, where: str) -> None:
+        self.texts.append(Fact(text, run_id, where))
+        masked = text
+        for keys, match in dates_in(text):
+            for key in keys:
+                self.dates.append(Fact(key, run_id, where))
+            self.numbers.append(Fact(float(keys[0][0]), run_id, where))
+            masked = masked[:match.start()] + " " * (match.end() - match.start()) \
+                + masked[match.end():]
+        for value, match in numbers_in(masked):
+            self.numbers.append(Fact(value, run_id, where))
+            if "," in match["num"]:  # "1,234" is also 1 and 234: JSON printed without spaces
+                self.numbers.extend(Fact(float(part), run_id, where)
+                                    for part in match["num"].split(".")[0].split(","))
+
+    def add_value(self, value: Any, run_id: str | None, path: str) -> None:
+        if isinstance(value, bool) or value is None:
+            return
+        if isinstance(value, (int, float)):
+            if math.isfinite(value):
+                self.numbers.append(Fact(float(value), run_id, f"{path} = {value!r}"))
+            return
+        if isinstance(value, str):
+            self.add_text(value, run_id, f"{path} = {value[:160]!r}")
+            return
+        if isinstance(value, dict):
+            for key, item in value.items():
+                self.add_text(str(key), run_id, f"{path} key {str(key)[:80]!r}")
+                self.add_value(item, run_id, f"{path}[{json.dumps(key)}]")
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                self.add_value(item, run_id, f"{path}[{i}]")
+        else:
+            return
+        # How many items there are ("3 regions") is shown by the result too.
+        self.numbers.append(Fact(float(len(value)), run_id, f"len({path}) = {len(value)}"))
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the answer may restate without evidence: the question, the program, the inputs."""
+
+    question: str
+    code: str = ""
+    file_names: tuple[str, ...] = ()
+    file_heads: tuple[str, ...] = ()  # first lines (headers) of text inputs, for units
+
+
+# -- the check ---------------------------------------------------------------------------------
+
+def check(answer: str, evidence: Evidence, context: Context, verdicts: Iterable[Verdict],
+          ) -> list[Claim]:
+    """Every checkable claim of `answer`, each grounded (with its source) or not (with why)."""
+    claims: list[Claim] = []
+    masked = answer
+
+    def mask(start: int, end: int) -> None:
+        nonlocal masked
+        masked = masked[:start] + " " * (end - start) + masked[end:]
+
+    for match in _IDS.finditer(answer):
+        mask(match.start(), match.end())
+    for match in _QUOTES.finditer(masked):
+        quoted = match["code"] or match["dq"] or match["cq"] or match["sq"]
+        mask(match.start(), match.end())
+        if quoted is None:  # a fenced code block: code, not a claim about the data
+            continue
+        claims.append(_quote_claim(quoted, evidence, context, code_span=match["code"] is not None))
+    for keys, match in dates_in(masked):
+        claims.append(_date_claim(match[0], keys, evidence, context))
+        mask(match.start(), match.end())
+    for start, end in [(m.start(), m.end()) for m in _LIST_MARKER.finditer(masked)]:
+        mask(start, end)
+    question_numbers = [v for v, _ in numbers_in(_date_masked(context.question))]
+    for num in _claimed_numbers(masked):
+        claims.append(_number_claim(num, evidence, question_numbers))
+        if num.unit is not None:
+            claims.append(_unit_claim(num, evidence, context))
+    claims.extend(_verification_claims(masked, list(verdicts)))
+    return claims
+
+
+def problems(claims: Iterable[Claim]) -> list[str]:
+    """The ungrounded claims, each as one line for the answer stage."""
+    return [f"{c.kind} {c.text!r}: {c.detail}" for c in claims if not c.grounded]
+
+
+def _date_masked(text: str) -> str:
+    for _, match in dates_in(text):
+        text = text[:match.start()] + " " * (match.end() - match.start()) + text[match.end():]
+    return text
+
+
+def _claimed_numbers(text: str) -> Iterator[Num]:
+    for match in _NUMBER.finditer(text):
+        after = text[match.end():]
+        if re.match(r"[A-Za-z_]", after[:1]) and not _UNIT_AFTER.match(after):
+            continue  # glued to a word: an ordinal, an identifier, a version
+        before = text[max(0, match.start() - 30):match.start()]
+        if _POSITION.search(before) or _ROUNDING.match(after):
+            continue
+        value, step, percent = _parse(match)
+        bound = ("approx" if _APPROX.search(before) else "above" if _ABOVE.search(before)
+                 else "below" if _BELOW.search(before) else "exact")
+        unit_match = _UNIT_AFTER.match(after) if not percent else None
+        unit = _CURRENCY[match["cur"]] if match["cur"] else (
+            unit_match[1] if unit_match else None)
+        end = match.end() + (unit_match.end() if unit_match else 0)
+        signed = bool(match["sign"]) or bool(_DOWN.search(text[max(0, match.start() - 40):
+                                                                 match.start()]))
+        num = Num(text[match.start():end].strip(), value, step, percent, signed, bound, unit,
+                  match.start(), end)
+        yield from _with_byte_units(num, unit_match[1].lower() if unit_match else "")
+
+
+def _with_byte_units(num: Num, unit: str) -> Iterator[Num]:
+    """'12 KB' means 12,000 or 12,288 bytes: the claim is its value in bytes."""
+    factors = _BYTE_FACTORS.get(unit)
+    if not factors:
+        yield num
+        return
+    best = factors[-1]
+    yield Num(num.text, num.value * best, num.step * best, num.percent, num.signed,
+              "approx" if len(factors) > 1 else num.bound, num.unit, num.start, num.end)
+
+
+def _close(num: Num, fact: float) -> bool:
+    for value, step in num.candidates():
+        for target in ((fact,) if num.signed and num.value < 0 else
+                       (fact, -fact) if num.signed else (fact,)):
+            if _within(num.bound, value, step, target):
+                return True
+    return False
+
+
+def _within(bound: str, value: float, step: float, fact: float) -> bool:
+    tiny = 1e-9 * max(1.0, abs(value))
+    if bound == "above":
+        return value - tiny <= fact <= value + max(step, 0.5 * abs(value)) + tiny
+    if bound == "below":
+        return value - max(step, 0.5 * abs(value)) - tiny <= fact <= value + tiny
+    tolerance = step / 2 + tiny
+    if bound == "approx":
+        tolerance = max(tolerance, 0.05 * abs(value))
+    if abs(fact - value) <= tolerance:
+        return True
+    # Truncated rather than rounded ("3.1415" for 3.14159): the stated digits are the fact's.
+    return bound == "exact" and step > 0 and abs(math.trunc(fact / step) * step - value) <= tiny
+
+
+def _number_claim(num: Num, evidence: Evidence, question_numbers: list[float]) -> Claim:
+    if any(math.isclose(value, q) for value, _ in num.candidates() for q in question_numbers):
+        return Claim(text=num.text, kind="number", grounded=True, source="the question")
+    for fact in evidence.numbers:
+        if _close(num, fact.value):
+            return Claim(text=num.text, kind="number", grounded=True, run_id=fact.run_id,
+                         source=fact.where)
+    nearest = min(evidence.numbers, key=lambda f: abs(f.value - num.value), default=None)
+    hint = f" (the nearest is {nearest.where})" if nearest is not None else ""
+    return Claim(text=num.text, kind="number", grounded=False,
+                 detail=f"no output shows this value{hint}")
+
+
+def _unit_claim(num: Num, evidence: Evidence, context: Context) -> Claim:
+    assert num.unit is not None
+    family = num.unit if num.unit in _UNIT_FAMILIES else _family_of(num.unit)
+    if family not in _UNIT_FAMILIES:
+        return Claim(text=num.text, kind="unit", grounded=True, source="not a known unit")
+    for fact in evidence.texts:
+        if _mentions_unit(family, fact.value):
+            return Claim(text=num.text, kind="unit", grounded=True, run_id=fact.run_id,
+                         source=fact.where)
+    for where, text in (("the question", context.question),
+                        *(("an input file's header", h) for h in context.file_heads)):
+        if _mentions_unit(family, text):
+            return Claim(text=num.text, kind="unit", grounded=True, source=where)
+    return Claim(text=num.text, kind="unit", grounded=False,
+                 detail=f"the unit {num.unit!r} appears in no output, input header or the "
+                        "question: do not add units the outputs do not state")
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.casefold().split()).strip(" .,;:!?")
+
+
+def _contains(text: str, wanted: str) -> bool:
+    """`wanted` in `text` as whole words ("7" is not in "17")."""
+    return re.search(r"(?<!\w)" + re.escape(wanted) + r"(?!\w)", _norm(text)) is not None
+
+
+def _quote_claim(quoted: str, evidence: Evidence, context: Context, *, code_span: bool) -> Claim:
+    wanted = _norm(quoted)
+    if not wanted:
+        return Claim(text=quoted, kind="quote", grounded=True, source="empty")
+    for fact in evidence.texts:
+        if _contains(fact.value, wanted):
+            return Claim(text=quoted, kind="quote", grounded=True, run_id=fact.run_id,
+                         source=fact.where)
+    others = [("the question", context.question), ("the program", context.code),
+              *(("an input file's name", n) for n in context.file_names),
+              *(("an input file's header", h) for h in context.file_heads)]
+    for where, text in others:
+        if _contains(text, wanted):
+            return Claim(text=quoted, kind="quote", grounded=True, source=where)
+    what = "code" if code_span else "quoted text"
+    return Claim(text=quoted, kind="quote", grounded=False,
+                 detail=f"this {what} appears in no output, nor in the question or the program")
+
+
+def _date_claim(text: str, keys: list[DateKey], evidence: Evidence, context: Context) -> Claim:
+    for q_keys, _ in dates_in(context.question):
+        if any(_date_matches(k, q) for k in keys for q in q_keys):
+            return Claim(text=text, kind="date", grounded=True, source="the question")
+    for fact in evidence.dates:
+        if any(_date_matches(k, fact.value) for k in keys):
+            return Claim(text=text, kind="date", grounded=True, run_id=fact.run_id,
+                         source=fact.where)
+    return Claim(text=text, kind="date", grounded=False, detail="no output shows this date")
+
+
+def _verification_claims(text: str, verdicts: list[Verdict]) -> list[Claim]:
+    passed = {v.check: v for v in verdicts if v.passed}
+    failed = {v.check for v in verdicts if not v.passed}
+    claims = []
+    for check, pattern in _VERIFICATION:
+        match = pattern.search(text)
+        if match is None:
+            continue
+        wanted = _REAL_CHECKS if check == "any" else (check,)
+        found = next((passed[c] for c in wanted if c in passed and c not in failed), None)
+        if found is not None:
+            claims.append(Claim(text=match[0], kind="verification", grounded=True,
+                                run_id=found.run_id,
+                                source=f"the {found.check} check passed: {found.detail[:120]}"))
+        else:
+            ran = ", ".join(sorted(passed)) or "none"
+            claims.append(Claim(
+                text=match[0], kind="verification", grounded=False,
+                detail=f"no {' or '.join(wanted)} check passed (checks passed: {ran}); claim "
+                       "only the checks listed"))
+    return claims
