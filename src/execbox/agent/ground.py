@@ -67,8 +67,10 @@ class Num:
             yield self.value / 100, self.step / 100
 
 
-def _parse(match: re.Match[str]) -> tuple[float, float, bool]:
-    """(value, step of the last stated digit, percent) of a `_NUMBER` match."""
+def _parse(match: re.Match[str], rounded: bool = False) -> tuple[float, float, bool]:
+    """(value, step of the last stated digit, percent) of a `_NUMBER` match. When the text
+    says the number is rounded ("about 2,500,000"), an integer's trailing zeros are not
+    stated digits."""
     digits = match["num"].replace(",", "")
     decimals = len(digits.split(".")[1]) if "." in digits else 0
     exp = int(match["exp"] or match["exp2"] or 0)
@@ -76,7 +78,10 @@ def _parse(match: re.Match[str]) -> tuple[float, float, bool]:
     value = float(digits) * scale
     if match["sign"]:
         value = -value
-    return value, 10.0 ** -decimals * scale, bool(match["pct"])
+    step = 10.0 ** -decimals * scale
+    if rounded and not decimals and digits.strip("0"):
+        step *= 10.0 ** (len(digits) - len(digits.rstrip("0")))
+    return value, step, bool(match["pct"])
 
 
 def numbers_in(text: str) -> Iterator[tuple[float, re.Match[str]]]:
@@ -356,9 +361,9 @@ def _claimed_numbers(text: str) -> Iterator[Num]:
         before = text[max(0, match.start() - 30):match.start()]
         if _POSITION.search(before) or _ROUNDING.match(after):
             continue
-        value, step, percent = _parse(match)
         bound = ("approx" if _APPROX.search(before) else "above" if _ABOVE.search(before)
                  else "below" if _BELOW.search(before) else "exact")
+        value, step, percent = _parse(match, rounded=bound != "exact")
         unit_match = _UNIT_AFTER.match(after) if not percent else None
         unit = _CURRENCY[match["cur"]] if match["cur"] else (
             unit_match[1] if unit_match else None)
@@ -396,10 +401,7 @@ def _within(bound: str, value: float, step: float, fact: float) -> bool:
         return value - tiny <= fact <= value + max(step, 0.5 * abs(value)) + tiny
     if bound == "below":
         return value - max(step, 0.5 * abs(value)) - tiny <= fact <= value + tiny
-    tolerance = step / 2 + tiny
-    if bound == "approx":
-        tolerance = max(tolerance, 0.05 * abs(value))
-    if abs(fact - value) <= tolerance:
+    if abs(fact - value) <= step / 2 + tiny:
         return True
     # Truncated rather than rounded ("3.1415" for 3.14159): the stated digits are the fact's.
     return bound == "exact" and step > 0 and abs(math.trunc(fact / step) * step - value) <= tiny

@@ -213,7 +213,7 @@ class _Ask:
             return self._fail("repairs_exhausted",
                               f"no verified answer after {len(self.logs)} attempts "
                               f"({self.settings.max_repairs} repairs); last problem: "
-                              f"{(last.feedback or 'unknown').splitlines()[0]}")
+                              f"{_first_problem(last.feedback or 'unknown')}")
         except _Breaker as trip:
             return self._fail(trip.kind, trip.message)
         except ModelFailure as exc:
@@ -529,3 +529,11 @@ def _header(data: bytes) -> str:
         return data[:1000].decode().split("\n", 1)[0]
     except UnicodeDecodeError:
         return ""
+
+
+def _first_problem(feedback: str) -> str:
+    """The feedback's first line, and the line after a heading ('Verification failed:')."""
+    lines = feedback.splitlines() or [""]
+    if lines[0].endswith(":") and len(lines) > 1:
+        return f"{lines[0]} {lines[1].lstrip('- ')}"
+    return lines[0]
