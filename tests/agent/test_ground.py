@@ -78,6 +78,15 @@ def test_question_numbers_list_markers_ordinals_and_line_numbers_need_no_evidenc
                question="Top 5 regions in 2023?") == []
 
 
+def test_a_markdown_answer_with_tables_lists_and_names_is_grounded() -> None:
+    answer = ("### Top 3\n| region | units |\n|---|---|\n| north | 7 |\n| south | 3 |\n"
+              "- 3/4 of rows were valid (p < 0.001, r = 0.87), COVID-19 cases aside.")
+    result = {"north": 7, "south": 3, "valid": 0.75, "p": 0.00012, "r": 0.8712}
+    assert bad(answer, result=result) == []
+    assert bad("2/3 of rows were valid.", result=result) == ["2/3"]
+    assert bad("p < 0.0001.", result=result) == ["0.0001"]
+
+
 def test_counts_of_items_in_the_result_are_grounded() -> None:
     assert bad("There are 3 regions.", result={"north": 7, "east": 5, "south": 1}) == []
     assert bad("There are 4 regions.", result={"north": 7, "east": 5, "south": 1}) == ["4"]

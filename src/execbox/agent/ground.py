@@ -36,8 +36,10 @@ _MAGNITUDES = {"k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "thousand": 1e3, "million
                "billion": 1e9, "bn": 1e9, "trillion": 1e12}
 _APPROX = re.compile(r"(?:about|approximately|approx\.?|roughly|around|nearly|almost|close to|"
                      r"some|~|\u2248|circa|ca\.)\s*$", re.I)
-_ABOVE = re.compile(r"(?:over|more than|above|at least|exceeds?|exceeding|upwards of)\s*$", re.I)
-_BELOW = re.compile(r"(?:under|less than|below|fewer than|at most|up to)\s*$", re.I)
+_ABOVE = re.compile(r"(?:over|more than|above|at least|exceeds?|exceeding|upwards of|>=?|"
+                    r"\u2265)\s*$", re.I)
+_BELOW = re.compile(r"(?:under|less than|below|fewer than|at most|up to|<=?|\u2264)\s*$", re.I)
+_FRACTION = re.compile(r"(?<![\w./])(\d+)/(\d+)(?![\w/])")
 _DOWN = re.compile(r"\b(?:decreas\w*|declin\w*|drop\w*|fell|fall\w*|down|lower|loss|lost|"
                    r"negative|minus|below|deficit|shr[aiu]nk\w*|reduc\w*)\b", re.I)
 # A number after these words is a position, not a value: "line 3", "step 2", "#1".
@@ -333,6 +335,9 @@ def check(answer: str, evidence: Evidence, context: Context, verdicts: Iterable[
         mask(match.start(), match.end())
     for start, end in [(m.start(), m.end()) for m in _LIST_MARKER.finditer(masked)]:
         mask(start, end)
+    for match in list(_FRACTION.finditer(masked)):
+        claims.append(_fraction_claim(match, evidence))
+        mask(match.start(), match.end())
     question_numbers = [v for v, _ in numbers_in(_date_masked(context.question))]
     for num in _claimed_numbers(masked):
         claims.append(_number_claim(num, evidence, question_numbers))
@@ -359,8 +364,8 @@ def _claimed_numbers(text: str) -> Iterator[Num]:
         if re.match(r"[A-Za-z_]", after[:1]) and not _UNIT_AFTER.match(after):
             continue  # glued to a word: an ordinal, an identifier, a version
         before = text[max(0, match.start() - 30):match.start()]
-        if _POSITION.search(before) or _ROUNDING.match(after):
-            continue
+        if _POSITION.search(before) or _ROUNDING.match(after) or re.search(r"[A-Za-z]-$", before):
+            continue  # "line 3", "2 decimal places", "COVID-19"
         bound = ("approx" if _APPROX.search(before) else "above" if _ABOVE.search(before)
                  else "below" if _BELOW.search(before) else "exact")
         value, step, percent = _parse(match, rounded=bound != "exact")
@@ -418,6 +423,23 @@ def _number_claim(num: Num, evidence: Evidence, question_numbers: list[float]) -
     hint = f" (the nearest is {nearest.where})" if nearest is not None else ""
     return Claim(text=num.text, kind="number", grounded=False,
                  detail=f"no output shows this value{hint}")
+
+
+def _fraction_claim(match: re.Match[str], evidence: Evidence) -> Claim:
+    """'3/4' is the value 0.75, or 3 of 4 when both numbers are shown."""
+    numerator, denominator = float(match[1]), float(match[2])
+    wanted = [numerator / denominator] if denominator else []
+    for fact in evidence.numbers:
+        if any(math.isclose(fact.value, w, rel_tol=1e-9) for w in wanted):
+            return Claim(text=match[0], kind="number", grounded=True, run_id=fact.run_id,
+                         source=fact.where)
+    parts = [next((f for f in evidence.numbers if f.value == n), None)
+             for n in (numerator, denominator)]
+    if parts[0] is not None and parts[1] is not None:
+        return Claim(text=match[0], kind="number", grounded=True, run_id=parts[0].run_id,
+                     source=f"{parts[0].where}; {parts[1].where}")
+    return Claim(text=match[0], kind="number", grounded=False,
+                 detail="no output shows this fraction, its value or both its numbers")
 
 
 def _unit_claim(num: Num, evidence: Evidence, context: Context) -> Claim:
