@@ -56,3 +56,11 @@ def test_a_session_reports_what_it_has_read_so_far(executor: Executor) -> None:
         third = session.run("y = 2")
     assert (first.inputs_read, second.inputs_read, third.inputs_read) == (
         [], ["sales.csv"], ["sales.csv"])
+
+
+def test_a_cached_result_keeps_what_the_run_read(executor: Executor) -> None:
+    code = "print(open('sales.csv').read().count('\\n'))  # cached inputs_read\n"
+    first = executor.run(code, files=FILES, cache=True)
+    second = executor.run(code, files=FILES, cache=True)
+    assert not first.cached and second.cached
+    assert first.inputs_read == second.inputs_read == ["sales.csv"]
