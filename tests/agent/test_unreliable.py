@@ -22,7 +22,8 @@ READ_SALES = ("import json, pandas as pd\ndf = pd.read_csv('sales.csv')\n"
               "print('total units', int(df.units.sum()))\n"
               "print(json.dumps({'total': int(df.units.sum())}))\n")
 HARD_CODED = "import json\nprint('total units', 17)\nprint(json.dumps({'total': 17}))\n"
-SUM_CODE = "import json\nvalues = [3, 1, 2]\nprint('sum', sum(values))\nprint(json.dumps(sum(values)))\n"
+SUM_CODE = ("import json\nvalues = [3, 1, 2]\nprint('sum', sum(values))\n"
+            "print(json.dumps(sum(values)))\n")
 
 Script = dict[str, list[Any]]
 
@@ -249,7 +250,8 @@ def test_an_approve_everything_verifier_cannot_pass_a_contradicted_answer(
         "answer": [says("The total is 18 units.")] * 3}, files={"sales.csv": SALES})
     assert asked.answer.status == "failed"
     assert asked.answer.failure is not None and asked.answer.failure.kind == "ungrounded"
-    assert "'18'" in asked.answer.failure.message and "{\"total\": 17}" in asked.answer.failure.message
+    message = asked.answer.failure.message
+    assert "'18'" in message and '(not an answer): {"total": 17}' in message
 
 
 def test_an_honest_answer_costs_no_extra_model_call(asker: AskFn) -> None:

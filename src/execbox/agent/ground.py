@@ -16,24 +16,28 @@ import math
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import date
 from typing import Any
 
 from ..contract import Artifact
 from .models import Claim, RunOutput, Verdict
+from .values import (
+    BYTE_FACTORS,
+    CURRENCY,
+    NUMBER,
+    UNIT_AFTER,
+    UNIT_FAMILIES,
+    DateKey,
+    date_matches,
+    dates_in,
+    family_of,
+    mask_dates,
+    mentions_unit,
+    numbers_in,
+    parse_number,
+)
 
-# -- numbers -----------------------------------------------------------------------------------
+# -- claims about numbers ----------------------------------------------------------------------
 
-_NUMBER = re.compile(r"""
-    (?<![\w.])(?P<sign>[-\u2212](?=[$\d.]))?
-    (?P<cur>[$\u20ac\u00a3\u00a5])?
-    (?P<num>(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)
-    (?:[eE](?P<exp>[-+]?\d+)|\s?[\u00d7x*]\s?10\^(?P<exp2>[-+]?\d+))?
-    (?P<pct>\s?%|\s(?:percent|per\ cent)\b)?
-    (?:(?P<mag1>[kKMB])(?![\w])|\s(?P<mag2>thousand|million|billion|trillion|bn)\b)?
-    """, re.X)
-_MAGNITUDES = {"k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "thousand": 1e3, "million": 1e6,
-               "billion": 1e9, "bn": 1e9, "trillion": 1e12}
 _APPROX = re.compile(r"(?:about|approximately|approx\.?|roughly|around|nearly|almost|close to|"
                      r"some|~|\u2248|circa|ca\.)\s*$", re.I)
 _ABOVE = re.compile(r"(?:over|more than|above|at least|exceeds?|exceeding|upwards of|>=?|"
@@ -60,149 +64,14 @@ class Num:
     signed: bool
     bound: str  # "exact", "approx", "above", "below"
     unit: str | None
-    start: int
-    end: int
+    factors: tuple[float, ...] = (1.0,)  # "12 KB" is 12 times 1000 or 1024 bytes
 
     def candidates(self) -> Iterator[tuple[float, float]]:
-        yield self.value, self.step
-        if self.percent:
-            yield self.value / 100, self.step / 100
-
-
-def _parse(match: re.Match[str], rounded: bool = False) -> tuple[float, float, bool]:
-    """(value, step of the last stated digit, percent) of a `_NUMBER` match. When the text
-    says the number is rounded ("about 2,500,000"), an integer's trailing zeros are not
-    stated digits."""
-    digits = match["num"].replace(",", "")
-    decimals = len(digits.split(".")[1]) if "." in digits else 0
-    exp = int(match["exp"] or match["exp2"] or 0)
-    scale = 10.0 ** exp * _MAGNITUDES.get(match["mag1"] or match["mag2"] or "", 1.0)
-    value = float(digits) * scale
-    if match["sign"]:
-        value = -value
-    step = 10.0 ** -decimals * scale
-    if rounded and not decimals and digits.strip("0"):
-        step *= 10.0 ** (len(digits) - len(digits.rstrip("0")))
-    return value, step, bool(match["pct"])
-
-
-def numbers_in(text: str) -> Iterator[tuple[float, re.Match[str]]]:
-    """Every number in `text` with its match; numbers glued to letters ("x86", "3rd", ids)
-    are not numbers."""
-    for match in _NUMBER.finditer(text):
-        if re.match(r"[A-Za-z_]", text[match.end():match.end() + 1]) and not match["mag2"]:
-            continue
-        value, _, percent = _parse(match)
-        yield value, match
-        if percent:
-            yield value / 100, match
-
-
-# -- units -------------------------------------------------------------------------------------
-
-_UNIT_FAMILIES: dict[str, tuple[str, ...]] = {
-    "USD": ("$", "usd", "dollars?", "us\\$"), "EUR": ("\u20ac", "eur", "euros?"),
-    "GBP": ("\u00a3", "gbp", "pounds sterling"), "JPY": ("\u00a5", "jpy", "yen"),
-    "kg": ("kg", "kgs", "kilograms?", "kilos?"), "mg": ("mg", "milligrams?"),
-    "lb": ("lbs?", "pounds?"), "km": ("km", "kilomet(?:er|re)s?"),
-    "m": ("met(?:er|re)s?",), "cm": ("cm", "centimet(?:er|re)s?"),
-    "mm": ("mm", "millimet(?:er|re)s?"), "mi": ("miles?",), "ft": ("ft", "feet", "foot"),
-    "l": ("lit(?:er|re)s?",), "ml": ("ml", "millilit(?:er|re)s?"),
-    "s": ("seconds?", "secs?"), "ms": ("ms", "milliseconds?"), "min": ("minutes?", "mins?"),
-    "h": ("hours?", "hrs?"), "bytes": ("bytes?", "kb", "kib", "mb", "mib", "gb", "gib", "tb",
-                                       "kilobytes?", "megabytes?", "gigabytes?"),
-    "\u00b0C": ("\u00b0c", "celsius", "degrees c"), "\u00b0F": ("\u00b0f", "fahrenheit"),
-    "kWh": ("kwh",), "W": ("watts?",),
-}
-_UNIT_OF: dict[str, str] = {}
-for _family, _spellings in _UNIT_FAMILIES.items():
-    for _spelling in _spellings:
-        _UNIT_OF[_spelling] = _family
-_UNIT_AFTER = re.compile(r"\s?(" + "|".join(sorted(
-    (s for fam, spellings in _UNIT_FAMILIES.items() for s in spellings if s[0] not in "$\u20ac\u00a3\u00a5"),
-    key=len, reverse=True)) + r")(?![A-Za-z])", re.I)
-_CURRENCY = {"$": "USD", "\u20ac": "EUR", "\u00a3": "GBP", "\u00a5": "JPY"}
-_BYTE_FACTORS = {"kb": (1e3, 1024.0), "kib": (1024.0,), "mb": (1e6, 1024.0 ** 2),
-                 "mib": (1024.0 ** 2,), "gb": (1e9, 1024.0 ** 3), "gib": (1024.0 ** 3,),
-                 "tb": (1e12, 1024.0 ** 4)}
-
-
-def _family_of(spelling: str) -> str:
-    low = spelling.lower()
-    for pattern, family in _UNIT_OF.items():
-        if re.fullmatch(pattern, low):
-            return family
-    return low
-
-
-def _mentions_unit(family: str, text: str) -> bool:
-    for spelling in _UNIT_FAMILIES[family]:
-        pattern = re.escape(spelling) if spelling in _CURRENCY else spelling
-        if re.search(r"(?<![A-Za-z])" + pattern + r"(?![A-Za-z])", text, re.I):
-            return True
-    return False
-
-
-# -- dates -------------------------------------------------------------------------------------
-
-_MONTHS = {name: i for i, name in enumerate(
-    ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"], 1)}
-_MONTH = (r"(?P<mon>jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|"
-          r"aug(?:ust)?|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\.?")
-_DATES = [re.compile(p, re.I) for p in (
-    r"(?<![\w.])(?P<y>\d{4})[-/](?P<m>\d{1,2})[-/](?P<d>\d{1,2})(?![\d])",
-    r"(?<![\w.])(?P<a>\d{1,2})[/.](?P<b>\d{1,2})[/.](?P<y>\d{4})(?!\d)",
-    r"(?<![\w.])(?P<d>\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?" + _MONTH + r",?\s+(?P<y>\d{4})\b",
-    _MONTH + r"\s+(?P<d>\d{1,2})(?:st|nd|rd|th)?,?\s+(?P<y>\d{4})\b",
-    _MONTH + r",?\s+(?P<y>\d{4})\b",
-    r"(?<![\w.])(?P<y>\d{4})-(?P<m>\d{2})(?![-\d])",
-)]
-
-DateKey = tuple[int, int, int | None]  # year, month, day (None: the month as a whole)
-
-
-def dates_in(text: str) -> Iterator[tuple[list[DateKey], re.Match[str]]]:
-    """Every date in `text`: its readings (dd/mm and mm/dd are both kept) and its match.
-    Earlier patterns win over later ones on the same text."""
-    taken: list[tuple[int, int]] = []
-    for pattern in _DATES:
-        for match in pattern.finditer(text):
-            if any(s < match.end() and match.start() < e for s, e in taken):
-                continue
-            keys = _date_keys(match.groupdict())
-            if keys:
-                taken.append((match.start(), match.end()))
-                yield keys, match
-
-
-def _date_keys(g: dict[str, str | None]) -> list[DateKey]:
-    def num(name: str) -> int | None:
-        text = g.get(name)
-        return int(text) if text else None
-
-    year = num("y") or 0
-    pairs: list[tuple[int, int | None]]
-    if g.get("mon"):
-        pairs = [(_MONTHS[(g["mon"] or "")[:3].lower()], num("d"))]
-    elif g.get("a"):
-        a, b = num("a") or 0, num("b") or 0
-        pairs = [(b, a), (a, b)]
-    else:
-        pairs = [(num("m") or 0, num("d"))]
-    keys: list[DateKey] = []
-    for month, day in pairs:
-        try:
-            date(year, month, day or 1)
-        except ValueError:
-            continue
-        keys.append((year, month, day))
-    return keys
-
-
-def _date_matches(claim: DateKey, fact: DateKey) -> bool:
-    if claim[2] is None:
-        return claim[:2] == fact[:2]
-    return claim == fact
+        """The values it may mean, each with the step of its last stated digit."""
+        for factor in self.factors:
+            yield self.value * factor, self.step * factor
+            if self.percent:
+                yield self.value * factor / 100, self.step * factor / 100
 
 
 # -- quotes and verification claims -------------------------------------------------------------
@@ -338,7 +207,7 @@ def check(answer: str, evidence: Evidence, context: Context, verdicts: Iterable[
     for match in list(_FRACTION.finditer(masked)):
         claims.append(_fraction_claim(match, evidence))
         mask(match.start(), match.end())
-    question_numbers = [v for v, _ in numbers_in(_date_masked(context.question))]
+    question_numbers = [v for v, _ in numbers_in(mask_dates(context.question))]
     for num in _claimed_numbers(masked):
         claims.append(_number_claim(num, evidence, question_numbers))
         if num.unit is not None:
@@ -352,43 +221,26 @@ def problems(claims: Iterable[Claim]) -> list[str]:
     return [f"{c.kind} {c.text!r}: {c.detail}" for c in claims if not c.grounded]
 
 
-def _date_masked(text: str) -> str:
-    for _, match in dates_in(text):
-        text = text[:match.start()] + " " * (match.end() - match.start()) + text[match.end():]
-    return text
-
-
 def _claimed_numbers(text: str) -> Iterator[Num]:
-    for match in _NUMBER.finditer(text):
+    for match in NUMBER.finditer(text):
         after = text[match.end():]
-        if re.match(r"[A-Za-z_]", after[:1]) and not _UNIT_AFTER.match(after):
+        if re.match(r"[A-Za-z_]", after[:1]) and not UNIT_AFTER.match(after):
             continue  # glued to a word: an ordinal, an identifier, a version
         before = text[max(0, match.start() - 30):match.start()]
         if _POSITION.search(before) or _ROUNDING.match(after) or re.search(r"[A-Za-z]-$", before):
             continue  # "line 3", "2 decimal places", "COVID-19"
         bound = ("approx" if _APPROX.search(before) else "above" if _ABOVE.search(before)
                  else "below" if _BELOW.search(before) else "exact")
-        value, step, percent = _parse(match, rounded=bound != "exact")
-        unit_match = _UNIT_AFTER.match(after) if not percent else None
-        unit = _CURRENCY[match["cur"]] if match["cur"] else (
+        value, step, percent = parse_number(match, rounded=bound != "exact")
+        unit_match = UNIT_AFTER.match(after) if not percent else None
+        unit = CURRENCY[match["cur"]] if match["cur"] else (
             unit_match[1] if unit_match else None)
         end = match.end() + (unit_match.end() if unit_match else 0)
         signed = bool(match["sign"]) or bool(_DOWN.search(text[max(0, match.start() - 40):
                                                                  match.start()]))
-        num = Num(text[match.start():end].strip(), value, step, percent, signed, bound, unit,
-                  match.start(), end)
-        yield from _with_byte_units(num, unit_match[1].lower() if unit_match else "")
-
-
-def _with_byte_units(num: Num, unit: str) -> Iterator[Num]:
-    """'12 KB' means 12,000 or 12,288 bytes: the claim is its value in bytes."""
-    factors = _BYTE_FACTORS.get(unit)
-    if not factors:
-        yield num
-        return
-    best = factors[-1]
-    yield Num(num.text, num.value * best, num.step * best, num.percent, num.signed,
-              "approx" if len(factors) > 1 else num.bound, num.unit, num.start, num.end)
+        factors = BYTE_FACTORS.get(unit_match[1].lower(), (1.0,)) if unit_match else (1.0,)
+        yield Num(text[match.start():end].strip(), value, step, percent, signed, bound, unit,
+                  factors)
 
 
 def _close(num: Num, fact: float) -> bool:
@@ -444,16 +296,16 @@ def _fraction_claim(match: re.Match[str], evidence: Evidence) -> Claim:
 
 def _unit_claim(num: Num, evidence: Evidence, context: Context) -> Claim:
     assert num.unit is not None
-    family = num.unit if num.unit in _UNIT_FAMILIES else _family_of(num.unit)
-    if family not in _UNIT_FAMILIES:
+    family = num.unit if num.unit in UNIT_FAMILIES else family_of(num.unit)
+    if family not in UNIT_FAMILIES:
         return Claim(text=num.text, kind="unit", grounded=True, source="not a known unit")
     for fact in evidence.texts:
-        if _mentions_unit(family, fact.value):
+        if mentions_unit(family, fact.value):
             return Claim(text=num.text, kind="unit", grounded=True, run_id=fact.run_id,
                          source=fact.where)
     for where, text in (("the question", context.question),
                         *(("an input file's header", h) for h in context.file_heads)):
-        if _mentions_unit(family, text):
+        if mentions_unit(family, text):
             return Claim(text=num.text, kind="unit", grounded=True, source=where)
     return Claim(text=num.text, kind="unit", grounded=False,
                  detail=f"the unit {num.unit!r} appears in no output, input header or the "
@@ -490,10 +342,10 @@ def _quote_claim(quoted: str, evidence: Evidence, context: Context, *, code_span
 
 def _date_claim(text: str, keys: list[DateKey], evidence: Evidence, context: Context) -> Claim:
     for q_keys, _ in dates_in(context.question):
-        if any(_date_matches(k, q) for k in keys for q in q_keys):
+        if any(date_matches(k, q) for k in keys for q in q_keys):
             return Claim(text=text, kind="date", grounded=True, source="the question")
     for fact in evidence.dates:
-        if any(_date_matches(k, fact.value) for k in keys):
+        if any(date_matches(k, fact.value) for k in keys):
             return Claim(text=text, kind="date", grounded=True, run_id=fact.run_id,
                          source=fact.where)
     return Claim(text=text, kind="date", grounded=False, detail="no output shows this date")

@@ -1,5 +1,5 @@
-"""The ask loop: Plan → (Generate → Policy → Execute → Verify ⇄ Answer)* → Answer, each stage
-recorded.
+"""The ask loop: Plan → (Generate → Policy → Execute → Verify ⇄ Answer)* → Answer, each
+stage recorded.
 
 A failed run, a policy refusal or a failed verification goes back to Generate as structured
 feedback, at most `max_repairs` times. Once the deterministic checks pass, the answer is drafted
