@@ -288,9 +288,11 @@ def test_the_cli_and_the_trace_show_the_evidence(executor: execbox.Executor,
     trace = CliRunner().invoke(main, ["runs", "trace", ask_id])
     assert trace.exit_code == 0, trace.output
     lines = trace.output.splitlines()
-    ungrounded = next(i for i, line in enumerate(lines) if "answer    attempt 1 ungrounded" in line)
+    ungrounded = next(i for i, line in enumerate(lines)
+                      if "answer    attempt 1 ungrounded (draft 1)" in line)
     assert "[NOT IN THE OUTPUTS] number '7': no output shows this value" in lines[ungrounded + 1]
-    assert "grounding pass" in trace.output and "answer    attempt 1 grounded" in trace.output
+    assert "grounding pass" in trace.output
+    assert "answer    attempt 1 grounded (draft 2)" in trace.output
 
     no_code = {"submit_plan": [{"needs_code": False, "answer": "A tuple is immutable."}]}
     with serve(no_code) as (_chat, url):

@@ -173,7 +173,8 @@ def trace_cmd(ask_id: str, as_json: bool) -> None:
             extra = f" run {item.run_id}" if item.run_id else ""
             if item.detail.get("check_runs"):
                 extra += f" (checks ran as {', '.join(item.detail['check_runs'])})"
-            label = item.detail.get("program")
+            label = item.detail.get("program") or (f"draft {item.detail['draft']}"
+                                                   if item.detail.get("draft") else None)
             click.echo(f"  {item.seq:>3} {item.stage:<9} attempt {item.attempt} {item.status}"
                        f"{f' ({label})' if label else ''}{extra} {item.duration_ms:.0f} ms")
             for claim in item.detail.get("claims") or []:
