@@ -26,9 +26,10 @@ def bad(answer: str, **kwargs: Any) -> list[str]:
 
 
 def test_a_number_the_output_contradicts_is_named_with_the_nearest_evidence() -> None:
-    [claim] = claims("The result is 7.", stdout="sum 6\n6\n", result=6)
+    claim, stated = claims("The result is 7.", stdout="sum 6\n6\n", result=6)
     assert not claim.grounded and claim.text == "7"
     assert "nearest is stdout line 1: sum 6" in claim.detail
+    assert (stated.kind, stated.grounded) == ("result", False)
 
 
 def test_a_number_the_output_shows_cites_its_run_and_line() -> None:
@@ -141,3 +142,17 @@ def test_claimed_checks_must_have_run_and_passed() -> None:
 
 def test_fenced_code_in_the_answer_is_not_a_claim() -> None:
     assert bad("Computed with:\n```\nx = sum(range(99))\n```\nThe result is 6.", result=6) == []
+
+
+@pytest.mark.parametrize(("answer", "result", "ok"), [
+    ("The result is shown in the output above.", 6, False),
+    ("The answer is 6.", 6, True),
+    ("About 2.5 million.", 2_497_312, True),
+    ("East sold the most units.", "east", True),
+    ("North sold the most units.", "east", False),
+    ("Bob joined on January 5, 2024.", "2024-01-05", True),
+    ("See the cleaned file.", {"rows": 4}, True),  # a structured result: its parts are claims
+])
+def test_a_single_value_result_must_be_stated(answer: str, result: Any, ok: bool) -> None:
+    stated = [c for c in claims(answer, result=result) if c.kind == "result"]
+    assert all(c.grounded for c in stated) is ok, stated

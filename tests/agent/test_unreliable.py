@@ -88,8 +88,9 @@ def test_an_answer_contradicting_the_output_is_corrected(asker: AskFn) -> None:
     assert "The result is 7, verified by running the code." in redraft
     assert "number '7': no output shows this value (the nearest is stdout line 1: sum 6)" in redraft
     assert "verification 'verified'" in redraft
-    [claim] = answer.claims
+    claim, stated = answer.claims
     assert (claim.text, claim.grounded, claim.run_id) == ("6", True, answer.outputs[0].run_id)
+    assert (stated.kind, stated.grounded) == ("result", True)
     assert claim.source == "stdout line 1: sum 6"
     assert {v.check: v.passed for v in answer.verdicts}["grounding"] is True
     # The reviewer saw only the grounded draft: one review call.

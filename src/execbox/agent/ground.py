@@ -111,6 +111,7 @@ class Evidence:
     numbers: list[Fact]
     dates: list[Fact]
     texts: list[Fact]  # whole lines and strings, searched for quotes and units
+    result: Any = None  # the result the answer relies on: a single value must be stated
 
     @classmethod
     def of(cls, outputs: Iterable[RunOutput], artifacts: Iterable[Artifact],
@@ -122,6 +123,7 @@ class Evidence:
                     ev.add_text(line, out.run_id, f"stdout line {n}: {line.strip()[:160]}")
             if out.result is not None:
                 ev.add_value(out.result, out.run_id, "result")
+                ev.result = out.result
         arts = list(artifacts)
         for art in arts:
             where = f"artifact {art.path} ({art.size} bytes, {art.mime_type})"
@@ -208,11 +210,15 @@ def check(answer: str, evidence: Evidence, context: Context, verdicts: Iterable[
         claims.append(_fraction_claim(match, evidence))
         mask(match.start(), match.end())
     question_numbers = [v for v, _ in numbers_in(mask_dates(context.question))]
-    for num in _claimed_numbers(masked):
+    nums = list(_claimed_numbers(masked))
+    for num in nums:
         claims.append(_number_claim(num, evidence, question_numbers))
         if num.unit is not None:
             claims.append(_unit_claim(num, evidence, context))
     claims.extend(_verification_claims(masked, list(verdicts)))
+    stated = _result_claim(answer, nums, evidence.result)
+    if stated is not None:
+        claims.append(stated)
     return claims
 
 
@@ -349,6 +355,28 @@ def _date_claim(text: str, keys: list[DateKey], evidence: Evidence, context: Con
             return Claim(text=text, kind="date", grounded=True, run_id=fact.run_id,
                          source=fact.where)
     return Claim(text=text, kind="date", grounded=False, detail="no output shows this date")
+
+
+def _result_claim(answer: str, nums: list[Num], result: Any) -> Claim | None:
+    """A single value as the result (a number, a short text, a date) must be stated: an
+    answer that gives none of it ("see the output above") does not answer."""
+    if isinstance(result, bool) or not isinstance(result, (int, float, str)):
+        return None
+    text = result if isinstance(result, str) else json.dumps(result)
+    if isinstance(result, str) and not 0 < len(result.strip()) <= 60:
+        return None
+    values = ([float(result)] if not isinstance(result, str)
+              else [v for v, _ in numbers_in(mask_dates(result))])
+    result_dates = [k for keys, _ in dates_in(result if isinstance(result, str) else "")
+                    for k in keys]
+    stated = (_contains(answer, _norm(text))
+              or any(_close(n, v) for n in nums for v in values)
+              or any(date_matches(a, r) for keys, _ in dates_in(answer) for a in keys
+                     for r in result_dates))
+    if stated:
+        return Claim(text=text, kind="result", grounded=True, source="the answer states it")
+    return Claim(text=text, kind="result", grounded=False,
+                 detail=f"the answer does not state the result ({text[:80]})")
 
 
 def _verification_claims(text: str, verdicts: list[Verdict]) -> list[Claim]:

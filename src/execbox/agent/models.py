@@ -121,11 +121,11 @@ class Draft(BaseModel):
 
 
 class Claim(BaseModel):
-    """A value the answer states (a number, date, quoted text, unit, or a claim that something
-    was verified) and the evidence it came from."""
+    """A value the answer states (a number, date, quoted text, unit, a claim that something
+    was verified, or the single-value result it must state) and the evidence it came from."""
 
     text: str = Field(description="As written in the answer, e.g. '2.5 million'.")
-    kind: Literal["number", "date", "quote", "unit", "verification"]
+    kind: Literal["number", "date", "quote", "unit", "verification", "result"]
     grounded: bool
     run_id: str | None = Field(None, description="The run whose output shows it.")
     source: str | None = Field(
