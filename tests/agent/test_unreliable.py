@@ -106,7 +106,8 @@ def test_an_answer_that_keeps_contradicting_the_output_fails_with_the_result(
     assert answer.status == "failed" and answer.answer == ""
     assert answer.failure is not None and answer.failure.kind == "ungrounded"
     run_id = answer.outputs[0].run_id
-    assert f"The verified result of run {run_id} (not an answer): 6" in answer.failure.message
+    assert (f"The program's result, not an answer (run {run_id}; checks passed: status, "
+            "result): 6") in answer.failure.message
     assert answer.outputs[0].result == 6
     assert [v.check for v in answer.verdicts if not v.passed] == ["grounding"]
     assert asked.stages == ["plan", "generate", "answer", "answer", "answer"]
@@ -252,7 +253,7 @@ def test_an_approve_everything_verifier_cannot_pass_a_contradicted_answer(
     assert asked.answer.status == "failed"
     assert asked.answer.failure is not None and asked.answer.failure.kind == "ungrounded"
     message = asked.answer.failure.message
-    assert "'18'" in message and '(not an answer): {"total": 17}' in message
+    assert "'18'" in message and 'inputs_used): {"total": 17}' in message
 
 
 def test_an_honest_answer_costs_no_extra_model_call(asker: AskFn) -> None:

@@ -495,9 +495,10 @@ class _Ask:
         result = json.dumps(att.result, default=str)
         if len(result) > 500:
             result = result[:500] + "…"
+        passed = ", ".join(v.check for v in att.verdicts if v.passed)
         message = (f"no answer matched the evidence in {ANSWER_DRAFTS} drafts; the last: "
-                   f"{att.ungrounded.splitlines()[-1].lstrip('- ')}. The verified result of run "
-                   f"{att.main.run_id} (not an answer): {result}")
+                   f"{att.ungrounded.splitlines()[-1].lstrip('- ')}. The program's result, not "
+                   f"an answer (run {att.main.run_id}; checks passed: {passed}): {result}")
         return self._fail("ungrounded", message, att)
 
     def _fail(self, kind: Any, message: str, att: _Attempt | None = None) -> Answer:
