@@ -156,3 +156,16 @@ def test_fenced_code_in_the_answer_is_not_a_claim() -> None:
 def test_a_single_value_result_must_be_stated(answer: str, result: Any, ok: bool) -> None:
     stated = [c for c in claims(answer, result=result) if c.kind == "result"]
     assert all(c.grounded for c in stated) is ok, stated
+
+
+def test_a_written_table_is_summarized_by_its_columns_and_rows() -> None:
+    data = b"name,city\nAlice,Paris\nBob,Berlin\nCarol,Rome\n"
+    art = Artifact(path="people_clean.csv", size=len(data), sha256="0" * 64,
+                   mime_type="text/csv", data=data)
+    found = claims("people_clean.csv has 3 rows with columns `name` and `city`.",
+                   artifacts=[art])
+    assert all(c.grounded for c in found), found
+    assert found[-1].source == "artifact people_clean.csv: 4 lines, first: name,city (rows after it)"
+    assert bad("people_clean.csv has 5 rows.", artifacts=[art]) == ["5"]
+    # Its values are not evidence: only what was printed is.
+    assert bad("Bob lives in 'Berlin'.", artifacts=[art]) == ["Berlin"]

@@ -92,6 +92,7 @@ _VERIFICATION = [
                        r"\bchecked (?:by|against)\b", re.I)),
 ]
 _REAL_CHECKS = ("invariant", "cross_check", "tests", "schema")
+TABLE_SUMMARY_BYTES = 1 << 20  # larger text artifacts are summarized by name and size only
 _IDS = re.compile(r"\b(?:ask_)?[0-9a-f]{16,64}\b")  # run and ask ids cited in the answer
 
 
@@ -129,9 +130,25 @@ class Evidence:
             where = f"artifact {art.path} ({art.size} bytes, {art.mime_type})"
             ev.texts.append(Fact(where, artifacts_run, where))
             ev.numbers.append(Fact(float(art.size), artifacts_run, where))
+            ev.add_table_summary(art, artifacts_run)
         if arts:
             ev.numbers.append(Fact(float(len(arts)), artifacts_run, f"{len(arts)} artifacts"))
         return ev
+
+    def add_table_summary(self, art: Artifact, run_id: str | None) -> None:
+        """A text file's summary: its first line (a table's columns) and how many lines and
+        data rows it has. Its values are not evidence: the answer cites what was printed."""
+        if art.data is None or not art.mime_type.startswith("text/") \
+                or art.size > TABLE_SUMMARY_BYTES:
+            return
+        text = art.data.decode("utf-8", "replace")
+        lines = text.splitlines()
+        if not lines:
+            return
+        where = f"artifact {art.path}: {len(lines)} lines, first: {lines[0][:120]}"
+        self.texts.append(Fact(lines[0], run_id, where))
+        self.numbers.append(Fact(float(len(lines)), run_id, where))
+        self.numbers.append(Fact(float(len(lines) - 1), run_id, where + " (rows after it)"))
 
     def add_text(self, text: str, run_id: str | None, where: str) -> None:
         self.texts.append(Fact(text, run_id, where))
