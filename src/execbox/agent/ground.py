@@ -267,12 +267,10 @@ def _claimed_numbers(text: str) -> Iterator[Num]:
 
 
 def _close(num: Num, fact: float) -> bool:
-    for value, step in num.candidates():
-        for target in ((fact,) if num.signed and num.value < 0 else
-                       (fact, -fact) if num.signed else (fact,)):
-            if _within(num.bound, value, step, target):
-                return True
-    return False
+    # "fell by 3.5" states -3.5 as a size: the sign is in the words, not the number.
+    targets = (fact, -fact) if num.signed and num.value >= 0 else (fact,)
+    return any(_within(num.bound, value, step, target)
+               for value, step in num.candidates() for target in targets)
 
 
 def _within(bound: str, value: float, step: float, fact: float) -> bool:
