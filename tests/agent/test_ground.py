@@ -88,6 +88,10 @@ def test_a_markdown_answer_with_tables_lists_and_names_is_grounded() -> None:
     assert bad("p < 0.0001.", result=result) == ["0.0001"]
 
 
+def test_a_long_number_is_checked_not_taken_for_a_run_id() -> None:
+    assert bad("The product is 12345678901234567890.", result=[1]) == ["12345678901234567890"]
+
+
 def test_counts_of_items_in_the_result_are_grounded() -> None:
     assert bad("There are 3 regions.", result={"north": 7, "east": 5, "south": 1}) == []
     assert bad("There are 4 regions.", result={"north": 7, "east": 5, "south": 1}) == ["4"]

@@ -93,7 +93,8 @@ _VERIFICATION = [
 ]
 _REAL_CHECKS = ("invariant", "cross_check", "tests", "schema")
 TABLE_SUMMARY_BYTES = 1 << 20  # larger text artifacts are summarized by name and size only
-_IDS = re.compile(r"\b(?:ask_)?[0-9a-f]{16,64}\b")  # run and ask ids cited in the answer
+# Run and ask ids cited in the answer (hex with a letter: a long number is not an id).
+_IDS = re.compile(r"\b(?:ask_)?(?=[0-9]*[a-f])[0-9a-f]{16,64}\b")
 
 
 # -- the evidence ------------------------------------------------------------------------------
