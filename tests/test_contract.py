@@ -16,8 +16,8 @@ from execbox.contract import InputFile, Limits, RunRequest, RunResult, Status, s
 
 RESULT_FIELDS = {
     "run_id", "status", "exit_code", "signal", "stdout", "stderr", "stdout_truncated",
-    "stderr_truncated", "error", "artifacts", "artifacts_truncated", "metrics", "limits",
-    "code_sha256", "image_digest", "cached", "session_id", "outputs",
+    "stderr_truncated", "error", "artifacts", "artifacts_truncated", "inputs_read", "metrics",
+    "limits", "code_sha256", "image_digest", "cached", "session_id", "outputs",
 }
 STATUSES = {
     "ok", "error", "timeout", "cpu_limit", "memory_limit", "disk_limit", "output_limit",

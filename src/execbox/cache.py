@@ -22,7 +22,7 @@ def cache_key(request: RunRequest, image_digest: str, scope: str | None = None) 
     """sha256 over language, code, input names and hashes, stdin, limits, env and image, and
     the `scope` when given (a tenant: one tenant's results never answer another's runs)."""
     material = {
-        "v": 1,
+        "v": 2,  # 2: results carry inputs_read
         "language": request.language,
         "code": request.code,
         "inputs": sorted((f.name, hashlib.sha256(f.data).hexdigest()) for f in request.files),

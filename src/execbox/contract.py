@@ -334,6 +334,9 @@ class RunResult(BaseModel):
     artifacts_truncated: bool = Field(
         False, description="True when files were left out because of the artifact caps."
     )
+    inputs_read: list[str] | None = Field(
+        None, description="The input files the code read (a session cell: the session so far); "
+                          "null when no inputs were given.")
     metrics: Metrics = Field(default_factory=lambda: Metrics(wall_ms=0, cpu_ms=0, memory_peak_bytes=0))
     limits: Limits = Field(default_factory=Limits)
     code_sha256: str = ""

@@ -898,6 +898,7 @@ def _result(base: RunResult, raw: RawRun) -> RunResult:
         "error": error,
         "artifacts": arts,
         "artifacts_truncated": bool(meta.get("artifacts_truncated")),
+        "inputs_read": meta.get("inputs_read"),
         "metrics": Metrics(**meta["metrics"]),
     })
 

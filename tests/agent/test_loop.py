@@ -79,7 +79,7 @@ def test_verifier_catches_top_10_instead_of_top_5_and_the_retry_fixes_it(
         ok = len(top) == 5
         return {"items": [{"item": "exactly 5 numbers", "met": ok,
                            "note": "" if ok else f"printed {len(top)} numbers, asked for 5"}],
-                "answers_question": ok, "problems": []}
+                "answers_question": ok, "problems": [], "answer_faithful": True}
 
     model = script(
         plans=[plan("exactly 5 numbers", "largest first")],

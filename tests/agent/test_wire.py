@@ -63,8 +63,10 @@ def test_stored_trace_shows_every_stage_each_calls_tokens_and_the_cited_runs(
     trace = json.loads(result.output)
     stages = [(s["stage"], s["status"]) for s in trace["stages"]]
     assert stages == [("plan", "code"), ("generate", "first"), ("policy", "allow"),
-                      ("execute", "ok"), ("verify", "passed"), ("answer", "answered")]
-    assert [c["stage"] for c in trace["model_calls"]] == ["plan", "generate", "verify", "answer"]
+                      ("execute", "ok"), ("answer", "grounded"), ("verify", "passed"),
+                      ("answer", "answered")]
+    # One review call judges both the output and the drafted answer.
+    assert [c["stage"] for c in trace["model_calls"]] == ["plan", "generate", "answer", "verify"]
     assert all(c["input_tokens"] > 0 and c["output_tokens"] > 0 for c in trace["model_calls"])
     assert trace["run_ids"] == answer.run_ids and len(answer.run_ids) == 2  # program, invariants
     executed = next(s for s in trace["stages"] if s["stage"] == "execute")

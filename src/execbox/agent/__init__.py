@@ -17,6 +17,7 @@ __all__ = [
     "Answer",
     "AskSettings",
     "AskTrace",
+    "Claim",
     "Failure",
     "ModelConfig",
     "Plan",
@@ -31,7 +32,8 @@ __all__ = [
 ]
 
 _WHERE = {
-    "Answer": "models", "AskSettings": "models", "Failure": "models", "Plan": "models",
+    "Answer": "models", "AskSettings": "models", "Claim": "models", "Failure": "models",
+    "Plan": "models",
     "Program": "models", "Review": "models", "Verdict": "models",
     "ModelConfig": "llm", "ScriptedModel": "llm", "load_config": "llm", "resolve_model": "llm",
     "AskTrace": "trace", "TraceStore": "trace", "ask": "loop",
@@ -40,7 +42,7 @@ _WHERE = {
 if TYPE_CHECKING:
     from .llm import ModelConfig, ScriptedModel, load_config, resolve_model
     from .loop import ask
-    from .models import Answer, AskSettings, Failure, Plan, Program, Review, Verdict
+    from .models import Answer, AskSettings, Claim, Failure, Plan, Program, Review, Verdict
     from .trace import AskTrace, TraceStore
 
 

@@ -97,6 +97,9 @@ def ask_cmd(question: str, files: tuple[Path, ...], model: str | None, base_url:
 def _print_answer(answer: Any, written: list[Path]) -> None:
     if answer.ok:
         click.echo(answer.answer)
+        if answer.evidence == "none":
+            click.echo("\nevidence: none (answered without running code: nothing was computed "
+                       "or checked)", err=True)
     else:
         click.echo(f"No verified answer ({answer.failure.kind}): {answer.failure.message}",
                    err=True)
@@ -104,6 +107,10 @@ def _print_answer(answer: Any, written: list[Path]) -> None:
             click.echo(f"  attempt {log.attempt}: {log.status}"
                        + (f" {log.error}" if log.error else "")
                        + (f" runs {', '.join(log.run_ids)}" if log.run_ids else ""), err=True)
+    if answer.claims:
+        click.echo("\nevidence:", err=True)
+        for claim in answer.claims:
+            click.echo("  " + _claim_line(claim.model_dump()), err=True)
     if answer.verdicts:
         click.echo("\nverification:", err=True)
         for v in answer.verdicts:
@@ -117,6 +124,13 @@ def _print_answer(answer: Any, written: list[Path]) -> None:
     click.echo(f"runs: {runs}\ntokens: {answer.usage.total_tokens} in {answer.usage.requests} "
                f"model calls; attempts: {answer.attempts}\n"
                f"trace: execbox runs trace {answer.ask_id}", err=True)
+
+
+def _claim_line(claim: dict[str, Any]) -> str:
+    where = (f"run {claim['run_id']}, " if claim.get("run_id") else "") + (claim.get("source")
+                                                                           or "")
+    return (f"[{'ok' if claim['grounded'] else 'NOT IN THE OUTPUTS'}] {claim['kind']} "
+            f"{claim['text']!r}: {where if claim['grounded'] else claim.get('detail', '')}")
 
 
 def _traces() -> Any:
@@ -159,9 +173,16 @@ def trace_cmd(ask_id: str, as_json: bool) -> None:
             extra = f" run {item.run_id}" if item.run_id else ""
             if item.detail.get("check_runs"):
                 extra += f" (checks ran as {', '.join(item.detail['check_runs'])})"
-            label = item.detail.get("program")
+            label = item.detail.get("program") or (f"draft {item.detail['draft']}"
+                                                   if item.detail.get("draft") else None)
             click.echo(f"  {item.seq:>3} {item.stage:<9} attempt {item.attempt} {item.status}"
                        f"{f' ({label})' if label else ''}{extra} {item.duration_ms:.0f} ms")
+            for claim in item.detail.get("claims") or []:
+                click.echo("        " + _claim_line(claim))
+            if item.stage == "verify" and item.detail.get("verdicts"):
+                click.echo("        checks: " + ", ".join(
+                    f"{v['check']} {'pass' if v['passed'] else 'FAIL'}"
+                    for v in item.detail["verdicts"]))
         else:
             click.echo(f"  {item.seq:>3}   model {item.stage:<9} {item.input_tokens} in / "
                        f"{item.output_tokens} out tokens, {item.duration_ms:.0f} ms"

@@ -13,12 +13,14 @@ from .plan import describe_files, schema_text
 INSTRUCTIONS = """\
 You write minimal Python 3.11 programs that run in a sandbox. There is no network and nothing
 can be installed: use only the standard library, numpy, pandas, matplotlib (Agg backend: save
-figures with savefig, never show) and scipy. Input files are in the current directory. Write
-every output file (cleaned data, charts as PNG) into the current directory: they are returned
-as artifacts. Print what the answer needs, and print the result as one JSON value (json.dumps,
-default=str) on the last line of stdout; make its keys those the invariants use. Do exactly
-what the checklist asks (if it asks for the top 5, print 5). When fixing a failed attempt,
-change the minimal lines that fix it and keep everything that worked.
+figures with savefig, never show) and scipy. Input files are in the current directory:
+compute from them, never hard-code or invent values (a program that reads none of them fails
+verification). Write every output file (cleaned data, charts as PNG) into the current
+directory: they are returned as artifacts. Print every value the answer needs, and print the
+result as one JSON value (json.dumps, default=str) on the last line of stdout; make its keys
+those the invariants use. Do exactly what the checklist asks (if it asks for the top 5, print
+5). When fixing a failed attempt, change the minimal lines that fix it and keep everything that
+worked.
 """
 
 TESTS_FIRST = """

@@ -1,12 +1,21 @@
-"""The ask loop: Plan → (Generate → Policy → Execute → Verify)* → Answer, each stage recorded.
+"""The ask loop: Plan → (Generate → Policy → Execute → Verify ⇄ Answer)* → Answer, each
+stage recorded.
 
 A failed run, a policy refusal or a failed verification goes back to Generate as structured
-feedback, at most `max_repairs` times. Circuit breakers on total execution time, tokens and
-artifacts end the ask with a clean failure that carries every attempt's logs.
+feedback, at most `max_repairs` times. Once the deterministic checks pass, the answer is drafted
+and grounded (`ground`: every value it states must come from the outputs); the model's review
+then judges the output and the drafted answer in one call, so an honest ask costs no extra
+model call. An answer the evidence does not support goes back to the answer stage with the
+discrepancy named, at most `ANSWER_DRAFTS` drafts; then the ask fails, carrying the verified
+result, and is never `answered` with the contradicted text. A plan without code is accepted
+only for questions that need none (no input files, no computed value). Circuit breakers on
+total execution time, tokens and artifacts end the ask with a clean failure that carries every
+attempt's logs.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Mapping
@@ -20,14 +29,15 @@ from ..contract import ErrorInfo, RunResult, Status
 from ..executor import Executor
 from . import answer as answer_mod
 from . import generate as generate_mod
+from . import ground, verify
 from . import plan as plan_mod
-from . import verify
 from .execute import check_policy, effective_limits, execute
 from .llm import LLM, ModelCall, ModelFailure, resolve_model
 from .models import (
     Answer,
     AskSettings,
     AttemptLog,
+    Claim,
     Failure,
     Plan,
     Program,
@@ -41,6 +51,7 @@ if TYPE_CHECKING:
     from pydantic_ai.models import Model
 
 Schema = Mapping[str, Any] | type[BaseModel]
+ANSWER_DRAFTS = 3  # the first draft and two redrafts with the discrepancy named
 
 
 class _Breaker(Exception):
@@ -63,10 +74,20 @@ class _Attempt:
         self.feedback: str | None = None
         self.cell_outputs: list[RunOutput] = []
         self.failed_cell: str | None = None  # steps mode: error lines count within the cell
+        self.answer: str | None = None  # the grounded, reviewed answer
+        self.claims: list[Claim] = []
+        self.ungrounded: str | None = None  # why no draft matched the evidence
 
     @property
     def passed(self) -> bool:
-        return self.feedback is None and self.main is not None
+        return self.feedback is None and self.main is not None and self.answer is not None
+
+    def outputs(self) -> list[RunOutput]:
+        """The outputs the answer relies on: each cell's (steps mode), or the main run's."""
+        assert self.main is not None
+        stdout = self.cell_outputs[-1].stdout if self.cell_outputs else self.main.stdout
+        return [*self.cell_outputs[:-1],
+                RunOutput(run_id=self.main.run_id, stdout=stdout, result=self.result)]
 
 
 def read_files(files: Mapping[str, bytes | str | os.PathLike[str]] | list[str | os.PathLike[str]]
@@ -168,20 +189,31 @@ class _Ask:
         try:
             self.plan = self._plan()
             if not self.plan.needs_code:
+                reason = plan_mod.code_required(self.question, self.files)
+                if reason is not None:
+                    self.plan = self._plan(sent_back=reason)
+                    if not self.plan.needs_code:
+                        self.plan = self.plan.model_copy(update={"answer": None})
+                        return self._fail("no_evidence", f"the plan answered without running "
+                                          f"code twice, but {reason}; an answer without a run "
+                                          "is not accepted")
+            if not self.plan.needs_code:
                 return self._finish(Answer(ask_id=self.ask_id, status="answered",
                                            question=self.question, answer=self.plan.answer or "",
-                                           plan=self.plan))
+                                           plan=self.plan, evidence="none"))
             mode = self.plan.mode if self.settings.mode == "auto" else self.settings.mode
             last: _Attempt | None = None
             for number in range(1, self.settings.max_repairs + 2):
                 last = self._attempt(number, mode, self.limits, last)
                 if last.passed:
                     return self._answer(last)
+                if last.ungrounded is not None:  # the program was right; its answer was not
+                    return self._fail_ungrounded(last)
             assert last is not None
             return self._fail("repairs_exhausted",
                               f"no verified answer after {len(self.logs)} attempts "
                               f"({self.settings.max_repairs} repairs); last problem: "
-                              f"{(last.feedback or 'unknown').splitlines()[0]}")
+                              f"{_first_problem(last.feedback or 'unknown')}")
         except _Breaker as trip:
             return self._fail(trip.kind, trip.message)
         except ModelFailure as exc:
@@ -193,12 +225,12 @@ class _Ask:
                              error=f"{type(exc).__name__}: {exc}")
             raise
 
-    def _plan(self) -> Plan:
+    def _plan(self, sent_back: str | None = None) -> Plan:
         plan, started = self._stage_call("plan", plan_mod.make_plan, self.llm, self.question,
-                                         self.files, self.schema_json)
+                                         self.files, self.schema_json, sent_back=sent_back)
         assert isinstance(plan, Plan)
         self.trace.stage("plan", 0, "code" if plan.needs_code else "text", started,
-                         **plan.model_dump(mode="json"))
+                         sent_back=sent_back, **plan.model_dump(mode="json"))
         return plan
 
     def _attempt(self, number: int, mode: str, limits: Any, previous: _Attempt | None) -> _Attempt:
@@ -362,21 +394,66 @@ class _Ask:
             verdicts.append(verify.check_result_present(att.result, number, run.run_id))
         if att.result is not verify.NO_RESULT:
             self._deterministic_checks(att, number)
+        if self.files and run.ok:
+            verdicts.append(verify.check_inputs_used(run, self.files, number))
         failed = [v for v in verdicts if not v.passed]
         if failed and att.feedback is None:
             att.feedback = "Verification failed:\n" + "\n".join(
                 f"- {v.check}: {v.detail}" for v in failed)
         if att.feedback is None:
-            review, _ = self._stage_call("verify", verify.review, self.llm, self.question,
-                                         self.plan, att.code, run, att.result, number)
-            verdicts.append(review)
-            if not review.passed:
-                att.feedback = ("A reviewer checked the output against the question and found: "
-                                f"{review.detail}")
+            self._answer_and_review(att, number, run)
         checks = sorted({v.run_id for v in verdicts if v.run_id and v.run_id != run.run_id})
-        self.trace.stage("verify", number, "passed" if att.feedback is None else "failed",
+        self.trace.stage("verify", number, "passed" if att.passed else "failed",
                          started, run_id=run.run_id, check_runs=checks,
                          verdicts=[v.model_dump(mode="json") for v in verdicts])
+
+    def _answer_and_review(self, att: _Attempt, number: int, run: RunResult) -> None:
+        """Draft the answer and ground it; then one review call judges the output (a failure
+        goes back to Generate) and the draft (a failure goes back to the answer stage)."""
+        assert self.plan is not None
+        outputs = att.outputs()
+        evidence = ground.Evidence.of(outputs, run.artifacts, run.run_id)
+        context = ground.Context(self.question, att.code, tuple(self.files),
+                                 tuple(_header(data) for data in self.files.values()))
+        draft: str | None = None
+        problems: str | None = None
+        last: list[Verdict] = []
+        for n in range(1, ANSWER_DRAFTS + 1):
+            draft, started = self._stage_call(
+                "answer", answer_mod.draft_answer, self.llm, self.question, self.plan, outputs,
+                att.result, verify.describe_artifacts(run), att.verdicts, previous=draft,
+                feedback=problems)
+            claims = ground.check(draft, evidence, context, att.verdicts)
+            bad = ground.problems(claims)
+            grounding = Verdict(
+                check="grounding", passed=not bad, attempt=number, run_id=run.run_id,
+                detail=(f"{len(claims)} claims, each found in the outputs" if not bad
+                        else "; ".join(bad)))
+            self.trace.stage("answer", number, "ungrounded" if bad else "grounded", started,
+                             run_id=run.run_id, draft=n, text=draft,
+                             claims=[c.model_dump(mode="json") for c in claims])
+            last = [grounding]
+            if bad:
+                problems = ("It states what no output shows:\n"
+                            + "\n".join(f"- {p}" for p in bad))
+                continue
+            (checklist, faithful), _ = self._stage_call(
+                "verify", verify.review, self.llm, self.question, self.plan, att.code, run,
+                att.result, draft, answer_mod.describe_checks(att.verdicts), number)
+            last = [grounding, checklist, faithful]
+            if not checklist.passed:
+                att.verdicts.extend(last)
+                att.feedback = ("A reviewer checked the output against the question and found: "
+                                f"{checklist.detail}")
+                return
+            if not faithful.passed:
+                problems = f"A reviewer found: {faithful.detail}"
+                continue
+            att.verdicts.extend(last)
+            att.answer, att.claims = draft, claims
+            return
+        att.verdicts.extend(last)
+        att.ungrounded = problems or "no draft matched the evidence"
 
     def _deterministic_checks(self, att: _Attempt, number: int) -> None:
         assert self.plan is not None
@@ -402,28 +479,40 @@ class _Ask:
                 att.verdicts.append(verdict)
 
     def _answer(self, att: _Attempt) -> Answer:
-        assert self.plan is not None and att.main is not None
+        assert self.plan is not None and att.main is not None and att.answer is not None
         run = att.main
-        text, started = self._stage_call("answer", answer_mod.draft_answer, self.llm,
-                                         self.question, self.plan, run, att.result)
-        self.trace.stage("answer", len(self.logs), "answered", started, run_id=run.run_id)
+        self.trace.stage("answer", len(self.logs), "answered", time.time(), run_id=run.run_id)
         return self._finish(Answer(
-            ask_id=self.ask_id, status="answered", question=self.question, answer=text,
-            code=att.code, outputs=[*att.cell_outputs[:-1],
-                                    RunOutput(run_id=run.run_id,
-                                              stdout=(att.cell_outputs[-1].stdout
-                                                      if att.cell_outputs else run.stdout),
-                                              result=att.result)],
-            run_ids=[r.run_id for r in att.runs], artifacts=run.artifacts,
-            verdicts=att.verdicts, plan=self.plan, attempts=len(self.logs)))
+            ask_id=self.ask_id, status="answered", question=self.question, answer=att.answer,
+            code=att.code, outputs=att.outputs(), run_ids=[r.run_id for r in att.runs],
+            artifacts=run.artifacts, verdicts=att.verdicts, claims=att.claims, plan=self.plan,
+            attempts=len(self.logs)))
 
-    def _fail(self, kind: Any, message: str) -> Answer:
+    def _fail_ungrounded(self, att: _Attempt) -> Answer:
+        """The program's result passed its checks, but no draft stated it faithfully: fail,
+        with that result plainly given as the program's, never the contradicted text."""
+        assert att.main is not None and att.ungrounded is not None
+        result = json.dumps(att.result, default=str)
+        if len(result) > 500:
+            result = result[:500] + "…"
+        passed = ", ".join(v.check for v in att.verdicts if v.passed)
+        message = (f"no answer matched the evidence in {ANSWER_DRAFTS} drafts; the last: "
+                   f"{att.ungrounded.splitlines()[-1].lstrip('- ')}. The program's result, not "
+                   f"an answer (run {att.main.run_id}; checks passed: {passed}): {result}")
+        return self._fail("ungrounded", message, att)
+
+    def _fail(self, kind: Any, message: str, att: _Attempt | None = None) -> Answer:
         self.trace.stage("answer", len(self.logs), "failed", time.time(), kind=kind,
                          message=message)
-        return self._finish(Answer(
+        answer = Answer(
             ask_id=self.ask_id, status="failed", question=self.question, plan=self.plan,
             attempts=len(self.logs), run_ids=list(self.run_ids),
-            failure=Failure(kind=kind, message=message, logs=self.logs)))
+            evidence="runs" if self.run_ids else "none",
+            failure=Failure(kind=kind, message=message, logs=self.logs))
+        if att is not None and att.main is not None:
+            answer.code, answer.outputs = att.code, att.outputs()
+            answer.artifacts, answer.verdicts = att.main.artifacts, att.verdicts
+        return self._finish(answer)
 
     def _finish(self, answer: Answer) -> Answer:
         answer.usage = self.usage.model_copy()
@@ -433,3 +522,19 @@ class _Ask:
         self.store.finish(self.ask_id, answer.status, answer.model_dump_json(),
                           answer.run_ids, self.usage.input_tokens, self.usage.output_tokens)
         return answer
+
+
+def _header(data: bytes) -> str:
+    """The first line of a text input (its column names may state units), or ''."""
+    try:
+        return data[:1000].decode().split("\n", 1)[0]
+    except UnicodeDecodeError:
+        return ""
+
+
+def _first_problem(feedback: str) -> str:
+    """The feedback's first line, and the line after a heading ('Verification failed:')."""
+    lines = feedback.splitlines() or [""]
+    if lines[0].endswith(":") and len(lines) > 1:
+        return f"{lines[0]} {lines[1].lstrip('- ')}"
+    return lines[0]

@@ -106,6 +106,12 @@ class Review(BaseModel):
         description="True only when the output fully answers the question as asked (e.g. "
                     "asked for the top 5 and exactly 5 were printed).")
     problems: list[str] = Field(default_factory=list, description="What is wrong, if anything.")
+    answer_faithful: bool = Field(
+        description="True only when the drafted answer answers the question asked (not a "
+                    "different one), states only what the output shows, and claims no check "
+                    "that is not listed as passed.")
+    answer_problems: list[str] = Field(
+        default_factory=list, description="What is wrong with the drafted answer, if anything.")
 
 
 class Draft(BaseModel):
@@ -114,11 +120,25 @@ class Draft(BaseModel):
     text: str = Field(description="The answer, stated from the outputs; cite numbers as printed.")
 
 
+class Claim(BaseModel):
+    """A value the answer states (a number, date, quoted text, unit, a claim that something
+    was verified, or the single-value result it must state) and the evidence it came from."""
+
+    text: str = Field(description="As written in the answer, e.g. '2.5 million'.")
+    kind: Literal["number", "date", "quote", "unit", "verification", "result"]
+    grounded: bool
+    run_id: str | None = Field(None, description="The run whose output shows it.")
+    source: str | None = Field(
+        None, description="Where: 'stdout line 2: sum 6', 'result[\"north\"] = 7', "
+                          "'the question', or the check that passed.")
+    detail: str = Field("", description="Why it is not grounded.")
+
+
 class Verdict(BaseModel):
     """One verification check and its outcome."""
 
     check: Literal["status", "result", "schema", "invariant", "cross_check", "checklist",
-                   "tests", "policy"]
+                   "tests", "policy", "inputs_used", "grounding", "answer"]
     passed: bool
     detail: str = ""
     attempt: int = 0
@@ -150,7 +170,8 @@ class AttemptLog(BaseModel):
 class Failure(BaseModel):
     """Why the agent stopped without an answer, with the logs of every attempt."""
 
-    kind: Literal["repairs_exhausted", "exec_time", "tokens", "artifacts", "model_error"]
+    kind: Literal["repairs_exhausted", "exec_time", "tokens", "artifacts", "model_error",
+                  "ungrounded", "no_evidence"]
     message: str
     logs: list[AttemptLog] = Field(default_factory=list)
 
@@ -175,6 +196,11 @@ class Answer(BaseModel):
     run_ids: list[str] = Field(default_factory=list, description="Runs the answer cites.")
     artifacts: list[Artifact] = Field(default_factory=list)
     verdicts: list[Verdict] = Field(default_factory=list, description="Verdicts of the final attempt.")
+    evidence: Literal["runs", "none"] = Field(
+        "runs", description="'none': answered without running code (a definition or general "
+                            "knowledge); nothing was computed or checked.")
+    claims: list[Claim] = Field(
+        default_factory=list, description="Each value the answer states and where it came from.")
     plan: Plan | None = None
     attempts: int = 0
     usage: TokenUsage = Field(default_factory=TokenUsage)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -47,7 +48,30 @@ def schema_text(schema: Mapping[str, Any] | None) -> str:
             + json.dumps(schema, indent=1))
 
 
+# A question that asks for a computed value: arithmetic on numbers it gives, or a statistic.
+_COMPUTED = re.compile(
+    r"\d+\s*(?:[+*^\u00d7\u00f7]|\*\*|mod\b|to the power of)\s*\(?\d+|"
+    r"\d+\s+[-/%]\s+\(?\d+|"
+    r"\b(?:calculate|compute|evaluate|solve|simulate|sum of|total of|average|mean of|median|"
+    r"percentile|standard deviation|variance|correlation|factorial of)\b", re.I)
+
+
+def code_required(question: str, files: Mapping[str, bytes]) -> str | None:
+    """Why this question cannot be answered without running code, or None. A plan without
+    code is sent back once for these: an answer about data or a computed value needs a run."""
+    if files:
+        return f"input files are given ({', '.join(sorted(files))}): the answer must come " \
+               "from reading them"
+    match = _COMPUTED.search(question)
+    if match:
+        return f"the question asks for a computed value ({match[0].strip()!r})"
+    return None
+
+
 def make_plan(llm: LLM, question: str, files: Mapping[str, bytes],
-              schema: Mapping[str, Any] | None = None) -> Plan:
+              schema: Mapping[str, Any] | None = None, *, sent_back: str | None = None) -> Plan:
     prompt = f"Question: {question}\n\n{describe_files(files)}{schema_text(schema)}"
+    if sent_back:
+        prompt += (f"\n\nA plan without code was rejected: {sent_back}. Plan the code that "
+                   "computes the answer (needs_code true).")
     return llm.ask("plan", Plan, INSTRUCTIONS, prompt)

@@ -41,6 +41,9 @@ You are a skeptical reviewer. Judge whether the program's output answers the que
 as asked, item by item against the checklist: the right number of items (asked for the top 5,
 printed 10: not met), units, rounding, format, files written. Do not trust the code's intent:
 judge what it printed and wrote. answers_question is true only when every item is met.
+Then judge the drafted answer: answer_faithful is true only when it answers the question that
+was asked (not a different one), states only what the output shows, and claims no check other
+than those listed as passed.
 """
 
 
@@ -152,18 +155,45 @@ def cross_check(executor: Executor, program: str, result: Any, files: Mapping[st
                    detail="the cross-check disagrees or failed:\n" + describe_failure(run, code)), run
 
 
+def describe_artifacts(run: RunResult) -> str:
+    return ", ".join(f"{a.path} ({a.size} bytes, {a.mime_type})" for a in run.artifacts) or "none"
+
+
 def review(llm: LLM, question: str, plan: Plan, code: str, run: RunResult, result: Any,
-           attempt: int) -> Verdict:
-    arts = ", ".join(f"{a.path} ({a.size} bytes, {a.mime_type})" for a in run.artifacts) or "none"
+           answer: str, checks: str, attempt: int) -> tuple[Verdict, Verdict]:
+    """The model's judgement of the output against the checklist and of the drafted answer
+    against the question and the output, in one call: (checklist verdict, answer verdict)."""
     prompt = "\n".join([
         f"Question: {question}", "Checklist:", *(f"- {item}" for item in plan.checklist),
         "Code:", code, "Output (stdout):", tail(run.stdout),
-        f"Result: {json.dumps(result, default=str)[:4000]}", f"Files written: {arts}",
+        f"Result: {json.dumps(result, default=str)[:4000]}",
+        f"Files written: {describe_artifacts(run)}", f"Checks passed: {checks}",
+        "Drafted answer:", answer,
     ])
     verdict = llm.ask("verify", Review, REVIEW_INSTRUCTIONS, prompt)
     unmet = [f"{i.item}: {i.note or 'not met'}" for i in verdict.items if not i.met]
     passed = verdict.answers_question and not unmet
     detail = ("every checklist item met" if passed
               else "; ".join(unmet + verdict.problems) or "the output does not answer the question")
-    return Verdict(check="checklist", passed=passed, attempt=attempt, run_id=run.run_id,
-                   detail=detail)
+    faithful = verdict.answer_faithful and not verdict.answer_problems
+    return (Verdict(check="checklist", passed=passed, attempt=attempt, run_id=run.run_id,
+                    detail=detail),
+            Verdict(check="answer", passed=faithful, attempt=attempt, run_id=run.run_id,
+                    detail="the answer states the output faithfully" if faithful else
+                    "; ".join(verdict.answer_problems) or "the answer does not state the output "
+                    "faithfully or answers a different question"))
+
+
+def check_inputs_used(run: RunResult, files: Mapping[str, bytes], attempt: int) -> Verdict:
+    """Given files, a program must read at least one of them: a result computed from nothing
+    (hard-coded, or made up) is not evidence about the data."""
+    names = ", ".join(sorted(files))
+    if run.inputs_read is None:
+        return Verdict(check="inputs_used", passed=False, attempt=attempt, run_id=run.run_id,
+                       detail="the sandbox did not report which input files were read")
+    if not run.inputs_read:
+        return Verdict(check="inputs_used", passed=False, attempt=attempt, run_id=run.run_id,
+                       detail=f"the program read none of the given files ({names}): compute "
+                              "the result from them, never hard-code or invent values")
+    return Verdict(check="inputs_used", passed=True, attempt=attempt, run_id=run.run_id,
+                   detail="read " + ", ".join(run.inputs_read))

@@ -87,7 +87,7 @@ class SessionSupervisor:
         self.outputs_cap = kernel.outputs_cap(spec.artifact_bytes)
         self.reader = protocol.FrameReader(self.outputs_cap + MAX_REPORT_JSON)
         self.seen: dict[bytes, artifacts.FileState] = {}
-        self.inputs: set[tuple[int, int]] = set()
+        self.inputs: dict[str, tuple[int, int]] = {}
         self.cell: _Cell | None = None
         self.program_fd = -1
         self.delivered = True  # whether the session's request went into the program's pipe
@@ -393,7 +393,7 @@ class SessionSupervisor:
     def _send_cell_result(self, cell: _Cell, meta: dict[str, Any], metrics: dict[str, Any],
                           ended: bool = False) -> None:
         collected, art_truncated = artifacts.collect(
-            "/workspace", self.inputs, self.spec.artifact_files, self.spec.artifact_bytes,
+            "/workspace", set(self.inputs.values()), self.spec.artifact_files, self.spec.artifact_bytes,
             seen=self.seen)
         meta.setdefault("markers", {"stdout": False, "stderr": False})
         meta.update(
@@ -401,6 +401,8 @@ class SessionSupervisor:
             artifacts=[{k: v for k, v in asdict(a).items() if k != "data"} for a in collected],
             artifacts_truncated=art_truncated, ended=ended,
         )
+        if self.inputs:
+            meta["inputs_read"] = jail.inputs_read(self.inputs)
         protocol.send_all(self.ctrl, protocol.json_frame(CELL_RESULT, meta))
         for art in collected:
             protocol.send_all(self.ctrl, protocol.frame(protocol.ART, art.data))

@@ -274,10 +274,11 @@ def size_scratch(spec: RunSpec) -> None:
                              f"size={wanted[path]}")
 
 
-def place_inputs(files: list[tuple[str, bytes]]) -> set[tuple[int, int]]:
+def place_inputs(files: list[tuple[str, bytes]]) -> dict[str, tuple[int, int]]:
     """Write inputs root-owned and read-only; the sticky /workspace stops their removal.
-    Called inside the jail's root."""
-    ids = set()
+    Returns each input's (dev, inode) by name. Their access time is set to 0, so that the
+    first read shows (see `inputs_read`). Called inside the jail's root."""
+    placed = {}
     with step("place input files"):
         base = "/workspace"
         for name, data in files:
@@ -294,10 +295,27 @@ def place_inputs(files: list[tuple[str, bytes]]) -> set[tuple[int, int]]:
                 while view:
                     view = view[os.write(fd, view):]
                 st = os.fstat(fd)
-                ids.add((st.st_dev, st.st_ino))
+                os.utime(fd, ns=(0, st.st_mtime_ns))
+                placed[name] = (st.st_dev, st.st_ino)
             finally:
                 os.close(fd)
-    return ids
+    return placed
+
+
+def inputs_read(placed: dict[str, tuple[int, int]]) -> list[str]:
+    """The inputs read so far. A read sets a file's access time, which the scratch mounts'
+    `relatime` updates while it is not after the modification time: placement set it to 0,
+    so a timestamp within the clock tick of placement cannot hide the read. Listing or
+    stat-ing a file is not reading it."""
+    read = []
+    for name, ident in placed.items():
+        try:
+            st = os.lstat(f"/workspace/{name}")
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == ident and st.st_atime_ns != 0:
+            read.append(name)
+    return read
 
 
 def enter_root() -> None:

@@ -321,7 +321,7 @@ class Supervisor:
         (see `request_untaken`): nothing of the request ran."""
         assert self.cg is not None and self.steps is not None
         base = self.steps.baselines
-        inputs: set[tuple[int, int]] = set()
+        inputs: dict[str, tuple[int, int]] = {}
         delivered = True
         if code is not None:
             with jail.step("apply limits"):
@@ -372,7 +372,7 @@ class Supervisor:
             art_truncated = False
         else:
             collected, art_truncated = artifacts.collect(
-                "/workspace", inputs, spec.artifact_files, spec.artifact_bytes)
+                "/workspace", set(inputs.values()), spec.artifact_files, spec.artifact_bytes)
         meta = classify(spec, killed, wait_status, user_error, oom, cpu_ms, full)
         meta.update(
             metrics={"wall_ms": round(wall_ms, 3), "cpu_ms": round(cpu_ms, 3),
@@ -380,6 +380,8 @@ class Supervisor:
             artifacts=[{k: v for k, v in asdict(a).items() if k != "data"} for a in collected],
             artifacts_truncated=art_truncated,
         )
+        if inputs:
+            meta["inputs_read"] = jail.inputs_read(inputs)
         return {"meta": meta, "artifacts": collected}
 
     def _supervise(self, started: float, spec: jail.RunSpec) -> tuple[str | None, int | None]:

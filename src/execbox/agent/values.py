@@ -1,0 +1,166 @@
+"""Values in text: numbers as people write them, units, dates. What `ground` compares.
+
+Numbers: thousands separators, decimals, signs, percentages, scientific notation ("1.2e-5",
+"1.2 × 10^-5"), magnitudes ("2.5M", "2.5 million"), currency signs. Units: families of
+spellings ("kg", "kilograms"). Dates: ISO, day/month/year both ways, month names, month-year.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import date
+
+# -- numbers -----------------------------------------------------------------------------------
+
+NUMBER = re.compile(r"""
+    (?<![\w.])(?P<sign>[-\u2212](?=[$\d.]))?
+    (?P<cur>[$\u20ac\u00a3\u00a5])?
+    (?P<num>(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)
+    (?:[eE](?P<exp>[-+]?\d+)|\s?[\u00d7x*]\s?10\^(?P<exp2>[-+]?\d+))?
+    (?P<pct>\s?%|\s(?:percent|per\ cent)\b)?
+    (?:(?P<mag1>[kKMB])(?![\w])|\s(?P<mag2>thousand|million|billion|trillion|bn)\b)?
+    """, re.X)
+_MAGNITUDES = {"k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "thousand": 1e3, "million": 1e6,
+               "billion": 1e9, "bn": 1e9, "trillion": 1e12}
+
+
+def parse_number(match: re.Match[str], rounded: bool = False) -> tuple[float, float, bool]:
+    """(value, step of the last stated digit, percent) of a `NUMBER` match. When the text
+    says the number is rounded ("about 2,500,000"), an integer's trailing zeros are not
+    stated digits."""
+    digits = match["num"].replace(",", "")
+    decimals = len(digits.split(".")[1]) if "." in digits else 0
+    exp = int(match["exp"] or match["exp2"] or 0)
+    scale = 10.0 ** exp * _MAGNITUDES.get(match["mag1"] or match["mag2"] or "", 1.0)
+    value = float(digits) * scale
+    if match["sign"]:
+        value = -value
+    step = 10.0 ** -decimals * scale
+    if rounded and not decimals and digits.strip("0"):
+        step *= 10.0 ** (len(digits) - len(digits.rstrip("0")))
+    return value, step, bool(match["pct"])
+
+
+def numbers_in(text: str) -> Iterator[tuple[float, re.Match[str]]]:
+    """Every number in `text` with its match; numbers glued to letters ("x86", "3rd", ids)
+    are not numbers."""
+    for match in NUMBER.finditer(text):
+        if re.match(r"[A-Za-z_]", text[match.end():match.end() + 1]) and not match["mag2"]:
+            continue
+        value, _, percent = parse_number(match)
+        yield value, match
+        if percent:
+            yield value / 100, match
+
+
+# -- units -------------------------------------------------------------------------------------
+
+UNIT_FAMILIES: dict[str, tuple[str, ...]] = {
+    "USD": ("$", "usd", "dollars?", "us\\$"), "EUR": ("\u20ac", "eur", "euros?"),
+    "GBP": ("\u00a3", "gbp", "pounds sterling"), "JPY": ("\u00a5", "jpy", "yen"),
+    "kg": ("kg", "kgs", "kilograms?", "kilos?"), "mg": ("mg", "milligrams?"),
+    "lb": ("lbs?", "pounds?"), "km": ("km", "kilomet(?:er|re)s?"),
+    "m": ("met(?:er|re)s?",), "cm": ("cm", "centimet(?:er|re)s?"),
+    "mm": ("mm", "millimet(?:er|re)s?"), "mi": ("miles?",), "ft": ("ft", "feet", "foot"),
+    "l": ("lit(?:er|re)s?",), "ml": ("ml", "millilit(?:er|re)s?"),
+    "s": ("seconds?", "secs?"), "ms": ("ms", "milliseconds?"), "min": ("minutes?", "mins?"),
+    "h": ("hours?", "hrs?"), "bytes": ("bytes?", "kb", "kib", "mb", "mib", "gb", "gib", "tb",
+                                       "kilobytes?", "megabytes?", "gigabytes?"),
+    "\u00b0C": ("\u00b0c", "celsius", "degrees c"), "\u00b0F": ("\u00b0f", "fahrenheit"),
+    "kWh": ("kwh",), "W": ("watts?",),
+}
+CURRENCY = {"$": "USD", "\u20ac": "EUR", "\u00a3": "GBP", "\u00a5": "JPY"}
+UNIT_AFTER = re.compile(r"\s?(" + "|".join(sorted(
+    (s for spellings in UNIT_FAMILIES.values() for s in spellings if s not in CURRENCY),
+    key=len, reverse=True)) + r")(?![A-Za-z])", re.I)
+BYTE_FACTORS = {"kb": (1e3, 1024.0), "kib": (1024.0,), "mb": (1e6, 1024.0 ** 2),
+                 "mib": (1024.0 ** 2,), "gb": (1e9, 1024.0 ** 3), "gib": (1024.0 ** 3,),
+                 "tb": (1e12, 1024.0 ** 4)}
+
+
+def family_of(spelling: str) -> str:
+    """The unit family a spelling after a number belongs to ('kilograms' -> 'kg')."""
+    low = spelling.lower()
+    for family, patterns in UNIT_FAMILIES.items():
+        if any(re.fullmatch(p, low) for p in patterns if p not in CURRENCY):
+            return family
+    return low
+
+
+def mentions_unit(family: str, text: str) -> bool:
+    for spelling in UNIT_FAMILIES[family]:
+        pattern = re.escape(spelling) if spelling in CURRENCY else spelling
+        if re.search(r"(?<![A-Za-z])" + pattern + r"(?![A-Za-z])", text, re.I):
+            return True
+    return False
+
+
+# -- dates -------------------------------------------------------------------------------------
+
+_MONTHS = {name: i for i, name in enumerate(
+    ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"], 1)}
+_MONTH = (r"(?P<mon>jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|"
+          r"aug(?:ust)?|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\.?")
+_DATES = [re.compile(p, re.I) for p in (
+    r"(?<![\w.])(?P<y>\d{4})[-/](?P<m>\d{1,2})[-/](?P<d>\d{1,2})(?![\d])",
+    r"(?<![\w.])(?P<a>\d{1,2})[/.](?P<b>\d{1,2})[/.](?P<y>\d{4})(?!\d)",
+    r"(?<![\w.])(?P<d>\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?" + _MONTH + r",?\s+(?P<y>\d{4})\b",
+    _MONTH + r"\s+(?P<d>\d{1,2})(?:st|nd|rd|th)?,?\s+(?P<y>\d{4})\b",
+    _MONTH + r",?\s+(?P<y>\d{4})\b",
+    r"(?<![\w.])(?P<y>\d{4})-(?P<m>\d{2})(?![-\d])",
+)]
+
+DateKey = tuple[int, int, int | None]  # year, month, day (None: the month as a whole)
+
+
+def dates_in(text: str) -> Iterator[tuple[list[DateKey], re.Match[str]]]:
+    """Every date in `text`: its readings (dd/mm and mm/dd are both kept) and its match.
+    Earlier patterns win over later ones on the same text."""
+    taken: list[tuple[int, int]] = []
+    for pattern in _DATES:
+        for match in pattern.finditer(text):
+            if any(s < match.end() and match.start() < e for s, e in taken):
+                continue
+            keys = _date_keys(match.groupdict())
+            if keys:
+                taken.append((match.start(), match.end()))
+                yield keys, match
+
+
+def _date_keys(g: dict[str, str | None]) -> list[DateKey]:
+    def num(name: str) -> int | None:
+        text = g.get(name)
+        return int(text) if text else None
+
+    year = num("y") or 0
+    pairs: list[tuple[int, int | None]]
+    if g.get("mon"):
+        pairs = [(_MONTHS[(g["mon"] or "")[:3].lower()], num("d"))]
+    elif g.get("a"):
+        a, b = num("a") or 0, num("b") or 0
+        pairs = [(b, a), (a, b)]
+    else:
+        pairs = [(num("m") or 0, num("d"))]
+    keys: list[DateKey] = []
+    for month, day in pairs:
+        try:
+            date(year, month, day or 1)
+        except ValueError:
+            continue
+        keys.append((year, month, day))
+    return keys
+
+
+def date_matches(claim: DateKey, fact: DateKey) -> bool:
+    if claim[2] is None:
+        return claim[:2] == fact[:2]
+    return claim == fact
+
+
+
+def mask_dates(text: str) -> str:
+    """`text` with its dates blanked out (their digits are not numbers of their own)."""
+    for _, match in dates_in(text):
+        text = text[:match.start()] + " " * (match.end() - match.start()) + text[match.end():]
+    return text

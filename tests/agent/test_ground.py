@@ -1,0 +1,175 @@
+"""The deterministic grounding check: what an answer may state, given the outputs it relies on.
+Pure functions: no model, no sandbox."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from execbox.agent import ground
+from execbox.agent.models import Claim, RunOutput, Verdict
+from execbox.contract import Artifact
+
+
+def claims(answer: str, *, stdout: str = "", result: Any = None, question: str = "Question?",
+           code: str = "", heads: tuple[str, ...] = (), verdicts: list[Verdict] | None = None,
+           artifacts: list[Artifact] | None = None) -> list[Claim]:
+    evidence = ground.Evidence.of([RunOutput(run_id="run1", stdout=stdout, result=result)],
+                                  artifacts or [], "run1")
+    context = ground.Context(question, code, ("sales.csv",), heads)
+    return ground.check(answer, evidence, context, verdicts or [])
+
+
+def bad(answer: str, **kwargs: Any) -> list[str]:
+    return [c.text for c in claims(answer, **kwargs) if not c.grounded]
+
+
+def test_a_number_the_output_contradicts_is_named_with_the_nearest_evidence() -> None:
+    claim, stated = claims("The result is 7.", stdout="sum 6\n6\n", result=6)
+    assert not claim.grounded and claim.text == "7"
+    assert "nearest is stdout line 1: sum 6" in claim.detail
+    assert (stated.kind, stated.grounded) == ("result", False)
+
+
+def test_a_number_the_output_shows_cites_its_run_and_line() -> None:
+    [claim] = claims("The result is 6.", stdout="values 3 1 2\nsum 6\n")
+    assert claim.grounded and claim.run_id == "run1" and claim.source == "stdout line 2: sum 6"
+
+
+@pytest.mark.parametrize(("answer", "value"), [
+    ("Pi is 3.14.", 3.14159),  # rounded to the stated digits
+    ("Pi is 3.1415.", 3.14159),  # truncated
+    ("About 2.5 million people.", 2_497_312),
+    ("Roughly 2,500,000 people.", 2_497_312),
+    ("2,497,312 people.", 2_497_312),
+    ("2.5M people.", 2_497_312),
+    ("The share is 45%.", 0.4512),
+    ("The share is 45.1%.", 0.4512),
+    ("The share is 45.12 percent.", 45.12),
+    ("The rate is 1.2e-5.", 1.2e-05),
+    ("The rate is 1.2 × 10^-5.", 1.2e-05),
+    ("The change is -3.5.", -3.5),
+    ("Sales fell by 3.5.", -3.5),
+    ("Over 2 million people.", 2_497_312),
+    ("Revenue was $1,234.50.", 1234.5),
+])
+def test_stated_rounding_and_number_formats_are_grounded(answer: str, value: float) -> None:
+    assert bad(answer, result={"value": value}, question="How much, in dollars?") == []
+
+
+@pytest.mark.parametrize(("answer", "value"), [
+    ("Pi is 3.15.", 3.14159),
+    ("About 2.6 million people.", 2_497_312),
+    ("2,497,313 people.", 2_497_312),
+    ("The share is 46%.", 0.4512),
+    ("The rate is 1.3e-5.", 1.2e-05),
+    ("The change is 3.5.", -3.5),  # the sign is part of the value
+    ("The change is -3.5.", 3.5),
+    ("Under 2 million people.", 2_497_312),
+])
+def test_values_the_rounding_does_not_cover_are_not_grounded(answer: str, value: float) -> None:
+    assert len(bad(answer, result={"value": value})) == 1
+
+
+def test_question_numbers_list_markers_ordinals_and_line_numbers_need_no_evidence() -> None:
+    answer = ("The top 5 regions in 2023:\n1. north\n2. east\nThe 3rd is south; the error was "
+              "at line 12, rounded to 2 decimal places (run 0123456789abcdef0123456789abcdef).")
+    assert bad(answer, result=["north", "east", "south"],
+               question="Top 5 regions in 2023?") == []
+
+
+def test_a_markdown_answer_with_tables_lists_and_names_is_grounded() -> None:
+    answer = ("### Top 3\n| region | units |\n|---|---|\n| north | 7 |\n| south | 3 |\n"
+              "- 3/4 of rows were valid (p < 0.001, r = 0.87), COVID-19 cases aside.")
+    result = {"north": 7, "south": 3, "valid": 0.75, "p": 0.00012, "r": 0.8712}
+    assert bad(answer, result=result) == []
+    assert bad("2/3 of rows were valid.", result=result) == ["2/3"]
+    assert bad("p < 0.0001.", result=result) == ["0.0001"]
+
+
+def test_a_long_number_is_checked_not_taken_for_a_run_id() -> None:
+    assert bad("The product is 12345678901234567890.", result=[1]) == ["12345678901234567890"]
+
+
+def test_counts_of_items_in_the_result_are_grounded() -> None:
+    assert bad("There are 3 regions.", result={"north": 7, "east": 5, "south": 1}) == []
+    assert bad("There are 4 regions.", result={"north": 7, "east": 5, "south": 1}) == ["4"]
+
+
+@pytest.mark.parametrize(("answer", "ok"), [
+    ("Joined on 2024-01-05.", True), ("Joined on January 5, 2024.", True),
+    ("Joined on 5 Jan 2024.", True), ("Joined in January 2024.", True),
+    ("Joined on 2024-01-06.", False), ("Joined in March 2024.", False),
+    ("Started on 2023-12-31, as asked.", True),  # the question's own date
+])
+def test_dates_must_match_an_output_date(answer: str, ok: bool) -> None:
+    found = bad(answer, result={"joined": "2024-01-05"}, question="Who joined after 2023-12-31?")
+    assert (found == []) is ok, found
+
+
+def test_quoted_values_must_appear_as_whole_words() -> None:
+    result = {"north": 17, "note": "values trimmed"}
+    assert bad("'north' and \"values trimmed\" and `df.units`", result=result,
+               code="print(df.units.sum())") == []
+    assert bad('The best region is "west".', result=result) == ["west"]
+    assert bad('The total is "7".', result=result) == ["7"]  # 17 is not 7
+
+
+def test_a_unit_the_outputs_do_not_state_is_invented() -> None:
+    found = claims("The total is 17 kg.", stdout="total: 17\n")
+    assert [(c.kind, c.grounded) for c in found] == [("number", True), ("unit", False)]
+    assert "'kg' appears in no output" in found[1].detail
+    assert bad("The total is $17.", stdout="total: 17\n") == ["$17"]
+    assert bad("The total is $17.", stdout="total: 17\n", heads=("item,price_usd",)) == []
+    assert bad("The total is 17 kilograms.", stdout="total weight (kg): 17\n") == []
+
+
+def test_artifact_sizes_ground_sizes_in_bytes_and_kilobytes() -> None:
+    art = Artifact(path="chart.png", size=12288, sha256="0" * 64, mime_type="image/png")
+    assert bad("chart.png is 12 KB (12288 bytes).", artifacts=[art]) == []
+    assert bad("chart.png is 15 KB.", artifacts=[art]) == ["15 KB"]
+
+
+def test_claimed_checks_must_have_run_and_passed() -> None:
+    invariant = Verdict(check="invariant", passed=True, detail="counts are non-negative")
+    failed_cross = Verdict(check="cross_check", passed=False, detail="disagrees")
+    assert bad("The result is 6, verified by running the code.", result=6) == ["verified"]
+    assert bad("The result is 6, verified.", result=6, verdicts=[invariant]) == []
+    assert bad("6; all unit tests pass.", result=6, verdicts=[invariant]) == ["unit tests"]
+    assert bad("6, cross-checked.", result=6, verdicts=[invariant, failed_cross]) == [
+        "cross-checked"]
+    [claim] = [c for c in claims("6, verified.", result=6, verdicts=[invariant])
+               if c.kind == "verification"]
+    assert claim.source is not None and "invariant" in claim.source
+
+
+def test_fenced_code_in_the_answer_is_not_a_claim() -> None:
+    assert bad("Computed with:\n```\nx = sum(range(99))\n```\nThe result is 6.", result=6) == []
+
+
+@pytest.mark.parametrize(("answer", "result", "ok"), [
+    ("The result is shown in the output above.", 6, False),
+    ("The answer is 6.", 6, True),
+    ("About 2.5 million.", 2_497_312, True),
+    ("East sold the most units.", "east", True),
+    ("North sold the most units.", "east", False),
+    ("Bob joined on January 5, 2024.", "2024-01-05", True),
+    ("See the cleaned file.", {"rows": 4}, True),  # a structured result: its parts are claims
+])
+def test_a_single_value_result_must_be_stated(answer: str, result: Any, ok: bool) -> None:
+    stated = [c for c in claims(answer, result=result) if c.kind == "result"]
+    assert all(c.grounded for c in stated) is ok, stated
+
+
+def test_a_written_table_is_summarized_by_its_columns_and_rows() -> None:
+    data = b"name,city\nAlice,Paris\nBob,Berlin\nCarol,Rome\n"
+    art = Artifact(path="people_clean.csv", size=len(data), sha256="0" * 64,
+                   mime_type="text/csv", data=data)
+    found = claims("people_clean.csv has 3 rows with columns `name` and `city`.",
+                   artifacts=[art])
+    assert all(c.grounded for c in found), found
+    assert found[-1].source == "artifact people_clean.csv: 4 lines, first: name,city (rows after it)"
+    assert bad("people_clean.csv has 5 rows.", artifacts=[art]) == ["5"]
+    # Its values are not evidence: only what was printed is.
+    assert bad("Bob lives in 'Berlin'.", artifacts=[art]) == ["Berlin"]
