@@ -589,14 +589,15 @@ def test_a_program_killed_before_it_said_it_waits_is_not_the_codes_fault(
     assert "gone before it took the code (try 1 of 3)" in caplog.text
 
 
-# What a run can read of its network namespace's past (global fields, like sockstat's memory
-# pages, left out: they are the machine's).
+# What a run can read of its network namespace's past (sockstat's machine-wide fields left
+# out: memory pages, orphans and sockets allocated count every namespace's).
 NET_STATE = textwrap.dedent("""
     import json, os, re
     def read(name):
         with open('/proc/net/' + name) as fh:
             text = fh.read()
-        return re.sub(r' mem \\d+', '', text) if name.startswith('sockstat') else text
+        return (re.sub(r' (mem|orphan|alloc) \\d+', '', text) if name.startswith('sockstat')
+                else text)
     names = ('tcp', 'tcp6', 'udp', 'udp6', 'dev', 'snmp', 'snmp6', 'netstat', 'sockstat',
              'sockstat6', 'unix', 'ip6_flowlabel')
     print(json.dumps({"uid": os.getuid(), "net": os.readlink('/proc/self/ns/net'),
