@@ -577,14 +577,14 @@ def test_tool_calls_hold_the_result_budget_and_refuse_past_it(
     of 3 x 80 MiB artifacts); one within it runs, and gives its reservation back."""
     from execbox.mcp.server import build_server
 
-    server = build_server(executor, max_result_bytes=16 << 20)
+    server = build_server(executor, max_result_bytes=32 << 20)
 
     async def main() -> tuple[Any, Any]:
         async with Client(server, read_timeout_seconds=60) as client:
             big = await client.call_tool("run_python", {
                 "code": "print(1)", "limits": {"artifact_bytes": 32 << 20}})
-            # 12 MiB each (two outputs of 1 MiB, 10 MiB of artifacts): a second fits only
-            # once the first gave its reservation back.
+            # 22 MiB each (two outputs of 1 MiB, six copies each, 10 MiB of artifacts): a
+            # second fits only once the first gave its reservation back.
             fine = [await client.call_tool("run_python", {"code": f"print({i})"})
                     for i in (2, 3)]
             return big, fine

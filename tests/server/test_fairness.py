@@ -208,6 +208,51 @@ def test_an_unread_stream_is_bounded_and_holds_its_tenant_slot(api: Api) -> None
             sock.close()
 
 
+def _unread_stream(url: str, key: str, body: str) -> tuple[socket.socket, int]:
+    """A streamed run whose client reads only the status line: (its socket, the status)."""
+    sock = _raw_request(url, f"POST /v1/runs/stream HTTP/1.1\r\nHost: x\r\n"
+                             f"Authorization: Bearer {key}\r\nContent-Type: application/json"
+                             f"\r\nContent-Length: {len(body)}\r\n\r\n{body}", rcvbuf=16384)
+    sock.settimeout(30)
+    return sock, int(sock.recv(12).split()[1])
+
+
+def test_unread_streams_hold_only_their_tenants_share_of_the_result_budget(api: Api) -> None:
+    """One key's unread streams filled the whole result budget and every other tenant's run
+    was refused; now a key holds at most its share, and each stream reserves what its result
+    really costs the server (several copies of the output), not the output once."""
+    with _server(api.executor, max_result_bytes=200 * MIB, tenant_result_bytes=120 * MIB,
+                 stream_buffer_bytes=64 * 1024) as (url, state):
+        attacker, key = api.key("greedy", concurrent=16)
+        body = json.dumps({"code": PRINT_16_MIB.replace("16384", "4096"),
+                           "limits": {"output_bytes": 4 * MIB}})
+        socks: list[socket.socket] = []
+        try:
+            statuses = []
+            for _ in range(16):
+                sock, status = _unread_stream(url, key, body)
+                socks.append(sock)
+                statuses.append(status)
+                if status != 200:
+                    break
+            held = state.results.by_tenant[attacker]
+            assert statuses[-1] == 429 and held <= 120 * MIB, (statuses, held)
+            refusal = json.loads(_read_all(socks[-1], 10).partition(b"\r\n\r\n")[2])
+            assert refusal["error"]["code"] == "result_share"
+            assert "--tenant-result-mib" in refusal["error"]["message"]
+            # Each admitted stream holds six copies of each 4 MiB output, plus its artifacts.
+            assert held == (len(statuses) - 1) * (2 * 6 * 4 * MIB + 10 * MIB)
+            with api.http(api.key("victim")[1]) as victim:
+                victim.base_url = httpx.URL(url)
+                for _ in range(3):
+                    run = victim.post("/v1/runs", json={"code": "print(1)"})
+                    assert run.status_code == 200, run.text
+        finally:
+            for sock in socks:
+                sock.close()
+        _wait_for(lambda: state.results.used == 0, 30)
+
+
 # ---- finding 5: sessions are shared fairly ------------------------------------------------
 
 def test_each_key_is_guaranteed_its_share_of_the_sessions(tmp_path: Path) -> None:

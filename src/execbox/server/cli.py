@@ -51,6 +51,9 @@ def _key_store(db: str | None) -> KeyStore:
               help="Where artifacts wait for their download (default: the temp directory).")
 @click.option("--artifact-ttl", default=600, show_default=True, type=click.IntRange(1),
               help="Seconds a run's spooled artifacts wait for their download.")
+@click.option("--tenant-result-mib", type=click.IntRange(1), default=None,
+              help="The most of the result budget one key may hold at once (default: half "
+                   "of --max-result-mib); past it, 429.")
 @click.option("--max-sessions", type=click.IntRange(0), default=None,
               help="Sessions open at once, server-wide (default: 16). Each key is guaranteed "
                    "its session quota, or its proportional share when the quotas add up to "
@@ -80,7 +83,8 @@ def serve(host: str, port: int, no_auth: bool, max_request_mib: int,
           max_concurrency: int | None, pool_size: int | None,
           rotate_after_runs: int | None, rotate_after_s: float | None,
           zygotes_per_tenant: bool, graceful_timeout: int, db: str | None,
-          max_result_mib: int, spool_dir: str | None, artifact_ttl: int,
+          max_result_mib: int, tenant_result_mib: int | None, spool_dir: str | None,
+          artifact_ttl: int,
           max_sessions: int | None, max_session_idle: int, max_session_lifetime: int,
           stream_buffer_kib: int, header_timeout: float, body_timeout: float,
           max_connections_per_client: int, docs: bool, log_level: str) -> None:
@@ -105,6 +109,8 @@ def serve(host: str, port: int, no_auth: bool, max_request_mib: int,
         options["records"] = db
     settings = Settings(auth=not no_auth, max_request_bytes=max_request_mib << 20, docs=docs,
                         max_result_bytes=max_result_mib << 20, spool_dir=spool_dir,
+                        tenant_result_bytes=(tenant_result_mib << 20 if tenant_result_mib
+                                             else None),
                         artifact_ttl_s=float(artifact_ttl),
                         max_session_idle_s=float(max_session_idle),
                         max_session_lifetime_s=float(max_session_lifetime),

@@ -51,7 +51,7 @@ class _Run:
                                    state.executor.profiles.get(self.request.profile))
         self.release_quota = state.quotas.admit(tenant)
         try:
-            self.reservation = state.results.reserve(bound)
+            self.reservation = state.results.reserve(bound, tenant.name)
             self.directory: Path | None = state.spool.new_dir()
         except BaseException:
             self.release_quota()
@@ -110,7 +110,7 @@ async def create_run(body: RunBody, state: State, tenant: Caller) -> Response:
     run = _Run(state, tenant, body)
     try:
         result = await run.run(run)
-        content = result.model_dump_json()
+        content = sse.result_json(result)
     finally:
         await run.response_ended()
     return Response(content, media_type="application/json")

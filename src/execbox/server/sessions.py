@@ -127,7 +127,7 @@ def _admit(state: State, tenant: Caller, nbytes: int) -> tuple[Reservation, Call
     of either (raised, nothing held); with the function that gives both back, once."""
     release_quota = state.quotas.admit(tenant)
     try:
-        reservation = state.results.reserve(nbytes)
+        reservation = state.results.reserve(nbytes, tenant.name)
     except BaseException:
         release_quota()
         raise
@@ -168,7 +168,7 @@ async def run_cell(session_id: SessionId, body: CellBody, state: State,
         result = await state.on_session(session_id, lambda: call(None, None), cell=True)
     finally:
         release()
-    return Response(result.model_dump_json(), media_type="application/json")
+    return Response(sse.result_json(result), media_type="application/json")
 
 
 @router.post("/{session_id}/cells/stream", responses={**CELL_ERRORS, 200: sse.RESPONSE},

@@ -52,6 +52,12 @@ def event(name: str, data: str) -> bytes:
     return f"event: {name}\ndata: {data}\n\n".encode()
 
 
+def result_json(result: RunResult) -> bytes:
+    """The result's JSON, encoded once: `model_dump_json` makes bytes, then a str of them,
+    which a response encodes again (three copies of a big output where one will do)."""
+    return RunResult.__pydantic_serializer__.to_json(result)
+
+
 class Buffered:
     """Characters of output waiting for slow readers, summed over every stream of a server,
     and the most there ever were. Thread-safe."""
@@ -142,7 +148,10 @@ class Feed:
                 name, item = await self._queue.get()
                 if name == "result":
                     assert isinstance(item, RunResult)
-                    yield event("result", item.model_dump_json())
+                    # In pieces: one event string would be two more copies of the output.
+                    yield b"event: result\ndata: "
+                    yield result_json(item)
+                    yield b"\n\n"
                     return
                 if name == "error":
                     assert isinstance(item, ApiError)

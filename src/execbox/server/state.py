@@ -16,6 +16,7 @@ import anyio.to_thread
 
 from ..contract import RunResult
 from ..errors import SessionClosed
+from . import malloc
 from .auth import KeyStore, Tenant
 from .errors import ApiError
 from .metrics import Metrics
@@ -70,6 +71,8 @@ class Settings:
     max_result_bytes: int = 2 << 30
     """Result bytes in flight, server-wide: what running runs and cells may return (outputs and
     artifacts at their caps) plus artifacts spooled and not yet downloaded; past it, 503."""
+    tenant_result_bytes: int | None = None
+    """The most of `max_result_bytes` one key may hold at once (past it, 429); None: half."""
     spool_dir: str | None = None
     """Where the spool of artifacts is made (a private directory inside); None: the system's
     temporary directory."""
@@ -207,7 +210,9 @@ class ServerState:
         self.run_limiter = anyio.CapacityLimiter(settings.max_inflight_runs)
         self.auth_limiter = anyio.CapacityLimiter(AUTH_THREADS)
         self.streams = Buffered()
-        self.results = ResultBudget(settings.max_result_bytes)
+        malloc.return_big_blocks()
+        self.results = ResultBudget(settings.max_result_bytes, settings.tenant_result_bytes
+                                    or settings.max_result_bytes // 2)
         self._spool: Spool | None = None
         self.draining = False
         self._cut: asyncio.Event | None = None  # set when the shutdown grace period runs out
