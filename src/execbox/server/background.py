@@ -33,12 +33,13 @@ class Server(uvicorn.Server):
 
 def config(app: Any, **options: Any) -> uvicorn.Config:
     """uvicorn's settings for `app`: with an execbox app, its connection guard (header and
-    body timeouts, connections per client) from the app's Settings."""
+    body timeouts, connections per client, the listen backlog) from the app's Settings."""
     state = getattr(getattr(app, "state", None), "execbox", None)
     if state is not None:
         settings = state.settings
         options["http"] = guarded_protocol(settings.header_timeout_s, settings.body_timeout_s,
                                            settings.max_connections_per_client)
+        options["backlog"] = settings.listen_backlog
     return uvicorn.Config(app, **options)
 
 

@@ -74,6 +74,9 @@ def _key_store(db: str | None) -> KeyStore:
               type=click.IntRange(0),
               help="Connections one client address may hold open (0: no cap; behind a "
                    "reverse proxy, cap per client there instead).")
+@click.option("--listen-backlog", default=128, show_default=True, type=click.IntRange(1),
+              help="Connections the kernel queues until the server accepts them; a client "
+                   "reconnecting in a loop is slowed there, not in the server.")
 @click.option("--docs", is_flag=True,
               help="Serve /docs, /redoc and /openapi.json (off: the schema is in the "
                    "repository, and the docs page loads scripts from a CDN).")
@@ -87,7 +90,8 @@ def serve(host: str, port: int, no_auth: bool, max_request_mib: int,
           artifact_ttl: int,
           max_sessions: int | None, max_session_idle: int, max_session_lifetime: int,
           stream_buffer_kib: int, header_timeout: float, body_timeout: float,
-          max_connections_per_client: int, docs: bool, log_level: str) -> None:
+          max_connections_per_client: int, listen_backlog: int, docs: bool,
+          log_level: str) -> None:
     """Serve the HTTP API.
 
     Callers send 'Authorization: Bearer KEY' with a key from `execbox keys create`; /metrics
@@ -117,6 +121,7 @@ def serve(host: str, port: int, no_auth: bool, max_request_mib: int,
                         stream_buffer_bytes=stream_buffer_kib << 10,
                         header_timeout_s=header_timeout, body_timeout_s=body_timeout,
                         max_connections_per_client=max_connections_per_client,
+                        listen_backlog=listen_backlog,
                         executor_options={k: v for k, v in options.items() if v is not None})
     if no_auth and host not in ("127.0.0.1", "::1", "localhost"):
         click.echo(f"execbox: WARNING: --no-auth on {host}: anyone who can reach it runs code",
