@@ -5,7 +5,7 @@ latency in each are compared with a quiet phase in the same run (goal: p99 withi
 server's peak RSS (VmHWM, reset before each phase) is reported beside its result budget.
 Both keys have the default quotas. Writes bench/results/noisy.json.
 
-    .venv/bin/python bench/noisy.py [--phase-s 8] [--max-result-mib 256]
+    .venv/bin/python bench/noisy.py [--phase-s 8] [--max-result-mib 1024] [--tight]
 """
 
 from __future__ import annotations
@@ -215,7 +215,7 @@ def server(db: str, max_result_mib: int) -> Iterator[tuple[str, subprocess.Popen
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--phase-s", type=float, default=8.0)
-    parser.add_argument("--max-result-mib", type=int, default=256)
+    parser.add_argument("--max-result-mib", type=int, default=1024)
     parser.add_argument("--tight", action="store_true",
                         help="floods ignore Retry-After (measures the cost of refusals)")
     args = parser.parse_args()
