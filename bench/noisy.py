@@ -227,7 +227,6 @@ def main() -> None:
         # The victim is a busy, well-behaved tenant (no rate cap to hit); the attacker has
         # the default quotas.
         victim_key = keys.create("victim", rpm=1_000_000)
-        attacker_key = keys.create("attacker")
         with server(db, args.max_result_mib) as (url, proc):
             victim(url, victim_key, 2.0)  # warm-up
             phases: dict[str, dict[str, float]] = {}
@@ -237,6 +236,8 @@ def main() -> None:
                 stop = threading.Event()
                 attacker = None
                 if attack is not None:
+                    # A fresh key per phase: one flood's spent rate does not refuse the next.
+                    attacker_key = keys.create(f"attacker-{name}")
                     attacker = threading.Thread(target=attack, args=(url, attacker_key, stop),
                                                 daemon=True)
                     attacker.start()
