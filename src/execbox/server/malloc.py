@@ -4,7 +4,7 @@ glibc serves an allocation of at least its mmap threshold with its own mapping, 
 free; but it raises the threshold to the largest such block freed so far (up to 32 MiB), so
 after one big result the next ones are carved from the heap, whose freed pages the process
 keeps: a server that once held several 16 MiB outputs stayed hundreds of MiB larger for good.
-A fixed threshold keeps every block of a mebibyte or more on its own mapping."""
+A fixed threshold keeps every block of 2 MiB or more on its own mapping."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import ctypes
 import sys
 
 M_MMAP_THRESHOLD = -3  # mallopt's parameter number (glibc's malloc.h)
-MMAP_THRESHOLD_BYTES = 1 << 20
+MMAP_THRESHOLD_BYTES = 2 << 20  # above the 1 MiB receive buffers of the sandbox channel
 
 
 def return_big_blocks() -> bool:
