@@ -314,6 +314,44 @@ def test_http_bad_arguments_are_a_tool_error_not_a_crash(http_server: HttpServer
     assert http_server.proc.poll() is None
 
 
+def test_http_authentication_does_not_wait_for_the_tools_thread_pool(
+        http_server: HttpServer) -> None:
+    """Tool calls run on anyio's default pool of 40 threads; calls waiting for a busy session
+    fill it. Other tenants are still authenticated at once (before, every request waited for a
+    free tool thread, a key lookup included)."""
+    flood_key = http_server.new_key("flood", max_concurrent=64)
+    victim_key = http_server.new_key("victim")
+
+    async def main() -> tuple[float, Any, list[Any]]:
+        async with _http(http_server, flood_key) as client:
+            made = await client.call_tool("session_create", {})
+            sid = made.structured_content["session_id"]
+            results: list[Any] = []
+
+            async def call(code: str) -> None:
+                results.append(await client.call_tool("session_run",
+                                                      {"session_id": sid, "code": code}))
+
+            async with anyio.create_task_group() as flood:
+                flood.start_soon(call, "import time; time.sleep(10)")
+                await anyio.sleep(1)
+                for _ in range(44):  # each waits for the session on a tool thread
+                    flood.start_soon(call, "1")
+                await anyio.sleep(1.5)
+                started = time.monotonic()
+                async with httpx.AsyncClient(timeout=30) as http:
+                    answer = await http.post(http_server.url, json=_INITIALIZE, headers={
+                        **_MCP_HEADERS, "Authorization": f"Bearer {victim_key}"})
+                victim_s = time.monotonic() - started
+            await client.call_tool("session_close", {"session_id": sid})
+        return victim_s, answer, results
+
+    victim_s, answer, results = _run(main)
+    assert answer.status_code == 200, answer.text
+    assert victim_s < 1, f"another tenant's request waited {victim_s:.1f} s"
+    assert len(results) == 45 and not any(r.is_error for r in results)
+
+
 _INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-06-18", "capabilities": {},
     "clientInfo": {"name": "probe", "version": "0"}}}
@@ -577,14 +615,14 @@ def test_tool_calls_hold_the_result_budget_and_refuse_past_it(
     of 3 x 80 MiB artifacts); one within it runs, and gives its reservation back."""
     from execbox.mcp.server import build_server
 
-    server = build_server(executor, max_result_bytes=16 << 20)
+    server = build_server(executor, max_result_bytes=32 << 20)
 
     async def main() -> tuple[Any, Any]:
         async with Client(server, read_timeout_seconds=60) as client:
             big = await client.call_tool("run_python", {
                 "code": "print(1)", "limits": {"artifact_bytes": 32 << 20}})
-            # 12 MiB each (two outputs of 1 MiB, 10 MiB of artifacts): a second fits only
-            # once the first gave its reservation back.
+            # 22 MiB each (two outputs of 1 MiB, six copies each, 10 MiB of artifacts): a
+            # second fits only once the first gave its reservation back.
             fine = [await client.call_tool("run_python", {"code": f"print({i})"})
                     for i in (2, 3)]
             return big, fine

@@ -107,7 +107,8 @@ def test_spooled_artifacts_not_downloaded_expire(api: Api, tmp_path: Path) -> No
 
 def test_result_budget_answers_503_with_retry_after_instead_of_growing(api: Api,
                                                                         tmp_path: Path) -> None:
-    with _server(api, spool_dir=str(tmp_path), max_result_bytes=40 * MIB) as (url, state), \
+    with _server(api, spool_dir=str(tmp_path), max_result_bytes=48 * MIB,
+                 tenant_result_bytes=48 * MIB) as (url, state), \
             httpx.Client(base_url=url, timeout=120,
                          headers={"Authorization": f"Bearer {api.key('budget')[1]}"}) as client:
         # A request that could never fit is a 400 that says which setting bounds it.
@@ -118,7 +119,7 @@ def test_result_budget_answers_503_with_retry_after_instead_of_growing(api: Api,
         held = _run(client, [("held.bin", 30 * MIB)], artifact_bytes=32 * MIB)
         assert held.status_code == 200, held.text
         assert state.results.used == 30 * MIB
-        refused = client.post("/v1/runs", json={"code": "print(1)"})  # may return 12 MiB
+        refused = client.post("/v1/runs", json={"code": "print(1)"})  # may cost 22 MiB
         assert refused.status_code == 503, refused.text
         assert refused.json()["error"]["code"] == "result_budget"
         assert int(refused.headers["retry-after"]) >= 1
@@ -128,7 +129,8 @@ def test_result_budget_answers_503_with_retry_after_instead_of_growing(api: Api,
         run_id = held.json()["run_id"]
         assert len(client.get(f"/v1/runs/{run_id}/artifacts/held.bin").content) == 30 * MIB
         assert state.results.used == 0
-        # A run in flight holds what it may return: 34 MiB until it ends.
+        # A run in flight holds what its result may cost: 44 MiB until it ends (two outputs
+        # of 1 MiB, six copies each, and 32 MiB of artifacts).
         slow: dict[str, httpx.Response] = {}
         thread = threading.Thread(target=lambda: slow.update(r=client.post("/v1/runs", json={
             "code": "import time; time.sleep(3)", "profile": "extended",
@@ -137,7 +139,7 @@ def test_result_budget_answers_503_with_retry_after_instead_of_growing(api: Api,
         deadline = time.monotonic() + 10
         while state.results.used == 0 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert state.results.used == 34 * MIB
+        assert state.results.used == 44 * MIB
         assert client.post("/v1/runs", json={"code": "print(1)"}).status_code == 503
         thread.join()
         assert slow["r"].status_code == 200 and state.results.used == 0
@@ -148,7 +150,7 @@ def test_session_file_downloads_hold_the_result_budget_until_sent(api: Api) -> N
     """A download is held in memory until the client has it: while one is unread, the next
     that could not fit beside it is a 503, not another copy (an attack grew the server by
     200 MiB per unread download)."""
-    with _server(api, max_result_bytes=48 * MIB) as (url, state), \
+    with _server(api, max_result_bytes=48 * MIB, tenant_result_bytes=48 * MIB) as (url, state), \
             httpx.Client(base_url=url, timeout=120,
                          headers={"Authorization": f"Bearer {api.key('files')[1]}"}) as client:
         made = client.post("/v1/sessions", json={"limits": {"disk_mib": 40}})

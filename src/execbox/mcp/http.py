@@ -12,13 +12,14 @@ import json
 import threading
 from collections import OrderedDict
 
+import anyio
 import anyio.to_thread
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..server.auth import KeyStore, Tenant
 from ..server.deps import tenant_of
 from ..server.errors import ApiError
-from ..server.state import LOCAL_TENANT
+from ..server.state import AUTH_THREADS, LOCAL_TENANT
 
 TENANT_SCOPE_KEY = "execbox.tenant"
 SESSION_HEADER = b"mcp-session-id"
@@ -34,6 +35,9 @@ class BearerAuth:
         self.keys = keys
         self._owners: OrderedDict[bytes, str] = OrderedDict()
         self._lock = threading.Lock()
+        # Key lookups on threads of their own: the tools run on anyio's default pool, which
+        # one tenant's waiting calls can fill.
+        self._auth_limiter = anyio.CapacityLimiter(AUTH_THREADS)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":  # lifespan
@@ -69,7 +73,8 @@ class BearerAuth:
         if authorization is not None:
             scheme, _, value = authorization.decode("latin-1").partition(" ")
             key = value.strip() if scheme.lower() == "bearer" and value.strip() else None
-        return await anyio.to_thread.run_sync(tenant_of, self.keys, key)
+        return await anyio.to_thread.run_sync(tenant_of, self.keys, key,
+                                              limiter=self._auth_limiter)
 
     def _own(self, session: bytes, tenant: Tenant) -> None:
         with self._lock:

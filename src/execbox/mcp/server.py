@@ -32,6 +32,7 @@ from pydantic import Field
 from ..contract import Limits, RunResult
 from ..errors import ExecboxError
 from ..executor import make_request
+from ..server import malloc
 from ..server.auth import Tenant
 from ..server.errors import ApiError
 from ..server.quotas import Quotas
@@ -88,14 +89,17 @@ def caller(ctx: Context) -> Tenant:
 
 
 def build_server(executor: Executor, *, profile: str = "data",
-                 max_result_bytes: int = DEFAULT_RESULT_BYTES) -> MCPServer[Any]:
+                 max_result_bytes: int = DEFAULT_RESULT_BYTES,
+                 tenant_result_bytes: int | None = None) -> MCPServer[Any]:
     """An MCP server whose tools run on `executor` (which the caller owns and closes).
     Sessions the server opened are closed when the server shuts down. Runs and cells hold
-    their results in memory: at most `max_result_bytes` of them at once (as `execbox serve`'s
-    result budget; past it a tool call is refused with a time to retry)."""
+    their results in memory: at most `max_result_bytes` of them at once, and at most
+    `tenant_result_bytes` for one tenant (None: all of it), as `execbox serve`'s result budget;
+    past either a tool call is refused with a time to retry."""
     sessions = SessionRegistry()
     quotas = Quotas()
-    results = ResultBudget(max_result_bytes)
+    results = ResultBudget(max_result_bytes, tenant_result_bytes)
+    malloc.return_big_blocks()
     own_runs: OrderedDict[str, str] = OrderedDict()  # runs this server made -> their tenant
     lock = threading.Lock()
 
@@ -125,10 +129,11 @@ def build_server(executor: Executor, *, profile: str = "data",
     def admitted(ctx: Context, fn: Callable[[], _T], limits: Limits | None) -> _T:
         """`fn()` as one of the caller's runs: within its quotas, counted while it runs, and
         the most a result under `limits` can hold reserved of the result budget."""
-        release = _allowed(lambda: quotas.admit(caller(ctx)))
+        tenant = caller(ctx)
+        release = _allowed(lambda: quotas.admit(tenant))
         try:
             bound = result_bound(limits or Limits(), executor.profiles.get(profile))
-            reservation = _allowed(lambda: results.reserve(bound))
+            reservation = _allowed(lambda: results.reserve(bound, tenant.name))
         except BaseException:
             release()
             raise
@@ -356,7 +361,10 @@ def serve(transport: Literal["stdio", "streamable-http"] = "stdio", *, host: str
         with Executor(records=records) as executor:
             if stop.requested:  # a signal came while the sandbox was starting
                 return
-            server = build_server(executor, profile=profile, max_result_bytes=max_result_bytes)
+            # Over HTTP with keys, as `execbox serve`: one tenant holds at most half.
+            shared = transport != "stdio" and auth
+            server = build_server(executor, profile=profile, max_result_bytes=max_result_bytes,
+                                  tenant_result_bytes=max_result_bytes // 2 if shared else None)
             if transport == "stdio":
                 # The SDK reads stdin in a worker thread that no cancellation can interrupt,
                 # so a signal cannot unwind the server: close the sandbox, then leave at once.

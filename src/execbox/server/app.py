@@ -15,6 +15,7 @@ then every session is closed and the executor (its fork server and slots) stoppe
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -46,6 +47,9 @@ def create_app(executor: Executor | None = None, settings: Settings | None = Non
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         await anyio.to_thread.run_sync(state.start)
         state.arm()
+        # What start-up made lives as long as the server: out of the collector's sight, a full
+        # collection (which every burst of connections sets off) no longer walks all of it.
+        gc.freeze()
         log.info("execbox server ready (auth %s, max request %d bytes, result budget %d "
                  "bytes, spool %s)", "on" if settings.auth else "OFF",
                  settings.max_request_bytes, settings.max_result_bytes, state.spool.root)

@@ -128,6 +128,13 @@ class KeyStore:
         return Tenant(row["name"], row["max_concurrent"], row["max_sessions"], row["rpm"],
                       row["role"])
 
+    def session_quotas(self) -> dict[str, int]:
+        """Each active tenant key's session quota, by name (how a server shares its sessions)."""
+        query = sa.select(api_keys.c.name, api_keys.c.max_sessions).where(
+            api_keys.c.revoked_at.is_(None), api_keys.c.role == TENANT)
+        with self.engine.connect() as conn:
+            return {name: int(n) for name, n in conn.execute(query)}
+
     # ---- tenancy ----------------------------------------------------------------------------
 
     def claim_run(self, run_id: str, tenant: str) -> None:

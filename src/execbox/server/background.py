@@ -16,6 +16,8 @@ from typing import Any
 
 import uvicorn
 
+from .guard import guarded_protocol
+
 
 class Server(uvicorn.Server):
     """uvicorn's server, telling the app when shutdown begins, so runs still going when the
@@ -29,6 +31,18 @@ class Server(uvicorn.Server):
         await super().shutdown(sockets=sockets)
 
 
+def config(app: Any, **options: Any) -> uvicorn.Config:
+    """uvicorn's settings for `app`: with an execbox app, its connection guard (header and
+    body timeouts, connections per client, the listen backlog) from the app's Settings."""
+    state = getattr(getattr(app, "state", None), "execbox", None)
+    if state is not None:
+        settings = state.settings
+        options["http"] = guarded_protocol(settings.header_timeout_s, settings.body_timeout_s,
+                                           settings.max_connections_per_client)
+        options["backlog"] = settings.listen_backlog
+    return uvicorn.Config(app, **options)
+
+
 @contextmanager
 def serving(app: Any, *, host: str = "127.0.0.1", port: int = 0,
             startup_timeout_s: float = 60.0) -> Iterator[str]:
@@ -38,8 +52,8 @@ def serving(app: Any, *, host: str = "127.0.0.1", port: int = 0,
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     bound = sock.getsockname()[1]
-    server = Server(uvicorn.Config(app, log_level="warning", lifespan="on",
-                                   timeout_graceful_shutdown=30))
+    server = Server(config(app, log_level="warning", lifespan="on",
+                           timeout_graceful_shutdown=30))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]},
                               name="execbox-server", daemon=True)
     thread.start()

@@ -51,6 +51,32 @@ def _key_store(db: str | None) -> KeyStore:
               help="Where artifacts wait for their download (default: the temp directory).")
 @click.option("--artifact-ttl", default=600, show_default=True, type=click.IntRange(1),
               help="Seconds a run's spooled artifacts wait for their download.")
+@click.option("--tenant-result-mib", type=click.IntRange(1), default=None,
+              help="The most of the result budget one key may hold at once (default: half "
+                   "of --max-result-mib); past it, 429.")
+@click.option("--max-sessions", type=click.IntRange(0), default=None,
+              help="Sessions open at once, server-wide (default: 16). Each key is guaranteed "
+                   "its session quota, or its proportional share when the quotas add up to "
+                   "more.")
+@click.option("--max-session-idle", default=3600, show_default=True, type=click.IntRange(1),
+              help="Longest idle_timeout_s a session may ask for (seconds).")
+@click.option("--max-session-lifetime", default=86400, show_default=True,
+              type=click.IntRange(1), help="Longest max_lifetime_s a session may ask for "
+                                           "(seconds).")
+@click.option("--stream-buffer-kib", default=1024, show_default=True, type=click.IntRange(1),
+              help="Output a streamed run may have waiting for a slow reader; past it the "
+                   "stream sends an overflow event and no more output.")
+@click.option("--header-timeout", default=10, show_default=True, type=click.FloatRange(0.1),
+              help="Seconds a request's line and headers may take to arrive (else 408).")
+@click.option("--body-timeout", default=60, show_default=True, type=click.FloatRange(0.1),
+              help="Seconds a request's body may take to arrive after its headers.")
+@click.option("--max-connections-per-client", default=64, show_default=True,
+              type=click.IntRange(0),
+              help="Connections one client address may hold open (0: no cap; behind a "
+                   "reverse proxy, cap per client there instead).")
+@click.option("--listen-backlog", default=128, show_default=True, type=click.IntRange(1),
+              help="Connections the kernel queues until the server accepts them; a client "
+                   "reconnecting in a loop is slowed there, not in the server.")
 @click.option("--docs", is_flag=True,
               help="Serve /docs, /redoc and /openapi.json (off: the schema is in the "
                    "repository, and the docs page loads scripts from a CDN).")
@@ -60,7 +86,11 @@ def serve(host: str, port: int, no_auth: bool, max_request_mib: int,
           max_concurrency: int | None, pool_size: int | None,
           rotate_after_runs: int | None, rotate_after_s: float | None,
           zygotes_per_tenant: bool, graceful_timeout: int, db: str | None,
-          max_result_mib: int, spool_dir: str | None, artifact_ttl: int, docs: bool,
+          max_result_mib: int, tenant_result_mib: int | None, spool_dir: str | None,
+          artifact_ttl: int,
+          max_sessions: int | None, max_session_idle: int, max_session_lifetime: int,
+          stream_buffer_kib: int, header_timeout: float, body_timeout: float,
+          max_connections_per_client: int, listen_backlog: int, docs: bool,
           log_level: str) -> None:
     """Serve the HTTP API.
 
@@ -69,30 +99,36 @@ def serve(host: str, port: int, no_auth: bool, max_request_mib: int,
     SIGTERM stops accepting, lets in-flight runs finish, closes sessions and the sandbox."""
     import logging
 
-    import uvicorn
-
     from .app import create_app
-    from .background import Server
+    from .background import Server, config
     from .state import Settings
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     options: dict[str, object] = {"max_concurrency": max_concurrency, "pool_size": pool_size,
                                   "rotate_after_runs": rotate_after_runs,
                                   "rotate_after_s": rotate_after_s,
-                                  "zygotes_per_tenant": zygotes_per_tenant or None}
+                                  "zygotes_per_tenant": zygotes_per_tenant or None,
+                                  "max_sessions": max_sessions}
     if db:
         options["records"] = db
     settings = Settings(auth=not no_auth, max_request_bytes=max_request_mib << 20, docs=docs,
                         max_result_bytes=max_result_mib << 20, spool_dir=spool_dir,
+                        tenant_result_bytes=(tenant_result_mib << 20 if tenant_result_mib
+                                             else None),
                         artifact_ttl_s=float(artifact_ttl),
+                        max_session_idle_s=float(max_session_idle),
+                        max_session_lifetime_s=float(max_session_lifetime),
+                        stream_buffer_bytes=stream_buffer_kib << 10,
+                        header_timeout_s=header_timeout, body_timeout_s=body_timeout,
+                        max_connections_per_client=max_connections_per_client,
+                        listen_backlog=listen_backlog,
                         executor_options={k: v for k, v in options.items() if v is not None})
     if no_auth and host not in ("127.0.0.1", "::1", "localhost"):
         click.echo(f"execbox: WARNING: --no-auth on {host}: anyone who can reach it runs code",
                    err=True)
-    config = uvicorn.Config(create_app(settings=settings), host=host, port=port,
-                            log_level=log_level, timeout_graceful_shutdown=graceful_timeout,
-                            lifespan="on")
-    server = Server(config)
+    server = Server(config(create_app(settings=settings), host=host, port=port,
+                           log_level=log_level, timeout_graceful_shutdown=graceful_timeout,
+                           lifespan="on"))
     server.run()
     if not server.started:
         sys.exit(2)
@@ -106,11 +142,11 @@ def keys() -> None:
 @keys.command("create")
 @click.argument("name")
 @click.option("--concurrent", default=8, show_default=True, type=click.IntRange(0),
-              help="Runs in flight at once.")
+              help="Requests in flight at once (a streamed run counts until read).")
 @click.option("--sessions", default=4, show_default=True, type=click.IntRange(0),
               help="Sessions open at once.")
 @click.option("--rpm", default=600, show_default=True, type=click.IntRange(0),
-              help="Runs started per minute.")
+              help="Requests per minute (runs, cells, sessions, files, records).")
 @click.option("--admin", is_flag=True,
               help="An admin key: reads /metrics (every tenant's counts), runs no code.")
 @click.option("--db", default=None, help="Records database URL.")

@@ -1,10 +1,15 @@
 """Request dependencies: the server state and the authenticated caller (a tenant, or an admin
-reading metrics)."""
+reading metrics).
+
+The key lookup runs on the server's own small pool of authentication threads, never on the
+pool that files, records and sessions use: however many requests a tenant has waiting there,
+every other tenant is still authenticated at once."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
+import anyio.to_thread
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
@@ -15,7 +20,7 @@ from .state import LOCAL_TENANT, ServerState
 bearer = HTTPBearer(auto_error=False, description="An API key from `execbox keys create`.")
 
 
-def get_state(request: Request) -> ServerState:
+async def get_state(request: Request) -> ServerState:
     state: ServerState = request.app.state.execbox
     return state
 
@@ -44,24 +49,27 @@ def tenant_of(keys: KeyStore, key: str | None) -> Tenant:
     return tenant
 
 
-def get_tenant(state: Annotated[ServerState, Depends(get_state)],
-               credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-               ) -> Tenant:
-    """The caller's tenant from `Authorization: Bearer KEY` (a sync dependency: FastAPI runs
-    it on a worker thread, so the key lookup never blocks the event loop)."""
+async def get_tenant(state: Annotated[ServerState, Depends(get_state)],
+                     credentials: Annotated[HTTPAuthorizationCredentials | None,
+                                            Depends(bearer)]) -> Tenant:
+    """The caller's tenant from `Authorization: Bearer KEY` (looked up on the authentication
+    threads, off the event loop)."""
     if not state.settings.auth:
         return LOCAL_TENANT
-    return tenant_of(state.key_store(), credentials.credentials if credentials else None)
+    keys, key = state.key_store(), credentials.credentials if credentials else None
+    return await anyio.to_thread.run_sync(tenant_of, keys, key, limiter=state.auth_limiter)
 
 
-def get_admin(state: Annotated[ServerState, Depends(get_state)],
-              credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-              ) -> None:
+async def get_admin(state: Annotated[ServerState, Depends(get_state)],
+                    credentials: Annotated[HTTPAuthorizationCredentials | None,
+                                           Depends(bearer)]) -> None:
     """Only an admin key passes (`execbox keys create NAME --admin`): the server's metrics
     count every tenant's runs."""
     if not state.settings.auth:
         return
-    caller = authenticate(state.key_store(), credentials.credentials if credentials else None)
+    keys, key = state.key_store(), credentials.credentials if credentials else None
+    caller = await anyio.to_thread.run_sync(authenticate, keys, key,
+                                            limiter=state.auth_limiter)
     if caller.role != ADMIN:
         raise ApiError(403, "admin_key_required",
                        "the server's metrics need an admin key (execbox keys create NAME "

@@ -1,8 +1,11 @@
-"""Per-tenant quotas: concurrent runs and runs per minute, counted in this server process.
+"""Per-tenant quotas: requests in flight and requests per minute, counted in this server
+process.
 
-A run (or session cell) holds a concurrency token from admission to its result; the per-minute
-count is a sliding window of admission times. A refusal says how long to wait (Retry-After).
-Session counts come from the live sessions themselves (see app), so expiry frees them at once.
+Every request that costs the server work (runs, cells, sessions, files, records, artifacts)
+holds an in-flight token from admission until its response is delivered or dropped (a streamed
+run's token outlives the run until its last event is sent); the per-minute count is a sliding
+window of admission times. A refusal says how long to wait (Retry-After). Session counts come
+from the live sessions themselves (see state), so expiry frees them at once.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ WINDOW_S = 60.0
 
 
 class Quotas:
-    """Counts in-flight runs and recent admissions per tenant. Thread-safe."""
+    """Counts in-flight requests and recent admissions per tenant. Thread-safe."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -28,8 +31,8 @@ class Quotas:
         self._recent: dict[str, deque[float]] = defaultdict(deque)
 
     def admit(self, tenant: Tenant) -> Callable[[], None]:
-        """Admit one run for `tenant` and return its release function (call it exactly once,
-        when the run has ended); or raise a 429 ApiError with a retry hint."""
+        """Admit one request for `tenant` and return its release function (idempotent: call
+        it when the request no longer holds anything); or raise a 429 with a retry hint."""
         now = time.monotonic()
         with self._lock:
             recent = self._recent[tenant.name]
@@ -38,12 +41,14 @@ class Quotas:
             if len(recent) >= tenant.rpm:
                 wait = recent[0] + WINDOW_S - now if recent else WINDOW_S
                 raise ApiError(429, "rate_limited",
-                               f"key {tenant.name!r} may start {tenant.rpm} runs per minute",
+                               f"key {tenant.name!r} may make {tenant.rpm} requests per minute "
+                               "(runs, cells, sessions, files, records)",
                                retry_after=max(1, math.ceil(wait)))
             if self._running[tenant.name] >= tenant.max_concurrent:
                 raise ApiError(429, "concurrency_limited",
-                               f"key {tenant.name!r} may have {tenant.max_concurrent} runs in "
-                               "flight at once", retry_after=1)
+                               f"key {tenant.name!r} may have {tenant.max_concurrent} requests "
+                               "in flight at once (a streamed run counts until its last event "
+                               "is read)", retry_after=1)
             recent.append(now)
             self._running[tenant.name] += 1
         released = False

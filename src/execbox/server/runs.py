@@ -12,7 +12,7 @@ from fastapi import APIRouter, Response
 from fastapi import Path as PathParam
 from fastapi.responses import StreamingResponse
 from pydantic import Field
-from starlette.types import Receive, Scope, Send
+from starlette.background import BackgroundTask
 
 from ..contract import RunRequest, RunResult, Secrets
 from ..records import RunRecord
@@ -39,8 +39,9 @@ class RunBody(RunRequest):
 
 class _Run:
     """One admitted run: its quota token, its reservation of result bytes and its spool
-    directory, each given back on every path: the token when the run is over (`ran`), the
-    rest once the response no longer needs them (`settle`)."""
+    directory, each given back on every path once the run is over and its response has ended
+    (sent, or the client gone), whichever comes last: a stream nobody reads still counts
+    against its tenant."""
 
     def __init__(self, state: State, tenant: Caller, body: RunBody) -> None:
         self.state, self.tenant, self.request = state, tenant, body.request()
@@ -49,7 +50,7 @@ class _Run:
                                    state.executor.profiles.get(self.request.profile))
         self.release_quota = state.quotas.admit(tenant)
         try:
-            self.reservation = state.results.reserve(bound)
+            self.reservation = state.results.reserve(bound, tenant.name)
             self.directory: Path | None = state.spool.new_dir()
         except BaseException:
             self.release_quota()
@@ -71,24 +72,23 @@ class _Run:
         return result
 
     async def run(self, fn: Callable[[], RunResult]) -> RunResult:
-        """`fn` (this run) on a worker thread; once it is over, the quota token goes back,
-        and the rest too if the response has already ended (a client gone mid-stream)."""
+        """`fn` (this run) on a worker thread; once it is over, settle if the response has
+        already ended (a client gone mid-stream)."""
         self.started = True
         try:
             return await self.state.running(fn)
         finally:
             self.over = True
-            self.release_quota()
             if self.responded:
+                self.release_quota()
                 await self.state.blocking(self.settle)
 
     async def response_ended(self) -> None:
         """The response is sent, or the client has gone; settle now unless the run is still
         going (then it settles when it ends)."""
         self.responded = True
-        if not self.started:
-            self.release_quota()
         if not self.started or self.over:
+            self.release_quota()
             await self.state.blocking(self.settle)
 
     def settle(self) -> None:
@@ -103,29 +103,13 @@ class _Run:
             self.state.spool.adopt(self.result, directory, self.tenant.name, self.reservation)
 
 
-class _Streamed(StreamingResponse):
-    """A streaming response that tells its run when it has ended, however it ended (even
-    unstarted: a client gone before the first event never runs the body's generator)."""
-
-    def __init__(self, run: _Run, content: AsyncIterator[bytes]) -> None:
-        super().__init__(content, media_type="text/event-stream",
-                         headers={"Cache-Control": "no-store"})
-        self.execbox_run = run
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self.execbox_run.response_ended()
-
-
 @router.post("", response_model=RunResult, responses=RUN_ERRORS,
              summary="Run code in a fresh sandbox and return its result")
 async def create_run(body: RunBody, state: State, tenant: Caller) -> Response:
     run = _Run(state, tenant, body)
     try:
         result = await run.run(run)
-        content = result.model_dump_json()
+        content = sse.result_json(result)
     finally:
         await run.response_ended()
     return Response(content, media_type="application/json")
@@ -136,7 +120,8 @@ async def create_run(body: RunBody, state: State, tenant: Caller) -> Response:
     summary="Run code and stream its output as server-sent events, ending with the result")
 async def stream_run(body: RunBody, state: State, tenant: Caller) -> StreamingResponse:
     run = _Run(state, tenant, body)
-    return _Streamed(run, sse.stream(run, run.run))
+    feed = sse.Feed(run, run.run, state.settings.stream_buffer_bytes, state.streams)
+    return sse.EventStream(feed, run.response_ended)
 
 
 def _owned_record(state: State, tenant: Caller, run_id: str) -> RunRecord:
@@ -148,15 +133,19 @@ def _owned_record(state: State, tenant: Caller, run_id: str) -> RunRecord:
     return record
 
 
-@router.get("/{run_id}", response_model=RunRecord, responses=documented(401, 404, 422),
+@router.get("/{run_id}", response_model=RunRecord, responses=documented(401, 404, 422, 429),
             summary="The stored record of a run")
 async def get_run(run_id: RunId, state: State, tenant: Caller) -> Response:
-    record = await state.blocking(lambda: _owned_record(state, tenant, run_id))
+    release = state.quotas.admit(tenant)
+    try:
+        record = await state.blocking(lambda: _owned_record(state, tenant, run_id))
+    finally:
+        release()
     return Response(record.model_dump_json(), media_type="application/json")
 
 
 @router.get("/{run_id}/artifacts/{path:path}", responses={
-    **documented(401, 404, 422),
+    **documented(401, 404, 422, 429),
     200: {"description": "The artifact's bytes", "content": {"*/*": {}}}},
     response_class=Response, summary="The bytes of a run's artifact")
 async def get_artifact(run_id: RunId, path: str, state: State, tenant: Caller) -> Response:
@@ -175,12 +164,19 @@ async def get_artifact(run_id: RunId, path: str, state: State, tenant: Caller) -
                            "records' cap are served once, within the server's artifact TTL)")
         return data, mime
 
-    found = await state.blocking(load)
+    release = state.quotas.admit(tenant)  # held until the last byte is sent
+    try:
+        found = await state.blocking(load)
+    except BaseException:
+        release()
+        raise
     if len(found) == 2:
+        release()
         return Response(found[0], media_type=found[1])
     fd, size, mime = found
     return StreamingResponse(_stream_file(state, fd, run_id, path), media_type=mime,
-                             headers={"Content-Length": str(size)})
+                             headers={"Content-Length": str(size)},
+                             background=BackgroundTask(release))
 
 
 async def _stream_file(state: State, fd: int, run_id: str, path: str) -> AsyncIterator[bytes]:

@@ -14,14 +14,14 @@ from starlette.background import BackgroundTask
 from ..contract import Artifact, InputFile, Limits, RunResult, Secrets
 from . import sse
 from .deps import Caller, State
-from .errors import documented
+from .errors import ApiError, documented
 from .spool import Reservation, result_bound
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 DOWNLOAD_CHUNK = 1 << 20
 SessionId = Annotated[str, Path(max_length=64, description="The session's id.")]
 CELL_ERRORS = documented(400, 401, 404, 409, 413, 422, 429, 500, 503)
-FILE_ERRORS = documented(400, 401, 404, 409, 413, 422, 503)
+FILE_ERRORS = documented(400, 401, 404, 409, 413, 422, 429, 503)
 
 
 class SessionBody(BaseModel):
@@ -35,9 +35,11 @@ class SessionBody(BaseModel):
     files: list[InputFile] = Field(default_factory=list,
                                    description="Files placed in the workspace at the start.")
     idle_timeout_s: float = Field(600.0, gt=0, le=86400,
-                                  description="End the session after this long without a call.")
+                                  description="End the session after this long without a call "
+                                              "(at most the server's policy, by default 1 h).")
     max_lifetime_s: float = Field(3600.0, gt=0, le=7 * 86400,
-                                  description="End the session this long after it started.")
+                                  description="End the session this long after it started (at "
+                                              "most the server's policy, by default 24 h).")
     secrets: Secrets = Field(default_factory=list)
 
 
@@ -63,20 +65,39 @@ def _info(session: Any) -> SessionInfo:
                        end_reason=session.end_reason)
 
 
+def _within_policy(state: State, body: SessionBody) -> None:
+    """The server caps how long sessions may idle and live: a session holds one of its
+    `--max-sessions` places for as long as it is open."""
+    for name, asked, most, option in (
+            ("idle_timeout_s", body.idle_timeout_s, state.settings.max_session_idle_s,
+             "--max-session-idle"),
+            ("max_lifetime_s", body.max_lifetime_s, state.settings.max_session_lifetime_s,
+             "--max-session-lifetime")):
+        if asked > most:
+            raise ApiError(422, "session_policy",
+                           f"{name} is {asked:g} s; this server allows at most {most:g} s "
+                           f"(execbox serve {option})")
+
+
 @router.post("", response_model=SessionInfo, status_code=201,
              responses=documented(400, 401, 413, 422, 429, 503), summary="Start a session")
 async def create_session(body: SessionBody, state: State, tenant: Caller) -> SessionInfo:
     executor = state.executor
-    state.sessions.reserve(tenant)
-    session = None
+    _within_policy(state, body)
+    release = state.quotas.admit(tenant)
     try:
-        session = await state.running(lambda: executor.session(
-            profile=body.profile, limits=body.limits, env=body.env or None,
-            files={f.name: f.data for f in body.files} or None,
-            idle_timeout_s=body.idle_timeout_s, max_lifetime_s=body.max_lifetime_s,
-            secrets=body.secrets, tenant=tenant.name))
+        state.sessions.reserve(tenant, await state.blocking(state.shares))
+        session = None
+        try:
+            session = await state.running(lambda: executor.session(
+                profile=body.profile, limits=body.limits, env=body.env or None,
+                files={f.name: f.data for f in body.files} or None,
+                idle_timeout_s=body.idle_timeout_s, max_lifetime_s=body.max_lifetime_s,
+                secrets=body.secrets, tenant=tenant.name))
+        finally:
+            state.sessions.add(tenant, session)
     finally:
-        state.sessions.add(tenant, session)
+        release()
     return _info(session)
 
 
@@ -87,19 +108,24 @@ async def get_session(session_id: SessionId, state: State, tenant: Caller) -> Se
 
 
 @router.delete("/{session_id}", response_model=SessionInfo,
-               responses=documented(401, 404, 422), summary="Close a session")
+               responses=documented(401, 404, 422, 429), summary="Close a session")
 async def close_session(session_id: SessionId, state: State, tenant: Caller) -> SessionInfo:
     session = state.sessions.get(tenant, session_id)
-    await state.blocking(session.close)
+    release = state.quotas.admit(tenant)
+    try:
+        # A cell still running is cut short at once, so this waits for no one.
+        await state.blocking(session.close)
+    finally:
+        release()
     return _info(session)
 
 
 def _admit(state: State, tenant: Caller, nbytes: int) -> tuple[Reservation, Callable[[], None]]:
-    """One of the key's runs in flight and `nbytes` of the result budget, or the refusal of
-    either (raised, nothing held); with the function that gives both back, once."""
+    """One of the key's requests in flight and `nbytes` of the result budget, or the refusal
+    of either (raised, nothing held); with the function that gives both back, once."""
     release_quota = state.quotas.admit(tenant)
     try:
-        reservation = state.results.reserve(nbytes)
+        reservation = state.results.reserve(nbytes, tenant.name)
     except BaseException:
         release_quota()
         raise
@@ -137,10 +163,10 @@ async def run_cell(session_id: SessionId, body: CellBody, state: State,
                    tenant: Caller) -> Response:
     call, release = _cell(state, tenant, session_id, body)
     try:
-        result = await state.running(lambda: call(None, None))
+        result = await state.on_session(session_id, lambda: call(None, None), cell=True)
     finally:
         release()
-    return Response(result.model_dump_json(), media_type="application/json")
+    return Response(sse.result_json(result), media_type="application/json")
 
 
 @router.post("/{session_id}/cells/stream", responses={**CELL_ERRORS, 200: sse.RESPONSE},
@@ -149,22 +175,42 @@ async def run_cell(session_id: SessionId, body: CellBody, state: State,
 async def stream_cell(session_id: SessionId, body: CellBody, state: State,
                       tenant: Caller) -> StreamingResponse:
     call, release = _cell(state, tenant, session_id, body)
+    # The quota token and result bytes go back once the cell is over and its stream has
+    # ended (sent, or the client gone), whichever comes last.
+    ends = [False, False]
+
+    def end(which: int) -> None:
+        ends[which] = True
+        if all(ends):
+            release()
 
     async def in_thread(fn: Callable[[], RunResult]) -> RunResult:
         try:
-            return await state.running(fn)
+            return await state.on_session(session_id, fn, cell=True)
         finally:
-            release()
+            end(0)
 
-    return StreamingResponse(sse.stream(call, in_thread), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-store"})
+    async def response_ended() -> None:
+        end(1)
+
+    try:
+        feed = sse.Feed(call, in_thread, state.settings.stream_buffer_bytes, state.streams)
+    except BaseException:
+        release()
+        raise
+    return sse.EventStream(feed, response_ended)
 
 
 @router.get("/{session_id}/files", response_model=list[Artifact], responses=FILE_ERRORS,
             summary="Files in the session's workspace")
 async def list_files(session_id: SessionId, state: State, tenant: Caller) -> list[Artifact]:
     session = state.sessions.get(tenant, session_id)
-    files: list[Artifact] = await state.blocking(session.files.list)
+    release = state.quotas.admit(tenant)
+    try:
+        files: list[Artifact] = await state.on_session(session_id, session.files.list,
+                                                       cell=False)
+    finally:
+        release()
     return files
 
 
@@ -174,7 +220,12 @@ async def write_file(session_id: SessionId, path: str, state: State, tenant: Cal
                      data: Annotated[bytes, Body(media_type="application/octet-stream")]
                      ) -> Artifact:
     session = state.sessions.get(tenant, session_id)
-    artifact: Artifact = await state.blocking(lambda: session.files.write(path, data))
+    release = state.quotas.admit(tenant)
+    try:
+        artifact: Artifact = await state.on_session(
+            session_id, lambda: session.files.write(path, data), cell=False)
+    finally:
+        release()
     return artifact
 
 
@@ -188,7 +239,8 @@ async def read_file(session_id: SessionId, path: str, state: State, tenant: Call
     # concurrency, and the most the workspace can hold of the server's result budget).
     reservation, release = _admit(state, tenant, getattr(session, "room_bytes", 0))
     try:
-        data: bytes = await state.blocking(lambda: session.files.read(path))
+        data: bytes = await state.on_session(session_id, lambda: session.files.read(path),
+                                             cell=False)
     except BaseException:
         release()
         raise
@@ -211,5 +263,9 @@ async def read_file(session_id: SessionId, path: str, state: State, tenant: Call
 async def remove_file(session_id: SessionId, path: str, state: State, tenant: Caller
                       ) -> Response:
     session = state.sessions.get(tenant, session_id)
-    await state.blocking(lambda: session.files.remove(path))
+    release = state.quotas.admit(tenant)
+    try:
+        await state.on_session(session_id, lambda: session.files.remove(path), cell=False)
+    finally:
+        release()
     return Response(status_code=204)

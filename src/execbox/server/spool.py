@@ -1,10 +1,12 @@
 """Result bytes: the server-wide budget of what runs may hand back at once, and the spool where
 a run's artifacts wait on disk for their download.
 
-A run or cell reserves, before it starts, the most its result can hold (stdout and stderr at
-their caps, and its artifact cap); past the budget the request is a 503 with Retry-After, so
-the server stops admitting work instead of growing. Once the response is out the reservation
-shrinks to the artifacts still spooled, and is gone when they are.
+A run or cell reserves, before it starts, the most its result can cost the server's memory
+(stdout and stderr at their caps, times the copies a result is held in on its way out, and its
+artifact cap); past the budget the request is a 503 with Retry-After, so the server stops
+admitting work instead of growing; past the tenant's share of it, a 429, so one tenant's unread
+results never take the room of another's. Once the response is out the reservation shrinks to
+the artifacts still spooled, and is gone when they are.
 
 A run's artifacts are written by the executor straight into a directory of the spool (mode
 0700 under one private directory per server, files 0600), never held whole in memory. Those the
@@ -33,18 +35,27 @@ from .errors import ApiError
 log = logging.getLogger("execbox.server")
 
 
-class Reservation:
-    """Bytes held in a `ResultBudget`: resized as the result takes shape, released once."""
+OUTPUT_COPIES = 6
+"""What one byte of a run's output costs the server's memory at its peak: the sandbox's
+buffer, the result's text, the record's JSON (bytes, then text), the response's JSON and the
+socket's send buffer when the client reads slowly (16 MiB on stdout and on stderr, streamed to
+a client that read nothing, peaked at 185 MiB over the server's resting size)."""
 
-    def __init__(self, budget: ResultBudget, nbytes: int) -> None:
+
+class Reservation:
+    """Bytes a tenant holds in a `ResultBudget`: resized as the result takes shape, released
+    once."""
+
+    def __init__(self, budget: ResultBudget, tenant: str, nbytes: int) -> None:
         self._budget = budget
+        self.tenant = tenant
         self.nbytes = nbytes
 
     def resize(self, nbytes: int) -> None:
         """Hold `nbytes` from now on (only ever fewer than reserved)."""
         with self._budget.lock:
             nbytes = min(nbytes, self.nbytes)
-            self._budget.used -= self.nbytes - nbytes
+            self._budget.give_back(self.tenant, self.nbytes - nbytes)
             self.nbytes = nbytes
 
     def release(self) -> None:
@@ -52,45 +63,73 @@ class Reservation:
 
 
 class ResultBudget:
-    """The server-wide budget of result bytes in flight. Thread-safe."""
+    """The server-wide budget of result bytes in flight, and the most of it one tenant may
+    hold (`tenant_max_bytes`): one tenant's unread results never take what another's next run
+    needs. Thread-safe."""
 
     RETRY_AFTER_S = 2
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, tenant_max_bytes: int | None = None) -> None:
         self.max_bytes = max_bytes
+        self.tenant_max_bytes = min(max_bytes, tenant_max_bytes or max_bytes)
         self.used = 0
+        self.by_tenant: dict[str, int] = {}
         self.lock = threading.Lock()
 
-    def reserve(self, nbytes: int) -> Reservation:
-        """Hold `nbytes`, or raise: a 503 with Retry-After while others hold the room, a 400
-        when no amount of waiting makes room."""
-        if nbytes > self.max_bytes:
+    def reserve(self, nbytes: int, tenant: str) -> Reservation:
+        """Hold `nbytes` for `tenant`, or raise: a 503 while the server's budget is full, a 429
+        while the tenant's own results fill its share (both with Retry-After), a 400 when no
+        amount of waiting makes room."""
+        if nbytes > self.tenant_max_bytes:
             raise ApiError(400, "over_result_budget",
-                           f"this request's limits allow a result of {nbytes} bytes (stdout and "
-                           "stderr at limits.output_bytes each, plus limits.artifact_bytes), "
-                           f"more than the server's result budget of {self.max_bytes} bytes "
-                           "(execbox serve --max-result-mib); ask for lower limits")
+                           f"this request's limits allow a result that may cost the server "
+                           f"{nbytes} bytes ({OUTPUT_COPIES} x limits.output_bytes for each of "
+                           "stdout and stderr, plus limits.artifact_bytes), more than one key "
+                           f"may hold of the server's result budget: {self.tenant_max_bytes} "
+                           "bytes (execbox serve --max-result-mib, --tenant-result-mib); ask "
+                           "for lower limits")
         with self.lock:
+            mine = self.by_tenant.get(tenant, 0)
             if self.used + nbytes > self.max_bytes:
                 raise ApiError(503, "result_budget",
                                f"the server holds {self.used} bytes of results in flight (its "
-                               f"budget is {self.max_bytes}); this request may need {nbytes}",
+                               f"budget is {self.max_bytes}, execbox serve --max-result-mib); "
+                               f"this request may need {nbytes}",
+                               retry_after=self.RETRY_AFTER_S)
+            if mine + nbytes > self.tenant_max_bytes:
+                raise ApiError(429, "result_share",
+                               f"key {tenant!r} holds {mine} bytes of results in flight (unread "
+                               "streams and downloads count until they are read); one key may "
+                               f"hold {self.tenant_max_bytes} (execbox serve "
+                               f"--tenant-result-mib) and this request may need {nbytes}",
                                retry_after=self.RETRY_AFTER_S)
             self.used += nbytes
-        return Reservation(self, nbytes)
+            self.by_tenant[tenant] = mine + nbytes
+        return Reservation(self, tenant, nbytes)
+
+    def give_back(self, tenant: str, nbytes: int) -> None:
+        """Called with `lock` held, by a reservation that shrinks."""
+        self.used -= nbytes
+        left = self.by_tenant.get(tenant, 0) - nbytes
+        if left > 0:
+            self.by_tenant[tenant] = left
+        else:
+            self.by_tenant.pop(tenant, None)
 
 
 def result_bound(limits: Limits, profile: Profile | None = None) -> int:
-    """The most a result under `limits` can hold: stdout and stderr at their cap, and the
-    artifact cap. With the request's `profile`, fields the request left out take the profile's
-    defaults, and no field counts above the profile's maximum (asking for more is denied)."""
+    """What a result under `limits` may cost the server's memory at the most: stdout and
+    stderr at their cap, each `OUTPUT_COPIES` times, and the artifact cap (artifacts are
+    written to disk). With the request's `profile`, fields the request left out take the
+    profile's defaults, and no field counts above the profile's maximum (asking for more is
+    denied)."""
     def value(name: str) -> int:
         if profile is None:
             return int(getattr(limits, name))
         chosen = limits if name in limits.model_fields_set else profile.limits
         return min(int(getattr(chosen, name)), int(getattr(profile.max_limits, name)))
 
-    return 2 * value("output_bytes") + value("artifact_bytes")
+    return 2 * OUTPUT_COPIES * value("output_bytes") + value("artifact_bytes")
 
 
 @dataclass

@@ -16,11 +16,13 @@ import anyio.to_thread
 
 from ..contract import RunResult
 from ..errors import SessionClosed
+from . import malloc
 from .auth import KeyStore, Tenant
 from .errors import ApiError
 from .metrics import Metrics
 from .quotas import Quotas
 from .spool import ResultBudget, Spool
+from .sse import Buffered
 
 if TYPE_CHECKING:
     from ..executor import Executor
@@ -31,6 +33,7 @@ T = TypeVar("T")
 
 LOCAL_TENANT = Tenant("local", max_concurrent=1 << 30, max_sessions=1 << 30, rpm=1 << 30)
 ENDED_KEPT = 10_000  # ended sessions remembered, so late calls get session_closed, not 404
+AUTH_THREADS = 8  # key lookups at once: short database reads, on threads of their own
 
 
 class EndedSession:
@@ -68,13 +71,51 @@ class Settings:
     max_result_bytes: int = 2 << 30
     """Result bytes in flight, server-wide: what running runs and cells may return (outputs and
     artifacts at their caps) plus artifacts spooled and not yet downloaded; past it, 503."""
+    tenant_result_bytes: int | None = None
+    """The most of `max_result_bytes` one key may hold at once (past it, 429); None: half."""
     spool_dir: str | None = None
     """Where the spool of artifacts is made (a private directory inside); None: the system's
     temporary directory."""
     artifact_ttl_s: float = 600.0
     """How long a run's spooled artifacts wait for their download."""
+    stream_buffer_bytes: int = 1 << 20
+    """Output a streamed run or cell may have waiting for a slow reader; past it the stream
+    says so in an `overflow` event and sends no more output (the result still has it all)."""
+    max_session_idle_s: float = 3600.0
+    """Longest `idle_timeout_s` a session may ask for (server policy)."""
+    max_session_lifetime_s: float = 86400.0
+    """Longest `max_lifetime_s` a session may ask for (server policy)."""
+    header_timeout_s: float = 10.0
+    """A request's line and headers must arrive within this long (else 408 and closed)."""
+    body_timeout_s: float = 60.0
+    """A request's body must arrive within this long of its headers (else closed)."""
+    max_connections_per_client: int = 64
+    """Open connections from one client address; more are answered 503 and closed (0: no
+    cap; behind a reverse proxy every client has the proxy's address)."""
+    listen_backlog: int = 128
+    """Connections the kernel queues until the server accepts them. Past it a client's new
+    connections wait for its kernel to retry (1 s, then longer): a client reconnecting in a loop
+    past its connection cap is slowed there instead of taking the server's event loop, which
+    sets up each queued connection before it serves anything else (uvicorn's 2048 let 740
+    reconnects a second stall other tenants' requests by 140 ms)."""
     executor_options: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments for the Executor the server starts (when none is passed in)."""
+
+
+@dataclass(frozen=True)
+class Shares:
+    """How a server's sessions are shared: its capacity and each active key's quota.
+
+    Each key is guaranteed `reserved(key)` sessions: its quota when the quotas fit the
+    capacity, else its proportional share of it. A key may go past its guarantee (up to its
+    quota) only with sessions nobody else is still owed."""
+
+    capacity: int
+    quotas: dict[str, int]
+
+    def reserved(self, tenant: str) -> int:
+        quota, total = self.quotas.get(tenant, 0), sum(self.quotas.values())
+        return quota if total <= self.capacity else self.capacity * quota // total
 
 
 class SessionRegistry:
@@ -85,16 +126,32 @@ class SessionRegistry:
         self._sessions: dict[str, tuple[str, Session]] = {}
         self._ended: OrderedDict[str, tuple[str, EndedSession]] = OrderedDict()
         self._pending: dict[str, int] = {}
+        self._gates: dict[str, asyncio.Lock] = {}
 
-    def reserve(self, tenant: Tenant) -> None:
-        """Count a session about to be created against the tenant's quota, or raise 429."""
+    def reserve(self, tenant: Tenant, shares: Shares | None = None) -> None:
+        """Count a session about to be created against the tenant's quota and, with `shares`,
+        its share of the server's sessions; or raise 429."""
         with self._lock:
             self._prune()
-            live = sum(1 for owner, _ in self._sessions.values() if owner == tenant.name)
-            if live + self._pending.get(tenant.name, 0) >= tenant.max_sessions:
+            held: dict[str, int] = dict(self._pending)
+            for owner, _ in self._sessions.values():
+                held[owner] = held.get(owner, 0) + 1
+            mine = held.get(tenant.name, 0)
+            if mine >= tenant.max_sessions:
                 raise ApiError(429, "session_quota",
                                f"key {tenant.name!r} may keep {tenant.max_sessions} sessions "
                                "open; close one first", retry_after=5)
+            if shares is not None:
+                free = shares.capacity - sum(held.values())
+                owed = sum(max(0, shares.reserved(name) - held.get(name, 0))
+                           for name in shares.quotas if name != tenant.name)
+                if free <= 0 or (mine >= shares.reserved(tenant.name) and free - 1 < owed):
+                    raise ApiError(429, "session_capacity",
+                                   f"the server's {shares.capacity} sessions (execbox serve "
+                                   f"--max-sessions) are in use or owed to other keys; key "
+                                   f"{tenant.name!r} is guaranteed "
+                                   f"{shares.reserved(tenant.name)} and holds {mine}; close "
+                                   "one or retry later", retry_after=5)
             self._pending[tenant.name] = self._pending.get(tenant.name, 0) + 1
 
     def add(self, tenant: Tenant, session: Session | None) -> None:
@@ -103,6 +160,7 @@ class SessionRegistry:
             self._pending[tenant.name] -= 1
             if session is not None:
                 self._sessions[session.id] = (tenant.name, session)
+                self._gates[session.id] = asyncio.Lock()
 
     def get(self, tenant: Tenant, session_id: str) -> Session | EndedSession:
         with self._lock:
@@ -111,6 +169,12 @@ class SessionRegistry:
             raise ApiError(404, "session_not_found", f"no session {session_id!r}")
         return entry[1]
 
+    def gate(self, session_id: str) -> asyncio.Lock:
+        """The lock a call on the session holds, from before its thread until after it (an
+        ended session's calls fail at once: each gets a lock of its own)."""
+        with self._lock:
+            return self._gates.get(session_id) or asyncio.Lock()
+
     def active(self) -> int:
         with self._lock:
             return sum(1 for _, s in self._sessions.values() if not s.closed)
@@ -118,6 +182,7 @@ class SessionRegistry:
     def _prune(self) -> None:
         for sid in [sid for sid, (_, s) in self._sessions.items() if s.closed]:
             owner, session = self._sessions.pop(sid)
+            self._gates.pop(sid, None)
             self._ended[sid] = (owner, EndedSession(sid, session.end_reason))
         while len(self._ended) > ENDED_KEPT:
             self._ended.popitem(last=False)
@@ -126,6 +191,7 @@ class SessionRegistry:
         with self._lock:
             sessions = [s for _, s in self._sessions.values()]
             self._sessions.clear()
+            self._gates.clear()
         closed = 0
         for session in sessions:
             try:
@@ -148,7 +214,11 @@ class ServerState:
         self.metrics = Metrics(lambda: float(self.sessions.active()),
                                lambda: float(self._executor.pool_size if self._executor else 0))
         self.run_limiter = anyio.CapacityLimiter(settings.max_inflight_runs)
-        self.results = ResultBudget(settings.max_result_bytes)
+        self.auth_limiter = anyio.CapacityLimiter(AUTH_THREADS)
+        self.streams = Buffered()
+        malloc.return_big_blocks()
+        self.results = ResultBudget(settings.max_result_bytes, settings.tenant_result_bytes
+                                    or settings.max_result_bytes // 2)
         self._spool: Spool | None = None
         self.draining = False
         self._cut: asyncio.Event | None = None  # set when the shutdown grace period runs out
@@ -200,6 +270,47 @@ class ServerState:
     async def blocking(self, fn: Callable[[], T]) -> T:
         """Run a short blocking call (database, files) off the event loop."""
         return await anyio.to_thread.run_sync(fn)
+
+    def shares(self) -> Shares | None:
+        """How sessions are shared among the active keys (None without auth: one tenant)."""
+        if not self.settings.auth:
+            return None
+        return Shares(self.executor.max_sessions, self.key_store().session_quotas())
+
+    async def on_session(self, session_id: str, fn: Callable[[], T], *, cell: bool) -> T:
+        """`fn`, a call on the session, once no other call is on it: a cell waits its turn
+        on the event loop (already admitted, so the tenant's in-flight limit bounds the
+        queue); a file call on a busy session is a 409 at once. No worker thread ever waits
+        for a session."""
+        gate = self.sessions.gate(session_id)
+        if not cell and gate.locked():
+            raise ApiError(409, "session_busy",
+                           f"session {session_id} is running a cell or another file call; "
+                           "file calls do not queue: retry when it is done", retry_after=1)
+        await gate.acquire()
+        loop = asyncio.get_running_loop()
+        claim = threading.Lock()  # taken by the thread when it starts, or by a cancellation
+
+        def release() -> None:
+            try:
+                loop.call_soon_threadsafe(gate.release)
+            except RuntimeError:  # the loop is gone (shut down): nobody waits any more
+                pass
+
+        def gated() -> T:
+            if not claim.acquire(blocking=False):
+                raise RuntimeError("the request was cancelled before its call started")
+            try:
+                return fn()
+            finally:
+                release()
+
+        try:
+            return await (self.running(gated) if cell else self.blocking(gated))
+        except BaseException:
+            if claim.acquire(blocking=False):  # the call never started and never will
+                gate.release()
+            raise
 
     def begin_drain(self, grace_s: float | None) -> None:
         """Shutdown has begun (called on the event loop): refuse new work, and just before
