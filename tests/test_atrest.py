@@ -1,12 +1,13 @@
 """Secrets at rest: a registered secret in a run's code, stdin, environment or input file is
 never stored in clear (neither in the SQLite file nor in `execbox runs show`), the originals'
-sha256 are kept, and replay says why it needs the secrets again and runs exactly with them."""
+digests are kept keyed, and replay says why it needs the secrets again and runs exactly with them."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import json
+import re
 import sqlite3
 import subprocess
 import sys
@@ -16,8 +17,10 @@ from pathlib import Path
 import pytest
 
 from execbox import Executor, Status
+from execbox.cache import cache_key
+from execbox.contract import RunRequest
 from execbox.errors import UsageError
-from execbox.records import RunStore
+from execbox.records import RunStore, records_key
 
 CLI = [sys.executable, "-m", "execbox.cli"]
 
@@ -76,22 +79,68 @@ def test_secret_is_in_no_table_nor_file_of_the_records(secret_run: tuple[Executo
     assert proc.stdout == ""  # no row and no file holds the secret
 
 
-def test_runs_show_keeps_the_originals_sha256_and_no_secret(
+def test_runs_show_keeps_keyed_digests_of_the_originals_and_no_secret(
         secret_run: tuple[Executor, str, str]) -> None:
-    _, run_id, secret = secret_run
+    executor, run_id, secret = secret_run
     proc = subprocess.run([*CLI, "runs", "show", run_id], capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert secret.encode() not in proc.stdout
     record = json.loads(proc.stdout)
     code = record["code"]
     assert "[REDACTED:secret]" in code
-    assert record["code_sha256"] == sha(code.replace("[REDACTED:secret]", secret))
-    assert record["stdin_sha256"] == sha(secret)
-    assert record["inputs"][0]["sha256"] == sha("token=" + secret)
+    # The plain digests name what is stored (redacted); the originals' are keyed.
+    assert record["code_sha256"] == record["result"]["code_sha256"] == sha(code)
+    assert record["stdin_sha256"] == sha("[REDACTED:secret]")
+    assert record["inputs"][0]["sha256"] == sha("token=[REDACTED:secret]")
     assert record["env"] == {"API_TOKEN": "Bearer [REDACTED:secret]"}
     sealed = record["sealed"]
-    assert sealed["env"]["API_TOKEN"]["sha256"] == sha("Bearer " + secret)
-    assert set(sealed) == {"code", "stdin", "env", "inputs"}
+    keyed = executor.store.keyed
+    assert sealed["digest"] == "hmac-sha256"
+    assert sealed["code_digest"] == keyed(code.replace("[REDACTED:secret]", secret).encode())
+    assert sealed["stdin"]["digest"] == keyed(secret.encode())
+    assert sealed["env"]["API_TOKEN"]["digest"] == keyed(("Bearer " + secret).encode())
+    assert sealed["inputs"]["cfg.ini"]["digest"] == keyed(("token=" + secret).encode())
+    assert set(sealed) == {"digest", "code", "code_digest", "stdin", "env", "inputs"}
+
+
+def test_a_record_offers_no_offline_test_of_a_short_secret(executor: Executor) -> None:
+    """An attack recovered a 4-digit secret in 0.02 s from a record's plain sha256 of its
+    hole and of the code. No digest in the record may be a plain sha256 of any candidate, or
+    of the code, stdin or environment value with a candidate in it."""
+    pin = "4831"
+    code = f"pin = {pin!r}\nprint(len(pin))\n"
+    result = executor.run(code, stdin=pin, env={"PIN": "pin " + pin}, secrets=[pin])
+    assert result.status is Status.ok and result.stdout == "4\n", result
+    assert result.code_sha256 == sha(code)  # the caller's own result keeps the plain digest
+    executor.store.settle()
+    record = executor.store.get(result.run_id)
+    assert record is not None
+    text = record.model_dump_json()
+    assert pin not in text.replace(result.run_id, "")
+    digests = set(re.findall(r"[0-9a-f]{64}", text))
+    for n in range(10_000):
+        guess = f"{n:04d}"
+        for original in (guess, code.replace(pin, guess), "pin " + guess):
+            assert sha(original) not in digests, f"a plain digest gives the secret away: {guess}"
+
+
+def test_the_cache_key_is_keyed() -> None:
+    request = RunRequest(code="pin = '4831'")
+    plain = cache_key(request, "sha256:img", None, b"k" * 32)
+    assert plain != cache_key(request, "sha256:img", None, b"j" * 32)
+    assert len(plain) == 64
+
+
+def test_a_bad_records_key_is_refused_with_a_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    records_key.cache_clear()
+    try:
+        monkeypatch.setenv("EXECBOX_RECORDS_KEY", "abcd")
+        with pytest.raises(UsageError, match="at least 16 bytes"):
+            records_key()
+        monkeypatch.setenv("EXECBOX_RECORDS_KEY", "ab" * 32)
+        assert records_key() == b"\xab" * 32
+    finally:
+        records_key.cache_clear()
 
 
 def test_replay_without_the_secrets_says_why_and_runs_nothing(
@@ -116,7 +165,11 @@ def test_replay_with_the_secrets_runs_exactly_the_recorded_request(
     report = executor.replay(run_id, secrets=[secret])
     assert report.matches, report.differences
     assert report.replay.stdout == "True True True\n"
-    assert report.replay.code_sha256 == report.original.code_sha256
+    record = executor.store.get(run_id)
+    assert record is not None
+    # The record names its code as stored (redacted); the replay ran the original.
+    assert report.original.code_sha256 == sha(record.code)
+    assert report.replay.code_sha256 == sha(record.code.replace("[REDACTED:secret]", secret))
     executor.store.settle()
     proc = subprocess.run([*CLI, "runs", "replay", run_id, "--secret", secret],
                           capture_output=True, timeout=120)

@@ -4,25 +4,30 @@ A record keeps the code, stdin, environment and input files, to explain and repl
 None of them keeps a secret in clear: the code, stdin and environment values pass the run's
 `Redactor` (registered values and known formats, as the output does); input files, which are
 data and often binary, are searched for the registered values (and their escaped forms) only
-(a pattern pass over megabytes of binary data would cost seconds and could mangle it). The
-sha256 of each original stays in the record (`code_sha256`, `stdin_sha256`, each input's
-`sha256`, and per redacted environment value), with one sha256 per redacted span (`Hole`), so
-that a caller who gives the secrets again gets the exact request back, checked against those
-digests, and nobody else does.
+(a pattern pass over megabytes of binary data would cost seconds and could mangle it).
+
+A sealed part keeps a digest of its original and one per redacted span (`Hole`), so that a
+caller who gives the secrets again gets the exact request back, checked against them, and
+nobody else does. Those digests are HMAC-SHA256 under the store's key (`RunStore.keyed`,
+kept outside the database): a plain sha256 would let anyone who reads the records test
+guesses of a short secret (a PIN) offline. A sealed record's `code_sha256` (column and stored
+result) is the sha256 of the code as stored, redacted.
 
 The `sealed` column of a record says what was redacted:
 
-    {"code": HOLES, "stdin": {"blob": SHA, "holes": HOLES},
-     "env": {NAME: {"sha256": SHA, "holes": HOLES}}, "inputs": {NAME: {"blob": SHA, "holes": HOLES}}}
+    {"digest": "hmac-sha256", "code": HOLES, "code_digest": D,
+     "stdin": {"blob": SHA, "digest": D, "holes": HOLES},
+     "env": {NAME: {"digest": D, "holes": HOLES}},
+     "inputs": {NAME: {"blob": SHA, "digest": D, "holes": HOLES}}}
 
-(each key only when something was redacted; HOLES: [[offset, kind, sha256], ...]; "blob" names
-the redacted bytes kept in the blob table).
+(each part only when something was redacted; HOLES: [[offset, kind, D], ...]; D: a keyed
+digest of the original; "blob" names the redacted bytes kept in the blob table).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,10 +38,14 @@ from .redact import Hole, Redactor, refill
 __all__ = ["Stored", "seal", "unseal"]
 
 
+Digest = Callable[[bytes], str]
+KEYED = "hmac-sha256"  # the `digest` of a sealed record
+
+
 @dataclass(frozen=True, slots=True)
 class Stored:
-    """A request as its record keeps it: `request` redacted, the originals' digests (the
-    code's is the result's `code_sha256`, computed once per run)."""
+    """A request as its record keeps it: `request` redacted, the sha256 of its stdin and
+    inputs as stored (the blobs' names), and what was sealed."""
 
     request: RunRequest
     stdin_sha256: str
@@ -49,78 +58,90 @@ def _sha256(data: bytes) -> str:
 
 
 def _holes(holes: list[Hole]) -> list[list[Any]]:
-    return [[h.at, h.kind, h.sha256] for h in holes]
+    return [[h.at, h.kind, h.digest] for h in holes]
 
 
-def _seal_bytes(redactor: Redactor, data: bytes) -> tuple[bytes, list[Hole]]:
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "surrogateescape")
+
+
+def _seal_bytes(redactor: Redactor, data: bytes, digest: Digest) -> tuple[bytes, list[Hole]]:
     # surrogateescape keeps bytes that are not UTF-8 as they are, through redaction and back.
-    text, holes = redactor.seal(data.decode("utf-8", "surrogateescape"))
-    return (text.encode("utf-8", "surrogateescape"), holes) if holes else (data, [])
+    text, holes = redactor.seal(data.decode("utf-8", "surrogateescape"), digest)
+    return (_utf8(text), holes) if holes else (data, [])
 
 
-def seal(request: RunRequest, redactor: Redactor) -> Stored:
-    """What the record of `request` keeps, with everything `redactor` finds redacted."""
+def seal(request: RunRequest, redactor: Redactor, digest: Digest) -> Stored:
+    """What the record of `request` keeps, with everything `redactor` finds redacted and
+    `digest` (keyed) of each original that held a secret."""
     sealed: dict[str, Any] = {}
-    code, holes = redactor.seal(request.code)
+    code, holes = redactor.seal(request.code, digest)
     if holes:
         sealed["code"] = _holes(holes)
-    stdin, holes = _seal_bytes(redactor, request.stdin) if request.stdin else (b"", [])
+        sealed["code_digest"] = digest(_utf8(request.code))
+    stdin, holes = _seal_bytes(redactor, request.stdin, digest) if request.stdin else (b"", [])
     if holes:
-        sealed["stdin"] = {"blob": _sha256(stdin), "holes": _holes(holes)}
+        sealed["stdin"] = {"blob": _sha256(stdin), "digest": digest(request.stdin),
+                           "holes": _holes(holes)}
     env: dict[str, str] = {}
     for name, value in request.env.items():
-        env[name], holes = redactor.seal(value)
+        env[name], holes = redactor.seal(value, digest)
         if holes:
-            sealed.setdefault("env", {})[name] = {
-                "sha256": _sha256(value.encode("utf-8", "surrogateescape")),
-                "holes": _holes(holes)}
+            sealed.setdefault("env", {})[name] = {"digest": digest(_utf8(value)),
+                                                  "holes": _holes(holes)}
     files: list[InputFile] = []
     registered = redactor.registered_only() if redactor.secrets else None
     for f in request.files:
         data = f.data
         if registered is not None:  # one pass over the file for every form of every value
-            data, holes = _seal_bytes(registered, data)
+            data, holes = _seal_bytes(registered, data, digest)
             if holes:
-                sealed.setdefault("inputs", {})[f.name] = {"blob": _sha256(data),
-                                                           "holes": _holes(holes)}
+                sealed.setdefault("inputs", {})[f.name] = {
+                    "blob": _sha256(data), "digest": digest(f.data), "holes": _holes(holes)}
         files.append(f if data is f.data else InputFile(name=f.name, data=data))
+    if not sealed:
+        return Stored(request, _sha256(request.stdin),
+                      tuple(_sha256(f.data) for f in request.files), None)
+    sealed["digest"] = KEYED
     stored = request.model_copy(update={"code": code, "stdin": stdin, "env": env,
-                                        "files": files}) if sealed else request
-    return Stored(stored, _sha256(request.stdin),
-                  tuple(_sha256(f.data) for f in request.files), sealed or None)
+                                        "files": files})
+    return Stored(stored, _sha256(stdin), tuple(_sha256(f.data) for f in files), sealed)
 
 
-def unseal(run_id: str, sealed: dict[str, Any], stored: RunRequest, digests: dict[str, str],
+def unseal(run_id: str, sealed: dict[str, Any], stored: RunRequest, digest: Digest,
            secrets: Iterable[str]) -> RunRequest:
     """The original request of a sealed record, its redacted parts refilled with `secrets`
-    and checked against the originals' sha256 (`digests`: "code", "stdin", "input:NAME");
+    and checked against the originals' keyed digests (`digest`: the store's);
     UsageError saying what is missing and how to give it otherwise."""
+    if sealed.get("digest") != KEYED:
+        raise UsageError(f"run {run_id} was recorded by an older execbox, whose record of "
+                         "its secrets this one does not read; it cannot be run again")
     values = [s for s in secrets if s]
     missing: list[str] = []
 
-    def fill(what: str, text: str, holes: list[list[Any]], sha: str) -> str:
-        out, unfilled = refill(text, [Hole(*h) for h in holes], values)
-        if unfilled or _sha256(out.encode("utf-8", "surrogateescape")) != sha:
+    def fill(what: str, text: str, holes: list[list[Any]], want: str) -> str:
+        out, unfilled = refill(text, [Hole(*h) for h in holes], values, digest)
+        if unfilled or digest(_utf8(out)) != want:
             missing.append(what)
         return out
 
     code = stored.code
     if "code" in sealed:
-        code = fill("its code", code, sealed["code"], digests["code"])
+        code = fill("its code", code, sealed["code"], sealed["code_digest"])
     stdin = stored.stdin
     if "stdin" in sealed:
-        stdin = fill("its stdin", stdin.decode("utf-8", "surrogateescape"),
-                     sealed["stdin"]["holes"], digests["stdin"]).encode("utf-8", "surrogateescape")
+        stdin = _utf8(fill("its stdin", stdin.decode("utf-8", "surrogateescape"),
+                           sealed["stdin"]["holes"], sealed["stdin"]["digest"]))
     env = dict(stored.env)
     for name, meta in sealed.get("env", {}).items():
-        env[name] = fill(f"environment value {name}", env[name], meta["holes"], meta["sha256"])
+        env[name] = fill(f"environment value {name}", env[name], meta["holes"], meta["digest"])
     files = []
     for f in stored.files:
         meta = sealed.get("inputs", {}).get(f.name)
         if meta is not None:
             data = fill(f"input file {f.name}", f.data.decode("utf-8", "surrogateescape"),
-                        meta["holes"], digests[f"input:{f.name}"])
-            f = InputFile(name=f.name, data=data.encode("utf-8", "surrogateescape"))
+                        meta["holes"], meta["digest"])
+            f = InputFile(name=f.name, data=_utf8(data))
         files.append(f)
     if missing:
         given = "the secrets given do not restore" if values else "no secrets were given for"

@@ -1,8 +1,9 @@
 """The result cache: the same code, inputs, stdin, limits, environment and image give the same
 stored result, marked `cached: true`, without running anything.
 
-The key is a sha256 over exactly what can change a run's outcome. A program that reads the clock
-or random numbers gives a different answer each time; caching it is the caller's choice
+The key is a keyed hash (HMAC-SHA256 under the records key) over exactly what can change a
+run's outcome. A program that reads the clock or random numbers gives a different answer each
+time; caching it is the caller's choice
 (`cache=False` per request, `--no-cache` on the CLI, `Executor(cache=False)` for all).
 `sandbox_error` results are never cached, nor are results whose artifact bytes were not kept.
 Entries live in the records database and expire after a TTL.
@@ -11,6 +12,7 @@ Entries live in the records database and expire after a TTL.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 
 from .contract import RunRequest, RunResult, Status
@@ -18,11 +20,13 @@ from .contract import RunRequest, RunResult, Status
 DEFAULT_TTL_S = 3600.0
 
 
-def cache_key(request: RunRequest, image_digest: str, scope: str | None = None) -> str:
-    """sha256 over language, code, input names and hashes, stdin, limits, env and image, and
-    the `scope` when given (a tenant: one tenant's results never answer another's runs)."""
+def cache_key(request: RunRequest, image_digest: str, scope: str | None, key: bytes) -> str:
+    """HMAC-SHA256 under `key` (the records key) over language, code, input names and hashes,
+    stdin, limits, env and image, and the `scope` when given (a tenant: one tenant's results
+    never answer another's runs). Keyed, as records keep it: a plain hash of code holding a
+    short secret would let their reader test guesses of it."""
     material = {
-        "v": 2,  # 2: results carry inputs_read
+        "v": 3,  # 2: results carry inputs_read; 3: keyed
         "language": request.language,
         "code": request.code,
         "inputs": sorted((f.name, hashlib.sha256(f.data).hexdigest()) for f in request.files),
@@ -35,7 +39,7 @@ def cache_key(request: RunRequest, image_digest: str, scope: str | None = None) 
     if scope is not None:
         material["scope"] = scope
     blob = json.dumps(material, sort_keys=True, separators=(",", ":")).encode()
-    return hashlib.sha256(blob).hexdigest()
+    return hmac.new(key, blob, hashlib.sha256).hexdigest()
 
 
 def cacheable(result: RunResult) -> bool:

@@ -315,7 +315,8 @@ class Executor:
             base = base.model_copy(update={"limits": reservation.limits})
 
         use_cache = (self.cache_enabled if cache is None else cache) and _session is None
-        key = cache_key(request, self.image.digest, cache_scope) if use_cache else None
+        key = (cache_key(request, self.image.digest, cache_scope, self.store.key)
+               if use_cache else None)
         with _live_output(redactor, on_stdout, on_stderr) as (on_stdout, on_stderr):
             if key is not None:
                 hit = self.store.cache_lookup(key)
@@ -324,7 +325,8 @@ class Executor:
                         budget.settle(reservation, 0.0, 0)
                     # Redacted again: this caller's secrets may not be the first caller's.
                     result = _redact(self.store.with_artifact_data(hit.result), redactor)
-                    result = result.model_copy(update={"run_id": run_id, "cached": True})
+                    result = result.model_copy(update={
+                        "run_id": run_id, "cached": True, "code_sha256": base.code_sha256})
                     # Streaming callers see the stored output as if it had just been printed.
                     for callback, text in ((on_stdout, result.stdout),
                                            (on_stderr, result.stderr)):

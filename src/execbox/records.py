@@ -4,8 +4,8 @@ A record holds what is needed to explain and replay a run: the code and its sha2
 files (names, sizes, sha256, and the bytes, deduplicated in a blob table), stdin, language,
 profile, policy verdict, the limits that applied, the image digest, and the outcome (status,
 exit code, error, metrics, redacted stdout/stderr, artifact metadata; artifact bytes up to a cap).
-Secrets in the code, stdin, environment or input files are stored redacted, the originals'
-sha256 kept (see `atrest`).
+Secrets in the code, stdin, environment or input files are stored redacted, with keyed
+digests of the originals (see `atrest`; the key is `records_key`, kept outside the database).
 
 Storage is SQLAlchemy Core: SQLite by default, a file under the user's data directory in WAL
 mode with a busy timeout (safe for concurrent writers: threads of one process and several
@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import functools
 import hashlib
+import hmac
 import json
 import logging
 import os
@@ -132,6 +133,44 @@ class RunRecord(BaseModel):
         None, description="What was redacted before storing (see execbox.atrest), or null")
 
 
+KEY_BYTES = 32
+
+
+@functools.lru_cache(maxsize=1)
+def records_key() -> bytes:
+    """The key of the records' digests of secrets and of the cache's keys, kept outside the
+    database so that reading the records is not enough to test guesses of a secret:
+    `EXECBOX_RECORDS_KEY` (hex, at least 16 bytes; every machine sharing one database needs the
+    same), else `records.key` in the execbox home, made on first use, readable by its owner only."""
+    from .image import home
+
+    explicit = os.environ.get("EXECBOX_RECORDS_KEY")
+    if explicit is not None:
+        try:
+            key = bytes.fromhex(explicit)
+        except ValueError:
+            key = b""
+        if len(key) < 16:
+            raise UsageError("EXECBOX_RECORDS_KEY must be at least 16 bytes in hex "
+                             "(`python3 -c 'import secrets; print(secrets.token_hex(32))'`)")
+        return key
+    path = home() / "records.key"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        key = path.read_bytes()
+        if len(key) < 16:
+            raise UsageError(f"{path} holds {len(key)} bytes: not a records key; move it away "
+                             "to make a new one (sealed records need the old one to replay)"
+                             ) from None
+        return key
+    key = os.urandom(KEY_BYTES)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(key)
+    return key
+
+
 def default_url() -> str:
     from .image import home
 
@@ -147,6 +186,7 @@ class RunStore:
 
     def __init__(self, url: str | None = None, *, artifact_bytes_cap: int = 10 << 20) -> None:
         self.url = url or default_url()
+        self.key = records_key()
         self.artifact_bytes_cap = artifact_bytes_cap
         self._stored_blobs: set[str] = set()  # digests committed by this store
         kwargs: dict[str, Any] = {}
@@ -166,6 +206,10 @@ class RunStore:
         if self.engine.dialect.name == "sqlite" and database and database != ":memory:" \
                 and not database.startswith("file:") and not self.engine.url.query:
             self._rows = _SQLiteRunRows(os.path.abspath(database))  # plain files only
+
+    def keyed(self, data: bytes) -> str:
+        """HMAC-SHA256 of `data` under the records key, in hex."""
+        return hmac.new(self.key, data, hashlib.sha256).hexdigest()
 
     def close(self) -> None:
         """Commit the records still queued (see `_SQLiteRunRows`) and release the database."""
@@ -197,9 +241,13 @@ class RunStore:
         the environment instead of the request's. On a SQLite file the common case, one run
         row and nothing else new, is queued for the store's writer and committed after this
         returns (see `_SQLiteRunRows`)."""
-        stored = atrest.seal(request, redactor) if redactor is not None else atrest.Stored(
-            request, sha256(request.stdin),
-            tuple(sha256(f.data) for f in request.files), None)
+        stored = atrest.seal(request, redactor, self.keyed) if redactor is not None else \
+            atrest.Stored(request, sha256(request.stdin),
+                          tuple(sha256(f.data) for f in request.files), None)
+        if stored.sealed and "code" in stored.sealed:
+            # The original's sha256 would let a reader test guesses of the secret in it.
+            result = result.model_copy(update={
+                "code_sha256": sha256(stored.request.code.encode("utf-8", "surrogateescape"))})
         sizes = [len(f.data) for f in request.files]
         request = stored.request
         blob_rows = {sha256(f.data): f.data for f in request.files}
@@ -344,9 +392,7 @@ class RunStore:
                              profile=record.profile)
         if not sealed:
             return request
-        digests = {"code": record.code_sha256, "stdin": record.stdin_sha256,
-                   **{f"input:{m['name']}": m["sha256"] for m in record.inputs}}
-        return atrest.unseal(record.run_id, sealed, request, digests, secrets)
+        return atrest.unseal(record.run_id, sealed, request, self.keyed, secrets)
 
     def with_artifact_data(self, result: RunResult) -> RunResult:
         """The result with artifact bytes filled in from the store where they were kept."""

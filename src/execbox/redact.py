@@ -37,11 +37,10 @@ UUIDs, base64 data, numbers and paths match no rule; tests/test_redact.py measur
 from __future__ import annotations
 
 import functools
-import hashlib
 import html
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import quote, quote_plus
 
@@ -75,11 +74,12 @@ class Finding:
 @dataclass(frozen=True, slots=True)
 class Hole:
     """Where `Redactor.seal` put a placeholder: its offset in the sealed text, its kind, and
-    the sha256 of the UTF-8 text it replaced (enough to put a value given again back)."""
+    the keyed digest of the UTF-8 text it replaced (enough to put a value given again back,
+    and no offline test of guesses without the key)."""
 
     at: int
     kind: str
-    sha256: str
+    digest: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -497,8 +497,9 @@ class Redactor:
         cut = max(_cut_start(text, form) for form in self._matcher.forms)
         return text[:-cut] + "[REDACTED:secret]" if cut else text
 
-    def seal(self, text: str) -> tuple[str, list[Hole]]:
-        """`redact(text)`, and a `Hole` for each placeholder it wrote (none: `text` itself)."""
+    def seal(self, text: str, digest: Callable[[bytes], str]) -> tuple[str, list[Hole]]:
+        """`redact(text)`, and a `Hole` for each placeholder it wrote (none: `text` itself),
+        with `digest` of the UTF-8 of what it replaced."""
         found = self.findings(text)
         if not found:
             return text, []
@@ -510,7 +511,7 @@ class Redactor:
             at += f.start - pos
             mark = f"[REDACTED:{f.kind}]"
             parts.append(mark)
-            holes.append(Hole(at, f.kind, _sha256(text[f.start:f.end])))
+            holes.append(Hole(at, f.kind, digest(_utf8(text[f.start:f.end]))))
             at += len(mark)
             pos = f.end
         parts.append(text[pos:])
@@ -539,20 +540,21 @@ def checked_secrets(secrets: Iterable[str]) -> tuple[str, ...]:
         raise UsageError(str(exc)) from exc
 
 
-def _sha256(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "surrogateescape")
 
 
-def refill(sealed: str, holes: Iterable[Hole], values: Iterable[str]) -> tuple[str, int]:
-    """Put `values` back into the holes of a sealed text, each where its sha256 matches.
+def refill(sealed: str, holes: Iterable[Hole], values: Iterable[str],
+           digest: Callable[[bytes], str]) -> tuple[str, int]:
+    """Put `values` back into the holes of a sealed text, each where its `digest` matches.
     Returns the text and how many holes no value fits (those keep their placeholder)."""
     # A hole may hold a value as the redactor found it: escaped (a literal in the code).
-    by_hash = {_sha256(f): f for v in values for f in forms(v)}
+    by_hash = {digest(_utf8(f)): f for v in values for f in forms(v)}
     parts: list[str] = []
     pos = missing = 0
     for hole in holes:
         mark = f"[REDACTED:{hole.kind}]"
-        value = by_hash.get(hole.sha256)
+        value = by_hash.get(hole.digest)
         if value is None or sealed[hole.at:hole.at + len(mark)] != mark:
             missing += 1
             continue
