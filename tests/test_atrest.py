@@ -5,6 +5,7 @@ digests are kept keyed, and replay says why it needs the secrets again and runs 
 from __future__ import annotations
 
 import contextlib
+import os
 import hashlib
 import json
 import re
@@ -223,3 +224,16 @@ def test_a_secret_written_as_an_escaped_literal_is_sealed_and_replayed(
     assert repr(secret)[1:-1] not in record.code and secret[-12:] not in stored
     report = executor.replay(result.run_id, secrets=[secret])
     assert report.matches and report.replay.code_sha256 == result.code_sha256
+
+
+def test_processes_starting_together_share_one_records_key(tmp_path: Path) -> None:
+    env = {**os.environ, "EXECBOX_HOME": str(tmp_path)}
+    env.pop("EXECBOX_RECORDS_KEY", None)
+    code = "from execbox.records import records_key; print(records_key().hex())"
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                              text=True) for _ in range(8)]
+    keys = {p.communicate(timeout=60)[0].strip() for p in procs}
+    assert len(keys) == 1 and len(next(iter(keys))) == 64, keys
+    key_file = tmp_path / "records.key"
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["records.key"]  # no temporary left

@@ -156,18 +156,23 @@ def records_key() -> bytes:
         return key
     path = home() / "records.key"
     path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        key = path.read_bytes()
-        if len(key) < 16:
-            raise UsageError(f"{path} holds {len(key)} bytes: not a records key; move it away "
-                             "to make a new one (sealed records need the old one to replay)"
-                             ) from None
-        return key
-    key = os.urandom(KEY_BYTES)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(key)
+    if not path.exists():
+        # Written whole under another name, then linked: a process racing this one reads
+        # either no file or the whole key, never a part.
+        tmp = path.with_name(f".records.key.{os.getpid()}.{threading.get_ident()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(os.urandom(KEY_BYTES))
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another process made it first: theirs is the key
+        finally:
+            tmp.unlink()
+    key = path.read_bytes()
+    if len(key) < 16:
+        raise UsageError(f"{path} holds {len(key)} bytes: not a records key; move it away to "
+                         "make a new one (records sealed under the old one need it to replay)")
     return key
 
 
