@@ -5,9 +5,9 @@ digests are kept keyed, and replay says why it needs the secrets again and runs 
 from __future__ import annotations
 
 import contextlib
-import os
 import hashlib
 import json
+import os
 import re
 import sqlite3
 import subprocess
