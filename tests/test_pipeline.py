@@ -337,22 +337,30 @@ def _clean(text: str, secret: str) -> bool:
 
 
 @pytest.mark.parametrize("first_with_secrets", [False, True])
-def test_a_cache_hit_is_redacted_for_its_caller_in_both_orders(
+def test_the_cache_answers_only_callers_with_the_same_secrets_in_both_orders(
         executor: Executor, first_with_secrets: bool) -> None:
+    """A result stored redacted for one set of secrets never answers another set: the
+    secrets are part of the cache key. Each caller gets its own text, and a hit for the same
+    set is redacted as its first run was, result and record."""
     secret = _escaped_secret()
     code = SHOWS.format(v=secret)
-    first = executor.run(code, cache=True, secrets=[secret] if first_with_secrets else [])
-    again = executor.run(code, cache=True, secrets=[] if first_with_secrets else [secret])
-    assert first.status is Status.ok and not first.cached and again.cached
-    with_secrets = again if not first_with_secrets else first
+    sets: list[list[str]] = [[secret], []] if first_with_secrets else [[], [secret]]
+    first = executor.run(code, cache=True, secrets=sets[0])
+    again = executor.run(code, cache=True, secrets=sets[1])
+    assert first.status is Status.ok and not first.cached and not again.cached
+    with_secrets, without = (first, again) if first_with_secrets else (again, first)
+    assert "[REDACTED" not in without.stdout and secret in without.stdout
     assert _clean(with_secrets.stdout, secret), with_secrets.stdout
     assert with_secrets.stdout.count("[REDACTED:secret]") == 7  # each line, both URL forms
+    hit = executor.run(code, cache=True, secrets=[secret])
+    assert hit.cached and hit.stdout == with_secrets.stdout
     executor.store.settle()
-    record = executor.store.get(with_secrets.run_id)
-    assert record is not None and _clean(record.model_dump_json(), secret)
+    for run_id in (with_secrets.run_id, hit.run_id):
+        record = executor.store.get(run_id)
+        assert record is not None and _clean(record.model_dump_json(), secret)
 
 
-def test_secrets_registered_later_on_an_executor_cover_results_cached_before(
+def test_secrets_registered_later_on_an_executor_are_never_answered_from_before(
         tmp_path: object) -> None:
     secret = _escaped_secret()
     code = SHOWS.format(v=secret)
@@ -360,8 +368,10 @@ def test_secrets_registered_later_on_an_executor_cover_results_cached_before(
     with Executor(cache=True, records=db) as before:
         assert secret in before.run(code).stdout  # cached, in clear: nobody registered it
     with Executor(cache=True, records=db, secrets=[secret]) as after:
+        fresh = after.run(code)
+        assert not fresh.cached and _clean(fresh.stdout, secret), fresh.stdout
         hit = after.run(code)
-        assert hit.cached and _clean(hit.stdout, secret), hit.stdout
+        assert hit.cached and hit.stdout == fresh.stdout
         after.store.settle()
         record = after.store.get(hit.run_id)
         assert record is not None and record.kind == "cache_hit"

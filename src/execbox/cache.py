@@ -14,16 +14,19 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+from collections.abc import Iterable
 
 from .contract import RunRequest, RunResult, Status
 
 DEFAULT_TTL_S = 3600.0
 
 
-def cache_key(request: RunRequest, image_digest: str, scope: str | None, key: bytes) -> str:
+def cache_key(request: RunRequest, image_digest: str, scope: str | None, key: bytes,
+              secrets: Iterable[str] = ()) -> str:
     """HMAC-SHA256 under `key` (the records key) over language, code, input names and hashes,
-    stdin, limits, env and image, and the `scope` when given (a tenant: one tenant's results
-    never answer another's runs). Keyed, as records keep it: a plain hash of code holding a
+    stdin, limits, env and image, the registered `secrets` (a result stored redacted for one
+    set of them would answer a caller with another set with the wrong text), and the `scope`
+    when given (a tenant: one tenant's results never answer another's runs). Keyed, as records keep it: a plain hash of code holding a
     short secret would let their reader test guesses of it."""
     material = {
         "v": 3,  # 2: results carry inputs_read; 3: keyed
@@ -35,6 +38,7 @@ def cache_key(request: RunRequest, image_digest: str, scope: str | None, key: by
         "env": sorted(request.env.items()),
         "network": request.network,
         "image": image_digest,
+        "secrets": sorted(set(secrets)),
     }
     if scope is not None:
         material["scope"] = scope

@@ -315,8 +315,8 @@ class Executor:
             base = base.model_copy(update={"limits": reservation.limits})
 
         use_cache = (self.cache_enabled if cache is None else cache) and _session is None
-        key = (cache_key(request, self.image.digest, cache_scope, self.store.key)
-               if use_cache else None)
+        key = (cache_key(request, self.image.digest, cache_scope, self.store.key,
+                         redactor.secrets) if use_cache else None)
         with _live_output(redactor, on_stdout, on_stderr) as (on_stdout, on_stderr):
             if key is not None:
                 hit = self.store.cache_lookup(key)

@@ -635,8 +635,9 @@ def test_tool_calls_hold_the_result_budget_and_refuse_past_it(
 
 def test_a_cached_run_python_result_is_redacted_with_secrets_registered_later(
         tmp_path: Path) -> None:
-    """run_python answers from the cache; an executor given the secret after the result was
-    cached still shows it redacted, escaped forms included."""
+    """run_python answers from the cache; an executor given the secret after a result was
+    cached in clear runs afresh (the secrets are in the cache key), then answers from the
+    cache redacted, escaped forms included."""
     secret = 'k\\e"y \'é-' + os.urandom(6).hex()
     code = f"import json\nv = {secret!r}\nprint(repr(v), json.dumps(v))"
     db = f"sqlite:///{tmp_path}/runs.db"
@@ -647,10 +648,13 @@ def test_a_cached_run_python_result_is_redacted_with_secrets_registered_later(
     with execbox.Executor(cache=True, records=db) as before:
         assert secret[-12:] in _text(_inproc(before, call))
     with execbox.Executor(cache=True, records=db, secrets=[secret]) as after:
-        hit = _inproc(after, call)
+        fresh, hit = _inproc(after, call), _inproc(after, call)
+    assert fresh.structured_content["cached"] is False
     assert hit.structured_content["cached"] is True
-    assert secret[-12:] not in _text(hit) and _text(hit).count("[REDACTED:secret]") == 2
-    assert secret[-12:] not in str(hit.structured_content)
+    for answer in (fresh, hit):
+        assert secret[-12:] not in _text(answer)
+        assert _text(answer).count("[REDACTED:secret]") == 2
+        assert secret[-12:] not in str(answer.structured_content)
 
 
 def test_file_tools_say_that_files_are_not_redacted(executor: execbox.Executor) -> None:

@@ -20,7 +20,7 @@ def _code(secret: str) -> str:
 
 
 @pytest.mark.parametrize("first_with_secrets", [False, True])
-def test_a_cached_run_is_redacted_for_its_caller_in_both_orders(
+def test_a_cached_run_answers_only_the_same_secrets_in_both_orders(
         alice: httpx.Client, first_with_secrets: bool) -> None:
     secret = _secret()
     bodies = [{"code": _code(secret), "cache": True},
@@ -28,13 +28,19 @@ def test_a_cached_run_is_redacted_for_its_caller_in_both_orders(
     if first_with_secrets:
         bodies.reverse()
     first, again = (alice.post("/v1/runs", json=b).json() for b in bodies)
-    assert first["status"] == "ok" and not first["cached"] and again["cached"]
-    redacted = first if first_with_secrets else again
+    # The secrets are part of the cache key: neither set answers the other.
+    assert first["status"] == "ok" and not first["cached"] and not again["cached"]
+    redacted, plain = (first, again) if first_with_secrets else (again, first)
     assert redacted["stdout"].count("[REDACTED:secret]") == 3
-    record = alice.get(f"/v1/runs/{redacted['run_id']}")
-    assert record.status_code == 200
-    for text in (redacted["stdout"], record.text):
-        assert secret[-12:] not in text
+    assert "[REDACTED" not in plain["stdout"]
+    hit = alice.post("/v1/runs", json={"code": _code(secret), "cache": True,
+                                       "secrets": [secret]}).json()
+    assert hit["cached"] and hit["stdout"] == redacted["stdout"]
+    for run in (redacted, hit):
+        record = alice.get(f"/v1/runs/{run['run_id']}")
+        assert record.status_code == 200
+        for text in (run["stdout"], record.text):
+            assert secret[-12:] not in text
 
 
 @pytest.mark.parametrize("path", ["/v1/runs", "/v1/runs/stream", "/v1/sessions"])
