@@ -507,3 +507,25 @@ def test_ipython_display_of_a_secret_in_a_dict_or_list_is_redacted(executor: Exe
     executor.store.settle()
     record = executor.store.get(shown.run_id)
     assert record is not None and secret[-12:] not in record.model_dump_json()
+
+
+def test_a_caller_holding_a_thousand_descriptors_runs_and_closes_sessions() -> None:
+    """A busy server holds more than a thousand descriptors: the host's pidfds then have
+    numbers select() refuses (a suite that leaked descriptors failed this way)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2048:
+        pytest.skip(f"the hard limit on open files is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        assert held[-1] >= 1024
+        with Executor(cache=False) as ex:
+            assert ex.run("print(1)").stdout == "1\n"
+            with ex.session() as session:
+                assert session.run("print(2)").stdout == "2\n"
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

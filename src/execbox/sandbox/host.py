@@ -419,7 +419,7 @@ class ZygoteProcess:
             deadline = time.monotonic() + SUPERVISORS_END_S
             for pidfd in ending:
                 try:
-                    select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))
+                    _readable(pidfd, max(0.0, deadline - time.monotonic()))
                 finally:
                     os.close(pidfd)
         prefix = getattr(self, "_prefix", None)
@@ -905,8 +905,7 @@ class Slot:
         """Wait until the supervisor has exited; False if it is still there."""
         if self.sup_pidfd < 0:
             return True
-        ready, _, _ = select.select([self.sup_pidfd], [], [], timeout_s)
-        return bool(ready)
+        return _readable(self.sup_pidfd, timeout_s)
 
     def take_offer(self) -> bool:
         """Whether the short way is open for this run: PRK has come (read now if it is there,
@@ -1181,6 +1180,14 @@ class _Pump:
 
     def _kill_supervisor(self) -> None:
         self.slot.kill()
+
+
+def _readable(fd: int, timeout_s: float) -> bool:
+    """Whether `fd` is readable (a pidfd: its process has exited) within `timeout_s`. poll, not
+    select: a caller holding a thousand descriptors (a busy server) has numbers past select's."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(timeout_s * 1000))
 
 
 def _send_quiet(sock: socket.socket, data: bytes) -> None:
