@@ -49,6 +49,8 @@ def create_app(executor: Executor | None = None, settings: Settings | None = Non
         state.arm()
         # What start-up made lives as long as the server: out of the collector's sight, a full
         # collection (which every burst of connections sets off) no longer walks all of it.
+        # Garbage is collected first, or its cycles (sockets among them) would never be.
+        gc.collect()
         gc.freeze()
         log.info("execbox server ready (auth %s, max request %d bytes, result budget %d "
                  "bytes, spool %s)", "on" if settings.auth else "OFF",
@@ -60,6 +62,7 @@ def create_app(executor: Executor | None = None, settings: Settings | None = Non
             log.info("execbox server shutting down")
             sweeper.cancel()
             await anyio.to_thread.run_sync(state.stop)
+            gc.unfreeze()  # an app embedded in a longer-lived process leaves its heap as found
 
     # Documents are off unless asked for: the schema is in the repository for client authors,
     # and Swagger UI's page loads its scripts from a CDN.
