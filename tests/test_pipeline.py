@@ -463,3 +463,13 @@ def test_a_secret_cut_by_an_error_cap_leaves_no_piece(jailed: Executor) -> None:
     assert cell.error is not None
     assert cell.error.message.endswith("[REDACTED:secret] …(truncated)"), cell.error.message[-60:]
     assert s[:8] not in cell.model_dump_json()
+
+
+def test_a_secret_cut_with_a_long_exception_name_leaves_no_piece(executor: Executor) -> None:
+    s = CUT_SECRET
+    # The sandbox keeps 200 characters of a type name: the cut falls 10 characters into s.
+    code = f"raise type('E' * 190 + {s!r}, (Exception,), {{}})('x')"
+    r = executor.run(code, secrets=[s], cache=False)
+    assert r.error is not None
+    assert r.error.type == "E" * 190 + "[REDACTED:secret] …(truncated)", r.error.type
+    assert s[:10] not in r.model_dump_json()

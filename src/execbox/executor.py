@@ -864,7 +864,7 @@ def _redact(result: RunResult, redactor: Redactor) -> RunResult:
     if result.error is not None:
         error = result.error
         update["error"] = error.model_copy(update={
-            "type": redactor.redact_end(error.type),  # the code names its exception; cut at 200
+            "type": _redact_cut(redactor, error.type),  # the code names its exception
             "message": _redact_cut(redactor, error.message),
             "traceback": _redact_cut(redactor, error.traceback) if error.traceback else None,
             "rule": redactor.redact(error.rule) if error.rule else None,
