@@ -473,3 +473,12 @@ def test_a_secret_cut_with_a_long_exception_name_leaves_no_piece(executor: Execu
     assert r.error is not None
     assert r.error.type == "E" * 190 + "[REDACTED:secret] …(truncated)", r.error.type
     assert s[:10] not in r.model_dump_json()
+
+
+def test_an_exception_named_past_the_error_pipe_is_reported_not_timed_out(
+        executor: Executor) -> None:
+    # A type name longer than the error record's cap was never cut: the report never fit.
+    r = executor.run("raise type('E' * 70000, (Exception,), {})('x')", cache=False,
+                     limits={"timeout_s": 5})
+    assert r.status == Status.error and r.error is not None, r
+    assert r.error.type == "E" * 200 + " …(truncated)"

@@ -91,7 +91,8 @@ def _encoded(record: dict[str, Any]) -> bytes:
         record["traceback"] = keep_tail(record["traceback"])
     data = json.dumps(record, ensure_ascii=False).encode("utf-8", "replace")
     while len(data) > MAX_RECORD:
-        key = max(("message", "traceback"), key=lambda k: len(record.get(k) or ""))
+        # The type too: a class name can be as long as the code likes.
+        key = max(("type", "message", "traceback"), key=lambda k: len(record.get(k) or ""))
         text = record[key] or ""
         record[key] = text[: len(text) // 2] + CUT_TAIL
         data = json.dumps(record, ensure_ascii=False).encode("utf-8", "replace")
