@@ -416,3 +416,79 @@ def test_artifacts_are_returned_as_written_not_redacted(executor: Executor) -> N
     assert art.sha256 == hashlib.sha256(secret.encode()).hexdigest()
     described = RunResult.model_json_schema()["properties"]["artifacts"]["description"]
     assert "not to artifact bytes" in described
+
+
+CUT_SECRET = "hunter2-Zq9xK7LwPm4vRt8sYb2nHc6dJf3gAe"
+
+
+def test_secrets_in_error_types_mime_types_and_artifact_paths_are_redacted(
+        executor: Executor) -> None:
+    secret = "hunter2-Zq9xK7Lw"
+    code = (f"open({secret!r} + '.txt', 'w').write('kept')\n"
+            f"raise type({secret!r}, (Exception,), {{}})('x')")
+    r = executor.run(code, secrets=[secret], cache=False)
+    assert r.error is not None and r.error.type == "[REDACTED:secret]", r.error
+    assert [(a.path, a.data) for a in r.artifacts] == [("[REDACTED:secret].txt", b"kept")]
+    record = executor.store.get(r.run_id)
+    assert record is not None and secret not in record.model_dump_json()
+    # The record keeps the bytes under the path the result shows.
+    assert executor.store.artifact_data(r.run_id, "[REDACTED:secret].txt") == b"kept"
+    with executor.session(secrets=[secret]) as s:
+        cell = s.run("from IPython.display import display\n"
+                     f"display({{'text/x-' + {secret!r}: 'a', 'text/plain': 'b'}}, raw=True)\n"
+                     f"raise type({secret!r}, (Exception,), {{}})('x')")
+    assert secret not in cell.model_dump_json(), cell
+    assert "text/x-[REDACTED:secret]" in [o.mime_type for o in cell.outputs]
+    assert cell.error is not None and cell.error.type == "[REDACTED:secret]"
+
+
+def test_artifact_paths_equal_once_redacted_stay_distinct(executor: Executor) -> None:
+    one, two = "first-Zq9xK7Lw", "second-Pm4vRt8s"
+    code = (f"open({one!r} + '.txt', 'w').write('1')\nopen({two!r} + '.txt', 'w').write('2')\n"
+            "open('[REDACTED:secret].txt~2', 'w').write('3')")
+    r = executor.run(code, secrets=[one, two], cache=False)
+    paths = {a.path: a.data for a in r.artifacts}
+    assert paths == {"[REDACTED:secret].txt": b"1", "[REDACTED:secret].txt~3": b"2",
+                     "[REDACTED:secret].txt~2": b"3"}, paths
+    for path, data in paths.items():
+        assert executor.store.artifact_data(r.run_id, path) == data
+
+
+def test_a_secret_cut_by_an_error_cap_leaves_no_piece(jailed: Executor) -> None:
+    s = CUT_SECRET
+    # A run's traceback keeps its last 32 KiB: the cut falls inside the secret.
+    for back in (32 * 1024 - 20, 32 * 1024 - 30):
+        r = jailed.run(f"raise ValueError({s!r} + 'y' * {back})", secrets=[s], cache=False)
+        assert r.error is not None and r.error.traceback is not None
+        assert r.error.traceback.startswith("...\n[REDACTED:secret]"), r.error.traceback[:60]
+        assert s[-12:] not in r.model_dump_json()
+    # A record too long for the error pipe has its message halved, inside the secret.
+    for pad in (20000, 24000, 28000):
+        r = jailed.run(f"raise ValueError('x' * {pad} + {s!r} + 'x' * {pad})", secrets=[s],
+                       cache=False)
+        assert s[:12] not in r.model_dump_json(), pad
+    # A cell's message is cut at 16 KiB.
+    with jailed.session(secrets=[s]) as session:
+        cell = session.run(f"raise ValueError('x' * (16 * 1024 - 20) + {s!r})")
+    assert cell.error is not None
+    assert cell.error.message.endswith("[REDACTED:secret] …(truncated)"), cell.error.message[-60:]
+    assert s[:8] not in cell.model_dump_json()
+
+
+def test_a_secret_cut_with_a_long_exception_name_leaves_no_piece(executor: Executor) -> None:
+    s = CUT_SECRET
+    # The sandbox keeps 200 characters of a type name: the cut falls 10 characters into s.
+    code = f"raise type('E' * 190 + {s!r}, (Exception,), {{}})('x')"
+    r = executor.run(code, secrets=[s], cache=False)
+    assert r.error is not None
+    assert r.error.type == "E" * 190 + "[REDACTED:secret] …(truncated)", r.error.type
+    assert s[:10] not in r.model_dump_json()
+
+
+def test_an_exception_named_past_the_error_pipe_is_reported_not_timed_out(
+        executor: Executor) -> None:
+    # A type name longer than the error record's cap was never cut: the report never fit.
+    r = executor.run("raise type('E' * 70000, (Exception,), {})('x')", cache=False,
+                     limits={"timeout_s": 5})
+    assert r.status == Status.error and r.error is not None, r
+    assert r.error.type == "E" * 200 + " …(truncated)"

@@ -666,3 +666,13 @@ def test_one_mib_of_near_misses_is_fast() -> None:
 def test_unterminated_pem_headers_are_fast() -> None:
     text = (("-----BEGIN RSA " + "PRIVATE KEY-----\nabc\n") * (MIB // 40))[:MIB]
     assert_linear(text)
+
+
+def test_the_end_of_a_secret_at_the_start_of_a_cut_text_is_redacted() -> None:
+    value = "hunter2-Zq9xK7Lw"
+    r = Redactor([value])
+    assert r.redact_start("K7Lw and more") == "[REDACTED:secret] and more"
+    assert r.redact_start(value[-3:] + " x") == "[REDACTED:secret] x"  # MIN_CUT_PREFIX
+    assert r.redact_start(value[-2:] + " x") == value[-2:] + " x"  # too short to tell
+    assert r.redact_start("K7Lw " + value) == "[REDACTED:secret] [REDACTED:secret]"
+    assert r.redact_start("no secret here") == "no secret here"

@@ -329,8 +329,8 @@ class RunResult(BaseModel):
     error: ErrorInfo | None = None
     artifacts: list[Artifact] = Field(
         default_factory=list,
-        description="Files the run wrote, as written: secret redaction applies to output and "
-                    "errors, not to artifact bytes.")
+        description="Files the run wrote, bytes as written: secret redaction applies to "
+                    "output, errors and artifact paths, not to artifact bytes.")
     artifacts_truncated: bool = Field(
         False, description="True when files were left out because of the artifact caps."
     )

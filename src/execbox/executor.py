@@ -14,6 +14,7 @@ import hashlib
 import logging
 import os
 import queue
+import re
 import sys
 import threading
 import time
@@ -55,7 +56,7 @@ from .sandbox import capabilities
 from .sandbox.channel import SessionChannel, SessionEnded
 from .sandbox.host import Cancel as Cancel  # re-exported: execbox.Cancel
 from .sandbox.host import HostError, OutputCallback, RawRun, RunNotStarted, ZygoteProcess
-from .sandbox.runner import compile_error_record
+from .sandbox.runner import CUT_HEAD, CUT_TAIL, compile_error_record
 from .sessions import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_MAX_LIFETIME_S, Reaper, Session
 
 log = logging.getLogger("execbox")
@@ -854,19 +855,61 @@ def _redact(result: RunResult, redactor: Redactor) -> RunResult:
     """Scrub secrets from everything the code produced as text."""
     stdout, stderr = redactor.redact_end(result.stdout), redactor.redact_end(result.stderr)
     if stdout is result.stdout and stderr is result.stderr and not result.outputs \
-            and result.error is None:
+            and result.error is None and not result.artifacts:
         return result  # nothing to scrub (`redact` returns its argument then): no copy
     update: dict[str, Any] = {"stdout": stdout, "stderr": stderr}
     if result.outputs:  # every one: the code chooses the MIME type, so any may hold text
-        update["outputs"] = [o.model_copy(update={"data": redactor.redact(o.data)})
+        # A MIME type is the code's text too, cut at 200 characters by the sandbox.
+        update["outputs"] = [o.model_copy(update={"mime_type": redactor.redact_end(o.mime_type),
+                                                  "data": redactor.redact(o.data)})
                              for o in result.outputs]
     if result.error is not None:
-        update["error"] = result.error.model_copy(update={
-            "message": redactor.redact(result.error.message),
-            "traceback": redactor.redact(result.error.traceback) if result.error.traceback
-            else None,
+        error = result.error
+        update["error"] = error.model_copy(update={
+            "type": _redact_cut(redactor, error.type),  # the code names its exception
+            "message": _redact_cut(redactor, error.message),
+            "traceback": _redact_cut(redactor, error.traceback) if error.traceback else None,
+            "rule": redactor.redact(error.rule) if error.rule else None,
         })
+    if result.artifacts:
+        update["artifacts"] = _redact_paths(result.artifacts, redactor)
     return result.model_copy(update=update)
+
+
+def _redact_cut(redactor: Redactor, text: str) -> str:
+    """`redactor.redact(text)`, and where the sandbox cut the text to a cap (its CUT_HEAD and
+    CUT_TAIL marks) also the part of a secret the cut left on either side of the mark."""
+    text = redactor.redact(text)
+    if CUT_HEAD not in text and CUT_TAIL not in text:
+        return text
+    parts = re.split(f"({re.escape(CUT_HEAD)}|{re.escape(CUT_TAIL)})", text)
+    for i in range(0, len(parts), 2):  # texts at even indexes, marks between them
+        if i > 0 and parts[i - 1] == CUT_HEAD:
+            parts[i] = redactor.redact_start(parts[i])
+        if i + 1 < len(parts) and parts[i + 1] == CUT_TAIL:
+            parts[i] = redactor.redact_end(parts[i])
+    return "".join(parts)
+
+
+def _redact_paths(artifacts: list[Artifact], redactor: Redactor) -> list[Artifact]:
+    """The artifacts with their paths redacted (the bytes stay as written). A path is also a
+    key (downloads by name, the record's artifact blobs): a redacted path that another
+    artifact already has gets a ``~N`` suffix, so each stays unique."""
+    paths = [redactor.redact(a.path) for a in artifacts]
+    if all(p is a.path for p, a in zip(paths, artifacts, strict=True)):
+        return artifacts
+    taken = {p for p, a in zip(paths, artifacts, strict=True) if p is a.path}
+    out: list[Artifact] = []
+    for path, art in zip(paths, artifacts, strict=True):
+        if path is not art.path:
+            unique, n = path, 1
+            while unique in taken:
+                n += 1
+                unique = f"{path}~{n}"
+            taken.add(unique)
+            art = art.model_copy(update={"path": unique})
+        out.append(art)
+    return out
 
 
 def _undecodable(base: RunResult, exc: SyntaxError) -> RunResult:

@@ -308,6 +308,8 @@ class _Matcher:
         # Characters a form's cut start can end on (see `Redactor.redact_end`): most outputs
         # end on a line break, which none holds, and need no look at the forms.
         self.cut_ends = frozenset(c for f in self.forms for c in f[MIN_CUT_PREFIX - 1:-1])
+        # The mirror, for text cut at its start (see `Redactor.redact_start`).
+        self.cut_starts = frozenset(c for f in self.forms for c in f[1:len(f) - MIN_CUT_PREFIX + 1])
         self._reach = len(self.forms[0]) - 1  # how far past a match an overlapping one can end
         self._automaton = AhoCorasick(
             [_SURROGATE.sub("\ufffd", f) for f in self.forms],
@@ -497,6 +499,17 @@ class Redactor:
         cut = max(_cut_start(text, form) for form in self._matcher.forms)
         return text[:-cut] + "[REDACTED:secret]" if cut else text
 
+    def redact_start(self, text: str) -> str:
+        """`redact(text)` for text cut at its start (the kept tail of a traceback): it may
+        begin with the end of a registered secret, which is redacted too, from MIN_CUT_PREFIX
+        characters on. For text cut in the middle, apply this to the part after the cut and
+        `redact_end` to the part before it."""
+        text = self.redact(text)
+        if self._matcher is None or not text or text[0] not in self._matcher.cut_starts:
+            return text
+        cut = max(_cut_end(text, form) for form in self._matcher.forms)
+        return "[REDACTED:secret]" + text[cut:] if cut else text
+
     def seal(self, text: str, digest: Callable[[bytes], str]) -> tuple[str, list[Hole]]:
         """`redact(text)`, and a `Hole` for each placeholder it wrote (none: `text` itself),
         with `digest` of the UTF-8 of what it replaced."""
@@ -528,6 +541,20 @@ def _cut_start(text: str, value: str) -> int:
         if value.startswith(tail[at:]):
             return len(tail) - at
         at = tail.find(head, at + 1)
+    return 0
+
+
+def _cut_end(text: str, value: str) -> int:
+    """The longest k, at least MIN_CUT_PREFIX and less than len(value), with `text` starting
+    with `value[-k:]`; 0 if none. Only the first len(value) - 1 characters are looked at."""
+    head = text[:len(value) - 1]
+    tail = value[-MIN_CUT_PREFIX:] if len(value) > MIN_CUT_PREFIX else ""
+    at = head.rfind(tail) if tail else -1
+    while at != -1:
+        end = at + MIN_CUT_PREFIX
+        if value.endswith(head[:end]):
+            return end
+        at = head.rfind(tail, 0, end - 1)
     return 0
 
 

@@ -162,3 +162,18 @@ def test_openapi_document_describes_the_endpoints(api: Api) -> None:
                  "/v1/sessions/{session_id}/cells", "/v1/sessions/{session_id}/files/{path}"):
         assert path in doc["paths"], path
     assert "HTTPBearer" in doc["components"]["securitySchemes"]
+
+
+def test_an_artifact_named_by_a_secret_downloads_by_its_redacted_path(
+        alice: httpx.Client) -> None:
+    secret = "hunter2-Zq9xK7Lw"
+    code = f"open('key-' + {secret!r} + '.txt', 'w').write('bytes as written ' + {secret!r})"
+    result = alice.post("/v1/runs", json={"code": code, "secrets": [secret]}).json()
+    assert result["status"] == "ok", result
+    assert [a["path"] for a in result["artifacts"]] == ["key-[REDACTED:secret].txt"]
+    record = alice.get(f"/v1/runs/{result['run_id']}")
+    assert secret not in record.text
+    art = alice.get(f"/v1/runs/{result['run_id']}/artifacts/key-[REDACTED:secret].txt")
+    assert art.status_code == 200 and art.content == f"bytes as written {secret}".encode()
+    by_secret = alice.get(f"/v1/runs/{result['run_id']}/artifacts/key-{secret}.txt")
+    assert by_secret.status_code == 404

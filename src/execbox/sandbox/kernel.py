@@ -153,7 +153,7 @@ def _error_of(shell: Any, result: Any, filename_prefix: str) -> dict[str, Any] |
     message = (getattr(exc, "msg", None) if isinstance(exc, SyntaxError) else None) \
         or runner._safe_str(exc)
     return {"type": type(exc).__name__, "message": message, "line": line, "column": column,
-            "traceback": text[-runner.MAX_TRACEBACK:]}
+            "traceback": runner.keep_tail(text)}
 
 
 def _end_streams(marker: bytes) -> dict[str, bool]:
@@ -252,6 +252,6 @@ def _run_cell(shell: Any, outputs: _Outputs, code: str) -> dict[str, Any]:
         error = {"type": "KeyboardInterrupt", "message": "the cell was interrupted",
                  "line": None, "column": None, "traceback": None}
     if error is not None and len(error["message"]) > MAX_MESSAGE:
-        error["message"] = error["message"][:MAX_MESSAGE] + " …(truncated)"
+        error["message"] = error["message"][:MAX_MESSAGE] + runner.CUT_TAIL
     return {"status": "error" if error else "ok", "error": error,
             "outputs_truncated": outputs.truncated}

@@ -20,6 +20,15 @@ FILENAME = "main.py"
 WORKSPACE = "/workspace"
 MAX_TRACEBACK = 32 * 1024
 MAX_RECORD = 60 * 1024  # below the pipe's 64 KiB: one write to the error pipe never blocks
+# What marks a text cut to a cap: CUT_HEAD where its start was dropped, CUT_TAIL where its end
+# was. The host redacts a secret cut in two at such a mark (`executor._redact_cut`).
+CUT_HEAD = "...\n"
+CUT_TAIL = " …(truncated)"
+
+
+def keep_tail(text: str) -> str:
+    """`text`, or its last MAX_TRACEBACK characters after CUT_HEAD."""
+    return text if len(text) <= MAX_TRACEBACK else CUT_HEAD + text[-MAX_TRACEBACK:]
 
 
 def _rebind_stdio() -> None:
@@ -78,13 +87,14 @@ def _report(err_fd: int, record: dict[str, Any]) -> None:
 
 def _encoded(record: dict[str, Any]) -> bytes:
     """`record` as JSON of at most MAX_RECORD bytes (its longest texts cut)."""
-    if record.get("traceback") and len(record["traceback"]) > MAX_TRACEBACK:
-        record["traceback"] = "...\n" + record["traceback"][-MAX_TRACEBACK:]
+    if record.get("traceback"):
+        record["traceback"] = keep_tail(record["traceback"])
     data = json.dumps(record, ensure_ascii=False).encode("utf-8", "replace")
     while len(data) > MAX_RECORD:
-        key = max(("message", "traceback"), key=lambda k: len(record.get(k) or ""))
+        # The type too: a class name can be as long as the code likes.
+        key = max(("type", "message", "traceback"), key=lambda k: len(record.get(k) or ""))
         text = record[key] or ""
-        record[key] = text[: len(text) // 2] + " …(truncated)"
+        record[key] = text[: len(text) // 2] + CUT_TAIL
         data = json.dumps(record, ensure_ascii=False).encode("utf-8", "replace")
     return data
 

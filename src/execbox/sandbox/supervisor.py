@@ -32,7 +32,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from . import _linux, artifacts, cells, jail, protocol
+from . import _linux, artifacts, cells, jail, protocol, runner
 from .cgroup import Hierarchy, RunCgroup
 
 STAGED_MEMORY_BYTES = 512 << 20  # Limits().memory_mib
@@ -458,7 +458,8 @@ def _clean_error(obj: dict[str, Any] | None) -> dict[str, Any] | None:
         return v if isinstance(v, int) and not isinstance(v, bool) else None
 
     tb = obj.get("traceback")
-    return {"type": obj["type"][:200], "message": obj["message"],
+    kind = obj["type"] if len(obj["type"]) <= 200 else obj["type"][:200] + runner.CUT_TAIL
+    return {"type": kind, "message": obj["message"],
             "line": opt_int(obj.get("line")), "column": opt_int(obj.get("column")),
             "traceback": tb if isinstance(tb, str) else None}
 
