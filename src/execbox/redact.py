@@ -8,7 +8,8 @@ Applied to stdout, stderr, error messages and tracebacks. Two sources of secrets
   in URLs, secret query parameters, Google API keys, Stripe keys.
 * **Registered values**: exact strings the caller passes (`Redactor(secrets)`), matched anywhere,
   also inside longer words, and in the escaped forms a program shows them in (`forms`): Python's
-  repr and ascii() of a str or bytes, JSON (ASCII-only or not), URL-encoding and HTML. All forms
+  repr and ascii() of a str or bytes, JSON (ASCII-only or not), URL-encoding and HTML; and a
+  form's start, from half its length, when an ellipsis follows (a display cut it short). All forms
   of all values are matched in one pass of one Aho-Corasick automaton (`ahocorasick_rs`), so the
   cost of a scan does not grow with the number of values.
 
