@@ -45,7 +45,10 @@ def test_every_split_of_every_secret_is_caught_and_matches_the_whole() -> None:
 def test_live_text_equals_the_whole_redaction_however_the_writes_are_cut() -> None:
     pieces = [*SAMPLES, "\n", "\r", "\r\n", " ", "\\n", "hello, world", "Comment: a, b",
               "-----BEGIN RSA PRIVATE KEY-----", "-----END RSA PRIVATE KEY-----",
-              "MIIEowIBAAKCAQEAxyz0123456789ab", "api_key = '", "[REDACTED:secret]", "é", "€"]
+              "MIIEowIBAAKCAQEAxyz0123456789ab", "api_key = '", "[REDACTED:secret]", "é", "€",
+              # starts of values a display cut short (redacted before an ellipsis)
+              "...", REGISTERED[0][:15] + "...", REGISTERED[2][:14] + "\u2026",
+              repr(REGISTERED[2])[1:16] + "..."]
     rng = random.Random(27)
     for _ in range(3000):
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 20)))

@@ -67,6 +67,7 @@ MIN_CUT_PREFIX = 3  # a cut secret's start this long or longer is redacted (see 
 # ellipsis: that start is redacted from half the value, and never from less than this.
 MIN_ELLIPSIS_PREFIX = 8
 _ELLIPSIS = re.compile("\\.\\.\\.|\u2026")
+_LINE_BREAK = re.compile("[\r\n]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,12 +324,14 @@ class _Matcher:
             # and scans as fast as the others on output.
             implementation=Implementation.ContiguousNFA)
         # The shortest start of each form that counts when an ellipsis follows it (see
-        # `_ellipsis_spans`); only a text holding an ellipsis is searched for them.
+        # `_ellipsis_spans`); only a text holding an ellipsis is searched for them. A start
+        # stops at a line break, so live output, redacted line by line, finds the same ones.
         self._heads: dict[str, tuple[str, ...]] = {}
         for f in self.forms:
-            if len(f) > MIN_ELLIPSIS_PREFIX:
-                head = f[:max(MIN_ELLIPSIS_PREFIX, len(f) // 2)]
-                self._heads[head] = (*self._heads.get(head, ()), f)
+            line = _LINE_BREAK.split(f, maxsplit=1)[0]
+            head = f[:max(MIN_ELLIPSIS_PREFIX, len(f) // 2)]
+            if len(f) > MIN_ELLIPSIS_PREFIX and len(line) >= len(head):
+                self._heads[head] = (*self._heads.get(head, ()), line)
         self._head_list = tuple(self._heads)
         self._head_automaton = AhoCorasick(
             [_SURROGATE.sub("\ufffd", h) for h in self._head_list],
@@ -384,7 +387,7 @@ class _Matcher:
                 continue
             stop = ellipses[i]
             for form in self._heads[self._head_list[index]]:
-                if stop - start < len(form) and form.startswith(text[start:stop]):
+                if stop - start <= len(form) and form.startswith(text[start:stop]):
                     out.append((start, stop))
                     break
         return out
