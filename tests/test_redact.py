@@ -389,6 +389,50 @@ def test_an_escaped_form_cut_at_the_end_of_a_stream_is_redacted() -> None:
     assert r.redact_end("out: " + shown[:12]) == "out: \"[REDACTED:secret]"
 
 
+def test_html_escaped_without_quotes_as_pandas_does_is_redacted() -> None:
+    value = "p&ss\"w'rd<9>" + rand(ALNUM, 6)
+    shown = value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    assert Redactor([value]).redact(f"<td>{shown}</td>") == "<td>[REDACTED:secret]</td>"
+
+
+LONG_VALUE = "ghx_" + rand(ALNUM, 52)
+
+
+@pytest.mark.parametrize("k", [28, 40, 46, 55])
+@pytest.mark.parametrize("ellipsis", ["...", "\u2026"])
+def test_a_long_value_shown_cut_short_before_an_ellipsis_is_redacted(k: int, ellipsis: str) -> None:
+    # pandas' max_colwidth shows a long cell's first 47 characters and "...".
+    r = Redactor([LONG_VALUE])
+    assert r.redact(f"0  {LONG_VALUE[:k]}{ellipsis}\n") == f"0  [REDACTED:secret]{ellipsis}\n"
+    # Its repr's start too (a cut list or dict repr).
+    assert r.redact(f"['{LONG_VALUE[:k]}{ellipsis}") == f"['[REDACTED:secret]{ellipsis}"
+
+
+def test_a_start_shorter_than_half_or_not_before_an_ellipsis_stays() -> None:
+    r = Redactor([LONG_VALUE])
+    for text in (LONG_VALUE[:27] + "...", LONG_VALUE[:40] + " ...", LONG_VALUE[:40] + "x...",
+                 LONG_VALUE[:40] + "..".replace(".", "-"), "see " + LONG_VALUE[:40]):
+        assert r.redact(text) == text
+    short = Redactor(["abcdefgh"])  # too short for a display to cut: its start stays
+    assert short.redact("abcdefg...") == "abcdefg..."
+    assert Redactor(["abcdefghijkl"]).redact("abcdefgh... abcdefg...") == "[REDACTED:secret]... abcdefg..."
+
+
+def test_cut_starts_before_ellipses_cost_linear_time() -> None:
+    r = Redactor(["a" * 40, LONG_VALUE])
+    small, large = ("a" * 30 + "...") * 4_000, ("a" * 30 + "...") * 16_000
+    assert r.redact(small) == "[REDACTED:secret]..." * 4_000
+    t_small = min(_time(r.redact, small) for _ in range(3))
+    t_large = min(_time(r.redact, large) for _ in range(3))
+    assert t_large < 8 * t_small + 0.05, (t_small, t_large)
+
+
+def _time(fn: Callable[[str], object], arg: str) -> float:
+    start = time.perf_counter()
+    fn(arg)
+    return time.perf_counter() - start
+
+
 def test_occurrences_chained_across_values_are_all_covered() -> None:
     # Leftmost-longest matching reports "xxab" and then looks after it; "abcdef" starts inside
     # it and "efyy" inside that: all three are covered.

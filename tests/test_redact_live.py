@@ -9,6 +9,7 @@ import asyncio
 import random
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from splits import OUTPUT_BYTES, REGISTERED, SAMPLES, leaked, program
 
 from execbox import Executor, Status
 from execbox.redact import Redactor
-from execbox.redact_live import LiveRedactor
+from execbox.redact_live import PEM_HOLD_CHARS, LiveRedactor
 
 REDACTOR = Redactor(REGISTERED)
 
@@ -44,7 +45,10 @@ def test_every_split_of_every_secret_is_caught_and_matches_the_whole() -> None:
 def test_live_text_equals_the_whole_redaction_however_the_writes_are_cut() -> None:
     pieces = [*SAMPLES, "\n", "\r", "\r\n", " ", "\\n", "hello, world", "Comment: a, b",
               "-----BEGIN RSA PRIVATE KEY-----", "-----END RSA PRIVATE KEY-----",
-              "MIIEowIBAAKCAQEAxyz0123456789ab", "api_key = '", "[REDACTED:secret]", "é", "€"]
+              "MIIEowIBAAKCAQEAxyz0123456789ab", "api_key = '", "[REDACTED:secret]", "é", "€",
+              # starts of values a display cut short (redacted before an ellipsis)
+              "...", REGISTERED[0][:15] + "...", REGISTERED[2][:14] + "\u2026",
+              repr(REGISTERED[2])[1:16] + "..."]
     rng = random.Random(27)
     for _ in range(3000):
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 20)))
@@ -193,3 +197,50 @@ def test_escaped_forms_split_across_writes_are_caught() -> None:
         assert "[REDACTED:secret]" in want and value[-8:] not in want
         for k in range(1, len(data)):
             assert _live([data[:k], data[k:]], redactor) == want, (shown, k)
+
+
+def _unclosed_pem_cpu(lines: int) -> float:
+    """CPU seconds to stream an unclosed PEM block of `lines` short base64 lines, one per write
+    (what a program trickling key-like lines does), through a LiveRedactor."""
+    live = LiveRedactor(Redactor(REGISTERED[:2]), lambda _: None)
+    start = time.process_time()
+    live.write(b"-----BEGIN RSA PRIVATE KEY-----\n")
+    for _ in range(lines):
+        live.write(b"QUJD\n")
+    live.close()
+    return time.process_time() - start
+
+
+def test_a_held_pem_block_costs_linear_time_in_its_lines() -> None:
+    # Each write used to rescan every held line: 4x the lines cost 16x the CPU.
+    small = min(_unclosed_pem_cpu(5_000) for _ in range(3))
+    large = min(_unclosed_pem_cpu(20_000) for _ in range(3))
+    assert large < 8 * small + 0.05, (small, large)
+
+
+def test_an_unclosed_pem_block_past_the_cap_is_redacted_whole_and_not_held() -> None:
+    out: list[bytes] = []
+    live = LiveRedactor(Redactor(REGISTERED[:2]), out.append)
+    live.write(b"key: -----BEGIN RSA PRIVATE KEY-----\n")
+    body = b"QUJD\n" * (PEM_HOLD_CHARS // 5 + 2)
+    live.write(body)
+    assert b"".join(out) == b"key: [REDACTED:private_key]"  # released, not held any more
+    live.write(body + b"QUJD\n-----END RSA PRIVATE KEY-----\nafter\nQU")
+    assert b"".join(out) == b"key: [REDACTED:private_key]\nafter\n"
+    live.close()
+    assert b"".join(out) == b"key: [REDACTED:private_key]\nafter\nQU"
+
+
+def test_the_line_after_a_capped_pem_block_is_shown_and_the_body_is_not() -> None:
+    out: list[bytes] = []
+    live = LiveRedactor(Redactor(REGISTERED[:2]), out.append)
+    live.write(b"-----BEGIN EC PRIVATE KEY-----\n" + b"QUJD\n" * (PEM_HOLD_CHARS // 5 + 2))
+    live.write(b"QUJD\nQUJDQUJD")  # a partial body line at the end of the run is not shown
+    live.close()
+    assert b"".join(out) == b"[REDACTED:private_key]"
+    out.clear()
+    live = LiveRedactor(Redactor(REGISTERED[:2]), out.append)
+    live.write(b"-----BEGIN EC PRIVATE KEY-----\n" + b"QUJD\n" * (PEM_HOLD_CHARS // 5 + 2))
+    live.write(b"done, 1 key\n")
+    live.close()
+    assert b"".join(out) == b"[REDACTED:private_key]done, 1 key\n"

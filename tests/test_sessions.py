@@ -483,6 +483,26 @@ def test_session_environment_is_exactly_what_was_given(executor: Executor) -> No
         assert r.stdout == "[('GREETING', 'hello')]\n", r
 
 
+def test_a_dataframe_showing_a_secret_cut_or_html_escaped_is_redacted(executor: Executor) -> None:
+    """pandas shows a long cell's first 47 characters then "...", in print() and in both
+    displays, and escapes only & < > in its HTML: neither the start nor the escaped value
+    is left."""
+    long = "ghx_" + os.urandom(26).hex()
+    quoted = "p&ss\"w'rd<9>" + os.urandom(4).hex()
+    with executor.session(limits=SMALL, secrets=[long, quoted]) as s:
+        shown = s.run("import pandas as pd\n"
+                      f"df = pd.DataFrame({{'token': [{long!r}], 'pw': [{quoted!r}]}})\n"
+                      "print(df['token'])\n"
+                      "df\n")
+    assert shown.status is Status.ok, shown.error
+    mimes = [o.mime_type for o in shown.outputs]
+    assert "text/html" in mimes and "text/plain" in mimes, mimes
+    texts = [shown.stdout, *(o.data for o in shown.outputs)]
+    assert all("[REDACTED:secret]..." in text for text in texts), texts
+    for text in texts:
+        assert long[:20] not in text and quoted[-8:] not in text, text
+
+
 def test_ipython_display_of_a_secret_in_a_dict_or_list_is_redacted(executor: Executor) -> None:
     """The notebook's ordinary display of a container (text/plain: its repr) and a JSON
     display (application/json) show a value escaped; both are redacted, as are repr() and

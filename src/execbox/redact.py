@@ -8,7 +8,8 @@ Applied to stdout, stderr, error messages and tracebacks. Two sources of secrets
   in URLs, secret query parameters, Google API keys, Stripe keys.
 * **Registered values**: exact strings the caller passes (`Redactor(secrets)`), matched anywhere,
   also inside longer words, and in the escaped forms a program shows them in (`forms`): Python's
-  repr and ascii() of a str or bytes, JSON (ASCII-only or not), URL-encoding and HTML. All forms
+  repr and ascii() of a str or bytes, JSON (ASCII-only or not), URL-encoding and HTML; and a
+  form's start, from half its length, when an ellipsis follows (a display cut it short). All forms
   of all values are matched in one pass of one Aho-Corasick automaton (`ahocorasick_rs`), so the
   cost of a scan does not grow with the number of values.
 
@@ -36,6 +37,7 @@ UUIDs, base64 data, numbers and paths match no rule; tests/test_redact.py measur
 
 from __future__ import annotations
 
+import bisect
 import functools
 import html
 import json
@@ -60,6 +62,11 @@ MIN_SECRET_LEN = 4
 
 REGISTERED = "secret"  # the kind of a registered value
 MIN_CUT_PREFIX = 3  # a cut secret's start this long or longer is redacted (see `redact_end`)
+# A display that shortens a long value (pandas' max_colwidth, reprlib) shows its start and an
+# ellipsis: that start is redacted from half the value, and never from less than this.
+MIN_ELLIPSIS_PREFIX = 8
+_ELLIPSIS = re.compile("\\.\\.\\.|\u2026")
+_LINE_BREAK = re.compile("[\r\n]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,11 +280,12 @@ def forms(value: str) -> tuple[str, ...]:
     Python str or bytes literal (repr and ascii(), with a quote escaped or not: repr escapes
     ' only when the whole string holds both quotes), in JSON (`json.dumps`, ASCII-only or
     not), URL-encoded (`quote`, with and without '/' kept, and `quote_plus`) and HTML-escaped
-    (a DataFrame's text/html). Escapes of escapes (the JSON of a repr) are not among them."""
+    (quotes too, or only & < > as in a DataFrame's text/html). Escapes of escapes (the JSON of
+    a repr) are not among them."""
     out = [value, repr(value)[1:-1], repr('"' + value)[2:-1],
            ascii(value)[1:-1], ascii('"' + value)[2:-1],
            json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1],
-           html.escape(value)]
+           html.escape(value), html.escape(value, quote=False)]
     try:
         raw = value.encode()
     except UnicodeEncodeError:  # a lone surrogate has no UTF-8: no bytes or URL form
@@ -317,6 +325,20 @@ class _Matcher:
             # Builds in tens of microseconds for a few values (the DFA takes ten times more),
             # and scans as fast as the others on output.
             implementation=Implementation.ContiguousNFA)
+        # The shortest start of each form that counts when an ellipsis follows it (see
+        # `_ellipsis_spans`); only a text holding an ellipsis is searched for them. A start
+        # stops at a line break, so live output, redacted line by line, finds the same ones.
+        self._heads: dict[str, tuple[str, ...]] = {}
+        for f in self.forms:
+            line = _LINE_BREAK.split(f, maxsplit=1)[0]
+            head = f[:max(MIN_ELLIPSIS_PREFIX, len(f) // 2)]
+            if len(f) > MIN_ELLIPSIS_PREFIX and len(line) >= len(head):
+                self._heads[head] = (*self._heads.get(head, ()), line)
+        self._head_list = tuple(self._heads)
+        self._head_automaton = AhoCorasick(
+            [_SURROGATE.sub("\ufffd", h) for h in self._head_list],
+            matchkind=MatchKind.Standard,
+            implementation=Implementation.ContiguousNFA) if self._heads else None
 
     def _find(self, text: str) -> list[tuple[int, int, int]]:
         try:
@@ -325,7 +347,54 @@ class _Matcher:
             return self._automaton.find_matches_as_indexes(_SURROGATE.sub("\ufffd", text))
 
     def spans(self, text: str) -> list[tuple[int, int]]:
-        """Sorted disjoint spans covering every occurrence of a form in `text`."""
+        """Spans covering every occurrence of a form in `text`, sorted and disjoint, then those
+        of every start of a form shown before an ellipsis (`_ellipsis_spans`)."""
+        spans = self._whole_spans(text)
+        if self._head_automaton is not None and ("..." in text or "\u2026" in text):
+            spans += self._ellipsis_spans(text)
+        return spans
+
+    def _ellipsis_spans(self, text: str) -> list[tuple[int, int]]:
+        """Each `form[:k]` directly followed by an ellipsis, k from the form's head length on:
+        a long value a display cut short ("ghx_Ab3dEf...")."""
+        assert self._head_automaton is not None
+        ellipses = [m.start() for m in _ELLIPSIS.finditer(text)]
+        out: list[tuple[int, int]] = []
+        # Only the text just before an ellipsis can hold such a start: search those windows.
+        lo = hi = 0
+        for at in [*ellipses, len(text) + self._reach + 1]:
+            if at - self._reach > hi:
+                if hi > lo:
+                    out += self._heads_before(text, lo, hi, ellipses)
+                lo = at - self._reach
+            hi = at
+        return out
+
+    def _heads_before(self, text: str, lo: int, hi: int,
+                      ellipses: list[int]) -> list[tuple[int, int]]:
+        assert self._head_automaton is not None
+        lo = max(0, lo)
+        window = text[lo:hi]
+        try:
+            found = self._head_automaton.find_matches_as_indexes(window, overlapping=True)
+        except UnicodeEncodeError:
+            found = self._head_automaton.find_matches_as_indexes(
+                _SURROGATE.sub("\ufffd", window), overlapping=True)
+        out: list[tuple[int, int]] = []
+        for index, a, b in found:
+            start = lo + a
+            # The first ellipsis after the head: the text must follow the form up to it.
+            i = bisect.bisect_left(ellipses, lo + b)
+            if i == len(ellipses):
+                continue
+            stop = ellipses[i]
+            for form in self._heads[self._head_list[index]]:
+                if stop - start <= len(form) and form.startswith(text[start:stop]):
+                    out.append((start, stop))
+                    break
+        return out
+
+    def _whole_spans(self, text: str) -> list[tuple[int, int]]:
         spans: list[tuple[int, int]] = []
         # Extending spans rescans windows of the text: at most this much of it in all, so a
         # hostile text (a value overlapping itself at every character) stays linear. Past it,

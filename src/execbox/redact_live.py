@@ -12,7 +12,10 @@ back until it is known not to be the first part of one. What is held, and why it
   text equals the result's redacted stdout (or stderr), however the writes were split.
 * **A PEM private key** spans lines: from its BEGIN line, text is held until a line that cannot
   belong to the key (`_closes_pem`: its END line, or any line with a character a key body
-  cannot hold), so the block is redacted whole.
+  cannot hold), so the block is redacted whole. Each line is scanned once (the state is kept
+  between writes), and a block is held at most `PEM_HOLD_CHARS`: past that it is shown as one
+  placeholder and its further body lines are dropped up to the line that closes it (there the
+  live text redacts more than the result does, which keeps the short lines of an unclosed block).
 * **A registered value containing a line break** (or a form of one that keeps it, see
   `redact.forms`): the last ``len(value) - 1`` characters stay held, and no cut falls inside an
   occurrence. The escaped forms (repr, JSON, URL) have none: they are caught line by line.
@@ -26,13 +29,18 @@ them whole (invalid bytes become U+FFFD in both); the callbacks receive UTF-8.
 
 from __future__ import annotations
 
+import bisect
 import codecs
 import re
 from collections.abc import Callable
 
 from .redact import Redactor
 
-__all__ = ["LiveRedactor"]
+__all__ = ["PEM_HOLD_CHARS", "LiveRedactor"]
+
+# An unclosed PEM block is held at most this long (a 16384-bit RSA key is ~13 KB). Past it the
+# block is redacted whole from its BEGIN marker to the line that closes it, none of it shown.
+PEM_HOLD_CHARS = 64 * 1024
 
 # The start of the PEM rule's match (redact.py `_RULES`, "private_key").
 _PEM_BEGIN = re.compile(r"-----BEGIN[ ][A-Z0-9 ]*PRIVATE[ ]KEY(?:[ ]BLOCK)?-----")
@@ -40,6 +48,8 @@ _PEM_BEGIN = re.compile(r"-----BEGIN[ ][A-Z0-9 ]*PRIVATE[ ]KEY(?:[ ]BLOCK)?-----
 # colon (an armour header, "Comment: ...", may hold anything) or a backslash (an escaped
 # newline, "\\n", separates key lines in JSON) is taken as possibly part of a key.
 _NOT_PEM_BODY = re.compile(r"[^A-Za-z0-9+/= \t]")
+_PEM_END = re.compile(r"[ \t]*-----END[ ][A-Z0-9 ]*PRIVATE[ ]KEY(?:[ ]BLOCK)?-----")
+_LINE_END = re.compile(r"[\r\n]")
 
 
 def _closes_pem(line: str) -> bool:
@@ -66,6 +76,13 @@ class LiveRedactor:
         self._multiline = tuple(s for s in redactor.forms if "\n" in s or "\r" in s)
         self._hold = max((len(s) for s in self._multiline), default=1) - 1
         self._closed = False
+        # PEM scan state, so each line is looked at once however long a block is held. Offsets
+        # are in the whole stream: `_base` is where `_pending` starts in it.
+        self._base = 0
+        self._scanned = 0  # the complete lines before it were scanned
+        self._pem: tuple[int, int] | None = None  # open block: start of its BEGIN line, marker
+        self._blocks: list[tuple[int, int]] = []  # closed: (BEGIN line start, closing line start)
+        self._dropping = False  # inside a block redacted whole at the cap: its lines go unseen
 
     def write(self, data: bytes) -> None:
         text = self._decoder.decode(data)
@@ -77,9 +94,12 @@ class LiveRedactor:
         start = len(self._pending) - len(text)
         if self._pending.find("\n", start) == -1 and self._pending.find("\r", start) == -1:
             return
+        self._scan(self._base + _last_line_end(self._pending, len(self._pending)))
         cut = self._cut()
         if cut:
             released, self._pending = self._pending[:cut], self._pending[cut:]
+            self._base += cut
+            del self._blocks[:bisect.bisect_left(self._blocks, self._base, key=_closing)]
             self._release(released)
 
     def close(self) -> None:
@@ -88,22 +108,69 @@ class LiveRedactor:
             return
         self._closed = True
         rest, self._pending = self._pending + self._decoder.decode(b"", final=True), ""
+        if self._dropping:  # the last line of a block cut at the cap, unless it ends the block
+            rest = _after_pem_end(rest, 0) if _closes_pem(rest) else ""
         if rest:  # the stream's end: it may stop inside a secret (see `Redactor.redact_end`)
             self._emit(self._redactor.redact_end(rest).encode())
 
     def _release(self, text: str) -> None:
         self._emit(self._redactor.redact(text).encode())
 
+    def _drop(self, upto: int) -> None:
+        """Forget the pending text before stream offset `upto` unseen (a capped PEM block)."""
+        self._pending = self._pending[upto - self._base:]
+        self._base = upto
+        self._blocks.clear()
+
+    def _scan(self, end: int) -> None:
+        """Follow the PEM blocks through the complete lines up to stream offset `end`."""
+        pos = max(self._scanned, self._base)
+        while pos < end:
+            text, base = self._pending, self._base
+            if self._dropping:
+                closing = _pem_closing_line(text, pos - base, end - base)
+                if closing is None:
+                    self._drop(end)
+                    break
+                self._dropping = False
+                self._drop(base + _after_pem_end_at(text, closing))
+                pos = self._base
+                continue
+            if self._pem is None:
+                m = _PEM_BEGIN.search(text, pos - base, end - base)
+                if m is None:
+                    break
+                self._pem = (base + _last_line_end(text, m.start()), base + m.start())
+                pos = base + m.end()
+            closing = _pem_closing_line(text, pos - base, end - base)
+            if closing is None:
+                break
+            self._blocks.append((self._pem[0], base + closing))
+            self._pem = None
+            pos = base + closing  # that line ends this block; another may begin in it
+        self._scanned = end
+        if self._pem is not None and end - self._pem[0] > PEM_HOLD_CHARS:
+            # Held this long, the block is taken as a key to its last line: shown as one
+            # placeholder now, and its further body lines are not shown at all.
+            marker = self._pem[1] - self._base
+            self._emit((self._redactor.redact(self._pending[:marker])
+                        + "[REDACTED:private_key]").encode())
+            self._drop(end)
+            self._pem = None
+            self._dropping = True
+
     def _cut(self) -> int:
         """The largest position where the pending text can be released: a line end that no
         secret can straddle, whatever follows (see the module docstring); 0 if none."""
         text = self._pending
         hi = len(text) - self._hold
+        if self._pem is not None:
+            hi = min(hi, self._pem[0] - self._base)
         while hi > 0:
             cut = _last_line_end(text, hi)
             if cut == 0:
                 return 0
-            limit = min(self._secret_limit(text, cut), self._pem_limit(text, cut))
+            limit = min(self._secret_limit(text, cut), self._block_limit(cut))
             if limit >= cut:
                 return cut
             hi = limit
@@ -119,26 +186,38 @@ class LiveRedactor:
                 limit = min(limit, start)
         return limit
 
-    def _pem_limit(self, text: str, cut: int) -> int:
-        """`cut`, or the start of the line of a PEM block that may still go on past it."""
-        pos = 0
-        while (m := _PEM_BEGIN.search(text, pos, cut)) is not None:
-            closing = _pem_closing_line(text, m.end(), cut)
-            if closing is None:
-                return _last_line_end(text, m.start())
-            pos = closing  # that line ends this block; another may begin in it
+    def _block_limit(self, cut: int) -> int:
+        """`cut`, or the start of the BEGIN line of a closed PEM block whose closing line is
+        not complete before `cut` (blocks follow each other: only one can be)."""
+        at = self._base + cut
+        i = bisect.bisect_left(self._blocks, at, key=_closing)
+        if i < len(self._blocks) and self._blocks[i][0] < at:
+            return self._blocks[i][0] - self._base
         return cut
+
+
+def _closing(block: tuple[int, int]) -> int:
+    return block[1]
+
+
+def _after_pem_end_at(text: str, pos: int) -> int:
+    """`pos`, or past a PEM END marker starting the line at `pos` (the end of a capped block)."""
+    m = _PEM_END.match(text, pos)
+    return m.end() if m is not None else pos
+
+
+def _after_pem_end(text: str, pos: int) -> str:
+    return text[_after_pem_end_at(text, pos):]
 
 
 def _pem_closing_line(text: str, pos: int, cut: int) -> int | None:
     """The start of the first complete line from `pos` (before `cut`) that a key body cannot
     run through, so a PEM match begun before `pos` ends within it; None if there is none."""
     while pos < cut:
-        ends = [i for i in (text.find("\n", pos, cut), text.find("\r", pos, cut)) if i != -1]
-        if not ends:
+        m = _LINE_END.search(text, pos, cut)
+        if m is None:
             return None
-        end = min(ends)
-        if _closes_pem(text[pos:end]):
+        if _closes_pem(text[pos:m.start()]):
             return pos
-        pos = end + 1
+        pos = m.end()
     return None
