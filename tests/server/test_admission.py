@@ -56,6 +56,20 @@ def _answer(sock: socket.socket, timeout_s: float) -> bytes:
     return b"".join(chunks)
 
 
+def _response(sock: socket.socket) -> bytes:
+    """One whole response (headers and a Content-Length body) from a kept-alive connection."""
+    sock.settimeout(10)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(1 << 16)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length:"))
+    while len(body) < length:
+        body += sock.recv(1 << 16)
+    return head
+
+
 def _wait_for(predicate: Callable[[], bool], timeout_s: float = 30) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
@@ -109,7 +123,7 @@ def test_request_bodies_in_flight_have_a_server_wide_budget(api: Api) -> None:
             for key in (third, first):
                 with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"},
                                   timeout=30) as client:
-                    refused = client.post(f"/v1/sessions/{UNKNOWN}/files/a", content=b"x")
+                    refused = client.put(f"/v1/sessions/{UNKNOWN}/files/a", content=b"x")
                 assert refused.status_code == 503, refused.text
                 assert refused.json()["error"]["code"] == "request_bodies_busy"
                 assert refused.headers["Retry-After"] == "1"
@@ -119,7 +133,7 @@ def test_request_bodies_in_flight_have_a_server_wide_budget(api: Api) -> None:
         _wait_for(lambda: state.bodies.used() == 0)
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {third}"},
                           timeout=30) as client:
-            assert client.post(f"/v1/sessions/{UNKNOWN}/files/a", content=b"x"
+            assert client.put(f"/v1/sessions/{UNKNOWN}/files/a", content=b"x"
                                ).status_code == 404
 
 
@@ -129,19 +143,21 @@ def test_a_stranger_at_the_connection_cap_does_not_lock_out_a_keyed_client(api: 
     them and is served, and the stranger never holds more than the cap."""
     with _server(api.executor, max_connections_per_client=4, header_timeout_s=30) as (url, _):
         _, key = api.key("nat")
-        held = [_connect(url, b"GET /v1/runs HTTP/1.1\r\nHo") for _ in range(4)]
+        half = b"GET /v1/runs HTTP/1.1\r\nHo"
+        held = [_connect(url, half) for _ in range(4)]
         try:
-            time.sleep(0.2)
             with api.http(key) as client:
                 client.base_url = httpx.URL(url)
-                for _ in range(3):  # each on a new connection
+                for round_ in range(3):  # the stranger refills the cap before each request
+                    time.sleep(0.2)
                     answer = client.post("/v1/runs", json={"code": "print(1)"},
                                          headers={"Connection": "close"})
                     assert answer.status_code == 200, answer.text
                     assert answer.json()["stdout"] == "1\n"
-            evicted = [_answer(sock, 0.5) for sock in held[:3]]
-            assert all(a.startswith(b"HTTP/1.1 503") for a in evicted), evicted
-            assert _answer(held[3], 0.5) == b""  # the youngest still waits
+                    assert _answer(held[round_], 5).startswith(b"HTTP/1.1 503")
+                    held.append(_connect(url, half))
+            time.sleep(0.2)
+            assert [_answer(sock, 0.2) for sock in held[3:]] == [b""] * 4  # still waiting
         finally:
             for sock in held:
                 sock.close()
@@ -156,13 +172,12 @@ def test_authenticated_connections_do_not_count_toward_the_cap(api: Api) -> None
         try:
             for _ in range(4):  # every one is served and stays open (keep-alive)
                 keyed.append(sock := _connect(url, request))
-                sock.settimeout(10)
-                assert sock.recv(1 << 16).startswith(b"HTTP/1.1 404")
+                assert _response(sock).startswith(b"HTTP/1.1 404")
             waiting = [_connect(url) for _ in range(2)]
             try:
                 for sock in keyed:
                     sock.sendall(request)
-                    assert sock.recv(1 << 16).startswith(b"HTTP/1.1 404")
+                    assert _response(sock).startswith(b"HTTP/1.1 404")
             finally:
                 for sock in waiting:
                     sock.close()
