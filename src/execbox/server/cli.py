@@ -152,7 +152,7 @@ def keys() -> None:
 @click.option("--sessions", default=4, show_default=True, type=click.IntRange(0),
               help="Sessions open at once.")
 @click.option("--rpm", default=600, show_default=True, type=click.IntRange(0),
-              help="Requests per minute (runs, cells, sessions, files, records).")
+              help="Requests per minute (every request with the key, refused ones too).")
 @click.option("--admin", is_flag=True,
               help="An admin key: reads /metrics (every tenant's counts), runs no code.")
 @click.option("--db", default=None, help="Records database URL.")
