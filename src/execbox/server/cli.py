@@ -74,6 +74,9 @@ def _key_store(db: str | None) -> KeyStore:
               type=click.IntRange(0),
               help="Connections one client address may hold open (0: no cap; behind a "
                    "reverse proxy, cap per client there instead).")
+@click.option("--max-request-bodies-mib", default=None, type=click.IntRange(1),
+              help="Request-body MiB all requests in flight may hold (one key: half; past "
+                   "it, 503). Default: 8 times --max-request-mib.")
 @click.option("--listen-backlog", default=128, show_default=True, type=click.IntRange(1),
               help="Connections the kernel queues until the server accepts them; a client "
                    "reconnecting in a loop is slowed there, not in the server.")
@@ -90,7 +93,8 @@ def serve(host: str, port: int, no_auth: bool, max_request_mib: int,
           artifact_ttl: int,
           max_sessions: int | None, max_session_idle: int, max_session_lifetime: int,
           stream_buffer_kib: int, header_timeout: float, body_timeout: float,
-          max_connections_per_client: int, listen_backlog: int, docs: bool,
+          max_connections_per_client: int, max_request_bodies_mib: int | None,
+          listen_backlog: int, docs: bool,
           log_level: str) -> None:
     """Serve the HTTP API.
 
@@ -122,6 +126,8 @@ def serve(host: str, port: int, no_auth: bool, max_request_mib: int,
                         header_timeout_s=header_timeout, body_timeout_s=body_timeout,
                         max_connections_per_client=max_connections_per_client,
                         listen_backlog=listen_backlog,
+                        request_bodies_bytes=(max_request_bodies_mib << 20
+                                              if max_request_bodies_mib else None),
                         executor_options={k: v for k, v in options.items() if v is not None})
     if no_auth and host not in ("127.0.0.1", "::1", "localhost"):
         click.echo(f"execbox: WARNING: --no-auth on {host}: anyone who can reach it runs code",
@@ -146,7 +152,7 @@ def keys() -> None:
 @click.option("--sessions", default=4, show_default=True, type=click.IntRange(0),
               help="Sessions open at once.")
 @click.option("--rpm", default=600, show_default=True, type=click.IntRange(0),
-              help="Requests per minute (runs, cells, sessions, files, records).")
+              help="Requests per minute (every request with the key, refused ones too).")
 @click.option("--admin", is_flag=True,
               help="An admin key: reads /metrics (every tenant's counts), runs no code.")
 @click.option("--db", default=None, help="Records database URL.")

@@ -15,7 +15,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from .auth import ADMIN, KeyRevoked, KeyStore, Tenant
 from .errors import ApiError
-from .state import LOCAL_TENANT, ServerState
+from .state import ServerState
 
 bearer = HTTPBearer(auto_error=False, description="An API key from `execbox keys create`.")
 
@@ -49,15 +49,15 @@ def tenant_of(keys: KeyStore, key: str | None) -> Tenant:
     return tenant
 
 
-async def get_tenant(state: Annotated[ServerState, Depends(get_state)],
-                     credentials: Annotated[HTTPAuthorizationCredentials | None,
-                                            Depends(bearer)]) -> Tenant:
-    """The caller's tenant from `Authorization: Bearer KEY` (looked up on the authentication
-    threads, off the event loop)."""
-    if not state.settings.auth:
-        return LOCAL_TENANT
-    keys, key = state.key_store(), credentials.credentials if credentials else None
-    return await anyio.to_thread.run_sync(tenant_of, keys, key, limiter=state.auth_limiter)
+async def get_tenant(request: Request,
+                     _credentials: Annotated[HTTPAuthorizationCredentials | None,
+                                             Depends(bearer)]) -> Tenant:
+    """The caller's tenant, which `limits.Admission` authenticated (and counted) before the
+    request's body was read."""
+    tenant: Tenant | None = request.scope.get("execbox.tenant")
+    if tenant is None:  # only a route outside /v1/ could get here
+        raise ApiError(500, "internal_error", "the request was not admitted")
+    return tenant
 
 
 async def get_admin(state: Annotated[ServerState, Depends(get_state)],

@@ -4,7 +4,8 @@ stable `code`, translated from execbox's exceptions in one place."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import traceback
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -109,11 +110,29 @@ def install(app: FastAPI, count: Callable[[str], None] = lambda _code: None) -> 
         log.exception("unhandled error", exc_info=exc)
         return error_response(ApiError(500, "internal_error", "internal server error"))
 
-    app.add_exception_handler(ApiError, on_api_error)
-    app.add_exception_handler(ExecboxError, on_execbox_error)
-    app.add_exception_handler(RequestValidationError, on_validation)
-    app.add_exception_handler(StarletteHTTPException, on_http)
-    app.add_exception_handler(Exception, on_unexpected)
+    for kind, handler in ((ApiError, on_api_error), (ExecboxError, on_execbox_error),
+                          (RequestValidationError, on_validation),
+                          (StarletteHTTPException, on_http), (Exception, on_unexpected)):
+        app.add_exception_handler(kind, _releasing(handler))
+
+
+Handler = Callable[[Request, Exception], Awaitable[JSONResponse]]
+
+
+def _releasing(handler: Handler) -> Handler:
+    """`handler`, then the failed frames' locals let go: an exception and its traceback's frames
+    form a cycle only the collector frees, and those frames hold the request's body (raw and
+    parsed, up to the request cap each); 16 invalid 32 MiB bodies held the server 600 MiB
+    larger until a collection came."""
+    async def releasing(request: Request, exc: Exception) -> JSONResponse:
+        try:
+            return await handler(request, exc)
+        finally:
+            traceback.clear_frames(exc.__traceback__)
+            if isinstance(exc, RequestValidationError):
+                exc.body = None  # FastAPI keeps the parsed body on the error too
+
+    return releasing
 
 
 def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:

@@ -6,19 +6,29 @@ connections only server-wide; so a client that opens many connections and sends 
 bytes now and then holds file descriptors and memory forever. Here a request's line and headers
 must arrive within `header_timeout_s` of its first byte (or of the connection's opening, or of
 the previous response), else 408 and the connection is closed; its body within `body_timeout_s`
-of its headers, else the connection is closed; and one client address holds at most
-`max_per_client` connections at once (more are answered 503 and closed).
+of its headers, else the connection is closed.
+
+One client address holds at most `max_per_client` connections that have not yet made an
+authenticated request (a key's owner may share the address with strangers: NAT, a proxy,
+loopback). At the cap, a new connection evicts that address's oldest connection still waiting
+for a request's headers; only if none waits is the new one refused (503). So a client that
+holds connections with half-sent headers only churns its own, and a keyed client, which sends
+its request as it connects, gets in; once authenticated, a connection no longer counts (each
+costs its key a request of its per-minute rate, and idles out with keep-alive's timeout).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections import Counter
+from collections import defaultdict
 from typing import Any
 
 import h11
+from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from .limits import TRUST_KEY
 
 
 def _raw_response(status: str, message: str) -> bytes:
@@ -32,7 +42,8 @@ def guarded_protocol(header_timeout_s: float, body_timeout_s: float,
                      max_per_client: int) -> type[H11Protocol]:
     """An h11 protocol class for `uvicorn.Config(http=...)`, one per server: its connection
     counts are shared by the connections of that server only."""
-    open_by_client: Counter[str] = Counter()
+    # Per address, its connections not yet authenticated, oldest first (dicts keep order).
+    anonymous: defaultdict[str, dict[Guarded, None]] = defaultdict(dict)
 
     class Guarded(H11Protocol):
         _timer: asyncio.TimerHandle | None = None
@@ -42,25 +53,37 @@ def guarded_protocol(header_timeout_s: float, body_timeout_s: float,
             super().connection_made(transport)
             host = self.client[0] if self.client else None
             if host is not None and max_per_client:
-                if open_by_client[host] >= max_per_client:
+                waiting = anonymous[host]
+                if len(waiting) >= max_per_client and not _evict_one(waiting):
                     self.transport.write(_raw_response(
                         "503 Service Unavailable",
-                        f"this client already has {max_per_client} connections open (execbox "
-                        "serve --max-connections-per-client); reuse one"))
+                        f"this client already has {max_per_client} connections open that "
+                        "have not authenticated (execbox serve --max-connections-per-client); "
+                        "reuse one"))
                     self.transport.close()
                     return
-                open_by_client[host] += 1
+                waiting[self] = None
                 self._counted = host
+                self.app = _marked(self.app, self._trusted)
             self._arm(header_timeout_s, self._headers_late)
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
-            if self._counted is not None:
-                open_by_client[self._counted] -= 1
-                if not open_by_client[self._counted]:
-                    del open_by_client[self._counted]
-                self._counted = None
+            self._trusted()
             super().connection_lost(exc)
+
+        def _trusted(self) -> None:
+            """An authenticated request came (or the connection ended): stop counting it."""
+            if self._counted is not None:
+                waiting = anonymous[self._counted]
+                waiting.pop(self, None)
+                if not waiting:
+                    del anonymous[self._counted]
+                self._counted = None
+
+        def waiting_for_headers(self) -> bool:
+            return self.conn.their_state is h11.IDLE and not self.transport.is_closing() and (
+                self.cycle is None or self.cycle.response_complete)
 
         def data_received(self, data: bytes) -> None:
             before = self.conn.their_state
@@ -102,3 +125,25 @@ def guarded_protocol(header_timeout_s: float, body_timeout_s: float,
                 self.transport.close()  # the app sees a disconnect; no answer can be framed
 
     return Guarded
+
+
+def _evict_one(waiting: dict[Any, None]) -> bool:
+    """Close the oldest of `waiting` still waiting for a request's headers; False if none."""
+    for conn in waiting:
+        if conn.waiting_for_headers():
+            conn.transport.write(_raw_response(
+                "503 Service Unavailable", "closed for a newer connection from the same "
+                "address: it has too many that have not sent a request"))
+            conn.transport.close()
+            conn._trusted()  # noqa: SLF001 - no longer counted: it is closing
+            return True
+    return False
+
+
+def _marked(app: ASGIApp, trusted: Any) -> ASGIApp:
+    """`app`, with the connection's callback for `limits.Admission` in each request's scope."""
+    async def marked(scope: Scope, receive: Receive, send: Send) -> None:
+        scope[TRUST_KEY] = trusted
+        await app(scope, receive, send)
+
+    return marked

@@ -48,7 +48,7 @@ class _Run:
         self.cache, self.secrets = body.cache, body.secrets
         bound = spool.result_bound(self.request.limits,
                                    state.executor.profiles.get(self.request.profile))
-        self.release_quota = state.quotas.admit(tenant)
+        self.release_quota = state.quotas.hold(tenant)
         try:
             self.reservation = state.results.reserve(bound, tenant.name)
             self.directory: Path | None = state.spool.new_dir()
@@ -136,7 +136,7 @@ def _owned_record(state: State, tenant: Caller, run_id: str) -> RunRecord:
 @router.get("/{run_id}", response_model=RunRecord, responses=documented(401, 404, 422, 429),
             summary="The stored record of a run")
 async def get_run(run_id: RunId, state: State, tenant: Caller) -> Response:
-    release = state.quotas.admit(tenant)
+    release = state.quotas.hold(tenant)
     try:
         record = await state.blocking(lambda: _owned_record(state, tenant, run_id))
     finally:
@@ -164,7 +164,7 @@ async def get_artifact(run_id: RunId, path: str, state: State, tenant: Caller) -
                            "records' cap are served once, within the server's artifact TTL)")
         return data, mime
 
-    release = state.quotas.admit(tenant)  # held until the last byte is sent
+    release = state.quotas.hold(tenant)  # held until the last byte is sent
     try:
         found = await state.blocking(load)
     except BaseException:

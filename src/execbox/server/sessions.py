@@ -84,7 +84,7 @@ def _within_policy(state: State, body: SessionBody) -> None:
 async def create_session(body: SessionBody, state: State, tenant: Caller) -> SessionInfo:
     executor = state.executor
     _within_policy(state, body)
-    release = state.quotas.admit(tenant)
+    release = state.quotas.hold(tenant)
     try:
         state.sessions.reserve(tenant, await state.blocking(state.shares))
         session = None
@@ -111,7 +111,7 @@ async def get_session(session_id: SessionId, state: State, tenant: Caller) -> Se
                responses=documented(401, 404, 422, 429), summary="Close a session")
 async def close_session(session_id: SessionId, state: State, tenant: Caller) -> SessionInfo:
     session = state.sessions.get(tenant, session_id)
-    release = state.quotas.admit(tenant)
+    release = state.quotas.hold(tenant)
     try:
         # A cell still running is cut short at once, so this waits for no one.
         await state.blocking(session.close)
@@ -123,7 +123,7 @@ async def close_session(session_id: SessionId, state: State, tenant: Caller) -> 
 def _admit(state: State, tenant: Caller, nbytes: int) -> tuple[Reservation, Callable[[], None]]:
     """One of the key's requests in flight and `nbytes` of the result budget, or the refusal
     of either (raised, nothing held); with the function that gives both back, once."""
-    release_quota = state.quotas.admit(tenant)
+    release_quota = state.quotas.hold(tenant)
     try:
         reservation = state.results.reserve(nbytes, tenant.name)
     except BaseException:
@@ -205,7 +205,7 @@ async def stream_cell(session_id: SessionId, body: CellBody, state: State,
             summary="Files in the session's workspace")
 async def list_files(session_id: SessionId, state: State, tenant: Caller) -> list[Artifact]:
     session = state.sessions.get(tenant, session_id)
-    release = state.quotas.admit(tenant)
+    release = state.quotas.hold(tenant)
     try:
         files: list[Artifact] = await state.on_session(session_id, session.files.list,
                                                        cell=False)
@@ -220,7 +220,7 @@ async def write_file(session_id: SessionId, path: str, state: State, tenant: Cal
                      data: Annotated[bytes, Body(media_type="application/octet-stream")]
                      ) -> Artifact:
     session = state.sessions.get(tenant, session_id)
-    release = state.quotas.admit(tenant)
+    release = state.quotas.hold(tenant)
     try:
         artifact: Artifact = await state.on_session(
             session_id, lambda: session.files.write(path, data), cell=False)
@@ -263,7 +263,7 @@ async def read_file(session_id: SessionId, path: str, state: State, tenant: Call
 async def remove_file(session_id: SessionId, path: str, state: State, tenant: Caller
                       ) -> Response:
     session = state.sessions.get(tenant, session_id)
-    release = state.quotas.admit(tenant)
+    release = state.quotas.hold(tenant)
     try:
         await state.on_session(session_id, lambda: session.files.remove(path), cell=False)
     finally:

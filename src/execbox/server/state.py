@@ -20,7 +20,7 @@ from . import malloc
 from .auth import KeyStore, Tenant
 from .errors import ApiError
 from .metrics import Metrics
-from .quotas import Quotas
+from .quotas import BodyBudget, Quotas
 from .spool import ResultBudget, Spool
 from .sse import Buffered
 
@@ -64,6 +64,9 @@ class Settings:
     """Require `Authorization: Bearer KEY`; without it every caller is the tenant 'local'."""
     max_request_bytes: int = 32 << 20
     """Largest request body accepted; bigger ones get a 413."""
+    request_bodies_bytes: int | None = None
+    """Request-body bytes all requests in flight may hold, server-wide (one key: half); past
+    it, 503. None: 8 times `max_request_bytes`."""
     max_inflight_runs: int = 64
     """Runs and cells the server hands to the executor at once (worker threads)."""
     docs: bool = False
@@ -216,6 +219,11 @@ class ServerState:
         self.run_limiter = anyio.CapacityLimiter(settings.max_inflight_runs)
         self.auth_limiter = anyio.CapacityLimiter(AUTH_THREADS)
         self.streams = Buffered()
+        bodies = settings.request_bodies_bytes or 8 * settings.max_request_bytes
+        if bodies // 2 < settings.max_request_bytes:
+            raise ValueError("request_bodies_bytes must be at least twice max_request_bytes "
+                             "(one key may hold half of it)")
+        self.bodies = BodyBudget(bodies, bodies // 2)
         malloc.return_big_blocks()
         self.results = ResultBudget(settings.max_result_bytes, settings.tenant_result_bytes
                                     or settings.max_result_bytes // 2)
