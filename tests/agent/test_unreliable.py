@@ -150,6 +150,22 @@ def test_a_computed_value_needs_code_even_without_files(asker: AskFn) -> None:
     assert "asks for a computed value ('17 * 23')" in asked.prompts("plan")[1]
 
 
+@pytest.mark.parametrize(("question", "reason"), [
+    ("What is seventeen times twenty-three?", "computed value ('seventeen times twenty-three')"),
+    ("What is the population of the largest city of France, summed with the second largest?",
+     "computed value ('summed with')"),
+    ("Sum the units column of the table below:\nregion,units\nnorth,5\nsouth,3",
+     "the question holds data"),
+])
+def test_a_computed_value_in_words_or_on_pasted_data_needs_code(
+        asker: AskFn, question: str, reason: str) -> None:
+    lazy = {"needs_code": False, "answer": "It is 401."}
+    asked = asker(question, {"plan": [lazy, lazy]})
+    assert asked.answer.status == "failed" and "401" not in asked.answer.answer
+    assert asked.answer.failure is not None and asked.answer.failure.kind == "no_evidence"
+    assert reason in asked.prompts("plan")[1]
+
+
 def test_a_general_knowledge_answer_carries_evidence_none(asker: AskFn) -> None:
     asked = asker("What is the difference between a list and a tuple?", {
         "plan": [{"needs_code": False, "answer": "A list is mutable; a tuple is not."}]})
