@@ -113,6 +113,24 @@ def test_an_answer_that_keeps_contradicting_the_output_fails_with_the_result(
     assert asked.stages == ["plan", "generate", "answer", "answer", "answer"]
 
 
+@pytest.mark.parametrize("lie", [
+    "The code printed 6, but the correct sum is seven.",
+    "The result is 6 + 1.",
+    "The sum is 6, about 10.",
+    "The sum is more than 6.",
+    "The result is 6, confirmed.",
+    "The result is 6, all assertions passed.",
+])
+def test_a_false_claim_in_other_words_is_not_answered(asker: AskFn, lie: str) -> None:
+    """Issue 37: with an approving reviewer, only the grounding check stands in the way."""
+    asked = asker("What is 3 + 1 + 2?", {
+        "plan": [plan("the sum")], "generate": [program(SUM_CODE)], "verify": [approve] * 3,
+        "answer": [says(lie)] * 3})
+    answer = asked.answer
+    assert answer.status == "failed" and answer.failure is not None
+    assert answer.failure.kind == "ungrounded"
+
+
 def test_a_lazy_plan_on_a_data_question_is_sent_back_and_then_runs(asker: AskFn) -> None:
     """Reproduction 2, corrected: a made-up total with no run is not an answer."""
     asked = asker("What is the total of the units column in sales.csv?", {
