@@ -570,6 +570,14 @@ def test_deep_expressions_do_not_break_the_analysis(shipped: dict[str, Profile])
     ("from pathlib import Path\nPath('a.txt').rename('/etc/a.txt')\n", 2),
     ("import os\nos.mkdir('/data')\n", 2),
     ("import os\nos.remove(b'/etc/passwd')\n", 2),
+    ("import os\nos.mknod('/etc/f')\n", 2),
+    ("import os\nos.utime('/etc/x')\n", 2),
+    ("import os\nos.setxattr('/etc/x', 'user.a', b'1')\n", 2),
+    ("import os\nos.open('/etc/x', 577)\n", 2),
+    ("import os\nos.open('/etc/x', os.O_RDONLY | 64)\n", 2),
+    ("import logging\nlogging.FileHandler('/etc/log')\n", 2),
+    ("import logging\nlogging.basicConfig(filename='/etc/log')\n", 2),
+    ("import os\nos.chdir('/etc')\nopen('x', 'w')\n", 2),
 ])
 def test_constant_writes_outside_the_workspace_are_denied_when_the_profile_says_so(
         shipped: dict[str, Profile], src: str, line: int) -> None:
@@ -600,6 +608,10 @@ def test_constant_writes_outside_the_workspace_are_denied_when_the_profile_says_
     "from pathlib import Path\nPath('/etc/hosts').open()\n",
     "from pathlib import Path\nPath(base).write_text('x')\n",
     "import os\nos.mkdir('plots')\n",
+    "import os\nos.open('/etc/hosts', 0)\n",
+    "import os\nos.chdir('/tmp')\n",
+    "import logging\nlogging.basicConfig(level=10)\n",
+    "import logging\nlogging.FileHandler('run.log')\n",
 ])
 def test_reads_workspace_writes_and_unknown_paths_are_not_flagged(
         shipped: dict[str, Profile], src: str) -> None:

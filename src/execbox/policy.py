@@ -73,6 +73,8 @@ _BUILTINS = frozenset(dir(builtins))
 _OPEN_FUNCS = frozenset({"builtins.open", "io.open", "codecs.open", "io.FileIO"})
 # os.open writes at its path when its flags name one of these.
 _WRITE_FLAGS = frozenset({"os.O_WRONLY", "os.O_RDWR", "os.O_CREAT", "os.O_APPEND", "os.O_TRUNC"})
+# The same flags as a number (`os.open(p, 577)`): their bits on Linux.
+_WRITE_FLAG_BITS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 _PATH_TYPES = frozenset({"pathlib.Path", "pathlib.PosixPath"})
 # pathlib methods that change the file system at the receiver's path. `open` depends on its mode;
 # rename/replace also write at their first argument.
@@ -84,7 +86,13 @@ _WRITE_FUNCS: dict[str, tuple[tuple[int, str], ...]] = {
     "os.mkdir": ((0, "path"),), "os.makedirs": ((0, "name"),), "os.remove": ((0, "path"),),
     "os.unlink": ((0, "path"),), "os.rmdir": ((0, "path"),), "os.removedirs": ((0, "name"),),
     "os.truncate": ((0, "path"),), "os.chmod": ((0, "path"),), "os.chown": ((0, "path"),),
-    "os.mkfifo": ((0, "path"),), "os.rename": ((0, "src"), (1, "dst")),
+    "os.mkfifo": ((0, "path"),), "os.mknod": ((0, "path"),), "os.utime": ((0, "path"),),
+    "os.setxattr": ((0, "path"),), "os.removexattr": ((0, "path"),),
+    "os.lchown": ((0, "path"),), "os.lchmod": ((0, "path"),),
+    # A working directory outside makes every later relative write land outside.
+    "os.chdir": ((0, "path"),),
+    "logging.FileHandler": ((0, "filename"),), "logging.basicConfig": ((-1, "filename"),),
+    "os.rename": ((0, "src"), (1, "dst")),
     "os.replace": ((0, "src"), (1, "dst")), "os.symlink": ((1, "dst"),), "os.link": ((1, "dst"),),
     "shutil.rmtree": ((0, "path"),), "shutil.copy": ((1, "dst"),), "shutil.copy2": ((1, "dst"),),
     "shutil.copyfile": ((1, "dst"),), "shutil.copytree": ((1, "dst"),),
@@ -938,10 +946,13 @@ class _Analysis:
         if "os.open" in funcs:
             flags = _argument(call, 1, "flags")
             named = set()
+            bits = 0
             for node in _nodes(flags) if flags is not None else ():
                 if isinstance(node, ast.Attribute | ast.Name):
                     named |= self.qualnames(node, 0)
-            if named & _WRITE_FLAGS:
+                elif isinstance(node, ast.Constant) and type(node.value) is int:
+                    bits |= node.value
+            if named & _WRITE_FLAGS or bits & _WRITE_FLAG_BITS:
                 paths += self.constant_paths([_argument(call, 0, "path")])
         for func in funcs:
             positions = _WRITE_FUNCS.get(func, ())
@@ -1190,8 +1201,9 @@ def _const_str(node: ast.expr | None) -> str | None:
 
 
 def _argument(call: ast.Call, position: int, keyword: str) -> ast.expr | None:
-    """The argument at `position`, or the keyword argument `keyword`, if given."""
-    if len(call.args) > position and not any(isinstance(a, ast.Starred)
+    """The argument at `position` (none when negative: keyword-only), or the keyword argument
+    `keyword`, if given."""
+    if 0 <= position < len(call.args) and not any(isinstance(a, ast.Starred)
                                              for a in call.args[:position + 1]):
         return call.args[position]
     for kw in call.keywords:

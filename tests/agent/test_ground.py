@@ -46,7 +46,7 @@ def test_a_number_the_output_shows_cites_its_run_and_line() -> None:
     ("2.5M people.", 2_497_312),
     ("The share is 45%.", 0.4512),
     ("The share is 45.1%.", 0.4512),
-    ("The share is 45.12 percent.", 45.12),
+    ("The share is 45.12 percent.", 0.4512),
     ("The rate is 1.2e-5.", 1.2e-05),
     ("The rate is 1.2 × 10^-5.", 1.2e-05),
     ("The change is -3.5.", -3.5),
@@ -173,3 +173,53 @@ def test_a_written_table_is_summarized_by_its_columns_and_rows() -> None:
     assert bad("people_clean.csv has 5 rows.", artifacts=[art]) == ["5"]
     # Its values are not evidence: only what was printed is.
     assert bad("Bob lives in 'Berlin'.", artifacts=[art]) == ["Berlin"]
+
+
+# -- issue 37: false claims the check let through -----------------------------------------------
+
+@pytest.mark.parametrize(("answer", "result", "stdout"), [
+    ("The code printed 6, but the correct sum is seven.", 6, "sum 6\n"),  # number in words
+    ("The result is 6 + 1.", 6, "sum 6\n"),  # an operation claims its value (7)
+    ("The share of heads is 0.5%.", 0.5, ""),  # a ratio is not a percentage of itself
+    ("Not a loss at all: the profit was 6.", -6, "profit -6\n"),  # the words deny the sign
+    ("The revenue is 1 million dollars.", 1_999_999, ""),  # truncated, not rounded
+    ("The sum is 6, about 10.", 6, ""),  # rounds to one digit, but off by two thirds
+    ("The sum is more than 6.", 6, ""),  # a strict bound excludes the number itself
+])
+def test_false_claims_past_words_operations_percent_sign_and_bounds(
+        answer: str, result: Any, stdout: str) -> None:
+    assert bad(answer, result=result, stdout=stdout,
+               question="What is 3 + 1 + 2, in dollars?") != []
+
+
+@pytest.mark.parametrize(("answer", "result", "stdout"), [
+    ("The sum is six.", 6, ""),
+    ("The product is twenty-three times seventeen, 391.", 391, ""),
+    ("3 + 1 + 2 = 6.", 6, ""),
+    ("The sum of 3 + 1 + 2 is 6.", 6, ""),
+    ("The share is 50%.", 0.5, ""),
+    ("The share is 45.12%.", 45.12, "share 45.12%\n"),
+    ("Sales fell by 6.", -6, ""),
+    ("A loss of 6.", -6, ""),
+    ("The revenue is 2 million dollars.", 1_999_999, ""),
+    ("About 10 items.", 9.7, ""),
+    ("About 0.3 of them.", 0.33, ""),
+    ("At least 6.", 6, ""),
+    ("More than 5.", 6, ""),
+])
+def test_true_claims_in_words_operations_percent_sign_and_bounds_hold(
+        answer: str, result: Any, stdout: str) -> None:
+    assert bad(answer, result=result, stdout=stdout,
+               question="What are 3 + 1 + 2 and twenty-three times seventeen, in dollars?") == []
+
+
+@pytest.mark.parametrize("claim", ["confirmed", "checked twice", "all assertions passed",
+                                   "proven correct", "re-checked by hand", "certified",
+                                   "validated", "tested", "double-checked"])
+def test_verification_in_other_words_needs_a_check_that_passed(claim: str) -> None:
+    assert bad(f"The result is 6, {claim}.", result=6) != []
+    invariant = Verdict(check="invariant", passed=True, detail="sum is positive")
+    tests = Verdict(check="tests", passed=True, detail="3 tests")
+    cross = Verdict(check="cross_check", passed=True, detail="agrees")
+    assert bad(f"The result is 6, {claim}.", result=6,
+               verdicts=[invariant, tests, cross]) == []

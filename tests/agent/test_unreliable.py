@@ -113,6 +113,24 @@ def test_an_answer_that_keeps_contradicting_the_output_fails_with_the_result(
     assert asked.stages == ["plan", "generate", "answer", "answer", "answer"]
 
 
+@pytest.mark.parametrize("lie", [
+    "The code printed 6, but the correct sum is seven.",
+    "The result is 6 + 1.",
+    "The sum is 6, about 10.",
+    "The sum is more than 6.",
+    "The result is 6, confirmed.",
+    "The result is 6, all assertions passed.",
+])
+def test_a_false_claim_in_other_words_is_not_answered(asker: AskFn, lie: str) -> None:
+    """Issue 37: with an approving reviewer, only the grounding check stands in the way."""
+    asked = asker("What is 3 + 1 + 2?", {
+        "plan": [plan("the sum")], "generate": [program(SUM_CODE)], "verify": [approve] * 3,
+        "answer": [says(lie)] * 3})
+    answer = asked.answer
+    assert answer.status == "failed" and answer.failure is not None
+    assert answer.failure.kind == "ungrounded"
+
+
 def test_a_lazy_plan_on_a_data_question_is_sent_back_and_then_runs(asker: AskFn) -> None:
     """Reproduction 2, corrected: a made-up total with no run is not an answer."""
     asked = asker("What is the total of the units column in sales.csv?", {
@@ -148,6 +166,22 @@ def test_a_computed_value_needs_code_even_without_files(asker: AskFn) -> None:
     assert asked.answer.status == "failed"
     assert asked.answer.failure is not None and asked.answer.failure.kind == "no_evidence"
     assert "asks for a computed value ('17 * 23')" in asked.prompts("plan")[1]
+
+
+@pytest.mark.parametrize(("question", "reason"), [
+    ("What is seventeen times twenty-three?", "computed value ('seventeen times twenty-three')"),
+    ("What is the population of the largest city of France, summed with the second largest?",
+     "computed value ('summed with')"),
+    ("Sum the units column of the table below:\nregion,units\nnorth,5\nsouth,3",
+     "the question holds data"),
+])
+def test_a_computed_value_in_words_or_on_pasted_data_needs_code(
+        asker: AskFn, question: str, reason: str) -> None:
+    lazy = {"needs_code": False, "answer": "It is 401."}
+    asked = asker(question, {"plan": [lazy, lazy]})
+    assert asked.answer.status == "failed" and "401" not in asked.answer.answer
+    assert asked.answer.failure is not None and asked.answer.failure.kind == "no_evidence"
+    assert reason in asked.prompts("plan")[1]
 
 
 def test_a_general_knowledge_answer_carries_evidence_none(asker: AskFn) -> None:

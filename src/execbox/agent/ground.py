@@ -34,6 +34,7 @@ from .values import (
     mentions_unit,
     numbers_in,
     parse_number,
+    word_numbers,
 )
 
 # -- claims about numbers ----------------------------------------------------------------------
@@ -43,9 +44,20 @@ _APPROX = re.compile(r"(?:about|approximately|approx\.?|roughly|around|nearly|al
 _ABOVE = re.compile(r"(?:over|more than|above|at least|exceeds?|exceeding|upwards of|>=?|"
                     r"\u2265)\s*$", re.I)
 _BELOW = re.compile(r"(?:under|less than|below|fewer than|at most|up to|<=?|\u2264)\s*$", re.I)
+# Bounds that include the number itself: "at least 6" holds for 6, "more than 6" does not.
+_INCLUSIVE = re.compile(r"(?:at least|at most|up to|upwards of|>=|<=|\u2265|\u2264)\s*$", re.I)
+# "about 10" may be off by the stated rounding but no more than this share of it.
+_APPROX_SHARE = 0.05
 _FRACTION = re.compile(r"(?<![\w./])(\d+)/(\d+)(?![\w/])")
 _DOWN = re.compile(r"\b(?:decreas\w*|declin\w*|drop\w*|fell|fall\w*|down|lower|loss|lost|"
                    r"negative|minus|below|deficit|shr[aiu]nk\w*|reduc\w*)\b", re.I)
+_NEGATED_DOWN = re.compile(r"\b(?:not|no|never|without|n't)\s+(?:\w+\s+){0,2}?(?:a\s+|an\s+)?"
+                           + _DOWN.pattern[:-2].removeprefix(r"\b"), re.I)
+# An operation on stated values ("6 + 1"): the answer claims its value unless it states it.
+_OPERATION = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)((?:\s*[+*\u00d7]\s*|\s[-\u2212/]\s)"
+                        r"\d+(?:\.\d+)?)+(?![\w^]|\.\d)"
+                        r"(?!\s*(?:=|[-+*/\u00d7\u2212]\s*\d))")
+_OPERAND = re.compile(r"\s*([+*\u00d7\-\u2212/])\s*(\d+(?:\.\d+)?)")
 # A number after these words is a position, not a value: "line 3", "step 2", "#1".
 _POSITION = re.compile(r"(?:\bline|\blines|\bstep|\bcell|\battempt|\bitem|\bpage|\brank|"
                        r"\bversion|\bpython|\bno\.|#)\s*$", re.I)
@@ -65,13 +77,16 @@ class Num:
     bound: str  # "exact", "approx", "above", "below"
     unit: str | None
     factors: tuple[float, ...] = (1.0,)  # "12 KB" is 12 times 1000 or 1024 bytes
+    strict: bool = False  # "more than": the number itself is outside the bound
+    truncatable: bool = False  # decimals without a magnitude: "3.1415" for 3.14159
 
     def candidates(self) -> Iterator[tuple[float, float]]:
         """The values it may mean, each with the step of its last stated digit."""
         for factor in self.factors:
-            yield self.value * factor, self.step * factor
             if self.percent:
                 yield self.value * factor / 100, self.step * factor / 100
+            else:
+                yield self.value * factor, self.step * factor
 
 
 # -- quotes and verification claims -------------------------------------------------------------
@@ -88,8 +103,9 @@ _VERIFICATION = [
                                r"\bbrute[- ]force\b", re.I)),
     ("invariant", re.compile(r"\binvariants?\b|\bsanity[- ]check\w*", re.I)),
     ("schema", re.compile(r"\bschema\b", re.I)),
-    ("any", re.compile(r"\bverified\b|\bvalidated\b|\bverification\b|\bconfirmed by\b|"
-                       r"\bchecked (?:by|against)\b", re.I)),
+    ("any", re.compile(r"\bverified\b|\bvalidated\b|\bverification\b|\bconfirm(?:ed|s)\b|"
+                       r"\bchecked\b|\bassertions?\b|\bprove[nd]\b|\bcertifi\w*|"
+                       r"\bguaranteed\b|\baudited\b", re.I)),
 ]
 _REAL_CHECKS = ("invariant", "cross_check", "tests", "schema")
 TABLE_SUMMARY_BYTES = 1 << 20  # larger text artifacts are summarized by name and size only
@@ -228,6 +244,10 @@ def check(answer: str, evidence: Evidence, context: Context, verdicts: Iterable[
         claims.append(_fraction_claim(match, evidence))
         mask(match.start(), match.end())
     question_numbers = [v for v, _ in numbers_in(mask_dates(context.question))]
+    question_numbers += [v for v, _ in word_numbers(context.question)]
+    for match in list(_OPERATION.finditer(masked)):
+        claims.append(_operation_claim(match, evidence, question_numbers))
+        mask(match.start(), match.end())
     nums = list(_claimed_numbers(masked))
     for num in nums:
         claims.append(_number_claim(num, evidence, question_numbers))
@@ -245,6 +265,35 @@ def problems(claims: Iterable[Claim]) -> list[str]:
     return [f"{c.kind} {c.text!r}: {c.detail}" for c in claims if not c.grounded]
 
 
+def _operation_claim(match: re.Match[str], evidence: Evidence,
+                     question_numbers: list[float]) -> Claim:
+    """'6 + 1' unanswered by '= 7' claims 7: its value must be grounded like a number."""
+    value = _evaluate(float(match[1]), _OPERAND.findall(match[0][len(match[1]):]))
+    num = Num(match[0], value if value is not None else math.nan, 0.0, False, False, "exact",
+              None)
+    claim = _number_claim(num, evidence, question_numbers)
+    if not claim.grounded:
+        claim = claim.model_copy(update={"detail": f"{match[0]} is {value:g}, which "
+                                         + (claim.detail or "no output shows")})
+    return claim
+
+
+def _evaluate(first: float, operations: list[tuple[str, str]]) -> float | None:
+    """The value of `first op n op n ...` with * and / before + and -."""
+    terms = [first]
+    for op, text in operations:
+        n = float(text)
+        if op in "*\u00d7":
+            terms[-1] *= n
+        elif op == "/":
+            if n == 0:
+                return None
+            terms[-1] /= n
+        else:
+            terms.append(-n if op in "-\u2212" else n)
+    return sum(terms)
+
+
 def _claimed_numbers(text: str) -> Iterator[Num]:
     for match in NUMBER.finditer(text):
         after = text[match.end():]
@@ -255,42 +304,69 @@ def _claimed_numbers(text: str) -> Iterator[Num]:
             continue  # "line 3", "2 decimal places", "COVID-19"
         bound = ("approx" if _APPROX.search(before) else "above" if _ABOVE.search(before)
                  else "below" if _BELOW.search(before) else "exact")
+        strict = bound in ("above", "below") and not _INCLUSIVE.search(before)
         value, step, percent = parse_number(match, rounded=bound != "exact")
         unit_match = UNIT_AFTER.match(after) if not percent else None
         unit = CURRENCY[match["cur"]] if match["cur"] else (
             unit_match[1] if unit_match else None)
         end = match.end() + (unit_match.end() if unit_match else 0)
-        signed = bool(match["sign"]) or bool(_DOWN.search(text[max(0, match.start() - 40):
-                                                                 match.start()]))
+        near = text[max(0, match.start() - 40):match.start()]
+        # "fell by 3" states -3; "not a loss: 3" states no direction at all.
+        signed = bool(match["sign"]) or (bool(_DOWN.search(near))
+                                         and not _NEGATED_DOWN.search(near))
         factors = BYTE_FACTORS.get(unit_match[1].lower(), (1.0,)) if unit_match else (1.0,)
+        truncatable = "." in match["num"] and not (match["mag1"] or match["mag2"])
         yield Num(text[match.start():end].strip(), value, step, percent, signed, bound, unit,
-                  factors)
+                  factors, strict, truncatable)
+    for value, match in word_numbers(text):
+        before = text[max(0, match.start() - 30):match.start()]
+        if _POSITION.search(before):
+            continue
+        yield Num(match[0], value, 1.0, False, False, "exact", None)
 
 
-def _close(num: Num, fact: float) -> bool:
-    # "fell by 3.5" states -3.5 as a size: the sign is in the words, not the number.
+def _close(num: Num, fact: float, where: str = "") -> bool:
+    # "fell by 3.5" states -3.5 as a size: the sign is in the words, not the number; a
+    # negative fact is met only when the words say so (0 < -6 is no "profit of 6").
     targets = (fact, -fact) if num.signed and num.value >= 0 else (fact,)
-    return any(_within(num.bound, value, step, target)
-               for value, step in num.candidates() for target in targets)
-
-
-def _within(bound: str, value: float, step: float, fact: float) -> bool:
-    tiny = 1e-9 * max(1.0, abs(value))
-    if bound == "above":
-        return value - tiny <= fact <= value + max(step, 0.5 * abs(value)) + tiny
-    if bound == "below":
-        return value - max(step, 0.5 * abs(value)) - tiny <= fact <= value + tiny
-    if abs(fact - value) <= step / 2 + tiny:
+    if any(_within(num, value, step, target)
+           for value, step in num.candidates() for target in targets):
         return True
+    # "50%" for a printed 50 only when the output itself speaks of a percentage.
+    return num.percent and re.search(r"%|percent|pct", where, re.I) is not None and any(
+        _within(num, num.value * f, num.step * f, target) for f in num.factors
+        for target in targets)
+
+
+def _within(num: Num, value: float, step: float, fact: float) -> bool:
+    tiny = 1e-9 * max(1.0, abs(value))
+    if num.bound == "above":
+        low = value + tiny if num.strict else value - tiny
+        return low <= fact <= value + max(step, 0.5 * abs(value)) + tiny
+    if num.bound == "below":
+        high = value - tiny if num.strict else value + tiny
+        return value - max(step, 0.5 * abs(value)) - tiny <= fact <= high
+    if abs(fact - value) <= step / 2 + tiny:
+        # "about 10" rounds 6 to one digit, but is not a fair word for it.
+        return num.bound != "approx" or abs(fact - value) <= _APPROX_SHARE * abs(value) + tiny \
+            or abs(fact - value) <= _stated_step(num, step) / 2 + tiny
     # Truncated rather than rounded ("3.1415" for 3.14159): the stated digits are the fact's.
-    return bound == "exact" and step > 0 and abs(math.trunc(fact / step) * step - value) <= tiny
+    return num.bound == "exact" and num.truncatable and step > 0 \
+        and abs(math.trunc(fact / step) * step - value) <= tiny
+
+
+def _stated_step(num: Num, step: float) -> float:
+    """The step of the last written digit, trailing zeros included ("10" -> 1)."""
+    digits = re.sub(r"[^\d.]", "", num.text.split("e")[0].split("E")[0])
+    zeros = len(digits) - len(digits.rstrip("0")) if "." not in digits else 0
+    return step / 10.0 ** zeros
 
 
 def _number_claim(num: Num, evidence: Evidence, question_numbers: list[float]) -> Claim:
     if any(math.isclose(value, q) for value, _ in num.candidates() for q in question_numbers):
         return Claim(text=num.text, kind="number", grounded=True, source="the question")
     for fact in evidence.numbers:
-        if _close(num, fact.value):
+        if _close(num, fact.value, fact.where):
             return Claim(text=num.text, kind="number", grounded=True, run_id=fact.run_id,
                          source=fact.where)
     nearest = min(evidence.numbers, key=lambda f: abs(f.value - num.value), default=None)

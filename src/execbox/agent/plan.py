@@ -9,6 +9,7 @@ from typing import Any
 
 from .llm import LLM
 from .models import Plan
+from .values import WORD_NUMBER
 
 INSTRUCTIONS = """\
 You plan how to answer a question by running Python code in a sandbox, when code is needed.
@@ -53,7 +54,15 @@ _COMPUTED = re.compile(
     r"\d+\s*(?:[+*^\u00d7\u00f7]|\*\*|mod\b|to the power of)\s*\(?\d+|"
     r"\d+\s+[-/%]\s+\(?\d+|"
     r"\b(?:calculate|compute|evaluate|solve|simulate|sum of|total of|average|mean of|median|"
-    r"percentile|standard deviation|variance|correlation|factorial of)\b", re.I)
+    r"percentile|standard deviation|variance|correlation|factorial of)\b|"
+    r"\b(?:summed|added|subtracted|multiplied|divided)\s+(?:with|to|by|from)\b", re.I)
+# The same in words: "seventeen times twenty-three".
+_NUM = rf"(?:\d+(?:\.\d+)?|{WORD_NUMBER.pattern})"
+_COMPUTED_IN_WORDS = re.compile(
+    rf"{_NUM}\s+(?:times|plus|minus|over|multiplied by|divided by|to the power of)\s+{_NUM}",
+    re.I)
+# Data pasted into the question: two or more lines of separated fields, some of them numbers.
+_TABLE_ROW = re.compile(r"^[^\n]*?[^\s,;|\t][ \t]*[,;|\t][^\n]*\d[^\n]*$", re.M)
 
 
 def code_required(question: str, files: Mapping[str, bytes]) -> str | None:
@@ -62,9 +71,11 @@ def code_required(question: str, files: Mapping[str, bytes]) -> str | None:
     if files:
         return f"input files are given ({', '.join(sorted(files))}): the answer must come " \
                "from reading them"
-    match = _COMPUTED.search(question)
+    match = _COMPUTED.search(question) or _COMPUTED_IN_WORDS.search(question)
     if match:
         return f"the question asks for a computed value ({match[0].strip()!r})"
+    if len(_TABLE_ROW.findall(question)) >= 2:
+        return "the question holds data (rows of values): the answer must come from reading them"
     return None
 
 

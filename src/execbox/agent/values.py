@@ -54,6 +54,38 @@ def numbers_in(text: str) -> Iterator[tuple[float, re.Match[str]]]:
             yield value / 100, match
 
 
+_UNITS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+          "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen",
+          "eighteen", "nineteen", "twenty"]
+_WORD_VALUES = {w: i for i, w in enumerate(_UNITS)} | {
+    w: 10 * i for i, w in enumerate(["thirty", "forty", "fifty", "sixty", "seventy", "eighty",
+                                     "ninety"], 3)}
+_WORD_SCALES = {"hundred": 100, "thousand": 1000, "million": 10 ** 6}
+_WORD = "|".join(sorted([*_WORD_VALUES, *_WORD_SCALES], key=len, reverse=True))
+WORD_NUMBER = re.compile(rf"\b(?:{_WORD})(?:(?:[- ]|\s+and\s+)(?:{_WORD}))*\b", re.I)
+
+
+def word_numbers(text: str) -> Iterator[tuple[float, re.Match[str]]]:
+    """Numbers spelled in words ("seven", "twenty-three", "two hundred"). A lone "one" is
+    mostly a pronoun ("the one that") and is left out; a scale word alone is not a number."""
+    for match in WORD_NUMBER.finditer(text):
+        words = re.split(r"[- ]+(?:and\s+)?", match[0].lower())
+        if words in (["one"], ["hundred"], ["thousand"], ["million"]):
+            continue
+        total = current = 0
+        for word in words:
+            if word in _WORD_SCALES:
+                scale = _WORD_SCALES[word]
+                if scale == 100:
+                    current = max(current, 1) * 100
+                else:
+                    total += max(current, 1) * scale
+                    current = 0
+            else:
+                current += _WORD_VALUES[word]
+        yield float(total + current), match
+
+
 # -- units -------------------------------------------------------------------------------------
 
 UNIT_FAMILIES: dict[str, tuple[str, ...]] = {
