@@ -148,15 +148,18 @@ def test_held_output_is_released_redacted_when_the_run_times_out(executor: Execu
     assert live == result.stdout == "done\nheld [REDACTED:secret] tail"
 
 
-def test_cached_result_is_redacted_with_the_callers_secrets(executor: Executor) -> None:
+def test_a_cache_hit_streams_its_callers_redacted_output(executor: Executor) -> None:
     secret = "cache-" + REGISTERED[0]
     code = f"print({secret!r})"
     first = executor.run(code, cache=True)
     assert secret in first.stdout  # not registered by its first caller
+    fresh = executor.run(code, cache=True, secrets=[secret])
+    assert not fresh.cached  # the secrets are part of the key: the clear result never answers
     out: list[bytes] = []
     again = executor.run(code, cache=True, secrets=[secret], on_stdout=out.append)
     assert again.cached and secret not in again.stdout
     assert b"".join(out).decode() == again.stdout == "[REDACTED:secret]\n"
+    executor.store.settle()
     record = executor.store.get(again.run_id)
     assert record is not None and secret not in record.model_dump_json()
 
