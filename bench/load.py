@@ -18,9 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -29,6 +26,7 @@ from collections.abc import Callable
 
 import httpx
 from latency import save_results, stats
+from serving import served
 
 import execbox
 from execbox.records import RunStore
@@ -165,23 +163,7 @@ def over_http(total: int, clients: int, db: str, artifact_mib: int,
               artifact_clients: int) -> dict[str, object]:
     key = KeyStore(RunStore(db).engine).create("load", max_concurrent=clients * 2,
                                                max_sessions=1, rpm=10 * total)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "execbox.cli", "serve", "--port",
-                               str(port), "--db", db, "--log-level", "warning"])
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(url + "/readyz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline or server.poll() is not None:
-                raise SystemExit("the server did not start")
-            time.sleep(0.1)
+    with served(db, "--log-level", "warning", start_s=60) as (url, server):
         remotes = [execbox.Client(url, key) for _ in range(clients)]
         last = ""
         for i in range(20):
@@ -209,12 +191,6 @@ def over_http(total: int, clients: int, db: str, artifact_mib: int,
             figures["memory"] = artifact_memory(url, key, server.pid, artifact_mib,
                                                 artifact_clients)
             extra = artifact_clients
-    finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(60)
-        except subprocess.TimeoutExpired:
-            server.kill()
     # Once more with the server gone (its store closed: every queued record committed).
     figures["records_lost_after_stop"] = total + extra - (store.count() - before)
     store.close()

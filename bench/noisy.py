@@ -15,17 +15,15 @@ import json
 import multiprocessing
 import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Protocol
 
 import httpx
 from latency import save_results
+from serving import served
 
 from execbox.records import RunStore
 from execbox.server.auth import KeyStore
@@ -197,32 +195,6 @@ def summary(samples: list[float]) -> dict[str, float]:
             "failed": len(samples) - len(ordered), "n": len(samples)}
 
 
-@contextmanager
-def server(db: str, max_result_mib: int) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "execbox.cli", "serve", "--port", str(port),
-                             "--db", db, "--log-level", "error",
-                             "--max-result-mib", str(max_result_mib)])
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                if httpx.get(url + "/readyz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise SystemExit("the server did not start")
-            time.sleep(0.1)
-        yield url, proc
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--phase-s", type=float, default=8.0)
@@ -239,7 +211,8 @@ def main() -> None:
         # the default quotas.
         victim_key = keys.create("victim", rpm=1_000_000)
         forked = multiprocessing.get_context("fork")
-        with server(db, args.max_result_mib) as (url, proc):
+        with served(db, "--log-level", "error",
+                    "--max-result-mib", str(args.max_result_mib)) as (url, proc):
             victim(url, victim_key, 2.0)  # warm-up
             phases: dict[str, dict[str, float]] = {}
             for name, attack in [("quiet", None), *ATTACKS.items(), ("quiet_again", None)]:
