@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import httpx
@@ -14,6 +15,7 @@ import execbox
 from execbox.server import Settings, create_app
 from execbox.server.auth import TENANT, KeyStore
 from execbox.server.background import serving
+from execbox.server.state import ServerState
 
 MAX_REQUEST_BYTES = 256 * 1024
 _names = itertools.count()
@@ -35,6 +37,15 @@ class Api:
     def http(self, key: str | None) -> httpx.Client:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         return httpx.Client(base_url=self.url, headers=headers, timeout=60)
+
+
+@contextmanager
+def own_server(executor: execbox.Executor, **settings: object
+               ) -> Iterator[tuple[str, ServerState]]:
+    """A server of its own with these `Settings`, over `executor`: (url, its state)."""
+    app = create_app(executor, Settings(**settings))  # type: ignore[arg-type]
+    with serving(app) as url:
+        yield url, app.state.execbox
 
 
 @pytest.fixture(scope="session")

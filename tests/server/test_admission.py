@@ -9,27 +9,13 @@ from __future__ import annotations
 import gc
 import socket
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 
 import httpx
-from conftest import Api
-
-import execbox
-from execbox.server import Settings, create_app
-from execbox.server.background import serving
-from execbox.server.state import ServerState
+from conftest import Api, own_server
+from probes import wait_until
 
 MIB = 1 << 20
 UNKNOWN = "0123456789abcdef0123456789abcdef"
-
-
-@contextmanager
-def _server(executor: execbox.Executor, **settings: object
-            ) -> Iterator[tuple[str, ServerState]]:
-    app = create_app(executor, Settings(**settings))  # type: ignore[arg-type]
-    with serving(app) as url:
-        yield url, app.state.execbox
 
 
 def _connect(url: str, head: bytes = b"") -> socket.socket:
@@ -71,13 +57,6 @@ def _response(sock: socket.socket) -> bytes:
     return head
 
 
-def _wait_for(predicate: Callable[[], bool], timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
-
-
 def test_every_authenticated_request_counts_against_the_rate(api: Api) -> None:
     """422s (invalid bodies) and 404s (unknown runs and sessions) cost the server work too."""
     _, key = api.key("rate422", rpm=4)
@@ -96,7 +75,7 @@ def test_every_authenticated_request_counts_against_the_rate(api: Api) -> None:
 def test_an_unknown_key_is_refused_before_its_body_is_read(api: Api) -> None:
     """The body is never read: the 401 comes while the client still owes all of it, and the
     connection is closed (nothing of a body sent later is buffered)."""
-    with _server(api.executor, max_request_bytes=32 * MIB) as (url, _):
+    with own_server(api.executor, max_request_bytes=32 * MIB) as (url, _):
         for key in (None, "ebx_not-a-key"):
             sock = _connect(url, _head("/v1/runs", key, 30 * MIB))
             try:
@@ -112,7 +91,7 @@ def test_an_unknown_key_is_refused_before_its_body_is_read(api: Api) -> None:
 def test_request_bodies_in_flight_have_a_server_wide_budget(api: Api) -> None:
     """Two keys each stall a body at their half of the budget: a third key's small request
     and the first key's second one are refused at once (503), and served once they close."""
-    with _server(api.executor, max_request_bytes=MIB, request_bodies_bytes=2 * MIB,
+    with own_server(api.executor, max_request_bytes=MIB, request_bodies_bytes=2 * MIB,
                  body_timeout_s=60) as (url, state):
         _, first = api.key("bodies")
         _, second = api.key("bodies")
@@ -120,7 +99,7 @@ def test_request_bodies_in_flight_have_a_server_wide_budget(api: Api) -> None:
         stalled = [_connect(url, _head("/v1/runs", key, MIB) + b'{"code": "') for key in
                    (first, second)]
         try:
-            _wait_for(lambda: state.bodies.used() == 2 * MIB)
+            assert wait_until(lambda: state.bodies.used() == 2 * MIB, 30), "timed out"
             for key in (third, first):
                 with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"},
                                   timeout=30) as client:
@@ -131,7 +110,7 @@ def test_request_bodies_in_flight_have_a_server_wide_budget(api: Api) -> None:
         finally:
             for sock in stalled:
                 sock.close()
-        _wait_for(lambda: state.bodies.used() == 0)
+        assert wait_until(lambda: state.bodies.used() == 0, 30), "timed out"
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {third}"},
                           timeout=30) as client:
             assert client.put(f"/v1/sessions/{UNKNOWN}/files/a", content=b"x"
@@ -142,7 +121,7 @@ def test_a_stranger_at_the_connection_cap_does_not_lock_out_a_keyed_client(api: 
     """One address, two clients (NAT, a proxy, loopback): the stranger holds the cap's
     connections with half-sent headers; the keyed client's new connection evicts the oldest of
     them and is served, and the stranger never holds more than the cap."""
-    with _server(api.executor, max_connections_per_client=4, header_timeout_s=30) as (url, _):
+    with own_server(api.executor, max_connections_per_client=4, header_timeout_s=30) as (url, _):
         _, key = api.key("nat")
         half = b"GET /v1/runs HTTP/1.1\r\nHo"
         held = [_connect(url, half) for _ in range(4)]
@@ -165,7 +144,7 @@ def test_a_stranger_at_the_connection_cap_does_not_lock_out_a_keyed_client(api: 
 
 
 def test_authenticated_connections_do_not_count_toward_the_cap(api: Api) -> None:
-    with _server(api.executor, max_connections_per_client=2) as (url, _):
+    with own_server(api.executor, max_connections_per_client=2) as (url, _):
         _, key = api.key("trusted")
         request = (f"GET /v1/sessions/{UNKNOWN} HTTP/1.1\r\nHost: x\r\n"
                    f"Authorization: Bearer {key}\r\n\r\n").encode()
@@ -189,7 +168,7 @@ def test_authenticated_connections_do_not_count_toward_the_cap(api: Api) -> None
 
 def test_without_auth_a_full_address_is_still_refused(api: Api) -> None:
     """Connections mid-request cannot be evicted: past the cap a new one is refused."""
-    with _server(api.executor, auth=False, max_connections_per_client=2,
+    with own_server(api.executor, auth=False, max_connections_per_client=2,
                  body_timeout_s=30) as (url, _):
         held = [_connect(url, _head(f"/v1/sessions/{UNKNOWN}/files/a", None, 100) + b"x")
                 for _ in range(2)]
@@ -213,7 +192,7 @@ def test_refused_bodies_are_let_go_at_once(api: Api) -> None:
     after answering. Each failed request's frames held its body raw and parsed, in a cycle
     with the exception that only the collector (off here) frees."""
     body = b'{"code": "' + b"x" * (15 * MIB)  # not JSON: the decoder's error holds it too
-    with _server(api.executor, max_request_bytes=16 * MIB) as (url, _):
+    with own_server(api.executor, max_request_bytes=16 * MIB) as (url, _):
         _, key = api.key("invalid")
         gc.collect()
         gc.disable()

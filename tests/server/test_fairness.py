@@ -12,20 +12,20 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 from click.testing import CliRunner
-from conftest import Api
+from conftest import Api, own_server
+from probes import wait_until
 
 import execbox
 from execbox.cli import main
 from execbox.server import Settings, create_app
 from execbox.server.background import serving
-from execbox.server.state import ServerState
 
 MIB = 1 << 20
 BUSY_CELL = "import time\nprint('go', flush=True)\ntime.sleep({s})"
@@ -33,14 +33,6 @@ BUSY_CELL = "import time\nprint('go', flush=True)\ntime.sleep({s})"
 
 def _code(response: httpx.Response) -> str:
     return str(response.json()["error"]["code"])
-
-
-@contextmanager
-def _server(executor: execbox.Executor, **settings: object
-            ) -> Iterator[tuple[str, ServerState]]:
-    app = create_app(executor, Settings(**settings))  # type: ignore[arg-type]
-    with serving(app) as url:
-        yield url, app.state.execbox
 
 
 @contextmanager
@@ -94,13 +86,6 @@ def _dechunk(raw: bytes) -> bytes:
             return bytes(body)
         body += rest[:size]
         rest = rest[size + 2:]
-
-
-def _wait_for(predicate: Callable[[], bool], timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
 
 
 # ---- finding 3: a busy session holds no worker threads ------------------------------------
@@ -182,15 +167,16 @@ PRINT_16_MIB = "import sys\nfor _ in range(16384):\n    sys.stdout.write('x' * 1
 
 def test_an_unread_stream_is_bounded_and_holds_its_tenant_slot(api: Api) -> None:
     cap = 256 * 1024
-    with _server(api.executor, stream_buffer_bytes=cap) as (url, state):
+    with own_server(api.executor, stream_buffer_bytes=cap) as (url, state):
         tenant, key = api.key("unread", concurrent=1)
         body = json.dumps({"code": PRINT_16_MIB, "limits": {"output_bytes": 16 * MIB}})
-        sock = _raw_request(url, f"POST /v1/runs/stream HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                                 f"Authorization: Bearer {key}\r\nContent-Type: application/json"
-                                 f"\r\nContent-Length: {len(body)}\r\n\r\n{body}", rcvbuf=16384)
+        sock = _raw_request(url, "POST /v1/runs/stream HTTP/1.1\r\nHost: x\r\n"
+                                 f"Connection: close\r\nAuthorization: Bearer {key}\r\n"
+                                 "Content-Type: application/json\r\n"
+                                 f"Content-Length: {len(body)}\r\n\r\n{body}", rcvbuf=16384)
         try:
             # The run ends and is recorded while its client reads nothing.
-            _wait_for(lambda: state.key_store().count_runs(tenant) == 1)
+            assert wait_until(lambda: state.key_store().count_runs(tenant) == 1, 60), "timed out"
             assert state.streams.peak <= cap
             with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}) as c:
                 held = c.post("/v1/runs", json={"code": "print(1)"})
@@ -204,7 +190,7 @@ def test_an_unread_stream_is_bounded_and_holds_its_tenant_slot(api: Api) -> None
                 result = json.loads(events[-1][1].removeprefix("data: "))
                 assert len(result["stdout"]) == 16 * MIB and not result["stdout_truncated"]
                 sock.close()
-                _wait_for(lambda: state.quotas.running(tenant) == 0, 10)
+                assert wait_until(lambda: state.quotas.running(tenant) == 0, 10), "timed out"
                 assert c.post("/v1/runs", json={"code": "print(1)"}).status_code == 200
             assert state.streams.held == 0
         finally:
@@ -224,7 +210,7 @@ def test_unread_streams_hold_only_their_tenants_share_of_the_result_budget(api: 
     """One key's unread streams filled the whole result budget and every other tenant's run
     was refused; now a key holds at most its share, and each stream reserves what its result
     really costs the server (several copies of the output), not the output once."""
-    with _server(api.executor, max_result_bytes=200 * MIB, tenant_result_bytes=120 * MIB,
+    with own_server(api.executor, max_result_bytes=200 * MIB, tenant_result_bytes=120 * MIB,
                  stream_buffer_bytes=64 * 1024) as (url, state):
         attacker, key = api.key("greedy", concurrent=16)
         body = json.dumps({"code": PRINT_16_MIB.replace("16384", "4096"),
@@ -253,7 +239,7 @@ def test_unread_streams_hold_only_their_tenants_share_of_the_result_budget(api: 
         finally:
             for sock in socks:
                 sock.close()
-        _wait_for(lambda: state.results.used == 0, 30)
+        assert wait_until(lambda: state.results.used == 0, 30), "timed out"
 
 
 # ---- finding 5: sessions are shared fairly ------------------------------------------------
@@ -298,7 +284,7 @@ def test_serve_has_the_session_and_connection_options() -> None:
 # ---- finding 10: slow and greedy clients --------------------------------------------------
 
 def test_slow_headers_and_bodies_are_cut_off(api: Api) -> None:
-    with _server(api.executor, header_timeout_s=0.5, body_timeout_s=0.5) as (url, _):
+    with own_server(api.executor, header_timeout_s=0.5, body_timeout_s=0.5) as (url, _):
         half_headers = _raw_request(url, "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
         half_body = _raw_request(url, "PUT /v1/sessions/s/files/a HTTP/1.1\r\nHost: x\r\n"
                                       f"Authorization: Bearer {api.key()[1]}\r\n"
@@ -321,7 +307,7 @@ def test_slow_headers_and_bodies_are_cut_off(api: Api) -> None:
 def test_one_client_holds_a_bounded_number_of_connections(api: Api) -> None:
     """Past the cap, a new connection takes the place of the oldest one still waiting for its
     headers: the address never holds more than the cap."""
-    with _server(api.executor, max_connections_per_client=4) as (url, _):
+    with own_server(api.executor, max_connections_per_client=4) as (url, _):
         held = [_raw_request(url, "") for _ in range(4)]
         try:
             with httpx.Client(base_url=url) as probe:
@@ -357,7 +343,8 @@ def test_a_reconnecting_flood_waits_in_the_kernel_not_in_the_event_loop(api: Api
     queues few, and the heap made at start-up is out of the collector's sight (a full
     collection, which such bursts set off, walked all of it: 150 ms)."""
     frozen = gc.get_freeze_count()
-    with _server(api.executor) as (url, _), _server(api.executor, listen_backlog=16) as (other, _):
+    with own_server(api.executor) as (url, _), \
+            own_server(api.executor, listen_backlog=16) as (other, _):
         assert _listen_backlog(int(url.rsplit(":", 1)[1])) == 128
         assert _listen_backlog(int(other.rsplit(":", 1)[1])) == 16
         assert gc.get_freeze_count() > frozen

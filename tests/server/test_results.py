@@ -8,16 +8,10 @@ import hashlib
 import stat
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-from conftest import Api
-
-from execbox.server import Settings, create_app
-from execbox.server.background import serving
-from execbox.server.state import ServerState
+from conftest import Api, own_server
 
 MIB = 1 << 20
 # Writes files of the given sizes (random bytes) and prints each one's sha256.
@@ -29,13 +23,6 @@ for name, size in {files!r}:
         fh.write(data)
     print(name, hashlib.sha256(data).hexdigest())
 """
-
-
-@contextmanager
-def _server(api: Api, **settings: object) -> Iterator[tuple[str, ServerState]]:
-    app = create_app(api.executor, Settings(**settings))  # type: ignore[arg-type]
-    with serving(app) as url:
-        yield url, app.state.execbox
 
 
 def _run(client: httpx.Client, files: list[tuple[str, int]], **limits: int) -> httpx.Response:
@@ -50,7 +37,7 @@ def _spooled(root: Path) -> list[Path]:
 
 def test_large_artifacts_stream_back_byte_exact_and_leave_no_spool_file(api: Api,
                                                                         tmp_path: Path) -> None:
-    with _server(api, spool_dir=str(tmp_path)) as (url, state):
+    with own_server(api.executor, spool_dir=str(tmp_path)) as (url, state):
         _, key = api.key("spooler")
         files = [("big1.bin", 12 * MIB), ("big2.bin", 11 * MIB), ("small.txt", 4096)]
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"},
@@ -91,7 +78,7 @@ def test_large_artifacts_stream_back_byte_exact_and_leave_no_spool_file(api: Api
 
 
 def test_spooled_artifacts_not_downloaded_expire(api: Api, tmp_path: Path) -> None:
-    with _server(api, spool_dir=str(tmp_path), artifact_ttl_s=1.0) as (url, state), \
+    with own_server(api.executor, spool_dir=str(tmp_path), artifact_ttl_s=1.0) as (url, state), \
             httpx.Client(base_url=url, timeout=120,
                          headers={"Authorization": f"Bearer {api.key('late')[1]}"}) as client:
         response = _run(client, [("big.bin", 11 * MIB)])
@@ -107,7 +94,7 @@ def test_spooled_artifacts_not_downloaded_expire(api: Api, tmp_path: Path) -> No
 
 def test_result_budget_answers_503_with_retry_after_instead_of_growing(api: Api,
                                                                         tmp_path: Path) -> None:
-    with _server(api, spool_dir=str(tmp_path), max_result_bytes=48 * MIB,
+    with own_server(api.executor, spool_dir=str(tmp_path), max_result_bytes=48 * MIB,
                  tenant_result_bytes=48 * MIB) as (url, state), \
             httpx.Client(base_url=url, timeout=120,
                          headers={"Authorization": f"Bearer {api.key('budget')[1]}"}) as client:
@@ -150,7 +137,8 @@ def test_session_file_downloads_hold_the_result_budget_until_sent(api: Api) -> N
     """A download is held in memory until the client has it: while one is unread, the next
     that could not fit beside it is a 503, not another copy (an attack grew the server by
     200 MiB per unread download)."""
-    with _server(api, max_result_bytes=48 * MIB, tenant_result_bytes=48 * MIB) as (url, state), \
+    with own_server(api.executor, max_result_bytes=48 * MIB,
+                    tenant_result_bytes=48 * MIB) as (url, state), \
             httpx.Client(base_url=url, timeout=120,
                          headers={"Authorization": f"Bearer {api.key('files')[1]}"}) as client:
         made = client.post("/v1/sessions", json={"limits": {"disk_mib": 40}})
