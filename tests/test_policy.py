@@ -14,7 +14,8 @@ import pytest
 from execbox import policy
 from execbox.contract import InputFile, Limits, RunRequest
 from execbox.errors import UsageError
-from execbox.policy import Profile, Verdict, _nodes, check, load_profiles, scan_imports
+from execbox.policy import Profile, Verdict, check, load_profiles, scan_imports
+from execbox.policy.analysis import tree_nodes
 
 MIB = 1 << 20
 
@@ -390,7 +391,7 @@ def test_the_imports_are_reported_whatever_rules_the_profile_has(
 
 
 def test_the_node_walk_finds_every_node_ast_walk_finds() -> None:
-    # The analysis walks the tree with `_nodes`, which skips fields by their declared type: a
+    # The analysis walks the tree with `tree_nodes`, which skips fields by their declared type: a
     # node it missed would be a rule that never fires. The standard library's own sources
     # cover the grammar; the snippet adds what they may lack.
     snippet = code("""
@@ -422,7 +423,7 @@ def test_the_node_walk_finds_every_node_ast_walk_finds() -> None:
     for source in sources:
         tree = ast.parse(source)
         walked = [n for n in ast.walk(tree) if not isinstance(n, singletons)]
-        found = [n for n in _nodes(tree) if n is not None]
+        found = [n for n in tree_nodes(tree) if n is not None]
         assert {id(n) for n in found} == {id(n) for n in walked}
         assert len(found) == len(walked)  # each once
         position = {id(n): i for i, n in enumerate(found)}
@@ -440,7 +441,7 @@ def test_a_profile_with_no_rules_about_the_code_does_not_parse_it(
         parsed.append(source)
         return real_parse(source, *args, **kwargs)
 
-    monkeypatch.setattr(policy.ast, "parse", counting_parse)
+    monkeypatch.setattr(ast, "parse", counting_parse)
     src = "import numpy as np\nfrom pandas import DataFrame\n"
     v = run_check(src, shipped, "data")
     assert (v.decision, v.rule, v.imports) == ("allow", None, {"numpy", "pandas"})

@@ -1,73 +1,24 @@
-"""Policy check: the stage before the sandbox that accepts, denies or holds a request.
-
-A request names a profile (`RunRequest.profile`, default "data"). Profiles are data: the
-`[profiles.NAME]` tables of a TOML file (the shipped `profiles.toml`, or the file named by the
-EXECBOX_PROFILES environment variable). `check()` returns a `Verdict`:
-
-- `allow`: run it, under `Verdict.limits` (the profile's default limits overridden by the
-  fields the request set explicitly);
-- `deny`: do not run it; the result is `policy_denied` with the rule id, a message saying what
-  to do instead, and the line of the code when the rule is about the code;
-- `needs_approval`: hold it; the executor returns it as such and its approval API releases it.
-
-What is checked, in this order: code size, input caps (files, bytes, CSV rows), limits against
-the profile's maximums, then the code's syntax tree (imports, calls, writes to constant paths).
-Code that does not parse is allowed through (rule "code.syntax"): the sandbox reports the
-SyntaxError with its line and column like any other error. Source bytes that do not decode
-(`RunRequest.source_error`) are let through the same way (rule "code.encoding"); their
-SyntaxError is known before any sandbox, so the executor reports it without starting one.
-
-This is an early, explainable rejection layer, NOT the security boundary. The analysis resolves
-names without evaluating anything: import aliases (`import os as o`, `from os import system as
-s`, `from os import *`, `__import__("x")`, `importlib.import_module("x")`), names assigned a
-module or a name (`p = pathlib`, `a, b = os, 1`, walrus), modules reached as attributes of
-others (`pathlib.os`, `random._os`, `posix` for `os`) and constant lookups (`getattr(m, "os")`,
-`sys.modules["os"]`, `m.__dict__["os"]`, `vars(m)["os"]`, `globals()["os"]`, `.get("os")`). A
-rule naming `x.y` covers `x.y.z` too. What exists only at run time is not seen: a computed
-`getattr` name, `exec`/`eval` of a built string, a computed import, a module passed through a
-container or a call, objects returned by library calls, code that only runs in libraries, and
-modules the code writes into the workspace. A profile can refuse the ways to those instead
-(`attributes_deny` with computed attribute names, `module_values`, call rules on `exec` and
-`sys.modules`), as `minimal` does. Write checks are best effort on constant paths only. The
-sandbox (namespaces, read-only root, seccomp, cgroups) holds regardless of what this stage
-lets through.
-"""
+"""The syntax-tree rules: imports, calls, attributes and writes, with names resolved statically."""
 
 from __future__ import annotations
 
 import ast
 import builtins
-import fnmatch
 import functools
 import os
 import posixpath
 import re
 import sys
 import threading
-import tomllib
-import unicodedata
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from fnmatch import fnmatchcase
-from importlib import resources
-from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic_core import ErrorDetails
+from .profiles import Decision, Profile
+from .rules import WORKSPACE, Finding, call_rule, import_rule, is_outside, one_regex
 
-from .contract import Limits, RunRequest
-from .errors import UsageError
-
-ENV_VAR = "EXECBOX_PROFILES"
-
-Decision = Literal["allow", "deny", "needs_approval"]
-
-# Where the sandbox lets code write (per-run tmpfs mounts) and the device files that only
-# swallow or forward output; anything else outside these is a read-only file system in the jail.
-WORKSPACE = "/workspace"
-WRITABLE_DIRS = (WORKSPACE, "/tmp", "/dev/shm")
-WRITE_SINKS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
+if TYPE_CHECKING:
+    from .checker import Checker
 
 _BUILTINS = frozenset(dir(builtins))
 _OPEN_FUNCS = frozenset({"builtins.open", "io.open", "codecs.open", "io.FileIO"})
@@ -103,9 +54,6 @@ _WRITE_FUNCS: dict[str, tuple[tuple[int, str], ...]] = {
 # gives up on that expression (best effort), it never crashes.
 _MAX_DEPTH = 32
 
-_TOP_LEVEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_CALL_PATTERN = re.compile(r"[A-Za-z0-9_.*?\[\]!]+\Z")
-_ATTRIBUTE_PATTERN = re.compile(r"[A-Za-z0-9_*?\[\]!]+\Z")
 
 # A module reached as an attribute of another (`pathlib.os`, `random._os`, `logging.sys`) is
 # that module: any attribute named like a known module, or so named after leading
@@ -130,165 +78,6 @@ _CONSTANT_GETTERS = frozenset({"builtins.getattr", "builtins.hasattr"})
 _MODULE_ATTRIBUTES = frozenset({"os.path"})
 
 
-class Profile(BaseModel):
-    """One `[profiles.NAME]` table of the profiles file: the rules and limits of a profile."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str = Field(min_length=1, description="The profile's name (the table's key).")
-    description: str = Field(description="What the profile is for, in one line.")
-    limits: Limits = Field(description="Default limits of a run under this profile.")
-    max_limits: Limits = Field(description="The most a request may ask for (rule limits.max).")
-    imports_allow: list[str] | None = Field(
-        None, description="Top-level modules allowed; None = any module not denied.")
-    imports_deny: list[str] = Field(default_factory=list, description="Modules refused.")
-    imports_approval: list[str] = Field(
-        default_factory=list, description="Modules that hold the run for approval.")
-    calls_deny: list[str] = Field(
-        default_factory=list, description="Dotted names refused; shell-style wildcards allowed.")
-    calls_approval: list[str] = Field(
-        default_factory=list, description="Dotted names that hold the run for approval.")
-    attributes_deny: list[str] = Field(
-        default_factory=list, description="Attribute names refused on any object (patterns); "
-        "when set, getattr/setattr/delattr with a computed name are refused too.")
-    module_values: Literal["allow", "deny"] = Field(
-        "allow", description="Whether a module may be used as a value (stored in a container, "
-        "passed, returned), where the check cannot follow it.")
-    writes_outside_workspace: Literal["allow", "deny"] = Field(
-        "deny", description="Whether constant-path writes outside /workspace, /tmp are denied.")
-    max_code_bytes: int = Field(ge=0, description="Cap on the code's size in UTF-8 bytes.")
-    max_input_bytes: int = Field(ge=0, description="Cap on input files plus stdin, in bytes.")
-    max_input_files: int = Field(ge=0, description="Cap on the number of input files.")
-    max_csv_rows: int = Field(ge=0, description="Cap on the lines of each *.csv input file.")
-
-    @field_validator("imports_allow", "imports_deny", "imports_approval")
-    @classmethod
-    def _top_level_modules(cls, names: list[str] | None) -> list[str] | None:
-        # A dotted entry would silently never match (rules see top-level names only).
-        for name in names or []:
-            if not _TOP_LEVEL_NAME.match(name):
-                top = name.split(".")[0]
-                raise ValueError(f"{name!r} is not a top-level module name"
-                                 + (f" (use {top!r})" if _TOP_LEVEL_NAME.match(top) else ""))
-        return names
-
-    @field_validator("calls_deny", "calls_approval")
-    @classmethod
-    def _dotted_patterns(cls, patterns: list[str]) -> list[str]:
-        for pattern in patterns:
-            if not _CALL_PATTERN.match(pattern):
-                raise ValueError(f"{pattern!r} is not a dotted name or wildcard pattern "
-                                 "(e.g. 'os.system', 'subprocess.*')")
-        return patterns
-
-    @field_validator("attributes_deny")
-    @classmethod
-    def _attribute_patterns(cls, patterns: list[str]) -> list[str]:
-        for pattern in patterns:
-            if not _ATTRIBUTE_PATTERN.match(pattern):
-                raise ValueError(f"{pattern!r} is not an attribute name or wildcard pattern "
-                                 "(e.g. '__globals__', 'f_*'), without dots")
-        return patterns
-
-    @model_validator(mode="after")
-    def _defaults_within_maximums(self) -> Profile:
-        # Otherwise a request that asks for nothing would be denied by its own profile.
-        excess = _first_excess(self.limits, self.max_limits)
-        if excess is not None:
-            field, value, most = excess
-            raise ValueError(f"limits.{field} = {_num(value)} is over max_limits.{field} = "
-                             f"{_num(most)}")
-        return self
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The policy's answer for one request.
-
-    `rule`, `message` and `line` explain a deny or a hold (and an allow without analysis,
-    rule "code.syntax"); `line` is the 1-based line of the code, None when the rule is not
-    about a line. `limits` are the limits the run gets (or asked for, when denied).
-    """
-
-    decision: Decision
-    rule: str | None
-    message: str | None
-    line: int | None
-    limits: Limits
-    # Top-level modules the code imports (statically, and through __import__/importlib with a
-    # constant name): from its syntax tree under a profile with rules about the code, else
-    # from a scan of its text (`scan_imports`); None when the code did not parse.
-    imports: frozenset[str] | None = None
-
-
-def load_profiles(path: Path | None = None) -> dict[str, Profile]:
-    """Read the profiles file; `None` means EXECBOX_PROFILES when set, else the shipped one.
-
-    Raises UsageError naming the file, and the profile and field, when the file is unreadable,
-    not TOML, or not a valid profile definition. Keeps the file's order.
-    """
-    if path is None and os.environ.get(ENV_VAR):
-        path = Path(os.environ[ENV_VAR])
-        where = f"{path} (named by {ENV_VAR})"
-    elif path is None:
-        shipped = resources.files("execbox").joinpath("profiles.toml")
-        where = f"the shipped profiles file {shipped}"
-        try:
-            return _parse_profiles(shipped.read_bytes(), where)
-        except OSError as exc:
-            raise UsageError(f"cannot read {where}: {exc}") from exc
-    else:
-        where = str(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise UsageError(f"cannot read profiles file {where}: {exc.strerror or exc}") from exc
-    return _parse_profiles(data, where)
-
-
-def _parse_profiles(data: bytes, where: str) -> dict[str, Profile]:
-    try:
-        doc = tomllib.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"profiles file {where} is not UTF-8 text: {exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"profiles file {where} is not valid TOML: {exc}") from exc
-    unknown = sorted(set(doc) - {"profiles"})
-    if unknown:
-        raise UsageError(f"profiles file {where}: unknown top-level keys {unknown}; "
-                         "profiles go in [profiles.NAME] tables")
-    tables = doc.get("profiles")
-    if not isinstance(tables, dict) or not tables:
-        raise UsageError(f"profiles file {where} defines no profiles; "
-                         "add at least one [profiles.NAME] table")
-    profiles: dict[str, Profile] = {}
-    for name, table in tables.items():
-        if not isinstance(table, dict):
-            raise UsageError(f"profiles file {where}: profile {name!r} must be a table "
-                             f"([profiles.{name}]), not a {type(table).__name__}")
-        if table.get("name", name) != name:
-            raise UsageError(f"profiles file {where}: profile {name!r} has name = "
-                             f"{table['name']!r}; leave `name` out, the table key is the name")
-        try:
-            profiles[name] = Profile.model_validate({**table, "name": name})
-        except ValidationError as exc:
-            raise UsageError(f"profiles file {where}: profile {name!r}: "
-                             + "; ".join(_describe(err) for err in exc.errors())) from exc
-    return profiles
-
-
-def _describe(err: ErrorDetails) -> str:
-    """One pydantic error as 'field: message', with the field as a dotted TOML key."""
-    field = ".".join(str(part) for part in err["loc"])
-    message = str(err["msg"]).removeprefix("Value error, ")
-    return f"{field}: {message}" if field else message
-
-
-# ast.parse from several threads at once can fail with "AST constructor recursion depth
-# mismatch" on CPython 3.11 (python/cpython#106905); parses are short, so serialize them.
-_PARSE_LOCK = threading.Lock()
-
-
 class CellContext:
     """What the cells a session ran before bound, for checking the next one: `import os` in one
     cell and `os.system(...)` in the next is a use of os.system. Filled by `check` with each
@@ -310,7 +99,7 @@ class CellContext:
             copy.imported = set(self.imported)
         return copy
 
-    def add(self, analysis: _Analysis) -> None:
+    def add(self, analysis: Analysis) -> None:
         # Each name the cell bound, resolved now: what it stands for from then on, along with
         # what it stood for before (the cell may not have run the assignment).
         bound = {name: analysis.name_targets(name)
@@ -323,321 +112,17 @@ class CellContext:
             self.imported |= analysis.imported
 
 
-def check(request: RunRequest, profiles: Mapping[str, Profile], *,
-          cell: CellContext | None = None) -> Verdict:
-    """Decide whether `request` may run under its profile, and with which limits. `cell`: the
-    code is a session cell, which IPython runs (its `!cmd` and `%magic` are not Python) after
-    the cells `cell` holds the bindings of; an allowed or held cell's are added to it.
-
-    Raises UsageError when the request names a profile that `profiles` does not define.
-    """
-    profile = profiles.get(request.profile)
-    if profile is None:
-        known = ", ".join(repr(name) for name in profiles) or "none"
-        raise UsageError(f"unknown policy profile {request.profile!r}; known profiles: {known}")
-    return _Checker(request, request.profile, profile, profiles, cell).run()
-
-
-def _effective_limits(requested: Limits, profile: Profile) -> Limits:
-    """The profile's default limits overridden by the fields `requested` set explicitly."""
-    explicit = {field: getattr(requested, field) for field in requested.model_fields_set}
-    limits = Limits.model_validate({**profile.limits.model_dump(), **explicit})
-    cap = profile.max_limits
-    if "cpu_s" not in explicit and limits.effective_cpu_s > cap.effective_cpu_s:
-        # The caller asked for a longer timeout, not for more CPU time: CPU time followed the
-        # timeout by default. Cap it at the profile's maximum instead of denying a request for
-        # something the caller never asked for.
-        limits = Limits.model_validate({**limits.model_dump(), "cpu_s": cap.effective_cpu_s})
-    return limits
-
-
-def _limit_value(limits: Limits, field: str) -> float:
-    # cpu_s = None means "same as timeout_s": compare what is enforced, not the raw field.
-    return limits.effective_cpu_s if field == "cpu_s" else float(getattr(limits, field))
-
-
-def _first_excess(limits: Limits, cap: Limits) -> tuple[str, float, float] | None:
-    for field in Limits.model_fields:
-        value, most = _limit_value(limits, field), _limit_value(cap, field)
-        if value > most:
-            return field, value, most
-    return None
-
-
-def _num(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else str(value)
-
-
-def _lines(data: bytes) -> int:
-    """Lines of a CSV file, header included: a cheap upper bound on its rows (a quoted field
-    with a newline counts twice), without parsing."""
-    return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
-
-
-def _size(n: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit} ({n} bytes)"
-    return f"{n} bytes"
-
-
-def _is_outside(path: str) -> bool:
-    """Whether writing at `path` (relative to the working directory /workspace) leaves the
-    writable places of the sandbox."""
-    full = posixpath.normpath(posixpath.join(WORKSPACE, path))
-    full = "/" + full.lstrip("/")  # normpath keeps a leading '//' (POSIX); it is still '/'
-    if full in WRITE_SINKS:
-        return False
-    return not any(full == d or full.startswith(d + "/") for d in WRITABLE_DIRS)
-
-
-def _matching(patterns: list[str], names: Iterable[str]) -> tuple[str, str] | None:
-    """(name, pattern) for the first name, or the longest dotted prefix of one, that a pattern
-    matches: a rule about `sys.modules` covers `sys.modules.get` too."""
-    if not patterns:
-        return None
-    regex = _one_regex(tuple(patterns))
-    for name in sorted(names):
-        parts = name.split(".")
-        for end in range(len(parts), 0, -1):
-            candidate = ".".join(parts[:end])
-            if regex.match(candidate):
-                return candidate, next(p for p in patterns if fnmatchcase(candidate, p))
-    return None
-
-
-@functools.lru_cache(maxsize=64)
-def _one_regex(patterns: tuple[str, ...]) -> re.Pattern[str]:
-    """One regular expression for a list of shell-style patterns: a name is matched once, not
-    once per pattern."""
-    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns))
-
-
-def _reads_code(profile: Profile) -> bool:
-    """Whether any rule of `profile` is about the code itself (its imports, calls or writes)."""
-    return bool(profile.imports_allow is not None or profile.imports_deny
-                or profile.imports_approval or profile.calls_deny or profile.calls_approval
-                or profile.attributes_deny or profile.module_values == "deny"
-                or profile.writes_outside_workspace == "deny")
-
-
-# Blanks within a statement: spaces, tabs and backslash-newline continuations.
-_BLANK = r"(?:[ \t]|\\\r?\n)"
-# After an `import` keyword: the dotted names it imports (`a.b as c, d`).
-_IMPORTED_NAMES = re.compile(rf"{_BLANK}+([\w.]+(?:{_BLANK}+as{_BLANK}+\w+)?"
-                             rf"(?:{_BLANK}*,{_BLANK}*[\w.]+(?:{_BLANK}+as{_BLANK}+\w+)?)*)")
-# Before it: `from a.b `, ending where the keyword starts.
-_FROM_MODULE = re.compile(rf"(?<![\w.])from{_BLANK}+([\w.]+){_BLANK}+")
-_FROM_REACH = 512  # how far back from `import` its `from a.b` may start
-# After `__import__` or `import_module`: a constant name as the first argument.
-_CONSTANT_ARGUMENT = re.compile(r"[ \t]*\([ \t]*[\"']([\w.]+)[\"']")
-
-
-def scan_imports(code: str) -> frozenset[str]:
-    """The top-level modules `code` imports, read from its text without parsing it: the names
-    after each `import` keyword (`import a.b as c, d`, `from a.b import c`) and the constant
-    first argument of `__import__(...)` and `import_module(...)`. Relative imports are left
-    out, as the syntax tree's analysis leaves them out.
-
-    A stand-in for the syntax tree where only the slot's kind depends on the imports: it finds
-    every import that tree's analysis finds in ordinary code (tests compare the two over the
-    standard library), and may find more (an import written in a string or a comment), which
-    at worst runs the code in a bigger interpreter than it needs. One it misses (`__import__`
-    spelled with other Unicode forms of its letters, which the parser normalizes) still works
-    in a light program, at the price of the import, as an import with a computed name does.
-    Linear in the code's size: 0.35-0.55 s here for a megabyte of nothing but `import ` (the
-    default profile's cap), where parsing a megabyte of ordinary code took 0.7-1.7 s."""
-    found: set[str] = set()
-    at = code.find("import")
-    while at >= 0:
-        end = at + 6
-        before = code[at - 1] if at else " "
-        after = code[end] if end < len(code) else " "
-        if at >= 2 and code.startswith("__", at - 2) and code.startswith("__", end):
-            match = _CONSTANT_ARGUMENT.match(code, end + 2)
-            if match:
-                found.add(match[1])
-        elif code.startswith("_module", end):
-            match = _CONSTANT_ARGUMENT.match(code, end + 7)
-            if match:
-                found.add(match[1])
-        elif not (before.isalnum() or before in "_.") and not (after.isalnum() or after == "_"):
-            match, reach = None, max(0, at - _FROM_REACH)
-            start = code.rfind("from", reach, at)
-            while start >= 0 and match is None:  # `from a_from_b import c`: the first `from`
-                match = _FROM_MODULE.fullmatch(code, start, at)
-                start = code.rfind("from", reach, start)
-            if match:
-                found.add(match[1])
-            else:
-                match = _IMPORTED_NAMES.match(code, end)
-                if match:
-                    found.update(part.split()[0] for part in match[1].replace("\\", " ").split(","))
-        at = code.find("import", end)
-    tops = {name.split(".")[0] for name in found if not name.startswith(".")}
-    return frozenset(top if top.isascii() else unicodedata.normalize("NFKC", top)
-                     for top in tops)
-
-
-def _import_rule(profile: Profile, module: str) -> tuple[Decision, str] | None:
-    """The rule an import of top-level `module` breaks under `profile`, if any."""
-    if module == "__future__":
-        return None  # a compiler directive, not a module the code uses
-    if module in profile.imports_deny:
-        return "deny", "import.deny"
-    if profile.imports_allow is not None and module not in profile.imports_allow:
-        return "deny", "import.not_allowed"
-    if module in profile.imports_approval:
-        return "needs_approval", "import.approval"
-    return None
-
-
-def _call_rule(profile: Profile, names: set[str]) -> tuple[Decision, str, str, str] | None:
-    """(decision, rule, name, pattern) for the first call rule `names` match, deny first."""
-    hit = _matching(profile.calls_deny, names)
-    if hit is not None:
-        return "deny", "call.deny", *hit
-    hit = _matching(profile.calls_approval, names)
-    if hit is not None:
-        return "needs_approval", "call.approval", *hit
-    return None
-
-
-@dataclass(frozen=True)
-class _Finding:
-    line: int
-    col: int
-    decision: Decision
-    rule: str
-    message: str
-
-
-class _Checker:
-    """One check of one request: the rules in order, then the syntax tree."""
-
-    def __init__(self, request: RunRequest, key: str, profile: Profile,
-                 profiles: Mapping[str, Profile], cell: CellContext | None = None) -> None:
-        self.request = request
-        self.key = key
-        self.profile = profile
-        self.profiles = profiles
-        self.cell = cell
-        self.limits = _effective_limits(request.limits, profile)
-
-    def verdict(self, decision: Decision, rule: str | None = None, message: str | None = None,
-                line: int | None = None, imports: frozenset[str] | None = None) -> Verdict:
-        return Verdict(decision=decision, rule=rule, message=message, line=line,
-                       limits=self.limits, imports=imports)
-
-    def advice(self, accepts: Callable[[Profile], bool], otherwise: str) -> str:
-        """What to do: the first other profile (in file order) that accepts, and `otherwise`."""
-        for key, profile in self.profiles.items():
-            if key != self.key and accepts(profile):
-                return f"choose profile {key!r}, or {otherwise}"
-        return otherwise
-
-    def run(self) -> Verdict:
-        p, key = self.profile, self.key
-        code_bytes = len(self.request.code.encode("utf-8", "surrogatepass"))
-        if code_bytes > p.max_code_bytes:
-            return self.verdict("deny", "code.size", (
-                f"the code is {_size(code_bytes)}, over the {_size(p.max_code_bytes)} cap of "
-                f"profile {key!r}; "
-                + self.advice(lambda q: code_bytes <= q.max_code_bytes,
-                              "make the code smaller (pass data as input files)")))
-        denied = self.inputs() or self.limit_maximums()
-        if denied is not None:
-            return denied
-        undecodable = self.request.source_error
-        if undecodable is not None:  # as CPython, which reads nothing of such a file
-            return self.verdict("allow", "code.encoding", (
-                f"the code was not analysed (SyntaxError: {undecodable.msg}); "
-                "the run reports the error"), undecodable.lineno)
-        if not _reads_code(p):
-            # No rule of the profile is about the code (the default profile, `data`): nothing
-            # to parse it for. Its imports only pick the kind of slot it runs in, a choice of
-            # speed, so a scan of the text stands in for the syntax tree (the whole check of a
-            # HumanEval program: 15 against 264 us; see `scan_imports`).
-            return self.verdict("allow", imports=scan_imports(self.request.code))
-        try:
-            with _PARSE_LOCK:  # CPython 3.11's parser is not safe from several threads
-                tree = ast.parse(self.request.code, filename="main.py")  # as the sandbox does
-        except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
-            line = exc.lineno if isinstance(exc, SyntaxError) else None
-            if self.cell is not None:
-                # IPython turns what is not Python into calls the rules never see: `!cmd` and
-                # `x = !cmd` run a shell, `%magic` anything. Only Python is let through.
-                return self.verdict("deny", "code.not_python", (
-                    f"the cell is not Python ({type(exc).__name__}: {exc}); under profile "
-                    f"{key!r} a cell must be Python: IPython's shell escapes and magics (!cmd, "
-                    "%magic) would run past its rules; "
-                    + self.advice(lambda q: not _reads_code(q), "write it in Python")), line)
-            # Not a deny: the sandbox compiles the code too and reports the error with its line
-            # and column as an ordinary `error` result, which tells the author far more.
-            return self.verdict("allow", "code.syntax", (
-                f"the code was not analysed ({type(exc).__name__}: {exc}); "
-                "the run reports the error"), line)
-        analysis = _Analysis(tree, self, self.cell.snapshot() if self.cell else None)
-        findings = analysis.findings
-        imports = frozenset(analysis.imports)
-        if self.cell is not None and all(f.decision != "deny" for f in findings):
-            # The cell runs, now or once approved: what it binds holds for the next ones.
-            self.cell.add(analysis)
-        for decision in ("deny", "needs_approval"):
-            chosen = [f for f in findings if f.decision == decision]
-            if chosen:
-                first = min(chosen, key=lambda f: (f.line, f.col))
-                return self.verdict(first.decision, first.rule, first.message, first.line,
-                                    imports)
-        return self.verdict("allow", imports=imports)
-
-    def inputs(self) -> Verdict | None:
-        p, key, files = self.profile, self.key, self.request.files
-        if len(files) > p.max_input_files:
-            count = len(files)
-            return self.verdict("deny", "input.files", (
-                f"{count} input files, over the cap of {p.max_input_files} of profile {key!r}; "
-                + self.advice(lambda q: count <= q.max_input_files,
-                              "send fewer files (e.g. one archive)")))
-        total = sum(len(f.data) for f in files) + len(self.request.stdin)
-        if total > p.max_input_bytes:
-            return self.verdict("deny", "input.bytes", (
-                f"input files and stdin total {_size(total)}, over the "
-                f"{_size(p.max_input_bytes)} cap of profile {key!r}; "
-                + self.advice(lambda q: total <= q.max_input_bytes, "send less data")))
-        csv_lines = [(f.name, _lines(f.data)) for f in files if f.name.lower().endswith(".csv")]
-        over = [(name, rows) for name, rows in csv_lines if rows > p.max_csv_rows]
-        if over:
-            name, rows = over[0]
-            return self.verdict("deny", "input.csv_rows", (
-                f"input {name!r} has {rows} lines, over the {p.max_csv_rows}-row cap of "
-                f"profile {key!r}; "
-                + self.advice(lambda q: rows <= q.max_csv_rows, "send a sample or an aggregate")))
-        return None
-
-    def limit_maximums(self) -> Verdict | None:
-        excess = _first_excess(self.limits, self.profile.max_limits)
-        if excess is None:
-            return None
-        field, value, most = excess
-        return self.verdict("deny", "limits.max", (
-            f"limits.{field} = {_num(value)} is over the maximum of {_num(most)} under profile "
-            f"{self.key!r}; "
-            + self.advice(lambda q: value <= _limit_value(q.max_limits, field),
-                          f"ask for at most {_num(most)}")))
-
-
-class _Analysis:
+class Analysis:
     """The syntax-tree rules: imports, calls and writes, with import aliases resolved.
 
     Name bindings are collected for the whole module at once, ignoring scopes and order: a name
     bound to a module anywhere resolves to it everywhere. That over-approximates (a deny can
     fire on a name that was rebound) but never misses a plain alias, which is the trade-off an
-    early explanation wants. Traversal is iterative (`_nodes`), so deep code cannot exhaust the
+    early explanation wants. Traversal is iterative (`tree_nodes`), so deep code cannot exhaust the
     stack.
     """
 
-    def __init__(self, tree: ast.Module, checker: _Checker,
+    def __init__(self, tree: ast.Module, checker: Checker,
                  before: CellContext | None = None) -> None:
         self.checker = checker
         self.profile = checker.profile
@@ -650,7 +135,7 @@ class _Analysis:
         # Top-level modules of import statements
         self.imported: set[str] = before.imported if before else set()
         self.path_names: dict[str, tuple[str, bool]] = {}
-        self.findings: list[_Finding] = []
+        self.findings: list[Finding] = []
         self.imports: set[str] = set()
         # Only the rules the profile has are looked for: with no call rules a name's uses are
         # not resolved, and with writes allowed no path is followed (the default profile has
@@ -668,7 +153,7 @@ class _Analysis:
         # What `import a.b as c` and `import a` bind
         self.import_targets: set[str] = before.import_targets if before else set()
         self.bound_values: set[int] = set()  # values assigned to a name the check follows
-        nodes = _nodes(tree)
+        nodes = tree_nodes(tree)
         self.bind_imports(nodes)
         self.bind_assignments(nodes)
         self.inspect(nodes)
@@ -926,7 +411,7 @@ class _Analysis:
                 self.check_use(value, call, False, as_value=False)
         if self.writes:
             for path in self.written_paths(call):
-                if _is_outside(path):
+                if is_outside(path):
                     self.add(call, "deny", "write.outside_workspace", (
                         f"writing to {path!r} is denied by profile {self.key!r}: code may write "
                         f"only under {WORKSPACE} (the working directory), /tmp and /dev/shm; "
@@ -947,7 +432,7 @@ class _Analysis:
             flags = _argument(call, 1, "flags")
             named = set()
             bits = 0
-            for node in _nodes(flags) if flags is not None else ():
+            for node in tree_nodes(flags) if flags is not None else ():
                 if isinstance(node, ast.Attribute | ast.Name):
                     named |= self.qualnames(node, 0)
                 elif isinstance(node, ast.Constant) and type(node.value) is int:
@@ -974,11 +459,11 @@ class _Analysis:
 
     def check_import(self, module: str, node: ast.stmt | ast.expr) -> None:
         self.imports.add(module)
-        rule = _import_rule(self.profile, module)
+        rule = import_rule(self.profile, module)
         if rule is None:
             return
         decision, rule_id = rule
-        advice = self.checker.advice(lambda q: _import_rule(q, module) is None,
+        advice = self.checker.advice(lambda q: import_rule(q, module) is None,
                                      "remove the import")
         if rule_id == "import.deny":
             message = (f"import of module {module!r} is denied by profile {self.key!r}; "
@@ -989,7 +474,7 @@ class _Analysis:
         else:
             message = (f"import of module {module!r} needs approval under profile "
                        f"{self.key!r}: the run is held until it is approved"
-                       + self.alternative(lambda q: _import_rule(q, module) is None))
+                       + self.alternative(lambda q: import_rule(q, module) is None))
         self.add(node, decision, rule_id, message)
 
     def check_use(self, names: set[str], node: ast.expr, is_call: bool,
@@ -1005,7 +490,7 @@ class _Analysis:
                     "gets attributes by names the check cannot see"))
         if self.module_rules:
             self.check_reached_modules(names, node)
-        rule = _call_rule(self.profile, names)
+        rule = call_rule(self.profile, names)
         if rule is None:
             return
         decision, rule_id, name, pattern = rule
@@ -1013,7 +498,7 @@ class _Analysis:
         matched = f" (rule {pattern!r})" if pattern != name else ""
 
         def accepts(q: Profile) -> bool:
-            return _call_rule(q, names) is None
+            return call_rule(q, names) is None
 
         if decision == "deny":
             message = (f"{what} is denied by profile {self.key!r}{matched}; "
@@ -1036,7 +521,7 @@ class _Analysis:
                     part if part in self.modules else bare if bare in self.modules else None)
                 if module is None or module == "__future__":
                     continue
-                rule = _import_rule(self.profile, module)
+                rule = import_rule(self.profile, module)
                 if rule is None or rule[1] == "import.not_allowed":
                     # The allowlist is about imports only: `sys.platform` and `os.stat` are
                     # not uses of the modules platform and stat.
@@ -1045,7 +530,7 @@ class _Analysis:
                 return
 
     def reached_message(self, name: str, module: str, decision: Decision) -> str:
-        advice = self.checker.advice(lambda q: _import_rule(q, module) is None, "remove it")
+        advice = self.checker.advice(lambda q: import_rule(q, module) is None, "remove it")
         verb = "is denied" if decision == "deny" else "needs approval"
         if name == module:
             return f"looking up module {module!r} {verb} under profile {self.key!r}; {advice}"
@@ -1054,7 +539,7 @@ class _Analysis:
 
     def check_attribute(self, attr: str, node: ast.expr) -> None:
         patterns = self.profile.attributes_deny
-        if not _one_regex(tuple(patterns)).match(attr):
+        if not one_regex(tuple(patterns)).match(attr):
             return
         for pattern in patterns:
             if fnmatchcase(attr, pattern):
@@ -1120,7 +605,7 @@ class _Analysis:
         return ""
 
     def add(self, node: ast.stmt | ast.expr, decision: Decision, rule: str, message: str) -> None:
-        self.findings.append(_Finding(node.lineno, node.col_offset, decision, rule, message))
+        self.findings.append(Finding(node.lineno, node.col_offset, decision, rule, message))
 
 
 # ASDL types of fields that never hold a node to look into: names, constants, and the
@@ -1145,7 +630,7 @@ def _child_fields(cls: Any) -> tuple[str, ...]:
     return tuple(f for f in cls._fields if types.get(f) not in _LEAF_TYPES)
 
 
-def _nodes(tree: ast.AST) -> list[Any]:
+def tree_nodes(tree: ast.AST) -> list[Any]:
     """The nodes of `tree`, each parent before its children, as `ast.walk` yields them but
     without the context and operator singletons, and 5 times faster (21 against 103 us for a
     HumanEval program): it skips the fields that hold names and constants. The list may also

@@ -1,0 +1,196 @@
+"""The check of one request: input caps, limits against the profile, then the syntax tree."""
+
+from __future__ import annotations
+
+import ast
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from ..contract import Limits, RunRequest
+from ..errors import UsageError
+from ..routing import scan_imports
+from .analysis import Analysis, CellContext
+from .profiles import Decision, Profile, first_excess, limit_value, show_number
+from .rules import reads_code
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The policy's answer for one request.
+
+    `rule`, `message` and `line` explain a deny or a hold (and an allow without analysis,
+    rule "code.syntax"); `line` is the 1-based line of the code, None when the rule is not
+    about a line. `limits` are the limits the run gets (or asked for, when denied).
+    """
+
+    decision: Decision
+    rule: str | None
+    message: str | None
+    line: int | None
+    limits: Limits
+    # Top-level modules the code imports (statically, and through __import__/importlib with a
+    # constant name): from its syntax tree under a profile with rules about the code, else
+    # from a scan of its text (`scan_imports`); None when the code did not parse.
+    imports: frozenset[str] | None = None
+
+
+# ast.parse from several threads at once can fail with "AST constructor recursion depth
+# mismatch" on CPython 3.11 (python/cpython#106905); parses are short, so serialize them.
+_PARSE_LOCK = threading.Lock()
+
+
+def check(request: RunRequest, profiles: Mapping[str, Profile], *,
+          cell: CellContext | None = None) -> Verdict:
+    """Decide whether `request` may run under its profile, and with which limits. `cell`: the
+    code is a session cell, which IPython runs (its `!cmd` and `%magic` are not Python) after
+    the cells `cell` holds the bindings of; an allowed or held cell's are added to it.
+
+    Raises UsageError when the request names a profile that `profiles` does not define.
+    """
+    profile = profiles.get(request.profile)
+    if profile is None:
+        known = ", ".join(repr(name) for name in profiles) or "none"
+        raise UsageError(f"unknown policy profile {request.profile!r}; known profiles: {known}")
+    return Checker(request, request.profile, profile, profiles, cell).run()
+
+
+def _effective_limits(requested: Limits, profile: Profile) -> Limits:
+    """The profile's default limits overridden by the fields `requested` set explicitly."""
+    explicit = {field: getattr(requested, field) for field in requested.model_fields_set}
+    limits = Limits.model_validate({**profile.limits.model_dump(), **explicit})
+    cap = profile.max_limits
+    if "cpu_s" not in explicit and limits.effective_cpu_s > cap.effective_cpu_s:
+        # The caller asked for a longer timeout, not for more CPU time: CPU time followed the
+        # timeout by default. Cap it at the profile's maximum instead of denying a request for
+        # something the caller never asked for.
+        limits = Limits.model_validate({**limits.model_dump(), "cpu_s": cap.effective_cpu_s})
+    return limits
+
+
+def _lines(data: bytes) -> int:
+    """Lines of a CSV file, header included: a cheap upper bound on its rows (a quoted field
+    with a newline counts twice), without parsing."""
+    return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit} ({n} bytes)"
+    return f"{n} bytes"
+
+
+class Checker:
+    """One check of one request: the rules in order, then the syntax tree."""
+
+    def __init__(self, request: RunRequest, key: str, profile: Profile,
+                 profiles: Mapping[str, Profile], cell: CellContext | None = None) -> None:
+        self.request = request
+        self.key = key
+        self.profile = profile
+        self.profiles = profiles
+        self.cell = cell
+        self.limits = _effective_limits(request.limits, profile)
+
+    def verdict(self, decision: Decision, rule: str | None = None, message: str | None = None,
+                line: int | None = None, imports: frozenset[str] | None = None) -> Verdict:
+        return Verdict(decision=decision, rule=rule, message=message, line=line,
+                       limits=self.limits, imports=imports)
+
+    def advice(self, accepts: Callable[[Profile], bool], otherwise: str) -> str:
+        """What to do: the first other profile (in file order) that accepts, and `otherwise`."""
+        for key, profile in self.profiles.items():
+            if key != self.key and accepts(profile):
+                return f"choose profile {key!r}, or {otherwise}"
+        return otherwise
+
+    def run(self) -> Verdict:
+        p, key = self.profile, self.key
+        code_bytes = len(self.request.code.encode("utf-8", "surrogatepass"))
+        if code_bytes > p.max_code_bytes:
+            return self.verdict("deny", "code.size", (
+                f"the code is {_size(code_bytes)}, over the {_size(p.max_code_bytes)} cap of "
+                f"profile {key!r}; "
+                + self.advice(lambda q: code_bytes <= q.max_code_bytes,
+                              "make the code smaller (pass data as input files)")))
+        denied = self.inputs() or self.limit_maximums()
+        if denied is not None:
+            return denied
+        undecodable = self.request.source_error
+        if undecodable is not None:  # as CPython, which reads nothing of such a file
+            return self.verdict("allow", "code.encoding", (
+                f"the code was not analysed (SyntaxError: {undecodable.msg}); "
+                "the run reports the error"), undecodable.lineno)
+        if not reads_code(p):
+            # No rule of the profile is about the code (the default profile, `data`): nothing
+            # to parse it for. Its imports only pick the kind of slot it runs in, a choice of
+            # speed, so a scan of the text stands in for the syntax tree (the whole check of a
+            # HumanEval program: 15 against 264 us; see `scan_imports`).
+            return self.verdict("allow", imports=scan_imports(self.request.code))
+        try:
+            with _PARSE_LOCK:  # CPython 3.11's parser is not safe from several threads
+                tree = ast.parse(self.request.code, filename="main.py")  # as the sandbox does
+        except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+            line = exc.lineno if isinstance(exc, SyntaxError) else None
+            if self.cell is not None:
+                # IPython turns what is not Python into calls the rules never see: `!cmd` and
+                # `x = !cmd` run a shell, `%magic` anything. Only Python is let through.
+                return self.verdict("deny", "code.not_python", (
+                    f"the cell is not Python ({type(exc).__name__}: {exc}); under profile "
+                    f"{key!r} a cell must be Python: IPython's shell escapes and magics (!cmd, "
+                    "%magic) would run past its rules; "
+                    + self.advice(lambda q: not reads_code(q), "write it in Python")), line)
+            # Not a deny: the sandbox compiles the code too and reports the error with its line
+            # and column as an ordinary `error` result, which tells the author far more.
+            return self.verdict("allow", "code.syntax", (
+                f"the code was not analysed ({type(exc).__name__}: {exc}); "
+                "the run reports the error"), line)
+        analysis = Analysis(tree, self, self.cell.snapshot() if self.cell else None)
+        findings = analysis.findings
+        imports = frozenset(analysis.imports)
+        if self.cell is not None and all(f.decision != "deny" for f in findings):
+            # The cell runs, now or once approved: what it binds holds for the next ones.
+            self.cell.add(analysis)
+        for decision in ("deny", "needs_approval"):
+            chosen = [f for f in findings if f.decision == decision]
+            if chosen:
+                first = min(chosen, key=lambda f: (f.line, f.col))
+                return self.verdict(first.decision, first.rule, first.message, first.line,
+                                    imports)
+        return self.verdict("allow", imports=imports)
+
+    def inputs(self) -> Verdict | None:
+        p, key, files = self.profile, self.key, self.request.files
+        if len(files) > p.max_input_files:
+            count = len(files)
+            return self.verdict("deny", "input.files", (
+                f"{count} input files, over the cap of {p.max_input_files} of profile {key!r}; "
+                + self.advice(lambda q: count <= q.max_input_files,
+                              "send fewer files (e.g. one archive)")))
+        total = sum(len(f.data) for f in files) + len(self.request.stdin)
+        if total > p.max_input_bytes:
+            return self.verdict("deny", "input.bytes", (
+                f"input files and stdin total {_size(total)}, over the "
+                f"{_size(p.max_input_bytes)} cap of profile {key!r}; "
+                + self.advice(lambda q: total <= q.max_input_bytes, "send less data")))
+        csv_lines = [(f.name, _lines(f.data)) for f in files if f.name.lower().endswith(".csv")]
+        over = [(name, rows) for name, rows in csv_lines if rows > p.max_csv_rows]
+        if over:
+            name, rows = over[0]
+            return self.verdict("deny", "input.csv_rows", (
+                f"input {name!r} has {rows} lines, over the {p.max_csv_rows}-row cap of "
+                f"profile {key!r}; "
+                + self.advice(lambda q: rows <= q.max_csv_rows, "send a sample or an aggregate")))
+        return None
+
+    def limit_maximums(self) -> Verdict | None:
+        excess = first_excess(self.limits, self.profile.max_limits)
+        if excess is None:
+            return None
+        field, value, most = excess
+        return self.verdict("deny", "limits.max", (
+            f"limits.{field} = {show_number(value)} is over the maximum of {show_number(most)} under profile "
+            f"{self.key!r}; "
+            + self.advice(lambda q: value <= limit_value(q.max_limits, field),
+                          f"ask for at most {show_number(most)}")))
