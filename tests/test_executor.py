@@ -10,7 +10,7 @@ import pytest
 
 import execbox
 from execbox import Executor, SandboxUnavailable, Status, UsageError
-from execbox.executor import _concurrently
+from execbox.admission import concurrently
 
 
 def test_non_root_host_is_refused_before_anything_runs(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -404,7 +404,7 @@ def test_open_sessions_leave_the_pool_its_slots() -> None:
 
 
 class _Calls:
-    """A call for `_concurrently` that counts its calls, the most at once, and the items the
+    """A call for `concurrently` that counts its calls, the most at once, and the items the
     input gave."""
 
     def __init__(self, seconds: float = 0.02) -> None:
@@ -437,7 +437,7 @@ def _map_threads() -> list[threading.Thread]:
 
 def test_concurrently_runs_width_calls_at_once_and_yields_each_result_once() -> None:
     calls = _Calls()
-    got = list(_concurrently(calls, calls.items(12), 3))
+    got = list(concurrently(calls, calls.items(12), 3))
     assert sorted(got) == [(i, i * 2) for i in range(12)]
     assert calls.most == 3 and calls.started == 12
     assert not _map_threads()
@@ -445,7 +445,7 @@ def test_concurrently_runs_width_calls_at_once_and_yields_each_result_once() -> 
 
 def test_concurrently_holds_the_input_back_for_a_slow_consumer() -> None:
     calls = _Calls(0.001)
-    results = _concurrently(calls, calls.items(1000), 4)
+    results = concurrently(calls, calls.items(1000), 4)
     next(results)
     time.sleep(0.3)  # the consumer is busy: at most 4 calls run and 4 results wait
     assert calls.taken <= 2 * 4 + 1, calls.taken
@@ -458,7 +458,7 @@ def test_concurrently_holds_the_input_back_for_a_slow_consumer() -> None:
 def test_concurrently_raises_a_calls_error_and_the_inputs_in_their_place() -> None:
     calls = _Calls(0.001)
     with pytest.raises(ValueError, match="thirteen") as raised:
-        for _ in _concurrently(calls, calls.items(100), 4):
+        for _ in concurrently(calls, calls.items(100), 4):
             pass
     assert not _map_threads() and calls.running == 0
     # Which item it was: the caller cannot tell otherwise.
@@ -469,7 +469,7 @@ def test_concurrently_raises_a_calls_error_and_the_inputs_in_their_place() -> No
         raise KeyError("the input broke")
 
     with pytest.raises(KeyError, match="the input broke") as raised_input:
-        list(_concurrently(calls, broken(), 4))
+        list(concurrently(calls, broken(), 4))
     assert not _map_threads()
     assert raised_input.value.__notes__ == ["(raised by the map's input)"]
 

@@ -362,7 +362,7 @@ def test_session_maximum_lifetime_ends_it(executor: Executor) -> None:
 
 def test_session_cap_gives_a_clear_error(executor: Executor) -> None:
     old = executor.max_sessions
-    executor.max_sessions = len(executor._live_sessions()) + 1
+    executor.max_sessions = len(executor.live_sessions()) + 1
     try:
         with executor.session():
             with pytest.raises(Overloaded, match="max_sessions"):

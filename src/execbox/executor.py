@@ -9,39 +9,34 @@ the code did is data on the result; only caller and host problems raise (see `er
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import os
-import queue
-import re
 import sys
 import threading
-import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from . import policy as policy_mod
+from .admission import Admission, concurrently
 from .budget import Budget, Reservation
 from .cache import DEFAULT_TTL_S, cache_key, cacheable
 from .contract import (
     MIB,
-    Artifact,
     ErrorInfo,
     Limits,
-    Metrics,
-    Output,
     RunRequest,
     RunResult,
     Status,
     StreamEvent,
 )
-from .errors import Overloaded, SandboxError, SandboxUnavailable, SessionClosed, UsageError
+from .errors import Overloaded, SandboxError, SandboxUnavailable, UsageError
 from .hosts import (
     DEFAULT_ROTATE_AFTER_RUNS,
     DEFAULT_ROTATE_AFTER_S,
@@ -51,20 +46,18 @@ from .hosts import (
 from .image import LIGHT_PRELOAD, Image
 from .records import PolicyInfo, RunStore
 from .redact import Redactor, checked_secrets
-from .redact_live import LiveRedactor
+from .results import ReplayReport, not_started, result_of, undecodable, with_kept_data
 from .sandbox import capabilities
-from .sandbox.channel import SessionChannel, SessionEnded
+from .sandbox.channel import SessionChannel
 from .sandbox.host import Cancel as Cancel  # re-exported: execbox.Cancel
 from .sandbox.host import HostError, OutputCallback, RawRun, RunNotStarted, ZygoteProcess
-from .sandbox.runner import CUT_HEAD, CUT_TAIL, compile_error_record
+from .scrub import live_output, redact_result
 from .sessions import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_MAX_LIFETIME_S, Reaper, Session
 
 log = logging.getLogger("execbox")
 
 FileSource = bytes | str | os.PathLike[str]
 BACKSTOP_GRACE_S = 15.0  # the supervisor enforces limits; this only catches a stuck supervisor
-CANCEL_CHECK_S = 0.1  # how often a cancellable run waiting for its turn looks at its token
-SIGNAL_CHECK_S = 0.2  # how often a `map` consumer waiting for results runs signal handlers
 SLOT_WAIT_S = 30.0  # how long a run waits for a staged slot before it is a sandbox_error
 # How many staged programs a request may find gone before its code (killed from outside: the
 # machine's OOM killer, an operator) before it is a sandbox_error; none of them ran any of it.
@@ -180,7 +173,7 @@ class Executor:
         self.image = image or Image.load()
         self.max_concurrency = max_concurrency or 4 * (os.cpu_count() or 1)
         self.pool_size = max(1, pool_size or min(self.max_concurrency, 2 * (os.cpu_count() or 1)))
-        self._admission = _Admission(self.max_concurrency, max_queue, queue_timeout_s)
+        self._admission = Admission(self.max_concurrency, max_queue, queue_timeout_s)
         self._lock = threading.Lock()
         self._closed = False
         self._hosts = Hosts(self._start_host, rotate_after_runs=rotate_after_runs,
@@ -248,117 +241,169 @@ class Executor:
                     session_id: str | None = None,
                     on_stdout: OutputCallback | None = None,
                     on_stderr: OutputCallback | None = None,
-                    _kind: str = "run", _source: str | None = None,
-                    _approved: bool = False, _session: Session | None = None,
                     cache_scope: str | None = None, cancel: Cancel | None = None,
                     spool_dir: str | None = None,
                     tenant: str | None = None) -> RunResult:
-        """The whole pipeline for one request (or one cell of `_session`). `cache_scope`
-        partitions the result cache (the HTTP server passes the tenant); `tenant` picks the
-        host with `zygotes_per_tenant`. With `spool_dir` (an existing private directory; runs,
-        not cells), the run's artifacts are written to `<spool_dir>/<index in
-        result.artifacts>` as they arrive, and only those the record store keeps have their
-        `data` in memory; the caller removes the files."""
+        """The whole pipeline for one request. `cache_scope` partitions the result cache (the
+        HTTP server passes the tenant); `tenant` picks the host with `zygotes_per_tenant`.
+        With `spool_dir` (an existing private directory), the run's artifacts are written to
+        `<spool_dir>/<index in result.artifacts>` as they arrive, and only those the record
+        store keeps have their `data` in memory; the caller removes the files."""
+        options = _Options(cache=cache, budget=budget, cache_scope=cache_scope, cancel=cancel,
+                           spool_dir=spool_dir, tenant=tenant)
+        return self._pipeline(request, _Origin(), options, checked_secrets(secrets),
+                              session_id, on_stdout, on_stderr)
+
+    def run_cell(self, session: Session, code: str, *, timeout_s: float | None,
+                 secrets: Iterable[str], budget: Budget | None,
+                 on_stdout: OutputCallback | None,
+                 on_stderr: OutputCallback | None) -> RunResult:
+        """One cell of `session` through the pipeline (`Session.run` calls it; the secrets are
+        the session's and the cell's, each checked where it was given)."""
+        limits = session.limits
+        if timeout_s is not None:
+            limits = limits.model_copy(update={"timeout_s": timeout_s})
+        request = make_request(code, limits=limits, env=session.env, profile=session.profile)
+        return self._pipeline(request, _Origin(kind="cell", session=session),
+                              _Options(cache=False, budget=budget), tuple(secrets),
+                              session.id, on_stdout, on_stderr)
+
+    def _pipeline(self, request: RunRequest, origin: _Origin, options: _Options,
+                  secrets: tuple[str, ...], session_id: str | None,
+                  on_stdout: OutputCallback | None,
+                  on_stderr: OutputCallback | None) -> RunResult:
+        """request -> policy -> budget -> cache -> sandbox -> redact -> record -> result."""
         self.store.check()  # refused when a record failed since the last check (see `records`)
-        # A cell's are the session's and the cell's own, each checked where it was given.
-        secrets = tuple(secrets) if _session is not None else checked_secrets(secrets)
+        call = self._checked(request, origin, secrets, session_id)
+        refused = self._refusal(call)
+        if refused is not None:
+            return self._record(call, refused)
+        if call.request.source_error is not None:  # CPython runs nothing of it: no sandbox
+            result = redact_result(undecodable(call.base, call.request.source_error),
+                                   call.redactor)
+            if on_stderr is not None:
+                on_stderr(result.stderr.encode())
+            return self._record(call, result)
+        budget = options.budget
+        reservation = self._reserve(call, budget)
+        if isinstance(reservation, RunResult):
+            return self._record(call, reservation)
+        use_cache = (self.cache_enabled if options.cache is None else options.cache) \
+            and origin.session is None
+        key = (cache_key(call.request, self.image.digest, options.cache_scope, self.store.key,
+                         call.redactor.secrets) if use_cache else None)
+        with live_output(call.redactor, on_stdout, on_stderr) as (on_stdout, on_stderr):
+            if key is not None:
+                hit = self._cached(call, key, on_stdout, on_stderr)
+                if hit is not None:
+                    if budget is not None and reservation is not None:
+                        budget.settle(reservation, 0.0, 0)
+                    return hit
+            result = self._execute(call, options, on_stdout, on_stderr)
+        result = redact_result(result, call.redactor)
+        if budget is not None and reservation is not None:
+            result = _settled(budget, reservation, result)
+        self._record(call, result, cache_key=key)
+        # A cancelled run is not what another caller of the same code would get.
+        if key is not None and cacheable(result) \
+                and not (options.cancel and options.cancel.cancelled) \
+                and self._all_artifacts_kept(result):
+            self.store.cache_store(key, result.run_id, self.cache_ttl_s)
+        return result
+
+    # ---- the pipeline's stages --------------------------------------------------------------
+
+    def _checked(self, request: RunRequest, origin: _Origin, secrets: tuple[str, ...],
+                 session_id: str | None) -> _Call:
+        """Policy: the verdict, and the request under the limits it grants."""
         run_id = new_run_id()
         redactor = self._redactor.with_secrets(secrets)
+        session = origin.session
         verdict = policy_mod.check(request, self.profiles,
-                                   cell=_session.policy_context if _session else None)
+                                   cell=session.policy_context if session else None)
         request = request.model_copy(update={"limits": verdict.limits})
-        pinfo = PolicyInfo(decision=verdict.decision, rule=verdict.rule,
-                           message=redactor.redact(verdict.message) if verdict.message
-                           else verdict.message, line=verdict.line)
+        info = PolicyInfo(decision=verdict.decision, rule=verdict.rule,
+                          message=redactor.redact(verdict.message) if verdict.message
+                          else verdict.message, line=verdict.line)
         base = RunResult(
             run_id=run_id, status=Status.sandbox_error, limits=request.limits,
             code_sha256=hashlib.sha256(request.code.encode()).hexdigest(),
             image_digest=self.image.digest, session_id=session_id,
         )
+        return _Call(request, origin, verdict, info, redactor, base, session_id)
 
-        def finish(result: RunResult, **extra: Any) -> RunResult:
-            self.store.save(request, result, policy=pinfo, session_id=session_id,
-                            redactor=redactor, kind=extra.pop("kind", _kind), source_run_id=extra.pop("source", _source),
-                            **extra)
-            log.info("run %s: %s (%s)", result.run_id, result.status.value, _kind)
-            return result
+    def _refusal(self, call: _Call) -> RunResult | None:
+        """The result of a request the policy denied or holds (unless approved), else None."""
+        verdict, origin = call.verdict, call.origin
+        if verdict.decision == "allow" or (verdict.decision == "needs_approval"
+                                           and origin.approved):
+            return None
+        held = verdict.decision == "needs_approval"
+        message = verdict.message or "denied by policy"
+        if held and origin.session is not None:
+            message += "; a session cell cannot be approved later: run it as a run instead"
+        elif held:
+            message += (f"; approve it with executor.approve({call.base.run_id!r}) or "
+                        "`execbox runs approve`")
+        # The policy's message quotes the code (a module's name, say): scrubbed like output.
+        return redact_result(call.base.model_copy(update={
+            "status": Status.needs_approval if held else Status.policy_denied,
+            "error": ErrorInfo(type="NeedsApproval" if held else "PolicyDenied",
+                               message=message, line=verdict.line, rule=verdict.rule),
+        }), call.redactor)
 
-        if verdict.decision == "deny" or (verdict.decision == "needs_approval" and not _approved):
-            held = verdict.decision == "needs_approval"
-            message = verdict.message or "denied by policy"
-            if held and _session is not None:
-                message += "; a session cell cannot be approved later: run it as a run instead"
-            elif held:
-                message += f"; approve it with executor.approve({run_id!r}) or `execbox runs approve`"
-            # The policy's message quotes the code (a module's name, say): scrubbed like output.
-            return finish(_redact(base.model_copy(update={
-                "status": Status.needs_approval if held else Status.policy_denied,
-                "error": ErrorInfo(type="NeedsApproval" if held else "PolicyDenied",
-                                   message=message, line=verdict.line, rule=verdict.rule),
-            }), redactor))
+    def _reserve(self, call: _Call, budget: Budget | None) -> Reservation | RunResult | None:
+        """Budget: the run's share reserved (its limits clipped to what is left), or the
+        `budget_exceeded` result when nothing is left."""
+        if budget is None:
+            return None
+        reserved = budget.reserve(call.request.limits)
+        if isinstance(reserved, str):
+            return call.base.model_copy(update={
+                "status": Status.budget_exceeded,
+                "error": ErrorInfo(type="BudgetExceeded", message=reserved),
+            })
+        call.request = call.request.model_copy(update={"limits": reserved.limits})
+        call.base = call.base.model_copy(update={"limits": reserved.limits})
+        return reserved
 
-        if request.source_error is not None:  # CPython runs nothing of it: no sandbox either
-            result = _redact(_undecodable(base, request.source_error), redactor)
-            if on_stderr is not None:
-                on_stderr(result.stderr.encode())
-            return finish(result)
+    def _cached(self, call: _Call, key: str, on_stdout: OutputCallback | None,
+                on_stderr: OutputCallback | None) -> RunResult | None:
+        """Cache: a stored result of the same request, recorded as this run's, or None."""
+        hit = self.store.cache_lookup(key)
+        if hit is None:
+            return None
+        # Redacted again: this caller's secrets may not be the first caller's.
+        result = redact_result(self.store.with_artifact_data(hit.result), call.redactor)
+        result = result.model_copy(update={
+            "run_id": call.base.run_id, "cached": True, "code_sha256": call.base.code_sha256})
+        # Streaming callers see the stored output as if it had just been printed.
+        for callback, text in ((on_stdout, result.stdout), (on_stderr, result.stderr)):
+            if callback is not None and text:
+                callback(text.encode())
+        return self._record(call, result, kind="cache_hit", source=hit.run_id, cache_key=key)
 
-        reservation: Reservation | None = None
-        if budget is not None:
-            reserved = budget.reserve(request.limits)
-            if isinstance(reserved, str):
-                return finish(base.model_copy(update={
-                    "status": Status.budget_exceeded,
-                    "error": ErrorInfo(type="BudgetExceeded", message=reserved),
-                }))
-            reservation = reserved
-            request = request.model_copy(update={"limits": reservation.limits})
-            base = base.model_copy(update={"limits": reservation.limits})
+    def _execute(self, call: _Call, options: _Options, on_stdout: OutputCallback | None,
+                 on_stderr: OutputCallback | None) -> RunResult:
+        """Sandbox: the cell in its session, or the run in a slot of the right kind."""
+        if call.origin.session is not None:
+            return call.origin.session.execute(call.request, call.base, on_stdout, on_stderr,
+                                               BACKSTOP_GRACE_S)
+        result = self._sandbox_run(call.request, call.base, on_stdout, on_stderr,
+                                   program_kind(call.verdict.imports), options.cancel,
+                                   options.spool_dir, options.tenant)
+        if options.spool_dir is not None:
+            result = with_kept_data(result, options.spool_dir, self.store.artifact_bytes_cap)
+        return result
 
-        use_cache = (self.cache_enabled if cache is None else cache) and _session is None
-        key = (cache_key(request, self.image.digest, cache_scope, self.store.key,
-                         redactor.secrets) if use_cache else None)
-        with _live_output(redactor, on_stdout, on_stderr) as (on_stdout, on_stderr):
-            if key is not None:
-                hit = self.store.cache_lookup(key)
-                if hit is not None:
-                    if budget is not None and reservation is not None:
-                        budget.settle(reservation, 0.0, 0)
-                    # Redacted again: this caller's secrets may not be the first caller's.
-                    result = _redact(self.store.with_artifact_data(hit.result), redactor)
-                    result = result.model_copy(update={
-                        "run_id": run_id, "cached": True, "code_sha256": base.code_sha256})
-                    # Streaming callers see the stored output as if it had just been printed.
-                    for callback, text in ((on_stdout, result.stdout),
-                                           (on_stderr, result.stderr)):
-                        if callback is not None and text:
-                            callback(text.encode())
-                    return finish(result, kind="cache_hit", source=hit.run_id, cache_key=key)
-
-            if _session is not None:
-                result = self._cell_run(_session, request, base, on_stdout, on_stderr)
-            else:
-                result = self._sandbox_run(request, base, on_stdout, on_stderr,
-                                           program_kind(verdict.imports), cancel, spool_dir,
-                                           tenant)
-                if spool_dir is not None:
-                    result = _with_kept_data(result, spool_dir, self.store.artifact_bytes_cap)
-        result = _redact(result, redactor)
-        if budget is not None and reservation is not None:
-            budget.settle(reservation, result.metrics.wall_ms / 1000,
-                          sum(a.size for a in result.artifacts))
-            if reservation.time_clipped and result.status is Status.timeout:
-                result = result.model_copy(update={
-                    "status": Status.budget_exceeded,
-                    "error": ErrorInfo(type="BudgetExceeded", message=(
-                        f"execution-time budget of {budget.exec_s:g} s ran out during the run "
-                        f"(it had {reservation.limits.timeout_s:.2f} s left)")),
-                })
-        finish(result, cache_key=key)
-        # A cancelled run is not what another caller of the same code would get.
-        if key is not None and cacheable(result) and not (cancel and cancel.cancelled) \
-                and self._all_artifacts_kept(result):
-            self.store.cache_store(key, result.run_id, self.cache_ttl_s)
+    def _record(self, call: _Call, result: RunResult, *, kind: str | None = None,
+                source: str | None = None, cache_key: str | None = None) -> RunResult:
+        """Records: the run as it ended, whatever stage ended it."""
+        kind = kind or call.origin.kind
+        self.store.save(call.request, result, policy=call.policy, session_id=call.session_id,
+                        redactor=call.redactor, kind=kind,
+                        source_run_id=source or call.origin.source, cache_key=cache_key)
+        log.info("run %s: %s (%s)", result.run_id, result.status.value, kind)
         return result
 
     def _all_artifacts_kept(self, result: RunResult) -> bool:
@@ -375,10 +420,10 @@ class Executor:
         live = [self._live_host(tenant)]
         spec = _spec(limits, request)
         if not self._admission.enter(cancel):  # cancelled while it waited for its turn
-            return _not_started(base)
+            return not_started(base)
         try:
             if cancel is not None and cancel.cancelled:
-                return _not_started(base)
+                return not_started(base)
 
             def attempt() -> RawRun:
                 host, slot = self._hosts.take(tenant, kind, SLOT_WAIT_S,
@@ -401,7 +446,7 @@ class Executor:
                                                                   message=message)})
         finally:
             self._admission.leave()
-        return _result(base, raw)
+        return result_of(base, raw)
 
     # ---- sessions ---------------------------------------------------------------------------
 
@@ -443,10 +488,10 @@ class Executor:
         try:
             channel = _until_started(f"session {session_id}", start)
         except HostError as exc:
-            self._forget_session(session_id)
+            self.forget_session(session_id)
             raise SandboxError(f"the session could not start: {exc}") from exc
         except BaseException:
-            self._forget_session(session_id)
+            self.forget_session(session_id)
             raise
         session = Session(self, channel, session_id, profile=profile, limits=limits_,
                           env=dict(template.env), idle_timeout_s=idle_timeout_s,
@@ -465,58 +510,15 @@ class Executor:
             raise UsageError(f"no open session {session_id!r}")
         return session
 
-    def _live_sessions(self) -> list[Session]:
+    def live_sessions(self) -> list[Session]:
+        """The open sessions (the reaper's view)."""
         with self._lock:
             return [s for s in self._sessions.values() if s is not None]
 
-    def _forget_session(self, session_id: str) -> None:
+    def forget_session(self, session_id: str) -> None:
+        """Drop an ended session from the open ones (`Session` calls it as it ends)."""
         with self._lock:
             self._sessions.pop(session_id, None)
-
-    def _run_cell(self, session: Session, code: str, *, timeout_s: float | None,
-                  secrets: Iterable[str], budget: Budget | None,
-                  on_stdout: OutputCallback | None,
-                  on_stderr: OutputCallback | None) -> RunResult:
-        limits = session.limits
-        if timeout_s is not None:
-            limits = limits.model_copy(update={"timeout_s": timeout_s})
-        request = make_request(code, limits=limits, env=session.env, profile=session.profile)
-        return self.run_request(request, cache=False, budget=budget, secrets=secrets,
-                                session_id=session.id,
-                                on_stdout=on_stdout, on_stderr=on_stderr, _kind="cell",
-                                _session=session)
-
-    def _cell_run(self, session: Session, request: RunRequest, base: RunResult,
-                  on_stdout: OutputCallback | None,
-                  on_stderr: OutputCallback | None) -> RunResult:
-        limits = request.limits
-        base = base.model_copy(update={"session_id": session.id})
-        try:
-            raw = session._channel.cell(
-                request.code, limits.timeout_s, limits.effective_cpu_s, limits.output_bytes,
-                limits.timeout_s + BACKSTOP_GRACE_S, on_stdout, on_stderr)
-        except SessionEnded as exc:
-            session._mark_ended(f"has ended: {exc}")
-            raise SessionClosed(f"session {session.id} has ended: {exc}") from exc
-        except HostError as exc:
-            if session.end_reason is not None:  # ended on purpose during the cell: say why
-                session._mark_ended(session.end_reason)
-                expired = session.killed_status is Status.timeout
-                return base.model_copy(update={
-                    "status": session.killed_status, "error": ErrorInfo(
-                        type="SessionExpired" if expired else "SandboxError",
-                        message=f"the session {session.end_reason} during this cell")})
-            log.error("cell of session %s: sandbox error: %s", session.id, exc)
-            session._mark_ended(f"has ended with a sandbox error: {exc}")
-            return base.model_copy(update={"error": ErrorInfo(type="SandboxError",
-                                                              message=str(exc))})
-        result = _result(base, raw)
-        outputs = [Output(**item) for item in raw.meta.get("outputs", [])]
-        result = result.model_copy(update={"outputs": outputs})
-        if raw.meta.get("ended"):
-            reason = result.error.message if result.error else "the interpreter exited"
-            session._mark_ended(f"has ended ({result.status.value}): {reason}")
-        return result
 
     async def astream(self, code: str, **kwargs: Any) -> AsyncIterator[StreamEvent]:
         """Like `run` (same arguments), yielding output events as the code prints, then the
@@ -539,7 +541,7 @@ class Executor:
         than the runs: the input is consumed lazily, so a generator of a million requests
         never sits in memory at once. An error (a bad request, the input's own) is raised in
         its result's place; stopping early waits for the runs in flight (not after a Ctrl-C,
-        see `_concurrently`). `concurrency` above `max_concurrency` is capped there; below 1
+        see `concurrently`). `concurrency` above `max_concurrency` is capped there; below 1
         (or not an integer) it is a UsageError. `tenant`: see `run`."""
         if concurrency is not None:
             _whole("concurrency", concurrency, 1)
@@ -549,7 +551,7 @@ class Executor:
             request = item if isinstance(item, RunRequest) else make_request(item)
             return self.run_request(request, cache=cache, tenant=tenant)
 
-        return _concurrently(run, requests, width)
+        return concurrently(run, requests, width)
 
     def approve(self, run_id: str, *, approved_by: str | None = None,
                 on_stdout: OutputCallback | None = None,
@@ -566,10 +568,9 @@ class Executor:
         request = self.store.request_of(record, secrets)  # before it is marked released
         if not self.store.mark_approved(run_id, approved_by):
             raise UsageError(f"run {run_id} was already released")
-        return self.run_request(request, cache=False, secrets=secrets,
-                                session_id=record.session_id, on_stdout=on_stdout,
-                                on_stderr=on_stderr, _kind="approval", _source=run_id,
-                                _approved=True)
+        return self._pipeline(request, _Origin(kind="approval", source=run_id, approved=True),
+                              _Options(cache=False), checked_secrets(secrets),
+                              record.session_id, on_stdout, on_stderr)
 
     def replay(self, run_id: str, *, secrets: Iterable[str] = ()) -> ReplayReport:
         """Run a recorded run again under its recorded limits and compare the outcomes.
@@ -591,8 +592,8 @@ class Executor:
         request = self.store.request_of(record, secrets)
         # Records made before secrets were sealed kept redacted environment values only.
         redacted_env = sorted(k for k, v in request.env.items() if "[REDACTED" in v)
-        again = self.run_request(request, cache=False, secrets=secrets, _kind="replay",
-                                 _source=run_id, _approved=True)
+        again = self._pipeline(request, _Origin(kind="replay", source=run_id, approved=True),
+                               _Options(cache=False), checked_secrets(secrets), None, None, None)
         return ReplayReport.compare(record.result, again, redacted_env)
 
     def close(self) -> None:
@@ -602,9 +603,9 @@ class Executor:
                 return
             self._closed = True
         self._reaper.stop()
-        for session in self._live_sessions():
+        for session in self.live_sessions():
             session.kill("was ended because the executor was closed", Status.sandbox_error)
-            session._end("was ended because the executor was closed")
+            session.end("was ended because the executor was closed")
         with self._lock:
             self._hosts.close()
             self.store.close()
@@ -617,85 +618,60 @@ class Executor:
         self.close()
 
 
-def _not_started(base: RunResult) -> RunResult:
-    """The result of a run cancelled before it started: nothing ran."""
-    return base.model_copy(update={"status": Status.error, "error": ErrorInfo(
-        type="Cancelled", message="the run was cancelled before it started")})
+@dataclass(frozen=True)
+class _Origin:
+    """Why a request runs: what its record calls it (run, cell, approval, replay), the run an
+    approval or replay repeats, whether a hold is released, the session of a cell."""
+
+    kind: str = "run"
+    source: str | None = None
+    approved: bool = False
+    session: Session | None = None
+
+
+@dataclass(frozen=True)
+class _Options:
+    """How the caller wants it run (see `Executor.run_request`)."""
+
+    cache: bool | None = None
+    budget: Budget | None = None
+    cache_scope: str | None = None
+    cancel: Cancel | None = None
+    spool_dir: str | None = None
+    tenant: str | None = None
+
+
+@dataclass
+class _Call:
+    """One request on its way through the pipeline's stages."""
+
+    request: RunRequest
+    origin: _Origin
+    verdict: policy_mod.Verdict
+    policy: PolicyInfo
+    redactor: Redactor
+    base: RunResult  # what every stage's result starts from
+    session_id: str | None
+
+
+def _settled(budget: Budget, reservation: Reservation, result: RunResult) -> RunResult:
+    """Budget, after the run: what it used is charged; a run its budget cut short says so."""
+    budget.settle(reservation, result.metrics.wall_ms / 1000,
+                  sum(a.size for a in result.artifacts))
+    if reservation.time_clipped and result.status is Status.timeout:
+        return result.model_copy(update={
+            "status": Status.budget_exceeded,
+            "error": ErrorInfo(type="BudgetExceeded", message=(
+                f"execution-time budget of {budget.exec_s:g} s ran out during the run "
+                f"(it had {reservation.limits.timeout_s:.2f} s left)")),
+        })
+    return result
 
 
 def _whole(name: str, value: object, least: int) -> None:
     """UsageError unless `value` is an integer of at least `least` (a bool is no count)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise UsageError(f"{name} must be an integer >= {least}, got {value!r}")
-
-
-class _Admission:
-    """At most `limit` runs at once and at most `max_waiting` callers waiting for a turn."""
-
-    def __init__(self, limit: int, max_waiting: int, timeout_s: float) -> None:
-        self._sem = threading.BoundedSemaphore(limit)
-        self._lock = threading.Lock()
-        self._waiting = 0
-        self._max_waiting = max_waiting
-        self._timeout_s = timeout_s
-
-    def enter(self, cancel: Cancel | None = None) -> bool:
-        """Wait for a turn: True once it is the caller's (`leave` gives it back), False when
-        `cancel` was cancelled while it waited (its place in the queue is given up at once);
-        raises Overloaded past `max_queue` or `queue_timeout_s`."""
-        if self._sem.acquire(blocking=False):
-            return True
-        with self._lock:
-            if self._waiting >= self._max_waiting:
-                raise Overloaded(f"{self._waiting} runs are already waiting (max_queue="
-                                 f"{self._max_waiting}); retry later or raise max_queue")
-            self._waiting += 1
-        try:
-            deadline = time.monotonic() + self._timeout_s
-            while True:
-                if cancel is not None and cancel.cancelled:
-                    return False
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise Overloaded(f"no run slot within {self._timeout_s:g} s "
-                                     "(queue_timeout_s); retry later")
-                # A cancellable waiter looks at its token every CANCEL_CHECK_S.
-                if self._sem.acquire(timeout=min(left, CANCEL_CHECK_S) if cancel else left):
-                    return True
-        finally:
-            with self._lock:
-                self._waiting -= 1
-
-    def leave(self) -> None:
-        self._sem.release()
-
-
-class ReplayReport(BaseModel):
-    """How a replay compares with the recorded run."""
-
-    original: RunResult
-    replay: RunResult
-    matches: bool
-    differences: list[str]
-    image_changed: bool
-    env_redacted: list[str]
-
-    @classmethod
-    def compare(cls, original: RunResult, replay: RunResult,
-                env_redacted: list[str]) -> ReplayReport:
-        diffs = []
-        for name in ("status", "exit_code", "signal", "stdout", "stderr", "stdout_truncated",
-                     "stderr_truncated"):
-            if getattr(original, name) != getattr(replay, name):
-                diffs.append(name)
-        if (original.error and original.error.type) != (replay.error and replay.error.type):
-            diffs.append("error.type")
-        if ([(a.path, a.sha256) for a in original.artifacts]
-                != [(a.path, a.sha256) for a in replay.artifacts]):
-            diffs.append("artifacts")
-        return cls(original=original, replay=replay, matches=not diffs, differences=diffs,
-                   image_changed=original.image_digest != replay.image_digest,
-                   env_redacted=env_redacted)
 
 
 def program_kind(imports: frozenset[str] | None) -> str:
@@ -731,74 +707,6 @@ def _spec(limits: Limits, request: RunRequest) -> dict[str, Any]:
     }
 
 
-def _concurrently(fn: Callable[[A], T], items: Iterable[A], width: int
-                  ) -> Generator[tuple[int, T], None, None]:
-    """`(index, fn(item))` for each item, yielded as calls finish, from `width` threads that
-    each take the next item themselves: a call ended costs one wake-up (of the consumer, if it
-    waits), not two, and no future. At most `width` calls run and `width` results wait for
-    the consumer, so a slow one holds the input back; items are taken lazily. An exception
-    (from `fn` or from the input) is raised to the consumer in its place; a consumer that
-    stops early waits for the calls in flight, and no new one starts (interrupted by a
-    KeyboardInterrupt, it does not wait: its caller may end them, see `evals.humaneval`)."""
-    numbered = iter(enumerate(items))
-    taking = threading.Lock()
-    room = threading.Semaphore(2 * width)  # calls in flight plus results not yet consumed
-    done: queue.SimpleQueue[tuple[int, T | BaseException] | None] = queue.SimpleQueue()
-    stop = threading.Event()
-
-    def work() -> None:
-        try:
-            while room.acquire() and not stop.is_set():
-                with taking:
-                    try:
-                        index, item = next(numbered, (-1, None))
-                    except BaseException as exc:  # the input's own error, raised in its place
-                        done.put((-1, exc))
-                        return
-                if index < 0:
-                    return
-                try:
-                    done.put((index, fn(item)))  # type: ignore[arg-type]
-                except BaseException as exc:
-                    done.put((index, exc))
-        finally:
-            done.put(None)
-
-    threads = [threading.Thread(target=work, name=f"execbox-map-{i}", daemon=True)
-               for i in range(width)]
-    for thread in threads:
-        thread.start()
-    interrupted = False
-    try:
-        working = width
-        while working:
-            try:
-                # Timed: a blocking get would hold off the consumer's signal handlers (a
-                # KeyboardInterrupt) until the next run finished.
-                got = done.get(timeout=SIGNAL_CHECK_S)
-            except queue.Empty:
-                continue
-            if got is None:
-                working -= 1
-                continue
-            index, outcome = got
-            if isinstance(outcome, BaseException):
-                outcome.add_note(f"(raised by item {index} of the map)" if index >= 0
-                                 else "(raised by the map's input)")
-                raise outcome
-            yield index, outcome
-            room.release()
-    except KeyboardInterrupt:
-        interrupted = True
-        raise
-    finally:
-        stop.set()
-        room.release(width)  # a thread waiting for room sees the stop
-        if not interrupted:  # a Ctrl-C does not wait: the calls in flight end on their own
-            for thread in threads:
-                thread.join()
-
-
 def _until_started(what: str, attempt: Callable[[], T]) -> T:
     """`attempt()`, again while it finds its slot's program (or supervisor) gone before
     anything started (RunNotStarted: nothing ran, another slot may take it), at most
@@ -811,141 +719,6 @@ def _until_started(what: str, attempt: Callable[[], T]) -> T:
             if n == NOT_STARTED_TRIES:
                 raise HostError(f"{exc}, {n} times") from exc
     raise AssertionError("unreachable")
-
-
-def _with_kept_data(result: RunResult, spool_dir: str, cap: int) -> RunResult:
-    """Spooled artifacts: read back the bytes of those the record store keeps (the same
-    first-come choice within `cap` as `RunStore.save`), so the record has them."""
-    arts, budget = [], cap
-    for index, art in enumerate(result.artifacts):
-        if art.data is None and art.size <= budget:
-            budget -= art.size
-            art = art.model_copy(update={"data": Path(spool_dir, str(index)).read_bytes()})
-        arts.append(art)
-    return result.model_copy(update={"artifacts": arts}) if arts else result
-
-
-@contextlib.contextmanager
-def _live_output(redactor: Redactor, on_stdout: OutputCallback | None,
-                 on_stderr: OutputCallback | None
-                 ) -> Iterator[tuple[OutputCallback | None, OutputCallback | None]]:
-    """The output callbacks behind a `LiveRedactor` each: what they see is redacted as the
-    result will be. What is held back is released when the run ends, on every path (on an
-    error, redacted too, and a callback failing then does not hide the error)."""
-    if on_stdout is None and on_stderr is None:
-        yield None, None
-        return
-    out = LiveRedactor(redactor, on_stdout) if on_stdout is not None else None
-    err = LiveRedactor(redactor, on_stderr) if on_stderr is not None else None
-    streams = (out, err)
-    try:
-        yield (out.write if out else None), (err.write if err else None)
-    except BaseException:
-        for stream in streams:
-            if stream is not None:
-                with contextlib.suppress(Exception):
-                    stream.close()
-        raise
-    for stream in streams:
-        if stream is not None:
-            stream.close()
-
-
-def _redact(result: RunResult, redactor: Redactor) -> RunResult:
-    """Scrub secrets from everything the code produced as text."""
-    stdout, stderr = redactor.redact_end(result.stdout), redactor.redact_end(result.stderr)
-    if stdout is result.stdout and stderr is result.stderr and not result.outputs \
-            and result.error is None and not result.artifacts:
-        return result  # nothing to scrub (`redact` returns its argument then): no copy
-    update: dict[str, Any] = {"stdout": stdout, "stderr": stderr}
-    if result.outputs:  # every one: the code chooses the MIME type, so any may hold text
-        # A MIME type is the code's text too, cut at 200 characters by the sandbox.
-        update["outputs"] = [o.model_copy(update={"mime_type": redactor.redact_end(o.mime_type),
-                                                  "data": redactor.redact(o.data)})
-                             for o in result.outputs]
-    if result.error is not None:
-        error = result.error
-        update["error"] = error.model_copy(update={
-            "type": _redact_cut(redactor, error.type),  # the code names its exception
-            "message": _redact_cut(redactor, error.message),
-            "traceback": _redact_cut(redactor, error.traceback) if error.traceback else None,
-            "rule": redactor.redact(error.rule) if error.rule else None,
-        })
-    if result.artifacts:
-        update["artifacts"] = _redact_paths(result.artifacts, redactor)
-    return result.model_copy(update=update)
-
-
-def _redact_cut(redactor: Redactor, text: str) -> str:
-    """`redactor.redact(text)`, and where the sandbox cut the text to a cap (its CUT_HEAD and
-    CUT_TAIL marks) also the part of a secret the cut left on either side of the mark."""
-    text = redactor.redact(text)
-    if CUT_HEAD not in text and CUT_TAIL not in text:
-        return text
-    parts = re.split(f"({re.escape(CUT_HEAD)}|{re.escape(CUT_TAIL)})", text)
-    for i in range(0, len(parts), 2):  # texts at even indexes, marks between them
-        if i > 0 and parts[i - 1] == CUT_HEAD:
-            parts[i] = redactor.redact_start(parts[i])
-        if i + 1 < len(parts) and parts[i + 1] == CUT_TAIL:
-            parts[i] = redactor.redact_end(parts[i])
-    return "".join(parts)
-
-
-def _redact_paths(artifacts: list[Artifact], redactor: Redactor) -> list[Artifact]:
-    """The artifacts with their paths redacted (the bytes stay as written). A path is also a
-    key (downloads by name, the record's artifact blobs): a redacted path that another
-    artifact already has gets a ``~N`` suffix, so each stays unique."""
-    paths = [redactor.redact(a.path) for a in artifacts]
-    if all(p is a.path for p, a in zip(paths, artifacts, strict=True)):
-        return artifacts
-    taken = {p for p, a in zip(paths, artifacts, strict=True) if p is a.path}
-    out: list[Artifact] = []
-    for path, art in zip(paths, artifacts, strict=True):
-        if path is not art.path:
-            unique, n = path, 1
-            while unique in taken:
-                n += 1
-                unique = f"{path}~{n}"
-            taken.add(unique)
-            art = art.model_copy(update={"path": unique})
-        out.append(art)
-    return out
-
-
-def _undecodable(base: RunResult, exc: SyntaxError) -> RunResult:
-    """The result of source bytes that do not decode: what the sandbox reports for code that
-    does not compile (status error, exit status 1, the SyntaxError on stderr)."""
-    record = compile_error_record(exc)
-    return base.model_copy(update={"status": Status.error, "exit_code": 1,
-                                   "stderr": record["traceback"], "error": ErrorInfo(**record)})
-
-
-def _result(base: RunResult, raw: RawRun) -> RunResult:
-    meta = raw.meta
-    status = Status(meta["status"])
-    error = ErrorInfo(**meta["error"]) if meta.get("error") else None
-    if (raw.stdout_truncated or raw.stderr_truncated) and status in (Status.ok, Status.error):
-        status = Status.output_limit
-        error = ErrorInfo(
-            type="OutputLimitExceeded",
-            message=f"output exceeded {base.limits.output_bytes} bytes on stdout or stderr; "
-                    "raise limits.output_bytes (CLI --output-bytes)",
-        )
-    arts = [Artifact(**a, data=d) for a, d in zip(meta["artifacts"], raw.artifact_data, strict=True)]
-    return base.model_copy(update={
-        "status": status,
-        "exit_code": meta.get("exit_code"),
-        "signal": meta.get("signal"),
-        "stdout": raw.stdout.decode("utf-8", "replace"),
-        "stderr": raw.stderr.decode("utf-8", "replace"),
-        "stdout_truncated": raw.stdout_truncated,
-        "stderr_truncated": raw.stderr_truncated,
-        "error": error,
-        "artifacts": arts,
-        "artifacts_truncated": bool(meta.get("artifacts_truncated")),
-        "inputs_read": meta.get("inputs_read"),
-        "metrics": Metrics(**meta["metrics"]),
-    })
 
 
 def run(code: str | bytes, *, language: str = "python", stdin: bytes | str | None = None,

@@ -22,10 +22,21 @@ from collections.abc import AsyncIterator, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from .contract import MIB, Artifact, Limits, RunResult, Status, StreamEvent
+from .contract import (
+    MIB,
+    Artifact,
+    ErrorInfo,
+    Limits,
+    Output,
+    RunRequest,
+    RunResult,
+    Status,
+    StreamEvent,
+)
 from .errors import SessionClosed, UsageError
 from .policy import CellContext
 from .redact import checked_secrets
+from .results import result_of
 from .sandbox.channel import SessionChannel, SessionEnded
 from .sandbox.host import HostError, OutputCallback
 
@@ -82,10 +93,43 @@ class Session:
         secrets = checked_secrets(secrets)
         with self._use():
             self.cells += 1
-            result = self._executor._run_cell(
+            result = self._executor.run_cell(
                 self, code, timeout_s=timeout_s, secrets=(*self._secrets, *secrets),
                 budget=budget, on_stdout=on_stdout, on_stderr=on_stderr)
             return result
+
+    def execute(self, request: RunRequest, base: RunResult, on_stdout: OutputCallback | None,
+                on_stderr: OutputCallback | None, backstop_s: float) -> RunResult:
+        """The sandbox stage of one cell's pipeline (the executor calls it, under `run`'s
+        lock): the cell in this session's interpreter. An interpreter gone ends the session."""
+        limits = request.limits
+        base = base.model_copy(update={"session_id": self.id})
+        try:
+            raw = self._channel.cell(
+                request.code, limits.timeout_s, limits.effective_cpu_s, limits.output_bytes,
+                limits.timeout_s + backstop_s, on_stdout, on_stderr)
+        except SessionEnded as exc:
+            self._mark_ended(f"has ended: {exc}")
+            raise SessionClosed(f"session {self.id} has ended: {exc}") from exc
+        except HostError as exc:
+            if self.end_reason is not None:  # ended on purpose during the cell: say why
+                self._mark_ended(self.end_reason)
+                expired = self.killed_status is Status.timeout
+                return base.model_copy(update={
+                    "status": self.killed_status, "error": ErrorInfo(
+                        type="SessionExpired" if expired else "SandboxError",
+                        message=f"the session {self.end_reason} during this cell")})
+            log.error("cell of session %s: sandbox error: %s", self.id, exc)
+            self._mark_ended(f"has ended with a sandbox error: {exc}")
+            return base.model_copy(update={"error": ErrorInfo(type="SandboxError",
+                                                              message=str(exc))})
+        result = result_of(base, raw)
+        outputs = [Output(**item) for item in raw.meta.get("outputs", [])]
+        result = result.model_copy(update={"outputs": outputs})
+        if raw.meta.get("ended"):
+            reason = result.error.message if result.error else "the interpreter exited"
+            self._mark_ended(f"has ended ({result.status.value}): {reason}")
+        return result
 
     async def astream(self, code: str, *, timeout_s: float | None = None
                       ) -> AsyncIterator[StreamEvent]:
@@ -102,14 +146,15 @@ class Session:
         cell running in another thread is cut short (its result says so)."""
         if self._busy:
             self.kill("was closed by the caller", Status.error)
-        self._end("was closed by the caller")
+        self.end("was closed by the caller")
 
-    def _end(self, reason: str) -> None:
+    def end(self, reason: str) -> None:
+        """End the session for `reason` (idle, lifetime, the executor closing)."""
         with self._lock:
             if self.end_reason is None:
                 self.end_reason = reason
             self._channel.close()
-        self._executor._forget_session(self.id)
+        self._executor.forget_session(self.id)
 
     def kill(self, reason: str, status: Status) -> None:
         """End the session now, even mid-cell; a running cell returns `status` with `reason`.
@@ -124,7 +169,7 @@ class Session:
         if self.end_reason is None:
             self.end_reason = reason
         self._channel.close()
-        self._executor._forget_session(self.id)
+        self._executor.forget_session(self.id)
 
     def _use(self) -> _InUse:
         return _InUse(self)
@@ -256,7 +301,7 @@ class Reaper:
     def _loop(self) -> None:
         while not self._stop.wait(self._interval_s):
             now = time.monotonic()
-            for session in self._executor._live_sessions():
+            for session in self._executor.live_sessions():
                 try:
                     reason = session.expired(now)
                     if not reason:
@@ -264,7 +309,7 @@ class Reaper:
                     if session._busy:  # over its lifetime mid-cell: kill it now
                         session.kill(reason, Status.timeout)
                     else:
-                        session._end(reason)
+                        session.end(reason)
                 except Exception:  # noqa: BLE001 - one session's trouble must not stop expiry
                     log.exception("expiring session %s failed", session.id)
 

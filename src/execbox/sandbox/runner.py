@@ -21,7 +21,7 @@ WORKSPACE = "/workspace"
 MAX_TRACEBACK = 32 * 1024
 MAX_RECORD = 60 * 1024  # below the pipe's 64 KiB: one write to the error pipe never blocks
 # What marks a text cut to a cap: CUT_HEAD where its start was dropped, CUT_TAIL where its end
-# was. The host redacts a secret cut in two at such a mark (`executor._redact_cut`).
+# was. The host redacts a secret cut in two at such a mark (`scrub.redact_cut`).
 CUT_HEAD = "...\n"
 CUT_TAIL = " …(truncated)"
 
