@@ -19,10 +19,10 @@ import pytest
 import sqlalchemy as sa
 from probes import wait_until
 
-from execbox import records
 from execbox.contract import Artifact, InputFile, RunRequest, RunResult, Status
 from execbox.errors import RecordsError
-from execbox.records import PolicyInfo, RunStore, _SQLiteRunRows
+from execbox.records import PolicyInfo, RunStore
+from execbox.records.sqlite import COMMIT_LOCK, ForkSafeConnection, SQLiteRunRows
 
 
 def _run(i: int, art: bytes = b"") -> tuple[RunRequest, RunResult]:
@@ -201,7 +201,7 @@ def test_a_row_that_cannot_be_written_is_raised_and_costs_no_other(tmp_path: Pat
 
 def test_saves_wait_when_the_queue_is_full(tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_SQLiteRunRows, "MAX_QUEUED", 4)
+    monkeypatch.setattr(SQLiteRunRows, "MAX_QUEUED", 4)
     db = tmp_path / "runs.db"
     store = RunStore(f"sqlite:///{db}")
     store.save(*_fast(0), policy=PolicyInfo(), env={})
@@ -216,11 +216,14 @@ def test_saves_wait_when_the_queue_is_full(tmp_path: Path,
     thread = threading.Thread(target=saver)
     with _held(db):
         thread.start()
-        time.sleep(0.5)
         # The writer holds one batch (stuck on the lock) and 4 more rows wait in the queue:
         # the saver waits for room.
+        rows = store._rows
+        assert rows is not None
+        # Full, and the writer has taken a batch of the saver's rows (it is stuck on the lock).
+        assert wait_until(lambda: len(rows._queue) == 4 and rows._queued - 4 > 1, 30), \
+            "the queue did not fill behind a stuck batch"
         blocked_at = len(saved)
-        assert store._rows is not None and len(store._rows._queue) == 4
         time.sleep(0.3)
         assert thread.is_alive() and len(saved) == blocked_at < 19, saved
     thread.join(30)
@@ -278,8 +281,8 @@ def test_a_writer_closes_its_connection_only_between_forks(tmp_path: Path,
     """Closing a connection takes SQLite's process-wide file mutex: a child forked meanwhile
     would hang in its first `connect`. So a writer ending idle closes its connection under the
     lock that `os.fork` takes: while the lock is held, it cannot."""
-    monkeypatch.setattr(_SQLiteRunRows, "IDLE_S", 0.1)
-    monkeypatch.setattr(_SQLiteRunRows, "LINGER_S", 0.0)
+    monkeypatch.setattr(SQLiteRunRows, "IDLE_S", 0.1)
+    monkeypatch.setattr(SQLiteRunRows, "LINGER_S", 0.0)
     store = RunStore(f"sqlite:///{tmp_path}/runs.db")
     store.save(*_fast(0), policy=PolicyInfo(), env={})  # the slow path: stdin is new
     store.save(*_fast(1), policy=PolicyInfo(), env={})
@@ -287,7 +290,7 @@ def test_a_writer_closes_its_connection_only_between_forks(tmp_path: Path,
     assert store._rows is not None
     writer = store._rows._thread
     assert writer is not None
-    with records._COMMIT_LOCK:
+    with COMMIT_LOCK:
         time.sleep(0.5)  # well past its idle time
         assert writer.is_alive(), "the writer closed its connection while a fork could happen"
     writer.join(10)
@@ -304,7 +307,7 @@ def test_every_connection_a_store_opens_is_closed_between_forks(tmp_path: Path) 
     assert store.get("fast00000") is not None
     with store.engine.connect() as conn:
         raw = conn.connection.dbapi_connection
-        assert isinstance(raw, records._ForkSafeConnection), type(raw)
+        assert isinstance(raw, ForkSafeConnection), type(raw)
     store.close()
     dropped: list[Any] = [RunStore(f"sqlite:///{tmp_path}/other.db")]
     assert dropped[0].get("nope") is None  # a pooled connection, open
@@ -315,7 +318,7 @@ def test_every_connection_a_store_opens_is_closed_between_forks(tmp_path: Path) 
         gc.collect()
         collected.set()
 
-    with records._COMMIT_LOCK:
+    with COMMIT_LOCK:
         thread = threading.Thread(target=collect)
         thread.start()
         assert not collected.wait(0.5), "a connection was closed while a fork could happen"
@@ -388,7 +391,7 @@ def test_a_read_under_a_steady_stream_of_saves_returns(tmp_path: Path) -> None:
 
 def test_a_read_or_close_cuts_the_writers_linger_short(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_SQLiteRunRows, "LINGER_S", 3600.0)
+    monkeypatch.setattr(SQLiteRunRows, "LINGER_S", 3600.0)
     db = tmp_path / "runs.db"
     store = RunStore(f"sqlite:///{db}")
     store.save(*_fast(0), policy=PolicyInfo(), env={})
@@ -414,12 +417,12 @@ def test_lingering_rows_are_committed_with_no_read(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """Another process sees a record once its linger is over, or once enough rows wait."""
     db = tmp_path / "runs.db"
-    monkeypatch.setattr(_SQLiteRunRows, "LINGER_S", 0.3)
+    monkeypatch.setattr(SQLiteRunRows, "LINGER_S", 0.3)
     store = RunStore(f"sqlite:///{db}")
     store.save(*_fast(0), policy=PolicyInfo(), env={})
     assert wait_until(lambda: _committed(db, "fast00000"), 10, every_s=0.02)
-    monkeypatch.setattr(_SQLiteRunRows, "LINGER_S", 3600.0)
-    monkeypatch.setattr(_SQLiteRunRows, "LINGER_ROWS", 8)
+    monkeypatch.setattr(SQLiteRunRows, "LINGER_S", 3600.0)
+    monkeypatch.setattr(SQLiteRunRows, "LINGER_ROWS", 8)
     for i in range(1, 8):
         store.save(*_fast(i), policy=PolicyInfo(), env={})
     time.sleep(0.3)
