@@ -144,8 +144,12 @@ def test_claimed_checks_must_have_run_and_passed() -> None:
     assert claim.source is not None and "invariant" in claim.source
 
 
-def test_fenced_code_in_the_answer_is_not_a_claim() -> None:
-    assert bad("Computed with:\n```\nx = sum(range(99))\n```\nThe result is 6.", result=6) == []
+def test_fenced_program_and_output_lines_are_not_claims_other_fenced_lines_are() -> None:
+    code = "x = sum(range(99))\nprint(x)\n"
+    answer = "Computed with:\n```python\nx = sum(range(99))\nprint(x)\n```\nwhich printed\n```\nsum 6\n```"
+    assert bad(answer, result=6, stdout="sum 6\n", code=code) == []
+    assert bad("Computed with:\n```\nx = sum(range(98))\n```\nThe result is 6.", result=6,
+               code=code) == ["98"]
 
 
 @pytest.mark.parametrize(("answer", "result", "ok"), [
@@ -223,3 +227,101 @@ def test_verification_in_other_words_needs_a_check_that_passed(claim: str) -> No
     cross = Verdict(check="cross_check", passed=True, detail="agrees")
     assert bad(f"The result is 6, {claim}.", result=6,
                verdicts=[invariant, tests, cross]) == []
+
+
+# -- issue 37, second attack: number expressions read whole -------------------------------------
+
+def grounded(answer: str, stdout: str, code: str = "") -> bool:
+    """Whether `check` finds nothing ungrounded, as the agent loop decides (`problems`)."""
+    evidence = ground.Evidence.of([RunOutput(run_id="run1", stdout=stdout)], [])
+    context = ground.Context("How many rows are there?", code)
+    return ground.problems(ground.check(answer, evidence, context, [])) == []
+
+
+@pytest.mark.parametrize(("answer", "stdout", "code"), [
+    ("Revenue was $5bn.", "revenue: 6\n", ""),  # a magnitude glued to the digits
+    ("The new version is 50x faster.", "speedup: 1.1\n", ""),  # a multiplier
+    ("The clock runs at 5GHz.", "freq_mhz: 800\n", ""),  # a unit glued to the digits
+    ("It finished in 24h.", "elapsed_s: 3\n", ""),
+    ("There are a million rows.", "rows: 6\n", ""),  # magnitudes in words
+    ("There are a hundred rows.", "rows: 6\n", ""),
+    ("There are a dozen rows.", "rows: 6\n", ""),
+    ("There are two billion rows.", "rows: 2\n", ""),
+    ("Rows: 6 thousand.", "rows: 6\n", ""),
+    ("Half of the rows are empty.", "empty: 1 of 6\n", ""),  # a fraction in words
+    ("Only one test failed.", "failed: 3\n", ""),  # a lone "one" that is a count
+    ("The total is:\n```\n999\n```", "total: 6\n", ""),  # fenced, not the program's
+    ("The total is ```999```.", "total: 6\n", ""),
+    ("The total is\n999. That is final.", "total: 6\n", ""),  # not a list marker
+    ("The total is\n999) final.", "total: 6\n", ""),
+    ("The total is\n1. That is all.", "total: 6\n", ""),  # a list of one is no list
+    ("Between 3-500 rows.", "rows: 6\n3\n", ""),  # a range, not an identifier
+    ("The total is `100`.", "total: 6\n", "for i in range(100): pass\nprint('total:', 6)"),
+    ("The key has 12 digits.", "key_len: 6\n", ""),  # not a rounding statement
+    ("Revenue fell by 3.", "revenue change: 3\n", ""),  # the output's change is +3
+    ("Sales were up-40% this year.", "growth: 0.1\n", ""),
+    ("The top-500 customers bought it.", "customers: 6\n", ""),
+    ("The net cost was (300).", "cost: 300\n", ""),  # accounting: -300
+    ("The mean is 1e3.", "mean: 1000.4\n", ""),  # scientific notation states its digits
+    ("Rows: \u0669\u0669\u0669", "rows: 6\n", ""),  # Arabic-Indic digits
+    ("Rows: 1\u200b2", "answer: 1\nother: 2\n", ""),  # a zero-width space inside 12
+    ("Rows: \uff11\uff12", "answer: 1\nother: 2\n", ""),  # fullwidth digits
+    ("The answer is 4 2.", "answer: 4\nother: 2\n", ""),  # digit groups are one number
+    ("The answer is 1_2.", "answer: 1\nother: 2\n", ""),
+    ("The answer is 1'2.", "answer: 1\nother: 2\n", ""),
+    ("There are 6 K rows.", "rows: 6\n", ""),  # a spaced magnitude
+    ("There are 6 millions of rows.", "rows: 6\n", ""),
+    ("There are 6-million rows.", "rows: 6\n", ""),
+    ("It cost 6 grand.", "cost: 6\n", ""),
+    ("Rows: 6 squared.", "rows: 6\n", ""),  # operations in symbols and words claim their value
+    ("Rows: 2^10.", "rows: 2\n10\n", ""),
+    ("Rows: 6 times 10.", "rows: 6\n10\n", ""),
+    ("It weighs 6 tonnes.", "weight: 6\n", ""),  # a unit no output states
+    ("Revenue saw a 3 drop.", "revenue change: 3\n", ""),  # the direction named after it
+    ("The total is `x = 999`.", "total: 6\n", "x = 999\nprint('total:', 6)"),
+])
+def test_false_number_expressions_are_refused(answer: str, stdout: str, code: str) -> None:
+    assert not grounded(answer, stdout, code)
+
+
+@pytest.mark.parametrize(("answer", "stdout"), [
+    ("There were over 1,000 rows.", "rows: 5000\n"),  # bounds
+    ("There were fewer than 10 errors.", "errors: 0\n"),
+    ("At least 1 row was dropped.", "dropped: 3\n"),
+    ("Rows rose from 10 to 12, up 20%.", "before: 10\nafter: 12\n"),  # derived from two
+    ("Rows went 10 -> 12, up 2.", "before: 10\nafter: 12\n"),  # an arrow is no bound
+    ("The area is 10\u00b2.", "area: 100\n"),
+    ("Rows fell by 3, from 9 to 6.", "before: 9\nafter: 6\n"),
+    ("The share is two thirds.", "share: 0.6667\n"),  # a fraction the output rounded
+    ("The share is 66.7%.", "share: 0.6667\n"),
+    ("It took 1.5 seconds.", "elapsed: 1.5s\n"),  # the output's unit glued to its digits
+    ("The total was 1.2 million.", "total: 1234567\n"),  # the rounding a magnitude implies
+    ("The file is 2 KB.", "size_bytes: 2048\n"),
+    ("The answer is forty-two.", "42\n"),
+    ("The rate is 1.2 \u00d7 10\u207b\u2075.", "rate: 1.2e-05\n"),
+    ("Revenue was $5bn.", "revenue_usd: 5000000000\n"),  # the honest twins of the above
+    ("The new version is 1.1x faster.", "speedup: 1.1\n"),
+    ("There are a dozen rows.", "rows: 12\n"),
+    ("Half of the rows are empty.", "empty_share: 0.5\n"),
+    ("The net cost was (300).", "net cost: -300\n"),
+    ("Rows: 1\u200b2", "rows: 12\n"),
+])
+def test_honest_number_expressions_pass(answer: str, stdout: str) -> None:
+    assert grounded(answer, stdout)
+
+
+@pytest.mark.parametrize(("answer", "stdout"), [
+    ("Rows rose from 10 to 12, up 30%.", "before: 10\nafter: 12\n"),  # wrong change
+    ("Rows fell from 10 to 12, down 20%.", "before: 10\nafter: 12\n"),  # wrong direction
+    ("Rows fell by 3, from 6 to 9.", "before: 6\nafter: 9\n"),
+    ("Rows rose from 10 to 12. Sales were up 20%.", "before: 10\nafter: 12\n"),  # another sentence
+    ("Sales were 10 and rows 12, up 20%.", "sales: 10\nrows: 12\n"),  # no change stated
+    ("There were fewer than 10 errors.", "errors: 50\nwarnings: 3\n"),  # the errors line says
+    ("There were over 1,000 rows.", "rows: 5000000\n"),  # a bound is a claim about size
+    ("The share is two thirds.", "share: 0.6\n"),
+    ("The share is a third.", "share: 0.3\n"),  # one printed digit is no third
+    ("The area is 10\u00b2.", "area: 102\n"),  # a superscript is a power
+    ("It took 1.5 seconds.", "elapsed: 1.5\n"),  # no output states the unit
+])
+def test_bounds_changes_and_fractions_stay_tied_to_the_evidence(answer: str, stdout: str) -> None:
+    assert not grounded(answer, stdout)

@@ -337,3 +337,27 @@ def test_the_cli_and_the_trace_show_the_evidence(executor: execbox.Executor,
     assert result.exit_code == 0, result.output
     assert result.stdout == "A tuple is immutable.\n"
     assert "evidence: none (answered without running code" in result.stderr
+
+
+CHANGE_CODE = ("import json\nprint('revenue: 6')\nprint('rows before: 10')\nprint('rows after: 12')\n"
+               "print(json.dumps({'revenue': 6, 'before': 10, 'after': 12}))\n")
+
+
+def test_glued_magnitudes_and_wrong_changes_are_redrafted_honest_ones_pass(
+        asker: AskFn) -> None:
+    """Issue 37's second attack, through the loop: "$5bn" and a wrong "up 40%" go back to the
+    answer stage naming them; the change derived from two printed values passes."""
+    honest = "Revenue was 6; rows rose from 10 to 12, up 20%."
+    asked = asker("How did revenue and rows change?", {
+        "plan": [plan("revenue", "rows")], "generate": [program(CHANGE_CODE)],
+        "verify": [approve], "answer": [says("Revenue was $5bn; rows rose from 10 to 12, up 40%."),
+                                        says(honest)]})
+    answer = asked.answer
+    assert answer.status == "answered", answer.failure
+    assert answer.answer == honest
+    redraft = asked.prompts("answer")[1]
+    assert "number '$5bn': no output shows this value" in redraft
+    assert "number '40%'" in redraft
+    change = next(c for c in answer.claims if c.text == "20%")
+    assert change.grounded and change.source == "the change from 10 to 12"
+    assert asked.stages == ["plan", "generate", "answer", "answer", "verify"]

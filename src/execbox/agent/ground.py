@@ -3,10 +3,13 @@
 Every number, date, quoted value and unit in the answer must come from the evidence (the
 printed output line by line, the JSON result, the artifacts' names and sizes), allowing for the
 rounding the answer states ("3.14" for 3.14159, "about 2.5 million" for 2,497,312) and for unit
-formatting (thousands separators, percentages, scientific notation, "k"/"million"). Claims of
-verification must match checks that ran and passed. Values the question itself gives (its
-numbers, years, quoted names) need no evidence, nor do list markers, ordinals, "line 3" and
-rounding statements ("2 decimal places"). Deterministic: no model, no sandbox.
+formatting (thousands separators, percentages, scientific notation, "k"/"million"). Numbers are
+read whole by `quantities` (magnitude, unit, sign, bound, approximation, words). A change the
+answer states between two grounded numbers of the same sentence ("from 10 to 12, up 20%") is
+derived from them. Claims of verification must match checks that ran and passed. Values the
+question itself gives (its numbers, years, quoted names) need no evidence, nor do list markers,
+ordinals, "line 3" and rounding statements ("to 2 decimal places"). The program is not evidence:
+it grounds code the answer quotes, never a value. Deterministic: no model, no sandbox.
 """
 
 from __future__ import annotations
@@ -14,17 +17,24 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from itertools import pairwise
 from typing import Any
 
 from ..contract import Artifact
 from .models import Claim, RunOutput, Verdict
+from .quantities import (
+    Num,
+    claimed_numbers,
+    claimed_words,
+    matches,
+    normalize,
+    numbers_in,
+    within,
+    word_numbers,
+)
 from .values import (
-    BYTE_FACTORS,
-    CURRENCY,
-    NUMBER,
-    UNIT_AFTER,
     UNIT_FAMILIES,
     DateKey,
     date_matches,
@@ -32,66 +42,31 @@ from .values import (
     family_of,
     mask_dates,
     mentions_unit,
-    numbers_in,
-    parse_number,
-    word_numbers,
 )
 
 # -- claims about numbers ----------------------------------------------------------------------
 
-_APPROX = re.compile(r"(?:about|approximately|approx\.?|roughly|around|nearly|almost|close to|"
-                     r"some|~|\u2248|circa|ca\.)\s*$", re.I)
-_ABOVE = re.compile(r"(?:over|more than|above|at least|exceeds?|exceeding|upwards of|>=?|"
-                    r"\u2265)\s*$", re.I)
-_BELOW = re.compile(r"(?:under|less than|below|fewer than|at most|up to|<=?|\u2264)\s*$", re.I)
-# Bounds that include the number itself: "at least 6" holds for 6, "more than 6" does not.
-_INCLUSIVE = re.compile(r"(?:at least|at most|up to|upwards of|>=|<=|\u2265|\u2264)\s*$", re.I)
-# "about 10" may be off by the stated rounding but no more than this share of it.
-_APPROX_SHARE = 0.05
 _FRACTION = re.compile(r"(?<![\w./])(\d+)/(\d+)(?![\w/])")
-_DOWN = re.compile(r"\b(?:decreas\w*|declin\w*|drop\w*|fell|fall\w*|down|lower|loss|lost|"
-                   r"negative|minus|below|deficit|shr[aiu]nk\w*|reduc\w*)\b", re.I)
-_NEGATED_DOWN = re.compile(r"\b(?:not|no|never|without|n't)\s+(?:\w+\s+){0,2}?(?:a\s+|an\s+)?"
-                           + _DOWN.pattern[:-2].removeprefix(r"\b"), re.I)
 # An operation on stated values ("6 + 1"): the answer claims its value unless it states it.
-_OPERATION = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)((?:\s*[+*\u00d7]\s*|\s[-\u2212/]\s)"
-                        r"\d+(?:\.\d+)?)+(?![\w^]|\.\d)"
-                        r"(?!\s*(?:=|[-+*/\u00d7\u2212]\s*\d))")
-_OPERAND = re.compile(r"\s*([+*\u00d7\-\u2212/])\s*(\d+(?:\.\d+)?)")
-# A number after these words is a position, not a value: "line 3", "step 2", "#1".
-_POSITION = re.compile(r"(?:\bline|\blines|\bstep|\bcell|\battempt|\bitem|\bpage|\brank|"
-                       r"\bversion|\bpython|\bno\.|#)\s*$", re.I)
-_ROUNDING = re.compile(r"\s*(?:decimal|significant|sig\.?\s*fig|digits?\b|dp\b)", re.I)
-_LIST_MARKER = re.compile(r"^\s*\d+[.)]\s", re.M)
-
-
-@dataclass(frozen=True)
-class Num:
-    """A number as written: its value, the step of its last stated digit, its bound."""
-
-    text: str
-    value: float
-    step: float
-    percent: bool
-    signed: bool
-    bound: str  # "exact", "approx", "above", "below"
-    unit: str | None
-    factors: tuple[float, ...] = (1.0,)  # "12 KB" is 12 times 1000 or 1024 bytes
-    strict: bool = False  # "more than": the number itself is outside the bound
-    truncatable: bool = False  # decimals without a magnitude: "3.1415" for 3.14159
-
-    def candidates(self) -> Iterator[tuple[float, float]]:
-        """The values it may mean, each with the step of its last stated digit."""
-        for factor in self.factors:
-            if self.percent:
-                yield self.value * factor / 100, self.step * factor / 100
-            else:
-                yield self.value * factor, self.step * factor
+_OPERATOR = (r"(\s*(?:\*\*|\^|[+*\u00d7])\s*|\s[-\u2212/]\s|\s+(?:times|plus|minus|"
+             r"multiplied\s+by|divided\s+by|to\s+the\s+power\s+of)\s+)")
+_OPERATION = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(?:" + _OPERATOR + r"\d+(?:\.\d+)?)+"
+                        r"(?![\w^]|\.\d)(?!\s*(?:=|[-+*/^\u00d7\u2212]\s*\d))", re.I)
+_OPERAND = re.compile(_OPERATOR + r"(\d+(?:\.\d+)?)", re.I)
+_SYMBOLS = {"**": "^", "\u00d7": "*", "\u2212": "-", "times": "*", "multiplied by": "*",
+            "plus": "+", "minus": "-", "divided by": "/", "to the power of": "^"}
+_POWER_WORD = re.compile(r"(?<=\d)\s+(squared|cubed)\b", re.I)
+# "1." at a line's start is a list marker only as part of a count from 1: "999." is a value.
+_LIST_MARKER = re.compile(r"^\s*(\d+)[.)]\s", re.M)
+_SENTENCE_END = re.compile(r"[.!?;](?=\s|$)|\n")
+_FROM_TO = re.compile(r"\s*(?:to|->|\u2192)\s*")  # "10 to 12": a change the answer states
 
 
 # -- quotes and verification claims -------------------------------------------------------------
 
-_QUOTES = re.compile(r"```.*?```|`(?P<code>[^`\n]{1,200})`|\"(?P<dq>[^\"\n]{1,200})\"|"
+# A fenced block: its lines that are the program's or an output's are shown, not claimed.
+_FENCE = re.compile(r"```(?:[\w+-]*\n)?(?P<body>.*?)```", re.S)
+_QUOTES = re.compile(r"`(?P<code>[^`\n]{1,200})`|\"(?P<dq>[^\"\n]{1,200})\"|"
                      r"\u201c(?P<cq>[^\u201d\n]{1,200})\u201d|"
                      r"(?<![\w])['\u2018](?P<sq>[^'\u2019\n]{1,120})['\u2019](?![\w])", re.S)
 
@@ -120,6 +95,7 @@ class Fact:
     value: Any  # float, DateKey or str
     run_id: str | None
     where: str
+    step: float = 0.0  # a printed decimal's last digit: the value it stands for may be rounded
 
 
 @dataclass
@@ -168,6 +144,7 @@ class Evidence:
         self.numbers.append(Fact(float(len(lines) - 1), run_id, where + " (rows after it)"))
 
     def add_text(self, text: str, run_id: str | None, where: str) -> None:
+        text = normalize(text)
         self.texts.append(Fact(text, run_id, where))
         masked = text
         for keys, match in dates_in(text):
@@ -176,18 +153,16 @@ class Evidence:
             self.numbers.append(Fact(float(keys[0][0]), run_id, where))
             masked = masked[:match.start()] + " " * (match.end() - match.start()) \
                 + masked[match.end():]
-        for value, match in numbers_in(masked):
-            self.numbers.append(Fact(value, run_id, where))
-            if "," in match["num"]:  # "1,234" is also 1 and 234: JSON printed without spaces
-                self.numbers.extend(Fact(float(part), run_id, where)
-                                    for part in match["num"].split(".")[0].split(","))
+        self.numbers.extend(Fact(found.value, run_id, where, found.step)
+                            for found in numbers_in(masked))
 
     def add_value(self, value: Any, run_id: str | None, path: str) -> None:
         if isinstance(value, bool) or value is None:
             return
         if isinstance(value, (int, float)):
             if math.isfinite(value):
-                self.numbers.append(Fact(float(value), run_id, f"{path} = {value!r}"))
+                self.numbers.append(Fact(float(value), run_id, f"{path} = {value!r}",
+                                         _printed_step(value)))
             return
         if isinstance(value, str):
             self.add_text(value, run_id, f"{path} = {value[:160]!r}")
@@ -205,6 +180,15 @@ class Evidence:
         self.numbers.append(Fact(float(len(value)), run_id, f"len({path}) = {len(value)}"))
 
 
+def _printed_step(value: float) -> float:
+    """The step of a float's last printed decimal (0.6667 -> 0.0001); an int is exact."""
+    if isinstance(value, int):
+        return 0.0
+    mantissa, _, exp = repr(value).partition("e")
+    decimals = len(mantissa.partition(".")[2])
+    return 10.0 ** (int(exp or 0) - decimals) if decimals else 0.0
+
+
 @dataclass(frozen=True)
 class Context:
     """What the answer may restate without evidence: the question, the program, the inputs."""
@@ -220,6 +204,8 @@ class Context:
 def check(answer: str, evidence: Evidence, context: Context, verdicts: Iterable[Verdict],
           ) -> list[Claim]:
     """Every checkable claim of `answer`, each grounded (with its source) or not (with why)."""
+    answer = normalize(answer)
+    context = replace(context, question=normalize(context.question), code=normalize(context.code))
     claims: list[Claim] = []
     masked = answer
 
@@ -229,35 +215,75 @@ def check(answer: str, evidence: Evidence, context: Context, verdicts: Iterable[
 
     for match in _IDS.finditer(answer):
         mask(match.start(), match.end())
-    for match in _QUOTES.finditer(masked):
+    shown = {_norm(line) for line in context.code.splitlines()} | {
+        _norm(line) for fact in evidence.texts for line in str(fact.value).splitlines()}
+    for match in list(_FENCE.finditer(masked)):
+        mask(match.start(), match.start("body"))
+        mask(match.end("body"), match.end())
+        pos = match.start("body")
+        for line in match["body"].splitlines(keepends=True):
+            if _norm(line) in shown or not _norm(line):
+                mask(pos, pos + len(line))
+            pos += len(line)
+    for match in list(_QUOTES.finditer(masked)):
         quoted = match["code"] or match["dq"] or match["cq"] or match["sq"]
-        mask(match.start(), match.end())
-        if quoted is None:  # a fenced code block: code, not a claim about the data
-            continue
-        claims.append(_quote_claim(quoted, evidence, context, code_span=match["code"] is not None))
+        claim = _quote_claim(quoted, evidence, context, code_span=match["code"] is not None)
+        claims.append(claim)
+        if claim.source == "the program" and re.search(r"\d", quoted):
+            # Quoting the program is no evidence for its numbers: "`total = 999`" claims 999.
+            mask(match.start(), match.start() + 1)
+            mask(match.end() - 1, match.end())
+        else:
+            mask(match.start(), match.end())
     for keys, match in dates_in(masked):
         claims.append(_date_claim(match[0], keys, evidence, context))
         mask(match.start(), match.end())
-    for start, end in [(m.start(), m.end()) for m in _LIST_MARKER.finditer(masked)]:
+    for start, end in _list_markers(masked):
         mask(start, end)
     for match in list(_FRACTION.finditer(masked)):
         claims.append(_fraction_claim(match, evidence))
         mask(match.start(), match.end())
-    question_numbers = [v for v, _ in numbers_in(mask_dates(context.question))]
-    question_numbers += [v for v, _ in word_numbers(context.question)]
+    question_numbers = [f.value for f in numbers_in(mask_dates(context.question))]
+    question_numbers += [v for v, _, _ in word_numbers(context.question)]
+    # "6 squared" is the operation 6^2.
+    masked = _POWER_WORD.sub(lambda m: ("^2" if m[1].lower() == "squared" else "^3")
+                             .ljust(len(m[0])), masked)
     for match in list(_OPERATION.finditer(masked)):
         claims.append(_operation_claim(match, evidence, question_numbers))
         mask(match.start(), match.end())
-    nums = list(_claimed_numbers(masked))
+    nums = list(claimed_numbers(masked))
     for num in nums:
-        claims.append(_number_claim(num, evidence, question_numbers))
+        mask(num.start, num.end)
+    nums = sorted([*nums, *claimed_words(masked)], key=lambda n: n.start)
+    stated: list[tuple[Num, Claim]] = []
+    for num in nums:
+        noun = re.match(r"\W*([A-Za-z]{3,})", masked[num.end:])
+        stated.append((num, _number_claim(num, evidence, question_numbers,
+                                          noun[1] if noun else None)))
+    for num, claim in stated:
+        if not claim.grounded:
+            claim = _derived_claim(num, stated, masked) or claim
+        claims.append(claim)
         if num.unit is not None:
             claims.append(_unit_claim(num, evidence, context))
     claims.extend(_verification_claims(masked, list(verdicts)))
-    stated = _result_claim(answer, nums, evidence.result)
-    if stated is not None:
-        claims.append(stated)
+    result = _result_claim(answer, nums, evidence.result)
+    if result is not None:
+        claims.append(result)
     return claims
+
+
+def _list_markers(text: str) -> list[tuple[int, int]]:
+    """The spans of line-start markers in lists counting 1, 2, ... (or all "1.", as Markdown
+    allows) at least two items long: "999." or a lone "1." before a claim is a value."""
+    runs: list[list[tuple[int, int, int]]] = []
+    for match in _LIST_MARKER.finditer(text):
+        n = int(match[1])
+        if runs and (n == runs[-1][-1][0] + 1 or n == runs[-1][-1][0] == 1):
+            runs[-1].append((n, match.start(), match.end()))
+        elif n == 1:
+            runs.append([(n, match.start(), match.end())])
+    return [(start, end) for run in runs if len(run) >= 2 for _, start, end in run]
 
 
 def problems(claims: Iterable[Claim]) -> list[str]:
@@ -268,9 +294,9 @@ def problems(claims: Iterable[Claim]) -> list[str]:
 def _operation_claim(match: re.Match[str], evidence: Evidence,
                      question_numbers: list[float]) -> Claim:
     """'6 + 1' unanswered by '= 7' claims 7: its value must be grounded like a number."""
-    value = _evaluate(float(match[1]), _OPERAND.findall(match[0][len(match[1]):]))
-    num = Num(match[0], value if value is not None else math.nan, 0.0, False, False, "exact",
-              None)
+    value = _evaluate(float(match[1]), _OPERAND.findall(match[0], len(match[1])))
+    num = Num(match[0], match.start(), match.end(),
+              value if value is not None else math.nan, 0.0)
     claim = _number_claim(num, evidence, question_numbers)
     if not claim.grounded:
         claim = claim.model_copy(update={"detail": f"{match[0]} is {value:g}, which "
@@ -279,100 +305,63 @@ def _operation_claim(match: re.Match[str], evidence: Evidence,
 
 
 def _evaluate(first: float, operations: list[tuple[str, str]]) -> float | None:
-    """The value of `first op n op n ...` with * and / before + and -."""
-    terms = [first]
-    for op, text in operations:
-        n = float(text)
-        if op in "*\u00d7":
-            terms[-1] *= n
-        elif op == "/":
-            if n == 0:
-                return None
-            terms[-1] /= n
-        else:
-            terms.append(-n if op in "-\u2212" else n)
-    return sum(terms)
+    """The value of `first op n op n ...`: powers, then * and /, then + and -."""
+    values = [first, *(float(n) for _, n in operations)]
+    ops = [_SYMBOLS.get(" ".join(op.split()).lower(), op.strip()) for op, _ in operations]
+    try:
+        for level in ("^", "*/", "+-"):
+            i = 0
+            while i < len(ops):
+                if ops[i] not in level:
+                    i += 1
+                    continue
+                a, b, op = values[i], values.pop(i + 1), ops.pop(i)
+                values[i] = (a ** b if op == "^" else a * b if op == "*" else a / b if op == "/"
+                             else a + b if op == "+" else a - b)
+    except (ZeroDivisionError, OverflowError):
+        return None
+    return values[0] if isinstance(values[0], float) else None
 
-
-def _claimed_numbers(text: str) -> Iterator[Num]:
-    for match in NUMBER.finditer(text):
-        after = text[match.end():]
-        if re.match(r"[A-Za-z_]", after[:1]) and not UNIT_AFTER.match(after):
-            continue  # glued to a word: an ordinal, an identifier, a version
-        before = text[max(0, match.start() - 30):match.start()]
-        if _POSITION.search(before) or _ROUNDING.match(after) or re.search(r"[A-Za-z]-$", before):
-            continue  # "line 3", "2 decimal places", "COVID-19"
-        bound = ("approx" if _APPROX.search(before) else "above" if _ABOVE.search(before)
-                 else "below" if _BELOW.search(before) else "exact")
-        strict = bound in ("above", "below") and not _INCLUSIVE.search(before)
-        value, step, percent = parse_number(match, rounded=bound != "exact")
-        unit_match = UNIT_AFTER.match(after) if not percent else None
-        unit = CURRENCY[match["cur"]] if match["cur"] else (
-            unit_match[1] if unit_match else None)
-        end = match.end() + (unit_match.end() if unit_match else 0)
-        near = text[max(0, match.start() - 40):match.start()]
-        # "fell by 3" states -3; "not a loss: 3" states no direction at all.
-        signed = bool(match["sign"]) or (bool(_DOWN.search(near))
-                                         and not _NEGATED_DOWN.search(near))
-        factors = BYTE_FACTORS.get(unit_match[1].lower(), (1.0,)) if unit_match else (1.0,)
-        truncatable = "." in match["num"] and not (match["mag1"] or match["mag2"])
-        yield Num(text[match.start():end].strip(), value, step, percent, signed, bound, unit,
-                  factors, strict, truncatable)
-    for value, match in word_numbers(text):
-        before = text[max(0, match.start() - 30):match.start()]
-        if _POSITION.search(before):
-            continue
-        yield Num(match[0], value, 1.0, False, False, "exact", None)
-
-
-def _close(num: Num, fact: float, where: str = "") -> bool:
-    # "fell by 3.5" states -3.5 as a size: the sign is in the words, not the number; a
-    # negative fact is met only when the words say so (0 < -6 is no "profit of 6").
-    targets = (fact, -fact) if num.signed and num.value >= 0 else (fact,)
-    if any(_within(num, value, step, target)
-           for value, step in num.candidates() for target in targets):
-        return True
-    # "50%" for a printed 50 only when the output itself speaks of a percentage.
-    return num.percent and re.search(r"%|percent|pct", where, re.I) is not None and any(
-        _within(num, num.value * f, num.step * f, target) for f in num.factors
-        for target in targets)
-
-
-def _within(num: Num, value: float, step: float, fact: float) -> bool:
-    tiny = 1e-9 * max(1.0, abs(value))
-    if num.bound == "above":
-        low = value + tiny if num.strict else value - tiny
-        return low <= fact <= value + max(step, 0.5 * abs(value)) + tiny
-    if num.bound == "below":
-        high = value - tiny if num.strict else value + tiny
-        return value - max(step, 0.5 * abs(value)) - tiny <= fact <= high
-    if abs(fact - value) <= step / 2 + tiny:
-        # "about 10" rounds 6 to one digit, but is not a fair word for it.
-        return num.bound != "approx" or abs(fact - value) <= _APPROX_SHARE * abs(value) + tiny \
-            or abs(fact - value) <= _stated_step(num, step) / 2 + tiny
-    # Truncated rather than rounded ("3.1415" for 3.14159): the stated digits are the fact's.
-    return num.bound == "exact" and num.truncatable and step > 0 \
-        and abs(math.trunc(fact / step) * step - value) <= tiny
-
-
-def _stated_step(num: Num, step: float) -> float:
-    """The step of the last written digit, trailing zeros included ("10" -> 1)."""
-    digits = re.sub(r"[^\d.]", "", num.text.split("e")[0].split("E")[0])
-    zeros = len(digits) - len(digits.rstrip("0")) if "." not in digits else 0
-    return step / 10.0 ** zeros
-
-
-def _number_claim(num: Num, evidence: Evidence, question_numbers: list[float]) -> Claim:
+def _number_claim(num: Num, evidence: Evidence, question_numbers: list[float],
+                  noun: str | None = None) -> Claim:
     if any(math.isclose(value, q) for value, _ in num.candidates() for q in question_numbers):
         return Claim(text=num.text, kind="number", grounded=True, source="the question")
-    for fact in evidence.numbers:
-        if _close(num, fact.value, fact.where):
+    facts = evidence.numbers
+    if num.bound in ("above", "below") and noun is not None:
+        # A bound holds for many values: when an output line names what it counts ("10
+        # errors"), only that line's values may bear it out.
+        facts = [f for f in facts if noun[:4].lower() in f.where.lower()] or facts
+    for fact in facts:
+        if matches(num, fact.value, fact.step, fact.where):
             return Claim(text=num.text, kind="number", grounded=True, run_id=fact.run_id,
                          source=fact.where)
     nearest = min(evidence.numbers, key=lambda f: abs(f.value - num.value), default=None)
     hint = f" (the nearest is {nearest.where})" if nearest is not None else ""
     return Claim(text=num.text, kind="number", grounded=False,
                  detail=f"no output shows this value{hint}")
+
+
+def _derived_claim(num: Num, stated: list[tuple[Num, Claim]], text: str) -> Claim | None:
+    """A change the same sentence states between two grounded numbers: "from 10 to 12, up
+    20%" (relative to the first) or "fell by 3, from 9 to 6"; its direction must agree."""
+    def sentence(n: Num) -> int:
+        return len(_SENTENCE_END.findall(text, 0, n.start))
+
+    operands = [(n, c) for n, c in stated if c.grounded and n is not num and not n.percent
+                and n.bound == "exact" and sentence(n) == sentence(num)]
+    size = replace(num, value=abs(num.value), direction=None)
+    for (first, claim), (second, _) in pairwise(operands):
+        change = second.value - first.value
+        if not _FROM_TO.fullmatch(text, first.end, second.start) \
+                or (num.direction == "down" and change >= 0) \
+                or (num.direction == "up" and change <= 0) \
+                or (num.percent and first.value == 0):
+            continue
+        target = abs(change / first.value if num.percent else change)
+        if any(within(size, value, step, target) for value, step in size.candidates()):
+            return Claim(text=num.text, kind="number", grounded=True, run_id=claim.run_id,
+                         source=f"the change from {first.text} to {second.text}")
+    return None
 
 
 def _fraction_claim(match: re.Match[str], evidence: Evidence) -> Claim:
@@ -427,7 +416,9 @@ def _quote_claim(quoted: str, evidence: Evidence, context: Context, *, code_span
         if _contains(fact.value, wanted):
             return Claim(text=quoted, kind="quote", grounded=True, run_id=fact.run_id,
                          source=fact.where)
-    others = [("the question", context.question), ("the program", context.code),
+    # The program grounds code the answer quotes ("`df.units`"), never a value ("`100`").
+    program = [("the program", context.code)] if re.search(r"[A-Za-z_]", quoted) else []
+    others = [("the question", context.question), *program,
               *(("an input file's name", n) for n in context.file_names),
               *(("an input file's header", h) for h in context.file_heads)]
     for where, text in others:
@@ -458,11 +449,11 @@ def _result_claim(answer: str, nums: list[Num], result: Any) -> Claim | None:
     if isinstance(result, str) and not 0 < len(result.strip()) <= 60:
         return None
     values = ([float(result)] if not isinstance(result, str)
-              else [v for v, _ in numbers_in(mask_dates(result))])
+              else [f.value for f in numbers_in(mask_dates(normalize(result)))])
     result_dates = [k for keys, _ in dates_in(result if isinstance(result, str) else "")
                     for k in keys]
     stated = (_contains(answer, _norm(text))
-              or any(_close(n, v) for n in nums for v in values)
+              or any(matches(n, v) for n in nums for v in values)
               or any(date_matches(a, r) for keys, _ in dates_in(answer) for a in keys
                      for r in result_dates))
     if stated:

@@ -1,8 +1,7 @@
-"""Values in text: numbers as people write them, units, dates. What `ground` compares.
+"""Values in text besides numbers (see `quantities`): units and dates. What `ground` compares.
 
-Numbers: thousands separators, decimals, signs, percentages, scientific notation ("1.2e-5",
-"1.2 × 10^-5"), magnitudes ("2.5M", "2.5 million"), currency signs. Units: families of
-spellings ("kg", "kilograms"). Dates: ISO, day/month/year both ways, month names, month-year.
+Units: families of spellings ("kg", "kilograms"; a one-letter symbol only right after digits:
+"1.5s"). Dates: ISO, day/month/year both ways, month names, month-year.
 """
 
 from __future__ import annotations
@@ -10,81 +9,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from datetime import date
-
-# -- numbers -----------------------------------------------------------------------------------
-
-NUMBER = re.compile(r"""
-    (?<![\w.])(?P<sign>[-\u2212](?=[$\d.]))?
-    (?P<cur>[$\u20ac\u00a3\u00a5])?
-    (?P<num>(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)
-    (?:[eE](?P<exp>[-+]?\d+)|\s?[\u00d7x*]\s?10\^(?P<exp2>[-+]?\d+))?
-    (?P<pct>\s?%|\s(?:percent|per\ cent)\b)?
-    (?:(?P<mag1>[kKMB])(?![\w])|\s(?P<mag2>thousand|million|billion|trillion|bn)\b)?
-    """, re.X)
-_MAGNITUDES = {"k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "thousand": 1e3, "million": 1e6,
-               "billion": 1e9, "bn": 1e9, "trillion": 1e12}
-
-
-def parse_number(match: re.Match[str], rounded: bool = False) -> tuple[float, float, bool]:
-    """(value, step of the last stated digit, percent) of a `NUMBER` match. When the text
-    says the number is rounded ("about 2,500,000"), an integer's trailing zeros are not
-    stated digits."""
-    digits = match["num"].replace(",", "")
-    decimals = len(digits.split(".")[1]) if "." in digits else 0
-    exp = int(match["exp"] or match["exp2"] or 0)
-    scale = 10.0 ** exp * _MAGNITUDES.get(match["mag1"] or match["mag2"] or "", 1.0)
-    value = float(digits) * scale
-    if match["sign"]:
-        value = -value
-    step = 10.0 ** -decimals * scale
-    if rounded and not decimals and digits.strip("0"):
-        step *= 10.0 ** (len(digits) - len(digits.rstrip("0")))
-    return value, step, bool(match["pct"])
-
-
-def numbers_in(text: str) -> Iterator[tuple[float, re.Match[str]]]:
-    """Every number in `text` with its match; numbers glued to letters ("x86", "3rd", ids)
-    are not numbers."""
-    for match in NUMBER.finditer(text):
-        if re.match(r"[A-Za-z_]", text[match.end():match.end() + 1]) and not match["mag2"]:
-            continue
-        value, _, percent = parse_number(match)
-        yield value, match
-        if percent:
-            yield value / 100, match
-
-
-_UNITS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
-          "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen",
-          "eighteen", "nineteen", "twenty"]
-_WORD_VALUES = {w: i for i, w in enumerate(_UNITS)} | {
-    w: 10 * i for i, w in enumerate(["thirty", "forty", "fifty", "sixty", "seventy", "eighty",
-                                     "ninety"], 3)}
-_WORD_SCALES = {"hundred": 100, "thousand": 1000, "million": 10 ** 6}
-_WORD = "|".join(sorted([*_WORD_VALUES, *_WORD_SCALES], key=len, reverse=True))
-WORD_NUMBER = re.compile(rf"\b(?:{_WORD})(?:(?:[- ]|\s+and\s+)(?:{_WORD}))*\b", re.I)
-
-
-def word_numbers(text: str) -> Iterator[tuple[float, re.Match[str]]]:
-    """Numbers spelled in words ("seven", "twenty-three", "two hundred"). A lone "one" is
-    mostly a pronoun ("the one that") and is left out; a scale word alone is not a number."""
-    for match in WORD_NUMBER.finditer(text):
-        words = re.split(r"[- ]+(?:and\s+)?", match[0].lower())
-        if words in (["one"], ["hundred"], ["thousand"], ["million"]):
-            continue
-        total = current = 0
-        for word in words:
-            if word in _WORD_SCALES:
-                scale = _WORD_SCALES[word]
-                if scale == 100:
-                    current = max(current, 1) * 100
-                else:
-                    total += max(current, 1) * scale
-                    current = 0
-            else:
-                current += _WORD_VALUES[word]
-        yield float(total + current), match
-
 
 # -- units -------------------------------------------------------------------------------------
 
@@ -96,9 +20,12 @@ UNIT_FAMILIES: dict[str, tuple[str, ...]] = {
     "m": ("met(?:er|re)s?",), "cm": ("cm", "centimet(?:er|re)s?"),
     "mm": ("mm", "millimet(?:er|re)s?"), "mi": ("miles?",), "ft": ("ft", "feet", "foot"),
     "l": ("lit(?:er|re)s?",), "ml": ("ml", "millilit(?:er|re)s?"),
-    "s": ("seconds?", "secs?"), "ms": ("ms", "milliseconds?"), "min": ("minutes?", "mins?"),
-    "h": ("hours?", "hrs?"), "bytes": ("bytes?", "kb", "kib", "mb", "mib", "gb", "gib", "tb",
-                                       "kilobytes?", "megabytes?", "gigabytes?"),
+    "s": ("seconds?", "secs?", r"(?<=\d)s"), "ms": ("ms", "milliseconds?"),
+    "min": ("minutes?", "mins?"), "h": ("hours?", "hrs?", r"(?<=\d)h"), "d": ("days?",),
+    "Hz": ("hz", "khz", "mhz", "ghz", "hertz"), "t": ("tonnes?", "tons?"),
+    "bit/s": ("bps", "kbps", "mbps", "gbps", "bits? per second"),
+    "bytes": ("bytes?", "kb", "kib", "mb", "mib", "gb", "gib", "tb", "kilobytes?", "megabytes?",
+              "gigabytes?"),
     "\u00b0C": ("\u00b0c", "celsius", "degrees c"), "\u00b0F": ("\u00b0f", "fahrenheit"),
     "kWh": ("kwh",), "W": ("watts?",),
 }

@@ -1,0 +1,342 @@
+"""Number expressions in text, read whole: what an answer claims and what an output shows.
+
+One tokenizer serves both sides. A number expression is its digits (thousands separators,
+decimals, scientific notation, digit groups split by spaces: "4 2" is 42), a currency sign, a
+sign (a minus, accounting parentheses "(300)", or the words before it: "fell by 3"), a
+magnitude ("5bn", "2.5 million", "a dozen"), a percent, a unit glued or spaced ("1.5s",
+"5 GHz"), a bound ("over", "at least"), an approximation ("about"), or words ("forty-two",
+"a million", "two thirds"). Text is normalized first: compatibility forms, any script's digits
+as ASCII, invisible format characters removed, so "9\u200b99" reads as 999.
+
+An answer's number that cannot be read for sure is still claimed by its digits ("50x", "3D");
+only positions ("line 3", "3rd", "COVID-19") and rounding statements ("to 2 decimal places")
+claim nothing. An output's number glued to an unknown suffix ("x86", "4f") is no fact.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from .values import BYTE_FACTORS, CURRENCY, UNIT_AFTER
+
+_SUPERSCRIPT = "\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079\u207b"
+_SUPERSCRIPTS = str.maketrans(_SUPERSCRIPT, "0123456789-")
+
+
+def normalize(text: str) -> str:
+    """NFKC, every decimal digit as ASCII, format characters (zero-width and the like) gone;
+    a superscript is a power ("10\u00b2" is 10^2, not 102)."""
+    if text.isascii():
+        return text  # the common case, a long output's lines among them
+    text = re.sub(f"[{_SUPERSCRIPT}]+", lambda m: "^" + m[0].translate(_SUPERSCRIPTS), text)
+    out = []
+    for ch in unicodedata.normalize("NFKC", text):
+        category = unicodedata.category(ch)
+        if category == "Cf":
+            continue
+        out.append(str(unicodedata.digit(ch)) if category == "Nd" else ch)
+    return "".join(out)
+
+
+NUMBER = re.compile(r"""
+    (?<![\w.])(?P<paren>\((?=[-$\u20ac\u00a3\u00a5\d.]))?
+    (?P<sign>[-\u2212+](?=[$\u20ac\u00a3\u00a5\d.]))?
+    (?P<cur>[$\u20ac\u00a3\u00a5])?
+    (?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:[\ _']\d+)*(?:\.\d+)?|\.\d+)
+    (?:[eE](?P<exp>[-+]?\d+)|\s?[\u00d7x*]\s?10\^(?P<exp2>[-+]?\d+))?
+    (?P<pct>\s?%|\s(?:percent|per\ cent|pct)\b)?
+    (?:(?P<mag1>(?i:bn|mn|mln)|[kKMB])(?![A-Za-z])
+       |[\s-]?(?P<mag2>(?:hundred|thousand|million|billion|trillion|lakh|crore)s?|dozen|grand
+                       |(?i:bn|mn|mln)|[kKMB])(?![A-Za-z]))?
+    """, re.X)
+_MAGNITUDES = {"k": 1e3, "m": 1e6, "b": 1e9, "bn": 1e9, "mn": 1e6, "mln": 1e6, "hundred": 1e2,
+               "lakh": 1e5, "crore": 1e7, "grand": 1e3,
+               "thousand": 1e3, "million": 1e6, "billion": 1e9, "trillion": 1e12, "dozen": 12.0}
+
+_UNITS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+          "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen",
+          "eighteen", "nineteen", "twenty"]
+_WORD_VALUES = {w: i for i, w in enumerate(_UNITS)} | {
+    w: 10 * i for i, w in enumerate(["thirty", "forty", "fifty", "sixty", "seventy", "eighty",
+                                     "ninety"], 3)}
+_WORD_SCALES = {"hundred": 100, "thousand": 10 ** 3, "million": 10 ** 6, "billion": 10 ** 9,
+                "trillion": 10 ** 12, "dozen": 12}
+_SCALE = "|".join(_WORD_SCALES)
+_WORD = "|".join(sorted([*_WORD_VALUES, *_WORD_SCALES], key=len, reverse=True))
+# No named groups: plan.py embeds this pattern twice in one expression.
+WORD_NUMBER = re.compile(rf"\b(?:an?\s+(?=(?:{_SCALE})\b))?(?:{_WORD})"
+                         rf"(?:(?:[- ]|\s+and\s+)(?:{_WORD}))*\b", re.I)
+_PARTS = {"half": 2, "halves": 2, "third": 3, "quarter": 4, "fourth": 4, "fifth": 5,
+          "sixth": 6, "seventh": 7, "eighth": 8, "ninth": 9, "tenth": 10}
+WORD_FRACTION = re.compile(
+    r"\b(?:(?P<count>an?|one|two|three|four|five|six|seven|eight|nine)[\s-]+)?"
+    r"(?P<part>halves|half|(?:third|quarter|fourth|fifth|sixth|seventh|eighth|ninth|tenth)s?)"
+    r"\b", re.I)
+# "the first half" is a part of something, not the value 0.5.
+_HALF_OF_A_WHOLE = re.compile(r"\b(?:first|second|other|latter|former|top|bottom|upper|lower)"
+                              r"\s+$", re.I)
+# "the one that", "no one", "one-off": pronouns and compounds, not the number 1.
+_ONE_PRONOUN_BEFORE = re.compile(r"\b(?:the|this|that|which|each|any|every|no|some)\s+$",
+                                 re.I)
+_ONE_PRONOUN_AFTER = re.compile(r"(?:\s+another\b|'s\b|-)")
+
+_APPROX = re.compile(r"(?:about|approximately|approx\.?|roughly|around|nearly|almost|close to|"
+                     r"some|~|\u2248|circa|ca\.)\s*$", re.I)
+_ABOVE = re.compile(r"(?:over|more than|above|at least|exceeds?|exceeding|upwards of|(?<![-=])>=?|"
+                    r"\u2265)\s*$", re.I)
+_BELOW = re.compile(r"(?:under|less than|below|fewer than|at most|up to|<=?|\u2264)\s*$", re.I)
+# "a 3% drop": the direction named after the number.
+_DOWN_AFTER = re.compile(r"\s*(?:-?\s*points?\s+)?(?:drop|declin|decreas|fall|loss|reduction|cut)",
+                         re.I)
+_UP_AFTER = re.compile(r"\s*(?:-?\s*points?\s+)?(?:ris[ei]|increas|gain|growth|jump|climb)", re.I)
+_INCLUSIVE = re.compile(r"(?:at least|at most|up to|upwards of|>=|<=|\u2265|\u2264)\s*$", re.I)
+_APPROX_SHARE = 0.05  # "about 10" may be off by its rounding but no more than 5% of it
+_FRACTION_PRINTED_SHARE = 0.05
+# A bound is a claim about size too: "over 1,000" holds for 5,000, not for 5 million.
+_BOUND_RANGE = 10.0
+DOWN = re.compile(r"\b(?:decreas\w*|declin\w*|drop\w*|fell|fall\w*|down|lower|loss|lost|"
+                  r"negative|minus|deficit|shr[aiu]nk\w*|reduc\w*|remov\w*|delet\w*)\b", re.I)
+# "dropped 3 rows" counts what was removed; "dropped by 3" is a change of -3.
+_DOWN_ONLY_WITH_BY = re.compile(r"\b(?:drop\w*|lost|reduc\w*|remov\w*|delet\w*)$", re.I)
+_UP = re.compile(r"\b(?:increas\w*|ris[ei]\w*|rose|gr[eo]w\w*|up|gain\w*|climb\w*|jump\w*|"
+                 r"higher)\b", re.I)
+# The direction word must lead straight to the number: "fell by 3" is -3, "fell to 6" is 6.
+_DIRECTION_LINK = re.compile(r"\s+(?P<by>by\s+|of\s+)?(?:an?\s+)?$", re.I)
+# A number after these words is a position, not a value: "line 3", "step 2", "#1".
+_POSITION = re.compile(r"(?:\bline|\blines|\bstep|\bcell|\battempt|\bitem|\bpage|\brank|"
+                       r"\bversion|\bpython|\bno\.|#)\s*$", re.I)
+_ROUNDING_AFTER = re.compile(r"\s*(?:decimal\s+(?:places?|digits?)|decimals?\b|dp\b|d\.p\.|"
+                             r"significant\s+(?:figures?|digits?)|sig\.?\s*figs?\b)", re.I)
+_ROUNDING_BEFORE = re.compile(r"(?:\bto|\bat|\bwith|\bin|\brounded|\()\s*$", re.I)
+# COVID-19, UTF-8, x86-64 name things; "3-500" is a range, "top-500" a value.
+_IDENTIFIER_HYPHEN = re.compile(r"\b(?:[A-Z]{2,}|(?=\w*[A-Za-z])(?=\w*\d)\w+)-$")
+_ORDINAL = re.compile(r"(?:st|nd|rd|th)(?![A-Za-z])", re.I)
+_MULTIPLIER = re.compile(r"\s?[x\u00d7](?![\w])")
+
+
+@dataclass(frozen=True)
+class Num:
+    """A number as written: its value, the step of its last stated digit, its bound."""
+
+    text: str
+    start: int
+    end: int
+    value: float
+    step: float
+    percent: bool = False
+    direction: str | None = None  # "down" ("fell by 3": the change is -3) or "up"
+    bound: str = "exact"  # "exact", "approx", "above", "below"
+    unit: str | None = None
+    factors: tuple[float, ...] = (1.0,)  # "12 KB" is 12 times 1000 or 1024 bytes
+    strict: bool = False  # "more than": the number itself is outside the bound
+    truncatable: bool = False  # decimals without a magnitude: "3.1415" for 3.14159
+    stated_step: float = 0.0  # the step of the last written digit, trailing zeros included
+
+    def candidates(self) -> Iterator[tuple[float, float]]:
+        """The values it may mean, each with the step of its last stated digit."""
+        for factor in self.factors:
+            scale = factor / 100 if self.percent else factor
+            yield self.value * scale, self.step * scale
+
+
+@dataclass(frozen=True)
+class Found:
+    """A number an output shows: its value and the step of its printed last decimal."""
+
+    value: float
+    step: float
+    start: int
+    end: int
+
+
+def _parse(match: re.Match[str], rounded: bool) -> tuple[float, float, float]:
+    """(value, step, stated step) of a `NUMBER` match. A rounded number ("about 2,500,000")
+    does not state its trailing zeros; an integer mantissa in scientific notation ("1e3") is
+    exact."""
+    digits = re.sub(r"[, _']", "", match["num"])
+    decimals = len(digits.split(".")[1]) if "." in digits else 0
+    exp = match["exp"] or match["exp2"]
+    magnitude = (match["mag1"] or match["mag2"] or "").lower()
+    magnitude = magnitude.removesuffix("s") if len(magnitude) > 3 else magnitude
+    scale = 10.0 ** int(exp or 0) * _MAGNITUDES.get(magnitude, 1.0)
+    value = float(digits) * scale
+    if match["sign"] in ("-", "\u2212"):
+        value = -value
+    step = stated = 0.0 if exp and not decimals else 10.0 ** -decimals * scale
+    if rounded and not decimals and digits.strip("0"):
+        step *= 10.0 ** (len(digits) - len(digits.rstrip("0")))
+    return value, step, stated
+
+
+def numbers_in(text: str) -> Iterator[Found]:
+    """The numbers an output shows (normalized text). Digit groups split by spaces are also
+    their parts ("3 1 2"), "1,234" also 1 and 234 (JSON printed without spaces), "(300)" also
+    -300, a percentage also its fraction."""
+    for match in NUMBER.finditer(text):
+        end = match.end()
+        if re.match(r"[A-Za-z_]", text[end:end + 1]) and not UNIT_AFTER.match(text, end):
+            continue
+        value, step, _ = _parse(match, False)
+        printed = step if "." in match["num"] else 0.0
+        values = [value]
+        if match["pct"]:
+            values.append(value / 100)
+        if match["paren"] and text[end:end + 1] == ")":
+            values.append(-value)
+        for part in re.split(r"[ ,_']", match["num"]) if re.search(r"[ ,_']", match["num"]) \
+                else []:
+            values.append(float(part))
+        for v in values:
+            yield Found(v, printed if v == value else 0.0, match.start(), end)
+
+
+def word_numbers(text: str) -> Iterator[tuple[float, float, re.Match[str]]]:
+    """Numbers spelled in words, with their step: "seven", "twenty-three", "a million" (the
+    step of a magnitude word is the magnitude: "two billion" is rounded). A pronoun "one" is
+    left out."""
+    for match in WORD_NUMBER.finditer(text):
+        words = re.split(r"[- ]+(?:and\s+)?", match[0].lower())
+        if words == ["one"] and (_ONE_PRONOUN_BEFORE.search(text[:match.start()])
+                                 or _ONE_PRONOUN_AFTER.match(text, match.end())):
+            continue
+        total = current = 0
+        for word in words:
+            if word in ("a", "an"):
+                current = 1
+            elif word in _WORD_SCALES:
+                scale = _WORD_SCALES[word]
+                if scale < 1000:
+                    current = max(current, 1) * scale
+                else:
+                    total += max(current, 1) * scale
+                    current = 0
+            else:
+                current += _WORD_VALUES[word]
+        last = _WORD_SCALES.get(words[-1], 1)
+        yield float(total + current), float(last if last >= 100 else 1), match
+
+
+def word_fractions(text: str) -> Iterator[tuple[float, re.Match[str]]]:
+    """Fractions in words: "half", "two thirds", "a quarter"; an ordinal ("the third") is not."""
+    for match in WORD_FRACTION.finditer(text):
+        part = match["part"].lower().removesuffix("s")
+        part = "half" if part == "halve" else part
+        if match["count"] is None and (part != "half"
+                                       or _HALF_OF_A_WHOLE.search(text[:match.start()])):
+            continue
+        count = (1 if match["count"] is None or match["count"].lower() in ("a", "an")
+                 else _WORD_VALUES[match["count"].lower()])
+        yield count / _PARTS[part], match
+
+
+def _lead(before: str) -> tuple[str, bool, str | None]:
+    """The bound, strictness and direction the words before a number give it."""
+    bound = ("approx" if _APPROX.search(before) else "above" if _ABOVE.search(before)
+             else "below" if _BELOW.search(before) else "exact")
+    strict = bound in ("above", "below") and not _INCLUSIVE.search(before)
+    for pattern in (_APPROX, _ABOVE, _BELOW):
+        before = pattern.sub("", before)
+    link = _DIRECTION_LINK.search(before)
+    if link is None:
+        return bound, strict, None
+    head = before[:link.start()]
+    down = re.search(DOWN.pattern + r"$", head, re.I) is not None and (
+        link["by"] is not None or not _DOWN_ONLY_WITH_BY.search(head))
+    direction = ("down" if down else "up" if re.search(_UP.pattern + r"$", head, re.I)
+                 else None)
+    return bound, strict, direction
+
+
+def claimed_numbers(text: str) -> Iterator[Num]:
+    """The numbers an answer (normalized, its quotes and dates masked) claims."""
+    for match in NUMBER.finditer(text):
+        end = match.end()
+        before = text[max(0, match.start() - 40):match.start()]
+        if _POSITION.search(before) or _IDENTIFIER_HYPHEN.search(before) or (
+                _ROUNDING_AFTER.match(text, end) and _ROUNDING_BEFORE.search(before)):
+            continue
+        if _ORDINAL.match(text, end) and "." not in match["num"]:
+            continue  # "3rd": a position
+        bound, strict, direction = _lead(before)
+        value, step, stated = _parse(match, rounded=bound != "exact")
+        if match["paren"] and text[end:end + 1] == ")":
+            value, end = -value, end + 1  # accounting: "(300)" is -300
+        unit_match = UNIT_AFTER.match(text, end) if not match["pct"] else None
+        unit = CURRENCY[match["cur"]] if match["cur"] else (
+            unit_match[1] if unit_match else None)
+        factors = BYTE_FACTORS.get(unit_match[1].lower(), (1.0,)) if unit_match else (1.0,)
+        if unit_match:
+            end = unit_match.end()
+        elif multiplier := _MULTIPLIER.match(text, end):
+            end = multiplier.end()  # "50x faster": 50 is claimed, as a ratio
+        if direction is None:
+            direction = ("down" if _DOWN_AFTER.match(text, end)
+                         else "up" if _UP_AFTER.match(text, end) else None)
+        truncatable = "." in match["num"] and not (match["mag1"] or match["mag2"])
+        yield Num(text[match.start():end].strip(), match.start(), end, value, step,
+                  bool(match["pct"]), direction, bound, unit, factors, strict, truncatable,
+                  stated)
+
+
+def claimed_words(text: str) -> Iterator[Num]:
+    """Fractions and numbers in words an answer claims ("two thirds", "a dozen", "one")."""
+    masked = text
+    for value, match in word_fractions(text):
+        before = text[max(0, match.start() - 40):match.start()]
+        bound, strict, direction = _lead(before)
+        yield Num(match[0], match.start(), match.end(), value, 0.0, bound=bound,
+                  strict=strict, direction=direction)
+        masked = masked[:match.start()] + " " * len(match[0]) + masked[match.end():]
+    for value, step, match in word_numbers(masked):
+        before = masked[max(0, match.start() - 40):match.start()]
+        if _POSITION.search(before):
+            continue
+        bound, strict, direction = _lead(before)
+        yield Num(match[0], match.start(), match.end(), value, step, bound=bound,
+                  strict=strict, direction=direction, stated_step=step)
+
+
+def matches(num: Num, fact: float, fact_step: float = 0.0, where: str = "") -> bool:
+    """Whether the output value `fact` (printed to `fact_step`, on the line `where`) bears out
+    the number as written, within the rounding it states."""
+    targets = [fact]
+    if num.direction == "down" and num.value >= 0:
+        # "fell by 3" is -3; a printed 3 counts only where the output calls it a fall.
+        targets = [-fact, fact] if DOWN.search(where) else [-fact]
+    if any(within(num, value, step, target, fact_step)
+           for value, step in num.candidates() for target in targets):
+        return True
+    # "50%" for a printed 50 only when the output itself speaks of a percentage.
+    return num.percent and re.search(r"%|percent|pct", where, re.I) is not None and any(
+        within(num, num.value * f, num.step * f, target, fact_step) for f in num.factors
+        for target in targets)
+
+
+def within(num: Num, value: float, step: float, fact: float, fact_step: float = 0.0) -> bool:
+    tiny = 1e-9 * max(1.0, abs(value))
+    if num.bound in ("above", "below"):
+        sign = 1 if num.bound == "above" else -1
+        margin = (fact - value) * sign
+        if margin < -tiny or (num.strict and margin <= tiny):
+            return False
+        if value <= 0:
+            return True
+        # "fewer than 10 errors" holds for none.
+        return fact <= value * _BOUND_RANGE if sign > 0 else fact >= value / _BOUND_RANGE \
+            or fact == 0
+    # An exact fraction ("two thirds") names any value a printed decimal of two significant
+    # digits or more may stand for (0.6667, not 0.3); a written decimal may not be finer.
+    rounded = step == 0 and fact_step <= _FRACTION_PRINTED_SHARE * abs(fact)
+    slack = step / 2 + (fact_step / 2 if rounded else 0.0) + tiny
+    if abs(fact - value) <= slack:
+        # "about 10" rounds 6 to one digit, but is not a fair word for it.
+        stated = num.stated_step * step / num.step if num.step else step
+        return num.bound != "approx" or abs(fact - value) <= _APPROX_SHARE * abs(value) + tiny \
+            or abs(fact - value) <= stated / 2 + tiny
+    # Truncated rather than rounded ("3.1415" for 3.14159): the stated digits are the fact's.
+    return num.bound == "exact" and num.truncatable and step > 0 \
+        and abs(math.trunc(fact / step) * step - value) <= tiny
