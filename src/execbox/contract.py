@@ -339,7 +339,9 @@ class RunResult(BaseModel):
                           "null when no inputs were given.")
     metrics: Metrics = Field(default_factory=lambda: Metrics(wall_ms=0, cpu_ms=0, memory_peak_bytes=0))
     limits: Limits = Field(default_factory=Limits)
-    code_sha256: str = ""
+    code_sha256: str = Field(
+        "", description="The sha256 of the code as recorded: with the registered secrets and "
+                        "known key formats in it redacted (of the code itself when none are).")
     image_digest: str = ""
     cached: bool = False
     session_id: str | None = Field(None, description="The session a cell ran in; null for runs.")

@@ -10,7 +10,6 @@ the code did is data on the result; only caller and host problems raise (see `er
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import queue
@@ -26,6 +25,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from . import atrest
 from . import policy as policy_mod
 from .budget import Budget, Reservation
 from .cache import DEFAULT_TTL_S, cache_key, cacheable
@@ -272,7 +272,7 @@ class Executor:
                            else verdict.message, line=verdict.line)
         base = RunResult(
             run_id=run_id, status=Status.sandbox_error, limits=request.limits,
-            code_sha256=hashlib.sha256(request.code.encode()).hexdigest(),
+            code_sha256=atrest.code_sha256(request.code, redactor),
             image_digest=self.image.digest, session_id=session_id,
         )
 
