@@ -56,7 +56,8 @@ def _checked_secrets(values: list[str]) -> list[str]:
 
 
 Secrets = Annotated[list[str], AfterValidator(_checked_secrets), Field(
-    description=f"Values redacted, with their escaped forms (repr, JSON, URL, HTML), from "
+    description=f"Values redacted, with their escaped forms (repr, JSON, URL, HTML) and "
+                f"their starts and ends shown alone (see redact.part_length), from "
                 f"output, errors and the record; at most {MAX_SECRETS} values and "
                 f"{MAX_SECRETS_BYTES} bytes. Artifacts and files are not redacted.")]
 """The `secrets` field of a request model (HTTP API): capped as `check_secrets` says."""
