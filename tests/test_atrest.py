@@ -252,3 +252,19 @@ def test_processes_starting_together_share_one_records_key(tmp_path: Path) -> No
     key_file = tmp_path / "records.key"
     assert key_file.stat().st_mode & 0o777 == 0o600
     assert sorted(p.name for p in tmp_path.iterdir()) == ["records.key"]  # no temporary left
+
+
+def test_code_holding_a_start_of_a_secret_is_sealed_and_replayed(executor: Executor) -> None:
+    """A literal start of a registered value in the code is redacted in the record like the
+    value (it was kept in clear when no ellipsis followed it), and given the value again,
+    replay puts it back."""
+    secret = "pw-" + uuid.uuid4().hex
+    code = f"v = {secret!r}\nprint(v.startswith({secret[:24]!r}), {secret[-20:]!r} in v)\n"
+    result = executor.run(code, secrets=[secret], cache=False)
+    assert result.status is Status.ok and result.stdout == "True True\n", result
+    executor.store.settle()
+    record = executor.store.get(result.run_id)
+    assert record is not None
+    assert secret[:16] not in record.code and secret[-16:] not in record.code, record.code
+    report = executor.replay(result.run_id, secrets=[secret])
+    assert report.matches and report.replay.stdout == "True True\n", report.differences

@@ -683,12 +683,18 @@ def refill(sealed: str, holes: Iterable[Hole], values: Iterable[str],
     """Put `values` back into the holes of a sealed text, each where its `digest` matches.
     Returns the text and how many holes no value fits (those keep their placeholder)."""
     # A hole may hold a value as the redactor found it: escaped (a literal in the code).
+    values = tuple(values)
     by_hash = {digest(_utf8(f)): f for v in values for f in forms(v)}
+    with_parts = False
     parts: list[str] = []
     pos = missing = 0
     for hole in holes:
         mark = f"[REDACTED:{hole.kind}]"
         value = by_hash.get(hole.digest)
+        if value is None and not with_parts:  # a start or end of one, shown alone
+            by_hash.update(_part_digests(values, digest))
+            with_parts = True
+            value = by_hash.get(hole.digest)
         if value is None or sealed[hole.at:hole.at + len(mark)] != mark:
             missing += 1
             continue
@@ -697,6 +703,26 @@ def refill(sealed: str, holes: Iterable[Hole], values: Iterable[str],
         pos = hole.at + len(mark)
     parts.append(sealed[pos:])
     return "".join(parts), missing
+
+
+# Parts of forms longer than this are not offered back to a record's holes: their digests
+# would cost quadratic time (a record holding such a part is replayed only with it given whole).
+_REFILL_PART_FORM_CHARS = 4096
+
+
+def _part_digests(values: Iterable[str], digest: Callable[[bytes], str]) -> dict[str, str]:
+    """`digest` of every start and end of every form of `values` the redactor redacts alone."""
+    out: dict[str, str] = {}
+    for form in {f for v in values for f in forms(v)}:
+        if len(form) > _REFILL_PART_FORM_CHARS:
+            continue
+        first, last = _LINE_BREAK.split(form, maxsplit=1)[0], _last_line(form)
+        for k in range(part_length(form), len(form)):
+            for piece in (first[:k] if k <= len(first) else "",
+                          last[len(last) - k:] if k <= len(last) else ""):
+                if piece:
+                    out.setdefault(digest(_utf8(piece)), piece)
+    return out
 
 
 DEFAULT = Redactor()
