@@ -104,25 +104,41 @@ def test_runs_show_keeps_keyed_digests_of_the_originals_and_no_secret(
     assert set(sealed) == {"digest", "code", "code_digest", "stdin", "env", "inputs"}
 
 
-def test_a_record_offers_no_offline_test_of_a_short_secret(executor: Executor) -> None:
+def test_no_face_of_a_run_offers_an_offline_test_of_a_short_secret(
+        executor: Executor) -> None:
     """An attack recovered a 4-digit secret in 0.02 s from a record's plain sha256 of its
-    hole and of the code. No digest in the record may be a plain sha256 of any candidate, or
-    of the code, stdin or environment value with a candidate in it."""
+    hole and of the code, and a second one from the `code_sha256` of the result as returned.
+    No digest in the result (fresh, cached or streamed), the record or any table may be a
+    plain sha256 of any candidate, or of the code, stdin or environment value holding one."""
     pin = "4831"
-    code = f"pin = {pin!r}\nprint(len(pin))\n"
-    result = executor.run(code, stdin=pin, env={"PIN": "pin " + pin}, secrets=[pin])
-    assert result.status is Status.ok and result.stdout == "4\n", result
-    assert result.code_sha256 == sha(code)  # the caller's own result keeps the plain digest
+    code = f"pin = {pin!r}\nprint(len(pin), {uuid.uuid4().hex!r})\n"
+    streamed: list[bytes] = []
+    fresh = executor.run(code, stdin=pin, env={"PIN": "pin " + pin}, secrets=[pin], cache=True,
+                         on_stdout=streamed.append)
+    hit = executor.run(code, stdin=pin, env={"PIN": "pin " + pin}, secrets=[pin], cache=True)
+    assert fresh.status is Status.ok and fresh.stdout.startswith("4 "), fresh
+    assert hit.cached and not fresh.cached and b"".join(streamed).decode() == fresh.stdout
+    with executor.session(secrets=[pin]) as session:
+        cell = session.run(code)
+    assert cell.status is Status.ok, cell
     executor.store.settle()
-    record = executor.store.get(result.run_id)
-    assert record is not None
-    text = record.model_dump_json()
-    assert pin not in text.replace(result.run_id, "")
-    digests = set(re.findall(r"[0-9a-f]{64}", text))
+    digests: set[str] = set()
+    for result in (fresh, hit, cell):
+        record = executor.store.get(result.run_id)
+        assert record is not None
+        # The digest names the code as recorded, redacted, on every face.
+        assert result.code_sha256 == record.code_sha256 == sha(record.code), result.run_id
+        text = result.model_dump_json() + record.model_dump_json()
+        assert pin not in text.replace(result.run_id, "")
+        digests |= set(re.findall(r"[0-9a-f]{64}", text))
     for n in range(10_000):
         guess = f"{n:04d}"
         for original in (guess, code.replace(pin, guess), "pin " + guess):
             assert sha(original) not in digests, f"a plain digest gives the secret away: {guess}"
+    proc = subprocess.run([sys.executable, "-c", _SCAN, str(_database(executor)), sha(code)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ""  # no row and no file holds the original's plain digest
 
 
 def test_the_cache_key_is_keyed() -> None:
@@ -168,9 +184,8 @@ def test_replay_with_the_secrets_runs_exactly_the_recorded_request(
     assert report.replay.stdout == "True True True\n"
     record = executor.store.get(run_id)
     assert record is not None
-    # The record names its code as stored (redacted); the replay ran the original.
-    assert report.original.code_sha256 == sha(record.code)
-    assert report.replay.code_sha256 == sha(record.code.replace("[REDACTED:secret]", secret))
+    # Both name the code as stored (redacted), though the replay ran the original.
+    assert report.original.code_sha256 == report.replay.code_sha256 == sha(record.code)
     executor.store.settle()
     proc = subprocess.run([*CLI, "runs", "replay", run_id, "--secret", secret],
                           capture_output=True, timeout=120)
@@ -237,3 +252,19 @@ def test_processes_starting_together_share_one_records_key(tmp_path: Path) -> No
     key_file = tmp_path / "records.key"
     assert key_file.stat().st_mode & 0o777 == 0o600
     assert sorted(p.name for p in tmp_path.iterdir()) == ["records.key"]  # no temporary left
+
+
+def test_code_holding_a_start_of_a_secret_is_sealed_and_replayed(executor: Executor) -> None:
+    """A literal start of a registered value in the code is redacted in the record like the
+    value (it was kept in clear when no ellipsis followed it), and given the value again,
+    replay puts it back."""
+    secret = "pw-" + uuid.uuid4().hex
+    code = f"v = {secret!r}\nprint(v.startswith({secret[:24]!r}), {secret[-20:]!r} in v)\n"
+    result = executor.run(code, secrets=[secret], cache=False)
+    assert result.status is Status.ok and result.stdout == "True True\n", result
+    executor.store.settle()
+    record = executor.store.get(result.run_id)
+    assert record is not None
+    assert secret[:16] not in record.code and secret[-16:] not in record.code, record.code
+    report = executor.replay(result.run_id, secrets=[secret])
+    assert report.matches and report.replay.stdout == "True True\n", report.differences

@@ -442,6 +442,39 @@ def test_secrets_in_error_types_mime_types_and_artifact_paths_are_redacted(
     assert cell.error is not None and cell.error.type == "[REDACTED:secret]"
 
 
+# A second attack read 20 to 40 of this value's 52 characters from displays that cut it short
+# with marks other than an ellipsis, or with none.
+PARTED = "hunter2-Zq9xK7Lw-abcdefghijklmnopqrstuvwxyz0123456789"
+SHOWN_CUT = {
+    "textwrap.shorten": "import textwrap\nprint(textwrap.shorten('x ' + V[:30] + ' ' + V[30:], 40,"
+                        " placeholder=' [...]'))",
+    "spaced dots": "print(V[:40] + '. . .')",
+    "[truncated]": "print(V[:40] + '[truncated]')",
+    "(more)": "print(V[:40] + ' (more)')",
+    "no mark": "print(V[:40])",
+    "split over two lines": "print(V[:26]); print(V[26:])",
+    "a forged cut mark": "print(V[:26] + '\\n...[truncated]...\\n' + V[26:])",
+    "pandas column of 24": "import pandas as pd\npd.set_option('display.max_colwidth', 24)\n"
+                           "print(pd.DataFrame({'a': [V]}))",
+    "its end": "print('...' + V[-30:])",
+    "an artifact's path": "open(V[:30] + '.txt', 'w').write('x')",
+}
+
+
+@pytest.mark.parametrize("how", list(SHOWN_CUT))
+def test_a_secret_shown_cut_short_leaves_no_long_start_or_end(executor: Executor,
+                                                              how: str) -> None:
+    streamed: list[bytes] = []
+    r = executor.run(f"V = {PARTED!r}\n" + SHOWN_CUT[how], secrets=[PARTED], cache=False,
+                     on_stdout=streamed.append)
+    assert r.status is Status.ok, r
+    shown = r.model_dump_json() + "".join(a.path for a in r.artifacts)
+    assert "[REDACTED:secret]" in shown, shown
+    for piece in (PARTED[:16], PARTED[-16:]):
+        assert piece not in shown, (how, r.stdout)
+    assert b"".join(streamed).decode() == r.stdout
+
+
 def test_artifact_paths_equal_once_redacted_stay_distinct(executor: Executor) -> None:
     one, two = "first-Zq9xK7Lw", "second-Pm4vRt8s"
     code = (f"open({one!r} + '.txt', 'w').write('1')\nopen({two!r} + '.txt', 'w').write('2')\n"

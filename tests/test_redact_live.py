@@ -46,9 +46,10 @@ def test_live_text_equals_the_whole_redaction_however_the_writes_are_cut() -> No
     pieces = [*SAMPLES, "\n", "\r", "\r\n", " ", "\\n", "hello, world", "Comment: a, b",
               "-----BEGIN RSA PRIVATE KEY-----", "-----END RSA PRIVATE KEY-----",
               "MIIEowIBAAKCAQEAxyz0123456789ab", "api_key = '", "[REDACTED:secret]", "é", "€",
-              # starts of values a display cut short (redacted before an ellipsis)
+              # starts and ends of values shown cut short, with a mark or none
               "...", REGISTERED[0][:15] + "...", REGISTERED[2][:14] + "\u2026",
-              repr(REGISTERED[2])[1:16] + "..."]
+              repr(REGISTERED[2])[1:16] + "...", REGISTERED[0][:12] + " [...]",
+              REGISTERED[1][-11:], REGISTERED[2][-13:], "(more)", REGISTERED[0][:9]]
     rng = random.Random(27)
     for _ in range(3000):
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 20)))

@@ -10,8 +10,9 @@ A sealed part keeps a digest of its original and one per redacted span (`Hole`),
 caller who gives the secrets again gets the exact request back, checked against them, and
 nobody else does. Those digests are HMAC-SHA256 under the store's key (`RunStore.keyed`,
 kept outside the database): a plain sha256 would let anyone who reads the records test
-guesses of a short secret (a PIN) offline. A sealed record's `code_sha256` (column and stored
-result) is the sha256 of the code as stored, redacted.
+guesses of a short secret (a PIN) offline. For the same reason a run's `code_sha256` (in the
+result as returned, streamed and stored, and in the record's column) is the sha256 of the code
+as stored, redacted (`code_sha256`).
 
 The `sealed` column of a record says what was redacted:
 
@@ -35,7 +36,7 @@ from .contract import InputFile, RunRequest
 from .errors import UsageError
 from .redact import Hole, Redactor, refill
 
-__all__ = ["Stored", "seal", "unseal"]
+__all__ = ["Stored", "code_sha256", "seal", "unseal"]
 
 
 Digest = Callable[[bytes], str]
@@ -63,6 +64,13 @@ def _holes(holes: list[Hole]) -> list[list[Any]]:
 
 def _utf8(text: str) -> bytes:
     return text.encode("utf-8", "surrogateescape")
+
+
+def code_sha256(code: str, redactor: Redactor) -> str:
+    """A run's `code_sha256`: the sha256 of its code as the record keeps it, with what
+    `redactor` finds redacted (the code itself when nothing is). The original's digest would
+    let anyone holding the result test guesses of a secret in the code offline."""
+    return _sha256(_utf8(redactor.redact(code)))
 
 
 def _seal_bytes(redactor: Redactor, data: bytes, digest: Digest) -> tuple[bytes, list[Hole]]:

@@ -56,7 +56,8 @@ def _checked_secrets(values: list[str]) -> list[str]:
 
 
 Secrets = Annotated[list[str], AfterValidator(_checked_secrets), Field(
-    description=f"Values redacted, with their escaped forms (repr, JSON, URL, HTML), from "
+    description=f"Values redacted, with their escaped forms (repr, JSON, URL, HTML) and "
+                f"their starts and ends shown alone (see redact.part_length), from "
                 f"output, errors and the record; at most {MAX_SECRETS} values and "
                 f"{MAX_SECRETS_BYTES} bytes. Artifacts and files are not redacted.")]
 """The `secrets` field of a request model (HTTP API): capped as `check_secrets` says."""
@@ -339,7 +340,9 @@ class RunResult(BaseModel):
                           "null when no inputs were given.")
     metrics: Metrics = Field(default_factory=lambda: Metrics(wall_ms=0, cpu_ms=0, memory_peak_bytes=0))
     limits: Limits = Field(default_factory=Limits)
-    code_sha256: str = ""
+    code_sha256: str = Field(
+        "", description="The sha256 of the code as recorded: with the registered secrets and "
+                        "known key formats in it redacted (of the code itself when none are).")
     image_digest: str = ""
     cached: bool = False
     session_id: str | None = Field(None, description="The session a cell ran in; null for runs.")

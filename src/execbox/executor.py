@@ -9,7 +9,6 @@ the code did is data on the result; only caller and host problems raise (see `er
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import sys
@@ -23,6 +22,7 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
+from . import atrest
 from . import policy as policy_mod
 from .admission import Admission, concurrently
 from .budget import Budget, Reservation
@@ -327,7 +327,7 @@ class Executor:
                           else verdict.message, line=verdict.line)
         base = RunResult(
             run_id=run_id, status=Status.sandbox_error, limits=request.limits,
-            code_sha256=hashlib.sha256(request.code.encode()).hexdigest(),
+            code_sha256=atrest.code_sha256(request.code, redactor),
             image_digest=self.image.digest, session_id=session_id,
         )
         return _Call(request, origin, verdict, info, redactor, base, session_id)

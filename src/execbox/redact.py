@@ -9,9 +9,16 @@ Applied to stdout, stderr, error messages and tracebacks. Two sources of secrets
 * **Registered values**: exact strings the caller passes (`Redactor(secrets)`), matched anywhere,
   also inside longer words, and in the escaped forms a program shows them in (`forms`): Python's
   repr and ascii() of a str or bytes, JSON (ASCII-only or not), URL-encoding and HTML; and a
-  form's start, from half its length, when an ellipsis follows (a display cut it short). All forms
-  of all values are matched in one pass of one Aho-Corasick automaton (`ahocorasick_rs`), so the
-  cost of a scan does not grow with the number of values.
+  form's start or end shown alone, from `part_length` characters (half the form, within
+  MIN_PART and MAX_PART), whatever follows or precedes it: displays cut values short with
+  many marks (``...``, ``[...]``, ``[truncated]``, ``(more)``) or none (a slice, a column, a
+  wrap), so no list of marks is complete. All forms and parts of all values are matched in one
+  pass of one Aho-Corasick automaton (`ahocorasick_rs`), so the cost of a scan does not grow
+  with the number of values.
+
+Redaction defends against a secret shown by accident. It does not stop code that sets out to
+leak one: a piece from the middle, an encoding (base64, reversed, spaced) or an escape of an
+escape is not recognised.
 
 Each secret becomes ``[REDACTED:<kind>]``; the text around it (header names, ``https://user:``,
 ``?token=``) stays, so output remains readable and diffable.
@@ -37,7 +44,6 @@ UUIDs, base64 data, numbers and paths match no rule; tests/test_redact.py measur
 
 from __future__ import annotations
 
-import bisect
 import functools
 import html
 import json
@@ -51,8 +57,8 @@ from ahocorasick_rs import AhoCorasick, Implementation, MatchKind
 from .contract import check_secrets
 from .errors import UsageError
 
-__all__ = ["DEFAULT", "MIN_SECRET_LEN", "Finding", "Hole", "Redactor", "checked_secrets",
-           "forms", "refill"]
+__all__ = ["DEFAULT", "MAX_PART", "MIN_PART", "MIN_SECRET_LEN", "Finding", "Hole", "Redactor",
+           "checked_secrets", "forms", "part_length", "refill"]
 
 # Registered values shorter than this are skipped, silently. A 1-3 character value ("1", "ab",
 # "yes") occurs by chance all over ordinary output: redacting every occurrence would shred the
@@ -62,10 +68,12 @@ MIN_SECRET_LEN = 4
 
 REGISTERED = "secret"  # the kind of a registered value
 MIN_CUT_PREFIX = 3  # a cut secret's start this long or longer is redacted (see `redact_end`)
-# A display that shortens a long value (pandas' max_colwidth, reprlib) shows its start and an
-# ellipsis: that start is redacted from half the value, and never from less than this.
-MIN_ELLIPSIS_PREFIX = 8
-_ELLIPSIS = re.compile("\\.\\.\\.|\u2026")
+# A value's start or end shown without the rest (a display cut it short, with any mark or
+# none; a slice; a wrap) is redacted from half its length, never from less than MIN_PART
+# characters (a shorter run of a word-like value is ordinary text) and always from MAX_PART
+# (that much of a long key is a leak however long the rest is). See `part_length`.
+MIN_PART = 8
+MAX_PART = 16
 _LINE_BREAK = re.compile("[\r\n]")
 
 
@@ -303,12 +311,62 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _CACHED_FORMS_CHARS = 16 * 1024
 
 
-class _Matcher:
-    """Every form of every registered value, found in one pass of an Aho-Corasick automaton.
+def part_length(form: str) -> int:
+    """How long a start or an end of `form` shown alone must be to be redacted: half of it,
+    within MIN_PART and MAX_PART (a form no longer than that has no part but itself)."""
+    return max(MIN_PART, min(len(form) // 2, MAX_PART))
 
-    The automaton reports leftmost-longest matches without overlap; an occurrence that starts
-    inside a reported one and runs past it ("abab" twice in "ababab") is found by `_extend`,
-    so the spans cover every occurrence of every form, as the union of their spans."""
+
+def _last_line(text: str) -> str:
+    return text[max(text.rfind("\n"), text.rfind("\r")) + 1:]
+
+
+_CHUNK = 64  # characters compared at once while following a value
+
+
+def _common_prefix(text: str, at: int, line: str) -> int:
+    """How many characters of `text` from `at` are the start of `line`."""
+    limit = min(len(line), len(text) - at)
+    if text.startswith(line[:limit], at):
+        return limit
+    n = 0
+    while n + _CHUNK <= limit and text.startswith(line[n:n + _CHUNK], at + n):
+        n += _CHUNK
+    for x, y in zip(text[at + n:at + n + _CHUNK], line[n:n + _CHUNK], strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _common_suffix(text: str, end: int, line: str) -> int:
+    """How many characters of `text` before `end` are the end of `line`."""
+    size = len(line)
+    limit = min(size, end)
+    if text[end - limit:end] == line[size - limit:]:
+        return limit
+    n = 0
+    while n + _CHUNK <= limit and \
+            text[end - n - _CHUNK:end - n] == line[size - n - _CHUNK:size - n]:
+        n += _CHUNK
+    for x, y in zip(reversed(text[max(0, end - n - _CHUNK):end - n]),
+                    reversed(line[max(0, size - n - _CHUNK):size - n]), strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class _Matcher:
+    """Every form of every registered value, and every start or end of a form at least
+    `part_length` long, found in one pass of one Aho-Corasick automaton.
+
+    The automaton holds the forms whole and, for each form, its first and last `part_length`
+    characters (its parts); a part's match is then widened along its form as far as the text
+    follows it. Parts stop at a line break, so live output, redacted line by line, finds the
+    same spans. The automaton reports leftmost-longest matches without overlap; an occurrence
+    that starts inside a reported one and runs past it ("abab" twice in "ababab") is found by
+    `_extend`, so the spans cover every occurrence, as the union of their spans."""
 
     def __init__(self, values: tuple[str, ...]) -> None:
         found = {f for v in values for f in forms(v)}
@@ -319,26 +377,30 @@ class _Matcher:
         # The mirror, for text cut at its start (see `Redactor.redact_start`).
         self.cut_starts = frozenset(c for f in self.forms for c in f[1:len(f) - MIN_CUT_PREFIX + 1])
         self._reach = len(self.forms[0]) - 1  # how far past a match an overlapping one can end
+        # Each pattern with the lines it starts (a form's first line, followed forward from a
+        # match) and ends (a form's last line, followed backward).
+        starts: dict[str, list[str]] = {f: [] for f in self.forms}
+        ends: dict[str, list[str]] = {f: [] for f in self.forms}
+        for f in self.forms:
+            n = part_length(f)
+            if len(f) <= n:
+                continue
+            first, last = _LINE_BREAK.split(f, maxsplit=1)[0], _last_line(f)
+            if len(first) >= n:
+                starts.setdefault(first[:n], []).append(first)
+                ends.setdefault(first[:n], [])
+            if len(last) >= n:
+                ends.setdefault(last[-n:], []).append(last)
+                starts.setdefault(last[-n:], [])
+        patterns = tuple(starts)
+        self._starts = tuple(tuple(starts[p]) for p in patterns)
+        self._ends = tuple(tuple(ends[p]) for p in patterns)
         self._automaton = AhoCorasick(
-            [_SURROGATE.sub("\ufffd", f) for f in self.forms],
+            [_SURROGATE.sub("\ufffd", p) for p in patterns],
             matchkind=MatchKind.LeftmostLongest,
             # Builds in tens of microseconds for a few values (the DFA takes ten times more),
             # and scans as fast as the others on output.
             implementation=Implementation.ContiguousNFA)
-        # The shortest start of each form that counts when an ellipsis follows it (see
-        # `_ellipsis_spans`); only a text holding an ellipsis is searched for them. A start
-        # stops at a line break, so live output, redacted line by line, finds the same ones.
-        self._heads: dict[str, tuple[str, ...]] = {}
-        for f in self.forms:
-            line = _LINE_BREAK.split(f, maxsplit=1)[0]
-            head = f[:max(MIN_ELLIPSIS_PREFIX, len(f) // 2)]
-            if len(f) > MIN_ELLIPSIS_PREFIX and len(line) >= len(head):
-                self._heads[head] = (*self._heads.get(head, ()), line)
-        self._head_list = tuple(self._heads)
-        self._head_automaton = AhoCorasick(
-            [_SURROGATE.sub("\ufffd", h) for h in self._head_list],
-            matchkind=MatchKind.Standard,
-            implementation=Implementation.ContiguousNFA) if self._heads else None
 
     def _find(self, text: str) -> list[tuple[int, int, int]]:
         try:
@@ -346,91 +408,67 @@ class _Matcher:
         except UnicodeEncodeError:
             return self._automaton.find_matches_as_indexes(_SURROGATE.sub("\ufffd", text))
 
+    def _widen(self, text: str, index: int, start: int, end: int,
+               budget: int) -> tuple[int, int, int]:
+        """The span of a pattern's match widened along the forms it starts or ends, and the
+        budget left (each form followed costs it); past the budget, widened as far as any
+        form could reach instead (more is redacted, never less)."""
+        starts, ends = self._starts[index], self._ends[index]
+        if budget < 0:
+            return (max(0, end - self._reach - 1) if ends else start,
+                    min(len(text), start + self._reach + 1) if starts else end, budget)
+        widened_start, widened_end = start, end
+        for line in starts:
+            n = _common_prefix(text, start, line)
+            budget -= n + _CHUNK
+            widened_end = max(widened_end, start + n)
+        for line in ends:
+            n = _common_suffix(text, end, line)
+            budget -= n + _CHUNK
+            widened_start = min(widened_start, end - n)
+        return widened_start, widened_end, budget
+
     def spans(self, text: str) -> list[tuple[int, int]]:
-        """Spans covering every occurrence of a form in `text`, sorted and disjoint, then those
-        of every start of a form shown before an ellipsis (`_ellipsis_spans`)."""
-        spans = self._whole_spans(text)
-        if self._head_automaton is not None and ("..." in text or "\u2026" in text):
-            spans += self._ellipsis_spans(text)
-        return spans
-
-    def _ellipsis_spans(self, text: str) -> list[tuple[int, int]]:
-        """Each `form[:k]` directly followed by an ellipsis, k from the form's head length on:
-        a long value a display cut short ("ghx_Ab3dEf...")."""
-        assert self._head_automaton is not None
-        ellipses = [m.start() for m in _ELLIPSIS.finditer(text)]
-        out: list[tuple[int, int]] = []
-        # Only the text just before an ellipsis can hold such a start: search those windows.
-        lo = hi = 0
-        for at in [*ellipses, len(text) + self._reach + 1]:
-            if at - self._reach > hi:
-                if hi > lo:
-                    out += self._heads_before(text, lo, hi, ellipses)
-                lo = at - self._reach
-            hi = at
-        return out
-
-    def _heads_before(self, text: str, lo: int, hi: int,
-                      ellipses: list[int]) -> list[tuple[int, int]]:
-        assert self._head_automaton is not None
-        lo = max(0, lo)
-        window = text[lo:hi]
-        try:
-            found = self._head_automaton.find_matches_as_indexes(window, overlapping=True)
-        except UnicodeEncodeError:
-            found = self._head_automaton.find_matches_as_indexes(
-                _SURROGATE.sub("\ufffd", window), overlapping=True)
-        out: list[tuple[int, int]] = []
-        for index, a, b in found:
-            start = lo + a
-            # The first ellipsis after the head: the text must follow the form up to it.
-            i = bisect.bisect_left(ellipses, lo + b)
-            if i == len(ellipses):
-                continue
-            stop = ellipses[i]
-            for form in self._heads[self._head_list[index]]:
-                if stop - start <= len(form) and form.startswith(text[start:stop]):
-                    out.append((start, stop))
-                    break
-        return out
-
-    def _whole_spans(self, text: str) -> list[tuple[int, int]]:
+        """Spans covering every occurrence of a form, and of a start or an end of one at least
+        `part_length` long, in `text`: sorted and disjoint."""
         spans: list[tuple[int, int]] = []
-        # Extending spans rescans windows of the text: at most this much of it in all, so a
-        # hostile text (a value overlapping itself at every character) stays linear. Past it,
-        # each match is widened by the longest a form overlapping it could reach: the same
-        # occurrences covered, and some text after them too.
+        # Following forms and extending spans rescans the text: at most this much of it in
+        # all, so a hostile text (a value overlapping itself at every character, a value's
+        # start repeated) stays linear. Past it, each match is widened by the longest a form
+        # overlapping it could reach: the same occurrences covered, and some text around them.
         budget = 8 * len(text) + (1 << 20)
-        for _, start, end in self._find(text):
+        for index, start, end in self._find(text):
             if spans and start < spans[-1][1] and budget >= 0:
                 continue  # what starts in an extended span ends in it (`_extend`)
+            start, end, budget = self._widen(text, index, start, end, budget)
             if budget < 0:
                 end = min(len(text), end + self._reach)
             else:
-                end, budget = self._extend(text, start, end, budget)
-            if spans and start < spans[-1][1]:
-                if end > spans[-1][1]:
-                    spans[-1] = (spans[-1][0], end)
-                continue
+                start, end, budget = self._extend(text, start, end, budget)
+            # A span widened backward (a value's end) may reach over the spans before it.
+            while spans and start < spans[-1][1]:
+                start, end = min(start, spans[-1][0]), max(end, spans.pop()[1])
             spans.append((start, end))
         return spans
 
-    def _extend(self, text: str, start: int, end: int, budget: int) -> tuple[int, int]:
-        """`end`, moved past every occurrence that starts in `text[start:end]` and ends after
-        it (repeatedly, as such an occurrence may itself be overlapped); the budget left."""
+    def _extend(self, text: str, start: int, end: int, budget: int) -> tuple[int, int, int]:
+        """The span moved past every occurrence that starts in `text[start:end]` and ends
+        after it (repeatedly, as such an occurrence may itself be overlapped); the budget
+        left."""
         pos = start + 1
         while pos < end < len(text):
             hi = min(len(text), end + self._reach)
             budget -= hi - pos
             if budget < 0:
-                return hi, budget
+                return start, hi, budget
             first = self._find(text[pos:hi])
             if not first or pos + first[0][1] >= end:
                 break
-            _, a, b = first[0]
-            end = max(end, pos + b)
+            index, a, b = first[0]
+            s, e, budget = self._widen(text, index, pos + a, pos + b, budget)
+            start, end = min(start, s), max(end, e)
             pos += a + 1
-        return end, budget
+        return start, end, budget
 
 
 @functools.lru_cache(maxsize=64)
@@ -645,12 +683,18 @@ def refill(sealed: str, holes: Iterable[Hole], values: Iterable[str],
     """Put `values` back into the holes of a sealed text, each where its `digest` matches.
     Returns the text and how many holes no value fits (those keep their placeholder)."""
     # A hole may hold a value as the redactor found it: escaped (a literal in the code).
+    values = tuple(values)
     by_hash = {digest(_utf8(f)): f for v in values for f in forms(v)}
+    with_parts = False
     parts: list[str] = []
     pos = missing = 0
     for hole in holes:
         mark = f"[REDACTED:{hole.kind}]"
         value = by_hash.get(hole.digest)
+        if value is None and not with_parts:  # a start or end of one, shown alone
+            by_hash.update(_part_digests(values, digest))
+            with_parts = True
+            value = by_hash.get(hole.digest)
         if value is None or sealed[hole.at:hole.at + len(mark)] != mark:
             missing += 1
             continue
@@ -659,6 +703,26 @@ def refill(sealed: str, holes: Iterable[Hole], values: Iterable[str],
         pos = hole.at + len(mark)
     parts.append(sealed[pos:])
     return "".join(parts), missing
+
+
+# Parts of forms longer than this are not offered back to a record's holes: their digests
+# would cost quadratic time (a record holding such a part is replayed only with it given whole).
+_REFILL_PART_FORM_CHARS = 4096
+
+
+def _part_digests(values: Iterable[str], digest: Callable[[bytes], str]) -> dict[str, str]:
+    """`digest` of every start and end of every form of `values` the redactor redacts alone."""
+    out: dict[str, str] = {}
+    for form in {f for v in values for f in forms(v)}:
+        if len(form) > _REFILL_PART_FORM_CHARS:
+            continue
+        first, last = _LINE_BREAK.split(form, maxsplit=1)[0], _last_line(form)
+        for k in range(part_length(form), len(form)):
+            for piece in (first[:k] if k <= len(first) else "",
+                          last[len(last) - k:] if k <= len(last) else ""):
+                if piece:
+                    out.setdefault(digest(_utf8(piece)), piece)
+    return out
 
 
 DEFAULT = Redactor()

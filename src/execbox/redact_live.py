@@ -7,7 +7,8 @@ back until it is known not to be the first part of one. What is held, and why it
 * **Line by line.** Text is released up to its last line end (``\\n`` or ``\\r``; progress bars
   redraw with ``\\r``, so they stay live). No key pattern of `redact` can match across a line
   end: every character class in the table excludes ``\\r`` and ``\\n``, except the PEM private
-  key rule. A registered value without a line break cannot straddle one either. So redacting
+  key rule. A registered value without a line break cannot straddle one either, nor can a
+  value's start or end shown alone (`redact.part_length`: parts stop at a line break). So redacting
   line by line finds exactly what redacting the whole output finds: the concatenated live
   text equals the result's redacted stdout (or stderr), however the writes were split.
 * **A PEM private key** spans lines: from its BEGIN line, text is held until a line that cannot

@@ -657,6 +657,27 @@ def test_a_cached_run_python_result_is_redacted_with_secrets_registered_later(
         assert secret[-12:] not in str(answer.structured_content)
 
 
+def test_run_python_names_code_holding_a_secret_by_its_redacted_digest(
+        tmp_path: Path) -> None:
+    """The `code_sha256` of a result was the plain sha256 of code holding a registered
+    secret: a 4-digit one came back in 10,000 tries. run_python answers with the digest of
+    the code as recorded, redacted."""
+    import hashlib
+
+    pin = "4821"
+    code = f"pin = {pin!r}\nprint('ok')\n"
+
+    async def call(client: Client) -> Any:
+        return await client.call_tool("run_python", {"code": code})
+
+    with execbox.Executor(records=f"sqlite:///{tmp_path}/runs.db", secrets=[pin]) as ex:
+        answer = _inproc(ex, call)
+    digest = answer.structured_content["code_sha256"]
+    redacted = code.replace(repr(pin), "'[REDACTED:secret]'")
+    assert digest == hashlib.sha256(redacted.encode()).hexdigest()
+    assert digest != hashlib.sha256(code.encode()).hexdigest()
+
+
 def test_file_tools_say_that_files_are_not_redacted(executor: execbox.Executor) -> None:
     async def body(client: Client) -> dict[str, str]:
         return {t.name: t.description or "" for t in (await client.list_tools()).tools}

@@ -31,3 +31,36 @@ def test_sse_events_never_carry_a_split_secret(alice: httpx.Client) -> None:
         live = "".join(parts)
         assert not leaked(live), stream
         assert live == result[stream]
+
+
+def test_sse_events_never_carry_a_long_start_or_end_of_a_secret(alice: httpx.Client) -> None:
+    """A value shown cut short (any mark, or none), written in pieces: no event carries a
+    long start or end of it, and the live text is the result's."""
+    value = "hunter2-Zq9xK7Lw-abcdefghijklmnopqrstuvwxyz0123456789"
+    code = ("import sys, time\n"
+            f"v = {value!r}\n"
+            "for shown in (v[:40] + ' [...]', v[:30] + '[truncated]', '(more) ' + v[-30:], v[:26]):\n"
+            "    for k in range(0, len(shown), 7):\n"
+            "        sys.stdout.write(shown[k:k + 7]); sys.stdout.flush(); time.sleep(0.001)\n"
+            "    print()\n")
+    parts: list[str] = []
+    result: dict[str, object] = {}
+    with alice.stream("POST", "/v1/runs/stream", json={"code": code, "secrets": [value]},
+                      timeout=120) as response:
+        assert response.status_code == 200
+        name = ""
+        for line in response.iter_lines():
+            if line.startswith("event: "):
+                name = line[len("event: "):]
+            elif line.startswith("data: "):
+                data = json.loads(line[len("data: "):])
+                if name == "stdout":
+                    parts.append(data["text"])
+                elif name == "result":
+                    result = data
+    assert result["status"] == "ok", result.get("error")
+    live = "".join(parts)
+    assert live == result["stdout"]
+    assert live.count("[REDACTED:secret]") == 4, live
+    for piece in (value[:16], value[-16:]):
+        assert not any(piece in part for part in parts) and piece not in live

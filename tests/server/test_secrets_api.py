@@ -3,7 +3,10 @@ escaped forms too, and a flood of secrets is refused with a 422 naming the limit
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import uuid
 
 import httpx
 import pytest
@@ -41,6 +44,46 @@ def test_a_cached_run_answers_only_the_same_secrets_in_both_orders(
         assert record.status_code == 200
         for text in (run["stdout"], record.text):
             assert secret[-12:] not in text
+
+
+def _stream_result(client: httpx.Client, body: dict[str, object]) -> dict[str, object]:
+    with client.stream("POST", "/v1/runs/stream", json=body, timeout=120) as response:
+        assert response.status_code == 200
+        events = [json.loads(line[len("data: "):]) for line in response.iter_lines()
+                  if line.startswith("data: ")]
+    result = events[-1]
+    assert isinstance(result, dict) and "code_sha256" in result, events[-3:]
+    return result
+
+
+def test_no_answer_carries_the_plain_digest_of_code_holding_a_secret(
+        alice: httpx.Client) -> None:
+    """An attack brute-forced a 4-digit secret from the `code_sha256` of a run's result in
+    10,000 tries. Every answer names the code as recorded, redacted: a run, its cache hit,
+    the stream's final event, the record and a session cell."""
+    pin = "4821"
+    code = f"pin = {pin!r}\nprint('ok', {uuid.uuid4().hex!r})\n"
+    body = {"code": code, "cache": True, "secrets": [pin]}
+    fresh = alice.post("/v1/runs", json=body).json()
+    hit = alice.post("/v1/runs", json=body).json()
+    streamed = _stream_result(alice, {**body, "cache": False})
+    sid = alice.post("/v1/sessions", json={"secrets": [pin]}).json()["session_id"]
+    try:
+        cell = alice.post(f"/v1/sessions/{sid}/cells", json={"code": code}).json()
+    finally:
+        alice.delete(f"/v1/sessions/{sid}")
+    assert not fresh["cached"] and hit["cached"], (fresh, hit)
+    stored = code.replace(repr(pin), "'[REDACTED:secret]'")
+    want = hashlib.sha256(stored.encode()).hexdigest()
+    for answer in (fresh, hit, streamed, cell):
+        assert answer["status"] == "ok", answer
+        assert answer["code_sha256"] == want, answer
+        record = alice.get(f"/v1/runs/{answer['run_id']}").json()
+        assert record["code_sha256"] == record["result"]["code_sha256"] == want
+        assert record["code"] == stored
+    plain = {hashlib.sha256(code.replace(pin, f"{n:04d}").encode()).hexdigest()
+             for n in range(10_000)}
+    assert want not in plain
 
 
 @pytest.mark.parametrize("path", ["/v1/runs", "/v1/runs/stream", "/v1/sessions"])
