@@ -37,9 +37,9 @@ if TYPE_CHECKING:
 
 TENANT_KEY = "execbox.tenant"  # the scope's authenticated tenant, for the routes' dependency
 TRUST_KEY = "execbox.trust"  # the connection's "an authenticated request came" callback (guard)
-# What a server's refusal of a request (not a missing thing or a failed run) answers with: a
-# key that keeps getting these is given back-pressure.
-REFUSALS = frozenset({400, 409, 413, 422, 429, 503})
+# What a refusal of the key's own request answers with: a key that keeps getting these is given
+# back-pressure. Not 503: a full server is every tenant's load, not this key's doing.
+REFUSALS = frozenset({400, 409, 413, 422, 429})
 
 
 class Admission:
@@ -148,25 +148,27 @@ class SecretsCap:
                 not _SECRET_BODIES.fullmatch(scope["path"]):
             await self.app(scope, receive, send)
             return
-        chunks = []
+        messages: list[Message] = []
         while True:  # the size is capped by BodySizeLimit, outside
             message = await receive()
             if message["type"] != "http.request":
                 return  # the client is gone: nobody to answer
-            chunks.append(message.get("body", b""))
+            messages.append(message)
             if not message.get("more_body", False):
                 break
-        body = b"".join(chunks)
-        del chunks  # one copy of the body, not two, while the request runs
-        if b'"secrets"' in body and _OVER_SECRETS_CAP.search(body):
+        body = b"".join(m.get("body", b"") for m in messages)
+        over = b'"secrets"' in body and _OVER_SECRETS_CAP.search(body) is not None
+        del body  # the joined copy goes now: the application reads the messages as sent
+        if over:
             await send_error(send, ApiError(
                 422, "invalid_request", f"secrets: more than {MAX_SECRETS} given; at most "
                 f"{MAX_SECRETS} per request (execbox.contract.MAX_SECRETS)"))
             return
-        replay: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
+        replay = iter(messages)
+        del messages
 
         async def replayed() -> Message:
-            return replay.pop() if replay else await receive()
+            return next(replay, None) or await receive()
 
         await self.app(scope, replayed, send)
 

@@ -106,7 +106,7 @@ class Quotas:
 
 
 class Backoff:
-    """Back-pressure on a key whose requests keep being refused (409, 413, 422, 429...).
+    """Back-pressure on a key whose requests keep being refused (400, 409, 413, 422, 429).
 
     After `n` refusals in a row the key's requests are spaced `base_s * 2**(n-1)` apart (at
     most `max_s`): each waits for its turn on the event loop, holding no thread, before any of
