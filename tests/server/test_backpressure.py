@@ -23,7 +23,8 @@ def _code(response: httpx.Response) -> str:
 
 
 @pytest.mark.parametrize("path", ["/v1/runs", "/v1/runs/stream", "/v1/sessions",
-                                  "/v1/sessions/0123456789abcdef/cells"])
+                                  "/v1/sessions/0123456789abcdef/cells",
+                                  "/v1/sessions/0123456789abcdef/cells/stream"])
 def test_over_cap_secrets_are_refused_before_the_body_is_parsed(api: Api, path: str) -> None:
     """The list is followed by bytes that are not JSON: only a refusal made before the body is
     decoded can name the secrets (a parse would fail on the rest first)."""

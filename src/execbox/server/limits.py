@@ -132,7 +132,7 @@ def _bearer(scope: Scope) -> str | None:
 _STRING = rb'"[^"\\]*(?:\\.[^"\\]*)*"'
 _OVER_SECRETS_CAP = re.compile(rb'"secrets"\s*:\s*\[\s*(?:' + _STRING + rb'\s*,\s*){'
                                + str(MAX_SECRETS).encode() + rb'}"')
-_SECRET_BODIES = re.compile(r"/v1/(?:runs(?:/stream)?|sessions(?:/[^/]+/cells)?)")
+_SECRET_BODIES = re.compile(r"/v1/(?:runs|sessions/[^/]+/cells)(?:/stream)?|/v1/sessions")
 
 
 class SecretsCap:
