@@ -2,10 +2,16 @@
 `print(1)` in a loop. Each abusive pattern runs for --phase-s seconds: busy-session file floods,
 unread streams, session floods, secret floods and slow clients; the victim's median and p99
 latency in each are compared with a quiet phase in the same run (goal: p99 within 2x), and the
-server's peak RSS (VmHWM, reset before each phase) is reported beside its result budget.
+server's peak RSS (VmHWM, reset before each phase) is reported beside its result budget, and
+the CPU seconds the server process and the attacker's client process spent in each phase.
 Both keys have the default quotas. Writes bench/results/noisy.json.
 
+With --closed-target the attacks are aimed at a closed port while the victim still uses the
+server: what is left of the victim's slowdown is the attacker's client competing for the CPU
+(the machine's cores are shared), not the server's work.
+
     .venv/bin/python bench/noisy.py [--phase-s 8] [--max-result-mib 1024] [--tight]
+                                    [--closed-target]
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import socket
 import statistics
 import tempfile
@@ -52,6 +59,13 @@ def _status(pid: int) -> dict[str, int]:
     return fields
 
 
+def _cpu_s(pid: int) -> float:
+    """User and system CPU seconds `pid` has used (its own, not its children's)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _threads(n: int, fn: Callable[[], object], stop: Stop) -> None:
     """`fn` in a loop on `n` threads until `stop`; a refusal's Retry-After is honoured when
     --tight is not given (the flood then is 45 requests at once, as in the issue, not a
@@ -79,7 +93,11 @@ def file_flood(url: str, key: str, stop: Stop) -> None:
     """45 threads call the files API of a session whose cell sleeps."""
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"},
                       timeout=60) as client:
-        sid = client.post("/v1/sessions", json={}).json()["session_id"]
+        try:
+            sid = client.post("/v1/sessions", json={}).json()["session_id"]
+        except httpx.HTTPError:  # --closed-target
+            sid = "0" * 16
+
         def busy() -> None:
             try:
                 client.post(f"/v1/sessions/{sid}/cells",
@@ -90,7 +108,10 @@ def file_flood(url: str, key: str, stop: Stop) -> None:
         cell = threading.Thread(target=busy, daemon=True)
         cell.start()
         _threads(45, lambda: client.get(f"/v1/sessions/{sid}/files"), stop)
-        client.delete(f"/v1/sessions/{sid}")
+        try:
+            client.delete(f"/v1/sessions/{sid}")
+        except httpx.HTTPError:
+            pass
         cell.join(timeout=30)
 
 
@@ -102,7 +123,11 @@ def unread_streams(url: str, key: str, stop: Stop) -> None:
     for _ in range(24):
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
-        sock.connect((host, int(port)))
+        try:
+            sock.connect((host, int(port)))
+        except OSError:  # --closed-target
+            sock.close()
+            continue
         sock.sendall(f"POST /v1/runs/stream HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}"
                      f"\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
                      f"{body}".encode())
@@ -201,6 +226,8 @@ def main() -> None:
     parser.add_argument("--max-result-mib", type=int, default=1024)
     parser.add_argument("--tight", action="store_true",
                         help="floods ignore Retry-After (measures the cost of refusals)")
+    parser.add_argument("--closed-target", action="store_true",
+                        help="attack a closed port: the attacker client's own CPU cost")
     args = parser.parse_args()
     global TIGHT
     TIGHT = args.tight
@@ -213,6 +240,11 @@ def main() -> None:
         forked = multiprocessing.get_context("fork")
         with served(db, "--log-level", "error",
                     "--max-result-mib", str(args.max_result_mib)) as (url, proc):
+            target = url
+            if args.closed_target:
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", 0))
+                    target = f"http://127.0.0.1:{sock.getsockname()[1]}"
             victim(url, victim_key, 2.0)  # warm-up
             phases: dict[str, dict[str, float]] = {}
             for name, attack in [("quiet", None), *ATTACKS.items(), ("quiet_again", None)]:
@@ -225,11 +257,16 @@ def main() -> None:
                     attacker_key = keys.create(f"attacker-{name}")
                     # In a process of its own: the attacker's threads would otherwise take the
                     # victim client's interpreter lock and count as the server's latency.
-                    attacker = forked.Process(target=attack, args=(url, attacker_key, stop),
+                    attacker = forked.Process(target=attack, args=(target, attacker_key, stop),
                                               daemon=True)
                     attacker.start()
                     time.sleep(1.0)  # let the attack build up
+                server_cpu = _cpu_s(proc.pid)
+                attacker_cpu = _cpu_s(attacker.pid) if attacker and attacker.pid else 0.0
                 samples = victim(url, victim_key, args.phase_s)
+                cpu = {"server_cpu_s": round(_cpu_s(proc.pid) - server_cpu, 2),
+                       "attacker_cpu_s": round(_cpu_s(attacker.pid) - attacker_cpu, 2)
+                       if attacker and attacker.pid and attacker.is_alive() else 0.0}
                 stop.set()
                 if attacker is not None:
                     attacker.join(timeout=90)
@@ -237,7 +274,7 @@ def main() -> None:
                         attacker.kill()
                         attacker.join()
                 status = _status(proc.pid)
-                phases[name] = {**summary(samples),
+                phases[name] = {**summary(samples), **cpu,
                                 "peak_rss_mib": round(status["VmHWM"] / 2**20, 1)}
                 print(name, phases[name], flush=True)
                 time.sleep(1.0)
@@ -245,9 +282,9 @@ def main() -> None:
     for values in phases.values():
         values["p99_vs_quiet"] = round(values["p99_ms"] / quiet_p99, 2)
     result = {"phase_s": args.phase_s, "max_result_mib": args.max_result_mib,
-              "tight": args.tight, "phases": phases}
+              "tight": args.tight, "closed_target": args.closed_target, "phases": phases}
     print(json.dumps(result, indent=2))
-    save_results("noisy-tight" if args.tight else "noisy", result)
+    save_results("noisy" + "-tight" * args.tight + "-closed" * args.closed_target, result)
 
 
 if __name__ == "__main__":

@@ -200,9 +200,9 @@ def _free_port() -> int:
 
 
 class HttpServer:
-    def __init__(self, proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], url: str, log: Path, db: str) -> None:
         self.proc, self.url, self.log = proc, url, log
-        self.keys = KeyStore(RunStore(os.environ["EXECBOX_DB_URL"]).engine)
+        self.keys = KeyStore(RunStore(db).engine)
         self.key = self.new_key("mcp")
 
     def new_key(self, prefix: str, **limits: Any) -> str:
@@ -211,13 +211,16 @@ class HttpServer:
 
 
 @contextmanager
-def _http_server_process(log: Path) -> Iterator[HttpServer]:
+def _http_server_process(log: Path, *options: str, db: str | None = None
+                         ) -> Iterator[HttpServer]:
     """`execbox mcp --transport http` on a free loopback port, listening; stopped (and anything
-    it left behind killed) on the way out."""
+    it left behind killed) on the way out. `db`: its records and keys (default: the tests')."""
     port = _free_port()
+    db = db or os.environ["EXECBOX_DB_URL"]
     with log.open("w") as errlog:
-        proc = subprocess.Popen([*SERVER, "--transport", "http", "--port", str(port)],
-                                stdin=subprocess.DEVNULL, stdout=errlog, stderr=errlog)
+        proc = subprocess.Popen([*SERVER, "--transport", "http", "--port", str(port), *options],
+                                stdin=subprocess.DEVNULL, stdout=errlog, stderr=errlog,
+                                env={**os.environ, "EXECBOX_DB_URL": db})
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -230,7 +233,7 @@ def _http_server_process(log: Path) -> Iterator[HttpServer]:
                 if time.monotonic() > deadline:
                     pytest.fail(f"execbox mcp did not listen within 30 s:\n{log.read_text()}")
                 time.sleep(0.1)
-        yield HttpServer(proc, f"http://127.0.0.1:{port}/mcp", log)
+        yield HttpServer(proc, f"http://127.0.0.1:{port}/mcp", log, db)
     finally:
         below = _descendants(proc.pid)
         if proc.poll() is None:
@@ -439,6 +442,32 @@ def test_http_keys_quotas_apply_to_tool_calls(http_server: HttpServer) -> None:
     assert second.is_error is True and "rate_limited" in _text(second)
     assert "retry after" in _text(second)
     assert session.is_error is True and "session_quota" in _text(session)
+
+
+@pytest.mark.skipif(not _sessions_available(), reason="sessions have not landed yet")
+def test_http_each_key_is_guaranteed_its_share_of_the_sessions(tmp_path: Path) -> None:
+    """Two keys with quotas of 2 on a server of 2 sessions: each is guaranteed one, so the
+    first cannot take both (429 session_capacity), and the second still gets its own."""
+    db = f"sqlite:///{tmp_path}/records.db"
+    with _http_server_process(tmp_path / "server.log", "--max-sessions", "2", db=db) as server:
+        hog, other = (server.new_key(name, max_sessions=2) for name in ("hog", "other"))
+        server.keys.revoke(next(k.name for k in server.keys.list() if k.name.startswith("mcp")))
+
+        async def main() -> list[Any]:
+            async with _http(server, hog) as first, _http(server, other) as second:
+                answers = [await first.call_tool("session_create", {}),
+                           await first.call_tool("session_create", {}),
+                           await second.call_tool("session_create", {})]
+                for client, answer in ((first, answers[0]), (second, answers[2])):
+                    if not answer.is_error:
+                        await client.call_tool("session_close", {
+                            "session_id": answer.structured_content["session_id"]})
+                return answers
+
+        held, refused, other_session = _run(main)
+    assert not held.is_error, _text(held)
+    assert refused.is_error is True and "session_capacity" in _text(refused), _text(refused)
+    assert not other_session.is_error, _text(other_session)
 
 
 @pytest.mark.skipif(not _sessions_available(), reason="sessions have not landed yet")

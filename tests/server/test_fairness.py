@@ -107,9 +107,10 @@ def test_file_calls_on_a_busy_session_are_409_and_stall_no_other_tenant(api: Api
                     answers = [f.result() for f in flood]
                 assert run.status_code == 200 and record.status_code == 200
                 assert victim_s < 10, f"another tenant waited {victim_s:.1f} s"
-                assert {a.status_code for a in answers} == {409}
-                assert {_code(a) for a in answers} == {"session_busy"}
-                assert answers[0].headers["retry-after"] == "1"
+                # Refused at once, or, once the key keeps being refused, spaced out (back-off).
+                codes = {_code(a) for a in answers}
+                assert "session_busy" in codes and codes <= {"session_busy", "backing_off"}
+                assert all(a.headers["retry-after"] for a in answers)
                 alice.delete(f"/v1/sessions/{sid}")  # ends the cell now
             files = alice.get(f"/v1/sessions/{sid}/files")
             assert files.status_code == 409 and _code(files) == "session_closed"

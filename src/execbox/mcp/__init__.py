@@ -32,8 +32,11 @@ __all__ = ["mcp_command"]
 @click.option("--max-result-mib", default=2048, show_default=True, type=click.IntRange(1),
               help="Result bytes (output and artifacts) held at once; past it a tool call is "
                    "refused with a time to retry.")
+@click.option("--max-sessions", default=16, show_default=True, type=click.IntRange(0),
+              help="Sessions open at once; over http with keys each key is guaranteed its "
+                   "quota, or its proportional share when the quotas add up to more.")
 def mcp_command(transport: str, host: str, port: int, profile: str, no_auth: bool,
-                db: str | None, max_result_mib: int) -> None:
+                db: str | None, max_result_mib: int, max_sessions: int) -> None:
     """Serve execbox's tools over MCP: run_python, sessions, session files.
 
     The server starts one Executor (the sandbox's fork server) and closes it, with every
@@ -49,7 +52,7 @@ def mcp_command(transport: str, host: str, port: int, profile: str, no_auth: boo
     try:
         serve("stdio" if transport == "stdio" else "streamable-http", host=host, port=port,
               profile=profile, auth=not no_auth, records=db,
-              max_result_bytes=max_result_mib << 20)
+              max_result_bytes=max_result_mib << 20, max_sessions=max_sessions)
     except ExecboxError as exc:
         click.echo(f"execbox: {exc}", err=True)
         sys.exit(2)

@@ -33,11 +33,11 @@ from ..contract import Limits, RunResult
 from ..errors import ExecboxError
 from ..executor import make_request
 from ..server import malloc
-from ..server.auth import Tenant
+from ..server.auth import KeyStore, Tenant
 from ..server.errors import ApiError
 from ..server.quotas import Quotas
 from ..server.spool import ResultBudget, result_bound
-from ..server.state import LOCAL_TENANT, EndedSession, SessionRegistry
+from ..server.state import LOCAL_TENANT, EndedSession, SessionRegistry, Shares
 from ..tools import RunPython, describe_environment, format_observation
 from .http import TENANT_SCOPE_KEY
 
@@ -90,12 +90,15 @@ def caller(ctx: Context) -> Tenant:
 
 def build_server(executor: Executor, *, profile: str = "data",
                  max_result_bytes: int = DEFAULT_RESULT_BYTES,
-                 tenant_result_bytes: int | None = None) -> MCPServer[Any]:
+                 tenant_result_bytes: int | None = None,
+                 shares: Callable[[], Shares] | None = None) -> MCPServer[Any]:
     """An MCP server whose tools run on `executor` (which the caller owns and closes).
     Sessions the server opened are closed when the server shuts down. Runs and cells hold
     their results in memory: at most `max_result_bytes` of them at once, and at most
     `tenant_result_bytes` for one tenant (None: all of it), as `execbox serve`'s result budget;
-    past either a tool call is refused with a time to retry."""
+    past either a tool call is refused with a time to retry. With `shares` (how the active
+    keys share the executor's sessions, asked at each session_create) each key is guaranteed
+    its share of the sessions, as `execbox serve --max-sessions`."""
     sessions = SessionRegistry()
     quotas = Quotas()
     results = ResultBudget(max_result_bytes, tenant_result_bytes)
@@ -197,7 +200,7 @@ def build_server(executor: Executor, *, profile: str = "data",
         inputs = {name: text.encode() for name, text in (files or {}).items()}
         inputs.update({name: _b64(data, name) for name, data in (files_base64 or {}).items()})
         tenant = caller(ctx)
-        _allowed(lambda: sessions.reserve(tenant))
+        _allowed(lambda: sessions.reserve(tenant, shares() if shares is not None else None))
         session = None
         try:
             session = _call(lambda: executor.session(
@@ -350,21 +353,27 @@ def _version() -> str:
 
 def serve(transport: Literal["stdio", "streamable-http"] = "stdio", *, host: str = "127.0.0.1",
           port: int = 8765, profile: str = "data", auth: bool = True,
-          records: str | None = None, max_result_bytes: int = DEFAULT_RESULT_BYTES) -> None:
+          records: str | None = None, max_result_bytes: int = DEFAULT_RESULT_BYTES,
+          max_sessions: int = 16) -> None:
     """Start an Executor, serve MCP on `transport` until the client leaves (stdio) or a
     SIGINT/SIGTERM arrives, then close every session and the Executor. Over HTTP, with `auth`,
     every request needs a tenant's key of the records database's key table (`records`: its
-    URL; default as `execbox serve`'s)."""
+    URL; default as `execbox serve`'s), and the `max_sessions` sessions are shared among the
+    keys as `execbox serve` shares them."""
     from ..executor import Executor
 
     with _stop_on_signals() as stop:
-        with Executor(records=records) as executor:
+        with Executor(records=records, max_sessions=max_sessions) as executor:
             if stop.requested:  # a signal came while the sandbox was starting
                 return
-            # Over HTTP with keys, as `execbox serve`: one tenant holds at most half.
-            shared = transport != "stdio" and auth
-            server = build_server(executor, profile=profile, max_result_bytes=max_result_bytes,
-                                  tenant_result_bytes=max_result_bytes // 2 if shared else None)
+            # Over HTTP with keys, as `execbox serve`: one tenant holds at most half of the
+            # result budget and is guaranteed its share of the sessions.
+            keys = KeyStore(executor.store.engine) if transport != "stdio" and auth else None
+            server = build_server(
+                executor, profile=profile, max_result_bytes=max_result_bytes,
+                tenant_result_bytes=max_result_bytes // 2 if keys else None,
+                shares=(lambda: Shares(executor.max_sessions, keys.session_quotas()))
+                if keys else None)
             if transport == "stdio":
                 # The SDK reads stdin in a worker thread that no cancellation can interrupt,
                 # so a signal cannot unwind the server: close the sandbox, then leave at once.
@@ -374,18 +383,16 @@ def serve(transport: Literal["stdio", "streamable-http"] = "stdio", *, host: str
                 # uvicorn handles SIGINT/SIGTERM itself while it serves; it stops, the
                 # lifespan closes the sessions, then the Executor closes here.
                 stop.action = _interrupt
-                anyio.run(lambda: _serve_http(server, executor, host, port, auth))
+                anyio.run(lambda: _serve_http(server, host, port, keys))
             stop.action = None
 
 
-async def _serve_http(server: MCPServer[Any], executor: Executor, host: str, port: int,
-                      auth: bool) -> None:
+async def _serve_http(server: MCPServer[Any], host: str, port: int,
+                      keys: KeyStore | None) -> None:
     import uvicorn
 
-    from ..server.auth import KeyStore
     from .http import BearerAuth
 
-    keys = KeyStore(executor.store.engine) if auth else None
     app = BearerAuth(server.streamable_http_app(host=host), keys)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning")
     await uvicorn.Server(config).serve()

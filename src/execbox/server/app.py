@@ -28,7 +28,7 @@ from fastapi.responses import JSONResponse
 from .. import __version__
 from . import errors, runs, sessions
 from .deps import Admin, State
-from .limits import Admission, BodySizeLimit
+from .limits import Admission, BodySizeLimit, SecretsCap
 from .state import ServerState, Settings
 
 if TYPE_CHECKING:
@@ -74,6 +74,7 @@ def create_app(executor: Executor | None = None, settings: Settings | None = Non
                               "Every error is {\"error\": {\"code\", \"message\"}}.")
     app.state.execbox = state
     errors.install(app, lambda code: state.metrics.rejected.labels(code=code).inc())
+    app.add_middleware(SecretsCap)  # innermost: the body's size is already capped
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes, budget=state.bodies)
     app.add_middleware(Admission, state=state)  # outermost: the key before any of the body
     app.include_router(runs.router)

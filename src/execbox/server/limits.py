@@ -6,17 +6,27 @@ the body still unread, and every authenticated request counts, whatever it ends 
 `BodySizeLimit` then refuses a body past the cap with a JSON 413 before the application sees
 any of it (declared Content-Length or counted while reading), and keeps the bodies of all
 requests in flight within a server-wide budget, each key within half of it (past either, 503).
+`SecretsCap` refuses a run, session or cell registering more secrets than a request may before
+its JSON is parsed: the model's own check comes only after the whole body is decoded.
+
+Admission also bounds a key's requests of any kind in flight (refused ones included), and a key
+whose requests keep being refused waits its turn before the next is read (`quotas.Backoff`):
+a client that ignores Retry-After slows itself, not the other tenants.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import math
+import re
 from collections.abc import Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..contract import MAX_SECRETS
 from .deps import tenant_of
 from .errors import ApiError
 from .quotas import BodyBudget
@@ -27,6 +37,9 @@ if TYPE_CHECKING:
 
 TENANT_KEY = "execbox.tenant"  # the scope's authenticated tenant, for the routes' dependency
 TRUST_KEY = "execbox.trust"  # the connection's "an authenticated request came" callback (guard)
+# What a refusal of the key's own request answers with: a key that keeps getting these is given
+# back-pressure. Not 503: a full server is every tenant's load, not this key's doing.
+REFUSALS = frozenset({400, 409, 413, 422, 429})
 
 
 class Admission:
@@ -50,13 +63,58 @@ class Admission:
                     trust()
             else:
                 tenant = LOCAL_TENANT
-            state.quotas.count(tenant)
         except ApiError as err:
             state.metrics.rejected.labels(code=err.code).inc()
             await send_error(send, err)
             return
-        scope[TENANT_KEY] = tenant
-        await self.app(scope, receive, send)
+        backoff, key = state.backoff, tenant.name
+        turn = backoff.turn(key)
+        if turn is None:
+            await self._refuse(send, key, ApiError(
+                429, "backing_off", f"key {key!r} keeps sending requests that are refused; "
+                "its requests are now spaced out and this one's turn is too far away: honour "
+                "Retry-After", retry_after=math.ceil(backoff.max_wait_s)))
+            return
+        if turn:
+            await asyncio.sleep(turn)  # its turn: on the loop, holding no thread
+        try:
+            leave = state.quotas.enter(tenant)
+        except ApiError as err:
+            backoff.refused(key)
+            await self._refuse(send, key, err)
+            return
+        status = 0
+
+        async def watched(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            try:
+                state.quotas.count(tenant)
+            except ApiError as err:
+                backoff.refused(key)
+                await self._refuse(send, key, err)
+                return
+            scope[TENANT_KEY] = tenant
+            await self.app(scope, receive, watched)
+        finally:
+            leave()
+            if status in REFUSALS:
+                backoff.refused(key)
+            elif 200 <= status < 400:
+                backoff.served(key)
+
+    async def _refuse(self, send: Send, key: str, err: ApiError) -> None:
+        """Answer Admission's own refusal of a known key, after its back-off's spacing: a
+        client that retries at once still waits."""
+        self.state.metrics.rejected.labels(code=err.code).inc()
+        spacing = self.state.backoff.spacing(key)
+        if spacing:
+            await asyncio.sleep(spacing)
+        await send_error(send, err)
 
 
 def _bearer(scope: Scope) -> str | None:
@@ -67,6 +125,52 @@ def _bearer(scope: Scope) -> str | None:
                 return None
             return key.strip() or None
     return None
+
+
+# A key "secrets" whose list holds more than MAX_SECRETS strings, found in the raw JSON: a
+# string literal cannot hold an unescaped quote, so `"secrets":` outside one is a key.
+_STRING = rb'"[^"\\]*(?:\\.[^"\\]*)*"'
+_OVER_SECRETS_CAP = re.compile(rb'"secrets"\s*:\s*\[\s*(?:' + _STRING + rb'\s*,\s*){'
+                               + str(MAX_SECRETS).encode() + rb'}"')
+_SECRET_BODIES = re.compile(r"/v1/(?:runs|sessions/[^/]+/cells)(?:/stream)?|/v1/sessions")
+
+
+class SecretsCap:
+    """Refuse a JSON body that registers more than MAX_SECRETS secrets before it is parsed:
+    decoding 50,000 secrets to find there are too many costs the server tens of ms a request.
+    A body that spells the key otherwise (escapes) still meets the model's check."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or \
+                not _SECRET_BODIES.fullmatch(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        messages: list[Message] = []
+        while True:  # the size is capped by BodySizeLimit, outside
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client is gone: nobody to answer
+            messages.append(message)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(m.get("body", b"") for m in messages)
+        over = b'"secrets"' in body and _OVER_SECRETS_CAP.search(body) is not None
+        del body  # the joined copy goes now: the application reads the messages as sent
+        if over:
+            await send_error(send, ApiError(
+                422, "invalid_request", f"secrets: more than {MAX_SECRETS} given; at most "
+                f"{MAX_SECRETS} per request (execbox.contract.MAX_SECRETS)"))
+            return
+        replay = iter(messages)
+        del messages
+
+        async def replayed() -> Message:
+            return next(replay, None) or await receive()
+
+        await self.app(scope, replayed, send)
 
 
 class BodySizeLimit:

@@ -20,7 +20,7 @@ from . import malloc
 from .auth import KeyStore, Tenant
 from .errors import ApiError
 from .metrics import Metrics
-from .quotas import BodyBudget, Quotas
+from .quotas import Backoff, BodyBudget, Quotas
 from .spool import ResultBudget, Spool
 from .sse import Buffered
 
@@ -213,6 +213,7 @@ class ServerState:
         self._executor = executor
         self.keys: KeyStore | None = None
         self.quotas = Quotas()
+        self.backoff = Backoff()
         self.sessions = SessionRegistry()
         self.metrics = Metrics(lambda: float(self.sessions.active()),
                                lambda: float(self._executor.pool_size if self._executor else 0))
