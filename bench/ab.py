@@ -3,7 +3,9 @@ HumanEval (canonical solutions) problems/s, each tree measured in rounds that al
 B A, A B, ...), each round a fresh executor in a fresh interpreter of that tree. Each rate also
 has its whole-tree CPU per run (a cpuacct group per round: caller, zygotes, supervisors and
 programs), which swings less than wall time on a shared machine. Prints each side's median and
-B's ratio to A; writes bench/results/ab.json.
+B's ratio to A, and the ratios of the rounds' pairs (round i's B over its A, run back to back):
+their median and range. A ratio whose range holds 1 is within what the rounds swing by: more
+rounds, not a finding. Writes bench/results/ab.json.
 
     .venv/bin/python bench/ab.py --a TREE_A --b TREE_B [--rounds 6]
 
@@ -84,6 +86,16 @@ def _child() -> None:
     print(json.dumps(out))
 
 
+def paired_ratios(a: list[float], b: list[float]) -> tuple[float, float, float]:
+    """The lowest, median and highest of b[i] / a[i]: each round's B over the A measured
+    beside it, so that what the machine did in that round's minutes divides out."""
+    if len(a) != len(b) or not a:
+        raise ValueError(f"paired ratios need as many rounds on each side, got {len(a)} "
+                         f"and {len(b)}")
+    ratios = [y / x for x, y in zip(a, b, strict=True)]
+    return min(ratios), statistics.median(ratios), max(ratios)
+
+
 def _round(tree: Path, home: str | None) -> dict[str, float]:
     env = dict(os.environ)
     if home:
@@ -117,10 +129,16 @@ def main() -> None:
     for metric in seen["A"][0]:
         a = statistics.median(r[metric] for r in seen["A"])
         b = statistics.median(r[metric] for r in seen["B"])
-        result[metric] = {"A": round(a, 3), "B": round(b, 3), "B/A": round(b / a, 3)}
-    print(f"{'metric':<18}{'A':>10}{'B':>10}{'B/A':>8}")
+        low, mid, high = paired_ratios([r[metric] for r in seen["A"]],
+                                       [r[metric] for r in seen["B"]])
+        result[metric] = {"A": round(a, 3), "B": round(b, 3), "B/A": round(b / a, 3),
+                          "paired": round(mid, 3), "paired_low": round(low, 3),
+                          "paired_high": round(high, 3)}
+    print(f"{'metric':<18}{'A':>10}{'B':>10}{'B/A':>8}{'paired':>8}  range")
     for metric, row in result.items():
-        print(f"{metric:<18}{row['A']:>10.2f}{row['B']:>10.2f}{row['B/A']:>8.3f}")
+        spread = " (holds 1)" if row["paired_low"] <= 1 <= row["paired_high"] else ""
+        print(f"{metric:<18}{row['A']:>10.2f}{row['B']:>10.2f}{row['B/A']:>8.3f}"
+              f"{row['paired']:>8.3f}  {row['paired_low']:.3f}-{row['paired_high']:.3f}{spread}")
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
     (out / "ab.json").write_text(json.dumps(
