@@ -54,7 +54,7 @@ from .sandbox.host import HostError, OutputCallback, RawRun, RunNotStarted, Zygo
 from .scrub import live_output, redact_result
 from .sessions import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_MAX_LIFETIME_S, Reaper, Session
 
-log = logging.getLogger("execbox")
+log = logging.getLogger(__name__)
 
 FileSource = bytes | str | os.PathLike[str]
 BACKSTOP_GRACE_S = 15.0  # the supervisor enforces limits; this only catches a stuck supervisor

@@ -26,7 +26,7 @@ from .errors import UsageError
 from .sandbox.channel import SessionChannel
 from .sandbox.host import SLOT_KINDS, HostError, HostRetired, Slot, ZygoteProcess
 
-log = logging.getLogger("execbox")
+log = logging.getLogger(__name__)
 
 # Measured by bench/rotation.py: a host costs ~1.75 CPU-s to start and close (the heavy
 # zygote's imports and training, the pool staged). 30000 runs of ~3.8 ms each make that 1.5%

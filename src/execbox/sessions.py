@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from .budget import Budget
     from .executor import Executor
 
-log = logging.getLogger("execbox")
+log = logging.getLogger(__name__)
 
 DEFAULT_IDLE_TIMEOUT_S = 600.0
 DEFAULT_MAX_LIFETIME_S = 3600.0

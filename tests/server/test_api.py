@@ -7,7 +7,8 @@ import json
 import time
 
 import httpx
-from conftest import MAX_REQUEST_BYTES, Api
+import pytest
+from conftest import MAX_REQUEST_BYTES, Api, own_server
 
 from execbox import RunResult
 from execbox.server import Settings, create_app
@@ -177,3 +178,18 @@ def test_an_artifact_named_by_a_secret_downloads_by_its_redacted_path(
     assert art.status_code == 200 and art.content == f"bytes as written {secret}".encode()
     by_secret = alice.get(f"/v1/runs/{result['run_id']}/artifacts/key-{secret}.txt")
     assert by_secret.status_code == 404
+
+
+def test_the_server_logs_its_effective_settings_without_option_values(
+        api: Api, caplog: pytest.LogCaptureFixture) -> None:
+    """An operator sees every setting in force at start; the executor's options (which may
+    carry secrets) appear by name only."""
+    with caplog.at_level("INFO", logger="execbox.server"), \
+            own_server(api.executor, header_timeout_s=7.5,
+                       executor_options={"secrets": ["hunter2-settings-log"]}):
+        pass
+    ready = [r.getMessage() for r in caplog.records if "server ready" in r.getMessage()]
+    assert ready, caplog.text
+    assert "header_timeout_s=7.5" in ready[0] and "max_request_bytes=" in ready[0]
+    assert "executor_options=['secrets']" in ready[0]
+    assert "hunter2-settings-log" not in caplog.text

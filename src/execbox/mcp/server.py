@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from ..executor import Executor
     from ..sessions import Session
 
-log = logging.getLogger("execbox.mcp")
+log = logging.getLogger(__name__)
 
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 DEFAULT_RESULT_BYTES = 2048 << 20  # as `execbox serve --max-result-mib`'s default

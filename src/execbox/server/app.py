@@ -15,6 +15,7 @@ then every session is closed and the executor (its fork server and slots) stoppe
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import logging
 from collections.abc import AsyncIterator
@@ -34,7 +35,7 @@ from .state import ServerState, Settings
 if TYPE_CHECKING:
     from ..executor import Executor
 
-log = logging.getLogger("execbox.server")
+log = logging.getLogger(__name__)
 
 
 def create_app(executor: Executor | None = None, settings: Settings | None = None) -> FastAPI:
@@ -52,9 +53,8 @@ def create_app(executor: Executor | None = None, settings: Settings | None = Non
         # Garbage is collected first, or its cycles (sockets among them) would never be.
         gc.collect()
         gc.freeze()
-        log.info("execbox server ready (auth %s, max request %d bytes, result budget %d "
-                 "bytes, spool %s)", "on" if settings.auth else "OFF",
-                 settings.max_request_bytes, settings.max_result_bytes, state.spool.root)
+        log.info("execbox server ready (auth %s, spool %s); settings: %s",
+                 "on" if settings.auth else "OFF", state.spool.root, _effective(settings))
         sweeper = asyncio.create_task(_sweep(state))
         try:
             yield
@@ -107,3 +107,12 @@ async def _sweep(state: ServerState) -> None:
     while True:
         await asyncio.sleep(every)
         await anyio.to_thread.run_sync(state.spool.sweep)
+
+
+def _effective(settings: Settings) -> str:
+    """The settings in force, for the start-up log; the executor's options by name only (they
+    may hold secrets)."""
+    shown = {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)
+             if f.name != "executor_options"}
+    shown["executor_options"] = sorted(settings.executor_options)
+    return ", ".join(f"{name}={value!r}" for name, value in shown.items())

@@ -23,7 +23,7 @@ from ..errors import (
     UsageError,
 )
 
-log = logging.getLogger("execbox.server")
+log = logging.getLogger(__name__)
 
 
 class ErrorDetail(BaseModel):

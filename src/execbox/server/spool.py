@@ -32,7 +32,7 @@ from ..contract import Limits, RunResult
 from ..policy import Profile
 from .errors import ApiError
 
-log = logging.getLogger("execbox.server")
+log = logging.getLogger(__name__)
 
 
 OUTPUT_COPIES = 6

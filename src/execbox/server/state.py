@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from ..executor import Executor
     from ..sessions import Session
 
-log = logging.getLogger("execbox.server")
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 LOCAL_TENANT = Tenant("local", max_concurrent=1 << 30, max_sessions=1 << 30, rpm=1 << 30)
