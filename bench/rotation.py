@@ -33,7 +33,7 @@ from cpu import enter_cpuacct_group, leave_cpuacct_group  # noqa: E402
 from latency import save_results  # noqa: E402
 
 from execbox.image import LIGHT_PRELOAD, Image  # noqa: E402
-from execbox.sandbox.host import SLOT_KINDS, ZygoteProcess  # noqa: E402
+from execbox.sandbox.host.zygotes import SLOT_KINDS, ZygoteProcess  # noqa: E402
 
 
 def descendants(root: int) -> list[int]:

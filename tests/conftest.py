@@ -14,7 +14,7 @@ import pytest
 
 import execbox
 from execbox.image import Image
-from execbox.sandbox.cgroup import Hierarchy
+from execbox.sandbox.inside.cgroup import Hierarchy
 
 
 def sandbox_missing(message: str) -> NoReturn:

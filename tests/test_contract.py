@@ -117,7 +117,7 @@ def test_sandbox_package_imports_without_execbox_dependencies() -> None:
     src = Path(execbox.__file__).resolve().parent.parent
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); "
-        "import execbox.sandbox.zygote, execbox.sandbox.supervisor; "
+        "import execbox.sandbox.inside.zygote, execbox.sandbox.inside.supervisor; "
         "bad = [m for m in ('pydantic', 'click', 'execbox.contract') if m in sys.modules]; "
         "sys.exit(1 if bad else 0)"
     )

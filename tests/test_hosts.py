@@ -13,8 +13,8 @@ import pytest
 from probes import alive, wait_until
 
 from execbox import Executor, RunResult, UsageError
-from execbox.sandbox.cgroup import Hierarchy
-from execbox.sandbox.host import ZygoteProcess
+from execbox.sandbox.host.zygotes import ZygoteProcess
+from execbox.sandbox.inside.cgroup import Hierarchy
 
 # What fork copies from the zygote: where libc is mapped, where the `sys` module object
 # lives on the heap, and the interpreter's str hash secret.

@@ -17,7 +17,7 @@ from probes import wait_until
 from execbox import Executor, Limits, SessionClosed, Status, UsageError
 from execbox.errors import Overloaded
 from execbox.records import RunStore
-from execbox.sandbox.cgroup import Hierarchy
+from execbox.sandbox.inside.cgroup import Hierarchy
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SMALL = Limits(timeout_s=5, memory_mib=256, pids=32)

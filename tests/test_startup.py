@@ -10,7 +10,7 @@ import signal
 import pytest
 
 from execbox import Executor, SandboxError, Status
-from execbox.sandbox.host import HostError
+from execbox.sandbox.host.zygotes import HostError
 
 
 def test_heavy_work_right_after_start_waits_for_the_heavy_zygote() -> None:
@@ -51,7 +51,7 @@ def test_a_heavy_zygote_that_reports_a_failed_start_fails_its_runs_for_good(
     """One that says why it could not start would say it again: no restart loop. What needs
     it fails with its error, the rest keeps running. (Its report is replaced here: the real
     zygote started fine, and is killed as a failed one is.)"""
-    from execbox.sandbox import host as host_mod
+    from execbox.sandbox.host import zygotes as host_mod
 
     ready = host_mod._Starting.ready
 

@@ -287,7 +287,7 @@ def runs_approve(run_id: str, approved_by: str | None, as_json: bool,
 @main.command()
 def doctor() -> None:
     """Say what this host can enforce, what is missing, and how to fix it."""
-    from .sandbox.probe import run_checks
+    from .sandbox.host.probe import run_checks
 
     checks = run_checks()
     for c in checks:

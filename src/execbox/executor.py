@@ -47,10 +47,10 @@ from .image import LIGHT_PRELOAD, Image
 from .records import PolicyInfo, RunStore
 from .redact import Redactor, checked_secrets
 from .results import ReplayReport, not_started, result_of, undecodable, with_kept_data
-from .sandbox import capabilities
-from .sandbox.channel import SessionChannel
-from .sandbox.host import Cancel as Cancel  # re-exported: execbox.Cancel
-from .sandbox.host import HostError, OutputCallback, RawRun, RunNotStarted, ZygoteProcess
+from .sandbox.host import capabilities
+from .sandbox.host.channel import SessionChannel
+from .sandbox.host.zygotes import Cancel as Cancel  # re-exported: execbox.Cancel
+from .sandbox.host.zygotes import HostError, OutputCallback, RawRun, RunNotStarted, ZygoteProcess
 from .scrub import live_output, redact_result
 from .sessions import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_MAX_LIFETIME_S, Reaper, Session
 

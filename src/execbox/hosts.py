@@ -23,8 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .errors import UsageError
-from .sandbox.channel import SessionChannel
-from .sandbox.host import SLOT_KINDS, HostError, HostRetired, Slot, ZygoteProcess
+from .sandbox.host.channel import SessionChannel
+from .sandbox.host.zygotes import SLOT_KINDS, HostError, HostRetired, Slot, ZygoteProcess
 
 log = logging.getLogger(__name__)
 

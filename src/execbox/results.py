@@ -8,8 +8,8 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from .contract import Artifact, ErrorInfo, Metrics, RunResult, Status
-from .sandbox.host import RawRun
-from .sandbox.runner import compile_error_record
+from .sandbox.host.zygotes import RawRun
+from .sandbox.inside.runner import compile_error_record
 
 
 def not_started(base: RunResult) -> RunResult:

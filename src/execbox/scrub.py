@@ -10,8 +10,8 @@ from typing import Any
 from .contract import Artifact, RunResult
 from .redact import Redactor
 from .redact_live import LiveRedactor
-from .sandbox.host import OutputCallback
-from .sandbox.runner import CUT_HEAD, CUT_TAIL
+from .sandbox.host.zygotes import OutputCallback
+from .sandbox.inside.runner import CUT_HEAD, CUT_TAIL
 
 
 @contextlib.contextmanager

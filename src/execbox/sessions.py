@@ -37,8 +37,8 @@ from .errors import SessionClosed, UsageError
 from .policy import CellContext
 from .redact import checked_secrets
 from .results import result_of
-from .sandbox.channel import SessionChannel, SessionEnded
-from .sandbox.host import HostError, OutputCallback
+from .sandbox.host.channel import SessionChannel, SessionEnded
+from .sandbox.host.zygotes import HostError, OutputCallback
 
 if TYPE_CHECKING:
     from .budget import Budget
@@ -258,7 +258,7 @@ class SessionFiles:
         self._call("write", path, payload)
         import hashlib
 
-        from .sandbox.artifacts import guess_mime
+        from .sandbox.inside.artifacts import guess_mime
 
         return Artifact(path=path, size=len(payload), sha256=hashlib.sha256(payload).hexdigest(),
                         mime_type=guess_mime(path, payload[:4096]))

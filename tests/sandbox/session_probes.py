@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from execbox import SessionClosed
-from execbox.sandbox.cgroup import Hierarchy
+from execbox.sandbox.inside.cgroup import Hierarchy
 from execbox.sessions import Session
 
 # What a hostile cell starts with: the interpreter loop's own locals (kernel.serve's frame):

@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from execbox.sandbox import _linux, capabilities, probe
+from execbox.sandbox.host import capabilities, probe
+from execbox.sandbox.inside import linux
 
 EXECBOX = [sys.executable, "-m", "execbox.cli"]
 REQUIRED = [cap.number for cap in capabilities.REQUIRED]
@@ -33,7 +34,7 @@ def _without(caps: Sequence[int]) -> Callable[[], None]:
     (what `capsh --drop` and a container's missing --cap-add do)."""
     def drop() -> None:
         for cap in caps:
-            _linux.prctl(_linux.PR_CAPBSET_DROP, cap)
+            linux.prctl(linux.PR_CAPBSET_DROP, cap)
     return drop
 
 
@@ -41,7 +42,7 @@ def _in_user_namespace() -> None:
     """A preexec_fn: become root of a new user namespace mapped to the host's root only (what
     `unshare --user --map-root-user` does)."""
     uid, gid = os.getuid(), os.getgid()
-    _linux.unshare(0x10000000)  # CLONE_NEWUSER
+    linux.unshare(0x10000000)  # CLONE_NEWUSER
     with open("/proc/self/setgroups", "w") as fh:
         fh.write("deny")
     with open("/proc/self/uid_map", "w") as fh:
@@ -112,7 +113,7 @@ def test_run_without_a_capability_is_sandbox_unavailable_naming_it() -> None:
 
 
 def test_runs_need_no_capability_but_the_required_ones() -> None:
-    others = [cap for cap in range(_linux.cap_last_cap() + 1) if cap not in REQUIRED]
+    others = [cap for cap in range(linux.cap_last_cap() + 1) if cap not in REQUIRED]
     proc = cli("run", "-", "--json", "--no-cache", preexec=_without(others),
                stdin=b"import os; print(os.getuid())\n")
     assert proc.returncode == 0, proc.stderr
@@ -142,7 +143,7 @@ def test_pidfd_failure_is_worded_from_its_errno(code: int, fix: str,
     def refused(fd: int, nstype: int) -> None:
         raise OSError(code, os.strerror(code))
 
-    monkeypatch.setattr(_linux, "setns", refused)  # in the probe's fork too
+    monkeypatch.setattr(linux, "setns", refused)  # in the probe's fork too
     check = next(c for c in probe.run_checks() if c.name == "pidfd")
     assert not check.ok and errno.errorcode[code] in check.detail
     assert fix in check.fix

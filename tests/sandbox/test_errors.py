@@ -11,8 +11,8 @@ import json
 import pytest
 
 from execbox import Executor, RunResult, Status
-from execbox.sandbox.jail import RunSpec
-from execbox.sandbox.supervisor import classify
+from execbox.sandbox.inside.jail import RunSpec
+from execbox.sandbox.inside.supervisor import classify
 
 INTERNALS = ("execbox", "runner.py", "supervisor.py", "zygote.py", "jail.py", "_program",
              "_init")

@@ -28,8 +28,8 @@ import pytest
 from probes import alive, wait_until
 
 from execbox import Executor, Limits, RunResult, Status
-from execbox.sandbox import jail
-from execbox.sandbox.cgroup import Hierarchy
+from execbox.sandbox.inside import jail
+from execbox.sandbox.inside.cgroup import Hierarchy
 
 SMALL = Limits(timeout_s=3, memory_mib=256, pids=32)
 PACE_S = 0.3  # between runs, for a slot's program to be waiting for its code
@@ -1149,7 +1149,7 @@ def test_a_slot_in_demand_stages_its_next_program_without_warm_pages(
     the slot as it is restaged; C, paced, runs in the program staged after B and holds ~90
     fewer private pages than D, staged after C came to an idle slot, and E, the same again."""
     # B must wait for A's slot, not have one more staged for it (see SlotPool).
-    monkeypatch.setattr("execbox.sandbox.host.GROW_AFTER_S", 60.0)
+    monkeypatch.setattr("execbox.sandbox.host.zygotes.GROW_AFTER_S", 60.0)
     with Executor(cache=False, pool_size=1) as own:
         warm = own._host.info["warm_pages"]["light"]
         # "In demand" is a request within DEMAND_S of its program's readiness: a loaded

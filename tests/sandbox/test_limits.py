@@ -17,7 +17,7 @@ import pytest
 from probes import wait_until
 
 from execbox import Executor, RunResult, Status
-from execbox.sandbox.cgroup import Hierarchy
+from execbox.sandbox.inside.cgroup import Hierarchy
 
 pytestmark = pytest.mark.hostile
 

@@ -21,7 +21,7 @@ import pytest
 
 from execbox import image
 from execbox.errors import SandboxUnavailable
-from execbox.sandbox import _linux, jail
+from execbox.sandbox.inside import jail, linux
 
 UID = jail.UID_FIRST  # the sandbox uid of the programs these tests contain
 UIDS = range(jail.UID_FIRST, jail.UID_FIRST + jail.UID_COUNT)
@@ -100,8 +100,8 @@ def _contain_in_fork(libexec: Path, root: Path, uid: int,
     """Call the contain steps in a fork chrooted to `root`, with a seccomp program the kernel
     refuses (one load, no return), so that even a full success ends in a named failure and
     the fork's state can be reported. Returns the report and the four kept descriptors."""
-    lib = _linux.ContainLibrary(str(libexec / "libexecbox-contain.so"), [])
-    refused = _linux.SeccompLoader(b"\0" * 8)
+    lib = linux.ContainLibrary(str(libexec / "libexecbox-contain.so"), [])
+    refused = linux.SeccompLoader(b"\0" * 8)
     report_r, report_w = os.pipe()
     stray = os.open("/dev/null", os.O_RDONLY)  # not passed: must be closed by the call
     stdio = [os.open("/dev/null", os.O_RDWR) for _ in range(3)]
@@ -183,7 +183,7 @@ def test_a_program_whose_slot_init_is_gone_dies_as_if_killed_with_it(libexec: Pa
     """The program joins its slot's namespaces through a pidfd of init. An init gone by then
     (its slot killed from outside after the program's fork) must end the program as a kill
     would have (SIGKILL: the request goes to another slot), not as a set-up failure."""
-    lib = _linux.ContainLibrary(str(libexec / "libexecbox-contain.so"),
+    lib = linux.ContainLibrary(str(libexec / "libexecbox-contain.so"),
                                 [jail.PROGRAM_NAMESPACES])
     gone = os.fork()
     if gone == 0:
@@ -195,7 +195,7 @@ def test_a_program_whose_slot_init_is_gone_dies_as_if_killed_with_it(libexec: Pa
         pid = os.fork()
         if pid == 0:
             try:
-                lib.contain([pidfd, *fds], 0, UID, _linux.SeccompLoader(b"\0" * 8))
+                lib.contain([pidfd, *fds], 0, UID, linux.SeccompLoader(b"\0" * 8))
             finally:
                 os._exit(3)
         _, status = os.waitpid(pid, 0)
@@ -266,10 +266,10 @@ def _serve_in_fork(libexec: Path, root: Path, requests: list[tuple[bytes, list[i
     rest as more ("split"); each child then also reports how many page faults writing every
     page of it cost. Returns what the server's fork said when `serve_programs` returned, and
     what was read."""
-    from execbox.sandbox import seccomp
+    from execbox.sandbox.inside import seccomp
 
-    lib = _linux.ContainLibrary(str(libexec / "libexecbox-contain.so"), [_linux.CLONE_NEWPID])
-    loader = _linux.SeccompLoader(seccomp.compile_filter())
+    lib = linux.ContainLibrary(str(libexec / "libexecbox-contain.so"), [linux.CLONE_NEWPID])
+    loader = linux.SeccompLoader(seccomp.compile_filter())
     host, host_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     spawn, spawn_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     said_r, said_w = os.pipe()
@@ -405,7 +405,7 @@ def test_written_pages_are_exactly_the_pages_a_fork_wrote(libexec: Path) -> None
     """What a training fork reports (`execbox_written_pages`): of the ranges it is given, the
     pages it wrote (its own copies), contiguous ones as one range; not the pages it only
     shares with its parent, nor pages outside the ranges."""
-    lib = _linux.ContainLibrary(str(libexec / "libexecbox-contain.so"), [])
+    lib = linux.ContainLibrary(str(libexec / "libexecbox-contain.so"), [])
     page = mmap.PAGESIZE
     region = mmap.mmap(-1, 16 * page, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     region.write(b"z" * len(region))  # every page present, shared once forked
@@ -430,9 +430,9 @@ def test_written_pages_are_exactly_the_pages_a_fork_wrote(libexec: Path) -> None
 
 def test_the_fork_server_refuses_a_layout_without_the_pid_namespace_first(
         libexec: Path) -> None:
-    lib = _linux.ContainLibrary(str(libexec / "libexecbox-contain.so"), [_linux.CLONE_NEWNS])
+    lib = linux.ContainLibrary(str(libexec / "libexecbox-contain.so"), [linux.CLONE_NEWNS])
     with pytest.raises(OSError, match="check the namespace layout: Invalid argument"):
-        lib.serve_programs(-1, -1, -1, UIDS, _linux.SeccompLoader(b"\0" * 8))
+        lib.serve_programs(-1, -1, -1, UIDS, linux.SeccompLoader(b"\0" * 8))
 
 
 def _open_fds() -> set[int]:
@@ -457,7 +457,7 @@ def _stage_in_fork(libexec: Path, tmp_path: Path, *, init: str | None = None,
     for i in range(n_scratch):
         (tmp_path / f"scratch{i}").mkdir()
         scratch.append((str(tmp_path / f"scratch{i}"), "size=65536,mode=1777",
-                        _linux.MS_NOEXEC if i == 1 else 0))
+                        linux.MS_NOEXEC if i == 1 else 0))
     cgroup = tmp_path / "cgroup"
     cgroup.mkdir()
     (cgroup / "cgroup.procs").write_text("")
@@ -468,14 +468,14 @@ def _stage_in_fork(libexec: Path, tmp_path: Path, *, init: str | None = None,
     if pid == 0:
         out: dict[str, Any] = {}
         try:
-            _linux.unshare(_linux.CLONE_NEWNS | _linux.CLONE_NEWNET)
-            _linux.mount("none", "/", None, _linux.MS_REC | _linux.MS_PRIVATE)
-            _linux.loopback_up()
+            linux.unshare(linux.CLONE_NEWNS | linux.CLONE_NEWNET)
+            linux.mount("none", "/", None, linux.MS_REC | linux.MS_PRIVATE)
+            linux.loopback_up()
             net_dir = os.open("/proc/self/net", os.O_PATH | os.O_DIRECTORY)
             host_proc = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY)
             own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY)
             procs = os.open(str(cgroup / "cgroup.procs"), os.O_WRONLY)
-            stager = _linux.Stager(
+            stager = linux.Stager(
                 str(libexec / "libexecbox-contain.so"), scratch=scratch,
                 own_pid_ns=own_pid_ns, cgroup_procs=[procs],
                 init=init or str(libexec / "execbox-init"), init_uid=init_uid,
@@ -483,7 +483,7 @@ def _stage_in_fork(libexec: Path, tmp_path: Path, *, init: str | None = None,
             ipc_before = os.readlink("/proc/self/ns/ipc")
             before = _open_fds()
             net_first = os.readlink("/proc/self/ns/net")
-            staged, error = stager.stage(first=True, warm=_linux.WARM_ALL)
+            staged, error = stager.stage(first=True, warm=linux.WARM_ALL)
             out["fresh_net"] = [staged.fresh_net]
             fds = [getattr(staged, name) for name, _ in staged._fields_[1:-1]]
             out["error"] = error
@@ -529,7 +529,7 @@ def _stage_in_fork(libexec: Path, tmp_path: Path, *, init: str | None = None,
                 # A second staging replaces the scratch mounts (one of each stays) and the
                 # network namespace; a third, after a run that did not use it, keeps it.
                 for _ in range(2):
-                    again, error = stager.stage(first=False, warm=_linux.WARM_NONE)
+                    again, error = stager.stage(first=False, warm=linux.WARM_NONE)
                     out["again_error"] = error
                     out["fresh_net"].append(again.fresh_net)
                     out.setdefault("net", []).append(os.readlink("self/ns/net",
@@ -543,7 +543,7 @@ def _stage_in_fork(libexec: Path, tmp_path: Path, *, init: str | None = None,
                 out["mounts_again"] = [p for p, _, _ in scratch if os.path.ismount(p)]
                 out["left"] = [p for p, _, _ in scratch if Path(p, "left").exists()]
                 for path, _, _ in scratch:  # replaced, not stacked: one unmount and it is gone
-                    _linux.umount2(path, 0)
+                    linux.umount2(path, 0)
                 out["stacked"] = [p for p, _, _ in scratch if os.path.ismount(p)]
         except BaseException as exc:  # noqa: BLE001
             out["exception"] = repr(exc)
@@ -633,7 +633,7 @@ def test_staging_names_the_step_that_failed_and_sends_nothing(
                                   range(0x7FFF_FFF0, 0x8000_0010)])
 def test_the_fork_server_refuses_a_uid_range_with_root_or_past_2_31(
         libexec: Path, uids: range) -> None:
-    lib = _linux.ContainLibrary(str(libexec / "libexecbox-contain.so"),
-                                [_linux.CLONE_NEWPID])
+    lib = linux.ContainLibrary(str(libexec / "libexecbox-contain.so"),
+                                [linux.CLONE_NEWPID])
     with pytest.raises(OSError, match="check the uid range: Invalid argument"):
-        lib.serve_programs(-1, -1, -1, uids, _linux.SeccompLoader(b"\0" * 8))
+        lib.serve_programs(-1, -1, -1, uids, linux.SeccompLoader(b"\0" * 8))

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from execbox.sandbox import protocol
+from execbox.sandbox.inside import protocol
 
 
 @pytest.mark.parametrize("read_size", [1, 7, 4096, 1 << 20])

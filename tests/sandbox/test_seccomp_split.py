@@ -14,7 +14,7 @@ from seccomp_bpf import AUDIT_ARCH_AARCH64, AUDIT_ARCH_I386, AUDIT_ARCH_X86_64, 
 from seccomp_bpf import combined as _combined
 from seccomp_bpf import run as _run
 
-from execbox.sandbox import seccomp
+from execbox.sandbox.inside import seccomp
 
 
 def _calls() -> list[tuple[int, tuple[int, ...]]]:

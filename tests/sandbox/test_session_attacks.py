@@ -25,7 +25,7 @@ from probes import WORKSPACE_SWAPPER, alive, wait_until
 from session_probes import KERNEL, cgroup_dirs, run_or_closed, sup_pid
 
 from execbox import Executor, Limits, SessionClosed, Status, UsageError
-from execbox.sandbox.cgroup import Hierarchy
+from execbox.sandbox.inside.cgroup import Hierarchy
 from execbox.sessions import Session
 
 pytestmark = pytest.mark.hostile
@@ -169,7 +169,7 @@ def test_a_session_ending_cell_keeps_its_result_when_the_host_reads_output_late(
     import selectors
     import socket
 
-    from execbox.sandbox import channel
+    from execbox.sandbox.host import channel
 
     class CtrlFirst(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
         def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
@@ -279,7 +279,7 @@ def test_the_supervisor_memory_does_not_grow_with_the_workspace_paths(
 # ---- cells the interpreter never takes ----------------------------------------------------------
 
 STOP_READING_CELLS = KERNEL + """
-import execbox.sandbox.protocol as P
+import execbox.sandbox.inside.protocol as P
 P.read_frame = lambda *args, **kwargs: time.sleep(10 ** 6)  # SIGINT is ignored between cells
 """
 

@@ -46,7 +46,7 @@ threading.Thread(target=_armed, daemon=True).start()
 
 # The loop stops taking cells (SIGINT is ignored between cells): it sleeps where it reads.
 STOP_READING_CELLS = KERNEL + """
-import execbox.sandbox.protocol as P
+import execbox.sandbox.inside.protocol as P
 P.read_frame = lambda *args, **kwargs: time.sleep(10 ** 6)
 """
 

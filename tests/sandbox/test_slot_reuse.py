@@ -21,9 +21,9 @@ import pytest
 from execbox import Executor, Limits, RunResult, Status
 from execbox.executor import _spec, make_request, program_kind
 from execbox.image import Image
-from execbox.sandbox import _linux, protocol
-from execbox.sandbox.cgroup import Hierarchy
-from execbox.sandbox.host import HostError, Slot
+from execbox.sandbox.host.zygotes import HostError, Slot
+from execbox.sandbox.inside import linux, protocol
+from execbox.sandbox.inside.cgroup import Hierarchy
 
 LEAVE_BEHIND = textwrap.dedent("""
     import ctypes, os, socket, time
@@ -211,7 +211,7 @@ def test_a_reused_slot_takes_large_input_files(jailed_one_slot: Executor) -> Non
 def test_the_between_runs_check_sees_a_process_left_in_the_cgroup() -> None:
     # The supervisor's own check (`SlotSteps.end_run` makes it after each run, in C).
     cg = Hierarchy.discover().create(f"x{os.getpid()}-emptycheck")
-    steps = _linux.SlotSteps(f"{Image.load().libexec}/libexecbox-contain.so",
+    steps = linux.SlotSteps(f"{Image.load().libexec}/libexecbox-contain.so",
                              cg.counter_files(), list(cg.dirs.values()), RuntimeError)
     sleeper = subprocess.Popen(["sleep", "30"])
     try:
@@ -249,8 +249,8 @@ def test_a_light_program_carries_none_of_the_supervisors_or_ctypes_util_modules(
         executor: Executor) -> None:
     """A light program is a fork of a zygote kept small (its size is every fork's and every
     exit's cost): the supervisor's modules and what `ctypes.util` pulls in stay out of it."""
-    r = executor.run("import sys\nprint(sorted(m for m in ('execbox.sandbox.supervisor', "
-                     "'execbox.sandbox.cells', 'ctypes.util', 'subprocess', 'tempfile', "
+    r = executor.run("import sys\nprint(sorted(m for m in ('execbox.sandbox.inside.supervisor', "
+                     "'execbox.sandbox.inside.cells', 'ctypes.util', 'subprocess', 'tempfile', "
                      "'platform') if m in sys.modules))")
     assert r.status is Status.ok and r.stdout == "[]\n", r
 

@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from execbox import Executor, Limits, Status
-from execbox.sandbox import jail
+from execbox.sandbox.inside import jail
 
 # Holds the whole per-user allowance, says so, then waits while the host's probe runs.
 HOLD = textwrap.dedent("""

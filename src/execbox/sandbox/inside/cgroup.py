@@ -303,7 +303,7 @@ class RunCgroup:
             return 0
 
     def counter_files(self) -> tuple[int, bool, int, int, int, tuple[str, str]]:
-        """The kept descriptors the supervisor's C steps read and reset (`_linux.SlotSteps`,
+        """The kept descriptors the supervisor's C steps read and reset (`linux.SlotSteps`,
         the same counters as `cpu_ns`, `oom_kills`, `memory_peak` and `file_bytes`): CPU (-1:
         none) and whether it is v2's cpu.stat, OOM kills, the peak (-1: none), memory.stat,
         and memory.stat's file-page keys."""

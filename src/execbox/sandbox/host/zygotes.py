@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from . import protocol
-from .cgroup import Hierarchy
+from ..inside import protocol
+from ..inside.cgroup import Hierarchy
 
 if TYPE_CHECKING:
     from .channel import SessionChannel
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 _BOOT = (
     "import json, socket, sys; sock = socket.socket(fileno=int(sys.argv[1])); "
     "opts = json.loads(sock.recv(1 << 20)); sys.path.insert(0, opts['src_paths'][0]); "
-    "from execbox.sandbox.zygote import main; main(sock, opts)"
+    "from execbox.sandbox.inside.zygote import main; main(sock, opts)"
 )
 _CHUNK = 65536
 

@@ -30,7 +30,7 @@ import resource
 import socket
 from dataclasses import dataclass, field
 
-from . import _linux
+from . import linux
 
 # Each slot's program runs as a uid of its own from this range (see `claim_uid`): per-user
 # kernel limits (inotify instances, pipe buffer pages, message queue bytes, pending signals)
@@ -76,7 +76,7 @@ class JailConfig:
     etc_files: dict[str, bytes]
     etc_links: dict[str, str]
     # The filter's program part (`seccomp.compile_split`), laid out once: forks only install it.
-    seccomp: _linux.SeccompLoader
+    seccomp: linux.SeccompLoader
     cap_last_cap: int
     libexec: str  # the C parts (`native/`), inside the read-only runtime image
     devices: tuple[str, ...] = ("null", "zero", "full", "random", "urandom")
@@ -113,8 +113,8 @@ class JailConfig:
         libexec = os.path.realpath(libexec)
         if not any(_within(libexec, b) for b in binds):
             raise JailError(f"{libexec} is outside the jail's read-only paths")
-        return cls(binds, links, etc_files, etc_links, _linux.SeccompLoader(seccomp_bpf),
-                   _linux.cap_last_cap(), libexec)
+        return cls(binds, links, etc_files, etc_links, linux.SeccompLoader(seccomp_bpf),
+                   linux.cap_last_cap(), libexec)
 
     @property
     def init(self) -> str:
@@ -151,14 +151,14 @@ class RunSpec:
 
 def unshare_namespaces() -> None:
     with step("unshare mount/pid/net/ipc/uts namespaces"):
-        _linux.unshare(
-            _linux.CLONE_NEWNS | _linux.CLONE_NEWPID | _linux.CLONE_NEWNET | _linux.CLONE_NEWIPC
-            | _linux.CLONE_NEWUTS
+        linux.unshare(
+            linux.CLONE_NEWNS | linux.CLONE_NEWPID | linux.CLONE_NEWNET | linux.CLONE_NEWIPC
+            | linux.CLONE_NEWUTS
         )
     with step("make mounts private"):
-        _linux.mount("none", "/", None, _linux.MS_REC | _linux.MS_PRIVATE)
+        linux.mount("none", "/", None, linux.MS_REC | linux.MS_PRIVATE)
     with step("bring up loopback"):
-        _linux.loopback_up()
+        linux.loopback_up()
     with step("set hostname"):
         socket.sethostname(HOSTNAME)
 
@@ -168,19 +168,19 @@ def _tmpfs_options(size: int, mode: int) -> str:
 
 
 def _tmpfs(target: str, size: int, mode: int, flags: int = 0) -> None:
-    _linux.mount("tmpfs", target, "tmpfs", _linux.MS_NOSUID | _linux.MS_NODEV | flags,
+    linux.mount("tmpfs", target, "tmpfs", linux.MS_NOSUID | linux.MS_NODEV | flags,
                  _tmpfs_options(size, mode))
 
 
 def _bind_ro(source: str, target: str) -> None:
-    _linux.mount(source, target, None, _linux.MS_BIND)
-    ro = _linux.MS_BIND | _linux.MS_REMOUNT | _linux.MS_RDONLY | _linux.MS_NOSUID | _linux.MS_NODEV
-    _linux.mount("none", target, None, ro)
+    linux.mount(source, target, None, linux.MS_BIND)
+    ro = linux.MS_BIND | linux.MS_REMOUNT | linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV
+    linux.mount("none", target, None, ro)
 
 
 # The scratch mounts: (path inside the jail, extra mount flags). A slot is staged with the
 # default sizes; `size_scratch` resizes them when a request asks for other limits.
-SCRATCH = (("/workspace", 0), ("/tmp", 0), ("/dev/shm", _linux.MS_NOEXEC))
+SCRATCH = (("/workspace", 0), ("/tmp", 0), ("/dev/shm", linux.MS_NOEXEC))
 STAGED_DISK_BYTES = 100 << 20  # Limits().disk_mib
 
 
@@ -240,10 +240,10 @@ def build_root(cfg: JailConfig, uid: int) -> None:
             os.symlink(target, f"{r}/etc/{name}")
     with step("populate /dev"):
         os.mkdir(f"{r}/dev", 0o755)
-        _tmpfs(f"{r}/dev", 64 << 10, 0o755, _linux.MS_NOEXEC)
+        _tmpfs(f"{r}/dev", 64 << 10, 0o755, linux.MS_NOEXEC)
         for dev in cfg.devices:
             open(f"{r}/dev/{dev}", "w").close()
-            _linux.mount(f"/dev/{dev}", f"{r}/dev/{dev}", None, _linux.MS_BIND)
+            linux.mount(f"/dev/{dev}", f"{r}/dev/{dev}", None, linux.MS_BIND)
         for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
                              ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
             os.symlink(target, f"{r}/dev/{name}")
@@ -269,8 +269,8 @@ def size_scratch(spec: RunSpec) -> None:
     with step("size scratch mounts"):
         for path, extra in SCRATCH:
             if wanted[path] != staged[path]:
-                _linux.mount("tmpfs", path, "tmpfs",
-                             _linux.MS_REMOUNT | _linux.MS_NOSUID | _linux.MS_NODEV | extra,
+                linux.mount("tmpfs", path, "tmpfs",
+                             linux.MS_REMOUNT | linux.MS_NOSUID | linux.MS_NODEV | extra,
                              f"size={wanted[path]}")
 
 
@@ -322,15 +322,15 @@ def enter_root() -> None:
     """pivot_root into the staged root, drop the host's tree, make the root read-only."""
     with step("pivot_root"):
         os.mkdir(f"{STAGING}/.oldroot")
-        _linux.pivot_root(STAGING, f"{STAGING}/.oldroot")
+        linux.pivot_root(STAGING, f"{STAGING}/.oldroot")
         os.chdir("/")
     with step("detach the host root"):
-        _linux.umount2("/.oldroot", _linux.MNT_DETACH)
+        linux.umount2("/.oldroot", linux.MNT_DETACH)
         os.rmdir("/.oldroot")
     with step("remount root read-only"):
-        _linux.mount("none", "/", None,
-                     _linux.MS_REMOUNT | _linux.MS_BIND | _linux.MS_RDONLY | _linux.MS_NOSUID
-                     | _linux.MS_NODEV)
+        linux.mount("none", "/", None,
+                     linux.MS_REMOUNT | linux.MS_BIND | linux.MS_RDONLY | linux.MS_NOSUID
+                     | linux.MS_NODEV)
 
 
 # ---- how the program joins the slot (see `program`) -----------------------------------------
@@ -339,8 +339,8 @@ def enter_root() -> None:
 # by its program zygote (setns with CLONE_NEWPID changes only where its next child goes), the
 # others by the program in one setns, after it joined the cgroup (its cgroup namespace is
 # rooted there); the mount namespace's root and working directory become the program's.
-PROGRAM_NAMESPACES = (_linux.CLONE_NEWPID | _linux.CLONE_NEWCGROUP | _linux.CLONE_NEWNET
-                      | _linux.CLONE_NEWIPC | _linux.CLONE_NEWUTS | _linux.CLONE_NEWNS)
+PROGRAM_NAMESPACES = (linux.CLONE_NEWPID | linux.CLONE_NEWCGROUP | linux.CLONE_NEWNET
+                      | linux.CLONE_NEWIPC | linux.CLONE_NEWUTS | linux.CLONE_NEWNS)
 
 
 # ---- process steps in Python (the program's contain steps are in `native/contain.c`) --------
@@ -390,7 +390,7 @@ def empty_bounding_set(cap_last_cap: int, keep: frozenset[int] = frozenset()) ->
     with step("drop the capability bounding set"):
         for cap in range(cap_last_cap + 1):
             if cap not in keep:
-                _linux.prctl(_linux.PR_CAPBSET_DROP, cap)
+                linux.prctl(linux.PR_CAPBSET_DROP, cap)
 
 
 def reset_signals() -> None:

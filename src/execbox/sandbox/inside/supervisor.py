@@ -32,7 +32,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from . import _linux, artifacts, cells, jail, protocol, runner
+from . import artifacts, cells, jail, linux, protocol, runner
 from .cgroup import Hierarchy, RunCgroup
 
 STAGED_MEMORY_BYTES = 512 << 20  # Limits().memory_mib
@@ -93,7 +93,7 @@ class Supervisor:
         self.z = z
         self.cgroup_name = cgroup_name
         self.program_kind, warm_all = protocol.SLOT_KINDS[kind]
-        self.warm = _linux.WARM_ALL if warm_all else _linux.WARM_BASE
+        self.warm = linux.WARM_ALL if warm_all else linux.WARM_BASE
         self.in_demand = False  # whether the last request came as its program got ready
         self.ctrl = ctrl
         self.cg: RunCgroup | None = None
@@ -105,7 +105,7 @@ class Supervisor:
         self.runs = 0
         self.uid = 0  # the program's, claimed for the slot's life (see `_stage_slot`)
         self.uid_lock = -1
-        self.steps: _linux.SlotSteps | None = None  # see `_stage_slot`
+        self.steps: linux.SlotSteps | None = None  # see `_stage_slot`
         # Where this process's children go by default; each run points them at a fresh pid
         # namespace (unshare) and back (setns) for the next one.
         self.own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
@@ -225,12 +225,12 @@ class Supervisor:
                               os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         jail.build_root(self.z.cfg, self.uid)
         jail.enter_root()
-        self.stager = _linux.Stager(
+        self.stager = linux.Stager(
             self.z.cfg.contain_library, scratch=jail.staged_scratch(), own_pid_ns=self.own_pid_ns,
             cgroup_procs=procs, init=self.z.cfg.init,
             init_uid=jail.INIT_UID, spawn=self.z.spawn[self.program_kind].fileno(),
             uid=self.uid, net_dir=net_dir)
-        self.steps = _linux.SlotSteps(self.z.cfg.contain_library, self.cg.counter_files(),
+        self.steps = linux.SlotSteps(self.z.cfg.contain_library, self.cg.counter_files(),
                                       list(self.cg.dirs.values()), jail.JailError)
 
     def _stage_run(self) -> None:
@@ -248,7 +248,7 @@ class Supervisor:
         found the slot's program ready: a bit of timing, nothing of what any run computed."""
         assert self.steps is not None
         self.steps.new_run()
-        warm = _linux.WARM_NONE if self.in_demand else self.warm
+        warm = linux.WARM_NONE if self.in_demand else self.warm
         staged, error = self.stager.stage(first=not self.runs, warm=warm)
         self.init_pid = staged.init_pid  # killed by `end_init`, also when staging failed
         if error:
@@ -395,13 +395,13 @@ class Supervisor:
         killed: str | None = None
         while not killed:
             how, status = self.steps.watch()
-            if how == _linux.WATCH_REPORTED:
+            if how == linux.WATCH_REPORTED:
                 return None, status
-            if how == _linux.WATCH_ENDED:
+            if how == linux.WATCH_ENDED:
                 return None, None
-            if how == _linux.WATCH_TIMEOUT:
+            if how == linux.WATCH_TIMEOUT:
                 killed = "timeout"
-            elif how == _linux.WATCH_CPU:
+            elif how == linux.WATCH_CPU:
                 killed = "cpu_limit"
             else:  # a frame from the host
                 try:

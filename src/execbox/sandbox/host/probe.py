@@ -91,19 +91,19 @@ def _user_namespace() -> str:
 
 
 def _namespaces() -> str:
-    from . import _linux
+    from ..inside import linux
 
     def step() -> None:
-        _linux.unshare(_linux.CLONE_NEWNS | _linux.CLONE_NEWPID | _linux.CLONE_NEWNET
-                       | _linux.CLONE_NEWIPC | _linux.CLONE_NEWUTS | _linux.CLONE_NEWCGROUP)
-        _linux.mount("none", "/", None, _linux.MS_REC | _linux.MS_PRIVATE)
+        linux.unshare(linux.CLONE_NEWNS | linux.CLONE_NEWPID | linux.CLONE_NEWNET
+                       | linux.CLONE_NEWIPC | linux.CLONE_NEWUTS | linux.CLONE_NEWCGROUP)
+        linux.mount("none", "/", None, linux.MS_REC | linux.MS_PRIVATE)
 
     _in_fork(step, "unshare(mount, pid, net, ipc, uts, cgroup) or a private mount failed")
     return "mount, pid, net, ipc, uts and cgroup namespaces"
 
 
 def _cgroups() -> str:
-    from .cgroup import Hierarchy
+    from ..inside.cgroup import Hierarchy
 
     h = Hierarchy.discover()
     swap = "memory+swap limited" if h.has_swap else "swap accounting off (RAM limit only)"
@@ -111,7 +111,7 @@ def _cgroups() -> str:
 
 
 def _seccomp() -> str:
-    from .seccomp import compile_filter
+    from ..inside.seccomp import compile_filter
 
     with open("/proc/self/status") as fh:
         if "Seccomp:" not in fh.read():
@@ -122,11 +122,11 @@ def _seccomp() -> str:
 def _pidfd() -> str:
     """Programs join init's namespaces through a pidfd of init, in one setns (Linux 5.8): a
     fork joins ours that way (its own already: nothing changes)."""
-    from . import _linux
+    from ..inside import linux
 
     def step() -> None:
         fd = os.pidfd_open(os.getppid())
-        _linux.setns(fd, _linux.CLONE_NEWUTS | _linux.CLONE_NEWIPC | _linux.CLONE_NEWNET)
+        linux.setns(fd, linux.CLONE_NEWUTS | linux.CLONE_NEWIPC | linux.CLONE_NEWNET)
 
     _in_fork(step, "pidfd_open, or setns with a pidfd, failed")
     return "pidfd_open and setns with a pidfd work"
@@ -143,7 +143,7 @@ def _protected_hardlinks() -> str:
 
 
 def _image() -> str:
-    from ..image import Image
+    from ...image import Image
 
     image = Image.load()
     if not image.python.exists():

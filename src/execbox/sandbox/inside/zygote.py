@@ -1,7 +1,7 @@
 """The fork servers. Each starts with an empty environment in the runtime image's interpreter,
 compiles the seccomp filter and then only forks. There are three, running this same code:
 
-  supervisors  (role "supervisors"): standard library and execbox.sandbox only. Forks one
+  supervisors  (role "supervisors"): standard library and execbox.sandbox.inside only. Forks one
                supervisor per run slot, which builds the slot (cgroup, namespaces, root) and,
                for each run, spawns init, a small C program (see `supervisor`). Forking a small
                interpreter is cheap.
@@ -69,7 +69,7 @@ def _exercise_pandas() -> None:
 
 def main(sock: socket.socket, options: dict[str, Any]) -> None:
     started = time.monotonic()
-    from . import _linux, jail, program, runner, seccomp
+    from . import jail, linux, program, runner, seccomp
     from .cgroup import Hierarchy
 
     role = options.get("role", "supervisors")
@@ -114,7 +114,7 @@ def main(sock: socket.socket, options: dict[str, Any]) -> None:
         try:
             # From here on this zygote, and every program it forks, runs under the zygote
             # part of the filter; each program adds the program part as it is contained.
-            _linux.install_seccomp(_linux.SeccompLoader(zygote_filter))
+            linux.install_seccomp(linux.SeccompLoader(zygote_filter))
         except OSError as exc:
             sock.send(json.dumps({"ready": False, "role": role,
                                   "error": f"install the zygote's seccomp filter: {exc}"}).encode())

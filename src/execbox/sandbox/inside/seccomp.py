@@ -37,7 +37,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from . import _linux
+from . import linux
 
 ACT_KILL_PROCESS = 0x80000000
 ACT_ALLOW = 0x7FFF0000
@@ -162,7 +162,7 @@ ARGUMENT_RULES: dict[str, Arg] = {
     "socket": Arg(0, _LOW_32, dict.fromkeys((_AF_UNIX, _AF_INET, _AF_INET6), _SOCKET_TYPE),
                   act_errno(errno.EAFNOSUPPORT)),
     "socketpair": Arg(0, _LOW_32, {_AF_UNIX: ACT_ALLOW}, act_errno(errno.EAFNOSUPPORT)),
-    "clone": Arg(0, _linux.NAMESPACE_FLAGS, {0: ACT_ALLOW}, EPERM),
+    "clone": Arg(0, linux.NAMESPACE_FLAGS, {0: ACT_ALLOW}, EPERM),
     "ioctl": Arg(1, _LOW_32, {_TIOCSTI: EPERM}, ACT_ALLOW),
     "preadv2": _NOT_NOWAIT,
     "pwritev2": _NOT_NOWAIT,
@@ -232,7 +232,7 @@ class _ArgCmp(ctypes.Structure):
 
 
 def _lib() -> ctypes.CDLL:
-    try:  # its soname since 2.0 (see `_linux`: no `ctypes.util` in a zygote)
+    try:  # its soname since 2.0 (see `linux`: no `ctypes.util` in a zygote)
         lib = ctypes.CDLL("libseccomp.so.2", use_errno=True)
     except OSError as exc:
         raise OSError(0, f"libseccomp not found ({exc}); install libseccomp2") from exc

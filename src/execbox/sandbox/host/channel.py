@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import cells, protocol
-from .host import HostError, OutputCallback, RawRun, RunNotStarted, Slot
+from ..inside import cells, protocol
+from .zygotes import HostError, OutputCallback, RawRun, RunNotStarted, Slot
 
 START_TIMEOUT_S = 60.0
 MARKER_DRAIN_S = 2.0  # after the result, how long to wait for the end-of-cell markers

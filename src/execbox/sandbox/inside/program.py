@@ -44,7 +44,7 @@ import socket
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from . import _linux, jail, kernel, protocol, runner
+from . import jail, kernel, linux, protocol, runner
 
 SESSION_CPU_S = 24 * 3600.0  # a session's per-process CPU rlimit (cells are timed one by one)
 
@@ -61,7 +61,7 @@ class ProgramFds:
 
 
 def start(cfg: jail.JailConfig, src_paths: list[str], kind: str
-          ) -> tuple[_linux.ContainLibrary, dict[str, Any]]:
+          ) -> tuple[linux.ContainLibrary, dict[str, Any]]:
     """A program zygote's fork server, its warm pages learned (see `learn_warm_pages`), and
     what to tell the host of them: {"warm_pages": all, "warm_base_pages": base}, or
     {"warm_error": why} when training failed (programs then run all the same, each copying
@@ -69,7 +69,7 @@ def start(cfg: jail.JailConfig, src_paths: list[str], kind: str
     # Dispositions as a fresh interpreter has them, set once here for every program
     # (whatever the host started us with); a fork changes none of them.
     jail.reset_signals()
-    server = _linux.ContainLibrary(cfg.contain_library, [jail.PROGRAM_NAMESPACES])
+    server = linux.ContainLibrary(cfg.contain_library, [jail.PROGRAM_NAMESPACES])
     base_codes, more_codes = TRAINING.get(kind, ([], []))
     try:
         base = learn_warm_pages(server, src_paths, base_codes)
@@ -80,7 +80,7 @@ def start(cfg: jail.JailConfig, src_paths: list[str], kind: str
     return server, {"warm_pages": len(base) + len(more), "warm_base_pages": len(base)}
 
 
-def serve(cfg: jail.JailConfig, server: _linux.ContainLibrary, src_paths: list[str],
+def serve(cfg: jail.JailConfig, server: linux.ContainLibrary, src_paths: list[str],
           host: socket.socket, spawn: socket.socket) -> None:
     """A program zygote's loop: fork programs into the slots supervisors ask for, reap them and
     report how they ended, until the host closes its socket (or every supervisor's socket is
@@ -185,7 +185,7 @@ TRAINING_WAIT_S = 30.0
 PAGE = os.sysconf("SC_PAGESIZE")
 
 
-def learn_warm_pages(server: _linux.ContainLibrary, src_paths: list[str],
+def learn_warm_pages(server: linux.ContainLibrary, src_paths: list[str],
                      codes: list[str]) -> set[int]:
     """The pages (their addresses) a training program wrote for any of `codes`."""
     written: set[int] = set()
@@ -205,7 +205,7 @@ def _ranges(pages: set[int]) -> list[tuple[int, int]]:
     return ranges
 
 
-def _written_by(server: _linux.ContainLibrary, src_paths: list[str], code: str) -> set[int]:
+def _written_by(server: linux.ContainLibrary, src_paths: list[str], code: str) -> set[int]:
     """The zygote's pages that a program running `code` writes: a training fork takes the
     program path (not contained: it runs only our own snippet, stdio on /dev/null) and reports
     them just before it exits."""
@@ -275,7 +275,7 @@ def _write_quiet(fd: int, data: bytes) -> None:
         pass
 
 
-def main(cfg: jail.JailConfig, server: _linux.ContainLibrary, src_paths: list[str],
+def main(cfg: jail.JailConfig, server: linux.ContainLibrary, src_paths: list[str],
          host: socket.socket, options: dict[str, Any]) -> None:
     """A program zygote after start-up: serve spawn requests until the host is gone."""
     spawn = socket.socket(fileno=int(options["spawn_fd"]))
