@@ -12,7 +12,7 @@ import pytest
 
 from execbox import Executor, RunResult, Status
 from execbox.sandbox.inside.jail import RunSpec
-from execbox.sandbox.inside.supervisor import classify
+from execbox.sandbox.inside.outcome import classify
 
 INTERNALS = ("execbox", "runner.py", "supervisor.py", "zygote.py", "jail.py", "_program",
              "_init")

@@ -88,7 +88,7 @@ def _chunks(fd: int, limit: int) -> Iterator[bytes]:
         yield chunk
 
 
-def _read_regular(dir_fd: int, name: str, expect: os.stat_result, limit: int) -> bytes | None:
+def read_regular(dir_fd: int, name: str, expect: os.stat_result, limit: int) -> bytes | None:
     fd = _open_regular(dir_fd, name, expect)
     if fd is None:
         return None
@@ -205,7 +205,7 @@ def collect(root: str, skip: set[tuple[int, int]], max_files: int, max_bytes: in
                     sha, head = hashed[ident]
                     found.append(Collected(name, st.st_size, sha, guess_mime(name, head), b""))
                     continue
-                data = _read_regular(dir_fd, entry.name, st, budget)
+                data = read_regular(dir_fd, entry.name, st, budget)
                 if data is None:
                     continue
                 budget -= len(data)

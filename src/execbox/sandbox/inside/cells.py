@@ -35,7 +35,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import artifacts, jail, kernel, protocol, wsfiles
+from . import artifacts, jail, kernel, outcome, protocol, wsfiles
 
 if TYPE_CHECKING:
     from .supervisor import Supervisor
@@ -338,7 +338,6 @@ class SessionSupervisor:
     def _finish_cell(self, payload: bytes) -> None:
         cell = self.cell
         assert cell is not None
-        from .supervisor import _clean_error, _is_full, classify
 
         metrics = self._metrics(cell)
         report: dict[str, Any] = {}
@@ -354,7 +353,7 @@ class SessionSupervisor:
             # Taking it would give this cell another's result, and every later cell too.
             self._corrupt("the interpreter sent a report that is not this cell's")
         raw_error = report.get("error")
-        error = _clean_error(raw_error if isinstance(raw_error, dict) else None)
+        error = outcome.clean_error(raw_error if isinstance(raw_error, dict) else None)
         if error is not None:
             error = {k: _scrub(v) if isinstance(v, str) else v for k, v in error.items()}
         meta: dict[str, Any]
@@ -368,12 +367,12 @@ class SessionSupervisor:
         if cell.reason in LIMIT_STATUSES:
             # Interrupted for a limit: that is how it ended, whatever the interpreter says
             # (a cell can catch KeyboardInterrupt and report success).
-            limited = classify(self._cell_spec(cell), cell.reason, None, error, 0, 0.0, [])
+            limited = outcome.classify(self._cell_spec(cell), cell.reason, None, error, 0, 0.0, [])
             meta.update(status=limited["status"], error=limited["error"])
             meta["error"]["message"] += "; the cell was interrupted and the session goes on"
         elif error is not None and any(text in error["message"] for text in (
                 "No space left on device", "File too large")):  # ENOSPC; EFBIG: RLIMIT_FSIZE
-            full = [path for path, _ in jail.SCRATCH if _is_full(path)]
+            full = [path for path, _ in jail.SCRATCH if outcome.disk_full(path)]
             meta.update(status="disk_limit", error=dict(error, type="DiskLimitExceeded", message=(
                 f"disk limit of {self.spec.disk_bytes >> 20} MiB reached in "
                 f"{', '.join(full) or 'the workspace'}; raise limits.disk_mib "
@@ -412,12 +411,11 @@ class SessionSupervisor:
     def _kill_unresponsive(self) -> None:
         cell = self.cell
         assert cell is not None
-        from .supervisor import classify
 
         self.sup.end_init()
         metrics = self._metrics(cell)
         reason = cell.reason if cell.reason in LIMIT_STATUSES else "timeout"
-        meta = classify(self._cell_spec(cell), reason, None, None, 0, 0.0, [])
+        meta = outcome.classify(self._cell_spec(cell), reason, None, None, 0, 0.0, [])
         meta["error"]["message"] += (f"; the cell did not stop within {GRACE_S:g} s of the "
                                      "interrupt, so the session was ended")
         self._send_cell_result(cell, meta, metrics, ended=True)
@@ -441,16 +439,15 @@ class SessionSupervisor:
     def _program_ended(self) -> None:
         """The program is gone, and with it the session: end the rest of it (init and whatever
         the program left running) and say how it ended."""
-        from .supervisor import _read_status, classify
 
-        wait_status, init_error = _read_status(self.sup.status_r)
+        wait_status, init_error = outcome.read_status(self.sup.status_r)
         self.sup.end_init()
         if init_error:
             raise jail.JailError(init_error)
         cell = self.cell
         cpu_ms = (self.cg.cpu_ns() - cell.cpu_base) / 1e6 if cell else 0.0
         oom = self.cg.oom_kills() - (cell.oom_base if cell else 0)
-        meta = classify(self._cell_spec(cell), None, wait_status, None, oom, cpu_ms, [])
+        meta = outcome.classify(self._cell_spec(cell), None, wait_status, None, oom, cpu_ms, [])
         if meta["status"] == "ok" or meta["error"] is None:
             meta["status"] = "error" if meta["status"] == "ok" else meta["status"]
             meta["error"] = {"type": "SessionEnded", "line": None, "column": None,

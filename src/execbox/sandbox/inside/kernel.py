@@ -149,9 +149,9 @@ def _error_of(shell: Any, result: Any, filename_prefix: str) -> dict[str, Any] |
             if tb.tb_frame.f_code.co_filename.startswith(filename_prefix):
                 line = tb.tb_lineno
             tb = tb.tb_next
-    text = shell.last_traceback_text or f"{type(exc).__name__}: {runner._safe_str(exc)}"
+    text = shell.last_traceback_text or f"{type(exc).__name__}: {runner.safe_str(exc)}"
     message = (getattr(exc, "msg", None) if isinstance(exc, SyntaxError) else None) \
-        or runner._safe_str(exc)
+        or runner.safe_str(exc)
     return {"type": type(exc).__name__, "message": message, "line": line, "column": column,
             "traceback": runner.keep_tail(text)}
 
@@ -212,7 +212,7 @@ def serve(go_r: int, report_w: int, src_paths: list[str], spec: dict[str, Any]) 
 
 
 def _start(report_w: int, src_paths: list[str], spec: dict[str, Any]) -> tuple[Any, _Outputs]:
-    runner._rebind_stdio()
+    runner.rebind_stdio()
     sys.argv = ["session"]
     sys.path[:] = [runner.WORKSPACE] + [p for p in sys.path if p not in src_paths]
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -31,7 +31,7 @@ def keep_tail(text: str) -> str:
     return text if len(text) <= MAX_TRACEBACK else CUT_HEAD + text[-MAX_TRACEBACK:]
 
 
-def _rebind_stdio() -> None:
+def rebind_stdio() -> None:
     """Fresh text streams on fds 0-2, set up as CPython does for pipes."""
     sys.stdin = io.TextIOWrapper(
         io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8", errors="strict"
@@ -56,7 +56,7 @@ def prepare() -> None:
     the first use of any memory copies its page, and this moves those copies off the request
     path. Nothing of it is visible to the code."""
     global _prepared
-    _rebind_stdio()
+    rebind_stdio()
     compile("x = [i for i in range(3)]\nprint(x, end='')\n", "<prepare>", "exec",
             dont_inherit=True)
     json.loads('{"code": "", "spec": {"timeout_s": 1.0, "env": {}}, "token": "00"}')
@@ -102,7 +102,7 @@ def _encoded(record: dict[str, Any]) -> bytes:
 def _uncaught(exc: BaseException, tb: types.TracebackType | None) -> dict[str, Any]:
     """The record of `exc`, uncaught, its traceback starting at `tb` (the code's own frame)."""
     text = "".join(traceback.format_exception(type(exc), exc, tb))
-    return {"type": type(exc).__name__, "message": _safe_str(exc), "line": _user_line(tb),
+    return {"type": type(exc).__name__, "message": safe_str(exc), "line": _user_line(tb),
             "column": None, "traceback": text}
 
 
@@ -154,7 +154,7 @@ def _user_line(tb: types.TracebackType | None) -> int | None:
     return line
 
 
-def _safe_str(exc: BaseException) -> str:
+def safe_str(exc: BaseException) -> str:
     try:
         return str(exc)
     except Exception:  # noqa: BLE001 - a hostile __str__ must not cost the report
@@ -174,7 +174,7 @@ def _exit_code(exc: SystemExit) -> int:
 def run(code: str, err_fd: int, src_paths: list[str], done_fd: int, token: bytes) -> None:
     """Execute `code`; never returns (the process exits with the program's status)."""
     if not _prepared:
-        _rebind_stdio()
+        rebind_stdio()
     my_pid = os.getpid()
     sys.argv = [FILENAME]
     sys.path[:] = [WORKSPACE] + [p for p in sys.path if p not in src_paths]

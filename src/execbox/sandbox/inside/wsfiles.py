@@ -140,7 +140,7 @@ def read(path: str, limit: int) -> bytes:
                               "are never read)")
         if st.st_size > limit:
             raise FileOpError(f"{path!r} is {st.st_size} bytes, over the {limit}-byte cap")
-        data = artifacts._read_regular(parent, name, st, limit)
+        data = artifacts.read_regular(parent, name, st, limit)
         if data is None:
             raise FileOpError(f"{path!r} changed while it was read; try again")
         return data
