@@ -33,7 +33,8 @@ from cpu import enter_cpuacct_group, leave_cpuacct_group  # noqa: E402
 from latency import save_results  # noqa: E402
 
 from execbox.image import LIGHT_PRELOAD, Image  # noqa: E402
-from execbox.sandbox.host.zygotes import SLOT_KINDS, ZygoteProcess  # noqa: E402
+from execbox.sandbox.host.pool import SLOT_KINDS  # noqa: E402
+from execbox.sandbox.host.zygotes import ZygoteProcess  # noqa: E402
 
 
 def descendants(root: int) -> list[int]:

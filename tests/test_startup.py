@@ -10,7 +10,7 @@ import signal
 import pytest
 
 from execbox import Executor, SandboxError, Status
-from execbox.sandbox.host.zygotes import HostError
+from execbox.sandbox.host.errors import HostError
 
 
 def test_heavy_work_right_after_start_waits_for_the_heavy_zygote() -> None:

@@ -53,7 +53,7 @@ _WHERE = {
     "RunResult": "contract",
     "Status": "contract",
     "Executor": "executor",
-    "Cancel": "executor",
+    "Cancel": "cancel",
     "run": "executor",
     "ExecboxError": "errors",
     "Overloaded": "errors",
@@ -66,6 +66,7 @@ _WHERE = {
 }
 
 if TYPE_CHECKING:
+    from .cancel import Cancel
     from .client import AsyncClient, Client
     from .contract import (
         Artifact,
@@ -87,7 +88,7 @@ if TYPE_CHECKING:
         SessionClosed,
         UsageError,
     )
-    from .executor import Cancel, Executor, run
+    from .executor import Executor, run
     from .sessions import Session
 
 

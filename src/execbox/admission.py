@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable, Generator, Iterable
 from typing import TypeVar
 
+from .cancel import Cancel
 from .errors import Overloaded
-from .sandbox.host.zygotes import Cancel
 
 CANCEL_CHECK_S = 0.1  # how often a cancellable run waiting for its turn looks at its token
 SIGNAL_CHECK_S = 0.2  # how often a `map` consumer waiting for results runs signal handlers

@@ -27,6 +27,7 @@ from . import policy as policy_mod
 from .admission import Admission, concurrently
 from .budget import Budget, Reservation
 from .cache import DEFAULT_TTL_S, cache_key, cacheable
+from .cancel import Cancel as Cancel  # re-exported: execbox.Cancel
 from .contract import (
     MIB,
     ErrorInfo,
@@ -49,8 +50,9 @@ from .redact import Redactor, checked_secrets
 from .results import ReplayReport, not_started, result_of, undecodable, with_kept_data
 from .sandbox.host import capabilities
 from .sandbox.host.channel import SessionChannel
-from .sandbox.host.zygotes import Cancel as Cancel  # re-exported: execbox.Cancel
-from .sandbox.host.zygotes import HostError, OutputCallback, RawRun, RunNotStarted, ZygoteProcess
+from .sandbox.host.errors import HostError, RunNotStarted
+from .sandbox.host.pump import OutputCallback, RawRun
+from .sandbox.host.zygotes import ZygoteProcess
 from .scrub import live_output, redact_result
 from .sessions import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_MAX_LIFETIME_S, Reaper, Session
 

@@ -24,7 +24,10 @@ from dataclasses import dataclass, field
 
 from .errors import UsageError
 from .sandbox.host.channel import SessionChannel
-from .sandbox.host.zygotes import SLOT_KINDS, HostError, HostRetired, Slot, ZygoteProcess
+from .sandbox.host.errors import HostError, HostRetired
+from .sandbox.host.pool import SLOT_KINDS
+from .sandbox.host.slot import Slot
+from .sandbox.host.zygotes import ZygoteProcess
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from .contract import Artifact, ErrorInfo, Metrics, RunResult, Status
-from .sandbox.host.zygotes import RawRun
+from .sandbox.host.pump import RawRun
 from .sandbox.inside.runner import compile_error_record
 
 

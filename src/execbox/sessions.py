@@ -38,7 +38,8 @@ from .policy import CellContext
 from .redact import checked_secrets
 from .results import result_of
 from .sandbox.host.channel import SessionChannel, SessionEnded
-from .sandbox.host.zygotes import HostError, OutputCallback
+from .sandbox.host.errors import HostError
+from .sandbox.host.pump import OutputCallback
 
 if TYPE_CHECKING:
     from .budget import Budget

@@ -9,7 +9,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 
 from .contract import RunResult, StreamEvent
-from .sandbox.host.zygotes import OutputCallback
+from .sandbox.host.pump import OutputCallback
 
 Runner = Callable[[OutputCallback, OutputCallback], RunResult]
 

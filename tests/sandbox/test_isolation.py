@@ -1149,7 +1149,7 @@ def test_a_slot_in_demand_stages_its_next_program_without_warm_pages(
     the slot as it is restaged; C, paced, runs in the program staged after B and holds ~90
     fewer private pages than D, staged after C came to an idle slot, and E, the same again."""
     # B must wait for A's slot, not have one more staged for it (see SlotPool).
-    monkeypatch.setattr("execbox.sandbox.host.zygotes.GROW_AFTER_S", 60.0)
+    monkeypatch.setattr("execbox.sandbox.host.pool.GROW_AFTER_S", 60.0)
     with Executor(cache=False, pool_size=1) as own:
         warm = own._host.info["warm_pages"]["light"]
         # "In demand" is a request within DEMAND_S of its program's readiness: a loaded

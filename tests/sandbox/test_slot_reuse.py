@@ -21,7 +21,8 @@ import pytest
 from execbox import Executor, Limits, RunResult, Status
 from execbox.executor import _spec, make_request, program_kind
 from execbox.image import Image
-from execbox.sandbox.host.zygotes import HostError, Slot
+from execbox.sandbox.host.errors import HostError
+from execbox.sandbox.host.slot import Slot
 from execbox.sandbox.inside import linux, protocol
 from execbox.sandbox.inside.cgroup import Hierarchy
 

@@ -20,13 +20,14 @@ from collections.abc import Callable
 from typing import Any
 
 from ..inside import cells, protocol
-from .zygotes import HostError, OutputCallback, RawRun, RunNotStarted, Slot
+from .errors import HostError, RunNotStarted
+from .pump import CHUNK, STDERR, STDOUT, CappedOutput, OutputCallback, RawRun
+from .slot import Slot
 
 START_TIMEOUT_S = 60.0
 MARKER_DRAIN_S = 2.0  # after the result, how long to wait for the end-of-cell markers
 FILE_OP_TIMEOUT_S = 120.0
 CLOSE_WAIT_S = 5.0
-_CHUNK = 65536
 
 
 class SessionEnded(Exception):
@@ -183,10 +184,9 @@ class SessionChannel:
         raw = pump.run(time.monotonic() + backstop_s)
         if raw.meta.get("ended"):
             self.ended = raw.meta
-        if pump.callback_error is not None:
-            # The caller's callback failed: the cell was still read to its end, so the session
-            # stays in step; the caller gets its own exception.
-            raise pump.callback_error
+        # The caller's callback failed: the cell was still read to its end, so the session stays
+        # in step; the caller gets its own exception.
+        pump.output.raise_callback_error()
         return raw
 
     def _send(self, data: bytes) -> None:
@@ -267,18 +267,15 @@ class _CellPump:
         self.cell = memoryview(cell)  # what the interpreter has not taken yet
         slot = channel.slot
         self.marker = marker
-        self.cap = cap
         self.fds = (slot.stdout_r, slot.stderr_r)
-        self.out = {fd: bytearray() for fd in self.fds}
+        self.stream = {slot.stdout_r: STDOUT, slot.stderr_r: STDERR}
+        self.output = CappedOutput(cap, on_stdout, on_stderr,
+                                   lambda: channel.interrupt("output_limit"))
         self.hold = {fd: b"" for fd in self.fds}  # may hold the start of a split marker
         self.done = {fd: False for fd in self.fds}
-        self.truncated = {fd: False for fd in self.fds}
-        self.callbacks = dict(zip(self.fds, (on_stdout, on_stderr), strict=True))
         self.meta: dict[str, Any] | None = None
         self.arts: list[bytes] = []
-        self.interrupted = False
         self.sel: selectors.BaseSelector | None = None
-        self.callback_error: BaseException | None = None
 
     def run(self, backstop: float) -> RawRun:
         ch = self.ch
@@ -341,9 +338,7 @@ class _CellPump:
         for fd in self.fds:  # what a marker that never came was holding back
             self._emit(fd, self.hold[fd])
             self.hold[fd] = b""
-        out, err = self.fds
-        return RawRun(self.meta, self.arts, bytes(self.out[out]), bytes(self.out[err]),
-                      self.truncated[out], self.truncated[err])
+        return self.output.result(self.meta, self.arts)
 
     def feed(self) -> bool:
         """Write what the pipe takes of the cell; True while some is left."""
@@ -380,7 +375,7 @@ class _CellPump:
 
     def _read(self, sel: selectors.BaseSelector, fd: int) -> None:
         try:
-            data = os.read(fd, _CHUNK)
+            data = os.read(fd, CHUNK)
         except BlockingIOError:
             return
         if not data:
@@ -415,21 +410,5 @@ class _CellPump:
         self.hold[fd] = window[len(window) - keep:]
 
     def _emit(self, fd: int, data: bytes) -> None:
-        if not data:
-            return
-        buf = self.out[fd]
-        room = self.cap - len(buf)
-        if room > 0:
-            keep = data[:room]
-            buf += keep
-            callback = self.callbacks[fd]
-            if callback is not None and self.callback_error is None:
-                try:
-                    callback(keep)
-                except BaseException as exc:  # noqa: BLE001 - raised once the cell is drained
-                    self.callback_error = exc
-        if len(data) > room:
-            self.truncated[fd] = True
-            if not self.interrupted:
-                self.interrupted = True
-                self.ch.interrupt("output_limit")
+        if data:
+            self.output.add(self.stream[fd], data)
