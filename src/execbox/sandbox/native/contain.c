@@ -271,7 +271,7 @@ static void report_status(int fd, const char *key, const char *text, int quote) 
     close(fd);
 }
 
-enum { WARM_BASE = 0, WARM_ALL = 1, WARM_NONE = 2 }; /* `linux.WARM_*` */
+enum { WARM_BASE = 0, WARM_ALL = 1, WARM_NONE = 2 }; /* `_linux.WARM_*` */
 
 /* "<namespaces> <cgroups> <warm> <uid>": four decimal numbers and nothing else, the first
    three small (warm: 0 for the pages every program writes, 1 for all the warm pages, 2 for

@@ -9,7 +9,7 @@
 
    Every function returns -1 with "<step>: <error>" in `error` when a call failed (a protocol
    error as its own message); the others' results are documented with each. The supervisor
-   calls them through ctypes (`linux.SlotSteps`). */
+   calls them through ctypes (`_linux.SlotSteps`). */
 
 #define _GNU_SOURCE
 #include <errno.h>
