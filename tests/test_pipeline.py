@@ -525,3 +525,32 @@ def test_an_exception_named_past_the_error_pipe_is_reported_not_timed_out(
                      limits={"timeout_s": 5})
     assert r.status == Status.error and r.error is not None, r
     assert r.error.type == "E" * 200 + " …(truncated)"
+
+
+class _CallerGone(Exception):
+    pass
+
+
+def _raising(data: bytes) -> None:
+    raise _CallerGone(data.decode())
+
+
+@pytest.mark.parametrize("face", ["fresh", "cached", "undecodable"])
+def test_a_raising_output_callback_still_records_the_run_and_settles_its_budget(
+        executor: Executor, face: str) -> None:
+    """The caller's own exception reaches it, but only after the run is recorded and its
+    budget settled: every run is recorded, whatever its caller did."""
+    code: str | bytes = f"print('callback {face} {time.time_ns()}')"
+    if face == "cached":
+        executor.run(code, cache=True)  # stored: the next run of it is a hit
+    if face == "undecodable":
+        code = b"print('\xff')"
+    budget = Budget(exec_s=60)
+    before = executor.store.count()
+    with pytest.raises(_CallerGone):
+        executor.run(code, budget=budget, on_stdout=_raising, on_stderr=_raising,
+                     cache=face == "cached")
+    assert executor.store.count() == before + 1, "the run was not recorded"
+    record = executor.store.list(limit=1)[0]
+    assert record.kind == ("cache_hit" if face == "cached" else "run"), record.kind
+    assert budget._reserved_s == 0.0, "the budget's reservation was not settled"

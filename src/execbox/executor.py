@@ -53,7 +53,7 @@ from .sandbox.host.channel import SessionChannel
 from .sandbox.host.errors import HostError, RunNotStarted
 from .sandbox.host.pump import OutputCallback, RawRun
 from .sandbox.host.zygotes import ZygoteProcess
-from .scrub import live_output, redact_result
+from .scrub import LiveOutput, live_output, redact_result
 from .sessions import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_MAX_LIFETIME_S, Reaper, Session
 
 log = logging.getLogger(__name__)
@@ -283,9 +283,10 @@ class Executor:
         if call.request.source_error is not None:  # CPython runs nothing of it: no sandbox
             result = redact_result(undecodable(call.base, call.request.source_error),
                                    call.redactor)
+            self._record(call, result)
             if on_stderr is not None:
                 on_stderr(result.stderr.encode())
-            return self._record(call, result)
+            return result
         budget = options.budget
         reservation = self._reserve(call, budget)
         if isinstance(reservation, RunResult):
@@ -294,14 +295,15 @@ class Executor:
             and origin.session is None
         key = (cache_key(call.request, self.image.digest, options.cache_scope, self.store.key,
                          call.redactor.secrets) if use_cache else None)
-        with live_output(call.redactor, on_stdout, on_stderr) as (on_stdout, on_stderr):
-            if key is not None:
-                hit = self._cached(call, key, on_stdout, on_stderr)
-                if hit is not None:
-                    if budget is not None and reservation is not None:
-                        budget.settle(reservation, 0.0, 0)
-                    return hit
-            result = self._execute(call, options, on_stdout, on_stderr)
+        with live_output(call.redactor, on_stdout, on_stderr) as live:
+            hit = self._cached(call, key, live) if key is not None else None
+            if hit is None:
+                result = self._execute(call, options, live.on_stdout, live.on_stderr)
+        if hit is not None:
+            if budget is not None and reservation is not None:
+                budget.settle(reservation, 0.0, 0)
+            live.raise_failure()
+            return hit
         result = redact_result(result, call.redactor)
         if budget is not None and reservation is not None:
             result = _settled(budget, reservation, result)
@@ -311,6 +313,7 @@ class Executor:
                 and not (options.cancel and options.cancel.cancelled) \
                 and self._all_artifacts_kept(result):
             self.store.cache_store(key, result.run_id, self.cache_ttl_s)
+        live.raise_failure()  # the caller's own callback's exception, once the run is recorded
         return result
 
     # ---- the pipeline's stages --------------------------------------------------------------
@@ -369,8 +372,7 @@ class Executor:
         call.base = call.base.model_copy(update={"limits": reserved.limits})
         return reserved
 
-    def _cached(self, call: _Call, key: str, on_stdout: OutputCallback | None,
-                on_stderr: OutputCallback | None) -> RunResult | None:
+    def _cached(self, call: _Call, key: str, live: LiveOutput) -> RunResult | None:
         """Cache: a stored result of the same request, recorded as this run's, or None."""
         hit = self.store.cache_lookup(key)
         if hit is None:
@@ -380,7 +382,7 @@ class Executor:
         result = result.model_copy(update={
             "run_id": call.base.run_id, "cached": True, "code_sha256": call.base.code_sha256})
         # Streaming callers see the stored output as if it had just been printed.
-        for callback, text in ((on_stdout, result.stdout), (on_stderr, result.stderr)):
+        for callback, text in ((live.on_stdout, result.stdout), (live.on_stderr, result.stderr)):
             if callback is not None and text:
                 callback(text.encode())
         return self._record(call, result, kind="cache_hit", source=hit.run_id, cache_key=key)

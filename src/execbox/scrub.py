@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from .contract import Artifact, RunResult
@@ -14,30 +15,58 @@ from .sandbox.host.pump import OutputCallback
 from .sandbox.inside.runner import CUT_HEAD, CUT_TAIL
 
 
+class _Guarded:
+    """A caller's output callback that is not called again once it raised: the run goes on to
+    its end and is recorded, and the pipeline raises the exception after (`LiveOutput`)."""
+
+    def __init__(self, callback: OutputCallback) -> None:
+        self.callback = callback
+        self.failure: BaseException | None = None
+
+    def __call__(self, data: bytes) -> None:
+        if self.failure is None:
+            try:
+                self.callback(data)
+            except BaseException as exc:  # a KeyboardInterrupt too: raised once recorded
+                self.failure = exc
+
+
+@dataclass
+class LiveOutput:
+    """A run's output callbacks, redacted as the result will be (None where the caller gave
+    none), and what one of the caller's callbacks raised."""
+
+    on_stdout: OutputCallback | None
+    on_stderr: OutputCallback | None
+    guards: tuple[_Guarded, ...]
+
+    def raise_failure(self) -> None:
+        """Raise what a caller's callback raised during the run, if anything."""
+        for guard in self.guards:
+            if guard.failure is not None:
+                raise guard.failure
+
+
 @contextlib.contextmanager
 def live_output(redactor: Redactor, on_stdout: OutputCallback | None,
-                 on_stderr: OutputCallback | None
-                 ) -> Iterator[tuple[OutputCallback | None, OutputCallback | None]]:
+                on_stderr: OutputCallback | None) -> Iterator[LiveOutput]:
     """The output callbacks behind a `LiveRedactor` each: what they see is redacted as the
     result will be. What is held back is released when the run ends, on every path (on an
-    error, redacted too, and a callback failing then does not hide the error)."""
+    error too, and a callback failing then does not hide the error)."""
     if on_stdout is None and on_stderr is None:
-        yield None, None
+        yield LiveOutput(None, None, ())
         return
-    out = LiveRedactor(redactor, on_stdout) if on_stdout is not None else None
-    err = LiveRedactor(redactor, on_stderr) if on_stderr is not None else None
+    guards = tuple(_Guarded(cb) for cb in (on_stdout, on_stderr) if cb is not None)
+    callbacks = iter(guards)
+    out = LiveRedactor(redactor, next(callbacks)) if on_stdout is not None else None
+    err = LiveRedactor(redactor, next(callbacks)) if on_stderr is not None else None
     streams = (out, err)
     try:
-        yield (out.write if out else None), (err.write if err else None)
-    except BaseException:
+        yield LiveOutput(out.write if out else None, err.write if err else None, guards)
+    finally:
         for stream in streams:
             if stream is not None:
-                with contextlib.suppress(Exception):
-                    stream.close()
-        raise
-    for stream in streams:
-        if stream is not None:
-            stream.close()
+                stream.close()
 
 
 def redact_result(result: RunResult, redactor: Redactor) -> RunResult:
