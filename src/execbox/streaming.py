@@ -14,7 +14,8 @@ from .sandbox.host.pump import OutputCallback
 Runner = Callable[[OutputCallback, OutputCallback], RunResult]
 
 
-async def stream_events(run: Runner, cancel: Callable[[], None] | None = None
+# Complex on purpose: one loop over stdout, stderr, the result and cancellation.
+async def stream_events(run: Runner, cancel: Callable[[], None] | None = None  # noqa: C901
                         ) -> AsyncIterator[StreamEvent]:
     """Call `run(on_stdout, on_stderr)` in a thread of its own; yield its output, then its
     result. Output bytes are decoded incrementally (a character split across chunks stays

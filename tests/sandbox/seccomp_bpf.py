@@ -12,7 +12,8 @@ AUDIT_ARCH_I386 = 0x40000003
 X32_BIT = 0x40000000
 
 
-def run(program: bytes, nr: int, arch: int, args: tuple[int, ...] = ()) -> int:
+# Complex on purpose: a BPF interpreter: one branch per instruction class.
+def run(program: bytes, nr: int, arch: int, args: tuple[int, ...] = ()) -> int:  # noqa: C901
     """The action (SECCOMP_RET_*) a classic BPF seccomp program returns for a call."""
     data = struct.pack("<IIQ6Q", nr & 0xFFFFFFFF, arch, 0, *args, *([0] * (6 - len(args))))
     insns = [struct.unpack_from("<HBBI", program, off) for off in range(0, len(program), 8)]

@@ -201,7 +201,8 @@ class Context:
 
 # -- the check ---------------------------------------------------------------------------------
 
-def check(answer: str, evidence: Evidence, context: Context, verdicts: Iterable[Verdict],
+# Complex on purpose: every kind of claim is checked in one place, in the order they win.
+def check(answer: str, evidence: Evidence, context: Context, verdicts: Iterable[Verdict],  # noqa: C901
           ) -> list[Claim]:
     """Every checkable claim of `answer`, each grounded (with its source) or not (with why)."""
     answer = normalize(answer)

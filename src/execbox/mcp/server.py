@@ -88,7 +88,8 @@ def caller(ctx: Context) -> Tenant:
     return tenant
 
 
-def build_server(executor: Executor, *, profile: str = "data",
+# Complex on purpose: one closure per tool, registered together: the tool table in one place.
+def build_server(executor: Executor, *, profile: str = "data",  # noqa: C901
                  max_result_bytes: int = DEFAULT_RESULT_BYTES,
                  tenant_result_bytes: int | None = None,
                  shares: Callable[[], Shares] | None = None) -> MCPServer[Any]:

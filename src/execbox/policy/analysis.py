@@ -361,7 +361,8 @@ class Analysis:
 
     # -- rules -----------------------------------------------------------------------------
 
-    def inspect(self, nodes: list[ast.AST]) -> None:
+    # Complex on purpose: one dispatch over the node kinds the rules read, in rule order.
+    def inspect(self, nodes: list[ast.AST]) -> None:  # noqa: C901
         # ast.walk yields a parent before its children, so marking the inner parts of an
         # attribute chain (`os` and `os.path` inside `os.path.join`) before reaching them
         # makes only the whole chain count as a use.

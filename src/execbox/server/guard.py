@@ -38,7 +38,8 @@ def _raw_response(status: str, message: str) -> bytes:
             f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode() + body
 
 
-def guarded_protocol(header_timeout_s: float, body_timeout_s: float,
+# Complex on purpose: a class factory: the protocol's overrides share the server's counts.
+def guarded_protocol(header_timeout_s: float, body_timeout_s: float,  # noqa: C901
                      max_per_client: int) -> type[H11Protocol]:
     """An h11 protocol class for `uvicorn.Config(http=...)`, one per server: its connection
     counts are shared by the connections of that server only."""

@@ -277,7 +277,8 @@ class _CellPump:
         self.arts: list[bytes] = []
         self.sel: selectors.BaseSelector | None = None
 
-    def run(self, backstop: float) -> RawRun:
+    # Complex on purpose: one event loop over the cell's descriptors and its deadline.
+    def run(self, backstop: float) -> RawRun:  # noqa: C901
         ch = self.ch
         sel = self.sel = selectors.DefaultSelector()
         try:

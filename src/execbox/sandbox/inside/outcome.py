@@ -79,7 +79,8 @@ def _hint(setting: str, flag: str) -> str:
     return f"raise limits.{setting} (CLI {flag})"
 
 
-def classify(spec: jail.RunSpec, killed: str | None, wait_status: int | None,
+# Complex on purpose: one decision table over how a run ended; the check order is the priority.
+def classify(spec: jail.RunSpec, killed: str | None, wait_status: int | None,  # noqa: C901
              user_error: dict[str, Any] | None, oom: int, cpu_ms: float,
              full: list[str]) -> dict[str, Any]:
     """Map how the run ended to a contract status, exit code, signal and error."""
