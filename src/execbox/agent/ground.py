@@ -202,8 +202,8 @@ class Context:
 # -- the check ---------------------------------------------------------------------------------
 
 # Complex on purpose: every kind of claim is checked in one place, in the order they win.
-def check(answer: str, evidence: Evidence, context: Context, verdicts: Iterable[Verdict],  # noqa: C901
-          ) -> list[Claim]:
+def check(answer: str, evidence: Evidence, context: Context,  # noqa: C901
+          verdicts: Iterable[Verdict]) -> list[Claim]:
     """Every checkable claim of `answer`, each grounded (with its source) or not (with why)."""
     answer = normalize(answer)
     context = replace(context, question=normalize(context.question), code=normalize(context.code))
