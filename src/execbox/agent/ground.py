@@ -14,6 +14,8 @@ it grounds code the answer quotes, never a value. Deterministic: no model, no sa
 
 from __future__ import annotations
 
+import ast
+import bisect
 import json
 import math
 import re
@@ -25,6 +27,7 @@ from typing import Any
 from ..contract import Artifact
 from .models import Claim, RunOutput, Verdict
 from .quantities import (
+    BOUND_RANGE,
     Num,
     claimed_numbers,
     claimed_words,
@@ -35,6 +38,7 @@ from .quantities import (
     word_numbers,
 )
 from .values import (
+    LABEL_UNIT,
     UNIT_FAMILIES,
     DateKey,
     date_matches,
@@ -42,23 +46,29 @@ from .values import (
     family_of,
     mask_dates,
     mentions_unit,
+    scale_of,
 )
 
 # -- claims about numbers ----------------------------------------------------------------------
 
 _FRACTION = re.compile(r"(?<![\w./])(\d+)/(\d+)(?![\w/])")
 # An operation on stated values ("6 + 1"): the answer claims its value unless it states it.
-_OPERATOR = (r"(\s*(?:\*\*|\^|[+*\u00d7])\s*|\s[-\u2212/]\s|\s+(?:times|plus|minus|"
+_OPERATOR = (r"(\s*(?:\*\*|\^|[+*\u00d7\u00b7\u22c5])\s*|\s+x\s+|\s[-\u2212/]\s|\s+(?:times|plus|minus|"
              r"multiplied\s+by|divided\s+by|to\s+the\s+power\s+of)\s+)")
 _OPERATION = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(?:" + _OPERATOR + r"\d+(?:\.\d+)?)+"
                         r"(?![\w^]|\.\d)(?!\s*(?:=|[-+*/^\u00d7\u2212]\s*\d))", re.I)
 _OPERAND = re.compile(_OPERATOR + r"(\d+(?:\.\d+)?)", re.I)
-_SYMBOLS = {"**": "^", "\u00d7": "*", "\u2212": "-", "times": "*", "multiplied by": "*",
+_SYMBOLS = {"**": "^", "\u00d7": "*", "\u00b7": "*", "\u22c5": "*", "x": "*", "\u2212": "-", "times": "*", "multiplied by": "*",
             "plus": "+", "minus": "-", "divided by": "/", "to the power of": "^"}
 _POWER_WORD = re.compile(r"(?<=\d)\s+(squared|cubed)\b", re.I)
 # "1." at a line's start is a list marker only as part of a count from 1: "999." is a value.
 _LIST_MARKER = re.compile(r"^\s*(\d+)[.)]\s", re.M)
 _SENTENCE_END = re.compile(r"[.!?;](?=\s|$)|\n")
+_STOP = {"the", "and", "than", "were", "was", "are", "with", "that", "this", "from", "have",
+         "had", "has", "for", "all", "out", "its", "their", "them", "those", "these", "which",
+         "there", "more", "less", "fewer", "over", "under", "least", "most", "no", "not",
+         "at", "of", "a", "an", "is", "be", "in", "to", "up", "by", "it", "about", "above",
+         "below", "exceeds", "exceeding", "upwards", "nearly", "almost"}
 _FROM_TO = re.compile(r"\s*(?:to|->|\u2192)\s*")  # "10 to 12": a change the answer states
 
 
@@ -78,7 +88,7 @@ _VERIFICATION = [
                                r"\bbrute[- ]force\b", re.I)),
     ("invariant", re.compile(r"\binvariants?\b|\bsanity[- ]check\w*", re.I)),
     ("schema", re.compile(r"\bschema\b", re.I)),
-    ("any", re.compile(r"\bverified\b|\bvalidated\b|\bverification\b|\bconfirm(?:ed|s)\b|"
+    ("any", re.compile(r"\bverified\b|\bvalidated\b|\bverification\b|\bconfirm(?:ed|s|ing)?\b|"
                        r"\bchecked\b|\bassertions?\b|\bprove[nd]\b|\bcertifi\w*|"
                        r"\bguaranteed\b|\baudited\b", re.I)),
 ]
@@ -96,6 +106,13 @@ class Fact:
     run_id: str | None
     where: str
     step: float = 0.0  # a printed decimal's last digit: the value it stands for may be rounded
+    unit: str | None = None  # the dimension its line gives it ("bytes" for "size_mb: 5")
+    factors: tuple[float, ...] = (1.0,)  # to that dimension's base unit
+    percent: bool = False  # a percentage's digits (50 of "50%")
+
+
+MAX_NUMBERS = 100_000  # numbers read from the evidence; later ones ground nothing
+WINDOW_CAP = 5_000  # facts compared with one claim (a bound's range may hold many)
 
 
 @dataclass
@@ -106,6 +123,52 @@ class Evidence:
     dates: list[Fact]
     texts: list[Fact]  # whole lines and strings, searched for quotes and units
     result: Any = None  # the result the answer relies on: a single value must be stated
+    _index: list[tuple[float, int]] | None = None
+    _plain: list[float] | None = None  # values a bound naming nothing must hold for, sorted
+    _labels: set[str] | None = None  # the first 1-4 letters of every word of every label
+    _factors: set[float] | None = None  # the unit factors the facts carry
+
+    def _build(self) -> list[tuple[float, int]]:
+        if self._index is None or len(self._index) != len(self.numbers):
+            self._index = sorted((f.value, i) for i, f in enumerate(self.numbers))
+            self._factors = {x for f in self.numbers for x in f.factors}
+            self._plain = sorted(f.value for f in self.numbers
+                                 if not f.percent and not f.where.startswith("len("))
+            self._labels = {w[:n] for where in {f.where for f in self.numbers}
+                            for w in re.findall(r"[a-z]+", _label(where)) for n in range(1, 5)}
+        return self._index
+
+    def near(self, low: float, high: float) -> list[Fact]:
+        """The facts whose value is within [low, high]: a claim costs a lookup, not a scan."""
+        index = self._build()
+        lo = bisect.bisect_left(index, (low, -1))
+        hi = bisect.bisect_right(index, (high, len(index)))
+        return [self.numbers[i] for _, i in index[lo:min(hi, lo + WINDOW_CAP)]]
+
+    def factor_set(self) -> set[float]:
+        self._build()
+        return self._factors or {1.0}
+
+    def nearest(self, value: float) -> Fact | None:
+        index = self._build()
+        at = bisect.bisect_left(index, (value, -1))
+        near = [index[i][0] for i in (at - 1, at) if 0 <= i < len(index)]
+        if not near:
+            return None
+        best = min(near, key=lambda v: abs(v - value))  # of equals, the first shown
+        return self.numbers[index[bisect.bisect_left(index, (best, -1))][1]]
+
+    def plain_extremes(self) -> list[float]:
+        """The smallest, smallest nonzero and largest plain values: a bound (an interval, and
+        0 for "fewer than") holds for all of them only if it holds for these."""
+        self._build()
+        plain = self._plain or []
+        nonzero = plain[bisect.bisect_right(plain, 0.0):][:1]
+        return [*plain[:1], *nonzero, *plain[-1:]]
+
+    def labelled(self, stem: str) -> bool:
+        self._build()
+        return stem in (self._labels or set())
 
     @classmethod
     def of(cls, outputs: Iterable[RunOutput], artifacts: Iterable[Artifact],
@@ -122,7 +185,7 @@ class Evidence:
         for art in arts:
             where = f"artifact {art.path} ({art.size} bytes, {art.mime_type})"
             ev.texts.append(Fact(where, artifacts_run, where))
-            ev.numbers.append(Fact(float(art.size), artifacts_run, where))
+            ev.numbers.append(Fact(float(art.size), artifacts_run, where, unit="bytes"))
             ev.add_table_summary(art, artifacts_run)
         if arts:
             ev.numbers.append(Fact(float(len(arts)), artifacts_run, f"{len(arts)} artifacts"))
@@ -146,6 +209,8 @@ class Evidence:
     def add_text(self, text: str, run_id: str | None, where: str) -> None:
         text = normalize(text)
         self.texts.append(Fact(text, run_id, where))
+        if len(self.numbers) >= MAX_NUMBERS:
+            return  # the check's cost stays bounded: later numbers are not read
         masked = text
         for keys, match in dates_in(text):
             for key in keys:
@@ -153,8 +218,18 @@ class Evidence:
             self.numbers.append(Fact(float(keys[0][0]), run_id, where))
             masked = masked[:match.start()] + " " * (match.end() - match.start()) \
                 + masked[match.end():]
-        self.numbers.extend(Fact(found.value, run_id, where, found.step)
-                            for found in numbers_in(masked))
+        label_from = 0
+        for found in numbers_in(masked):
+            if len(self.numbers) >= MAX_NUMBERS:
+                return
+            spelled = found.unit
+            if spelled is None:  # its label names its unit: "size_mb: 5"
+                label = [m[1] for m in LABEL_UNIT.finditer(masked, label_from, found.start)]
+                spelled = label[-1] if label else None
+            label_from = found.end
+            unit, factors = scale_of(spelled) if spelled else (None, (1.0,))
+            self.numbers.append(Fact(found.value, run_id, where, found.step, unit, factors,
+                                     found.percent))
 
     def add_value(self, value: Any, run_id: str | None, path: str) -> None:
         if isinstance(value, bool) or value is None:
@@ -216,14 +291,15 @@ def check(answer: str, evidence: Evidence, context: Context,  # noqa: C901
 
     for match in _IDS.finditer(answer):
         mask(match.start(), match.end())
-    shown = {_norm(line) for line in context.code.splitlines()} | {
-        _norm(line) for fact in evidence.texts for line in str(fact.value).splitlines()}
+    program = {_norm(line) for line in context.code.splitlines()}
+    outputs = {_norm(line) for fact in evidence.texts for line in str(fact.value).splitlines()}
     for match in list(_FENCE.finditer(masked)):
         mask(match.start(), match.start("body"))
         mask(match.end("body"), match.end())
         pos = match.start("body")
         for line in match["body"].splitlines(keepends=True):
-            if _norm(line) in shown or not _norm(line):
+            if _norm(line) in outputs or _norm(line) in program and _is_code(line) \
+                    or not _norm(line):
                 mask(pos, pos + len(line))
             pos += len(line)
     for match in list(_QUOTES.finditer(masked)):
@@ -258,20 +334,42 @@ def check(answer: str, evidence: Evidence, context: Context,  # noqa: C901
     nums = sorted([*nums, *claimed_words(masked)], key=lambda n: n.start)
     stated: list[tuple[Num, Claim]] = []
     for num in nums:
-        noun = re.match(r"\W*([A-Za-z]{3,})", masked[num.end:])
-        stated.append((num, _number_claim(num, evidence, question_numbers,
-                                          noun[1] if noun else None)))
+        # The words that say what a bound counts: its clause's last words before, first after.
+        before = re.split(r"[.!?;,(\n]", masked[max(0, num.start - 80):num.start])[-1]
+        after = re.split(r"[.!?;,)\n]", masked[num.end:num.end + 80])[0]
+        words = [w for w in re.findall(r"[A-Za-z]+", before)[-3:] + re.findall(
+            r"[A-Za-z]+", after)[:4] if w.lower() not in _STOP]
+        stated.append((num, _number_claim(num, evidence, question_numbers, words)))
+    ends = [m.start() for m in _SENTENCE_END.finditer(masked)]
+    sentences: dict[int, list[tuple[Num, Claim]]] = {}
     for num, claim in stated:
-        if not claim.grounded:
-            claim = _derived_claim(num, stated, masked) or claim
+        sentences.setdefault(bisect.bisect(ends, num.start), []).append((num, claim))
+    changes: dict[tuple[int, bool], list[tuple[Num, Num]]] = {}
+    for num, claim in stated:
+        if not claim.grounded and not num.literal:
+            key = (bisect.bisect(ends, num.start), num.points)
+            if key not in changes:
+                changes[key] = _changes(sentences[key[0]], masked, num.points)
+            claim = _derived_claim(num, changes[key], evidence) or claim
         claims.append(claim)
-        if num.unit is not None:
+        if num.unit is not None and claim.grounded:
             claims.append(_unit_claim(num, evidence, context))
     claims.extend(_verification_claims(masked, list(verdicts)))
     result = _result_claim(answer, nums, evidence.result)
     if result is not None:
         claims.append(result)
     return claims
+
+
+def _is_code(line: str) -> bool:
+    """A program line is shown as code only if it is a statement, not a value ("999 rows" in
+    a docstring, a bare "999", is a claim)."""
+    try:
+        tree = ast.parse(line.strip())
+    except SyntaxError:
+        return False
+    return bool(tree.body) and not all(isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)
+                                       for s in tree.body)
 
 
 def _list_markers(text: str) -> list[tuple[int, int]]:
@@ -324,62 +422,130 @@ def _evaluate(first: float, operations: list[tuple[str, str]]) -> float | None:
     return values[0] if isinstance(values[0], float) else None
 
 def _number_claim(num: Num, evidence: Evidence, question_numbers: list[float],
-                  noun: str | None = None) -> Claim:
+                  words: list[str] | None = None) -> Claim:
+    if num.literal:
+        return _literal_claim(num.text, evidence)
     if any(math.isclose(value, q) for value, _ in num.candidates() for q in question_numbers):
         return Claim(text=num.text, kind="number", grounded=True, source="the question")
-    facts = evidence.numbers
-    if num.bound in ("above", "below") and noun is not None:
-        # A bound holds for many values: when an output line names what it counts ("10
-        # errors"), only that line's values may bear it out.
-        facts = [f for f in facts if noun[:4].lower() in f.where.lower()] or facts
-    for fact in facts:
-        if matches(num, fact.value, fact.step, fact.where):
-            return Claim(text=num.text, kind="number", grounded=True, run_id=fact.run_id,
-                         source=fact.where)
-    nearest = min(evidence.numbers, key=lambda f: abs(f.value - num.value), default=None)
+    if num.points:  # a difference of percentages: only a change the answer states holds
+        return Claim(text=num.text, kind="number", grounded=False,
+                     detail="points are a change between two stated percentages")
+    facts = [f for f in _window(num, evidence) if _fits(num, f)]
+    if num.bound in ("above", "below"):
+        # A bound holds for many values: only the lines its words name ("10 errors",
+        # "100 tests failed") may bear it out; naming none, every value must.
+        stems = [w[:4].lower() for w in words or [] if evidence.labelled(w[:4].lower())]
+        if stems:
+            facts = [f for f in facts if any(re.search(r"(?<![a-z])" + re.escape(stem),
+                                                       _label(f.where)) for stem in stems)]
+        elif num.unit is not None or not all(matches(num, v)
+                                             for v in evidence.plain_extremes()):
+            facts = []
+    if facts:
+        fact = facts[0]
+        return Claim(text=num.text, kind="number", grounded=True, run_id=fact.run_id,
+                     source=fact.where)
+    nearest = evidence.nearest(num.value) if math.isfinite(num.value) else None
     hint = f" (the nearest is {nearest.where})" if nearest is not None else ""
     return Claim(text=num.text, kind="number", grounded=False,
                  detail=f"no output shows this value{hint}")
 
 
-def _derived_claim(num: Num, stated: list[tuple[Num, Claim]], text: str) -> Claim | None:
-    """A change the same sentence states between two grounded numbers: "from 10 to 12, up
-    20%" (relative to the first) or "fell by 3, from 9 to 6"; its direction must agree."""
-    def sentence(n: Num) -> int:
-        return len(_SENTENCE_END.findall(text, 0, n.start))
+def _label(where: str) -> str:
+    return where.partition(": ")[2].lower() if where.startswith("stdout") else where.lower()
 
-    operands = [(n, c) for n, c in stated if c.grounded and n is not num and not n.percent
-                and n.bound == "exact" and sentence(n) == sentence(num)]
-    size = replace(num, value=abs(num.value), direction=None)
-    for (first, claim), (second, _) in pairwise(operands):
-        change = second.value - first.value
-        if not _FROM_TO.fullmatch(text, first.end, second.start) \
-                or (num.direction == "down" and change >= 0) \
-                or (num.direction == "up" and change <= 0) \
-                or (num.percent and first.value == 0):
-            continue
-        target = abs(change / first.value if num.percent else change)
-        if any(within(size, value, step, target) for value, step in size.candidates()):
-            return Claim(text=num.text, kind="number", grounded=True, run_id=claim.run_id,
-                         source=f"the change from {first.text} to {second.text}")
+
+def _window(num: Num, evidence: Evidence) -> list[Fact]:
+    """The facts near enough in value to be worth comparing (generously: units, signs,
+    percentages, bounds); `_fits` decides."""
+    ratios = [1.0] if num.unit is None else [a / b for a in scale_of(num.unit)[1]
+                                             for b in evidence.factor_set()]
+    values = [abs(v) * r for v, _ in num.candidates() for r in ratios] + [abs(num.value)]
+    step = max(abs(s) for _, s in num.candidates()) * max(ratios)
+    if not all(math.isfinite(v) for v in [*values, step]):
+        return []
+    bound = num.bound in ("above", "below")
+    high = max(values) * (BOUND_RANGE if bound else 1.0) * 1.1 + step + 1e-9
+    low = 0.0 if bound else max(0.0, min(values) * 0.9 - step - 1e-9)
+    return evidence.near(-high, -low) + evidence.near(low, high)
+
+
+def _fits(num: Num, fact: Fact) -> bool:
+    """Whether `fact` bears out `num`: in the same dimension, scaled to the fact's unit."""
+    if fact.percent and not num.percent:
+        return False  # "50 rows" is not "missing: 50%"
+    if num.unit is None:
+        return matches(num, fact.value, fact.step, fact.where)
+    if fact.unit is None:
+        # A unit the fact's line does not give is checked against the question (`_unit_claim`).
+        return matches(replace(num, factors=(1.0,)), fact.value, fact.step, fact.where)
+    family, factors = scale_of(num.unit)
+    if family != fact.unit:
+        return False
+    return any(matches(replace(num, value=num.value * a / b, step=num.step * a / b,
+                               factors=(1.0,)), fact.value, fact.step * 1.0, fact.where)
+               for a in factors for b in fact.factors)
+
+
+def _literal_claim(text: str, evidence: Evidence) -> Claim:
+    """A number the check cannot read whole: an output must show it word for word."""
+    for fact in evidence.texts:
+        if _contains(str(fact.value), _norm(text)):
+            return Claim(text=text, kind="number", grounded=True, run_id=fact.run_id,
+                         source=fact.where)
+    return Claim(text=text, kind="number", grounded=False,
+                 detail="this cannot be read as one number and no output shows it as written")
+
+
+def _derived_claim(num: Num, changes: list[tuple[Num, Num]], evidence: Evidence,
+                   ) -> Claim | None:
+    """A change the same sentence (`changes`: its from-to pairs) states between two grounded numbers: "from 10 to
+    12, up 20%" (relative to the first) or "fell by 3, from 9 to 6"; its direction must agree.
+    Operands are the output values they matched (1.4 and 1.6 for "from 1 to 2"), never the
+    question's; percentage points are the change between two percentages."""
+    scale = (1e-4 if "b" in num.text.lower() else 1e-2) if num.points else 1.0
+    size = replace(num, value=abs(num.value) * scale, step=num.step * scale, direction=None,
+                   percent=num.percent and not num.points)
+    for first, second in changes:
+        for a in [f for f in _window(first, evidence) if _fits(first, f)][:20]:
+            for b in [f for f in _window(second, evidence) if _fits(second, f)][:20]:
+                if a.percent or b.percent:
+                    continue  # a percentage's digits: its fraction is the fact to derive from
+                change = b.value - a.value
+                if (num.direction == "down" and change >= 0) \
+                        or (num.direction == "up" and change <= 0) \
+                        or (size.percent and a.value == 0):
+                    continue
+                target = abs(change / a.value if size.percent else change)
+                if any(within(size, value, step, target) for value, step in size.candidates()):
+                    return Claim(text=num.text, kind="number", grounded=True, run_id=a.run_id,
+                                 source=f"the change from {a.where} to {b.where}")
     return None
 
 
+def _changes(stated: list[tuple[Num, Claim]], text: str, points: bool) -> list[tuple[Num, Num]]:
+    """The "from a to b" pairs of grounded output numbers of one sentence."""
+    operands = [n for n, c in stated if c.grounded and c.source != "the question"
+                and n.percent == points and not n.literal and n.bound == "exact"]
+    return [(a, b) for a, b in pairwise(operands) if _FROM_TO.fullmatch(text, a.end, b.start)]
+
+
 def _fraction_claim(match: re.Match[str], evidence: Evidence) -> Claim:
-    """'3/4' is the value 0.75, or 3 of 4 when both numbers are shown."""
+    """'3/4' is the value 0.75, or an output's own "3/4" or "3 of 4"; never its two numbers
+    shown apart."""
     numerator, denominator = float(match[1]), float(match[2])
-    wanted = [numerator / denominator] if denominator else []
-    for fact in evidence.numbers:
-        if any(math.isclose(fact.value, w, rel_tol=1e-9) for w in wanted):
-            return Claim(text=match[0], kind="number", grounded=True, run_id=fact.run_id,
-                         source=fact.where)
-    parts = [next((f for f in evidence.numbers if f.value == n), None)
-             for n in (numerator, denominator)]
-    if parts[0] is not None and parts[1] is not None:
-        return Claim(text=match[0], kind="number", grounded=True, run_id=parts[0].run_id,
-                     source=f"{parts[0].where}; {parts[1].where}")
+    if denominator:
+        wanted = numerator / denominator
+        for fact in evidence.near(wanted - 1e-9, wanted + 1e-9):
+            if not fact.percent:
+                return Claim(text=match[0], kind="number", grounded=True, run_id=fact.run_id,
+                             source=fact.where)
+    for text in (match[0], f"{match[1]} of {match[2]}"):
+        claim = _literal_claim(text, evidence)
+        if claim.grounded:
+            return claim.model_copy(update={"text": match[0]})
     return Claim(text=match[0], kind="number", grounded=False,
-                 detail="no output shows this fraction, its value or both its numbers")
+                 detail="no output shows this fraction or its value")
 
 
 def _unit_claim(num: Num, evidence: Evidence, context: Context) -> Claim:
@@ -387,8 +553,10 @@ def _unit_claim(num: Num, evidence: Evidence, context: Context) -> Claim:
     family = num.unit if num.unit in UNIT_FAMILIES else family_of(num.unit)
     if family not in UNIT_FAMILIES:
         return Claim(text=num.text, kind="unit", grounded=True, source="not a known unit")
-    for fact in evidence.texts:
-        if mentions_unit(family, fact.value):
+    # The unit must be the matched value's own (on its line, after it or in its label): a
+    # unit elsewhere in the output ("timeout: 2 hours") says nothing of "3 hours".
+    for fact in _window(num, evidence):
+        if fact.unit is not None and _fits(num, fact):
             return Claim(text=num.text, kind="unit", grounded=True, run_id=fact.run_id,
                          source=fact.where)
     for where, text in (("the question", context.question),
@@ -396,8 +564,9 @@ def _unit_claim(num: Num, evidence: Evidence, context: Context) -> Claim:
         if mentions_unit(family, text):
             return Claim(text=num.text, kind="unit", grounded=True, source=where)
     return Claim(text=num.text, kind="unit", grounded=False,
-                 detail=f"the unit {num.unit!r} appears in no output, input header or the "
-                        "question: do not add units the outputs do not state")
+                 detail=f"the unit {num.unit!r} appears in no output with this value (after it "
+                        "or in its label), nor in an input header or the question: do not add "
+                        "units the outputs do not state")
 
 
 def _norm(text: str) -> str:

@@ -30,6 +30,9 @@ _SUPERSCRIPTS = str.maketrans(_SUPERSCRIPT, "0123456789-")
 def normalize(text: str) -> str:
     """NFKC, every decimal digit as ASCII, format characters (zero-width and the like) gone;
     a superscript is a power ("10\u00b2" is 10^2, not 102)."""
+    if "^{" in text or "<sup>" in text:  # LaTeX and HTML powers: "10^{3}" is 10^3
+        text = re.sub(r"\^\{([-+]?\d+)\}|<sup>([-+]?\d+)</sup>", lambda m: "^" + (m[1] or m[2]),
+                      text)
     if text.isascii():
         return text  # the common case, a long output's lines among them
     text = re.sub(f"[{_SUPERSCRIPT}]+", lambda m: "^" + m[0].translate(_SUPERSCRIPTS), text)
@@ -38,21 +41,50 @@ def normalize(text: str) -> str:
         category = unicodedata.category(ch)
         if category == "Cf":
             continue
-        out.append(str(unicodedata.digit(ch)) if category == "Nd" else ch)
+        out.append(str(unicodedata.digit(ch)) if category == "Nd"
+                   else "/" if ch == "\u2044" else ch)
     return "".join(out)
 
 
-NUMBER = re.compile(r"""
+_NUMBER = r"""
     (?<![\w.])(?P<paren>\((?=[-$\u20ac\u00a3\u00a5\d.]))?
     (?P<sign>[-\u2212+](?=[$\u20ac\u00a3\u00a5\d.]))?
     (?P<cur>[$\u20ac\u00a3\u00a5])?
-    (?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:[\ _']\d+)*(?:\.\d+)?|\.\d+)
+    (?P<num>DIGITS)
     (?:[eE](?P<exp>[-+]?\d+)|\s?[\u00d7x*]\s?10\^(?P<exp2>[-+]?\d+))?
     (?P<pct>\s?%|\s(?:percent|per\ cent|pct)\b)?
     (?:(?P<mag1>(?i:bn|mn|mln)|[kKMB])(?![A-Za-z])
        |[\s-]?(?P<mag2>(?:hundred|thousand|million|billion|trillion|lakh|crore)s?|dozen|grand
                        |(?i:bn|mn|mln)|[kKMB])(?![A-Za-z]))?
-    """, re.X)
+    """
+# An answer's digit groups split by spaces are one number ("4 2" is 42): it claims it whole.
+NUMBER = re.compile(_NUMBER.replace(
+    "DIGITS", r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:[\ _']\d+)*(?:\.\d+)?|\.\d+"), re.X)
+# An output's never are: print(4, 2) shows 4 and 2, not 42.
+OUTPUT_NUMBER = re.compile(_NUMBER.replace(
+    "DIGITS", r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d{1,3}(?:[_']\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
+    r"|\.\d+"), re.X)
+# A run of digits glued to more than the tokenizer reads ("1,00,000", "0xFF", "1:30", "5-7",
+# "6e", "6T") is one claim that must appear literally; "50-row" is a compound adjective.
+_RUN_AFTER = re.compile(r"(?:\w|[.,:/^\u00b7\u2030'-](?=\w)(?!-[A-Za-z]{2}))+")
+_RUN_BEFORE = re.compile(r"(?:\w|\d[.,:/^\u00b7'-])+$")
+# A magnitude the tokenizer does not know ("6 Mio", "6 Mrd", "6 thou"), a vague plural
+# ("thousands of"), a denial ("not 6"): claims that only an output's very words can bear out.
+_VAGUE_MAGNITUDE = re.compile(r"\s?(?:(?i:mio|mill?|mrd|mds?|thou|tn|trn?|bil|lacs?|cr)\.?"
+                              r"|MM|T|G)(?![A-Za-z])")
+VAGUE_PLURAL = re.compile(r"\b(?:tens|dozens|scores|hundreds|thousands|millions|billions|"
+                          r"trillions)\s+of\b", re.I)
+# Counts in other words: "no tests failed" is at most 0 of what it names, "a single" is 1,
+# "twice as" a ratio of 2; "NaN" and "infinity" only as an output prints them.
+_COUNT_WORDS = re.compile(r"\b(?P<none>no\s+(?=[a-z]+\s+(?:failed|passed|errored|crashed|"
+                          r"matched|remain\w*|were|are|was|is|had|have|exist\w*)\b))|"
+                          r"\b(?P<one>a\s+single)\b|\b(?P<two>twice)(?=\s+as\b)|"
+                          r"\b(?P<three>thrice)(?=\s+as\b)|(?<![\w.])(?P<odd>nan|inf(?:inity)?)\b",
+                          re.I)
+_NEGATED = re.compile(r"\b(?:not|isn't|aren't|wasn't|weren't|never)\s+(?:even\s+)?$", re.I)
+# Points are a difference of percentages ("5 percentage points"): only a derived change holds.
+_POINTS = re.compile(r"\s*(?:percentage\s+points?|pp\b|p\.p\.|basis\s+points?|bps?\b)",
+                     re.I)
 _MAGNITUDES = {"k": 1e3, "m": 1e6, "b": 1e9, "bn": 1e9, "mn": 1e6, "mln": 1e6, "hundred": 1e2,
                "lakh": 1e5, "crore": 1e7, "grand": 1e3,
                "thousand": 1e3, "million": 1e6, "billion": 1e9, "trillion": 1e12, "dozen": 12.0}
@@ -86,18 +118,24 @@ _ONE_PRONOUN_AFTER = re.compile(r"(?:\s+another\b|'s\b|-)")
 
 _APPROX = re.compile(r"(?:about|approximately|approx\.?|roughly|around|nearly|almost|close to|"
                      r"some|~|\u2248|circa|ca\.)\s*$", re.I)
+_NEARLY = re.compile(r"(?:nearly|almost|just\s+(?:under|below|short\s+of))\s*$", re.I)
+# "no more than 6" is at most 6, "no fewer than 10" at least 10.
+_NO_MORE = re.compile(r"\bno[t]?\s+(?:more|greater|higher|larger|bigger)\s+than\s*$", re.I)
+_NO_LESS = re.compile(r"\bno[t]?\s+(?:fewer|less|lower|smaller)\s+than\s*$", re.I)
 _ABOVE = re.compile(r"(?:over|more than|above|at least|exceeds?|exceeding|upwards of|(?<![-=])>=?|"
                     r"\u2265)\s*$", re.I)
 _BELOW = re.compile(r"(?:under|less than|below|fewer than|at most|up to|<=?|\u2264)\s*$", re.I)
 # "a 3% drop": the direction named after the number.
-_DOWN_AFTER = re.compile(r"\s*(?:-?\s*points?\s+)?(?:drop|declin|decreas|fall|loss|reduction|cut)",
-                         re.I)
-_UP_AFTER = re.compile(r"\s*(?:-?\s*points?\s+)?(?:ris[ei]|increas|gain|growth|jump|climb)", re.I)
+_DOWN_AFTER = re.compile(r"\s*(?:-?\s*points?\s+)?(?:drop|declin|decreas|fall|loss|reduction|cut|"
+                         r"lower|down\b|cheaper|less\b|fewer|smaller|slower|shorter|"
+                         r"worse|below)", re.I)
+_UP_AFTER = re.compile(r"\s*(?:-?\s*points?\s+)?(?:ris[ei]|increas|gain|growth|jump|climb|"
+                       r"higher|up\b|more\b|greater|larger|bigger|dearer|above)", re.I)
 _INCLUSIVE = re.compile(r"(?:at least|at most|up to|upwards of|>=|<=|\u2265|\u2264)\s*$", re.I)
 _APPROX_SHARE = 0.05  # "about 10" may be off by its rounding but no more than 5% of it
 _FRACTION_PRINTED_SHARE = 0.05
 # A bound is a claim about size too: "over 1,000" holds for 5,000, not for 5 million.
-_BOUND_RANGE = 10.0
+BOUND_RANGE = 10.0
 DOWN = re.compile(r"\b(?:decreas\w*|declin\w*|drop\w*|fell|fall\w*|down|lower|loss|lost|"
                   r"negative|minus|deficit|shr[aiu]nk\w*|reduc\w*|remov\w*|delet\w*)\b", re.I)
 # "dropped 3 rows" counts what was removed; "dropped by 3" is a change of -3.
@@ -129,12 +167,14 @@ class Num:
     step: float
     percent: bool = False
     direction: str | None = None  # "down" ("fell by 3": the change is -3) or "up"
-    bound: str = "exact"  # "exact", "approx", "above", "below"
+    bound: str = "exact"  # "exact", "approx", "nearly" (approx, from below), "above", "below"
     unit: str | None = None
     factors: tuple[float, ...] = (1.0,)  # "12 KB" is 12 times 1000 or 1024 bytes
     strict: bool = False  # "more than": the number itself is outside the bound
     truncatable: bool = False  # decimals without a magnitude: "3.1415" for 3.14159
     stated_step: float = 0.0  # the step of the last written digit, trailing zeros included
+    literal: bool = False  # read only as its text: an output must show it word for word
+    points: bool = False  # percentage or basis points: a change between two percentages
 
     def candidates(self) -> Iterator[tuple[float, float]]:
         """The values it may mean, each with the step of its last stated digit."""
@@ -151,6 +191,8 @@ class Found:
     step: float
     start: int
     end: int
+    unit: str | None = None  # as spelled after it ("MB") or its currency
+    percent: bool = False  # the digits of a percentage: "50%" is 50 only to a claimed "50%"
 
 
 def _parse(match: re.Match[str], rounded: bool) -> tuple[float, float, float]:
@@ -173,25 +215,29 @@ def _parse(match: re.Match[str], rounded: bool) -> tuple[float, float, float]:
 
 
 def numbers_in(text: str) -> Iterator[Found]:
-    """The numbers an output shows (normalized text). Digit groups split by spaces are also
-    their parts ("3 1 2"), "1,234" also 1 and 234 (JSON printed without spaces), "(300)" also
-    -300, a percentage also its fraction."""
-    for match in NUMBER.finditer(text):
+    """The numbers an output shows (normalized text), each token alone: "4 2" is 4 and 2,
+    "[6,500]" (a JSON list) is 6 and 500, "6,500" elsewhere is 6500. "(300)" is also -300; a
+    percentage is its fraction, and its digits only for a claim of a percentage."""
+    for match in OUTPUT_NUMBER.finditer(text):
         end = match.end()
-        if re.match(r"[A-Za-z_]", text[end:end + 1]) and not UNIT_AFTER.match(text, end):
+        unit = UNIT_AFTER.match(text, end)
+        if re.match(r"[A-Za-z_]", text[end:end + 1]) and not unit:
             continue
         value, step, _ = _parse(match, False)
         printed = step if "." in match["num"] else 0.0
-        values = [value]
+        spelled = CURRENCY.get(match["cur"] or "") or (unit[1] if unit else None)
+        if "," in match["num"] and re.search(r"[\[,]$", text[:match.start()]) \
+                or re.match(r"[\],]", text[end:end + 1]) and "," in match["num"]:
+            for part in match["num"].split(","):
+                yield Found(float(part), 0.0, match.start(), end)
+            continue
         if match["pct"]:
-            values.append(value / 100)
+            yield Found(value, printed, match.start(), end, percent=True)
+            yield Found(value / 100, printed / 100, match.start(), end)
+            continue
+        yield Found(value, printed, match.start(), end, spelled)
         if match["paren"] and text[end:end + 1] == ")":
-            values.append(-value)
-        for part in re.split(r"[ ,_']", match["num"]) if re.search(r"[ ,_']", match["num"]) \
-                else []:
-            values.append(float(part))
-        for v in values:
-            yield Found(v, printed if v == value else 0.0, match.start(), end)
+            yield Found(-value, printed, match.start(), end)
 
 
 def word_numbers(text: str) -> Iterator[tuple[float, float, re.Match[str]]]:
@@ -235,10 +281,13 @@ def word_fractions(text: str) -> Iterator[tuple[float, re.Match[str]]]:
 
 def _lead(before: str) -> tuple[str, bool, str | None]:
     """The bound, strictness and direction the words before a number give it."""
-    bound = ("approx" if _APPROX.search(before) else "above" if _ABOVE.search(before)
-             else "below" if _BELOW.search(before) else "exact")
-    strict = bound in ("above", "below") and not _INCLUSIVE.search(before)
-    for pattern in (_APPROX, _ABOVE, _BELOW):
+    bound = ("below" if _NO_MORE.search(before) else "above" if _NO_LESS.search(before)
+             else "nearly" if _NEARLY.search(before) else "approx" if _APPROX.search(before)
+             else "above" if _ABOVE.search(before) else "below" if _BELOW.search(before)
+             else "exact")
+    strict = bound in ("above", "below") and not _INCLUSIVE.search(before) \
+        and not _NO_MORE.search(before) and not _NO_LESS.search(before)
+    for pattern in (_NO_MORE, _NO_LESS, _APPROX, _ABOVE, _BELOW):
         before = pattern.sub("", before)
     link = _DIRECTION_LINK.search(before)
     if link is None:
@@ -253,14 +302,22 @@ def _lead(before: str) -> tuple[str, bool, str | None]:
 
 def claimed_numbers(text: str) -> Iterator[Num]:
     """The numbers an answer (normalized, its quotes and dates masked) claims."""
+    claimed_to = 0
     for match in NUMBER.finditer(text):
         end = match.end()
+        if match.start() < claimed_to:
+            continue  # a piece of a run claimed whole
         before = text[max(0, match.start() - 40):match.start()]
         if _POSITION.search(before) or _IDENTIFIER_HYPHEN.search(before) or (
                 _ROUNDING_AFTER.match(text, end) and _ROUNDING_BEFORE.search(before)):
             continue
         if _ORDINAL.match(text, end) and "." not in match["num"]:
             continue  # "3rd": a position
+        literal = _literal_run(text, match)
+        if literal is not None:
+            claimed_to = literal.end
+            yield literal
+            continue
         bound, strict, direction = _lead(before)
         value, step, stated = _parse(match, rounded=bound != "exact")
         if match["paren"] and text[end:end + 1] == ")":
@@ -277,15 +334,50 @@ def claimed_numbers(text: str) -> Iterator[Num]:
             direction = ("down" if _DOWN_AFTER.match(text, end)
                          else "up" if _UP_AFTER.match(text, end) else None)
         truncatable = "." in match["num"] and not (match["mag1"] or match["mag2"])
+        points = _POINTS.match(text, end) if not match["pct"] else None
+        if points is not None:
+            end = points.end()
         yield Num(text[match.start():end].strip(), match.start(), end, value, step,
-                  bool(match["pct"]), direction, bound, unit, factors, strict, truncatable,
-                  stated)
+                  bool(match["pct"] or points), direction, bound, unit, factors, strict,
+                  truncatable, stated, points=points is not None)
+
+
+def _literal_run(text: str, match: re.Match[str]) -> Num | None:
+    """The number as one literal claim, when it is denied ("not 6"), glued to more than it
+    reads ("1,00,000", "0xFF") or given a magnitude the tokenizer does not know ("6 Mio")."""
+    start, end = match.start(), match.end()
+    head = max(0, start - 40)  # a window, not the text so far: the cost stays linear
+    glued = _RUN_BEFORE.search(text, head, start)
+    if glued is not None:
+        start = glued.start()
+    run = _RUN_AFTER.match(text, end)
+    vague = _VAGUE_MAGNITUDE.match(text, end)
+    if run is not None and (UNIT_AFTER.match(text, end) or _ORDINAL.fullmatch(run[0])
+                            or _MULTIPLIER.match(text, end)):
+        run = None
+    if vague is not None and UNIT_AFTER.match(text, end):
+        vague = None
+    denied = _NEGATED.search(text, head, match.start())
+    if glued is None and run is None and vague is None and denied is None:
+        return None
+    if denied is not None:
+        start = denied.start()
+    end = max(end, run.end() if run else 0, vague.end() if vague else 0)
+    return Num(text[start:end].strip(), start, end, math.nan, 0.0, literal=True)
 
 
 def claimed_words(text: str) -> Iterator[Num]:
     """Fractions and numbers in words an answer claims ("two thirds", "a dozen", "one")."""
     masked = text
-    for value, match in word_fractions(text):
+    for match in _COUNT_WORDS.finditer(text):
+        value = 0.0 if match["none"] else 1.0 if match["one"] else 2.0 if match["two"] else 3.0
+        yield Num(match[0].strip(), match.start(), match.end(), value, 0.0,
+                  bound="below" if match["none"] else "exact", literal=bool(match["odd"]))
+        masked = masked[:match.start()] + " " * len(match[0]) + masked[match.end():]
+    for match in VAGUE_PLURAL.finditer(masked):
+        yield Num(match[0], match.start(), match.end(), math.nan, 0.0, literal=True)
+        masked = masked[:match.start()] + " " * len(match[0]) + masked[match.end():]
+    for value, match in word_fractions(masked):
         before = text[max(0, match.start() - 40):match.start()]
         bound, strict, direction = _lead(before)
         yield Num(match[0], match.start(), match.end(), value, 0.0, bound=bound,
@@ -318,6 +410,8 @@ def matches(num: Num, fact: float, fact_step: float = 0.0, where: str = "") -> b
 
 def within(num: Num, value: float, step: float, fact: float, fact_step: float = 0.0) -> bool:
     tiny = 1e-9 * max(1.0, abs(value))
+    if num.literal or (num.bound == "nearly" and fact > value + tiny):
+        return False  # "nearly 1000" is short of it
     if num.bound in ("above", "below"):
         sign = 1 if num.bound == "above" else -1
         margin = (fact - value) * sign
@@ -326,7 +420,7 @@ def within(num: Num, value: float, step: float, fact: float, fact_step: float = 
         if value <= 0:
             return True
         # "fewer than 10 errors" holds for none.
-        return fact <= value * _BOUND_RANGE if sign > 0 else fact >= value / _BOUND_RANGE \
+        return fact <= value * BOUND_RANGE if sign > 0 else fact >= value / BOUND_RANGE \
             or fact == 0
     # An exact fraction ("two thirds") names any value a printed decimal of two significant
     # digits or more may stand for (0.6667, not 0.3); a written decimal may not be finer.
@@ -335,7 +429,7 @@ def within(num: Num, value: float, step: float, fact: float, fact_step: float = 
     if abs(fact - value) <= slack:
         # "about 10" rounds 6 to one digit, but is not a fair word for it.
         stated = num.stated_step * step / num.step if num.step else step
-        return num.bound != "approx" or abs(fact - value) <= _APPROX_SHARE * abs(value) + tiny \
+        return num.bound not in ("approx", "nearly") or abs(fact - value) <= _APPROX_SHARE * abs(value) + tiny \
             or abs(fact - value) <= stated / 2 + tiny
     # Truncated rather than rounded ("3.1415" for 3.14159): the stated digits are the fact's.
     return num.bound == "exact" and num.truncatable and step > 0 \

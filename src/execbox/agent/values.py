@@ -37,6 +37,32 @@ BYTE_FACTORS = {"kb": (1e3, 1024.0), "kib": (1024.0,), "mb": (1e6, 1024.0 ** 2),
                  "mib": (1024.0 ** 2,), "gb": (1e9, 1024.0 ** 3), "gib": (1024.0 ** 3,),
                  "tb": (1e12, 1024.0 ** 4)}
 
+# Units of one dimension compare by their scale: "5 GHz" is not "5 MHz", "90 min" is "1.5 h".
+_SCALES: dict[str, tuple[str, float]] = {
+    "ms": ("s", 1e-3), "min": ("s", 60.0), "h": ("s", 3600.0), "d": ("s", 86400.0),
+    "mg": ("kg", 1e-6), "km": ("m", 1e3), "cm": ("m", 1e-2), "mm": ("m", 1e-3),
+    "ml": ("l", 1e-3)}
+_PREFIXED = {"khz": ("Hz", 1e3), "mhz": ("Hz", 1e6), "ghz": ("Hz", 1e9),
+             "kbps": ("bit/s", 1e3), "mbps": ("bit/s", 1e6), "gbps": ("bit/s", 1e9)}
+# A unit in an output's label ("size_mb: 5", "elapsed (s): 3"); "min" names a minimum there.
+LABEL_UNIT = re.compile(r"(?<![A-Za-z])(" + "|".join(sorted(
+    (s for family in UNIT_FAMILIES.values() for s in family
+     if s not in CURRENCY and not s.startswith("(?") and s not in ("mins?", "m", "d")),
+    key=len, reverse=True)) + r")(?![A-Za-z])", re.I)
+
+
+def scale_of(spelling: str) -> tuple[str, tuple[float, ...]]:
+    """The dimension a unit spelling measures and the factors to its base ("KB": bytes, 1000
+    or 1024)."""
+    low = spelling.lower()
+    if low in BYTE_FACTORS:
+        return "bytes", BYTE_FACTORS[low]
+    if low in _PREFIXED:
+        return _PREFIXED[low][0], (_PREFIXED[low][1],)
+    family = CURRENCY.get(spelling) or family_of(spelling)
+    base, factor = _SCALES.get(family, (family, 1.0))
+    return base, (factor,)
+
 
 def family_of(spelling: str) -> str:
     """The unit family a spelling after a number belongs to ('kilograms' -> 'kg')."""
