@@ -325,3 +325,115 @@ def test_honest_number_expressions_pass(answer: str, stdout: str) -> None:
 ])
 def test_bounds_changes_and_fractions_stay_tied_to_the_evidence(answer: str, stdout: str) -> None:
     assert not grounded(answer, stdout)
+
+
+# -- issue 37, third attack: read conservatively, never generously ------------------------------
+
+@pytest.mark.parametrize(("answer", "stdout", "code"), [
+    ("There are 42 rows.", "4 2\n", ""),  # G1: print(4, 2) is two numbers
+    ("There are 6,500 rows.", "6 500\n", ""),
+    ("There are 6,500 rows.", "counts: [6,500]\n", ""),  # a JSON list
+    ("The year was 20235.", "2023 5\n", ""),
+    ("There are 1,00,000 rows.", "rows: 1\nerrors: 0\n", ""),  # G2: read whole or literally
+    ("There are 1.000.000 rows.", "rows: 1\n", ""),
+    ("There are 10^{3} rows.", "base: 10\nexp: 3\n", ""),
+    ("There are 10<sup>3</sup> rows.", "base: 10\nexp: 3\n", ""),
+    ("There are 6 x 1000 rows.", "rows: 6\nlimit: 1000\n", ""),
+    ("There are 6\u00b71000 rows.", "rows: 6\nlimit: 1000\n", ""),
+    ("The mask is 0xFF.", "flags: 0\n", ""),
+    ("\u00be of the rows failed.", "failed: 1\nrows: 4\ncols: 3\n", ""),
+    ("\u00bd of the rows failed.", "failed: 1 of 6\ncols: 2\n", ""),
+    ("3/4 of the rows failed.", "failed: 1\nrows: 4\nwarnings: 3\n", ""),
+    ("The value is 1/0.", "value: 1\nzero: 0\n", ""),
+    ("The run took 1:30.", "duration: 30\nruns: 1\n", ""),
+    ("There were 5-7 rows.", "a: 5\nb: 7\nrows: 100\n", ""),
+    ("The answer is 6e.", "answer: 6\n", ""),
+    ("There were 5\u2030 errors.", "errors: 5%\n", ""),
+    ("Revenue was 6 Mio.", "revenue: 6\n", ""),  # G3: magnitudes it does not know
+    ("Revenue was 6 mil.", "revenue: 6\n", ""),
+    ("Revenue was 6 Mrd.", "revenue: 6\n", ""),
+    ("Revenue was 6T.", "revenue: 6\n", ""),
+    ("Revenue was 6 thou.", "revenue: 6\n", ""),
+    ("Thousands of rows failed.", "failed: 3\n", ""),
+    ("Hundreds of tests failed.", "failed: 3\n", ""),
+    ("Dozens of errors.", "errors: 2\n", ""),
+    ("Rows rose from 1 to 2, up 100%.", "before: 1.4\nafter: 1.6\n", ""),  # G4
+    ("Rows rose from 1 million to 2 million, up 100%.", "before: 1400000\nafter: 1600000\n",
+     ""),
+    ("There were no more than 6 errors.", "errors: 50\n", ""),  # G5: bounds and signs
+    ("There were no fewer than 10 errors.", "errors: 2\n", ""),
+    ("More than 100 of the tests failed.", "failed: 3\ntotal: 500\n", ""),
+    ("Revenue was 3% lower.", "growth: 3%\n", ""),
+    ("Sales are 3% down.", "growth: 3%\n", ""),
+    ("It was 3% cheaper.", "price change: 3%\n", ""),
+    ("Nearly 1000 rows.", "rows: 1049\n", ""),
+    ("The clock runs at 5 GHz.", "freq: 5 MHz\n", ""),  # G6: units are the value's own
+    ("It took 3 hours.", "elapsed: 3 seconds\ntimeout: 2 hours\n", ""),
+    ("The file is 5 GB.", "size: 5 MB\n", ""),
+    ("It weighs 5 kg.", "weight: 5 lb\nunit: kg\n", ""),
+    ("There are 50 rows.", "missing: 50%\n", ""),
+    ("Rates rose 50 basis points.", "rate change: 50%\n", ""),
+    ("Share rose 5 percentage points.", "share growth: 5%\n", ""),
+    ("There are\n```\n999 rows\n```", "rows: 6\n", 'doc = """\n999 rows\n"""\nprint(6)'),  # G7
+    ("The total is\n```\n999\n```", "rows: 6\n", "999\nprint(6)"),
+    ("No tests failed.", "failed: 3\n", ""),  # G8: counts in words
+    ("A single test failed.", "failed: 3\n", ""),
+    ("Twice as fast.", "speedup: 1.1\n", ""),
+    ("There are not 6 rows.", "rows: 6\n", ""),
+    ("The loss is NaN.", "loss: 0.3\n", ""),
+])
+def test_false_answers_read_generously_are_refused(answer: str, stdout: str, code: str) -> None:
+    assert not grounded(answer, stdout, code)
+
+
+@pytest.mark.parametrize(("answer", "stdout"), [
+    ("There are 6,500 rows.", "rows: 6,500\n"),  # thousands grouping as one token
+    ("There are 6,500 rows.", "rows: 6500\n"),
+    ("There are 1,000 rows.", "{\"rows\": 1000}\n"),
+    ("The run took 1:30.", "duration: 1:30\n"),  # literal runs an output shows
+    ("It took 1h30m.", "elapsed: 1h30m\n"),
+    ("3/4 of the rows failed.", "failed: 3/4\n"),
+    ("3/4 of the rows failed.", "share failed: 0.75\n"),
+    ("Rows rose from 10 to 12, up 20%.", "before: 10\nafter: 12\n"),
+    ("There were no more than 6 errors.", "errors: 5\n"),
+    ("More than 100 of the tests failed.", "failed: 300\ntotal: 500\n"),
+    ("Revenue was 3% lower.", "growth: -3%\n"),
+    ("Nearly 1000 rows.", "rows: 987\n"),
+    ("The file is 5 MB.", "size: 5 MB\n"),
+    ("The file is 5 MB.", "size_mb: 5\n"),
+    ("The clock runs at 5 GHz.", "freq: 5000 MHz\n"),
+    ("It took 90 minutes.", "elapsed: 1.5 hours\n"),
+    ("Share rose 5 percentage points, from 10% to 15%.", "before: 10%\nafter: 15%\n"),
+    ("The total is\n```\ntotal = 999 - 993\n```", "total: 6\n"),
+    ("No tests failed.", "failed: 0\npassed: 12\n"),
+    ("A single test failed.", "failed: 1\n"),
+    ("Twice as fast.", "speedup: 2.0\n"),
+])
+def test_honest_answers_read_exactly_pass(answer: str, stdout: str) -> None:
+    assert grounded(answer, stdout, "total = 999 - 993\nprint('total:', total)")
+
+
+def test_a_large_output_costs_a_lookup_per_claim_not_a_scan(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    compared = 0
+    real = ground.matches
+
+    def counting(*args: Any, **kwargs: Any) -> bool:
+        nonlocal compared
+        compared += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ground, "matches", counting)
+    stdout = "".join(" ".join(str(i * 8 + j) for j in range(8)) + "\n" for i in range(4000))
+    answer = " ".join(f"Value {i}.5 fell by {10 ** 7 + i}." for i in range(50))
+    assert not grounded(answer + " The last is 31999.", stdout)
+    assert grounded("The last is 31999.", stdout)
+    assert compared < 20_000  # a scan compares each of 102 claims with all 32,000 numbers
+
+
+def test_numbers_past_the_cap_are_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ground, "MAX_NUMBERS", 1000)
+    stdout = "".join(f"{i}\n" for i in range(2000))
+    evidence = ground.Evidence.of([RunOutput(run_id="run1", stdout=stdout)], [])
+    assert len(evidence.numbers) == 1000
+    assert grounded("The count is 999.", stdout) and not grounded("The count is 1500.", stdout)
