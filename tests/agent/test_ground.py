@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from execbox.agent import evidence as evidence_module
 from execbox.agent import ground
 from execbox.agent.models import Claim, RunOutput, Verdict
 from execbox.contract import Artifact
@@ -432,7 +433,7 @@ def test_a_large_output_costs_a_lookup_per_claim_not_a_scan(
 
 
 def test_numbers_past_the_cap_are_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ground, "MAX_NUMBERS", 1000)
+    monkeypatch.setattr(evidence_module, "MAX_NUMBERS", 1000)
     stdout = "".join(f"{i}\n" for i in range(2000))
     evidence = ground.Evidence.of([RunOutput(run_id="run1", stdout=stdout)], [])
     assert len(evidence.numbers) == 1000

@@ -1,15 +1,17 @@
 """Number expressions in text, read whole: what an answer claims and what an output shows.
 
 One tokenizer serves both sides. A number expression is its digits (thousands separators,
-decimals, scientific notation, digit groups split by spaces: "4 2" is 42), a currency sign, a
+decimals, scientific notation; in an answer digit groups split by spaces, "4 2" is 42, never in
+an output, where print(4, 2) shows two numbers), a currency sign, a
 sign (a minus, accounting parentheses "(300)", or the words before it: "fell by 3"), a
 magnitude ("5bn", "2.5 million", "a dozen"), a percent, a unit glued or spaced ("1.5s",
 "5 GHz"), a bound ("over", "at least"), an approximation ("about"), or words ("forty-two",
 "a million", "two thirds"). Text is normalized first: compatibility forms, any script's digits
 as ASCII, invisible format characters removed, so "9\u200b99" reads as 999.
 
-An answer's number that cannot be read for sure is still claimed by its digits ("50x", "3D");
-only positions ("line 3", "3rd", "COVID-19") and rounding statements ("to 2 decimal places")
+An answer's number glued to more than the tokenizer reads ("1,00,000", "0xFF", "6T"), with an
+unknown magnitude ("6 Mio") or denied ("not 6") is one literal claim, never its pieces; only
+positions ("line 3", "3rd", "COVID-19") and rounding statements ("to 2 decimal places")
 claim nothing. An output's number glued to an unknown suffix ("x86", "4f") is no fact.
 """
 
