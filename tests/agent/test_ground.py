@@ -438,3 +438,20 @@ def test_numbers_past_the_cap_are_not_read(monkeypatch: pytest.MonkeyPatch) -> N
     evidence = ground.Evidence.of([RunOutput(run_id="run1", stdout=stdout)], [])
     assert len(evidence.numbers) == 1000
     assert grounded("The count is 999.", stdout) and not grounded("The count is 1500.", stdout)
+
+
+def test_literal_claims_on_a_large_output_do_not_scan_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    scanned = 0
+    real = ground._contains
+
+    def counting(text: str, wanted: str) -> bool:
+        nonlocal scanned
+        scanned += 1
+        return real(text, wanted)
+
+    monkeypatch.setattr(ground, "_contains", counting)
+    stdout = "".join(" ".join(str(i * 8 + j) for j in range(8)) + "\n" for i in range(4000))
+    answer = " ".join(f"Value {i}T here." for i in range(50))
+    assert not grounded(answer, stdout)
+    assert grounded("It took 1:30.", stdout + "elapsed: 1:30\n")
+    assert scanned <= 4001 + 50  # one line-by-line search (the one that finds 1:30), not 50

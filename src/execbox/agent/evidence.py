@@ -47,6 +47,15 @@ class Evidence:
     _plain: list[float] | None = None  # values a bound naming nothing must hold for, sorted
     _labels: set[str] | None = None  # the first 1-4 letters of every word of every label
     _factors: set[float] | None = None  # the unit factors the facts carry
+    _blob: tuple[int, str] | None = None  # every text, casefolded, spaces collapsed
+
+    def may_contain(self, wanted: str) -> bool:
+        """Whether some text could contain `wanted` (casefolded): one substring search
+        before the line-by-line check, so a literal claim does not scan a large output."""
+        if self._blob is None or self._blob[0] != len(self.texts):
+            self._blob = (len(self.texts), "\n".join(" ".join(str(f.value).casefold().split())
+                                                      for f in self.texts))
+        return wanted in self._blob[1]
 
     def _build(self) -> list[tuple[float, int]]:
         if self._index is None or len(self._index) != len(self.numbers):

@@ -318,7 +318,7 @@ def _fits(num: Num, fact: Fact) -> bool:
 
 def _literal_claim(text: str, evidence: Evidence) -> Claim:
     """A number the check cannot read whole: an output must show it word for word."""
-    for fact in evidence.texts:
+    for fact in evidence.texts if evidence.may_contain(_norm(text)) else []:
         if _contains(str(fact.value), _norm(text)):
             return Claim(text=text, kind="number", grounded=True, run_id=fact.run_id,
                          source=fact.where)
@@ -411,7 +411,7 @@ def _quote_claim(quoted: str, evidence: Evidence, context: Context, *, code_span
     wanted = _norm(quoted)
     if not wanted:
         return Claim(text=quoted, kind="quote", grounded=True, source="empty")
-    for fact in evidence.texts:
+    for fact in evidence.texts if evidence.may_contain(wanted) else []:
         if _contains(fact.value, wanted):
             return Claim(text=quoted, kind="quote", grounded=True, run_id=fact.run_id,
                          source=fact.where)
