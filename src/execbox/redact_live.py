@@ -171,7 +171,8 @@ class LiveRedactor:
             cut = _last_line_end(text, hi)
             if cut == 0:
                 return 0
-            limit = min(self._secret_limit(text, cut), self._block_limit(cut))
+            limit = min(self._secret_limit(text, cut), self._block_limit(cut),
+                        self._redactor.pair_hold(text, cut))
             if limit >= cut:
                 return cut
             hi = limit
