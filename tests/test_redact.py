@@ -31,6 +31,7 @@ from execbox.redact import (
     Redactor,
     pair_need,
     part_length,
+    refill,
 )
 
 UPPER_ALNUM = string.ascii_uppercase + string.digits
@@ -853,3 +854,26 @@ def test_pairs_cost_linear_time_in_hostile_text() -> None:
         t_small = min(_time(r.redact, small) for _ in range(3))
         t_large = min(_time(r.redact, large) for _ in range(3))
         assert t_large < 8 * t_small + 0.05, (piece, t_small, t_large)
+
+
+@pytest.mark.parametrize("size", [5_000, 60_000])
+def test_a_start_or_end_of_a_long_value_is_refilled_exactly(size: int) -> None:
+    """An attack sealed code holding the 20-character start of a 5,000-character value:
+    given the value again, the record could not be refilled (pieces of forms over 4 KiB were
+    not tried). A hole keeps its piece's length, so one piece per form is tried."""
+    value = rand(ALNUM, size - 4) + "\\é\"'"
+    r = Redactor([value])
+
+    def digest(data: bytes) -> str:
+        return hashlib.sha256(b"key" + data).hexdigest()
+
+    code = f"a = {value[:20]!r}\nb = {value[-24:]!r}\nc = {json.dumps(value)[1:30]}\n"
+    sealed, holes = r.seal(code, digest)
+    assert value[:16] not in sealed and len(holes) == 3, sealed
+    assert all(h.length is not None for h in holes)
+    start = time.perf_counter()
+    assert refill(sealed, holes, [value], digest) == (code, 0)
+    assert time.perf_counter() - start < 0.5
+    # A whole value's hole keeps no length (it would tell the value's).
+    _, whole = r.seal(f"x = {value!r}", digest)
+    assert [h.length for h in whole] == [None]

@@ -103,6 +103,10 @@ class Hole:
     at: int
     kind: str
     digest: str
+    # How many characters a start or an end of a registered value it replaced held (None for
+    # a whole form or a pattern's match): refilling tries the one piece of each form that long
+    # instead of every piece of every length, which costs time quadratic in the value.
+    length: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -428,6 +432,7 @@ class _Matcher:
     def __init__(self, values: tuple[str, ...]) -> None:
         found = {f for v in values for f in forms(v)}
         self.forms = tuple(sorted(found, key=lambda f: (-len(f), f)))
+        self.form_set = frozenset(found)
         # Characters a form's cut start can end on (see `Redactor.redact_end`): most outputs
         # end on a line break, which none holds, and need no look at the forms.
         self.cut_ends = frozenset(c for f in self.forms for c in f[MIN_CUT_PREFIX - 1:-1])
@@ -822,7 +827,10 @@ class Redactor:
             at += f.start - pos
             mark = f"[REDACTED:{f.kind}]"
             parts.append(mark)
-            holes.append(Hole(at, f.kind, digest(_utf8(text[f.start:f.end]))))
+            piece = text[f.start:f.end]
+            whole = f.kind != REGISTERED or self._matcher is None or \
+                piece in self._matcher.form_set
+            holes.append(Hole(at, f.kind, digest(_utf8(piece)), None if whole else len(piece)))
             at += len(mark)
             pos = f.end
         parts.append(text[pos:])
@@ -882,7 +890,9 @@ def refill(sealed: str, holes: Iterable[Hole], values: Iterable[str],
     for hole in holes:
         mark = f"[REDACTED:{hole.kind}]"
         value = by_hash.get(hole.digest)
-        if value is None and not with_parts:  # a start or end of one, shown alone
+        if value is None and hole.length is not None:  # a start or an end of one this long
+            value = _piece_of_length(values, hole.length, hole.digest, digest)
+        if value is None and not with_parts:  # an older record's piece: any length
             by_hash.update(_part_digests(values, digest))
             with_parts = True
             value = by_hash.get(hole.digest)
@@ -896,8 +906,20 @@ def refill(sealed: str, holes: Iterable[Hole], values: Iterable[str],
     return "".join(parts), missing
 
 
-# Parts of forms longer than this are not offered back to a record's holes: their digests
-# would cost quadratic time (a record holding such a part is replayed only with it given whole).
+def _piece_of_length(values: Iterable[str], length: int, want: str,
+                     digest: Callable[[bytes], str]) -> str | None:
+    """The start or end, `length` characters long, of a form of `values` whose `digest`
+    is `want`; None if none is."""
+    for form in {f for v in values for f in forms(v)}:
+        first, last = _LINE_BREAK.split(form, maxsplit=1)[0], _last_line(form)
+        for piece in (first[:length], last[len(last) - length:]):
+            if len(piece) == length and digest(_utf8(piece)) == want:
+                return piece
+    return None
+
+
+# For a record sealed before holes kept their length: parts of forms longer than this are not
+# offered back to its holes (their digests would cost quadratic time).
 _REFILL_PART_FORM_CHARS = 4096
 
 
