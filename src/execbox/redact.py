@@ -12,7 +12,9 @@ Applied to stdout, stderr, error messages and tracebacks. Two sources of secrets
   form's start or end shown alone, from `part_length` characters (half the form, within
   MIN_PART and MAX_PART), whatever follows or precedes it: displays cut values short with
   many marks (``...``, ``[...]``, ``[truncated]``, ``(more)``) or none (a slice, a column, a
-  wrap), so no list of marks is complete. All forms and parts of all values are matched in one
+  wrap), so no list of marks is complete; and a start and an end of a form shown together,
+  each shorter than that (a masked display, `key[:6] + '...' + key[-6:]`: see MIN_PAIR).
+  All forms and parts of all values are matched in one
   pass of one Aho-Corasick automaton (`ahocorasick_rs`), so the cost of a scan does not grow
   with the number of values.
 
