@@ -297,3 +297,24 @@ def test_a_masked_display_is_redacted_in_the_result_and_live(executor: Executor)
     assert result.stdout == ("using key [REDACTED:secret]...[REDACTED:secret]\n"
                              "[REDACTED:secret]\n[REDACTED:secret]\n")
     assert b"".join(out).decode() == result.stdout
+
+
+def test_start_pieces_on_every_line_are_not_all_held() -> None:
+    """Hostile output: a value's start on every line. Each line is released once the text
+    after it shows no end piece follows, so the stream stays live and linear."""
+    redactor = Redactor(["Tr0ub4dor&3x"])
+
+    def run(lines: int) -> float:
+        out: list[bytes] = []
+        live = LiveRedactor(redactor, out.append)
+        start = time.process_time()
+        for _ in range(lines):
+            live.write(b"Tr0ub4\n")
+        held = lines * 7 - len(b"".join(out))
+        live.close()
+        assert held < 64 and b"".join(out) == b"Tr0ub4\n" * lines
+        return time.process_time() - start
+
+    small = min(run(2_000) for _ in range(3))
+    large = min(run(8_000) for _ in range(3))
+    assert large < 8 * small + 0.05, (small, large)

@@ -583,7 +583,17 @@ class _Matcher:
             for piece in self._start_tails.get(text[g - MIN_PAIR:g], ()) if g >= MIN_PAIR else ():
                 if text.startswith(piece, g - len(piece)):
                     held = min(held, g - len(piece))
-        return held
+        if held == cut:
+            return cut
+        # With the text after `cut` known as far as a pair could reach, hold only for a pair
+        # that is there: a start piece on every line must not hold them all.
+        reach = cut + MAX_GAP + 2 * MAX_PART + 1
+        if reach >= len(text):
+            return held
+        spans = self._pairs(text[held:reach])  # a start piece's span, then its end piece's
+        at = cut - held
+        return held if any(spans[i][0] < at < spans[i + 1][1]
+                           for i in range(0, len(spans) - 1, 2)) else cut
 
     def _find(self, text: str) -> list[tuple[int, int, int]]:
         try:
