@@ -473,7 +473,9 @@ class _Matcher:
         live output, each start piece by its last MIN_PAIR characters (`pair_hold`)."""
         info: dict[str, list[int]] = {}  # anchor: indexes in _pair_info
         self._pair_info: list[tuple[str, str, bool, int, int, int]] = []
+        # Every start piece by its last MIN_PAIR characters, every end piece by its first.
         self._start_tails: dict[str, list[str]] = {}
+        self._end_heads: dict[str, list[str]] = {}
         for f in self.forms:
             first, last = _LINE_BREAK.split(f, maxsplit=1)[0], _last_line(f)
             # A piece may be a part too (redacted alone); up to twice MAX_PART, the other one,
@@ -491,6 +493,10 @@ class _Matcher:
                 tails = self._start_tails.setdefault(first[a - MIN_PAIR:a], [])
                 if first[:a] not in tails:
                     tails.append(first[:a])
+            for b in range(MIN_PAIR, b_max + 1):
+                heads = self._end_heads.setdefault(last[-b:][:MIN_PAIR], [])
+                if last[-b:] not in heads:
+                    heads.append(last[-b:])
         anchors = tuple(info)
         self._anchor_info = tuple(tuple(info[a]) for a in anchors)
         self._anchors: tuple[AhoCorasick, AhoCorasick] | None = None
@@ -519,7 +525,7 @@ class _Matcher:
         # Hostile text (a value's start repeated) hits at every character: past this much
         # work, each hit's neighbourhood that a pair through it could cover is redacted
         # instead (more, never less).
-        budget = len(text) // 16 + (1 << 16)
+        budget = len(text) // 16 + (1 << 19)  # in characters compared
         wide = 4 * MAX_PART + MAX_GAP  # a start piece, a gap, an end piece
         starts: dict[tuple[int, int], int] = {}  # (info, piece end): piece start
         ends: dict[tuple[int, int], int] = {}  # (info, piece start): piece end
@@ -535,6 +541,7 @@ class _Matcher:
                     continue
                 for info in self._anchor_info[i]:
                     first, last, is_start, _need, a_max, b_max = self._pair_info[info]
+                    budget -= a_max + b_max
                     if is_start:
                         n = _common_prefix(text, s + a, first[:a_max + 1])
                         if n <= a_max:
@@ -554,25 +561,33 @@ class _Matcher:
                 budget -= cost
         return out
 
-    @staticmethod
-    def _pair_at(text: str, s: int, e: int, info: tuple[str, str, bool, int, int, int]
+    def _pair_at(self, text: str, s: int, e: int, info: tuple[str, str, bool, int, int, int]
                  ) -> tuple[list[tuple[int, int]], int]:
         """The spans of a pair whose start piece (or end piece, as `info` says) is
         text[s:e], and how many comparisons finding it took."""
-        first, last, is_start, need, a_max, b_max = info
+        first, last, is_start, need, _a_max, _b_max = info
+        low = max(MIN_PAIR, need - (e - s))
         tries = 0
         if is_start:
             for g in _gap_ends(text, e):
-                for b in range(b_max, max(MIN_PAIR, need - (e - s)) - 1, -1):
-                    tries += 1
-                    if text.startswith(last[-b:], g):
-                        return [(s, e), (g, g + b)], tries
+                best = 0
+                for piece in self._end_heads.get(text[g:g + MIN_PAIR], ()):
+                    tries += len(piece)
+                    if len(piece) >= max(low, best + 1) and last.endswith(piece) \
+                            and text.startswith(piece, g):
+                        best = len(piece)
+                if best:
+                    return [(s, e), (g, g + best)], tries
         else:
             for g in _gap_starts(text, s):
-                for a in range(a_max, max(MIN_PAIR, need - (e - s)) - 1, -1):
-                    tries += 1
-                    if g >= a and text.startswith(first[:a], g - a):
-                        return [(g - a, g), (s, e)], tries
+                best = 0
+                for piece in self._start_tails.get(text[max(0, g - MIN_PAIR):g], ()):
+                    tries += len(piece)
+                    if len(piece) >= max(low, best + 1) and first.startswith(piece) \
+                            and text.startswith(piece, g - len(piece)):
+                        best = len(piece)
+                if best:
+                    return [(g - best, g), (s, e)], tries
         return [], tries
 
     def pair_hold(self, text: str, cut: int) -> int:
