@@ -46,6 +46,7 @@ UUIDs, base64 data, numbers and paths match no rule; tests/test_redact.py measur
 
 from __future__ import annotations
 
+import bisect
 import functools
 import html
 import json
@@ -510,11 +511,20 @@ class _Matcher:
                 AhoCorasick(clean, implementation=Implementation.ContiguousNFA))
             self._anchor_reach = max(map(len, anchors))
 
-    def _pairs(self, text: str) -> list[tuple[int, int]]:
+    def _pairs(self, text: str, covered: list[tuple[int, int]] | None = None
+               ) -> list[tuple[int, int]]:
         """The spans of the pieces of every masked display of a form in `text` (a start and
-        an end shown together: see MIN_PAIR), unsorted."""
+        an end shown together: see MIN_PAIR), unsorted. A hit inside a span of `covered`
+        (sorted, disjoint: what is redacted already, a whole value repeated) is no pair's."""
         if self._anchors is None:
             return []
+        covered = covered or []
+        covered_starts = [c[0] for c in covered]
+
+        def inside(s: int, e: int) -> bool:
+            i = bisect.bisect_right(covered_starts, s) - 1
+            return i >= 0 and e <= covered[i][1]
+
         try:
             first_hits = self._anchors[0].find_matches_as_indexes(text)
         except UnicodeEncodeError:
@@ -531,13 +541,15 @@ class _Matcher:
         ends: dict[tuple[int, int], int] = {}  # (info, piece start): piece end
         reach = self._anchor_reach
         for k, (_, s, e) in enumerate(first_hits):
+            if covered and inside(s, e):
+                continue
             budget -= 2 * reach
             if budget < 0:
                 out += _coalesced(first_hits[k:], wide, reach + wide, len(text))
                 break
             window = text[s:e + reach - 1]  # anchors overlapping this one
             for i, a, b in self._anchors[1].find_matches_as_indexes(window, overlapping=True):
-                if s + a >= e:  # the next hit's
+                if s + a >= e or (covered and inside(s + a, s + b)):  # the next hit's; redacted
                     continue
                 for info in self._anchor_info[i]:
                     first, last, is_start, _need, a_max, b_max = self._pair_info[info]
@@ -657,7 +669,7 @@ class _Matcher:
             while spans and start < spans[-1][1]:
                 start, end = min(start, spans[-1][0]), max(end, spans.pop()[1])
             spans.append((start, end))
-        pairs = self._pairs(text)
+        pairs = self._pairs(text, spans)
         if not pairs:
             return spans
         merged: list[tuple[int, int]] = []
