@@ -562,6 +562,13 @@ class _Matcher:
                         n = _common_suffix(text, s + b, last[len(last) - b_max - 1:])
                         if n <= b_max:
                             ends[info, s + b - n] = s + b
+        return out + self._completed(text, starts, ends, budget)
+
+    def _completed(self, text: str, starts: dict[tuple[int, int], int],
+                   ends: dict[tuple[int, int], int], budget: int) -> list[tuple[int, int]]:
+        """The spans of the pairs the pieces found (`_pairs`) complete, within `budget`."""
+        out: list[tuple[int, int]] = []
+        wide = 4 * MAX_PART + MAX_GAP
         for found, is_start in ((starts, True), (ends, False)):
             for (info, at), other in found.items():
                 s, e = (other, at) if is_start else (at, other)
