@@ -268,3 +268,18 @@ def test_code_holding_a_start_of_a_secret_is_sealed_and_replayed(executor: Execu
     assert secret[:16] not in record.code and secret[-16:] not in record.code, record.code
     report = executor.replay(result.run_id, secrets=[secret])
     assert report.matches and report.replay.stdout == "True True\n", report.differences
+
+
+def test_code_holding_a_start_of_a_long_secret_is_replayed_exactly(executor: Executor) -> None:
+    """An attack: the 20-character start of a 5,000-character secret in the code was
+    refused at replay with the secret given (pieces of forms over 4 KiB were not tried)."""
+    secret = "pw-" + uuid.uuid4().hex * 157 + "-end"
+    assert len(secret) > 5_000
+    code = f"import os\nprint(os.environ['K'].startswith({secret[:20]!r}))\n"
+    result = executor.run(code, secrets=[secret], env={"K": secret}, cache=False)
+    assert result.status is Status.ok and result.stdout == "True\n", result
+    executor.store.settle()
+    record = executor.store.get(result.run_id)
+    assert record is not None and secret[:20] not in record.code, record.code
+    report = executor.replay(result.run_id, secrets=[secret])
+    assert report.matches and report.replay.stdout == "True\n", report.differences

@@ -23,12 +23,15 @@ import pytest
 
 from execbox.redact import (
     DEFAULT,
+    MAX_GAP,
     MAX_PART,
     MIN_PART,
     MIN_SECRET_LEN,
     Finding,
     Redactor,
+    pair_need,
     part_length,
+    refill,
 )
 
 UPPER_ALNUM = string.ascii_uppercase + string.digits
@@ -442,8 +445,8 @@ def test_a_start_or_end_shorter_than_its_part_stays() -> None:
     assert Redactor(["abcdefgh"]).redact("abcdefg...") == "abcdefg..."
     # A 12-character value: its parts are 8 long (more than half of it).
     assert part_length("abcdefghijkl") == MIN_PART
-    assert Redactor(["abcdefghijkl"]).redact("abcdefgh... abcdefg... efghijkl fghijkl") == \
-        "[REDACTED:secret]... abcdefg... [REDACTED:secret] fghijkl"
+    assert Redactor(["abcdefghijkl"]).redact("abcdefgh... abcdefg=x efghijkl fghijkl") == \
+        "[REDACTED:secret]... abcdefg=x [REDACTED:secret] fghijkl"
     # Half of a 20-character value is 10 characters.
     assert Redactor(["abcdefghij0123456789"]).redact("abcdefghi abcdefghij0") == \
         "abcdefghi [REDACTED:secret]"
@@ -456,7 +459,8 @@ def test_a_part_follows_its_value_only_within_a_line() -> None:
     first, last = value.split("\n")
     r = Redactor([value])
     assert r.redact(first + "\nsecond") == "[REDACTED:secret]\nsecond"
-    assert r.redact("first-\n" + last) == "first-\n[REDACTED:secret]"
+    # (Not followed by a mark: a start and an end across a break are a pair, see MIN_PAIR.)
+    assert r.redact("first-=\n" + last) == "first-=\n[REDACTED:secret]"
 
 
 def test_parts_of_random_values_leave_ordinary_text_alone() -> None:
@@ -794,3 +798,90 @@ def test_the_end_of_a_secret_at_the_start_of_a_cut_text_is_redacted() -> None:
     assert r.redact_start(value[-2:] + " x") == value[-2:] + " x"  # too short to tell
     assert r.redact_start("K7Lw " + value) == "[REDACTED:secret] [REDACTED:secret]"
     assert r.redact_start("no secret here") == "no secret here"
+
+
+MASKS = ["...", "\u2026", "******", " ", "", "\n", " ...\n", "', '"]
+
+
+@pytest.mark.parametrize("mask", MASKS)
+def test_a_masked_display_of_a_value_is_redacted(mask: str) -> None:
+    """An attack showed a 12-character value whole as `key[:6] + '...' + key[-6:]` (each piece
+    under the 8-character part), and 28 of 30 characters as `key[:14]...key[-14:]`. A start
+    and an end close together that cover half the value are redacted, each however short."""
+    for value, k in (("Tr0ub4dor&3x", 6), (rand(ALNUM, 30), 14), (LONG_VALUE, 8),
+                     (rand(ALNUM, 12), 3)):
+        r = Redactor([value])
+        assert pair_need(value) <= 2 * k < part_length(value) * 2
+        shown = f"using key {value[:k]}{mask}{value[-k:]}!"
+        assert r.redact(shown) == f"using key [REDACTED:secret]{mask}[REDACTED:secret]!" \
+            if mask else "using key [REDACTED:secret]!", (value, shown)
+        assert value[:3] not in r.redact(shown) and value[-3:] not in r.redact(shown)
+
+
+def test_a_start_and_an_end_on_separate_lines_are_a_pair() -> None:
+    """An attack printed a value's 15-character start and end on two lines (each under the
+    16-character part): up to MAX_GAP_BREAKS line breaks may separate a pair's pieces."""
+    r = Redactor([LONG_VALUE])
+    start, end = LONG_VALUE[:15], LONG_VALUE[-15:]
+    for gap in ("\n", "\n\n", "...\n  ", "\r\n"):
+        assert r.redact(f"a {start}{gap}{end} b") == f"a [REDACTED:secret]{gap}[REDACTED:secret] b"
+    # Three line breaks, a gap longer than MAX_GAP, a word between: pieces apart, shown.
+    for gap in ("\n\n\n", "." * (MAX_GAP + 1), " and ", "\nx\n"):
+        assert r.redact(f"{start}{gap}{end}") == f"{start}{gap}{end}"
+    # Pieces covering less than half of the value, or under MIN_PAIR characters, stay.
+    for a, b in ((7, 7), (2, 15), (15, 2)):
+        text = f"{LONG_VALUE[:a]}...{LONG_VALUE[-b:]}"
+        assert r.redact(text) == text
+    # An end before a start is no display of the value.
+    assert r.redact(f"{end}...{start}") == f"{end}...{start}"
+
+
+def test_pairs_of_random_values_leave_ordinary_text_alone() -> None:
+    """Short values have 3-character pair anchors: 64 random tokens of 8 to 24 characters
+    find no pair in 2 MiB of the standard library's source."""
+    rng = random.Random(6)
+    values = ["".join(rng.choice(ALNUM) for _ in range(rng.randint(8, 24))) for _ in range(64)]
+    assert Redactor(values, patterns=False).findings(_stdlib_text(2 << 20)) == []
+
+
+def test_pairs_cost_linear_time_in_hostile_text() -> None:
+    """Output made of a short value's start and end pieces at every character."""
+    value = "Tr0ub4dor&3x"
+    r = Redactor([value, "a" * 40])
+    for piece in ("Tr0ub4...dor&3x ", "Tr0" * 5 + "." * 3 + "&3x" * 5, "aaa.a." * 10):
+        small, large = piece * 2_000, piece * 8_000
+        assert "Tr0ub4" not in r.redact(small)
+        t_small = min(_time(r.redact, small) for _ in range(3))
+        t_large = min(_time(r.redact, large) for _ in range(3))
+        assert t_large < 8 * t_small + 0.05, (piece, t_small, t_large)
+
+
+@pytest.mark.parametrize("size", [5_000, 60_000])
+def test_a_start_or_end_of_a_long_value_is_refilled_exactly(size: int) -> None:
+    """An attack sealed code holding the 20-character start of a 5,000-character value:
+    given the value again, the record could not be refilled (pieces of forms over 4 KiB were
+    not tried). A hole keeps its piece's length, so one piece per form is tried."""
+    value = rand(ALNUM, size - 4) + "\\é\"'"
+    r = Redactor([value])
+
+    def digest(data: bytes) -> str:
+        return hashlib.sha256(b"key" + data).hexdigest()
+
+    code = f"a = {value[:20]!r}\nb = {value[-24:]!r}\nc = {json.dumps(value)[1:30]}\n"
+    sealed, holes = r.seal(code, digest)
+    assert value[:16] not in sealed and len(holes) == 3, sealed
+    assert all(h.length is not None for h in holes)
+    start = time.perf_counter()
+    assert refill(sealed, holes, [value], digest) == (code, 0)
+    assert time.perf_counter() - start < 0.5
+    # A whole value's hole keeps no length (it would tell the value's).
+    _, whole = r.seal(f"x = {value!r}", digest)
+    assert [h.length for h in whole] == [None]
+
+
+def test_a_value_repeated_keeps_one_placeholder_each() -> None:
+    """Pair anchors inside what is redacted already are not followed: a log printing a value
+    20,000 times neither spends the pair budget nor, past it, loses the text between them."""
+    value = "hunter2-" + rand(ALNUM, 44)
+    text = (value + " ok\n") * 20_000
+    assert Redactor([value]).redact(text) == "[REDACTED:secret] ok\n" * 20_000

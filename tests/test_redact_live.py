@@ -248,3 +248,73 @@ def test_the_line_after_a_capped_pem_block_is_shown_and_the_body_is_not() -> Non
     live.write(b"done, 1 key\n")
     live.close()
     assert b"".join(out) == b"[REDACTED:private_key]done, 1 key\n"
+
+
+def test_a_masked_display_across_line_breaks_is_held_until_it_can_be_judged() -> None:
+    """A start and an end of a value on separate lines are a pair (`redact.MIN_PAIR`): the
+    start's line is held until the lines after it show whether an end follows (at most
+    MAX_GAP_BREAKS line breaks of marks), so the live text is the whole text's redaction."""
+    value = "Tr0ub4dor&3x-" + "k" * 39
+    redactor = Redactor([value])
+    text = (f"start {value[:15]}\n...\n{value[-15:]} end\n"
+            f"{value[:6]}\n\nother\n{value[-6:]}\n{value[:10]}\n")
+    whole = redactor.redact(text)
+    assert whole.count("[REDACTED:secret]") == 2 and value[:15] not in whole
+    for size in (1, 3, 7, len(text)):
+        out: list[bytes] = []
+        live = LiveRedactor(redactor, out.append)
+        shown = ""
+        for k in range(0, len(text), size):
+            live.write(text[k:k + size].encode())
+            shown = b"".join(out).decode()
+            assert value[:15] not in shown
+            assert whole.startswith(shown)
+        live.close()
+        assert b"".join(out).decode() == whole
+    # The start's line is released once a line that ends no gap follows.
+    out = []
+    live = LiveRedactor(redactor, out.append)
+    live.write(f"{value[:6]}\n\n".encode())
+    assert out == []
+    live.write(b"other\n")
+    assert b"".join(out) == f"{value[:6]}\n\nother\n".encode()
+
+
+def test_a_masked_display_is_redacted_in_the_result_and_live(executor: Executor) -> None:
+    """The attack's display through the real sandbox: `key[:6] + '...' + key[-6:]` of a
+    12-character value, and the 15-character start and end of a long one on two lines,
+    written a few characters at a time."""
+    short, long = "Tr0ub4dor&3x", "hunter2-Zq9xK7Lw-abcdefghijklmnopqrstuvwxyz0123456789"
+    code = ("import sys, time\n"
+            f"s, v = {short!r}, {long!r}\n"
+            "for shown in ('using key ' + s[:6] + '...' + s[-6:] + '\\n',\n"
+            "              v[:15] + '\\n' + v[-15:] + '\\n'):\n"
+            "    for k in range(0, len(shown), 4):\n"
+            "        sys.stdout.write(shown[k:k + 4]); sys.stdout.flush(); time.sleep(0.002)\n")
+    out: list[bytes] = []
+    result = executor.run(code, secrets=[short, long], on_stdout=out.append)
+    assert result.status is Status.ok, result.error
+    assert result.stdout == ("using key [REDACTED:secret]...[REDACTED:secret]\n"
+                             "[REDACTED:secret]\n[REDACTED:secret]\n")
+    assert b"".join(out).decode() == result.stdout
+
+
+def test_start_pieces_on_every_line_are_not_all_held() -> None:
+    """Hostile output: a value's start on every line. Each line is released once the text
+    after it shows no end piece follows, so the stream stays live and linear."""
+    redactor = Redactor(["Tr0ub4dor&3x"])
+
+    def run(lines: int) -> float:
+        out: list[bytes] = []
+        live = LiveRedactor(redactor, out.append)
+        start = time.process_time()
+        for _ in range(lines):
+            live.write(b"Tr0ub4\n")
+        held = lines * 7 - len(b"".join(out))
+        live.close()
+        assert held < 64 and b"".join(out) == b"Tr0ub4\n" * lines
+        return time.process_time() - start
+
+    small = min(run(2_000) for _ in range(3))
+    large = min(run(8_000) for _ in range(3))
+    assert large < 8 * small + 0.05, (small, large)

@@ -21,7 +21,8 @@ The `sealed` column of a record says what was redacted:
      "env": {NAME: {"digest": D, "holes": HOLES}},
      "inputs": {NAME: {"blob": SHA, "digest": D, "holes": HOLES}}}
 
-(each part only when something was redacted; HOLES: [[offset, kind, D], ...]; D: a keyed
+(each part only when something was redacted; HOLES: [[offset, kind, D], ...], with the
+piece's length after D for a start or an end of a registered value alone; D: a keyed
 digest of the original; "blob" names the redacted bytes kept in the blob table).
 """
 
@@ -59,7 +60,8 @@ def _sha256(data: bytes) -> str:
 
 
 def _holes(holes: list[Hole]) -> list[list[Any]]:
-    return [[h.at, h.kind, h.digest] for h in holes]
+    return [[h.at, h.kind, h.digest] if h.length is None else [h.at, h.kind, h.digest, h.length]
+            for h in holes]
 
 
 def _utf8(text: str) -> bytes:

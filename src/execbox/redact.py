@@ -12,7 +12,9 @@ Applied to stdout, stderr, error messages and tracebacks. Two sources of secrets
   form's start or end shown alone, from `part_length` characters (half the form, within
   MIN_PART and MAX_PART), whatever follows or precedes it: displays cut values short with
   many marks (``...``, ``[...]``, ``[truncated]``, ``(more)``) or none (a slice, a column, a
-  wrap), so no list of marks is complete. All forms and parts of all values are matched in one
+  wrap), so no list of marks is complete; and a start and an end of a form shown together,
+  each shorter than that (a masked display, `key[:6] + '...' + key[-6:]`: see MIN_PAIR).
+  All forms and parts of all values are matched in one
   pass of one Aho-Corasick automaton (`ahocorasick_rs`), so the cost of a scan does not grow
   with the number of values.
 
@@ -44,6 +46,7 @@ UUIDs, base64 data, numbers and paths match no rule; tests/test_redact.py measur
 
 from __future__ import annotations
 
+import bisect
 import functools
 import html
 import json
@@ -57,8 +60,8 @@ from ahocorasick_rs import AhoCorasick, Implementation, MatchKind
 from .contract import check_secrets
 from .errors import UsageError
 
-__all__ = ["DEFAULT", "MAX_PART", "MIN_PART", "MIN_SECRET_LEN", "Finding", "Hole", "Redactor",
-           "checked_secrets", "forms", "part_length", "refill"]
+__all__ = ["DEFAULT", "MAX_GAP", "MAX_PART", "MIN_PAIR", "MIN_PART", "MIN_SECRET_LEN", "Finding", "Hole", "Redactor",
+           "checked_secrets", "forms", "pair_need", "part_length", "refill"]
 
 # Registered values shorter than this are skipped, silently. A 1-3 character value ("1", "ab",
 # "yes") occurs by chance all over ordinary output: redacting every occurrence would shred the
@@ -74,6 +77,14 @@ MIN_CUT_PREFIX = 3  # a cut secret's start this long or longer is redacted (see 
 # (that much of a long key is a leak however long the rest is). See `part_length`.
 MIN_PART = 8
 MAX_PART = 16
+# A masked display (`key[:6] + '...' + key[-6:]`) shows a start and an end of a value, each
+# shorter than its part, close together: such a pair is redacted when the two cover half the
+# form (`pair_need`), each from MIN_PAIR characters, with at most MAX_GAP characters of marks,
+# blanks, punctuation and at most MAX_GAP_BREAKS line breaks between them (`_GAP`).
+MIN_PAIR = 3
+MAX_GAP = 12
+MAX_GAP_BREAKS = 2
+_GAP = frozenset(" \t\r\n.\u2026*\u00b7\u2022#-_~/|[](){}<>,;:'\"`")
 _LINE_BREAK = re.compile("[\r\n]")
 
 
@@ -95,6 +106,10 @@ class Hole:
     at: int
     kind: str
     digest: str
+    # How many characters a start or an end of a registered value it replaced held (None for
+    # a whole form or a pattern's match): refilling tries the one piece of each form that long
+    # instead of every piece of every length, which costs time quadratic in the value.
+    length: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,6 +332,12 @@ def part_length(form: str) -> int:
     return max(MIN_PART, min(len(form) // 2, MAX_PART))
 
 
+def pair_need(form: str) -> int:
+    """How many characters a start and an end of `form` shown together (`MIN_PAIR`) must
+    cover between them to be redacted: half of it, never more than MAX_PART."""
+    return max(2 * MIN_PAIR, min(len(form) // 2, MAX_PART))
+
+
 def _last_line(text: str) -> str:
     return text[max(text.rfind("\n"), text.rfind("\r")) + 1:]
 
@@ -357,6 +378,49 @@ def _common_suffix(text: str, end: int, line: str) -> int:
     return n
 
 
+def _coalesced(hits: list[tuple[int, int, int]], before: int, after: int,
+               size: int) -> list[tuple[int, int]]:
+    """The union of the spans from `before` characters before each hit to `after` after it."""
+    out: list[tuple[int, int]] = []
+    lo, hi = hits[0][1] - before, hits[0][2] + after
+    for _, s, e in hits:
+        if s - before > hi:
+            out.append((max(0, lo), min(size, hi)))
+            lo = s - before
+        hi = e + after
+    out.append((max(0, lo), min(size, hi)))
+    return out
+
+
+def _gap_ends(text: str, at: int) -> list[int]:
+    """Where a run of marks from `at` may end (`at` itself first): at most MAX_GAP of them,
+    with at most MAX_GAP_BREAKS line breaks."""
+    out, breaks = [at], 0
+    for pos in range(at, min(len(text), at + MAX_GAP)):
+        c = text[pos]
+        if c not in _GAP:
+            break
+        breaks += c in "\r\n"
+        if breaks > MAX_GAP_BREAKS:
+            break
+        out.append(pos + 1)
+    return out
+
+
+def _gap_starts(text: str, at: int) -> list[int]:
+    """Where a run of marks ending at `at` may start (`at` itself first); see `_gap_ends`."""
+    out, breaks = [at], 0
+    for pos in range(at - 1, max(-1, at - 1 - MAX_GAP), -1):
+        c = text[pos]
+        if c not in _GAP:
+            break
+        breaks += c in "\r\n"
+        if breaks > MAX_GAP_BREAKS:
+            break
+        out.append(pos)
+    return out
+
+
 class _Matcher:
     """Every form of every registered value, and every start or end of a form at least
     `part_length` long, found in one pass of one Aho-Corasick automaton.
@@ -371,6 +435,7 @@ class _Matcher:
     def __init__(self, values: tuple[str, ...]) -> None:
         found = {f for v in values for f in forms(v)}
         self.forms = tuple(sorted(found, key=lambda f: (-len(f), f)))
+        self.form_set = frozenset(found)
         # Characters a form's cut start can end on (see `Redactor.redact_end`): most outputs
         # end on a line break, which none holds, and need no look at the forms.
         self.cut_ends = frozenset(c for f in self.forms for c in f[MIN_CUT_PREFIX - 1:-1])
@@ -401,6 +466,168 @@ class _Matcher:
             # Builds in tens of microseconds for a few values (the DFA takes ten times more),
             # and scans as fast as the others on output.
             implementation=Implementation.ContiguousNFA)
+        self._pairs_setup()
+
+    def _pairs_setup(self) -> None:
+        """A second automaton for masked displays: each form's start and end anchors (half of
+        `pair_need`, so one of a pair's pieces holds one), found with overlaps; and, for
+        live output, each start piece by its last MIN_PAIR characters (`pair_hold`)."""
+        info: dict[str, list[int]] = {}  # anchor: indexes in _pair_info
+        self._pair_info: list[tuple[str, str, bool, int, int, int]] = []
+        # Every start piece by its last MIN_PAIR characters, every end piece by its first.
+        self._start_tails: dict[str, list[str]] = {}
+        self._end_heads: dict[str, list[str]] = {}
+        for f in self.forms:
+            first, last = _LINE_BREAK.split(f, maxsplit=1)[0], _last_line(f)
+            # A piece may be a part too (redacted alone); up to twice MAX_PART, the other one,
+            # shorter, is redacted with it.
+            top = min(2 * MAX_PART, len(f) - 1)
+            a_max, b_max, need = min(top, len(first)), min(top, len(last)), pair_need(f)
+            q = max(MIN_PAIR, -(-need // 2))
+            if a_max + b_max < need:
+                continue
+            for is_start, anchor in ((True, first[:q]), (False, last[-q:])):
+                if (a_max if is_start else b_max) >= q:
+                    info.setdefault(anchor, []).append(len(self._pair_info))
+                    self._pair_info.append((first, last, is_start, need, a_max, b_max))
+            for a in range(MIN_PAIR, a_max + 1):
+                tails = self._start_tails.setdefault(first[a - MIN_PAIR:a], [])
+                if first[:a] not in tails:
+                    tails.append(first[:a])
+            for b in range(MIN_PAIR, b_max + 1):
+                heads = self._end_heads.setdefault(last[-b:][:MIN_PAIR], [])
+                if last[-b:] not in heads:
+                    heads.append(last[-b:])
+        anchors = tuple(info)
+        self._anchor_info = tuple(tuple(info[a]) for a in anchors)
+        self._anchors: tuple[AhoCorasick, AhoCorasick] | None = None
+        if anchors:
+            clean = [_SURROGATE.sub("\ufffd", a) for a in anchors]
+            # Leftmost-longest skips ahead fast on ordinary text (overlapping search is four
+            # times slower); the anchors overlapping a hit are then found in its window.
+            self._anchors = (
+                AhoCorasick(clean, matchkind=MatchKind.LeftmostLongest,
+                            implementation=Implementation.ContiguousNFA),
+                AhoCorasick(clean, implementation=Implementation.ContiguousNFA))
+            self._anchor_reach = max(map(len, anchors))
+
+    def _pairs(self, text: str, covered: list[tuple[int, int]] | None = None
+               ) -> list[tuple[int, int]]:
+        """The spans of the pieces of every masked display of a form in `text` (a start and
+        an end shown together: see MIN_PAIR), unsorted. A hit inside a span of `covered`
+        (sorted, disjoint: what is redacted already, a whole value repeated) is no pair's."""
+        if self._anchors is None:
+            return []
+        covered = covered or []
+        covered_starts = [c[0] for c in covered]
+
+        def inside(s: int, e: int) -> bool:
+            i = bisect.bisect_right(covered_starts, s) - 1
+            return i >= 0 and e <= covered[i][1]
+
+        try:
+            first_hits = self._anchors[0].find_matches_as_indexes(text)
+        except UnicodeEncodeError:
+            text = _SURROGATE.sub("\ufffd", text)
+            first_hits = self._anchors[0].find_matches_as_indexes(text)
+        out: list[tuple[int, int]] = []
+        # A piece is tried once, from its longest hit (a hit inside it finds nothing more).
+        # Hostile text (a value's start repeated) hits at every character: past this much
+        # work, each hit's neighbourhood that a pair through it could cover is redacted
+        # instead (more, never less).
+        budget = len(text) // 16 + (1 << 19)  # in characters compared
+        wide = 4 * MAX_PART + MAX_GAP  # a start piece, a gap, an end piece
+        starts: dict[tuple[int, int], int] = {}  # (info, piece end): piece start
+        ends: dict[tuple[int, int], int] = {}  # (info, piece start): piece end
+        reach = self._anchor_reach
+        for k, (_, s, e) in enumerate(first_hits):
+            if covered and inside(s, e):
+                continue
+            budget -= 2 * reach
+            if budget < 0:
+                out += _coalesced(first_hits[k:], wide, reach + wide, len(text))
+                break
+            window = text[s:e + reach - 1]  # anchors overlapping this one
+            for i, a, b in self._anchors[1].find_matches_as_indexes(window, overlapping=True):
+                if s + a >= e or (covered and inside(s + a, s + b)):  # the next hit's; redacted
+                    continue
+                for info in self._anchor_info[i]:
+                    first, last, is_start, _need, a_max, b_max = self._pair_info[info]
+                    budget -= a_max + b_max
+                    if is_start:
+                        n = _common_prefix(text, s + a, first[:a_max + 1])
+                        if n <= a_max:
+                            starts.setdefault((info, s + a + n), s + a)
+                    else:
+                        n = _common_suffix(text, s + b, last[len(last) - b_max - 1:])
+                        if n <= b_max:
+                            ends[info, s + b - n] = s + b
+        return out + self._completed(text, starts, ends, budget)
+
+    def _completed(self, text: str, starts: dict[tuple[int, int], int],
+                   ends: dict[tuple[int, int], int], budget: int) -> list[tuple[int, int]]:
+        """The spans of the pairs the pieces found (`_pairs`) complete, within `budget`."""
+        out: list[tuple[int, int]] = []
+        wide = 4 * MAX_PART + MAX_GAP
+        for found, is_start in ((starts, True), (ends, False)):
+            for (info, at), other in found.items():
+                s, e = (other, at) if is_start else (at, other)
+                if budget < 0:
+                    out.append((max(0, s - wide), min(len(text), e + wide)))
+                    continue
+                spans, cost = self._pair_at(text, s, e, self._pair_info[info])
+                out += spans
+                budget -= cost
+        return out
+
+    def _pair_at(self, text: str, s: int, e: int, info: tuple[str, str, bool, int, int, int]
+                 ) -> tuple[list[tuple[int, int]], int]:
+        """The spans of a pair whose start piece (or end piece, as `info` says) is
+        text[s:e], and how many comparisons finding it took."""
+        first, last, is_start, need, _a_max, _b_max = info
+        low = max(MIN_PAIR, need - (e - s))
+        tries = 0
+        if is_start:
+            for g in _gap_ends(text, e):
+                best = 0
+                for piece in self._end_heads.get(text[g:g + MIN_PAIR], ()):
+                    tries += len(piece)
+                    if len(piece) >= max(low, best + 1) and last.endswith(piece) \
+                            and text.startswith(piece, g):
+                        best = len(piece)
+                if best:
+                    return [(s, e), (g, g + best)], tries
+        else:
+            for g in _gap_starts(text, s):
+                best = 0
+                for piece in self._start_tails.get(text[max(0, g - MIN_PAIR):g], ()):
+                    tries += len(piece)
+                    if len(piece) >= max(low, best + 1) and first.startswith(piece) \
+                            and text.startswith(piece, g - len(piece)):
+                        best = len(piece)
+                if best:
+                    return [(g - best, g), (s, e)], tries
+        return [], tries
+
+    def pair_hold(self, text: str, cut: int) -> int:
+        """`cut`, or the start of a form's start piece that only marks and at most
+        MAX_GAP_BREAKS line breaks separate from `cut` (its end piece may follow it)."""
+        held = cut
+        for g in _gap_starts(text, cut):
+            for piece in self._start_tails.get(text[g - MIN_PAIR:g], ()) if g >= MIN_PAIR else ():
+                if text.startswith(piece, g - len(piece)):
+                    held = min(held, g - len(piece))
+        if held == cut:
+            return cut
+        # With the text after `cut` known as far as a pair could reach, hold only for a pair
+        # that is there: a start piece on every line must not hold them all.
+        reach = cut + MAX_GAP + 2 * MAX_PART + 1
+        if reach >= len(text):
+            return held
+        spans = self._pairs(text[held:reach])  # a start piece's span, then its end piece's
+        at = cut - held
+        return held if any(spans[i][0] < at < spans[i + 1][1]
+                           for i in range(0, len(spans) - 1, 2)) else cut
 
     def _find(self, text: str) -> list[tuple[int, int, int]]:
         try:
@@ -449,7 +676,16 @@ class _Matcher:
             while spans and start < spans[-1][1]:
                 start, end = min(start, spans[-1][0]), max(end, spans.pop()[1])
             spans.append((start, end))
-        return spans
+        pairs = self._pairs(text, spans)
+        if not pairs:
+            return spans
+        merged: list[tuple[int, int]] = []
+        for start, end in sorted(spans + pairs):
+            if merged and start < merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+            else:
+                merged.append((start, end))
+        return merged
 
     def _extend(self, text: str, start: int, end: int, budget: int) -> tuple[int, int, int]:
         """The span moved past every occurrence that starts in `text[start:end]` and ends
@@ -597,6 +833,12 @@ class Redactor:
         parts.append(text[pos:])
         return "".join(parts)
 
+    def pair_hold(self, text: str, cut: int) -> int:
+        """`cut`, or where text released up to `cut` must stop: the start of a registered
+        value's start piece that an end piece after `cut` could complete (a masked display
+        across a line break, see MIN_PAIR)."""
+        return self._matcher.pair_hold(text, cut) if self._matcher is not None else cut
+
     def redact_end(self, text: str) -> str:
         """`redact(text)` for text that ends a stream: an output cut at its cap (or a program
         ending mid-write) may end with the start of a registered secret, which no longer
@@ -632,7 +874,10 @@ class Redactor:
             at += f.start - pos
             mark = f"[REDACTED:{f.kind}]"
             parts.append(mark)
-            holes.append(Hole(at, f.kind, digest(_utf8(text[f.start:f.end]))))
+            piece = text[f.start:f.end]
+            whole = f.kind != REGISTERED or self._matcher is None or \
+                piece in self._matcher.form_set
+            holes.append(Hole(at, f.kind, digest(_utf8(piece)), None if whole else len(piece)))
             at += len(mark)
             pos = f.end
         parts.append(text[pos:])
@@ -692,7 +937,9 @@ def refill(sealed: str, holes: Iterable[Hole], values: Iterable[str],
     for hole in holes:
         mark = f"[REDACTED:{hole.kind}]"
         value = by_hash.get(hole.digest)
-        if value is None and not with_parts:  # a start or end of one, shown alone
+        if value is None and hole.length is not None:  # a start or an end of one this long
+            value = _piece_of_length(values, hole.length, hole.digest, digest)
+        if value is None and not with_parts:  # an older record's piece: any length
             by_hash.update(_part_digests(values, digest))
             with_parts = True
             value = by_hash.get(hole.digest)
@@ -706,8 +953,20 @@ def refill(sealed: str, holes: Iterable[Hole], values: Iterable[str],
     return "".join(parts), missing
 
 
-# Parts of forms longer than this are not offered back to a record's holes: their digests
-# would cost quadratic time (a record holding such a part is replayed only with it given whole).
+def _piece_of_length(values: Iterable[str], length: int, want: str,
+                     digest: Callable[[bytes], str]) -> str | None:
+    """The start or end, `length` characters long, of a form of `values` whose `digest`
+    is `want`; None if none is."""
+    for form in {f for v in values for f in forms(v)}:
+        first, last = _LINE_BREAK.split(form, maxsplit=1)[0], _last_line(form)
+        for piece in (first[:length], last[len(last) - length:]):
+            if len(piece) == length and digest(_utf8(piece)) == want:
+                return piece
+    return None
+
+
+# For a record sealed before holes kept their length: parts of forms longer than this are not
+# offered back to its holes (their digests would cost quadratic time).
 _REFILL_PART_FORM_CHARS = 4096
 
 

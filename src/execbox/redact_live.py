@@ -17,6 +17,10 @@ back until it is known not to be the first part of one. What is held, and why it
   between writes), and a block is held at most `PEM_HOLD_CHARS`: past that it is shown as one
   placeholder and its further body lines are dropped up to the line that closes it (there the
   live text redacts more than the result does, which keeps the short lines of an unclosed block).
+* **A masked display across line breaks** (`redact.MIN_PAIR`: a value's start and end shown
+  together, with at most two line breaks between them): a line ending in a start piece and
+  marks is held, with the lines after it, until a line shows no end piece can follow (at most
+  `redact.MAX_GAP` characters of marks and two more line breaks).
 * **A registered value containing a line break** (or a form of one that keeps it, see
   `redact.forms`): the last ``len(value) - 1`` characters stay held, and no cut falls inside an
   occurrence. The escaped forms (repr, JSON, URL) have none: they are caught line by line.
@@ -171,7 +175,8 @@ class LiveRedactor:
             cut = _last_line_end(text, hi)
             if cut == 0:
                 return 0
-            limit = min(self._secret_limit(text, cut), self._block_limit(cut))
+            limit = min(self._secret_limit(text, cut), self._block_limit(cut),
+                        self._redactor.pair_hold(text, cut))
             if limit >= cut:
                 return cut
             hi = limit
