@@ -1,6 +1,6 @@
 """A handler for `execbox.testing.FakeSandbox` that answers the trivial programs the tests
 above the sandbox send (`print('x')`, `time.sleep(0.5)`, `open('a', 'w').write('b')`) from
-their literal statements, without running anything. Any other statement fails the test: a
+their literal statements (imports, prints, sleeps, writes, `name = literal`), running nothing. Any other statement fails the test: a
 test that needs code to really run belongs with the real sandbox."""
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ def literal_handler(run: FakeRun) -> FakeResult:
     files: dict[str, bytes] = {}
     for node in tree.body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        if isinstance(node, ast.Assign):  # a literal bound to a name: nothing to show
+            ast.literal_eval(node.value)
             continue
         call = node.value if isinstance(node, ast.Expr) else None
         if not isinstance(call, ast.Call):
