@@ -24,6 +24,7 @@ from typing import Any
 
 from .backend import RunSpec, SessionBackend
 from .contract import ErrorInfo, Limits, Output, Status
+from .errors import UsageError
 from .sandbox.host.channel import SessionEnded
 from .sandbox.host.errors import HostError
 from .sandbox.host.pump import OutputCallback, RawRun
@@ -107,7 +108,7 @@ class FakeSandbox:
 
     def start(self, tenant: str | None) -> None:
         if self.closed:
-            raise HostError("the fake sandbox is closed")
+            raise UsageError("the fake sandbox is closed")
 
     def run(self, spec: RunSpec) -> RawRun:
         return self.answer(spec, {})
