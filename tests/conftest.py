@@ -57,6 +57,18 @@ def executor() -> Iterator[execbox.Executor]:
         yield ex
 
 
+@pytest.fixture(scope="session")
+def fake_executor() -> Iterator[execbox.Executor]:
+    """An Executor over `FakeSandbox` (see tests/fakes.py), with the result cache off: for
+    tests of what lies above the sandbox (faces, routing, auth, quotas). No root, no image."""
+    from fakes import literal_handler
+
+    from execbox.testing import FakeSandbox
+
+    with execbox.Executor(backend=FakeSandbox(literal_handler), cache=False) as ex:
+        yield ex
+
+
 @pytest.fixture()
 def poisoned_records(executor: execbox.Executor) -> Iterator[Callable[[], None]]:
     """For one test, the record of a run whose code says 'poisoned' cannot be written: a

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -14,14 +15,28 @@ from execbox.server import Settings, create_app
 from execbox.server.background import serving
 
 
-@pytest.fixture(scope="module")
-def server(executor: execbox.Executor) -> Iterator[tuple[str, str, str]]:
+@contextmanager
+def _server_over(executor: execbox.Executor, name: str) -> Iterator[tuple[str, str, str]]:
+    """A real server over `executor`: (url, a key, a key allowed one run a minute)."""
     app = create_app(executor, Settings())
     keys = app.state.execbox.keys
-    key = keys.create("client-tests", max_sessions=8)
-    limited = keys.create("client-tests-limited", rpm=1)
+    key = keys.create(name, max_sessions=8)
+    limited = keys.create(f"{name}-limited", rpm=1)
     with serving(app) as url:
         yield url, key, limited
+
+
+@pytest.fixture(scope="module")
+def server(executor: execbox.Executor) -> Iterator[tuple[str, str, str]]:
+    with _server_over(executor, "client-tests") as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def fake_server(fake_executor: execbox.Executor) -> Iterator[tuple[str, str, str]]:
+    """For claims about the client and the server alone: the fake sandbox runs the code."""
+    with _server_over(fake_executor, "client-fake-tests") as served:
+        yield served
 
 
 @pytest.fixture(params=["local", "remote"])
@@ -111,8 +126,8 @@ def test_async_client_matches_the_sync_one(server: tuple[str, str, str]) -> None
     assert cell.outputs[-1].data == "10"
 
 
-def test_client_fetches_its_own_run_records(server: tuple[str, str, str]) -> None:
-    url, key, _ = server
+def test_client_fetches_its_own_run_records(fake_server: tuple[str, str, str]) -> None:
+    url, key, _ = fake_server
     with execbox.Client(url, key) as client:
         run = client.run("print('recorded')")
         record = client.get(run.run_id)
@@ -121,8 +136,8 @@ def test_client_fetches_its_own_run_records(server: tuple[str, str, str]) -> Non
             client.get("f" * 32)
 
 
-def test_client_errors_map_to_execbox_exceptions(server: tuple[str, str, str]) -> None:
-    url, _, limited = server
+def test_client_errors_map_to_execbox_exceptions(fake_server: tuple[str, str, str]) -> None:
+    url, _, limited = fake_server
     with execbox.Client(url, limited) as client:
         assert client.run("print(1)").ok
         with pytest.raises(execbox.Overloaded, match="rate_limited.*retry after"):

@@ -14,7 +14,7 @@ import os
 import sys
 import threading
 import uuid
-from collections.abc import AsyncIterator, Callable, Generator, Iterable, Mapping
+from collections.abc import AsyncIterator, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -25,11 +25,17 @@ from pydantic import ValidationError
 from . import atrest
 from . import policy as policy_mod
 from .admission import Admission, concurrently
+from .backend import (
+    BACKSTOP_GRACE_S,
+    LocalBackend,
+    RunSpec,
+    SandboxBackend,
+    sandbox_spec,
+)
 from .budget import Budget, Reservation
 from .cache import DEFAULT_TTL_S, cache_key, cacheable
 from .cancel import Cancel as Cancel  # re-exported: execbox.Cancel
 from .contract import (
-    MIB,
     ErrorInfo,
     Limits,
     RunRequest,
@@ -37,21 +43,19 @@ from .contract import (
     Status,
     StreamEvent,
 )
-from .errors import Overloaded, SandboxError, SandboxUnavailable, UsageError
+from .errors import Overloaded, SandboxError, UsageError
 from .hosts import (
     DEFAULT_ROTATE_AFTER_RUNS,
     DEFAULT_ROTATE_AFTER_S,
     DEFAULT_TENANT_IDLE_S,
     Hosts,
 )
-from .image import LIGHT_PRELOAD, Image
+from .image import Image
 from .records import PolicyInfo, RunStore
 from .redact import Redactor, checked_secrets
 from .results import ReplayReport, not_started, result_of, undecodable, with_kept_data
-from .sandbox.host import capabilities
-from .sandbox.host.channel import SessionChannel
-from .sandbox.host.errors import HostError, RunNotStarted
-from .sandbox.host.pump import OutputCallback, RawRun
+from .sandbox.host.errors import HostError
+from .sandbox.host.pump import OutputCallback
 from .sandbox.host.zygotes import ZygoteProcess
 from .scrub import LiveOutput, live_output, redact_result
 from .sessions import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_MAX_LIFETIME_S, Reaper, Session
@@ -59,12 +63,6 @@ from .sessions import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_MAX_LIFETIME_S, Reaper, Se
 log = logging.getLogger(__name__)
 
 FileSource = bytes | str | os.PathLike[str]
-BACKSTOP_GRACE_S = 15.0  # the supervisor enforces limits; this only catches a stuck supervisor
-SLOT_WAIT_S = 30.0  # how long a run waits for a staged slot before it is a sandbox_error
-# How many staged programs a request may find gone before its code (killed from outside: the
-# machine's OOM killer, an operator) before it is a sandbox_error; none of them ran any of it.
-NOT_STARTED_TRIES = 3
-T = TypeVar("T")
 A = TypeVar("A")
 
 
@@ -118,7 +116,8 @@ class Executor:
                  rotate_after_runs: int | None = DEFAULT_ROTATE_AFTER_RUNS,
                  rotate_after_s: float | None = DEFAULT_ROTATE_AFTER_S,
                  zygotes_per_tenant: bool = False,
-                 tenant_idle_s: float = DEFAULT_TENANT_IDLE_S) -> None:
+                 tenant_idle_s: float = DEFAULT_TENANT_IDLE_S,
+                 backend: SandboxBackend | None = None) -> None:
         """`profiles`: a TOML file or loaded profiles (default: the shipped ones, or the file in
         EXECBOX_PROFILES). `records`: a RunStore or database URL (default: SQLite under the
         data directory). `cache`: whether runs use the result cache unless a call says
@@ -134,7 +133,9 @@ class Executor:
         `rotate_after_s` seconds from its start once it has served one, whichever comes
         first (0 or None: never); runs and sessions in flight keep their host. `zygotes_per_tenant`: each `tenant=` of `run` and `session`
         gets a host of its own (None: the shared one), started at its first run and closed
-        after `tenant_idle_s` seconds unused. A bad value of any of these is a UsageError."""
+        after `tenant_idle_s` seconds unused. A bad value of any of these is a UsageError.
+        `backend`: where code runs (default: this host's sandbox, which needs root and the
+        runtime image; `execbox.testing.FakeSandbox` in tests of code above the sandbox)."""
         for name, value, least in (("max_concurrency", max_concurrency, 1),
                                    ("pool_size", pool_size, 1)):
             if value is not None:
@@ -164,56 +165,45 @@ class Executor:
         self.cache_enabled = cache
         self.cache_ttl_s = cache_ttl_s
         self._redactor = Redactor(secrets)
-        if os.geteuid() != 0:
-            raise SandboxUnavailable(
-                "the default isolation tier needs root (namespaces, mounts, cgroups); "
-                "run as root, and see `execbox doctor`"
-            )
-        unprivileged = capabilities.unavailable_reason()
-        if unprivileged:  # else the first run fails on a bare EPERM deep in the set-up
-            raise SandboxUnavailable(f"{unprivileged}; see `execbox doctor`")
-        self.image = image or Image.load()
+        if backend is not None and image is not None:
+            raise UsageError("give an image or a backend, not both (a backend has its own)")
         self.max_concurrency = max_concurrency or 4 * (os.cpu_count() or 1)
         self.pool_size = max(1, pool_size or min(self.max_concurrency, 2 * (os.cpu_count() or 1)))
+        self._backend = backend or LocalBackend(
+            image=image, pool_size=self.pool_size, rotate_after_runs=rotate_after_runs,
+            rotate_after_s=rotate_after_s, per_tenant=zygotes_per_tenant,
+            tenant_idle_s=tenant_idle_s)
+        self.image = self._backend.image if isinstance(self._backend, LocalBackend) else None
+        self.image_digest = self._backend.digest
         self._admission = Admission(self.max_concurrency, max_queue, queue_timeout_s)
         self._lock = threading.Lock()
         self._closed = False
-        self._hosts = Hosts(self._start_host, rotate_after_runs=rotate_after_runs,
-                            rotate_after_s=rotate_after_s, per_tenant=zygotes_per_tenant,
-                            tenant_idle_s=tenant_idle_s)
-        try:
-            # A host per tenant starts at the tenant's first run; the shared one starts now,
-            # so that a host that cannot sandbox says so here.
-            info = {} if zygotes_per_tenant else self._hosts.get(None).info
-        except BaseException:
-            self._hosts.close()
-            raise
+        info = self._backend.info()
         self.max_sessions = max_sessions
         self._sessions: dict[str, Session] = {}
         self._reaper = Reaper(self)
         log.info("execbox executor ready: image %s, cgroup v%s, concurrency %d, zygote %s ms, "
                  "hosts %s, replaced after %s runs or %s s",
-                 self.image.digest, info.get("cgroup_version", "?"), self.max_concurrency,
+                 self.image_digest, info.get("cgroup_version", "?"), self.max_concurrency,
                  info.get("startup_ms", "?"), "per tenant" if zygotes_per_tenant else "shared",
                  rotate_after_runs or "no", rotate_after_s or "no")
 
-    def _start_host(self) -> ZygoteProcess:
-        try:
-            return ZygoteProcess(self.image.python, self.image.zygote_env(), self.image.ro_paths,
-                                 self.image.libexec, list(self.image.preload), list(LIGHT_PRELOAD),
-                                 pool_size=self.pool_size)
-        except HostError as exc:
-            raise SandboxUnavailable(f"{exc}; see `execbox doctor`") from exc
-
-    def _live_host(self, tenant: str | None = None) -> ZygoteProcess:
-        if self._closed:
-            raise UsageError("this Executor is closed")
-        return self._hosts.get(tenant)
+    @property
+    def _hosts(self) -> Hosts:
+        """The local backend's hosts (tests of the real sandbox look at them)."""
+        if not isinstance(self._backend, LocalBackend):
+            raise UsageError("this Executor's backend has no local sandbox hosts")
+        return self._backend.hosts
 
     @property
     def _host(self) -> ZygoteProcess:
         """The shared host serving now (started if need be)."""
-        return self._live_host()
+        self._check_open()
+        return self._hosts.get(None)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise UsageError("this Executor is closed")
 
     def run(self, code: str | bytes, *, language: str = "python", stdin: bytes | str | None = None,
             files: Mapping[str, FileSource] | None = None,
@@ -293,7 +283,7 @@ class Executor:
             return self._record(call, reservation)
         use_cache = (self.cache_enabled if options.cache is None else options.cache) \
             and origin.session is None
-        key = (cache_key(call.request, self.image.digest, options.cache_scope, self.store.key,
+        key = (cache_key(call.request, self.image_digest, options.cache_scope, self.store.key,
                          call.redactor.secrets) if use_cache else None)
         with live_output(call.redactor, on_stdout, on_stderr) as live:
             hit = self._cached(call, key, live) if key is not None else None
@@ -333,7 +323,7 @@ class Executor:
         base = RunResult(
             run_id=run_id, status=Status.sandbox_error, limits=request.limits,
             code_sha256=atrest.code_sha256(request.code, redactor),
-            image_digest=self.image.digest, session_id=session_id,
+            image_digest=self.image_digest, session_id=session_id,
         )
         return _Call(request, origin, verdict, info, redactor, base, session_id)
 
@@ -393,9 +383,7 @@ class Executor:
         if call.origin.session is not None:
             return call.origin.session.execute(call.request, call.base, on_stdout, on_stderr,
                                                BACKSTOP_GRACE_S)
-        result = self._sandbox_run(call.request, call.base, on_stdout, on_stderr,
-                                   program_kind(call.verdict.imports), options.cancel,
-                                   options.spool_dir, options.tenant)
+        result = self._sandbox_run(call, options, on_stdout, on_stderr)
         if options.spool_dir is not None:
             result = with_kept_data(result, options.spool_dir, self.store.artifact_bytes_cap)
         return result
@@ -413,41 +401,29 @@ class Executor:
     def _all_artifacts_kept(self, result: RunResult) -> bool:
         return sum(a.size for a in result.artifacts) <= self.store.artifact_bytes_cap
 
-    def _sandbox_run(self, request: RunRequest, base: RunResult,
-                     on_stdout: OutputCallback | None,
-                     on_stderr: OutputCallback | None, kind: str,
-                     cancel: Cancel | None = None, spool_dir: str | None = None,
-                     tenant: str | None = None) -> RunResult:
-        limits = request.limits
-        # Started (or refused: closed) before the run waits its turn; the first attempt takes
-        # its slot there.
-        live = [self._live_host(tenant)]
-        spec = _spec(limits, request)
+    def _sandbox_run(self, call: _Call, options: _Options, on_stdout: OutputCallback | None,
+                     on_stderr: OutputCallback | None) -> RunResult:
+        request, base, cancel = call.request, call.base, options.cancel
+        self._check_open()
+        self._backend.start(options.tenant)  # started (or refused) before the run waits its turn
+        spec = RunSpec(run_id=base.run_id, code=request.code, limits=request.limits,
+                       kind=program_kind(call.verdict.imports), env=request.env,
+                       files=[(f.name, f.data) for f in request.files], stdin=request.stdin,
+                       tenant=options.tenant, on_stdout=on_stdout, on_stderr=on_stderr,
+                       cancel=cancel, spool_dir=options.spool_dir)
         if not self._admission.enter(cancel):  # cancelled while it waited for its turn
             return not_started(base)
         try:
             if cancel is not None and cancel.cancelled:
                 return not_started(base)
-
-            def attempt() -> RawRun:
-                host, slot = self._hosts.take(tenant, kind, SLOT_WAIT_S,
-                                              live.pop() if live else None)
-                return host.execute(
-                    slot, {"code": request.code, "run_id": base.run_id, "spec": spec},
-                    [(f.name, f.data) for f in request.files], request.stdin,
-                    limits.output_bytes, limits.timeout_s + BACKSTOP_GRACE_S,
-                    on_stdout, on_stderr, cancel, spool_dir,
-                )
-
-            try:
-                raw = _until_started(f"run {base.run_id}", attempt)
-            except HostError as exc:
-                message = str(exc)
-                if self._closed:  # what failed was the teardown under the run, not the run
-                    message = "the executor was closed while the run was in flight"
-                log.error("run %s: sandbox error: %s", base.run_id, exc)
-                return base.model_copy(update={"error": ErrorInfo(type="SandboxError",
-                                                                  message=message)})
+            raw = self._backend.run(spec)
+        except HostError as exc:
+            message = str(exc)
+            if self._closed:  # what failed was the teardown under the run, not the run
+                message = "the executor was closed while the run was in flight"
+            log.error("run %s: sandbox error: %s", base.run_id, exc)
+            return base.model_copy(update={"error": ErrorInfo(type="SandboxError",
+                                                              message=message)})
         finally:
             self._admission.leave()
         return result_of(base, raw)
@@ -475,7 +451,8 @@ class Executor:
             raise UsageError(f"the session was refused by policy profile {profile!r}: "
                              f"{verdict.message}")
         limits_ = verdict.limits
-        self._live_host(tenant)
+        self._check_open()
+        self._backend.start(tenant)
         with self._lock:
             if len(self._sessions) >= self.max_sessions:
                 raise Overloaded(f"{len(self._sessions)} sessions are open (max_sessions="
@@ -483,14 +460,10 @@ class Executor:
             session_id = new_run_id()
             self._sessions[session_id] = None  # type: ignore[assignment]  # the place is held
 
-        def start() -> SessionChannel:
-            channel = self._hosts.open_session(tenant, SLOT_WAIT_S)
-            channel.start(session_id, _spec(limits_, template),
-                          [(f.name, f.data) for f in template.files])
-            return channel
-
         try:
-            channel = _until_started(f"session {session_id}", start)
+            channel = self._backend.open_session(session_id, limits_, template.env,
+                                                 [(f.name, f.data) for f in template.files],
+                                                 tenant)
         except HostError as exc:
             self.forget_session(session_id)
             raise SandboxError(f"the session could not start: {exc}") from exc
@@ -611,7 +584,7 @@ class Executor:
             session.kill("was ended because the executor was closed", Status.sandbox_error)
             session.end("was ended because the executor was closed")
         with self._lock:
-            self._hosts.close()
+            self._backend.close()
             self.store.close()
 
     def __enter__(self) -> Executor:
@@ -695,34 +668,8 @@ _STDLIB = frozenset(sys.stdlib_module_names)
 
 
 def _spec(limits: Limits, request: RunRequest) -> dict[str, Any]:
-    """The sandbox's view of a run's limits, environment and inputs."""
-    return {
-        "timeout_s": limits.timeout_s,
-        "cpu_s": limits.effective_cpu_s,
-        "memory_bytes": limits.memory_mib * MIB,
-        "pids": limits.pids,
-        "disk_bytes": limits.disk_mib * MIB,
-        "output_bytes": limits.output_bytes,
-        "artifact_bytes": limits.artifact_bytes,
-        "artifact_files": limits.artifact_files,
-        "env": request.env,
-        "input_bytes": sum(len(f.data) for f in request.files),
-        "input_count": len(request.files),
-    }
-
-
-def _until_started(what: str, attempt: Callable[[], T]) -> T:
-    """`attempt()`, again while it finds its slot's program (or supervisor) gone before
-    anything started (RunNotStarted: nothing ran, another slot may take it), at most
-    NOT_STARTED_TRIES times in all; then a HostError."""
-    for n in range(1, NOT_STARTED_TRIES + 1):
-        try:
-            return attempt()
-        except RunNotStarted as exc:
-            log.warning("%s: %s (try %d of %d)", what, exc, n, NOT_STARTED_TRIES)
-            if n == NOT_STARTED_TRIES:
-                raise HostError(f"{exc}, {n} times") from exc
-    raise AssertionError("unreachable")
+    """The sandbox's view of a request (see `backend.sandbox_spec`)."""
+    return sandbox_spec(limits, request.env, [(f.name, f.data) for f in request.files])
 
 
 def run(code: str | bytes, *, language: str = "python", stdin: bytes | str | None = None,

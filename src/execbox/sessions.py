@@ -37,11 +37,12 @@ from .errors import SessionClosed, UsageError
 from .policy import CellContext
 from .redact import checked_secrets
 from .results import result_of
-from .sandbox.host.channel import SessionChannel, SessionEnded
+from .sandbox.host.channel import SessionEnded
 from .sandbox.host.errors import HostError
 from .sandbox.host.pump import OutputCallback
 
 if TYPE_CHECKING:
+    from .backend import SessionBackend
     from .budget import Budget
     from .executor import Executor
 
@@ -54,7 +55,7 @@ DEFAULT_MAX_LIFETIME_S = 3600.0
 class Session:
     """A sandboxed, stateful interpreter. Thread-safe: cells and file calls run one at a time."""
 
-    def __init__(self, executor: Executor, channel: SessionChannel, session_id: str, *,
+    def __init__(self, executor: Executor, channel: SessionBackend, session_id: str, *,
                  profile: str, limits: Limits, env: dict[str, str], idle_timeout_s: float,
                  max_lifetime_s: float, secrets: Iterable[str] = (),
                  input_bytes: int = 0) -> None:
@@ -207,7 +208,7 @@ class _InUse:
     def __init__(self, session: Session) -> None:
         self.s = session
 
-    def __enter__(self) -> SessionChannel:
+    def __enter__(self) -> SessionBackend:
         s = self.s
         s._lock.acquire()
         if s.end_reason is not None:

@@ -1,4 +1,5 @@
-"""A real uvicorn server on loopback over the real sandbox, shared by the server tests."""
+"""A real uvicorn server on loopback, shared by the server tests: over the real sandbox
+(`api`), or over the fake one (`fake_api`) for claims about the server alone."""
 
 from __future__ import annotations
 
@@ -48,12 +49,25 @@ def own_server(executor: execbox.Executor, **settings: object
         yield url, app.state.execbox
 
 
+@contextmanager
+def api_over(executor: execbox.Executor) -> Iterator[Api]:
+    """The shared server's settings over `executor`."""
+    app = create_app(executor, Settings(max_request_bytes=MAX_REQUEST_BYTES))
+    with serving(app) as url:
+        yield Api(url, app.state.execbox.keys, executor)
+
+
 @pytest.fixture(scope="session")
 def api(executor: execbox.Executor) -> Iterator[Api]:
-    app = create_app(executor, Settings(max_request_bytes=MAX_REQUEST_BYTES))
-    keys = app.state.execbox.keys
-    with serving(app) as url:
-        yield Api(url, keys, executor)
+    with api_over(executor) as api:
+        yield api
+
+
+@pytest.fixture(scope="session")
+def fake_api(fake_executor: execbox.Executor) -> Iterator[Api]:
+    """The same server over the fake sandbox: for claims about the server, not the sandbox."""
+    with api_over(fake_executor) as api:
+        yield api
 
 
 @pytest.fixture

@@ -9,13 +9,20 @@ from __future__ import annotations
 import gc
 import socket
 import time
+from collections.abc import Iterator
 
 import httpx
+import pytest
 from conftest import Api, own_server
 from probes import wait_until
 
 MIB = 1 << 20
 UNKNOWN = "0123456789abcdef0123456789abcdef"
+
+
+@pytest.fixture(scope="module")
+def api(fake_api: Api) -> Iterator[Api]:
+    yield fake_api  # the claims here are the server's: the fake sandbox runs the code
 
 
 def _connect(url: str, head: bytes = b"") -> socket.socket:

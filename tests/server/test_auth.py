@@ -1,10 +1,12 @@
-"""API keys, tenancy and quotas over a real server."""
+"""API keys, tenancy and quotas over a real server. What they protect is the server's, so the
+sandbox under it is the fake one (no root, no image)."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 import threading
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -13,6 +15,11 @@ from click.testing import CliRunner
 from conftest import Api
 
 from execbox.cli import main
+
+
+@pytest.fixture(scope="module")
+def api(fake_api: Api) -> Iterator[Api]:
+    yield fake_api  # alice, bob and every test here use it
 
 
 def _code(response: httpx.Response) -> str:

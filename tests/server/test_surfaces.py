@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -19,6 +20,11 @@ from execbox.server.auth import ADMIN, TENANT, KeyStore
 from execbox.server.background import serving
 
 DOCUMENTS = ("/docs", "/redoc", "/openapi.json")
+
+
+@pytest.fixture(scope="module")
+def api(fake_api: Api) -> Iterator[Api]:
+    yield fake_api  # the claims here are the server's: the fake sandbox runs the code
 
 
 def _code(response: httpx.Response) -> str:

@@ -1,0 +1,218 @@
+"""The seam between the pipeline and the sandbox: what the executor asks a sandbox to do.
+
+`SandboxBackend` is the interface; `LocalBackend` is the real one (this host's zygotes, run
+slots and sessions, see `sandbox/host/`); `execbox.testing.FakeSandbox` answers from a test's
+function. A backend turns a `RunSpec` into a `RawRun` and opens session channels; everything
+around that (policy, budget, cache, redaction, records, admission) is the executor's, so it is
+the same whichever backend runs the code.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from .cancel import Cancel
+from .contract import MIB, Limits
+from .errors import SandboxUnavailable
+from .hosts import Hosts
+from .image import LIGHT_PRELOAD, Image
+from .sandbox.host import capabilities
+from .sandbox.host.errors import HostError, RunNotStarted
+from .sandbox.host.pump import OutputCallback, RawRun
+from .sandbox.host.zygotes import ZygoteProcess
+
+log = logging.getLogger(__name__)
+
+BACKSTOP_GRACE_S = 15.0  # the supervisor enforces limits; this only catches a stuck supervisor
+SLOT_WAIT_S = 30.0  # how long a run waits for a staged slot before it is a sandbox_error
+# How many staged programs a request may find gone before its code (killed from outside: the
+# machine's OOM killer, an operator) before it is a sandbox_error; none of them ran any of it.
+NOT_STARTED_TRIES = 3
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run as the sandbox sees it: the request under the limits the policy and budget
+    granted, and how its output and end reach the caller."""
+
+    run_id: str
+    code: str
+    limits: Limits
+    kind: str = "light"  # the slot kind (`routing.program_kind`)
+    env: Mapping[str, str] | None = None
+    files: Sequence[tuple[str, bytes]] = ()  # (name, bytes) of each input file
+    stdin: bytes = b""
+    tenant: str | None = None
+    on_stdout: OutputCallback | None = None
+    on_stderr: OutputCallback | None = None
+    cancel: Cancel | None = None
+    # With it, each artifact's bytes go to `<spool_dir>/<index>` and its RawRun data is None.
+    spool_dir: str | None = None
+
+
+class SessionBackend(Protocol):
+    """A session's interpreter in a sandbox. Calls never overlap (the `Session` holds a lock);
+    `kill` may come from any thread. A call on an interpreter that is gone raises
+    `SessionEnded`; a failure of the sandbox itself raises `HostError`."""
+
+    def cell(self, code: str, timeout_s: float, cpu_s: float, output_bytes: int,
+             backstop_s: float, on_stdout: OutputCallback | None = None,
+             on_stderr: OutputCallback | None = None) -> RawRun:
+        """Run one cell; the RawRun's meta carries `outputs`, and `ended` when the session
+        ended with it."""
+        ...
+
+    def file_op(self, op: str, path: str = "", data: bytes | None = None
+                ) -> tuple[dict[str, Any], bytes]:
+        """One files API call (`write`, `read`, `list`, `remove`): (answer, bytes read)."""
+        ...
+
+    def kill(self) -> None:
+        """End the session now, even mid-cell (the running cell returns)."""
+        ...
+
+    def close(self) -> None:
+        """End the session; nothing of it runs when this returns."""
+        ...
+
+
+class SandboxBackend(Protocol):
+    """Where the executor's runs and sessions run."""
+
+    @property
+    def digest(self) -> str:
+        """What results and the cache key name as the environment the code ran in."""
+        ...
+
+    def info(self) -> dict[str, Any]:
+        """Facts for the executor's start-up log line (may be empty)."""
+        ...
+
+    def start(self, tenant: str | None) -> None:
+        """Have `tenant`'s sandbox ready (started here if need be): SandboxUnavailable when
+        it cannot be; called before a run waits for its turn."""
+        ...
+
+    def run(self, spec: RunSpec) -> RawRun:
+        """Run `spec` to its end. What the code did is in the RawRun; a failure of the sandbox
+        itself raises HostError."""
+        ...
+
+    def open_session(self, session_id: str, limits: Limits, env: Mapping[str, str],
+                     files: Sequence[tuple[str, bytes]], tenant: str | None) -> SessionBackend:
+        """A session's interpreter, ready for its first cell; HostError when it cannot start."""
+        ...
+
+    def close(self) -> None:
+        """Stop everything the backend started."""
+        ...
+
+
+class LocalBackend:
+    """The sandbox on this host: zygote processes (one set shared, or one per tenant, replaced
+    on a schedule, see `hosts`), their staged slots, sessions turned from slots."""
+
+    def __init__(self, *, image: Image | None, pool_size: int, rotate_after_runs: int | None,
+                 rotate_after_s: float | None, per_tenant: bool,
+                 tenant_idle_s: float | None) -> None:
+        if os.geteuid() != 0:
+            raise SandboxUnavailable(
+                "the default isolation tier needs root (namespaces, mounts, cgroups); "
+                "run as root, and see `execbox doctor`"
+            )
+        unprivileged = capabilities.unavailable_reason()
+        if unprivileged:  # else the first run fails on a bare EPERM deep in the set-up
+            raise SandboxUnavailable(f"{unprivileged}; see `execbox doctor`")
+        self.image = image or Image.load()
+        self.pool_size = pool_size
+        self.hosts = Hosts(self._start_host, rotate_after_runs=rotate_after_runs,
+                           rotate_after_s=rotate_after_s, per_tenant=per_tenant,
+                           tenant_idle_s=tenant_idle_s)
+        try:
+            # A host per tenant starts at the tenant's first run; the shared one starts now,
+            # so that a host that cannot sandbox says so here.
+            self._info = {} if per_tenant else dict(self.hosts.get(None).info)
+        except BaseException:
+            self.hosts.close()
+            raise
+
+    @property
+    def digest(self) -> str:
+        return self.image.digest
+
+    def info(self) -> dict[str, Any]:
+        return self._info
+
+    def _start_host(self) -> ZygoteProcess:
+        try:
+            return ZygoteProcess(self.image.python, self.image.zygote_env(), self.image.ro_paths,
+                                 self.image.libexec, list(self.image.preload), list(LIGHT_PRELOAD),
+                                 pool_size=self.pool_size)
+        except HostError as exc:
+            raise SandboxUnavailable(f"{exc}; see `execbox doctor`") from exc
+
+    def start(self, tenant: str | None) -> None:
+        self.hosts.get(tenant)
+
+    def run(self, spec: RunSpec) -> RawRun:
+        request = {"code": spec.code, "run_id": spec.run_id,
+                   "spec": sandbox_spec(spec.limits, spec.env or {}, spec.files)}
+        files = list(spec.files)
+        limits = spec.limits
+
+        def attempt() -> RawRun:
+            host, slot = self.hosts.take(spec.tenant, spec.kind, SLOT_WAIT_S)
+            return host.execute(slot, request, files, spec.stdin, limits.output_bytes,
+                                limits.timeout_s + BACKSTOP_GRACE_S, spec.on_stdout,
+                                spec.on_stderr, spec.cancel, spec.spool_dir)
+
+        return until_started(f"run {spec.run_id}", attempt)
+
+    def open_session(self, session_id: str, limits: Limits, env: Mapping[str, str],
+                     files: Sequence[tuple[str, bytes]], tenant: str | None) -> SessionBackend:
+        def attempt() -> SessionBackend:
+            channel = self.hosts.open_session(tenant, SLOT_WAIT_S)
+            channel.start(session_id, sandbox_spec(limits, env, files), list(files))
+            return channel
+
+        return until_started(f"session {session_id}", attempt)
+
+    def close(self) -> None:
+        self.hosts.close()
+
+
+def sandbox_spec(limits: Limits, env: Mapping[str, str],
+                 files: Sequence[tuple[str, bytes]]) -> dict[str, Any]:
+    """The sandbox's view of a run's limits, environment and inputs."""
+    return {
+        "timeout_s": limits.timeout_s,
+        "cpu_s": limits.effective_cpu_s,
+        "memory_bytes": limits.memory_mib * MIB,
+        "pids": limits.pids,
+        "disk_bytes": limits.disk_mib * MIB,
+        "output_bytes": limits.output_bytes,
+        "artifact_bytes": limits.artifact_bytes,
+        "artifact_files": limits.artifact_files,
+        "env": dict(env),
+        "input_bytes": sum(len(data) for _, data in files),
+        "input_count": len(files),
+    }
+
+
+def until_started(what: str, attempt: Callable[[], T]) -> T:
+    """`attempt()`, again while it finds its slot's program (or supervisor) gone before
+    anything started (RunNotStarted: nothing ran, another slot may take it), at most
+    NOT_STARTED_TRIES times in all; then a HostError."""
+    for n in range(1, NOT_STARTED_TRIES + 1):
+        try:
+            return attempt()
+        except RunNotStarted as exc:
+            log.warning("%s: %s (try %d of %d)", what, exc, n, NOT_STARTED_TRIES)
+            if n == NOT_STARTED_TRIES:
+                raise HostError(f"{exc}, {n} times") from exc
+    raise AssertionError("unreachable")

@@ -1,0 +1,241 @@
+"""A fake sandbox for tests of code that uses execbox, as httpx ships `MockTransport`.
+
+    from execbox.testing import FakeResult, FakeSandbox
+
+    def handler(run):                       # run: FakeRun (run.spec is the RunSpec)
+        return FakeResult(stdout="42\\n") if "6 * 7" in run.code else FakeResult(exit_code=1)
+
+    with execbox.Executor(backend=FakeSandbox(handler)) as ex:
+        ex.run("print(6 * 7)").stdout       # '42\\n'
+
+Everything above the sandbox is real: policy, budgets, the cache, redaction, records, sessions'
+bookkeeping, admission. Nothing runs the code, so it needs neither root nor the runtime image,
+and it proves nothing about isolation: that is what the real sandbox's own tests are for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .backend import RunSpec, SessionBackend
+from .contract import ErrorInfo, Limits, Output, Status
+from .errors import UsageError
+from .sandbox.host.channel import SessionEnded
+from .sandbox.host.errors import HostError
+from .sandbox.host.pump import OutputCallback, RawRun
+from .sandbox.inside.artifacts import guess_mime
+
+__all__ = ["FakeResult", "FakeRun", "FakeSandbox", "Handler", "RunSpec"]
+
+
+@dataclass(frozen=True)
+class FakeResult:
+    """What a handler says the code did. `status` defaults to ok for exit code 0, else error;
+    output past the run's `output_bytes` is cut and the result is `output_limit`, as in the
+    real sandbox. `artifacts` (path: bytes) are the files the code left in /workspace; a
+    session cell's go into the session's workspace. `outputs` are a cell's rich outputs;
+    `ended` says a cell ended its session's interpreter. `sandbox_error` makes the sandbox
+    itself fail (the run's status is sandbox_error, a session ends)."""
+
+    stdout: str | bytes = ""
+    stderr: str | bytes = ""
+    exit_code: int | None = 0
+    status: Status | str | None = None
+    error: ErrorInfo | None = None
+    signal: str | None = None
+    artifacts: Mapping[str, bytes] = field(default_factory=dict)
+    outputs: Sequence[Output] = ()
+    wall_ms: float = 1.0
+    ended: bool = False
+    sandbox_error: str | None = None
+
+
+class FakeRun:
+    """What a handler is asked: `spec` (for a cell: kind "cell", run_id the session's id,
+    files empty). Output written with `write` streams to the caller at once, as a program's
+    prints do, and comes before the FakeResult's own in the result."""
+
+    def __init__(self, spec: RunSpec, killed: threading.Event) -> None:
+        self.spec = spec
+        self.code = spec.code
+        self.stdout = bytearray()
+        self.stderr = bytearray()
+        self._killed = killed
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the caller cancelled the run (a long handler may stop early)."""
+        return self._killed.is_set()
+
+    def write(self, data: str | bytes, *, stderr: bool = False) -> None:
+        chunk = _bytes(data)
+        buffer, callback = ((self.stderr, self.spec.on_stderr) if stderr
+                            else (self.stdout, self.spec.on_stdout))
+        room = self.spec.limits.output_bytes - len(buffer)
+        if callback is not None and room > 0 and chunk:
+            callback(chunk[:room])
+        buffer += chunk
+
+
+# A handler returns what the run did; a plain string is its stdout.
+Handler = Callable[[FakeRun], FakeResult | str]
+
+
+class FakeSandbox:
+    """A `SandboxBackend` that answers every run and cell with `handler` (default: nothing
+    printed, exit code 0). `runs` lists what it was asked, in order, cells included;
+    `sessions` the sessions it opened, by id, with their in-memory workspaces."""
+
+    def __init__(self, handler: Handler | None = None, *, digest: str = "fake") -> None:
+        self.handler = handler or (lambda run: FakeResult())
+        self._digest = digest
+        self._lock = threading.Lock()
+        self.runs: list[RunSpec] = []
+        self.sessions: dict[str, FakeSession] = {}
+        self.closed = False
+
+    @property
+    def digest(self) -> str:
+        return self._digest
+
+    def info(self) -> dict[str, Any]:
+        return {}
+
+    def start(self, tenant: str | None) -> None:
+        if self.closed:
+            raise UsageError("the fake sandbox is closed")
+
+    def run(self, spec: RunSpec) -> RawRun:
+        return self.answer(spec, {})
+
+    def answer(self, spec: RunSpec, workspace: dict[str, bytes]) -> RawRun:
+        """The handler's answer to `spec` as the sandbox reports it (callbacks fed, caps
+        applied, a cancel honoured, artifacts spooled when asked)."""
+        with self._lock:
+            self.runs.append(spec)
+        killed = threading.Event()
+        if spec.cancel is not None:
+            spec.cancel.attach(killed.set)
+        run = FakeRun(spec, killed)
+        try:
+            got = self.handler(run)
+        finally:
+            if spec.cancel is not None:
+                spec.cancel.detach()
+        fake = FakeResult(stdout=got) if isinstance(got, str) else got
+        if fake.sandbox_error is not None:
+            raise HostError(fake.sandbox_error)
+        if killed.is_set():
+            fake = replace(fake, status=Status.error, exit_code=None,
+                           error=ErrorInfo(type="Cancelled",
+                                           message="the run was cancelled by its caller"))
+        cap = spec.limits.output_bytes
+        run.write(fake.stdout)
+        run.write(fake.stderr, stderr=True)
+        stdout, stderr = bytes(run.stdout), bytes(run.stderr)
+        workspace.update(fake.artifacts)
+        arts = [] if spec.kind == "cell" else list(fake.artifacts.items())
+        data: list[bytes | None] = [blob for _, blob in arts]
+        if spec.spool_dir is not None:
+            for index, (_, blob) in enumerate(arts):
+                fd = os.open(os.path.join(spec.spool_dir, str(index)),
+                             os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(blob)
+            data = [None] * len(arts)
+        status = fake.status or (Status.ok if fake.exit_code == 0 else Status.error)
+        meta: dict[str, Any] = {
+            "status": Status(status).value, "exit_code": fake.exit_code, "signal": fake.signal,
+            "error": fake.error.model_dump() if fake.error else None,
+            "artifacts": [_entry(path, blob) for path, blob in arts],
+            "metrics": {"wall_ms": fake.wall_ms, "cpu_ms": fake.wall_ms,
+                        "memory_peak_bytes": 0},
+            "outputs": [o.model_dump() for o in fake.outputs], "ended": fake.ended,
+        }
+        return RawRun(meta, data, stdout[:cap], stderr[:cap], len(stdout) > cap,
+                      len(stderr) > cap)
+
+    def open_session(self, session_id: str, limits: Limits, env: Mapping[str, str],
+                     files: Sequence[tuple[str, bytes]], tenant: str | None) -> SessionBackend:
+        session = FakeSession(self, session_id, limits, env, dict(files), tenant)
+        with self._lock:
+            self.sessions[session_id] = session
+        return session
+
+    def close(self) -> None:
+        self.closed = True
+        for session in list(self.sessions.values()):
+            session.close()
+
+
+class FakeSession:
+    """A fake session's interpreter: cells go to the handler, files to `workspace`."""
+
+    def __init__(self, sandbox: FakeSandbox, session_id: str, limits: Limits,
+                 env: Mapping[str, str], workspace: dict[str, bytes],
+                 tenant: str | None) -> None:
+        self.id = session_id
+        self.limits = limits
+        self.env = dict(env)
+        self.workspace = workspace
+        self.tenant = tenant
+        self.killed = False
+        self.closed = False
+        self._sandbox = sandbox
+
+    def cell(self, code: str, timeout_s: float, cpu_s: float, output_bytes: int,
+             backstop_s: float, on_stdout: OutputCallback | None = None,
+             on_stderr: OutputCallback | None = None) -> RawRun:
+        self._check()
+        limits = self.limits.model_copy(update={"timeout_s": timeout_s,
+                                                "output_bytes": output_bytes})
+        spec = RunSpec(run_id=self.id, code=code, limits=limits, kind="cell", env=self.env,
+                       tenant=self.tenant, on_stdout=on_stdout, on_stderr=on_stderr)
+        raw = self._sandbox.answer(spec, self.workspace)
+        if self.killed:  # killed while the cell ran
+            raise HostError("the session was killed")
+        if raw.meta["ended"]:
+            self.closed = True
+        return raw
+
+    def file_op(self, op: str, path: str = "", data: bytes | None = None
+                ) -> tuple[dict[str, Any], bytes]:
+        self._check()
+        if op == "write":
+            self.workspace[path] = data or b""
+        elif op == "list":
+            return {"ok": True, "entries": [_entry(p, self.workspace[p])
+                                            for p in sorted(self.workspace)]}, b""
+        elif path not in self.workspace:
+            return {"ok": False, "error": f"no file {path!r} in the workspace"}, b""
+        elif op == "read":
+            return {"ok": True}, self.workspace[path]
+        elif op == "remove":
+            del self.workspace[path]
+        else:
+            return {"ok": False, "error": f"unknown file operation {op!r}"}, b""
+        return {"ok": True}, b""
+
+    def kill(self) -> None:
+        self.killed = True
+
+    def close(self) -> None:
+        self.closed = True
+
+    def _check(self) -> None:
+        if self.killed or self.closed:
+            raise SessionEnded({"status": "error", "error": {"message": "the session has ended"}})
+
+
+def _bytes(text: str | bytes) -> bytes:
+    return text.encode() if isinstance(text, str) else text
+
+
+def _entry(path: str, blob: bytes) -> dict[str, Any]:
+    return {"path": path, "size": len(blob), "sha256": hashlib.sha256(blob).hexdigest(),
+            "mime_type": guess_mime(path, blob[:4096])}
