@@ -529,8 +529,13 @@ def _stage_in_fork(libexec: Path, tmp_path: Path, *, init: str | None = None,
                 # A second staging replaces the scratch mounts (one of each stays) and the
                 # network namespace; a third, after a run that did not use it, keeps it.
                 for _ in range(2):
+                    before = _open_fds()
                     again, error = stager.stage(first=False, warm=linux.WARM_NONE)
                     out["again_error"] = error
+                    if error is None:  # a slot stages again after every run: no leak there
+                        for name, _ in again._fields_[1:-1]:
+                            os.close(getattr(again, name))
+                    out.setdefault("leaked_again", []).extend(sorted(_open_fds() - before))
                     out["fresh_net"].append(again.fresh_net)
                     out.setdefault("net", []).append(os.readlink("self/ns/net",
                                                                   dir_fd=host_proc))
@@ -588,6 +593,7 @@ def _check_staged(out: dict[str, Any], tmp_path: Path) -> None:
     assert out["modes"] == ["0o1777", "0o1777"], out
     assert out["procs"] == "0", out  # init joined the "cgroup"
     assert out["again_error"] is None, out
+    assert out["leaked_again"] == [], out  # each staging after a run closes what it opened
     assert sorted(out["mounts_again"]) == sorted(out["mounts"]), out
     assert out["left"] == [] and out["stacked"] == [], out  # fresh: nothing of the last run
     # Only the staging after a run that used the network made a new network namespace.
