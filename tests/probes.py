@@ -5,6 +5,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from execbox import Executor
+    from execbox.sandbox.host.zygotes import ZygoteProcess
+    from execbox.stats import HostStats
 
 
 def alive(pid: int) -> bool:
@@ -25,6 +31,25 @@ def wait_until(predicate: Callable[[], object], timeout_s: float, every_s: float
             return True
         time.sleep(every_s)
     return bool(predicate())
+
+
+def host_stats(ex: Executor, tenant: str | None = None) -> HostStats:
+    """`ex.stats().host`, which must be running."""
+    host = ex.stats(tenant).host
+    assert host is not None, "no sandbox host runs"
+    return host
+
+
+def wait_heavy(ex: Executor, timeout_s: float = 60.0) -> None:
+    """Wait until `ex`'s heavy zygote serves (it starts in the background)."""
+    assert wait_until(lambda: host_stats(ex).heavy_ready, timeout_s, every_s=0.02), \
+        "the heavy zygote did not start"
+
+
+def host_internals(ex: Executor) -> ZygoteProcess:
+    """The shared sandbox host itself, for the tests that must act on it (take a staged slot,
+    kill or wrap what it holds); tests that only read its state use `Executor.stats()`."""
+    return ex._host
 
 
 # A cell that leaves threads running in the session: they keep turning `p` into a link, a

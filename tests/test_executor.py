@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
 
 import pytest
+from probes import alive, host_internals, host_stats, wait_until
 
 import execbox
 from execbox import Executor, SandboxUnavailable, Status, UsageError
 from execbox.admission import concurrently
+from execbox.stats import HostStats
 
 
 def test_non_root_host_is_refused_before_anything_runs(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -62,7 +65,7 @@ def test_zygote_death_is_recovered_by_the_next_run(executor: Executor) -> None:
     import os
     import signal
 
-    host = executor._host  # once: the property names whichever host serves now
+    host = host_internals(executor)  # once: the property names whichever host serves now
     os.kill(host.pid, signal.SIGKILL)
     host._proc.wait()
     r = executor.run("print('again')")
@@ -76,7 +79,7 @@ def test_program_zygote_death_is_recovered_by_the_next_run(executor: Executor, k
     import os
     import signal
 
-    host = executor._host  # once: the property names whichever host serves now
+    host = host_internals(executor)  # once: the property names whichever host serves now
     os.kill(getattr(host, f"{kind}_pid"), signal.SIGKILL)
     host._starting[kind].proc.wait()
     r = executor.run(code)
@@ -95,7 +98,7 @@ def test_a_signal_to_a_program_zygote_never_reaches_its_later_programs(
     import signal
 
     assert executor.run(code).stdout == "again\n"  # control: this kind's zygote serves
-    proc = executor._host._starting[kind].proc
+    proc = host_internals(executor)._starting[kind].proc
     os.kill(proc.pid, signal.SIGINT)
     proc.wait(timeout=10)
     for _ in range(3):
@@ -354,7 +357,7 @@ def test_runs_beyond_the_pool_size_run_at_once_and_the_pool_shrinks_back() -> No
         ends = sorted(float(r.stdout) for r in results)
         # Run one after another on two slots, the third would end ~2 s after the others.
         assert ends[-1] - ends[0] < 1.5, (ends, took)
-        pool = ex._host.pool
+        pool = host_internals(ex).pool
         assert wait_until(lambda: len(pool._alive["light"]) == 2, 10), pool._alive
         assert ex.run("print(1)").stdout == "1\n"
 
@@ -365,7 +368,7 @@ def test_short_runs_queueing_for_slots_do_not_churn_the_pool() -> None:
     # at that instant, and started one whenever a taker had waited 50 ms, 54 times in one
     # evaluation of HumanEval's 164 problems.
     with Executor(cache=False, max_concurrency=8, pool_size=2) as ex:
-        host = ex._host
+        host = host_internals(ex)
         # The pool's thread starts its first slots after the executor is back: count only
         # what the map starts (a start counted before the map made this fail under load).
         deadline = time.monotonic() + 30
@@ -493,3 +496,33 @@ def test_undecodable_bytes_are_a_syntax_error_result_on_every_callback(
     assert record is not None and record.status == "error"
     cookie = executor.run(b"# coding: latin-1\nprint('\xe9' * 2)\n")
     assert cookie.ok and cookie.stdout == "éé\n"
+
+
+def test_stats_follow_the_pool_its_runs_and_sessions() -> None:
+    with Executor(cache=False, pool_size=1, rotate_after_runs=None) as ex:
+        assert wait_until(lambda: host_stats(ex).staged["light"] == 1, 30), ex.stats()
+        before = ex.stats()
+        host = before.host
+        assert host is not None and host.alive and before.pool_size == 1
+        assert before.sessions_open == 0 and before.replacements == 0
+        assert os.getppid() != host.zygote_pid and alive(host.zygote_pid)
+        assert all(name.startswith(host.slot_prefix) for name in host.idle_slots)
+        assert len(host.idle_slots) >= 1
+
+        seen: list[HostStats] = []
+        r = ex.run("print('x', flush=True)\nimport time\ntime.sleep(0.5)",
+                   on_stdout=lambda _: seen.append(host_stats(ex)))
+        assert r.ok and seen, r
+        assert seen[0].in_use == 1, seen[0]  # read while the run was in flight
+        assert host_stats(ex).taken == host.taken + 1
+        with ex.session():
+            assert ex.stats().sessions_open == 1
+            assert host_stats(ex).in_use == 1
+        assert ex.stats().sessions_open == 0
+        assert wait_until(lambda: host_stats(ex).in_use == 0, 10), ex.stats()
+
+
+def test_stats_of_a_tenant_whose_host_has_not_started_start_nothing() -> None:
+    with Executor(cache=False, zygotes_per_tenant=True) as ex:
+        assert ex.stats("a").host is None
+        assert ex.stats("a").host is None, "stats started a host"

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from probes import alive, wait_until
+from probes import alive, host_internals, host_stats, wait_until
 
 from execbox import Executor, RunResult, UsageError
 from execbox.sandbox.host.zygotes import ZygoteProcess
@@ -57,7 +57,7 @@ def replaced(ex: Executor, old: ZygoteProcess) -> ZygoteProcess:
 
 
 def test_a_replaced_host_gives_later_runs_a_new_memory_layout(rotating: Executor) -> None:
-    first = rotating._host
+    first = host_internals(rotating)
     before = [layout(rotating) for _ in range(2)]  # the second is the host's last
     assert before[0] == before[1], "control: runs of one zygote share its layout"
     second = replaced(rotating, first)
@@ -67,11 +67,13 @@ def test_a_replaced_host_gives_later_runs_a_new_memory_layout(rotating: Executor
     assert after.split()[2] != before[0].split()[2], "the same str hash secret"
     assert wait_until(lambda: host_gone(first), 30), "the retired host stayed"
     assert rotating._hosts.current() is second
+    assert rotating.stats().replacements == 1
+    assert host_stats(rotating).zygote_pid != first.pid
 
 
 def test_runs_and_sessions_in_flight_keep_their_host_across_a_replacement(
         rotating: Executor) -> None:
-    first = rotating._host
+    first = host_internals(rotating)
     session = rotating.session()
     assert session.run("x = 41").ok
     slow: list[RunResult] = []

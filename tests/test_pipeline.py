@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from probes import host_internals
 
 from execbox import Executor, Status, UsageError
 from execbox.budget import Budget
@@ -196,13 +197,13 @@ def test_a_run_after_a_refused_record_is_refused(executor: Executor,
     is logged, and raised by the first run to start after the failure, before its code runs,
     and only once. The others are kept."""
     executed: list[str] = []
-    execute = executor._host.execute
+    execute = host_internals(executor).execute
 
     def counted(slot: Any, request: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         executed.append(request["code"])
         return execute(slot, request, *args, **kwargs)
 
-    monkeypatch.setattr(executor._host, "execute", counted)
+    monkeypatch.setattr(host_internals(executor), "execute", counted)
     kept = executor.run("print('kept')")
     lost = executor.run("print('poisoned')")
     assert kept.ok and lost.ok and lost.stdout == "poisoned\n"  # the result still returns

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from probes import wait_until
+from probes import host_stats, wait_until
 
 from execbox import Executor, Limits, SessionClosed, Status, UsageError
 from execbox.errors import Overloaded
@@ -37,7 +37,7 @@ def last_text(result: object) -> str:
 
 def _session_cgroups(executor: Executor) -> set[str]:
     hier = Hierarchy.discover()
-    prefix = executor._host._prefix
+    prefix = host_stats(executor).slot_prefix
     return {name for parent in hier.parent_paths.values() for name in os.listdir(parent)
             if name.startswith(prefix) and os.path.isdir(os.path.join(parent, name))}
 
@@ -346,7 +346,7 @@ def test_idle_session_expires_and_frees_its_processes_and_cgroup(executor: Execu
     wait_until(lambda: not (_processes_with(f"sleep\0{marker}")
                              or _session_cgroups(executor) & mine), 5)
     assert not _processes_with(f"sleep\0{marker}"), "the session's process outlived it"
-    assert not (_session_cgroups(executor) & mine - executor._host.unused_slot_names()), \
+    assert not (_session_cgroups(executor) & mine - host_stats(executor).idle_slots), \
         "the session's cgroup outlived it"
 
 

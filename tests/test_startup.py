@@ -8,6 +8,7 @@ import os
 import signal
 
 import pytest
+from probes import host_internals, host_stats
 
 from execbox import Executor, SandboxError, Status
 from execbox.sandbox.host.errors import HostError
@@ -25,16 +26,16 @@ def test_heavy_work_right_after_start_waits_for_the_heavy_zygote() -> None:
         assert pandas.status is Status.ok and pandas.stdout == "3\n", pandas
         assert cell.status is Status.ok and cell.outputs, cell
         assert light.status is Status.ok and light.stdout == "1\n", light
-        ex._host.wait_heavy(0)  # ready by now, without failure
-        assert "numpy" in ex._host.info["preloaded"], ex._host.info
-        assert ex._host.info["warm_pages"]["heavy"] > 0, ex._host.info
+        assert host_stats(ex).heavy_ready  # ready by now, without failure
+        assert "numpy" in host_stats(ex).preloaded, host_stats(ex)
+        assert host_stats(ex).warm_pages["heavy"] > 0, host_stats(ex)
 
 
 def test_a_heavy_zygote_that_dies_while_starting_is_replaced_by_the_next_call() -> None:
     """A death like any other zygote's: its waiters get its error, and the next call starts a
     new host, where every kind of run works."""
     with Executor(cache=False) as ex:
-        host = ex._host
+        host = host_internals(ex)
         if host._heavy_done.is_set():  # pragma: no cover - the heavy zygote takes over a second
             pytest.skip("the heavy zygote was ready before it could be killed")
         os.kill(host.heavy_pid, signal.SIGKILL)
@@ -42,7 +43,7 @@ def test_a_heavy_zygote_that_dies_while_starting_is_replaced_by_the_next_call() 
             host.wait_heavy(30)
         r = ex.run("import pandas as pd\nprint(pd.Series([1, 2]).sum())")
         assert r.status is Status.ok and r.stdout == "3\n", r
-        assert ex._host is not host
+        assert host_internals(ex) is not host
         assert ex.run("print(1)").stdout == "1\n"
 
 
@@ -63,7 +64,7 @@ def test_a_heavy_zygote_that_reports_a_failed_start_fails_its_runs_for_good(
 
     monkeypatch.setattr(host_mod._Starting, "ready", heavy_fails)
     with Executor(cache=False) as ex:
-        host = ex._host
+        host = host_internals(ex)
         with pytest.raises(HostError, match=r"failed to start: numpy: broken \(test\)"):
             host.wait_heavy(60)
         light = ex.run("print(1)")
@@ -73,7 +74,7 @@ def test_a_heavy_zygote_that_reports_a_failed_start_fails_its_runs_for_good(
         assert "numpy: broken (test)" in r.error.message, r.error
         with pytest.raises(SandboxError, match=r"numpy: broken \(test\)"):
             ex.session()
-        assert ex._host is host, "the host was restarted"
+        assert host_internals(ex) is host, "the host was restarted"
         assert host._starting["heavy"].proc.poll() is not None, "the failed zygote still runs"
         assert host.pool.ready_count("heavy") == host.pool.ready_count("pandas") == 0
         assert ex.run("print(2)").stdout == "2\n"

@@ -59,6 +59,7 @@ from .sandbox.host.pump import OutputCallback
 from .sandbox.host.zygotes import ZygoteProcess
 from .scrub import LiveOutput, live_output, redact_result
 from .sessions import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_MAX_LIFETIME_S, Reaper, Session
+from .stats import ExecutorStats, executor_stats
 
 log = logging.getLogger(__name__)
 
@@ -204,6 +205,14 @@ class Executor:
     def _check_open(self) -> None:
         if self._closed:
             raise UsageError("this Executor is closed")
+
+    def stats(self, tenant: str | None = None) -> ExecutorStats:
+        """A snapshot of the sandbox host serving `tenant` (the shared one by default) and of
+        the executor; it starts nothing."""
+        with self._lock:
+            sessions_open = len(self._sessions)
+        return executor_stats(self._hosts, tenant, sessions_open=sessions_open,
+                              pool_size=self.pool_size)
 
     def run(self, code: str | bytes, *, language: str = "python", stdin: bytes | str | None = None,
             files: Mapping[str, FileSource] | None = None,

@@ -71,6 +71,7 @@ class Hosts:
         self._lock = threading.Lock()
         self._entries: dict[str | None, _Entry] = {}
         self._retired: list[ZygoteProcess] = []  # replaced, closing once drained
+        self.replacements = 0  # hosts replaced on schedule
         self._closed = False
         self._wake = threading.Event()
         self._keeper = threading.Thread(target=self._loop, name="execbox-hosts", daemon=True)
@@ -207,6 +208,7 @@ class Hosts:
                 entry.replacing = False
                 if old is not None:
                     self._retired.append(old)
+                    self.replacements += 1
         if not current:  # closed, idle or restarted meanwhile: the new one is not wanted
             entry.replacing = False
             new.close()

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from probes import alive, wait_until
+from probes import alive, host_internals, host_stats, wait_heavy, wait_until
 
 from execbox import Executor, Limits, RunResult, Status
 from execbox.sandbox.inside import jail
@@ -785,7 +785,7 @@ def test_kill_minus_one_only_kills_the_runs_own_processes(jailed: Executor) -> N
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
                for uid in SANDBOX_UIDS[:VICTIMS]]
     try:
-        zygote = jailed._host.pid
+        zygote = host_stats(jailed).zygote_pid
         out = run_ok(jailed, program("""
             import signal
             child = os.fork()
@@ -802,8 +802,8 @@ def test_kill_minus_one_only_kills_the_runs_own_processes(jailed: Executor) -> N
         del out["uid"]
         assert out == {"kill": "OK", "child_signal": signal.SIGKILL, "survived": True}
         assert all(v.poll() is None for v in victims), "a host process with a sandbox uid died"
-        assert os.path.exists(f"/proc/{zygote}") and jailed._host.alive(), "the zygote died"
-        assert jailed._host.pid == zygote
+        assert os.path.exists(f"/proc/{zygote}") and host_stats(jailed).alive, "the zygote died"
+        assert host_stats(jailed).zygote_pid == zygote
         after = jailed.run("print('next run')", limits=SMALL)
         assert after.status is Status.ok and after.stdout == "next run\n", describe(after)
     finally:
@@ -999,8 +999,9 @@ def test_500_runs_leave_no_cgroups_processes_mounts_or_descriptors(executor: Exe
 def _settled(executor: Executor, hier: Hierarchy, timeout_s: float = 10.0) -> bool:
     """Wait until the pool is full and quiet: every slot staged and waiting, nothing of a
     finished run still cleaning up, nothing being staged."""
-    zygote, prefix, pool = executor._host.pid, executor._host._prefix, executor.pool_size
-    heavy, light = executor._host.heavy_pid, executor._host.light_pid
+    host, pool = host_stats(executor), executor.pool_size
+    zygote, prefix = host.zygote_pid, host.slot_prefix
+    heavy, light = host.heavy_zygote_pid, host.light_zygote_pid
     deadline = time.monotonic() + timeout_s
     quiet = 0
     while time.monotonic() < deadline:
@@ -1009,7 +1010,7 @@ def _settled(executor: Executor, hier: Hierarchy, timeout_s: float = 10.0) -> bo
         inits = [pid for sup in supervisors for pid in _zygote_children(sup)]
         # pool_size slots of each kind (light, heavy, pandas), each with one init and one
         # staged program
-        full = (executor._host.pool.ready_count() == 3 * pool
+        full = (sum(host_stats(executor).staged.values()) == 3 * pool
                 and len(supervisors) == 3 * pool and len(names) == 3 * pool
                 and len(inits) == 3 * pool
                 and len(_zygote_children(heavy)) == 2 * pool
@@ -1027,13 +1028,14 @@ def _check_500_runs_leave_nothing(executor: Executor) -> None:
     # finished run is gone, its status pipe in the program zygote included. The slots are
     # reused: 500 runs on a handful of slots, each restaged between runs.
     hier = Hierarchy.discover()
-    zygote, prefix = executor._host.pid, executor._host._prefix
-    heavy, light = executor._host.heavy_pid, executor._host.light_pid
+    host = host_stats(executor)
+    zygote, prefix = host.zygote_pid, host.slot_prefix
+    heavy, light = host.heavy_zygote_pid, host.light_zygote_pid
     for _ in range(2):  # warm up: anything created once is not a leak, the records'
         executor.run("pass", limits=SMALL)  # writer's database included (see `records`)
     executor.store.settle()
     assert _settled(executor, hier), "control: the pool never settled before the runs"
-    slots_before = executor._host.unused_slot_names()
+    slots_before = host_stats(executor).idle_slots
     before = (_mountinfo(), _fd_count("self"), _fd_count(zygote), _fd_count(heavy),
               _fd_count(light))
     statuses: dict[Status, int] = {}
@@ -1046,9 +1048,9 @@ def _check_500_runs_leave_nothing(executor: Executor) -> None:
     kids = _zygote_children(zygote)
     assert settled, (f"leftovers after 500 runs: cgroups {sorted(names)}, supervisors "
                      f"{[_describe_process(p) for p in kids]}, staging error "
-                     f"{executor._host.pool._error}")
-    assert names == executor._host.unused_slot_names(), "cgroups other than the staged slots"
-    assert executor._host.unused_slot_names() == slots_before, "slots were replaced, not reused"
+                     f"{host_internals(executor).pool._error}")
+    assert names == host_stats(executor).idle_slots, "cgroups other than the staged slots"
+    assert host_stats(executor).idle_slots == slots_before, "slots were replaced, not reused"
     after = (_mountinfo(), _fd_count("self"), _fd_count(zygote), _fd_count(heavy),
              _fd_count(light))
     assert set(after[0]) ^ set(before[0]) == set(), "host mounts changed"
@@ -1056,7 +1058,7 @@ def _check_500_runs_leave_nothing(executor: Executor) -> None:
     assert after[2] <= before[2], f"zygote descriptors grew {before[2]} -> {after[2]}"
     assert after[3] <= before[3], f"heavy zygote descriptors grew {before[3]} -> {after[3]}"
     assert after[4] <= before[4], f"light zygote descriptors grew {before[4]} -> {after[4]}"
-    assert executor._host.alive()
+    assert host_stats(executor).alive
 
 
 def _maps_heavy_modules(pid: int) -> bool:
@@ -1091,17 +1093,18 @@ def test_staged_programs_already_hold_the_pages_programs_write_first() -> None:
     copies: its private dirty memory is at least that much (a staged heavy program without
     them holds ~1,600 pages; its warm pages are ~2,500)."""
     with Executor(cache=False) as own:
-        own._host.wait_heavy()  # its entries come once it is ready
-        warm = own._host.info["warm_pages"]
+        wait_heavy(own)  # its entries come once it is ready
+        warm = host_stats(own).warm_pages
         assert warm["light"] > 100 and warm["heavy"] > 1000, warm
         # Its program waiting first: a request that comes before has the slot's next program
         # staged without the warm pages (the slot is in demand, see `supervisor`).
         assert _settled(own, Hierarchy.discover()), "the pool never settled"
         own.run("pass", limits=SMALL)
         assert _settled(own, Hierarchy.discover()), "the pool never settled"
-        base = own._host.info["warm_base_pages"]
-        for kind, zygote, slots in (("light", own._host.light_pid, 1),
-                                    ("heavy", own._host.heavy_pid, 2)):  # heavy and pandas
+        base = host_stats(own).warm_base_pages
+        host = host_stats(own)
+        for kind, zygote, slots in (("light", host.light_zygote_pid, 1),
+                                    ("heavy", host.heavy_zygote_pid, 2)):  # heavy and pandas
             staged = _staged_private_pages(zygote)
             assert len(staged) == slots * own.pool_size, (kind, staged)
             assert min(staged) >= base[kind], (kind, staged, base)
@@ -1114,8 +1117,8 @@ def test_only_pandas_slots_copy_pandas_pages_whatever_ran_before() -> None:
     runs imported changes nothing of it: a run can not read from its own memory what the run
     before it in its slot did."""
     with Executor(cache=False, pool_size=1) as own:
-        own._host.wait_heavy()  # its entries come once it is ready
-        warm, base = own._host.info["warm_pages"], own._host.info["warm_base_pages"]
+        wait_heavy(own)  # its entries come once it is ready
+        warm, base = host_stats(own).warm_pages, host_stats(own).warm_base_pages
         assert 500 < base["heavy"] < warm["heavy"] - 1000, (base, warm)
         assert base["light"] == warm["light"], (base, warm)  # the light zygote has no more
         pandas = "import pandas as pd\nprint(pd.Series([1, 2]).sum())"
@@ -1151,7 +1154,7 @@ def test_a_slot_in_demand_stages_its_next_program_without_warm_pages(
     # B must wait for A's slot, not have one more staged for it (see SlotPool).
     monkeypatch.setattr("execbox.sandbox.host.pool.GROW_AFTER_S", 60.0)
     with Executor(cache=False, pool_size=1) as own:
-        warm = own._host.info["warm_pages"]["light"]
+        warm = host_stats(own).warm_pages["light"]
         # "In demand" is a request within DEMAND_S of its program's readiness: a loaded
         # machine can delay B's request past it (seen once in a full CI run), so the scenario
         # gets three tries; each that happens must show the difference.
@@ -1181,7 +1184,8 @@ def test_a_slot_in_demand_stages_its_next_program_without_warm_pages(
 def _check_only_programs_are_heavy(executor: Executor) -> None:
     executor.run("pass", limits=SMALL)
     assert _settled(executor, Hierarchy.discover()), "the pool never settled"
-    zygote, heavy, light = executor._host.pid, executor._host.heavy_pid, executor._host.light_pid
+    host = host_stats(executor)
+    zygote, heavy, light = host.zygote_pid, host.heavy_zygote_pid, host.light_zygote_pid
     assert _maps_heavy_modules(heavy), "control: the heavy zygote has numpy mapped"
     supervisors = _zygote_children(zygote)
     inits = [pid for sup in supervisors for pid in _zygote_children(sup)]
@@ -1199,12 +1203,13 @@ def test_closing_an_executor_leaves_no_cgroups_processes_or_mounts() -> None:
     hier = Hierarchy.discover()
     mounts = _mountinfo()
     with Executor(cache=False) as ex:
-        zygote, prefix = ex._host.pid, ex._host._prefix
+        host = host_stats(ex)
+        zygote, prefix = host.zygote_pid, host.slot_prefix
         for _ in range(20):
             assert ex.run("pass", limits=SMALL).status is Status.ok
         assert _cgroup_entries(hier, prefix), "control: staged slots have cgroups"
-        assert wait_until(lambda: ex._host.pool.ready_count() == 3 * ex.pool_size, 30)
-        supervisors = [s.sup_pid for q in ex._host.pool._ready.values() for s in q]
+        assert wait_until(lambda: sum(host_stats(ex).staged.values()) == 3 * ex.pool_size, 30)
+        supervisors = [s.sup_pid for q in host_internals(ex).pool._ready.values() for s in q]
         assert all(alive(pid) for pid in supervisors), "control: the supervisors run"
     # Gone when close returns (they used to go on tearing down for up to seconds after).
     assert [pid for pid in supervisors if alive(pid)] == []
@@ -1225,8 +1230,8 @@ def test_closing_an_executor_ends_its_runs_in_flight_before_it_returns() -> None
         ex.run("import time\ntime.sleep(30)", limits={"timeout_s": 40}))) for _ in range(3)]
     for t in threads:
         t.start()
-    pool = ex._host.pool
-    assert wait_until(lambda: len(pool._busy) == 3, 20), pool._busy
+    pool = host_internals(ex).pool
+    assert wait_until(lambda: host_stats(ex).in_use == 3, 20), host_stats(ex)
     time.sleep(0.5)  # the programs run
     supervisors = [slot.sup_pid for slot in pool._busy.values()]
     assert all(alive(pid) for pid in supervisors), "control: the supervisors run"

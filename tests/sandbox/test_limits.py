@@ -14,7 +14,7 @@ import threading
 import time
 
 import pytest
-from probes import wait_until
+from probes import host_stats, wait_until
 
 from execbox import Executor, RunResult, Status
 from execbox.sandbox.inside.cgroup import Hierarchy
@@ -61,10 +61,10 @@ def comm_gone(token: str, timeout_s: float = 3.0) -> bool:
 def leftover_cgroups(ex: Executor, grace_s: float = 3.0) -> list[str]:
     """Run cgroups of this executor that are neither staged for a future run nor gone within
     `grace_s` (a supervisor removes its cgroup just after sending the result)."""
-    prefix = ex._host._prefix  # the run cgroups of this executor are named with it
+    prefix = host_stats(ex).slot_prefix  # the run cgroups of this executor are named with it
     deadline = time.monotonic() + grace_s
     while True:
-        staged = ex._host.unused_slot_names()
+        staged = host_stats(ex).idle_slots
         left = []
         for parent in Hierarchy.discover().parent_paths.values():
             left += [os.path.join(parent, n) for n in os.listdir(parent)
@@ -654,7 +654,7 @@ def test_flooding_the_report_pipes_costs_the_supervisor_bounded_memory(jailed: E
         "            pass\n"
         "print('flooded')\n"
     )
-    zygote = jailed._host.pid
+    zygote = host_stats(jailed).zygote_pid
     peak = [0]
     done = threading.Event()
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from probes import host_stats
 
 from execbox import Executor
 
@@ -31,7 +32,7 @@ def test_a_raising_output_callback_lets_the_run_finish_and_keeps_its_slot(
         jailed_one_slot: Executor) -> None:
     ex = jailed_one_slot
     ex.run("pass")
-    slots = ex._host.unused_slot_names()
+    slots = host_stats(ex).idle_slots
     seen: list[bytes] = []
     error = CallerGone("the client went away")
     started = time.monotonic()
@@ -42,7 +43,7 @@ def test_a_raising_output_callback_lets_the_run_finish_and_keeps_its_slot(
     # The run was not killed at its first output: it ran to its end and its slot (the same
     # cgroup) is staged again; a slot of a run cut short is closed and replaced by a new one.
     assert time.monotonic() - started >= 0.5
-    assert ex._host.unused_slot_names() == slots, "the run's slot was not reused"
+    assert host_stats(ex).idle_slots == slots, "the run's slot was not reused"
     after = ex.run("print('next')")
     assert after.ok and after.stdout == "next\n", after
 

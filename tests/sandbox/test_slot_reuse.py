@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 
 import pytest
+from probes import host_internals, host_stats, wait_heavy
 
 from execbox import Executor, Limits, RunResult, Status
 from execbox.executor import _spec, make_request, program_kind
@@ -75,7 +76,7 @@ LOOK_AROUND = textwrap.dedent("""
 def test_a_reused_slot_starts_every_run_clean(jailed_one_slot: Executor) -> None:
     ex = jailed_one_slot
     ex.run("pass")
-    slots = ex._host.unused_slot_names()
+    slots = host_stats(ex).idle_slots
     assert len(slots) == 3, slots  # one light, one heavy, one pandas
     first = ex.run(LEAVE_BEHIND)
     assert first.status is Status.ok, first
@@ -84,7 +85,7 @@ def test_a_reused_slot_starts_every_run_clean(jailed_one_slot: Executor) -> None
     assert pid == 2
     second = ex.run(LOOK_AROUND)
     assert second.status is Status.ok, second
-    assert ex._host.unused_slot_names() == slots, "control: both runs were in the same slot"
+    assert host_stats(ex).idle_slots == slots, "control: both runs were in the same slot"
     seen = json.loads(second.stdout)
     assert seen["pid"] == 2 and seen["procs"] == [1, 2], seen
     assert seen["files"] == {"/workspace": [], "/tmp": [], "/dev/shm": []}, seen
@@ -96,12 +97,12 @@ def test_a_reused_slot_starts_every_run_clean(jailed_one_slot: Executor) -> None
 def test_a_slot_is_reused_after_a_run_killed_for_its_time(jailed_one_slot: Executor) -> None:
     ex = jailed_one_slot
     ex.run("pass")
-    slots = ex._host.unused_slot_names()
+    slots = host_stats(ex).idle_slots
     r = ex.run("import os, time\nos.fork()\ntime.sleep(60)\n", limits={"timeout_s": 0.3})
     assert r.status is Status.timeout, r
     after = ex.run("import os\nprint(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))")
     assert after.status is Status.ok and after.stdout == "[1, 2]\n", after
-    assert ex._host.unused_slot_names() == slots
+    assert host_stats(ex).idle_slots == slots
 
 
 @pytest.mark.hostile
@@ -130,10 +131,10 @@ def _offered(slot: Slot) -> Slot:
 def _ready_slot(ex: Executor, kind: str) -> Slot:
     """The (one) slot of `kind`, once it is staged (again)."""
     deadline = time.monotonic() + 5
-    while not ex._host.pool.ready_count(kind):
+    while not host_stats(ex).staged[kind]:
         assert time.monotonic() < deadline, f"the {kind} slot was not staged again"
         time.sleep(0.01)
-    [slot] = ex._host.pool._ready[kind]
+    [slot] = host_internals(ex).pool._ready[kind]
     return slot
 
 
@@ -188,7 +189,7 @@ def test_a_supervisor_refuses_code_sent_straight_with_limits_its_slot_does_not_h
     not the slot's ends the slot (a sandbox error), never runs under the wrong limits."""
     ex = jailed_one_slot
     ex.run("pass")
-    host = ex._host
+    host = host_internals(ex)
     slot = _offered(host.pool.take("light", 5.0))
     request = make_request("print(1)", limits=Limits(memory_mib=64))
     spec = _spec(request.limits, request)
@@ -279,7 +280,7 @@ def test_program_kind_follows_the_imports(imports: frozenset[str] | None, kind: 
 def test_slots_are_staged_again_soon_after_a_run(executor: Executor) -> None:
     executor.run("pass")
     deadline = time.monotonic() + 5
-    while executor._host.pool.ready_count("light") < executor.pool_size:
+    while host_stats(executor).staged["light"] < executor.pool_size:
         assert time.monotonic() < deadline, "the light slots were not staged again"
         time.sleep(0.01)
 
@@ -291,10 +292,10 @@ def test_a_staged_slots_pipes_do_not_leak_into_host_children(
     reading its stdin would wait for an end of file that never comes."""
     executor.run("pass")
     deadline = time.monotonic() + 5
-    while not executor._host.pool.ready_count("light"):
+    while not host_stats(executor).staged["light"]:
         assert time.monotonic() < deadline, "no light slot was staged"
         time.sleep(0.01)
-    slot = _offered(executor._host.pool._ready["light"][0])
+    slot = _offered(host_internals(executor).pool._ready["light"][0])
     fds = [slot.stdin_w, slot.stdout_r, slot.stderr_r, slot.go_w]
     pipes = {os.readlink(f"/proc/self/fd/{fd}") for fd in fds}
     out = host_child_fds()
@@ -309,7 +310,7 @@ def test_a_run_sent_the_short_way_is_timed_from_the_hosts_send(
     runs, so it reads RUN late."""
     ex = jailed_one_slot
     ex.run("pass")
-    host = ex._host
+    host = host_internals(ex)
     slot = _offered(host.pool.take("light", 5.0))
     request = make_request("import time\ntime.sleep(0.1)\nprint('slept')")
     spec = _spec(request.limits, request)
@@ -433,7 +434,8 @@ def _staged_program(ex: Executor, kind: str = "light") -> int:
     """The pid of the (one) staged slot of `kind`'s program, once it waits for its code: the
     child of its program zygote in the slot's cgroup."""
     slot = _offered(_ready_slot(ex, kind))  # its program has said it waits
-    zygote = ex._host.light_pid if kind == "light" else ex._host.heavy_pid
+    host = host_stats(ex)
+    zygote = host.light_zygote_pid if kind == "light" else host.heavy_zygote_pid
     [pid] = [p for p in _children(zygote)
              if f"/{slot.name}\n" in _read_text(f"/proc/{p}/cgroup")]
     return pid
@@ -508,7 +510,7 @@ def test_a_supervisor_killed_while_its_slot_waits_is_not_the_codes_fault(
     ex = jailed_one_slot
     ex.run("pass")
     program = _staged_program(ex)
-    [slot] = ex._host.pool._ready["light"]
+    [slot] = host_internals(ex).pool._ready["light"]
     signal.pidfd_send_signal(slot.sup_pidfd, signal.SIGKILL)
     assert slot.wait_gone(5), "control: the supervisor did not die"
     # init dies with its supervisor, and the program with init
@@ -522,7 +524,7 @@ def test_a_supervisor_killed_while_its_slot_waits_is_not_the_codes_fault(
 def test_a_session_whose_program_was_killed_while_it_waited_starts_in_another_slot(
         jailed_one_slot: Executor, caplog: pytest.LogCaptureFixture) -> None:
     ex = jailed_one_slot
-    ex._host.wait_heavy()
+    wait_heavy(ex)
     victim = _staged_program(ex, "heavy")
     os.kill(victim, signal.SIGKILL)
     _wait_gone(victim, "the staged program did not die")
@@ -563,8 +565,8 @@ def test_a_program_killed_before_it_said_it_waits_is_not_the_codes_fault(
     program ended by SIGKILL in set-up, says LOST. A pandas slot's program copies ~10 MB of
     warm pages before it says so: a watcher kills it in that time."""
     ex = jailed_one_slot
-    ex._host.wait_heavy()
-    zygote = ex._host.heavy_pid
+    wait_heavy(ex)
+    zygote = host_stats(ex).heavy_zygote_pid
     code = "import pandas\nprint('ran')"
     for _ in range(5):
         _staged_program(ex, "pandas")  # parked, and long since: its next one is staged warm
@@ -642,7 +644,7 @@ def test_no_network_state_reaches_the_next_runs_of_a_slot(jailed_one_slot: Execu
         return json.loads(r.stdout)  # type: ignore[no-any-return]
 
     before = state(NET_STATE)
-    slots = ex._host.unused_slot_names()
+    slots = host_stats(ex).idle_slots
     used = state(USE_THE_NETWORK)
     assert used["uid"] == before["uid"], "control: the runs were in the same slot"
     # Control: the run itself sees what it did, so the comparison below can fail.
@@ -650,7 +652,7 @@ def test_no_network_state_reaches_the_next_runs_of_a_slot(jailed_one_slot: Execu
                if used["state"][n] != text}  # type: ignore[index]
     assert {"tcp", "tcp6", "dev", "snmp", "snmp6", "netstat"} <= changed, changed
     after = [state(NET_STATE) for _ in range(10)]
-    assert ex._host.unused_slot_names() == slots, "control: every run was in the same slot"
+    assert host_stats(ex).idle_slots == slots, "control: every run was in the same slot"
     for i, seen in enumerate(after):
         assert seen["uid"] == before["uid"], "control: the runs were in the same slot"
         leaked = {n: text for n, text in seen["state"].items()  # type: ignore[attr-defined]

@@ -170,6 +170,15 @@ class ZygoteProcess:
         if self._heavy_error is not None:
             raise HostError(self._heavy_error)
 
+    def heavy_ready(self) -> bool:
+        """Whether the heavy zygote has started and serves (`wait_heavy` would not wait)."""
+        return self._heavy_done.is_set() and self._heavy_error is None
+
+    @property
+    def slot_prefix(self) -> str:
+        """The prefix of this host's slot cgroup names."""
+        return self._prefix
+
     @property
     def pid(self) -> int:
         """The supervisors' zygote: the parent of every supervisor."""

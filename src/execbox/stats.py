@@ -1,0 +1,62 @@
+"""A read-only snapshot of what an executor's sandbox host holds (`Executor.stats()`): for
+operators' dashboards, and for tests that watch the pool instead of sleeping."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from .hosts import Hosts
+from .sandbox.host.pool import SLOT_KINDS
+from .sandbox.host.zygotes import ZygoteProcess
+
+
+@dataclass(frozen=True)
+class HostStats:
+    """One sandbox host (its zygote processes and slot pool) at one moment."""
+
+    zygote_pid: int  # the supervisors' zygote, the parent of every slot's supervisor
+    light_zygote_pid: int  # forks the programs of light (standard library) runs
+    heavy_zygote_pid: int  # forks the programs of numpy and pandas runs, and sessions'
+    heavy_ready: bool  # whether the heavy zygote has started and serves
+    alive: bool  # whether its zygotes still run
+    slot_prefix: str  # its slots' cgroups are named with this prefix
+    staged: Mapping[str, int]  # slots staged and waiting for a run, by kind
+    idle_slots: frozenset[str]  # cgroup names of the slots running nothing: staged or staging
+    in_use: int  # runs in flight plus sessions open on this host
+    taken: int  # runs and sessions it has served (slots handed out)
+    warm_pages: Mapping[str, int]  # pages each program zygote has warmed, by zygote kind
+    warm_base_pages: Mapping[str, int]  # of those, the ones every program writes
+    preloaded: tuple[str, ...]  # modules the heavy zygote imported before forking
+
+
+@dataclass(frozen=True)
+class ExecutorStats:
+    """What an executor holds at one moment (see `Executor.stats`)."""
+
+    host: HostStats | None  # the host serving the tenant asked for; None when none runs
+    replacements: int  # hosts replaced on schedule (rotation) since the executor started
+    sessions_open: int
+    pool_size: int  # slots of each kind kept staged
+
+
+def host_stats(host: ZygoteProcess) -> HostStats:
+    """A snapshot of `host`; each field is read once, so fields may be a moment apart."""
+    return HostStats(
+        zygote_pid=host.pid, light_zygote_pid=host.light_pid, heavy_zygote_pid=host.heavy_pid,
+        heavy_ready=host.heavy_ready(), alive=host.alive(), slot_prefix=host.slot_prefix,
+        staged=MappingProxyType({k: host.pool.ready_count(k) for k in SLOT_KINDS}),
+        idle_slots=frozenset(host.unused_slot_names()), in_use=host.in_use(),
+        taken=host.taken,
+        warm_pages=MappingProxyType(dict(host.info.get("warm_pages", {}))),
+        warm_base_pages=MappingProxyType(dict(host.info.get("warm_base_pages", {}))),
+        preloaded=tuple(host.info.get("preloaded", ())))
+
+
+def executor_stats(hosts: Hosts, tenant: str | None, *, sessions_open: int,
+                   pool_size: int) -> ExecutorStats:
+    host = hosts.current(tenant)
+    return ExecutorStats(host=host_stats(host) if host is not None else None,
+                         replacements=hosts.replacements, sessions_open=sessions_open,
+                         pool_size=pool_size)
