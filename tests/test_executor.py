@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from probes import alive, host_internals, host_stats, wait_until
@@ -143,10 +143,10 @@ def test_back_pressure_refuses_callers_beyond_the_queue(monkeypatch: pytest.Monk
         first = threading.Thread(target=slow)
         first.start()
         started.wait()
-        time.sleep(0.3)  # the slow run holds the only turn
+        assert wait_until(lambda: host_stats(ex).in_use == 1, 10)  # it holds the only turn
         second = threading.Thread(target=waiting)
         second.start()
-        time.sleep(0.3)  # the second caller is now the one allowed waiter
+        assert wait_until(lambda: ex.stats().runs_waiting == 1, 10)  # the one allowed waiter
         with pytest.raises(Overloaded, match="max_queue"):
             ex.run("print('refused')")
         first.join()
@@ -202,14 +202,14 @@ def test_astream_callers_go_through_admission() -> None:
     assert sorted(outcomes) == ["ok"] * limit + ["overloaded"] * 2, outcomes
 
 
-def _cancelled_after(ex: Executor, code: str, wait_s: float, cancel: execbox.Cancel,
+def _cancelled_after(ex: Executor, code: str, ready: Callable[[], bool], cancel: execbox.Cancel,
                      **kwargs: object) -> tuple[execbox.RunResult, float]:
-    """`code` run in a thread with `cancel`, cancelled `wait_s` after it started: its result
-    and how long it took to return after the cancel."""
+    """`code` run in a thread with `cancel`, cancelled once `ready()`: its result and how long
+    it took to return after the cancel."""
     out: list[execbox.RunResult] = []
     runner = threading.Thread(target=lambda: out.append(ex.run(code, cancel=cancel, **kwargs)))
     runner.start()
-    time.sleep(wait_s)
+    assert wait_until(ready, 30, every_s=0.01), "the run never got where it is cancelled"
     cancelled_at = time.monotonic()
     cancel.cancel()
     runner.join(10)
@@ -218,9 +218,10 @@ def _cancelled_after(ex: Executor, code: str, wait_s: float, cancel: execbox.Can
 
 
 def test_a_cancelled_run_ends_at_once_and_its_slot_serves_the_next(executor: Executor) -> None:
-    cancel = execbox.Cancel()
+    cancel, started = execbox.Cancel(), threading.Event()
     r, took = _cancelled_after(executor, "import time\nprint('started', flush=True)\n"
-                               "time.sleep(30)", 1.5, cancel, limits={"timeout_s": 40})
+                               "time.sleep(30)", started.is_set, cancel,
+                               limits={"timeout_s": 40}, on_stdout=lambda _: started.set())
     assert took < 5
     assert r.status is Status.error and r.error is not None, r
     assert (r.error.type, r.error.message) == ("Cancelled", "the run was cancelled by its caller")
@@ -286,7 +287,7 @@ def test_runs_ending_after_close_write_nothing_into_files_opened_since(tmp_path:
     threads = [threading.Thread(target=call) for _ in range(8)]
     for t in threads:
         t.start()
-    time.sleep(0.5)
+    assert wait_until(lambda: host_stats(ex).in_use >= 1, 10), "no run in flight at close"
     ex.close()
     # The lowest free numbers now, the pipe's among them.
     files = [Path(f"{tmp_path}/f{i}") for i in range(64)]
@@ -320,8 +321,9 @@ def test_a_cancelled_caller_gives_up_its_place_in_the_queue_at_once() -> None:
     with Executor(cache=False, max_concurrency=1, max_queue=1) as ex:
         holder = threading.Thread(target=lambda: ex.run("import time\ntime.sleep(3)"))
         holder.start()
-        time.sleep(0.5)
-        r, took = _cancelled_after(ex, "print(1)", 0.5, execbox.Cancel())
+        assert wait_until(lambda: host_stats(ex).in_use == 1, 10)  # it holds the only turn
+        r, took = _cancelled_after(ex, "print(1)", lambda: ex.stats().runs_waiting == 1,
+                                   execbox.Cancel())
         assert took < 1
         assert r.error is not None and r.error.message == "the run was cancelled before it started"
         # Its place is free again: the next caller may wait.

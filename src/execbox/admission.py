@@ -57,6 +57,11 @@ class Admission:
     def leave(self) -> None:
         self._sem.release()
 
+    @property
+    def waiting(self) -> int:
+        """Callers waiting for a turn now."""
+        return self._waiting
+
 
 def concurrently(fn: Callable[[A], T], items: Iterable[A], width: int
                   ) -> Generator[tuple[int, T], None, None]:

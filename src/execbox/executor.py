@@ -212,7 +212,7 @@ class Executor:
         with self._lock:
             sessions_open = len(self._sessions)
         return executor_stats(self._hosts, tenant, sessions_open=sessions_open,
-                              pool_size=self.pool_size)
+                              runs_waiting=self._admission.waiting, pool_size=self.pool_size)
 
     def run(self, code: str | bytes, *, language: str = "python", stdin: bytes | str | None = None,
             files: Mapping[str, FileSource] | None = None,

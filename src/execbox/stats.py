@@ -38,6 +38,7 @@ class ExecutorStats:
     host: HostStats | None  # the host serving the tenant asked for; None when none runs
     replacements: int  # hosts replaced on schedule (rotation) since the executor started
     sessions_open: int
+    runs_waiting: int  # callers waiting for a turn (max_concurrency runs go at once)
     pool_size: int  # slots of each kind kept staged
 
 
@@ -54,9 +55,9 @@ def host_stats(host: ZygoteProcess) -> HostStats:
         preloaded=tuple(host.info.get("preloaded", ())))
 
 
-def executor_stats(hosts: Hosts, tenant: str | None, *, sessions_open: int,
+def executor_stats(hosts: Hosts, tenant: str | None, *, sessions_open: int, runs_waiting: int,
                    pool_size: int) -> ExecutorStats:
     host = hosts.current(tenant)
     return ExecutorStats(host=host_stats(host) if host is not None else None,
                          replacements=hosts.replacements, sessions_open=sessions_open,
-                         pool_size=pool_size)
+                         runs_waiting=runs_waiting, pool_size=pool_size)
