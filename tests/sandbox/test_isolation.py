@@ -1164,7 +1164,8 @@ def test_a_slot_in_demand_stages_its_next_program_without_warm_pages(
             a = threading.Thread(target=lambda queued=queued: queued.append(
                 own.run("import time\ntime.sleep(0.5)", limits=SMALL)))
             a.start()
-            time.sleep(0.2)  # A holds the only light slot: B waits for it
+            # A holds the only light slot: B waits for it
+            assert wait_until(lambda: host_stats(own).in_use == 1, 10, every_s=0.005)
             b = own.run("print(1)", limits=SMALL)
             a.join()
             assert b.status is Status.ok and queued[0].status is Status.ok, (b, queued)
@@ -1226,13 +1227,14 @@ def test_closing_an_executor_ends_its_runs_in_flight_before_it_returns() -> None
     # Their supervisors, init and programs used to go on for a second or more after close.
     ex = Executor(cache=False)
     outcomes: list[RunResult] = []
+    printed: list[str] = []
     threads = [threading.Thread(target=lambda: outcomes.append(
-        ex.run("import time\ntime.sleep(30)", limits={"timeout_s": 40}))) for _ in range(3)]
+        ex.run("import time\nprint('on', flush=True)\ntime.sleep(30)", limits={"timeout_s": 40},
+               on_stdout=printed.append))) for _ in range(3)]
     for t in threads:
         t.start()
     pool = host_internals(ex).pool
-    assert wait_until(lambda: host_stats(ex).in_use == 3, 20), host_stats(ex)
-    time.sleep(0.5)  # the programs run
+    assert wait_until(lambda: len(printed) == 3, 20), (printed, host_stats(ex))  # they run
     supervisors = [slot.sup_pid for slot in pool._busy.values()]
     assert all(alive(pid) for pid in supervisors), "control: the supervisors run"
     began = time.monotonic()

@@ -310,6 +310,7 @@ def test_a_run_sent_the_short_way_is_timed_from_the_hosts_send(
     runs, so it reads RUN late."""
     ex = jailed_one_slot
     ex.run("pass")
+    program = _staged_program(ex)
     host = host_internals(ex)
     slot = _offered(host.pool.take("light", 5.0))
     request = make_request("import time\ntime.sleep(0.1)\nprint('slept')")
@@ -328,7 +329,7 @@ def test_a_run_sent_the_short_way_is_timed_from_the_hosts_send(
         thread = threading.Thread(target=run)
         thread.start()
         assert sending.wait(10)
-        time.sleep(0.6)  # the code has slept and printed by now; its supervisor saw nothing
+        _wait_gone(program, "the code never ended")  # its supervisor, stopped, saw nothing
     finally:
         signal.pidfd_send_signal(slot.sup_pidfd, signal.SIGCONT)
     thread.join(20)
