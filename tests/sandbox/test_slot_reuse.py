@@ -329,7 +329,10 @@ def test_a_run_sent_the_short_way_is_timed_from_the_hosts_send(
         thread = threading.Thread(target=run)
         thread.start()
         assert sending.wait(10)
+        sent = time.monotonic()
         _wait_gone(program, "the code never ended")  # its supervisor, stopped, saw nothing
+        # The point: RUN is read 0.6 s after the send, which the run's wall time must include.
+        time.sleep(max(0.0, sent + 0.6 - time.monotonic()))
     finally:
         signal.pidfd_send_signal(slot.sup_pidfd, signal.SIGCONT)
     thread.join(20)
