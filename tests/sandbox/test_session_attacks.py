@@ -599,10 +599,12 @@ def test_secrets_are_redacted_from_every_textual_output(hostile: Executor) -> No
 def test_close_during_a_running_cell_returns_promptly(hostile: Executor) -> None:
     s = hostile.session()
     box: list[object] = []
+    running = threading.Event()
     t = threading.Thread(target=lambda: box.append(
-        run_or_closed(s, "import time\ntime.sleep(3)", timeout_s=6)))
+        run_or_closed(s, "import time\nprint('on', flush=True)\ntime.sleep(3)", timeout_s=6,
+                      on_stdout=lambda _: running.set())))
     t.start()
-    time.sleep(0.5)
+    assert running.wait(10), "the cell never ran"
     started = time.monotonic()
     s.close()
     took = time.monotonic() - started
@@ -666,7 +668,7 @@ def test_closing_a_session_whose_supervisor_is_gone_never_kills_another_process(
         try:
             s._channel.slot.sup_pid = victim.pid
             s._channel.close(wait_s=0.5)
-            time.sleep(0.2)
+            time.sleep(0.2)  # a pause that must not change the outcome: nothing signals late
             assert victim.poll() is None, "closing the ended session killed another process"
         finally:
             victim.kill()

@@ -21,12 +21,13 @@ children; a lone surrogate raised); cc4a537 fixed them and they stay as regressi
 from __future__ import annotations
 
 import os
+import select
 import threading
 import time
 from collections.abc import Callable
 
 import pytest
-from probes import alive, wait_until
+from probes import alive, host_internals, wait_until
 from session_probes import KERNEL, cgroup_dirs, run_or_closed, sup_pid
 
 from execbox import Executor, Limits, SessionClosed, Status, UsageError
@@ -258,11 +259,14 @@ def test_a_session_on_a_slot_that_offered_the_short_way_leaves_no_descriptor_beh
     """A staged slot offers runs the short way (PRK, with a copy of the program's go pipe)
     before the host asks it for anything; a session takes the slot all the same: the offer is
     not taken for its cell pipe, and its copy of the pipe is closed."""
-    time.sleep(0.5)  # every staged slot's program waits for its code: each has offered
+    # Every staged heavy slot's program waits for its code: each has sent its offer (unread).
+    pool = host_internals(hostile).pool
+    assert wait_until(lambda: len(ready := list(pool._ready["heavy"])) >= hostile.pool_size
+                      and all(select.select([slot.ctrl], [], [], 0)[0] for slot in ready), 10)
     with hostile.session() as s:
         links = _session_links(s)
         assert [o.data for o in s.run("x = 2\nx").outputs] == ["2"]
-    time.sleep(0.2)
+    wait_until(lambda: not links & _host_links(), 2)
     held = _host_links()
     assert not links & held, f"still open after the session: {links & held}"
 
