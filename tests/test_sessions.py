@@ -379,10 +379,12 @@ def test_closing_the_executor_kills_every_session() -> None:
         marker = f"8{secrets.randbelow(10**8)}"
         s.run(f"import subprocess\np = subprocess.Popen(['sleep', '{marker}'])")
         box: list[object] = []
-        t = threading.Thread(target=lambda: box.append(s.run("import time\ntime.sleep(30)",
-                                                             timeout_s=60)))
+        running = threading.Event()
+        t = threading.Thread(target=lambda: box.append(s.run(
+            "import time\nprint('on', flush=True)\ntime.sleep(30)", timeout_s=60,
+            on_stdout=lambda _: running.set())))
         t.start()
-        time.sleep(0.5)
+        assert running.wait(10), "the cell never ran"  # the executor closes mid-cell
     t.join(10)
     assert not t.is_alive()
     assert s.closed
