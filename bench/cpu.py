@@ -105,9 +105,11 @@ def main() -> None:
     try:
         with Executor(cache=False) as ex:
             ex._host.wait_heavy()  # it starts in the background: not in what is measured
-            zygotes = {"sup_zygote": ex._host.pid, "light_zygote": ex._host.light_pid,
-                       "heavy_zygote": ex._host.heavy_pid}
-            program_zygotes = (ex._host.light_pid, ex._host.heavy_pid)
+            host = ex.stats().host
+            assert host is not None
+            zygotes = {"sup_zygote": host.zygote_pid, "light_zygote": host.light_zygote_pid,
+                       "heavy_zygote": host.heavy_zygote_pid}
+            program_zygotes = (host.light_zygote_pid, host.heavy_zygote_pid)
             for _ in range(20):
                 ex.run("print(1)")
             for name, code, clients in (("print1_1_client", "print(1)", 1),

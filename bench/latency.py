@@ -124,8 +124,10 @@ def main() -> None:
     with executor, tmp:
         time.sleep(1.0)  # let the pool stage its slots
         # The three zygotes and what they forked: supervisors, init, staged programs.
-        idle_pss_mib = tree_pss_kib(executor._host.pid, executor._host.heavy_pid,
-                                    executor._host.light_pid) / 1024
+        host = executor.stats().host
+        assert host is not None
+        idle_pss_mib = tree_pss_kib(host.zygote_pid, host.heavy_zygote_pid,
+                                    host.light_zygote_pid) / 1024
         time_runs(executor, "print(1)", 10, "1\n", secrets)
         print1 = time_runs(executor, "print(1)", args.runs, "1\n", secrets)
         paced = []
