@@ -14,6 +14,7 @@ import os
 import platform
 import re
 import secrets
+import select
 import signal
 import socket
 import subprocess
@@ -32,7 +33,7 @@ from execbox.sandbox.inside import jail
 from execbox.sandbox.inside.cgroup import Hierarchy
 
 SMALL = Limits(timeout_s=3, memory_mib=256, pids=32)
-PACE_S = 0.3  # between runs, for a slot's program to be waiting for its code
+DEMAND_MARGIN_S = 0.02  # past the supervisor's DEMAND_S: a request then finds an idle slot
 # A run's own private dirty memory, in KiB: the pages its program holds as its own copies.
 PRIVATE_DIRTY_KIB = ("with open('/proc/self/smaps_rollup') as fh:\n"
                      "    print(fh.read().split('Private_Dirty:')[1].split()[0])\n")
@@ -996,6 +997,23 @@ def test_500_runs_leave_no_cgroups_processes_mounts_or_descriptors(executor: Exe
         _check_500_runs_leave_nothing(own)
 
 
+def _pace(ex: Executor) -> None:
+    """Wait until every slot of `ex` is staged and its program waits for its code (its offer,
+    PRK, has come), and a moment longer: the next request comes to an idle slot."""
+    pool = host_internals(ex).pool
+
+    def parked() -> bool:
+        try:
+            ready = [slot for kind in pool._ready.values() for slot in list(kind)]
+        except RuntimeError:  # the staging thread changed a queue as we copied it
+            return False
+        return len(ready) >= 3 * ex.pool_size and all(
+            slot.go_w >= 0 or select.select([slot.ctrl], [], [], 0)[0] for slot in ready)
+
+    assert wait_until(parked, 30, every_s=0.01), "the pool's programs never all waited"
+    time.sleep(DEMAND_MARGIN_S)
+
+
 def _settled(executor: Executor, hier: Hierarchy, timeout_s: float = 10.0) -> bool:
     """Wait until the pool is full and quiet: every slot staged and waiting, nothing of a
     finished run still cleaning up, nothing being staged."""
@@ -1127,11 +1145,11 @@ def test_only_pandas_slots_copy_pandas_pages_whatever_ran_before() -> None:
         for before in (pandas, numpy, pandas, numpy):
             # Paced: a request that comes as its slot's program gets ready is served, and the
             # slot's next program staged without its warm pages (see the test below).
-            time.sleep(PACE_S)
+            _pace(own)
             assert own.run(before, limits=SMALL).status is Status.ok
             for kind, probe in (("heavy", "import numpy\n" + PRIVATE_DIRTY_KIB),
                                 ("pandas", "import pandas\n" + PRIVATE_DIRTY_KIB)):
-                time.sleep(PACE_S)
+                _pace(own)
                 r = own.run(probe, limits=SMALL)
                 assert r.status is Status.ok, describe(r)
                 seen.setdefault(kind, []).append(_pages(int(r.stdout)))
@@ -1159,7 +1177,7 @@ def test_a_slot_in_demand_stages_its_next_program_without_warm_pages(
         # machine can delay B's request past it (seen once in a full CI run), so the scenario
         # gets three tries; each that happens must show the difference.
         for _ in range(3):
-            time.sleep(PACE_S)
+            _pace(own)
             queued: list[RunResult] = []
             a = threading.Thread(target=lambda queued=queued: queued.append(
                 own.run("import time\ntime.sleep(0.5)", limits=SMALL)))
@@ -1171,7 +1189,7 @@ def test_a_slot_in_demand_stages_its_next_program_without_warm_pages(
             assert b.status is Status.ok and queued[0].status is Status.ok, (b, queued)
             pages = []
             for _ in range(3):  # C, D, E
-                time.sleep(PACE_S)
+                _pace(own)
                 r = own.run(PRIVATE_DIRTY_KIB, limits=SMALL)
                 assert r.status is Status.ok, describe(r)
                 pages.append(_pages(int(r.stdout)))
