@@ -185,3 +185,10 @@ def test_a_backend_and_an_image_together_are_a_usage_error(fake: FakeSandbox) ->
 def test_closing_the_executor_closes_the_backend(fake: FakeSandbox) -> None:
     Executor(backend=fake).close()
     assert fake.closed
+
+
+def test_stats_of_an_executor_on_a_fake_have_no_host(fake: FakeSandbox) -> None:
+    with Executor(backend=fake, cache=False) as ex:
+        assert ex.run("print(1)").ok
+        stats = ex.stats()
+        assert stats.host is None and stats.replacements == 0 and stats.runs_waiting == 0

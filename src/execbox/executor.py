@@ -208,10 +208,11 @@ class Executor:
 
     def stats(self, tenant: str | None = None) -> ExecutorStats:
         """A snapshot of the sandbox host serving `tenant` (the shared one by default) and of
-        the executor; it starts nothing."""
+        the executor; it starts nothing. A backend without local hosts has `host` None."""
         with self._lock:
             sessions_open = len(self._sessions)
-        return executor_stats(self._hosts, tenant, sessions_open=sessions_open,
+        hosts = self._backend.hosts if isinstance(self._backend, LocalBackend) else None
+        return executor_stats(hosts, tenant, sessions_open=sessions_open,
                               runs_waiting=self._admission.waiting, pool_size=self.pool_size)
 
     def run(self, code: str | bytes, *, language: str = "python", stdin: bytes | str | None = None,

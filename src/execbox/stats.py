@@ -55,9 +55,10 @@ def host_stats(host: ZygoteProcess) -> HostStats:
         preloaded=tuple(host.info.get("preloaded", ())))
 
 
-def executor_stats(hosts: Hosts, tenant: str | None, *, sessions_open: int, runs_waiting: int,
-                   pool_size: int) -> ExecutorStats:
-    host = hosts.current(tenant)
+def executor_stats(hosts: Hosts | None, tenant: str | None, *, sessions_open: int,
+                   runs_waiting: int, pool_size: int) -> ExecutorStats:
+    host = hosts.current(tenant) if hosts is not None else None
     return ExecutorStats(host=host_stats(host) if host is not None else None,
-                         replacements=hosts.replacements, sessions_open=sessions_open,
+                         replacements=hosts.replacements if hosts is not None else 0,
+                         sessions_open=sessions_open,
                          runs_waiting=runs_waiting, pool_size=pool_size)

@@ -446,6 +446,19 @@ def _open_fds() -> set[int]:
     return fds
 
 
+def _stage_again(stager: linux.Stager, out: dict[str, Any]) -> tuple[linux.StagedRun, str | None]:
+    """A staging after a run; what it opened beyond the descriptors it returns (closed here)
+    goes to out["leaked_again"]: a slot stages again after every run."""
+    before = _open_fds()
+    again, error = stager.stage(first=False, warm=linux.WARM_NONE)
+    out["again_error"] = error
+    if error is None:
+        for name, _ in again._fields_[1:-1]:
+            os.close(getattr(again, name))
+    out.setdefault("leaked_again", []).extend(sorted(_open_fds() - before))
+    return again, error
+
+
 def _stage_in_fork(libexec: Path, tmp_path: Path, *, init: str | None = None,
                    init_uid: int = jail.INIT_UID, n_scratch: int = 2) -> dict[str, Any]:
     """Call the supervisor's C staging (`native/stage.c`) in a fork with a mount and a network
@@ -529,13 +542,7 @@ def _stage_in_fork(libexec: Path, tmp_path: Path, *, init: str | None = None,
                 # A second staging replaces the scratch mounts (one of each stays) and the
                 # network namespace; a third, after a run that did not use it, keeps it.
                 for _ in range(2):
-                    before = _open_fds()
-                    again, error = stager.stage(first=False, warm=linux.WARM_NONE)
-                    out["again_error"] = error
-                    if error is None:  # a slot stages again after every run: no leak there
-                        for name, _ in again._fields_[1:-1]:
-                            os.close(getattr(again, name))
-                    out.setdefault("leaked_again", []).extend(sorted(_open_fds() - before))
+                    again, error = _stage_again(stager, out)
                     out["fresh_net"].append(again.fresh_net)
                     out.setdefault("net", []).append(os.readlink("self/ns/net",
                                                                   dir_fd=host_proc))
