@@ -49,8 +49,10 @@ def _child() -> None:
 
     out: dict[str, float] = {}
     try:
-        with tempfile.TemporaryDirectory() as tmp, execbox.Executor(
-                cache=False, records=f"sqlite:///{tmp}/runs.db") as ex:
+        with (
+            tempfile.TemporaryDirectory() as tmp,
+            execbox.Executor(cache=False, records=f"sqlite:///{tmp}/runs.db") as ex,
+        ):
             ex._host.wait_heavy()
             for _ in range(WARMUP):
                 assert ex.run("print(1)").ok
@@ -90,8 +92,9 @@ def paired_ratios(a: list[float], b: list[float]) -> tuple[float, float, float]:
     """The lowest, median and highest of b[i] / a[i]: each round's B over the A measured
     beside it, so that what the machine did in that round's minutes divides out."""
     if len(a) != len(b) or not a:
-        raise ValueError(f"paired ratios need as many rounds on each side, got {len(a)} "
-                         f"and {len(b)}")
+        raise ValueError(
+            f"paired ratios need as many rounds on each side, got {len(a)} and {len(b)}"
+        )
     ratios = [y / x for x, y in zip(a, b, strict=True)]
     return min(ratios), statistics.median(ratios), max(ratios)
 
@@ -100,8 +103,14 @@ def _round(tree: Path, home: str | None) -> dict[str, float]:
     env = dict(os.environ)
     if home:
         env["EXECBOX_HOME"] = home
-    done = subprocess.run([str(tree / ".venv" / "bin" / "python"), __file__, "--child"],
-                          cwd=tree, env=env, capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [str(tree / ".venv" / "bin" / "python"), __file__, "--child"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode:
         sys.exit(f"a round in {tree} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
@@ -111,8 +120,9 @@ def main() -> None:
     if sys.argv[1:] == ["--child"]:
         _child()
         return
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--a", type=Path, required=True)
     parser.add_argument("--b", type=Path, required=True)
     parser.add_argument("--a-home")
@@ -122,27 +132,39 @@ def main() -> None:
     sides = {"A": (args.a.resolve(), args.a_home), "B": (args.b.resolve(), args.b_home)}
     seen: dict[str, list[dict[str, float]]] = {"A": [], "B": []}
     for i in range(args.rounds):
-        for side in ("AB" if i % 2 == 0 else "BA"):
+        for side in "AB" if i % 2 == 0 else "BA":
             seen[side].append(_round(*sides[side]))
             print(f"round {i + 1} {side}: {seen[side][-1]}", flush=True)
     result: dict[str, dict[str, float]] = {}
     for metric in seen["A"][0]:
         a = statistics.median(r[metric] for r in seen["A"])
         b = statistics.median(r[metric] for r in seen["B"])
-        low, mid, high = paired_ratios([r[metric] for r in seen["A"]],
-                                       [r[metric] for r in seen["B"]])
-        result[metric] = {"A": round(a, 3), "B": round(b, 3), "B/A": round(b / a, 3),
-                          "paired": round(mid, 3), "paired_low": round(low, 3),
-                          "paired_high": round(high, 3)}
+        low, mid, high = paired_ratios(
+            [r[metric] for r in seen["A"]], [r[metric] for r in seen["B"]]
+        )
+        result[metric] = {
+            "A": round(a, 3),
+            "B": round(b, 3),
+            "B/A": round(b / a, 3),
+            "paired": round(mid, 3),
+            "paired_low": round(low, 3),
+            "paired_high": round(high, 3),
+        }
     print(f"{'metric':<18}{'A':>10}{'B':>10}{'B/A':>8}{'paired':>8}  range")
     for metric, row in result.items():
         spread = " (holds 1)" if row["paired_low"] <= 1 <= row["paired_high"] else ""
-        print(f"{metric:<18}{row['A']:>10.2f}{row['B']:>10.2f}{row['B/A']:>8.3f}"
-              f"{row['paired']:>8.3f}  {row['paired_low']:.3f}-{row['paired_high']:.3f}{spread}")
+        print(
+            f"{metric:<18}{row['A']:>10.2f}{row['B']:>10.2f}{row['B/A']:>8.3f}"
+            f"{row['paired']:>8.3f}  {row['paired_low']:.3f}-{row['paired_high']:.3f}{spread}"
+        )
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
-    (out / "ab.json").write_text(json.dumps(
-        {"a": str(args.a), "b": str(args.b), "rounds": seen, "medians": result}, indent=2) + "\n")
+    (out / "ab.json").write_text(
+        json.dumps(
+            {"a": str(args.a), "b": str(args.b), "rounds": seen, "medians": result}, indent=2
+        )
+        + "\n"
+    )
 
 
 if __name__ == "__main__":

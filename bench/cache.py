@@ -26,8 +26,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=50)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp, \
-            execbox.Executor(records=f"sqlite:///{tmp}/runs.db") as ex:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        execbox.Executor(records=f"sqlite:///{tmp}/runs.db") as ex,
+    ):
         ex._host.wait_heavy()  # it starts in the background: not in what is measured
         ex.run(CODE, cache=True)  # fill the cache (and warm up)
         fresh, hits = [], []
@@ -41,8 +43,9 @@ def main() -> None:
             hits.append((time.perf_counter() - t) * 1000)
             assert h.cached and h.stdout == r.stdout and h.artifacts[0].data is not None, h
     result = {"fresh_run": stats(fresh), "cache_hit": stats(hits)}
-    result["ratio_hit_over_fresh"] = round(result["cache_hit"]["median_ms"]
-                                           / result["fresh_run"]["median_ms"], 3)
+    result["ratio_hit_over_fresh"] = round(
+        result["cache_hit"]["median_ms"] / result["fresh_run"]["median_ms"], 3
+    )
     print(f"{'workload (pandas snippet + artifact)':<40}{'median ms':>10}{'p90 ms':>10}")
     for name in ("fresh_run", "cache_hit"):
         print(f"{name:<40}{result[name]['median_ms']:>10.2f}{result[name]['p90_ms']:>10.2f}")

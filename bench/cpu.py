@@ -85,8 +85,7 @@ def bare_cpu_ms(n: int = 60) -> float:
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         subprocess.run([sys.executable, "-I", "-S", "-c", "pass"], check=True)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        samples.append((after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
-                       * 1000)
+        samples.append((after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) * 1000)
     return statistics.median(samples)
 
 
@@ -107,14 +106,19 @@ def main() -> None:
             ex._host.wait_heavy()  # it starts in the background: not in what is measured
             host = ex.stats().host
             assert host is not None
-            zygotes = {"sup_zygote": host.zygote_pid, "light_zygote": host.light_zygote_pid,
-                       "heavy_zygote": host.heavy_zygote_pid}
+            zygotes = {
+                "sup_zygote": host.zygote_pid,
+                "light_zygote": host.light_zygote_pid,
+                "heavy_zygote": host.heavy_zygote_pid,
+            }
             program_zygotes = (host.light_zygote_pid, host.heavy_zygote_pid)
             for _ in range(20):
                 ex.run("print(1)")
-            for name, code, clients in (("print1_1_client", "print(1)", 1),
-                                        ("print1_4_clients", "print(1)", 4),
-                                        ("pandas_1_client", PANDAS, 1)):
+            for name, code, clients in (
+                ("print1_1_client", "print(1)", 1),
+                ("print1_4_clients", "print(1)", 4),
+                ("pandas_1_client", PANDAS, 1),
+            ):
                 per = max(1, args.runs // clients)
                 time.sleep(1.0)  # the pool is settled: staging of earlier runs is not counted
                 z0 = {k: proc_cpu_ms(p) for k, p in zygotes.items()}
@@ -137,13 +141,14 @@ def main() -> None:
                 total = (usage_ms() - u0) / n
                 caller = (self_cpu_ms() - s0) / n
                 zyg = {k: round((proc_cpu_ms(p) - z0[k]) / n, 2) for k, p in zygotes.items()}
-                programs = (sum(proc_cpu_ms(p, children=True) for p in program_zygotes)
-                            - p0) / n
+                programs = (sum(proc_cpu_ms(p, children=True) for p in program_zygotes) - p0) / n
                 result[name] = {
-                    "cpu_ms_per_run": round(total, 2), "runs_per_s": round(n / wall, 1),
-                    "caller_ms": round(caller, 2), **zyg, "programs_ms": round(programs, 2),
-                    "supervisor_init_ms": round(
-                        total - caller - sum(zyg.values()) - programs, 2),
+                    "cpu_ms_per_run": round(total, 2),
+                    "runs_per_s": round(n / wall, 1),
+                    "caller_ms": round(caller, 2),
+                    **zyg,
+                    "programs_ms": round(programs, 2),
+                    "supervisor_init_ms": round(total - caller - sum(zyg.values()) - programs, 2),
                     "n": n,
                 }
         bare.append(bare_cpu_ms())
@@ -152,17 +157,21 @@ def main() -> None:
     base = statistics.mean(bare)
     result["bare_python_I_S_cpu_ms"] = round(base, 3)
     print(f"bare `python3 -I -S -c pass`: {bare[0]:.2f} ms CPU before, {bare[1]:.2f} after")
-    print(f"{'workload':22} {'CPU ms/run':>10} {'ratio':>6} {'caller':>7} {'zygotes':>8} "
-          f"{'programs':>9} {'sup+init':>9} {'runs/s':>7}")
+    print(
+        f"{'workload':22} {'CPU ms/run':>10} {'ratio':>6} {'caller':>7} {'zygotes':>8} "
+        f"{'programs':>9} {'sup+init':>9} {'runs/s':>7}"
+    )
     for name, row in result.items():
         if not isinstance(row, dict):
             continue
         row["ratio_to_bare"] = round(row["cpu_ms_per_run"] / base, 3)
         zyg_ms = row["sup_zygote"] + row["light_zygote"] + row["heavy_zygote"]
-        print(f"{name:22} {row['cpu_ms_per_run']:>10.2f} {row['ratio_to_bare']:>6.2f} "
-              f"{row['caller_ms']:>7.2f} "
-              f"{zyg_ms:>8.2f} {row['programs_ms']:>9.2f} "
-              f"{row['supervisor_init_ms']:>9.2f} {row['runs_per_s']:>7.1f}")
+        print(
+            f"{name:22} {row['cpu_ms_per_run']:>10.2f} {row['ratio_to_bare']:>6.2f} "
+            f"{row['caller_ms']:>7.2f} "
+            f"{zyg_ms:>8.2f} {row['programs_ms']:>9.2f} "
+            f"{row['supervisor_init_ms']:>9.2f} {row['runs_per_s']:>7.1f}"
+        )
     save_results("cpu", result)
 
 

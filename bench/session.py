@@ -47,8 +47,10 @@ def main() -> None:
     parser.add_argument("--cells", type=int, default=500)
     args = parser.parse_args()
     image = Image.load()
-    with tempfile.TemporaryDirectory() as tmp, \
-            Executor(cache=False, records=f"sqlite:///{tmp}/runs.db") as executor:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        Executor(cache=False, records=f"sqlite:///{tmp}/runs.db") as executor,
+    ):
         executor._host.wait_heavy()  # it starts in the background: not in what is measured
         time.sleep(1.0)  # let the pool stage its slots
         starts = []
@@ -72,9 +74,12 @@ def main() -> None:
             r = executor.run("x = 1")
             runs.append((time.perf_counter() - t) * 1000)
             assert r.ok, r
-        bare = subprocess.run([str(image.python), "-c", BARE_IPYTHON, str(args.cells),
-                               os.path.join(tmp, "ipython")],
-                              check=True, capture_output=True, text=True).stdout
+        bare = subprocess.run(
+            [str(image.python), "-c", BARE_IPYTHON, str(args.cells), os.path.join(tmp, "ipython")],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
     result = {
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
         "session_start": stats(starts),
@@ -82,7 +87,8 @@ def main() -> None:
         "baselines": {
             "one-shot isolated run of x = 1": stats(runs),
             "bare IPython run_cell (no sandbox, no pipeline)": stats(
-                [float(v) for v in bare.split()]),
+                [float(v) for v in bare.split()]
+            ),
         },
     }
     b = result["baselines"]
@@ -90,12 +96,15 @@ def main() -> None:
     result["ratios"] = {
         "cell / one-shot run": round(cell / b["one-shot isolated run of x = 1"]["median_ms"], 3),
         "cell / bare IPython run_cell": round(
-            cell / b["bare IPython run_cell (no sandbox, no pipeline)"]["median_ms"], 2),
+            cell / b["bare IPython run_cell (no sandbox, no pipeline)"]["median_ms"], 2
+        ),
     }
     print(f"{'workload':<52}{'median ms':>10}{'p90 ms':>10}")
-    for label, entry in (("session start (staged slot + IPython)", result["session_start"]),
-                         ("cell `x = 1` in a warm session", result["cell_x_eq_1"]),
-                         *((f"baseline: {k}", v) for k, v in b.items())):
+    for label, entry in (
+        ("session start (staged slot + IPython)", result["session_start"]),
+        ("cell `x = 1` in a warm session", result["cell_x_eq_1"]),
+        *((f"baseline: {k}", v) for k, v in b.items()),
+    ):
         print(f"{label:<52}{entry['median_ms']:>10.3f}{entry['p90_ms']:>10.3f}")
     for name, ratio in result["ratios"].items():
         print(f"ratio {name}: {ratio}")

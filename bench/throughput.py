@@ -47,9 +47,12 @@ def main() -> None:
     args = parser.parse_args()
     python3 = str(Image.load().base_prefix / "bin" / "python3")
     results: dict[str, dict[str, float]] = {}
-    with tempfile.TemporaryDirectory() as tmp, execbox.Executor(
-            cache=False, records=f"sqlite:///{tmp}/runs.db") as ex:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        execbox.Executor(cache=False, records=f"sqlite:///{tmp}/runs.db") as ex,
+    ):
         ex._host.wait_heavy()  # it starts in the background: not in what is measured
+
         def isolated() -> None:
             r = ex.run("print(1)")
             assert r.ok, r
@@ -61,13 +64,17 @@ def main() -> None:
         for clients in (1, 2, 4):
             iso = rate(clients, args.seconds, isolated)
             base = rate(clients, args.seconds, bare)
-            results[str(clients)] = {"isolated_runs_per_s": round(iso, 1),
-                                     "bare_python_I_S_per_s": round(base, 1),
-                                     "ratio": round(iso / base, 3)}
+            results[str(clients)] = {
+                "isolated_runs_per_s": round(iso, 1),
+                "bare_python_I_S_per_s": round(base, 1),
+                "ratio": round(iso / base, 3),
+            }
     print(f"{'clients':<10}{'isolated runs/s':>18}{'bare python -I -S/s':>22}{'ratio':>8}")
     for clients, row in results.items():
-        print(f"{clients:<10}{row['isolated_runs_per_s']:>18.1f}"
-              f"{row['bare_python_I_S_per_s']:>22.1f}{row['ratio']:>8.2f}")
+        print(
+            f"{clients:<10}{row['isolated_runs_per_s']:>18.1f}"
+            f"{row['bare_python_I_S_per_s']:>22.1f}{row['ratio']:>8.2f}"
+        )
     save_results("throughput", results)
 
 

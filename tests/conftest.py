@@ -81,7 +81,8 @@ def poisoned_records(executor: execbox.Executor) -> Iterator[Callable[[], None]]
     with executor.store.engine.begin() as conn:
         conn.exec_driver_sql(
             "CREATE TRIGGER poisoned BEFORE INSERT ON runs WHEN NEW.code LIKE '%poisoned%' "
-            "BEGIN SELECT RAISE(ABORT, 'the records database refused it'); END")
+            "BEGIN SELECT RAISE(ABORT, 'the records database refused it'); END"
+        )
 
     def failed() -> None:
         deadline = time.monotonic() + 10
@@ -111,8 +112,12 @@ def prove_jail(ex: execbox.Executor) -> str | None:  # noqa: C901
     probe_mib = 333  # a memory limit no staged slot has: it marks the probe's own cgroup
 
     def go() -> None:
-        result.append(ex.run("import os, time\nprint(os.getpid(), os.getuid())\ntime.sleep(1.0)",
-                             limits={"memory_mib": probe_mib}))
+        result.append(
+            ex.run(
+                "import os, time\nprint(os.getpid(), os.getuid())\ntime.sleep(1.0)",
+                limits={"memory_mib": probe_mib},
+            )
+        )
 
     thread = threading.Thread(target=go)
     thread.start()
@@ -181,8 +186,9 @@ def jailed_one_slot() -> Iterator[execbox.Executor]:
     reason = _host_can_sandbox()
     if reason:
         sandbox_missing(f"SANDBOX UNAVAILABLE, sandbox tests skipped: {reason}")
-    with execbox.Executor(cache=False, pool_size=1, rotate_after_runs=None,
-                          rotate_after_s=None) as ex:
+    with execbox.Executor(
+        cache=False, pool_size=1, rotate_after_runs=None, rotate_after_s=None
+    ) as ex:
         problem = prove_jail(ex)
         if problem:
             sandbox_missing(f"JAIL NOT PROVEN, hostile test skipped: {problem}")
@@ -196,15 +202,25 @@ class CellRunner:
     def __init__(self, executor: execbox.Executor) -> None:
         self._executor = executor
 
-    def run(self, code: str, *, limits: execbox.Limits | dict[str, object] | None = None,
-            env: dict[str, str] | None = None, files: dict[str, bytes] | None = None,
-            on_stdout: object = None, on_stderr: object = None,
-            **unsupported: object) -> execbox.RunResult:
+    def run(
+        self,
+        code: str,
+        *,
+        limits: execbox.Limits | dict[str, object] | None = None,
+        env: dict[str, str] | None = None,
+        files: dict[str, bytes] | None = None,
+        on_stdout: object = None,
+        on_stderr: object = None,
+        **unsupported: object,
+    ) -> execbox.RunResult:
         if unsupported:
             pytest.skip(f"not applicable to a session cell: {sorted(unsupported)}")
         with self._executor.session(limits=limits, env=env, files=files) as session:
-            return session.run(code, on_stdout=on_stdout,  # type: ignore[arg-type]
-                               on_stderr=on_stderr)  # type: ignore[arg-type]
+            return session.run(
+                code,
+                on_stdout=on_stdout,  # type: ignore[arg-type]
+                on_stderr=on_stderr,
+            )  # type: ignore[arg-type]
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._executor, name)
@@ -220,15 +236,22 @@ def as_session_cells() -> type[CellRunner]:
 def host_child_fds() -> Callable[[], str]:
     """What a child the host application starts with close_fds=False holds open (`ls -l` of
     its /proc/self/fd), after a control: a descriptor made inheritable is seen there."""
+
     def listing() -> str:
         r, w = os.pipe()
         os.set_inheritable(w, True)
         try:
-            out = subprocess.run(["ls", "-l", "/proc/self/fd/"], close_fds=False,
-                                 capture_output=True, text=True, check=True).stdout
+            out = subprocess.run(
+                ["ls", "-l", "/proc/self/fd/"],
+                close_fds=False,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
             assert os.readlink(f"/proc/self/fd/{w}") in out
         finally:
             os.close(r)
             os.close(w)
         return out
+
     return listing

@@ -16,8 +16,11 @@ def literal_handler(run: FakeRun) -> FakeResult:
     try:
         tree = ast.parse(run.code)
     except SyntaxError as exc:
-        return FakeResult(exit_code=1, stderr=f"SyntaxError: {exc.msg}\n", error=ErrorInfo(
-            type="SyntaxError", message=exc.msg, line=exc.lineno))
+        return FakeResult(
+            exit_code=1,
+            stderr=f"SyntaxError: {exc.msg}\n",
+            error=ErrorInfo(type="SyntaxError", message=exc.msg, line=exc.lineno),
+        )
     files: dict[str, bytes] = {}
     for node in tree.body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -33,15 +36,19 @@ def literal_handler(run: FakeRun) -> FakeResult:
         if name == "print":
             keywords = {k.arg: ast.unparse(k.value) for k in call.keywords}
             end = ast.literal_eval(keywords.get("end", "'\\n'"))
-            run.write(" ".join(str(a) for a in args) + end,
-                      stderr=keywords.get("file") == "sys.stderr")
+            run.write(
+                " ".join(str(a) for a in args) + end, stderr=keywords.get("file") == "sys.stderr"
+            )
         elif name == "time.sleep":
             deadline = time.monotonic() + args[0]
             while time.monotonic() < deadline and not run.cancelled:
                 time.sleep(0.01)
-        elif isinstance(call.func, ast.Attribute) and call.func.attr == "write" \
-                and isinstance(call.func.value, ast.Call) \
-                and ast.unparse(call.func.value.func) == "open":
+        elif (
+            isinstance(call.func, ast.Attribute)
+            and call.func.attr == "write"
+            and isinstance(call.func.value, ast.Call)
+            and ast.unparse(call.func.value.func) == "open"
+        ):
             path = ast.literal_eval(call.func.value.args[0])
             files[path] = args[0].encode() if isinstance(args[0], str) else args[0]
         else:

@@ -42,8 +42,9 @@ def host_stats(ex: Executor, tenant: str | None = None) -> HostStats:
 
 def wait_heavy(ex: Executor, timeout_s: float = 60.0) -> None:
     """Wait until `ex`'s heavy zygote serves (it starts in the background)."""
-    assert wait_until(lambda: host_stats(ex).heavy_ready, timeout_s, every_s=0.02), \
+    assert wait_until(lambda: host_stats(ex).heavy_ready, timeout_s, every_s=0.02), (
         "the heavy zygote did not start"
+    )
 
 
 def host_internals(ex: Executor) -> ZygoteProcess:

@@ -14,8 +14,11 @@ from test_redact import CASES
 
 # Registered values: ASCII, non-ASCII (split inside its UTF-8 sequences) and one with a line
 # break (a line end is where live output is released).
-REGISTERED = ("s3cr3t-" + uuid.uuid4().hex[:12], "pässwörd-€-" + uuid.uuid4().hex[:8],
-              "two-line\nsecret-" + uuid.uuid4().hex[:8])
+REGISTERED = (
+    "s3cr3t-" + uuid.uuid4().hex[:12],
+    "pässwörd-€-" + uuid.uuid4().hex[:8],
+    "two-line\nsecret-" + uuid.uuid4().hex[:8],
+)
 SAMPLES = tuple(c.text for c in CASES) + REGISTERED
 SECRETS = tuple(c.secret for c in CASES) + REGISTERED
 OUTPUT_BYTES = 8 << 20  # every sample at every offset: about 1 MiB

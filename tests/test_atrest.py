@@ -35,12 +35,19 @@ def secret_run(executor: Executor) -> tuple[Executor, str, str]:
     """A run with the secret in its code, stdin, environment and an input file: (executor,
     run id, secret)."""
     secret = "pw-" + uuid.uuid4().hex
-    code = ("import os, sys\n"
-            f"token = {secret!r}\n"
-            "print(sys.stdin.read() == token, os.environ['API_TOKEN'] == 'Bearer ' + token,\n"
-            "      open('cfg.ini').read() == 'token=' + token)\n")
-    result = executor.run(code, stdin=secret, env={"API_TOKEN": "Bearer " + secret},
-                          files={"cfg.ini": ("token=" + secret).encode()}, secrets=[secret])
+    code = (
+        "import os, sys\n"
+        f"token = {secret!r}\n"
+        "print(sys.stdin.read() == token, os.environ['API_TOKEN'] == 'Bearer ' + token,\n"
+        "      open('cfg.ini').read() == 'token=' + token)\n"
+    )
+    result = executor.run(
+        code,
+        stdin=secret,
+        env={"API_TOKEN": "Bearer " + secret},
+        files={"cfg.ini": ("token=" + secret).encode()},
+        secrets=[secret],
+    )
     assert result.status is Status.ok and result.stdout == "True True True\n", result
     executor.store.settle()
     return executor, result.run_id, secret
@@ -71,17 +78,23 @@ for file in path.parent.glob(path.name + "*"):  # the database, its WAL and shm
 """
 
 
-def test_secret_is_in_no_table_nor_file_of_the_records(secret_run: tuple[Executor, str, str]
-                                                      ) -> None:
+def test_secret_is_in_no_table_nor_file_of_the_records(
+    secret_run: tuple[Executor, str, str],
+) -> None:
     executor, run_id, secret = secret_run
-    proc = subprocess.run([sys.executable, "-c", _SCAN, str(_database(executor)), secret],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", _SCAN, str(_database(executor)), secret],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == ""  # no row and no file holds the secret
 
 
 def test_runs_show_keeps_keyed_digests_of_the_originals_and_no_secret(
-        secret_run: tuple[Executor, str, str]) -> None:
+    secret_run: tuple[Executor, str, str],
+) -> None:
     executor, run_id, secret = secret_run
     proc = subprocess.run([*CLI, "runs", "show", run_id], capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
@@ -104,8 +117,7 @@ def test_runs_show_keeps_keyed_digests_of_the_originals_and_no_secret(
     assert set(sealed) == {"digest", "code", "code_digest", "stdin", "env", "inputs"}
 
 
-def test_no_face_of_a_run_offers_an_offline_test_of_a_short_secret(
-        executor: Executor) -> None:
+def test_no_face_of_a_run_offers_an_offline_test_of_a_short_secret(executor: Executor) -> None:
     """An attack recovered a 4-digit secret in 0.02 s from a record's plain sha256 of its
     hole and of the code, and a second one from the `code_sha256` of the result as returned.
     No digest in the result (fresh, cached or streamed), the record or any table may be a
@@ -113,8 +125,14 @@ def test_no_face_of_a_run_offers_an_offline_test_of_a_short_secret(
     pin = "4831"
     code = f"pin = {pin!r}\nprint(len(pin), {uuid.uuid4().hex!r})\n"
     streamed: list[bytes] = []
-    fresh = executor.run(code, stdin=pin, env={"PIN": "pin " + pin}, secrets=[pin], cache=True,
-                         on_stdout=streamed.append)
+    fresh = executor.run(
+        code,
+        stdin=pin,
+        env={"PIN": "pin " + pin},
+        secrets=[pin],
+        cache=True,
+        on_stdout=streamed.append,
+    )
     hit = executor.run(code, stdin=pin, env={"PIN": "pin " + pin}, secrets=[pin], cache=True)
     assert fresh.status is Status.ok and fresh.stdout.startswith("4 "), fresh
     assert hit.cached and not fresh.cached and b"".join(streamed).decode() == fresh.stdout
@@ -135,8 +153,12 @@ def test_no_face_of_a_run_offers_an_offline_test_of_a_short_secret(
         guess = f"{n:04d}"
         for original in (guess, code.replace(pin, guess), "pin " + guess):
             assert sha(original) not in digests, f"a plain digest gives the secret away: {guess}"
-    proc = subprocess.run([sys.executable, "-c", _SCAN, str(_database(executor)), sha(code)],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", _SCAN, str(_database(executor)), sha(code)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == ""  # no row and no file holds the original's plain digest
 
@@ -161,13 +183,19 @@ def test_a_bad_records_key_is_refused_with_a_message(monkeypatch: pytest.MonkeyP
 
 
 def test_replay_without_the_secrets_says_why_and_runs_nothing(
-        secret_run: tuple[Executor, str, str]) -> None:
+    secret_run: tuple[Executor, str, str],
+) -> None:
     executor, run_id, secret = secret_run
     before = executor.store.count()
     with pytest.raises(UsageError, match="cannot be run again exactly") as caught:
         executor.replay(run_id)
-    for part in ("its code", "its stdin", "environment value API_TOKEN", "input file cfg.ini",
-                 "--secret"):
+    for part in (
+        "its code",
+        "its stdin",
+        "environment value API_TOKEN",
+        "input file cfg.ini",
+        "--secret",
+    ):
         assert part in str(caught.value)
     with pytest.raises(UsageError, match="do not restore"):
         executor.replay(run_id, secrets=["pw-not-the-one"])
@@ -177,7 +205,8 @@ def test_replay_without_the_secrets_says_why_and_runs_nothing(
 
 
 def test_replay_with_the_secrets_runs_exactly_the_recorded_request(
-        secret_run: tuple[Executor, str, str]) -> None:
+    secret_run: tuple[Executor, str, str],
+) -> None:
     executor, run_id, secret = secret_run
     report = executor.replay(run_id, secrets=[secret])
     assert report.matches, report.differences
@@ -187,8 +216,9 @@ def test_replay_with_the_secrets_runs_exactly_the_recorded_request(
     # Both name the code as stored (redacted), though the replay ran the original.
     assert report.original.code_sha256 == report.replay.code_sha256 == sha(record.code)
     executor.store.settle()
-    proc = subprocess.run([*CLI, "runs", "replay", run_id, "--secret", secret],
-                          capture_output=True, timeout=120)
+    proc = subprocess.run(
+        [*CLI, "runs", "replay", run_id, "--secret", secret], capture_output=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert b"matches" in proc.stdout and secret.encode() not in proc.stdout + proc.stderr
 
@@ -207,8 +237,7 @@ def test_a_record_store_made_before_sealing_gains_the_column(tmp_path: Path) -> 
         store.close()
 
 
-def test_a_policy_refusal_quoting_a_secret_shows_and_stores_it_redacted(
-        executor: Executor) -> None:
+def test_a_policy_refusal_quoting_a_secret_shows_and_stores_it_redacted(executor: Executor) -> None:
     """The policy's message quotes the code (the module it refused): a review attack read a
     registered secret there, in the result and in the record, though the code was sealed."""
     secret = "mod_" + uuid.uuid4().hex
@@ -217,14 +246,17 @@ def test_a_policy_refusal_quoting_a_secret_shows_and_stores_it_redacted(
     assert result.error is not None and "[REDACTED:secret]" in result.error.message, result
     assert secret not in result.model_dump_json()
     executor.store.settle()
-    proc = subprocess.run([sys.executable, "-c", _SCAN, str(_database(executor)), secret],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", _SCAN, str(_database(executor)), secret],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == ""  # no row and no file holds the secret
 
 
-def test_a_secret_written_as_an_escaped_literal_is_sealed_and_replayed(
-        executor: Executor) -> None:
+def test_a_secret_written_as_an_escaped_literal_is_sealed_and_replayed(executor: Executor) -> None:
     """A value with a backslash, a quote and non-ASCII letters appears in code as its repr (a
     literal): the record keeps that redacted too, and the secret given again restores it."""
     secret = 'pw\\"é-' + uuid.uuid4().hex[:12]
@@ -245,8 +277,10 @@ def test_processes_starting_together_share_one_records_key(tmp_path: Path) -> No
     env = {**os.environ, "EXECBOX_HOME": str(tmp_path)}
     env.pop("EXECBOX_RECORDS_KEY", None)
     code = "from execbox.records import records_key; print(records_key().hex())"
-    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
-                              text=True) for _ in range(8)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+        for _ in range(8)
+    ]
     keys = {p.communicate(timeout=60)[0].strip() for p in procs}
     assert len(keys) == 1 and len(next(iter(keys))) == 64, keys
     key_file = tmp_path / "records.key"

@@ -50,9 +50,13 @@ def ex(request: pytest.FixtureRequest, executor: execbox.Executor) -> Iterator[A
 
 
 def test_run_result_has_output_inputs_and_artifact_bytes(ex: Any) -> None:
-    r = ex.run("import sys\nd = open('in.csv').read()\nopen('out.txt', 'w').write(d.upper())\n"
-               "print(sys.stdin.read(), end='')",
-               files={"in.csv": b"a,b\n"}, stdin="piped", limits={"timeout_s": 5})
+    r = ex.run(
+        "import sys\nd = open('in.csv').read()\nopen('out.txt', 'w').write(d.upper())\n"
+        "print(sys.stdin.read(), end='')",
+        files={"in.csv": b"a,b\n"},
+        stdin="piped",
+        limits={"timeout_s": 5},
+    )
     assert isinstance(r, execbox.RunResult)
     assert r.ok and r.stdout == "piped"
     assert r.artifact("out.txt").data == b"A,B\n"
@@ -80,8 +84,11 @@ def test_bad_arguments_raise_usage_error(ex: Any) -> None:
 def test_output_streams_to_callbacks(ex: Any) -> None:
     out: list[bytes] = []
     err: list[bytes] = []
-    r = ex.run("import sys\nprint('to out')\nprint('to err', file=sys.stderr)",
-               on_stdout=out.append, on_stderr=err.append)
+    r = ex.run(
+        "import sys\nprint('to out')\nprint('to err', file=sys.stderr)",
+        on_stdout=out.append,
+        on_stderr=err.append,
+    )
     assert b"".join(out) == b"to out\n" and b"".join(err) == b"to err\n"
     assert r.stdout == "to out\n"
 
@@ -112,8 +119,9 @@ def test_async_client_matches_the_sync_one(server: tuple[str, str, str]) -> None
     async def main() -> tuple[execbox.RunResult, execbox.RunResult, list[bytes]]:
         async with execbox.AsyncClient(url, key) as client:
             seen: list[bytes] = []
-            run = await client.run("open('a.txt','w').write('x')\nprint('hi')",
-                                   on_stdout=seen.append)
+            run = await client.run(
+                "open('a.txt','w').write('x')\nprint('hi')", on_stdout=seen.append
+            )
             async with await client.session() as s:
                 await s.run("y = 5")
                 cell = await s.run("y * 2")
@@ -142,22 +150,29 @@ def test_client_errors_map_to_execbox_exceptions(fake_server: tuple[str, str, st
         assert client.run("print(1)").ok
         with pytest.raises(execbox.Overloaded, match="rate_limited.*retry after"):
             client.run("print(2)")
-    with execbox.Client(url, "ebx_wrong") as client, pytest.raises(execbox.UsageError,
-                                                                  match="invalid_api_key"):
+    with (
+        execbox.Client(url, "ebx_wrong") as client,
+        pytest.raises(execbox.UsageError, match="invalid_api_key"),
+    ):
         client.run("print(1)")
-    with execbox.Client("http://127.0.0.1:9", "k") as client, pytest.raises(
-            execbox.SandboxUnavailable):
+    with (
+        execbox.Client("http://127.0.0.1:9", "k") as client,
+        pytest.raises(execbox.SandboxUnavailable),
+    ):
         client.run("print(1)")
 
 
 def test_a_record_that_cannot_be_written_reaches_a_remote_caller_as_records_error(
-        server: tuple[str, str, str], poisoned_records: Callable[[], None]) -> None:
+    server: tuple[str, str, str], poisoned_records: Callable[[], None]
+) -> None:
     """The next run is refused before its code runs, with its own error code (500
     records_error) and the client's RecordsError."""
     url, key, _ = server
     with execbox.Client(url, key) as client:
         assert client.run("print('poisoned')").ok  # its record cannot be written
         poisoned_records()
-        with pytest.raises(execbox.RecordsError, match="database refused it.*records_error, HTTP 500"):
+        with pytest.raises(
+            execbox.RecordsError, match="database refused it.*records_error, HTTP 500"
+        ):
             client.run("print(3)")
         assert client.run("print(4)").ok

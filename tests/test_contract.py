@@ -15,13 +15,39 @@ import execbox
 from execbox.contract import InputFile, Limits, RunRequest, RunResult, Status, schema
 
 RESULT_FIELDS = {
-    "run_id", "status", "exit_code", "signal", "stdout", "stderr", "stdout_truncated",
-    "stderr_truncated", "error", "artifacts", "artifacts_truncated", "inputs_read", "metrics",
-    "limits", "code_sha256", "image_digest", "cached", "session_id", "outputs",
+    "run_id",
+    "status",
+    "exit_code",
+    "signal",
+    "stdout",
+    "stderr",
+    "stdout_truncated",
+    "stderr_truncated",
+    "error",
+    "artifacts",
+    "artifacts_truncated",
+    "inputs_read",
+    "metrics",
+    "limits",
+    "code_sha256",
+    "image_digest",
+    "cached",
+    "session_id",
+    "outputs",
 }
 STATUSES = {
-    "ok", "error", "timeout", "cpu_limit", "memory_limit", "disk_limit", "output_limit",
-    "forbidden", "policy_denied", "needs_approval", "budget_exceeded", "sandbox_error",
+    "ok",
+    "error",
+    "timeout",
+    "cpu_limit",
+    "memory_limit",
+    "disk_limit",
+    "output_limit",
+    "forbidden",
+    "policy_denied",
+    "needs_approval",
+    "budget_exceeded",
+    "sandbox_error",
 }
 
 
@@ -37,7 +63,12 @@ def test_status_values_are_the_contract_values() -> None:
 
 def test_default_limits_follow_the_seed_baseline() -> None:
     limits = Limits()
-    assert (limits.timeout_s, limits.effective_cpu_s, limits.memory_mib, limits.pids) == (5, 5, 512, 64)
+    assert (limits.timeout_s, limits.effective_cpu_s, limits.memory_mib, limits.pids) == (
+        5,
+        5,
+        512,
+        64,
+    )
     assert (limits.disk_mib, limits.output_bytes) == (100, 1 << 20)
     assert (limits.artifact_bytes, limits.artifact_files) == (10 << 20, 100)
 
@@ -47,8 +78,9 @@ def test_artifact_bytes_stay_out_of_json() -> None:
     assert "data" not in json.loads(art.model_dump_json())
 
 
-@pytest.mark.parametrize("name", ["../x", "/etc/passwd", "a//b", "a/./b", "", "a/../b", "x\x00y",
-                                  "a" * 256])
+@pytest.mark.parametrize(
+    "name", ["../x", "/etc/passwd", "a//b", "a/./b", "", "a/../b", "x\x00y", "a" * 256]
+)
 def test_input_names_that_could_escape_are_rejected(name: str) -> None:
     with pytest.raises(ValidationError):
         InputFile(name=name, data=b"")
@@ -72,7 +104,9 @@ def test_input_file_used_as_directory_is_rejected() -> None:
 
 
 def test_request_round_trips_through_json_with_base64_bytes() -> None:
-    req = RunRequest(code="print(1)", stdin=b"\xff\x00", files=[InputFile(name="d/x.bin", data=b"\x00\xff")])
+    req = RunRequest(
+        code="print(1)", stdin=b"\xff\x00", files=[InputFile(name="d/x.bin", data=b"\x00\xff")]
+    )
     again = RunRequest.model_validate_json(req.model_dump_json())
     assert again == req
 
@@ -82,8 +116,10 @@ def test_unknown_limit_fields_are_rejected() -> None:
         Limits(timeout=3)  # type: ignore[call-arg]
 
 
-@pytest.mark.parametrize("field,value", [("timeout_s", 0), ("memory_mib", 1), ("pids", 1),
-                                         ("disk_mib", 0), ("output_bytes", 10)])
+@pytest.mark.parametrize(
+    "field,value",
+    [("timeout_s", 0), ("memory_mib", 1), ("pids", 1), ("disk_mib", 0), ("output_bytes", 10)],
+)
 def test_nonsense_limits_are_rejected(field: str, value: float) -> None:
     with pytest.raises(ValidationError):
         Limits(**{field: value})
@@ -162,8 +198,9 @@ def _cpython_verdict(source: bytes, tmp_path: Path) -> tuple[bool, int | None]:
 
 
 @pytest.mark.parametrize("source,line", UNDECODABLE_SOURCES)
-def test_undecodable_source_is_cpythons_syntax_error_on_its_line(source: bytes, line: int,
-                                                                   tmp_path: Path) -> None:
+def test_undecodable_source_is_cpythons_syntax_error_on_its_line(
+    source: bytes, line: int, tmp_path: Path
+) -> None:
     ran, cpython_line = _cpython_verdict(source, tmp_path)
     assert not ran and cpython_line in (line, None)  # None: CPython names no line; we do
     request = RunRequest(code=source)  # a request all the same, never a validation error
@@ -178,15 +215,24 @@ def test_column_of_an_undecodable_byte_counts_characters() -> None:
     assert error.text == "s = 'é'; t = '\ufffd'\n"
 
 
-@pytest.mark.parametrize("source,text", [
-    (b"# -*- coding: latin-1 -*-\nprint('caf\xe9')\n", "# -*- coding: latin-1 -*-\nprint('café')\n"),
-    (b"#!/usr/bin/env python\n# vim: set fileencoding=cp1252 :\nx = '\x80'\n",
-     "#!/usr/bin/env python\n# vim: set fileencoding=cp1252 :\nx = '€'\n"),
-    (b"\xef\xbb\xbfprint('bom')\n", "print('bom')\n"),
-    ("print('é')\n".encode(), "print('é')\n"),
-])
-def test_source_bytes_decode_as_cpython_decodes_a_file(source: bytes, text: str,
-                                                        tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "source,text",
+    [
+        (
+            b"# -*- coding: latin-1 -*-\nprint('caf\xe9')\n",
+            "# -*- coding: latin-1 -*-\nprint('café')\n",
+        ),
+        (
+            b"#!/usr/bin/env python\n# vim: set fileencoding=cp1252 :\nx = '\x80'\n",
+            "#!/usr/bin/env python\n# vim: set fileencoding=cp1252 :\nx = '€'\n",
+        ),
+        (b"\xef\xbb\xbfprint('bom')\n", "print('bom')\n"),
+        ("print('é')\n".encode(), "print('é')\n"),
+    ],
+)
+def test_source_bytes_decode_as_cpython_decodes_a_file(
+    source: bytes, text: str, tmp_path: Path
+) -> None:
     assert _cpython_verdict(source, tmp_path) == (True, None)  # CPython runs each of them
     request = RunRequest(code=source)
     assert request.source_error is None and request.code == text

@@ -22,8 +22,9 @@ def test_non_root_host_is_refused_before_anything_runs(monkeypatch: pytest.Monke
         Executor()
 
 
-def test_missing_image_raises_sandbox_unavailable(monkeypatch: pytest.MonkeyPatch,
-                                                  tmp_path: object) -> None:
+def test_missing_image_raises_sandbox_unavailable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: object
+) -> None:
     monkeypatch.setenv("EXECBOX_HOME", str(tmp_path))
     with pytest.raises(SandboxUnavailable, match="execbox image build"):
         Executor()
@@ -39,8 +40,10 @@ def test_files_accept_bytes_and_paths(executor: Executor, tmp_path: object) -> N
 
     p = Path(str(tmp_path)) / "x.txt"
     p.write_text("from-path")
-    r = executor.run("print(open('a.txt').read(), open('b/x.txt').read())",
-                     files={"a.txt": b"from-bytes", "b/x.txt": p})
+    r = executor.run(
+        "print(open('a.txt').read(), open('b/x.txt').read())",
+        files={"a.txt": b"from-bytes", "b/x.txt": p},
+    )
     assert r.stdout == "from-bytes from-path\n", r
 
 
@@ -72,10 +75,12 @@ def test_zygote_death_is_recovered_by_the_next_run(executor: Executor) -> None:
     assert r.status is Status.ok and r.stdout == "again\n"
 
 
-@pytest.mark.parametrize("kind, code", [("heavy", "import pandas\nprint('again')"),
-                                        ("light", "print('again')")])
-def test_program_zygote_death_is_recovered_by_the_next_run(executor: Executor, kind: str,
-                                                          code: str) -> None:
+@pytest.mark.parametrize(
+    "kind, code", [("heavy", "import pandas\nprint('again')"), ("light", "print('again')")]
+)
+def test_program_zygote_death_is_recovered_by_the_next_run(
+    executor: Executor, kind: str, code: str
+) -> None:
     import os
     import signal
 
@@ -86,10 +91,12 @@ def test_program_zygote_death_is_recovered_by_the_next_run(executor: Executor, k
     assert r.status is Status.ok and r.stdout == "again\n"
 
 
-@pytest.mark.parametrize("kind, code", [("heavy", "import pandas\nprint('again')"),
-                                        ("light", "print('again')")])
+@pytest.mark.parametrize(
+    "kind, code", [("heavy", "import pandas\nprint('again')"), ("light", "print('again')")]
+)
 def test_a_signal_to_a_program_zygote_never_reaches_its_later_programs(
-        executor: Executor, kind: str, code: str) -> None:
+    executor: Executor, kind: str, code: str
+) -> None:
     """Program zygotes fork in C, where CPython's after-fork work (which clears signals left
     pending) does not run: a SIGINT must be handled by the zygote itself (it ends, as any
     Python process would, and the next run recovers), never inherited by the programs
@@ -111,8 +118,10 @@ def test_live_output_arrives_before_the_run_ends(executor: Executor) -> None:
 
     stamps: list[float] = []
     t0 = time.monotonic()
-    r = executor.run("import sys, time\nprint('early', flush=True)\ntime.sleep(0.5)\nprint('late')",
-                     on_stdout=lambda b: stamps.append(time.monotonic() - t0))
+    r = executor.run(
+        "import sys, time\nprint('early', flush=True)\ntime.sleep(0.5)\nprint('late')",
+        on_stdout=lambda b: stamps.append(time.monotonic() - t0),
+    )
     total = time.monotonic() - t0
     assert r.stdout == "early\nlate\n"
     assert stamps and stamps[0] < total - 0.3
@@ -154,11 +163,21 @@ def test_back_pressure_refuses_callers_beyond_the_queue(monkeypatch: pytest.Monk
     assert len(results) == 2 and all(getattr(r, "status", None) is Status.ok for r in results)
 
 
-@pytest.mark.parametrize("setting", [
-    {"max_concurrency": 0}, {"max_concurrency": -1}, {"max_concurrency": True},
-    {"pool_size": 0}, {"pool_size": 2.5}, {"max_queue": -1}, {"max_sessions": -1},
-    {"queue_timeout_s": -1}, {"queue_timeout_s": float("nan")}, {"queue_timeout_s": "5"},
-])
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"max_concurrency": 0},
+        {"max_concurrency": -1},
+        {"max_concurrency": True},
+        {"pool_size": 0},
+        {"pool_size": 2.5},
+        {"max_queue": -1},
+        {"max_sessions": -1},
+        {"queue_timeout_s": -1},
+        {"queue_timeout_s": float("nan")},
+        {"queue_timeout_s": "5"},
+    ],
+)
 def test_bad_concurrency_settings_are_a_usage_error(setting: dict[str, object]) -> None:
     # Before: 0 fell back to the default, -1 raised a bare ValueError from a semaphore, a
     # negative queue was accepted.
@@ -202,8 +221,9 @@ def test_astream_callers_go_through_admission() -> None:
     assert sorted(outcomes) == ["ok"] * limit + ["overloaded"] * 2, outcomes
 
 
-def _cancelled_after(ex: Executor, code: str, ready: Callable[[], bool], cancel: execbox.Cancel,
-                     **kwargs: object) -> tuple[execbox.RunResult, float]:
+def _cancelled_after(
+    ex: Executor, code: str, ready: Callable[[], bool], cancel: execbox.Cancel, **kwargs: object
+) -> tuple[execbox.RunResult, float]:
     """`code` run in a thread with `cancel`, cancelled once `ready()`: its result and how long
     it took to return after the cancel."""
     out: list[execbox.RunResult] = []
@@ -219,9 +239,14 @@ def _cancelled_after(ex: Executor, code: str, ready: Callable[[], bool], cancel:
 
 def test_a_cancelled_run_ends_at_once_and_its_slot_serves_the_next(executor: Executor) -> None:
     cancel, started = execbox.Cancel(), threading.Event()
-    r, took = _cancelled_after(executor, "import time\nprint('started', flush=True)\n"
-                               "time.sleep(30)", started.is_set, cancel,
-                               limits={"timeout_s": 40}, on_stdout=lambda _: started.set())
+    r, took = _cancelled_after(
+        executor,
+        "import time\nprint('started', flush=True)\ntime.sleep(30)",
+        started.is_set,
+        cancel,
+        limits={"timeout_s": 40},
+        on_stdout=lambda _: started.set(),
+    )
     assert took < 5
     assert r.status is Status.error and r.error is not None, r
     assert (r.error.type, r.error.message) == ("Cancelled", "the run was cancelled by its caller")
@@ -244,8 +269,9 @@ def test_cancelling_an_astream_task_ends_its_run(tmp_path: object) -> None:
         started = asyncio.Event()
 
         async def consume() -> None:
-            async for event in ex.astream("import time\nprint('s', flush=True)\ntime.sleep(30)",
-                                          limits={"timeout_s": 40}):
+            async for event in ex.astream(
+                "import time\nprint('s', flush=True)\ntime.sleep(30)", limits={"timeout_s": 40}
+            ):
                 if event.kind == "stdout":
                     started.set()
 
@@ -264,8 +290,12 @@ def test_cancelling_an_astream_task_ends_its_run(tmp_path: object) -> None:
 
         def cancelled() -> bool:
             records = ex.store.list(limit=5)
-            return bool(records) and records[0].result.error is not None \
+            return (
+                bool(records)
+                and records[0].result.error is not None
                 and records[0].result.error.type == "Cancelled"
+            )
+
         assert wait_until(cancelled, 10), ex.store.list(limit=5)
         assert ex.run("print(2)").stdout == "2\n"
 
@@ -322,8 +352,9 @@ def test_a_cancelled_caller_gives_up_its_place_in_the_queue_at_once() -> None:
         holder = threading.Thread(target=lambda: ex.run("import time\ntime.sleep(3)"))
         holder.start()
         assert wait_until(lambda: host_stats(ex).in_use == 1, 10)  # it holds the only turn
-        r, took = _cancelled_after(ex, "print(1)", lambda: ex.stats().runs_waiting == 1,
-                                   execbox.Cancel())
+        r, took = _cancelled_after(
+            ex, "print(1)", lambda: ex.stats().runs_waiting == 1, execbox.Cancel()
+        )
         assert took < 1
         assert r.error is not None and r.error.message == "the run was cancelled before it started"
         # Its place is free again: the next caller may wait.
@@ -488,7 +519,8 @@ def test_map_yields_every_result_once_as_runs_finish(executor: Executor) -> None
 
 
 def test_undecodable_bytes_are_a_syntax_error_result_on_every_callback(
-        executor: execbox.Executor) -> None:
+    executor: execbox.Executor,
+) -> None:
     streamed: list[bytes] = []
     result = executor.run(b"print('never')\nx = '\xe9'\n", on_stderr=streamed.append)
     assert result.status is Status.error and result.exit_code == 1
@@ -512,8 +544,10 @@ def test_stats_follow_the_pool_its_runs_and_sessions() -> None:
         assert len(host.idle_slots) >= 1
 
         seen: list[HostStats] = []
-        r = ex.run("print('x', flush=True)\nimport time\ntime.sleep(0.5)",
-                   on_stdout=lambda _: seen.append(host_stats(ex)))
+        r = ex.run(
+            "print('x', flush=True)\nimport time\ntime.sleep(0.5)",
+            on_stdout=lambda _: seen.append(host_stats(ex)),
+        )
         assert r.ok and seen, r
         assert seen[0].in_use == 1, seen[0]  # read while the run was in flight
         assert host_stats(ex).taken == host.taken + 1

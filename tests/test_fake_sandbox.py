@@ -28,8 +28,9 @@ def ex(fake: FakeSandbox) -> Iterator[Executor]:
         yield executor
 
 
-def test_a_denied_run_never_reaches_the_backend_and_is_recorded(ex: Executor,
-                                                                fake: FakeSandbox) -> None:
+def test_a_denied_run_never_reaches_the_backend_and_is_recorded(
+    ex: Executor, fake: FakeSandbox
+) -> None:
     r = ex.run("import socket", profile="minimal")
     assert r.status is Status.policy_denied and r.error and r.error.rule == "import.deny"
     assert fake.runs == []
@@ -37,10 +38,16 @@ def test_a_denied_run_never_reaches_the_backend_and_is_recorded(ex: Executor,
     assert record is not None and record.status == "policy_denied"
 
 
-def test_an_allowed_run_reaches_the_backend_as_a_typed_spec(ex: Executor,
-                                                            fake: FakeSandbox) -> None:
-    r = ex.run("import pandas\nprint(1)", stdin="in", files={"a.csv": b"x"},
-               env={"K": "v"}, limits={"timeout_s": 3})
+def test_an_allowed_run_reaches_the_backend_as_a_typed_spec(
+    ex: Executor, fake: FakeSandbox
+) -> None:
+    r = ex.run(
+        "import pandas\nprint(1)",
+        stdin="in",
+        files={"a.csv": b"x"},
+        env={"K": "v"},
+        limits={"timeout_s": 3},
+    )
     assert r.ok and r.stdout == "ran import pandas\nprint(1)\n"
     assert r.image_digest == "fake:1"
     (spec,) = fake.runs
@@ -58,8 +65,9 @@ def test_a_cache_hit_does_not_reach_the_backend(fake: FakeSandbox) -> None:
     assert len(fake.runs) == 1
 
 
-def test_the_budget_is_charged_what_the_backend_reports_then_refuses(ex: Executor,
-                                                                     fake: FakeSandbox) -> None:
+def test_the_budget_is_charged_what_the_backend_reports_then_refuses(
+    ex: Executor, fake: FakeSandbox
+) -> None:
     fake.handler = lambda run: FakeResult(wall_ms=600.0)
     budget = Budget(exec_s=1.0)
     assert ex.run("print(1)", budget=budget).ok
@@ -68,8 +76,9 @@ def test_the_budget_is_charged_what_the_backend_reports_then_refuses(ex: Executo
     assert refused.status is Status.budget_exceeded and len(fake.runs) == 2
 
 
-def test_fake_output_is_redacted_live_in_the_result_and_in_the_record(ex: Executor,
-                                                                      fake: FakeSandbox) -> None:
+def test_fake_output_is_redacted_live_in_the_result_and_in_the_record(
+    ex: Executor, fake: FakeSandbox
+) -> None:
     def leak(run: FakeRun) -> FakeResult:
         run.write(f"live {SECRET}\n")
         return FakeResult(stderr=f"err {SECRET}\n", exit_code=1)
@@ -84,8 +93,9 @@ def test_fake_output_is_redacted_live_in_the_result_and_in_the_record(ex: Execut
     assert record is not None and SECRET not in record.result.stdout + record.result.stderr
 
 
-def test_output_past_the_cap_is_cut_and_reported_as_output_limit(ex: Executor,
-                                                                  fake: FakeSandbox) -> None:
+def test_output_past_the_cap_is_cut_and_reported_as_output_limit(
+    ex: Executor, fake: FakeSandbox
+) -> None:
     fake.handler = lambda run: "x" * 5000
     seen: list[bytes] = []
     r = ex.run("print(1)", limits={"output_bytes": 1024}, on_stdout=seen.append)
@@ -126,8 +136,9 @@ def test_artifacts_come_back_with_bytes_and_metadata(ex: Executor, fake: FakeSan
     assert art.data == b"hello" and art.size == 5 and art.mime_type == "text/plain"
 
 
-def test_a_session_keeps_a_workspace_for_the_files_api_and_cells(ex: Executor,
-                                                                  fake: FakeSandbox) -> None:
+def test_a_session_keeps_a_workspace_for_the_files_api_and_cells(
+    ex: Executor, fake: FakeSandbox
+) -> None:
     fake.handler = lambda run: FakeResult(artifacts={"made.txt": b"by a cell"})
     with ex.session(files={"seed.txt": b"40"}) as s:
         assert s.files.read("seed.txt") == b"40"
@@ -143,8 +154,7 @@ def test_a_session_keeps_a_workspace_for_the_files_api_and_cells(ex: Executor,
         s.run("x")
 
 
-def test_a_cell_that_ends_the_interpreter_ends_the_session(ex: Executor,
-                                                           fake: FakeSandbox) -> None:
+def test_a_cell_that_ends_the_interpreter_ends_the_session(ex: Executor, fake: FakeSandbox) -> None:
     fake.handler = lambda run: FakeResult(exit_code=1, ended=True)
     s = ex.session()
     assert s.run("import os; os._exit(1)").status is Status.error
@@ -168,8 +178,9 @@ def test_admission_bounds_runs_over_the_fake_too(fake: FakeSandbox) -> None:
     fake.handler = count
     results: list[execbox.RunResult] = []
     with Executor(backend=fake, cache=False, max_concurrency=2) as ex:
-        threads = [threading.Thread(target=lambda: results.append(ex.run("print(1)")))
-                   for _ in range(8)]
+        threads = [
+            threading.Thread(target=lambda: results.append(ex.run("print(1)"))) for _ in range(8)
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:

@@ -37,8 +37,11 @@ def host_gone(host: ZygoteProcess) -> bool:
     if not host.closed or any(alive(p) for p in (host.pid, host.light_pid, host.heavy_pid)):
         return False
     prefix = host._prefix
-    return not any(n.startswith(prefix) for parent in Hierarchy.discover().parent_paths.values()
-                   for n in os.listdir(parent))
+    return not any(
+        n.startswith(prefix)
+        for parent in Hierarchy.discover().parent_paths.values()
+        for n in os.listdir(parent)
+    )
 
 
 @pytest.fixture
@@ -49,8 +52,9 @@ def rotating() -> Iterator[Executor]:
 
 
 def replaced(ex: Executor, old: ZygoteProcess) -> ZygoteProcess:
-    assert wait_until(lambda: ex._hosts.current() is not old, 60, every_s=0.1), \
+    assert wait_until(lambda: ex._hosts.current() is not old, 60, every_s=0.1), (
         "the host was not replaced"
+    )
     new = ex._hosts.current()
     assert new is not None
     return new
@@ -72,14 +76,18 @@ def test_a_replaced_host_gives_later_runs_a_new_memory_layout(rotating: Executor
 
 
 def test_runs_and_sessions_in_flight_keep_their_host_across_a_replacement(
-        rotating: Executor) -> None:
+    rotating: Executor,
+) -> None:
     first = host_internals(rotating)
     session = rotating.session()
     assert session.run("x = 41").ok
     slow: list[RunResult] = []
     # The second slot taken makes the host due; its run is still in flight at the swap.
-    thread = threading.Thread(target=lambda: slow.append(rotating.run(
-        "import time; time.sleep(6); print('done')", limits={"timeout_s": 30})))
+    thread = threading.Thread(
+        target=lambda: slow.append(
+            rotating.run("import time; time.sleep(6); print('done')", limits={"timeout_s": 30})
+        )
+    )
     thread.start()
     replaced(rotating, first)
     in_flight = thread.is_alive()
@@ -94,8 +102,14 @@ def test_runs_and_sessions_in_flight_keep_their_host_across_a_replacement(
 
 
 def test_tenants_get_hosts_of_their_own_and_idle_ones_close() -> None:
-    with Executor(cache=False, pool_size=1, zygotes_per_tenant=True, tenant_idle_s=2.0,
-                  rotate_after_runs=None, rotate_after_s=None) as ex:
+    with Executor(
+        cache=False,
+        pool_size=1,
+        zygotes_per_tenant=True,
+        tenant_idle_s=2.0,
+        rotate_after_runs=None,
+        rotate_after_s=None,
+    ) as ex:
         a, b = layout(ex, "a"), layout(ex, "b")
         hosts = ex._hosts.current("a"), ex._hosts.current("b")
         assert hosts[0] is not None and hosts[1] is not None and hosts[0] is not hosts[1]
@@ -104,17 +118,26 @@ def test_tenants_get_hosts_of_their_own_and_idle_ones_close() -> None:
         for i, what in enumerate(("libc", "the heap", "the str hash secret")):
             assert a.split()[i] != b.split()[i], f"two tenants share {what}"
         assert ex._hosts.current(None) is None, "the shared host was started"
-        assert wait_until(lambda: all(host_gone(h) for h in hosts if h is not None), 30), \
+        assert wait_until(lambda: all(host_gone(h) for h in hosts if h is not None), 30), (
             "idle tenant hosts stayed"
+        )
         assert ex._hosts.current("a") is None
 
 
-@pytest.mark.parametrize("options", [
-    {"rotate_after_runs": -1}, {"rotate_after_runs": 2.5}, {"rotate_after_runs": True},
-    {"rotate_after_s": -1}, {"rotate_after_s": float("nan")}, {"rotate_after_s": "60"},
-    {"tenant_idle_s": float("inf")}, {"zygotes_per_tenant": "yes"},
-    {"zygotes_per_tenant": True, "tenant_idle_s": 0},
-])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"rotate_after_runs": -1},
+        {"rotate_after_runs": 2.5},
+        {"rotate_after_runs": True},
+        {"rotate_after_s": -1},
+        {"rotate_after_s": float("nan")},
+        {"rotate_after_s": "60"},
+        {"tenant_idle_s": float("inf")},
+        {"zygotes_per_tenant": "yes"},
+        {"zygotes_per_tenant": True, "tenant_idle_s": 0},
+    ],
+)
 def test_bad_host_settings_are_a_usage_error(options: dict[str, object]) -> None:
     with pytest.raises(UsageError, match=next(iter(options))):
         Executor(**options)  # type: ignore[arg-type]

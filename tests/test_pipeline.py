@@ -67,13 +67,17 @@ def test_policy_denial_names_rule_and_line_and_never_runs(executor: Executor) ->
     assert r.stdout == "" and r.metrics.wall_ms == 0
 
 
-@pytest.mark.parametrize("code", [
-    "import pathlib\npathlib.os.system('touch /workspace/ran')\n",
-    "import logging\nlogging.os.execv('/bin/touch', ['touch', '/workspace/ran'])\n",
-    "import sys\nsys.modules['os'].system('touch /workspace/ran')\n",
-])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import pathlib\npathlib.os.system('touch /workspace/ran')\n",
+        "import logging\nlogging.os.execv('/bin/touch', ['touch', '/workspace/ran'])\n",
+        "import sys\nsys.modules['os'].system('touch /workspace/ran')\n",
+    ],
+)
 def test_minimal_denies_the_attribute_chains_to_os_in_runs_and_cells(
-        executor: Executor, code: str) -> None:
+    executor: Executor, code: str
+) -> None:
     r = executor.run(code, profile="minimal")
     assert (r.status, r.error and r.error.line) == (Status.policy_denied, 2), r
     with executor.session(profile="minimal") as s:
@@ -82,14 +86,15 @@ def test_minimal_denies_the_attribute_chains_to_os_in_runs_and_cells(
         assert s.files.list() == []  # the code never ran
 
 
-def test_minimal_session_cells_must_be_python_and_are_checked_with_earlier_cells(executor: Executor) -> None:
+def test_minimal_session_cells_must_be_python_and_are_checked_with_earlier_cells(
+    executor: Executor,
+) -> None:
     escape = "ran = !touch /workspace/ran\n"
     with executor.session(profile="minimal") as s:
         cell = s.run(escape)
         assert cell.status is Status.policy_denied and cell.error is not None, cell
         assert cell.error.rule == "code.not_python"
-        assert s.run("get_ipython().system('touch /workspace/ran')").status is \
-            Status.policy_denied
+        assert s.run("get_ipython().system('touch /workspace/ran')").status is Status.policy_denied
         assert s.files.list() == []
         assert s.run("import os").ok
         cell = s.run("os.system('touch /workspace/ran')")  # os imported by the cell before
@@ -101,8 +106,10 @@ def test_minimal_session_cells_must_be_python_and_are_checked_with_earlier_cells
 
 
 def test_held_run_is_released_once_by_approval(executor: Executor, approval_profile: str) -> None:
-    held = executor.run("import shutil\nshutil.rmtree('gone', ignore_errors=True)\nprint('ran')",
-                        profile=approval_profile)
+    held = executor.run(
+        "import shutil\nshutil.rmtree('gone', ignore_errors=True)\nprint('ran')",
+        profile=approval_profile,
+    )
     assert held.status is Status.needs_approval
     assert held.error is not None and held.error.rule and held.error.line == 2
     assert held.stdout == ""
@@ -120,8 +127,10 @@ def test_held_run_is_released_once_by_approval(executor: Executor, approval_prof
 
 
 def test_cache_hit_is_identical_marked_cached_recorded_and_fast(executor: Executor) -> None:
-    code = ("import time, pandas as pd\ntime.sleep(0.3)\n"
-            "pd.DataFrame({'a': [1, 2]}).to_csv('out.csv')\nprint('computed')")
+    code = (
+        "import time, pandas as pd\ntime.sleep(0.3)\n"
+        "pd.DataFrame({'a': [1, 2]}).to_csv('out.csv')\nprint('computed')"
+    )
     first = executor.run(code, cache=True)
     t = time.perf_counter()
     second = executor.run(code, cache=True)
@@ -129,8 +138,9 @@ def test_cache_hit_is_identical_marked_cached_recorded_and_fast(executor: Execut
     assert first.cached is False and second.cached is True
     assert second.run_id != first.run_id
     assert second.stdout == first.stdout == "computed\n"
-    assert [(a.path, a.sha256, a.data) for a in second.artifacts] == \
-        [(a.path, a.sha256, a.data) for a in first.artifacts]
+    assert [(a.path, a.sha256, a.data) for a in second.artifacts] == [
+        (a.path, a.sha256, a.data) for a in first.artifacts
+    ]
     assert second.artifacts[0].data is not None
     assert hit_s < 0.3  # it did not run the 0.3 s sleep again
     record = executor.store.get(second.run_id)
@@ -141,10 +151,18 @@ def test_cache_hit_is_identical_marked_cached_recorded_and_fast(executor: Execut
 def test_cache_misses_on_any_input_change_and_on_opt_out(executor: Executor) -> None:
     base = executor.run("import sys; print(sys.stdin.read())", stdin="a", cache=True)
     assert base.status is Status.ok
-    assert executor.run("import sys; print(sys.stdin.read())", stdin="b", cache=True).cached is False
-    assert executor.run("import sys; print(sys.stdin.read())", stdin="a", cache=True,
-                        limits={"timeout_s": 4}).cached is False
-    assert executor.run("import sys; print(sys.stdin.read())", stdin="a", cache=False).cached is False
+    assert (
+        executor.run("import sys; print(sys.stdin.read())", stdin="b", cache=True).cached is False
+    )
+    assert (
+        executor.run(
+            "import sys; print(sys.stdin.read())", stdin="a", cache=True, limits={"timeout_s": 4}
+        ).cached
+        is False
+    )
+    assert (
+        executor.run("import sys; print(sys.stdin.read())", stdin="a", cache=False).cached is False
+    )
     assert executor.run("import sys; print(sys.stdin.read())", stdin="a", cache=True).cached is True
 
 
@@ -164,16 +182,22 @@ def test_failed_runs_are_cached_but_sandbox_errors_never(executor: Executor) -> 
     code = f"raise SystemExit(3)  # {time.time()}"
     executor.run(code, cache=True)
     assert executor.run(code, cache=True).cached is True
-    for status in (Status.sandbox_error, Status.policy_denied, Status.needs_approval,
-                   Status.budget_exceeded):
+    for status in (
+        Status.sandbox_error,
+        Status.policy_denied,
+        Status.needs_approval,
+        Status.budget_exceeded,
+    ):
         assert not cacheable(RunResult(run_id="x", status=status))
 
 
 def test_secrets_are_redacted_in_output_errors_tracebacks_and_records(executor: Executor) -> None:
-    code = (f"print('key {AWS_KEY}')\n"
-            "import sys\nprint('my-registered-value', file=sys.stderr)\n"
-            "token = 'ghp_' + 'a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8'\n"
-            "raise ValueError('leaked ' + token)\n")
+    code = (
+        f"print('key {AWS_KEY}')\n"
+        "import sys\nprint('my-registered-value', file=sys.stderr)\n"
+        "token = 'ghp_' + 'a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8'\n"
+        "raise ValueError('leaked ' + token)\n"
+    )
     r = executor.run(code, secrets=["my-registered-value"])
     assert r.status is Status.error
     assert AWS_KEY not in r.stdout and "[REDACTED" in r.stdout
@@ -182,17 +206,20 @@ def test_secrets_are_redacted_in_output_errors_tracebacks_and_records(executor: 
     assert "ghp_a1B2" not in (r.error.traceback or "")
     executor.store.settle()  # committed just after the result returned
     with executor.store.engine.connect() as conn:
-        raw = conn.execute(sa.text("select result from runs where run_id = :id"),
-                           {"id": r.run_id}).scalar()
+        raw = conn.execute(
+            sa.text("select result from runs where run_id = :id"), {"id": r.run_id}
+        ).scalar()
     stored = raw if isinstance(raw, str) else json.dumps(raw)
     for secret in (AWS_KEY, "my-registered-value", "ghp_a1B2"):
         assert secret not in stored
 
 
-def test_a_run_after_a_refused_record_is_refused(executor: Executor,
-                                                 poisoned_records: Callable[[], None],
-                                                 monkeypatch: pytest.MonkeyPatch,
-                                                 caplog: pytest.LogCaptureFixture) -> None:
+def test_a_run_after_a_refused_record_is_refused(
+    executor: Executor,
+    poisoned_records: Callable[[], None],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """A record is committed just after its run's result returns; one that cannot be written
     is logged, and raised by the first run to start after the failure, before its code runs,
     and only once. The others are kept."""
@@ -226,7 +253,8 @@ def test_replay_of_twenty_recorded_runs_reproduces_them(executor: Executor) -> N
             f"open('out{i}.txt', 'w').write(data * {i + 1})\n"
             f"print({i}, hashlib.sha256((data + line).encode()).hexdigest())\n"
             + ("raise KeyError('k')\n" if i % 5 == 4 else ""),
-            files={"in.txt": f"input {i}".encode()}, stdin=f"stdin {i}",
+            files={"in.txt": f"input {i}".encode()},
+            stdin=f"stdin {i}",
             limits={"timeout_s": 3 + i % 3},
         )
         ids.append(r.run_id)
@@ -243,12 +271,15 @@ def test_replay_flags_a_different_image_digest(executor: Executor) -> None:
     r = executor.run("print('x')")
     executor.store.settle()
     with executor.store.engine.begin() as conn:
-        row = conn.execute(sa.text("select result from runs where run_id = :id"),
-                           {"id": r.run_id}).scalar()
+        row = conn.execute(
+            sa.text("select result from runs where run_id = :id"), {"id": r.run_id}
+        ).scalar()
         result = json.loads(row) if isinstance(row, str) else row
         result["image_digest"] = "sha256:" + "0" * 64
-        conn.execute(sa.text("update runs set result = :r where run_id = :id"),
-                     {"r": json.dumps(result), "id": r.run_id})
+        conn.execute(
+            sa.text("update runs set result = :r where run_id = :id"),
+            {"r": json.dumps(result), "id": r.run_id},
+        )
     report = executor.replay(r.run_id)
     assert report.matches and report.image_changed
 
@@ -286,9 +317,12 @@ def test_concurrent_runs_share_a_budget_without_overshooting(executor: Executor)
 
     budget = Budget(exec_s=1.0)
     with ThreadPoolExecutor(4) as pool:
-        results = list(pool.map(
-            lambda i: executor.run(f"import time; time.sleep(0.4); print({i})", budget=budget),
-            range(6)))
+        results = list(
+            pool.map(
+                lambda i: executor.run(f"import time; time.sleep(0.4); print({i})", budget=budget),
+                range(6),
+            )
+        )
     assert sum(r.status is Status.ok for r in results) <= 2
     assert all(r.status in (Status.ok, Status.budget_exceeded) for r in results)
     assert budget.used_exec_s <= 1.0 + 0.2
@@ -319,17 +353,19 @@ def test_eight_threads_of_a_hundred_runs_lose_no_record(executor: Executor) -> N
 # ---- redaction on every path: cache hits, escaped forms, caps, artifacts ------------------
 
 # A value a program shows escaped: a backslash, both quotes, a space, non-ASCII letters.
-ESCAPED = 'k\\e"y \'é-'
+ESCAPED = "k\\e\"y 'é-"
 
 
 def _escaped_secret() -> str:
     return ESCAPED + os.urandom(6).hex()
 
 
-SHOWS = ("import json\nv = {v!r}\n"
-         "print(v)\nprint(repr(v))\nprint({{'k': [v]}})\nprint(json.dumps(v))\n"
-         "print(json.dumps([v], ensure_ascii=False))\n"
-         "from urllib.parse import quote, quote_plus\nprint(quote(v), quote_plus(v))\n")
+SHOWS = (
+    "import json\nv = {v!r}\n"
+    "print(v)\nprint(repr(v))\nprint({{'k': [v]}})\nprint(json.dumps(v))\n"
+    "print(json.dumps([v], ensure_ascii=False))\n"
+    "from urllib.parse import quote, quote_plus\nprint(quote(v), quote_plus(v))\n"
+)
 
 
 def _clean(text: str, secret: str) -> bool:
@@ -339,7 +375,8 @@ def _clean(text: str, secret: str) -> bool:
 
 @pytest.mark.parametrize("first_with_secrets", [False, True])
 def test_the_cache_answers_only_callers_with_the_same_secrets_in_both_orders(
-        executor: Executor, first_with_secrets: bool) -> None:
+    executor: Executor, first_with_secrets: bool
+) -> None:
     """A result stored redacted for one set of secrets never answers another set: the
     secrets are part of the cache key. Each caller gets its own text, and a hit for the same
     set is redacted as its first run was, result and record."""
@@ -362,7 +399,8 @@ def test_the_cache_answers_only_callers_with_the_same_secrets_in_both_orders(
 
 
 def test_secrets_registered_later_on_an_executor_are_never_answered_from_before(
-        tmp_path: object) -> None:
+    tmp_path: object,
+) -> None:
     secret = _escaped_secret()
     code = SHOWS.format(v=secret)
     db = f"sqlite:///{tmp_path}/runs.db"
@@ -397,8 +435,7 @@ def test_too_many_secrets_are_refused_before_anything_runs(executor: Executor) -
             session.run("print(1)", secrets=big)
         assert session.run("print(1)").stdout == "1\n"  # a refused call costs the session nothing
     at_cap = [f"s{i:03d}-" + "z" * 8 for i in range(MAX_SECRETS)]
-    assert executor.run(f"print({at_cap[-1]!r})", secrets=at_cap).stdout == \
-        "[REDACTED:secret]\n"
+    assert executor.run(f"print({at_cap[-1]!r})", secrets=at_cap).stdout == "[REDACTED:secret]\n"
 
 
 def test_artifacts_are_returned_as_written_not_redacted(executor: Executor) -> None:
@@ -423,10 +460,13 @@ CUT_SECRET = "hunter2-Zq9xK7LwPm4vRt8sYb2nHc6dJf3gAe"
 
 
 def test_secrets_in_error_types_mime_types_and_artifact_paths_are_redacted(
-        executor: Executor) -> None:
+    executor: Executor,
+) -> None:
     secret = "hunter2-Zq9xK7Lw"
-    code = (f"open({secret!r} + '.txt', 'w').write('kept')\n"
-            f"raise type({secret!r}, (Exception,), {{}})('x')")
+    code = (
+        f"open({secret!r} + '.txt', 'w').write('kept')\n"
+        f"raise type({secret!r}, (Exception,), {{}})('x')"
+    )
     r = executor.run(code, secrets=[secret], cache=False)
     assert r.error is not None and r.error.type == "[REDACTED:secret]", r.error
     assert [(a.path, a.data) for a in r.artifacts] == [("[REDACTED:secret].txt", b"kept")]
@@ -435,9 +475,11 @@ def test_secrets_in_error_types_mime_types_and_artifact_paths_are_redacted(
     # The record keeps the bytes under the path the result shows.
     assert executor.store.artifact_data(r.run_id, "[REDACTED:secret].txt") == b"kept"
     with executor.session(secrets=[secret]) as s:
-        cell = s.run("from IPython.display import display\n"
-                     f"display({{'text/x-' + {secret!r}: 'a', 'text/plain': 'b'}}, raw=True)\n"
-                     f"raise type({secret!r}, (Exception,), {{}})('x')")
+        cell = s.run(
+            "from IPython.display import display\n"
+            f"display({{'text/x-' + {secret!r}: 'a', 'text/plain': 'b'}}, raw=True)\n"
+            f"raise type({secret!r}, (Exception,), {{}})('x')"
+        )
     assert secret not in cell.model_dump_json(), cell
     assert "text/x-[REDACTED:secret]" in [o.mime_type for o in cell.outputs]
     assert cell.error is not None and cell.error.type == "[REDACTED:secret]"
@@ -448,7 +490,7 @@ def test_secrets_in_error_types_mime_types_and_artifact_paths_are_redacted(
 PARTED = "hunter2-Zq9xK7Lw-abcdefghijklmnopqrstuvwxyz0123456789"
 SHOWN_CUT = {
     "textwrap.shorten": "import textwrap\nprint(textwrap.shorten('x ' + V[:30] + ' ' + V[30:], 40,"
-                        " placeholder=' [...]'))",
+    " placeholder=' [...]'))",
     "spaced dots": "print(V[:40] + '. . .')",
     "[truncated]": "print(V[:40] + '[truncated]')",
     "(more)": "print(V[:40] + ' (more)')",
@@ -456,18 +498,21 @@ SHOWN_CUT = {
     "split over two lines": "print(V[:26]); print(V[26:])",
     "a forged cut mark": "print(V[:26] + '\\n...[truncated]...\\n' + V[26:])",
     "pandas column of 24": "import pandas as pd\npd.set_option('display.max_colwidth', 24)\n"
-                           "print(pd.DataFrame({'a': [V]}))",
+    "print(pd.DataFrame({'a': [V]}))",
     "its end": "print('...' + V[-30:])",
     "an artifact's path": "open(V[:30] + '.txt', 'w').write('x')",
 }
 
 
 @pytest.mark.parametrize("how", list(SHOWN_CUT))
-def test_a_secret_shown_cut_short_leaves_no_long_start_or_end(executor: Executor,
-                                                              how: str) -> None:
+def test_a_secret_shown_cut_short_leaves_no_long_start_or_end(executor: Executor, how: str) -> None:
     streamed: list[bytes] = []
-    r = executor.run(f"V = {PARTED!r}\n" + SHOWN_CUT[how], secrets=[PARTED], cache=False,
-                     on_stdout=streamed.append)
+    r = executor.run(
+        f"V = {PARTED!r}\n" + SHOWN_CUT[how],
+        secrets=[PARTED],
+        cache=False,
+        on_stdout=streamed.append,
+    )
     assert r.status is Status.ok, r
     shown = r.model_dump_json() + "".join(a.path for a in r.artifacts)
     assert "[REDACTED:secret]" in shown, shown
@@ -478,12 +523,17 @@ def test_a_secret_shown_cut_short_leaves_no_long_start_or_end(executor: Executor
 
 def test_artifact_paths_equal_once_redacted_stay_distinct(executor: Executor) -> None:
     one, two = "first-Zq9xK7Lw", "second-Pm4vRt8s"
-    code = (f"open({one!r} + '.txt', 'w').write('1')\nopen({two!r} + '.txt', 'w').write('2')\n"
-            "open('[REDACTED:secret].txt~2', 'w').write('3')")
+    code = (
+        f"open({one!r} + '.txt', 'w').write('1')\nopen({two!r} + '.txt', 'w').write('2')\n"
+        "open('[REDACTED:secret].txt~2', 'w').write('3')"
+    )
     r = executor.run(code, secrets=[one, two], cache=False)
     paths = {a.path: a.data for a in r.artifacts}
-    assert paths == {"[REDACTED:secret].txt": b"1", "[REDACTED:secret].txt~3": b"2",
-                     "[REDACTED:secret].txt~2": b"3"}, paths
+    assert paths == {
+        "[REDACTED:secret].txt": b"1",
+        "[REDACTED:secret].txt~3": b"2",
+        "[REDACTED:secret].txt~2": b"3",
+    }, paths
     for path, data in paths.items():
         assert executor.store.artifact_data(r.run_id, path) == data
 
@@ -498,8 +548,9 @@ def test_a_secret_cut_by_an_error_cap_leaves_no_piece(jailed: Executor) -> None:
         assert s[-12:] not in r.model_dump_json()
     # A record too long for the error pipe has its message halved, inside the secret.
     for pad in (20000, 24000, 28000):
-        r = jailed.run(f"raise ValueError('x' * {pad} + {s!r} + 'x' * {pad})", secrets=[s],
-                       cache=False)
+        r = jailed.run(
+            f"raise ValueError('x' * {pad} + {s!r} + 'x' * {pad})", secrets=[s], cache=False
+        )
         assert s[:12] not in r.model_dump_json(), pad
     # A cell's message is cut at 16 KiB.
     with jailed.session(secrets=[s]) as session:
@@ -520,10 +571,12 @@ def test_a_secret_cut_with_a_long_exception_name_leaves_no_piece(executor: Execu
 
 
 def test_an_exception_named_past_the_error_pipe_is_reported_not_timed_out(
-        executor: Executor) -> None:
+    executor: Executor,
+) -> None:
     # A type name longer than the error record's cap was never cut: the report never fit.
-    r = executor.run("raise type('E' * 70000, (Exception,), {})('x')", cache=False,
-                     limits={"timeout_s": 5})
+    r = executor.run(
+        "raise type('E' * 70000, (Exception,), {})('x')", cache=False, limits={"timeout_s": 5}
+    )
     assert r.status == Status.error and r.error is not None, r
     assert r.error.type == "E" * 200 + " …(truncated)"
 
@@ -538,7 +591,8 @@ def _raising(data: bytes) -> None:
 
 @pytest.mark.parametrize("face", ["fresh", "cached", "undecodable"])
 def test_a_raising_output_callback_still_records_the_run_and_settles_its_budget(
-        executor: Executor, face: str) -> None:
+    executor: Executor, face: str
+) -> None:
     """The caller's own exception reaches it, but only after the run is recorded and its
     budget settled: every run is recorded, whatever its caller did."""
     code: str | bytes = f"print('callback {face} {time.time_ns()}')"
@@ -549,8 +603,9 @@ def test_a_raising_output_callback_still_records_the_run_and_settles_its_budget(
     budget = Budget(exec_s=60)
     before = executor.store.count()
     with pytest.raises(_CallerGone):
-        executor.run(code, budget=budget, on_stdout=_raising, on_stderr=_raising,
-                     cache=face == "cached")
+        executor.run(
+            code, budget=budget, on_stdout=_raising, on_stderr=_raising, cache=face == "cached"
+        )
     assert executor.store.count() == before + 1, "the run was not recorded"
     record = executor.store.list(limit=1)[0]
     assert record.kind == ("cache_hit" if face == "cached" else "run"), record.kind

@@ -26,10 +26,18 @@ from execbox.records.sqlite import COMMIT_LOCK, ForkSafeConnection, SQLiteRunRow
 
 
 def _run(i: int, art: bytes = b"") -> tuple[RunRequest, RunResult]:
-    req = RunRequest(code=f"print({i})", stdin=b"in", files=[InputFile(name="a.csv", data=b"x,y\n")])
+    req = RunRequest(
+        code=f"print({i})", stdin=b"in", files=[InputFile(name="a.csv", data=b"x,y\n")]
+    )
     arts = [Artifact(path="out.bin", size=len(art), sha256=f"{i:064x}", mime_type="x/y", data=art)]
-    res = RunResult(run_id=f"run{i:05d}", status=Status.ok, stdout=f"{i}\n", code_sha256="c" * 64,
-                    image_digest="sha256:img", artifacts=arts if art else [])
+    res = RunResult(
+        run_id=f"run{i:05d}",
+        status=Status.ok,
+        stdout=f"{i}\n",
+        code_sha256="c" * 64,
+        image_digest="sha256:img",
+        artifacts=arts if art else [],
+    )
     return req, res
 
 
@@ -87,8 +95,12 @@ def test_artifact_bytes_beyond_the_cap_are_not_stored(tmp_path: Path) -> None:
 def test_approval_releases_a_held_run_only_once(tmp_path: Path) -> None:
     store = RunStore(f"sqlite:///{tmp_path}/runs.db")
     req, res = _run(3)
-    store.save(req, res.model_copy(update={"status": Status.needs_approval}),
-               policy=PolicyInfo(decision="needs_approval", rule="call.approval"), env={})
+    store.save(
+        req,
+        res.model_copy(update={"status": Status.needs_approval}),
+        policy=PolicyInfo(decision="needs_approval", rule="call.approval"),
+        env={},
+    )
     assert store.mark_approved("run00003", "alice") is True
     assert store.mark_approved("run00003", "bob") is False
     rec = store.get("run00003")
@@ -123,8 +135,13 @@ def _committed(db: Path, run_id: str) -> bool:
 def _fast(i: int) -> tuple[RunRequest, RunResult]:
     """A run that takes the writer's path: no input files, artifacts or stdin not yet stored."""
     req = RunRequest(code=f"print({i})")
-    res = RunResult(run_id=f"fast{i:05d}", status=Status.ok, stdout=f"{i}\n",
-                    code_sha256="c" * 64, image_digest="sha256:img")
+    res = RunResult(
+        run_id=f"fast{i:05d}",
+        status=Status.ok,
+        stdout=f"{i}\n",
+        code_sha256="c" * 64,
+        image_digest="sha256:img",
+    )
     return req, res
 
 
@@ -180,9 +197,9 @@ def test_rows_still_queued_at_exit_are_committed(tmp_path: Path) -> None:
     assert all(_committed(db, f"exit{i:05d}") for i in range(300))
 
 
-def test_a_row_that_cannot_be_written_is_raised_and_costs_no_other(tmp_path: Path,
-                                                                   caplog: pytest.LogCaptureFixture
-                                                                   ) -> None:
+def test_a_row_that_cannot_be_written_is_raised_and_costs_no_other(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     db = tmp_path / "runs.db"
     store = RunStore(f"sqlite:///{db}")
     store.save(*_fast(1), policy=PolicyInfo(), env={})
@@ -199,8 +216,7 @@ def test_a_row_that_cannot_be_written_is_raised_and_costs_no_other(tmp_path: Pat
     store.close()
 
 
-def test_saves_wait_when_the_queue_is_full(tmp_path: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_saves_wait_when_the_queue_is_full(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(SQLiteRunRows, "MAX_QUEUED", 4)
     db = tmp_path / "runs.db"
     store = RunStore(f"sqlite:///{db}")
@@ -221,8 +237,9 @@ def test_saves_wait_when_the_queue_is_full(tmp_path: Path,
         rows = store._rows
         assert rows is not None
         # Full, and the writer has taken a batch of the saver's rows (it is stuck on the lock).
-        assert wait_until(lambda: len(rows._queue) == 4 and rows._queued - 4 > 1, 30), \
+        assert wait_until(lambda: len(rows._queue) == 4 and rows._queued - 4 > 1, 30), (
             "the queue did not fill behind a stuck batch"
+        )
         blocked_at = len(saved)
         time.sleep(0.3)
         assert thread.is_alive() and len(saved) == blocked_at < 19, saved
@@ -275,9 +292,9 @@ def test_forked_children_write_their_own_rows(tmp_path: Path) -> None:
     assert all(_committed(db, f"fast{90000 + n:05d}") for n in range(8))
 
 
-def test_a_writer_closes_its_connection_only_between_forks(tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch
-                                                           ) -> None:
+def test_a_writer_closes_its_connection_only_between_forks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Closing a connection takes SQLite's process-wide file mutex: a child forked meanwhile
     would hang in its first `connect`. So a writer ending idle closes its connection under the
     lock that `os.fork` takes: while the lock is held, it cannot."""
@@ -326,8 +343,7 @@ def test_every_connection_a_store_opens_is_closed_between_forks(tmp_path: Path) 
     thread.join()
 
 
-def test_children_forked_while_the_collector_closes_connections_do_not_hang(
-        tmp_path: Path) -> None:
+def test_children_forked_while_the_collector_closes_connections_do_not_hang(tmp_path: Path) -> None:
     """The last test's claim, end to end: forks while another thread's collection closes the
     connections of dropped stores (with plain connections, 1 child in 7 hung in `connect`)."""
     forked: list[int] = []
@@ -389,8 +405,9 @@ def test_a_read_under_a_steady_stream_of_saves_returns(tmp_path: Path) -> None:
     store.close()
 
 
-def test_a_read_or_close_cuts_the_writers_linger_short(tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_read_or_close_cuts_the_writers_linger_short(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(SQLiteRunRows, "LINGER_S", 3600.0)
     db = tmp_path / "runs.db"
     store = RunStore(f"sqlite:///{db}")
@@ -413,8 +430,9 @@ def test_a_read_or_close_cuts_the_writers_linger_short(tmp_path: Path,
     assert not closer.is_alive() and _committed(db, "fast00002")
 
 
-def test_lingering_rows_are_committed_with_no_read(tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_lingering_rows_are_committed_with_no_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Another process sees a record once its linger is over, or once enough rows wait."""
     db = tmp_path / "runs.db"
     monkeypatch.setattr(SQLiteRunRows, "LINGER_S", 0.3)
@@ -446,8 +464,9 @@ def test_rows_saved_after_close_are_written_before_save_returns(tmp_path: Path) 
     assert store._rows is not None and store._rows._writer is None
 
 
-def test_without_a_thread_rows_are_written_by_the_caller(tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_a_thread_rows_are_written_by_the_caller(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     db = tmp_path / "runs.db"
     store = RunStore(f"sqlite:///{db}")
     store.save(*_fast(0), policy=PolicyInfo(), env={})
@@ -462,9 +481,9 @@ def test_without_a_thread_rows_are_written_by_the_caller(tmp_path: Path,
     store.close()
 
 
-def test_a_locked_database_fails_a_batch_once_not_row_by_row(tmp_path: Path,
-                                                            monkeypatch: pytest.MonkeyPatch
-                                                            ) -> None:
+def test_a_locked_database_fails_a_batch_once_not_row_by_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Past the busy timeout every queued row fails together: retrying row by row would make
     each wait the whole timeout again (and every read wait for all of them)."""
     db = tmp_path / "runs.db"
@@ -558,8 +577,9 @@ def test_callers_writing_after_close_keep_the_rows_in_order(tmp_path: Path) -> N
     assert store.count() == 801
 
 
-def test_a_write_interrupted_leaves_no_read_waiting(tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_write_interrupted_leaves_no_read_waiting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A KeyboardInterrupt while a caller writes its row (after close) fails that row; reads
     and the exit's settle do not wait for it forever."""
     db = tmp_path / "runs.db"

@@ -31,11 +31,14 @@ from execbox.contract import Artifact, InputFile, RunRequest, RunResult, Status
 from execbox.records import PolicyInfo, RunStore
 
 pytest.importorskip(
-    "psycopg", reason="PostgreSQL record tests need the psycopg driver: pip install -e '.[postgres]'"
+    "psycopg",
+    reason="PostgreSQL record tests need the psycopg driver: pip install -e '.[postgres]'",
 )
 
-PG_BINDIRS = [Path("/usr/lib/postgresql/15/bin"), *sorted(Path("/usr/lib/postgresql").glob("*/bin"),
-                                                           reverse=True)]
+PG_BINDIRS = [
+    Path("/usr/lib/postgresql/15/bin"),
+    *sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True),
+]
 
 
 def _pg_binary(name: str) -> str | None:
@@ -66,10 +69,17 @@ def _wait_ready(server: subprocess.Popen[bytes], socket_dir: Path, port: int, lo
     deadline = time.monotonic() + 30
     while True:
         if server.poll() is not None:
-            pytest.fail(f"postgres exited with {server.returncode}:\n{log.read_text(errors='replace')}")
+            pytest.fail(
+                f"postgres exited with {server.returncode}:\n{log.read_text(errors='replace')}"
+            )
         try:
-            psycopg.connect(host=str(socket_dir), port=port, user="postgres", dbname="postgres",
-                            connect_timeout=2).close()
+            psycopg.connect(
+                host=str(socket_dir),
+                port=port,
+                user="postgres",
+                dbname="postgres",
+                connect_timeout=2,
+            ).close()
             return
         except psycopg.OperationalError:
             if time.monotonic() > deadline:
@@ -83,16 +93,20 @@ def pg_server() -> Iterator[Callable[[], str]]:
     tools = {name: _pg_binary(name) for name in ("initdb", "pg_ctl", "postgres")}
     missing = [name for name, path in tools.items() if path is None]
     if missing:
-        pytest.skip(f"PostgreSQL record tests SKIPPED: {', '.join(missing)} not found on PATH or "
-                    f"in /usr/lib/postgresql/*/bin (install Debian's postgresql package)")
+        pytest.skip(
+            f"PostgreSQL record tests SKIPPED: {', '.join(missing)} not found on PATH or "
+            f"in /usr/lib/postgresql/*/bin (install Debian's postgresql package)"
+        )
     run_as: dict[str, Any] = {}
     owner: pwd.struct_passwd | None = None
     if os.geteuid() == 0:  # initdb refuses root: run initdb and the server as `postgres`
         try:
             owner = pwd.getpwnam("postgres")
         except KeyError:
-            pytest.skip("PostgreSQL record tests SKIPPED: running as root and there is no "
-                        "`postgres` system user to run initdb and the server as")
+            pytest.skip(
+                "PostgreSQL record tests SKIPPED: running as root and there is no "
+                "`postgres` system user to run initdb and the server as"
+            )
         run_as = {"user": owner.pw_uid, "group": owner.pw_gid, "extra_groups": []}
 
     base = Path(tempfile.mkdtemp(prefix="execbox-pg-"))
@@ -104,14 +118,34 @@ def pg_server() -> Iterator[Callable[[], str]]:
     port = _free_port()
 
     def run(*argv: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(argv, cwd=base, env=env, capture_output=True, text=True,
-                              timeout=60, check=False, **run_as)
+        return subprocess.run(
+            argv,
+            cwd=base,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            **run_as,
+        )
 
     server: subprocess.Popen[bytes] | None = None
     try:
         t0 = time.monotonic()
-        proc = run(str(tools["initdb"]), "-D", str(data), "-U", "postgres", "-A", "trust",
-                   "-E", "UTF8", "--locale=C", "--no-sync", "--no-instructions")
+        proc = run(
+            str(tools["initdb"]),
+            "-D",
+            str(data),
+            "-U",
+            "postgres",
+            "-A",
+            "trust",
+            "-E",
+            "UTF8",
+            "--locale=C",
+            "--no-sync",
+            "--no-instructions",
+        )
         if proc.returncode != 0:
             pytest.fail(_fail("initdb", proc))
         # The postmaster is our own child (not daemonized by pg_ctl start), and setpriv makes the
@@ -121,17 +155,44 @@ def pg_server() -> Iterator[Callable[[], str]]:
         watch = [setpriv, "--pdeathsig", "QUIT", "--"] if setpriv else []
         with open(log, "wb") as out:
             server = subprocess.Popen(
-                [*watch, str(tools["postgres"]), "-D", str(data), "-p", str(port),
-                 "-c", "listen_addresses=", "-c", f"unix_socket_directories={base}",
-                 "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-                 "-c", "max_connections=200", "-c", "deadlock_timeout=200ms"],
-                cwd=base, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True, **run_as)
+                [
+                    *watch,
+                    str(tools["postgres"]),
+                    "-D",
+                    str(data),
+                    "-p",
+                    str(port),
+                    "-c",
+                    "listen_addresses=",
+                    "-c",
+                    f"unix_socket_directories={base}",
+                    "-c",
+                    "fsync=off",
+                    "-c",
+                    "synchronous_commit=off",
+                    "-c",
+                    "full_page_writes=off",
+                    "-c",
+                    "max_connections=200",
+                    "-c",
+                    "deadlock_timeout=200ms",
+                ],
+                cwd=base,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                **run_as,
+            )
         _wait_ready(server, base, port, log)
         print(f"\nPostgreSQL server up in {time.monotonic() - t0:.2f} s at {base} (port {port})")
 
-        admin = sa.create_engine(f"postgresql+psycopg://postgres@/postgres?host={base}&port={port}",
-                                 isolation_level="AUTOCOMMIT", poolclass=sa.NullPool)
+        admin = sa.create_engine(
+            f"postgresql+psycopg://postgres@/postgres?host={base}&port={port}",
+            isolation_level="AUTOCOMMIT",
+            poolclass=sa.NullPool,
+        )
         numbers = itertools.count(1)
 
         def fresh_url() -> str:
@@ -175,15 +236,24 @@ def open_store(pg_url: str) -> Iterator[Callable[..., RunStore]]:
 
 
 def _run(i: int, art: bytes = b"", status: Status = Status.ok) -> tuple[RunRequest, RunResult]:
-    req = RunRequest(code=f"print({i})", stdin=b"in", files=[InputFile(name="a.csv", data=b"x,y\n")])
+    req = RunRequest(
+        code=f"print({i})", stdin=b"in", files=[InputFile(name="a.csv", data=b"x,y\n")]
+    )
     arts = [Artifact(path="out.bin", size=len(art), sha256=f"{i:064x}", mime_type="x/y", data=art)]
-    res = RunResult(run_id=f"run{i:05d}", status=status, stdout=f"{i}\n", code_sha256="c" * 64,
-                    image_digest="sha256:img", artifacts=arts if art else [])
+    res = RunResult(
+        run_id=f"run{i:05d}",
+        status=status,
+        stdout=f"{i}\n",
+        code_sha256="c" * 64,
+        image_digest="sha256:img",
+        artifacts=arts if art else [],
+    )
     return req, res
 
 
-def _in_threads(n: int, work: Callable[[int], None],
-                gates: Sequence[threading.Barrier] = ()) -> list[BaseException]:
+def _in_threads(
+    n: int, work: Callable[[int], None], gates: Sequence[threading.Barrier] = ()
+) -> list[BaseException]:
     """Run work(0..n-1) in n threads released together; return what they raised.
 
     A thread that fails breaks every barrier (the start gate and `gates`, which work() may wait
@@ -217,17 +287,37 @@ def _blob_count(store: RunStore) -> int:
 
 
 def test_record_survives_a_new_store_on_the_same_url(pg_url: str) -> None:
-    req = RunRequest(code="print(open('a.csv').read())", stdin=b"\x00stdin\xff",
-                     files=[InputFile(name="a.csv", data=b"x,y\n1,2\n"),
-                            InputFile(name="data/raw.bin", data=bytes(range(256)))],
-                     env={"A": "1"}, profile="data")
-    res = RunResult(run_id="run-pg-1", status=Status.ok, stdout="x,y\n1,2\n", code_sha256="c" * 64,
-                    image_digest="sha256:img",
-                    artifacts=[Artifact(path="plot.png", size=4, sha256="d" * 64,
-                                        mime_type="image/png", data=b"\x89PNG")])
+    req = RunRequest(
+        code="print(open('a.csv').read())",
+        stdin=b"\x00stdin\xff",
+        files=[
+            InputFile(name="a.csv", data=b"x,y\n1,2\n"),
+            InputFile(name="data/raw.bin", data=bytes(range(256))),
+        ],
+        env={"A": "1"},
+        profile="data",
+    )
+    res = RunResult(
+        run_id="run-pg-1",
+        status=Status.ok,
+        stdout="x,y\n1,2\n",
+        code_sha256="c" * 64,
+        image_digest="sha256:img",
+        artifacts=[
+            Artifact(
+                path="plot.png", size=4, sha256="d" * 64, mime_type="image/png", data=b"\x89PNG"
+            )
+        ],
+    )
     store = RunStore(pg_url)
-    store.save(req, res, policy=PolicyInfo(decision="allow", rule="r", line=3), env={"A": "1"},
-               session_id="s1", cache_key="k" * 64)
+    store.save(
+        req,
+        res,
+        policy=PolicyInfo(decision="allow", rule="r", line=3),
+        env={"A": "1"},
+        session_id="s1",
+        cache_key="k" * 64,
+    )
     store.close()
 
     again = RunStore(pg_url)
@@ -236,8 +326,9 @@ def test_record_survives_a_new_store_on_the_same_url(pg_url: str) -> None:
         rec = again.get("run-pg-1")
         assert rec is not None
         # artifact bytes are not part of the result's JSON: they come back from the blob table
-        assert rec.result == res.model_copy(update={
-            "artifacts": [a.model_copy(update={"data": None}) for a in res.artifacts]})
+        assert rec.result == res.model_copy(
+            update={"artifacts": [a.model_copy(update={"data": None}) for a in res.artifacts]}
+        )
         assert again.with_artifact_data(rec.result) == res
         assert rec.code == req.code and rec.env == {"A": "1"}
         assert rec.policy == PolicyInfo(decision="allow", rule="r", line=3)
@@ -253,7 +344,8 @@ def test_record_survives_a_new_store_on_the_same_url(pg_url: str) -> None:
 
 
 def test_eight_threads_of_a_hundred_writers_lose_no_record(
-        open_store: Callable[..., RunStore]) -> None:
+    open_store: Callable[..., RunStore],
+) -> None:
     store = open_store()
 
     def writer(t: int) -> None:
@@ -268,7 +360,8 @@ def test_eight_threads_of_a_hundred_writers_lose_no_record(
 
 
 def test_concurrent_writers_of_the_same_new_blobs_in_any_order_all_succeed(
-        open_store: Callable[..., RunStore]) -> None:
+    open_store: Callable[..., RunStore],
+) -> None:
     # Every round, 8 threads each store a run whose blobs are new and shared with the others,
     # listed in a different order per thread, and partly shared (one blob per thread pair):
     # the races that a "select, then insert, then catch IntegrityError" scheme gets wrong.
@@ -279,14 +372,18 @@ def test_concurrent_writers_of_the_same_new_blobs_in_any_order_all_succeed(
     def writer(t: int) -> None:
         for r in range(rounds):
             shared = [f"r{r} shared {k}".encode() for k in range(4)]
-            shared = shared[t % 4:] + shared[:t % 4]
+            shared = shared[t % 4 :] + shared[: t % 4]
             if t % 2:
                 shared.reverse()
             files = [InputFile(name=f"f{k}", data=d) for k, d in enumerate(shared)]
             files.append(InputFile(name="pair", data=f"r{r} pair {t // 2}".encode()))
             req = RunRequest(code="pass", stdin=f"r{r} stdin".encode(), files=files)
-            res = RunResult(run_id=f"r{r:03d}t{t}", status=Status.ok, code_sha256="c" * 64,
-                            image_digest="sha256:img")
+            res = RunResult(
+                run_id=f"r{r:03d}t{t}",
+                status=Status.ok,
+                code_sha256="c" * 64,
+                image_digest="sha256:img",
+            )
             gates[r].wait()
             store.save(req, res, policy=PolicyInfo(), env={})
 
@@ -301,8 +398,12 @@ def test_concurrent_writers_of_the_same_new_blobs_in_any_order_all_succeed(
 def test_approval_releases_a_held_run_only_once(open_store: Callable[..., RunStore]) -> None:
     store = open_store()
     req, res = _run(3)
-    store.save(req, res.model_copy(update={"status": Status.needs_approval}),
-               policy=PolicyInfo(decision="needs_approval", rule="call.approval"), env={})
+    store.save(
+        req,
+        res.model_copy(update={"status": Status.needs_approval}),
+        policy=PolicyInfo(decision="needs_approval", rule="call.approval"),
+        env={},
+    )
     assert store.mark_approved("run00003", "alice") is True
     assert store.mark_approved("run00003", "bob") is False
     rec = store.get("run00003")
@@ -314,7 +415,8 @@ def test_approval_releases_a_held_run_only_once(open_store: Callable[..., RunSto
 
 
 def test_concurrent_approvals_release_a_held_run_exactly_once(
-        open_store: Callable[..., RunStore]) -> None:
+    open_store: Callable[..., RunStore],
+) -> None:
     store = open_store()
     for i in range(10):
         req, res = _run(i, status=Status.needs_approval)
@@ -334,7 +436,8 @@ def test_concurrent_approvals_release_a_held_run_exactly_once(
 
 
 def test_cache_returns_live_entries_only_and_purges_expired(
-        open_store: Callable[..., RunStore]) -> None:
+    open_store: Callable[..., RunStore],
+) -> None:
     store = open_store()
     for i in (5, 6):
         req, res = _run(i)
@@ -354,7 +457,8 @@ def test_cache_returns_live_entries_only_and_purges_expired(
 
 
 def test_concurrent_stores_of_one_cache_key_all_succeed(
-        open_store: Callable[..., RunStore]) -> None:
+    open_store: Callable[..., RunStore],
+) -> None:
     # Identical runs finishing together each store the same cache key.
     store = open_store()
     for t in range(8):
@@ -375,7 +479,8 @@ def test_concurrent_stores_of_one_cache_key_all_succeed(
 
 
 def test_list_is_newest_first_and_filters_by_status_and_session(
-        open_store: Callable[..., RunStore]) -> None:
+    open_store: Callable[..., RunStore],
+) -> None:
     store = open_store()
     statuses = [Status.ok, Status.error, Status.ok, Status.timeout, Status.error, Status.ok]
     for i, status in enumerate(statuses):
@@ -387,7 +492,5 @@ def test_list_is_newest_first_and_filters_by_status_and_session(
     assert [r.run_id for r in store.list(status="error")] == ["run00004", "run00001"]
     assert [r.status for r in store.list(status="ok")] == ["ok", "ok", "ok"]
     assert store.list(status="forbidden") == []
-    assert [r.run_id for r in store.list(session_id="even")] == ["run00005", "run00003",
-                                                                 "run00001"]
-    assert [r.run_id for r in store.list(status="ok", session_id="odd")] == ["run00002",
-                                                                             "run00000"]
+    assert [r.run_id for r in store.list(session_id="even")] == ["run00005", "run00003", "run00001"]
+    assert [r.run_id for r in store.list(status="ok", session_id="odd")] == ["run00002", "run00000"]

@@ -62,8 +62,10 @@ def fake_jwt() -> str:
 
 def fake_pem(label: str = "RSA PRIVATE") -> str:
     body = base64.b64encode(rng.randbytes(600)).decode()
-    lines = [body[i:i + 64] for i in range(0, len(body), 64)]
-    return "\n".join(["-----BEGIN " + label + " KEY-----", *lines, "-----END " + label + " KEY-----"])
+    lines = [body[i : i + 64] for i in range(0, len(body), 64)]
+    return "\n".join(
+        ["-----BEGIN " + label + " KEY-----", *lines, "-----END " + label + " KEY-----"]
+    )
 
 
 @dataclass(frozen=True)
@@ -88,8 +90,24 @@ def _cases() -> list[Case]:
     anthropic = "sk-" + "ant-" + "api03-" + rand(URLSAFE, 93) + "AA"
     gh = ["gh" + c + "_" + rand(ALNUM, 36) for c in "pousr"]
     gh_pat = "github" + "_pat_" + rand(ALNUM, 22) + "_" + rand(ALNUM, 59)
-    slack_bot = "xo" + "xb-" + rand(string.digits, 12) + "-" + rand(string.digits, 13) + "-" + rand(ALNUM, 24)
-    slack_user = "xo" + "xp-" + rand(string.digits, 12) + "-" + rand(string.digits, 12) + "-" + rand(string.hexdigits.lower(), 32)
+    slack_bot = (
+        "xo"
+        + "xb-"
+        + rand(string.digits, 12)
+        + "-"
+        + rand(string.digits, 13)
+        + "-"
+        + rand(ALNUM, 24)
+    )
+    slack_user = (
+        "xo"
+        + "xp-"
+        + rand(string.digits, 12)
+        + "-"
+        + rand(string.digits, 12)
+        + "-"
+        + rand(string.hexdigits.lower(), 32)
+    )
     webhook_path = "T" + rand(UPPER_ALNUM, 8) + "/B" + rand(UPPER_ALNUM, 10) + "/" + rand(ALNUM, 24)
     google = "AI" + "za" + rand(URLSAFE, 35)
     stripe_live = "sk" + "_live_" + rand(ALNUM, 24)
@@ -110,7 +128,9 @@ def _cases() -> list[Case]:
         Case("github_token", gh_pat, gh_pat),
         Case("slack_token", slack_bot, slack_bot),
         Case("slack_token", slack_user, slack_user),
-        Case("slack_webhook", "https://hooks.slack" + ".com/services/" + webhook_path, webhook_path),
+        Case(
+            "slack_webhook", "https://hooks.slack" + ".com/services/" + webhook_path, webhook_path
+        ),
         Case("jwt", jwt, jwt),
         Case("private_key", pem, pem),
         Case("google_api_key", google, google),
@@ -118,7 +138,11 @@ def _cases() -> list[Case]:
         Case("stripe_key", stripe_restricted, stripe_restricted),
         Case("authorization", "Authorization: Bearer " + bearer, bearer),
         Case("url_password", "https://admin:" + url_pw + "@db.example.com:5432/app", url_pw),
-        Case("url_param", "https://api.example.com/v1/items?token=" + query_tok + "&page=2", query_tok),
+        Case(
+            "url_param",
+            "https://api.example.com/v1/items?token=" + query_tok + "&page=2",
+            query_tok,
+        ),
     ]
 
 
@@ -182,7 +206,7 @@ def test_findings_give_kind_and_exact_span(case: Case) -> None:
     text = "prefix " + case.text + " suffix"
     (finding,) = DEFAULT.findings(text)
     assert finding.kind == case.kind
-    assert text[finding.start:finding.end] == case.secret
+    assert text[finding.start : finding.end] == case.secret
 
 
 def test_rules_skip_only_texts_too_short_to_match() -> None:
@@ -220,7 +244,8 @@ def test_all_secrets_in_one_text_are_redacted() -> None:
 
 def test_spec_examples_keep_their_context() -> None:
     assert DEFAULT.redact("Authorization: Bearer abc.def") == (
-        "Authorization: Bearer [REDACTED:authorization]")
+        "Authorization: Bearer [REDACTED:authorization]"
+    )
     assert DEFAULT.redact("https://user:pw@host/x") == "https://user:[REDACTED:url_password]@host/x"
     assert DEFAULT.redact("GET /x?token=XYZ&a=1") == "GET /x?token=[REDACTED:url_param]&a=1"
 
@@ -256,16 +281,19 @@ def test_jwt_in_authorization_header_is_named_jwt() -> None:
 def test_bearer_token_outside_a_header() -> None:
     tok = rand(ALNUM, 40)
     assert DEFAULT.redact(f"curl -H 'x: Bearer {tok}' https://a") == (
-        "curl -H 'x: Bearer [REDACTED:bearer_token]' https://a")
+        "curl -H 'x: Bearer [REDACTED:bearer_token]' https://a"
+    )
 
 
 def test_other_authorization_schemes_and_api_key_headers() -> None:
     basic = base64.b64encode(b"user:pass" + rand(ALNUM, 8).encode()).decode()
     tok = rand(ALNUM, 32)
     assert DEFAULT.redact("Authorization: Basic " + basic) == (
-        "Authorization: Basic [REDACTED:authorization]")
+        "Authorization: Basic [REDACTED:authorization]"
+    )
     assert DEFAULT.redact("authorization: token " + tok) == (
-        "authorization: token [REDACTED:authorization]")
+        "authorization: token [REDACTED:authorization]"
+    )
     assert DEFAULT.redact("X-API-Key: " + tok) == "X-API-Key: [REDACTED:credential]"
     assert DEFAULT.redact(json.dumps({"api_key": tok})) == '{"api_key": "[REDACTED:credential]"}'
 
@@ -273,14 +301,30 @@ def test_other_authorization_schemes_and_api_key_headers() -> None:
 def test_aws_secret_key_needs_context() -> None:
     secret = rand(B64, 40)
     assert DEFAULT.redact(secret) == secret  # 40 random characters alone are not a key
-    for text in (f'"SecretAccessKey": "{secret}"', f"AWS_SECRET_ACCESS_KEY={secret}",
-                 f"--aws-secret-access-key {secret}", f"aws_secret_key: '{secret}'"):
+    for text in (
+        f'"SecretAccessKey": "{secret}"',
+        f"AWS_SECRET_ACCESS_KEY={secret}",
+        f"--aws-secret-access-key {secret}",
+        f"aws_secret_key: '{secret}'",
+    ):
         out = DEFAULT.redact(text)
         assert secret not in out and "[REDACTED:aws_secret_key]" in out, text
 
 
-@pytest.mark.parametrize("name", ["token", "access_token", "api_key", "apikey", "refresh_token",
-                                  "client_secret", "X-Amz-Security-Token", "sig", "password"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "token",
+        "access_token",
+        "api_key",
+        "apikey",
+        "refresh_token",
+        "client_secret",
+        "X-Amz-Security-Token",
+        "sig",
+        "password",
+    ],
+)
 def test_secret_query_parameters(name: str) -> None:
     value = rand(ALNUM, 24)
     for sep in ("?", "&", "#", "&amp;"):
@@ -314,8 +358,9 @@ def test_registered_secret_is_redacted_everywhere_and_every_time() -> None:
     value = "pa55-" + rand(ALNUM, 10)
     r = Redactor([value])
     text = f"{value} then x{value}y and again:{value}\n{value}"
-    assert r.redact(text) == ("[REDACTED:secret] then x[REDACTED:secret]y and again:"
-                              "[REDACTED:secret]\n[REDACTED:secret]")
+    assert r.redact(text) == (
+        "[REDACTED:secret] then x[REDACTED:secret]y and again:[REDACTED:secret]\n[REDACTED:secret]"
+    )
     assert [f.kind for f in r.findings(text)] == ["secret"] * 4
 
 
@@ -365,8 +410,12 @@ def test_registered_secret_and_known_format_together() -> None:
 
 # Secrets a plain match misses once a program shows them escaped: a backslash, both quotes,
 # non-ASCII letters, a space, a slash, a line break.
-ESCAPED_SECRETS = ("pa\\ss\"w0rd'" + rand(ALNUM, 6), "m\u00fcnchen-gr\u00fc\u00dfe " + rand(ALNUM, 6),
-                   "a/b c+d&e=" + rand(ALNUM, 6), "two\nlines\t" + rand(ALNUM, 6))
+ESCAPED_SECRETS = (
+    "pa\\ss\"w0rd'" + rand(ALNUM, 6),
+    "m\u00fcnchen-gr\u00fc\u00dfe " + rand(ALNUM, 6),
+    "a/b c+d&e=" + rand(ALNUM, 6),
+    "two\nlines\t" + rand(ALNUM, 6),
+)
 
 
 def _shown(value: str) -> dict[str, str]:
@@ -374,12 +423,18 @@ def _shown(value: str) -> dict[str, str]:
     from urllib.parse import quote, quote_plus, urlencode
 
     return {
-        "repr": repr(value), "ascii": ascii(value), "repr of a dict": repr({"k": value, 1: 2}),
-        "repr of a list with a quote": repr([value, "it's \"x\""]),
-        "repr of bytes": repr(value.encode()), "str in a bytes literal": str([value.encode()]),
-        "json": json.dumps({"k": value}), "json not ascii": json.dumps([value], ensure_ascii=False),
-        "quote": "https://h/p/" + quote(value) + "?x=1", "quote no safe": quote(value, safe=""),
-        "quote_plus": "q=" + quote_plus(value), "urlencode": urlencode({"token": value}),
+        "repr": repr(value),
+        "ascii": ascii(value),
+        "repr of a dict": repr({"k": value, 1: 2}),
+        "repr of a list with a quote": repr([value, 'it\'s "x"']),
+        "repr of bytes": repr(value.encode()),
+        "str in a bytes literal": str([value.encode()]),
+        "json": json.dumps({"k": value}),
+        "json not ascii": json.dumps([value], ensure_ascii=False),
+        "quote": "https://h/p/" + quote(value) + "?x=1",
+        "quote no safe": quote(value, safe=""),
+        "quote_plus": "q=" + quote_plus(value),
+        "urlencode": urlencode({"token": value}),
         "html": "<td>" + __import__("html").escape(value) + "</td>",
     }
 
@@ -399,7 +454,7 @@ def test_an_escaped_form_cut_at_the_end_of_a_stream_is_redacted() -> None:
     value = ESCAPED_SECRETS[0]
     shown = json.dumps(value)
     r = Redactor([value])
-    assert r.redact_end("out: " + shown[:12]) == "out: \"[REDACTED:secret]"
+    assert r.redact_end("out: " + shown[:12]) == 'out: "[REDACTED:secret]'
 
 
 def test_html_escaped_without_quotes_as_pandas_does_is_redacted() -> None:
@@ -420,7 +475,8 @@ CUT_MARKS = ["...", "\u2026", " [...]", "[truncated]", " (more)", ". . .", "", "
 @pytest.mark.parametrize("k", [16, 28, 40, 55])
 @pytest.mark.parametrize("mark", CUT_MARKS)
 def test_a_long_start_or_end_of_a_value_is_redacted_whatever_mark_cuts_it(
-        k: int, mark: str) -> None:
+    k: int, mark: str
+) -> None:
     """An attack read 30-40 of 52 characters of a value shown cut short with ` [...]`,
     `[truncated]`, ` (more)` or `. . .` (only an ellipsis was recognised). A start or an end
     of a value at least `part_length` long is redacted wherever it appears."""
@@ -433,8 +489,7 @@ def test_a_long_start_or_end_of_a_value_is_redacted_whatever_mark_cuts_it(
     assert r.redact(f"['{start}{mark}") == f"['[REDACTED:secret]{mark}"
     half = len(LONG_VALUE) // 2
     wrapped = r.redact(f"{LONG_VALUE[:half]}{mark}{LONG_VALUE[half:]}")
-    assert wrapped == (f"[REDACTED:secret]{mark}[REDACTED:secret]" if mark
-                       else "[REDACTED:secret]")
+    assert wrapped == (f"[REDACTED:secret]{mark}[REDACTED:secret]" if mark else "[REDACTED:secret]")
 
 
 def test_a_start_or_end_shorter_than_its_part_stays() -> None:
@@ -445,11 +500,15 @@ def test_a_start_or_end_shorter_than_its_part_stays() -> None:
     assert Redactor(["abcdefgh"]).redact("abcdefg...") == "abcdefg..."
     # A 12-character value: its parts are 8 long (more than half of it).
     assert part_length("abcdefghijkl") == MIN_PART
-    assert Redactor(["abcdefghijkl"]).redact("abcdefgh... abcdefg=x efghijkl fghijkl") == \
-        "[REDACTED:secret]... abcdefg=x [REDACTED:secret] fghijkl"
+    assert (
+        Redactor(["abcdefghijkl"]).redact("abcdefgh... abcdefg=x efghijkl fghijkl")
+        == "[REDACTED:secret]... abcdefg=x [REDACTED:secret] fghijkl"
+    )
     # Half of a 20-character value is 10 characters.
-    assert Redactor(["abcdefghij0123456789"]).redact("abcdefghi abcdefghij0") == \
-        "abcdefghi [REDACTED:secret]"
+    assert (
+        Redactor(["abcdefghij0123456789"]).redact("abcdefghi abcdefghij0")
+        == "abcdefghi [REDACTED:secret]"
+    )
 
 
 def test_a_part_follows_its_value_only_within_a_line() -> None:
@@ -647,8 +706,10 @@ Epoch 3/10 - loss: 0.2314 - acc: 0.9123 - val_loss: 0.2710 - lr: 1.0e-04
 
 def _numbers() -> str:
     r = random.Random(1)
-    ints = [str(r.randint(-10**12, 10**12)) for _ in range(200)]
-    floats = [repr(r.uniform(-1e6, 1e6)) for _ in range(200)] + [f"{r.random():.3e}" for _ in range(100)]
+    ints = [str(r.randint(-(10**12), 10**12)) for _ in range(200)]
+    floats = [repr(r.uniform(-1e6, 1e6)) for _ in range(200)] + [
+        f"{r.random():.3e}" for _ in range(100)
+    ]
     return " ".join(ints + floats)
 
 
@@ -657,10 +718,15 @@ def _digests() -> list[str]:
     out = []
     for _ in range(300):
         data = r.randbytes(64)
-        out += [hashlib.sha256(data).hexdigest(), hashlib.sha1(data).hexdigest(),
-                hashlib.md5(data).hexdigest(), hashlib.sha512(data).hexdigest(),
-                hashlib.sha256(data).hexdigest().upper(), "sha256:" + hashlib.sha256(data).hexdigest(),
-                f"{hashlib.sha256(data).hexdigest()}  data/file_{r.randint(0, 999)}.csv"]
+        out += [
+            hashlib.sha256(data).hexdigest(),
+            hashlib.sha1(data).hexdigest(),
+            hashlib.md5(data).hexdigest(),
+            hashlib.sha512(data).hexdigest(),
+            hashlib.sha256(data).hexdigest().upper(),
+            "sha256:" + hashlib.sha256(data).hexdigest(),
+            f"{hashlib.sha256(data).hexdigest()}  data/file_{r.randint(0, 999)}.csv",
+        ]
     return out
 
 
@@ -684,8 +750,10 @@ def _paths_and_times() -> str:
     lines = []
     for _ in range(200):
         t = t0 + timedelta(seconds=r.randint(0, 10**8), microseconds=r.randint(0, 10**6 - 1))
-        lines.append(f"{t.isoformat()} {t.strftime('%Y-%m-%dT%H:%M:%SZ')} {t.timestamp()} "
-                     f"/var/lib/execbox/runs/{r.getrandbits(64):016x}/workspace/out_{r.randint(0, 99)}.json")
+        lines.append(
+            f"{t.isoformat()} {t.strftime('%Y-%m-%dT%H:%M:%SZ')} {t.timestamp()} "
+            f"/var/lib/execbox/runs/{r.getrandbits(64):016x}/workspace/out_{r.randint(0, 99)}.json"
+        )
     return "\n".join(lines)
 
 
@@ -715,7 +783,9 @@ def _false_positive_rate(samples: list[str]) -> float:
     return sum(DEFAULT.redact(s) != s for s in samples) / len(samples)
 
 
-def test_base64_of_random_bytes_is_rarely_altered(record_property: Callable[[str, object], None]) -> None:
+def test_base64_of_random_bytes_is_rarely_altered(
+    record_property: Callable[[str, object], None],
+) -> None:
     """The spec's corpus: 200 samples of 24-96 random bytes, standard base64; at most 1 %."""
     r = random.Random(6)
     samples = [base64.b64encode(r.randbytes(r.randint(24, 96))).decode() for _ in range(200)]
@@ -727,7 +797,8 @@ def test_base64_of_random_bytes_is_rarely_altered(record_property: Callable[[str
 
 @pytest.mark.parametrize("encoding", ["base64", "base64url", "hex", "base64_in_json"])
 def test_random_data_false_positive_rate_is_low(
-        encoding: str, record_property: Callable[[str, object], None]) -> None:
+    encoding: str, record_property: Callable[[str, object], None]
+) -> None:
     """A larger measurement (5000 samples each) so a rate well under 1 % is visible."""
     r = random.Random(7)
     encode: Callable[[bytes], str] = {
@@ -764,7 +835,9 @@ def assert_linear(text: str) -> None:
     small = text[: len(text) // 16]
     t_small = _best_of(3, lambda: DEFAULT.redact(small))
     t_full = _best_of(3, lambda: DEFAULT.redact(text))
-    assert t_full < 64 * t_small + 0.05, f"{t_full:.3f} s for 16x the text that took {t_small:.4f} s"
+    assert t_full < 64 * t_small + 0.05, (
+        f"{t_full:.3f} s for 16x the text that took {t_small:.4f} s"
+    )
 
 
 def test_one_mib_of_ordinary_output_is_fast() -> None:
@@ -777,9 +850,11 @@ def test_one_mib_of_ordinary_output_is_fast() -> None:
 
 def test_one_mib_of_near_misses_is_fast() -> None:
     """Text dense with every rule's prefix and keyword but no complete secret."""
-    near = ("AKIA sk- sk-ant- ghp_ github_pat_ xoxb- eyJhbGci.x AIza sk_live_ -----BEGIN X "
-            "Authorization: Bearer . api_key= secret_access_key= https://u:x ?token= &sig= #a "
-            "\\n aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa:@ \n")
+    near = (
+        "AKIA sk- sk-ant- ghp_ github_pat_ xoxb- eyJhbGci.x AIza sk_live_ -----BEGIN X "
+        "Authorization: Bearer . api_key= secret_access_key= https://u:x ?token= &sig= #a "
+        "\\n aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa:@ \n"
+    )
     text = (near * (MIB // len(near) + 1))[:MIB]
     DEFAULT.redact(text)
     assert_linear(text)
@@ -808,13 +883,20 @@ def test_a_masked_display_of_a_value_is_redacted(mask: str) -> None:
     """An attack showed a 12-character value whole as `key[:6] + '...' + key[-6:]` (each piece
     under the 8-character part), and 28 of 30 characters as `key[:14]...key[-14:]`. A start
     and an end close together that cover half the value are redacted, each however short."""
-    for value, k in (("Tr0ub4dor&3x", 6), (rand(ALNUM, 30), 14), (LONG_VALUE, 8),
-                     (rand(ALNUM, 12), 3)):
+    for value, k in (
+        ("Tr0ub4dor&3x", 6),
+        (rand(ALNUM, 30), 14),
+        (LONG_VALUE, 8),
+        (rand(ALNUM, 12), 3),
+    ):
         r = Redactor([value])
         assert pair_need(value) <= 2 * k < part_length(value) * 2
         shown = f"using key {value[:k]}{mask}{value[-k:]}!"
-        assert r.redact(shown) == f"using key [REDACTED:secret]{mask}[REDACTED:secret]!" \
-            if mask else "using key [REDACTED:secret]!", (value, shown)
+        assert (
+            r.redact(shown) == f"using key [REDACTED:secret]{mask}[REDACTED:secret]!"
+            if mask
+            else "using key [REDACTED:secret]!"
+        ), (value, shown)
         assert value[:3] not in r.redact(shown) and value[-3:] not in r.redact(shown)
 
 

@@ -43,13 +43,33 @@ def test_every_split_of_every_secret_is_caught_and_matches_the_whole() -> None:
 
 
 def test_live_text_equals_the_whole_redaction_however_the_writes_are_cut() -> None:
-    pieces = [*SAMPLES, "\n", "\r", "\r\n", " ", "\\n", "hello, world", "Comment: a, b",
-              "-----BEGIN RSA PRIVATE KEY-----", "-----END RSA PRIVATE KEY-----",
-              "MIIEowIBAAKCAQEAxyz0123456789ab", "api_key = '", "[REDACTED:secret]", "é", "€",
-              # starts and ends of values shown cut short, with a mark or none
-              "...", REGISTERED[0][:15] + "...", REGISTERED[2][:14] + "\u2026",
-              repr(REGISTERED[2])[1:16] + "...", REGISTERED[0][:12] + " [...]",
-              REGISTERED[1][-11:], REGISTERED[2][-13:], "(more)", REGISTERED[0][:9]]
+    pieces = [
+        *SAMPLES,
+        "\n",
+        "\r",
+        "\r\n",
+        " ",
+        "\\n",
+        "hello, world",
+        "Comment: a, b",
+        "-----BEGIN RSA PRIVATE KEY-----",
+        "-----END RSA PRIVATE KEY-----",
+        "MIIEowIBAAKCAQEAxyz0123456789ab",
+        "api_key = '",
+        "[REDACTED:secret]",
+        "é",
+        "€",
+        # starts and ends of values shown cut short, with a mark or none
+        "...",
+        REGISTERED[0][:15] + "...",
+        REGISTERED[2][:14] + "\u2026",
+        repr(REGISTERED[2])[1:16] + "...",
+        REGISTERED[0][:12] + " [...]",
+        REGISTERED[1][-11:],
+        REGISTERED[2][-13:],
+        "(more)",
+        REGISTERED[0][:9],
+    ]
     rng = random.Random(27)
     for _ in range(3000):
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 20)))
@@ -89,8 +109,13 @@ def test_callbacks_never_see_a_split_secret(split_run: tuple[Executor, str]) -> 
     executor, code = split_run
     out: list[bytes] = []
     err: list[bytes] = []
-    result = executor.run(program("stdout", "stderr"), secrets=REGISTERED, on_stdout=out.append, on_stderr=err.append,
-                          limits={"output_bytes": OUTPUT_BYTES, "timeout_s": 60})
+    result = executor.run(
+        program("stdout", "stderr"),
+        secrets=REGISTERED,
+        on_stdout=out.append,
+        on_stderr=err.append,
+        limits={"output_bytes": OUTPUT_BYTES, "timeout_s": 60},
+    )
     assert result.status is Status.ok, result.error
     live_out, live_err = b"".join(out).decode(), b"".join(err).decode()
     assert not leaked(live_out) and not leaked(live_err)
@@ -104,8 +129,9 @@ def test_astream_never_yields_a_split_secret(split_run: tuple[Executor, str]) ->
     async def collect() -> tuple[str, str]:
         text = []
         stdout = ""
-        async for event in executor.astream(code, secrets=REGISTERED, limits={
-                "output_bytes": OUTPUT_BYTES, "timeout_s": 60}):
+        async for event in executor.astream(
+            code, secrets=REGISTERED, limits={"output_bytes": OUTPUT_BYTES, "timeout_s": 60}
+        ):
             if event.kind == "stdout":
                 text.append(event.text or "")
             elif event.kind == "result":
@@ -118,13 +144,23 @@ def test_astream_never_yields_a_split_secret(split_run: tuple[Executor, str]) ->
     assert live == stdout
 
 
-def test_cli_live_output_never_shows_a_split_secret(split_run: tuple[Executor, str],
-                                                    tmp_path: Path) -> None:
+def test_cli_live_output_never_shows_a_split_secret(
+    split_run: tuple[Executor, str], tmp_path: Path
+) -> None:
     _, code = split_run
     prog = tmp_path / "split.py"
     prog.write_text(code)
-    args = [sys.executable, "-m", "execbox.cli", "run", str(prog), "--timeout", "60",
-            "--output-bytes", str(OUTPUT_BYTES)]
+    args = [
+        sys.executable,
+        "-m",
+        "execbox.cli",
+        "run",
+        str(prog),
+        "--timeout",
+        "60",
+        "--output-bytes",
+        str(OUTPUT_BYTES),
+    ]
     for value in REGISTERED:
         args += ["--secret", value]
     proc = subprocess.run(args, capture_output=True, timeout=300)
@@ -136,14 +172,15 @@ def test_cli_live_output_never_shows_a_split_secret(split_run: tuple[Executor, s
 
 def test_held_output_is_released_redacted_when_the_run_times_out(executor: Executor) -> None:
     secret = REGISTERED[0]
-    code = ("import sys, time\n"
-            f"sys.stdout.write('done\\nheld ' + {secret[:4]!r}); sys.stdout.flush()\n"
-            "time.sleep(0.2)\n"
-            f"sys.stdout.write({secret[4:]!r} + ' tail'); sys.stdout.flush()\n"
-            "time.sleep(60)\n")
+    code = (
+        "import sys, time\n"
+        f"sys.stdout.write('done\\nheld ' + {secret[:4]!r}); sys.stdout.flush()\n"
+        "time.sleep(0.2)\n"
+        f"sys.stdout.write({secret[4:]!r} + ' tail'); sys.stdout.flush()\n"
+        "time.sleep(60)\n"
+    )
     out: list[bytes] = []
-    result = executor.run(code, secrets=[secret], on_stdout=out.append,
-                          limits={"timeout_s": 1})
+    result = executor.run(code, secrets=[secret], on_stdout=out.append, limits={"timeout_s": 1})
     assert result.status is Status.timeout
     live = b"".join(out).decode()
     assert live == result.stdout == "done\nheld [REDACTED:secret] tail"
@@ -166,17 +203,22 @@ def test_a_cache_hit_streams_its_callers_redacted_output(executor: Executor) -> 
 
 
 def test_a_secret_cut_by_the_output_cap_shows_at_most_two_of_its_characters(
-        executor: Executor) -> None:
+    executor: Executor,
+) -> None:
     """The cap cuts the output inside a registered secret: what is left of it no longer
     matches it whole, and a review attack read its first 16 characters in the result and the
     live output. The end of a stream that starts a secret is redacted too."""
     secret = "Zz9-PER-RUN-SECRET-" + uuid.uuid4().hex[:8]
     for kept in (3, 5, 16, len(secret) - 1):  # characters of the secret inside the cap
         live: list[bytes] = []
-        code = (f"import sys\nsys.stdout.write('A' * {1024 - kept})\n"
-                f"sys.stdout.write({secret!r})\n")
-        result = executor.run(code, limits={"output_bytes": 1024}, secrets=[secret],
-                              on_stdout=live.append, cache=False)
+        code = f"import sys\nsys.stdout.write('A' * {1024 - kept})\nsys.stdout.write({secret!r})\n"
+        result = executor.run(
+            code,
+            limits={"output_bytes": 1024},
+            secrets=[secret],
+            on_stdout=live.append,
+            cache=False,
+        )
         assert result.status is Status.output_limit and result.stdout_truncated, result
         shown = b"".join(live).decode()
         assert shown == result.stdout, (shown[-40:], result.stdout[-40:])
@@ -194,8 +236,13 @@ def test_escaped_forms_split_across_writes_are_caught() -> None:
 
     value = "p\\w \"q\" 'r' é-" + uuid.uuid4().hex[:8]
     redactor = Redactor([value])
-    for shown in (repr(value), ascii(value), json.dumps(value), json.dumps([value]),
-                  repr({"k": value})):
+    for shown in (
+        repr(value),
+        ascii(value),
+        json.dumps(value),
+        json.dumps([value]),
+        repr({"k": value}),
+    ):
         data = ("x = " + shown + " ok\n").encode()
         want = redactor.redact(data.decode())
         assert "[REDACTED:secret]" in want and value[-8:] not in want
@@ -256,8 +303,10 @@ def test_a_masked_display_across_line_breaks_is_held_until_it_can_be_judged() ->
     MAX_GAP_BREAKS line breaks of marks), so the live text is the whole text's redaction."""
     value = "Tr0ub4dor&3x-" + "k" * 39
     redactor = Redactor([value])
-    text = (f"start {value[:15]}\n...\n{value[-15:]} end\n"
-            f"{value[:6]}\n\nother\n{value[-6:]}\n{value[:10]}\n")
+    text = (
+        f"start {value[:15]}\n...\n{value[-15:]} end\n"
+        f"{value[:6]}\n\nother\n{value[-6:]}\n{value[:10]}\n"
+    )
     whole = redactor.redact(text)
     assert whole.count("[REDACTED:secret]") == 2 and value[:15] not in whole
     for size in (1, 3, 7, len(text)):
@@ -265,7 +314,7 @@ def test_a_masked_display_across_line_breaks_is_held_until_it_can_be_judged() ->
         live = LiveRedactor(redactor, out.append)
         shown = ""
         for k in range(0, len(text), size):
-            live.write(text[k:k + size].encode())
+            live.write(text[k : k + size].encode())
             shown = b"".join(out).decode()
             assert value[:15] not in shown
             assert whole.startswith(shown)
@@ -285,17 +334,20 @@ def test_a_masked_display_is_redacted_in_the_result_and_live(executor: Executor)
     12-character value, and the 15-character start and end of a long one on two lines,
     written a few characters at a time."""
     short, long = "Tr0ub4dor&3x", "hunter2-Zq9xK7Lw-abcdefghijklmnopqrstuvwxyz0123456789"
-    code = ("import sys, time\n"
-            f"s, v = {short!r}, {long!r}\n"
-            "for shown in ('using key ' + s[:6] + '...' + s[-6:] + '\\n',\n"
-            "              v[:15] + '\\n' + v[-15:] + '\\n'):\n"
-            "    for k in range(0, len(shown), 4):\n"
-            "        sys.stdout.write(shown[k:k + 4]); sys.stdout.flush(); time.sleep(0.002)\n")
+    code = (
+        "import sys, time\n"
+        f"s, v = {short!r}, {long!r}\n"
+        "for shown in ('using key ' + s[:6] + '...' + s[-6:] + '\\n',\n"
+        "              v[:15] + '\\n' + v[-15:] + '\\n'):\n"
+        "    for k in range(0, len(shown), 4):\n"
+        "        sys.stdout.write(shown[k:k + 4]); sys.stdout.flush(); time.sleep(0.002)\n"
+    )
     out: list[bytes] = []
     result = executor.run(code, secrets=[short, long], on_stdout=out.append)
     assert result.status is Status.ok, result.error
-    assert result.stdout == ("using key [REDACTED:secret]...[REDACTED:secret]\n"
-                             "[REDACTED:secret]\n[REDACTED:secret]\n")
+    assert result.stdout == (
+        "using key [REDACTED:secret]...[REDACTED:secret]\n[REDACTED:secret]\n[REDACTED:secret]\n"
+    )
     assert b"".join(out).decode() == result.stdout
 
 

@@ -38,8 +38,12 @@ def last_text(result: object) -> str:
 def _session_cgroups(executor: Executor) -> set[str]:
     hier = Hierarchy.discover()
     prefix = host_stats(executor).slot_prefix
-    return {name for parent in hier.parent_paths.values() for name in os.listdir(parent)
-            if name.startswith(prefix) and os.path.isdir(os.path.join(parent, name))}
+    return {
+        name
+        for parent in hier.parent_paths.values()
+        for name in os.listdir(parent)
+        if name.startswith(prefix) and os.path.isdir(os.path.join(parent, name))
+    }
 
 
 def _processes_with(marker: str) -> list[int]:
@@ -89,7 +93,8 @@ def test_last_expression_value_is_a_text_plain_output(session: object) -> None:
 
 def test_dataframe_renders_as_text_and_html_then_plots_as_a_valid_png(session: object) -> None:
     r = session.run(  # type: ignore[attr-defined]
-        "import pandas as pd\ndf = pd.DataFrame({'x': [1, 2, 3], 'y': [2, 4, 8]})\ndf")
+        "import pandas as pd\ndf = pd.DataFrame({'x': [1, 2, 3], 'y': [2, 4, 8]})\ndf"
+    )
     assert r.status is Status.ok, r
     kinds = [o.mime_type for o in r.outputs]
     assert kinds == ["text/plain", "text/html"]
@@ -111,7 +116,8 @@ def test_plt_show_and_display_outputs_are_captured_in_order(session: object) -> 
     r = session.run(  # type: ignore[attr-defined]
         "import matplotlib.pyplot as plt\nfrom IPython.display import display, HTML\n"
         "display(HTML('<b>first</b>'))\nplt.plot([1, 2])\nplt.show()\n"
-        "display({'k': 1}, raw=False)\n'last'")
+        "display({'k': 1}, raw=False)\n'last'"
+    )
     assert r.status is Status.ok, r
     kinds = [o.mime_type for o in r.outputs]
     assert kinds[:3] == ["text/plain", "text/html", "image/png"], kinds
@@ -162,8 +168,10 @@ def test_runaway_cell_is_interrupted_and_the_session_still_answers(session: obje
 
 def test_cell_that_ignores_the_interrupt_ends_the_session_clearly(executor: Executor) -> None:
     with executor.session(limits=SMALL) as s:
-        r = s.run("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-                  "time.sleep(60)", timeout_s=1)
+        r = s.run(
+            "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(60)",
+            timeout_s=1,
+        )
         assert r.status is Status.timeout
         assert r.error is not None and "session was ended" in r.error.message
         assert s.closed
@@ -249,8 +257,10 @@ def test_session_input_files_are_read_only(executor: Executor) -> None:
 @pytest.mark.hostile
 def test_files_api_never_follows_links_or_opens_fifos(jailed: Executor) -> None:
     with jailed.session() as s:
-        r = s.run("import os\nos.symlink('/etc/passwd', 'link')\nos.mkfifo('fifo')\n"
-                  "os.symlink('/etc', 'dirlink')")
+        r = s.run(
+            "import os\nos.symlink('/etc/passwd', 'link')\nos.mkfifo('fifo')\n"
+            "os.symlink('/etc', 'dirlink')"
+        )
         assert r.ok, r
         with pytest.raises(UsageError, match="not a regular file"):
             s.files.read("link")
@@ -262,8 +272,10 @@ def test_files_api_never_follows_links_or_opens_fifos(jailed: Executor) -> None:
             s.files.read("dirlink/passwd")
         # Writing over a link replaces the link; the target is untouched.
         s.files.write("link", b"replaced")
-        r = s.run("import os\nprint(os.path.islink('link'), open('link').read(), "
-                  "os.stat('link').st_uid == os.getuid())")
+        r = s.run(
+            "import os\nprint(os.path.islink('link'), open('link').read(), "
+            "os.stat('link').st_uid == os.getuid())"
+        )
         assert r.stdout == "False replaced True\n", r
         assert [a.path for a in s.files.list()] == ["link"]
 
@@ -291,11 +303,13 @@ def test_files_write_past_the_disk_limit_fails_clearly(executor: Executor) -> No
 def test_two_sessions_cannot_see_each_others_state(jailed: Executor) -> None:
     mark = str(10**8 + secrets.randbelow(10**8))
     with jailed.session() as a, jailed.session() as b:
-        ra = a.run(f"secret_{mark} = 1\nopen('/workspace/{mark}', 'w').write('a')\n"
-                   f"open('/tmp/{mark}', 'w').write('a')\n"
-                   "import socket, subprocess\n"
-                   f"u = socket.socket(socket.AF_UNIX)\nu.bind('\\0execbox-{mark}')\nu.listen()\n"
-                   f"child = subprocess.Popen(['sleep', '{mark}'])")
+        ra = a.run(
+            f"secret_{mark} = 1\nopen('/workspace/{mark}', 'w').write('a')\n"
+            f"open('/tmp/{mark}', 'w').write('a')\n"
+            "import socket, subprocess\n"
+            f"u = socket.socket(socket.AF_UNIX)\nu.bind('\\0execbox-{mark}')\nu.listen()\n"
+            f"child = subprocess.Popen(['sleep', '{mark}'])"
+        )
         assert ra.ok, ra
         rb = b.run(
             "import os, socket, json\n"
@@ -309,14 +323,21 @@ def test_two_sessions_cannot_see_each_others_state(jailed: Executor) -> None:
             f"try:\n    s.connect('\\0execbox-{mark}'); sock = 'connected'\n"
             "except OSError as e:\n    sock = type(e).__name__\n"
             "print(json.dumps({'names': names, 'files': files, 'sock': sock,\n"
-            "                  'sleep_seen': any(c.startswith(b'sleep') for c in procs)}))")
+            "                  'sleep_seen': any(c.startswith(b'sleep') for c in procs)}))"
+        )
         assert rb.ok, rb
-        assert json.loads(rb.stdout) == {"names": [], "files": [False, False],
-                                         "sock": "ConnectionRefusedError", "sleep_seen": False}
+        assert json.loads(rb.stdout) == {
+            "names": [],
+            "files": [False, False],
+            "sock": "ConnectionRefusedError",
+            "sleep_seen": False,
+        }
         # Control: the first session does have all of it.
-        rc = a.run("import os\nprint(os.path.exists('/workspace/" + mark + "'), "
-                   "any(open(f'/proc/{p}/cmdline','rb').read().startswith(b'sleep') "
-                   "for p in os.listdir('/proc') if p.isdigit()))")
+        rc = a.run(
+            "import os\nprint(os.path.exists('/workspace/" + mark + "'), "
+            "any(open(f'/proc/{p}/cmdline','rb').read().startswith(b'sleep') "
+            "for p in os.listdir('/proc') if p.isdigit()))"
+        )
         assert rc.stdout == "True True\n", rc
 
 
@@ -343,11 +364,13 @@ def test_idle_session_expires_and_frees_its_processes_and_cgroup(executor: Execu
     assert s.closed and "idle" in (s.end_reason or "")
     with pytest.raises(SessionClosed, match="idle"):
         s.run("1")
-    wait_until(lambda: not (_processes_with(f"sleep\0{marker}")
-                             or _session_cgroups(executor) & mine), 5)
+    wait_until(
+        lambda: not (_processes_with(f"sleep\0{marker}") or _session_cgroups(executor) & mine), 5
+    )
     assert not _processes_with(f"sleep\0{marker}"), "the session's process outlived it"
-    assert not (_session_cgroups(executor) & mine - host_stats(executor).idle_slots), \
+    assert not (_session_cgroups(executor) & mine - host_stats(executor).idle_slots), (
         "the session's cgroup outlived it"
+    )
 
 
 def test_session_maximum_lifetime_ends_it(executor: Executor) -> None:
@@ -380,9 +403,15 @@ def test_closing_the_executor_kills_every_session() -> None:
         s.run(f"import subprocess\np = subprocess.Popen(['sleep', '{marker}'])")
         box: list[object] = []
         running = threading.Event()
-        t = threading.Thread(target=lambda: box.append(s.run(
-            "import time\nprint('on', flush=True)\ntime.sleep(30)", timeout_s=60,
-            on_stdout=lambda _: running.set())))
+        t = threading.Thread(
+            target=lambda: box.append(
+                s.run(
+                    "import time\nprint('on', flush=True)\ntime.sleep(30)",
+                    timeout_s=60,
+                    on_stdout=lambda _: running.set(),
+                )
+            )
+        )
         t.start()
         assert running.wait(10), "the cell never ran"  # the executor closes mid-cell
     t.join(10)
@@ -422,7 +451,8 @@ def test_live_output_arrives_before_the_cell_ends(session: object) -> None:
     started = time.monotonic()
     r = session.run(  # type: ignore[attr-defined]
         "import time\nprint('first', flush=True)\ntime.sleep(1.0)\nprint('second')",
-        on_stdout=lambda b: stamps.append((time.monotonic(), b)))
+        on_stdout=lambda b: stamps.append((time.monotonic(), b)),
+    )
     ended = time.monotonic()
     assert r.stdout == "first\nsecond\n"
     assert stamps and stamps[0][1].startswith(b"first")
@@ -437,8 +467,11 @@ def test_async_stream_yields_output_then_result(executor: Executor) -> None:
         return events
 
     with executor.session() as s:
-        events = asyncio.run(collect(s.astream(
-            "import time\nprint('a', flush=True)\ntime.sleep(0.8)\nprint('b')\n7")))
+        events = asyncio.run(
+            collect(
+                s.astream("import time\nprint('a', flush=True)\ntime.sleep(0.8)\nprint('b')\n7")
+            )
+        )
     kinds = [e.kind for e, _ in events]
     assert kinds[0] == "stdout" and kinds[-1] == "result"
     assert events[-1][1] - events[0][1] > 0.5  # the first chunk came while it slept
@@ -458,8 +491,7 @@ def test_cells_are_policy_checked_redacted_and_recorded(executor: Executor) -> N
         assert denied.status is Status.policy_denied and denied.error is not None
         assert denied.error.rule
         r = s.run(f"print('{secret}')\n'{secret}'")
-        assert secret not in r.stdout and secret not in json.dumps(
-            [o.data for o in r.outputs])
+        assert secret not in r.stdout and secret not in json.dumps([o.data for o in r.outputs])
         store: RunStore = executor.store
         records = store.list(session_id=s.id, limit=10)
         assert {rec.run_id for rec in records} == {denied.run_id, r.run_id}
@@ -492,10 +524,12 @@ def test_a_dataframe_showing_a_secret_cut_or_html_escaped_is_redacted(executor: 
     long = "ghx_" + os.urandom(26).hex()
     quoted = "p&ss\"w'rd<9>" + os.urandom(4).hex()
     with executor.session(limits=SMALL, secrets=[long, quoted]) as s:
-        shown = s.run("import pandas as pd\n"
-                      f"df = pd.DataFrame({{'token': [{long!r}], 'pw': [{quoted!r}]}})\n"
-                      "print(df['token'])\n"
-                      "df\n")
+        shown = s.run(
+            "import pandas as pd\n"
+            f"df = pd.DataFrame({{'token': [{long!r}], 'pw': [{quoted!r}]}})\n"
+            "print(df['token'])\n"
+            "df\n"
+        )
     assert shown.status is Status.ok, shown.error
     mimes = [o.mime_type for o in shown.outputs]
     assert "text/html" in mimes and "text/plain" in mimes, mimes
@@ -509,14 +543,16 @@ def test_ipython_display_of_a_secret_in_a_dict_or_list_is_redacted(executor: Exe
     """The notebook's ordinary display of a container (text/plain: its repr) and a JSON
     display (application/json) show a value escaped; both are redacted, as are repr() and
     json.dumps() printed, in the outputs and in the cell's record."""
-    secret = 'k\\e"y \'é-' + os.urandom(6).hex()
+    secret = "k\\e\"y 'é-" + os.urandom(6).hex()
     with executor.session(limits=SMALL, secrets=[secret]) as s:
         s.run(f"v = {secret!r}")
-        shown = s.run("from IPython.display import JSON, display\n"
-                      "import json\n"
-                      "print(repr(v), json.dumps(v))\n"
-                      "display(JSON({'token': v}))\n"
-                      "{'token': v, 'list': [v]}\n")
+        shown = s.run(
+            "from IPython.display import JSON, display\n"
+            "import json\n"
+            "print(repr(v), json.dumps(v))\n"
+            "display(JSON({'token': v}))\n"
+            "{'token': v, 'list': [v]}\n"
+        )
     assert shown.status is Status.ok, shown.error
     mimes = [o.mime_type for o in shown.outputs]
     assert "application/json" in mimes and "text/plain" in mimes, mimes

@@ -48,7 +48,8 @@ def test_a_heavy_zygote_that_dies_while_starting_is_replaced_by_the_next_call() 
 
 
 def test_a_heavy_zygote_that_reports_a_failed_start_fails_its_runs_for_good(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """One that says why it could not start would say it again: no restart loop. What needs
     it fails with its error, the rest keeps running. (Its report is replaced here: the real
     zygote started fine, and is killed as a failed one is.)"""

@@ -65,8 +65,9 @@ def test_description_names_the_installed_packages_with_their_pinned_versions() -
 
 
 def test_description_says_no_network_where_files_are_and_the_limits_in_force() -> None:
-    description = tools.openai_tool(Limits(timeout_s=7, memory_mib=300, pids=32))[
-        "function"]["description"]
+    description = tools.openai_tool(Limits(timeout_s=7, memory_mib=300, pids=32))["function"][
+        "description"
+    ]
     assert "no network" in description
     assert "/workspace" in description and "read-only" in description
     assert "7 s wall time" in description and "300 MiB memory" in description
@@ -114,16 +115,26 @@ def test_cell_outputs_show_plain_text_and_name_images_without_repeating_html() -
     from execbox.contract import Output
 
     png = "iVBORw0KGgo" + "A" * 400  # base64 of ~300 bytes
-    result = RunResult(run_id="r", status=Status.ok, exit_code=0, outputs=[
-        Output(mime_type="text/plain", data="   a\n0  1"),
-        Output(mime_type="text/html", data="<table>...</table>"),
-        Output(mime_type="image/png", data=png)])
+    result = RunResult(
+        run_id="r",
+        status=Status.ok,
+        exit_code=0,
+        outputs=[
+            Output(mime_type="text/plain", data="   a\n0  1"),
+            Output(mime_type="text/html", data="<table>...</table>"),
+            Output(mime_type="image/png", data=png),
+        ],
+    )
     text = tools.format_observation(result)
     assert "output:\n   a\n0  1" in text
     assert "text/html" not in text
     assert "output: image/png (308 B)" in text
-    html_only = RunResult(run_id="r", status=Status.ok, exit_code=0, outputs=[
-        Output(mime_type="text/html", data="<b>hi</b>")])
+    html_only = RunResult(
+        run_id="r",
+        status=Status.ok,
+        exit_code=0,
+        outputs=[Output(mime_type="text/html", data="<b>hi</b>")],
+    )
     assert "output: text/html (9 B)" in tools.format_observation(html_only)
 
 
@@ -131,18 +142,29 @@ def test_cell_outputs_show_plain_text_and_name_images_without_repeating_html() -
 
 
 def test_openai_chat_tool_call_runs_and_returns_stdout(executor: execbox.Executor) -> None:
-    call = {"id": "call_1", "type": "function",
-            "function": {"name": "run_python", "arguments": json.dumps({"code": "print(6*7)"})}}
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "run_python", "arguments": json.dumps({"code": "print(6*7)"})},
+    }
     assert tools.execute_tool_call(executor, call) == "status: ok\nstdout:\n42"
 
 
 def test_anthropic_tool_use_block_gets_its_files_read_only_in_the_workspace(
-        executor: execbox.Executor) -> None:
-    block = {"type": "tool_use", "id": "toolu_1", "name": "run_python", "input": {
-        "code": "import os, pandas as pd\n"
-                "print(os.getcwd(), pd.read_csv('data/t.csv').b.sum(), input())\n"
-                "open('data/t.csv', 'w')\n",
-        "files": {"data/t.csv": "a,b\n1,2\n3,4\n"}, "stdin": "hello\n"}}
+    executor: execbox.Executor,
+) -> None:
+    block = {
+        "type": "tool_use",
+        "id": "toolu_1",
+        "name": "run_python",
+        "input": {
+            "code": "import os, pandas as pd\n"
+            "print(os.getcwd(), pd.read_csv('data/t.csv').b.sum(), input())\n"
+            "open('data/t.csv', 'w')\n",
+            "files": {"data/t.csv": "a,b\n1,2\n3,4\n"},
+            "stdin": "hello\n",
+        },
+    }
     text = tools.execute_tool_call(executor, block)
     assert "stdout:\n/workspace 6 hello" in text
     assert text.startswith("status: error, exit code 1")
@@ -159,15 +181,19 @@ def test_sdk_objects_and_plain_arguments_are_accepted(executor: execbox.Executor
         type: str
         function: Function
 
-    call = ToolCall(id="c", type="function",
-                    function=Function(name="run_python", arguments='{"code": "print(1)"}'))
+    call = ToolCall(
+        id="c",
+        type="function",
+        function=Function(name="run_python", arguments='{"code": "print(1)"}'),
+    )
     assert tools.execute_tool_call(executor, call).endswith("stdout:\n1")
     assert tools.execute_tool_call(executor, {"code": "print(2)"}).endswith("stdout:\n2")
     assert tools.execute_tool_call(executor, '{"code": "print(3)"}').endswith("stdout:\n3")
 
 
 def test_an_exception_is_reported_with_its_type_and_the_users_line(
-        executor: execbox.Executor) -> None:
+    executor: execbox.Executor,
+) -> None:
     text = tools.execute_tool_call(executor, {"code": "x = 1\nprint('before')\ny = x / 0\n"})
     lines = text.splitlines()
     assert lines[0] == "status: error, exit code 1"
@@ -182,7 +208,8 @@ def test_a_syntax_error_is_reported_with_line_and_column(executor: execbox.Execu
 
 
 def test_long_real_output_is_truncated_for_the_model_and_says_so(
-        executor: execbox.Executor) -> None:
+    executor: execbox.Executor,
+) -> None:
     code = "print('FIRST')\nfor i in range(5000):\n    print(f'line {i:05d}')\nprint('LAST')\n"
     text = tools.execute_tool_call(executor, {"code": code}, max_output_chars=1000)
     assert "FIRST" in text and "LAST" in text and "line 02500" not in text
@@ -194,37 +221,45 @@ def test_long_real_output_is_truncated_for_the_model_and_says_so(
 
 
 def test_output_past_the_sandbox_cap_says_the_limit_and_how_to_avoid_it(
-        executor: execbox.Executor) -> None:
-    text = tools.execute_tool_call(executor, {"code": "print('y' * 50_000)"},
-                                   limits=Limits(output_bytes=4096))
+    executor: execbox.Executor,
+) -> None:
+    text = tools.execute_tool_call(
+        executor, {"code": "print('y' * 50_000)"}, limits=Limits(output_bytes=4096)
+    )
     assert text.startswith("status: output_limit")
     assert "the sandbox stopped collecting it at 4 KiB" in text
     assert "hint: The output passed the cap (4096 bytes per stream)" in text
 
 
 def test_a_timeout_names_the_limit_and_the_argument_that_raises_it(
-        executor: execbox.Executor) -> None:
-    text = tools.execute_tool_call(executor, {"code": "while True:\n    pass\n",
-                                              "timeout_s": 1})
+    executor: execbox.Executor,
+) -> None:
+    text = tools.execute_tool_call(executor, {"code": "while True:\n    pass\n", "timeout_s": 1})
     assert text.startswith("status: timeout")
     assert "wall-time limit (1 s)" in text and "timeout_s" in text
 
 
 def test_artifacts_are_listed_with_type_and_size(executor: execbox.Executor) -> None:
-    code = ("import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.savefig('chart.png')\n"
-            "open('out.csv', 'w').write('a\\n1\\n')\n")
+    code = (
+        "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.savefig('chart.png')\n"
+        "open('out.csv', 'w').write('a\\n1\\n')\n"
+    )
     text = tools.execute_tool_call(executor, {"code": code})
     assert text.startswith("status: ok")
-    assert re.search(r"artifacts: (chart\.png \(image/png, [\d.]+ KiB\), out\.csv \(text/csv, "
-                     r"4 B\)|out\.csv \(text/csv, 4 B\), chart\.png \(image/png, [\d.]+ KiB\))",
-                     text), text
+    assert re.search(
+        r"artifacts: (chart\.png \(image/png, [\d.]+ KiB\), out\.csv \(text/csv, "
+        r"4 B\)|out\.csv \(text/csv, 4 B\), chart\.png \(image/png, [\d.]+ KiB\))",
+        text,
+    ), text
 
 
 def test_bad_arguments_come_back_as_an_observation_and_nothing_runs(
-        executor: execbox.Executor) -> None:
+    executor: execbox.Executor,
+) -> None:
     before = executor.store.count()
-    text = tools.execute_tool_call(executor, {"type": "tool_use", "name": "run_python",
-                                              "input": {"cod": "print(1)"}})
+    text = tools.execute_tool_call(
+        executor, {"type": "tool_use", "name": "run_python", "input": {"cod": "print(1)"}}
+    )
     assert text.startswith("status: invalid_arguments")
     assert "code: Field required" in text and "cod: Extra inputs are not permitted" in text
     broken = tools.execute_tool_call(executor, '{"code": "print(1)"')  # truncated JSON
@@ -233,7 +268,8 @@ def test_bad_arguments_come_back_as_an_observation_and_nothing_runs(
 
 
 def test_a_bad_file_name_from_the_model_is_an_observation_not_an_exception(
-        executor: execbox.Executor) -> None:
+    executor: execbox.Executor,
+) -> None:
     text = tools.execute_tool_call(executor, {"code": "print(1)", "files": {"../up.txt": "x"}})
     assert text.startswith("status: invalid_arguments")
     assert "'../up.txt'" in text and "clean relative path" in text
@@ -241,26 +277,31 @@ def test_a_bad_file_name_from_the_model_is_an_observation_not_an_exception(
 
 def test_a_call_of_another_tool_is_a_usage_error(executor: execbox.Executor) -> None:
     with pytest.raises(execbox.UsageError, match="'web_search'"):
-        tools.execute_tool_call(executor, {"type": "tool_use", "name": "web_search",
-                                           "input": {"code": "print(1)"}})
+        tools.execute_tool_call(
+            executor, {"type": "tool_use", "name": "web_search", "input": {"code": "print(1)"}}
+        )
 
 
 def test_stateful_schema_says_state_persists_and_drops_stdin() -> None:
     tool = tools.anthropic_tool(stateful=True)
     assert "persist" in tool["description"] and "clean state" not in tool["description"]
     assert "stdin" not in tool["input_schema"]["properties"]
-    assert "earlier calls are still there" in tool["input_schema"]["properties"]["code"][
-        "description"]
+    assert (
+        "earlier calls are still there" in tool["input_schema"]["properties"]["code"]["description"]
+    )
     assert "clean state" in tools.anthropic_tool()["description"]
 
 
 def test_tool_calls_in_a_session_keep_variables_and_files_between_calls(
-        executor: execbox.Executor) -> None:
+    executor: execbox.Executor,
+) -> None:
     with executor.session() as session:
         first = tools.execute_tool_call(
-            executor, {"code": "x = 21", "files": {"notes.txt": "hi"}}, session=session)
+            executor, {"code": "x = 21", "files": {"notes.txt": "hi"}}, session=session
+        )
         assert first.startswith("status: ok")
         second = tools.execute_tool_call(
-            executor, {"code": "print(open('notes.txt').read())\nx * 2"}, session=session)
+            executor, {"code": "print(open('notes.txt').read())\nx * 2"}, session=session
+        )
     assert second.startswith("status: ok")
     assert "stdout:\nhi" in second and "output: 42" in second

@@ -35,8 +35,10 @@ class Admission:
             return True
         with self._lock:
             if self._waiting >= self._max_waiting:
-                raise Overloaded(f"{self._waiting} runs are already waiting (max_queue="
-                                 f"{self._max_waiting}); retry later or raise max_queue")
+                raise Overloaded(
+                    f"{self._waiting} runs are already waiting (max_queue="
+                    f"{self._max_waiting}); retry later or raise max_queue"
+                )
             self._waiting += 1
         try:
             deadline = time.monotonic() + self._timeout_s
@@ -45,8 +47,9 @@ class Admission:
                     return False
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise Overloaded(f"no run slot within {self._timeout_s:g} s "
-                                     "(queue_timeout_s); retry later")
+                    raise Overloaded(
+                        f"no run slot within {self._timeout_s:g} s (queue_timeout_s); retry later"
+                    )
                 # A cancellable waiter looks at its token every CANCEL_CHECK_S.
                 if self._sem.acquire(timeout=min(left, CANCEL_CHECK_S) if cancel else left):
                     return True
@@ -63,8 +66,9 @@ class Admission:
         return self._waiting
 
 
-def concurrently(fn: Callable[[A], T], items: Iterable[A], width: int
-                  ) -> Generator[tuple[int, T], None, None]:
+def concurrently(
+    fn: Callable[[A], T], items: Iterable[A], width: int
+) -> Generator[tuple[int, T], None, None]:
     """`(index, fn(item))` for each item, yielded as calls finish, from `width` threads that
     each take the next item themselves: a call ended costs one wake-up (of the consumer, if it
     waits), not two, and no future. At most `width` calls run and `width` results wait for
@@ -96,8 +100,9 @@ def concurrently(fn: Callable[[A], T], items: Iterable[A], width: int
         finally:
             done.put(None)
 
-    threads = [threading.Thread(target=work, name=f"execbox-map-{i}", daemon=True)
-               for i in range(width)]
+    threads = [
+        threading.Thread(target=work, name=f"execbox-map-{i}", daemon=True) for i in range(width)
+    ]
     for thread in threads:
         thread.start()
     interrupted = False
@@ -115,8 +120,11 @@ def concurrently(fn: Callable[[A], T], items: Iterable[A], width: int
                 continue
             index, outcome = got
             if isinstance(outcome, BaseException):
-                outcome.add_note(f"(raised by item {index} of the map)" if index >= 0
-                                 else "(raised by the map's input)")
+                outcome.add_note(
+                    f"(raised by item {index} of the map)"
+                    if index >= 0
+                    else "(raised by the map's input)"
+                )
                 raise outcome
             yield index, outcome
             room.release()

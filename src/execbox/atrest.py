@@ -60,8 +60,10 @@ def _sha256(data: bytes) -> str:
 
 
 def _holes(holes: list[Hole]) -> list[list[Any]]:
-    return [[h.at, h.kind, h.digest] if h.length is None else [h.at, h.kind, h.digest, h.length]
-            for h in holes]
+    return [
+        [h.at, h.kind, h.digest] if h.length is None else [h.at, h.kind, h.digest, h.length]
+        for h in holes
+    ]
 
 
 def _utf8(text: str) -> bytes:
@@ -91,14 +93,19 @@ def seal(request: RunRequest, redactor: Redactor, digest: Digest) -> Stored:
         sealed["code_digest"] = digest(_utf8(request.code))
     stdin, holes = _seal_bytes(redactor, request.stdin, digest) if request.stdin else (b"", [])
     if holes:
-        sealed["stdin"] = {"blob": _sha256(stdin), "digest": digest(request.stdin),
-                           "holes": _holes(holes)}
+        sealed["stdin"] = {
+            "blob": _sha256(stdin),
+            "digest": digest(request.stdin),
+            "holes": _holes(holes),
+        }
     env: dict[str, str] = {}
     for name, value in request.env.items():
         env[name], holes = redactor.seal(value, digest)
         if holes:
-            sealed.setdefault("env", {})[name] = {"digest": digest(_utf8(value)),
-                                                  "holes": _holes(holes)}
+            sealed.setdefault("env", {})[name] = {
+                "digest": digest(_utf8(value)),
+                "holes": _holes(holes),
+            }
     files: list[InputFile] = []
     registered = redactor.registered_only() if redactor.secrets else None
     for f in request.files:
@@ -107,25 +114,31 @@ def seal(request: RunRequest, redactor: Redactor, digest: Digest) -> Stored:
             data, holes = _seal_bytes(registered, data, digest)
             if holes:
                 sealed.setdefault("inputs", {})[f.name] = {
-                    "blob": _sha256(data), "digest": digest(f.data), "holes": _holes(holes)}
+                    "blob": _sha256(data),
+                    "digest": digest(f.data),
+                    "holes": _holes(holes),
+                }
         files.append(f if data is f.data else InputFile(name=f.name, data=data))
     if not sealed:
-        return Stored(request, _sha256(request.stdin),
-                      tuple(_sha256(f.data) for f in request.files), None)
+        return Stored(
+            request, _sha256(request.stdin), tuple(_sha256(f.data) for f in request.files), None
+        )
     sealed["digest"] = KEYED
-    stored = request.model_copy(update={"code": code, "stdin": stdin, "env": env,
-                                        "files": files})
+    stored = request.model_copy(update={"code": code, "stdin": stdin, "env": env, "files": files})
     return Stored(stored, _sha256(stdin), tuple(_sha256(f.data) for f in files), sealed)
 
 
-def unseal(run_id: str, sealed: dict[str, Any], stored: RunRequest, digest: Digest,
-           secrets: Iterable[str]) -> RunRequest:
+def unseal(
+    run_id: str, sealed: dict[str, Any], stored: RunRequest, digest: Digest, secrets: Iterable[str]
+) -> RunRequest:
     """The original request of a sealed record, its redacted parts refilled with `secrets`
     and checked against the originals' keyed digests (`digest`: the store's);
     UsageError saying what is missing and how to give it otherwise."""
     if sealed.get("digest") != KEYED:
-        raise UsageError(f"run {run_id} was recorded by an older execbox, whose record of "
-                         "its secrets this one does not read; it cannot be run again")
+        raise UsageError(
+            f"run {run_id} was recorded by an older execbox, whose record of "
+            "its secrets this one does not read; it cannot be run again"
+        )
     values = [s for s in secrets if s]
     missing: list[str] = []
 
@@ -140,8 +153,14 @@ def unseal(run_id: str, sealed: dict[str, Any], stored: RunRequest, digest: Dige
         code = fill("its code", code, sealed["code"], sealed["code_digest"])
     stdin = stored.stdin
     if "stdin" in sealed:
-        stdin = _utf8(fill("its stdin", stdin.decode("utf-8", "surrogateescape"),
-                           sealed["stdin"]["holes"], sealed["stdin"]["digest"]))
+        stdin = _utf8(
+            fill(
+                "its stdin",
+                stdin.decode("utf-8", "surrogateescape"),
+                sealed["stdin"]["holes"],
+                sealed["stdin"]["digest"],
+            )
+        )
     env = dict(stored.env)
     for name, meta in sealed.get("env", {}).items():
         env[name] = fill(f"environment value {name}", env[name], meta["holes"], meta["digest"])
@@ -149,8 +168,12 @@ def unseal(run_id: str, sealed: dict[str, Any], stored: RunRequest, digest: Dige
     for f in stored.files:
         meta = sealed.get("inputs", {}).get(f.name)
         if meta is not None:
-            data = fill(f"input file {f.name}", f.data.decode("utf-8", "surrogateescape"),
-                        meta["holes"], meta["digest"])
+            data = fill(
+                f"input file {f.name}",
+                f.data.decode("utf-8", "surrogateescape"),
+                meta["holes"],
+                meta["digest"],
+            )
             f = InputFile(name=f.name, data=_utf8(data))
         files.append(f)
     if missing:
@@ -159,5 +182,6 @@ def unseal(run_id: str, sealed: dict[str, Any], stored: RunRequest, digest: Dige
             f"run {run_id} cannot be run again exactly: {', '.join(missing)} held secrets, "
             f"which its record keeps redacted (with the sha256 of each), and {given} them; "
             f"give the secret values again (`--secret VALUE`, once per secret; Python: "
-            f"secrets=[...])")
+            f"secrets=[...])"
+        )
     return stored.model_copy(update={"code": code, "stdin": stdin, "env": env, "files": files})

@@ -60,15 +60,23 @@ class SessionBackend(Protocol):
     `kill` may come from any thread. A call on an interpreter that is gone raises
     `SessionEnded`; a failure of the sandbox itself raises `HostError`."""
 
-    def cell(self, code: str, timeout_s: float, cpu_s: float, output_bytes: int,
-             backstop_s: float, on_stdout: OutputCallback | None = None,
-             on_stderr: OutputCallback | None = None) -> RawRun:
+    def cell(
+        self,
+        code: str,
+        timeout_s: float,
+        cpu_s: float,
+        output_bytes: int,
+        backstop_s: float,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+    ) -> RawRun:
         """Run one cell; the RawRun's meta carries `outputs`, and `ended` when the session
         ended with it."""
         ...
 
-    def file_op(self, op: str, path: str = "", data: bytes | None = None
-                ) -> tuple[dict[str, Any], bytes]:
+    def file_op(
+        self, op: str, path: str = "", data: bytes | None = None
+    ) -> tuple[dict[str, Any], bytes]:
         """One files API call (`write`, `read`, `list`, `remove`): (answer, bytes read)."""
         ...
 
@@ -103,8 +111,14 @@ class SandboxBackend(Protocol):
         itself raises HostError."""
         ...
 
-    def open_session(self, session_id: str, limits: Limits, env: Mapping[str, str],
-                     files: Sequence[tuple[str, bytes]], tenant: str | None) -> SessionBackend:
+    def open_session(
+        self,
+        session_id: str,
+        limits: Limits,
+        env: Mapping[str, str],
+        files: Sequence[tuple[str, bytes]],
+        tenant: str | None,
+    ) -> SessionBackend:
         """A session's interpreter, ready for its first cell; HostError when it cannot start."""
         ...
 
@@ -117,9 +131,16 @@ class LocalBackend:
     """The sandbox on this host: zygote processes (one set shared, or one per tenant, replaced
     on a schedule, see `hosts`), their staged slots, sessions turned from slots."""
 
-    def __init__(self, *, image: Image | None, pool_size: int, rotate_after_runs: int | None,
-                 rotate_after_s: float | None, per_tenant: bool,
-                 tenant_idle_s: float | None) -> None:
+    def __init__(
+        self,
+        *,
+        image: Image | None,
+        pool_size: int,
+        rotate_after_runs: int | None,
+        rotate_after_s: float | None,
+        per_tenant: bool,
+        tenant_idle_s: float | None,
+    ) -> None:
         if os.geteuid() != 0:
             raise SandboxUnavailable(
                 "the default isolation tier needs root (namespaces, mounts, cgroups); "
@@ -130,9 +151,13 @@ class LocalBackend:
             raise SandboxUnavailable(f"{unprivileged}; see `execbox doctor`")
         self.image = image or Image.load()
         self.pool_size = pool_size
-        self.hosts = Hosts(self._start_host, rotate_after_runs=rotate_after_runs,
-                           rotate_after_s=rotate_after_s, per_tenant=per_tenant,
-                           tenant_idle_s=tenant_idle_s)
+        self.hosts = Hosts(
+            self._start_host,
+            rotate_after_runs=rotate_after_runs,
+            rotate_after_s=rotate_after_s,
+            per_tenant=per_tenant,
+            tenant_idle_s=tenant_idle_s,
+        )
         try:
             # A host per tenant starts at the tenant's first run; the shared one starts now,
             # so that a host that cannot sandbox says so here.
@@ -150,9 +175,15 @@ class LocalBackend:
 
     def _start_host(self) -> ZygoteProcess:
         try:
-            return ZygoteProcess(self.image.python, self.image.zygote_env(), self.image.ro_paths,
-                                 self.image.libexec, list(self.image.preload), list(LIGHT_PRELOAD),
-                                 pool_size=self.pool_size)
+            return ZygoteProcess(
+                self.image.python,
+                self.image.zygote_env(),
+                self.image.ro_paths,
+                self.image.libexec,
+                list(self.image.preload),
+                list(LIGHT_PRELOAD),
+                pool_size=self.pool_size,
+            )
         except HostError as exc:
             raise SandboxUnavailable(f"{exc}; see `execbox doctor`") from exc
 
@@ -160,21 +191,39 @@ class LocalBackend:
         self.hosts.get(tenant)
 
     def run(self, spec: RunSpec) -> RawRun:
-        request = {"code": spec.code, "run_id": spec.run_id,
-                   "spec": sandbox_spec(spec.limits, spec.env or {}, spec.files)}
+        request = {
+            "code": spec.code,
+            "run_id": spec.run_id,
+            "spec": sandbox_spec(spec.limits, spec.env or {}, spec.files),
+        }
         files = list(spec.files)
         limits = spec.limits
 
         def attempt() -> RawRun:
             host, slot = self.hosts.take(spec.tenant, spec.kind, SLOT_WAIT_S)
-            return host.execute(slot, request, files, spec.stdin, limits.output_bytes,
-                                limits.timeout_s + BACKSTOP_GRACE_S, spec.on_stdout,
-                                spec.on_stderr, spec.cancel, spec.spool_dir)
+            return host.execute(
+                slot,
+                request,
+                files,
+                spec.stdin,
+                limits.output_bytes,
+                limits.timeout_s + BACKSTOP_GRACE_S,
+                spec.on_stdout,
+                spec.on_stderr,
+                spec.cancel,
+                spec.spool_dir,
+            )
 
         return until_started(f"run {spec.run_id}", attempt)
 
-    def open_session(self, session_id: str, limits: Limits, env: Mapping[str, str],
-                     files: Sequence[tuple[str, bytes]], tenant: str | None) -> SessionBackend:
+    def open_session(
+        self,
+        session_id: str,
+        limits: Limits,
+        env: Mapping[str, str],
+        files: Sequence[tuple[str, bytes]],
+        tenant: str | None,
+    ) -> SessionBackend:
         def attempt() -> SessionBackend:
             channel = self.hosts.open_session(tenant, SLOT_WAIT_S)
             channel.start(session_id, sandbox_spec(limits, env, files), list(files))
@@ -186,8 +235,9 @@ class LocalBackend:
         self.hosts.close()
 
 
-def sandbox_spec(limits: Limits, env: Mapping[str, str],
-                 files: Sequence[tuple[str, bytes]]) -> dict[str, Any]:
+def sandbox_spec(
+    limits: Limits, env: Mapping[str, str], files: Sequence[tuple[str, bytes]]
+) -> dict[str, Any]:
     """The sandbox's view of a run's limits, environment and inputs."""
     return {
         "timeout_s": limits.timeout_s,

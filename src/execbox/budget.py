@@ -58,8 +58,10 @@ class Budget:
             time_left = self.remaining_exec_s
             bytes_left = self.remaining_artifact_bytes
             if time_left is not None and time_left < 0.01:
-                return (f"execution-time budget of {self.exec_s:g} s is spent "
-                        f"({self.used_exec_s:.2f} s used); start a new budget to run more")
+                return (
+                    f"execution-time budget of {self.exec_s:g} s is spent "
+                    f"({self.used_exec_s:.2f} s used); start a new budget to run more"
+                )
             update: dict[str, float | int | None] = {}
             clipped = False
             if time_left is not None and time_left < limits.timeout_s:
@@ -70,8 +72,12 @@ class Budget:
             if bytes_left is not None and bytes_left < limits.artifact_bytes:
                 update["artifact_bytes"] = bytes_left
             new = Limits.model_validate(limits.model_dump() | update) if update else limits
-            r = Reservation(new, new.timeout_s if time_left is not None else 0.0,
-                            new.artifact_bytes if bytes_left is not None else 0, clipped)
+            r = Reservation(
+                new,
+                new.timeout_s if time_left is not None else 0.0,
+                new.artifact_bytes if bytes_left is not None else 0,
+                clipped,
+            )
             self._reserved_s += r.exec_s
             self._reserved_bytes += r.artifact_bytes
             return r

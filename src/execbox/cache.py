@@ -21,8 +21,13 @@ from .contract import RunRequest, RunResult, Status
 DEFAULT_TTL_S = 3600.0
 
 
-def cache_key(request: RunRequest, image_digest: str, scope: str | None, key: bytes,
-              secrets: Iterable[str] = ()) -> str:
+def cache_key(
+    request: RunRequest,
+    image_digest: str,
+    scope: str | None,
+    key: bytes,
+    secrets: Iterable[str] = (),
+) -> str:
     """HMAC-SHA256 under `key` (the records key) over language, code, input names and hashes,
     stdin, limits, env and image, the registered `secrets` (a result stored redacted for one
     set of them would answer a caller with another set with the wrong text), and the `scope`
@@ -50,5 +55,8 @@ def cacheable(result: RunResult) -> bool:
     """Only outcomes of the code itself: never our own failures or pre-run verdicts (nor a
     cancelled run: the executor, which holds its token, leaves those out)."""
     return result.status not in (
-        Status.sandbox_error, Status.policy_denied, Status.needs_approval, Status.budget_exceeded
+        Status.sandbox_error,
+        Status.policy_denied,
+        Status.needs_approval,
+        Status.budget_exceeded,
     )

@@ -83,8 +83,9 @@ def _write_one(root_fd: int, parts: list[str], data: bytes) -> None:
             nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
             os.close(dir_fd)
             dir_fd = nxt
-        fd = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644,
-                     dir_fd=dir_fd)
+        fd = os.open(
+            parts[-1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644, dir_fd=dir_fd
+        )
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
     finally:
@@ -99,31 +100,69 @@ def main() -> None:
 
 @main.command("run")
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
-@click.option("--stdin", "stdin_path", type=click.Path(dir_okay=False, exists=True),
-              help="File fed to the program's standard input.")
-@click.option("--input", "inputs", multiple=True, metavar="PATH[:NAME]",
-              help="Input file placed read-only in /workspace (as NAME). Repeatable.")
+@click.option(
+    "--stdin",
+    "stdin_path",
+    type=click.Path(dir_okay=False, exists=True),
+    help="File fed to the program's standard input.",
+)
+@click.option(
+    "--input",
+    "inputs",
+    multiple=True,
+    metavar="PATH[:NAME]",
+    help="Input file placed read-only in /workspace (as NAME). Repeatable.",
+)
 @click.option("--timeout", type=float, help="Wall time limit in seconds (default 5).")
 @click.option("--cpu", type=float, help="CPU time limit in seconds (default: the wall limit).")
 @click.option("--memory", type=int, help="Memory limit in MiB (default 512).")
 @click.option("--disk", type=int, help="Workspace size in MiB (default 100).")
 @click.option("--pids", type=int, help="Process and thread limit (default 64).")
 @click.option("--output-bytes", type=int, help="Cap on stdout and stderr each (default 1 MiB).")
-@click.option("--env", "env_pairs", multiple=True, metavar="NAME=VALUE",
-              help="Environment variable for the program (the default environment is empty).")
+@click.option(
+    "--env",
+    "env_pairs",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Environment variable for the program (the default environment is empty).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one RunResult as JSON.")
-@click.option("--artifacts-dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Write the run's artifacts here.")
-@click.option("--profile", default="data", show_default=True,
-              help="Policy profile checked before the run (see profiles.toml).")
+@click.option(
+    "--artifacts-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Write the run's artifacts here.",
+)
+@click.option(
+    "--profile",
+    default="data",
+    show_default=True,
+    help="Policy profile checked before the run (see profiles.toml).",
+)
 @click.option("--no-cache", is_flag=True, help="Always run, never answer from the result cache.")
-@click.option("--secret", "secrets", multiple=True, metavar="VALUE",
-              help="A value to redact from output, errors and the record. Repeatable.")
-def run_cmd(file: str, stdin_path: str | None, inputs: tuple[str, ...], timeout: float | None,
-            cpu: float | None, memory: int | None, disk: int | None, pids: int | None,
-            output_bytes: int | None, env_pairs: tuple[str, ...], as_json: bool,
-            artifacts_dir: Path | None, profile: str, no_cache: bool,
-            secrets: tuple[str, ...]) -> None:
+@click.option(
+    "--secret",
+    "secrets",
+    multiple=True,
+    metavar="VALUE",
+    help="A value to redact from output, errors and the record. Repeatable.",
+)
+def run_cmd(
+    file: str,
+    stdin_path: str | None,
+    inputs: tuple[str, ...],
+    timeout: float | None,
+    cpu: float | None,
+    memory: int | None,
+    disk: int | None,
+    pids: int | None,
+    output_bytes: int | None,
+    env_pairs: tuple[str, ...],
+    as_json: bool,
+    artifacts_dir: Path | None,
+    profile: str,
+    no_cache: bool,
+    secrets: tuple[str, ...],
+) -> None:
     """Run FILE (or - for standard input) in a fresh sandbox."""
     from .executor import Executor, make_request
 
@@ -134,16 +173,25 @@ def run_cmd(file: str, stdin_path: str | None, inputs: tuple[str, ...], timeout:
     except OSError as exc:
         _fail(f"cannot read {file}: {exc}")
     overrides: dict[str, Any] = {
-        k: v for k, v in {"timeout_s": timeout, "cpu_s": cpu, "memory_mib": memory,
-                          "disk_mib": disk, "pids": pids, "output_bytes": output_bytes}.items()
+        k: v
+        for k, v in {
+            "timeout_s": timeout,
+            "cpu_s": cpu,
+            "memory_mib": memory,
+            "disk_mib": disk,
+            "pids": pids,
+            "output_bytes": output_bytes,
+        }.items()
         if v is not None
     }
     try:
         request = make_request(
             code,
             stdin=Path(stdin_path).read_bytes() if stdin_path else None,
-            files=_parse_inputs(inputs), env=_parse_env(env_pairs),
-            limits=Limits(**overrides) if overrides else None, profile=profile,
+            files=_parse_inputs(inputs),
+            env=_parse_env(env_pairs),
+            limits=Limits(**overrides) if overrides else None,
+            profile=profile,
         )
         stream = None if as_json else sys.stdout.buffer
         errstream = None if as_json else sys.stderr.buffer
@@ -159,10 +207,13 @@ def run_cmd(file: str, stdin_path: str | None, inputs: tuple[str, ...], timeout:
             errstream.flush()
 
         with Executor() as executor:
-            result = executor.run_request(request, cache=False if no_cache else None,
-                                          secrets=secrets,
-                                          on_stdout=None if as_json else out,
-                                          on_stderr=None if as_json else err)
+            result = executor.run_request(
+                request,
+                cache=False if no_cache else None,
+                secrets=secrets,
+                on_stdout=None if as_json else out,
+                on_stderr=None if as_json else err,
+            )
     except ExecboxError as exc:
         _fail(str(exc))
     except ValueError as exc:
@@ -178,17 +229,20 @@ def run_cmd(file: str, stdin_path: str | None, inputs: tuple[str, ...], timeout:
 
 def _summary(result: RunResult, artifacts_dir: Path | None) -> None:
     m = result.metrics
-    line = (f"[execbox] {result.status.value}{' (cached)' if result.cached else ''}"
-            f"  exit={result.exit_code}"
-            f"{'  signal=' + result.signal if result.signal else ''}  wall={m.wall_ms:.0f}ms"
-            f"  cpu={m.cpu_ms:.0f}ms  mem={m.memory_peak_bytes / 2**20:.1f}MiB  run={result.run_id}")
+    line = (
+        f"[execbox] {result.status.value}{' (cached)' if result.cached else ''}"
+        f"  exit={result.exit_code}"
+        f"{'  signal=' + result.signal if result.signal else ''}  wall={m.wall_ms:.0f}ms"
+        f"  cpu={m.cpu_ms:.0f}ms  mem={m.memory_peak_bytes / 2**20:.1f}MiB  run={result.run_id}"
+    )
     click.echo(line, err=True)
     if result.error and result.status.value != "error":
         click.echo(f"[execbox] {result.error.type}: {result.error.message}", err=True)
     for art in result.artifacts:
         where = f" -> {artifacts_dir / art.path}" if artifacts_dir else ""
-        click.echo(f"[execbox] artifact {art.path} ({art.size} bytes, {art.mime_type}){where}",
-                   err=True)
+        click.echo(
+            f"[execbox] artifact {art.path} ({art.size} bytes, {art.mime_type}){where}", err=True
+        )
 
 
 @main.group()
@@ -212,9 +266,18 @@ def runs_list(limit: int, status: str | None, as_json: bool) -> None:
 
     for rec in _store().list(limit=limit, status=status):
         if as_json:
-            click.echo(json.dumps({"run_id": rec.run_id, "created_at": rec.created_at,
-                                   "kind": rec.kind, "status": rec.status,
-                                   "profile": rec.profile, "code_sha256": rec.code_sha256}))
+            click.echo(
+                json.dumps(
+                    {
+                        "run_id": rec.run_id,
+                        "created_at": rec.created_at,
+                        "kind": rec.kind,
+                        "status": rec.status,
+                        "profile": rec.profile,
+                        "code_sha256": rec.code_sha256,
+                    }
+                )
+            )
             continue
         when = _time.strftime("%Y-%m-%d %H:%M:%S", _time.localtime(rec.created_at))
         first = (rec.code.strip().splitlines() or [""])[0][:48]
@@ -234,8 +297,13 @@ def runs_show(run_id: str) -> None:
 @runs.command("replay")
 @click.argument("run_id")
 @click.option("--json", "as_json", is_flag=True, help="Print the replay report as JSON.")
-@click.option("--secret", "secrets", multiple=True, metavar="VALUE",
-              help="A secret the record keeps redacted, given again. Repeatable.")
+@click.option(
+    "--secret",
+    "secrets",
+    multiple=True,
+    metavar="VALUE",
+    help="A secret the record keeps redacted, given again. Repeatable.",
+)
 def runs_replay(run_id: str, as_json: bool, secrets: tuple[str, ...]) -> None:
     """Run a recorded run again under its recorded limits; exit 0 when the results match."""
     from .executor import Executor
@@ -251,11 +319,15 @@ def runs_replay(run_id: str, as_json: bool, secrets: tuple[str, ...]) -> None:
         verdict = "matches" if report.matches else f"differs in {', '.join(report.differences)}"
         click.echo(f"replay {report.replay.run_id} of {run_id}: {verdict}")
         if report.image_changed:
-            click.echo(f"note: image changed {report.original.image_digest} -> "
-                       f"{report.replay.image_digest}")
+            click.echo(
+                f"note: image changed {report.original.image_digest} -> "
+                f"{report.replay.image_digest}"
+            )
         if report.env_redacted:
-            click.echo(f"note: environment values were redacted in the record: "
-                       f"{', '.join(report.env_redacted)}")
+            click.echo(
+                f"note: environment values were redacted in the record: "
+                f"{', '.join(report.env_redacted)}"
+            )
     sys.exit(EXIT_OK if report.matches else EXIT_RUN_FAILED)
 
 
@@ -263,10 +335,16 @@ def runs_replay(run_id: str, as_json: bool, secrets: tuple[str, ...]) -> None:
 @click.argument("run_id")
 @click.option("--by", "approved_by", help="Who approves (stored with the record).")
 @click.option("--json", "as_json", is_flag=True, help="Print the RunResult as JSON.")
-@click.option("--secret", "secrets", multiple=True, metavar="VALUE",
-              help="A secret the record keeps redacted, given again. Repeatable.")
-def runs_approve(run_id: str, approved_by: str | None, as_json: bool,
-                 secrets: tuple[str, ...]) -> None:
+@click.option(
+    "--secret",
+    "secrets",
+    multiple=True,
+    metavar="VALUE",
+    help="A secret the record keeps redacted, given again. Repeatable.",
+)
+def runs_approve(
+    run_id: str, approved_by: str | None, as_json: bool, secrets: tuple[str, ...]
+) -> None:
     """Release a run held by policy (`needs_approval`) and run it now."""
     from .executor import Executor
 
@@ -304,12 +382,19 @@ def doctor() -> None:
                 # The data stack's zygote starts in the background: its own smoke run.
                 heavy = ex.run("import numpy, pandas; print(numpy.__version__)")
             ok = r.ok and r.stdout.strip() != "0"
-            click.echo(f"{'ok  ' if ok else 'FAIL'} {'smoke run':<14} status={r.status.value} "
-                       f"uid={r.stdout.strip()} wall={r.metrics.wall_ms:.1f}ms")
-            click.echo(f"{'ok  ' if heavy.ok else 'FAIL'} {'numpy run':<14} "
-                       f"status={heavy.status.value} "
-                       + (f"numpy={heavy.stdout.strip()}" if heavy.ok
-                          else f"error={heavy.error.message if heavy.error else ''}"))
+            click.echo(
+                f"{'ok  ' if ok else 'FAIL'} {'smoke run':<14} status={r.status.value} "
+                f"uid={r.stdout.strip()} wall={r.metrics.wall_ms:.1f}ms"
+            )
+            click.echo(
+                f"{'ok  ' if heavy.ok else 'FAIL'} {'numpy run':<14} "
+                f"status={heavy.status.value} "
+                + (
+                    f"numpy={heavy.stdout.strip()}"
+                    if heavy.ok
+                    else f"error={heavy.error.message if heavy.error else ''}"
+                )
+            )
             sys.exit(EXIT_OK if ok and heavy.ok else EXIT_USAGE)
         except ExecboxError as exc:
             click.echo(f"FAIL {'smoke run':<14} {exc}")
@@ -322,8 +407,11 @@ def image() -> None:
 
 
 @image.command("build")
-@click.option("--lock", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-              help="Lock file (default: the one shipped with execbox).")
+@click.option(
+    "--lock",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Lock file (default: the one shipped with execbox).",
+)
 def image_build(lock: Path | None) -> None:
     """Build the pinned runtime environment (reuses an identical build)."""
     from .image import LOCK_FILE, build
@@ -395,26 +483,63 @@ def _one_line(text: str, width: int = 100) -> str:
 
 
 @eval_group.command("humaneval")
-@click.argument("samples_path", metavar="[SAMPLES.jsonl]", required=False,
-                type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--canonical", is_flag=True,
-              help="Evaluate the dataset's own solutions instead of a samples file.")
-@click.option("--k", "ks_text", default="1,10,100", show_default=True, metavar="K[,K...]",
-              help="pass@k to report; a k is reported when every problem has at least k samples.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=3.0,
-              show_default=True, help="Wall time limit per sample in seconds (as the reference).")
-@click.option("--concurrency", type=click.IntRange(min=1),
-              help="Runs in flight at once (default: 4 per CPU).")
-@click.option("--profile", default="data", show_default=True,
-              help="Policy profile of the runs (its maximums bound --timeout).")
-@click.option("--json", "as_json", is_flag=True,
-              help="Print one JSON summary on stdout (notes and progress go to stderr).")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
-              help="Results JSONL (default: SAMPLES.jsonl_results.jsonl, as the reference "
-                   "harness names it; humaneval_canonical_results.jsonl with --canonical).")
-def eval_humaneval(samples_path: Path | None, canonical: bool, ks_text: str, timeout: float,
-                   concurrency: int | None, profile: str, as_json: bool,
-                   out: Path | None) -> None:
+@click.argument(
+    "samples_path",
+    metavar="[SAMPLES.jsonl]",
+    required=False,
+    type=click.Path(dir_okay=False, path_type=Path),
+)
+@click.option(
+    "--canonical",
+    is_flag=True,
+    help="Evaluate the dataset's own solutions instead of a samples file.",
+)
+@click.option(
+    "--k",
+    "ks_text",
+    default="1,10,100",
+    show_default=True,
+    metavar="K[,K...]",
+    help="pass@k to report; a k is reported when every problem has at least k samples.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=3.0,
+    show_default=True,
+    help="Wall time limit per sample in seconds (as the reference).",
+)
+@click.option(
+    "--concurrency", type=click.IntRange(min=1), help="Runs in flight at once (default: 4 per CPU)."
+)
+@click.option(
+    "--profile",
+    default="data",
+    show_default=True,
+    help="Policy profile of the runs (its maximums bound --timeout).",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print one JSON summary on stdout (notes and progress go to stderr).",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Results JSONL (default: SAMPLES.jsonl_results.jsonl, as the reference "
+    "harness names it; humaneval_canonical_results.jsonl with --canonical).",
+)
+def eval_humaneval(
+    samples_path: Path | None,
+    canonical: bool,
+    ks_text: str,
+    timeout: float,
+    concurrency: int | None,
+    profile: str,
+    as_json: bool,
+    out: Path | None,
+) -> None:
     """Run HumanEval samples with their tests in the sandbox and report pass@k.
 
     SAMPLES.jsonl has the reference harness's format: one {"task_id", "completion"} object per
@@ -444,8 +569,9 @@ def eval_humaneval(samples_path: Path | None, canonical: bool, ks_text: str, tim
         with contextlib.ExitStack() as stack:
             tick: Callable[[], None]
             if sys.stderr.isatty():  # --json stdout stays clean: progress goes to stderr
-                bar = stack.enter_context(click.progressbar(
-                    length=len(samples), label="humaneval", file=sys.stderr))
+                bar = stack.enter_context(
+                    click.progressbar(length=len(samples), label="humaneval", file=sys.stderr)
+                )
 
                 def tick() -> None:
                     bar.update(1)
@@ -455,19 +581,29 @@ def eval_humaneval(samples_path: Path | None, canonical: bool, ks_text: str, tim
             def on_result(index: int, row: dict[str, Any]) -> None:
                 finished[index] = row
                 tick()
+
             try:  # a Ctrl-C from here on, the executor's start included, exits 130
                 executor = stack.enter_context(Executor(max_concurrency=concurrency))
                 started = time.perf_counter()
-                evaluation = he.evaluate(executor, samples, problems, timeout_s=timeout,
-                                         concurrency=concurrency, profile=profile,
-                                         on_result=on_result)
+                evaluation = he.evaluate(
+                    executor,
+                    samples,
+                    problems,
+                    timeout_s=timeout,
+                    concurrency=concurrency,
+                    profile=profile,
+                    on_result=on_result,
+                )
             except KeyboardInterrupt:
                 stack.close()  # the executor is closed before the verdicts are written
                 rows = [finished[i] for i in sorted(finished)]
                 with contextlib.suppress(OSError):
                     he.write_results(target, rows)
-                click.echo(f"\nexecbox: interrupted after {len(rows)} of {len(samples)} "
-                           f"samples; their verdicts are in {target}", err=True)
+                click.echo(
+                    f"\nexecbox: interrupted after {len(rows)} of {len(samples)} "
+                    f"samples; their verdicts are in {target}",
+                    err=True,
+                )
                 sys.exit(EXIT_INTERRUPTED)
             wall_s = time.perf_counter() - started
     except ExecboxError as exc:
@@ -485,38 +621,63 @@ def eval_humaneval(samples_path: Path | None, canonical: bool, ks_text: str, tim
     sandbox_errors = evaluation.sandbox_errors
     refused = evaluation.refused
     if as_json:
-        click.echo(json.dumps({
-            "dataset": he.DATASET, "samples": len(evaluation.rows), "problems": len(groups),
-            "passed": evaluation.passed, "pass_at_k": scores, "k_not_reported": not_reported,
-            "timeout_s": timeout, "wall_s": round(wall_s, 3), "sandbox_errors": sandbox_errors,
-            "refused": refused, "results_path": str(target),
-            "per_problem": {tid: {"n": counts[tid][0], "passed": counts[tid][1],
-                                  "results": [r["result"] for r in rows]}
-                            for tid, rows in groups.items()},
-        }))
+        click.echo(
+            json.dumps(
+                {
+                    "dataset": he.DATASET,
+                    "samples": len(evaluation.rows),
+                    "problems": len(groups),
+                    "passed": evaluation.passed,
+                    "pass_at_k": scores,
+                    "k_not_reported": not_reported,
+                    "timeout_s": timeout,
+                    "wall_s": round(wall_s, 3),
+                    "sandbox_errors": sandbox_errors,
+                    "refused": refused,
+                    "results_path": str(target),
+                    "per_problem": {
+                        tid: {
+                            "n": counts[tid][0],
+                            "passed": counts[tid][1],
+                            "results": [r["result"] for r in rows],
+                        }
+                        for tid, rows in groups.items()
+                    },
+                }
+            )
+        )
     else:
         width = max(len(tid) for tid in groups)
         for tid, rows in groups.items():
             n, c = counts[tid]
             first_failure = next((r["result"] for r in rows if not r["passed"]), he.PASSED)
             click.echo(f"{tid:<{width}}  {c:>3}/{n:<3} {_one_line(first_failure)}")
-        click.echo(f"{len(groups)} of {len(problems)} problems, {len(evaluation.rows)} samples, "
-                   f"{evaluation.passed} passed; timeout {timeout:g} s; {wall_s:.1f} s "
-                   f"({len(evaluation.rows) / wall_s:.1f} samples/s)")
+        click.echo(
+            f"{len(groups)} of {len(problems)} problems, {len(evaluation.rows)} samples, "
+            f"{evaluation.passed} passed; timeout {timeout:g} s; {wall_s:.1f} s "
+            f"({len(evaluation.rows) / wall_s:.1f} samples/s)"
+        )
         for name, value in scores.items():
             click.echo(f"{name} = {value:.4f}")
         if not_reported:
-            click.echo(f"not reported: {', '.join(f'pass@{k}' for k in not_reported)} (needs "
-                       f"at least k samples of every problem; the fewest is {fewest})")
+            click.echo(
+                f"not reported: {', '.join(f'pass@{k}' for k in not_reported)} (needs "
+                f"at least k samples of every problem; the fewest is {fewest})"
+            )
         click.echo(f"results: {target}")
     if sandbox_errors:
-        click.echo(f"execbox: {sandbox_errors} run(s) ended in sandbox_error (execbox's fault, "
-                   "not the completions'); their verdicts and pass@k are not reliable",
-                   err=True)
+        click.echo(
+            f"execbox: {sandbox_errors} run(s) ended in sandbox_error (execbox's fault, "
+            "not the completions'); their verdicts and pass@k are not reliable",
+            err=True,
+        )
     if refused:
-        click.echo(f"execbox: the policy (profile {profile!r}) refused {refused} sample(s) "
-                   "(see their run records, e.g. code over max_code_bytes): they were not run, "
-                   "and count as failed in pass@k", err=True)
+        click.echo(
+            f"execbox: the policy (profile {profile!r}) refused {refused} sample(s) "
+            "(see their run records, e.g. code over max_code_bytes): they were not run, "
+            "and count as failed in pass@k",
+            err=True,
+        )
     sys.exit(EXIT_RUN_FAILED if sandbox_errors or refused else EXIT_OK)
 
 
@@ -526,8 +687,9 @@ PROGRESS_EVERY_S = 10.0  # how often `eval` says how far it is when stderr is no
 class _ProgressLines:
     """Progress for a log: one line on stderr at most every `every_s`, none for a short run."""
 
-    def __init__(self, total: int, every_s: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, total: int, every_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.total, self.every_s, self.clock = total, every_s, clock
         self.done = 0
         self.started = self.last = clock()

@@ -39,14 +39,18 @@ def check_secrets(values: Iterable[str]) -> tuple[str, ...]:
     values or MAX_SECRETS_BYTES of UTF-8 in all, or not all strings."""
     values = tuple(values)
     if len(values) > MAX_SECRETS:
-        raise ValueError(f"{len(values)} secrets given; at most {MAX_SECRETS} per request "
-                         "(execbox.contract.MAX_SECRETS)")
+        raise ValueError(
+            f"{len(values)} secrets given; at most {MAX_SECRETS} per request "
+            "(execbox.contract.MAX_SECRETS)"
+        )
     if not all(isinstance(v, str) for v in values):
         raise ValueError("secrets must be strings")
     size = sum(len(v.encode("utf-8", "surrogatepass")) for v in values)
     if size > MAX_SECRETS_BYTES:
-        raise ValueError(f"secrets hold {size} bytes of UTF-8; at most {MAX_SECRETS_BYTES} per "
-                         "request (execbox.contract.MAX_SECRETS_BYTES)")
+        raise ValueError(
+            f"secrets hold {size} bytes of UTF-8; at most {MAX_SECRETS_BYTES} per "
+            "request (execbox.contract.MAX_SECRETS_BYTES)"
+        )
     return values
 
 
@@ -55,11 +59,16 @@ def _checked_secrets(values: list[str]) -> list[str]:
     return values
 
 
-Secrets = Annotated[list[str], AfterValidator(_checked_secrets), Field(
-    description=f"Values redacted, with their escaped forms (repr, JSON, URL, HTML) and "
-                f"their starts and ends shown alone (see redact.part_length), from "
-                f"output, errors and the record; at most {MAX_SECRETS} values and "
-                f"{MAX_SECRETS_BYTES} bytes. Artifacts and files are not redacted.")]
+Secrets = Annotated[
+    list[str],
+    AfterValidator(_checked_secrets),
+    Field(
+        description=f"Values redacted, with their escaped forms (repr, JSON, URL, HTML) and "
+        f"their starts and ends shown alone (see redact.part_length), from "
+        f"output, errors and the record; at most {MAX_SECRETS} values and "
+        f"{MAX_SECRETS_BYTES} bytes. Artifacts and files are not redacted."
+    ),
+]
 """The `secrets` field of a request model (HTTP API): capped as `check_secrets` says."""
 
 
@@ -93,11 +102,16 @@ class Limits(BaseModel):
 
     timeout_s: float = Field(5.0, gt=0, le=3600, description="Wall-clock time limit in seconds.")
     cpu_s: float | None = Field(
-        None, gt=0, le=3600, description="CPU time limit of the whole tree in seconds; null = timeout_s."
+        None,
+        gt=0,
+        le=3600,
+        description="CPU time limit of the whole tree in seconds; null = timeout_s.",
     )
     memory_mib: int = Field(512, ge=16, le=65536, description="Memory limit (RAM + swap) in MiB.")
     pids: int = Field(64, ge=4, le=4096, description="Maximum processes and threads at once.")
-    disk_mib: int = Field(100, ge=1, le=65536, description="Size of the writable /workspace in MiB.")
+    disk_mib: int = Field(
+        100, ge=1, le=65536, description="Size of the writable /workspace in MiB."
+    )
     output_bytes: int = Field(
         MIB, ge=1024, le=256 * MIB, description="Cap on stdout and on stderr, each, in bytes."
     )
@@ -115,8 +129,9 @@ class InputFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(description="Relative path inside /workspace, e.g. 'data/sales.csv'.")
-    data: bytes = Field(description="File content (base64 in JSON).",
-                        json_schema_extra=_base64_schema)
+    data: bytes = Field(
+        description="File content (base64 in JSON).", json_schema_extra=_base64_schema
+    )
 
     @field_validator("name")
     @classmethod
@@ -164,9 +179,10 @@ def decode_source(data: bytes) -> str:
         except UnicodeDecodeError:
             encoding, read = "utf-8", []
         else:
-            raise SyntaxError(str(exc), (SOURCE_FILENAME, _cookie_line(head) or 1, None,
-                                         None)) from None
-    cookie_line = _cookie_line(head[:len(read)])  # a cookie below a line of code is none
+            raise SyntaxError(
+                str(exc), (SOURCE_FILENAME, _cookie_line(head) or 1, None, None)
+            ) from None
+    cookie_line = _cookie_line(head[: len(read)])  # a cookie below a line of code is none
     skip = 3 if encoding == "utf-8-sig" else 0
     try:
         return data[skip:].decode("utf-8" if skip else encoding)
@@ -175,21 +191,26 @@ def decode_source(data: bytes) -> str:
         line_start = data.rfind(b"\n", 0, start) + 1
         line_end = data.find(b"\n", start)
         lineno = data.count(b"\n", 0, start) + 1
-        column = len(data[max(line_start, skip):start].decode(exc.encoding)) + 1
-        text = data[line_start:None if line_end < 0 else line_end + 1].decode(exc.encoding,
-                                                                              "replace")
+        column = len(data[max(line_start, skip) : start].decode(exc.encoding)) + 1
+        text = data[line_start : None if line_end < 0 else line_end + 1].decode(
+            exc.encoding, "replace"
+        )
         if cookie_line is not None:
             message = f"(unicode error) {exc}"
         else:  # CPython's words for a file it runs
-            message = (f"Non-UTF-8 code starting with '\\x{data[start]:02x}' in file "
-                       f"{SOURCE_FILENAME} on line {lineno}, but no encoding declared; "
-                       "see https://peps.python.org/pep-0263/ for details")
+            message = (
+                f"Non-UTF-8 code starting with '\\x{data[start]:02x}' in file "
+                f"{SOURCE_FILENAME} on line {lineno}, but no encoding declared; "
+                "see https://peps.python.org/pep-0263/ for details"
+            )
         raise SyntaxError(message, (SOURCE_FILENAME, lineno, column, text)) from None
 
 
 def _cookie_line(lines: list[bytes]) -> int | None:
-    return next((i + 1 for i, line in enumerate(lines)
-                 if tokenize.cookie_re.match(line.decode("latin-1"))), None)
+    return next(
+        (i + 1 for i, line in enumerate(lines) if tokenize.cookie_re.match(line.decode("latin-1"))),
+        None,
+    )
 
 
 class RunRequest(BaseModel):
@@ -200,8 +221,11 @@ class RunRequest(BaseModel):
 
     language: Literal["python"] = Field("python", description="Language of `code`.")
     code: str = Field(description="The program to run.")
-    stdin: bytes = Field(b"", description="Bytes fed to standard input (base64 in JSON).",
-                         json_schema_extra=_base64_schema)
+    stdin: bytes = Field(
+        b"",
+        description="Bytes fed to standard input (base64 in JSON).",
+        json_schema_extra=_base64_schema,
+    )
     files: list[InputFile] = Field(default_factory=list, description="Read-only input files.")
     limits: Limits = Field(default_factory=Limits, description="Resource limits.")
     env: dict[str, str] = Field(
@@ -243,8 +267,10 @@ class RunRequest(BaseModel):
             code.encode("utf-8")
         except UnicodeEncodeError as exc:  # a lone surrogate ("\udcff" in JSON, say)
             line = code.count("\n", 0, exc.start) + 1
-            raise ValueError(f"the code is not valid Unicode text: a lone surrogate "
-                             f"{code[exc.start]!r} on line {line}") from None
+            raise ValueError(
+                f"the code is not valid Unicode text: a lone surrogate "
+                f"{code[exc.start]!r} on line {line}"
+            ) from None
         return code
 
     @field_validator("env")
@@ -331,25 +357,32 @@ class RunResult(BaseModel):
     artifacts: list[Artifact] = Field(
         default_factory=list,
         description="Files the run wrote, bytes as written: secret redaction applies to "
-                    "output, errors and artifact paths, not to artifact bytes.")
+        "output, errors and artifact paths, not to artifact bytes.",
+    )
     artifacts_truncated: bool = Field(
         False, description="True when files were left out because of the artifact caps."
     )
     inputs_read: list[str] | None = Field(
-        None, description="The input files the code read (a session cell: the session so far); "
-                          "null when no inputs were given.")
-    metrics: Metrics = Field(default_factory=lambda: Metrics(wall_ms=0, cpu_ms=0, memory_peak_bytes=0))
+        None,
+        description="The input files the code read (a session cell: the session so far); "
+        "null when no inputs were given.",
+    )
+    metrics: Metrics = Field(
+        default_factory=lambda: Metrics(wall_ms=0, cpu_ms=0, memory_peak_bytes=0)
+    )
     limits: Limits = Field(default_factory=Limits)
     code_sha256: str = Field(
-        "", description="The sha256 of the code as recorded: with the registered secrets and "
-                        "known key formats in it redacted (of the code itself when none are).")
+        "",
+        description="The sha256 of the code as recorded: with the registered secrets and "
+        "known key formats in it redacted (of the code itself when none are).",
+    )
     image_digest: str = ""
     cached: bool = False
     session_id: str | None = Field(None, description="The session a cell ran in; null for runs.")
     outputs: list[Output] = Field(
         default_factory=list,
         description="Rich outputs of a session cell, in order; the last expression's value is "
-                    "a text/plain item. Empty for runs.",
+        "a text/plain item. Empty for runs.",
     )
 
     @property

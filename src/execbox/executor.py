@@ -71,10 +71,16 @@ def new_run_id() -> str:
     return uuid.uuid4().hex
 
 
-def make_request(code: str | bytes, *, language: str = "python", stdin: bytes | str | None = None,
-                 files: Mapping[str, FileSource] | None = None,
-                 limits: Limits | Mapping[str, Any] | None = None,
-                 env: Mapping[str, str] | None = None, profile: str = "data") -> RunRequest:
+def make_request(
+    code: str | bytes,
+    *,
+    language: str = "python",
+    stdin: bytes | str | None = None,
+    files: Mapping[str, FileSource] | None = None,
+    limits: Limits | Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    profile: str = "data",
+) -> RunRequest:
     """Build and validate a RunRequest; UsageError says what is wrong. `code` given as bytes is
     decoded as CPython decodes a source file (see `RunRequest`)."""
     inputs = []
@@ -88,12 +94,17 @@ def make_request(code: str | bytes, *, language: str = "python", stdin: bytes | 
                 raise UsageError(f"cannot read input file {name!r} from {source}: {exc}") from exc
         inputs.append({"name": name, "data": data})
     try:
-        return RunRequest.model_validate({
-            "language": language, "code": code,
-            "stdin": stdin.encode() if isinstance(stdin, str) else (stdin or b""), "files": inputs,
-            "limits": limits if limits is not None else Limits(), "env": dict(env or {}),
-            "profile": profile,
-        })
+        return RunRequest.model_validate(
+            {
+                "language": language,
+                "code": code,
+                "stdin": stdin.encode() if isinstance(stdin, str) else (stdin or b""),
+                "files": inputs,
+                "limits": limits if limits is not None else Limits(),
+                "env": dict(env or {}),
+                "profile": profile,
+            }
+        )
     except ValidationError as exc:
         raise UsageError(str(exc)) from exc
 
@@ -107,18 +118,26 @@ class Executor:
     SandboxUnavailable when this host cannot isolate runs; there is no unsandboxed fallback.
     """
 
-    def __init__(self, *, image: Image | None = None, max_concurrency: int | None = None,
-                 pool_size: int | None = None, max_queue: int = 1024,
-                 queue_timeout_s: float = 300.0,
-                 profiles: Path | Mapping[str, policy_mod.Profile] | None = None,
-                 records: RunStore | str | None = None, cache: bool = True,
-                 cache_ttl_s: float = DEFAULT_TTL_S, secrets: Iterable[str] = (),
-                 max_sessions: int = 16,
-                 rotate_after_runs: int | None = DEFAULT_ROTATE_AFTER_RUNS,
-                 rotate_after_s: float | None = DEFAULT_ROTATE_AFTER_S,
-                 zygotes_per_tenant: bool = False,
-                 tenant_idle_s: float = DEFAULT_TENANT_IDLE_S,
-                 backend: SandboxBackend | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        image: Image | None = None,
+        max_concurrency: int | None = None,
+        pool_size: int | None = None,
+        max_queue: int = 1024,
+        queue_timeout_s: float = 300.0,
+        profiles: Path | Mapping[str, policy_mod.Profile] | None = None,
+        records: RunStore | str | None = None,
+        cache: bool = True,
+        cache_ttl_s: float = DEFAULT_TTL_S,
+        secrets: Iterable[str] = (),
+        max_sessions: int = 16,
+        rotate_after_runs: int | None = DEFAULT_ROTATE_AFTER_RUNS,
+        rotate_after_s: float | None = DEFAULT_ROTATE_AFTER_S,
+        zygotes_per_tenant: bool = False,
+        tenant_idle_s: float = DEFAULT_TENANT_IDLE_S,
+        backend: SandboxBackend | None = None,
+    ) -> None:
         """`profiles`: a TOML file or loaded profiles (default: the shipped ones, or the file in
         EXECBOX_PROFILES). `records`: a RunStore or database URL (default: SQLite under the
         data directory). `cache`: whether runs use the result cache unless a call says
@@ -137,31 +156,40 @@ class Executor:
         after `tenant_idle_s` seconds unused. A bad value of any of these is a UsageError.
         `backend`: where code runs (default: this host's sandbox, which needs root and the
         runtime image; `execbox.testing.FakeSandbox` in tests of code above the sandbox)."""
-        for name, value, least in (("max_concurrency", max_concurrency, 1),
-                                   ("pool_size", pool_size, 1)):
+        for name, value, least in (
+            ("max_concurrency", max_concurrency, 1),
+            ("pool_size", pool_size, 1),
+        ):
             if value is not None:
                 _whole(name, value, least)
         _whole("max_queue", max_queue, 0)
         _whole("max_sessions", max_sessions, 0)
         if rotate_after_runs is not None:
             _whole("rotate_after_runs", rotate_after_runs, 0)
-        for name, seconds in (("rotate_after_s", rotate_after_s),
-                              ("tenant_idle_s", tenant_idle_s)):
+        for name, seconds in (("rotate_after_s", rotate_after_s), ("tenant_idle_s", tenant_idle_s)):
             if seconds is not None and (
-                    isinstance(seconds, bool) or not isinstance(seconds, (int, float))
-                    or not 0 <= seconds < float("inf")):
+                isinstance(seconds, bool)
+                or not isinstance(seconds, (int, float))
+                or not 0 <= seconds < float("inf")
+            ):
                 raise UsageError(f"{name} must be a number of seconds >= 0, got {seconds!r}")
         if not isinstance(zygotes_per_tenant, bool):
-            raise UsageError(f"zygotes_per_tenant must be True or False, got "
-                             f"{zygotes_per_tenant!r}")
+            raise UsageError(
+                f"zygotes_per_tenant must be True or False, got {zygotes_per_tenant!r}"
+            )
         if zygotes_per_tenant and not tenant_idle_s:
             raise UsageError("tenant_idle_s must be > 0 with zygotes_per_tenant")
-        if (isinstance(queue_timeout_s, bool) or not isinstance(queue_timeout_s, (int, float))
-                or not 0 <= queue_timeout_s < float("inf")):
-            raise UsageError(f"queue_timeout_s must be a number of seconds >= 0, got "
-                             f"{queue_timeout_s!r}")
-        self.profiles = (dict(profiles) if isinstance(profiles, Mapping)
-                         else policy_mod.load_profiles(profiles))
+        if (
+            isinstance(queue_timeout_s, bool)
+            or not isinstance(queue_timeout_s, (int, float))
+            or not 0 <= queue_timeout_s < float("inf")
+        ):
+            raise UsageError(
+                f"queue_timeout_s must be a number of seconds >= 0, got {queue_timeout_s!r}"
+            )
+        self.profiles = (
+            dict(profiles) if isinstance(profiles, Mapping) else policy_mod.load_profiles(profiles)
+        )
         self.store = records if isinstance(records, RunStore) else RunStore(records)
         self.cache_enabled = cache
         self.cache_ttl_s = cache_ttl_s
@@ -171,9 +199,13 @@ class Executor:
         self.max_concurrency = max_concurrency or 4 * (os.cpu_count() or 1)
         self.pool_size = max(1, pool_size or min(self.max_concurrency, 2 * (os.cpu_count() or 1)))
         self._backend = backend or LocalBackend(
-            image=image, pool_size=self.pool_size, rotate_after_runs=rotate_after_runs,
-            rotate_after_s=rotate_after_s, per_tenant=zygotes_per_tenant,
-            tenant_idle_s=tenant_idle_s)
+            image=image,
+            pool_size=self.pool_size,
+            rotate_after_runs=rotate_after_runs,
+            rotate_after_s=rotate_after_s,
+            per_tenant=zygotes_per_tenant,
+            tenant_idle_s=tenant_idle_s,
+        )
         self.image = self._backend.image if isinstance(self._backend, LocalBackend) else None
         self.image_digest = self._backend.digest
         self._admission = Admission(self.max_concurrency, max_queue, queue_timeout_s)
@@ -183,11 +215,17 @@ class Executor:
         self.max_sessions = max_sessions
         self._sessions: dict[str, Session] = {}
         self._reaper = Reaper(self)
-        log.info("execbox executor ready: image %s, cgroup v%s, concurrency %d, zygote %s ms, "
-                 "hosts %s, replaced after %s runs or %s s",
-                 self.image_digest, info.get("cgroup_version", "?"), self.max_concurrency,
-                 info.get("startup_ms", "?"), "per tenant" if zygotes_per_tenant else "shared",
-                 rotate_after_runs or "no", rotate_after_s or "no")
+        log.info(
+            "execbox executor ready: image %s, cgroup v%s, concurrency %d, zygote %s ms, "
+            "hosts %s, replaced after %s runs or %s s",
+            self.image_digest,
+            info.get("cgroup_version", "?"),
+            self.max_concurrency,
+            info.get("startup_ms", "?"),
+            "per tenant" if zygotes_per_tenant else "shared",
+            rotate_after_runs or "no",
+            rotate_after_s or "no",
+        )
 
     @property
     def _hosts(self) -> Hosts:
@@ -212,18 +250,33 @@ class Executor:
         with self._lock:
             sessions_open = len(self._sessions)
         hosts = self._backend.hosts if isinstance(self._backend, LocalBackend) else None
-        return executor_stats(hosts, tenant, sessions_open=sessions_open,
-                              runs_waiting=self._admission.waiting, pool_size=self.pool_size)
+        return executor_stats(
+            hosts,
+            tenant,
+            sessions_open=sessions_open,
+            runs_waiting=self._admission.waiting,
+            pool_size=self.pool_size,
+        )
 
-    def run(self, code: str | bytes, *, language: str = "python", stdin: bytes | str | None = None,
-            files: Mapping[str, FileSource] | None = None,
-            limits: Limits | Mapping[str, Any] | None = None,
-            env: Mapping[str, str] | None = None, profile: str = "data",
-            cache: bool | None = None, budget: Budget | None = None,
-            secrets: Iterable[str] = (), session_id: str | None = None,
-            on_stdout: OutputCallback | None = None,
-            on_stderr: OutputCallback | None = None,
-            cancel: Cancel | None = None, tenant: str | None = None) -> RunResult:
+    def run(
+        self,
+        code: str | bytes,
+        *,
+        language: str = "python",
+        stdin: bytes | str | None = None,
+        files: Mapping[str, FileSource] | None = None,
+        limits: Limits | Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+        profile: str = "data",
+        cache: bool | None = None,
+        budget: Budget | None = None,
+        secrets: Iterable[str] = (),
+        session_id: str | None = None,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+        cancel: Cancel | None = None,
+        tenant: str | None = None,
+    ) -> RunResult:
         """Run `code` in a fresh sandbox and return its result (never raises for the code).
         `code` may be the bytes of a source file: bytes that do not decode are its SyntaxError.
 
@@ -232,48 +285,96 @@ class Executor:
         redacted from this run's output, errors and record. `cancel` (an `execbox.Cancel`)
         lets another thread end the run: its result is then an `error` of type Cancelled.
         `tenant`: whose host runs it, with `zygotes_per_tenant` (else all share one)."""
-        request = make_request(code, language=language, stdin=stdin, files=files,
-                               limits=limits, env=env, profile=profile)
-        return self.run_request(request, cache=cache, budget=budget, secrets=secrets,
-                                session_id=session_id, on_stdout=on_stdout, on_stderr=on_stderr,
-                                cancel=cancel, tenant=tenant)
+        request = make_request(
+            code,
+            language=language,
+            stdin=stdin,
+            files=files,
+            limits=limits,
+            env=env,
+            profile=profile,
+        )
+        return self.run_request(
+            request,
+            cache=cache,
+            budget=budget,
+            secrets=secrets,
+            session_id=session_id,
+            on_stdout=on_stdout,
+            on_stderr=on_stderr,
+            cancel=cancel,
+            tenant=tenant,
+        )
 
-    def run_request(self, request: RunRequest, *, cache: bool | None = None,
-                    budget: Budget | None = None, secrets: Iterable[str] = (),
-                    session_id: str | None = None,
-                    on_stdout: OutputCallback | None = None,
-                    on_stderr: OutputCallback | None = None,
-                    cache_scope: str | None = None, cancel: Cancel | None = None,
-                    spool_dir: str | None = None,
-                    tenant: str | None = None) -> RunResult:
+    def run_request(
+        self,
+        request: RunRequest,
+        *,
+        cache: bool | None = None,
+        budget: Budget | None = None,
+        secrets: Iterable[str] = (),
+        session_id: str | None = None,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+        cache_scope: str | None = None,
+        cancel: Cancel | None = None,
+        spool_dir: str | None = None,
+        tenant: str | None = None,
+    ) -> RunResult:
         """The whole pipeline for one request. `cache_scope` partitions the result cache (the
         HTTP server passes the tenant); `tenant` picks the host with `zygotes_per_tenant`.
         With `spool_dir` (an existing private directory), the run's artifacts are written to
         `<spool_dir>/<index in result.artifacts>` as they arrive, and only those the record
         store keeps have their `data` in memory; the caller removes the files."""
-        options = _Options(cache=cache, budget=budget, cache_scope=cache_scope, cancel=cancel,
-                           spool_dir=spool_dir, tenant=tenant)
-        return self._pipeline(request, _Origin(), options, checked_secrets(secrets),
-                              session_id, on_stdout, on_stderr)
+        options = _Options(
+            cache=cache,
+            budget=budget,
+            cache_scope=cache_scope,
+            cancel=cancel,
+            spool_dir=spool_dir,
+            tenant=tenant,
+        )
+        return self._pipeline(
+            request, _Origin(), options, checked_secrets(secrets), session_id, on_stdout, on_stderr
+        )
 
-    def run_cell(self, session: Session, code: str, *, timeout_s: float | None,
-                 secrets: Iterable[str], budget: Budget | None,
-                 on_stdout: OutputCallback | None,
-                 on_stderr: OutputCallback | None) -> RunResult:
+    def run_cell(
+        self,
+        session: Session,
+        code: str,
+        *,
+        timeout_s: float | None,
+        secrets: Iterable[str],
+        budget: Budget | None,
+        on_stdout: OutputCallback | None,
+        on_stderr: OutputCallback | None,
+    ) -> RunResult:
         """One cell of `session` through the pipeline (`Session.run` calls it; the secrets are
         the session's and the cell's, each checked where it was given)."""
         limits = session.limits
         if timeout_s is not None:
             limits = limits.model_copy(update={"timeout_s": timeout_s})
         request = make_request(code, limits=limits, env=session.env, profile=session.profile)
-        return self._pipeline(request, _Origin(kind="cell", session=session),
-                              _Options(cache=False, budget=budget), tuple(secrets),
-                              session.id, on_stdout, on_stderr)
+        return self._pipeline(
+            request,
+            _Origin(kind="cell", session=session),
+            _Options(cache=False, budget=budget),
+            tuple(secrets),
+            session.id,
+            on_stdout,
+            on_stderr,
+        )
 
-    def _pipeline(self, request: RunRequest, origin: _Origin, options: _Options,
-                  secrets: tuple[str, ...], session_id: str | None,
-                  on_stdout: OutputCallback | None,
-                  on_stderr: OutputCallback | None) -> RunResult:
+    def _pipeline(
+        self,
+        request: RunRequest,
+        origin: _Origin,
+        options: _Options,
+        secrets: tuple[str, ...],
+        session_id: str | None,
+        on_stdout: OutputCallback | None,
+        on_stderr: OutputCallback | None,
+    ) -> RunResult:
         """request -> policy -> budget -> cache -> sandbox -> redact -> record -> result."""
         self.store.check()  # refused when a record failed since the last check (see `records`)
         call = self._checked(request, origin, secrets, session_id)
@@ -281,8 +382,7 @@ class Executor:
         if refused is not None:
             return self._record(call, refused)
         if call.request.source_error is not None:  # CPython runs nothing of it: no sandbox
-            result = redact_result(undecodable(call.base, call.request.source_error),
-                                   call.redactor)
+            result = redact_result(undecodable(call.base, call.request.source_error), call.redactor)
             self._record(call, result)
             if on_stderr is not None:
                 on_stderr(result.stderr.encode())
@@ -291,10 +391,20 @@ class Executor:
         reservation = self._reserve(call, budget)
         if isinstance(reservation, RunResult):
             return self._record(call, reservation)
-        use_cache = (self.cache_enabled if options.cache is None else options.cache) \
-            and origin.session is None
-        key = (cache_key(call.request, self.image_digest, options.cache_scope, self.store.key,
-                         call.redactor.secrets) if use_cache else None)
+        use_cache = (
+            self.cache_enabled if options.cache is None else options.cache
+        ) and origin.session is None
+        key = (
+            cache_key(
+                call.request,
+                self.image_digest,
+                options.cache_scope,
+                self.store.key,
+                call.redactor.secrets,
+            )
+            if use_cache
+            else None
+        )
         with live_output(call.redactor, on_stdout, on_stderr) as live:
             hit = self._cached(call, key, live) if key is not None else None
             if hit is None:
@@ -309,53 +419,76 @@ class Executor:
             result = _settled(budget, reservation, result)
         self._record(call, result, cache_key=key)
         # A cancelled run is not what another caller of the same code would get.
-        if key is not None and cacheable(result) \
-                and not (options.cancel and options.cancel.cancelled) \
-                and self._all_artifacts_kept(result):
+        if (
+            key is not None
+            and cacheable(result)
+            and not (options.cancel and options.cancel.cancelled)
+            and self._all_artifacts_kept(result)
+        ):
             self.store.cache_store(key, result.run_id, self.cache_ttl_s)
         live.raise_failure()  # the caller's own callback's exception, once the run is recorded
         return result
 
     # ---- the pipeline's stages --------------------------------------------------------------
 
-    def _checked(self, request: RunRequest, origin: _Origin, secrets: tuple[str, ...],
-                 session_id: str | None) -> _Call:
+    def _checked(
+        self, request: RunRequest, origin: _Origin, secrets: tuple[str, ...], session_id: str | None
+    ) -> _Call:
         """Policy: the verdict, and the request under the limits it grants."""
         run_id = new_run_id()
         redactor = self._redactor.with_secrets(secrets)
         session = origin.session
-        verdict = policy_mod.check(request, self.profiles,
-                                   cell=session.policy_context if session else None)
+        verdict = policy_mod.check(
+            request, self.profiles, cell=session.policy_context if session else None
+        )
         request = request.model_copy(update={"limits": verdict.limits})
-        info = PolicyInfo(decision=verdict.decision, rule=verdict.rule,
-                          message=redactor.redact(verdict.message) if verdict.message
-                          else verdict.message, line=verdict.line)
+        info = PolicyInfo(
+            decision=verdict.decision,
+            rule=verdict.rule,
+            message=redactor.redact(verdict.message) if verdict.message else verdict.message,
+            line=verdict.line,
+        )
         base = RunResult(
-            run_id=run_id, status=Status.sandbox_error, limits=request.limits,
+            run_id=run_id,
+            status=Status.sandbox_error,
+            limits=request.limits,
             code_sha256=atrest.code_sha256(request.code, redactor),
-            image_digest=self.image_digest, session_id=session_id,
+            image_digest=self.image_digest,
+            session_id=session_id,
         )
         return _Call(request, origin, verdict, info, redactor, base, session_id)
 
     def _refusal(self, call: _Call) -> RunResult | None:
         """The result of a request the policy denied or holds (unless approved), else None."""
         verdict, origin = call.verdict, call.origin
-        if verdict.decision == "allow" or (verdict.decision == "needs_approval"
-                                           and origin.approved):
+        if verdict.decision == "allow" or (
+            verdict.decision == "needs_approval" and origin.approved
+        ):
             return None
         held = verdict.decision == "needs_approval"
         message = verdict.message or "denied by policy"
         if held and origin.session is not None:
             message += "; a session cell cannot be approved later: run it as a run instead"
         elif held:
-            message += (f"; approve it with executor.approve({call.base.run_id!r}) or "
-                        "`execbox runs approve`")
+            message += (
+                f"; approve it with executor.approve({call.base.run_id!r}) or "
+                "`execbox runs approve`"
+            )
         # The policy's message quotes the code (a module's name, say): scrubbed like output.
-        return redact_result(call.base.model_copy(update={
-            "status": Status.needs_approval if held else Status.policy_denied,
-            "error": ErrorInfo(type="NeedsApproval" if held else "PolicyDenied",
-                               message=message, line=verdict.line, rule=verdict.rule),
-        }), call.redactor)
+        return redact_result(
+            call.base.model_copy(
+                update={
+                    "status": Status.needs_approval if held else Status.policy_denied,
+                    "error": ErrorInfo(
+                        type="NeedsApproval" if held else "PolicyDenied",
+                        message=message,
+                        line=verdict.line,
+                        rule=verdict.rule,
+                    ),
+                }
+            ),
+            call.redactor,
+        )
 
     def _reserve(self, call: _Call, budget: Budget | None) -> Reservation | RunResult | None:
         """Budget: the run's share reserved (its limits clipped to what is left), or the
@@ -364,10 +497,12 @@ class Executor:
             return None
         reserved = budget.reserve(call.request.limits)
         if isinstance(reserved, str):
-            return call.base.model_copy(update={
-                "status": Status.budget_exceeded,
-                "error": ErrorInfo(type="BudgetExceeded", message=reserved),
-            })
+            return call.base.model_copy(
+                update={
+                    "status": Status.budget_exceeded,
+                    "error": ErrorInfo(type="BudgetExceeded", message=reserved),
+                }
+            )
         call.request = call.request.model_copy(update={"limits": reserved.limits})
         call.base = call.base.model_copy(update={"limits": reserved.limits})
         return reserved
@@ -379,48 +514,87 @@ class Executor:
             return None
         # Redacted again: this caller's secrets may not be the first caller's.
         result = redact_result(self.store.with_artifact_data(hit.result), call.redactor)
-        result = result.model_copy(update={
-            "run_id": call.base.run_id, "cached": True, "code_sha256": call.base.code_sha256})
+        result = result.model_copy(
+            update={
+                "run_id": call.base.run_id,
+                "cached": True,
+                "code_sha256": call.base.code_sha256,
+            }
+        )
         # Streaming callers see the stored output as if it had just been printed.
         for callback, text in ((live.on_stdout, result.stdout), (live.on_stderr, result.stderr)):
             if callback is not None and text:
                 callback(text.encode())
         return self._record(call, result, kind="cache_hit", source=hit.run_id, cache_key=key)
 
-    def _execute(self, call: _Call, options: _Options, on_stdout: OutputCallback | None,
-                 on_stderr: OutputCallback | None) -> RunResult:
+    def _execute(
+        self,
+        call: _Call,
+        options: _Options,
+        on_stdout: OutputCallback | None,
+        on_stderr: OutputCallback | None,
+    ) -> RunResult:
         """Sandbox: the cell in its session, or the run in a slot of the right kind."""
         if call.origin.session is not None:
-            return call.origin.session.execute(call.request, call.base, on_stdout, on_stderr,
-                                               BACKSTOP_GRACE_S)
+            return call.origin.session.execute(
+                call.request, call.base, on_stdout, on_stderr, BACKSTOP_GRACE_S
+            )
         result = self._sandbox_run(call, options, on_stdout, on_stderr)
         if options.spool_dir is not None:
             result = with_kept_data(result, options.spool_dir, self.store.artifact_bytes_cap)
         return result
 
-    def _record(self, call: _Call, result: RunResult, *, kind: str | None = None,
-                source: str | None = None, cache_key: str | None = None) -> RunResult:
+    def _record(
+        self,
+        call: _Call,
+        result: RunResult,
+        *,
+        kind: str | None = None,
+        source: str | None = None,
+        cache_key: str | None = None,
+    ) -> RunResult:
         """Records: the run as it ended, whatever stage ended it."""
         kind = kind or call.origin.kind
-        self.store.save(call.request, result, policy=call.policy, session_id=call.session_id,
-                        redactor=call.redactor, kind=kind,
-                        source_run_id=source or call.origin.source, cache_key=cache_key)
+        self.store.save(
+            call.request,
+            result,
+            policy=call.policy,
+            session_id=call.session_id,
+            redactor=call.redactor,
+            kind=kind,
+            source_run_id=source or call.origin.source,
+            cache_key=cache_key,
+        )
         log.info("run %s: %s (%s)", result.run_id, result.status.value, kind)
         return result
 
     def _all_artifacts_kept(self, result: RunResult) -> bool:
         return sum(a.size for a in result.artifacts) <= self.store.artifact_bytes_cap
 
-    def _sandbox_run(self, call: _Call, options: _Options, on_stdout: OutputCallback | None,
-                     on_stderr: OutputCallback | None) -> RunResult:
+    def _sandbox_run(
+        self,
+        call: _Call,
+        options: _Options,
+        on_stdout: OutputCallback | None,
+        on_stderr: OutputCallback | None,
+    ) -> RunResult:
         request, base, cancel = call.request, call.base, options.cancel
         self._check_open()
         self._backend.start(options.tenant)  # started (or refused) before the run waits its turn
-        spec = RunSpec(run_id=base.run_id, code=request.code, limits=request.limits,
-                       kind=program_kind(call.verdict.imports), env=request.env,
-                       files=[(f.name, f.data) for f in request.files], stdin=request.stdin,
-                       tenant=options.tenant, on_stdout=on_stdout, on_stderr=on_stderr,
-                       cancel=cancel, spool_dir=options.spool_dir)
+        spec = RunSpec(
+            run_id=base.run_id,
+            code=request.code,
+            limits=request.limits,
+            kind=program_kind(call.verdict.imports),
+            env=request.env,
+            files=[(f.name, f.data) for f in request.files],
+            stdin=request.stdin,
+            tenant=options.tenant,
+            on_stdout=on_stdout,
+            on_stderr=on_stderr,
+            cancel=cancel,
+            spool_dir=options.spool_dir,
+        )
         if not self._admission.enter(cancel):  # cancelled while it waited for its turn
             return not_started(base)
         try:
@@ -432,58 +606,79 @@ class Executor:
             if self._closed:  # what failed was the teardown under the run, not the run
                 message = "the executor was closed while the run was in flight"
             log.error("run %s: sandbox error: %s", base.run_id, exc)
-            return base.model_copy(update={"error": ErrorInfo(type="SandboxError",
-                                                              message=message)})
+            return base.model_copy(
+                update={"error": ErrorInfo(type="SandboxError", message=message)}
+            )
         finally:
             self._admission.leave()
         return result_of(base, raw)
 
     # ---- sessions ---------------------------------------------------------------------------
 
-    def session(self, *, profile: str = "data", limits: Limits | Mapping[str, Any] | None = None,
-                env: Mapping[str, str] | None = None,
-                files: Mapping[str, FileSource] | None = None,
-                idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
-                max_lifetime_s: float = DEFAULT_MAX_LIFETIME_S,
-                secrets: Iterable[str] = (), tenant: str | None = None) -> Session:
+    def session(
+        self,
+        *,
+        profile: str = "data",
+        limits: Limits | Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+        files: Mapping[str, FileSource] | None = None,
+        idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+        max_lifetime_s: float = DEFAULT_MAX_LIFETIME_S,
+        secrets: Iterable[str] = (),
+        tenant: str | None = None,
+    ) -> Session:
         """Start a stateful session (see `execbox.sessions`). `limits`: memory, pids and disk
         for the whole session, wall and CPU time per cell. Raises Overloaded past
         `max_sessions` open sessions. `tenant`: whose host it lives on (see `run`); it stays
         there for its whole life, across replacements of the host."""
-        for name, value in (("idle_timeout_s", idle_timeout_s),
-                            ("max_lifetime_s", max_lifetime_s)):
+        for name, value in (("idle_timeout_s", idle_timeout_s), ("max_lifetime_s", max_lifetime_s)):
             if not 0 < value <= 7 * 24 * 3600:
                 raise UsageError(f"{name} must be in (0, 604800] seconds, not {value!r}")
         secrets = checked_secrets(secrets)
         template = make_request("", limits=limits, env=env, files=files, profile=profile)
         verdict = policy_mod.check(template, self.profiles)
         if verdict.decision != "allow":
-            raise UsageError(f"the session was refused by policy profile {profile!r}: "
-                             f"{verdict.message}")
+            raise UsageError(
+                f"the session was refused by policy profile {profile!r}: {verdict.message}"
+            )
         limits_ = verdict.limits
         self._check_open()
         self._backend.start(tenant)
         with self._lock:
             if len(self._sessions) >= self.max_sessions:
-                raise Overloaded(f"{len(self._sessions)} sessions are open (max_sessions="
-                                 f"{self.max_sessions}); close one or raise max_sessions")
+                raise Overloaded(
+                    f"{len(self._sessions)} sessions are open (max_sessions="
+                    f"{self.max_sessions}); close one or raise max_sessions"
+                )
             session_id = new_run_id()
             self._sessions[session_id] = None  # type: ignore[assignment]  # the place is held
 
         try:
-            channel = self._backend.open_session(session_id, limits_, template.env,
-                                                 [(f.name, f.data) for f in template.files],
-                                                 tenant)
+            channel = self._backend.open_session(
+                session_id,
+                limits_,
+                template.env,
+                [(f.name, f.data) for f in template.files],
+                tenant,
+            )
         except HostError as exc:
             self.forget_session(session_id)
             raise SandboxError(f"the session could not start: {exc}") from exc
         except BaseException:
             self.forget_session(session_id)
             raise
-        session = Session(self, channel, session_id, profile=profile, limits=limits_,
-                          env=dict(template.env), idle_timeout_s=idle_timeout_s,
-                          max_lifetime_s=max_lifetime_s, secrets=secrets,
-                          input_bytes=sum(len(f.data) for f in template.files))
+        session = Session(
+            self,
+            channel,
+            session_id,
+            profile=profile,
+            limits=limits_,
+            env=dict(template.env),
+            idle_timeout_s=idle_timeout_s,
+            max_lifetime_s=max_lifetime_s,
+            secrets=secrets,
+            input_bytes=sum(len(f.data) for f in template.files),
+        )
         with self._lock:
             self._sessions[session_id] = session
         log.info("session %s started (%s)", session_id, profile)
@@ -515,13 +710,19 @@ class Executor:
 
         cancel = Cancel()
         async for event in stream_events(
-                lambda out, err: self.run(code, on_stdout=out, on_stderr=err, cancel=cancel,
-                                          **kwargs), cancel=cancel.cancel):
+            lambda out, err: self.run(code, on_stdout=out, on_stderr=err, cancel=cancel, **kwargs),
+            cancel=cancel.cancel,
+        ):
             yield event
 
-    def map(self, requests: Iterable[RunRequest | str], *, concurrency: int | None = None,
-            cache: bool | None = None, tenant: str | None = None
-            ) -> Generator[tuple[int, RunResult], None, None]:
+    def map(
+        self,
+        requests: Iterable[RunRequest | str],
+        *,
+        concurrency: int | None = None,
+        cache: bool | None = None,
+        tenant: str | None = None,
+    ) -> Generator[tuple[int, RunResult], None, None]:
         """Run many requests (or code strings) concurrently; yield `(index, result)` pairs as
         runs finish. At most `concurrency` runs are in flight (default: the executor's
         `max_concurrency`), and at most as many results wait for a consumer that is slower
@@ -540,10 +741,15 @@ class Executor:
 
         return concurrently(run, requests, width)
 
-    def approve(self, run_id: str, *, approved_by: str | None = None,
-                on_stdout: OutputCallback | None = None,
-                on_stderr: OutputCallback | None = None,
-                secrets: Iterable[str] = ()) -> RunResult:
+    def approve(
+        self,
+        run_id: str,
+        *,
+        approved_by: str | None = None,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+        secrets: Iterable[str] = (),
+    ) -> RunResult:
         """Release a run the policy held (`needs_approval`): run it now, once. A run whose
         record keeps secrets redacted needs them again (`secrets`; UsageError otherwise)."""
         record = self.store.get(run_id)
@@ -555,9 +761,15 @@ class Executor:
         request = self.store.request_of(record, secrets)  # before it is marked released
         if not self.store.mark_approved(run_id, approved_by):
             raise UsageError(f"run {run_id} was already released")
-        return self._pipeline(request, _Origin(kind="approval", source=run_id, approved=True),
-                              _Options(cache=False), checked_secrets(secrets),
-                              record.session_id, on_stdout, on_stderr)
+        return self._pipeline(
+            request,
+            _Origin(kind="approval", source=run_id, approved=True),
+            _Options(cache=False),
+            checked_secrets(secrets),
+            record.session_id,
+            on_stdout,
+            on_stderr,
+        )
 
     def replay(self, run_id: str, *, secrets: Iterable[str] = ()) -> ReplayReport:
         """Run a recorded run again under its recorded limits and compare the outcomes.
@@ -568,19 +780,31 @@ class Executor:
         record = self.store.get(run_id)
         if record is None:
             raise UsageError(f"no run {run_id!r}")
-        if record.status in (Status.policy_denied.value, Status.needs_approval.value,
-                             Status.budget_exceeded.value):
+        if record.status in (
+            Status.policy_denied.value,
+            Status.needs_approval.value,
+            Status.budget_exceeded.value,
+        ):
             raise UsageError(f"run {run_id} never ran ({record.status}); nothing to replay")
         if record.policy.rule == "code.encoding":
-            raise UsageError(f"run {run_id}'s code was bytes that do not decode, and the record "
-                             "keeps only a rendering of them (bad bytes as \\x escapes): run "
-                             "the file again instead")
+            raise UsageError(
+                f"run {run_id}'s code was bytes that do not decode, and the record "
+                "keeps only a rendering of them (bad bytes as \\x escapes): run "
+                "the file again instead"
+            )
         secrets = tuple(secrets)
         request = self.store.request_of(record, secrets)
         # Records made before secrets were sealed kept redacted environment values only.
         redacted_env = sorted(k for k, v in request.env.items() if "[REDACTED" in v)
-        again = self._pipeline(request, _Origin(kind="replay", source=run_id, approved=True),
-                               _Options(cache=False), checked_secrets(secrets), None, None, None)
+        again = self._pipeline(
+            request,
+            _Origin(kind="replay", source=run_id, approved=True),
+            _Options(cache=False),
+            checked_secrets(secrets),
+            None,
+            None,
+            None,
+        )
         return ReplayReport.compare(record.result, again, redacted_env)
 
     def close(self) -> None:
@@ -600,8 +824,12 @@ class Executor:
     def __enter__(self) -> Executor:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
 
@@ -643,15 +871,20 @@ class _Call:
 
 def _settled(budget: Budget, reservation: Reservation, result: RunResult) -> RunResult:
     """Budget, after the run: what it used is charged; a run its budget cut short says so."""
-    budget.settle(reservation, result.metrics.wall_ms / 1000,
-                  sum(a.size for a in result.artifacts))
+    budget.settle(reservation, result.metrics.wall_ms / 1000, sum(a.size for a in result.artifacts))
     if reservation.time_clipped and result.status is Status.timeout:
-        return result.model_copy(update={
-            "status": Status.budget_exceeded,
-            "error": ErrorInfo(type="BudgetExceeded", message=(
-                f"execution-time budget of {budget.exec_s:g} s ran out during the run "
-                f"(it had {reservation.limits.timeout_s:.2f} s left)")),
-        })
+        return result.model_copy(
+            update={
+                "status": Status.budget_exceeded,
+                "error": ErrorInfo(
+                    type="BudgetExceeded",
+                    message=(
+                        f"execution-time budget of {budget.exec_s:g} s ran out during the run "
+                        f"(it had {reservation.limits.timeout_s:.2f} s left)"
+                    ),
+                ),
+            }
+        )
     return result
 
 
@@ -682,13 +915,20 @@ def _spec(limits: Limits, request: RunRequest) -> dict[str, Any]:
     return sandbox_spec(limits, request.env, [(f.name, f.data) for f in request.files])
 
 
-def run(code: str | bytes, *, language: str = "python", stdin: bytes | str | None = None,
-        files: Mapping[str, FileSource] | None = None,
-        limits: Limits | Mapping[str, Any] | None = None,
-        env: Mapping[str, str] | None = None, profile: str = "data",
-        cache: bool | None = None) -> RunResult:
+def run(
+    code: str | bytes,
+    *,
+    language: str = "python",
+    stdin: bytes | str | None = None,
+    files: Mapping[str, FileSource] | None = None,
+    limits: Limits | Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    profile: str = "data",
+    cache: bool | None = None,
+) -> RunResult:
     """One-shot convenience: start an Executor, run `code`, close it."""
-    request = make_request(code, language=language, stdin=stdin, files=files, limits=limits,
-                           env=env, profile=profile)
+    request = make_request(
+        code, language=language, stdin=stdin, files=files, limits=limits, env=env, profile=profile
+    )
     with Executor() as executor:
         return executor.run_request(request, cache=cache)

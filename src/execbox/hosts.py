@@ -60,9 +60,15 @@ class Hosts:
     with no run in flight and no session open. One thread (the keeper) starts replacements
     and closes idle hosts."""
 
-    def __init__(self, start: Callable[[], ZygoteProcess], *, rotate_after_runs: int | None,
-                 rotate_after_s: float | None, per_tenant: bool,
-                 tenant_idle_s: float | None) -> None:
+    def __init__(
+        self,
+        start: Callable[[], ZygoteProcess],
+        *,
+        rotate_after_runs: int | None,
+        rotate_after_s: float | None,
+        per_tenant: bool,
+        tenant_idle_s: float | None,
+    ) -> None:
         self._start = start
         self.rotate_after_runs = rotate_after_runs or None
         self.rotate_after_s = rotate_after_s or None
@@ -116,8 +122,9 @@ class Hosts:
             entry = self._entries.get(tenant if self.per_tenant else None)
             return entry.host if entry is not None else None
 
-    def take(self, tenant: str | None, kind: str, timeout_s: float,
-             host: ZygoteProcess | None = None) -> tuple[ZygoteProcess, Slot]:
+    def take(
+        self, tenant: str | None, kind: str, timeout_s: float, host: ZygoteProcess | None = None
+    ) -> tuple[ZygoteProcess, Slot]:
         """A staged slot of `kind` on `tenant`'s host, and the host (which runs it); `host`,
         when given, is what `get` has just returned (its liveness check is not repeated)."""
         while True:
@@ -140,9 +147,10 @@ class Hosts:
         """Whether `host` should be replaced: after its run quota, or after its time when it
         has served anything (a host no run has seen has leaked nothing)."""
         taken = host.taken
-        return bool((self.rotate_after_runs and taken >= self.rotate_after_runs)
-                    or (self.rotate_after_s and taken
-                        and now - host.started_at >= self.rotate_after_s))
+        return bool(
+            (self.rotate_after_runs and taken >= self.rotate_after_runs)
+            or (self.rotate_after_s and taken and now - host.started_at >= self.rotate_after_s)
+        )
 
     def _loop(self) -> None:
         while True:
@@ -156,8 +164,11 @@ class Hosts:
                 due = []
                 for key, entry in self._entries.items():
                     host = entry.host
-                    if (host is not None and now >= entry.retry_at
-                            and (entry.replacing or self._due(host, now))):
+                    if (
+                        host is not None
+                        and now >= entry.retry_at
+                        and (entry.replacing or self._due(host, now))
+                    ):
                         entry.replacing = True
                         due.append((key, entry))
                 idle = self._take_idle(now) if self.per_tenant and self.tenant_idle_s else []
@@ -176,14 +187,22 @@ class Hosts:
         idle = []
         for key, entry in list(self._entries.items()):
             host = entry.host
-            if (host is not None and not entry.replacing and not entry.starting.locked()
-                    and now - entry.last_used >= self.tenant_idle_s and host.alive()
-                    and not host.in_use()):
+            if (
+                host is not None
+                and not entry.replacing
+                and not entry.starting.locked()
+                and now - entry.last_used >= self.tenant_idle_s
+                and host.alive()
+                and not host.in_use()
+            ):
                 del self._entries[key]
                 self._retired.append(host)
                 idle.append(host)
-                log.info("the sandbox host of tenant %r closes: idle for %.0f s", key,
-                         now - entry.last_used)
+                log.info(
+                    "the sandbox host of tenant %r closes: idle for %.0f s",
+                    key,
+                    now - entry.last_used,
+                )
         return idle
 
     def _replace(self, key: str | None, entry: _Entry) -> None:
@@ -194,15 +213,17 @@ class Hosts:
         try:
             new.wait_heavy()
             deadline = time.monotonic() + READY_WAIT_S
-            while (not self._closed and time.monotonic() < deadline
-                   and any(new.pool.ready_count(k) < new.pool.size for k in SLOT_KINDS)):
+            while (
+                not self._closed
+                and time.monotonic() < deadline
+                and any(new.pool.ready_count(k) < new.pool.size for k in SLOT_KINDS)
+            ):
                 time.sleep(0.02)
         except HostError:
             new.close()
             raise
         with entry.starting, self._lock:
-            current = (not self._closed and self._entries.get(key) is entry
-                       and entry.host is old)
+            current = not self._closed and self._entries.get(key) is entry and entry.host is old
             if current:
                 entry.host = new
                 entry.replacing = False
@@ -214,9 +235,12 @@ class Hosts:
             new.close()
             return
         if old is not None:
-            log.info("the sandbox host%s was replaced after %d runs and %.0f s",
-                     f" of tenant {key!r}" if key is not None else "", old.taken,
-                     time.monotonic() - old.started_at)
+            log.info(
+                "the sandbox host%s was replaced after %d runs and %.0f s",
+                f" of tenant {key!r}" if key is not None else "",
+                old.taken,
+                time.monotonic() - old.started_at,
+            )
             old.retire()
 
     def close(self) -> None:

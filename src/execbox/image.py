@@ -31,10 +31,29 @@ CFLAGS = ["-O2", "-Wall", "-Wextra", "-Werror"]
 PRELOAD = ["numpy", "numpy.random", "pandas", "matplotlib", "matplotlib.pyplot", "scipy"]
 # The light program zygote: what the runner needs and the standard-library modules code most
 # often imports (a module not listed still imports, from the read-only image, at its own cost).
-LIGHT_PRELOAD = ["random", "json", "traceback", "linecache", "math", "re", "collections",
-                 "itertools", "functools", "typing", "heapq", "bisect", "string", "operator",
-                 "copy", "dataclasses", "fractions", "decimal", "datetime", "hashlib",
-                 "statistics"]
+LIGHT_PRELOAD = [
+    "random",
+    "json",
+    "traceback",
+    "linecache",
+    "math",
+    "re",
+    "collections",
+    "itertools",
+    "functools",
+    "typing",
+    "heapq",
+    "bisect",
+    "string",
+    "operator",
+    "copy",
+    "dataclasses",
+    "fractions",
+    "decimal",
+    "datetime",
+    "hashlib",
+    "statistics",
+]
 _SKIP_DIRS = {"__pycache__"}
 
 
@@ -99,13 +118,20 @@ class Image:
                 f"no runtime image at {root}; build one with `execbox image build`"
             )
         data = json.loads(manifest.read_text())
-        image = cls(root.resolve(), data["digest"], data["python_version"],
-                    Path(data["base_prefix"]), tuple(data.get("preload", PRELOAD)))
+        image = cls(
+            root.resolve(),
+            data["digest"],
+            data["python_version"],
+            Path(data["base_prefix"]),
+            tuple(data.get("preload", PRELOAD)),
+        )
         if data.get("native_sha256") != _native_sha() or not all(
-                (image.libexec / name).is_file() for name in NATIVE_OUTPUTS):
+            (image.libexec / name).is_file() for name in NATIVE_OUTPUTS
+        ):
             raise SandboxUnavailable(
                 f"the runtime image at {root} lacks this execbox's init and contain steps; "
-                "rebuild it with `execbox image build`")
+                "rebuild it with `execbox image build`"
+            )
         return image
 
 
@@ -115,11 +141,19 @@ class Image:
 # a static program's exec on a virtual machine (0.49 against 0.12 ms of CPU here); the contain
 # steps (which the program zygotes call) and the staging of each run (which supervisors call)
 # are one library.
-NATIVE_OUTPUTS = {"execbox-init": (["init.c"], ["-static", "-s"]),
-                  "libexecbox-contain.so": (["contain.c", "stage.c", "supervise.c"],
-                                            ["-shared", "-fPIC", "-s"])}
-NOLIBC = ["-DEXECBOX_NOLIBC", "-nostdlib", "-nostartfiles", "-ffreestanding",
-          "-fno-stack-protector", "-fno-tree-loop-distribute-patterns", "-U_FORTIFY_SOURCE"]
+NATIVE_OUTPUTS = {
+    "execbox-init": (["init.c"], ["-static", "-s"]),
+    "libexecbox-contain.so": (["contain.c", "stage.c", "supervise.c"], ["-shared", "-fPIC", "-s"]),
+}
+NOLIBC = [
+    "-DEXECBOX_NOLIBC",
+    "-nostdlib",
+    "-nostartfiles",
+    "-ffreestanding",
+    "-fno-stack-protector",
+    "-fno-tree-loop-distribute-patterns",
+    "-U_FORTIFY_SOURCE",
+]
 NOLIBC_OUTPUTS = {"execbox-init"}
 NOLIBC_TARGETS = ("x86_64-", "aarch64-")  # of `cc -dumpmachine`; not x32 (32-bit longs)
 
@@ -137,16 +171,17 @@ def _nolibc_target(cc: str) -> bool:
     not what the kernel runs: a 32-bit user space on a 64-bit kernel must not get it)."""
     done = subprocess.run([cc, "-dumpmachine"], capture_output=True, text=True)
     target = done.stdout.strip()
-    return (done.returncode == 0 and target.startswith(NOLIBC_TARGETS)
-            and not target.endswith("x32"))
+    return done.returncode == 0 and target.startswith(NOLIBC_TARGETS) and not target.endswith("x32")
 
 
 def build_native(root: Path) -> None:
     """Compile the jail's C parts into `root/libexec`."""
     cc = shutil.which(os.environ.get("CC") or "cc")
     if cc is None:
-        raise SandboxUnavailable("building the runtime image needs a C compiler for the jail's "
-                                 "init: install gcc (Debian: apt-get install gcc libc6-dev)")
+        raise SandboxUnavailable(
+            "building the runtime image needs a C compiler for the jail's "
+            "init: install gcc (Debian: apt-get install gcc libc6-dev)"
+        )
     dest = root / "libexec"
     dest.mkdir(exist_ok=True)
     nolibc = _nolibc_target(cc)
@@ -154,13 +189,16 @@ def build_native(root: Path) -> None:
         if nolibc and name in NOLIBC_OUTPUTS:
             flags = [*flags, *NOLIBC]
         tmp = dest / f".{name}.{os.getpid()}.tmp"  # a concurrent build has its own
-        done = subprocess.run([cc, *CFLAGS, *flags, "-o", str(tmp),
-                               *(str(NATIVE / source) for source in sources)],
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            [cc, *CFLAGS, *flags, "-o", str(tmp), *(str(NATIVE / source) for source in sources)],
+            capture_output=True,
+            text=True,
+        )
         if done.returncode != 0:
             tmp.unlink(missing_ok=True)
-            raise SandboxUnavailable(f"compiling {', '.join(sources)} failed:\n"
-                                     f"{done.stderr.strip()}")
+            raise SandboxUnavailable(
+                f"compiling {', '.join(sources)} failed:\n{done.stderr.strip()}"
+            )
         tmp.replace(dest / name)
 
 
@@ -185,18 +223,27 @@ def compute_digest(root: Path, base_prefix: Path, python_version: str) -> str:
     """sha256 over the interpreter version, base stdlib and installed files."""
     h = hashlib.sha256()
     h.update(f"python {python_version}\0".encode())
-    stdlib = Path(sysconfig.get_paths(vars={"installed_base": str(base_prefix),
-                                            "base": str(base_prefix)})["stdlib"])
+    stdlib = Path(
+        sysconfig.get_paths(vars={"installed_base": str(base_prefix), "base": str(base_prefix)})[
+            "stdlib"
+        ]
+    )
     h.update(b"stdlib\0")
     _hash_tree(h, stdlib, {"site-packages", "test", "idlelib"})
     h.update(b"image\0")
-    for sub in sorted(p for p in root.iterdir() if p.is_dir() and p.name not in ("bin", "mplconfig")):
+    for sub in sorted(
+        p for p in root.iterdir() if p.is_dir() and p.name not in ("bin", "mplconfig")
+    ):
         _hash_tree(h, sub, set())
     return "sha256:" + h.hexdigest()
 
 
-def build(lock: Path = LOCK_FILE, dest_home: Path | None = None, python: str | None = None,
-          log: bool = True) -> Image:
+def build(
+    lock: Path = LOCK_FILE,
+    dest_home: Path | None = None,
+    python: str | None = None,
+    log: bool = True,
+) -> Image:
     """Build the image from `lock` and make it current; reuses an identical build."""
     if not lock.is_file():
         raise UsageError(f"lock file not found: {lock}")
@@ -214,8 +261,9 @@ def build(lock: Path = LOCK_FILE, dest_home: Path | None = None, python: str | N
                 root = current.resolve()
                 build_native(root)
                 meta["native_sha256"] = native_sha
-                meta["digest"] = compute_digest(root, Path(meta["base_prefix"]),
-                                                meta["python_version"])
+                meta["digest"] = compute_digest(
+                    root, Path(meta["base_prefix"]), meta["python_version"]
+                )
                 _write_manifest(root, meta)
             return Image.load(current)
     interpreter: str = python or getattr(sys, "_base_executable", None) or sys.executable
@@ -227,20 +275,42 @@ def build(lock: Path = LOCK_FILE, dest_home: Path | None = None, python: str | N
         if stale.exists():
             shutil.rmtree(stale)
     try:
-        subprocess.run([interpreter, "-m", "venv", "--without-pip", str(work)], check=True,
-                       stdout=out)
-        subprocess.run([sys.executable, "-m", "pip", "--python", str(work / "bin" / "python"),
-                        "install", "--quiet", "--no-deps", "--require-hashes",
-                        "--only-binary", ":all:", "-r", str(lock)],
-                       check=True, stdout=out)
+        subprocess.run(
+            [interpreter, "-m", "venv", "--without-pip", str(work)], check=True, stdout=out
+        )
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "--python",
+                str(work / "bin" / "python"),
+                "install",
+                "--quiet",
+                "--no-deps",
+                "--require-hashes",
+                "--only-binary",
+                ":all:",
+                "-r",
+                str(lock),
+            ],
+            check=True,
+            stdout=out,
+        )
         work.rename(final)  # before the font cache is made: it records absolute paths
         build_native(final)
         probe = subprocess.run(
-            [str(final / "bin" / "python"), "-I", "-c",
-             "import sys, matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot, "
-             "matplotlib.font_manager; print(sys.base_prefix); "
-             "print('.'.join(map(str, sys.version_info[:3])))"],
-            check=True, capture_output=True, text=True,
+            [
+                str(final / "bin" / "python"),
+                "-I",
+                "-c",
+                "import sys, matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot, "
+                "matplotlib.font_manager; print(sys.base_prefix); "
+                "print('.'.join(map(str, sys.version_info[:3])))",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
             env={"MPLCONFIGDIR": str(final / "mplconfig")},
         )
         base_prefix, version = probe.stdout.split()

@@ -60,8 +60,22 @@ from ahocorasick_rs import AhoCorasick, Implementation, MatchKind
 from .contract import check_secrets
 from .errors import UsageError
 
-__all__ = ["DEFAULT", "MAX_GAP", "MAX_PART", "MIN_PAIR", "MIN_PART", "MIN_SECRET_LEN", "Finding", "Hole", "Redactor",
-           "checked_secrets", "forms", "pair_need", "part_length", "refill"]
+__all__ = [
+    "DEFAULT",
+    "MAX_GAP",
+    "MAX_PART",
+    "MIN_PAIR",
+    "MIN_PART",
+    "MIN_SECRET_LEN",
+    "Finding",
+    "Hole",
+    "Redactor",
+    "checked_secrets",
+    "forms",
+    "pair_need",
+    "part_length",
+    "refill",
+]
 
 # Registered values shorter than this are skipped, silently. A 1-3 character value ("1", "ab",
 # "yes") occurs by chance all over ordinary output: redacting every occurrence would shred the
@@ -135,11 +149,7 @@ def _tok(prefix: str, rest: str, *, after: str = "A-Za-z0-9") -> str:
     so the regex engine can search for it quickly; see the module docstring).
     """
     lit = re.escape(prefix)
-    return (
-        f"{lit}(?:(?<![A-Za-z0-9]{lit})|(?<={_ESC}{lit}))"
-        f"(?:{rest})"
-        f"(?![{after}])"
-    )
+    return f"{lit}(?:(?<![A-Za-z0-9]{lit})|(?<={_ESC}{lit}))(?:{rest})(?![{after}])"
 
 
 # Separator between a keyword and its value: `key: v`, `key=v`, `"key": "v"`, `'key': b'v'`,
@@ -217,39 +227,59 @@ _RULES: tuple[_Rule, ...] = (
     # so the cost stays linear even with many BEGIN lines and no END. If the END line is missing
     # (output cut off), the BEGIN line and the 16+ character base64 lines after it are redacted;
     # shorter lines are not taken then, since they may be ordinary output.
-    _rule("private_key", rf"""
+    _rule(
+        "private_key",
+        rf"""
         -----BEGIN[ ][A-Z0-9 ]*PRIVATE[ ]KEY(?:[ ]BLOCK)?-----
         (?: (?:{_PEM_SEP}(?:[A-Za-z0-9+/=]+|{_PEM_HEADER}))*
             {_PEM_SEP}?-----END[ ][A-Z0-9 ]*PRIVATE[ ]KEY(?:[ ]BLOCK)?-----
           | (?:{_PEM_SEP}(?:[A-Za-z0-9+/=]{{16,}}|=[A-Za-z0-9+/]{{4}}|{_PEM_HEADER}))*
-        )"""),
+        )""",
+    ),
     # AWS access key ids: AKIA (long-term), ASIA (STS), ABIA, ACCA, A3T* + 16 upper alnum.
     _rule("aws_access_key", _tok("A", r"(?:KIA|SIA|BIA|CCA|3T[A-Z0-9])[A-Z0-9]{16}")),
     # AWS secret access keys are 40 base64 characters with no prefix: recognised only after a
     # secret-key keyword (aws_secret_access_key, SecretAccessKey, --aws-secret-access-key, ...).
-    _rule("aws_secret_key", r"""
+    _rule(
+        "aws_secret_key",
+        r"""
         secret[_ -]?(?:access[_ -]?)?key(?:["']?[ \t]*(?::=|=>|[:=])[ \t]*b?["']?|[ \t]+)
-        (?P<s>[a-z0-9/+]{40})(?![a-z0-9+=])""", lowered=True),
+        (?P<s>[a-z0-9/+]{40})(?![a-z0-9+=])""",
+        lowered=True,
+    ),
     # Anthropic: sk-ant-api03-..., sk-ant-admin01-..., sk-ant-oat01-...
     _rule("anthropic_key", _tok("sk-ant-", r"[A-Za-z0-9_-]{20,}", after="A-Za-z0-9_-")),
     # OpenAI: sk-proj-..., sk-svcacct-..., sk-admin-..., legacy sk-<48>. At least 20 characters
     # and a digit, so slugs such as `sk-learn-...` stay.
-    _rule("openai_key", _tok("sk-", r"(?!ant-)(?=[A-Za-z0-9_-]*[0-9])[A-Za-z0-9_-]{20,}",
-                             after="A-Za-z0-9_-")),
+    _rule(
+        "openai_key",
+        _tok("sk-", r"(?!ant-)(?=[A-Za-z0-9_-]*[0-9])[A-Za-z0-9_-]{20,}", after="A-Za-z0-9_-"),
+    ),
     # GitHub: personal (ghp_), OAuth (gho_), user-to-server (ghu_), server (ghs_), refresh (ghr_).
     _rule("github_token", _tok("gh", r"[pousr]_[A-Za-z0-9]{36,}")),
     _rule("github_token", _tok("github_pat_", r"[A-Za-z0-9_]{22,}", after="A-Za-z0-9_")),
     # Slack: xoxb-, xoxp-, xoxa-, xoxr-, xoxs-, xoxe.xoxp-...; app-level tokens xapp-.
-    _rule("slack_token", _tok("xox", r"[a-z](?:\.xox[a-z])?-[A-Za-z0-9-]{10,}", after="A-Za-z0-9-")),
+    _rule(
+        "slack_token", _tok("xox", r"[a-z](?:\.xox[a-z])?-[A-Za-z0-9-]{10,}", after="A-Za-z0-9-")
+    ),
     _rule("slack_token", _tok("xapp-", r"[0-9]-[A-Za-z0-9-]{10,}", after="A-Za-z0-9-")),
     # Slack webhook URLs: the path is the credential; scheme and host stay.
-    _rule("slack_webhook",
-          r"hooks\.slack\.com/(?:services|workflows|triggers)/(?P<s>[A-Za-z0-9_/+-]{8,})"),
+    _rule(
+        "slack_webhook",
+        r"hooks\.slack\.com/(?:services|workflows|triggers)/(?P<s>[A-Za-z0-9_/+-]{8,})",
+    ),
     # JWT / JWS (header.payload.signature) and JWE (5 parts); the header is base64url of '{"'.
     # The signature may be empty (alg "none"); JWE parts after the third must not be, so a full
     # stop after a token stays.
-    _rule("jwt", _tok("eyJ", r"[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*"
-                             r"(?:\.[A-Za-z0-9_-]+){0,2}", after="A-Za-z0-9_-")),
+    _rule(
+        "jwt",
+        _tok(
+            "eyJ",
+            r"[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*"
+            r"(?:\.[A-Za-z0-9_-]+){0,2}",
+            after="A-Za-z0-9_-",
+        ),
+    ),
     # Google API keys.
     _rule("google_api_key", _tok("AIza", r"[A-Za-z0-9_-]{35}", after="A-Za-z0-9_-")),
     # Stripe secret and restricted keys (live and test mode).
@@ -257,22 +287,32 @@ _RULES: tuple[_Rule, ...] = (
     _rule("stripe_key", _tok("rk_", r"(?:live|test)_[A-Za-z0-9]{20,}")),
     # Authorization / Proxy-Authorization headers, also as dict or JSON keys: keep the name and
     # the scheme, redact the credentials.
-    _rule("authorization", rf"""
+    _rule(
+        "authorization",
+        rf"""
         authorization(?<![a-z0-9_]authorization){_SEP}
         (?: (?:{_AUTH_SCHEMES_TOKEN})[ \t]+(?P<s>{_TOKEN68})
           | (?:{_AUTH_SCHEMES_PARAMS})[ \t]+(?P<s2>[^\r\n"']+)
           | (?P<s3>{_CRED})
-        )""", lowered=True),
+        )""",
+        lowered=True,
+    ),
     # A bearer token anywhere ("Bearer <token>" in logs, curl commands, reprs).
     _rule("bearer_token", rf"bearer(?<![a-z0-9_]bearer)[ \t]+(?P<s>{_CRED})", lowered=True),
     # Passwords in URLs: scheme://user:password@host. Greedy up to the last '@' of the authority,
     # since an unencoded '@' inside a password is common.
-    _rule("url_password", r"""
-        ://(?<=[A-Za-z0-9+.-]://)[^\s:/?#@"'<>]*:(?P<s>[^\s/?#"'<>]+)@"""),
+    _rule(
+        "url_password",
+        r"""
+        ://(?<=[A-Za-z0-9+.-]://)[^\s:/?#@"'<>]*:(?P<s>[^\s/?#"'<>]+)@""",
+    ),
     # Secret query or fragment parameters: ?token=..., &api_key=..., #access_token=... (OAuth).
     *(
-        _rule("url_param", rf"{re.escape(c)}(?:amp;)?(?:{_QUERY_NAMES})=(?P<s>{_QUERY_VALUE})",
-              lowered=True)
+        _rule(
+            "url_param",
+            rf"{re.escape(c)}(?:amp;)?(?:{_QUERY_NAMES})=(?P<s>{_QUERY_VALUE})",
+            lowered=True,
+        )
         for c in "?&#"
     ),
     # API keys and tokens in header / assignment / JSON context: X-API-Key: ..., "api_key": ...
@@ -305,16 +345,28 @@ def forms(value: str) -> tuple[str, ...]:
     not), URL-encoded (`quote`, with and without '/' kept, and `quote_plus`) and HTML-escaped
     (quotes too, or only & < > as in a DataFrame's text/html). Escapes of escapes (the JSON of
     a repr) are not among them."""
-    out = [value, repr(value)[1:-1], repr('"' + value)[2:-1],
-           ascii(value)[1:-1], ascii('"' + value)[2:-1],
-           json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1],
-           html.escape(value), html.escape(value, quote=False)]
+    out = [
+        value,
+        repr(value)[1:-1],
+        repr('"' + value)[2:-1],
+        ascii(value)[1:-1],
+        ascii('"' + value)[2:-1],
+        json.dumps(value)[1:-1],
+        json.dumps(value, ensure_ascii=False)[1:-1],
+        html.escape(value),
+        html.escape(value, quote=False),
+    ]
     try:
         raw = value.encode()
     except UnicodeEncodeError:  # a lone surrogate has no UTF-8: no bytes or URL form
         return tuple(dict.fromkeys(out))
-    out += [repr(raw)[2:-1], repr(b'"' + raw)[3:-1],
-            quote(raw, safe=""), quote(raw), quote_plus(raw)]
+    out += [
+        repr(raw)[2:-1],
+        repr(b'"' + raw)[3:-1],
+        quote(raw, safe=""),
+        quote(raw),
+        quote_plus(raw),
+    ]
     return tuple(dict.fromkeys(out))
 
 
@@ -339,7 +391,7 @@ def pair_need(form: str) -> int:
 
 
 def _last_line(text: str) -> str:
-    return text[max(text.rfind("\n"), text.rfind("\r")) + 1:]
+    return text[max(text.rfind("\n"), text.rfind("\r")) + 1 :]
 
 
 _CHUNK = 64  # characters compared at once while following a value
@@ -351,9 +403,9 @@ def _common_prefix(text: str, at: int, line: str) -> int:
     if text.startswith(line[:limit], at):
         return limit
     n = 0
-    while n + _CHUNK <= limit and text.startswith(line[n:n + _CHUNK], at + n):
+    while n + _CHUNK <= limit and text.startswith(line[n : n + _CHUNK], at + n):
         n += _CHUNK
-    for x, y in zip(text[at + n:at + n + _CHUNK], line[n:n + _CHUNK], strict=False):
+    for x, y in zip(text[at + n : at + n + _CHUNK], line[n : n + _CHUNK], strict=False):
         if x != y:
             break
         n += 1
@@ -364,22 +416,28 @@ def _common_suffix(text: str, end: int, line: str) -> int:
     """How many characters of `text` before `end` are the end of `line`."""
     size = len(line)
     limit = min(size, end)
-    if text[end - limit:end] == line[size - limit:]:
+    if text[end - limit : end] == line[size - limit :]:
         return limit
     n = 0
-    while n + _CHUNK <= limit and \
-            text[end - n - _CHUNK:end - n] == line[size - n - _CHUNK:size - n]:
+    while (
+        n + _CHUNK <= limit
+        and text[end - n - _CHUNK : end - n] == line[size - n - _CHUNK : size - n]
+    ):
         n += _CHUNK
-    for x, y in zip(reversed(text[max(0, end - n - _CHUNK):end - n]),
-                    reversed(line[max(0, size - n - _CHUNK):size - n]), strict=False):
+    for x, y in zip(
+        reversed(text[max(0, end - n - _CHUNK) : end - n]),
+        reversed(line[max(0, size - n - _CHUNK) : size - n]),
+        strict=False,
+    ):
         if x != y:
             break
         n += 1
     return n
 
 
-def _coalesced(hits: list[tuple[int, int, int]], before: int, after: int,
-               size: int) -> list[tuple[int, int]]:
+def _coalesced(
+    hits: list[tuple[int, int, int]], before: int, after: int, size: int
+) -> list[tuple[int, int]]:
     """The union of the spans from `before` characters before each hit to `after` after it."""
     out: list[tuple[int, int]] = []
     lo, hi = hits[0][1] - before, hits[0][2] + after
@@ -438,9 +496,11 @@ class _Matcher:
         self.form_set = frozenset(found)
         # Characters a form's cut start can end on (see `Redactor.redact_end`): most outputs
         # end on a line break, which none holds, and need no look at the forms.
-        self.cut_ends = frozenset(c for f in self.forms for c in f[MIN_CUT_PREFIX - 1:-1])
+        self.cut_ends = frozenset(c for f in self.forms for c in f[MIN_CUT_PREFIX - 1 : -1])
         # The mirror, for text cut at its start (see `Redactor.redact_start`).
-        self.cut_starts = frozenset(c for f in self.forms for c in f[1:len(f) - MIN_CUT_PREFIX + 1])
+        self.cut_starts = frozenset(
+            c for f in self.forms for c in f[1 : len(f) - MIN_CUT_PREFIX + 1]
+        )
         self._reach = len(self.forms[0]) - 1  # how far past a match an overlapping one can end
         # Each pattern with the lines it starts (a form's first line, followed forward from a
         # match) and ends (a form's last line, followed backward).
@@ -465,7 +525,8 @@ class _Matcher:
             matchkind=MatchKind.LeftmostLongest,
             # Builds in tens of microseconds for a few values (the DFA takes ten times more),
             # and scans as fast as the others on output.
-            implementation=Implementation.ContiguousNFA)
+            implementation=Implementation.ContiguousNFA,
+        )
         self._pairs_setup()
 
     def _pairs_setup(self) -> None:
@@ -491,7 +552,7 @@ class _Matcher:
                     info.setdefault(anchor, []).append(len(self._pair_info))
                     self._pair_info.append((first, last, is_start, need, a_max, b_max))
             for a in range(MIN_PAIR, a_max + 1):
-                tails = self._start_tails.setdefault(first[a - MIN_PAIR:a], [])
+                tails = self._start_tails.setdefault(first[a - MIN_PAIR : a], [])
                 if first[:a] not in tails:
                     tails.append(first[:a])
             for b in range(MIN_PAIR, b_max + 1):
@@ -506,13 +567,18 @@ class _Matcher:
             # Leftmost-longest skips ahead fast on ordinary text (overlapping search is four
             # times slower); the anchors overlapping a hit are then found in its window.
             self._anchors = (
-                AhoCorasick(clean, matchkind=MatchKind.LeftmostLongest,
-                            implementation=Implementation.ContiguousNFA),
-                AhoCorasick(clean, implementation=Implementation.ContiguousNFA))
+                AhoCorasick(
+                    clean,
+                    matchkind=MatchKind.LeftmostLongest,
+                    implementation=Implementation.ContiguousNFA,
+                ),
+                AhoCorasick(clean, implementation=Implementation.ContiguousNFA),
+            )
             self._anchor_reach = max(map(len, anchors))
 
-    def _pairs(self, text: str, covered: list[tuple[int, int]] | None = None
-               ) -> list[tuple[int, int]]:
+    def _pairs(
+        self, text: str, covered: list[tuple[int, int]] | None = None
+    ) -> list[tuple[int, int]]:
         """The spans of the pieces of every masked display of a form in `text` (a start and
         an end shown together: see MIN_PAIR), unsorted. A hit inside a span of `covered`
         (sorted, disjoint: what is redacted already, a whole value repeated) is no pair's."""
@@ -547,7 +613,7 @@ class _Matcher:
             if budget < 0:
                 out += _coalesced(first_hits[k:], wide, reach + wide, len(text))
                 break
-            window = text[s:e + reach - 1]  # anchors overlapping this one
+            window = text[s : e + reach - 1]  # anchors overlapping this one
             for i, a, b in self._anchors[1].find_matches_as_indexes(window, overlapping=True):
                 if s + a >= e or (covered and inside(s + a, s + b)):  # the next hit's; redacted
                     continue
@@ -555,17 +621,22 @@ class _Matcher:
                     first, last, is_start, _need, a_max, b_max = self._pair_info[info]
                     budget -= a_max + b_max
                     if is_start:
-                        n = _common_prefix(text, s + a, first[:a_max + 1])
+                        n = _common_prefix(text, s + a, first[: a_max + 1])
                         if n <= a_max:
                             starts.setdefault((info, s + a + n), s + a)
                     else:
-                        n = _common_suffix(text, s + b, last[len(last) - b_max - 1:])
+                        n = _common_suffix(text, s + b, last[len(last) - b_max - 1 :])
                         if n <= b_max:
                             ends[info, s + b - n] = s + b
         return out + self._completed(text, starts, ends, budget)
 
-    def _completed(self, text: str, starts: dict[tuple[int, int], int],
-                   ends: dict[tuple[int, int], int], budget: int) -> list[tuple[int, int]]:
+    def _completed(
+        self,
+        text: str,
+        starts: dict[tuple[int, int], int],
+        ends: dict[tuple[int, int], int],
+        budget: int,
+    ) -> list[tuple[int, int]]:
         """The spans of the pairs the pieces found (`_pairs`) complete, within `budget`."""
         out: list[tuple[int, int]] = []
         wide = 4 * MAX_PART + MAX_GAP
@@ -580,8 +651,9 @@ class _Matcher:
                 budget -= cost
         return out
 
-    def _pair_at(self, text: str, s: int, e: int, info: tuple[str, str, bool, int, int, int]
-                 ) -> tuple[list[tuple[int, int]], int]:
+    def _pair_at(
+        self, text: str, s: int, e: int, info: tuple[str, str, bool, int, int, int]
+    ) -> tuple[list[tuple[int, int]], int]:
         """The spans of a pair whose start piece (or end piece, as `info` says) is
         text[s:e], and how many comparisons finding it took."""
         first, last, is_start, need, _a_max, _b_max = info
@@ -590,20 +662,26 @@ class _Matcher:
         if is_start:
             for g in _gap_ends(text, e):
                 best = 0
-                for piece in self._end_heads.get(text[g:g + MIN_PAIR], ()):
+                for piece in self._end_heads.get(text[g : g + MIN_PAIR], ()):
                     tries += len(piece)
-                    if len(piece) >= max(low, best + 1) and last.endswith(piece) \
-                            and text.startswith(piece, g):
+                    if (
+                        len(piece) >= max(low, best + 1)
+                        and last.endswith(piece)
+                        and text.startswith(piece, g)
+                    ):
                         best = len(piece)
                 if best:
                     return [(s, e), (g, g + best)], tries
         else:
             for g in _gap_starts(text, s):
                 best = 0
-                for piece in self._start_tails.get(text[max(0, g - MIN_PAIR):g], ()):
+                for piece in self._start_tails.get(text[max(0, g - MIN_PAIR) : g], ()):
                     tries += len(piece)
-                    if len(piece) >= max(low, best + 1) and first.startswith(piece) \
-                            and text.startswith(piece, g - len(piece)):
+                    if (
+                        len(piece) >= max(low, best + 1)
+                        and first.startswith(piece)
+                        and text.startswith(piece, g - len(piece))
+                    ):
                         best = len(piece)
                 if best:
                     return [(g - best, g), (s, e)], tries
@@ -614,7 +692,7 @@ class _Matcher:
         MAX_GAP_BREAKS line breaks separate from `cut` (its end piece may follow it)."""
         held = cut
         for g in _gap_starts(text, cut):
-            for piece in self._start_tails.get(text[g - MIN_PAIR:g], ()) if g >= MIN_PAIR else ():
+            for piece in self._start_tails.get(text[g - MIN_PAIR : g], ()) if g >= MIN_PAIR else ():
                 if text.startswith(piece, g - len(piece)):
                     held = min(held, g - len(piece))
         if held == cut:
@@ -626,8 +704,11 @@ class _Matcher:
             return held
         spans = self._pairs(text[held:reach])  # a start piece's span, then its end piece's
         at = cut - held
-        return held if any(spans[i][0] < at < spans[i + 1][1]
-                           for i in range(0, len(spans) - 1, 2)) else cut
+        return (
+            held
+            if any(spans[i][0] < at < spans[i + 1][1] for i in range(0, len(spans) - 1, 2))
+            else cut
+        )
 
     def _find(self, text: str) -> list[tuple[int, int, int]]:
         try:
@@ -635,15 +716,19 @@ class _Matcher:
         except UnicodeEncodeError:
             return self._automaton.find_matches_as_indexes(_SURROGATE.sub("\ufffd", text))
 
-    def _widen(self, text: str, index: int, start: int, end: int,
-               budget: int) -> tuple[int, int, int]:
+    def _widen(
+        self, text: str, index: int, start: int, end: int, budget: int
+    ) -> tuple[int, int, int]:
         """The span of a pattern's match widened along the forms it starts or ends, and the
         budget left (each form followed costs it); past the budget, widened as far as any
         form could reach instead (more is redacted, never less)."""
         starts, ends = self._starts[index], self._ends[index]
         if budget < 0:
-            return (max(0, end - self._reach - 1) if ends else start,
-                    min(len(text), start + self._reach + 1) if starts else end, budget)
+            return (
+                max(0, end - self._reach - 1) if ends else start,
+                min(len(text), start + self._reach + 1) if starts else end,
+                budget,
+            )
         widened_start, widened_end = start, end
         for line in starts:
             n = _common_prefix(text, start, line)
@@ -720,8 +805,9 @@ def _matcher(values: tuple[str, ...]) -> _Matcher | None:
     return _Matcher(values)
 
 
-def _subtract(spans: list[tuple[int, int, int, str]],
-              holes: list[tuple[int, int]]) -> list[tuple[int, int, int, str]]:
+def _subtract(
+    spans: list[tuple[int, int, int, str]], holes: list[tuple[int, int]]
+) -> list[tuple[int, int, int, str]]:
     """`spans` with the parts inside `holes` (sorted, disjoint) removed."""
     out: list[tuple[int, int, int, str]] = []
     for start, end, prio, kind in spans:
@@ -827,7 +913,7 @@ class Redactor:
         parts: list[str] = []
         pos = 0
         for f in found:
-            parts.append(text[pos:f.start])
+            parts.append(text[pos : f.start])
             parts.append(f"[REDACTED:{f.kind}]")
             pos = f.end
         parts.append(text[pos:])
@@ -870,13 +956,12 @@ class Redactor:
         holes: list[Hole] = []
         pos = at = 0
         for f in found:
-            parts.append(text[pos:f.start])
+            parts.append(text[pos : f.start])
             at += f.start - pos
             mark = f"[REDACTED:{f.kind}]"
             parts.append(mark)
-            piece = text[f.start:f.end]
-            whole = f.kind != REGISTERED or self._matcher is None or \
-                piece in self._matcher.form_set
+            piece = text[f.start : f.end]
+            whole = f.kind != REGISTERED or self._matcher is None or piece in self._matcher.form_set
             holes.append(Hole(at, f.kind, digest(_utf8(piece)), None if whole else len(piece)))
             at += len(mark)
             pos = f.end
@@ -887,7 +972,7 @@ class Redactor:
 def _cut_start(text: str, value: str) -> int:
     """The longest k, at least MIN_CUT_PREFIX and less than len(value), with `text` ending in
     `value[:k]`; 0 if none. Only the last len(value) - 1 characters are looked at."""
-    tail = text[max(0, len(text) - len(value) + 1):] if len(value) > 1 else ""
+    tail = text[max(0, len(text) - len(value) + 1) :] if len(value) > 1 else ""
     head = value[:MIN_CUT_PREFIX]
     at = tail.find(head)
     while at != -1:
@@ -900,7 +985,7 @@ def _cut_start(text: str, value: str) -> int:
 def _cut_end(text: str, value: str) -> int:
     """The longest k, at least MIN_CUT_PREFIX and less than len(value), with `text` starting
     with `value[-k:]`; 0 if none. Only the first len(value) - 1 characters are looked at."""
-    head = text[:len(value) - 1]
+    head = text[: len(value) - 1]
     tail = value[-MIN_CUT_PREFIX:] if len(value) > MIN_CUT_PREFIX else ""
     at = head.rfind(tail) if tail else -1
     while at != -1:
@@ -924,8 +1009,9 @@ def _utf8(text: str) -> bytes:
     return text.encode("utf-8", "surrogateescape")
 
 
-def refill(sealed: str, holes: Iterable[Hole], values: Iterable[str],
-           digest: Callable[[bytes], str]) -> tuple[str, int]:
+def refill(
+    sealed: str, holes: Iterable[Hole], values: Iterable[str], digest: Callable[[bytes], str]
+) -> tuple[str, int]:
     """Put `values` back into the holes of a sealed text, each where its `digest` matches.
     Returns the text and how many holes no value fits (those keep their placeholder)."""
     # A hole may hold a value as the redactor found it: escaped (a literal in the code).
@@ -943,23 +1029,24 @@ def refill(sealed: str, holes: Iterable[Hole], values: Iterable[str],
             by_hash.update(_part_digests(values, digest))
             with_parts = True
             value = by_hash.get(hole.digest)
-        if value is None or sealed[hole.at:hole.at + len(mark)] != mark:
+        if value is None or sealed[hole.at : hole.at + len(mark)] != mark:
             missing += 1
             continue
-        parts.append(sealed[pos:hole.at])
+        parts.append(sealed[pos : hole.at])
         parts.append(value)
         pos = hole.at + len(mark)
     parts.append(sealed[pos:])
     return "".join(parts), missing
 
 
-def _piece_of_length(values: Iterable[str], length: int, want: str,
-                     digest: Callable[[bytes], str]) -> str | None:
+def _piece_of_length(
+    values: Iterable[str], length: int, want: str, digest: Callable[[bytes], str]
+) -> str | None:
     """The start or end, `length` characters long, of a form of `values` whose `digest`
     is `want`; None if none is."""
     for form in {f for v in values for f in forms(v)}:
         first, last = _LINE_BREAK.split(form, maxsplit=1)[0], _last_line(form)
-        for piece in (first[:length], last[len(last) - length:]):
+        for piece in (first[:length], last[len(last) - length :]):
             if len(piece) == length and digest(_utf8(piece)) == want:
                 return piece
     return None
@@ -978,8 +1065,10 @@ def _part_digests(values: Iterable[str], digest: Callable[[bytes], str]) -> dict
             continue
         first, last = _LINE_BREAK.split(form, maxsplit=1)[0], _last_line(form)
         for k in range(part_length(form), len(form)):
-            for piece in (first[:k] if k <= len(first) else "",
-                          last[len(last) - k:] if k <= len(last) else ""):
+            for piece in (
+                first[:k] if k <= len(first) else "",
+                last[len(last) - k :] if k <= len(last) else "",
+            ):
                 if piece:
                     out.setdefault(digest(_utf8(piece)), piece)
     return out

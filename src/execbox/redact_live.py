@@ -104,7 +104,7 @@ class LiveRedactor:
         if cut:
             released, self._pending = self._pending[:cut], self._pending[cut:]
             self._base += cut
-            del self._blocks[:bisect.bisect_left(self._blocks, self._base, key=_closing)]
+            del self._blocks[: bisect.bisect_left(self._blocks, self._base, key=_closing)]
             self._release(released)
 
     def close(self) -> None:
@@ -123,7 +123,7 @@ class LiveRedactor:
 
     def _drop(self, upto: int) -> None:
         """Forget the pending text before stream offset `upto` unseen (a capped PEM block)."""
-        self._pending = self._pending[upto - self._base:]
+        self._pending = self._pending[upto - self._base :]
         self._base = upto
         self._blocks.clear()
 
@@ -158,8 +158,9 @@ class LiveRedactor:
             # Held this long, the block is taken as a key to its last line: shown as one
             # placeholder now, and its further body lines are not shown at all.
             marker = self._pem[1] - self._base
-            self._emit((self._redactor.redact(self._pending[:marker])
-                        + "[REDACTED:private_key]").encode())
+            self._emit(
+                (self._redactor.redact(self._pending[:marker]) + "[REDACTED:private_key]").encode()
+            )
             self._drop(end)
             self._pem = None
             self._dropping = True
@@ -175,8 +176,11 @@ class LiveRedactor:
             cut = _last_line_end(text, hi)
             if cut == 0:
                 return 0
-            limit = min(self._secret_limit(text, cut), self._block_limit(cut),
-                        self._redactor.pair_hold(text, cut))
+            limit = min(
+                self._secret_limit(text, cut),
+                self._block_limit(cut),
+                self._redactor.pair_hold(text, cut),
+            )
             if limit >= cut:
                 return cut
             hi = limit
@@ -213,7 +217,7 @@ def _after_pem_end_at(text: str, pos: int) -> int:
 
 
 def _after_pem_end(text: str, pos: int) -> str:
-    return text[_after_pem_end_at(text, pos):]
+    return text[_after_pem_end_at(text, pos) :]
 
 
 def _pem_closing_line(text: str, pos: int, cut: int) -> int | None:
@@ -223,7 +227,7 @@ def _pem_closing_line(text: str, pos: int, cut: int) -> int | None:
         m = _LINE_END.search(text, pos, cut)
         if m is None:
             return None
-        if _closes_pem(text[pos:m.start()]):
+        if _closes_pem(text[pos : m.start()]):
             return pos
         pos = m.end()
     return None

@@ -14,16 +14,26 @@ from .sandbox.inside.runner import compile_error_record
 
 def not_started(base: RunResult) -> RunResult:
     """The result of a run cancelled before it started: nothing ran."""
-    return base.model_copy(update={"status": Status.error, "error": ErrorInfo(
-        type="Cancelled", message="the run was cancelled before it started")})
+    return base.model_copy(
+        update={
+            "status": Status.error,
+            "error": ErrorInfo(type="Cancelled", message="the run was cancelled before it started"),
+        }
+    )
 
 
 def undecodable(base: RunResult, exc: SyntaxError) -> RunResult:
     """The result of source bytes that do not decode: what the sandbox reports for code that
     does not compile (status error, exit status 1, the SyntaxError on stderr)."""
     record = compile_error_record(exc)
-    return base.model_copy(update={"status": Status.error, "exit_code": 1,
-                                   "stderr": record["traceback"], "error": ErrorInfo(**record)})
+    return base.model_copy(
+        update={
+            "status": Status.error,
+            "exit_code": 1,
+            "stderr": record["traceback"],
+            "error": ErrorInfo(**record),
+        }
+    )
 
 
 def result_of(base: RunResult, raw: RawRun) -> RunResult:
@@ -35,23 +45,27 @@ def result_of(base: RunResult, raw: RawRun) -> RunResult:
         error = ErrorInfo(
             type="OutputLimitExceeded",
             message=f"output exceeded {base.limits.output_bytes} bytes on stdout or stderr; "
-                    "raise limits.output_bytes (CLI --output-bytes)",
+            "raise limits.output_bytes (CLI --output-bytes)",
         )
-    arts = [Artifact(**a, data=d) for a, d in zip(meta["artifacts"], raw.artifact_data, strict=True)]
-    return base.model_copy(update={
-        "status": status,
-        "exit_code": meta.get("exit_code"),
-        "signal": meta.get("signal"),
-        "stdout": raw.stdout.decode("utf-8", "replace"),
-        "stderr": raw.stderr.decode("utf-8", "replace"),
-        "stdout_truncated": raw.stdout_truncated,
-        "stderr_truncated": raw.stderr_truncated,
-        "error": error,
-        "artifacts": arts,
-        "artifacts_truncated": bool(meta.get("artifacts_truncated")),
-        "inputs_read": meta.get("inputs_read"),
-        "metrics": Metrics(**meta["metrics"]),
-    })
+    arts = [
+        Artifact(**a, data=d) for a, d in zip(meta["artifacts"], raw.artifact_data, strict=True)
+    ]
+    return base.model_copy(
+        update={
+            "status": status,
+            "exit_code": meta.get("exit_code"),
+            "signal": meta.get("signal"),
+            "stdout": raw.stdout.decode("utf-8", "replace"),
+            "stderr": raw.stderr.decode("utf-8", "replace"),
+            "stdout_truncated": raw.stdout_truncated,
+            "stderr_truncated": raw.stderr_truncated,
+            "error": error,
+            "artifacts": arts,
+            "artifacts_truncated": bool(meta.get("artifacts_truncated")),
+            "inputs_read": meta.get("inputs_read"),
+            "metrics": Metrics(**meta["metrics"]),
+        }
+    )
 
 
 def with_kept_data(result: RunResult, spool_dir: str, cap: int) -> RunResult:
@@ -77,18 +91,32 @@ class ReplayReport(BaseModel):
     env_redacted: list[str]
 
     @classmethod
-    def compare(cls, original: RunResult, replay: RunResult,
-                env_redacted: list[str]) -> ReplayReport:
+    def compare(
+        cls, original: RunResult, replay: RunResult, env_redacted: list[str]
+    ) -> ReplayReport:
         diffs = []
-        for name in ("status", "exit_code", "signal", "stdout", "stderr", "stdout_truncated",
-                     "stderr_truncated"):
+        for name in (
+            "status",
+            "exit_code",
+            "signal",
+            "stdout",
+            "stderr",
+            "stdout_truncated",
+            "stderr_truncated",
+        ):
             if getattr(original, name) != getattr(replay, name):
                 diffs.append(name)
         if (original.error and original.error.type) != (replay.error and replay.error.type):
             diffs.append("error.type")
-        if ([(a.path, a.sha256) for a in original.artifacts]
-                != [(a.path, a.sha256) for a in replay.artifacts]):
+        if [(a.path, a.sha256) for a in original.artifacts] != [
+            (a.path, a.sha256) for a in replay.artifacts
+        ]:
             diffs.append("artifacts")
-        return cls(original=original, replay=replay, matches=not diffs, differences=diffs,
-                   image_changed=original.image_digest != replay.image_digest,
-                   env_redacted=env_redacted)
+        return cls(
+            original=original,
+            replay=replay,
+            matches=not diffs,
+            differences=diffs,
+            image_changed=original.image_digest != replay.image_digest,
+            env_redacted=env_redacted,
+        )

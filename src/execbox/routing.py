@@ -9,8 +9,10 @@ import unicodedata
 # Blanks within a statement: spaces, tabs and backslash-newline continuations.
 _BLANK = r"(?:[ \t]|\\\r?\n)"
 # After an `import` keyword: the dotted names it imports (`a.b as c, d`).
-_IMPORTED_NAMES = re.compile(rf"{_BLANK}+([\w.]+(?:{_BLANK}+as{_BLANK}+\w+)?"
-                             rf"(?:{_BLANK}*,{_BLANK}*[\w.]+(?:{_BLANK}+as{_BLANK}+\w+)?)*)")
+_IMPORTED_NAMES = re.compile(
+    rf"{_BLANK}+([\w.]+(?:{_BLANK}+as{_BLANK}+\w+)?"
+    rf"(?:{_BLANK}*,{_BLANK}*[\w.]+(?:{_BLANK}+as{_BLANK}+\w+)?)*)"
+)
 # Before it: `from a.b `, ending where the keyword starts.
 _FROM_MODULE = re.compile(rf"(?<![\w.])from{_BLANK}+([\w.]+){_BLANK}+")
 _FROM_REACH = 512  # how far back from `import` its `from a.b` may start
@@ -60,5 +62,4 @@ def scan_imports(code: str) -> frozenset[str]:
                     found.update(part.split()[0] for part in match[1].replace("\\", " ").split(","))
         at = code.find("import", end)
     tops = {name.split(".")[0] for name in found if not name.startswith(".")}
-    return frozenset(top if top.isascii() else unicodedata.normalize("NFKC", top)
-                     for top in tops)
+    return frozenset(top if top.isascii() else unicodedata.normalize("NFKC", top) for top in tops)

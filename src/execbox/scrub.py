@@ -48,8 +48,9 @@ class LiveOutput:
 
 
 @contextlib.contextmanager
-def live_output(redactor: Redactor, on_stdout: OutputCallback | None,
-                on_stderr: OutputCallback | None) -> Iterator[LiveOutput]:
+def live_output(
+    redactor: Redactor, on_stdout: OutputCallback | None, on_stderr: OutputCallback | None
+) -> Iterator[LiveOutput]:
     """The output callbacks behind a `LiveRedactor` each: what they see is redacted as the
     result will be. What is held back is released when the run ends, on every path (on an
     error too, and a callback failing then does not hide the error)."""
@@ -72,23 +73,36 @@ def live_output(redactor: Redactor, on_stdout: OutputCallback | None,
 def redact_result(result: RunResult, redactor: Redactor) -> RunResult:
     """Scrub secrets from everything the code produced as text."""
     stdout, stderr = redactor.redact_end(result.stdout), redactor.redact_end(result.stderr)
-    if stdout is result.stdout and stderr is result.stderr and not result.outputs \
-            and result.error is None and not result.artifacts:
+    if (
+        stdout is result.stdout
+        and stderr is result.stderr
+        and not result.outputs
+        and result.error is None
+        and not result.artifacts
+    ):
         return result  # nothing to scrub (`redact` returns its argument then): no copy
     update: dict[str, Any] = {"stdout": stdout, "stderr": stderr}
     if result.outputs:  # every one: the code chooses the MIME type, so any may hold text
         # A MIME type is the code's text too, cut at 200 characters by the sandbox.
-        update["outputs"] = [o.model_copy(update={"mime_type": redactor.redact_end(o.mime_type),
-                                                  "data": redactor.redact(o.data)})
-                             for o in result.outputs]
+        update["outputs"] = [
+            o.model_copy(
+                update={
+                    "mime_type": redactor.redact_end(o.mime_type),
+                    "data": redactor.redact(o.data),
+                }
+            )
+            for o in result.outputs
+        ]
     if result.error is not None:
         error = result.error
-        update["error"] = error.model_copy(update={
-            "type": redact_cut(redactor, error.type),  # the code names its exception
-            "message": redact_cut(redactor, error.message),
-            "traceback": redact_cut(redactor, error.traceback) if error.traceback else None,
-            "rule": redactor.redact(error.rule) if error.rule else None,
-        })
+        update["error"] = error.model_copy(
+            update={
+                "type": redact_cut(redactor, error.type),  # the code names its exception
+                "message": redact_cut(redactor, error.message),
+                "traceback": redact_cut(redactor, error.traceback) if error.traceback else None,
+                "rule": redactor.redact(error.rule) if error.rule else None,
+            }
+        )
     if result.artifacts:
         update["artifacts"] = redact_paths(result.artifacts, redactor)
     return result.model_copy(update=update)

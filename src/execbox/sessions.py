@@ -55,10 +55,20 @@ DEFAULT_MAX_LIFETIME_S = 3600.0
 class Session:
     """A sandboxed, stateful interpreter. Thread-safe: cells and file calls run one at a time."""
 
-    def __init__(self, executor: Executor, channel: SessionBackend, session_id: str, *,
-                 profile: str, limits: Limits, env: dict[str, str], idle_timeout_s: float,
-                 max_lifetime_s: float, secrets: Iterable[str] = (),
-                 input_bytes: int = 0) -> None:
+    def __init__(
+        self,
+        executor: Executor,
+        channel: SessionBackend,
+        session_id: str,
+        *,
+        profile: str,
+        limits: Limits,
+        env: dict[str, str],
+        idle_timeout_s: float,
+        max_lifetime_s: float,
+        secrets: Iterable[str] = (),
+        input_bytes: int = 0,
+    ) -> None:
         self.id = session_id
         self.profile = profile
         self.limits = limits
@@ -83,9 +93,16 @@ class Session:
     def closed(self) -> bool:
         return self.end_reason is not None
 
-    def run(self, code: str, *, timeout_s: float | None = None, secrets: Iterable[str] = (),
-            budget: Budget | None = None, on_stdout: OutputCallback | None = None,
-            on_stderr: OutputCallback | None = None) -> RunResult:
+    def run(
+        self,
+        code: str,
+        *,
+        timeout_s: float | None = None,
+        secrets: Iterable[str] = (),
+        budget: Budget | None = None,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+    ) -> RunResult:
         """Run one cell. `timeout_s` overrides the session's per-cell wall time (CPU time
         follows it unless the session's limits set `cpu_s`); `budget` is shared with other
         calls as for `Executor.run`. Never raises for the code; raises SessionClosed when the
@@ -96,20 +113,38 @@ class Session:
         with self._use():
             self.cells += 1
             result = self._executor.run_cell(
-                self, code, timeout_s=timeout_s, secrets=(*self._secrets, *secrets),
-                budget=budget, on_stdout=on_stdout, on_stderr=on_stderr)
+                self,
+                code,
+                timeout_s=timeout_s,
+                secrets=(*self._secrets, *secrets),
+                budget=budget,
+                on_stdout=on_stdout,
+                on_stderr=on_stderr,
+            )
             return result
 
-    def execute(self, request: RunRequest, base: RunResult, on_stdout: OutputCallback | None,
-                on_stderr: OutputCallback | None, backstop_s: float) -> RunResult:
+    def execute(
+        self,
+        request: RunRequest,
+        base: RunResult,
+        on_stdout: OutputCallback | None,
+        on_stderr: OutputCallback | None,
+        backstop_s: float,
+    ) -> RunResult:
         """The sandbox stage of one cell's pipeline (the executor calls it, under `run`'s
         lock): the cell in this session's interpreter. An interpreter gone ends the session."""
         limits = request.limits
         base = base.model_copy(update={"session_id": self.id})
         try:
             raw = self._channel.cell(
-                request.code, limits.timeout_s, limits.effective_cpu_s, limits.output_bytes,
-                limits.timeout_s + backstop_s, on_stdout, on_stderr)
+                request.code,
+                limits.timeout_s,
+                limits.effective_cpu_s,
+                limits.output_bytes,
+                limits.timeout_s + backstop_s,
+                on_stdout,
+                on_stderr,
+            )
         except SessionEnded as exc:
             self._mark_ended(f"has ended: {exc}")
             raise SessionClosed(f"session {self.id} has ended: {exc}") from exc
@@ -117,14 +152,20 @@ class Session:
             if self.end_reason is not None:  # ended on purpose during the cell: say why
                 self._mark_ended(self.end_reason)
                 expired = self.killed_status is Status.timeout
-                return base.model_copy(update={
-                    "status": self.killed_status, "error": ErrorInfo(
-                        type="SessionExpired" if expired else "SandboxError",
-                        message=f"the session {self.end_reason} during this cell")})
+                return base.model_copy(
+                    update={
+                        "status": self.killed_status,
+                        "error": ErrorInfo(
+                            type="SessionExpired" if expired else "SandboxError",
+                            message=f"the session {self.end_reason} during this cell",
+                        ),
+                    }
+                )
             log.error("cell of session %s: sandbox error: %s", self.id, exc)
             self._mark_ended(f"has ended with a sandbox error: {exc}")
-            return base.model_copy(update={"error": ErrorInfo(type="SandboxError",
-                                                              message=str(exc))})
+            return base.model_copy(
+                update={"error": ErrorInfo(type="SandboxError", message=str(exc))}
+            )
         result = result_of(base, raw)
         outputs = [Output(**item) for item in raw.meta.get("outputs", [])]
         result = result.model_copy(update={"outputs": outputs})
@@ -133,14 +174,15 @@ class Session:
             self._mark_ended(f"has ended ({result.status.value}): {reason}")
         return result
 
-    async def astream(self, code: str, *, timeout_s: float | None = None
-                      ) -> AsyncIterator[StreamEvent]:
+    async def astream(
+        self, code: str, *, timeout_s: float | None = None
+    ) -> AsyncIterator[StreamEvent]:
         """Run one cell and yield its output as it happens, then the result."""
         from .streaming import stream_events
 
         async for event in stream_events(
-                lambda out, err: self.run(code, timeout_s=timeout_s, on_stdout=out,
-                                          on_stderr=err)):
+            lambda out, err: self.run(code, timeout_s=timeout_s, on_stdout=out, on_stderr=err)
+        ):
             yield event
 
     def close(self) -> None:
@@ -180,21 +222,29 @@ class Session:
         """Why the session should be closed now, or None."""
         if self._busy:
             if now - self.created_at >= self.max_lifetime_s:
-                return f"reached its maximum lifetime of {self.max_lifetime_s:g} s " \
-                       "(max_lifetime_s) and was ended"
+                return (
+                    f"reached its maximum lifetime of {self.max_lifetime_s:g} s "
+                    "(max_lifetime_s) and was ended"
+                )
             return None
         if now - self.last_used >= self.idle_timeout_s:
             return f"expired after {self.idle_timeout_s:g} s idle (idle_timeout_s)"
         if now - self.created_at >= self.max_lifetime_s:
-            return f"reached its maximum lifetime of {self.max_lifetime_s:g} s (max_lifetime_s)" \
+            return (
+                f"reached its maximum lifetime of {self.max_lifetime_s:g} s (max_lifetime_s)"
                 " and was ended"
+            )
         return None
 
     def __enter__(self) -> Session:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
     def __repr__(self) -> str:
@@ -217,8 +267,12 @@ class _InUse:
         s._busy = True
         return s._channel
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         s = self.s
         s._busy = False
         s.last_used = time.monotonic()
@@ -232,8 +286,9 @@ class SessionFiles:
     def __init__(self, session: Session) -> None:
         self._s = session
 
-    def _call(self, op: str, path: str = "", data: bytes | None = None
-              ) -> tuple[dict[str, Any], bytes]:
+    def _call(
+        self, op: str, path: str = "", data: bytes | None = None
+    ) -> tuple[dict[str, Any], bytes]:
         if op != "list":
             _check_path(path)
         with self._s._use() as channel:
@@ -244,8 +299,9 @@ class SessionFiles:
                 raise SessionClosed(f"session {self._s.id} has ended: {exc}") from exc
             except HostError as exc:
                 self._s._mark_ended(f"has ended with a sandbox error: {exc}")
-                raise SessionClosed(f"session {self._s.id} has ended with a sandbox error: "
-                                    f"{exc}") from exc
+                raise SessionClosed(
+                    f"session {self._s.id} has ended with a sandbox error: {exc}"
+                ) from exc
         if not answer.get("ok"):
             raise UsageError(str(answer.get("error")))
         return answer, blob
@@ -255,15 +311,21 @@ class SessionFiles:
         payload = data.encode() if isinstance(data, str) else bytes(data)
         room = self._s.room_bytes
         if len(payload) > room:
-            raise UsageError(f"{path!r} is {len(payload)} bytes, more than the session's "
-                             f"workspace holds ({room} bytes); raise limits.disk_mib")
+            raise UsageError(
+                f"{path!r} is {len(payload)} bytes, more than the session's "
+                f"workspace holds ({room} bytes); raise limits.disk_mib"
+            )
         self._call("write", path, payload)
         import hashlib
 
         from .sandbox.inside.artifacts import guess_mime
 
-        return Artifact(path=path, size=len(payload), sha256=hashlib.sha256(payload).hexdigest(),
-                        mime_type=guess_mime(path, payload[:4096]))
+        return Artifact(
+            path=path,
+            size=len(payload),
+            sha256=hashlib.sha256(payload).hexdigest(),
+            mime_type=guess_mime(path, payload[:4096]),
+        )
 
     def read(self, path: str) -> bytes:
         """The bytes of a regular file (UsageError for a link, FIFO, directory or no file)."""
@@ -285,8 +347,9 @@ def _check_path(path: str) -> None:
     try:
         InputFile(name=path, data=b"")
     except ValueError as exc:
-        raise UsageError(f"bad session file path {path!r}: it must be a clean relative path "
-                         "inside /workspace") from exc
+        raise UsageError(
+            f"bad session file path {path!r}: it must be a clean relative path inside /workspace"
+        ) from exc
 
 
 class Reaper:
@@ -296,8 +359,9 @@ class Reaper:
         self._executor = executor
         self._interval_s = interval_s
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="execbox-session-reaper",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop, name="execbox-session-reaper", daemon=True
+        )
         self._thread.start()
 
     def _loop(self) -> None:

@@ -45,20 +45,35 @@ class ExecutorStats:
 def host_stats(host: ZygoteProcess) -> HostStats:
     """A snapshot of `host`; each field is read once, so fields may be a moment apart."""
     return HostStats(
-        zygote_pid=host.pid, light_zygote_pid=host.light_pid, heavy_zygote_pid=host.heavy_pid,
-        heavy_ready=host.heavy_ready(), alive=host.alive(), slot_prefix=host.slot_prefix,
+        zygote_pid=host.pid,
+        light_zygote_pid=host.light_pid,
+        heavy_zygote_pid=host.heavy_pid,
+        heavy_ready=host.heavy_ready(),
+        alive=host.alive(),
+        slot_prefix=host.slot_prefix,
         staged=MappingProxyType({k: host.pool.ready_count(k) for k in SLOT_KINDS}),
-        idle_slots=frozenset(host.unused_slot_names()), in_use=host.in_use(),
+        idle_slots=frozenset(host.unused_slot_names()),
+        in_use=host.in_use(),
         taken=host.taken,
         warm_pages=MappingProxyType(dict(host.info.get("warm_pages", {}))),
         warm_base_pages=MappingProxyType(dict(host.info.get("warm_base_pages", {}))),
-        preloaded=tuple(host.info.get("preloaded", ())))
+        preloaded=tuple(host.info.get("preloaded", ())),
+    )
 
 
-def executor_stats(hosts: Hosts | None, tenant: str | None, *, sessions_open: int,
-                   runs_waiting: int, pool_size: int) -> ExecutorStats:
+def executor_stats(
+    hosts: Hosts | None,
+    tenant: str | None,
+    *,
+    sessions_open: int,
+    runs_waiting: int,
+    pool_size: int,
+) -> ExecutorStats:
     host = hosts.current(tenant) if hosts is not None else None
-    return ExecutorStats(host=host_stats(host) if host is not None else None,
-                         replacements=hosts.replacements if hosts is not None else 0,
-                         sessions_open=sessions_open,
-                         runs_waiting=runs_waiting, pool_size=pool_size)
+    return ExecutorStats(
+        host=host_stats(host) if host is not None else None,
+        replacements=hosts.replacements if hosts is not None else 0,
+        sessions_open=sessions_open,
+        runs_waiting=runs_waiting,
+        pool_size=pool_size,
+    )

@@ -15,8 +15,10 @@ Runner = Callable[[OutputCallback, OutputCallback], RunResult]
 
 
 # Complex on purpose: one loop over stdout, stderr, the result and cancellation.
-async def stream_events(run: Runner, cancel: Callable[[], None] | None = None  # noqa: C901
-                        ) -> AsyncIterator[StreamEvent]:
+async def stream_events(  # noqa: C901
+    run: Runner,
+    cancel: Callable[[], None] | None = None,
+) -> AsyncIterator[StreamEvent]:
     """Call `run(on_stdout, on_stderr)` in a thread of its own; yield its output, then its
     result. Output bytes are decoded incrementally (a character split across chunks stays
     whole). Not the loop's default executor: its few threads would queue the calls beyond
@@ -26,8 +28,9 @@ async def stream_events(run: Runner, cancel: Callable[[], None] | None = None  #
     and does not wait for the thread, whose run it ends; without, it waits for the run."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[StreamEvent | BaseException] = asyncio.Queue()
-    decoders = {kind: codecs.getincrementaldecoder("utf-8")("replace")
-                for kind in ("stdout", "stderr")}
+    decoders = {
+        kind: codecs.getincrementaldecoder("utf-8")("replace") for kind in ("stdout", "stderr")
+    }
 
     def post(item: StreamEvent | BaseException) -> None:
         try:
@@ -40,6 +43,7 @@ async def stream_events(run: Runner, cancel: Callable[[], None] | None = None  #
             text = decoders[kind].decode(data)
             if text:
                 post(StreamEvent(kind=kind, text=text))
+
         return push
 
     def work() -> None:

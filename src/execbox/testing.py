@@ -74,8 +74,9 @@ class FakeRun:
 
     def write(self, data: str | bytes, *, stderr: bool = False) -> None:
         chunk = _bytes(data)
-        buffer, callback = ((self.stderr, self.spec.on_stderr) if stderr
-                            else (self.stdout, self.spec.on_stdout))
+        buffer, callback = (
+            (self.stderr, self.spec.on_stderr) if stderr else (self.stdout, self.spec.on_stdout)
+        )
         room = self.spec.limits.output_bytes - len(buffer)
         if callback is not None and room > 0 and chunk:
             callback(chunk[:room])
@@ -131,9 +132,12 @@ class FakeSandbox:
         if fake.sandbox_error is not None:
             raise HostError(fake.sandbox_error)
         if killed.is_set():
-            fake = replace(fake, status=Status.error, exit_code=None,
-                           error=ErrorInfo(type="Cancelled",
-                                           message="the run was cancelled by its caller"))
+            fake = replace(
+                fake,
+                status=Status.error,
+                exit_code=None,
+                error=ErrorInfo(type="Cancelled", message="the run was cancelled by its caller"),
+            )
         cap = spec.limits.output_bytes
         run.write(fake.stdout)
         run.write(fake.stderr, stderr=True)
@@ -143,25 +147,35 @@ class FakeSandbox:
         data: list[bytes | None] = [blob for _, blob in arts]
         if spec.spool_dir is not None:
             for index, (_, blob) in enumerate(arts):
-                fd = os.open(os.path.join(spec.spool_dir, str(index)),
-                             os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                fd = os.open(
+                    os.path.join(spec.spool_dir, str(index)),
+                    os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+                    0o600,
+                )
                 with os.fdopen(fd, "wb") as fh:
                     fh.write(blob)
             data = [None] * len(arts)
         status = fake.status or (Status.ok if fake.exit_code == 0 else Status.error)
         meta: dict[str, Any] = {
-            "status": Status(status).value, "exit_code": fake.exit_code, "signal": fake.signal,
+            "status": Status(status).value,
+            "exit_code": fake.exit_code,
+            "signal": fake.signal,
             "error": fake.error.model_dump() if fake.error else None,
             "artifacts": [_entry(path, blob) for path, blob in arts],
-            "metrics": {"wall_ms": fake.wall_ms, "cpu_ms": fake.wall_ms,
-                        "memory_peak_bytes": 0},
-            "outputs": [o.model_dump() for o in fake.outputs], "ended": fake.ended,
+            "metrics": {"wall_ms": fake.wall_ms, "cpu_ms": fake.wall_ms, "memory_peak_bytes": 0},
+            "outputs": [o.model_dump() for o in fake.outputs],
+            "ended": fake.ended,
         }
-        return RawRun(meta, data, stdout[:cap], stderr[:cap], len(stdout) > cap,
-                      len(stderr) > cap)
+        return RawRun(meta, data, stdout[:cap], stderr[:cap], len(stdout) > cap, len(stderr) > cap)
 
-    def open_session(self, session_id: str, limits: Limits, env: Mapping[str, str],
-                     files: Sequence[tuple[str, bytes]], tenant: str | None) -> SessionBackend:
+    def open_session(
+        self,
+        session_id: str,
+        limits: Limits,
+        env: Mapping[str, str],
+        files: Sequence[tuple[str, bytes]],
+        tenant: str | None,
+    ) -> SessionBackend:
         session = FakeSession(self, session_id, limits, env, dict(files), tenant)
         with self._lock:
             self.sessions[session_id] = session
@@ -176,9 +190,15 @@ class FakeSandbox:
 class FakeSession:
     """A fake session's interpreter: cells go to the handler, files to `workspace`."""
 
-    def __init__(self, sandbox: FakeSandbox, session_id: str, limits: Limits,
-                 env: Mapping[str, str], workspace: dict[str, bytes],
-                 tenant: str | None) -> None:
+    def __init__(
+        self,
+        sandbox: FakeSandbox,
+        session_id: str,
+        limits: Limits,
+        env: Mapping[str, str],
+        workspace: dict[str, bytes],
+        tenant: str | None,
+    ) -> None:
         self.id = session_id
         self.limits = limits
         self.env = dict(env)
@@ -188,14 +208,30 @@ class FakeSession:
         self.closed = False
         self._sandbox = sandbox
 
-    def cell(self, code: str, timeout_s: float, cpu_s: float, output_bytes: int,
-             backstop_s: float, on_stdout: OutputCallback | None = None,
-             on_stderr: OutputCallback | None = None) -> RawRun:
+    def cell(
+        self,
+        code: str,
+        timeout_s: float,
+        cpu_s: float,
+        output_bytes: int,
+        backstop_s: float,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+    ) -> RawRun:
         self._check()
-        limits = self.limits.model_copy(update={"timeout_s": timeout_s,
-                                                "output_bytes": output_bytes})
-        spec = RunSpec(run_id=self.id, code=code, limits=limits, kind="cell", env=self.env,
-                       tenant=self.tenant, on_stdout=on_stdout, on_stderr=on_stderr)
+        limits = self.limits.model_copy(
+            update={"timeout_s": timeout_s, "output_bytes": output_bytes}
+        )
+        spec = RunSpec(
+            run_id=self.id,
+            code=code,
+            limits=limits,
+            kind="cell",
+            env=self.env,
+            tenant=self.tenant,
+            on_stdout=on_stdout,
+            on_stderr=on_stderr,
+        )
         raw = self._sandbox.answer(spec, self.workspace)
         if self.killed:  # killed while the cell ran
             raise HostError("the session was killed")
@@ -203,14 +239,17 @@ class FakeSession:
             self.closed = True
         return raw
 
-    def file_op(self, op: str, path: str = "", data: bytes | None = None
-                ) -> tuple[dict[str, Any], bytes]:
+    def file_op(
+        self, op: str, path: str = "", data: bytes | None = None
+    ) -> tuple[dict[str, Any], bytes]:
         self._check()
         if op == "write":
             self.workspace[path] = data or b""
         elif op == "list":
-            return {"ok": True, "entries": [_entry(p, self.workspace[p])
-                                            for p in sorted(self.workspace)]}, b""
+            return {
+                "ok": True,
+                "entries": [_entry(p, self.workspace[p]) for p in sorted(self.workspace)],
+            }, b""
         elif path not in self.workspace:
             return {"ok": False, "error": f"no file {path!r} in the workspace"}, b""
         elif op == "read":
@@ -237,5 +276,9 @@ def _bytes(text: str | bytes) -> bytes:
 
 
 def _entry(path: str, blob: bytes) -> dict[str, Any]:
-    return {"path": path, "size": len(blob), "sha256": hashlib.sha256(blob).hexdigest(),
-            "mime_type": guess_mime(path, blob[:4096])}
+    return {
+        "path": path,
+        "size": len(blob),
+        "sha256": hashlib.sha256(blob).hexdigest(),
+        "mime_type": guess_mime(path, blob[:4096]),
+    }

@@ -62,25 +62,31 @@ class RunPython(BaseModel):
     code: str = Field(
         min_length=1,
         description="The complete Python program to run. Nothing is kept from earlier calls, so "
-                    "include every import and definition. print() what you need to see.",
+        "include every import and definition. print() what you need to see.",
     )
     stdin: str = Field("", description="Text fed to the program's standard input.")
     files: dict[str, str] = Field(
         default_factory=dict,
         description="Input files to place in /workspace before the program starts (read-only): "
-                    "relative path -> text content, e.g. {\"data.csv\": \"a,b\\n1,2\\n\"}.",
+        'relative path -> text content, e.g. {"data.csv": "a,b\\n1,2\\n"}.',
     )
     timeout_s: float | None = Field(
-        None, gt=0, description="Wall-time limit in seconds for this run.",
+        None,
+        gt=0,
+        description="Wall-time limit in seconds for this run.",
     )
 
 
 _STATELESS = "Each call starts from a clean state: nothing is kept between calls. "
-_STATEFUL = ("Calls run as cells of one Python session, like a notebook: variables, imports and "
-             "files persist from call to call, and the value of a last expression is shown. ")
-_STATEFUL_CODE = ("Python code to run as the next cell. Variables, imports and files from "
-                  "earlier calls are still there. print() what you need to see, or end with an "
-                  "expression.")
+_STATEFUL = (
+    "Calls run as cells of one Python session, like a notebook: variables, imports and "
+    "files persist from call to call, and the value of a last expression is shown. "
+)
+_STATEFUL_CODE = (
+    "Python code to run as the next cell. Variables, imports and files from "
+    "earlier calls are still there. print() what you need to see, or end with an "
+    "expression."
+)
 
 
 def runtime_packages() -> dict[str, str]:
@@ -123,8 +129,13 @@ def _size(n: float) -> str:
     raise AssertionError("unreachable")
 
 
-def describe_environment(limits: Limits | None = None, *, profile: str = "data",
-                         stateful: bool = False, timeout_arg: str = "timeout_s") -> str:
+def describe_environment(
+    limits: Limits | None = None,
+    *,
+    profile: str = "data",
+    stateful: bool = False,
+    timeout_arg: str = "timeout_s",
+) -> str:
     """What a model should know before it writes code for the sandbox, in a few sentences.
 
     `limits` are the limits the caller runs with; None means the profile's defaults.
@@ -137,8 +148,8 @@ def describe_environment(limits: Limits | None = None, *, profile: str = "data",
     return (
         f"Run a Python {_python_version()} program in a fresh, isolated sandbox and get back its "
         "status, stdout, stderr, the error (type and line) and the files it wrote. "
-        + (_STATEFUL if stateful else _STATELESS) +
-        f"Installed: {packages} and the standard library; nothing else can be installed. "
+        + (_STATEFUL if stateful else _STATELESS)
+        + f"Installed: {packages} and the standard library; nothing else can be installed. "
         "matplotlib uses the Agg backend: save charts with plt.savefig('chart.png'). "
         "There is no network access. The working directory is /workspace: input files are "
         "there, read-only; files the program writes under /workspace come back as artifacts, "
@@ -150,8 +161,9 @@ def describe_environment(limits: Limits | None = None, *, profile: str = "data",
     )
 
 
-def parameters_schema(limits: Limits | None = None, *, profile: str = "data",
-                      stateful: bool = False) -> dict[str, Any]:
+def parameters_schema(
+    limits: Limits | None = None, *, profile: str = "data", stateful: bool = False
+) -> dict[str, Any]:
     """JSON schema of the tool's arguments, derived from `RunPython` (no titles, refs inlined)."""
     default_limits, max_limits = _profile_limits(profile)
     lim = limits or default_limits
@@ -163,7 +175,8 @@ def parameters_schema(limits: Limits | None = None, *, profile: str = "data",
         del schema["properties"]["stdin"]  # a session's cells have no stdin
     timeout = schema["properties"]["timeout_s"]
     timeout["description"] += f" Default {lim.timeout_s:g}" + (
-        f", at most {max_limits.timeout_s:g}." if max_limits else ".")
+        f", at most {max_limits.timeout_s:g}." if max_limits else "."
+    )
     if max_limits:
         for option in timeout.get("anyOf", [timeout]):
             if option.get("type") == "number":
@@ -171,27 +184,41 @@ def parameters_schema(limits: Limits | None = None, *, profile: str = "data",
     return schema
 
 
-def openai_tool(limits: Limits | None = None, *, name: str = TOOL_NAME, profile: str = "data",
-                stateful: bool = False,
-                api: Literal["chat", "responses"] = "chat") -> dict[str, Any]:
+def openai_tool(
+    limits: Limits | None = None,
+    *,
+    name: str = TOOL_NAME,
+    profile: str = "data",
+    stateful: bool = False,
+    api: Literal["chat", "responses"] = "chat",
+) -> dict[str, Any]:
     """The tool in OpenAI's function-calling format: Chat Completions (`api="chat"`, the
     default) or the Responses API (`api="responses"`, the function fields at the top level).
     `stateful=True` describes calls that run as cells of one session."""
-    function = {"name": name,
-                "description": describe_environment(limits, profile=profile, stateful=stateful),
-                "parameters": parameters_schema(limits, profile=profile, stateful=stateful)}
+    function = {
+        "name": name,
+        "description": describe_environment(limits, profile=profile, stateful=stateful),
+        "parameters": parameters_schema(limits, profile=profile, stateful=stateful),
+    }
     if api == "responses":
         return {"type": "function", **function}
     return {"type": "function", "function": function}
 
 
-def anthropic_tool(limits: Limits | None = None, *, name: str = TOOL_NAME,
-                   profile: str = "data", stateful: bool = False) -> dict[str, Any]:
+def anthropic_tool(
+    limits: Limits | None = None,
+    *,
+    name: str = TOOL_NAME,
+    profile: str = "data",
+    stateful: bool = False,
+) -> dict[str, Any]:
     """The tool in Anthropic's Messages API format (`name`, `description`, `input_schema`).
     `stateful=True` describes calls that run as cells of one session."""
-    return {"name": name,
-            "description": describe_environment(limits, profile=profile, stateful=stateful),
-            "input_schema": parameters_schema(limits, profile=profile, stateful=stateful)}
+    return {
+        "name": name,
+        "description": describe_environment(limits, profile=profile, stateful=stateful),
+        "input_schema": parameters_schema(limits, profile=profile, stateful=stateful),
+    }
 
 
 def parse_tool_call(call: Any) -> tuple[str | None, Any]:
@@ -213,10 +240,16 @@ def parse_tool_call(call: Any) -> tuple[str | None, Any]:
     return None, call
 
 
-def execute_tool_call(executor: Executor, call: Any, *, limits: Limits | None = None,
-                      profile: str = "data", name: str = TOOL_NAME,
-                      session: SessionLike | None = None,
-                      max_output_chars: int = MAX_OUTPUT_CHARS) -> str:
+def execute_tool_call(
+    executor: Executor,
+    call: Any,
+    *,
+    limits: Limits | None = None,
+    profile: str = "data",
+    name: str = TOOL_NAME,
+    session: SessionLike | None = None,
+    max_output_chars: int = MAX_OUTPUT_CHARS,
+) -> str:
     """Run a `run_python` tool call and return the observation to hand back to the model.
 
     `call` is what the model produced (see `parse_tool_call`). Arguments the model got wrong
@@ -230,8 +263,11 @@ def execute_tool_call(executor: Executor, call: Any, *, limits: Limits | None = 
     if called is not None and called != name:
         raise UsageError(f"tool call for {called!r}, not {name!r}")
     try:
-        args = RunPython.model_validate_json(raw) if isinstance(raw, str) \
+        args = (
+            RunPython.model_validate_json(raw)
+            if isinstance(raw, str)
             else RunPython.model_validate(raw)
+        )
     except ValidationError as exc:
         return _invalid(_problems(exc))
     if session is not None:
@@ -246,12 +282,19 @@ def execute_tool_call(executor: Executor, call: Any, *, limits: Limits | None = 
 
         run_limits: Limits | dict[str, Any] | None = limits
         if args.timeout_s is not None:
-            run_limits = (limits.model_copy(update={"timeout_s": args.timeout_s})
-                          if limits is not None else {"timeout_s": args.timeout_s})
+            run_limits = (
+                limits.model_copy(update={"timeout_s": args.timeout_s})
+                if limits is not None
+                else {"timeout_s": args.timeout_s}
+            )
         try:
-            request = make_request(args.code, stdin=args.stdin,
-                                   files={k: v.encode() for k, v in args.files.items()},
-                                   limits=run_limits, profile=profile)
+            request = make_request(
+                args.code,
+                stdin=args.stdin,
+                files={k: v.encode() for k, v in args.files.items()},
+                limits=run_limits,
+                profile=profile,
+            )
         except UsageError as exc:  # say, a file name with '..' in it
             cause = exc.__cause__
             return _invalid(_problems(cause) if isinstance(cause, ValidationError) else str(exc))
@@ -260,8 +303,9 @@ def execute_tool_call(executor: Executor, call: Any, *, limits: Limits | None = 
 
 
 def _problems(exc: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}"
-                     for e in exc.errors())
+    return "; ".join(
+        f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors()
+    )
 
 
 def _invalid(problems: str) -> str:
@@ -270,17 +314,17 @@ def _invalid(problems: str) -> str:
 
 _LIMIT_HINTS = {
     Status.timeout: "The run was killed at the wall-time limit ({timeout_s:g} s). Make the code "
-                    "faster (smaller data, vectorised numpy/pandas) or pass a larger timeout_s.",
+    "faster (smaller data, vectorised numpy/pandas) or pass a larger timeout_s.",
     Status.cpu_limit: "The run used up its CPU time ({cpu_s:g} s). Make the code do less work.",
     Status.memory_limit: "The run was killed at the memory limit ({memory_mib} MiB). Use less "
-                         "memory: smaller arrays, chunked reading, fewer copies.",
+    "memory: smaller arrays, chunked reading, fewer copies.",
     Status.disk_limit: "A write failed: the workspace is full ({disk_mib} MiB). Write less.",
     Status.output_limit: "The output passed the cap ({output_bytes} bytes per stream) and was "
-                         "cut. Print summaries (head(), describe(), counts), not whole data.",
+    "cut. Print summaries (head(), describe(), counts), not whole data.",
     Status.forbidden: "The sandbox killed the program for a forbidden system call. There is no "
-                      "network and no debugging of other processes; plain computation works.",
+    "network and no debugging of other processes; plain computation works.",
     Status.policy_denied: "The policy refused the code before it ran; change what the message "
-                          "names.",
+    "names.",
     Status.needs_approval: "The run is held until a person approves it; it has not run.",
     Status.budget_exceeded: "The execution budget of this task is used up.",
     Status.sandbox_error: "The sandbox failed (not the code's fault); trying again may work.",
@@ -295,17 +339,30 @@ def format_observation(result: RunResult, *, max_output_chars: int = MAX_OUTPUT_
     lines = [f"status: {result.status.value}{exit_note}"]
     err = result.error
     if err is not None:
-        where = f" (line {err.line}" + (f", column {err.column}" if err.column else "") + ")" \
-            if err.line else ""
+        where = (
+            f" (line {err.line}" + (f", column {err.column}" if err.column else "") + ")"
+            if err.line
+            else ""
+        )
         rule = f" [rule {err.rule}]" if err.rule else ""
         lines.append(f"error: {err.type}{where}: {err.message}{rule}")
-    for label, text, capped in (("stdout", result.stdout, result.stdout_truncated),
-                                ("stderr", result.stderr, result.stderr_truncated)):
+    for label, text, capped in (
+        ("stdout", result.stdout, result.stdout_truncated),
+        ("stderr", result.stderr, result.stderr_truncated),
+    ):
         if not text and not capped:
             continue
         shown, note = _cut(text, max_output_chars)
-        notes = [n for n in (note, "the sandbox stopped collecting it at "
-                             f"{_size(result.limits.output_bytes)}" if capped else "") if n]
+        notes = [
+            n
+            for n in (
+                note,
+                f"the sandbox stopped collecting it at {_size(result.limits.output_bytes)}"
+                if capped
+                else "",
+            )
+            if n
+        ]
         header = f"{label} ({'; '.join(notes)})" if notes else label
         lines.append(f"{header}:\n{shown.rstrip(chr(10))}")
     has_plain = any(out.mime_type == "text/plain" for out in result.outputs)
@@ -319,21 +376,35 @@ def format_observation(result: RunResult, *, max_output_chars: int = MAX_OUTPUT_
         elif not has_plain:  # html and the like, when no plain-text form came with them
             lines.append(f"output: {out.mime_type} ({_size(len(out.data.encode()))})")
     if result.artifacts:
-        listed = ", ".join(f"{a.path} ({a.mime_type}, {_size(a.size)})"
-                           for a in result.artifacts[:20])
+        listed = ", ".join(
+            f"{a.path} ({a.mime_type}, {_size(a.size)})" for a in result.artifacts[:20]
+        )
         more = f", and {len(result.artifacts) - 20} more" if len(result.artifacts) > 20 else ""
         lines.append(f"artifacts: {listed}{more}")
     if result.artifacts_truncated:
-        lines.append(f"some files were not collected: at most {result.limits.artifact_files} "
-                     f"artifacts and {_size(result.limits.artifact_bytes)} in all")
+        lines.append(
+            f"some files were not collected: at most {result.limits.artifact_files} "
+            f"artifacts and {_size(result.limits.artifact_bytes)} in all"
+        )
     hint = _LIMIT_HINTS.get(result.status)
     if hint:
         lim = result.limits
-        lines.append("hint: " + hint.format(
-            timeout_s=lim.timeout_s, cpu_s=lim.effective_cpu_s, memory_mib=lim.memory_mib,
-            disk_mib=lim.disk_mib, output_bytes=lim.output_bytes))
-    if result.status is Status.ok and not result.stdout and not result.artifacts \
-            and not result.outputs:
+        lines.append(
+            "hint: "
+            + hint.format(
+                timeout_s=lim.timeout_s,
+                cpu_s=lim.effective_cpu_s,
+                memory_mib=lim.memory_mib,
+                disk_mib=lim.disk_mib,
+                output_bytes=lim.output_bytes,
+            )
+        )
+    if (
+        result.status is Status.ok
+        and not result.stdout
+        and not result.artifacts
+        and not result.outputs
+    ):
         lines.append("(no output: print() the values you want to see)")
     return "\n".join(lines)
 
@@ -346,12 +417,14 @@ def _cut(text: str, max_chars: int) -> tuple[str, str]:
     head_len = max_chars * 2 // 3
     tail_start = len(text) - (max_chars - head_len)
     newline = text.rfind("\n", head_len * 3 // 4, head_len)
-    head = text[:newline + 1] if newline >= 0 else text[:head_len]
+    head = text[: newline + 1] if newline >= 0 else text[:head_len]
     newline = text.find("\n", tail_start, tail_start + (len(text) - tail_start) // 4)
-    tail = text[newline + 1:] if newline >= 0 else text[tail_start:]
+    tail = text[newline + 1 :] if newline >= 0 else text[tail_start:]
     cut = len(text) - len(head) - len(tail)
-    return (f"{head}[... {cut:,} characters cut ...]\n{tail}",
-            f"{len(text):,} characters, {cut:,} cut from the middle")
+    return (
+        f"{head}[... {cut:,} characters cut ...]\n{tail}",
+        f"{len(text):,} characters, {cut:,} cut from the middle",
+    )
 
 
 def _inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
@@ -362,8 +435,10 @@ def _inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
         if isinstance(node, dict):
             ref = node.get("$ref")
             if isinstance(ref, str) and ref.startswith("#/$defs/"):
-                merged = {**defs[ref.removeprefix("#/$defs/")],
-                          **{k: v for k, v in node.items() if k != "$ref"}}
+                merged = {
+                    **defs[ref.removeprefix("#/$defs/")],
+                    **{k: v for k, v in node.items() if k != "$ref"},
+                }
                 return resolve(merged)
             return {k: resolve(v) for k, v in node.items()}
         if isinstance(node, list):

@@ -28,22 +28,46 @@ class ChatServer:
         with self.lock:
             self.requests.append((path, body))
             tool = body["tools"][0]["function"]["name"]
-            prompt = next((m["content"] for m in reversed(body["messages"])
-                           if m["role"] == "user" and isinstance(m["content"], str)), "")
+            prompt = next(
+                (
+                    m["content"]
+                    for m in reversed(body["messages"])
+                    if m["role"] == "user" and isinstance(m["content"], str)
+                ),
+                "",
+            )
             answer = self.queues[tool].popleft()
             args = answer(prompt) if callable(answer) else answer
             n = len(self.requests)
             usage = (100 + n, 10 + n)
             self.usages.append(usage)
         return {
-            "id": f"chatcmpl-{n}", "object": "chat.completion", "created": 1_700_000_000,
+            "id": f"chatcmpl-{n}",
+            "object": "chat.completion",
+            "created": 1_700_000_000,
             "model": body["model"],
-            "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
-                "role": "assistant", "content": None,
-                "tool_calls": [{"id": f"call_{n}", "type": "function",
-                                "function": {"name": tool, "arguments": json.dumps(args)}}]}}],
-            "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1],
-                      "total_tokens": sum(usage)},
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "tool_calls",
+                    "message": {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {
+                                "id": f"call_{n}",
+                                "type": "function",
+                                "function": {"name": tool, "arguments": json.dumps(args)},
+                            }
+                        ],
+                    },
+                }
+            ],
+            "usage": {
+                "prompt_tokens": usage[0],
+                "completion_tokens": usage[1],
+                "total_tokens": sum(usage),
+            },
         }
 
 

@@ -13,11 +13,20 @@ from execbox.agent.models import Claim, RunOutput, Verdict
 from execbox.contract import Artifact
 
 
-def claims(answer: str, *, stdout: str = "", result: Any = None, question: str = "Question?",
-           code: str = "", heads: tuple[str, ...] = (), verdicts: list[Verdict] | None = None,
-           artifacts: list[Artifact] | None = None) -> list[Claim]:
-    evidence = ground.Evidence.of([RunOutput(run_id="run1", stdout=stdout, result=result)],
-                                  artifacts or [], "run1")
+def claims(
+    answer: str,
+    *,
+    stdout: str = "",
+    result: Any = None,
+    question: str = "Question?",
+    code: str = "",
+    heads: tuple[str, ...] = (),
+    verdicts: list[Verdict] | None = None,
+    artifacts: list[Artifact] | None = None,
+) -> list[Claim]:
+    evidence = ground.Evidence.of(
+        [RunOutput(run_id="run1", stdout=stdout, result=result)], artifacts or [], "run1"
+    )
     context = ground.Context(question, code, ("sales.csv",), heads)
     return ground.check(answer, evidence, context, verdicts or [])
 
@@ -38,51 +47,60 @@ def test_a_number_the_output_shows_cites_its_run_and_line() -> None:
     assert claim.grounded and claim.run_id == "run1" and claim.source == "stdout line 2: sum 6"
 
 
-@pytest.mark.parametrize(("answer", "value"), [
-    ("Pi is 3.14.", 3.14159),  # rounded to the stated digits
-    ("Pi is 3.1415.", 3.14159),  # truncated
-    ("About 2.5 million people.", 2_497_312),
-    ("Roughly 2,500,000 people.", 2_497_312),
-    ("2,497,312 people.", 2_497_312),
-    ("2.5M people.", 2_497_312),
-    ("The share is 45%.", 0.4512),
-    ("The share is 45.1%.", 0.4512),
-    ("The share is 45.12 percent.", 0.4512),
-    ("The rate is 1.2e-5.", 1.2e-05),
-    ("The rate is 1.2 × 10^-5.", 1.2e-05),
-    ("The change is -3.5.", -3.5),
-    ("Sales fell by 3.5.", -3.5),
-    ("Over 2 million people.", 2_497_312),
-    ("Revenue was $1,234.50.", 1234.5),
-])
+@pytest.mark.parametrize(
+    ("answer", "value"),
+    [
+        ("Pi is 3.14.", 3.14159),  # rounded to the stated digits
+        ("Pi is 3.1415.", 3.14159),  # truncated
+        ("About 2.5 million people.", 2_497_312),
+        ("Roughly 2,500,000 people.", 2_497_312),
+        ("2,497,312 people.", 2_497_312),
+        ("2.5M people.", 2_497_312),
+        ("The share is 45%.", 0.4512),
+        ("The share is 45.1%.", 0.4512),
+        ("The share is 45.12 percent.", 0.4512),
+        ("The rate is 1.2e-5.", 1.2e-05),
+        ("The rate is 1.2 × 10^-5.", 1.2e-05),
+        ("The change is -3.5.", -3.5),
+        ("Sales fell by 3.5.", -3.5),
+        ("Over 2 million people.", 2_497_312),
+        ("Revenue was $1,234.50.", 1234.5),
+    ],
+)
 def test_stated_rounding_and_number_formats_are_grounded(answer: str, value: float) -> None:
     assert bad(answer, result={"value": value}, question="How much, in dollars?") == []
 
 
-@pytest.mark.parametrize(("answer", "value"), [
-    ("Pi is 3.15.", 3.14159),
-    ("About 2.6 million people.", 2_497_312),
-    ("2,497,313 people.", 2_497_312),
-    ("The share is 46%.", 0.4512),
-    ("The rate is 1.3e-5.", 1.2e-05),
-    ("The change is 3.5.", -3.5),  # the sign is part of the value
-    ("The change is -3.5.", 3.5),
-    ("Under 2 million people.", 2_497_312),
-])
+@pytest.mark.parametrize(
+    ("answer", "value"),
+    [
+        ("Pi is 3.15.", 3.14159),
+        ("About 2.6 million people.", 2_497_312),
+        ("2,497,313 people.", 2_497_312),
+        ("The share is 46%.", 0.4512),
+        ("The rate is 1.3e-5.", 1.2e-05),
+        ("The change is 3.5.", -3.5),  # the sign is part of the value
+        ("The change is -3.5.", 3.5),
+        ("Under 2 million people.", 2_497_312),
+    ],
+)
 def test_values_the_rounding_does_not_cover_are_not_grounded(answer: str, value: float) -> None:
     assert len(bad(answer, result={"value": value})) == 1
 
 
 def test_question_numbers_list_markers_ordinals_and_line_numbers_need_no_evidence() -> None:
-    answer = ("The top 5 regions in 2023:\n1. north\n2. east\nThe 3rd is south; the error was "
-              "at line 12, rounded to 2 decimal places (run 0123456789abcdef0123456789abcdef).")
-    assert bad(answer, result=["north", "east", "south"],
-               question="Top 5 regions in 2023?") == []
+    answer = (
+        "The top 5 regions in 2023:\n1. north\n2. east\nThe 3rd is south; the error was "
+        "at line 12, rounded to 2 decimal places (run 0123456789abcdef0123456789abcdef)."
+    )
+    assert bad(answer, result=["north", "east", "south"], question="Top 5 regions in 2023?") == []
 
 
 def test_a_markdown_answer_with_tables_lists_and_names_is_grounded() -> None:
-    answer = ("### Top 3\n| region | units |\n|---|---|\n| north | 7 |\n| south | 3 |\n"
-              "- 3/4 of rows were valid (p < 0.001, r = 0.87), COVID-19 cases aside.")
+    answer = (
+        "### Top 3\n| region | units |\n|---|---|\n| north | 7 |\n| south | 3 |\n"
+        "- 3/4 of rows were valid (p < 0.001, r = 0.87), COVID-19 cases aside."
+    )
     result = {"north": 7, "south": 3, "valid": 0.75, "p": 0.00012, "r": 0.8712}
     assert bad(answer, result=result) == []
     assert bad("2/3 of rows were valid.", result=result) == ["2/3"]
@@ -98,12 +116,18 @@ def test_counts_of_items_in_the_result_are_grounded() -> None:
     assert bad("There are 4 regions.", result={"north": 7, "east": 5, "south": 1}) == ["4"]
 
 
-@pytest.mark.parametrize(("answer", "ok"), [
-    ("Joined on 2024-01-05.", True), ("Joined on January 5, 2024.", True),
-    ("Joined on 5 Jan 2024.", True), ("Joined in January 2024.", True),
-    ("Joined on 2024-01-06.", False), ("Joined in March 2024.", False),
-    ("Started on 2023-12-31, as asked.", True),  # the question's own date
-])
+@pytest.mark.parametrize(
+    ("answer", "ok"),
+    [
+        ("Joined on 2024-01-05.", True),
+        ("Joined on January 5, 2024.", True),
+        ("Joined on 5 Jan 2024.", True),
+        ("Joined in January 2024.", True),
+        ("Joined on 2024-01-06.", False),
+        ("Joined in March 2024.", False),
+        ("Started on 2023-12-31, as asked.", True),  # the question's own date
+    ],
+)
 def test_dates_must_match_an_output_date(answer: str, ok: bool) -> None:
     found = bad(answer, result={"joined": "2024-01-05"}, question="Who joined after 2023-12-31?")
     assert (found == []) is ok, found
@@ -111,8 +135,14 @@ def test_dates_must_match_an_output_date(answer: str, ok: bool) -> None:
 
 def test_quoted_values_must_appear_as_whole_words() -> None:
     result = {"north": 17, "note": "values trimmed"}
-    assert bad("'north' and \"values trimmed\" and `df.units`", result=result,
-               code="print(df.units.sum())") == []
+    assert (
+        bad(
+            "'north' and \"values trimmed\" and `df.units`",
+            result=result,
+            code="print(df.units.sum())",
+        )
+        == []
+    )
     assert bad('The best region is "west".', result=result) == ["west"]
     assert bad('The total is "7".', result=result) == ["7"]  # 17 is not 7
 
@@ -139,9 +169,13 @@ def test_claimed_checks_must_have_run_and_passed() -> None:
     assert bad("The result is 6, verified.", result=6, verdicts=[invariant]) == []
     assert bad("6; all unit tests pass.", result=6, verdicts=[invariant]) == ["unit tests"]
     assert bad("6, cross-checked.", result=6, verdicts=[invariant, failed_cross]) == [
-        "cross-checked"]
-    [claim] = [c for c in claims("6, verified.", result=6, verdicts=[invariant])
-               if c.kind == "verification"]
+        "cross-checked"
+    ]
+    [claim] = [
+        c
+        for c in claims("6, verified.", result=6, verdicts=[invariant])
+        if c.kind == "verification"
+    ]
     assert claim.source is not None and "invariant" in claim.source
 
 
@@ -149,19 +183,23 @@ def test_fenced_program_and_output_lines_are_not_claims_other_fenced_lines_are()
     code = "x = sum(range(99))\nprint(x)\n"
     answer = "Computed with:\n```python\nx = sum(range(99))\nprint(x)\n```\nwhich printed\n```\nsum 6\n```"
     assert bad(answer, result=6, stdout="sum 6\n", code=code) == []
-    assert bad("Computed with:\n```\nx = sum(range(98))\n```\nThe result is 6.", result=6,
-               code=code) == ["98"]
+    assert bad(
+        "Computed with:\n```\nx = sum(range(98))\n```\nThe result is 6.", result=6, code=code
+    ) == ["98"]
 
 
-@pytest.mark.parametrize(("answer", "result", "ok"), [
-    ("The result is shown in the output above.", 6, False),
-    ("The answer is 6.", 6, True),
-    ("About 2.5 million.", 2_497_312, True),
-    ("East sold the most units.", "east", True),
-    ("North sold the most units.", "east", False),
-    ("Bob joined on January 5, 2024.", "2024-01-05", True),
-    ("See the cleaned file.", {"rows": 4}, True),  # a structured result: its parts are claims
-])
+@pytest.mark.parametrize(
+    ("answer", "result", "ok"),
+    [
+        ("The result is shown in the output above.", 6, False),
+        ("The answer is 6.", 6, True),
+        ("About 2.5 million.", 2_497_312, True),
+        ("East sold the most units.", "east", True),
+        ("North sold the most units.", "east", False),
+        ("Bob joined on January 5, 2024.", "2024-01-05", True),
+        ("See the cleaned file.", {"rows": 4}, True),  # a structured result: its parts are claims
+    ],
+)
 def test_a_single_value_result_must_be_stated(answer: str, result: Any, ok: bool) -> None:
     stated = [c for c in claims(answer, result=result) if c.kind == "result"]
     assert all(c.grounded for c in stated) is ok, stated
@@ -169,12 +207,14 @@ def test_a_single_value_result_must_be_stated(answer: str, result: Any, ok: bool
 
 def test_a_written_table_is_summarized_by_its_columns_and_rows() -> None:
     data = b"name,city\nAlice,Paris\nBob,Berlin\nCarol,Rome\n"
-    art = Artifact(path="people_clean.csv", size=len(data), sha256="0" * 64,
-                   mime_type="text/csv", data=data)
-    found = claims("people_clean.csv has 3 rows with columns `name` and `city`.",
-                   artifacts=[art])
+    art = Artifact(
+        path="people_clean.csv", size=len(data), sha256="0" * 64, mime_type="text/csv", data=data
+    )
+    found = claims("people_clean.csv has 3 rows with columns `name` and `city`.", artifacts=[art])
     assert all(c.grounded for c in found), found
-    assert found[-1].source == "artifact people_clean.csv: 4 lines, first: name,city (rows after it)"
+    assert (
+        found[-1].source == "artifact people_clean.csv: 4 lines, first: name,city (rows after it)"
+    )
     assert bad("people_clean.csv has 5 rows.", artifacts=[art]) == ["5"]
     # Its values are not evidence: only what was printed is.
     assert bad("Bob lives in 'Berlin'.", artifacts=[art]) == ["Berlin"]
@@ -182,55 +222,83 @@ def test_a_written_table_is_summarized_by_its_columns_and_rows() -> None:
 
 # -- issue 37: false claims the check let through -----------------------------------------------
 
-@pytest.mark.parametrize(("answer", "result", "stdout"), [
-    ("The code printed 6, but the correct sum is seven.", 6, "sum 6\n"),  # number in words
-    ("The result is 6 + 1.", 6, "sum 6\n"),  # an operation claims its value (7)
-    ("The share of heads is 0.5%.", 0.5, ""),  # a ratio is not a percentage of itself
-    ("Not a loss at all: the profit was 6.", -6, "profit -6\n"),  # the words deny the sign
-    ("The revenue is 1 million dollars.", 1_999_999, ""),  # truncated, not rounded
-    ("The sum is 6, about 10.", 6, ""),  # rounds to one digit, but off by two thirds
-    ("The sum is more than 6.", 6, ""),  # a strict bound excludes the number itself
-])
+
+@pytest.mark.parametrize(
+    ("answer", "result", "stdout"),
+    [
+        ("The code printed 6, but the correct sum is seven.", 6, "sum 6\n"),  # number in words
+        ("The result is 6 + 1.", 6, "sum 6\n"),  # an operation claims its value (7)
+        ("The share of heads is 0.5%.", 0.5, ""),  # a ratio is not a percentage of itself
+        ("Not a loss at all: the profit was 6.", -6, "profit -6\n"),  # the words deny the sign
+        ("The revenue is 1 million dollars.", 1_999_999, ""),  # truncated, not rounded
+        ("The sum is 6, about 10.", 6, ""),  # rounds to one digit, but off by two thirds
+        ("The sum is more than 6.", 6, ""),  # a strict bound excludes the number itself
+    ],
+)
 def test_false_claims_past_words_operations_percent_sign_and_bounds(
-        answer: str, result: Any, stdout: str) -> None:
-    assert bad(answer, result=result, stdout=stdout,
-               question="What is 3 + 1 + 2, in dollars?") != []
+    answer: str, result: Any, stdout: str
+) -> None:
+    assert (
+        bad(answer, result=result, stdout=stdout, question="What is 3 + 1 + 2, in dollars?") != []
+    )
 
 
-@pytest.mark.parametrize(("answer", "result", "stdout"), [
-    ("The sum is six.", 6, ""),
-    ("The product is twenty-three times seventeen, 391.", 391, ""),
-    ("3 + 1 + 2 = 6.", 6, ""),
-    ("The sum of 3 + 1 + 2 is 6.", 6, ""),
-    ("The share is 50%.", 0.5, ""),
-    ("The share is 45.12%.", 45.12, "share 45.12%\n"),
-    ("Sales fell by 6.", -6, ""),
-    ("A loss of 6.", -6, ""),
-    ("The revenue is 2 million dollars.", 1_999_999, ""),
-    ("About 10 items.", 9.7, ""),
-    ("About 0.3 of them.", 0.33, ""),
-    ("At least 6.", 6, ""),
-    ("More than 5.", 6, ""),
-])
+@pytest.mark.parametrize(
+    ("answer", "result", "stdout"),
+    [
+        ("The sum is six.", 6, ""),
+        ("The product is twenty-three times seventeen, 391.", 391, ""),
+        ("3 + 1 + 2 = 6.", 6, ""),
+        ("The sum of 3 + 1 + 2 is 6.", 6, ""),
+        ("The share is 50%.", 0.5, ""),
+        ("The share is 45.12%.", 45.12, "share 45.12%\n"),
+        ("Sales fell by 6.", -6, ""),
+        ("A loss of 6.", -6, ""),
+        ("The revenue is 2 million dollars.", 1_999_999, ""),
+        ("About 10 items.", 9.7, ""),
+        ("About 0.3 of them.", 0.33, ""),
+        ("At least 6.", 6, ""),
+        ("More than 5.", 6, ""),
+    ],
+)
 def test_true_claims_in_words_operations_percent_sign_and_bounds_hold(
-        answer: str, result: Any, stdout: str) -> None:
-    assert bad(answer, result=result, stdout=stdout,
-               question="What are 3 + 1 + 2 and twenty-three times seventeen, in dollars?") == []
+    answer: str, result: Any, stdout: str
+) -> None:
+    assert (
+        bad(
+            answer,
+            result=result,
+            stdout=stdout,
+            question="What are 3 + 1 + 2 and twenty-three times seventeen, in dollars?",
+        )
+        == []
+    )
 
 
-@pytest.mark.parametrize("claim", ["confirmed", "checked twice", "all assertions passed",
-                                   "proven correct", "re-checked by hand", "certified",
-                                   "validated", "tested", "double-checked"])
+@pytest.mark.parametrize(
+    "claim",
+    [
+        "confirmed",
+        "checked twice",
+        "all assertions passed",
+        "proven correct",
+        "re-checked by hand",
+        "certified",
+        "validated",
+        "tested",
+        "double-checked",
+    ],
+)
 def test_verification_in_other_words_needs_a_check_that_passed(claim: str) -> None:
     assert bad(f"The result is 6, {claim}.", result=6) != []
     invariant = Verdict(check="invariant", passed=True, detail="sum is positive")
     tests = Verdict(check="tests", passed=True, detail="3 tests")
     cross = Verdict(check="cross_check", passed=True, detail="agrees")
-    assert bad(f"The result is 6, {claim}.", result=6,
-               verdicts=[invariant, tests, cross]) == []
+    assert bad(f"The result is 6, {claim}.", result=6, verdicts=[invariant, tests, cross]) == []
 
 
 # -- issue 37, second attack: number expressions read whole -------------------------------------
+
 
 def grounded(answer: str, stdout: str, code: str = "") -> bool:
     """Whether `check` finds nothing ungrounded, as the agent loop decides (`problems`)."""
@@ -239,183 +307,206 @@ def grounded(answer: str, stdout: str, code: str = "") -> bool:
     return ground.problems(ground.check(answer, evidence, context, [])) == []
 
 
-@pytest.mark.parametrize(("answer", "stdout", "code"), [
-    ("Revenue was $5bn.", "revenue: 6\n", ""),  # a magnitude glued to the digits
-    ("The new version is 50x faster.", "speedup: 1.1\n", ""),  # a multiplier
-    ("The clock runs at 5GHz.", "freq_mhz: 800\n", ""),  # a unit glued to the digits
-    ("It finished in 24h.", "elapsed_s: 3\n", ""),
-    ("There are a million rows.", "rows: 6\n", ""),  # magnitudes in words
-    ("There are a hundred rows.", "rows: 6\n", ""),
-    ("There are a dozen rows.", "rows: 6\n", ""),
-    ("There are two billion rows.", "rows: 2\n", ""),
-    ("Rows: 6 thousand.", "rows: 6\n", ""),
-    ("Half of the rows are empty.", "empty: 1 of 6\n", ""),  # a fraction in words
-    ("Only one test failed.", "failed: 3\n", ""),  # a lone "one" that is a count
-    ("The total is:\n```\n999\n```", "total: 6\n", ""),  # fenced, not the program's
-    ("The total is ```999```.", "total: 6\n", ""),
-    ("The total is\n999. That is final.", "total: 6\n", ""),  # not a list marker
-    ("The total is\n999) final.", "total: 6\n", ""),
-    ("The total is\n1. That is all.", "total: 6\n", ""),  # a list of one is no list
-    ("Between 3-500 rows.", "rows: 6\n3\n", ""),  # a range, not an identifier
-    ("The total is `100`.", "total: 6\n", "for i in range(100): pass\nprint('total:', 6)"),
-    ("The key has 12 digits.", "key_len: 6\n", ""),  # not a rounding statement
-    ("Revenue fell by 3.", "revenue change: 3\n", ""),  # the output's change is +3
-    ("Sales were up-40% this year.", "growth: 0.1\n", ""),
-    ("The top-500 customers bought it.", "customers: 6\n", ""),
-    ("The net cost was (300).", "cost: 300\n", ""),  # accounting: -300
-    ("The mean is 1e3.", "mean: 1000.4\n", ""),  # scientific notation states its digits
-    ("Rows: \u0669\u0669\u0669", "rows: 6\n", ""),  # Arabic-Indic digits
-    ("Rows: 1\u200b2", "answer: 1\nother: 2\n", ""),  # a zero-width space inside 12
-    ("Rows: \uff11\uff12", "answer: 1\nother: 2\n", ""),  # fullwidth digits
-    ("The answer is 4 2.", "answer: 4\nother: 2\n", ""),  # digit groups are one number
-    ("The answer is 1_2.", "answer: 1\nother: 2\n", ""),
-    ("The answer is 1'2.", "answer: 1\nother: 2\n", ""),
-    ("There are 6 K rows.", "rows: 6\n", ""),  # a spaced magnitude
-    ("There are 6 millions of rows.", "rows: 6\n", ""),
-    ("There are 6-million rows.", "rows: 6\n", ""),
-    ("It cost 6 grand.", "cost: 6\n", ""),
-    ("Rows: 6 squared.", "rows: 6\n", ""),  # operations in symbols and words claim their value
-    ("Rows: 2^10.", "rows: 2\n10\n", ""),
-    ("Rows: 6 times 10.", "rows: 6\n10\n", ""),
-    ("It weighs 6 tonnes.", "weight: 6\n", ""),  # a unit no output states
-    ("Revenue saw a 3 drop.", "revenue change: 3\n", ""),  # the direction named after it
-    ("The total is `x = 999`.", "total: 6\n", "x = 999\nprint('total:', 6)"),
-])
+@pytest.mark.parametrize(
+    ("answer", "stdout", "code"),
+    [
+        ("Revenue was $5bn.", "revenue: 6\n", ""),  # a magnitude glued to the digits
+        ("The new version is 50x faster.", "speedup: 1.1\n", ""),  # a multiplier
+        ("The clock runs at 5GHz.", "freq_mhz: 800\n", ""),  # a unit glued to the digits
+        ("It finished in 24h.", "elapsed_s: 3\n", ""),
+        ("There are a million rows.", "rows: 6\n", ""),  # magnitudes in words
+        ("There are a hundred rows.", "rows: 6\n", ""),
+        ("There are a dozen rows.", "rows: 6\n", ""),
+        ("There are two billion rows.", "rows: 2\n", ""),
+        ("Rows: 6 thousand.", "rows: 6\n", ""),
+        ("Half of the rows are empty.", "empty: 1 of 6\n", ""),  # a fraction in words
+        ("Only one test failed.", "failed: 3\n", ""),  # a lone "one" that is a count
+        ("The total is:\n```\n999\n```", "total: 6\n", ""),  # fenced, not the program's
+        ("The total is ```999```.", "total: 6\n", ""),
+        ("The total is\n999. That is final.", "total: 6\n", ""),  # not a list marker
+        ("The total is\n999) final.", "total: 6\n", ""),
+        ("The total is\n1. That is all.", "total: 6\n", ""),  # a list of one is no list
+        ("Between 3-500 rows.", "rows: 6\n3\n", ""),  # a range, not an identifier
+        ("The total is `100`.", "total: 6\n", "for i in range(100): pass\nprint('total:', 6)"),
+        ("The key has 12 digits.", "key_len: 6\n", ""),  # not a rounding statement
+        ("Revenue fell by 3.", "revenue change: 3\n", ""),  # the output's change is +3
+        ("Sales were up-40% this year.", "growth: 0.1\n", ""),
+        ("The top-500 customers bought it.", "customers: 6\n", ""),
+        ("The net cost was (300).", "cost: 300\n", ""),  # accounting: -300
+        ("The mean is 1e3.", "mean: 1000.4\n", ""),  # scientific notation states its digits
+        ("Rows: \u0669\u0669\u0669", "rows: 6\n", ""),  # Arabic-Indic digits
+        ("Rows: 1\u200b2", "answer: 1\nother: 2\n", ""),  # a zero-width space inside 12
+        ("Rows: \uff11\uff12", "answer: 1\nother: 2\n", ""),  # fullwidth digits
+        ("The answer is 4 2.", "answer: 4\nother: 2\n", ""),  # digit groups are one number
+        ("The answer is 1_2.", "answer: 1\nother: 2\n", ""),
+        ("The answer is 1'2.", "answer: 1\nother: 2\n", ""),
+        ("There are 6 K rows.", "rows: 6\n", ""),  # a spaced magnitude
+        ("There are 6 millions of rows.", "rows: 6\n", ""),
+        ("There are 6-million rows.", "rows: 6\n", ""),
+        ("It cost 6 grand.", "cost: 6\n", ""),
+        ("Rows: 6 squared.", "rows: 6\n", ""),  # operations in symbols and words claim their value
+        ("Rows: 2^10.", "rows: 2\n10\n", ""),
+        ("Rows: 6 times 10.", "rows: 6\n10\n", ""),
+        ("It weighs 6 tonnes.", "weight: 6\n", ""),  # a unit no output states
+        ("Revenue saw a 3 drop.", "revenue change: 3\n", ""),  # the direction named after it
+        ("The total is `x = 999`.", "total: 6\n", "x = 999\nprint('total:', 6)"),
+    ],
+)
 def test_false_number_expressions_are_refused(answer: str, stdout: str, code: str) -> None:
     assert not grounded(answer, stdout, code)
 
 
-@pytest.mark.parametrize(("answer", "stdout"), [
-    ("There were over 1,000 rows.", "rows: 5000\n"),  # bounds
-    ("There were fewer than 10 errors.", "errors: 0\n"),
-    ("At least 1 row was dropped.", "dropped: 3\n"),
-    ("Rows rose from 10 to 12, up 20%.", "before: 10\nafter: 12\n"),  # derived from two
-    ("Rows went 10 -> 12, up 2.", "before: 10\nafter: 12\n"),  # an arrow is no bound
-    ("The area is 10\u00b2.", "area: 100\n"),
-    ("Rows fell by 3, from 9 to 6.", "before: 9\nafter: 6\n"),
-    ("The share is two thirds.", "share: 0.6667\n"),  # a fraction the output rounded
-    ("The share is 66.7%.", "share: 0.6667\n"),
-    ("It took 1.5 seconds.", "elapsed: 1.5s\n"),  # the output's unit glued to its digits
-    ("The total was 1.2 million.", "total: 1234567\n"),  # the rounding a magnitude implies
-    ("The file is 2 KB.", "size_bytes: 2048\n"),
-    ("The answer is forty-two.", "42\n"),
-    ("The rate is 1.2 \u00d7 10\u207b\u2075.", "rate: 1.2e-05\n"),
-    ("Revenue was $5bn.", "revenue_usd: 5000000000\n"),  # the honest twins of the above
-    ("The new version is 1.1x faster.", "speedup: 1.1\n"),
-    ("There are a dozen rows.", "rows: 12\n"),
-    ("Half of the rows are empty.", "empty_share: 0.5\n"),
-    ("The net cost was (300).", "net cost: -300\n"),
-    ("Rows: 1\u200b2", "rows: 12\n"),
-])
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("There were over 1,000 rows.", "rows: 5000\n"),  # bounds
+        ("There were fewer than 10 errors.", "errors: 0\n"),
+        ("At least 1 row was dropped.", "dropped: 3\n"),
+        ("Rows rose from 10 to 12, up 20%.", "before: 10\nafter: 12\n"),  # derived from two
+        ("Rows went 10 -> 12, up 2.", "before: 10\nafter: 12\n"),  # an arrow is no bound
+        ("The area is 10\u00b2.", "area: 100\n"),
+        ("Rows fell by 3, from 9 to 6.", "before: 9\nafter: 6\n"),
+        ("The share is two thirds.", "share: 0.6667\n"),  # a fraction the output rounded
+        ("The share is 66.7%.", "share: 0.6667\n"),
+        ("It took 1.5 seconds.", "elapsed: 1.5s\n"),  # the output's unit glued to its digits
+        ("The total was 1.2 million.", "total: 1234567\n"),  # the rounding a magnitude implies
+        ("The file is 2 KB.", "size_bytes: 2048\n"),
+        ("The answer is forty-two.", "42\n"),
+        ("The rate is 1.2 \u00d7 10\u207b\u2075.", "rate: 1.2e-05\n"),
+        ("Revenue was $5bn.", "revenue_usd: 5000000000\n"),  # the honest twins of the above
+        ("The new version is 1.1x faster.", "speedup: 1.1\n"),
+        ("There are a dozen rows.", "rows: 12\n"),
+        ("Half of the rows are empty.", "empty_share: 0.5\n"),
+        ("The net cost was (300).", "net cost: -300\n"),
+        ("Rows: 1\u200b2", "rows: 12\n"),
+    ],
+)
 def test_honest_number_expressions_pass(answer: str, stdout: str) -> None:
     assert grounded(answer, stdout)
 
 
-@pytest.mark.parametrize(("answer", "stdout"), [
-    ("Rows rose from 10 to 12, up 30%.", "before: 10\nafter: 12\n"),  # wrong change
-    ("Rows fell from 10 to 12, down 20%.", "before: 10\nafter: 12\n"),  # wrong direction
-    ("Rows fell by 3, from 6 to 9.", "before: 6\nafter: 9\n"),
-    ("Rows rose from 10 to 12. Sales were up 20%.", "before: 10\nafter: 12\n"),  # another sentence
-    ("Sales were 10 and rows 12, up 20%.", "sales: 10\nrows: 12\n"),  # no change stated
-    ("There were fewer than 10 errors.", "errors: 50\nwarnings: 3\n"),  # the errors line says
-    ("There were over 1,000 rows.", "rows: 5000000\n"),  # a bound is a claim about size
-    ("The share is two thirds.", "share: 0.6\n"),
-    ("The share is a third.", "share: 0.3\n"),  # one printed digit is no third
-    ("The area is 10\u00b2.", "area: 102\n"),  # a superscript is a power
-    ("It took 1.5 seconds.", "elapsed: 1.5\n"),  # no output states the unit
-])
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("Rows rose from 10 to 12, up 30%.", "before: 10\nafter: 12\n"),  # wrong change
+        ("Rows fell from 10 to 12, down 20%.", "before: 10\nafter: 12\n"),  # wrong direction
+        ("Rows fell by 3, from 6 to 9.", "before: 6\nafter: 9\n"),
+        (
+            "Rows rose from 10 to 12. Sales were up 20%.",
+            "before: 10\nafter: 12\n",
+        ),  # another sentence
+        ("Sales were 10 and rows 12, up 20%.", "sales: 10\nrows: 12\n"),  # no change stated
+        ("There were fewer than 10 errors.", "errors: 50\nwarnings: 3\n"),  # the errors line says
+        ("There were over 1,000 rows.", "rows: 5000000\n"),  # a bound is a claim about size
+        ("The share is two thirds.", "share: 0.6\n"),
+        ("The share is a third.", "share: 0.3\n"),  # one printed digit is no third
+        ("The area is 10\u00b2.", "area: 102\n"),  # a superscript is a power
+        ("It took 1.5 seconds.", "elapsed: 1.5\n"),  # no output states the unit
+    ],
+)
 def test_bounds_changes_and_fractions_stay_tied_to_the_evidence(answer: str, stdout: str) -> None:
     assert not grounded(answer, stdout)
 
 
 # -- issue 37, third attack: read conservatively, never generously ------------------------------
 
-@pytest.mark.parametrize(("answer", "stdout", "code"), [
-    ("There are 42 rows.", "4 2\n", ""),  # G1: print(4, 2) is two numbers
-    ("There are 6,500 rows.", "6 500\n", ""),
-    ("There are 6,500 rows.", "counts: [6,500]\n", ""),  # a JSON list
-    ("The year was 20235.", "2023 5\n", ""),
-    ("There are 1,00,000 rows.", "rows: 1\nerrors: 0\n", ""),  # G2: read whole or literally
-    ("There are 1.000.000 rows.", "rows: 1\n", ""),
-    ("There are 10^{3} rows.", "base: 10\nexp: 3\n", ""),
-    ("There are 10<sup>3</sup> rows.", "base: 10\nexp: 3\n", ""),
-    ("There are 6 x 1000 rows.", "rows: 6\nlimit: 1000\n", ""),
-    ("There are 6\u00b71000 rows.", "rows: 6\nlimit: 1000\n", ""),
-    ("The mask is 0xFF.", "flags: 0\n", ""),
-    ("\u00be of the rows failed.", "failed: 1\nrows: 4\ncols: 3\n", ""),
-    ("\u00bd of the rows failed.", "failed: 1 of 6\ncols: 2\n", ""),
-    ("3/4 of the rows failed.", "failed: 1\nrows: 4\nwarnings: 3\n", ""),
-    ("The value is 1/0.", "value: 1\nzero: 0\n", ""),
-    ("The run took 1:30.", "duration: 30\nruns: 1\n", ""),
-    ("There were 5-7 rows.", "a: 5\nb: 7\nrows: 100\n", ""),
-    ("The answer is 6e.", "answer: 6\n", ""),
-    ("There were 5\u2030 errors.", "errors: 5%\n", ""),
-    ("Revenue was 6 Mio.", "revenue: 6\n", ""),  # G3: magnitudes it does not know
-    ("Revenue was 6 mil.", "revenue: 6\n", ""),
-    ("Revenue was 6 Mrd.", "revenue: 6\n", ""),
-    ("Revenue was 6T.", "revenue: 6\n", ""),
-    ("Revenue was 6 thou.", "revenue: 6\n", ""),
-    ("Thousands of rows failed.", "failed: 3\n", ""),
-    ("Hundreds of tests failed.", "failed: 3\n", ""),
-    ("Dozens of errors.", "errors: 2\n", ""),
-    ("Rows rose from 1 to 2, up 100%.", "before: 1.4\nafter: 1.6\n", ""),  # G4
-    ("Rows rose from 1 million to 2 million, up 100%.", "before: 1400000\nafter: 1600000\n",
-     ""),
-    ("There were no more than 6 errors.", "errors: 50\n", ""),  # G5: bounds and signs
-    ("There were no fewer than 10 errors.", "errors: 2\n", ""),
-    ("More than 100 of the tests failed.", "failed: 3\ntotal: 500\n", ""),
-    ("Revenue was 3% lower.", "growth: 3%\n", ""),
-    ("Sales are 3% down.", "growth: 3%\n", ""),
-    ("It was 3% cheaper.", "price change: 3%\n", ""),
-    ("Nearly 1000 rows.", "rows: 1049\n", ""),
-    ("The clock runs at 5 GHz.", "freq: 5 MHz\n", ""),  # G6: units are the value's own
-    ("It took 3 hours.", "elapsed: 3 seconds\ntimeout: 2 hours\n", ""),
-    ("The file is 5 GB.", "size: 5 MB\n", ""),
-    ("It weighs 5 kg.", "weight: 5 lb\nunit: kg\n", ""),
-    ("There are 50 rows.", "missing: 50%\n", ""),
-    ("Rates rose 50 basis points.", "rate change: 50%\n", ""),
-    ("Share rose 5 percentage points.", "share growth: 5%\n", ""),
-    ("There are\n```\n999 rows\n```", "rows: 6\n", 'doc = """\n999 rows\n"""\nprint(6)'),  # G7
-    ("The total is\n```\n999\n```", "rows: 6\n", "999\nprint(6)"),
-    ("No tests failed.", "failed: 3\n", ""),  # G8: counts in words
-    ("A single test failed.", "failed: 3\n", ""),
-    ("Twice as fast.", "speedup: 1.1\n", ""),
-    ("There are not 6 rows.", "rows: 6\n", ""),
-    ("The loss is NaN.", "loss: 0.3\n", ""),
-])
+
+@pytest.mark.parametrize(
+    ("answer", "stdout", "code"),
+    [
+        ("There are 42 rows.", "4 2\n", ""),  # G1: print(4, 2) is two numbers
+        ("There are 6,500 rows.", "6 500\n", ""),
+        ("There are 6,500 rows.", "counts: [6,500]\n", ""),  # a JSON list
+        ("The year was 20235.", "2023 5\n", ""),
+        ("There are 1,00,000 rows.", "rows: 1\nerrors: 0\n", ""),  # G2: read whole or literally
+        ("There are 1.000.000 rows.", "rows: 1\n", ""),
+        ("There are 10^{3} rows.", "base: 10\nexp: 3\n", ""),
+        ("There are 10<sup>3</sup> rows.", "base: 10\nexp: 3\n", ""),
+        ("There are 6 x 1000 rows.", "rows: 6\nlimit: 1000\n", ""),
+        ("There are 6\u00b71000 rows.", "rows: 6\nlimit: 1000\n", ""),
+        ("The mask is 0xFF.", "flags: 0\n", ""),
+        ("\u00be of the rows failed.", "failed: 1\nrows: 4\ncols: 3\n", ""),
+        ("\u00bd of the rows failed.", "failed: 1 of 6\ncols: 2\n", ""),
+        ("3/4 of the rows failed.", "failed: 1\nrows: 4\nwarnings: 3\n", ""),
+        ("The value is 1/0.", "value: 1\nzero: 0\n", ""),
+        ("The run took 1:30.", "duration: 30\nruns: 1\n", ""),
+        ("There were 5-7 rows.", "a: 5\nb: 7\nrows: 100\n", ""),
+        ("The answer is 6e.", "answer: 6\n", ""),
+        ("There were 5\u2030 errors.", "errors: 5%\n", ""),
+        ("Revenue was 6 Mio.", "revenue: 6\n", ""),  # G3: magnitudes it does not know
+        ("Revenue was 6 mil.", "revenue: 6\n", ""),
+        ("Revenue was 6 Mrd.", "revenue: 6\n", ""),
+        ("Revenue was 6T.", "revenue: 6\n", ""),
+        ("Revenue was 6 thou.", "revenue: 6\n", ""),
+        ("Thousands of rows failed.", "failed: 3\n", ""),
+        ("Hundreds of tests failed.", "failed: 3\n", ""),
+        ("Dozens of errors.", "errors: 2\n", ""),
+        ("Rows rose from 1 to 2, up 100%.", "before: 1.4\nafter: 1.6\n", ""),  # G4
+        (
+            "Rows rose from 1 million to 2 million, up 100%.",
+            "before: 1400000\nafter: 1600000\n",
+            "",
+        ),
+        ("There were no more than 6 errors.", "errors: 50\n", ""),  # G5: bounds and signs
+        ("There were no fewer than 10 errors.", "errors: 2\n", ""),
+        ("More than 100 of the tests failed.", "failed: 3\ntotal: 500\n", ""),
+        ("Revenue was 3% lower.", "growth: 3%\n", ""),
+        ("Sales are 3% down.", "growth: 3%\n", ""),
+        ("It was 3% cheaper.", "price change: 3%\n", ""),
+        ("Nearly 1000 rows.", "rows: 1049\n", ""),
+        ("The clock runs at 5 GHz.", "freq: 5 MHz\n", ""),  # G6: units are the value's own
+        ("It took 3 hours.", "elapsed: 3 seconds\ntimeout: 2 hours\n", ""),
+        ("The file is 5 GB.", "size: 5 MB\n", ""),
+        ("It weighs 5 kg.", "weight: 5 lb\nunit: kg\n", ""),
+        ("There are 50 rows.", "missing: 50%\n", ""),
+        ("Rates rose 50 basis points.", "rate change: 50%\n", ""),
+        ("Share rose 5 percentage points.", "share growth: 5%\n", ""),
+        ("There are\n```\n999 rows\n```", "rows: 6\n", 'doc = """\n999 rows\n"""\nprint(6)'),  # G7
+        ("The total is\n```\n999\n```", "rows: 6\n", "999\nprint(6)"),
+        ("No tests failed.", "failed: 3\n", ""),  # G8: counts in words
+        ("A single test failed.", "failed: 3\n", ""),
+        ("Twice as fast.", "speedup: 1.1\n", ""),
+        ("There are not 6 rows.", "rows: 6\n", ""),
+        ("The loss is NaN.", "loss: 0.3\n", ""),
+    ],
+)
 def test_false_answers_read_generously_are_refused(answer: str, stdout: str, code: str) -> None:
     assert not grounded(answer, stdout, code)
 
 
-@pytest.mark.parametrize(("answer", "stdout"), [
-    ("There are 6,500 rows.", "rows: 6,500\n"),  # thousands grouping as one token
-    ("There are 6,500 rows.", "rows: 6500\n"),
-    ("There are 1,000 rows.", "{\"rows\": 1000}\n"),
-    ("The run took 1:30.", "duration: 1:30\n"),  # literal runs an output shows
-    ("It took 1h30m.", "elapsed: 1h30m\n"),
-    ("3/4 of the rows failed.", "failed: 3/4\n"),
-    ("3/4 of the rows failed.", "share failed: 0.75\n"),
-    ("Rows rose from 10 to 12, up 20%.", "before: 10\nafter: 12\n"),
-    ("There were no more than 6 errors.", "errors: 5\n"),
-    ("More than 100 of the tests failed.", "failed: 300\ntotal: 500\n"),
-    ("Revenue was 3% lower.", "growth: -3%\n"),
-    ("Nearly 1000 rows.", "rows: 987\n"),
-    ("The file is 5 MB.", "size: 5 MB\n"),
-    ("The file is 5 MB.", "size_mb: 5\n"),
-    ("The clock runs at 5 GHz.", "freq: 5000 MHz\n"),
-    ("It took 90 minutes.", "elapsed: 1.5 hours\n"),
-    ("Share rose 5 percentage points, from 10% to 15%.", "before: 10%\nafter: 15%\n"),
-    ("The total is\n```\ntotal = 999 - 993\n```", "total: 6\n"),
-    ("No tests failed.", "failed: 0\npassed: 12\n"),
-    ("A single test failed.", "failed: 1\n"),
-    ("Twice as fast.", "speedup: 2.0\n"),
-])
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("There are 6,500 rows.", "rows: 6,500\n"),  # thousands grouping as one token
+        ("There are 6,500 rows.", "rows: 6500\n"),
+        ("There are 1,000 rows.", '{"rows": 1000}\n'),
+        ("The run took 1:30.", "duration: 1:30\n"),  # literal runs an output shows
+        ("It took 1h30m.", "elapsed: 1h30m\n"),
+        ("3/4 of the rows failed.", "failed: 3/4\n"),
+        ("3/4 of the rows failed.", "share failed: 0.75\n"),
+        ("Rows rose from 10 to 12, up 20%.", "before: 10\nafter: 12\n"),
+        ("There were no more than 6 errors.", "errors: 5\n"),
+        ("More than 100 of the tests failed.", "failed: 300\ntotal: 500\n"),
+        ("Revenue was 3% lower.", "growth: -3%\n"),
+        ("Nearly 1000 rows.", "rows: 987\n"),
+        ("The file is 5 MB.", "size: 5 MB\n"),
+        ("The file is 5 MB.", "size_mb: 5\n"),
+        ("The clock runs at 5 GHz.", "freq: 5000 MHz\n"),
+        ("It took 90 minutes.", "elapsed: 1.5 hours\n"),
+        ("Share rose 5 percentage points, from 10% to 15%.", "before: 10%\nafter: 15%\n"),
+        ("The total is\n```\ntotal = 999 - 993\n```", "total: 6\n"),
+        ("No tests failed.", "failed: 0\npassed: 12\n"),
+        ("A single test failed.", "failed: 1\n"),
+        ("Twice as fast.", "speedup: 2.0\n"),
+    ],
+)
 def test_honest_answers_read_exactly_pass(answer: str, stdout: str) -> None:
     assert grounded(answer, stdout, "total = 999 - 993\nprint('total:', total)")
 
 
 def test_a_large_output_costs_a_lookup_per_claim_not_a_scan(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     compared = 0
     real = ground.matches
 
@@ -426,7 +517,7 @@ def test_a_large_output_costs_a_lookup_per_claim_not_a_scan(
 
     monkeypatch.setattr(ground, "matches", counting)
     stdout = "".join(" ".join(str(i * 8 + j) for j in range(8)) + "\n" for i in range(4000))
-    answer = " ".join(f"Value {i}.5 fell by {10 ** 7 + i}." for i in range(50))
+    answer = " ".join(f"Value {i}.5 fell by {10**7 + i}." for i in range(50))
     assert not grounded(answer + " The last is 31999.", stdout)
     assert grounded("The last is 31999.", stdout)
     assert compared < 20_000  # a scan compares each of 102 claims with all 32,000 numbers

@@ -19,8 +19,9 @@ def test_code_in_a_markdown_fence_is_unwrapped() -> None:
     assert Program(code="print('```')").code == "print('```')"
 
 
-def test_config_file_names_the_model_and_server(no_model_env: None, tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_config_file_names_the_model_and_server(
+    no_model_env: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from pydantic_ai.models.openai import OpenAIChatModel
 
     path = tmp_path / "agent.toml"
@@ -37,8 +38,9 @@ def test_config_file_names_the_model_and_server(no_model_env: None, tmp_path: Pa
     assert load_config("cli-model").model == "cli-model"  # and the call beats both
 
 
-def test_invalid_config_file_is_a_usage_error(no_model_env: None, tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_invalid_config_file_is_a_usage_error(
+    no_model_env: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "agent.toml"
     path.write_text("model = [1, 2]\n")
     monkeypatch.setenv("EXECBOX_AGENT_CONFIG", str(path))
@@ -46,8 +48,9 @@ def test_invalid_config_file_is_a_usage_error(no_model_env: None, tmp_path: Path
         load_config()
 
 
-def test_provider_model_strings_go_through_pydantic_ai(no_model_env: None,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_provider_model_strings_go_through_pydantic_ai(
+    no_model_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key-not-used")
     model = resolve_model("anthropic:claude-sonnet-4-5")
     assert (model.system, model.model_name) == ("anthropic", "claude-sonnet-4-5")
@@ -56,7 +59,8 @@ def test_provider_model_strings_go_through_pydantic_ai(no_model_env: None,
 
 
 def test_output_that_never_validates_ends_in_a_model_error_failure(
-        executor: execbox.Executor) -> None:
+    executor: execbox.Executor,
+) -> None:
     model = ScriptedModel({"plan": [plan("x")], "generate": [{"notes": "no code"}] * 5})
     answer = ask("Anything?", executor=executor, model=model.model)
     assert answer.status == "failed"

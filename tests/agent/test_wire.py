@@ -15,13 +15,14 @@ from execbox.agent import ask
 from execbox.agent.trace import TraceStore
 from execbox.cli import main
 
-CODE = "import json\nvalues = [3, 1, 2]\nprint('sum', sum(values))\nprint(json.dumps(sum(values)))\n"
+CODE = (
+    "import json\nvalues = [3, 1, 2]\nprint('sum', sum(values))\nprint(json.dumps(sum(values)))\n"
+)
 
 
 def chat_script() -> dict[str, list[object]]:
     return {
-        "submit_plan": [plan("the sum of 3, 1 and 2",
-                             invariants=[("positive", "result > 0")])],
+        "submit_plan": [plan("the sum of 3, 1 and 2", invariants=[("positive", "result > 0")])],
         "submit_generate": [program(CODE)],
         "submit_verify": [approve],
         "submit_answer": [answer_from_result],
@@ -29,10 +30,10 @@ def chat_script() -> dict[str, list[object]]:
 
 
 def test_openai_compatible_server_drives_the_whole_ask_over_http(
-        executor: execbox.Executor, no_model_env: None) -> None:
+    executor: execbox.Executor, no_model_env: None
+) -> None:
     with serve(chat_script()) as (chat, url):
-        answer = ask("What is 3 + 1 + 2?", executor=executor, model="served-model",
-                     base_url=url)
+        answer = ask("What is 3 + 1 + 2?", executor=executor, model="served-model", base_url=url)
     assert answer.status == "answered", answer.failure
     assert answer.answer == "The result is 6."
     paths = [path for path, _ in chat.requests]
@@ -53,18 +54,24 @@ def test_openai_compatible_server_drives_the_whole_ask_over_http(
 
 
 def test_stored_trace_shows_every_stage_each_calls_tokens_and_the_cited_runs(
-        executor: execbox.Executor, no_model_env: None) -> None:
+    executor: execbox.Executor, no_model_env: None
+) -> None:
     with serve(chat_script()) as (chat, url):
-        answer = ask("What is 3 + 1 + 2?", executor=executor, model="served-model",
-                     base_url=url)
+        answer = ask("What is 3 + 1 + 2?", executor=executor, model="served-model", base_url=url)
     assert answer.ok
     result = CliRunner().invoke(main, ["runs", "trace", answer.ask_id, "--json"])
     assert result.exit_code == 0, result.output
     trace = json.loads(result.output)
     stages = [(s["stage"], s["status"]) for s in trace["stages"]]
-    assert stages == [("plan", "code"), ("generate", "first"), ("policy", "allow"),
-                      ("execute", "ok"), ("answer", "grounded"), ("verify", "passed"),
-                      ("answer", "answered")]
+    assert stages == [
+        ("plan", "code"),
+        ("generate", "first"),
+        ("policy", "allow"),
+        ("execute", "ok"),
+        ("answer", "grounded"),
+        ("verify", "passed"),
+        ("answer", "answered"),
+    ]
     # One review call judges both the output and the drafted answer.
     assert [c["stage"] for c in trace["model_calls"]] == ["plan", "generate", "answer", "verify"]
     assert all(c["input_tokens"] > 0 and c["output_tokens"] > 0 for c in trace["model_calls"])
@@ -84,20 +91,36 @@ def test_stored_trace_shows_every_stage_each_calls_tokens_and_the_cited_runs(
 
 
 def test_cli_ask_prints_the_answer_as_json_and_writes_artifacts(
-        executor: execbox.Executor, no_model_env: None, tmp_path: object) -> None:
+    executor: execbox.Executor, no_model_env: None, tmp_path: object
+) -> None:
     from pathlib import Path
 
     out = Path(str(tmp_path)) / "out"
     data = Path(str(tmp_path)) / "numbers.csv"
     data.write_text("n\n3\n1\n2\n")
-    code = ("import json, pandas as pd\ndf = pd.read_csv('numbers.csv')\n"
-            "df.sort_values('n').to_csv('sorted.csv', index=False)\n"
-            "print(json.dumps(int(df.n.sum())))\n")
+    code = (
+        "import json, pandas as pd\ndf = pd.read_csv('numbers.csv')\n"
+        "df.sort_values('n').to_csv('sorted.csv', index=False)\n"
+        "print(json.dumps(int(df.n.sum())))\n"
+    )
     script = chat_script() | {"submit_generate": [program(code)]}
     with serve(script) as (_chat, url):
-        result = CliRunner().invoke(main, [
-            "ask", "Sum of n, and write it sorted?", "--file", str(data), "--model",
-            "served-model", "--base-url", url, "--json", "--artifacts-dir", str(out)])
+        result = CliRunner().invoke(
+            main,
+            [
+                "ask",
+                "Sum of n, and write it sorted?",
+                "--file",
+                str(data),
+                "--model",
+                "served-model",
+                "--base-url",
+                url,
+                "--json",
+                "--artifacts-dir",
+                str(out),
+            ],
+        )
     assert result.exit_code == 0, result.output
     answer = json.loads(result.stdout)
     assert answer["status"] == "answered" and answer["outputs"][0]["result"] == 6

@@ -15,10 +15,12 @@ from execbox import Executor
 EXECBOX = [sys.executable, "-m", "execbox.cli"]
 
 
-def cli(*args: str, stdin: bytes = b"", env: dict[str, str] | None = None,
-        **kw: object) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([*EXECBOX, *args], input=stdin, capture_output=True, timeout=120,
-                          env=env, **kw)  # type: ignore[call-overload]
+def cli(
+    *args: str, stdin: bytes = b"", env: dict[str, str] | None = None, **kw: object
+) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [*EXECBOX, *args], input=stdin, capture_output=True, timeout=120, env=env, **kw
+    )  # type: ignore[call-overload]
 
 
 @pytest.fixture(scope="module")
@@ -60,30 +62,45 @@ def test_inputs_stdin_env_and_artifacts_reach_the_run(sandbox: Executor, tmp_pat
         "open('out/result.txt', 'w').write('done') if os.makedirs('out') is None else None\n"
     )
     out_dir = tmp_path / "arts"
-    proc = cli("run", str(prog), "--input", f"{data}:in.csv", "--stdin", str(feed),
-               "--env", "GREETING=hi", "--artifacts-dir", str(out_dir))
+    proc = cli(
+        "run",
+        str(prog),
+        "--input",
+        f"{data}:in.csv",
+        "--stdin",
+        str(feed),
+        "--env",
+        "GREETING=hi",
+        "--artifacts-dir",
+        str(out_dir),
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == b"['a', '1', '2'] from-stdin hi\n"
     assert (out_dir / "out" / "result.txt").read_text() == "done"
     assert b"artifact out/result.txt" in proc.stderr
 
 
-@pytest.mark.parametrize("args,message", [
-    (["run", "/nonexistent/prog.py"], b"cannot read"),
-    (["run", "-", "--env", "NOEQUALS"], b"NAME=VALUE"),
-    (["run", "-", "--timeout", "0"], b"timeout_s"),
-    (["run", "-", "--input", "/nonexistent/data.csv"], b"cannot read input file"),
-])
-def test_usage_errors_exit_2_with_a_clear_message(sandbox: Executor, args: list[str],
-                                                  message: bytes) -> None:
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["run", "/nonexistent/prog.py"], b"cannot read"),
+        (["run", "-", "--env", "NOEQUALS"], b"NAME=VALUE"),
+        (["run", "-", "--timeout", "0"], b"timeout_s"),
+        (["run", "-", "--input", "/nonexistent/data.csv"], b"cannot read input file"),
+    ],
+)
+def test_usage_errors_exit_2_with_a_clear_message(
+    sandbox: Executor, args: list[str], message: bytes
+) -> None:
     proc = cli(*args, stdin=b"print(1)\n")
     assert proc.returncode == 2
     assert message in proc.stderr
     assert b"Traceback" not in proc.stderr
 
 
-def test_undecodable_file_is_one_syntax_error_result_and_a_record(sandbox: Executor,
-                                                                    tmp_path: Path) -> None:
+def test_undecodable_file_is_one_syntax_error_result_and_a_record(
+    sandbox: Executor, tmp_path: Path
+) -> None:
     prog = tmp_path / "p.py"
     prog.write_bytes("x = 'é'\nprint(x)\ny = '".encode() + b"\xff'\n")
     proc = cli("run", str(prog), "--json", "--no-cache")
@@ -111,8 +128,9 @@ def test_undecodable_stdin_prints_cpythons_syntax_error(sandbox: Executor) -> No
     assert as_json.returncode == 1 and json.loads(as_json.stdout)["error"]["line"] == 3
 
 
-def test_coding_cookie_and_bom_are_read_as_cpython_reads_them(sandbox: Executor,
-                                                              tmp_path: Path) -> None:
+def test_coding_cookie_and_bom_are_read_as_cpython_reads_them(
+    sandbox: Executor, tmp_path: Path
+) -> None:
     latin = tmp_path / "latin.py"
     latin.write_bytes(b"# -*- coding: latin-1 -*-\nprint('caf\xe9')\n")
     proc = cli("run", str(latin))
@@ -174,9 +192,15 @@ def test_runs_list_show_replay_and_approve(sandbox: Executor, tmp_path: Path) ->
     assert shown["code"] == "print('replay me')\n" and shown["status"] == "ok"
     replay = cli("runs", "replay", run_id, env=env)
     assert replay.returncode == 0 and b"matches" in replay.stdout
-    held = cli("run", "-", "--json", "--profile", "held",
-               stdin=b"import shutil\nshutil.rmtree('x', ignore_errors=True)\nprint('released')\n",
-               env=env)
+    held = cli(
+        "run",
+        "-",
+        "--json",
+        "--profile",
+        "held",
+        stdin=b"import shutil\nshutil.rmtree('x', ignore_errors=True)\nprint('released')\n",
+        env=env,
+    )
     held_result = json.loads(held.stdout)
     assert held.returncode == 1 and held_result["status"] == "needs_approval"
     approved = cli("runs", "approve", held_result["run_id"], "--by", "ops", "--json", env=env)

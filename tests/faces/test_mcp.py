@@ -30,10 +30,20 @@ from execbox.server.auth import ADMIN, KeyStore
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SERVER = [sys.executable, "-m", "execbox.cli", "mcp"]
-TOOLS = {"run_python", "read_artifact", "session_create", "session_run", "session_write_file",
-         "session_read_file", "session_list_files", "session_close"}
-CHART = ("import matplotlib.pyplot as plt\nplt.plot([1, 4, 2, 8])\nplt.title('sales')\n"
-         "plt.savefig('chart.png')\nprint('saved')\n")
+TOOLS = {
+    "run_python",
+    "read_artifact",
+    "session_create",
+    "session_run",
+    "session_write_file",
+    "session_read_file",
+    "session_list_files",
+    "session_close",
+}
+CHART = (
+    "import matplotlib.pyplot as plt\nplt.plot([1, 4, 2, 8])\nplt.title('sales')\n"
+    "plt.savefig('chart.png')\nprint('saved')\n"
+)
 _T = TypeVar("_T")
 
 
@@ -53,8 +63,11 @@ def _text(result: Any) -> str:
 
 def _images(result: Any) -> list[bytes]:
     assert isinstance(result, CallToolResult), result
-    return [base64.b64decode(c.data) for c in result.content
-            if isinstance(c, ImageContent) and c.mime_type == "image/png"]
+    return [
+        base64.b64decode(c.data)
+        for c in result.content
+        if isinstance(c, ImageContent) and c.mime_type == "image/png"
+    ]
 
 
 def _descendants(pid: int) -> set[int]:
@@ -109,14 +122,17 @@ def _run(fn: Callable[[], Awaitable[_T]]) -> _T:
 async def _stdio(errlog: Path) -> AsyncIterator[ClientSession]:
     params = StdioServerParameters(command=SERVER[0], args=SERVER[1:], env=dict(os.environ))
     with errlog.open("w") as log:
-        async with stdio_client(params, errlog=log) as (read, write), \
-                ClientSession(read, write, read_timeout_seconds=60) as session:
+        async with (
+            stdio_client(params, errlog=log) as (read, write),
+            ClientSession(read, write, read_timeout_seconds=60) as session,
+        ):
             await session.initialize()
             yield session
 
 
 def test_stdio_client_lists_the_tools_and_runs_code_with_a_chart_as_an_image(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     async def main() -> tuple[Any, Any, Any]:
         async with _stdio(tmp_path / "server.log") as client:
             listed = await client.list_tools()
@@ -153,17 +169,20 @@ def test_stdio_server_stops_its_sandbox_when_the_client_leaves(tmp_path: Path) -
     assert _wait_gone(spawned) == set()
 
 
-INITIALIZE = (b'{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {'
-              b'"protocolVersion": "2025-06-18", "capabilities": {}, '
-              b'"clientInfo": {"name": "test", "version": "0"}}}\n')
+INITIALIZE = (
+    b'{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {'
+    b'"protocolVersion": "2025-06-18", "capabilities": {}, '
+    b'"clientInfo": {"name": "test", "version": "0"}}}\n'
+)
 
 
 @pytest.mark.parametrize("when", ["starting", "serving"])
 def test_stdio_server_stops_cleanly_on_sigterm(tmp_path: Path, when: str) -> None:
     log = tmp_path / "server.log"
     with log.open("w") as errlog:
-        proc = subprocess.Popen(SERVER, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=errlog)
+        proc = subprocess.Popen(
+            SERVER, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errlog
+        )
     assert proc.stdin is not None and proc.stdout is not None
     try:
         below: set[int] = set()
@@ -211,16 +230,19 @@ class HttpServer:
 
 
 @contextmanager
-def _http_server_process(log: Path, *options: str, db: str | None = None
-                         ) -> Iterator[HttpServer]:
+def _http_server_process(log: Path, *options: str, db: str | None = None) -> Iterator[HttpServer]:
     """`execbox mcp --transport http` on a free loopback port, listening; stopped (and anything
     it left behind killed) on the way out. `db`: its records and keys (default: the tests')."""
     port = _free_port()
     db = db or os.environ["EXECBOX_DB_URL"]
     with log.open("w") as errlog:
-        proc = subprocess.Popen([*SERVER, "--transport", "http", "--port", str(port), *options],
-                                stdin=subprocess.DEVNULL, stdout=errlog, stderr=errlog,
-                                env={**os.environ, "EXECBOX_DB_URL": db})
+        proc = subprocess.Popen(
+            [*SERVER, "--transport", "http", "--port", str(port), *options],
+            stdin=subprocess.DEVNULL,
+            stdout=errlog,
+            stderr=errlog,
+            env={**os.environ, "EXECBOX_DB_URL": db},
+        )
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -260,22 +282,29 @@ def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServer
 async def _http(server: HttpServer, key: str | None = None) -> AsyncIterator[ClientSession]:
     """An MCP client session over HTTP with `key` (default: the server's first key)."""
     headers = {"Authorization": f"Bearer {key or server.key}"}
-    async with create_mcp_http_client(headers=headers) as http, \
-            streamable_http_client(server.url, http_client=http) as (read, write), \
-            ClientSession(read, write, read_timeout_seconds=60) as session:
+    async with (
+        create_mcp_http_client(headers=headers) as http,
+        streamable_http_client(server.url, http_client=http) as (read, write),
+        ClientSession(read, write, read_timeout_seconds=60) as session,
+    ):
         await session.initialize()
         yield session
 
 
 def test_http_client_lists_the_tools_and_gets_an_error_with_its_line(
-        http_server: HttpServer) -> None:
+    http_server: HttpServer,
+) -> None:
     async def main() -> tuple[Any, Any]:
         async with _http(http_server) as client:
             listed = await client.list_tools()
-            failed = await client.call_tool("run_python", {
-                "code": "import pandas as pd\ndf = pd.read_csv('t.csv')\nprint(df.a.sum())\n"
-                        "df.missing\n",
-                "files": {"t.csv": "a\n1\n2\n"}})
+            failed = await client.call_tool(
+                "run_python",
+                {
+                    "code": "import pandas as pd\ndf = pd.read_csv('t.csv')\nprint(df.a.sum())\n"
+                    "df.missing\n",
+                    "files": {"t.csv": "a\n1\n2\n"},
+                },
+            )
             return listed, failed
 
     listed, failed = _run(main)
@@ -291,8 +320,9 @@ def test_http_client_gets_a_chart_as_an_image_and_limits_apply(http_server: Http
     async def main() -> tuple[Any, Any]:
         async with _http(http_server) as client:
             chart = await client.call_tool("run_python", {"code": CHART})
-            slow = await client.call_tool("run_python", {
-                "code": "while True:\n    pass\n", "limits": {"timeout_s": 1}})
+            slow = await client.call_tool(
+                "run_python", {"code": "while True:\n    pass\n", "limits": {"timeout_s": 1}}
+            )
             return chart, slow
 
     chart, slow = _run(main)
@@ -305,10 +335,10 @@ def test_http_client_gets_a_chart_as_an_image_and_limits_apply(http_server: Http
 def test_http_bad_arguments_are_a_tool_error_not_a_crash(http_server: HttpServer) -> None:
     async def main() -> tuple[Any, Any]:
         async with _http(http_server) as client:
-            bad_limits = await client.call_tool("run_python", {
-                "code": "print(1)", "limits": {"timeout_s": -1}})
-            unknown = await client.call_tool("session_run", {"session_id": "nope",
-                                                             "code": "1"})
+            bad_limits = await client.call_tool(
+                "run_python", {"code": "print(1)", "limits": {"timeout_s": -1}}
+            )
+            unknown = await client.call_tool("session_run", {"session_id": "nope", "code": "1"})
             return bad_limits, unknown
 
     bad_limits, unknown = _run(main)
@@ -318,7 +348,8 @@ def test_http_bad_arguments_are_a_tool_error_not_a_crash(http_server: HttpServer
 
 
 def test_http_authentication_does_not_wait_for_the_tools_thread_pool(
-        http_server: HttpServer) -> None:
+    http_server: HttpServer,
+) -> None:
     """Tool calls run on anyio's default pool of 40 threads; calls waiting for a busy session
     fill it. Other tenants are still authenticated at once (before, every request waited for a
     free tool thread, a key lookup included)."""
@@ -332,8 +363,9 @@ def test_http_authentication_does_not_wait_for_the_tools_thread_pool(
             results: list[Any] = []
 
             async def call(code: str) -> None:
-                results.append(await client.call_tool("session_run",
-                                                      {"session_id": sid, "code": code}))
+                results.append(
+                    await client.call_tool("session_run", {"session_id": sid, "code": code})
+                )
 
             async with anyio.create_task_group() as flood:
                 flood.start_soon(call, "import time; time.sleep(10)")
@@ -343,8 +375,11 @@ def test_http_authentication_does_not_wait_for_the_tools_thread_pool(
                 await anyio.sleep(1.5)
                 started = time.monotonic()
                 async with httpx.AsyncClient(timeout=30) as http:
-                    answer = await http.post(http_server.url, json=_INITIALIZE, headers={
-                        **_MCP_HEADERS, "Authorization": f"Bearer {victim_key}"})
+                    answer = await http.post(
+                        http_server.url,
+                        json=_INITIALIZE,
+                        headers={**_MCP_HEADERS, "Authorization": f"Bearer {victim_key}"},
+                    )
                 victim_s = time.monotonic() - started
             await client.call_tool("session_close", {"session_id": sid})
         return victim_s, answer, results
@@ -355,14 +390,22 @@ def test_http_authentication_does_not_wait_for_the_tools_thread_pool(
     assert len(results) == 45 and not any(r.is_error for r in results)
 
 
-_INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-    "protocolVersion": "2025-06-18", "capabilities": {},
-    "clientInfo": {"name": "probe", "version": "0"}}}
+_INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "probe", "version": "0"},
+    },
+}
 _MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
 
 
-def _post(server: HttpServer, key: str | None, body: dict[str, Any],
-          session: str | None = None) -> httpx.Response:
+def _post(
+    server: HttpServer, key: str | None, body: dict[str, Any], session: str | None = None
+) -> httpx.Response:
     headers = dict(_MCP_HEADERS)
     if key is not None:
         headers["Authorization"] = f"Bearer {key}"
@@ -373,13 +416,20 @@ def _post(server: HttpServer, key: str | None, body: dict[str, Any],
 
 def test_http_refuses_requests_without_a_tenants_key(http_server: HttpServer) -> None:
     revoked = http_server.new_key("revoked")
-    http_server.keys.revoke(next(k.name for k in http_server.keys.list()
-                                 if k.name.startswith("revoked-") and k.revoked_at is None))
+    http_server.keys.revoke(
+        next(
+            k.name
+            for k in http_server.keys.list()
+            if k.name.startswith("revoked-") and k.revoked_at is None
+        )
+    )
     admin = http_server.new_key("admin", role=ADMIN)
-    for key, status, code in ((None, 401, "missing_api_key"),
-                              ("ebx_not-a-real-key", 401, "invalid_api_key"),
-                              (revoked, 401, "revoked_api_key"),
-                              (admin, 403, "admin_key")):
+    for key, status, code in (
+        (None, 401, "missing_api_key"),
+        ("ebx_not-a-real-key", 401, "invalid_api_key"),
+        (revoked, 401, "revoked_api_key"),
+        (admin, 403, "admin_key"),
+    ):
         refused = _post(http_server, key, _INITIALIZE)
         assert refused.status_code == status, (key, refused.text)
         assert refused.json()["error"]["code"] == code
@@ -390,7 +440,8 @@ def test_http_refuses_requests_without_a_tenants_key(http_server: HttpServer) ->
 
 
 def test_http_tenant_reaches_only_its_own_sessions_runs_and_mcp_sessions(
-        http_server: HttpServer) -> None:
+    http_server: HttpServer,
+) -> None:
     bob = http_server.new_key("bob")
 
     async def main() -> dict[str, Any]:
@@ -398,19 +449,22 @@ def test_http_tenant_reaches_only_its_own_sessions_runs_and_mcp_sessions(
         async with _http(http_server) as alice:
             created = await alice.call_tool("session_create", {})
             sid = created.structured_content["session_id"]
-            ran = await alice.call_tool("run_python", {
-                "code": "open('secret.txt', 'w').write('alice only')"})
+            ran = await alice.call_tool(
+                "run_python", {"code": "open('secret.txt', 'w').write('alice only')"}
+            )
             run_id = ran.structured_content["run_id"]
             async with _http(http_server, bob) as other:
-                out["cell"] = await other.call_tool("session_run", {"session_id": sid,
-                                                                    "code": "1"})
+                out["cell"] = await other.call_tool("session_run", {"session_id": sid, "code": "1"})
                 out["close"] = await other.call_tool("session_close", {"session_id": sid})
-                out["read"] = await other.call_tool("read_artifact", {"run_id": run_id,
-                                                                      "path": "secret.txt"})
-            out["own_cell"] = await alice.call_tool("session_run", {"session_id": sid,
-                                                                    "code": "40 + 2"})
-            out["own_read"] = await alice.call_tool("read_artifact", {"run_id": run_id,
-                                                                      "path": "secret.txt"})
+                out["read"] = await other.call_tool(
+                    "read_artifact", {"run_id": run_id, "path": "secret.txt"}
+                )
+            out["own_cell"] = await alice.call_tool(
+                "session_run", {"session_id": sid, "code": "40 + 2"}
+            )
+            out["own_read"] = await alice.call_tool(
+                "read_artifact", {"run_id": run_id, "path": "secret.txt"}
+            )
             await alice.call_tool("session_close", {"session_id": sid})
         return out
 
@@ -455,13 +509,16 @@ def test_http_each_key_is_guaranteed_its_share_of_the_sessions(tmp_path: Path) -
 
         async def main() -> list[Any]:
             async with _http(server, hog) as first, _http(server, other) as second:
-                answers = [await first.call_tool("session_create", {}),
-                           await first.call_tool("session_create", {}),
-                           await second.call_tool("session_create", {})]
+                answers = [
+                    await first.call_tool("session_create", {}),
+                    await first.call_tool("session_create", {}),
+                    await second.call_tool("session_create", {}),
+                ]
                 for client, answer in ((first, answers[0]), (second, answers[2])):
                     if not answer.is_error:
-                        await client.call_tool("session_close", {
-                            "session_id": answer.structured_content["session_id"]})
+                        await client.call_tool(
+                            "session_close", {"session_id": answer.structured_content["session_id"]}
+                        )
                 return answers
 
         held, refused, other_session = _run(main)
@@ -472,30 +529,43 @@ def test_http_each_key_is_guaranteed_its_share_of_the_sessions(tmp_path: Path) -
 
 @pytest.mark.skipif(not _sessions_available(), reason="sessions have not landed yet")
 def test_http_session_keeps_state_and_files_across_cells_and_returns_chart_images(
-        http_server: HttpServer) -> None:
+    http_server: HttpServer,
+) -> None:
     async def main() -> dict[str, Any]:
         out: dict[str, Any] = {}
         async with _http(http_server) as client:
-            created = await client.call_tool("session_create", {
-                "files": {"in.csv": "x\n1\n2\n3\n"}})
+            created = await client.call_tool(
+                "session_create", {"files": {"in.csv": "x\n1\n2\n3\n"}}
+            )
             assert isinstance(created, CallToolResult) and not created.is_error, created
             sid = created.structured_content["session_id"]
             await client.call_tool("session_run", {"session_id": sid, "code": "n = 41"})
-            out["value"] = await client.call_tool("session_run", {"session_id": sid,
-                                                                  "code": "n + 1"})
-            out["chart"] = await client.call_tool("session_run", {"session_id": sid, "code": (
-                "import matplotlib.pyplot as plt, pandas as pd\n"
-                "pd.read_csv('in.csv').x.plot()\nplt.show()\n")})
-            out["write"] = await client.call_tool("session_write_file", {
-                "session_id": sid, "path": "notes/a.txt", "content": "hello"})
-            out["cell"] = await client.call_tool("session_run", {
-                "session_id": sid, "code": "print(open('notes/a.txt').read().upper())"})
+            out["value"] = await client.call_tool(
+                "session_run", {"session_id": sid, "code": "n + 1"}
+            )
+            out["chart"] = await client.call_tool(
+                "session_run",
+                {
+                    "session_id": sid,
+                    "code": (
+                        "import matplotlib.pyplot as plt, pandas as pd\n"
+                        "pd.read_csv('in.csv').x.plot()\nplt.show()\n"
+                    ),
+                },
+            )
+            out["write"] = await client.call_tool(
+                "session_write_file", {"session_id": sid, "path": "notes/a.txt", "content": "hello"}
+            )
+            out["cell"] = await client.call_tool(
+                "session_run",
+                {"session_id": sid, "code": "print(open('notes/a.txt').read().upper())"},
+            )
             out["list"] = await client.call_tool("session_list_files", {"session_id": sid})
-            out["read"] = await client.call_tool("session_read_file", {
-                "session_id": sid, "path": "notes/a.txt"})
+            out["read"] = await client.call_tool(
+                "session_read_file", {"session_id": sid, "path": "notes/a.txt"}
+            )
             out["close"] = await client.call_tool("session_close", {"session_id": sid})
-            out["after"] = await client.call_tool("session_run", {"session_id": sid,
-                                                                  "code": "n"})
+            out["after"] = await client.call_tool("session_run", {"session_id": sid, "code": "n"})
         return out
 
     out = _run(main)
@@ -510,15 +580,17 @@ def test_http_session_keeps_state_and_files_across_cells_and_returns_chart_image
     assert out["after"].is_error is True
 
 
-def test_http_server_stops_on_sigterm_closing_open_sessions_and_the_sandbox(
-        tmp_path: Path) -> None:
+def test_http_server_stops_on_sigterm_closing_open_sessions_and_the_sandbox(tmp_path: Path) -> None:
     with _http_server_process(tmp_path / "server.log") as server:
+
         async def main() -> Any:
             async with _http(server) as client:
                 created = await client.call_tool("session_create", {})
                 sid = created.structured_content["session_id"]
-                return await client.call_tool("session_run", {
-                    "session_id": sid, "code": "import time\nstarted = time.time()\n1"})
+                return await client.call_tool(
+                    "session_run",
+                    {"session_id": sid, "code": "import time\nstarted = time.time()\n1"},
+                )
 
         cell = _run(main)  # the client leaves; its session stays open in the server
         assert "output: 1" in _text(cell)
@@ -532,8 +604,7 @@ def test_http_server_stops_on_sigterm_closing_open_sessions_and_the_sandbox(
 # --- in process: the same server object over the SDK's in-memory client --------------------
 
 
-def _inproc(executor: execbox.Executor,
-            body: Callable[[Client], Awaitable[_T]]) -> _T:
+def _inproc(executor: execbox.Executor, body: Callable[[Client], Awaitable[_T]]) -> _T:
     from execbox.mcp.server import build_server
 
     async def main() -> _T:
@@ -544,27 +615,43 @@ def _inproc(executor: execbox.Executor,
 
 
 def test_binary_inputs_and_files_round_trip_and_images_read_back_as_images(
-        executor: execbox.Executor) -> None:
+    executor: execbox.Executor,
+) -> None:
     blob = bytes(range(256))
 
     async def body(client: Client) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        out["run"] = await client.call_tool("run_python", {
-            "code": "data = open('b.bin', 'rb').read()\nprint(len(data), data[255])",
-            "files_base64": {"b.bin": base64.b64encode(blob).decode()}})
+        out["run"] = await client.call_tool(
+            "run_python",
+            {
+                "code": "data = open('b.bin', 'rb').read()\nprint(len(data), data[255])",
+                "files_base64": {"b.bin": base64.b64encode(blob).decode()},
+            },
+        )
         sid = (await client.call_tool("session_create", {})).structured_content["session_id"]
-        out["write"] = await client.call_tool("session_write_file", {
-            "session_id": sid, "path": "raw.bin", "encoding": "base64",
-            "content": base64.b64encode(blob).decode()})
+        out["write"] = await client.call_tool(
+            "session_write_file",
+            {
+                "session_id": sid,
+                "path": "raw.bin",
+                "encoding": "base64",
+                "content": base64.b64encode(blob).decode(),
+            },
+        )
         await client.call_tool("session_run", {"session_id": sid, "code": CHART})
-        out["png"] = await client.call_tool("session_read_file", {"session_id": sid,
-                                                                  "path": "chart.png"})
-        out["bin"] = await client.call_tool("session_read_file", {"session_id": sid,
-                                                                  "path": "raw.bin"})
-        out["missing"] = await client.call_tool("session_read_file", {"session_id": sid,
-                                                                      "path": "nope.txt"})
-        out["bad"] = await client.call_tool("session_write_file", {
-            "session_id": sid, "path": "x", "content": "%%%", "encoding": "base64"})
+        out["png"] = await client.call_tool(
+            "session_read_file", {"session_id": sid, "path": "chart.png"}
+        )
+        out["bin"] = await client.call_tool(
+            "session_read_file", {"session_id": sid, "path": "raw.bin"}
+        )
+        out["missing"] = await client.call_tool(
+            "session_read_file", {"session_id": sid, "path": "nope.txt"}
+        )
+        out["bad"] = await client.call_tool(
+            "session_write_file",
+            {"session_id": sid, "path": "x", "content": "%%%", "encoding": "base64"},
+        )
         return out
 
     out = _inproc(executor, body)
@@ -580,13 +667,16 @@ def test_binary_inputs_and_files_round_trip_and_images_read_back_as_images(
 
 
 def test_a_run_with_many_charts_attaches_at_most_the_cap_and_names_the_rest(
-        executor: execbox.Executor) -> None:
+    executor: execbox.Executor,
+) -> None:
     from execbox.mcp.server import MAX_IMAGES
 
     count = MAX_IMAGES + 2
-    code = ("import matplotlib.pyplot as plt\n"
-            f"for i in range({count}):\n"
-            "    plt.figure(figsize=(1, 1)); plt.plot([0, i]); plt.savefig(f'c{i:02d}.png')\n")
+    code = (
+        "import matplotlib.pyplot as plt\n"
+        f"for i in range({count}):\n"
+        "    plt.figure(figsize=(1, 1)); plt.plot([0, i]); plt.savefig(f'c{i:02d}.png')\n"
+    )
 
     async def body(client: Client) -> Any:
         return await client.call_tool("run_python", {"code": code})
@@ -599,7 +689,8 @@ def test_a_run_with_many_charts_attaches_at_most_the_cap_and_names_the_rest(
 
 
 def test_sessions_the_server_opened_are_closed_when_it_shuts_down(
-        executor: execbox.Executor) -> None:
+    executor: execbox.Executor,
+) -> None:
     async def body(client: Client) -> str:
         created = await client.call_tool("session_create", {})
         sid: str = created.structured_content["session_id"]
@@ -611,22 +702,28 @@ def test_sessions_the_server_opened_are_closed_when_it_shuts_down(
 
 
 def test_files_a_run_wrote_can_be_read_back_but_only_from_runs_of_this_server(
-        executor: execbox.Executor) -> None:
+    executor: execbox.Executor,
+) -> None:
     elsewhere = executor.run("open('secret.txt', 'w').write('not yours')")
     assert elsewhere.ok and elsewhere.artifacts
 
     async def body(client: Client) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        out["run"] = run = await client.call_tool("run_python", {
-            "code": "import pandas as pd\n"
-                    "pd.DataFrame({'a': [1, 2]}).to_csv('out.csv', index=False)\n"})
+        out["run"] = run = await client.call_tool(
+            "run_python",
+            {
+                "code": "import pandas as pd\n"
+                "pd.DataFrame({'a': [1, 2]}).to_csv('out.csv', index=False)\n"
+            },
+        )
         run_id = run.structured_content["run_id"]
-        out["csv"] = await client.call_tool("read_artifact", {"run_id": run_id,
-                                                              "path": "out.csv"})
-        out["absent"] = await client.call_tool("read_artifact", {"run_id": run_id,
-                                                                 "path": "other.csv"})
-        out["foreign"] = await client.call_tool("read_artifact", {
-            "run_id": elsewhere.run_id, "path": "secret.txt"})
+        out["csv"] = await client.call_tool("read_artifact", {"run_id": run_id, "path": "out.csv"})
+        out["absent"] = await client.call_tool(
+            "read_artifact", {"run_id": run_id, "path": "other.csv"}
+        )
+        out["foreign"] = await client.call_tool(
+            "read_artifact", {"run_id": elsewhere.run_id, "path": "secret.txt"}
+        )
         return out
 
     out = _inproc(executor, body)
@@ -637,8 +734,7 @@ def test_files_a_run_wrote_can_be_read_back_but_only_from_runs_of_this_server(
     assert out["foreign"].is_error is True and "not yours" not in _text(out["foreign"])
 
 
-def test_tool_calls_hold_the_result_budget_and_refuse_past_it(
-        executor: execbox.Executor) -> None:
+def test_tool_calls_hold_the_result_budget_and_refuse_past_it(executor: execbox.Executor) -> None:
     """Runs and cells hold their results in memory: a call whose limits could return more than
     the server's budget is refused (a review attack grew an MCP server by 400 MB with one call
     of 3 x 80 MiB artifacts); one within it runs, and gives its reservation back."""
@@ -648,12 +744,12 @@ def test_tool_calls_hold_the_result_budget_and_refuse_past_it(
 
     async def main() -> tuple[Any, Any]:
         async with Client(server, read_timeout_seconds=60) as client:
-            big = await client.call_tool("run_python", {
-                "code": "print(1)", "limits": {"artifact_bytes": 32 << 20}})
+            big = await client.call_tool(
+                "run_python", {"code": "print(1)", "limits": {"artifact_bytes": 32 << 20}}
+            )
             # 22 MiB each (two outputs of 1 MiB, six copies each, 10 MiB of artifacts): a
             # second fits only once the first gave its reservation back.
-            fine = [await client.call_tool("run_python", {"code": f"print({i})"})
-                    for i in (2, 3)]
+            fine = [await client.call_tool("run_python", {"code": f"print({i})"}) for i in (2, 3)]
             return big, fine
 
     big, fine = _run(main)
@@ -663,11 +759,12 @@ def test_tool_calls_hold_the_result_budget_and_refuse_past_it(
 
 
 def test_a_cached_run_python_result_is_redacted_with_secrets_registered_later(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """run_python answers from the cache; an executor given the secret after a result was
     cached in clear runs afresh (the secrets are in the cache key), then answers from the
     cache redacted, escaped forms included."""
-    secret = 'k\\e"y \'é-' + os.urandom(6).hex()
+    secret = "k\\e\"y 'é-" + os.urandom(6).hex()
     code = f"import json\nv = {secret!r}\nprint(repr(v), json.dumps(v))"
     db = f"sqlite:///{tmp_path}/runs.db"
 
@@ -686,8 +783,7 @@ def test_a_cached_run_python_result_is_redacted_with_secrets_registered_later(
         assert secret[-12:] not in str(answer.structured_content)
 
 
-def test_run_python_names_code_holding_a_secret_by_its_redacted_digest(
-        tmp_path: Path) -> None:
+def test_run_python_names_code_holding_a_secret_by_its_redacted_digest(tmp_path: Path) -> None:
     """The `code_sha256` of a result was the plain sha256 of code holding a registered
     secret: a 4-digit one came back in 10,000 tries. run_python answers with the digest of
     the code as recorded, redacted."""

@@ -32,8 +32,11 @@ def write_all(fd, data):
 
 def cgroup_dirs(name: str) -> list[str]:
     """The directories of cgroup `name` that still exist, in every controller's hierarchy."""
-    return [os.path.join(parent, name) for parent in Hierarchy.discover().parent_paths.values()
-            if os.path.isdir(os.path.join(parent, name))]
+    return [
+        os.path.join(parent, name)
+        for parent in Hierarchy.discover().parent_paths.values()
+        if os.path.isdir(os.path.join(parent, name))
+    ]
 
 
 def sup_pid(s: Session) -> int:

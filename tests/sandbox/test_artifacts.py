@@ -73,8 +73,13 @@ def test_created_files_come_back_with_path_size_sha256_and_mime(executor: Execut
     assert_consistent(r)
     by_path = {a.path: a for a in r.artifacts}
     assert list(by_path) == sorted(by_path)  # path order
-    assert set(by_path) == {"blob", "data/deep/er/info.json", "data/table.csv", "empty.bin",
-                            "notes.txt"}
+    assert set(by_path) == {
+        "blob",
+        "data/deep/er/info.json",
+        "data/table.csv",
+        "empty.bin",
+        "notes.txt",
+    }
     assert by_path["data/table.csv"].data == b"a,b\n1,3\n2,4\n"
     assert by_path["data/table.csv"].mime_type == "text/csv"
     assert by_path["data/deep/er/info.json"].data == b'{"k": 1}'
@@ -144,10 +149,19 @@ def test_inputs_are_readable_read_only_undeletable_and_not_artifacts(jailed: Exe
     r = jailed.run(code, files={"in.csv": b"a,b\n1,2\n", "data/raw.txt": b"raw bytes"})
     assert r.status is Status.ok, r
     assert r.stdout.removesuffix("\n").split("|") == [
-        "a,b\n1,2\n", "raw bytes",
-        "write:denied", "append:denied", "remove:denied", "remove-sub:denied", "rename:denied",
-        "chmod:denied", "create-in-input-dir:denied", "rmdir:denied", "rename-dir:denied",
-        "replace:denied", "a,b\n1,2\n",
+        "a,b\n1,2\n",
+        "raw bytes",
+        "write:denied",
+        "append:denied",
+        "remove:denied",
+        "remove-sub:denied",
+        "rename:denied",
+        "chmod:denied",
+        "create-in-input-dir:denied",
+        "rmdir:denied",
+        "rename-dir:denied",
+        "replace:denied",
+        "a,b\n1,2\n",
     ]
     assert paths(r) == ["replacement", "result.txt"]
     assert_consistent(r)
@@ -226,16 +240,25 @@ ODD_NAMES = (
     "os.close(fd)\n"
 )
 ODD_EXPECTED = {
-    "new\nline.txt": b"content 0", "bad\\xff.txt": b"content 1", "x" * 255: b"content 2",
-    "sp ace": b"content 3", "-dash": b"content 4", ".hidden": b"content 5",
-    "unicod\u00e9.txt": b"content 6", "..dots": b"content 7", "back\\\\slash": b"content 8",
-    "tab\there": b"content 9", "\x1b[31mred": b"content 10", "ctl\x01\x7f": b"content 11",
+    "new\nline.txt": b"content 0",
+    "bad\\xff.txt": b"content 1",
+    "x" * 255: b"content 2",
+    "sp ace": b"content 3",
+    "-dash": b"content 4",
+    ".hidden": b"content 5",
+    "unicod\u00e9.txt": b"content 6",
+    "..dots": b"content 7",
+    "back\\\\slash": b"content 8",
+    "tab\there": b"content 9",
+    "\x1b[31mred": b"content 10",
+    "ctl\x01\x7f": b"content 11",
     "dir\\xfe/sub\nname/leaf": b"leaf",
 }
 
 
 def test_odd_names_come_back_as_valid_json_and_write_artifacts_stays_inside(
-        jailed: Executor, tmp_path: Path) -> None:
+    jailed: Executor, tmp_path: Path
+) -> None:
     r = jailed.run(ODD_NAMES)
     assert r.status is Status.ok, r
     assert_consistent(r)
@@ -249,7 +272,8 @@ def test_odd_names_come_back_as_valid_json_and_write_artifacts_stays_inside(
 
 
 def test_artifact_paths_are_unique_even_when_names_differ_only_in_invalid_utf8(
-        jailed: Executor) -> None:
+    jailed: Executor,
+) -> None:
     # Four distinct names: two undecodable bytes, the literal text an escape would give, and
     # the real U+FFFD a replacement would give.
     code = (
@@ -269,7 +293,8 @@ def test_artifact_paths_are_unique_even_when_names_differ_only_in_invalid_utf8(
 
 
 def test_write_artifacts_survives_names_that_collide_after_utf8_replacement(
-        jailed: Executor, tmp_path: Path) -> None:
+    jailed: Executor, tmp_path: Path
+) -> None:
     # b'\xfe' is a directory holding 'x', b'\xff' is a file: undecodable bytes are escaped.
     code = (
         "import os\n"
@@ -291,7 +316,8 @@ def test_write_artifacts_survives_names_that_collide_after_utf8_replacement(
 
 
 def test_deep_directory_tree_returns_and_is_cut_with_artifacts_truncated(
-        jailed: Executor, tmp_path: Path) -> None:
+    jailed: Executor, tmp_path: Path
+) -> None:
     code = (
         "import os\n"
         "path = '/'.join(['d'] * 200)\n"
@@ -313,7 +339,8 @@ def test_deep_directory_tree_returns_and_is_cut_with_artifacts_truncated(
 
 
 def test_path_longer_than_path_max_comes_back_and_is_written(
-        jailed: Executor, tmp_path: Path) -> None:
+    jailed: Executor, tmp_path: Path
+) -> None:
     # 20 nested 255-byte directory names: a 5 KB path, more than PATH_MAX (4096).
     code = (
         "import os\n"
@@ -345,7 +372,8 @@ def test_path_longer_than_path_max_comes_back_and_is_written(
 
 
 def test_twenty_thousand_files_are_capped_at_artifact_files(
-        jailed: Executor, tmp_path: Path) -> None:
+    jailed: Executor, tmp_path: Path
+) -> None:
     code = (
         "for i in range(20_000):\n"
         "    with open(f'f{i:05d}', 'w') as fh:\n"
@@ -398,8 +426,10 @@ def test_files_past_artifact_bytes_are_left_out_and_flagged(jailed: Executor) ->
 
 def test_artifact_over_64_mib_within_artifact_bytes_comes_back(executor: Executor) -> None:
     size = 70 * MIB
-    r = executor.run(f"open('big.bin', 'wb').write(b'\\x00' * {size})\n",
-                     limits={"disk_mib": 100, "artifact_bytes": 100 * MIB})
+    r = executor.run(
+        f"open('big.bin', 'wb').write(b'\\x00' * {size})\n",
+        limits={"disk_mib": 100, "artifact_bytes": 100 * MIB},
+    )
     assert r.status is Status.ok, r
     assert [(a.path, a.size) for a in r.artifacts] == [("big.bin", size)]
     assert r.artifacts[0].sha256 == hashlib.sha256(bytes(size)).hexdigest()
@@ -434,15 +464,17 @@ def test_zero_artifact_caps_return_nothing_and_flag_truncation(jailed: Executor)
 
 
 def test_run_without_new_files_reports_no_artifacts_and_no_truncation(executor: Executor) -> None:
-    r = executor.run("print('nothing written')\n", files={"in.txt": b"x" * 1000},
-                     limits={"artifact_files": 1, "artifact_bytes": 10})
+    r = executor.run(
+        "print('nothing written')\n",
+        files={"in.txt": b"x" * 1000},
+        limits={"artifact_files": 1, "artifact_bytes": 10},
+    )
     assert r.status is Status.ok, r
     assert r.artifacts == [] and r.artifacts_truncated is False
 
 
 @pytest.mark.parametrize("mode", [0o000, 0o200])
-def test_files_the_program_made_unreadable_are_still_collected(
-        jailed: Executor, mode: int) -> None:
+def test_files_the_program_made_unreadable_are_still_collected(jailed: Executor, mode: int) -> None:
     code = (
         "import os\n"
         "with open('secret.txt', 'w') as fh:\n"
@@ -456,5 +488,7 @@ def test_files_the_program_made_unreadable_are_still_collected(
     r = jailed.run(code)
     assert r.status is Status.ok, r
     # The files are the program's own: handing them back leaks nothing.
-    assert {a.path: a.data for a in r.artifacts} == {"locked/inner.txt": b"inner",
-                                                      "secret.txt": b"mine"}
+    assert {a.path: a.data for a in r.artifacts} == {
+        "locked/inner.txt": b"inner",
+        "secret.txt": b"mine",
+    }

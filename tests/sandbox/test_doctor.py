@@ -25,16 +25,19 @@ def _privileged_host() -> str | None:
     return capabilities.unavailable_reason()
 
 
-pytestmark = pytest.mark.skipif(_privileged_host() is not None,
-                                reason=f"needs full root: {_privileged_host()}")
+pytestmark = pytest.mark.skipif(
+    _privileged_host() is not None, reason=f"needs full root: {_privileged_host()}"
+)
 
 
 def _without(caps: Sequence[int]) -> Callable[[], None]:
     """A preexec_fn: drop `caps` from the bounding set, so the exec'd root never holds them
     (what `capsh --drop` and a container's missing --cap-add do)."""
+
     def drop() -> None:
         for cap in caps:
             linux.prctl(linux.PR_CAPBSET_DROP, cap)
+
     return drop
 
 
@@ -51,10 +54,19 @@ def _in_user_namespace() -> None:
         fh.write(f"0 {gid} 1")
 
 
-def cli(*args: str, preexec: Callable[[], None], stdin: bytes = b"",
-        ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*EXECBOX, *args], input=stdin.decode(), capture_output=True,
-                          text=True, timeout=120, preexec_fn=preexec)
+def cli(
+    *args: str,
+    preexec: Callable[[], None],
+    stdin: bytes = b"",
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*EXECBOX, *args],
+        input=stdin.decode(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=preexec,
+    )
 
 
 def _line(out: str, check: str) -> tuple[str, str]:
@@ -74,7 +86,8 @@ def _blames_the_kernel(out: str) -> bool:
 
 @pytest.mark.parametrize("cap", capabilities.REQUIRED, ids=str)
 def test_doctor_names_the_missing_capability_and_not_the_kernel(
-        cap: capabilities.Capability) -> None:
+    cap: capabilities.Capability,
+) -> None:
     proc = cli("doctor", preexec=_without([cap.number]))
     assert proc.returncode == 2, proc.stdout
     line, fix = _line(proc.stdout, "capabilities")
@@ -106,16 +119,30 @@ def test_run_without_a_capability_is_sandbox_unavailable_naming_it() -> None:
     assert "CAP_SETPCAP" in proc.stderr and "execbox doctor" in proc.stderr
     assert "prctl" not in proc.stderr
     api = subprocess.run(
-        [sys.executable, "-c", "import execbox\ntry:\n    execbox.Executor()\n"
-         "except execbox.SandboxUnavailable as exc:\n    print(exc)\n"],
-        capture_output=True, text=True, timeout=120, preexec_fn=_without([21]))
+        [
+            sys.executable,
+            "-c",
+            "import execbox\ntry:\n    execbox.Executor()\n"
+            "except execbox.SandboxUnavailable as exc:\n    print(exc)\n",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_without([21]),
+    )
     assert "CAP_SYS_ADMIN" in api.stdout and "execbox doctor" in api.stdout, api.stderr
 
 
 def test_runs_need_no_capability_but_the_required_ones() -> None:
     others = [cap for cap in range(linux.cap_last_cap() + 1) if cap not in REQUIRED]
-    proc = cli("run", "-", "--json", "--no-cache", preexec=_without(others),
-               stdin=b"import os; print(os.getuid())\n")
+    proc = cli(
+        "run",
+        "-",
+        "--json",
+        "--no-cache",
+        preexec=_without(others),
+        stdin=b"import os; print(os.getuid())\n",
+    )
     assert proc.returncode == 0, proc.stderr
     assert '"status":"ok"' in proc.stdout
 
@@ -133,13 +160,17 @@ def test_doctor_in_a_user_namespace_blames_the_namespace() -> None:
     assert "execbox doctor" in run.stderr
 
 
-@pytest.mark.parametrize("code,fix", [
-    (errno.ENOSYS, "Linux 5.8"),
-    (errno.EINVAL, "Linux 5.8"),
-    (errno.EPERM, "seccomp=unconfined"),  # capabilities held: a profile refused it
-])
-def test_pidfd_failure_is_worded_from_its_errno(code: int, fix: str,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "code,fix",
+    [
+        (errno.ENOSYS, "Linux 5.8"),
+        (errno.EINVAL, "Linux 5.8"),
+        (errno.EPERM, "seccomp=unconfined"),  # capabilities held: a profile refused it
+    ],
+)
+def test_pidfd_failure_is_worded_from_its_errno(
+    code: int, fix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def refused(fd: int, nstype: int) -> None:
         raise OSError(code, os.strerror(code))
 

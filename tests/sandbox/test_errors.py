@@ -14,8 +14,7 @@ from execbox import Executor, RunResult, Status
 from execbox.sandbox.inside.jail import RunSpec
 from execbox.sandbox.inside.outcome import classify
 
-INTERNALS = ("execbox", "runner.py", "supervisor.py", "zygote.py", "jail.py", "_program",
-             "_init")
+INTERNALS = ("execbox", "runner.py", "supervisor.py", "zygote.py", "jail.py", "_program", "_init")
 LIBRARY_INTERNALS = ("execbox/sandbox", "runner.py", "supervisor.py", "zygote.py", "jail.py")
 
 
@@ -34,7 +33,8 @@ def assert_json_roundtrip(r: RunResult) -> None:
 
 @pytest.mark.parametrize("prelude", ["", "import numpy\n"], ids=["light", "heavy"])
 def test_a_failed_assert_is_reported_whole_and_the_zygotes_exercise_left_nothing(
-        executor: Executor, prelude: str) -> None:
+    executor: Executor, prelude: str
+) -> None:
     # Program zygotes take an error through this path before they fork (see
     # runner.exercise_errors): the report is the code's own, and nothing of the exercise shows.
     code = prelude + (
@@ -42,7 +42,8 @@ def test_a_failed_assert_is_reported_whole_and_the_zygotes_exercise_left_nothing
         "assert not [k for k in linecache.cache if 'exercise' in k], list(linecache.cache)\n"
         "def check(candidate):\n"
         "    assert candidate([1, 2], 3) == [3, 2, 1]\n"
-        "check(lambda xs, n: None)\n")
+        "check(lambda xs, n: None)\n"
+    )
     r = executor.run(code)
     assert r.status is Status.error, r
     assert r.error is not None
@@ -53,7 +54,8 @@ def test_a_failed_assert_is_reported_whole_and_the_zygotes_exercise_left_nothing
     assert r.error.traceback.endswith(
         f'  File "main.py", line {line}, in check\n'
         "    assert candidate([1, 2], 3) == [3, 2, 1]\n"
-        f"           {'^' * len('candidate([1, 2], 3) == [3, 2, 1]')}\nAssertionError\n")
+        f"           {'^' * len('candidate([1, 2], 3) == [3, 2, 1]')}\nAssertionError\n"
+    )
     assert r.stderr == r.error.traceback
     assert_clean_traceback(r.error.traceback)
 
@@ -61,25 +63,51 @@ def test_a_failed_assert_is_reported_whole_and_the_zygotes_exercise_left_nothing
 # ---- syntax errors ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("code, kind, message, line, column", [
-    pytest.param("x = 1\ny = 2\nz = (3 +)\n", "SyntaxError", "invalid syntax", 3, 9,
-                 id="invalid-syntax"),
-    pytest.param("x = 1\ny = 2\nz = 'abc\n", "SyntaxError",
-                 "unterminated string literal (detected at line 3)", 3, 5, id="unterminated"),
-    pytest.param("if True:\nprint(1)\n", "IndentationError",
-                 "expected an indented block after 'if' statement on line 1", 2, 1,
-                 id="expected-indent"),
-    pytest.param("if True:\n    x = 1\n      y = 2\n", "IndentationError", "unexpected indent",
-                 3, 6, id="unexpected-indent"),
-])
+@pytest.mark.parametrize(
+    "code, kind, message, line, column",
+    [
+        pytest.param(
+            "x = 1\ny = 2\nz = (3 +)\n", "SyntaxError", "invalid syntax", 3, 9, id="invalid-syntax"
+        ),
+        pytest.param(
+            "x = 1\ny = 2\nz = 'abc\n",
+            "SyntaxError",
+            "unterminated string literal (detected at line 3)",
+            3,
+            5,
+            id="unterminated",
+        ),
+        pytest.param(
+            "if True:\nprint(1)\n",
+            "IndentationError",
+            "expected an indented block after 'if' statement on line 1",
+            2,
+            1,
+            id="expected-indent",
+        ),
+        pytest.param(
+            "if True:\n    x = 1\n      y = 2\n",
+            "IndentationError",
+            "unexpected indent",
+            3,
+            6,
+            id="unexpected-indent",
+        ),
+    ],
+)
 def test_syntax_error_reports_type_message_line_and_column(
-        executor: Executor, code: str, kind: str, message: str, line: int, column: int) -> None:
+    executor: Executor, code: str, kind: str, message: str, line: int, column: int
+) -> None:
     r = executor.run(code)
     assert r.status is Status.error, r
     assert r.exit_code == 1 and r.signal is None
     assert r.error is not None
     assert (r.error.type, r.error.message, r.error.line, r.error.column) == (
-        kind, message, line, column)
+        kind,
+        message,
+        line,
+        column,
+    )
     assert 'File "main.py", line ' + str(line) in (r.error.traceback or "")
     assert_clean_traceback(r.error.traceback)
     assert_clean_traceback(r.stderr)
@@ -106,7 +134,8 @@ NESTED = (
 
 
 def test_uncaught_exception_reports_deepest_user_line_and_only_user_frames(
-        executor: Executor) -> None:
+    executor: Executor,
+) -> None:
     r = executor.run(NESTED)
     assert r.status is Status.error, r
     assert r.exit_code == 1 and r.signal is None
@@ -122,25 +151,35 @@ def test_uncaught_exception_reports_deepest_user_line_and_only_user_frames(
     assert r.stderr == tb  # what the program's stderr shows is the same clean traceback
 
 
-@pytest.mark.parametrize("code, kind, line", [
-    pytest.param("import json\n\ndata = json.loads('{bad')\n", "JSONDecodeError", 3, id="json"),
-    pytest.param(
-        "import io\nimport pandas as pd\n"
-        "df = pd.read_csv(io.StringIO('a,b\\n1,2\\n'))\n"
-        "print(df['nope'])\n",
-        "KeyError", 4, id="pandas-keyerror",
-    ),
-    pytest.param(
-        "import pandas as pd\n\n\npd.read_csv('missing.csv')\n", "FileNotFoundError", 4,
-        id="pandas-missing-file",
-    ),
-    pytest.param(
-        "import numpy as np\na = np.ones(3)\nb = np.ones(4)\nc = a @ b\n", "ValueError", 4,
-        id="numpy-shape",
-    ),
-])
+@pytest.mark.parametrize(
+    "code, kind, line",
+    [
+        pytest.param("import json\n\ndata = json.loads('{bad')\n", "JSONDecodeError", 3, id="json"),
+        pytest.param(
+            "import io\nimport pandas as pd\n"
+            "df = pd.read_csv(io.StringIO('a,b\\n1,2\\n'))\n"
+            "print(df['nope'])\n",
+            "KeyError",
+            4,
+            id="pandas-keyerror",
+        ),
+        pytest.param(
+            "import pandas as pd\n\n\npd.read_csv('missing.csv')\n",
+            "FileNotFoundError",
+            4,
+            id="pandas-missing-file",
+        ),
+        pytest.param(
+            "import numpy as np\na = np.ones(3)\nb = np.ones(4)\nc = a @ b\n",
+            "ValueError",
+            4,
+            id="numpy-shape",
+        ),
+    ],
+)
 def test_exception_inside_a_library_reports_the_users_line(
-        executor: Executor, code: str, kind: str, line: int) -> None:
+    executor: Executor, code: str, kind: str, line: int
+) -> None:
     r = executor.run(code)
     assert r.status is Status.error, r
     assert r.error is not None
@@ -160,7 +199,8 @@ def test_chained_exception_reports_the_final_exception_and_its_line(executor: Ex
 
 
 def test_recursion_error_reports_the_recursive_line_and_a_bounded_traceback(
-        executor: Executor) -> None:
+    executor: Executor,
+) -> None:
     r = executor.run("def f(n):\n    return f(n + 1)\nf(0)\n")
     assert r.status is Status.error
     assert r.error is not None
@@ -178,7 +218,8 @@ def test_exception_with_a_long_message_still_reports_type_and_line(executor: Exe
 
 
 def test_exception_with_a_non_ascii_message_of_60_kb_still_reports_type_and_line(
-        executor: Executor) -> None:
+    executor: Executor,
+) -> None:
     # 20,000 euro signs: 60 KB of UTF-8, 120 KB once json.dumps escapes them.
     r = executor.run("def f():\n    raise ValueError('\\u20ac' * 20_000)\nf()\n")
     assert r.status is Status.error, r
@@ -203,13 +244,19 @@ def test_exception_whose_str_raises_still_reports_type_and_line(executor: Execut
     assert "Weird" in r.stderr
 
 
-@pytest.mark.parametrize("code", [
-    pytest.param("raise ValueError('bad \\udcff name')\n", id="message"),
-    pytest.param("class E(Exception):\n    pass\nE.__module__ = 'mod\\udcff'\nraise E('x')\n",
-                 id="traceback-only"),
-])
+@pytest.mark.parametrize(
+    "code",
+    [
+        pytest.param("raise ValueError('bad \\udcff name')\n", id="message"),
+        pytest.param(
+            "class E(Exception):\n    pass\nE.__module__ = 'mod\\udcff'\nraise E('x')\n",
+            id="traceback-only",
+        ),
+    ],
+)
 def test_exception_text_with_a_lone_surrogate_still_gives_a_json_serializable_result(
-        executor: Executor, code: str) -> None:
+    executor: Executor, code: str
+) -> None:
     r = executor.run(code)
     assert r.status is Status.error, r
     assert r.error is not None and r.error.line in (1, 4)
@@ -250,16 +297,20 @@ def test_exception_in_a_thread_does_not_fail_the_run(executor: Executor) -> None
 # ---- exit codes and signals ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("code, status, exit_code, stderr", [
-    pytest.param("import sys\nsys.exit(0)\n", Status.ok, 0, "", id="exit-0"),
-    pytest.param("raise SystemExit\n", Status.ok, 0, "", id="systemexit-none"),
-    pytest.param("import sys\nsys.exit(3)\n", Status.error, 3, "", id="exit-3"),
-    pytest.param("import sys\nsys.exit('bye')\n", Status.error, 1, "bye\n", id="exit-message"),
-    pytest.param("import os\nos._exit(5)\n", Status.error, 5, "", id="os-exit-5"),
-    pytest.param("import os\nos._exit(0)\n", Status.ok, 0, "", id="os-exit-0"),
-])
+@pytest.mark.parametrize(
+    "code, status, exit_code, stderr",
+    [
+        pytest.param("import sys\nsys.exit(0)\n", Status.ok, 0, "", id="exit-0"),
+        pytest.param("raise SystemExit\n", Status.ok, 0, "", id="systemexit-none"),
+        pytest.param("import sys\nsys.exit(3)\n", Status.error, 3, "", id="exit-3"),
+        pytest.param("import sys\nsys.exit('bye')\n", Status.error, 1, "bye\n", id="exit-message"),
+        pytest.param("import os\nos._exit(5)\n", Status.error, 5, "", id="os-exit-5"),
+        pytest.param("import os\nos._exit(0)\n", Status.ok, 0, "", id="os-exit-0"),
+    ],
+)
 def test_exit_code_is_reported_and_nonzero_is_an_error(
-        executor: Executor, code: str, status: Status, exit_code: int, stderr: str) -> None:
+    executor: Executor, code: str, status: Status, exit_code: int, stderr: str
+) -> None:
     r = executor.run(code)
     assert r.status is status, r
     assert r.exit_code == exit_code and r.signal is None
@@ -275,7 +326,8 @@ def test_exit_code_is_reported_and_nonzero_is_an_error(
 
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL", "SIGSEGV", "SIGABRT"])
 def test_program_killed_by_its_own_signal_reports_the_signal_as_an_error(
-        jailed: Executor, sig: str) -> None:
+    jailed: Executor, sig: str
+) -> None:
     r = jailed.run(f"import os, signal\nos.kill(os.getpid(), signal.{sig})\n")
     assert r.status is Status.error, r
     assert r.signal == sig and r.exit_code is None
@@ -294,25 +346,59 @@ def test_keyboard_interrupt_from_sigint_is_a_structured_error(jailed: Executor) 
 # ---- limits in errors ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("code, limits, status, kind, words", [
-    pytest.param("import time\ntime.sleep(60)\n", {"timeout_s": 0.5}, Status.timeout,
-                 "TimeoutError", ["wall time", "0.5 s", "limits.timeout_s", "--timeout"],
-                 id="timeout"),
-    pytest.param("while True:\n    pass\n", {"cpu_s": 0.5, "timeout_s": 10}, Status.cpu_limit,
-                 "CPULimitExceeded", ["CPU time", "0.5 s", "limits.cpu_s", "--cpu"], id="cpu"),
-    pytest.param("x = bytearray(200 << 20)\nfor i in range(0, len(x), 4096):\n    x[i] = 1\n",
-                 {"memory_mib": 48}, Status.memory_limit, "MemoryLimitExceeded",
-                 ["memory", "48 MiB", "limits.memory_mib", "--memory"], id="memory"),
-    pytest.param("while True:\n    print('o' * 1000)\n", {"output_bytes": 4096},
-                 Status.output_limit, "OutputLimitExceeded",
-                 ["4096 bytes", "limits.output_bytes", "--output-bytes"], id="output"),
-    pytest.param("open('f', 'wb').write(b'd' * (4 << 20))\n", {"disk_mib": 2},
-                 Status.disk_limit, "DiskLimitExceeded",
-                 ["disk", "2 MiB", "/workspace", "limits.disk_mib", "--disk"], id="disk"),
-])
+@pytest.mark.parametrize(
+    "code, limits, status, kind, words",
+    [
+        pytest.param(
+            "import time\ntime.sleep(60)\n",
+            {"timeout_s": 0.5},
+            Status.timeout,
+            "TimeoutError",
+            ["wall time", "0.5 s", "limits.timeout_s", "--timeout"],
+            id="timeout",
+        ),
+        pytest.param(
+            "while True:\n    pass\n",
+            {"cpu_s": 0.5, "timeout_s": 10},
+            Status.cpu_limit,
+            "CPULimitExceeded",
+            ["CPU time", "0.5 s", "limits.cpu_s", "--cpu"],
+            id="cpu",
+        ),
+        pytest.param(
+            "x = bytearray(200 << 20)\nfor i in range(0, len(x), 4096):\n    x[i] = 1\n",
+            {"memory_mib": 48},
+            Status.memory_limit,
+            "MemoryLimitExceeded",
+            ["memory", "48 MiB", "limits.memory_mib", "--memory"],
+            id="memory",
+        ),
+        pytest.param(
+            "while True:\n    print('o' * 1000)\n",
+            {"output_bytes": 4096},
+            Status.output_limit,
+            "OutputLimitExceeded",
+            ["4096 bytes", "limits.output_bytes", "--output-bytes"],
+            id="output",
+        ),
+        pytest.param(
+            "open('f', 'wb').write(b'd' * (4 << 20))\n",
+            {"disk_mib": 2},
+            Status.disk_limit,
+            "DiskLimitExceeded",
+            ["disk", "2 MiB", "/workspace", "limits.disk_mib", "--disk"],
+            id="disk",
+        ),
+    ],
+)
 def test_limit_error_names_the_limit_and_the_setting_to_raise(
-        jailed: Executor, code: str, limits: dict[str, float], status: Status, kind: str,
-        words: list[str]) -> None:
+    jailed: Executor,
+    code: str,
+    limits: dict[str, float],
+    status: Status,
+    kind: str,
+    words: list[str],
+) -> None:
     r = jailed.run(code, limits=limits)
     assert r.status is status, r
     assert r.error is not None
@@ -334,16 +420,30 @@ def test_explicit_memory_error_is_reported_as_memory_limit(executor: Executor) -
 
 
 def _spec(**overrides: float) -> RunSpec:
-    values = {"timeout_s": 10.0, "cpu_s": 1.0, "memory_bytes": 64 << 20, "pids": 16,
-              "disk_bytes": 8 << 20, "output_bytes": 65536, "artifact_bytes": 1 << 20,
-              "artifact_files": 10}
+    values = {
+        "timeout_s": 10.0,
+        "cpu_s": 1.0,
+        "memory_bytes": 64 << 20,
+        "pids": 16,
+        "disk_bytes": 8 << 20,
+        "output_bytes": 65536,
+        "artifact_bytes": 1 << 20,
+        "artifact_files": 10,
+    }
     values.update(overrides)
     return RunSpec(**values)  # type: ignore[arg-type]
 
 
 def test_classify_explicit_memory_error_is_memory_limit() -> None:
-    meta = classify(_spec(), None, 1 << 8, {"type": "MemoryError", "message": "x",
-                                            "traceback": "tb"}, 0, 10.0, [])
+    meta = classify(
+        _spec(),
+        None,
+        1 << 8,
+        {"type": "MemoryError", "message": "x", "traceback": "tb"},
+        0,
+        10.0,
+        [],
+    )
     assert meta["status"] == "memory_limit"
     assert meta["error"]["traceback"] == "tb"
     assert "memory_mib" in meta["error"]["message"]
@@ -365,8 +465,10 @@ def test_classify_plain_failure_with_little_cpu_is_an_error() -> None:
 
 
 def test_self_sigkill_with_little_cpu_is_not_reported_as_a_limit(jailed: Executor) -> None:
-    r = jailed.run("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n",
-                   limits={"cpu_s": 1, "timeout_s": 5})
+    r = jailed.run(
+        "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n",
+        limits={"cpu_s": 1, "timeout_s": 5},
+    )
     assert r.status is Status.error, r
     assert r.error is not None and r.error.type == "ProcessError"
 
@@ -421,7 +523,8 @@ def test_junk_in_inherited_pipes_only_changes_the_programs_own_outcome(jailed: E
 
 
 def test_a_flood_of_its_report_pipes_leaves_the_programs_exit_status_to_its_zygote(
-        jailed: Executor) -> None:
+    jailed: Executor,
+) -> None:
     # Far more than the supervisor reads of the exit-report pipe before it stops listening
     # (64 KiB): its real exit status then comes from its zygote, whatever it wrote.
     code = (

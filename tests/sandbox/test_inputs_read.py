@@ -11,8 +11,9 @@ FILES = {"sales.csv": b"region,units\nnorth,5\nsouth,3\n", "data/notes.txt": b"h
 
 
 def test_reading_one_input_lists_that_input_only(executor: Executor) -> None:
-    run = executor.run("import pandas as pd\nprint(int(pd.read_csv('sales.csv').units.sum()))\n",
-                       files=FILES)
+    run = executor.run(
+        "import pandas as pd\nprint(int(pd.read_csv('sales.csv').units.sum()))\n", files=FILES
+    )
     assert run.ok, run.stderr
     assert run.stdout == "8\n"
     assert run.inputs_read == ["sales.csv"]
@@ -28,17 +29,21 @@ def test_an_input_read_at_once_after_placement_is_seen(executor: Executor) -> No
 
 
 def test_listing_stat_and_open_without_read_are_not_reads(executor: Executor) -> None:
-    code = ("import os, json\nnames = sorted(os.listdir('.'))\nos.stat('sales.csv')\n"
-            "open('data/notes.txt').close()\nprint(json.dumps(names))\nprint(42)\n")
+    code = (
+        "import os, json\nnames = sorted(os.listdir('.'))\nos.stat('sales.csv')\n"
+        "open('data/notes.txt').close()\nprint(json.dumps(names))\nprint(42)\n"
+    )
     run = executor.run(code, files=FILES)
     assert run.ok, run.stderr
     assert run.inputs_read == []
 
 
 def test_a_read_by_a_child_process_counts(executor: Executor) -> None:
-    code = ("import os\npid = os.fork()\nif pid == 0:\n"
-            "    os.read(os.open('sales.csv', os.O_RDONLY), 10)\n    os._exit(0)\n"
-            "os.waitpid(pid, 0)\n")
+    code = (
+        "import os\npid = os.fork()\nif pid == 0:\n"
+        "    os.read(os.open('sales.csv', os.O_RDONLY), 10)\n    os._exit(0)\n"
+        "os.waitpid(pid, 0)\n"
+    )
     run = executor.run(code, files=FILES)
     assert run.ok, run.stderr
     assert run.inputs_read == ["sales.csv"]
@@ -55,7 +60,10 @@ def test_a_session_reports_what_it_has_read_so_far(executor: Executor) -> None:
         second = session.run("text = open('sales.csv').read()")
         third = session.run("y = 2")
     assert (first.inputs_read, second.inputs_read, third.inputs_read) == (
-        [], ["sales.csv"], ["sales.csv"])
+        [],
+        ["sales.csv"],
+        ["sales.csv"],
+    )
 
 
 def test_a_cached_result_keeps_what_the_run_read(executor: Executor) -> None:

@@ -35,13 +35,16 @@ from execbox.sandbox.inside.cgroup import Hierarchy
 SMALL = Limits(timeout_s=3, memory_mib=256, pids=32)
 DEMAND_MARGIN_S = 0.02  # past the supervisor's DEMAND_S: a request then finds an idle slot
 # A run's own private dirty memory, in KiB: the pages its program holds as its own copies.
-PRIVATE_DIRTY_KIB = ("with open('/proc/self/smaps_rollup') as fh:\n"
-                     "    print(fh.read().split('Private_Dirty:')[1].split()[0])\n")
+PRIVATE_DIRTY_KIB = (
+    "with open('/proc/self/smaps_rollup') as fh:\n"
+    "    print(fh.read().split('Private_Dirty:')[1].split()[0])\n"
+)
 
 
 @pytest.fixture(params=["run", "cell"])
-def jailed(request: pytest.FixtureRequest, jailed: Executor,
-           as_session_cells: type[Any]) -> Executor:
+def jailed(
+    request: pytest.FixtureRequest, jailed: Executor, as_session_cells: type[Any]
+) -> Executor:
     """Every attack runs twice: as a run, and as a cell of a fresh session (same jail)."""
     if request.param == "cell":
         return as_session_cells(jailed)  # type: ignore[no-any-return]
@@ -90,10 +93,22 @@ def report(obj):
 
 # Syscall numbers the hostile programs call by number.
 SYSCALLS = {
-    "x86_64": {"bpf": 321, "clone3": 435, "pivot_root": 155, "fsopen": 430, "clone": 56,
-               "setns": 308},
-    "aarch64": {"bpf": 280, "clone3": 435, "pivot_root": 41, "fsopen": 430, "clone": 220,
-                "setns": 268},
+    "x86_64": {
+        "bpf": 321,
+        "clone3": 435,
+        "pivot_root": 155,
+        "fsopen": 430,
+        "clone": 56,
+        "setns": 308,
+    },
+    "aarch64": {
+        "bpf": 280,
+        "clone3": 435,
+        "pivot_root": 41,
+        "fsopen": 430,
+        "clone": 220,
+        "setns": 268,
+    },
 }
 
 
@@ -113,8 +128,10 @@ def program(code: str, **subst: object) -> str:
 
 
 def describe(r: RunResult) -> str:
-    return (f"status={r.status} exit={r.exit_code} signal={r.signal} error={r.error}\n"
-            f"stdout={r.stdout!r}\nstderr={r.stderr[-3000:]!r}")
+    return (
+        f"status={r.status} exit={r.exit_code} signal={r.signal} error={r.error}\n"
+        f"stdout={r.stdout!r}\nstderr={r.stderr[-3000:]!r}"
+    )
 
 
 def run_ok(ex: Executor, code: str, **kwargs: Any) -> dict[str, Any]:
@@ -170,8 +187,13 @@ def host_ppid(pid: int) -> int | None:
 def host_lan_ipv4() -> str | None:
     """A non-loopback IPv4 address of this host, or None."""
     try:
-        out = subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True,
-                             timeout=5, check=False).stdout
+        out = subprocess.run(
+            ["ip", "-4", "-o", "addr", "show"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         out = ""
     for addr in re.findall(r"\binet (\d+\.\d+\.\d+\.\d+)/", out):
@@ -238,11 +260,17 @@ def joined(thread: threading.Thread, box: list[Any], timeout: float = 20) -> Run
 def test_host_loopback_tcp_is_unreachable(jailed: Executor) -> None:
     with socket.create_server(("127.0.0.1", 0)) as server:
         port = server.getsockname()[1]
-        out = run_ok(jailed, program("""
+        out = run_ok(
+            jailed,
+            program(
+                """
             def connect():
                 socket.create_connection(("127.0.0.1", @PORT@), timeout=2).close()
             report({"connect": attempt(connect)})
-        """, PORT=port))
+        """,
+                PORT=port,
+            ),
+        )
         # The run has a loopback of its own: nothing listens on that port there.
         assert out == {"connect": "ECONNREFUSED"}
         assert_no_pending_connection(server)
@@ -254,11 +282,17 @@ def test_host_loopback_udp_datagrams_do_not_arrive(jailed: Executor) -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as server:
         server.bind(("127.0.0.1", 0))
         port = server.getsockname()[1]
-        out = run_ok(jailed, program("""
+        out = run_ok(
+            jailed,
+            program(
+                """
             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             sent = attempt(lambda: [s.sendto(b"escape", ("127.0.0.1", @PORT@)) for _ in range(5)])
             report({"sent": sent})
-        """, PORT=port))
+        """,
+                PORT=port,
+            ),
+        )
         assert out == {"sent": "OK"}  # sent into the run's own loopback, where nobody listens
         server.settimeout(0.3)
         with pytest.raises(TimeoutError):
@@ -273,11 +307,18 @@ def test_host_lan_address_is_unreachable(jailed: Executor) -> None:
         pytest.skip("this host has no non-loopback IPv4 address")
     with socket.create_server((lan, 0)) as server:
         port = server.getsockname()[1]
-        out = run_ok(jailed, program("""
+        out = run_ok(
+            jailed,
+            program(
+                """
             def connect():
                 socket.create_connection(("@LAN@", @PORT@), timeout=2).close()
             report({"connect": attempt(connect)})
-        """, LAN=lan, PORT=port))
+        """,
+                LAN=lan,
+                PORT=port,
+            ),
+        )
         assert out == {"connect": "ENETUNREACH"}, f"host LAN address {lan}"
         assert_no_pending_connection(server)
         assert_listener_works(server, (lan, port), socket.AF_INET)
@@ -285,7 +326,9 @@ def test_host_lan_address_is_unreachable(jailed: Executor) -> None:
 
 @pytest.mark.hostile
 def test_public_internet_addresses_are_unreachable(jailed: Executor) -> None:
-    out = run_ok(jailed, program("""
+    out = run_ok(
+        jailed,
+        program("""
         def tcp(family, addr):
             def go():
                 with socket.socket(family, socket.SOCK_STREAM) as s:
@@ -300,7 +343,8 @@ def test_public_internet_addresses_are_unreachable(jailed: Executor) -> None:
             "udp4_dns": attempt(udp_dns),
             "tcp6": attempt(tcp(socket.AF_INET6, ("2606:4700:4700::1111", 443))),
         })
-    """))
+    """),
+    )
     assert out["tcp4"] == "ENETUNREACH", out
     assert out["udp4_dns"] == "ENETUNREACH", out
     assert out["tcp6"] in ("ENETUNREACH", "EAFNOSUPPORT", "EADDRNOTAVAIL"), out
@@ -308,7 +352,9 @@ def test_public_internet_addresses_are_unreachable(jailed: Executor) -> None:
 
 @pytest.mark.hostile
 def test_dns_resolution_of_public_names_fails(jailed: Executor) -> None:
-    out = run_ok(jailed, program("""
+    out = run_ok(
+        jailed,
+        program("""
         res = {}
         for name in ("pypi.org", "example.com"):
             try:
@@ -320,7 +366,8 @@ def test_dns_resolution_of_public_names_fails(jailed: Executor) -> None:
         with open("/etc/resolv.conf") as fh:
             res["resolv.conf"] = fh.read()
         report(res)
-    """))
+    """),
+    )
     for name in ("pypi.org", "example.com"):
         assert out[name][0] == "gaierror", (name, out)
         assert out[name][1] in (socket.EAI_NONAME, socket.EAI_AGAIN, socket.EAI_FAIL), out
@@ -334,13 +381,19 @@ def test_host_abstract_unix_socket_is_unreachable(jailed: Executor) -> None:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
         server.bind("\0" + name)
         server.listen()
-        out = run_ok(jailed, program("""
+        out = run_ok(
+            jailed,
+            program(
+                """
             def connect():
                 with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
                     s.settimeout(2)
                     s.connect("\\0@NAME@")
             report({"connect": attempt(connect)})
-        """, NAME=name))
+        """,
+                NAME=name,
+            ),
+        )
         assert out == {"connect": "ECONNREFUSED"}
         assert_no_pending_connection(server)
         assert_listener_works(server, "\0" + name, socket.AF_UNIX)
@@ -352,13 +405,19 @@ def test_host_unix_socket_file_is_unreachable(jailed: Executor, tmp_path: Path) 
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
         server.bind(path)
         server.listen()
-        out = run_ok(jailed, program("""
+        out = run_ok(
+            jailed,
+            program(
+                """
             def connect():
                 with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
                     s.settimeout(2)
                     s.connect("@PATH@")
             report({"connect": attempt(connect)})
-        """, PATH=path))
+        """,
+                PATH=path,
+            ),
+        )
         assert out == {"connect": "ENOENT"}
         assert_no_pending_connection(server)
         assert_listener_works(server, path, socket.AF_UNIX)
@@ -366,7 +425,9 @@ def test_host_unix_socket_file_is_unreachable(jailed: Executor, tmp_path: Path) 
 
 @pytest.mark.hostile
 def test_only_network_interface_is_loopback(jailed: Executor) -> None:
-    out = run_ok(jailed, program("""
+    out = run_ok(
+        jailed,
+        program("""
         with open("/proc/net/dev") as fh:
             ifaces = sorted(line.split(":")[0].strip() for line in fh.readlines()[2:])
         with open("/proc/net/route") as fh:
@@ -378,7 +439,8 @@ def test_only_network_interface_is_loopback(jailed: Executor) -> None:
         cli.sendall(b"ping")
         report({"ifaces": ifaces, "routes": routes, "self": conn.recv(4).decode(),
                 "hostname": socket.gethostname()})
-    """))
+    """),
+    )
     assert out["ifaces"] == ["lo"], out
     assert out["routes"] == [], out
     assert out["self"] == "ping", out
@@ -401,7 +463,10 @@ def test_host_canary_files_are_invisible(jailed: Executor, tmp_path: Path) -> No
     try:
         for path in canaries:
             path.write_text(token)
-        out = run_ok(jailed, program("""
+        out = run_ok(
+            jailed,
+            program(
+                """
             paths = json.loads('@PATHS@')
             res = {}
             for p in paths:
@@ -412,8 +477,13 @@ def test_host_canary_files_are_invisible(jailed: Executor, tmp_path: Path) -> No
                           os.path.basename(p) in (os.listdir(os.path.dirname(p))
                                                   if os.path.isdir(os.path.dirname(p)) else [])]
             report(res)
-        """, PATHS=json.dumps([str(p) for p in canaries]
-                              + ["/etc/shadow", "/work", "/proc/1/root/etc/shadow", control])))
+        """,
+                PATHS=json.dumps(
+                    [str(p) for p in canaries]
+                    + ["/etc/shadow", "/work", "/proc/1/root/etc/shadow", control]
+                ),
+            ),
+        )
     finally:
         for path in canaries:
             path.unlink(missing_ok=True)
@@ -427,7 +497,9 @@ def test_host_canary_files_are_invisible(jailed: Executor, tmp_path: Path) -> No
 
 @pytest.mark.hostile
 def test_no_host_descriptors_are_inherited(jailed: Executor) -> None:
-    out = run_ok(jailed, program("""
+    out = run_ok(
+        jailed,
+        program("""
         fds = {}
         for fd in sorted(int(x) for x in os.listdir("/proc/self/fd")):
             try:
@@ -435,7 +507,8 @@ def test_no_host_descriptors_are_inherited(jailed: Executor) -> None:
             except OSError:  # the descriptor listdir used, closed by now
                 pass
         report(fds)
-    """))
+    """),
+    )
     assert set(out) >= {"0", "1", "2"}, out
     others = {fd: target for fd, target in out.items() if not target.startswith("pipe:")}
     assert others == {}, f"descriptors other than pipes leak into the run: {others}"
@@ -444,8 +517,9 @@ def test_no_host_descriptors_are_inherited(jailed: Executor) -> None:
 
 
 @pytest.mark.hostile
-def test_host_environment_canary_is_not_visible(jailed: Executor,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_host_environment_canary_is_not_visible(
+    jailed: Executor, monkeypatch: pytest.MonkeyPatch
+) -> None:
     name, secret = f"EXECBOX_CANARY_{secrets.token_hex(4).upper()}", secrets.token_hex(16)
     monkeypatch.setenv(name, secret)
     code = program("""
@@ -462,20 +536,27 @@ def test_host_environment_canary_is_not_visible(jailed: Executor,
 
 
 def test_run_environment_is_empty_by_default(executor: Executor) -> None:
-    out = run_ok(executor, program("""
+    out = run_ok(
+        executor,
+        program("""
         import subprocess
         child = subprocess.run(["/usr/bin/env"], capture_output=True, text=True).stdout
         report({"environ": dict(os.environ), "child": child})
-    """))
+    """),
+    )
     assert out == {"environ": {}, "child": ""}
 
 
 def test_env_argument_arrives_exactly(executor: Executor) -> None:
-    out = run_ok(executor, program("""
+    out = run_ok(
+        executor,
+        program("""
         import subprocess
         child = subprocess.run(["/usr/bin/env"], capture_output=True, text=True).stdout
         report({"environ": dict(os.environ), "child": child})
-    """), env={"A": "1"})
+    """),
+        env={"A": "1"},
+    )
     assert out == {"environ": {"A": "1"}, "child": "A=1\n"}
 
 
@@ -485,7 +566,9 @@ def test_env_argument_arrives_exactly(executor: Executor) -> None:
 @pytest.mark.hostile
 def test_proc_shows_only_the_runs_own_processes(jailed: Executor) -> None:
     host_pid = os.getpid()
-    out = run_ok(jailed, program("""
+    out = run_ok(
+        jailed,
+        program("""
         pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
         cmdlines = {}
         for p in pids:
@@ -495,7 +578,8 @@ def test_proc_shows_only_the_runs_own_processes(jailed: Executor) -> None:
             ppid1 = [l.split()[1] for l in fh if l.startswith("PPid:")][0]
         report({"pids": pids, "self": os.getpid(), "ppid": os.getppid(), "ppid1": ppid1,
                 "cmdlines": cmdlines})
-    """))
+    """),
+    )
     assert out["pids"] == [1, out["self"]], out  # init and the program, nothing else
     # The program's parent (the heavy zygote) and init's (the supervisor) are outside the
     # namespace: both show as 0, nothing of the host is named.
@@ -507,7 +591,9 @@ def test_proc_shows_only_the_runs_own_processes(jailed: Executor) -> None:
 
 @pytest.mark.hostile
 def test_run_has_no_root_no_capabilities_and_seccomp(jailed: Executor) -> None:
-    out = run_ok(jailed, program("""
+    out = run_ok(
+        jailed,
+        program("""
         def status(pid):
             with open(f"/proc/{pid}/status") as fh:
                 return dict(l.rstrip("\\n").split(":\\t", 1) for l in fh if ":\\t" in l)
@@ -517,7 +603,8 @@ def test_run_has_no_root_no_capabilities_and_seccomp(jailed: Executor) -> None:
                 "NoNewPrivs", "Seccomp", "SigIgn")
         report({"own": {k: own.get(k) for k in keys}, "init": {k: init.get(k) for k in keys},
                 "getuid": os.getuid(), "getgid": os.getgid(), "groups": os.getgroups()})
-    """))
+    """),
+    )
     own, init = out["own"], out["init"]
     for proc in (own, init):
         uids = [int(x) for x in proc["Uid"].split()]
@@ -542,7 +629,9 @@ def test_orphans_of_a_run_are_reaped_not_left_as_zombies(jailed: Executor) -> No
     """A grandchild whose parent is gone belongs to init, which never waits: it goes away only
     because init ignores SIGCHLD (the kernel then reaps it). Control: the child, whose parent
     is the program, is a zombie until the program waits for it."""
-    out = run_ok(jailed, program("""
+    out = run_ok(
+        jailed,
+        program("""
         import time
         def state(pid):
             try:
@@ -569,15 +658,18 @@ def test_orphans_of_a_run_are_reaped_not_left_as_zombies(jailed: Executor) -> No
             time.sleep(0.02)
         report({"child": child_state, "grandchild": state(grandchild),
                 "waited": os.waitpid(child, 0)[0] == child})
-    """))
+    """),
+    )
     assert out == {"child": "Z", "grandchild": "gone", "waited": True}, out
 
 
 @pytest.mark.hostile
 def test_mount_unshare_chroot_and_setuid_are_denied(jailed: Executor) -> None:
-    flags = {"NEWNS": 0x00020000, "NEWUSER": 0x10000000, "NEWNET": 0x40000000,
-             "NEWPID": 0x20000000}
-    out = run_ok(jailed, program("""
+    flags = {"NEWNS": 0x00020000, "NEWUSER": 0x10000000, "NEWNET": 0x40000000, "NEWPID": 0x20000000}
+    out = run_ok(
+        jailed,
+        program(
+            """
         with open("/tmp/before", "w") as fh:
             fh.write("mine")
         res = {}
@@ -604,8 +696,14 @@ def test_mount_unshare_chroot_and_setuid_are_denied(jailed: Executor) -> None:
             tmp_intact = fh.read() == "mine"
         report({"calls": res, "setuid": setuid, "setresuid": setresuid, "setgid": setgid,
                 "tmp_intact": tmp_intact, "uid": os.getuid(), "continued": True})
-    """, PIVOT=nr("pivot_root"), FSOPEN=nr("fsopen"), SETNS=nr("setns"), CLONE=nr("clone"),
-       **flags))
+    """,
+            PIVOT=nr("pivot_root"),
+            FSOPEN=nr("fsopen"),
+            SETNS=nr("setns"),
+            CLONE=nr("clone"),
+            **flags,
+        ),
+    )
     denied = {name: rv for name, rv in out["calls"].items() if rv != [-1, "EPERM"]}
     assert denied == {}, f"calls that did not fail with EPERM: {denied}"
     assert out["setuid"] == out["setresuid"] == out["setgid"] == "EPERM", out
@@ -614,7 +712,9 @@ def test_mount_unshare_chroot_and_setuid_are_denied(jailed: Executor) -> None:
 
 @pytest.mark.hostile
 def test_system_runtime_and_root_are_not_writable(jailed: Executor) -> None:
-    out = run_ok(jailed, program("""
+    out = run_ok(
+        jailed,
+        program("""
         import numpy
         site = os.path.dirname(os.path.dirname(numpy.__file__))
         targets = {
@@ -633,11 +733,13 @@ def test_system_runtime_and_root_are_not_writable(jailed: Executor) -> None:
         res["chmod site"] = attempt(lambda: os.chmod(site, 0o777))
         res["hostname"] = attempt(lambda: open("/proc/sys/kernel/hostname", "w").write("x"))
         report({"res": res, "site": site})
-    """))
+    """),
+    )
     res = out["res"]
     assert "site-packages" in out["site"], out
-    bad = {name: e for name, e in res.items() if name != "chmod site" and e not in ("EROFS",
-                                                                                    "EACCES")}
+    bad = {
+        name: e for name, e in res.items() if name != "chmod site" and e not in ("EROFS", "EACCES")
+    }
     assert bad == {}, f"writes that did not fail with EROFS/EACCES: {bad}"
     assert res["chmod site"] in ("EROFS", "EPERM"), res
 
@@ -645,7 +747,9 @@ def test_system_runtime_and_root_are_not_writable(jailed: Executor) -> None:
 @pytest.mark.hostile
 def test_only_scratch_mounts_are_writable(jailed: Executor) -> None:
     """Even root could not write the system: everything but scratch space is a read-only mount."""
-    out = run_ok(jailed, program("""
+    out = run_ok(
+        jailed,
+        program("""
         import numpy
         mounts = []
         with open("/proc/self/mountinfo") as fh:
@@ -653,16 +757,28 @@ def test_only_scratch_mounts_are_writable(jailed: Executor) -> None:
                 f = line.split()
                 mounts.append([f[4], f[5].split(",")])
         report({"mounts": mounts, "site": os.path.dirname(numpy.__file__), "prefix": sys.prefix})
-    """))
+    """),
+    )
     mounts = {point: opts for point, opts in out["mounts"]}
-    scratch = {"/tmp", "/workspace", "/dev", "/dev/shm", "/proc", "/dev/null", "/dev/zero",
-               "/dev/full", "/dev/random", "/dev/urandom"}
+    scratch = {
+        "/tmp",
+        "/workspace",
+        "/dev",
+        "/dev/shm",
+        "/proc",
+        "/dev/null",
+        "/dev/zero",
+        "/dev/full",
+        "/dev/random",
+        "/dev/urandom",
+    }
     writable = {point for point, opts in mounts.items() if "ro" not in opts}
     assert writable <= scratch, f"writable mounts beyond scratch space: {writable - scratch}"
 
     def mount_of(path: str) -> str:
-        return max((m for m in mounts if path == m or path.startswith(m.rstrip("/") + "/")),
-                   key=len)
+        return max(
+            (m for m in mounts if path == m or path.startswith(m.rstrip("/") + "/")), key=len
+        )
 
     for path in ("/", "/etc/passwd", "/usr/bin", out["site"], out["prefix"]):
         assert "ro" in mounts[mount_of(path)], (path, mount_of(path), mounts)
@@ -677,7 +793,10 @@ def test_only_scratch_mounts_are_writable(jailed: Executor) -> None:
 def test_nothing_persists_between_runs(jailed: Executor) -> None:
     mark = secrets.token_hex(8)
     key = secrets.randbelow(1 << 30) + 1
-    first = run_ok(jailed, program("""
+    first = run_ok(
+        jailed,
+        program(
+            """
         import builtins, json as json_module
         for d in ("/tmp", "/workspace", "/dev/shm"):
             with open(f"{d}/persist-@MARK@", "w") as fh:
@@ -688,9 +807,16 @@ def test_nothing_persists_between_runs(jailed: Executor) -> None:
         shm = call("shmget", @KEY@, 4096, 0o1000 | 0o666)   # IPC_CREAT
         report({"shm": shm, "files": [os.path.exists(f"{d}/persist-@MARK@")
                                       for d in ("/tmp", "/workspace", "/dev/shm")]})
-    """, MARK=mark, KEY=key))
+    """,
+            MARK=mark,
+            KEY=key,
+        ),
+    )
     assert first["files"] == [True, True, True] and first["shm"][0] >= 0, first
-    second = run_ok(jailed, program("""
+    second = run_ok(
+        jailed,
+        program(
+            """
         import builtins, json as json_module
         report({
             "files": [os.path.exists(f"{d}/persist-@MARK@") for d in ("/tmp", "/workspace",
@@ -700,9 +826,18 @@ def test_nothing_persists_between_runs(jailed: Executor) -> None:
             "module": "execbox_mark" in sys.modules,
             "shm": call("shmget", @KEY@, 0, 0),
         })
-    """, MARK=mark, KEY=key))
-    assert second == {"files": [False, False, False], "json_mark": False, "builtin": False,
-                      "module": False, "shm": [-1, "ENOENT"]}
+    """,
+            MARK=mark,
+            KEY=key,
+        ),
+    )
+    assert second == {
+        "files": [False, False, False],
+        "json_mark": False,
+        "builtin": False,
+        "module": False,
+        "shm": [-1, "ENOENT"],
+    }
 
 
 # ---- processes do not outlive their run -------------------------------------------------------
@@ -718,7 +853,8 @@ def test_daemonized_grandchild_does_not_outlive_its_run(jailed: Executor) -> Non
         if b"ready" in chunk:
             ready.set()
 
-    code = program("""
+    code = program(
+        """
         import signal
         pid = os.fork()
         if pid == 0:
@@ -745,7 +881,9 @@ def test_daemonized_grandchild_does_not_outlive_its_run(jailed: Executor) -> Non
         print("ready" if seen() else "no daemon", flush=True)
         time.sleep(2.0)   # the host looks for the daemon now
         report({"daemon_seen": True})
-    """, MARKER=marker)
+    """,
+        MARKER=marker,
+    )
     limits = Limits(timeout_s=10, memory_mib=256, pids=32)
     thread, box = in_thread(lambda: jailed.run(code, limits=limits, on_stdout=on_stdout))
     assert ready.wait(5), "the run never reported its daemon running"
@@ -763,14 +901,20 @@ def test_daemonized_grandchild_does_not_outlive_its_run(jailed: Executor) -> Non
 def test_daemon_holding_stdout_does_not_delay_the_result(jailed: Executor) -> None:
     marker = str(10**9 + secrets.randbelow(10**9))
     started = time.monotonic()
-    r = jailed.run(program("""
+    r = jailed.run(
+        program(
+            """
         if os.fork() == 0:
             os.setsid()
             if os.fork() == 0:
                 os.execv("/bin/sleep", ["sleep", "@MARKER@"])   # keeps stdout and stderr open
             os._exit(0)
         report({"parent": "done"})
-    """, MARKER=marker), limits=Limits(timeout_s=20, memory_mib=256, pids=32))
+    """,
+            MARKER=marker,
+        ),
+        limits=Limits(timeout_s=20, memory_mib=256, pids=32),
+    )
     elapsed = time.monotonic() - started
     assert r.status is Status.ok, describe(r)
     assert elapsed < 5, f"the result waited {elapsed:.1f} s for a daemon"
@@ -782,12 +926,21 @@ def test_kill_minus_one_only_kills_the_runs_own_processes(jailed: Executor) -> N
     marker = str(10**9 + secrets.randbelow(10**9))
     # Host processes with the very uids slots take first: only the pid namespace protects
     # them.
-    victims = [subprocess.Popen(["/bin/sleep", marker], user=uid, group=uid,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-               for uid in SANDBOX_UIDS[:VICTIMS]]
+    victims = [
+        subprocess.Popen(
+            ["/bin/sleep", marker],
+            user=uid,
+            group=uid,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+        )
+        for uid in SANDBOX_UIDS[:VICTIMS]
+    ]
     try:
         zygote = host_stats(jailed).zygote_pid
-        out = run_ok(jailed, program("""
+        out = run_ok(
+            jailed,
+            program("""
             import signal
             child = os.fork()
             if child == 0:
@@ -798,7 +951,8 @@ def test_kill_minus_one_only_kills_the_runs_own_processes(jailed: Executor) -> N
             _, st = os.waitpid(child, 0)
             report({"kill": rc, "child_signal": os.WTERMSIG(st) if os.WIFSIGNALED(st) else None,
                     "survived": True, "uid": os.getuid()})
-        """))
+        """),
+        )
         assert out["uid"] in SANDBOX_UIDS[:VICTIMS], "control: a victim had the run's uid"
         del out["uid"]
         assert out == {"kill": "OK", "child_signal": signal.SIGKILL, "survived": True}
@@ -823,11 +977,17 @@ def test_forbidden_syscall_kills_the_program(jailed: Executor, call: str) -> Non
         "ptrace_traceme": "libc.ptrace(0, 0, None, None)",
         "bpf": f"sys_call({nr('bpf')}, 0, 0, 0)",
     }[call]
-    r = jailed.run(program("""
+    r = jailed.run(
+        program(
+            """
         print("before", flush=True)
         rv = @INVOKE@
         print("after", rv, flush=True)
-    """, INVOKE=invoke), limits=SMALL)
+    """,
+            INVOKE=invoke,
+        ),
+        limits=SMALL,
+    )
     assert r.status is Status.forbidden, describe(r)
     assert r.signal == "SIGSYS", describe(r)
     assert r.stdout == "before\n", describe(r)
@@ -839,7 +999,8 @@ def test_32bit_syscall_abi_is_killed(jailed: Executor) -> None:
     """The filter is for the native ABI only: an `int 0x80` (i386) syscall must not slip past."""
     if platform.machine() != "x86_64":
         pytest.skip("the i386 syscall ABI exists on x86_64 only")
-    r = jailed.run(program("""
+    r = jailed.run(
+        program("""
         import mmap
         # mov eax, 20 (getpid on i386); int 0x80; ret
         code = bytes([0xB8, 20, 0, 0, 0, 0xCD, 0x80, 0xC3])
@@ -849,21 +1010,29 @@ def test_32bit_syscall_abi_is_killed(jailed: Executor) -> None:
         fn = ctypes.CFUNCTYPE(ctypes.c_long)(addr)
         print("before", flush=True)
         print("after", fn(), flush=True)
-    """), limits=SMALL)
+    """),
+        limits=SMALL,
+    )
     assert r.status is Status.forbidden, describe(r)
     assert r.signal == "SIGSYS" and r.stdout == "before\n", describe(r)
 
 
 @pytest.mark.hostile
 def test_clone3_fails_with_enosys_and_sockets_are_filtered(jailed: Executor) -> None:
-    out = run_ok(jailed, program("""
+    out = run_ok(
+        jailed,
+        program(
+            """
         res = {"clone3": sys_call(@CLONE3@, 0, 0)}
         res["netlink"] = attempt(lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 0))
         res["netlink_raw"] = attempt(lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0))
         res["packet"] = attempt(lambda: socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, 0))
         res["raw_inet"] = attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, 1))
         report(res)
-    """, CLONE3=nr("clone3")))
+    """,
+            CLONE3=nr("clone3"),
+        ),
+    )
     assert out["clone3"] == [-1, "ENOSYS"], out
     assert out["netlink"] == "EAFNOSUPPORT", out
     assert out["netlink_raw"] in ("EAFNOSUPPORT", "EPERM"), out
@@ -872,7 +1041,9 @@ def test_clone3_fails_with_enosys_and_sockets_are_filtered(jailed: Executor) -> 
 
 
 def test_fork_threads_and_subprocess_still_work(executor: Executor) -> None:
-    out = run_ok(executor, program("""
+    out = run_ok(
+        executor,
+        program("""
         import subprocess, threading
         pid = os.fork()
         if pid == 0:
@@ -886,7 +1057,8 @@ def test_fork_threads_and_subprocess_still_work(executor: Executor) -> None:
             t.join()
         echo = subprocess.run(["/bin/echo", "hi"], capture_output=True, text=True).stdout
         report({"fork": os.waitstatus_to_exitcode(st), "threads": sorted(box), "echo": echo})
-    """))
+    """),
+    )
     assert out == {"fork": 7, "threads": [0, 1, 4, 9], "echo": "hi\n"}
 
 
@@ -904,7 +1076,8 @@ def test_concurrent_runs_cannot_see_or_signal_each_other(jailed: Executor) -> No
         if b"ready" in chunk:
             ready.set()
 
-    a_code = program("""
+    a_code = program(
+        """
         import select, subprocess
         u = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         u.bind("\\0execbox-@MARK@")
@@ -918,8 +1091,13 @@ def test_concurrent_runs_cannot_see_or_signal_each_other(jailed: Executor) -> No
         readable, _, _ = select.select([u, t], [], [], 1.5)
         report({"unix_conn": u in readable, "tcp_conn": t in readable,
                 "child_alive": child.poll() is None})
-    """, MARK=mark, PORT=port, SLEEPER=sleeper)
-    b_code = program("""
+    """,
+        MARK=mark,
+        PORT=port,
+        SLEEPER=sleeper,
+    )
+    b_code = program(
+        """
         import signal
         def conn_unix():
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
@@ -940,17 +1118,27 @@ def test_concurrent_runs_cannot_see_or_signal_each_other(jailed: Executor) -> No
             "kill": attempt(lambda: os.kill(-1, signal.SIGKILL)),
         }
         report(res)
-    """, MARK=mark, PORT=port, SLEEPER=sleeper)
+    """,
+        MARK=mark,
+        PORT=port,
+        SLEEPER=sleeper,
+    )
     thread, box = in_thread(lambda: jailed.run(a_code, limits=SMALL, on_stdout=on_stdout))
     assert ready.wait(5), "run A never became ready"
-    assert poll_host_cmdline(f"sleep\0{sleeper}\0".encode(), gone=False, timeout=2.0), \
+    assert poll_host_cmdline(f"sleep\0{sleeper}\0".encode(), gone=False, timeout=2.0), (
         "control: A's child not seen"
+    )
     b = run_ok(jailed, b_code)
     a = joined(thread, box)
     assert a.status is Status.ok, describe(a)
     a_out = json.loads(a.stdout.strip().splitlines()[-1])
-    assert b == {"unix": "ECONNREFUSED", "tcp": "ECONNREFUSED", "files": [False, False, False],
-                 "sees_sleeper": False, "kill": "ESRCH"}
+    assert b == {
+        "unix": "ECONNREFUSED",
+        "tcp": "ECONNREFUSED",
+        "files": [False, False, False],
+        "sees_sleeper": False,
+        "kill": "ESRCH",
+    }
     assert a_out == {"unix_conn": False, "tcp_conn": False, "child_alive": True}
 
 
@@ -959,9 +1147,12 @@ def test_concurrent_runs_cannot_see_or_signal_each_other(jailed: Executor) -> No
 
 def _cgroup_entries(hier: Hierarchy, prefix: str) -> set[str]:
     """This executor's run cgroups (other executors on the host may be running too)."""
-    return {f"{controller}:{name}" for controller, parent in hier.parent_paths.items()
-            for name in os.listdir(parent)
-            if name.startswith(prefix) and os.path.isdir(os.path.join(parent, name))}
+    return {
+        f"{controller}:{name}"
+        for controller, parent in hier.parent_paths.items()
+        for name in os.listdir(parent)
+        if name.startswith(prefix) and os.path.isdir(os.path.join(parent, name))
+    }
 
 
 def _zygote_children(zygote: int) -> list[int]:
@@ -1008,7 +1199,8 @@ def _pace(ex: Executor) -> None:
         except RuntimeError:  # the staging thread changed a queue as we copied it
             return False
         return len(ready) >= 3 * ex.pool_size and all(
-            slot.go_w >= 0 or select.select([slot.ctrl], [], [], 0)[0] for slot in ready)
+            slot.go_w >= 0 or select.select([slot.ctrl], [], [], 0)[0] for slot in ready
+        )
 
     assert wait_until(parked, 30, every_s=0.01), "the pool's programs never all waited"
     time.sleep(DEMAND_MARGIN_S)
@@ -1028,11 +1220,14 @@ def _settled(executor: Executor, hier: Hierarchy, timeout_s: float = 10.0) -> bo
         inits = [pid for sup in supervisors for pid in _zygote_children(sup)]
         # pool_size slots of each kind (light, heavy, pandas), each with one init and one
         # staged program
-        full = (sum(host_stats(executor).staged.values()) == 3 * pool
-                and len(supervisors) == 3 * pool and len(names) == 3 * pool
-                and len(inits) == 3 * pool
-                and len(_zygote_children(heavy)) == 2 * pool
-                and len(_zygote_children(light)) == pool)
+        full = (
+            sum(host_stats(executor).staged.values()) == 3 * pool
+            and len(supervisors) == 3 * pool
+            and len(names) == 3 * pool
+            and len(inits) == 3 * pool
+            and len(_zygote_children(heavy)) == 2 * pool
+            and len(_zygote_children(light)) == pool
+        )
         quiet = quiet + 1 if full else 0
         if quiet >= 3:  # three looks in a row, 50 ms apart
             return True
@@ -1054,8 +1249,13 @@ def _check_500_runs_leave_nothing(executor: Executor) -> None:
     executor.store.settle()
     assert _settled(executor, hier), "control: the pool never settled before the runs"
     slots_before = host_stats(executor).idle_slots
-    before = (_mountinfo(), _fd_count("self"), _fd_count(zygote), _fd_count(heavy),
-              _fd_count(light))
+    before = (
+        _mountinfo(),
+        _fd_count("self"),
+        _fd_count(zygote),
+        _fd_count(heavy),
+        _fd_count(light),
+    )
     statuses: dict[Status, int] = {}
     for _ in range(500):
         r = executor.run("pass", limits=SMALL)
@@ -1064,13 +1264,14 @@ def _check_500_runs_leave_nothing(executor: Executor) -> None:
     settled = _settled(executor, hier)
     names = {e.split(":", 1)[1] for e in _cgroup_entries(hier, prefix)}
     kids = _zygote_children(zygote)
-    assert settled, (f"leftovers after 500 runs: cgroups {sorted(names)}, supervisors "
-                     f"{[_describe_process(p) for p in kids]}, staging error "
-                     f"{host_internals(executor).pool._error}")
+    assert settled, (
+        f"leftovers after 500 runs: cgroups {sorted(names)}, supervisors "
+        f"{[_describe_process(p) for p in kids]}, staging error "
+        f"{host_internals(executor).pool._error}"
+    )
     assert names == host_stats(executor).idle_slots, "cgroups other than the staged slots"
     assert host_stats(executor).idle_slots == slots_before, "slots were replaced, not reused"
-    after = (_mountinfo(), _fd_count("self"), _fd_count(zygote), _fd_count(heavy),
-             _fd_count(light))
+    after = (_mountinfo(), _fd_count("self"), _fd_count(zygote), _fd_count(heavy), _fd_count(light))
     assert set(after[0]) ^ set(before[0]) == set(), "host mounts changed"
     assert after[1] <= before[1], f"test process descriptors grew {before[1]} -> {after[1]}"
     assert after[2] <= before[2], f"zygote descriptors grew {before[2]} -> {after[2]}"
@@ -1121,8 +1322,10 @@ def test_staged_programs_already_hold_the_pages_programs_write_first() -> None:
         assert _settled(own, Hierarchy.discover()), "the pool never settled"
         base = host_stats(own).warm_base_pages
         host = host_stats(own)
-        for kind, zygote, slots in (("light", host.light_zygote_pid, 1),
-                                    ("heavy", host.heavy_zygote_pid, 2)):  # heavy and pandas
+        for kind, zygote, slots in (
+            ("light", host.light_zygote_pid, 1),
+            ("heavy", host.heavy_zygote_pid, 2),
+        ):  # heavy and pandas
             staged = _staged_private_pages(zygote)
             assert len(staged) == slots * own.pool_size, (kind, staged)
             assert min(staged) >= base[kind], (kind, staged, base)
@@ -1147,8 +1350,10 @@ def test_only_pandas_slots_copy_pandas_pages_whatever_ran_before() -> None:
             # slot's next program staged without its warm pages (see the test below).
             _pace(own)
             assert own.run(before, limits=SMALL).status is Status.ok
-            for kind, probe in (("heavy", "import numpy\n" + PRIVATE_DIRTY_KIB),
-                                ("pandas", "import pandas\n" + PRIVATE_DIRTY_KIB)):
+            for kind, probe in (
+                ("heavy", "import numpy\n" + PRIVATE_DIRTY_KIB),
+                ("pandas", "import pandas\n" + PRIVATE_DIRTY_KIB),
+            ):
                 _pace(own)
                 r = own.run(probe, limits=SMALL)
                 assert r.status is Status.ok, describe(r)
@@ -1157,12 +1362,16 @@ def test_only_pandas_slots_copy_pandas_pages_whatever_ran_before() -> None:
         # The same code sees the same memory after either neighbour (a few pages of noise) ...
         assert max(heavy) - min(heavy) < 100 and max(pandas_slot) - min(pandas_slot) < 100, seen
         # ... and only the pandas slot's program holds pandas' pages.
-        assert base["heavy"] <= min(heavy) and max(heavy) < warm["heavy"] <= min(pandas_slot), \
-            (seen, base, warm)
+        assert base["heavy"] <= min(heavy) and max(heavy) < warm["heavy"] <= min(pandas_slot), (
+            seen,
+            base,
+            warm,
+        )
 
 
 def test_a_slot_in_demand_stages_its_next_program_without_warm_pages(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Copying warm pages is a head start paid in CPU by every program. A request that finds
     its slot's program not yet waiting for its code (callers queue for slots: CPU is short)
     has the slot's next program staged without them; a request that comes to an idle slot
@@ -1179,8 +1388,11 @@ def test_a_slot_in_demand_stages_its_next_program_without_warm_pages(
         for _ in range(3):
             _pace(own)
             queued: list[RunResult] = []
-            a = threading.Thread(target=lambda queued=queued: queued.append(
-                own.run("import time\ntime.sleep(0.5)", limits=SMALL)))
+            a = threading.Thread(
+                target=lambda queued=queued: queued.append(
+                    own.run("import time\ntime.sleep(0.5)", limits=SMALL)
+                )
+            )
             a.start()
             # A holds the only light slot: B waits for it
             assert wait_until(lambda: host_stats(own).in_use == 1, 10, every_s=0.005)
@@ -1210,8 +1422,12 @@ def _check_only_programs_are_heavy(executor: Executor) -> None:
     inits = [pid for sup in supervisors for pid in _zygote_children(sup)]
     programs = _zygote_children(heavy)
     light_programs = _zygote_children(light)
-    assert supervisors and len(inits) == len(supervisors) == len(programs) + len(light_programs), \
-        (supervisors, inits, programs, light_programs)
+    assert supervisors and len(inits) == len(supervisors) == len(programs) + len(light_programs), (
+        supervisors,
+        inits,
+        programs,
+        light_programs,
+    )
     for pid in [zygote, light, *supervisors, *inits, *light_programs]:
         assert not _maps_heavy_modules(pid), f"process {pid} carries the heavy modules"
     for pid in programs:
@@ -1233,8 +1449,9 @@ def test_closing_an_executor_leaves_no_cgroups_processes_or_mounts() -> None:
     # Gone when close returns (they used to go on tearing down for up to seconds after).
     assert [pid for pid in supervisors if alive(pid)] == []
     deadline = time.monotonic() + 5
-    while (_cgroup_entries(hier, prefix) or os.path.exists(f"/proc/{zygote}")) \
-            and time.monotonic() < deadline:
+    while (
+        _cgroup_entries(hier, prefix) or os.path.exists(f"/proc/{zygote}")
+    ) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _cgroup_entries(hier, prefix) == set()
     assert not os.path.exists(f"/proc/{zygote}"), "the zygote outlived its executor"
@@ -1246,9 +1463,18 @@ def test_closing_an_executor_ends_its_runs_in_flight_before_it_returns() -> None
     ex = Executor(cache=False)
     outcomes: list[RunResult] = []
     printed: list[str] = []
-    threads = [threading.Thread(target=lambda: outcomes.append(
-        ex.run("import time\nprint('on', flush=True)\ntime.sleep(30)", limits={"timeout_s": 40},
-               on_stdout=printed.append))) for _ in range(3)]
+    threads = [
+        threading.Thread(
+            target=lambda: outcomes.append(
+                ex.run(
+                    "import time\nprint('on', flush=True)\ntime.sleep(30)",
+                    limits={"timeout_s": 40},
+                    on_stdout=printed.append,
+                )
+            )
+        )
+        for _ in range(3)
+    ]
     for t in threads:
         t.start()
     pool = host_internals(ex).pool
@@ -1269,8 +1495,10 @@ def test_each_run_has_fresh_randomness_and_its_own_main_thread_id(executor: Exec
     could tell apart is redone for it. Every run, light or heavy, draws other random numbers
     than the last (the zygote's generators are shared by every fork), and the main thread's
     native id is the program's own, not its zygote's."""
-    probe = ("import random, threading{extra}; print(random.getrandbits(64){draw}, "
-             "threading.main_thread().native_id == threading.get_native_id())")
+    probe = (
+        "import random, threading{extra}; print(random.getrandbits(64){draw}, "
+        "threading.main_thread().native_id == threading.get_native_id())"
+    )
     for extra, draw in (("", ""), (", numpy", ", numpy.random.randint(2**62)")):
         outs = []
         for _ in range(3):

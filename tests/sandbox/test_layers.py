@@ -58,8 +58,12 @@ def _outside_layer(path: Path, package: str) -> list[str]:
         else:
             target = module
         top = target.split(".")[0]
-        if target == package or target.startswith(package + ".") \
-                or top in sys.stdlib_module_names or top in allowed:
+        if (
+            target == package
+            or target.startswith(package + ".")
+            or top in sys.stdlib_module_names
+            or top in allowed
+        ):
             continue
         bad.append(f"{name}:{line} imports {target}")
     return bad
@@ -76,24 +80,32 @@ def test_in_image_code_imports_only_the_standard_library_and_its_own_package() -
 
 
 def test_the_image_packages_in_image_code_may_import_are_in_the_runtime_lock() -> None:
-    pinned = {m.group(1).lower() for m in re.finditer(r"(?m)^([A-Za-z0-9_.-]+)==", LOCK.read_text())}
+    pinned = {
+        m.group(1).lower() for m in re.finditer(r"(?m)^([A-Za-z0-9_.-]+)==", LOCK.read_text())
+    }
     wanted = {dist for names in IMAGE_IMPORTS.values() for dist in names.values()}
     assert wanted <= pinned, wanted - pinned
 
 
-@pytest.mark.parametrize("source, found", [
-    ("import pydantic\n", "4 imports pydantic"),
-    ("def f():\n    from ...contract import Limits\n", "5 imports execbox.contract"),
-    ("from ..host import pump\n", "4 imports execbox.sandbox.host"),
-    ("import IPython\n", "4 imports IPython"),  # allowed in the kernel only
-])
+@pytest.mark.parametrize(
+    "source, found",
+    [
+        ("import pydantic\n", "4 imports pydantic"),
+        ("def f():\n    from ...contract import Limits\n", "5 imports execbox.contract"),
+        ("from ..host import pump\n", "4 imports execbox.sandbox.host"),
+        ("import IPython\n", "4 imports IPython"),  # allowed in the kernel only
+    ],
+)
 def test_the_layer_check_names_the_module_and_the_import(
-        tmp_path: Path, source: str, found: str) -> None:
+    tmp_path: Path, source: str, found: str
+) -> None:
     module = tmp_path / "runner.py"
-    module.write_text("from __future__ import annotations\nimport os\nfrom . import protocol\n"
-                      + source)
+    module.write_text(
+        "from __future__ import annotations\nimport os\nfrom . import protocol\n" + source
+    )
     assert _outside_layer(module, "execbox.sandbox.inside") == [
-        f"execbox.sandbox.inside.runner:{found}"]
+        f"execbox.sandbox.inside.runner:{found}"
+    ]
 
 
 def _private_uses(path: Path) -> Iterator[str]:
@@ -108,9 +120,13 @@ def _private_uses(path: Path) -> Iterator[str]:
                 if not module or module in ("inside", "host"):
                     modules.add(name)
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
-                and node.value.id in modules and node.attr.startswith("_") \
-                and not node.attr.startswith("__"):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in modules
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+        ):
             yield f"{path.name}:{node.lineno}: {node.value.id}.{node.attr}"
 
 
@@ -123,7 +139,10 @@ def test_no_sandbox_module_uses_another_modules_private_names() -> None:
 
 def test_the_private_names_check_sees_both_forms(tmp_path: Path) -> None:
     module = tmp_path / "cells.py"
-    module.write_text("from . import outcome\nfrom .supervisor import _clean_error\n"
-                      "x = outcome._hint('a', 'b')\n")
-    assert list(_private_uses(module)) == ["cells.py: from .supervisor import _clean_error",
-                                           "cells.py:3: outcome._hint"]
+    module.write_text(
+        "from . import outcome\nfrom .supervisor import _clean_error\nx = outcome._hint('a', 'b')\n"
+    )
+    assert list(_private_uses(module)) == [
+        "cells.py: from .supervisor import _clean_error",
+        "cells.py:3: outcome._hint",
+    ]

@@ -67,8 +67,11 @@ def leftover_cgroups(ex: Executor, grace_s: float = 3.0) -> list[str]:
         staged = host_stats(ex).idle_slots
         left = []
         for parent in Hierarchy.discover().parent_paths.values():
-            left += [os.path.join(parent, n) for n in os.listdir(parent)
-                     if n.startswith(prefix) and n not in staged]
+            left += [
+                os.path.join(parent, n)
+                for n in os.listdir(parent)
+                if n.startswith(prefix) and n not in staged
+            ]
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.05)
@@ -83,29 +86,35 @@ def assert_limit(r: RunResult, status: Status, setting: str) -> None:
 # ---- wall time -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("code", [
-    pytest.param("while True:\n    pass\n", id="busy-loop"),
-    pytest.param("import time\ntime.sleep(100)\n", id="sleep"),
-    pytest.param(
-        "import signal\n"
-        "for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):\n"
-        "    signal.signal(s, signal.SIG_IGN)\n"
-        "while True:\n"
-        "    pass\n",
-        id="ignores-term-int-hup",
-    ),
-    pytest.param(
-        "import signal, time\n"
-        "signal.pthread_sigmask(signal.SIG_BLOCK, set(signal.Signals) - {signal.SIGKILL,"
-        " signal.SIGSTOP})\n"
-        "while True:\n"
-        "    time.sleep(0.01)\n",
-        id="blocks-every-signal",
-    ),
-    pytest.param("import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)\n", id="stops-itself"),
-])
+@pytest.mark.parametrize(
+    "code",
+    [
+        pytest.param("while True:\n    pass\n", id="busy-loop"),
+        pytest.param("import time\ntime.sleep(100)\n", id="sleep"),
+        pytest.param(
+            "import signal\n"
+            "for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):\n"
+            "    signal.signal(s, signal.SIG_IGN)\n"
+            "while True:\n"
+            "    pass\n",
+            id="ignores-term-int-hup",
+        ),
+        pytest.param(
+            "import signal, time\n"
+            "signal.pthread_sigmask(signal.SIG_BLOCK, set(signal.Signals) - {signal.SIGKILL,"
+            " signal.SIGSTOP})\n"
+            "while True:\n"
+            "    time.sleep(0.01)\n",
+            id="blocks-every-signal",
+        ),
+        pytest.param(
+            "import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)\n", id="stops-itself"
+        ),
+    ],
+)
 def test_program_exceeding_wall_time_is_stopped_within_a_second_with_status_timeout(
-        jailed: Executor, code: str) -> None:
+    jailed: Executor, code: str
+) -> None:
     r, wall = timed(jailed, code, limits={"timeout_s": 1, "cpu_s": 30})
     assert_limit(r, Status.timeout, "timeout_s")
     assert r.error is not None and "1 s" in r.error.message
@@ -168,12 +177,7 @@ BUSY_THREADS = (
     "    threading.Thread(target=spin).start()\n"
     "spin()\n"
 )
-BUSY_PROCESSES = (
-    "import os\n"
-    "os.fork()\n"
-    "while True:\n"
-    "    pass\n"
-)
+BUSY_PROCESSES = "import os\nos.fork()\nwhile True:\n    pass\n"
 BUSY_CHILD_ONLY = (
     "import os, sys\n"
     "pid = os.fork()\n"
@@ -185,13 +189,17 @@ BUSY_CHILD_ONLY = (
 )
 
 
-@pytest.mark.parametrize("code", [
-    pytest.param("while True:\n    pass\n", id="busy-loop"),
-    pytest.param(BUSY_THREADS, id="three-threads"),
-    pytest.param(BUSY_PROCESSES, id="two-processes"),
-])
+@pytest.mark.parametrize(
+    "code",
+    [
+        pytest.param("while True:\n    pass\n", id="busy-loop"),
+        pytest.param(BUSY_THREADS, id="three-threads"),
+        pytest.param(BUSY_PROCESSES, id="two-processes"),
+    ],
+)
 def test_cpu_limit_ends_the_run_with_status_cpu_limit_long_before_the_wall_limit(
-        jailed: Executor, code: str) -> None:
+    jailed: Executor, code: str
+) -> None:
     r, wall = timed(jailed, code, limits={"cpu_s": 1, "timeout_s": 10})
     assert_limit(r, Status.cpu_limit, "cpu_s")
     assert r.error is not None and "1 s" in r.error.message
@@ -206,8 +214,7 @@ def test_cpu_limit_hit_by_a_child_is_reported_as_cpu_limit_every_time(jailed: Ex
     outcomes = []
     for _ in range(4):
         r, wall = timed(jailed, BUSY_CHILD_ONLY, limits={"cpu_s": 1, "timeout_s": 10})
-        outcomes.append((r.status.value, r.exit_code, r.signal, r.stderr.strip(),
-                         r.metrics.cpu_ms))
+        outcomes.append((r.status.value, r.exit_code, r.signal, r.stderr.strip(), r.metrics.cpu_ms))
         assert wall < 1.0 + SLACK_S + 0.5, wall
     assert all(o[0] == "cpu_limit" for o in outcomes), outcomes
 
@@ -237,35 +244,33 @@ def test_cpu_limit_counts_cpu_time_of_children_that_already_exited(jailed: Execu
 MEMORY_LIMIT = 64
 
 
-@pytest.mark.parametrize("code", [
-    pytest.param(
-        "chunks = []\n"
-        "while True:\n"
-        "    chunks.append(bytearray(1 << 20))\n",
-        id="bytearray-chunks",
-    ),
-    pytest.param(
-        "b = bytearray()\n"
-        "while True:\n"
-        "    b += b'x' * (1 << 20)\n",
-        id="bytearray-growth",
-    ),
-    pytest.param(
-        "import numpy as np\n"
-        "a = np.ones(100_000_000)\n"
-        "print(a.sum())\n",
-        id="numpy",
-    ),
-    pytest.param(
-        "import mmap\n"
-        "m = mmap.mmap(-1, 512 << 20)\n"
-        "for i in range(0, len(m), 4096):\n"
-        "    m[i] = 1\n",
-        id="anonymous-mmap",
-    ),
-])
+@pytest.mark.parametrize(
+    "code",
+    [
+        pytest.param(
+            "chunks = []\nwhile True:\n    chunks.append(bytearray(1 << 20))\n",
+            id="bytearray-chunks",
+        ),
+        pytest.param(
+            "b = bytearray()\nwhile True:\n    b += b'x' * (1 << 20)\n",
+            id="bytearray-growth",
+        ),
+        pytest.param(
+            "import numpy as np\na = np.ones(100_000_000)\nprint(a.sum())\n",
+            id="numpy",
+        ),
+        pytest.param(
+            "import mmap\n"
+            "m = mmap.mmap(-1, 512 << 20)\n"
+            "for i in range(0, len(m), 4096):\n"
+            "    m[i] = 1\n",
+            id="anonymous-mmap",
+        ),
+    ],
+)
 def test_allocating_past_memory_mib_gives_memory_limit_and_peak_near_the_limit(
-        jailed: Executor, code: str) -> None:
+    jailed: Executor, code: str
+) -> None:
     r, wall = timed(jailed, code, limits={"memory_mib": MEMORY_LIMIT, "timeout_s": 10})
     assert_limit(r, Status.memory_limit, "memory_mib")
     assert r.error is not None and f"{MEMORY_LIMIT} MiB" in r.error.message
@@ -300,8 +305,10 @@ def test_files_in_tmpfs_count_against_the_memory_limit(jailed: Executor) -> None
         "            fh.write(b'x' * (8 << 20))\n"
         "print('wrote 168 MiB', flush=True)\n"
     )
-    r = jailed.run(code, limits={"memory_mib": MEMORY_LIMIT, "disk_mib": 64, "timeout_s": 10,
-                                 "artifact_bytes": 0})
+    r = jailed.run(
+        code,
+        limits={"memory_mib": MEMORY_LIMIT, "disk_mib": 64, "timeout_s": 10, "artifact_bytes": 0},
+    )
     assert_limit(r, Status.memory_limit, "memory_mib")
     assert r.stdout == ""
     assert r.metrics.memory_peak_bytes <= MEMORY_LIMIT * MIB, r.metrics
@@ -349,12 +356,7 @@ def test_fork_bomb_is_contained_by_pids_and_the_program_sees_eagain(jailed: Exec
 
 def test_fork_bomb_that_never_ends_is_stopped_by_the_timeout(jailed: Executor) -> None:
     code = (
-        "import os\n"
-        "while True:\n"
-        "    try:\n"
-        "        os.fork()\n"
-        "    except OSError:\n"
-        "        pass\n"
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
     )
     r, wall = timed(jailed, code, limits={"pids": 16, "timeout_s": 1, "cpu_s": 60})
     assert_limit(r, Status.timeout, "timeout_s")
@@ -363,7 +365,8 @@ def test_fork_bomb_that_never_ends_is_stopped_by_the_timeout(jailed: Executor) -
 
 
 def test_thread_bomb_is_contained_and_the_program_sees_cant_start_new_thread(
-        jailed: Executor) -> None:
+    jailed: Executor,
+) -> None:
     code = (
         "import threading, time\n"
         "made = 0\n"
@@ -414,8 +417,7 @@ def test_many_files_past_disk_mib_give_disk_limit(jailed: Executor, directory: s
 
 
 @pytest.mark.parametrize("directory", ["/workspace", "/tmp"])
-def test_program_that_handles_a_full_disk_sees_enospc(
-        jailed: Executor, directory: str) -> None:
+def test_program_that_handles_a_full_disk_sees_enospc(jailed: Executor, directory: str) -> None:
     code = (
         "import errno\n"
         "written = 0\n"
@@ -452,15 +454,18 @@ def test_huge_sparse_file_is_neither_created_big_nor_copied(jailed: Executor) ->
     r, wall = timed(jailed, code, limits={"disk_mib": 8})
     assert r.status is Status.ok, r
     # RLIMIT_FSIZE = disk_mib: no file can get an apparent size past the disk limit.
-    assert r.stdout.splitlines() == ["pwrite EFBIG", "ftruncate EFBIG", "fallocate EFBIG",
-                                     "size 0"], r.stdout
+    assert r.stdout.splitlines() == [
+        "pwrite EFBIG",
+        "ftruncate EFBIG",
+        "fallocate EFBIG",
+        "size 0",
+    ], r.stdout
     assert all(a.size <= 8 * MIB for a in r.artifacts)
     assert wall < 3.0, wall
     assert vm_rss() - rss_before < 50 * MIB
 
 
-def test_sparse_file_bigger_than_the_artifact_budget_is_skipped_not_read(
-        jailed: Executor) -> None:
+def test_sparse_file_bigger_than_the_artifact_budget_is_skipped_not_read(jailed: Executor) -> None:
     code = (
         "with open('sparse', 'wb') as fh:\n"
         "    fh.seek((7 << 20) - 1)\n"
@@ -480,25 +485,23 @@ def test_sparse_file_bigger_than_the_artifact_budget_is_skipped_not_read(
 CAP = 64 * 1024
 
 
-@pytest.mark.parametrize("code", [
-    pytest.param("print('x' * 10**8)\n", id="one-huge-print"),
-    pytest.param(
-        "import sys\n"
-        "chunk = b'x' * 65536\n"
-        "while True:\n"
-        "    sys.stdout.buffer.write(chunk)\n",
-        id="endless-loop",
-    ),
-    pytest.param(
-        "import os\n"
-        "chunk = b'x' * 65536\n"
-        "while True:\n"
-        "    os.write(1, chunk)\n",
-        id="raw-fd-writes",
-    ),
-])
+@pytest.mark.parametrize(
+    "code",
+    [
+        pytest.param("print('x' * 10**8)\n", id="one-huge-print"),
+        pytest.param(
+            "import sys\nchunk = b'x' * 65536\nwhile True:\n    sys.stdout.buffer.write(chunk)\n",
+            id="endless-loop",
+        ),
+        pytest.param(
+            "import os\nchunk = b'x' * 65536\nwhile True:\n    os.write(1, chunk)\n",
+            id="raw-fd-writes",
+        ),
+    ],
+)
 def test_stdout_flood_gives_output_limit_and_the_host_keeps_only_the_cap(
-        jailed: Executor, code: str) -> None:
+    jailed: Executor, code: str
+) -> None:
     rss_before = vm_rss()
     r, wall = timed(jailed, code, limits={"output_bytes": CAP, "timeout_s": 20})
     rss_growth = vm_rss() - rss_before
@@ -512,10 +515,7 @@ def test_stdout_flood_gives_output_limit_and_the_host_keeps_only_the_cap(
 
 def test_stderr_flood_gives_output_limit_and_only_stderr_is_truncated(jailed: Executor) -> None:
     code = (
-        "import sys\n"
-        "print('before', flush=True)\n"
-        "while True:\n"
-        "    sys.stderr.write('e' * 4096)\n"
+        "import sys\nprint('before', flush=True)\nwhile True:\n    sys.stderr.write('e' * 4096)\n"
     )
     rss_before = vm_rss()
     r, wall = timed(jailed, code, limits={"output_bytes": CAP, "timeout_s": 20})
@@ -543,23 +543,24 @@ def test_flood_from_a_grandchild_that_keeps_stdout_open_still_ends(jailed: Execu
 
 
 def test_output_of_exactly_output_bytes_is_not_truncated(executor: Executor) -> None:
-    r = executor.run(f"import sys\nsys.stdout.write('z' * {CAP})\n",
-                     limits={"output_bytes": CAP})
+    r = executor.run(f"import sys\nsys.stdout.write('z' * {CAP})\n", limits={"output_bytes": CAP})
     assert r.status is Status.ok, r
     assert r.stdout_truncated is False and len(r.stdout) == CAP
 
 
 def test_output_one_byte_past_output_bytes_is_truncated(executor: Executor) -> None:
-    r = executor.run(f"import sys\nsys.stdout.write('z' * {CAP + 1})\n",
-                     limits={"output_bytes": CAP})
+    r = executor.run(
+        f"import sys\nsys.stdout.write('z' * {CAP + 1})\n", limits={"output_bytes": CAP}
+    )
     assert_limit(r, Status.output_limit, "output_bytes")
     assert r.stdout_truncated is True and len(r.stdout) == CAP
 
 
 def test_stdout_callback_sees_at_most_the_cap(jailed: Executor) -> None:
     seen: list[bytes] = []
-    r = jailed.run("while True:\n    print('x' * 1000)\n", limits={"output_bytes": CAP},
-                   on_stdout=seen.append)
+    r = jailed.run(
+        "while True:\n    print('x' * 1000)\n", limits={"output_bytes": CAP}, on_stdout=seen.append
+    )
     assert r.status is Status.output_limit, r
     assert sum(map(len, seen)) == CAP
     assert b"".join(seen).decode() == r.stdout
@@ -581,8 +582,9 @@ def test_twenty_mib_of_stdin_arrives_whole(executor: Executor) -> None:
 
 
 def test_stdin_the_program_never_reads_does_not_hang_the_run(jailed: Executor) -> None:
-    r, wall = timed(jailed, "print('ignored stdin')\n", stdin=b"s" * (20 * MIB),
-                    limits={"timeout_s": 10})
+    r, wall = timed(
+        jailed, "print('ignored stdin')\n", stdin=b"s" * (20 * MIB), limits={"timeout_s": 10}
+    )
     assert r.status is Status.ok, r
     assert r.stdout == "ignored stdin\n"
     assert wall < 3.0, wall
@@ -600,7 +602,8 @@ def test_program_closing_stdin_early_does_not_hang_the_run(jailed: Executor) -> 
 
 
 def test_invalid_utf8_on_stdout_and_stderr_gives_valid_json_with_replacement_chars(
-        jailed: Executor) -> None:
+    jailed: Executor,
+) -> None:
     code = (
         "import sys\n"
         "sys.stdout.buffer.write(b'a\\xff\\xfeb\\xc3')\n"

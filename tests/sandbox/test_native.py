@@ -41,9 +41,12 @@ def _init(libexec: Path, *args: str, fds: tuple[int, ...] = ()) -> tuple[int, by
     # Out of the way of the target numbers first, so that no dup2 overwrites a later source.
     high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 64) for fd in (report_w, *fds)]
     try:
-        pid = os.posix_spawn(str(libexec / "execbox-init"), ["execbox-init", *args], {},
-                             file_actions=[(os.POSIX_SPAWN_DUP2, fd, 3 + i)
-                                           for i, fd in enumerate(high)])
+        pid = os.posix_spawn(
+            str(libexec / "execbox-init"),
+            ["execbox-init", *args],
+            {},
+            file_actions=[(os.POSIX_SPAWN_DUP2, fd, 3 + i) for i, fd in enumerate(high)],
+        )
     finally:
         for fd in (report_w, *high):
             os.close(fd)
@@ -52,8 +55,9 @@ def _init(libexec: Path, *args: str, fds: tuple[int, ...] = ()) -> tuple[int, by
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), report
 
 
-@pytest.mark.parametrize("args", [(), ("65533",), ("0", "1"), ("65533", "0"), ("65533", "9"),
-                                  ("x", "1")])
+@pytest.mark.parametrize(
+    "args", [(), ("65533",), ("0", "1"), ("65533", "0"), ("65533", "9"), ("x", "1")]
+)
 def test_init_refuses_bad_arguments_and_says_so(libexec: Path, args: tuple[str, ...]) -> None:
     code, report = _init(libexec, *args)
     assert code == 1 and report.startswith(b"init: "), (code, report)
@@ -71,13 +75,20 @@ def test_init_carries_no_c_library_where_nolibc_knows_the_target(libexec: Path) 
     assert b"glibc" not in data and len(data) < 64 << 10, len(data)
 
 
-@pytest.mark.parametrize("target, nolibc", [("x86_64-linux-gnu", True),
-                                            ("aarch64-linux-gnu", True),
-                                            ("x86_64-linux-gnux32", False),
-                                            ("i686-linux-gnu", False),
-                                            ("arm-linux-gnueabihf", False), (None, False)])
+@pytest.mark.parametrize(
+    "target, nolibc",
+    [
+        ("x86_64-linux-gnu", True),
+        ("aarch64-linux-gnu", True),
+        ("x86_64-linux-gnux32", False),
+        ("i686-linux-gnu", False),
+        ("arm-linux-gnueabihf", False),
+        (None, False),
+    ],
+)
 def test_the_no_c_library_build_follows_the_compilers_target(
-        tmp_path: Path, target: str | None, nolibc: bool) -> None:
+    tmp_path: Path, target: str | None, nolibc: bool
+) -> None:
     cc = tmp_path / "cc"
     cc.write_text(f"#!/bin/sh\necho {target}\n" if target else "#!/bin/sh\nexit 1\n")
     cc.chmod(0o755)
@@ -95,8 +106,9 @@ def test_init_reports_the_step_that_failed(libexec: Path) -> None:
     assert (code, report) == (1, b"init: join cgroup: Bad file descriptor"), report
 
 
-def _contain_in_fork(libexec: Path, root: Path, uid: int,
-                     stdio_from: list[int] | None = None) -> tuple[dict[str, Any], list[int]]:
+def _contain_in_fork(
+    libexec: Path, root: Path, uid: int, stdio_from: list[int] | None = None
+) -> tuple[dict[str, Any], list[int]]:
     """Call the contain steps in a fork chrooted to `root`, with a seccomp program the kernel
     refuses (one load, no return), so that even a full success ends in a named failure and
     the fork's state can be reported. Returns the report and the four kept descriptors."""
@@ -122,9 +134,19 @@ def _contain_in_fork(libexec: Path, root: Path, uid: int,
                 open_fds.append(fd)
             except OSError:
                 pass
-        os.write(report_w, json.dumps({
-            "error": error, "fds": open_fds, "cwd": os.getcwd(), "uids": os.getresuid(),
-            "gids": os.getresgid(), "groups": os.getgroups()}).encode())
+        os.write(
+            report_w,
+            json.dumps(
+                {
+                    "error": error,
+                    "fds": open_fds,
+                    "cwd": os.getcwd(),
+                    "uids": os.getresuid(),
+                    "gids": os.getresgid(),
+                    "groups": os.getgroups(),
+                }
+            ).encode(),
+        )
         os._exit(0)
     os.close(report_w)
     for fd in (stray, *stdio, *keep[:3]):
@@ -140,7 +162,8 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the contain steps nee
 
 @needs_root
 def test_contain_runs_every_step_up_to_seccomp_and_names_the_failed_one(
-        libexec: Path, tmp_path: Path) -> None:
+    libexec: Path, tmp_path: Path
+) -> None:
     """Every step but the last succeeds: by then stdio is on 0-2, every other descriptor but
     the program's four is closed, the working directory is /workspace and the process has the
     sandbox uid and gid and no groups."""
@@ -164,17 +187,18 @@ def test_contain_refuses_to_stay_root(libexec: Path, tmp_path: Path, uid: int) -
 
 @needs_root
 def test_contain_checks_the_descriptors_before_it_changes_anything(
-        libexec: Path, tmp_path: Path) -> None:
+    libexec: Path, tmp_path: Path
+) -> None:
     """stdout taken from descriptor 0: a dup2 onto 0-2 could overwrite a source."""
     (tmp_path / "workspace").mkdir()
     source = os.open("/dev/null", os.O_RDWR)
     try:
-        out, _keep = _contain_in_fork(libexec, tmp_path, UID,
-                                      stdio_from=[source, 0, source])
+        out, _keep = _contain_in_fork(libexec, tmp_path, UID, stdio_from=[source, 0, source])
     finally:
         os.close(source)
-    assert out["error"] == (f"{errno.EBADF} check the program's descriptors: "
-                            "Bad file descriptor"), out
+    assert out["error"] == (
+        f"{errno.EBADF} check the program's descriptors: Bad file descriptor"
+    ), out
     assert out["cwd"] == "/" and out["uids"] == [0, 0, 0], out
 
 
@@ -183,8 +207,7 @@ def test_a_program_whose_slot_init_is_gone_dies_as_if_killed_with_it(libexec: Pa
     """The program joins its slot's namespaces through a pidfd of init. An init gone by then
     (its slot killed from outside after the program's fork) must end the program as a kill
     would have (SIGKILL: the request goes to another slot), not as a set-up failure."""
-    lib = linux.ContainLibrary(str(libexec / "libexecbox-contain.so"),
-                                [jail.PROGRAM_NAMESPACES])
+    lib = linux.ContainLibrary(str(libexec / "libexecbox-contain.so"), [jail.PROGRAM_NAMESPACES])
     gone = os.fork()
     if gone == 0:
         os._exit(0)
@@ -208,22 +231,28 @@ def test_a_program_whose_slot_init_is_gone_dies_as_if_killed_with_it(libexec: Pa
 def test_an_image_without_this_execboxs_native_parts_is_refused(tmp_path: Path) -> None:
     root = tmp_path / "img"
     (root / "libexec").mkdir(parents=True)
-    manifest = {"digest": "sha256:x", "python_version": "3.11.0", "base_prefix": "/usr",
-                "native_sha256": "stale"}
+    manifest = {
+        "digest": "sha256:x",
+        "python_version": "3.11.0",
+        "base_prefix": "/usr",
+        "native_sha256": "stale",
+    }
     (root / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(SandboxUnavailable, match="execbox image build"):
         image.Image.load(root)
 
 
-def test_a_missing_compiler_is_a_clear_error(tmp_path: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missing_compiler_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("CC", "no-such-compiler-anywhere")
     with pytest.raises(SandboxUnavailable, match="needs a C compiler"):
         image.build_native(tmp_path)
 
 
-def test_a_failed_compile_shows_the_compilers_words(tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_compile_shows_the_compilers_words(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cc = tmp_path / "cc"
     cc.write_text("#!/bin/sh\necho 'cc: out of cheese' >&2\nexit 1\n")
     cc.chmod(0o755)
@@ -252,9 +281,14 @@ def _write_every_page(buf: mmap.mmap | bytearray) -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 
 
-def _serve_in_fork(libexec: Path, root: Path, requests: list[tuple[bytes, list[int]]],
-                   close: list[int], read: list[int],
-                   warm: str | None = None) -> tuple[str, list[bytes]]:
+def _serve_in_fork(
+    libexec: Path,
+    root: Path,
+    requests: list[tuple[bytes, list[int]]],
+    close: list[int],
+    read: list[int],
+    warm: str | None = None,
+) -> tuple[str, list[bytes]]:
     """A program zygote's fork server (`serve_programs`) in a fork chrooted to `root`, with
     the real seccomp filter and the fork's own pid namespace as the slot's. Each request is
     sent in turn, our copies of `close` closed, and each descriptor of `read` read to its
@@ -284,8 +318,7 @@ def _serve_in_fork(libexec: Path, root: Path, requests: list[tuple[bytes, list[i
             own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY)
             region = None
             if warm is not None:
-                region = mmap.mmap(-1, WARM * mmap.PAGESIZE,
-                                   mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+                region = mmap.mmap(-1, WARM * mmap.PAGESIZE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
                 region.write(b"z" * len(region))  # present, and shared with every child
                 start = ctypes.addressof(ctypes.c_char.from_buffer(region))
                 if warm == "split":
@@ -293,8 +326,9 @@ def _serve_in_fork(libexec: Path, root: Path, requests: list[tuple[bytes, list[i
                     lib.set_warm([(start, half)], [(half, start + len(region))])
             os.chroot(str(root))
             os.chdir("/")
-            kept = lib.serve_programs(host_child.fileno(), spawn_child.fileno(), own_pid_ns,
-                                      UIDS, loader)
+            kept = lib.serve_programs(
+                host_child.fileno(), spawn_child.fileno(), own_pid_ns, UIDS, loader
+            )
             if kept is not None:  # a forked child, contained: it lives until go_r ends
                 report = f"{os.getresuid()} {os.getcwd()}"
                 if region is not None:
@@ -332,7 +366,8 @@ def _serve_in_fork(libexec: Path, root: Path, requests: list[tuple[bytes, list[i
 
 @needs_root
 def test_the_fork_server_forks_contained_programs_reports_their_end_and_drops_bad_requests(
-        libexec: Path, tmp_path: Path) -> None:
+    libexec: Path, tmp_path: Path
+) -> None:
     """Six malformed requests are dropped (two of them naming a uid outside the range) (their pipes closed unanswered) and the server goes
     on; a program whose contain step fails says which on its set-up descriptor and exits 127;
     contained ones come back to Python as the sandbox uid in /workspace, 66 alive at once
@@ -346,20 +381,28 @@ def test_the_fork_server_forks_contained_programs_reports_their_end_and_drops_ba
     ours += [joinable, refused]
     requests, read = [], []
     good_layout = b"1 1 1 %d" % (UID + 1)
-    for layout, cgroup in ((b"1 x 1 %d" % UID, joinable), (b"1 1 1", joinable),
-                           (b"1 1 3 %d" % UID, joinable), (b"1 2 1 %d" % UID, joinable),
-                           (b"1 1 1 0", joinable), (b"1 1 1 %d" % (UID - 1), joinable),
-                           (b"1 1 0 %d" % UID, refused), *[(good_layout, joinable)] * 66):
+    for layout, cgroup in (
+        (b"1 x 1 %d" % UID, joinable),
+        (b"1 1 1", joinable),
+        (b"1 1 3 %d" % UID, joinable),
+        (b"1 2 1 %d" % UID, joinable),
+        (b"1 1 1 0", joinable),
+        (b"1 1 1 %d" % (UID - 1), joinable),
+        (b"1 1 0 %d" % UID, refused),
+        *[(good_layout, joinable)] * 66,
+    ):
         (status_r, status_w), (io_r, io_w), (go_r, go_w) = os.pipe(), os.pipe(), os.pipe()
         (setup_r, setup_w), (done_r, done_w) = os.pipe(), os.pipe()
         ours += [status_w, io_r, io_w, go_r, go_w, setup_w, done_w]
         read += [status_r, setup_r, done_r]
-        requests.append((layout, [status_w, pid_ns, cgroup, io_r, io_w, io_w,
-                                  go_r, io_w, setup_w, done_w]))  # go, error, set-up, report
+        requests.append(
+            (layout, [status_w, pid_ns, cgroup, io_r, io_w, io_w, go_r, io_w, setup_w, done_w])
+        )  # go, error, set-up, report
     said, got = _serve_in_fork(libexec, tmp_path, requests, ours, read)
     assert said == "returned at end of file"
     bad_layout, no_uid, bad_warm, too_few, root, below, failing, *good = (
-        got[i:i + 3] for i in range(0, len(got), 3))
+        got[i : i + 3] for i in range(0, len(got), 3)
+    )
     assert bad_layout == no_uid == bad_warm == too_few == root == below == [b"", b"", b""]
     status, setup, _done = failing
     assert json.loads(status) == {"status": 127 << 8}
@@ -371,16 +414,19 @@ def test_the_fork_server_forks_contained_programs_reports_their_end_and_drops_ba
 
 
 @needs_root
-@pytest.mark.parametrize("warm, asked, faults_from, faults_to", [
-    # The slack is the Python loop's own faults: a full suite on a loaded machine saw 5 once.
-    ("split", b"1", 0, 8),  # all its warm pages
-    ("split", b"0", WARM // 2, WARM // 2 + 8),  # the base: the other half still faults
-    ("split", b"2", WARM, WARM + 8),  # none (its slot is in demand): every page faults
-    ("none", b"1", WARM, WARM + 8),  # the control: one fault for each page
-])
+@pytest.mark.parametrize(
+    "warm, asked, faults_from, faults_to",
+    [
+        # The slack is the Python loop's own faults: a full suite on a loaded machine saw 5 once.
+        ("split", b"1", 0, 8),  # all its warm pages
+        ("split", b"0", WARM // 2, WARM // 2 + 8),  # the base: the other half still faults
+        ("split", b"2", WARM, WARM + 8),  # none (its slot is in demand): every page faults
+        ("none", b"1", WARM, WARM + 8),  # the control: one fault for each page
+    ],
+)
 def test_a_forked_program_has_its_warm_pages_copied_before_it_returns(
-        libexec: Path, tmp_path: Path, warm: str, asked: bytes, faults_from: int,
-        faults_to: int) -> None:
+    libexec: Path, tmp_path: Path, warm: str, asked: bytes, faults_from: int, faults_to: int
+) -> None:
     """The pages the server is given as warm are the child's own by the time it returns
     contained, all of them, only the base or none as the request asks: writing them costs no
     page fault. The control, without warm pages: one fault for each page."""
@@ -389,11 +435,14 @@ def test_a_forked_program_has_its_warm_pages_copied_before_it_returns(
     joinable = os.open("/dev/null", os.O_WRONLY)
     (status_r, status_w), (io_r, io_w), (go_r, go_w) = os.pipe(), os.pipe(), os.pipe()
     (setup_r, setup_w), (done_r, done_w) = os.pipe(), os.pipe()
-    request = (b"1 1 " + asked + b" %d" % UID, [status_w, pid_ns, joinable, io_r, io_w, io_w, go_r, io_w,
-                                 setup_w, done_w])
+    request = (
+        b"1 1 " + asked + b" %d" % UID,
+        [status_w, pid_ns, joinable, io_r, io_w, io_w, go_r, io_w, setup_w, done_w],
+    )
     ours = [pid_ns, joinable, status_w, io_r, io_w, go_r, go_w, setup_w, done_w]
-    said, got = _serve_in_fork(libexec, tmp_path, [request], ours,
-                               [status_r, setup_r, done_r], warm=warm)
+    said, got = _serve_in_fork(
+        libexec, tmp_path, [request], ours, [status_r, setup_r, done_r], warm=warm
+    )
     assert said == "returned at end of file"
     status, setup, done = got
     assert json.loads(status) == {"status": 0} and setup == b"", setup
@@ -428,8 +477,7 @@ def test_written_pages_are_exactly_the_pages_a_fork_wrote(libexec: Path) -> None
     assert [p - start for p in pairs] == [2 * page, 5 * page, 9 * page, 10 * page]
 
 
-def test_the_fork_server_refuses_a_layout_without_the_pid_namespace_first(
-        libexec: Path) -> None:
+def test_the_fork_server_refuses_a_layout_without_the_pid_namespace_first(libexec: Path) -> None:
     lib = linux.ContainLibrary(str(libexec / "libexecbox-contain.so"), [linux.CLONE_NEWNS])
     with pytest.raises(OSError, match="check the namespace layout: Invalid argument"):
         lib.serve_programs(-1, -1, -1, UIDS, linux.SeccompLoader(b"\0" * 8))
@@ -459,8 +507,14 @@ def _stage_again(stager: linux.Stager, out: dict[str, Any]) -> tuple[linux.Stage
     return again, error
 
 
-def _stage_in_fork(libexec: Path, tmp_path: Path, *, init: str | None = None,
-                   init_uid: int = jail.INIT_UID, n_scratch: int = 2) -> dict[str, Any]:
+def _stage_in_fork(
+    libexec: Path,
+    tmp_path: Path,
+    *,
+    init: str | None = None,
+    init_uid: int = jail.INIT_UID,
+    n_scratch: int = 2,
+) -> dict[str, Any]:
     """Call the supervisor's C staging (`native/stage.c`) in a fork with a mount and a network
     namespace of its own (/ made private first: nothing it mounts reaches the host; the
     staging makes the pid and ipc ones), with a plain file as the cgroup's cgroup.procs. Returns its error, the
@@ -469,8 +523,13 @@ def _stage_in_fork(libexec: Path, tmp_path: Path, *, init: str | None = None,
     scratch = []
     for i in range(n_scratch):
         (tmp_path / f"scratch{i}").mkdir()
-        scratch.append((str(tmp_path / f"scratch{i}"), "size=65536,mode=1777",
-                        linux.MS_NOEXEC if i == 1 else 0))
+        scratch.append(
+            (
+                str(tmp_path / f"scratch{i}"),
+                "size=65536,mode=1777",
+                linux.MS_NOEXEC if i == 1 else 0,
+            )
+        )
     cgroup = tmp_path / "cgroup"
     cgroup.mkdir()
     (cgroup / "cgroup.procs").write_text("")
@@ -489,10 +548,16 @@ def _stage_in_fork(libexec: Path, tmp_path: Path, *, init: str | None = None,
             own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY)
             procs = os.open(str(cgroup / "cgroup.procs"), os.O_WRONLY)
             stager = linux.Stager(
-                str(libexec / "libexecbox-contain.so"), scratch=scratch,
-                own_pid_ns=own_pid_ns, cgroup_procs=[procs],
-                init=init or str(libexec / "execbox-init"), init_uid=init_uid,
-                spawn=spawn_ours.fileno(), uid=UID, net_dir=net_dir)
+                str(libexec / "libexecbox-contain.so"),
+                scratch=scratch,
+                own_pid_ns=own_pid_ns,
+                cgroup_procs=[procs],
+                init=init or str(libexec / "execbox-init"),
+                init_uid=init_uid,
+                spawn=spawn_ours.fileno(),
+                uid=UID,
+                net_dir=net_dir,
+            )
             ipc_before = os.readlink("/proc/self/ns/ipc")
             before = _open_fds()
             net_first = os.readlink("/proc/self/ns/net")
@@ -511,25 +576,30 @@ def _stage_in_fork(libexec: Path, tmp_path: Path, *, init: str | None = None,
                 msg, request = b"", []
             out["message"] = msg.decode()
             if len(request) > 1:
-                with open(f"self/fdinfo/{request[1]}", opener=lambda p, f: os.open(
-                        p, f, dir_fd=host_proc)) as fh:
+                with open(
+                    f"self/fdinfo/{request[1]}", opener=lambda p, f: os.open(p, f, dir_fd=host_proc)
+                ) as fh:
                     out["pidfd_of"] = [int(ln.split()[1]) for ln in fh if ln.startswith("Pid:")]
             if staged.init_pid:
-                with open(f"{staged.init_pid}/status", opener=lambda p, f: os.open(
-                        p, f, dir_fd=host_proc)) as fh:
+                with open(
+                    f"{staged.init_pid}/status", opener=lambda p, f: os.open(p, f, dir_fd=host_proc)
+                ) as fh:
                     status = fh.read().splitlines()
                 out["nspid"] = [ln.split()[1:] for ln in status if ln.startswith("NSpid:")][0]
                 # Spawned with every signal blocked (vfork), it unblocks them itself.
                 out["sigblk"] = [ln.split()[1] for ln in status if ln.startswith("SigBlk:")][0]
-                out["new_ipc"] = os.readlink(f"{staged.init_pid}/ns/ipc",
-                                             dir_fd=host_proc) != ipc_before
+                out["new_ipc"] = (
+                    os.readlink(f"{staged.init_pid}/ns/ipc", dir_fd=host_proc) != ipc_before
+                )
                 os.kill(staged.init_pid, 9)
                 os.waitpid(staged.init_pid, 0)
             if error is None:
                 # (init's /proc is on /proc now: it does not show this process)
                 out["mounts"] = [p for p, _, _ in scratch if os.path.ismount(p)]
-                out["flags"] = [os.statvfs(p).f_flag & (os.ST_NOEXEC | os.ST_NOSUID
-                                                       | os.ST_NODEV) for p, _, _ in scratch]
+                out["flags"] = [
+                    os.statvfs(p).f_flag & (os.ST_NOEXEC | os.ST_NOSUID | os.ST_NODEV)
+                    for p, _, _ in scratch
+                ]
                 out["modes"] = [oct(os.stat(p).st_mode & 0o7777) for p, _, _ in scratch]
                 out["procs"] = (cgroup / "cgroup.procs").read_text()
                 socket.send_fds(back_ours, [b"staged"], fds)
@@ -544,8 +614,7 @@ def _stage_in_fork(libexec: Path, tmp_path: Path, *, init: str | None = None,
                 for _ in range(2):
                     again, error = _stage_again(stager, out)
                     out["fresh_net"].append(again.fresh_net)
-                    out.setdefault("net", []).append(os.readlink("self/ns/net",
-                                                                  dir_fd=host_proc))
+                    out.setdefault("net", []).append(os.readlink("self/ns/net", dir_fd=host_proc))
                     if again.init_pid:
                         os.kill(again.init_pid, 9)
                         os.waitpid(again.init_pid, 0)
@@ -579,7 +648,8 @@ def _stage_in_fork(libexec: Path, tmp_path: Path, *, init: str | None = None,
 
 @needs_root
 def test_staging_mounts_scratch_spawns_init_and_asks_for_the_program(
-        libexec: Path, tmp_path: Path) -> None:
+    libexec: Path, tmp_path: Path
+) -> None:
     out = _stage_in_fork(libexec, tmp_path)
     try:
         _check_staged(out, tmp_path)
@@ -614,39 +684,56 @@ def _check_staged(out: dict[str, Any], tmp_path: Path) -> None:
     assert len(request) == 1 + 1 + 1 + 7 and len(staged) == 8, out
     assert out["pidfd_of"] == [out["init_pid"]], out
     status_w, (stdin_r, stdout_w, stderr_w, go_r, err_w, setup_w, done_w) = (
-        request[0], request[3:])
+        request[0],
+        request[3:],
+    )
     stdin_w, stdout_r, stderr_r, err_r, setup_r, status_r, go_w, done_r = staged
-    for writer, reader in ((stdin_w, stdin_r), (stdout_w, stdout_r), (stderr_w, stderr_r),
-                           (go_w, go_r), (err_w, err_r), (setup_w, setup_r),
-                           (status_w, status_r), (done_w, done_r)):
+    for writer, reader in (
+        (stdin_w, stdin_r),
+        (stdout_w, stdout_r),
+        (stderr_w, stderr_r),
+        (go_w, go_r),
+        (err_w, err_r),
+        (setup_w, setup_r),
+        (status_w, status_r),
+        (done_w, done_r),
+    ):
         os.write(writer, b"%d" % writer)
         os.set_blocking(reader, False)
         assert os.read(reader, 16) == b"%d" % writer, (writer, reader)
 
 
 @needs_root
-@pytest.mark.parametrize("case, expected", [
-    ("no init", "spawn init: No such file or directory"),
-    ("init refuses", "init: the uid argument: Invalid argument"),
-    ("too many scratch mounts", "stage a run: malformed arguments: Invalid argument"),
-])
+@pytest.mark.parametrize(
+    "case, expected",
+    [
+        ("no init", "spawn init: No such file or directory"),
+        ("init refuses", "init: the uid argument: Invalid argument"),
+        ("too many scratch mounts", "stage a run: malformed arguments: Invalid argument"),
+    ],
+)
 def test_staging_names_the_step_that_failed_and_sends_nothing(
-        libexec: Path, tmp_path: Path, case: str, expected: str) -> None:
+    libexec: Path, tmp_path: Path, case: str, expected: str
+) -> None:
     out = _stage_in_fork(
-        libexec, tmp_path, init=str(tmp_path / "missing") if case == "no init" else None,
+        libexec,
+        tmp_path,
+        init=str(tmp_path / "missing") if case == "no init" else None,
         init_uid=0 if case == "init refuses" else jail.INIT_UID,
-        n_scratch=5 if case == "too many scratch mounts" else 2)
+        n_scratch=5 if case == "too many scratch mounts" else 2,
+    )
     assert out.get("error") == expected, out
     assert out["leaked"] == [], out  # everything it opened is closed again
     assert (out["init_pid"] > 0) is (case == "init refuses"), out  # the caller's to reap
     assert out["message"] == "" and out["request"] == [] and out["staged"] == [], out
 
 
-@pytest.mark.parametrize("uids", [range(0, 10), range(jail.UID_FIRST, jail.UID_FIRST),
-                                  range(0x7FFF_FFF0, 0x8000_0010)])
+@pytest.mark.parametrize(
+    "uids", [range(0, 10), range(jail.UID_FIRST, jail.UID_FIRST), range(0x7FFF_FFF0, 0x8000_0010)]
+)
 def test_the_fork_server_refuses_a_uid_range_with_root_or_past_2_31(
-        libexec: Path, uids: range) -> None:
-    lib = linux.ContainLibrary(str(libexec / "libexecbox-contain.so"),
-                                [linux.CLONE_NEWPID])
+    libexec: Path, uids: range
+) -> None:
+    lib = linux.ContainLibrary(str(libexec / "libexecbox-contain.so"), [linux.CLONE_NEWPID])
     with pytest.raises(OSError, match="check the uid range: Invalid argument"):
         lib.serve_programs(-1, -1, -1, uids, linux.SeccompLoader(b"\0" * 8))

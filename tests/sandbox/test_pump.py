@@ -13,8 +13,10 @@ from probes import host_stats
 from execbox import Executor
 
 # Prints once, then keeps running: a run killed at its first output never reaches the end.
-PRINT_THEN_WORK = ("import time\nstate = 'started'\nprint('first', flush=True)\n"
-                   "time.sleep(0.5)\nprint('second', flush=True)\nstate = 'finished'\n")
+PRINT_THEN_WORK = (
+    "import time\nstate = 'started'\nprint('first', flush=True)\n"
+    "time.sleep(0.5)\nprint('second', flush=True)\nstate = 'finished'\n"
+)
 
 
 class CallerGone(Exception):
@@ -25,11 +27,13 @@ def _broken(seen: list[bytes], error: BaseException):  # type: ignore[no-untyped
     def callback(data: bytes) -> None:
         seen.append(data)
         raise error
+
     return callback
 
 
 def test_a_raising_output_callback_lets_the_run_finish_and_keeps_its_slot(
-        jailed_one_slot: Executor) -> None:
+    jailed_one_slot: Executor,
+) -> None:
     ex = jailed_one_slot
     ex.run("pass")
     slots = host_stats(ex).idle_slots
@@ -49,7 +53,8 @@ def test_a_raising_output_callback_lets_the_run_finish_and_keeps_its_slot(
 
 
 def test_a_raising_output_callback_lets_the_cell_finish_and_the_session_go_on(
-        jailed: Executor) -> None:
+    jailed: Executor,
+) -> None:
     seen: list[bytes] = []
     error = CallerGone("the client went away")
     with jailed.session() as s:

@@ -19,8 +19,14 @@ from execbox import Executor, Limits, RunResult, Status
 SMALL = Limits(timeout_s=10, memory_mib=512, pids=64)
 # Calls numbered alike on every architecture since Linux 5.1 (424 on), whether or not this
 # libseccomp can name them yet.
-COMMON_NUMBERS = {"landlock_create_ruleset": 444, "memfd_secret": 447, "cachestat": 451,
-                  "statmount": 457, "listmount": 458, "mseal": 462}
+COMMON_NUMBERS = {
+    "landlock_create_ruleset": 444,
+    "memfd_secret": 447,
+    "cachestat": 451,
+    "statmount": 457,
+    "listmount": 458,
+    "mseal": 462,
+}
 
 PRELUDE = r'''
 import ctypes, errno, json, os, socket, sys
@@ -60,8 +66,10 @@ def nr(name: str) -> int:
 
 
 def describe(r: RunResult) -> str:
-    return (f"status={r.status} exit={r.exit_code} signal={r.signal} error={r.error}\n"
-            f"stdout={r.stdout[-2000:]!r}\nstderr={r.stderr[-3000:]!r}")
+    return (
+        f"status={r.status} exit={r.exit_code} signal={r.signal} error={r.error}\n"
+        f"stdout={r.stdout[-2000:]!r}\nstderr={r.stderr[-3000:]!r}"
+    )
 
 
 def run_ok(ex: Executor, code: str, **subst: object) -> dict[str, Any]:
@@ -78,7 +86,9 @@ def run_ok(ex: Executor, code: str, **subst: object) -> dict[str, Any]:
 @pytest.mark.hostile
 def test_netlink_socket_with_high_bits_in_the_family_is_refused(jailed: Executor) -> None:
     """Issue 27: the filter compared all 64 bits of the family, the kernel reads the low 32."""
-    out = run_ok(jailed, """
+    out = run_ok(
+        jailed,
+        """
         AF_NETLINK, NETLINK_ROUTE = 16, 0
         res = {}
         for high in (0, 1 << 32, 0xFFFFFFFF << 32):
@@ -91,7 +101,9 @@ def test_netlink_socket_with_high_bits_in_the_family_is_refused(jailed: Executor
                                    (1 << 32) | socket.SOCK_RAW, 1)
         res["tcp"] = sys_call(@SOCKET@, (1 << 32) | socket.AF_INET, socket.SOCK_STREAM, 0)
         report(res)
-    """, SOCKET=nr("socket"))
+    """,
+        SOCKET=nr("socket"),
+    )
     for high in ("0x0", "0x100000000", "0xffffffff00000000"):
         for kind in (socket.SOCK_DGRAM, socket.SOCK_RAW):
             assert out[f"{high} {kind}"] == [-1, "EAFNOSUPPORT"], out
@@ -103,18 +115,24 @@ def test_netlink_socket_with_high_bits_in_the_family_is_refused(jailed: Executor
 
 @pytest.mark.hostile
 def test_calls_off_the_allow_list_fail_with_enosys(jailed: Executor) -> None:
-    calls = {"personality_linux32": (nr("personality"), 0x0008),
-             "personality_query": (nr("personality"), 0xFFFFFFFF),
-             "landlock_create_ruleset": (nr("landlock_create_ruleset"), 0, 0, 1),
-             "memfd_secret": (nr("memfd_secret"), 0),
-             "listmount": (nr("listmount"), 0, 0, 0, 0),
-             "statmount": (nr("statmount"), 0, 0, 0, 0),
-             "mseal": (nr("mseal"), 0, 0, 0)}
+    calls = {
+        "personality_linux32": (nr("personality"), 0x0008),
+        "personality_query": (nr("personality"), 0xFFFFFFFF),
+        "landlock_create_ruleset": (nr("landlock_create_ruleset"), 0, 0, 1),
+        "memfd_secret": (nr("memfd_secret"), 0),
+        "listmount": (nr("listmount"), 0, 0, 0, 0),
+        "statmount": (nr("statmount"), 0, 0, 0, 0),
+        "mseal": (nr("mseal"), 0, 0, 0),
+    }
     if platform.machine() == "x86_64":
         calls["modify_ldt"] = (nr("modify_ldt"), 0, 0, 0)  # read the LDT
-    out = run_ok(jailed, """
+    out = run_ok(
+        jailed,
+        """
         report({name: sys_call(*call) for name, call in json.loads('@CALLS@').items()})
-    """, CALLS=json.dumps(calls))
+    """,
+        CALLS=json.dumps(calls),
+    )
     assert out == {name: [-1, "ENOSYS"] for name in calls}, out
 
 
@@ -122,7 +140,9 @@ def test_calls_off_the_allow_list_fail_with_enosys(jailed: Executor) -> None:
 def test_host_observation_calls_are_refused(jailed: Executor) -> None:
     """inotify on the shared read-only tree, and the page-cache probes (mincore, cachestat,
     RWF_NOWAIT reads) would show the host's and other tenants' activity."""
-    out = run_ok(jailed, """
+    out = run_ok(
+        jailed,
+        """
         import mmap
         res = {"inotify_init1": sys_call(@INOTIFY_INIT1@, 0)}
         # On a descriptor the program has (stdin): refused before the kernel looks at it.
@@ -144,21 +164,33 @@ def test_host_observation_calls_are_refused(jailed: Executor) -> None:
                                           iov, 1, 0, 0, 0x8)
         res["mapped_bytes_read"] = bytes(buf[:4]) == open(sys.executable, "rb").read(4)
         report(res)
-    """, INOTIFY_INIT1=nr("inotify_init1"),
-        INOTIFY_ADD_WATCH=nr("inotify_add_watch"), MINCORE=nr("mincore"), CACHESTAT=nr("cachestat"),
-        PREADV2=nr("preadv2"), PWRITEV2=nr("pwritev2"))
+    """,
+        INOTIFY_INIT1=nr("inotify_init1"),
+        INOTIFY_ADD_WATCH=nr("inotify_add_watch"),
+        MINCORE=nr("mincore"),
+        CACHESTAT=nr("cachestat"),
+        PREADV2=nr("preadv2"),
+        PWRITEV2=nr("pwritev2"),
+    )
     eopnotsupp = errno.errorcode[errno.EOPNOTSUPP]  # named ENOTSUP too, the same number
     assert out == {
-        "inotify_init1": [-1, "ENOSYS"], "inotify_add_watch": [-1, "ENOSYS"],
-        "mincore": [-1, "ENOSYS"], "cachestat": [-1, "ENOSYS"],
-        "preadv2_nowait": eopnotsupp, "preadv2_nowait_high": [-1, eopnotsupp],
-        "preadv2_hipri_high": [16, None], "preadv2": 16,
-        "pwritev2_nowait": [-1, eopnotsupp], "mapped_bytes_read": True,
+        "inotify_init1": [-1, "ENOSYS"],
+        "inotify_add_watch": [-1, "ENOSYS"],
+        "mincore": [-1, "ENOSYS"],
+        "cachestat": [-1, "ENOSYS"],
+        "preadv2_nowait": eopnotsupp,
+        "preadv2_nowait_high": [-1, eopnotsupp],
+        "preadv2_hipri_high": [16, None],
+        "preadv2": 16,
+        "pwritev2_nowait": [-1, eopnotsupp],
+        "mapped_bytes_read": True,
     }, out
 
 
 def test_data_code_threads_processes_and_loopback_sockets_still_work(executor: Executor) -> None:
-    out = run_ok(executor, """
+    out = run_ok(
+        executor,
+        """
         import multiprocessing, subprocess, threading
         import matplotlib
         matplotlib.use("Agg")
@@ -206,10 +238,18 @@ def test_data_code_threads_processes_and_loopback_sockets_still_work(executor: E
         udp.sendto(b"udp", udp.getsockname())
         res["udp"] = udp.recv(3).decode()
         report(res)
-    """)
+    """,
+    )
     assert out == {
-        "numpy": True, "pandas": [1683.0, 1617.0, 1650.0], "png": True,
-        "scipy": [2.0, 0.5, 1.0, 4.0], "threads": list(range(8)), "sh": "42\n",
-        "pool": [1, 2, 3], "AF_INET": "ping", "AF_INET6": "ping",
-        "socketpair": "unix", "udp": "udp",
+        "numpy": True,
+        "pandas": [1683.0, 1617.0, 1650.0],
+        "png": True,
+        "scipy": [2.0, 0.5, 1.0, 4.0],
+        "threads": list(range(8)),
+        "sh": "42\n",
+        "pool": [1, 2, 3],
+        "AF_INET": "ping",
+        "AF_INET6": "ping",
+        "socketpair": "unix",
+        "udp": "udp",
     }, out

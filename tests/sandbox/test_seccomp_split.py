@@ -26,11 +26,25 @@ def _calls() -> list[tuple[int, tuple[int, ...]]]:
         return int(lib.seccomp_syscall_resolve_name(name.encode()))
 
     calls: list[tuple[int, tuple[int, ...]]] = [(n, ()) for n in range(0, 1024)]
-    clone_flags = [0, 0x11, 0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000,
-                   0x20000000, 0x40000000, 0x7E020000, 0x01200011]
+    clone_flags = [
+        0,
+        0x11,
+        0x00020000,
+        0x02000000,
+        0x04000000,
+        0x08000000,
+        0x10000000,
+        0x20000000,
+        0x40000000,
+        0x7E020000,
+        0x01200011,
+    ]
     calls += [(nr("clone"), (flags,)) for flags in clone_flags]
-    calls += [(nr("socket"), (family, kind)) for family in (1, 2, 10, 16, 17)
-              for kind in (1, 2, 3, 5, 10, 0x80003, 0x80801)]
+    calls += [
+        (nr("socket"), (family, kind))
+        for family in (1, 2, 10, 16, 17)
+        for kind in (1, 2, 3, 5, 10, 0x80003, 0x80801)
+    ]
     calls += [(nr("ioctl"), (0, request)) for request in (0x5412, 0x5413, 0x5401, 0x1_0000_5412)]
     calls += [(nr("setns"), (3, flags)) for flags in (0, 0x20000000, 0x40000000)]
     return calls
@@ -39,8 +53,11 @@ def _calls() -> list[tuple[int, tuple[int, ...]]]:
 def test_the_two_parts_refuse_exactly_what_the_whole_filter_refuses() -> None:
     whole = seccomp.compile_filter()
     parts = seccomp.compile_split()
-    native = AUDIT_ARCH_X86_64 if seccomp._lib().seccomp_syscall_resolve_name(
-        b"setns") == 308 else AUDIT_ARCH_AARCH64
+    native = (
+        AUDIT_ARCH_X86_64
+        if seccomp._lib().seccomp_syscall_resolve_name(b"setns") == 308
+        else AUDIT_ARCH_AARCH64
+    )
     checked = 0
     for arch in (native, AUDIT_ARCH_I386):
         for nr, args in _calls():
@@ -55,8 +72,7 @@ def test_the_two_parts_refuse_exactly_what_the_whole_filter_refuses() -> None:
     assert _combined(parts, 11, AUDIT_ARCH_I386, ()) == seccomp.ACT_KILL_PROCESS
 
 
-def test_the_zygote_part_lets_the_contain_steps_through_and_the_program_part_refuses_them(
-        ) -> None:
+def test_the_zygote_part_lets_the_contain_steps_through_and_the_program_part_refuses_them() -> None:
     zygote_part, program_part = seccomp.compile_split()
     setns = seccomp._lib().seccomp_syscall_resolve_name(b"setns")
     if setns < 0:

@@ -166,19 +166,58 @@ def test_the_refusals_the_policy_promises() -> None:
         assert loaded(name, 3, 0, 1, 0, 0, (1 << 32) | 0x9) == eopnotsupp
         assert loaded(name, 3, 0, 1, 0, 0, 0) == ALLOW
         assert loaded(name, 3, 0, 1, 0, 0, (1 << 32) | 0x1) == ALLOW  # RWF_HIPRI
-    for name in ("ptrace", "bpf", "keyctl", "perf_event_open", "userfaultfd", "io_uring_setup",
-                 "process_vm_readv", "init_module", "kexec_load", "open_by_handle_at",
-                 "fanotify_init"):
+    for name in (
+        "ptrace",
+        "bpf",
+        "keyctl",
+        "perf_event_open",
+        "userfaultfd",
+        "io_uring_setup",
+        "process_vm_readv",
+        "init_module",
+        "kexec_load",
+        "open_by_handle_at",
+        "fanotify_init",
+    ):
         assert loaded(name) == KILL, name
-    for name in ("mount", "umount2", "unshare", "setns", "chroot", "pivot_root", "fsopen",
-                 "open_tree", "sethostname"):
+    for name in (
+        "mount",
+        "umount2",
+        "unshare",
+        "setns",
+        "chroot",
+        "pivot_root",
+        "fsopen",
+        "open_tree",
+        "sethostname",
+    ):
         assert loaded(name) == eperm, name
     # Host observation and what only new kernels have: not allowed (the default, ENOSYS).
-    for name in ("inotify_init", "inotify_init1", "inotify_add_watch", "mincore", "cachestat",
-                 "modify_ldt", "personality", "memfd_secret", "landlock_create_ruleset",
-                 "landlock_add_rule", "landlock_restrict_self", "map_shadow_stack",
-                 "process_madvise", "futex_waitv", "io_setup", "mq_open", "readahead",
-                 "remap_file_pages", "seccomp", "vmsplice", "sync", "syncfs", "mlock"):
+    for name in (
+        "inotify_init",
+        "inotify_init1",
+        "inotify_add_watch",
+        "mincore",
+        "cachestat",
+        "modify_ldt",
+        "personality",
+        "memfd_secret",
+        "landlock_create_ruleset",
+        "landlock_add_rule",
+        "landlock_restrict_self",
+        "map_shadow_stack",
+        "process_madvise",
+        "futex_waitv",
+        "io_setup",
+        "mq_open",
+        "readahead",
+        "remap_file_pages",
+        "seccomp",
+        "vmsplice",
+        "sync",
+        "syncfs",
+        "mlock",
+    ):
         if nr_of(name) >= 0:
             assert loaded(name) == seccomp.DEFAULT, name
     assert seccomp.DEFAULT == errno_action("ENOSYS")

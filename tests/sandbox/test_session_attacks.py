@@ -71,13 +71,16 @@ def _buffered_by_host(s: Session) -> int:
 
 
 def test_output_after_a_forged_end_marker_is_not_buffered_by_the_host_past_the_cap(
-        hostile: Executor) -> None:
+    hostile: Executor,
+) -> None:
     cap = 64 << 10
     flood = 16 * MIB
     with hostile.session(limits=Limits(output_bytes=cap, timeout_s=10)) as s:
-        r = s.run(KERNEL + f"write_all(1, K['cell']['marker'].encode())\n"
-                  f"chunk = b'x' * (1 << 20)\nfor _ in range({flood // MIB}):\n"
-                  "    write_all(1, chunk)\n")
+        r = s.run(
+            KERNEL + f"write_all(1, K['cell']['marker'].encode())\n"
+            f"chunk = b'x' * (1 << 20)\nfor _ in range({flood // MIB}):\n"
+            "    write_all(1, chunk)\n"
+        )
         assert r.error is None or r.error.type != "SandboxError", r
         held = _buffered_by_host(s)
         assert held <= cap, f"the host holds {held} bytes of a cell's output (cap {cap})"
@@ -107,8 +110,10 @@ def _cpu_over(pid: int, seconds: float) -> float:
 
 def test_an_idle_session_costs_its_supervisor_no_cpu(hostile: Executor) -> None:
     with hostile.session() as s:
-        r = s.run(KERNEL + "def spin():\n    while True:\n        pass\n"
-                  "threading.Thread(target=spin, daemon=True).start()")
+        r = s.run(
+            KERNEL + "def spin():\n    while True:\n        pass\n"
+            "threading.Thread(target=spin, daemon=True).start()"
+        )
         assert r.ok, r
         # Control: the measurement sees a process that spins (the session's own interpreter).
         program = max(_session_pids(s), key=_cpu_s)
@@ -126,9 +131,11 @@ def _ends_promptly(s: Session, sup: int, match: str) -> None:
 def test_closing_the_report_pipe_ends_the_session_and_its_supervisor(hostile: Executor) -> None:
     with hostile.session() as s:
         sup = sup_pid(s)
-        r = s.run(KERNEL + "def later():\n    time.sleep(1.0)\n    r, w = os.pipe()\n"
-                  "    os.dup2(w, K['report_w'])\n"
-                  "threading.Thread(target=later, daemon=True).start()")
+        r = s.run(
+            KERNEL + "def later():\n    time.sleep(1.0)\n    r, w = os.pipe()\n"
+            "    os.dup2(w, K['report_w'])\n"
+            "threading.Thread(target=later, daemon=True).start()"
+        )
         assert r.ok, r
         assert alive(sup), "control: the supervisor runs while the channel is intact"
         _ends_promptly(s, sup, "closed its report channel")
@@ -143,11 +150,12 @@ def _supervisor_growth_kib(s: Session, code: str) -> tuple[int, object]:
 
 
 def test_a_forged_oversized_report_ends_the_session_before_it_is_buffered(
-        hostile: Executor) -> None:
+    hostile: Executor,
+) -> None:
     with hostile.session(limits=Limits(memory_mib=256)) as s:
         sup = sup_pid(s)
         before = _status_kib(sup, "VmRSS")
-        payload = ("b'{\"status\":\"ok\",\"outputs\":[' + b'{},' * (4 << 20) + b'{}]}'")
+        payload = "b'{\"status\":\"ok\",\"outputs\":[' + b'{},' * (4 << 20) + b'{}]}'"
         r = s.run(KERNEL + f"write_all(K['report_w'], forge(b'CRES', {payload}))")
         assert r.status is Status.error and r.error is not None, r
         assert "larger than the outputs budget" in r.error.message
@@ -160,7 +168,8 @@ def test_a_forged_oversized_report_ends_the_session_before_it_is_buffered(
 
 
 def test_a_session_ending_cell_keeps_its_result_when_the_host_reads_output_late(
-        hostile: Executor, monkeypatch: pytest.MonkeyPatch) -> None:
+    hostile: Executor, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A cell that ends its session: its supervisor sends the result, then exits. A host slow
     to read the output pipes (a loaded machine) can see that exit before the pipes' end, and
     the cell's result must still be the result, not a sandbox error. Staged here: once the host
@@ -173,8 +182,10 @@ def test_a_session_ending_cell_keeps_its_result_when_the_host_reads_output_late(
 
     class CtrlFirst(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
         def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-            return sorted(super().select(timeout),
-                          key=lambda event: not isinstance(event[0].fileobj, socket.socket))
+            return sorted(
+                super().select(timeout),
+                key=lambda event: not isinstance(event[0].fileobj, socket.socket),
+            )
 
     take_ctrl = channel._CellPump._ctrl
     waited: list[bool] = []
@@ -189,9 +200,10 @@ def test_a_session_ending_cell_keeps_its_result_when_the_host_reads_output_late(
     monkeypatch.setattr(channel._CellPump, "_ctrl", slow_host)
     with hostile.session(limits=Limits(memory_mib=256)) as s:
         sup = sup_pid(s)
-        payload = ("b'{\"status\":\"ok\",\"outputs\":[' + b'{},' * (4 << 20) + b'{}]}'")
-        r = s.run(KERNEL + "print('x' * 100)\n"
-                  + f"write_all(K['report_w'], forge(b'CRES', {payload}))")
+        payload = "b'{\"status\":\"ok\",\"outputs\":[' + b'{},' * (4 << 20) + b'{}]}'"
+        r = s.run(
+            KERNEL + "print('x' * 100)\n" + f"write_all(K['report_w'], forge(b'CRES', {payload}))"
+        )
         assert waited == [True], "control: the supervisor exited before the host read on"
         assert r.status is Status.error and r.error is not None, r
         assert "larger than the outputs budget" in r.error.message, r
@@ -207,7 +219,8 @@ def test_supervisor_memory_check_sees_growth(hostile: Executor) -> None:
 
 
 def test_cell_outputs_stay_within_the_budget_whatever_the_interpreter_says(
-        hostile: Executor) -> None:
+    hostile: Executor,
+) -> None:
     with hostile.session(limits=Limits(artifact_bytes=MIB)) as s:
         r = s.run(KERNEL + "K['outputs'].cap = 1 << 40\n'x' * (8 << 20)")
         total = sum(len(o.data) for o in r.outputs)
@@ -224,7 +237,8 @@ def test_cell_outputs_over_the_budget_are_truncated(hostile: Executor) -> None:
 
 
 def test_a_deeply_nested_forged_report_is_the_codes_error_not_a_sandbox_error(
-        hostile: Executor) -> None:
+    hostile: Executor,
+) -> None:
     with hostile.session() as s:
         r = s.run(KERNEL + "write_all(K['report_w'], forge(b'CRES', b'[' * 200000))")
         assert r.status is not Status.sandbox_error, r
@@ -233,11 +247,12 @@ def test_a_deeply_nested_forged_report_is_the_codes_error_not_a_sandbox_error(
 # ---- the files API (root, in the session's workspace) ----------------------------------------
 
 
-def test_files_list_does_not_pull_the_workspace_into_supervisor_memory(
-        hostile: Executor) -> None:
+def test_files_list_does_not_pull_the_workspace_into_supervisor_memory(hostile: Executor) -> None:
     with hostile.session(limits=Limits(disk_mib=16)) as s:
-        r = s.run("open('big', 'wb').write(b'\\1' * (8 << 20))\nimport os\n"
-                  "for i in range(31):\n    os.link('big', f'link{i}')")
+        r = s.run(
+            "open('big', 'wb').write(b'\\1' * (8 << 20))\nimport os\n"
+            "for i in range(31):\n    os.link('big', f'link{i}')"
+        )
         assert r.ok, r
         pid = sup_pid(s)
         before = _status_kib(pid, "VmRSS")
@@ -264,8 +279,7 @@ os.chdir('/workspace')
 """
 
 
-def test_the_supervisor_memory_does_not_grow_with_the_workspace_paths(
-        hostile: Executor) -> None:
+def test_the_supervisor_memory_does_not_grow_with_the_workspace_paths(hostile: Executor) -> None:
     with hostile.session() as s:
         pid = sup_pid(s)
         before = _status_kib(pid, "VmRSS")
@@ -278,14 +292,18 @@ def test_the_supervisor_memory_does_not_grow_with_the_workspace_paths(
 
 # ---- cells the interpreter never takes ----------------------------------------------------------
 
-STOP_READING_CELLS = KERNEL + """
+STOP_READING_CELLS = (
+    KERNEL
+    + """
 import execbox.sandbox.inside.protocol as P
 P.read_frame = lambda *args, **kwargs: time.sleep(10 ** 6)  # SIGINT is ignored between cells
 """
+)
 
 
 def test_an_interpreter_that_stops_taking_cells_ends_the_session_within_its_limits(
-        hostile: Executor) -> None:
+    hostile: Executor,
+) -> None:
     with hostile.session() as s:
         assert s.run(STOP_READING_CELLS).ok
         started = time.monotonic()
@@ -297,7 +315,8 @@ def test_an_interpreter_that_stops_taking_cells_ends_the_session_within_its_limi
 
 
 def test_a_large_cell_the_interpreter_never_reads_cannot_block_the_supervisor(
-        hostile: Executor, monkeypatch: pytest.MonkeyPatch) -> None:
+    hostile: Executor, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import execbox.executor
 
     monkeypatch.setattr(execbox.executor, "BACKSTOP_GRACE_S", 4.0)  # keep the test short
@@ -351,28 +370,33 @@ def test_a_session_killed_mid_cell_at_its_lifetime_leaves_no_cgroup(hostile: Exe
     r = s.run("import time\ntime.sleep(8)", timeout_s=10)
     assert r.error is not None and "maximum lifetime" in r.error.message, r
     assert wait_until(lambda: not alive(sup), 3)
-    assert wait_until(lambda: not cgroup_dirs(name), 1.5), \
+    assert wait_until(lambda: not cgroup_dirs(name), 1.5), (
         f"the killed session's cgroup is still there: {cgroup_dirs(name)}"
+    )
 
 
 # ---- per-cell limits ---------------------------------------------------------------------------
 
 
-def test_a_cell_that_swallows_the_interrupt_is_still_reported_as_timeout(
-        hostile: Executor) -> None:
+def test_a_cell_that_swallows_the_interrupt_is_still_reported_as_timeout(hostile: Executor) -> None:
     with hostile.session() as s:
-        r = s.run("try:\n    while True:\n        pass\nexcept KeyboardInterrupt:\n    pass",
-                  timeout_s=1)
+        r = s.run(
+            "try:\n    while True:\n        pass\nexcept KeyboardInterrupt:\n    pass", timeout_s=1
+        )
         assert r.metrics.wall_ms > 1000  # control: it did run past its limit
         assert r.status is Status.timeout, r
 
 
 def test_a_cell_that_keeps_running_after_the_interrupt_is_ended_within_the_grace(
-        hostile: Executor) -> None:
+    hostile: Executor,
+) -> None:
     with hostile.session() as s:
         started = time.monotonic()
-        r = s.run("while True:\n    try:\n        while True:\n            pass\n"
-                  "    except KeyboardInterrupt:\n        pass", timeout_s=1)
+        r = s.run(
+            "while True:\n    try:\n        while True:\n            pass\n"
+            "    except KeyboardInterrupt:\n        pass",
+            timeout_s=1,
+        )
         took = time.monotonic() - started
         assert r.status is Status.timeout and s.closed, r
         assert 1 + 2 - 0.5 < took < 1 + 2 + 2, took  # interrupted at 1 s, killed at 3 s
@@ -388,10 +412,12 @@ def test_session_memory_limit_counts_what_earlier_cells_kept(hostile: Executor) 
 
 def test_session_pids_limit_counts_processes_earlier_cells_left(hostile: Executor) -> None:
     with hostile.session(limits=Limits(pids=24)) as s:
-        spawn = ("import subprocess\nkept = globals().setdefault('kept', [])\nfailed = 0\n"
-                 "for _ in range(12):\n    try:\n"
-                 "        kept.append(subprocess.Popen(['sleep', '60']))\n"
-                 "    except OSError:\n        failed += 1\nprint(len(kept), failed)")
+        spawn = (
+            "import subprocess\nkept = globals().setdefault('kept', [])\nfailed = 0\n"
+            "for _ in range(12):\n    try:\n"
+            "        kept.append(subprocess.Popen(['sleep', '60']))\n"
+            "    except OSError:\n        failed += 1\nprint(len(kept), failed)"
+        )
         first = s.run(spawn)
         assert first.stdout == "12 0\n", first  # control: 12 processes fit
         second = s.run(spawn)
@@ -411,13 +437,14 @@ def swap_forever(a, b):
 """
 
 
-def test_files_api_never_follows_a_directory_swapped_for_a_link_mid_call(
-        hostile: Executor) -> None:
+def test_files_api_never_follows_a_directory_swapped_for_a_link_mid_call(hostile: Executor) -> None:
     with hostile.session() as s:
-        r = s.run(SWAPPER + "os.mkdir('d')\nopen('d/secret', 'w').write('inside')\n"
-                  "open('/tmp/secret', 'w').write('outside')\nos.symlink('/tmp', 'alt')\n"
-                  "threading.Thread(target=swap_forever, args=('d', 'alt'), daemon=True)"
-                  ".start()")
+        r = s.run(
+            SWAPPER + "os.mkdir('d')\nopen('d/secret', 'w').write('inside')\n"
+            "open('/tmp/secret', 'w').write('outside')\nos.symlink('/tmp', 'alt')\n"
+            "threading.Thread(target=swap_forever, args=('d', 'alt'), daemon=True)"
+            ".start()"
+        )
         assert r.ok, r
         outcomes: dict[str, int] = {}
         for i in range(150):
@@ -435,15 +462,18 @@ def test_files_api_never_follows_a_directory_swapped_for_a_link_mid_call(
         assert set(outcomes) == {"written", "refused", "read", "not read"}, outcomes
         r = s.run("import os\nprint(sorted(n for n in os.listdir('/tmp') if n[0] == 'w'))")
         assert r.stdout == "[]\n", r  # nothing written through the link
-        assert s.run("open('/tmp/w0', 'w')\nprint(os.listdir('/tmp').count('w0'))"
-                     ).stdout == "1\n"  # control: the check sees a file there
+        assert (
+            s.run("open('/tmp/w0', 'w')\nprint(os.listdir('/tmp').count('w0'))").stdout == "1\n"
+        )  # control: the check sees a file there
 
 
 def test_files_read_of_a_file_swapped_for_a_fifo_never_hangs(hostile: Executor) -> None:
     with hostile.session() as s:
-        r = s.run(SWAPPER + "open('f', 'w').write('data')\nos.mkfifo('alt')\n"
-                  "threading.Thread(target=swap_forever, args=('f', 'alt'), daemon=True)"
-                  ".start()")
+        r = s.run(
+            SWAPPER + "open('f', 'w').write('data')\nos.mkfifo('alt')\n"
+            "threading.Thread(target=swap_forever, args=('f', 'alt'), daemon=True)"
+            ".start()"
+        )
         assert r.ok, r
         results = {"read": 0, "refused": 0}
         started = time.monotonic()
@@ -458,12 +488,19 @@ def test_files_read_of_a_file_swapped_for_a_fifo_never_hangs(hostile: Executor) 
 
 
 def test_files_api_racing_code_that_swaps_the_path_fails_the_call_not_the_session(
-        hostile: Executor) -> None:
+    hostile: Executor,
+) -> None:
     with hostile.session(limits=Limits(cpu_s=60)) as s:  # the threads spin between cells
         assert s.run(WORKSPACE_SWAPPER).ok
-        calls = [lambda: s.files.write("p", b"d"), lambda: s.files.write("p/x", b"d"),
-                 lambda: s.files.read("p"), lambda: s.files.read("p/x"), s.files.list,
-                 lambda: s.files.remove("p"), lambda: s.files.remove("p/x")]
+        calls = [
+            lambda: s.files.write("p", b"d"),
+            lambda: s.files.write("p/x", b"d"),
+            lambda: s.files.read("p"),
+            lambda: s.files.read("p/x"),
+            s.files.list,
+            lambda: s.files.remove("p"),
+            lambda: s.files.remove("p/x"),
+        ]
         failed: list[str] = []
         for _ in range(300):
             for call in calls:
@@ -481,37 +518,47 @@ def test_files_api_racing_code_that_swaps_the_path_fails_the_call_not_the_sessio
 
 def test_a_cell_cannot_hard_link_an_input_to_take_it_over(hostile: Executor) -> None:
     with hostile.session(files={"in.txt": b"given"}) as s:
-        r = s.run("import os\nopen('own', 'w').write('x')\nos.link('own', 'own2')\n"
-                  "print('control linked')\ntry:\n    os.link('in.txt', 'stolen')\n"
-                  "except OSError as e:\n    print(type(e).__name__)")
+        r = s.run(
+            "import os\nopen('own', 'w').write('x')\nos.link('own', 'own2')\n"
+            "print('control linked')\ntry:\n    os.link('in.txt', 'stolen')\n"
+            "except OSError as e:\n    print(type(e).__name__)"
+        )
         assert r.stdout == "control linked\nPermissionError\n", r
         s.files.write("sub/x", b"1")  # the files API's mkdir + chown path still works
-        assert s.run("import os\nst = os.stat('in.txt')\nprint(st.st_uid, oct(st.st_mode & 0o777),"
-                     " open('in.txt').read())").stdout == "0 0o444 given\n"
+        assert (
+            s.run(
+                "import os\nst = os.stat('in.txt')\nprint(st.st_uid, oct(st.st_mode & 0o777),"
+                " open('in.txt').read())"
+            ).stdout
+            == "0 0o444 given\n"
+        )
 
 
 def test_a_cell_cannot_reopen_its_command_pipe_to_inject_cells(hostile: Executor) -> None:
     with hostile.session() as s:
-        r = s.run(KERNEL + "r, w = os.pipe()\n"
-                  "fd = os.open(f'/proc/self/fd/{r}', os.O_WRONLY | os.O_NONBLOCK)\n"
-                  "print('control reopened')\n"
-                  "for name in ('go_r', 'report_w'):\n"
-                  "    try:\n"
-                  "        os.open(f\"/proc/self/fd/{K[name]}\", os.O_WRONLY | os.O_NONBLOCK)\n"
-                  "        print(name, 'reopened')\n"
-                  "    except OSError as e:\n"
-                  "        print(name, type(e).__name__)")
-        assert r.stdout == ("control reopened\ngo_r PermissionError\n"
-                            "report_w PermissionError\n"), r
+        r = s.run(
+            KERNEL + "r, w = os.pipe()\n"
+            "fd = os.open(f'/proc/self/fd/{r}', os.O_WRONLY | os.O_NONBLOCK)\n"
+            "print('control reopened')\n"
+            "for name in ('go_r', 'report_w'):\n"
+            "    try:\n"
+            '        os.open(f"/proc/self/fd/{K[name]}", os.O_WRONLY | os.O_NONBLOCK)\n'
+            "        print(name, 'reopened')\n"
+            "    except OSError as e:\n"
+            "        print(name, type(e).__name__)"
+        )
+        assert r.stdout == ("control reopened\ngo_r PermissionError\nreport_w PermissionError\n"), r
 
 
 def test_junk_on_the_report_pipe_ends_the_session(hostile: Executor) -> None:
     with hostile.session() as s:
         sup = sup_pid(s)
-        r = s.run(KERNEL + "junk = forge(b'JUNK', b'') * 20000\n"
-                  "def flood():\n    time.sleep(1.0)\n    while True:\n"
-                  "        write_all(K['report_w'], junk)\n        time.sleep(0.01)\n"
-                  "threading.Thread(target=flood, daemon=True).start()")
+        r = s.run(
+            KERNEL + "junk = forge(b'JUNK', b'') * 20000\n"
+            "def flood():\n    time.sleep(1.0)\n    while True:\n"
+            "        write_all(K['report_w'], junk)\n        time.sleep(0.01)\n"
+            "threading.Thread(target=flood, daemon=True).start()"
+        )
         assert r.ok, r
         assert alive(sup), "control: the supervisor runs until the junk arrives"
         _ends_promptly(s, sup, "reported while no cell was running|unknown report")
@@ -522,27 +569,31 @@ def test_empty_files_count_against_the_session_memory_limit(hostile: Executor) -
     cgroup, or a session could pin kernel memory without bound."""
     with hostile.session(limits=Limits(memory_mib=64)) as s:
         idle_peak = s.run("1").metrics.memory_peak_bytes
-        r = s.run("import os\nn = 0\ntry:\n    for n in range(1_000_000):\n"
-                  "        open(f'/tmp/{n:07d}' + 'p' * 200, 'w').close()\n"
-                  "except OSError as e:\n    print(n, e.errno)\nelse:\n    print(n, 0)",
-                  timeout_s=30)
+        r = s.run(
+            "import os\nn = 0\ntry:\n    for n in range(1_000_000):\n"
+            "        open(f'/tmp/{n:07d}' + 'p' * 200, 'w').close()\n"
+            "except OSError as e:\n    print(n, e.errno)\nelse:\n    print(n, 0)",
+            timeout_s=30,
+        )
         # Control: the files did cost the session memory (an idle cell's peak is ~20 MiB).
         assert r.metrics.memory_peak_bytes > idle_peak + 32 * MIB, r
-        assert r.status is Status.memory_limit or (r.stdout and int(r.stdout.split()[0]) < 999_999), r
+        assert r.status is Status.memory_limit or (
+            r.stdout and int(r.stdout.split()[0]) < 999_999
+        ), r
 
 
 # ---- the session's state after surprises ---------------------------------------------------------
 
 
-def test_a_raising_output_callback_does_not_shift_later_cells_results(
-        hostile: Executor) -> None:
+def test_a_raising_output_callback_does_not_shift_later_cells_results(hostile: Executor) -> None:
     def broken(data: bytes) -> None:
         raise RuntimeError("the client went away")
 
     with hostile.session() as s:
         with pytest.raises(RuntimeError):
-            s.run("import time\nprint('first', flush=True)\ntime.sleep(0.5)\n'one'",
-                  on_stdout=broken)
+            s.run(
+                "import time\nprint('first', flush=True)\ntime.sleep(0.5)\n'one'", on_stdout=broken
+            )
         if s.closed:  # ending the session is an acceptable answer too
             return
         time.sleep(1.0)  # the first cell has finished in the sandbox by now
@@ -551,11 +602,14 @@ def test_a_raising_output_callback_does_not_shift_later_cells_results(
 
 
 def test_an_interpreter_that_dies_between_cells_makes_the_next_call_say_why(
-        hostile: Executor) -> None:
+    hostile: Executor,
+) -> None:
     with hostile.session(limits=Limits(memory_mib=128)) as s:
-        r = s.run("import threading, time\ndef bomb():\n    time.sleep(0.3)\n    blocks = []\n"
-                  "    while True:\n        blocks.append(bytearray(8 << 20))\n"
-                  "threading.Thread(target=bomb, daemon=True).start()")
+        r = s.run(
+            "import threading, time\ndef bomb():\n    time.sleep(0.3)\n    blocks = []\n"
+            "    while True:\n        blocks.append(bytearray(8 << 20))\n"
+            "threading.Thread(target=bomb, daemon=True).start()"
+        )
         assert r.ok, r  # control: the session was alive after the cell
         time.sleep(2.0)
         with pytest.raises(SessionClosed, match="memory limit"):
@@ -573,8 +627,9 @@ def test_a_killed_supervisor_takes_every_session_process_with_it(hostile: Execut
         # Control. Popen returns before the exec'd program's argv shows in /proc: poll.
         assert wait_until(lambda: _host_pids_with(needle), 5)
         s._channel.kill()
-        assert wait_until(lambda: not _host_pids_with(needle), 3), \
+        assert wait_until(lambda: not _host_pids_with(needle), 3), (
             "a session process outlived its killed supervisor"
+        )
 
 
 # ---- redaction of what a cell shows -----------------------------------------------------------------
@@ -583,10 +638,12 @@ def test_a_killed_supervisor_takes_every_session_process_with_it(hostile: Execut
 def test_secrets_are_redacted_from_every_textual_output(hostile: Executor) -> None:
     token = "sk-" + secrets.token_hex(12)
     with hostile.session(env={"TOKEN": token}, secrets=[token]) as s:
-        r = s.run("import os\nfrom IPython.display import display\n"
-                  "t = os.environ['TOKEN']\n"
-                  "display({'text/plain': t, 'image/svg+xml': f'<svg><text>{t}</text></svg>'},"
-                  " raw=True)")
+        r = s.run(
+            "import os\nfrom IPython.display import display\n"
+            "t = os.environ['TOKEN']\n"
+            "display({'text/plain': t, 'image/svg+xml': f'<svg><text>{t}</text></svg>'},"
+            " raw=True)"
+        )
         assert r.ok and len(r.outputs) == 2, r
         assert token not in r.outputs[0].data  # control: the text/plain one is redacted
         leaked = [o.mime_type for o in r.outputs if token in o.data]
@@ -600,9 +657,16 @@ def test_close_during_a_running_cell_returns_promptly(hostile: Executor) -> None
     s = hostile.session()
     box: list[object] = []
     running = threading.Event()
-    t = threading.Thread(target=lambda: box.append(
-        run_or_closed(s, "import time\nprint('on', flush=True)\ntime.sleep(3)", timeout_s=6,
-                      on_stdout=lambda _: running.set())))
+    t = threading.Thread(
+        target=lambda: box.append(
+            run_or_closed(
+                s,
+                "import time\nprint('on', flush=True)\ntime.sleep(3)",
+                timeout_s=6,
+                on_stdout=lambda _: running.set(),
+            )
+        )
+    )
     t.start()
     assert running.wait(10), "the cell never ran"
     started = time.monotonic()
@@ -618,8 +682,10 @@ def test_close_during_a_running_cell_returns_promptly(hostile: Executor) -> None
 
 def test_cpu_burned_between_cells_is_bounded_by_the_session_limits(hostile: Executor) -> None:
     with hostile.session(limits=Limits(cpu_s=0.5)) as s:
-        r = s.run("import threading\ndef spin():\n    while True:\n        pass\n"
-                  "threading.Thread(target=spin, daemon=True).start()")
+        r = s.run(
+            "import threading\ndef spin():\n    while True:\n        pass\n"
+            "threading.Thread(target=spin, daemon=True).start()"
+        )
         assert r.ok, r
         try:
             program = max(_session_pids(s), key=_cpu_s)
@@ -632,12 +698,17 @@ def test_cpu_burned_between_cells_is_bounded_by_the_session_limits(hostile: Exec
 # ---- what a cell's report can carry -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("code", [
-    "raise ValueError('\\udcff')",
-    "from IPython.display import display\ndisplay({'text/plain': 'a\\udcffb'}, raw=True)",
-], ids=["error-message", "output"])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "raise ValueError('\\udcff')",
+        "from IPython.display import display\ndisplay({'text/plain': 'a\\udcffb'}, raw=True)",
+    ],
+    ids=["error-message", "output"],
+)
 def test_a_lone_surrogate_from_a_cell_is_data_not_an_exception(
-        hostile: Executor, code: str) -> None:
+    hostile: Executor, code: str
+) -> None:
     with hostile.session() as s:
         r = s.run(code)
         r.model_dump_json()  # the result is valid JSON (UTF-8)
@@ -654,13 +725,16 @@ def test_invalid_utf8_on_stdout_is_replaced_not_raised(hostile: Executor) -> Non
 
 
 def test_closing_a_session_whose_supervisor_is_gone_never_kills_another_process(
-        hostile: Executor) -> None:
+    hostile: Executor,
+) -> None:
     import subprocess
 
     with hostile.session() as s:
-        assert s.run("import os, threading, time\n"
-                     "threading.Thread(target=lambda: (time.sleep(0.3), os._exit(7)))"
-                     ".start()").ok
+        assert s.run(
+            "import os, threading, time\n"
+            "threading.Thread(target=lambda: (time.sleep(0.3), os._exit(7)))"
+            ".start()"
+        ).ok
         sup = sup_pid(s)
         assert wait_until(lambda: not alive(sup), 5)  # the session ended by itself
         # The pid is free now: simulate its reuse by an unrelated host process.

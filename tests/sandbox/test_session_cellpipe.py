@@ -38,21 +38,29 @@ pytestmark = pytest.mark.hostile
 MIB = 1 << 20
 
 # A thread left running: when the next cell's code lands in the go pipe, do `action`.
-ON_NEXT_CELL = KERNEL + """
+ON_NEXT_CELL = (
+    KERNEL
+    + """
 def _armed():
     select.select([K['go_r']], [], [])
 {action}
 threading.Thread(target=_armed, daemon=True).start()
 """
+)
 
 # The loop stops taking cells (SIGINT is ignored between cells): it sleeps where it reads.
-STOP_READING_CELLS = KERNEL + """
+STOP_READING_CELLS = (
+    KERNEL
+    + """
 import execbox.sandbox.inside.protocol as P
 P.read_frame = lambda *args, **kwargs: time.sleep(10 ** 6)
 """
+)
 
-FORGED_OK = ("    write_all(K['report_w'], forge(b'CRES', json.dumps({'status': 'ok', "
-             "'error': None, 'markers': {'stdout': False, 'stderr': False}}).encode()))")
+FORGED_OK = (
+    "    write_all(K['report_w'], forge(b'CRES', json.dumps({'status': 'ok', "
+    "'error': None, 'markers': {'stdout': False, 'stderr': False}}).encode()))"
+)
 
 
 # ---- host-side observation -----------------------------------------------------------------
@@ -91,8 +99,9 @@ def test_a_forged_report_never_shifts_later_cells_results(hostile: Executor) -> 
             if isinstance(r, SessionClosed):
                 return  # ending the session is a correct answer
             shown = [o.data for o in r.outputs]
-            others = [j for j in range(2, 7) if j != i and (f"'val{j}'" in shown
-                                                             or f"out{j}" in r.stdout)]
+            others = [
+                j for j in range(2, 7) if j != i and (f"'val{j}'" in shown or f"out{j}" in r.stdout)
+            ]
             assert not others, f"cell {i} shows cell {others}'s result: {shown} {r.stdout!r}"
             if i > 2:
                 record = hostile.store.get(r.run_id)
@@ -101,7 +110,8 @@ def test_a_forged_report_never_shifts_later_cells_results(hostile: Executor) -> 
 
 
 def test_a_cell_that_forks_answers_with_the_interpreters_result_and_later_cells_their_own(
-        hostile: Executor) -> None:
+    hostile: Executor,
+) -> None:
     """e6fe597: a plain os.fork() left two loops answering, and whichever copy reported first
     was the cell's result (CI saw 'child'). The forked copy now ends once its copy of the cell
     does, without a report: the cell is the interpreter's, every later cell its own."""
@@ -116,13 +126,16 @@ def test_a_cell_that_forks_answers_with_the_interpreters_result_and_later_cells_
 
 
 def test_a_report_forged_between_cells_ends_the_session_when_no_cell_follows(
-        hostile: Executor) -> None:
+    hostile: Executor,
+) -> None:
     """Control for the tests above: with no cell within CELL_WAIT_S, the same forgery ends the
     session (the supervisor's rule for reports while no cell runs)."""
     with hostile.session() as s:
         sup = sup_pid(s)
-        r = s.run(KERNEL + "def later():\n    time.sleep(0.2)\n" + FORGED_OK + "\n"
-                  "threading.Thread(target=later, daemon=True).start()")
+        r = s.run(
+            KERNEL + "def later():\n    time.sleep(0.2)\n" + FORGED_OK + "\n"
+            "threading.Thread(target=later, daemon=True).start()"
+        )
         assert r.ok, r
         assert wait_until(lambda: not alive(sup), 5.0), "the supervisor is still running"
         with pytest.raises(SessionClosed, match="reported while no cell was running"):
@@ -130,13 +143,16 @@ def test_a_report_forged_between_cells_ends_the_session_when_no_cell_follows(
 
 
 def test_a_report_forged_before_a_files_call_ends_the_session_without_a_hang(
-        hostile: Executor) -> None:
+    hostile: Executor,
+) -> None:
     """A report while no cell runs, then a files call (not a CELL) within CELL_WAIT_S: the call
     is answered, then the session ends; nothing hangs or raises past SessionClosed."""
     with hostile.session() as s:
         sup = sup_pid(s)
-        r = s.run(KERNEL + "def later():\n    time.sleep(0.3)\n" + FORGED_OK + "\n"
-                  "threading.Thread(target=later, daemon=True).start()")
+        r = s.run(
+            KERNEL + "def later():\n    time.sleep(0.3)\n" + FORGED_OK + "\n"
+            "threading.Thread(target=later, daemon=True).start()"
+        )
         assert r.ok, r
         time.sleep(0.4)
         started = time.monotonic()
@@ -151,7 +167,8 @@ def test_a_report_forged_before_a_files_call_ends_the_session_without_a_hang(
 
 
 def test_calls_after_the_session_ended_raise_session_closed_in_every_thread(
-        hostile: Executor) -> None:
+    hostile: Executor,
+) -> None:
     with hostile.session() as s:
         r = s.run("import os\nos._exit(0)")
         assert r.status is not Status.ok, r  # control: the cell ended the session
@@ -178,8 +195,11 @@ def test_many_quick_cells_each_get_their_own_result(hostile: Executor) -> None:
     with hostile.session() as s:
         for i in range(150):
             r = s.run(f"print({i})\n{i} * 2")
-            assert (r.status, r.stdout, [o.data for o in r.outputs]) == \
-                (Status.ok, f"{i}\n", [str(i * 2)]), (i, r)
+            assert (r.status, r.stdout, [o.data for o in r.outputs]) == (
+                Status.ok,
+                f"{i}\n",
+                [str(i * 2)],
+            ), (i, r)
 
 
 def test_a_forged_report_during_a_large_cell_is_not_a_sandbox_error(hostile: Executor) -> None:
@@ -197,15 +217,20 @@ def test_a_forged_report_during_a_large_cell_is_not_a_sandbox_error(hostile: Exe
 # ---- the code plays with its end of the go pipe -----------------------------------------------------
 
 
-@pytest.mark.parametrize("action", [
-    "    os.read(K['go_r'], 1)",  # one byte of the next cell: the frame is torn
-    "    os.read(K['go_r'], 1 << 20)",  # the whole next cell: the loop never gets it
-    "    os._exit(3)",  # dies as the next cell arrives
-    "    os.close(K['go_r'])",  # closes the loop's cell pipe under it
-    "    r, w = os.pipe()\n    os.dup2(r, K['go_r'])\n    time.sleep(60)",  # swaps in a pipe
-], ids=["tear", "steal", "exit", "close", "swap"])
+@pytest.mark.parametrize(
+    "action",
+    [
+        "    os.read(K['go_r'], 1)",  # one byte of the next cell: the frame is torn
+        "    os.read(K['go_r'], 1 << 20)",  # the whole next cell: the loop never gets it
+        "    os._exit(3)",  # dies as the next cell arrives
+        "    os.close(K['go_r'])",  # closes the loop's cell pipe under it
+        "    r, w = os.pipe()\n    os.dup2(r, K['go_r'])\n    time.sleep(60)",  # swaps in a pipe
+    ],
+    ids=["tear", "steal", "exit", "close", "swap"],
+)
 def test_a_thread_left_on_the_go_pipe_ends_at_most_the_session_within_its_limits(
-        hostile: Executor, action: str) -> None:
+    hostile: Executor, action: str
+) -> None:
     with hostile.session() as s:
         sup = sup_pid(s)
         assert s.run(ON_NEXT_CELL.format(action=action)).ok
@@ -237,15 +262,19 @@ def test_huge_cells_back_to_back_keep_the_session_in_step(hostile: Executor) -> 
     with hostile.session(limits=Limits(memory_mib=512)) as s:
         for i, size in enumerate((60 << 10, 64 << 10, 65 << 10, 200 << 10, MIB - 100)):
             r = s.run(f"print({i})\n{i}\n#" + "#" * (size - 16), timeout_s=20)
-            assert (r.status, r.stdout, [o.data for o in r.outputs]) == \
-                (Status.ok, f"{i}\n", [str(i)]), (size, r)
+            assert (r.status, r.stdout, [o.data for o in r.outputs]) == (
+                Status.ok,
+                f"{i}\n",
+                [str(i)],
+            ), (size, r)
 
 
 # ---- descriptors and processes --------------------------------------------------------------------------
 
 
 def test_the_cell_pipe_does_not_leak_into_host_children(
-        hostile: Executor, host_child_fds: Callable[[], str]) -> None:
+    hostile: Executor, host_child_fds: Callable[[], str]
+) -> None:
     """e6fe597: socket.recv_fds (3.11 drops its flags) left the cell pipe inheritable."""
     with hostile.session() as s:
         fd = s._channel.cells_w
@@ -255,14 +284,20 @@ def test_the_cell_pipe_does_not_leak_into_host_children(
 
 
 def test_a_session_on_a_slot_that_offered_the_short_way_leaves_no_descriptor_behind(
-        hostile: Executor) -> None:
+    hostile: Executor,
+) -> None:
     """A staged slot offers runs the short way (PRK, with a copy of the program's go pipe)
     before the host asks it for anything; a session takes the slot all the same: the offer is
     not taken for its cell pipe, and its copy of the pipe is closed."""
     # Every staged heavy slot's program waits for its code: each has sent its offer (unread).
     pool = host_internals(hostile).pool
-    assert wait_until(lambda: len(ready := list(pool._ready["heavy"])) >= hostile.pool_size
-                      and all(select.select([slot.ctrl], [], [], 0)[0] for slot in ready), 10)
+    assert wait_until(
+        lambda: (
+            len(ready := list(pool._ready["heavy"])) >= hostile.pool_size
+            and all(select.select([slot.ctrl], [], [], 0)[0] for slot in ready)
+        ),
+        10,
+    )
     with hostile.session() as s:
         links = _session_links(s)
         assert [o.data for o in s.run("x = 2\nx").outputs] == ["2"]
@@ -285,8 +320,9 @@ def test_sessions_leave_no_host_descriptor_behind(hostile: Executor) -> None:
     s = hostile.session()  # one whose supervisor is killed mid-cell
     held |= _session_links(s)
     box: list[object] = []
-    t = threading.Thread(target=lambda: box.append(
-        run_or_closed(s, "import time\ntime.sleep(5)", timeout_s=10)))
+    t = threading.Thread(
+        target=lambda: box.append(run_or_closed(s, "import time\ntime.sleep(5)", timeout_s=10))
+    )
     t.start()
     time.sleep(0.3)
     s._channel.kill()
@@ -306,8 +342,9 @@ def test_executor_close_while_a_large_cell_is_being_fed(hostile: Executor) -> No
         name, sup = s._channel.slot.name, sup_pid(s)
         assert s.run(STOP_READING_CELLS).ok
         box: list[object] = []
-        t = threading.Thread(target=lambda: box.append(
-            run_or_closed(s, "x = 1\n" + "#" * (MIB - 100), timeout_s=30)))
+        t = threading.Thread(
+            target=lambda: box.append(run_or_closed(s, "x = 1\n" + "#" * (MIB - 100), timeout_s=30))
+        )
         t.start()
         time.sleep(0.5)
         assert t.is_alive()  # control: the host is still feeding the cell
@@ -331,8 +368,9 @@ def test_executor_close_while_a_large_cell_is_being_fed(hostile: Executor) -> No
 
 def test_cell_counters_are_fresh_and_per_cell(hostile: Executor) -> None:
     with hostile.session(limits=Limits(memory_mib=256)) as s:
-        spin = s.run("import time\nt = time.process_time()\n"
-                     "while time.process_time() - t < 0.3:\n    pass")
+        spin = s.run(
+            "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3:\n    pass"
+        )
         assert spin.metrics.cpu_ms >= 250, spin.metrics
         idle = s.run("1")
         assert idle.metrics.cpu_ms < 150, idle.metrics
@@ -381,7 +419,8 @@ def test_threads_sharing_sessions_get_their_own_results_and_records(hostile: Exe
 
 
 def test_a_cell_with_a_lone_surrogate_in_its_code_is_refused_not_an_exception(
-        hostile: Executor) -> None:
+    hostile: Executor,
+) -> None:
     """Caught at e6fe597: UnicodeEncodeError from deep in the pipeline (the code's sha256 and
     record). A usage error (the code is not text) or a status is the answer; the session goes
     on."""

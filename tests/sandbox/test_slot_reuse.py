@@ -110,8 +110,9 @@ def test_limits_of_one_run_do_not_stay_with_its_slot(jailed_one_slot: Executor) 
     ex = jailed_one_slot
     small = ex.run("x = bytearray(40 << 20)", limits={"memory_mib": 16, "disk_mib": 1})
     assert small.status is Status.memory_limit, small
-    big = ex.run("x = bytearray(100 << 20)\nopen('/tmp/f', 'wb').write(bytes(5 << 20))\n"
-                 "print(len(x))")
+    big = ex.run(
+        "x = bytearray(100 << 20)\nopen('/tmp/f', 'wb').write(bytes(5 << 20))\nprint(len(x))"
+    )
     assert big.status is Status.ok and big.stdout == str(100 << 20) + "\n", big
     again = ex.run("x = bytearray(40 << 20)", limits={"memory_mib": 16})
     assert again.status is Status.memory_limit, again  # the earlier OOM kill is not counted twice
@@ -146,15 +147,17 @@ def _staged_light_memory(ex: Executor) -> int:
 
 @pytest.mark.hostile
 def test_runs_sent_straight_to_the_program_have_the_limits_the_slot_kept(
-        jailed_one_slot: Executor, monkeypatch: pytest.MonkeyPatch) -> None:
+    jailed_one_slot: Executor, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A run's memory and pids limits stay applied, so the next run with the same ones takes
     the short way (its code is never seen by the supervisor before it runs): it must be held
     to them all the same, and a run asking for others goes the long way and gets its own."""
     ex = jailed_one_slot
     sent: list[bytes] = []  # the kinds of frame the host sends its supervisors
     json_frame = protocol.json_frame
-    monkeypatch.setattr(protocol, "json_frame",
-                        lambda kind, obj: sent.append(kind) or json_frame(kind, obj))
+    monkeypatch.setattr(
+        protocol, "json_frame", lambda kind, obj: sent.append(kind) or json_frame(kind, obj)
+    )
 
     def way(code: str, **limits: int) -> RunResult:
         sent.clear()
@@ -184,7 +187,8 @@ def test_runs_sent_straight_to_the_program_have_the_limits_the_slot_kept(
 
 
 def test_a_supervisor_refuses_code_sent_straight_with_limits_its_slot_does_not_have(
-        jailed_one_slot: Executor) -> None:
+    jailed_one_slot: Executor,
+) -> None:
     """The host decides which way a run goes; the supervisor checks it: a RUN whose limits are
     not the slot's ends the slot (a sandbox error), never runs under the wrong limits."""
     ex = jailed_one_slot
@@ -195,8 +199,9 @@ def test_a_supervisor_refuses_code_sent_straight_with_limits_its_slot_does_not_h
     spec = _spec(request.limits, request)
     slot.staged = dict(slot.staged, memory_bytes=64 << 20)  # the host's bookkeeping is wrong
     with pytest.raises(HostError, match="protocol: a RUN with limits"):
-        host.execute(slot, {"code": "print(1)", "run_id": "refused", "spec": spec}, [], b"",
-                     1 << 20, 10.0)
+        host.execute(
+            slot, {"code": "print(1)", "run_id": "refused", "spec": spec}, [], b"", 1 << 20, 10.0
+        )
     after = ex.run("print(2)")  # the pool stages a new slot in its place
     assert after.status is Status.ok and after.stdout == "2\n", after
 
@@ -205,16 +210,23 @@ def test_a_reused_slot_takes_large_input_files(jailed_one_slot: Executor) -> Non
     # The first run leaves the slot's control socket as its pump left it: the next request's
     # 20 MiB file must still go through whole.
     for _ in range(3):
-        r = jailed_one_slot.run("import os\nprint(os.path.getsize('big.bin'))",
-                                files={"big.bin": bytes(20 << 20)}, limits={"disk_mib": 64})
+        r = jailed_one_slot.run(
+            "import os\nprint(os.path.getsize('big.bin'))",
+            files={"big.bin": bytes(20 << 20)},
+            limits={"disk_mib": 64},
+        )
         assert r.status is Status.ok and r.stdout == f"{20 << 20}\n", r
 
 
 def test_the_between_runs_check_sees_a_process_left_in_the_cgroup() -> None:
     # The supervisor's own check (`SlotSteps.end_run` makes it after each run, in C).
     cg = Hierarchy.discover().create(f"x{os.getpid()}-emptycheck")
-    steps = linux.SlotSteps(f"{Image.load().libexec}/libexecbox-contain.so",
-                             cg.counter_files(), list(cg.dirs.values()), RuntimeError)
+    steps = linux.SlotSteps(
+        f"{Image.load().libexec}/libexecbox-contain.so",
+        cg.counter_files(),
+        list(cg.dirs.values()),
+        RuntimeError,
+    )
     sleeper = subprocess.Popen(["sleep", "30"])
     try:
         assert not steps.has_processes()
@@ -248,31 +260,38 @@ def test_standard_library_code_runs_in_a_light_program(executor: Executor) -> No
 
 
 def test_a_light_program_carries_none_of_the_supervisors_or_ctypes_util_modules(
-        executor: Executor) -> None:
+    executor: Executor,
+) -> None:
     """A light program is a fork of a zygote kept small (its size is every fork's and every
     exit's cost): the supervisor's modules and what `ctypes.util` pulls in stay out of it."""
-    r = executor.run("import sys\nprint(sorted(m for m in ('execbox.sandbox.inside.supervisor', "
-                     "'execbox.sandbox.inside.cells', 'ctypes.util', 'subprocess', 'tempfile', "
-                     "'platform') if m in sys.modules))")
+    r = executor.run(
+        "import sys\nprint(sorted(m for m in ('execbox.sandbox.inside.supervisor', "
+        "'execbox.sandbox.inside.cells', 'ctypes.util', 'subprocess', 'tempfile', "
+        "'platform') if m in sys.modules))"
+    )
     assert r.status is Status.ok and r.stdout == "[]\n", r
 
 
-def test_an_import_the_policy_cannot_see_still_works_in_a_light_program(
-        executor: Executor) -> None:
-    r = executor.run("name = 'pan' + 'das'\nm = __import__(name)\nprint(m.DataFrame({'a': [1]}).shape)",
-                     limits={"timeout_s": 30})
+def test_an_import_the_policy_cannot_see_still_works_in_a_light_program(executor: Executor) -> None:
+    r = executor.run(
+        "name = 'pan' + 'das'\nm = __import__(name)\nprint(m.DataFrame({'a': [1]}).shape)",
+        limits={"timeout_s": 30},
+    )
     assert r.status is Status.ok and r.stdout == "(1, 1)\n", r
 
 
-@pytest.mark.parametrize("imports, kind", [
-    (frozenset(), "light"),
-    (frozenset({"json", "collections", "os"}), "light"),
-    (None, "light"),  # not parsed: it fails to compile in the sandbox too
-    (frozenset({"numpy"}), "heavy"),
-    (frozenset({"json", "pandas"}), "pandas"),
-    (frozenset({"numpy", "matplotlib", "pandas"}), "pandas"),
-    (frozenset({"helper"}), "heavy"),  # a module of the workspace: not known to be small
-])
+@pytest.mark.parametrize(
+    "imports, kind",
+    [
+        (frozenset(), "light"),
+        (frozenset({"json", "collections", "os"}), "light"),
+        (None, "light"),  # not parsed: it fails to compile in the sandbox too
+        (frozenset({"numpy"}), "heavy"),
+        (frozenset({"json", "pandas"}), "pandas"),
+        (frozenset({"numpy", "matplotlib", "pandas"}), "pandas"),
+        (frozenset({"helper"}), "heavy"),  # a module of the workspace: not known to be small
+    ],
+)
 def test_program_kind_follows_the_imports(imports: frozenset[str] | None, kind: str) -> None:
     assert program_kind(imports) == kind
 
@@ -286,7 +305,8 @@ def test_slots_are_staged_again_soon_after_a_run(executor: Executor) -> None:
 
 
 def test_a_staged_slots_pipes_do_not_leak_into_host_children(
-        executor: Executor, host_child_fds: Callable[[], str]) -> None:
+    executor: Executor, host_child_fds: Callable[[], str]
+) -> None:
     """RDY's stdio and PRK's go pipe arrive close-on-exec (3.11's socket.recv_fds dropped
     the flag): a child the host application starts must not hold a run's pipes, or a program
     reading its stdin would wait for an end of file that never comes."""
@@ -303,8 +323,7 @@ def test_a_staged_slots_pipes_do_not_leak_into_host_children(
     assert not leaked, f"a host child inherited a staged run's pipes: {leaked}"
 
 
-def test_a_run_sent_the_short_way_is_timed_from_the_hosts_send(
-        jailed_one_slot: Executor) -> None:
+def test_a_run_sent_the_short_way_is_timed_from_the_hosts_send(jailed_one_slot: Executor) -> None:
     """On the short way the code may run before the supervisor reads RUN: its clocks start at
     the host's send, not when it gets around to it. The supervisor is stopped while the code
     runs, so it reads RUN late."""
@@ -321,8 +340,11 @@ def test_a_run_sent_the_short_way_is_timed_from_the_hosts_send(
 
     def run() -> None:
         sending.set()
-        box.append(host.execute(slot, {"code": request.code, "run_id": "late", "spec": spec},
-                                [], b"", 1 << 20, 20.0))
+        box.append(
+            host.execute(
+                slot, {"code": request.code, "run_id": "late", "spec": spec}, [], b"", 1 << 20, 20.0
+            )
+        )
 
     signal.pidfd_send_signal(slot.sup_pidfd, signal.SIGSTOP)
     try:
@@ -369,8 +391,7 @@ READ_FILES = textwrap.dedent("""
 
 
 @pytest.mark.hostile
-def test_a_run_that_lowers_the_memory_limit_reports_its_own_peak(
-        jailed_one_slot: Executor) -> None:
+def test_a_run_that_lowers_the_memory_limit_reports_its_own_peak(jailed_one_slot: Executor) -> None:
     """The long way lowers the slot's memory limit after the baselines were taken: what the
     cgroup held beyond the new limit (a last run's page cache) is reclaimed then, and must not
     show as this run's peak."""
@@ -400,7 +421,8 @@ def _slot_file_bytes(ex: Executor, kind: str) -> int:
 
 @pytest.mark.hostile
 def test_a_runs_page_cache_does_not_count_in_later_runs_of_its_slot(
-        jailed_one_slot: Executor) -> None:
+    jailed_one_slot: Executor,
+) -> None:
     """Page cache a run reads in stays charged to its slot's cgroup after the run: it must not
     show in a later run's peak (nor tell it how much the earlier run read), in a run or in a
     session's cell (a session takes a heavy slot that may have served runs)."""
@@ -409,8 +431,10 @@ def test_a_runs_page_cache_does_not_count_in_later_runs_of_its_slot(
         fresh = s.run("x = 1")
     assert fresh.status is Status.ok, fresh
     for kind in ("light", "heavy"):
-        first = ex.run(("import numpy\n" if kind == "heavy" else "") + READ_FILES,
-                       limits={"timeout_s": 30, "cpu_s": 30})
+        first = ex.run(
+            ("import numpy\n" if kind == "heavy" else "") + READ_FILES,
+            limits={"timeout_s": 30, "cpu_s": 30},
+        )
         assert first.status is Status.ok, first
         if int(first.stdout) < 64:
             pytest.skip(f"only {first.stdout.strip()} MiB of files to read in the sandbox")
@@ -430,8 +454,10 @@ def test_a_runs_page_cache_does_not_count_in_later_runs_of_its_slot(
             with ex.session() as s:  # the heavy slot that has just read the files
                 cell = s.run("x = 1")
             assert cell.status is Status.ok, cell
-            assert cell.metrics.memory_peak_bytes < fresh.metrics.memory_peak_bytes + (
-                16 << 20), (cell.metrics, fresh.metrics)
+            assert cell.metrics.memory_peak_bytes < fresh.metrics.memory_peak_bytes + (16 << 20), (
+                cell.metrics,
+                fresh.metrics,
+            )
 
 
 def _staged_program(ex: Executor, kind: str = "light") -> int:
@@ -440,8 +466,7 @@ def _staged_program(ex: Executor, kind: str = "light") -> int:
     slot = _offered(_ready_slot(ex, kind))  # its program has said it waits
     host = host_stats(ex)
     zygote = host.light_zygote_pid if kind == "light" else host.heavy_zygote_pid
-    [pid] = [p for p in _children(zygote)
-             if f"/{slot.name}\n" in _read_text(f"/proc/{p}/cgroup")]
+    [pid] = [p for p in _children(zygote) if f"/{slot.name}\n" in _read_text(f"/proc/{p}/cgroup")]
     return pid
 
 
@@ -469,8 +494,8 @@ def _wait_gone(pid: int, what: str) -> None:
 
 @pytest.mark.parametrize("files", [{}, {"in.txt": b"x"}], ids=["short_way", "long_way"])
 def test_a_program_killed_while_it_waits_is_not_the_codes_fault(
-        jailed_one_slot: Executor, files: dict[str, bytes],
-        caplog: pytest.LogCaptureFixture) -> None:
+    jailed_one_slot: Executor, files: dict[str, bytes], caplog: pytest.LogCaptureFixture
+) -> None:
     """A staged program killed from outside (the machine's OOM killer, an operator) before
     its code came ran none of it: the request goes to the slot's next program, and no result
     says the code was killed. The short way finds the go pipe without a reader; the long way
@@ -488,7 +513,8 @@ def test_a_program_killed_while_it_waits_is_not_the_codes_fault(
 
 
 def test_a_program_killed_with_its_code_unread_is_not_the_codes_fault(
-        jailed_one_slot: Executor, caplog: pytest.LogCaptureFixture) -> None:
+    jailed_one_slot: Executor, caplog: pytest.LogCaptureFixture
+) -> None:
     """The code is in the program's go pipe, written whole, but the program (stopped) never
     read it when it is killed: the supervisor sees the unread bytes and says so (LOST)."""
     ex = jailed_one_slot
@@ -508,7 +534,8 @@ def test_a_program_killed_with_its_code_unread_is_not_the_codes_fault(
 
 
 def test_a_supervisor_killed_while_its_slot_waits_is_not_the_codes_fault(
-        jailed_one_slot: Executor, caplog: pytest.LogCaptureFixture) -> None:
+    jailed_one_slot: Executor, caplog: pytest.LogCaptureFixture
+) -> None:
     """A staged slot whose supervisor was killed (its init and program die with it) took none
     of the request: it goes to a new slot, not back as a sandbox error."""
     ex = jailed_one_slot
@@ -526,7 +553,8 @@ def test_a_supervisor_killed_while_its_slot_waits_is_not_the_codes_fault(
 
 
 def test_a_session_whose_program_was_killed_while_it_waited_starts_in_another_slot(
-        jailed_one_slot: Executor, caplog: pytest.LogCaptureFixture) -> None:
+    jailed_one_slot: Executor, caplog: pytest.LogCaptureFixture
+) -> None:
     ex = jailed_one_slot
     wait_heavy(ex)
     victim = _staged_program(ex, "heavy")
@@ -539,7 +567,8 @@ def test_a_session_whose_program_was_killed_while_it_waited_starts_in_another_sl
 
 
 def test_a_request_too_big_for_its_memory_limit_is_that_runs_memory_limit(
-        jailed_one_slot: Executor, caplog: pytest.LogCaptureFixture) -> None:
+    jailed_one_slot: Executor, caplog: pytest.LogCaptureFixture
+) -> None:
     """A program killed by its own memory limit while it reads a large request (each \\x01 is
     six bytes of JSON) did not die from outside: the run's status is memory_limit, and the
     request is not sent again."""
@@ -563,7 +592,8 @@ def _kill_the_next(zygote: int, before: set[int], cgroup: str, stop: threading.E
 
 
 def test_a_program_killed_before_it_said_it_waits_is_not_the_codes_fault(
-        jailed_one_slot: Executor, caplog: pytest.LogCaptureFixture) -> None:
+    jailed_one_slot: Executor, caplog: pytest.LogCaptureFixture
+) -> None:
     """Killed while it readies itself, before it says it waits for its code: the slot never
     offers the short way, the request comes the long way, and the supervisor, seeing its
     program ended by SIGKILL in set-up, says LOST. A pandas slot's program copies ~10 MB of
@@ -611,7 +641,8 @@ NET_STATE = textwrap.dedent("""
                       "state": {n: read(n) for n in names}}))
 """)
 
-USE_THE_NETWORK = textwrap.dedent("""
+USE_THE_NETWORK = (
+    textwrap.dedent("""
     import socket
     for family, host in ((socket.AF_INET, '127.0.0.1'), (socket.AF_INET6, '::1')):
         server = socket.socket(family)
@@ -632,7 +663,9 @@ USE_THE_NETWORK = textwrap.dedent("""
                 s.connect(address)
             except OSError:
                 pass
-""") + NET_STATE
+""")
+    + NET_STATE
+)
 
 
 @pytest.mark.hostile
@@ -652,15 +685,21 @@ def test_no_network_state_reaches_the_next_runs_of_a_slot(jailed_one_slot: Execu
     used = state(USE_THE_NETWORK)
     assert used["uid"] == before["uid"], "control: the runs were in the same slot"
     # Control: the run itself sees what it did, so the comparison below can fail.
-    changed = {n for n, text in before["state"].items()  # type: ignore[attr-defined]
-               if used["state"][n] != text}  # type: ignore[index]
+    changed = {
+        n
+        for n, text in before["state"].items()  # type: ignore[attr-defined]
+        if used["state"][n] != text
+    }  # type: ignore[index]
     assert {"tcp", "tcp6", "dev", "snmp", "snmp6", "netstat"} <= changed, changed
     after = [state(NET_STATE) for _ in range(10)]
     assert host_stats(ex).idle_slots == slots, "control: every run was in the same slot"
     for i, seen in enumerate(after):
         assert seen["uid"] == before["uid"], "control: the runs were in the same slot"
-        leaked = {n: text for n, text in seen["state"].items()  # type: ignore[attr-defined]
-                  if text != before["state"][n]}  # type: ignore[index]
+        leaked = {
+            n: text
+            for n, text in seen["state"].items()  # type: ignore[attr-defined]
+            if text != before["state"][n]
+        }  # type: ignore[index]
         assert leaked == {}, f"run {i + 1} after the network use saw {leaked}"
     # A new namespace only after the run that used one: the ten after it share theirs.
     assert len({seen["net"] for seen in after}) == 1 and after[0]["net"] != used["net"]

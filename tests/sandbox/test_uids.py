@@ -51,7 +51,8 @@ PROBE = textwrap.dedent("""
 
 @pytest.mark.hostile
 def test_a_run_holding_every_per_user_allowance_leaves_a_concurrent_runs_intact(
-        jailed: Executor) -> None:
+    jailed: Executor,
+) -> None:
     held = threading.Event()
     said: list[bytes] = []
 
@@ -61,8 +62,11 @@ def test_a_run_holding_every_per_user_allowance_leaves_a_concurrent_runs_intact(
             held.set()
 
     results = {}
-    holder = threading.Thread(target=lambda: results.setdefault("hold", jailed.run(
-        HOLD, limits=Limits(timeout_s=20), on_stdout=seen, cache=False)))
+    holder = threading.Thread(
+        target=lambda: results.setdefault(
+            "hold", jailed.run(HOLD, limits=Limits(timeout_s=20), on_stdout=seen, cache=False)
+        )
+    )
     holder.start()
     try:
         assert held.wait(15), f"the holder never said it holds: {said}"
@@ -78,5 +82,6 @@ def test_a_run_holding_every_per_user_allowance_leaves_a_concurrent_runs_intact(
     seen_probe = json.loads(probe.stdout)
     assert seen_probe["uid"] != holding["uid"], (seen_probe, holding)
     assert {seen_probe["uid"], holding["uid"]} <= set(
-        range(jail.UID_FIRST, jail.UID_FIRST + jail.UID_COUNT))
+        range(jail.UID_FIRST, jail.UID_FIRST + jail.UID_COUNT)
+    )
     assert seen_probe["pipe"] == 65536 and seen_probe["sigqueue"] is True, seen_probe

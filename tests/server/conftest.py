@@ -28,12 +28,20 @@ class Api:
     keys: KeyStore
     executor: execbox.Executor
 
-    def key(self, prefix: str = "tenant", *, concurrent: int = 8, sessions: int = 4,
-            rpm: int = 10_000, role: str = TENANT) -> tuple[str, str]:
+    def key(
+        self,
+        prefix: str = "tenant",
+        *,
+        concurrent: int = 8,
+        sessions: int = 4,
+        rpm: int = 10_000,
+        role: str = TENANT,
+    ) -> tuple[str, str]:
         """A fresh key: (tenant name, key)."""
         name = f"{prefix}-{next(_names)}-{uuid.uuid4().hex[:6]}"
-        return name, self.keys.create(name, max_concurrent=concurrent, max_sessions=sessions,
-                                      rpm=rpm, role=role)
+        return name, self.keys.create(
+            name, max_concurrent=concurrent, max_sessions=sessions, rpm=rpm, role=role
+        )
 
     def http(self, key: str | None) -> httpx.Client:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
@@ -41,8 +49,7 @@ class Api:
 
 
 @contextmanager
-def own_server(executor: execbox.Executor, **settings: object
-               ) -> Iterator[tuple[str, ServerState]]:
+def own_server(executor: execbox.Executor, **settings: object) -> Iterator[tuple[str, ServerState]]:
     """A server of its own with these `Settings`, over `executor`: (url, its state)."""
     app = create_app(executor, Settings(**settings))  # type: ignore[arg-type]
     with serving(app) as url:

@@ -34,8 +34,10 @@ def _connect(url: str, head: bytes = b"") -> socket.socket:
 
 def _head(path: str, key: str | None, length: int) -> bytes:
     auth = f"Authorization: Bearer {key}\r\n" if key else ""
-    return (f"POST {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json\r\n"
-            f"Content-Length: {length}\r\n\r\n").encode()
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json\r\n"
+        f"Content-Length: {length}\r\n\r\n"
+    ).encode()
 
 
 def _answer(sock: socket.socket, timeout_s: float) -> bytes:
@@ -57,8 +59,11 @@ def _response(sock: socket.socket) -> bytes:
     while b"\r\n\r\n" not in data:
         data += sock.recv(1 << 16)
     head, _, body = data.partition(b"\r\n\r\n")
-    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                  if line.lower().startswith(b"content-length:"))
+    length = next(
+        int(line.split(b":")[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
     while len(body) < length:
         body += sock.recv(1 << 16)
     return head
@@ -69,8 +74,10 @@ def test_every_authenticated_request_counts_against_the_rate(api: Api) -> None:
     _, key = api.key("rate422", rpm=4)
     with api.http(key) as client:
         assert client.post("/v1/runs", json={"code": 5}).status_code == 422
-        assert client.post("/v1/runs", json={"code": "1", "limits": {"timeout_s": "no"}}
-                           ).status_code == 422
+        assert (
+            client.post("/v1/runs", json={"code": "1", "limits": {"timeout_s": "no"}}).status_code
+            == 422
+        )
         assert client.get(f"/v1/sessions/{UNKNOWN}").status_code == 404
         assert client.get(f"/v1/sessions/{UNKNOWN}/files").status_code == 404
         refused = client.post("/v1/runs", json={"code": 5})
@@ -98,18 +105,21 @@ def test_an_unknown_key_is_refused_before_its_body_is_read(api: Api) -> None:
 def test_request_bodies_in_flight_have_a_server_wide_budget(api: Api) -> None:
     """Two keys each stall a body at their half of the budget: a third key's small request
     and the first key's second one are refused at once (503), and served once they close."""
-    with own_server(api.executor, max_request_bytes=MIB, request_bodies_bytes=2 * MIB,
-                 body_timeout_s=60) as (url, state):
+    with own_server(
+        api.executor, max_request_bytes=MIB, request_bodies_bytes=2 * MIB, body_timeout_s=60
+    ) as (url, state):
         _, first = api.key("bodies")
         _, second = api.key("bodies")
         _, third = api.key("bodies")
-        stalled = [_connect(url, _head("/v1/runs", key, MIB) + b'{"code": "') for key in
-                   (first, second)]
+        stalled = [
+            _connect(url, _head("/v1/runs", key, MIB) + b'{"code": "') for key in (first, second)
+        ]
         try:
             assert wait_until(lambda: state.bodies.used() == 2 * MIB, 30), "timed out"
             for key in (third, first):
-                with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"},
-                                  timeout=30) as client:
+                with httpx.Client(
+                    base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30
+                ) as client:
                     refused = client.put(f"/v1/sessions/{UNKNOWN}/files/a", content=b"x")
                 assert refused.status_code == 503, refused.text
                 assert refused.json()["error"]["code"] == "request_bodies_busy"
@@ -118,10 +128,10 @@ def test_request_bodies_in_flight_have_a_server_wide_budget(api: Api) -> None:
             for sock in stalled:
                 sock.close()
         assert wait_until(lambda: state.bodies.used() == 0, 30), "timed out"
-        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {third}"},
-                          timeout=30) as client:
-            assert client.put(f"/v1/sessions/{UNKNOWN}/files/a", content=b"x"
-                               ).status_code == 404
+        with httpx.Client(
+            base_url=url, headers={"Authorization": f"Bearer {third}"}, timeout=30
+        ) as client:
+            assert client.put(f"/v1/sessions/{UNKNOWN}/files/a", content=b"x").status_code == 404
 
 
 def test_a_stranger_at_the_connection_cap_does_not_lock_out_a_keyed_client(api: Api) -> None:
@@ -137,8 +147,9 @@ def test_a_stranger_at_the_connection_cap_does_not_lock_out_a_keyed_client(api: 
                 client.base_url = httpx.URL(url)
                 for round_ in range(3):  # the stranger refills the cap before each request
                     time.sleep(0.2)
-                    answer = client.post("/v1/runs", json={"code": "print(1)"},
-                                         headers={"Connection": "close"})
+                    answer = client.post(
+                        "/v1/runs", json={"code": "print(1)"}, headers={"Connection": "close"}
+                    )
                     assert answer.status_code == 200, answer.text
                     assert answer.json()["stdout"] == "1\n"
                     assert _answer(held[round_], 5).startswith(b"HTTP/1.1 503")
@@ -153,8 +164,9 @@ def test_a_stranger_at_the_connection_cap_does_not_lock_out_a_keyed_client(api: 
 def test_authenticated_connections_do_not_count_toward_the_cap(api: Api) -> None:
     with own_server(api.executor, max_connections_per_client=2) as (url, _):
         _, key = api.key("trusted")
-        request = (f"GET /v1/sessions/{UNKNOWN} HTTP/1.1\r\nHost: x\r\n"
-                   f"Authorization: Bearer {key}\r\n\r\n").encode()
+        request = (
+            f"GET /v1/sessions/{UNKNOWN} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\r\n"
+        ).encode()
         keyed: list[socket.socket] = []
         try:
             for _ in range(4):  # every one is served and stays open (keep-alive)
@@ -175,10 +187,14 @@ def test_authenticated_connections_do_not_count_toward_the_cap(api: Api) -> None
 
 def test_without_auth_a_full_address_is_still_refused(api: Api) -> None:
     """Connections mid-request cannot be evicted: past the cap a new one is refused."""
-    with own_server(api.executor, auth=False, max_connections_per_client=2,
-                 body_timeout_s=30) as (url, _):
-        held = [_connect(url, _head(f"/v1/sessions/{UNKNOWN}/files/a", None, 100) + b"x")
-                for _ in range(2)]
+    with own_server(api.executor, auth=False, max_connections_per_client=2, body_timeout_s=30) as (
+        url,
+        _,
+    ):
+        held = [
+            _connect(url, _head(f"/v1/sessions/{UNKNOWN}/files/a", None, 100) + b"x")
+            for _ in range(2)
+        ]
         try:
             time.sleep(0.2)
             with httpx.Client(base_url=url) as probe:

@@ -17,10 +17,12 @@ from execbox.server.background import serving
 
 
 def test_run_returns_the_contract_result_with_inputs_and_stdin(alice: httpx.Client) -> None:
-    body = {"code": "import sys\nprint(open('data/in.txt').read(), sys.stdin.read())",
-            "stdin": base64.b64encode(b"from stdin").decode(),
-            "files": [{"name": "data/in.txt", "data": base64.b64encode(b"from file").decode()}],
-            "limits": {"timeout_s": 5, "memory_mib": 128}}
+    body = {
+        "code": "import sys\nprint(open('data/in.txt').read(), sys.stdin.read())",
+        "stdin": base64.b64encode(b"from stdin").decode(),
+        "files": [{"name": "data/in.txt", "data": base64.b64encode(b"from file").decode()}],
+        "limits": {"timeout_s": 5, "memory_mib": 128},
+    }
     response = alice.post("/v1/runs", json=body)
     assert response.status_code == 200, response.text
     result = RunResult.model_validate(response.json())
@@ -38,7 +40,7 @@ def test_code_errors_are_results_not_http_errors(alice: httpx.Client) -> None:
 
 
 def test_record_and_artifact_bytes_come_back_for_the_owner(alice: httpx.Client) -> None:
-    code = ("import os\nos.makedirs('out')\nopen('out/report.csv', 'w').write('a,b\\n1,2\\n')")
+    code = "import os\nos.makedirs('out')\nopen('out/report.csv', 'w').write('a,b\\n1,2\\n')"
     result = alice.post("/v1/runs", json={"code": code}).json()
     assert result["status"] == "ok", result
     record = alice.get(f"/v1/runs/{result['run_id']}")
@@ -62,9 +64,9 @@ def test_stream_delivers_output_events_before_the_result(alice: httpx.Client) ->
         name = ""
         for line in response.iter_lines():
             if line.startswith("event: "):
-                name = line[len("event: "):]
+                name = line[len("event: ") :]
             elif line.startswith("data: "):
-                events.append((name, json.loads(line[len("data: "):]), time.monotonic()))
+                events.append((name, json.loads(line[len("data: ") :]), time.monotonic()))
     names = [e[0] for e in events]
     assert names[-1] == "result" and names.count("result") == 1
     assert "".join(str(e[1]["text"]) for e in events if e[0] == "stdout") == "first\nsecond\n"
@@ -75,14 +77,19 @@ def test_stream_delivers_output_events_before_the_result(alice: httpx.Client) ->
 
 
 def test_bad_input_is_a_json_422_with_a_stable_code(alice: httpx.Client) -> None:
-    for body in ({"code": 1}, {"code": "x", "limits": {"timeout_s": -1}},
-                 {"code": "x", "surprise": True}, {"code": "x", "stdin": "not base64!"},
-                 {"code": "x", "files": [{"name": "../etc/passwd", "data": ""}]}):
+    for body in (
+        {"code": 1},
+        {"code": "x", "limits": {"timeout_s": -1}},
+        {"code": "x", "surprise": True},
+        {"code": "x", "stdin": "not base64!"},
+        {"code": "x", "files": [{"name": "../etc/passwd", "data": ""}]},
+    ):
         response = alice.post("/v1/runs", json=body)
         assert response.status_code == 422, (body, response.text)
         assert response.json()["error"]["code"] == "invalid_request"
-    broken = alice.post("/v1/runs", content=b"{not json",
-                        headers={"Content-Type": "application/json"})
+    broken = alice.post(
+        "/v1/runs", content=b"{not json", headers={"Content-Type": "application/json"}
+    )
     assert broken.status_code == 422 and broken.json()["error"]["code"] == "invalid_request"
 
 
@@ -118,8 +125,7 @@ def test_request_over_the_size_cap_is_a_json_413(alice: httpx.Client) -> None:
         for _ in range(MAX_REQUEST_BYTES // 4096 + 2):
             yield b" " * 4096
 
-    chunked = alice.post("/v1/runs", content=chunks(),
-                         headers={"Content-Type": "application/json"})
+    chunked = alice.post("/v1/runs", content=chunks(), headers={"Content-Type": "application/json"})
     assert chunked.status_code == 413
     assert chunked.json()["error"]["code"] == "request_too_large"
 
@@ -146,10 +152,14 @@ def test_metrics_count_runs_by_status_and_latency(api: Api, alice: httpx.Client)
         alice.post("/v1/runs", json={"code": "print(1)"})
         after = ops.get("/metrics").text
     for status in ("error", "ok"):
-        assert (_metric(after, "execbox_runs_total", kind="run", status=status)
-                == _metric(before, "execbox_runs_total", kind="run", status=status) + 1)
-    assert (_metric(after, "execbox_run_seconds_count", kind="run")
-            == _metric(before, "execbox_run_seconds_count", kind="run") + 2)
+        assert (
+            _metric(after, "execbox_runs_total", kind="run", status=status)
+            == _metric(before, "execbox_runs_total", kind="run", status=status) + 1
+        )
+    assert (
+        _metric(after, "execbox_run_seconds_count", kind="run")
+        == _metric(before, "execbox_run_seconds_count", kind="run") + 2
+    )
     assert _metric(after, "execbox_pool_size") == api.executor.pool_size
     assert "execbox_active_sessions " in after
 
@@ -158,15 +168,20 @@ def test_openapi_document_describes_the_endpoints(api: Api) -> None:
     app = create_app(api.executor, Settings(docs=True))
     with serving(app) as url, httpx.Client(base_url=url) as anon:
         doc = anon.get("/openapi.json").json()
-    for path in ("/v1/runs", "/v1/runs/stream", "/v1/runs/{run_id}",
-                 "/v1/runs/{run_id}/artifacts/{path}", "/v1/sessions",
-                 "/v1/sessions/{session_id}/cells", "/v1/sessions/{session_id}/files/{path}"):
+    for path in (
+        "/v1/runs",
+        "/v1/runs/stream",
+        "/v1/runs/{run_id}",
+        "/v1/runs/{run_id}/artifacts/{path}",
+        "/v1/sessions",
+        "/v1/sessions/{session_id}/cells",
+        "/v1/sessions/{session_id}/files/{path}",
+    ):
         assert path in doc["paths"], path
     assert "HTTPBearer" in doc["components"]["securitySchemes"]
 
 
-def test_an_artifact_named_by_a_secret_downloads_by_its_redacted_path(
-        alice: httpx.Client) -> None:
+def test_an_artifact_named_by_a_secret_downloads_by_its_redacted_path(alice: httpx.Client) -> None:
     secret = "hunter2-Zq9xK7Lw"
     code = f"open('key-' + {secret!r} + '.txt', 'w').write('bytes as written ' + {secret!r})"
     result = alice.post("/v1/runs", json={"code": code, "secrets": [secret]}).json()
@@ -181,12 +196,18 @@ def test_an_artifact_named_by_a_secret_downloads_by_its_redacted_path(
 
 
 def test_the_server_logs_its_effective_settings_without_option_values(
-        api: Api, caplog: pytest.LogCaptureFixture) -> None:
+    api: Api, caplog: pytest.LogCaptureFixture
+) -> None:
     """An operator sees every setting in force at start; the executor's options (which may
     carry secrets) appear by name only."""
-    with caplog.at_level("INFO", logger="execbox.server"), \
-            own_server(api.executor, header_timeout_s=7.5,
-                       executor_options={"secrets": ["hunter2-settings-log"]}):
+    with (
+        caplog.at_level("INFO", logger="execbox.server"),
+        own_server(
+            api.executor,
+            header_timeout_s=7.5,
+            executor_options={"secrets": ["hunter2-settings-log"]},
+        ),
+    ):
         pass
     ready = [r.getMessage() for r in caplog.records if "server ready" in r.getMessage()]
     assert ready, caplog.text

@@ -53,8 +53,9 @@ def test_keys_are_stored_only_as_hashes(api: Api) -> None:
     assert hashlib.sha256(key.encode()).hexdigest() in flat
 
 
-def test_a_tenant_sees_only_its_own_runs_and_artifacts(alice: httpx.Client,
-                                                       bob: httpx.Client) -> None:
+def test_a_tenant_sees_only_its_own_runs_and_artifacts(
+    alice: httpx.Client, bob: httpx.Client
+) -> None:
     run = alice.post("/v1/runs", json={"code": "open('secret.txt','w').write('alice only')"})
     run_id = run.json()["run_id"]
     assert alice.get(f"/v1/runs/{run_id}").status_code == 200
@@ -86,9 +87,14 @@ def test_concurrent_runs_quota_is_a_429_while_a_run_is_in_flight(api: Api) -> No
     results: list[httpx.Response] = []
 
     def slow() -> None:
-        with api.http(key) as client, client.stream(
-                "POST", "/v1/runs/stream",
-                json={"code": "import time\nprint('go', flush=True)\ntime.sleep(2)"}) as resp:
+        with (
+            api.http(key) as client,
+            client.stream(
+                "POST",
+                "/v1/runs/stream",
+                json={"code": "import time\nprint('go', flush=True)\ntime.sleep(2)"},
+            ) as resp,
+        ):
             for line in resp.iter_lines():
                 if line.startswith("event: stdout"):
                     started.set()
@@ -130,13 +136,15 @@ def test_keys_cli_creates_lists_and_revokes(api: Api) -> None:
 
 @pytest.mark.parametrize("name", ["", "x" * 101, "tab\there"])
 def test_bad_key_names_are_refused(api: Api, name: str) -> None:
-    result = CliRunner().invoke(main, ["keys", "create", name,
-                                       "--db", os.environ["EXECBOX_DB_URL"]])
+    result = CliRunner().invoke(
+        main, ["keys", "create", name, "--db", os.environ["EXECBOX_DB_URL"]]
+    )
     assert result.exit_code == 2
 
 
-def test_one_tenants_cached_result_never_answers_another_tenant(alice: httpx.Client,
-                                                                bob: httpx.Client) -> None:
+def test_one_tenants_cached_result_never_answers_another_tenant(
+    alice: httpx.Client, bob: httpx.Client
+) -> None:
     code = f"print('cache probe {os.urandom(8).hex()}')"
     first = alice.post("/v1/runs", json={"code": code, "cache": True}).json()
     again = alice.post("/v1/runs", json={"code": code, "cache": True}).json()

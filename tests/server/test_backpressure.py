@@ -22,17 +22,23 @@ def _code(response: httpx.Response) -> str:
     return code
 
 
-@pytest.mark.parametrize("path", ["/v1/runs", "/v1/runs/stream", "/v1/sessions",
-                                  "/v1/sessions/0123456789abcdef/cells",
-                                  "/v1/sessions/0123456789abcdef/cells/stream"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/runs",
+        "/v1/runs/stream",
+        "/v1/sessions",
+        "/v1/sessions/0123456789abcdef/cells",
+        "/v1/sessions/0123456789abcdef/cells/stream",
+    ],
+)
 def test_over_cap_secrets_are_refused_before_the_body_is_parsed(api: Api, path: str) -> None:
     """The list is followed by bytes that are not JSON: only a refusal made before the body is
     decoded can name the secrets (a parse would fail on the rest first)."""
     secrets = json.dumps([f"s{n:05d}" for n in range(MAX_SECRETS + 1)])
     body = b'{"code": "print(1)", "secrets": ' + secrets.encode() + b" and then no JSON at all"
     with api.http(api.key("secrets")[1]) as client:
-        refused = client.post(path, content=body,
-                              headers={"Content-Type": "application/json"})
+        refused = client.post(path, content=body, headers={"Content-Type": "application/json"})
     assert refused.status_code == 422, refused.text
     assert f"at most {MAX_SECRETS} per request" in refused.json()["error"]["message"]
 
@@ -73,11 +79,16 @@ def test_a_request_whose_turn_is_too_far_away_is_refused_with_retry_after(api: A
     with api.http(key) as flood:
         for _ in range(6):  # spacing grows to 1 s
             flood.post("/v1/runs", json={"code": 5})
-        with httpx.Client(base_url=api.url, headers=flood.headers, timeout=60,
-                          limits=httpx.Limits(max_connections=20)) as many:
+        with httpx.Client(
+            base_url=api.url,
+            headers=flood.headers,
+            timeout=60,
+            limits=httpx.Limits(max_connections=20),
+        ) as many:
             with ThreadPoolExecutor(12) as pool:
-                answers = list(pool.map(lambda _: many.post("/v1/runs", json={"code": 5}),
-                                        range(12)))
+                answers = list(
+                    pool.map(lambda _: many.post("/v1/runs", json={"code": 5}), range(12))
+                )
     codes = [_code(a) for a in answers]
     assert "backing_off" in codes, codes
     assert all(a.headers["retry-after"] for a in answers if _code(a) == "backing_off")
@@ -88,8 +99,10 @@ def test_requests_in_flight_of_any_kind_are_capped_per_key(api: Api) -> None:
     plus 4) the next one is refused at once, whatever it asks."""
     _, key = api.key("inflight", concurrent=1)
     host, port = api.url.removeprefix("http://").split(":")
-    head = (f"POST /v1/runs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n"
-            "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n").encode()
+    head = (
+        f"POST /v1/runs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n"
+        "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+    ).encode()
     held = [socket.create_connection((host, int(port))) for _ in range(8)]
     try:
         for sock in held:

@@ -41,8 +41,11 @@ def _busy(client: httpx.Client, sid: str, seconds: float) -> Iterator[None]:
     started = threading.Event()
 
     def cell() -> None:
-        with client.stream("POST", f"/v1/sessions/{sid}/cells/stream",
-                           json={"code": BUSY_CELL.format(s=seconds), "timeout_s": 60}) as r:
+        with client.stream(
+            "POST",
+            f"/v1/sessions/{sid}/cells/stream",
+            json={"code": BUSY_CELL.format(s=seconds), "timeout_s": 60},
+        ) as r:
             for line in r.iter_lines():
                 if line.startswith("event: stdout"):
                     started.set()
@@ -85,10 +88,11 @@ def _dechunk(raw: bytes) -> bytes:
         if size == 0:
             return bytes(body)
         body += rest[:size]
-        rest = rest[size + 2:]
+        rest = rest[size + 2 :]
 
 
 # ---- finding 3: a busy session holds no worker threads ------------------------------------
+
 
 def test_file_calls_on_a_busy_session_are_409_and_stall_no_other_tenant(api: Api) -> None:
     _, key = api.key("flood", concurrent=64, sessions=1)
@@ -98,8 +102,7 @@ def test_file_calls_on_a_busy_session_are_409_and_stall_no_other_tenant(api: Api
             with _busy(alice, sid, 20):
                 # Far more waiting file calls than the server's shared thread pool has threads.
                 with ThreadPoolExecutor(45) as pool:
-                    flood = [pool.submit(alice.get, f"/v1/sessions/{sid}/files")
-                             for _ in range(45)]
+                    flood = [pool.submit(alice.get, f"/v1/sessions/{sid}/files") for _ in range(45)]
                     started = time.monotonic()
                     run = bob.post("/v1/runs", json={"code": "print(1)"})
                     record = bob.get(f"/v1/runs/{run.json()['run_id']}")
@@ -130,6 +133,7 @@ def test_a_cell_waits_for_a_busy_session_and_then_runs(alice: httpx.Client) -> N
 
 
 # ---- findings 3 and 6: every costly request counts against the key --------------------------
+
 
 def test_session_and_file_requests_count_against_the_rate(api: Api) -> None:
     _, key = api.key("rate", rpm=4)
@@ -171,10 +175,14 @@ def test_an_unread_stream_is_bounded_and_holds_its_tenant_slot(api: Api) -> None
     with own_server(api.executor, stream_buffer_bytes=cap) as (url, state):
         tenant, key = api.key("unread", concurrent=1)
         body = json.dumps({"code": PRINT_16_MIB, "limits": {"output_bytes": 16 * MIB}})
-        sock = _raw_request(url, "POST /v1/runs/stream HTTP/1.1\r\nHost: x\r\n"
-                                 f"Connection: close\r\nAuthorization: Bearer {key}\r\n"
-                                 "Content-Type: application/json\r\n"
-                                 f"Content-Length: {len(body)}\r\n\r\n{body}", rcvbuf=16384)
+        sock = _raw_request(
+            url,
+            "POST /v1/runs/stream HTTP/1.1\r\nHost: x\r\n"
+            f"Connection: close\r\nAuthorization: Bearer {key}\r\n"
+            "Content-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n{body}",
+            rcvbuf=16384,
+        )
         try:
             # The run ends and is recorded while its client reads nothing.
             assert wait_until(lambda: state.key_store().count_runs(tenant) == 1, 60), "timed out"
@@ -183,8 +191,11 @@ def test_an_unread_stream_is_bounded_and_holds_its_tenant_slot(api: Api) -> None
                 held = c.post("/v1/runs", json={"code": "print(1)"})
                 assert held.status_code == 429 and _code(held) == "concurrency_limited"
                 raw = _dechunk(_read_all(sock, 60))
-                events = [block.split("\n", 2) for block in raw.decode().split("\n\n")
-                          if block.startswith("event:")]
+                events = [
+                    block.split("\n", 2)
+                    for block in raw.decode().split("\n\n")
+                    if block.startswith("event:")
+                ]
                 names = [e[0].removeprefix("event: ") for e in events]
                 assert names.count("overflow") == 1 and names[-1] == "result"
                 assert names.index("overflow") < len(names) - 1
@@ -200,9 +211,13 @@ def test_an_unread_stream_is_bounded_and_holds_its_tenant_slot(api: Api) -> None
 
 def _unread_stream(url: str, key: str, body: str) -> tuple[socket.socket, int]:
     """A streamed run whose client reads only the status line: (its socket, the status)."""
-    sock = _raw_request(url, f"POST /v1/runs/stream HTTP/1.1\r\nHost: x\r\n"
-                             f"Authorization: Bearer {key}\r\nContent-Type: application/json"
-                             f"\r\nContent-Length: {len(body)}\r\n\r\n{body}", rcvbuf=16384)
+    sock = _raw_request(
+        url,
+        f"POST /v1/runs/stream HTTP/1.1\r\nHost: x\r\n"
+        f"Authorization: Bearer {key}\r\nContent-Type: application/json"
+        f"\r\nContent-Length: {len(body)}\r\n\r\n{body}",
+        rcvbuf=16384,
+    )
     sock.settimeout(30)
     return sock, int(sock.recv(12).split()[1])
 
@@ -211,11 +226,16 @@ def test_unread_streams_hold_only_their_tenants_share_of_the_result_budget(api: 
     """One key's unread streams filled the whole result budget and every other tenant's run
     was refused; now a key holds at most its share, and each stream reserves what its result
     really costs the server (several copies of the output), not the output once."""
-    with own_server(api.executor, max_result_bytes=200 * MIB, tenant_result_bytes=120 * MIB,
-                 stream_buffer_bytes=64 * 1024) as (url, state):
+    with own_server(
+        api.executor,
+        max_result_bytes=200 * MIB,
+        tenant_result_bytes=120 * MIB,
+        stream_buffer_bytes=64 * 1024,
+    ) as (url, state):
         attacker, key = api.key("greedy", concurrent=16)
-        body = json.dumps({"code": PRINT_16_MIB.replace("16384", "4096"),
-                           "limits": {"output_bytes": 4 * MIB}})
+        body = json.dumps(
+            {"code": PRINT_16_MIB.replace("16384", "4096"), "limits": {"output_bytes": 4 * MIB}}
+        )
         socks: list[socket.socket] = []
         try:
             statuses = []
@@ -245,19 +265,29 @@ def test_unread_streams_hold_only_their_tenants_share_of_the_result_budget(api: 
 
 # ---- finding 5: sessions are shared fairly ------------------------------------------------
 
+
 def test_each_key_is_guaranteed_its_share_of_the_sessions(tmp_path: Path) -> None:
-    with execbox.Executor(cache=False, pool_size=1, max_sessions=2, rotate_after_runs=None,
-                          rotate_after_s=None, records=f"sqlite:///{tmp_path}/runs.db"
-                          ) as executor:
+    with execbox.Executor(
+        cache=False,
+        pool_size=1,
+        max_sessions=2,
+        rotate_after_runs=None,
+        rotate_after_s=None,
+        records=f"sqlite:///{tmp_path}/runs.db",
+    ) as executor:
         app = create_app(executor, Settings())
         keys = app.state.execbox.keys
         first = keys.create("first", max_sessions=2)
         second = keys.create("second", max_sessions=2)
-        with serving(app) as url, \
-                httpx.Client(base_url=url, headers={"Authorization": f"Bearer {first}"},
-                             timeout=60) as a, \
-                httpx.Client(base_url=url, headers={"Authorization": f"Bearer {second}"},
-                             timeout=60) as b:
+        with (
+            serving(app) as url,
+            httpx.Client(
+                base_url=url, headers={"Authorization": f"Bearer {first}"}, timeout=60
+            ) as a,
+            httpx.Client(
+                base_url=url, headers={"Authorization": f"Bearer {second}"}, timeout=60
+            ) as b,
+        ):
             # Quotas of 2 + 2 over 2 places: each key is guaranteed one.
             assert a.post("/v1/sessions", json={}).status_code == 201
             greedy = a.post("/v1/sessions", json={})
@@ -275,21 +305,33 @@ def test_session_idle_and_lifetime_are_capped_by_server_policy(alice: httpx.Clie
 
 def test_serve_has_the_session_and_connection_options() -> None:
     help_text = CliRunner().invoke(main, ["serve", "--help"]).output
-    for option in ("--max-sessions", "--max-session-idle", "--max-session-lifetime",
-                   "--header-timeout", "--body-timeout", "--max-connections-per-client",
-                   "--stream-buffer-kib", "--tenant-result-mib", "--listen-backlog",
-                   "--max-request-bodies-mib"):
+    for option in (
+        "--max-sessions",
+        "--max-session-idle",
+        "--max-session-lifetime",
+        "--header-timeout",
+        "--body-timeout",
+        "--max-connections-per-client",
+        "--stream-buffer-kib",
+        "--tenant-result-mib",
+        "--listen-backlog",
+        "--max-request-bodies-mib",
+    ):
         assert option in help_text
 
 
 # ---- finding 10: slow and greedy clients --------------------------------------------------
 
+
 def test_slow_headers_and_bodies_are_cut_off(api: Api) -> None:
     with own_server(api.executor, header_timeout_s=0.5, body_timeout_s=0.5) as (url, _):
         half_headers = _raw_request(url, "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
-        half_body = _raw_request(url, "PUT /v1/sessions/s/files/a HTTP/1.1\r\nHost: x\r\n"
-                                      f"Authorization: Bearer {api.key()[1]}\r\n"
-                                      "Content-Length: 1000\r\n\r\nonly a little")
+        half_body = _raw_request(
+            url,
+            "PUT /v1/sessions/s/files/a HTTP/1.1\r\nHost: x\r\n"
+            f"Authorization: Bearer {api.key()[1]}\r\n"
+            "Content-Length: 1000\r\n\r\nonly a little",
+        )
         silent = _raw_request(url, "")
         try:
             started = time.monotonic()
@@ -344,8 +386,10 @@ def test_a_reconnecting_flood_waits_in_the_kernel_not_in_the_event_loop(api: Api
     queues few, and the heap made at start-up is out of the collector's sight (a full
     collection, which such bursts set off, walked all of it: 150 ms)."""
     frozen = gc.get_freeze_count()
-    with own_server(api.executor) as (url, _), \
-            own_server(api.executor, listen_backlog=16) as (other, _):
+    with (
+        own_server(api.executor) as (url, _),
+        own_server(api.executor, listen_backlog=16) as (other, _),
+    ):
         assert _listen_backlog(int(url.rsplit(":", 1)[1])) == 128
         assert _listen_backlog(int(other.rsplit(":", 1)[1])) == 16
         assert gc.get_freeze_count() > frozen

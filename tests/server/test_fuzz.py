@@ -27,8 +27,12 @@ from execbox.server.background import serving
 # server over the real sandbox.
 SCHEMA = schemathesis.openapi.from_dict(create_app().openapi())
 OPERATIONS = {op.label: op for op in (r.ok() for r in SCHEMA.get_all_operations())}
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
-          response_schema_conformance]
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+]
 
 
 @pytest.fixture(scope="module")
@@ -40,22 +44,32 @@ def fuzz_server(executor: execbox.Executor) -> Iterator[tuple[str, str]]:
 
 
 # Negative mode mutates inputs; an operation without any (GET /healthz) has none to mutate.
-CASES = [(label, mode) for label in sorted(OPERATIONS)
-         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
-         if mode is GenerationMode.POSITIVE or "{" in label or label.startswith(("POST", "PUT"))]
+CASES = [
+    (label, mode)
+    for label in sorted(OPERATIONS)
+    for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
+    if mode is GenerationMode.POSITIVE or "{" in label or label.startswith(("POST", "PUT"))
+]
 
 
 @pytest.mark.parametrize(("label", "mode"), CASES)
-def test_api_never_500s_and_answers_as_documented(label: str, mode: GenerationMode,
-                                                  fuzz_server: tuple[str, str]) -> None:
+def test_api_never_500s_and_answers_as_documented(
+    label: str, mode: GenerationMode, fuzz_server: tuple[str, str]
+) -> None:
     url, key = fuzz_server
 
     @given(case=OPERATIONS[label].as_strategy(generation_mode=mode))
-    @settings(max_examples=6, deadline=None, derandomize=True, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=6,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
     def fuzz(case: schemathesis.Case) -> None:
-        case.call_and_validate(base_url=url, headers={"Authorization": f"Bearer {key}"},
-                               checks=CHECKS)
+        case.call_and_validate(
+            base_url=url, headers={"Authorization": f"Bearer {key}"}, checks=CHECKS
+        )
 
     fuzz()
 

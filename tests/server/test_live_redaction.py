@@ -10,8 +10,11 @@ from splits import OUTPUT_BYTES, REGISTERED, leaked, program
 
 
 def test_sse_events_never_carry_a_split_secret(alice: httpx.Client) -> None:
-    body = {"code": program("stdout", "stderr"), "secrets": list(REGISTERED),
-            "limits": {"output_bytes": OUTPUT_BYTES, "timeout_s": 60}}
+    body = {
+        "code": program("stdout", "stderr"),
+        "secrets": list(REGISTERED),
+        "limits": {"output_bytes": OUTPUT_BYTES, "timeout_s": 60},
+    }
     text = {"stdout": [], "stderr": []}  # type: dict[str, list[str]]
     result: dict[str, object] = {}
     with alice.stream("POST", "/v1/runs/stream", json=body, timeout=120) as response:
@@ -19,9 +22,9 @@ def test_sse_events_never_carry_a_split_secret(alice: httpx.Client) -> None:
         name = ""
         for line in response.iter_lines():
             if line.startswith("event: "):
-                name = line[len("event: "):]
+                name = line[len("event: ") :]
             elif line.startswith("data: "):
-                data = json.loads(line[len("data: "):])
+                data = json.loads(line[len("data: ") :])
                 if name in text:
                     text[name].append(data["text"])
                 elif name == "result":
@@ -37,23 +40,26 @@ def test_sse_events_never_carry_a_long_start_or_end_of_a_secret(alice: httpx.Cli
     """A value shown cut short (any mark, or none), written in pieces: no event carries a
     long start or end of it, and the live text is the result's."""
     value = "hunter2-Zq9xK7Lw-abcdefghijklmnopqrstuvwxyz0123456789"
-    code = ("import sys, time\n"
-            f"v = {value!r}\n"
-            "for shown in (v[:40] + ' [...]', v[:30] + '[truncated]', '(more) ' + v[-30:], v[:26]):\n"
-            "    for k in range(0, len(shown), 7):\n"
-            "        sys.stdout.write(shown[k:k + 7]); sys.stdout.flush(); time.sleep(0.001)\n"
-            "    print()\n")
+    code = (
+        "import sys, time\n"
+        f"v = {value!r}\n"
+        "for shown in (v[:40] + ' [...]', v[:30] + '[truncated]', '(more) ' + v[-30:], v[:26]):\n"
+        "    for k in range(0, len(shown), 7):\n"
+        "        sys.stdout.write(shown[k:k + 7]); sys.stdout.flush(); time.sleep(0.001)\n"
+        "    print()\n"
+    )
     parts: list[str] = []
     result: dict[str, object] = {}
-    with alice.stream("POST", "/v1/runs/stream", json={"code": code, "secrets": [value]},
-                      timeout=120) as response:
+    with alice.stream(
+        "POST", "/v1/runs/stream", json={"code": code, "secrets": [value]}, timeout=120
+    ) as response:
         assert response.status_code == 200
         name = ""
         for line in response.iter_lines():
             if line.startswith("event: "):
-                name = line[len("event: "):]
+                name = line[len("event: ") :]
             elif line.startswith("data: "):
-                data = json.loads(line[len("data: "):])
+                data = json.loads(line[len("data: ") :])
                 if name == "stdout":
                     parts.append(data["text"])
                 elif name == "result":
@@ -71,22 +77,25 @@ def test_sse_events_never_carry_a_start_and_end_shown_on_two_lines(alice: httpx.
     part length), written a few characters at a time: no event carries the start before
     the end shows it is a pair, and the live text is the result's."""
     value = "hunter2-Zq9xK7Lw-abcdefghijklmnopqrstuvwxyz0123456789"
-    code = ("import sys, time\n"
-            f"v = {value!r}\n"
-            "shown = 'key ' + v[:15] + '\\n' + v[-15:] + '\\nother\\n'\n"
-            "for k in range(0, len(shown), 5):\n"
-            "    sys.stdout.write(shown[k:k + 5]); sys.stdout.flush(); time.sleep(0.005)\n")
+    code = (
+        "import sys, time\n"
+        f"v = {value!r}\n"
+        "shown = 'key ' + v[:15] + '\\n' + v[-15:] + '\\nother\\n'\n"
+        "for k in range(0, len(shown), 5):\n"
+        "    sys.stdout.write(shown[k:k + 5]); sys.stdout.flush(); time.sleep(0.005)\n"
+    )
     parts: list[str] = []
     result: dict[str, object] = {}
-    with alice.stream("POST", "/v1/runs/stream", json={"code": code, "secrets": [value]},
-                      timeout=120) as response:
+    with alice.stream(
+        "POST", "/v1/runs/stream", json={"code": code, "secrets": [value]}, timeout=120
+    ) as response:
         assert response.status_code == 200
         name = ""
         for line in response.iter_lines():
             if line.startswith("event: "):
-                name = line[len("event: "):]
+                name = line[len("event: ") :]
             elif line.startswith("data: "):
-                data = json.loads(line[len("data: "):])
+                data = json.loads(line[len("data: ") :])
                 if name == "stdout":
                     parts.append(data["text"])
                 elif name == "result":

@@ -31,8 +31,13 @@ print(rss_mib() - before)
 
 
 def _kept_mib(mode: str) -> float:
-    out = subprocess.run([sys.executable, "-c", PROGRAM, mode], capture_output=True,
-                         text=True, check=True, timeout=60).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", PROGRAM, mode],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
     return float(out)
 
 

@@ -26,22 +26,33 @@ for name, size in {files!r}:
 
 
 def _run(client: httpx.Client, files: list[tuple[str, int]], **limits: int) -> httpx.Response:
-    return client.post("/v1/runs", json={
-        "code": WRITER.format(files=files), "profile": "extended",
-        "limits": {"artifact_bytes": 64 * MIB, "timeout_s": 60, **limits}}, timeout=120)
+    return client.post(
+        "/v1/runs",
+        json={
+            "code": WRITER.format(files=files),
+            "profile": "extended",
+            "limits": {"artifact_bytes": 64 * MIB, "timeout_s": 60, **limits},
+        },
+        timeout=120,
+    )
 
 
 def _spooled(root: Path) -> list[Path]:
     return [p for p in root.rglob("*") if p.is_file()]
 
 
-def test_large_artifacts_stream_back_byte_exact_and_leave_no_spool_file(api: Api,
-                                                                        tmp_path: Path) -> None:
+def test_large_artifacts_stream_back_byte_exact_and_leave_no_spool_file(
+    api: Api, tmp_path: Path
+) -> None:
     with own_server(api.executor, spool_dir=str(tmp_path)) as (url, state):
         _, key = api.key("spooler")
         files = [("big1.bin", 12 * MIB), ("big2.bin", 11 * MIB), ("small.txt", 4096)]
-        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"},
-                          timeout=120) as client, api.http(api.key("other")[1]) as other:
+        with (
+            httpx.Client(
+                base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=120
+            ) as client,
+            api.http(api.key("other")[1]) as other,
+        ):
             other.base_url = httpx.URL(url)
             response = _run(client, files)
             assert response.status_code == 200, response.text
@@ -78,9 +89,12 @@ def test_large_artifacts_stream_back_byte_exact_and_leave_no_spool_file(api: Api
 
 
 def test_spooled_artifacts_not_downloaded_expire(api: Api, tmp_path: Path) -> None:
-    with own_server(api.executor, spool_dir=str(tmp_path), artifact_ttl_s=1.0) as (url, state), \
-            httpx.Client(base_url=url, timeout=120,
-                         headers={"Authorization": f"Bearer {api.key('late')[1]}"}) as client:
+    with (
+        own_server(api.executor, spool_dir=str(tmp_path), artifact_ttl_s=1.0) as (url, state),
+        httpx.Client(
+            base_url=url, timeout=120, headers={"Authorization": f"Bearer {api.key('late')[1]}"}
+        ) as client,
+    ):
         response = _run(client, [("big.bin", 11 * MIB)])
         assert response.status_code == 200, response.text
         assert len(_spooled(tmp_path)) == 1 and state.results.used == 11 * MIB
@@ -92,12 +106,20 @@ def test_spooled_artifacts_not_downloaded_expire(api: Api, tmp_path: Path) -> No
         assert client.get(f"/v1/runs/{run_id}/artifacts/big.bin").status_code == 404
 
 
-def test_result_budget_answers_503_with_retry_after_instead_of_growing(api: Api,
-                                                                        tmp_path: Path) -> None:
-    with own_server(api.executor, spool_dir=str(tmp_path), max_result_bytes=48 * MIB,
-                 tenant_result_bytes=48 * MIB) as (url, state), \
-            httpx.Client(base_url=url, timeout=120,
-                         headers={"Authorization": f"Bearer {api.key('budget')[1]}"}) as client:
+def test_result_budget_answers_503_with_retry_after_instead_of_growing(
+    api: Api, tmp_path: Path
+) -> None:
+    with (
+        own_server(
+            api.executor,
+            spool_dir=str(tmp_path),
+            max_result_bytes=48 * MIB,
+            tenant_result_bytes=48 * MIB,
+        ) as (url, state),
+        httpx.Client(
+            base_url=url, timeout=120, headers={"Authorization": f"Bearer {api.key('budget')[1]}"}
+        ) as client,
+    ):
         # A request that could never fit is a 400 that says which setting bounds it.
         huge = _run(client, [], artifact_bytes=64 * MIB)
         assert huge.status_code == 400 and huge.json()["error"]["code"] == "over_result_budget"
@@ -119,9 +141,18 @@ def test_result_budget_answers_503_with_retry_after_instead_of_growing(api: Api,
         # A run in flight holds what its result may cost: 44 MiB until it ends (two outputs
         # of 1 MiB, six copies each, and 32 MiB of artifacts).
         slow: dict[str, httpx.Response] = {}
-        thread = threading.Thread(target=lambda: slow.update(r=client.post("/v1/runs", json={
-            "code": "import time; time.sleep(3)", "profile": "extended",
-            "limits": {"artifact_bytes": 32 * MIB}})))
+        thread = threading.Thread(
+            target=lambda: slow.update(
+                r=client.post(
+                    "/v1/runs",
+                    json={
+                        "code": "import time; time.sleep(3)",
+                        "profile": "extended",
+                        "limits": {"artifact_bytes": 32 * MIB},
+                    },
+                )
+            )
+        )
         thread.start()
         deadline = time.monotonic() + 10
         while state.results.used == 0 and time.monotonic() < deadline:
@@ -137,16 +168,23 @@ def test_session_file_downloads_hold_the_result_budget_until_sent(api: Api) -> N
     """A download is held in memory until the client has it: while one is unread, the next
     that could not fit beside it is a 503, not another copy (an attack grew the server by
     200 MiB per unread download)."""
-    with own_server(api.executor, max_result_bytes=48 * MIB,
-                    tenant_result_bytes=48 * MIB) as (url, state), \
-            httpx.Client(base_url=url, timeout=120,
-                         headers={"Authorization": f"Bearer {api.key('files')[1]}"}) as client:
+    with (
+        own_server(api.executor, max_result_bytes=48 * MIB, tenant_result_bytes=48 * MIB) as (
+            url,
+            state,
+        ),
+        httpx.Client(
+            base_url=url, timeout=120, headers={"Authorization": f"Bearer {api.key('files')[1]}"}
+        ) as client,
+    ):
         made = client.post("/v1/sessions", json={"limits": {"disk_mib": 40}})
         assert made.status_code == 201, made.text
         sid = made.json()["session_id"]
         try:
-            cell = client.post(f"/v1/sessions/{sid}/cells", json={
-                "code": "open('big.bin', 'wb').write(bytes(30 << 20))"})
+            cell = client.post(
+                f"/v1/sessions/{sid}/cells",
+                json={"code": "open('big.bin', 'wb').write(bytes(30 << 20))"},
+            )
             assert cell.status_code == 200 and cell.json()["status"] == "ok", cell.text
             with client.stream("GET", f"/v1/sessions/{sid}/files/big.bin") as unread:
                 assert unread.status_code == 200

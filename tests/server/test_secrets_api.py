@@ -15,7 +15,7 @@ from execbox.contract import MAX_SECRETS, MAX_SECRETS_BYTES
 
 
 def _secret() -> str:
-    return 'k\\e"y \'é-' + os.urandom(6).hex()
+    return "k\\e\"y 'é-" + os.urandom(6).hex()
 
 
 def _code(secret: str) -> str:
@@ -24,10 +24,13 @@ def _code(secret: str) -> str:
 
 @pytest.mark.parametrize("first_with_secrets", [False, True])
 def test_a_cached_run_answers_only_the_same_secrets_in_both_orders(
-        alice: httpx.Client, first_with_secrets: bool) -> None:
+    alice: httpx.Client, first_with_secrets: bool
+) -> None:
     secret = _secret()
-    bodies = [{"code": _code(secret), "cache": True},
-              {"code": _code(secret), "cache": True, "secrets": [secret]}]
+    bodies = [
+        {"code": _code(secret), "cache": True},
+        {"code": _code(secret), "cache": True, "secrets": [secret]},
+    ]
     if first_with_secrets:
         bodies.reverse()
     first, again = (alice.post("/v1/runs", json=b).json() for b in bodies)
@@ -36,8 +39,9 @@ def test_a_cached_run_answers_only_the_same_secrets_in_both_orders(
     redacted, plain = (first, again) if first_with_secrets else (again, first)
     assert redacted["stdout"].count("[REDACTED:secret]") == 3
     assert "[REDACTED" not in plain["stdout"]
-    hit = alice.post("/v1/runs", json={"code": _code(secret), "cache": True,
-                                       "secrets": [secret]}).json()
+    hit = alice.post(
+        "/v1/runs", json={"code": _code(secret), "cache": True, "secrets": [secret]}
+    ).json()
     assert hit["cached"] and hit["stdout"] == redacted["stdout"]
     for run in (redacted, hit):
         record = alice.get(f"/v1/runs/{run['run_id']}")
@@ -49,15 +53,17 @@ def test_a_cached_run_answers_only_the_same_secrets_in_both_orders(
 def _stream_result(client: httpx.Client, body: dict[str, object]) -> dict[str, object]:
     with client.stream("POST", "/v1/runs/stream", json=body, timeout=120) as response:
         assert response.status_code == 200
-        events = [json.loads(line[len("data: "):]) for line in response.iter_lines()
-                  if line.startswith("data: ")]
+        events = [
+            json.loads(line[len("data: ") :])
+            for line in response.iter_lines()
+            if line.startswith("data: ")
+        ]
     result = events[-1]
     assert isinstance(result, dict) and "code_sha256" in result, events[-3:]
     return result
 
 
-def test_no_answer_carries_the_plain_digest_of_code_holding_a_secret(
-        alice: httpx.Client) -> None:
+def test_no_answer_carries_the_plain_digest_of_code_holding_a_secret(alice: httpx.Client) -> None:
     """An attack brute-forced a 4-digit secret from the `code_sha256` of a run's result in
     10,000 tries. Every answer names the code as recorded, redacted: a run, its cache hit,
     the stream's final event, the record and a session cell."""
@@ -81,14 +87,16 @@ def test_no_answer_carries_the_plain_digest_of_code_holding_a_secret(
         record = alice.get(f"/v1/runs/{answer['run_id']}").json()
         assert record["code_sha256"] == record["result"]["code_sha256"] == want
         assert record["code"] == stored
-    plain = {hashlib.sha256(code.replace(pin, f"{n:04d}").encode()).hexdigest()
-             for n in range(10_000)}
+    plain = {
+        hashlib.sha256(code.replace(pin, f"{n:04d}").encode()).hexdigest() for n in range(10_000)
+    }
     assert want not in plain
 
 
 @pytest.mark.parametrize("path", ["/v1/runs", "/v1/runs/stream", "/v1/sessions"])
-def test_a_flood_of_secrets_is_refused_with_422_naming_the_limit(alice: httpx.Client,
-                                                                  path: str) -> None:
+def test_a_flood_of_secrets_is_refused_with_422_naming_the_limit(
+    alice: httpx.Client, path: str
+) -> None:
     code = {"code": "print(1)"} if "runs" in path else {}
     # 100,000 secrets do not fit in the test server's request bodies: 413 with its reason.
     flood = alice.post(path, json={**code, "secrets": [f"s{i:07d}" for i in range(100_000)]})
@@ -102,11 +110,13 @@ def test_a_flood_of_secrets_is_refused_with_422_naming_the_limit(alice: httpx.Cl
 
 
 def test_a_cell_with_a_flood_of_secrets_is_refused_and_the_session_goes_on(
-        alice: httpx.Client) -> None:
+    alice: httpx.Client,
+) -> None:
     sid = alice.post("/v1/sessions", json={}).json()["session_id"]
     try:
-        refused = alice.post(f"/v1/sessions/{sid}/cells",
-                             json={"code": "print(1)", "secrets": ["s" * 10] * 300})
+        refused = alice.post(
+            f"/v1/sessions/{sid}/cells", json={"code": "print(1)", "secrets": ["s" * 10] * 300}
+        )
         assert refused.status_code == 422 and "MAX_SECRETS" in refused.text
         ok = alice.post(f"/v1/sessions/{sid}/cells", json={"code": "print(1)"})
         assert ok.status_code == 200 and ok.json()["stdout"] == "1\n"

@@ -22,8 +22,9 @@ def _open(client: httpx.Client, **body: object) -> str:
 def test_cells_share_state_and_return_outputs(alice: httpx.Client) -> None:
     sid = _open(alice, files=[{"name": "in.txt", "data": base64.b64encode(b"41").decode()}])
     try:
-        first = alice.post(f"/v1/sessions/{sid}/cells",
-                           json={"code": "x = int(open('in.txt').read())"})
+        first = alice.post(
+            f"/v1/sessions/{sid}/cells", json={"code": "x = int(open('in.txt').read())"}
+        )
         assert first.status_code == 200 and first.json()["status"] == "ok", first.text
         second = alice.post(f"/v1/sessions/{sid}/cells", json={"code": "x + 1"}).json()
         assert second["session_id"] == sid
@@ -37,20 +38,26 @@ def test_cells_share_state_and_return_outputs(alice: httpx.Client) -> None:
 def test_files_upload_list_download_delete(alice: httpx.Client) -> None:
     sid = _open(alice)
     try:
-        put = alice.put(f"/v1/sessions/{sid}/files/data/blob.bin", content=b"\x00\x01binary",
-                        headers={"Content-Type": "application/octet-stream"})
+        put = alice.put(
+            f"/v1/sessions/{sid}/files/data/blob.bin",
+            content=b"\x00\x01binary",
+            headers={"Content-Type": "application/octet-stream"},
+        )
         assert put.status_code == 200, put.text
         assert put.json()["path"] == "data/blob.bin" and put.json()["size"] == 8
-        cell = alice.post(f"/v1/sessions/{sid}/cells", json={
-            "code": "open('made.txt', 'w').write(str(len(open('data/blob.bin','rb').read())))"})
+        cell = alice.post(
+            f"/v1/sessions/{sid}/cells",
+            json={
+                "code": "open('made.txt', 'w').write(str(len(open('data/blob.bin','rb').read())))"
+            },
+        )
         assert cell.json()["status"] == "ok"
         assert [a["path"] for a in cell.json()["artifacts"]] == ["made.txt"]
         listed = {a["path"] for a in alice.get(f"/v1/sessions/{sid}/files").json()}
         assert {"data/blob.bin", "made.txt"} <= listed
         assert alice.get(f"/v1/sessions/{sid}/files/made.txt").content == b"8"
         assert alice.delete(f"/v1/sessions/{sid}/files/made.txt").status_code == 204
-        assert "made.txt" not in {a["path"] for a in
-                                  alice.get(f"/v1/sessions/{sid}/files").json()}
+        assert "made.txt" not in {a["path"] for a in alice.get(f"/v1/sessions/{sid}/files").json()}
         bad = alice.put(f"/v1/sessions/{sid}/files/../escape", content=b"x")
         assert bad.status_code in (400, 404) and "error" in bad.json()
     finally:
@@ -58,14 +65,22 @@ def test_files_upload_list_download_delete(alice: httpx.Client) -> None:
 
 
 def test_files_racing_code_that_swaps_the_path_answer_400_and_the_session_goes_on(
-        alice: httpx.Client) -> None:
+    alice: httpx.Client,
+) -> None:
     sid = _open(alice, limits={"cpu_s": 60})  # the threads spin between cells
     try:
         cell = alice.post(f"/v1/sessions/{sid}/cells", json={"code": WORKSPACE_SWAPPER})
         assert cell.json()["status"] == "ok", cell.text
         files = f"/v1/sessions/{sid}/files"
-        calls = [("PUT", "/p"), ("PUT", "/p/x"), ("GET", "/p"), ("GET", "/p/x"), ("GET", ""),
-                 ("DELETE", "/p"), ("DELETE", "/p/x")]
+        calls = [
+            ("PUT", "/p"),
+            ("PUT", "/p/x"),
+            ("GET", "/p"),
+            ("GET", "/p/x"),
+            ("GET", ""),
+            ("DELETE", "/p"),
+            ("DELETE", "/p/x"),
+        ]
         codes: dict[int, int] = {}
         for _ in range(40):
             for method, path in calls:
@@ -96,8 +111,11 @@ def test_closed_session_answers_session_closed(alice: httpx.Client) -> None:
 def test_stream_cell_sends_output_then_result(alice: httpx.Client) -> None:
     sid = _open(alice)
     try:
-        with alice.stream("POST", f"/v1/sessions/{sid}/cells/stream",
-                          json={"code": "print('a'); print('b')\n7 * 6"}) as response:
+        with alice.stream(
+            "POST",
+            f"/v1/sessions/{sid}/cells/stream",
+            json={"code": "print('a'); print('b')\n7 * 6"},
+        ) as response:
             lines = [line for line in response.iter_lines() if line]
         names = [line.split(": ", 1)[1] for line in lines if line.startswith("event: ")]
         assert names[0] == "stdout" and names[-1] == "result"
@@ -107,17 +125,20 @@ def test_stream_cell_sends_output_then_result(alice: httpx.Client) -> None:
         alice.delete(f"/v1/sessions/{sid}")
 
 
-def test_a_tenant_cannot_reach_another_tenants_session(alice: httpx.Client,
-                                                       bob: httpx.Client) -> None:
+def test_a_tenant_cannot_reach_another_tenants_session(
+    alice: httpx.Client, bob: httpx.Client
+) -> None:
     sid = _open(alice)
     try:
         alice.put(f"/v1/sessions/{sid}/files/private.txt", content=b"alice's")
-        for response in (bob.get(f"/v1/sessions/{sid}"),
-                         bob.post(f"/v1/sessions/{sid}/cells", json={"code": "1"}),
-                         bob.get(f"/v1/sessions/{sid}/files"),
-                         bob.get(f"/v1/sessions/{sid}/files/private.txt"),
-                         bob.delete(f"/v1/sessions/{sid}/files/private.txt"),
-                         bob.delete(f"/v1/sessions/{sid}")):
+        for response in (
+            bob.get(f"/v1/sessions/{sid}"),
+            bob.post(f"/v1/sessions/{sid}/cells", json={"code": "1"}),
+            bob.get(f"/v1/sessions/{sid}/files"),
+            bob.get(f"/v1/sessions/{sid}/files/private.txt"),
+            bob.delete(f"/v1/sessions/{sid}/files/private.txt"),
+            bob.delete(f"/v1/sessions/{sid}"),
+        ):
             assert response.status_code == 404, response.text
             assert response.json()["error"]["code"] == "session_not_found"
         assert alice.get(f"/v1/sessions/{sid}/files/private.txt").content == b"alice's"

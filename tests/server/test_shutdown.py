@@ -62,15 +62,30 @@ def _still_running(pid: int, start: str) -> bool:
 
 
 @pytest.fixture
-def served(executor: object, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str,
-                                                              str, str]]:
+def served(
+    executor: object, tmp_path: Path
+) -> Iterator[tuple[subprocess.Popen[bytes], str, str, str]]:
     db = f"sqlite:///{tmp_path}/runs.db"
     key = KeyStore(RunStore(db).engine).create("shutdown-test")
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "execbox.cli", "serve", "--port", str(port), "--db", db,
-         "--graceful-timeout", "3", "--log-level", "info"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "execbox.cli",
+            "serve",
+            "--port",
+            str(port),
+            "--db",
+            db,
+            "--graceful-timeout",
+            "3",
+            "--log-level",
+            "info",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -92,12 +107,17 @@ def served(executor: object, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[
             proc.stdout.close()
 
 
-def _stream(url: str, key: str, code: str, started: threading.Event,
-            events: list[tuple[str, str]]) -> None:
+def _stream(
+    url: str, key: str, code: str, started: threading.Event, events: list[tuple[str, str]]
+) -> None:
     try:
-        with httpx.stream("POST", url + "/v1/runs/stream", json={"code": code, "limits": {
-                "timeout_s": 60}}, headers={"Authorization": f"Bearer {key}"},
-                timeout=60) as response:
+        with httpx.stream(
+            "POST",
+            url + "/v1/runs/stream",
+            json={"code": code, "limits": {"timeout_s": 60}},
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=60,
+        ) as response:
             name = ""
             for line in response.iter_lines():
                 if line.startswith("event: "):
@@ -112,32 +132,54 @@ def _stream(url: str, key: str, code: str, started: threading.Event,
 
 
 def test_sigterm_finishes_inflight_runs_closes_sessions_and_leaves_nothing(
-        served: tuple[subprocess.Popen[bytes], str, str, str]) -> None:
+    served: tuple[subprocess.Popen[bytes], str, str, str],
+) -> None:
     proc, url, key, db = served
     auth = {"Authorization": f"Bearer {key}"}
     session = httpx.post(url + "/v1/sessions", json={}, headers=auth, timeout=30)
     assert session.status_code == 201, session.text
     sid = session.json()["session_id"]
-    cell = httpx.post(f"{url}/v1/sessions/{sid}/cells", json={"code": "kept = 1"},
-                      headers=auth, timeout=30)
+    cell = httpx.post(
+        f"{url}/v1/sessions/{sid}/cells", json={"code": "kept = 1"}, headers=auth, timeout=30
+    )
     assert cell.json()["status"] == "ok"
 
     short_started, long_started = threading.Event(), threading.Event()
     short: list[tuple[str, str]] = []
     long: list[tuple[str, str]] = []
     threads = [
-        threading.Thread(target=_stream, args=(url, key, "import time\nprint('started', flush="
-                                               "True)\ntime.sleep(1.5)\nprint('finished')",
-                                               short_started, short)),
-        threading.Thread(target=_stream, args=(url, key, "import time\nprint('started', flush="
-                                               "True)\ntime.sleep(50)", long_started, long)),
+        threading.Thread(
+            target=_stream,
+            args=(
+                url,
+                key,
+                "import time\nprint('started', flush=True)\ntime.sleep(1.5)\nprint('finished')",
+                short_started,
+                short,
+            ),
+        ),
+        threading.Thread(
+            target=_stream,
+            args=(
+                url,
+                key,
+                "import time\nprint('started', flush=True)\ntime.sleep(50)",
+                long_started,
+                long,
+            ),
+        ),
     ]
     plain: list[httpx.Response] = []
 
     def post_plain() -> None:
-        plain.append(httpx.post(url + "/v1/runs", json={
-            "code": "import time\ntime.sleep(40)", "limits": {"timeout_s": 60}},
-            headers=auth, timeout=60))
+        plain.append(
+            httpx.post(
+                url + "/v1/runs",
+                json={"code": "import time\ntime.sleep(40)", "limits": {"timeout_s": 60}},
+                headers=auth,
+                timeout=60,
+            )
+        )
 
     threads.append(threading.Thread(target=post_plain))
     for thread in threads:
@@ -176,8 +218,9 @@ def test_sigterm_finishes_inflight_runs_closes_sessions_and_leaves_nothing(
         assert store.get(finished["run_id"]) is not None
         runs = store.list(limit=20)
         cut = [r for r in runs if "time.sleep(50)" in r.code or "time.sleep(40)" in r.code]
-        assert len(cut) == 2 and all(r.status != "ok" for r in cut), [(r.code, r.status)
-                                                                      for r in runs]
+        assert len(cut) == 2 and all(r.status != "ok" for r in cut), [
+            (r.code, r.status) for r in runs
+        ]
         assert all(r.result.error is not None and r.result.error.message for r in cut)
         cells = [r for r in runs if r.session_id == sid]
         assert len(cells) == 1

@@ -53,9 +53,11 @@ def test_metrics_refuse_no_key_a_bad_key_and_a_tenants_key(api: Api) -> None:
 
 def test_an_admin_key_runs_no_code_and_opens_no_session(api: Api) -> None:
     with api.http(api.key("ops", role=ADMIN)[1]) as ops:
-        for response in (ops.post("/v1/runs", json={"code": "print(1)"}),
-                         ops.post("/v1/sessions", json={}),
-                         ops.get("/v1/runs/" + "0" * 32)):
+        for response in (
+            ops.post("/v1/runs", json={"code": "print(1)"}),
+            ops.post("/v1/sessions", json={}),
+            ops.get("/v1/runs/" + "0" * 32),
+        ):
             assert response.status_code == 403 and _code(response) == "admin_key", response.text
 
 
@@ -68,8 +70,10 @@ def test_documents_are_not_served_by_default_with_or_without_a_key(api: Api, pat
 
 
 def test_documents_are_served_when_the_server_is_asked_to(api: Api) -> None:
-    with serving(create_app(api.executor, Settings(docs=True))) as url, \
-            httpx.Client(base_url=url) as anon:
+    with (
+        serving(create_app(api.executor, Settings(docs=True))) as url,
+        httpx.Client(base_url=url) as anon,
+    ):
         for path in DOCUMENTS:
             assert anon.get(path).status_code == 200, path
         assert anon.get("/metrics").status_code == 401  # metrics stay behind the admin key
@@ -90,12 +94,17 @@ def test_keys_made_before_roles_stay_tenant_keys(tmp_path: Path) -> None:
     engine = sa.create_engine(f"sqlite:///{tmp_path}/old.db")
     key = "ebx_" + "k" * 43
     with engine.begin() as conn:  # the key table as it was before keys had roles
-        conn.execute(sa.text(
-            "CREATE TABLE api_keys (name VARCHAR(100) PRIMARY KEY, key_sha256 VARCHAR(64) "
-            "NOT NULL UNIQUE, created_at FLOAT NOT NULL, revoked_at FLOAT, max_concurrent "
-            "INTEGER NOT NULL, max_sessions INTEGER NOT NULL, rpm INTEGER NOT NULL)"))
-        conn.execute(sa.text("INSERT INTO api_keys VALUES ('old', :digest, 0, NULL, 1, 1, 1)"),
-                     {"digest": hashlib.sha256(key.encode()).hexdigest()})
+        conn.execute(
+            sa.text(
+                "CREATE TABLE api_keys (name VARCHAR(100) PRIMARY KEY, key_sha256 VARCHAR(64) "
+                "NOT NULL UNIQUE, created_at FLOAT NOT NULL, revoked_at FLOAT, max_concurrent "
+                "INTEGER NOT NULL, max_sessions INTEGER NOT NULL, rpm INTEGER NOT NULL)"
+            )
+        )
+        conn.execute(
+            sa.text("INSERT INTO api_keys VALUES ('old', :digest, 0, NULL, 1, 1, 1)"),
+            {"digest": hashlib.sha256(key.encode()).hexdigest()},
+        )
     tenant = KeyStore(engine).authenticate(key)
     assert tenant is not None and (tenant.name, tenant.role) == ("old", TENANT)
     assert KeyStore(engine).authenticate(key) == tenant  # a second open changes nothing

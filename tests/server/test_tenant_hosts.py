@@ -12,16 +12,25 @@ import execbox
 from execbox.server import Settings, create_app
 from execbox.server.background import serving
 
-LAYOUT = ("import sys\n"
-          "libc = next(l.split('-')[0] for l in open('/proc/self/maps') if 'libc.so' in l)\n"
-          "print(libc, id(sys), hash('execbox'))")
+LAYOUT = (
+    "import sys\n"
+    "libc = next(l.split('-')[0] for l in open('/proc/self/maps') if 'libc.so' in l)\n"
+    "print(libc, id(sys), hash('execbox'))"
+)
 
 
 @pytest.mark.slow
 def test_each_tenant_runs_on_zygotes_of_its_own_through_http() -> None:
-    with tempfile.TemporaryDirectory() as tmp, execbox.Executor(
-            cache=False, pool_size=1, zygotes_per_tenant=True, rotate_after_s=None,
-            records=f"sqlite:///{tmp}/runs.db") as ex:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        execbox.Executor(
+            cache=False,
+            pool_size=1,
+            zygotes_per_tenant=True,
+            rotate_after_s=None,
+            records=f"sqlite:///{tmp}/runs.db",
+        ) as ex,
+    ):
         app = create_app(ex, Settings())
         with serving(app) as url:
             api = Api(url, app.state.execbox.keys, ex)

@@ -32,11 +32,21 @@ __all__ = [
 ]
 
 _WHERE = {
-    "Answer": "models", "AskSettings": "models", "Claim": "models", "Failure": "models",
+    "Answer": "models",
+    "AskSettings": "models",
+    "Claim": "models",
+    "Failure": "models",
     "Plan": "models",
-    "Program": "models", "Review": "models", "Verdict": "models",
-    "ModelConfig": "llm", "ScriptedModel": "llm", "load_config": "llm", "resolve_model": "llm",
-    "AskTrace": "trace", "TraceStore": "trace", "ask": "loop",
+    "Program": "models",
+    "Review": "models",
+    "Verdict": "models",
+    "ModelConfig": "llm",
+    "ScriptedModel": "llm",
+    "load_config": "llm",
+    "resolve_model": "llm",
+    "AskTrace": "trace",
+    "TraceStore": "trace",
+    "ask": "loop",
 }
 
 if TYPE_CHECKING:

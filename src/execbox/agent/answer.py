@@ -27,20 +27,43 @@ def tail(text: str, limit: int = 4000) -> str:
 
 
 def describe_checks(verdicts: list[Verdict]) -> str:
-    passed = [f"{v.check} ({v.detail.splitlines()[0][:100]})" if v.detail else v.check
-              for v in verdicts if v.passed]
+    passed = [
+        f"{v.check} ({v.detail.splitlines()[0][:100]})" if v.detail else v.check
+        for v in verdicts
+        if v.passed
+    ]
     return "; ".join(passed) or "none"
 
 
-def draft_answer(llm: LLM, question: str, plan: Plan, outputs: list[RunOutput], result: Any,
-                 artifacts: str, verdicts: list[Verdict], *, previous: str | None = None,
-                 feedback: str | None = None) -> str:
+def draft_answer(
+    llm: LLM,
+    question: str,
+    plan: Plan,
+    outputs: list[RunOutput],
+    result: Any,
+    artifacts: str,
+    verdicts: list[Verdict],
+    *,
+    previous: str | None = None,
+    feedback: str | None = None,
+) -> str:
     lines = [f"Question: {question}", "Checklist:", *(f"- {item}" for item in plan.checklist)]
     for out in outputs:
         lines += [f"Output (stdout of run {out.run_id}):", tail(out.stdout)]
-    lines += [f"Result: {json.dumps(result, default=str)[:4000]}",
-              f"Files written: {artifacts}", f"Checks passed: {describe_checks(verdicts)}"]
+    lines += [
+        f"Result: {json.dumps(result, default=str)[:4000]}",
+        f"Files written: {artifacts}",
+        f"Checks passed: {describe_checks(verdicts)}",
+    ]
     if previous is not None and feedback:
-        lines += ["", "Your previous answer was rejected:", previous, "", "What is wrong:",
-                  feedback, "", "State the answer again from the outputs above."]
+        lines += [
+            "",
+            "Your previous answer was rejected:",
+            previous,
+            "",
+            "What is wrong:",
+            feedback,
+            "",
+            "State the answer again from the outputs above.",
+        ]
     return llm.ask("answer", Draft, INSTRUCTIONS, "\n".join(lines)).text

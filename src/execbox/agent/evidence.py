@@ -53,18 +53,25 @@ class Evidence:
         """Whether some text could contain `wanted` (casefolded): one substring search
         before the line-by-line check, so a literal claim does not scan a large output."""
         if self._blob is None or self._blob[0] != len(self.texts):
-            self._blob = (len(self.texts), "\n".join(" ".join(str(f.value).casefold().split())
-                                                      for f in self.texts))
+            self._blob = (
+                len(self.texts),
+                "\n".join(" ".join(str(f.value).casefold().split()) for f in self.texts),
+            )
         return wanted in self._blob[1]
 
     def _build(self) -> list[tuple[float, int]]:
         if self._index is None or len(self._index) != len(self.numbers):
             self._index = sorted((f.value, i) for i, f in enumerate(self.numbers))
             self._factors = {x for f in self.numbers for x in f.factors}
-            self._plain = sorted(f.value for f in self.numbers
-                                 if not f.percent and not f.where.startswith("len("))
-            self._labels = {w[:n] for where in {f.where for f in self.numbers}
-                            for w in re.findall(r"[a-z]+", label_of(where)) for n in range(1, 5)}
+            self._plain = sorted(
+                f.value for f in self.numbers if not f.percent and not f.where.startswith("len(")
+            )
+            self._labels = {
+                w[:n]
+                for where in {f.where for f in self.numbers}
+                for w in re.findall(r"[a-z]+", label_of(where))
+                for n in range(1, 5)
+            }
         return self._index
 
     def near(self, low: float, high: float) -> list[Fact]:
@@ -72,7 +79,7 @@ class Evidence:
         index = self._build()
         lo = bisect.bisect_left(index, (low, -1))
         hi = bisect.bisect_right(index, (high, len(index)))
-        return [self.numbers[i] for _, i in index[lo:min(hi, lo + WINDOW_CAP)]]
+        return [self.numbers[i] for _, i in index[lo : min(hi, lo + WINDOW_CAP)]]
 
     def factor_set(self) -> set[float]:
         self._build()
@@ -92,7 +99,7 @@ class Evidence:
         0 for "fewer than") holds for all of them only if it holds for these."""
         self._build()
         plain = self._plain or []
-        nonzero = plain[bisect.bisect_right(plain, 0.0):][:1]
+        nonzero = plain[bisect.bisect_right(plain, 0.0) :][:1]
         return [*plain[:1], *nonzero, *plain[-1:]]
 
     def labelled(self, stem: str) -> bool:
@@ -100,8 +107,12 @@ class Evidence:
         return stem in (self._labels or set())
 
     @classmethod
-    def of(cls, outputs: Iterable[RunOutput], artifacts: Iterable[Artifact],
-           artifacts_run: str | None = None) -> Evidence:
+    def of(
+        cls,
+        outputs: Iterable[RunOutput],
+        artifacts: Iterable[Artifact],
+        artifacts_run: str | None = None,
+    ) -> Evidence:
         ev = cls([], [], [])
         for out in outputs:
             for n, line in enumerate(out.stdout.splitlines(), 1):
@@ -123,8 +134,11 @@ class Evidence:
     def add_table_summary(self, art: Artifact, run_id: str | None) -> None:
         """A text file's summary: its first line (a table's columns) and how many lines and
         data rows it has. Its values are not evidence: the answer cites what was printed."""
-        if art.data is None or not art.mime_type.startswith("text/") \
-                or art.size > TABLE_SUMMARY_BYTES:
+        if (
+            art.data is None
+            or not art.mime_type.startswith("text/")
+            or art.size > TABLE_SUMMARY_BYTES
+        ):
             return
         text = art.data.decode("utf-8", "replace")
         lines = text.splitlines()
@@ -145,8 +159,11 @@ class Evidence:
             for key in keys:
                 self.dates.append(Fact(key, run_id, where))
             self.numbers.append(Fact(float(keys[0][0]), run_id, where))
-            masked = masked[:match.start()] + " " * (match.end() - match.start()) \
-                + masked[match.end():]
+            masked = (
+                masked[: match.start()]
+                + " " * (match.end() - match.start())
+                + masked[match.end() :]
+            )
         label_from = 0
         for found in numbers_in(masked):
             if len(self.numbers) >= MAX_NUMBERS:
@@ -157,16 +174,18 @@ class Evidence:
                 spelled = label[-1] if label else None
             label_from = found.end
             unit, factors = scale_of(spelled) if spelled else (None, (1.0,))
-            self.numbers.append(Fact(found.value, run_id, where, found.step, unit, factors,
-                                     found.percent))
+            self.numbers.append(
+                Fact(found.value, run_id, where, found.step, unit, factors, found.percent)
+            )
 
     def add_value(self, value: Any, run_id: str | None, path: str) -> None:
         if isinstance(value, bool) or value is None:
             return
         if isinstance(value, (int, float)):
             if math.isfinite(value):
-                self.numbers.append(Fact(float(value), run_id, f"{path} = {value!r}",
-                                         _printed_step(value)))
+                self.numbers.append(
+                    Fact(float(value), run_id, f"{path} = {value!r}", _printed_step(value))
+                )
             return
         if isinstance(value, str):
             self.add_text(value, run_id, f"{path} = {value[:160]!r}")

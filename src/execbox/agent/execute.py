@@ -34,16 +34,24 @@ def effective_limits(executor: Executor, limits: Limits | None, profile: str) ->
     return verdict.limits
 
 
-def check_policy(executor: Executor, code: str, files: Mapping[str, bytes],
-                 limits: Limits | None, profile: str) -> PolicyOutcome:
+def check_policy(
+    executor: Executor, code: str, files: Mapping[str, bytes], limits: Limits | None, profile: str
+) -> PolicyOutcome:
     request = make_request(code, files=files, limits=limits, profile=profile)
     verdict = policy_mod.check(request, executor.profiles)
-    return PolicyOutcome(verdict.decision == "allow", verdict.decision, verdict.rule,
-                         verdict.message, verdict.line)
+    return PolicyOutcome(
+        verdict.decision == "allow", verdict.decision, verdict.rule, verdict.message, verdict.line
+    )
 
 
-def execute(executor: Executor, code: str, files: Mapping[str, bytes], limits: Limits | None,
-            profile: str, budget: Budget) -> RunResult:
+def execute(
+    executor: Executor,
+    code: str,
+    files: Mapping[str, bytes],
+    limits: Limits | None,
+    profile: str,
+    budget: Budget,
+) -> RunResult:
     # The executor's cache setting applies: a cache hit is recorded under its own run id and
     # points at the run it came from, so it is evidence too.
     return executor.run(code, files=files, limits=limits, profile=profile, budget=budget)

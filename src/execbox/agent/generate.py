@@ -42,18 +42,37 @@ MODE_TEXT = {"tests_first": TESTS_FIRST, "steps": STEPS}
 
 
 def _limits_text(limits: Limits) -> str:
-    return (f"Limits of each run: {limits.timeout_s:g} s wall time, {limits.memory_mib} MiB "
-            f"memory, {limits.disk_mib} MiB disk, {limits.output_bytes} bytes of output.")
+    return (
+        f"Limits of each run: {limits.timeout_s:g} s wall time, {limits.memory_mib} MiB "
+        f"memory, {limits.disk_mib} MiB disk, {limits.output_bytes} bytes of output."
+    )
 
 
-def generate(llm: LLM, question: str, plan: Plan, files: Mapping[str, bytes], limits: Limits,
-             *, mode: str, schema: Mapping[str, Any] | None = None,
-             previous: Program | None = None, feedback: str | None = None) -> Program:
-    lines = [f"Question: {question}", "", describe_files(files), "",
-             "Checklist:", *(f"- {item}" for item in plan.checklist)]
+def generate(
+    llm: LLM,
+    question: str,
+    plan: Plan,
+    files: Mapping[str, bytes],
+    limits: Limits,
+    *,
+    mode: str,
+    schema: Mapping[str, Any] | None = None,
+    previous: Program | None = None,
+    feedback: str | None = None,
+) -> Program:
+    lines = [
+        f"Question: {question}",
+        "",
+        describe_files(files),
+        "",
+        "Checklist:",
+        *(f"- {item}" for item in plan.checklist),
+    ]
     if plan.invariants:
-        lines += ["Invariants (over `result`):",
-                  *(f"- {inv.description}: {inv.expression}" for inv in plan.invariants)]
+        lines += [
+            "Invariants (over `result`):",
+            *(f"- {inv.description}: {inv.expression}" for inv in plan.invariants),
+        ]
     if plan.approach:
         lines.append(f"Approach: {plan.approach}")
     if plan.cross_check:
@@ -62,8 +81,12 @@ def generate(llm: LLM, question: str, plan: Plan, files: Mapping[str, bytes], li
     if previous is not None and feedback:
         lines += ["", "The previous attempt failed."]
         if previous.solution or previous.tests:
-            lines += ["Previous solution:", previous.solution or "(none)", "Previous tests:",
-                      previous.tests or "(none)"]
+            lines += [
+                "Previous solution:",
+                previous.solution or "(none)",
+                "Previous tests:",
+                previous.tests or "(none)",
+            ]
         if previous.cells:
             lines += [f"Previous cell {i}:\n{cell}" for i, cell in enumerate(previous.cells, 1)]
         else:

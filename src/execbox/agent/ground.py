@@ -53,22 +53,87 @@ from .values import (
 
 _FRACTION = re.compile(r"(?<![\w./])(\d+)/(\d+)(?![\w/])")
 # An operation on stated values ("6 + 1"): the answer claims its value unless it states it.
-_OPERATOR = (r"(\s*(?:\*\*|\^|[+*\u00d7\u00b7\u22c5])\s*|\s+x\s+|\s[-\u2212/]\s|\s+(?:times|plus|minus|"
-             r"multiplied\s+by|divided\s+by|to\s+the\s+power\s+of)\s+)")
-_OPERATION = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(?:" + _OPERATOR + r"\d+(?:\.\d+)?)+"
-                        r"(?![\w^]|\.\d)(?!\s*(?:=|[-+*/^\u00d7\u2212]\s*\d))", re.I)
+_OPERATOR = (
+    r"(\s*(?:\*\*|\^|[+*\u00d7\u00b7\u22c5])\s*|\s+x\s+|\s[-\u2212/]\s|\s+(?:times|plus|minus|"
+    r"multiplied\s+by|divided\s+by|to\s+the\s+power\s+of)\s+)"
+)
+_OPERATION = re.compile(
+    r"(?<![\w.])(\d+(?:\.\d+)?)(?:" + _OPERATOR + r"\d+(?:\.\d+)?)+"
+    r"(?![\w^]|\.\d)(?!\s*(?:=|[-+*/^\u00d7\u2212]\s*\d))",
+    re.I,
+)
 _OPERAND = re.compile(_OPERATOR + r"(\d+(?:\.\d+)?)", re.I)
-_SYMBOLS = {"**": "^", "\u00d7": "*", "\u00b7": "*", "\u22c5": "*", "x": "*", "\u2212": "-", "times": "*", "multiplied by": "*",
-            "plus": "+", "minus": "-", "divided by": "/", "to the power of": "^"}
+_SYMBOLS = {
+    "**": "^",
+    "\u00d7": "*",
+    "\u00b7": "*",
+    "\u22c5": "*",
+    "x": "*",
+    "\u2212": "-",
+    "times": "*",
+    "multiplied by": "*",
+    "plus": "+",
+    "minus": "-",
+    "divided by": "/",
+    "to the power of": "^",
+}
 _POWER_WORD = re.compile(r"(?<=\d)\s+(squared|cubed)\b", re.I)
 # "1." at a line's start is a list marker only as part of a count from 1: "999." is a value.
 _LIST_MARKER = re.compile(r"^\s*(\d+)[.)]\s", re.M)
 _SENTENCE_END = re.compile(r"[.!?;](?=\s|$)|\n")
-_STOP = {"the", "and", "than", "were", "was", "are", "with", "that", "this", "from", "have",
-         "had", "has", "for", "all", "out", "its", "their", "them", "those", "these", "which",
-         "there", "more", "less", "fewer", "over", "under", "least", "most", "no", "not",
-         "at", "of", "a", "an", "is", "be", "in", "to", "up", "by", "it", "about", "above",
-         "below", "exceeds", "exceeding", "upwards", "nearly", "almost"}
+_STOP = {
+    "the",
+    "and",
+    "than",
+    "were",
+    "was",
+    "are",
+    "with",
+    "that",
+    "this",
+    "from",
+    "have",
+    "had",
+    "has",
+    "for",
+    "all",
+    "out",
+    "its",
+    "their",
+    "them",
+    "those",
+    "these",
+    "which",
+    "there",
+    "more",
+    "less",
+    "fewer",
+    "over",
+    "under",
+    "least",
+    "most",
+    "no",
+    "not",
+    "at",
+    "of",
+    "a",
+    "an",
+    "is",
+    "be",
+    "in",
+    "to",
+    "up",
+    "by",
+    "it",
+    "about",
+    "above",
+    "below",
+    "exceeds",
+    "exceeding",
+    "upwards",
+    "nearly",
+    "almost",
+}
 _FROM_TO = re.compile(r"\s*(?:to|->|\u2192)\s*")  # "10 to 12": a change the answer states
 
 
@@ -76,21 +141,42 @@ _FROM_TO = re.compile(r"\s*(?:to|->|\u2192)\s*")  # "10 to 12": a change the ans
 
 # A fenced block: its lines that are the program's or an output's are shown, not claimed.
 _FENCE = re.compile(r"```(?:[\w+-]*\n)?(?P<body>.*?)```", re.S)
-_QUOTES = re.compile(r"`(?P<code>[^`\n]{1,200})`|\"(?P<dq>[^\"\n]{1,200})\"|"
-                     r"\u201c(?P<cq>[^\u201d\n]{1,200})\u201d|"
-                     r"(?<![\w])['\u2018](?P<sq>[^'\u2019\n]{1,120})['\u2019](?![\w])", re.S)
+_QUOTES = re.compile(
+    r"`(?P<code>[^`\n]{1,200})`|\"(?P<dq>[^\"\n]{1,200})\"|"
+    r"\u201c(?P<cq>[^\u201d\n]{1,200})\u201d|"
+    r"(?<![\w])['\u2018](?P<sq>[^'\u2019\n]{1,120})['\u2019](?![\w])",
+    re.S,
+)
 
 _VERIFICATION = [
-    ("tests", re.compile(r"\bunit[- ]?tests?\b|\btests? (?:pass|passed|passing)\b|\btested\b|"
-                         r"\bproperty[- ]based\b", re.I)),
-    ("cross_check", re.compile(r"\bcross[- ]?check\w*|\bindependent(?:ly)?\s+(?:re)?"
-                               r"(?:comput|calculat|check|verif)\w*|\bdouble[- ]check\w*|"
-                               r"\bbrute[- ]force\b", re.I)),
+    (
+        "tests",
+        re.compile(
+            r"\bunit[- ]?tests?\b|\btests? (?:pass|passed|passing)\b|\btested\b|"
+            r"\bproperty[- ]based\b",
+            re.I,
+        ),
+    ),
+    (
+        "cross_check",
+        re.compile(
+            r"\bcross[- ]?check\w*|\bindependent(?:ly)?\s+(?:re)?"
+            r"(?:comput|calculat|check|verif)\w*|\bdouble[- ]check\w*|"
+            r"\bbrute[- ]force\b",
+            re.I,
+        ),
+    ),
     ("invariant", re.compile(r"\binvariants?\b|\bsanity[- ]check\w*", re.I)),
     ("schema", re.compile(r"\bschema\b", re.I)),
-    ("any", re.compile(r"\bverified\b|\bvalidated\b|\bverification\b|\bconfirm(?:ed|s|ing)?\b|"
-                       r"\bchecked\b|\bassertions?\b|\bprove[nd]\b|\bcertifi\w*|"
-                       r"\bguaranteed\b|\baudited\b", re.I)),
+    (
+        "any",
+        re.compile(
+            r"\bverified\b|\bvalidated\b|\bverification\b|\bconfirm(?:ed|s|ing)?\b|"
+            r"\bchecked\b|\bassertions?\b|\bprove[nd]\b|\bcertifi\w*|"
+            r"\bguaranteed\b|\baudited\b",
+            re.I,
+        ),
+    ),
 ]
 _REAL_CHECKS = ("invariant", "cross_check", "tests", "schema")
 # Run and ask ids cited in the answer (hex with a letter: a long number is not an id).
@@ -109,9 +195,14 @@ class Context:
 
 # -- the check ---------------------------------------------------------------------------------
 
+
 # Complex on purpose: every kind of claim is checked in one place, in the order they win.
-def check(answer: str, evidence: Evidence, context: Context,  # noqa: C901
-          verdicts: Iterable[Verdict]) -> list[Claim]:
+def check(  # noqa: C901
+    answer: str,
+    evidence: Evidence,
+    context: Context,
+    verdicts: Iterable[Verdict],
+) -> list[Claim]:
     """Every checkable claim of `answer`, each grounded (with its source) or not (with why)."""
     answer = normalize(answer)
     context = replace(context, question=normalize(context.question), code=normalize(context.code))
@@ -131,8 +222,12 @@ def check(answer: str, evidence: Evidence, context: Context,  # noqa: C901
         mask(match.end("body"), match.end())
         pos = match.start("body")
         for line in match["body"].splitlines(keepends=True):
-            if _norm(line) in outputs or _norm(line) in program and _is_code(line) \
-                    or not _norm(line):
+            if (
+                _norm(line) in outputs
+                or _norm(line) in program
+                and _is_code(line)
+                or not _norm(line)
+            ):
                 mask(pos, pos + len(line))
             pos += len(line)
     for match in list(_QUOTES.finditer(masked)):
@@ -156,8 +251,9 @@ def check(answer: str, evidence: Evidence, context: Context,  # noqa: C901
     question_numbers = [f.value for f in numbers_in(mask_dates(context.question))]
     question_numbers += [v for v, _, _ in word_numbers(context.question)]
     # "6 squared" is the operation 6^2.
-    masked = _POWER_WORD.sub(lambda m: ("^2" if m[1].lower() == "squared" else "^3")
-                             .ljust(len(m[0])), masked)
+    masked = _POWER_WORD.sub(
+        lambda m: ("^2" if m[1].lower() == "squared" else "^3").ljust(len(m[0])), masked
+    )
     for match in list(_OPERATION.finditer(masked)):
         claims.append(_operation_claim(match, evidence, question_numbers))
         mask(match.start(), match.end())
@@ -168,10 +264,13 @@ def check(answer: str, evidence: Evidence, context: Context,  # noqa: C901
     stated: list[tuple[Num, Claim]] = []
     for num in nums:
         # The words that say what a bound counts: its clause's last words before, first after.
-        before = re.split(r"[.!?;,(\n]", masked[max(0, num.start - 80):num.start])[-1]
-        after = re.split(r"[.!?;,)\n]", masked[num.end:num.end + 80])[0]
-        words = [w for w in re.findall(r"[A-Za-z]+", before)[-3:] + re.findall(
-            r"[A-Za-z]+", after)[:4] if w.lower() not in _STOP]
+        before = re.split(r"[.!?;,(\n]", masked[max(0, num.start - 80) : num.start])[-1]
+        after = re.split(r"[.!?;,)\n]", masked[num.end : num.end + 80])[0]
+        words = [
+            w
+            for w in re.findall(r"[A-Za-z]+", before)[-3:] + re.findall(r"[A-Za-z]+", after)[:4]
+            if w.lower() not in _STOP
+        ]
         stated.append((num, _number_claim(num, evidence, question_numbers, words)))
     ends = [m.start() for m in _SENTENCE_END.finditer(masked)]
     sentences: dict[int, list[tuple[Num, Claim]]] = {}
@@ -201,8 +300,9 @@ def _is_code(line: str) -> bool:
         tree = ast.parse(line.strip())
     except SyntaxError:
         return False
-    return bool(tree.body) and not all(isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)
-                                       for s in tree.body)
+    return bool(tree.body) and not all(
+        isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) for s in tree.body
+    )
 
 
 def _list_markers(text: str) -> list[tuple[int, int]]:
@@ -223,16 +323,19 @@ def problems(claims: Iterable[Claim]) -> list[str]:
     return [f"{c.kind} {c.text!r}: {c.detail}" for c in claims if not c.grounded]
 
 
-def _operation_claim(match: re.Match[str], evidence: Evidence,
-                     question_numbers: list[float]) -> Claim:
+def _operation_claim(
+    match: re.Match[str], evidence: Evidence, question_numbers: list[float]
+) -> Claim:
     """'6 + 1' unanswered by '= 7' claims 7: its value must be grounded like a number."""
     value = _evaluate(float(match[1]), _OPERAND.findall(match[0], len(match[1])))
-    num = Num(match[0], match.start(), match.end(),
-              value if value is not None else math.nan, 0.0)
+    num = Num(match[0], match.start(), match.end(), value if value is not None else math.nan, 0.0)
     claim = _number_claim(num, evidence, question_numbers)
     if not claim.grounded:
-        claim = claim.model_copy(update={"detail": f"{match[0]} is {value:g}, which "
-                                         + (claim.detail or "no output shows")})
+        claim = claim.model_copy(
+            update={
+                "detail": f"{match[0]} is {value:g}, which " + (claim.detail or "no output shows")
+            }
+        )
     return claim
 
 
@@ -248,47 +351,71 @@ def _evaluate(first: float, operations: list[tuple[str, str]]) -> float | None:
                     i += 1
                     continue
                 a, b, op = values[i], values.pop(i + 1), ops.pop(i)
-                values[i] = (a ** b if op == "^" else a * b if op == "*" else a / b if op == "/"
-                             else a + b if op == "+" else a - b)
+                values[i] = (
+                    a**b
+                    if op == "^"
+                    else a * b
+                    if op == "*"
+                    else a / b
+                    if op == "/"
+                    else a + b
+                    if op == "+"
+                    else a - b
+                )
     except (ZeroDivisionError, OverflowError):
         return None
     return values[0] if isinstance(values[0], float) else None
 
-def _number_claim(num: Num, evidence: Evidence, question_numbers: list[float],
-                  words: list[str] | None = None) -> Claim:
+
+def _number_claim(
+    num: Num, evidence: Evidence, question_numbers: list[float], words: list[str] | None = None
+) -> Claim:
     if num.literal:
         return _literal_claim(num.text, evidence)
     if any(math.isclose(value, q) for value, _ in num.candidates() for q in question_numbers):
         return Claim(text=num.text, kind="number", grounded=True, source="the question")
     if num.points:  # a difference of percentages: only a change the answer states holds
-        return Claim(text=num.text, kind="number", grounded=False,
-                     detail="points are a change between two stated percentages")
+        return Claim(
+            text=num.text,
+            kind="number",
+            grounded=False,
+            detail="points are a change between two stated percentages",
+        )
     facts = [f for f in _window(num, evidence) if _fits(num, f)]
     if num.bound in ("above", "below"):
         # A bound holds for many values: only the lines its words name ("10 errors",
         # "100 tests failed") may bear it out; naming none, every value must.
         stems = [w[:4].lower() for w in words or [] if evidence.labelled(w[:4].lower())]
         if stems:
-            facts = [f for f in facts if any(re.search(r"(?<![a-z])" + re.escape(stem),
-                                                       label_of(f.where)) for stem in stems)]
-        elif num.unit is not None or not all(matches(num, v)
-                                             for v in evidence.plain_extremes()):
+            facts = [
+                f
+                for f in facts
+                if any(
+                    re.search(r"(?<![a-z])" + re.escape(stem), label_of(f.where)) for stem in stems
+                )
+            ]
+        elif num.unit is not None or not all(matches(num, v) for v in evidence.plain_extremes()):
             facts = []
     if facts:
         fact = facts[0]
-        return Claim(text=num.text, kind="number", grounded=True, run_id=fact.run_id,
-                     source=fact.where)
+        return Claim(
+            text=num.text, kind="number", grounded=True, run_id=fact.run_id, source=fact.where
+        )
     nearest = evidence.nearest(num.value) if math.isfinite(num.value) else None
     hint = f" (the nearest is {nearest.where})" if nearest is not None else ""
-    return Claim(text=num.text, kind="number", grounded=False,
-                 detail=f"no output shows this value{hint}")
+    return Claim(
+        text=num.text, kind="number", grounded=False, detail=f"no output shows this value{hint}"
+    )
 
 
 def _window(num: Num, evidence: Evidence) -> list[Fact]:
     """The facts near enough in value to be worth comparing (generously: units, signs,
     percentages, bounds); `_fits` decides."""
-    ratios = [1.0] if num.unit is None else [a / b for a in scale_of(num.unit)[1]
-                                             for b in evidence.factor_set()]
+    ratios = (
+        [1.0]
+        if num.unit is None
+        else [a / b for a in scale_of(num.unit)[1] for b in evidence.factor_set()]
+    )
     values = [abs(v) * r for v, _ in num.candidates() for r in ratios] + [abs(num.value)]
     step = max(abs(s) for _, s in num.candidates()) * max(ratios)
     if not all(math.isfinite(v) for v in [*values, step]):
@@ -311,51 +438,85 @@ def _fits(num: Num, fact: Fact) -> bool:
     family, factors = scale_of(num.unit)
     if family != fact.unit:
         return False
-    return any(matches(replace(num, value=num.value * a / b, step=num.step * a / b,
-                               factors=(1.0,)), fact.value, fact.step * 1.0, fact.where)
-               for a in factors for b in fact.factors)
+    return any(
+        matches(
+            replace(num, value=num.value * a / b, step=num.step * a / b, factors=(1.0,)),
+            fact.value,
+            fact.step * 1.0,
+            fact.where,
+        )
+        for a in factors
+        for b in fact.factors
+    )
 
 
 def _literal_claim(text: str, evidence: Evidence) -> Claim:
     """A number the check cannot read whole: an output must show it word for word."""
     for fact in evidence.texts if evidence.may_contain(_norm(text)) else []:
         if _contains(str(fact.value), _norm(text)):
-            return Claim(text=text, kind="number", grounded=True, run_id=fact.run_id,
-                         source=fact.where)
-    return Claim(text=text, kind="number", grounded=False,
-                 detail="this cannot be read as one number and no output shows it as written")
+            return Claim(
+                text=text, kind="number", grounded=True, run_id=fact.run_id, source=fact.where
+            )
+    return Claim(
+        text=text,
+        kind="number",
+        grounded=False,
+        detail="this cannot be read as one number and no output shows it as written",
+    )
 
 
-def _derived_claim(num: Num, changes: list[tuple[Num, Num]], evidence: Evidence,
-                   ) -> Claim | None:
+def _derived_claim(
+    num: Num,
+    changes: list[tuple[Num, Num]],
+    evidence: Evidence,
+) -> Claim | None:
     """A change the same sentence (`changes`: its from-to pairs) states between two grounded numbers: "from 10 to
     12, up 20%" (relative to the first) or "fell by 3, from 9 to 6"; its direction must agree.
     Operands are the output values they matched (1.4 and 1.6 for "from 1 to 2"), never the
     question's; percentage points are the change between two percentages."""
     scale = (1e-4 if "b" in num.text.lower() else 1e-2) if num.points else 1.0
-    size = replace(num, value=abs(num.value) * scale, step=num.step * scale, direction=None,
-                   percent=num.percent and not num.points)
+    size = replace(
+        num,
+        value=abs(num.value) * scale,
+        step=num.step * scale,
+        direction=None,
+        percent=num.percent and not num.points,
+    )
     for first, second in changes:
         for a in [f for f in _window(first, evidence) if _fits(first, f)][:20]:
             for b in [f for f in _window(second, evidence) if _fits(second, f)][:20]:
                 if a.percent or b.percent:
                     continue  # a percentage's digits: its fraction is the fact to derive from
                 change = b.value - a.value
-                if (num.direction == "down" and change >= 0) \
-                        or (num.direction == "up" and change <= 0) \
-                        or (size.percent and a.value == 0):
+                if (
+                    (num.direction == "down" and change >= 0)
+                    or (num.direction == "up" and change <= 0)
+                    or (size.percent and a.value == 0)
+                ):
                     continue
                 target = abs(change / a.value if size.percent else change)
                 if any(within(size, value, step, target) for value, step in size.candidates()):
-                    return Claim(text=num.text, kind="number", grounded=True, run_id=a.run_id,
-                                 source=f"the change from {first.text} to {second.text}")
+                    return Claim(
+                        text=num.text,
+                        kind="number",
+                        grounded=True,
+                        run_id=a.run_id,
+                        source=f"the change from {first.text} to {second.text}",
+                    )
     return None
 
 
 def _changes(stated: list[tuple[Num, Claim]], text: str, points: bool) -> list[tuple[Num, Num]]:
     """The "from a to b" pairs of grounded output numbers of one sentence."""
-    operands = [n for n, c in stated if c.grounded and c.source != "the question"
-                and n.percent == points and not n.literal and n.bound == "exact"]
+    operands = [
+        n
+        for n, c in stated
+        if c.grounded
+        and c.source != "the question"
+        and n.percent == points
+        and not n.literal
+        and n.bound == "exact"
+    ]
     return [(a, b) for a, b in pairwise(operands) if _FROM_TO.fullmatch(text, a.end, b.start)]
 
 
@@ -367,14 +528,23 @@ def _fraction_claim(match: re.Match[str], evidence: Evidence) -> Claim:
         wanted = numerator / denominator
         for fact in evidence.near(wanted - 1e-9, wanted + 1e-9):
             if not fact.percent:
-                return Claim(text=match[0], kind="number", grounded=True, run_id=fact.run_id,
-                             source=fact.where)
+                return Claim(
+                    text=match[0],
+                    kind="number",
+                    grounded=True,
+                    run_id=fact.run_id,
+                    source=fact.where,
+                )
     for text in (match[0], f"{match[1]} of {match[2]}"):
         claim = _literal_claim(text, evidence)
         if claim.grounded:
             return claim.model_copy(update={"text": match[0]})
-    return Claim(text=match[0], kind="number", grounded=False,
-                 detail="no output shows this fraction or its value")
+    return Claim(
+        text=match[0],
+        kind="number",
+        grounded=False,
+        detail="no output shows this fraction or its value",
+    )
 
 
 def _unit_claim(num: Num, evidence: Evidence, context: Context) -> Claim:
@@ -386,16 +556,23 @@ def _unit_claim(num: Num, evidence: Evidence, context: Context) -> Claim:
     # unit elsewhere in the output ("timeout: 2 hours") says nothing of "3 hours".
     for fact in _window(num, evidence):
         if fact.unit is not None and _fits(num, fact):
-            return Claim(text=num.text, kind="unit", grounded=True, run_id=fact.run_id,
-                         source=fact.where)
-    for where, text in (("the question", context.question),
-                        *(("an input file's header", h) for h in context.file_heads)):
+            return Claim(
+                text=num.text, kind="unit", grounded=True, run_id=fact.run_id, source=fact.where
+            )
+    for where, text in (
+        ("the question", context.question),
+        *(("an input file's header", h) for h in context.file_heads),
+    ):
         if mentions_unit(family, text):
             return Claim(text=num.text, kind="unit", grounded=True, source=where)
-    return Claim(text=num.text, kind="unit", grounded=False,
-                 detail=f"the unit {num.unit!r} appears in no output with this value (after it "
-                        "or in its label), nor in an input header or the question: do not add "
-                        "units the outputs do not state")
+    return Claim(
+        text=num.text,
+        kind="unit",
+        grounded=False,
+        detail=f"the unit {num.unit!r} appears in no output with this value (after it "
+        "or in its label), nor in an input header or the question: do not add "
+        "units the outputs do not state",
+    )
 
 
 def _norm(text: str) -> str:
@@ -413,19 +590,27 @@ def _quote_claim(quoted: str, evidence: Evidence, context: Context, *, code_span
         return Claim(text=quoted, kind="quote", grounded=True, source="empty")
     for fact in evidence.texts if evidence.may_contain(wanted) else []:
         if _contains(fact.value, wanted):
-            return Claim(text=quoted, kind="quote", grounded=True, run_id=fact.run_id,
-                         source=fact.where)
+            return Claim(
+                text=quoted, kind="quote", grounded=True, run_id=fact.run_id, source=fact.where
+            )
     # The program grounds code the answer quotes ("`df.units`"), never a value ("`100`").
     program = [("the program", context.code)] if re.search(r"[A-Za-z_]", quoted) else []
-    others = [("the question", context.question), *program,
-              *(("an input file's name", n) for n in context.file_names),
-              *(("an input file's header", h) for h in context.file_heads)]
+    others = [
+        ("the question", context.question),
+        *program,
+        *(("an input file's name", n) for n in context.file_names),
+        *(("an input file's header", h) for h in context.file_heads),
+    ]
     for where, text in others:
         if _contains(text, wanted):
             return Claim(text=quoted, kind="quote", grounded=True, source=where)
     what = "code" if code_span else "quoted text"
-    return Claim(text=quoted, kind="quote", grounded=False,
-                 detail=f"this {what} appears in no output, nor in the question or the program")
+    return Claim(
+        text=quoted,
+        kind="quote",
+        grounded=False,
+        detail=f"this {what} appears in no output, nor in the question or the program",
+    )
 
 
 def _date_claim(text: str, keys: list[DateKey], evidence: Evidence, context: Context) -> Claim:
@@ -434,8 +619,9 @@ def _date_claim(text: str, keys: list[DateKey], evidence: Evidence, context: Con
             return Claim(text=text, kind="date", grounded=True, source="the question")
     for fact in evidence.dates:
         if any(date_matches(k, fact.value) for k in keys):
-            return Claim(text=text, kind="date", grounded=True, run_id=fact.run_id,
-                         source=fact.where)
+            return Claim(
+                text=text, kind="date", grounded=True, run_id=fact.run_id, source=fact.where
+            )
     return Claim(text=text, kind="date", grounded=False, detail="no output shows this date")
 
 
@@ -447,18 +633,29 @@ def _result_claim(answer: str, nums: list[Num], result: Any) -> Claim | None:
     text = result if isinstance(result, str) else json.dumps(result)
     if isinstance(result, str) and not 0 < len(result.strip()) <= 60:
         return None
-    values = ([float(result)] if not isinstance(result, str)
-              else [f.value for f in numbers_in(mask_dates(normalize(result)))])
-    result_dates = [k for keys, _ in dates_in(result if isinstance(result, str) else "")
-                    for k in keys]
-    stated = (_contains(answer, _norm(text))
-              or any(matches(n, v) for n in nums for v in values)
-              or any(date_matches(a, r) for keys, _ in dates_in(answer) for a in keys
-                     for r in result_dates))
+    values = (
+        [float(result)]
+        if not isinstance(result, str)
+        else [f.value for f in numbers_in(mask_dates(normalize(result)))]
+    )
+    result_dates = [
+        k for keys, _ in dates_in(result if isinstance(result, str) else "") for k in keys
+    ]
+    stated = (
+        _contains(answer, _norm(text))
+        or any(matches(n, v) for n in nums for v in values)
+        or any(
+            date_matches(a, r) for keys, _ in dates_in(answer) for a in keys for r in result_dates
+        )
+    )
     if stated:
         return Claim(text=text, kind="result", grounded=True, source="the answer states it")
-    return Claim(text=text, kind="result", grounded=False,
-                 detail=f"the answer does not state the result ({text[:80]})")
+    return Claim(
+        text=text,
+        kind="result",
+        grounded=False,
+        detail=f"the answer does not state the result ({text[:80]})",
+    )
 
 
 def _verification_claims(text: str, verdicts: list[Verdict]) -> list[Claim]:
@@ -472,13 +669,24 @@ def _verification_claims(text: str, verdicts: list[Verdict]) -> list[Claim]:
         wanted = _REAL_CHECKS if check == "any" else (check,)
         found = next((passed[c] for c in wanted if c in passed and c not in failed), None)
         if found is not None:
-            claims.append(Claim(text=match[0], kind="verification", grounded=True,
-                                run_id=found.run_id,
-                                source=f"the {found.check} check passed: {found.detail[:120]}"))
+            claims.append(
+                Claim(
+                    text=match[0],
+                    kind="verification",
+                    grounded=True,
+                    run_id=found.run_id,
+                    source=f"the {found.check} check passed: {found.detail[:120]}",
+                )
+            )
         else:
             ran = ", ".join(sorted(passed)) or "none"
-            claims.append(Claim(
-                text=match[0], kind="verification", grounded=False,
-                detail=f"no {' or '.join(wanted)} check passed (checks passed: {ran}); claim "
-                       "only the checks listed"))
+            claims.append(
+                Claim(
+                    text=match[0],
+                    kind="verification",
+                    grounded=False,
+                    detail=f"no {' or '.join(wanted)} check passed (checks passed: {ran}); claim "
+                    "only the checks listed",
+                )
+            )
     return claims

@@ -33,10 +33,12 @@ if TYPE_CHECKING:
 
 T = TypeVar("T", bound=BaseModel)
 
-NO_MODEL = ("no model configured for `execbox ask`: pass --model (e.g. 'openai:gpt-4o', "
-            "'anthropic:claude-sonnet-4-5'), set EXECBOX_MODEL, or write `model = \"...\"` "
-            "in {path}; for an OpenAI-compatible server (vLLM, Ollama, llama.cpp) also set "
-            "EXECBOX_BASE_URL (or base_url in the file) and use the served model's name")
+NO_MODEL = (
+    "no model configured for `execbox ask`: pass --model (e.g. 'openai:gpt-4o', "
+    "'anthropic:claude-sonnet-4-5'), set EXECBOX_MODEL, or write `model = \"...\"` "
+    "in {path}; for an OpenAI-compatible server (vLLM, Ollama, llama.cpp) also set "
+    "EXECBOX_BASE_URL (or base_url in the file) and use the served model's name"
+)
 
 
 class ModelConfig(BaseModel):
@@ -44,9 +46,11 @@ class ModelConfig(BaseModel):
 
     model: str | None = Field(None, description="A pydantic-ai model id or a served model name.")
     base_url: str | None = Field(
-        None, description="An OpenAI-compatible server's base URL (…/v1) for a bare model name.")
+        None, description="An OpenAI-compatible server's base URL (…/v1) for a bare model name."
+    )
     api_key_env: str = Field(
-        "OPENAI_API_KEY", description="Environment variable holding the key for base_url.")
+        "OPENAI_API_KEY", description="Environment variable holding the key for base_url."
+    )
 
 
 def config_path() -> Path:
@@ -70,11 +74,17 @@ def load_config(model: str | None = None, base_url: str | None = None) -> ModelC
         except (tomllib.TOMLDecodeError, ValidationError) as exc:
             raise UsageError(f"invalid agent config {path}: {exc}") from exc
     cfg = ModelConfig.model_validate(file_values)
-    return cfg.model_copy(update={
-        "model": model or os.environ.get("EXECBOX_MODEL") or cfg.model,
-        "base_url": (base_url or os.environ.get("EXECBOX_BASE_URL")
-                     or cfg.base_url or os.environ.get("OPENAI_BASE_URL")),
-    })
+    return cfg.model_copy(
+        update={
+            "model": model or os.environ.get("EXECBOX_MODEL") or cfg.model,
+            "base_url": (
+                base_url
+                or os.environ.get("EXECBOX_BASE_URL")
+                or cfg.base_url
+                or os.environ.get("OPENAI_BASE_URL")
+            ),
+        }
+    )
 
 
 def resolve_model(model: Model | str | None = None, *, base_url: str | None = None) -> Model:
@@ -94,7 +104,8 @@ def resolve_model(model: Model | str | None = None, *, base_url: str | None = No
             raise UsageError(
                 f"model {name!r} names no provider: use e.g. 'openai:{name}' or "
                 f"'anthropic:{name}', or set EXECBOX_BASE_URL to the OpenAI-compatible server "
-                "that serves it")
+                "that serves it"
+            )
         from pydantic_ai.models.openai import OpenAIChatModel
         from pydantic_ai.providers.openai import OpenAIProvider
 
@@ -128,8 +139,12 @@ class ModelCall:
 class LLM:
     """Asks the model for one stage's structured output and reports every call."""
 
-    def __init__(self, model: Model, on_call: Callable[[ModelCall], None] | None = None,
-                 output_retries: int = 2) -> None:
+    def __init__(
+        self,
+        model: Model,
+        on_call: Callable[[ModelCall], None] | None = None,
+        output_retries: int = 2,
+    ) -> None:
         self.model = model
         self.on_call = on_call
         self.output_retries = output_retries
@@ -148,13 +163,31 @@ class LLM:
         try:
             result = agent.run_sync(prompt)
         except AgentRunError as exc:
-            self._report(ModelCall(stage, self.name, 0, 0, 1,
-                                   (time.monotonic() - start) * 1000, False,
-                                   f"{type(exc).__name__}: {exc}"))
+            self._report(
+                ModelCall(
+                    stage,
+                    self.name,
+                    0,
+                    0,
+                    1,
+                    (time.monotonic() - start) * 1000,
+                    False,
+                    f"{type(exc).__name__}: {exc}",
+                )
+            )
             raise ModelFailure(f"{stage}: {type(exc).__name__}: {exc}") from exc
         usage = result.usage
-        self._report(ModelCall(stage, self.name, usage.input_tokens, usage.output_tokens,
-                               usage.requests, (time.monotonic() - start) * 1000, True))
+        self._report(
+            ModelCall(
+                stage,
+                self.name,
+                usage.input_tokens,
+                usage.output_tokens,
+                usage.requests,
+                (time.monotonic() - start) * 1000,
+                True,
+            )
+        )
         out: T = result.output
         return out
 
@@ -174,7 +207,9 @@ class ScriptedModel:
     circuit breakers and the trace can be tested. `prompts` keeps (stage, prompt) of every call.
     """
 
-    def __init__(self, script: Mapping[str, Iterable[Reply]], *, tokens_per_call: int = 150) -> None:
+    def __init__(
+        self, script: Mapping[str, Iterable[Reply]], *, tokens_per_call: int = 150
+    ) -> None:
         from pydantic_ai.models.function import FunctionModel
 
         self.queues = {stage: deque(replies) for stage, replies in script.items()}

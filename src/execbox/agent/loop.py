@@ -86,12 +86,15 @@ class _Attempt:
         """The outputs the answer relies on: each cell's (steps mode), or the main run's."""
         assert self.main is not None
         stdout = self.cell_outputs[-1].stdout if self.cell_outputs else self.main.stdout
-        return [*self.cell_outputs[:-1],
-                RunOutput(run_id=self.main.run_id, stdout=stdout, result=self.result)]
+        return [
+            *self.cell_outputs[:-1],
+            RunOutput(run_id=self.main.run_id, stdout=stdout, result=self.result),
+        ]
 
 
-def read_files(files: Mapping[str, bytes | str | os.PathLike[str]] | list[str | os.PathLike[str]]
-               | None) -> dict[str, bytes]:
+def read_files(
+    files: Mapping[str, bytes | str | os.PathLike[str]] | list[str | os.PathLike[str]] | None,
+) -> dict[str, bytes]:
     """Inputs as workspace name -> bytes; paths are read and named by their base name."""
     if not files:
         return {}
@@ -102,10 +105,18 @@ def read_files(files: Mapping[str, bytes | str | os.PathLike[str]] | list[str | 
     return out
 
 
-def ask(question: str, *, executor: Executor, model: Model | str | None = None,
-        files: Mapping[str, bytes | str | os.PathLike[str]] | list[str | os.PathLike[str]]
-        | None = None, expected_schema: Schema | None = None,
-        settings: AskSettings | None = None, base_url: str | None = None) -> Answer:
+def ask(
+    question: str,
+    *,
+    executor: Executor,
+    model: Model | str | None = None,
+    files: Mapping[str, bytes | str | os.PathLike[str]]
+    | list[str | os.PathLike[str]]
+    | None = None,
+    expected_schema: Schema | None = None,
+    settings: AskSettings | None = None,
+    base_url: str | None = None,
+) -> Answer:
     """Answer `question` by running code in the sandbox, with evidence.
 
     `model`: a pydantic-ai Model or a model string (default: EXECBOX_MODEL or the config file).
@@ -114,23 +125,35 @@ def ask(question: str, *, executor: Executor, model: Model | str | None = None,
     did: a failure is an Answer with status 'failed' and the logs. Raises UsageError when no
     model is configured."""
     resolved = resolve_model(model, base_url=base_url)
-    return _Ask(question, executor, resolved, read_files(files), expected_schema,
-                settings or AskSettings()).run()
+    return _Ask(
+        question, executor, resolved, read_files(files), expected_schema, settings or AskSettings()
+    ).run()
 
 
 class _Ask:
-    def __init__(self, question: str, executor: Executor, model: Model,
-                 files: dict[str, bytes], schema: Schema | None, settings: AskSettings) -> None:
+    def __init__(
+        self,
+        question: str,
+        executor: Executor,
+        model: Model,
+        files: dict[str, bytes],
+        schema: Schema | None,
+        settings: AskSettings,
+    ) -> None:
         self.question = question
         self.executor = executor
         self.files = files
         self.schema = schema
-        self.schema_json = (schema.model_json_schema() if isinstance(schema, type)
-                            else dict(schema) if schema is not None else None)
+        self.schema_json = (
+            schema.model_json_schema()
+            if isinstance(schema, type)
+            else dict(schema)
+            if schema is not None
+            else None
+        )
         self.settings = settings
         self.usage = TokenUsage()
-        self.budget = Budget(exec_s=settings.max_exec_s,
-                             artifact_bytes=settings.max_artifact_bytes)
+        self.budget = Budget(exec_s=settings.max_exec_s, artifact_bytes=settings.max_artifact_bytes)
         self.artifact_files = 0
         self.logs: list[AttemptLog] = []
         self.run_ids: list[str] = []
@@ -148,13 +171,24 @@ class _Ask:
         self.usage.input_tokens += call.input_tokens
         self.usage.output_tokens += call.output_tokens
         self.usage.requests += call.requests
-        self.trace.call(call.stage, call.model, call.input_tokens, call.output_tokens,
-                        call.requests, call.duration_ms, call.ok, call.error)
+        self.trace.call(
+            call.stage,
+            call.model,
+            call.input_tokens,
+            call.output_tokens,
+            call.requests,
+            call.duration_ms,
+            call.ok,
+            call.error,
+        )
 
     def _check_tokens(self) -> None:
         if self.usage.total_tokens > self.settings.max_tokens:
-            raise _Breaker("tokens", f"token budget of {self.settings.max_tokens} spent "
-                           f"({self.usage.total_tokens} tokens used); raise max_tokens")
+            raise _Breaker(
+                "tokens",
+                f"token budget of {self.settings.max_tokens} spent "
+                f"({self.usage.total_tokens} tokens used); raise max_tokens",
+            )
 
     def _stage_call(self, stage: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         self._check_tokens()
@@ -175,12 +209,18 @@ class _Ask:
             raise _Breaker("exec_time", f"{message} (max_exec_s {self.settings.max_exec_s:g})")
         self.artifact_files += len(run.artifacts)
         if self.artifact_files > self.settings.max_artifact_files:
-            raise _Breaker("artifacts", f"{self.artifact_files} artifact files written, more "
-                           f"than max_artifact_files {self.settings.max_artifact_files}")
+            raise _Breaker(
+                "artifacts",
+                f"{self.artifact_files} artifact files written, more "
+                f"than max_artifact_files {self.settings.max_artifact_files}",
+            )
         spent = self.budget.remaining_artifact_bytes == 0
         if run.artifacts_truncated and spent:
-            raise _Breaker("artifacts", f"artifact budget of {self.settings.max_artifact_bytes} "
-                           "bytes spent; raise max_artifact_bytes")
+            raise _Breaker(
+                "artifacts",
+                f"artifact budget of {self.settings.max_artifact_bytes} "
+                "bytes spent; raise max_artifact_bytes",
+            )
 
     # -- the stages ----------------------------------------------------------------------------
 
@@ -194,13 +234,23 @@ class _Ask:
                     self.plan = self._plan(sent_back=reason)
                     if not self.plan.needs_code:
                         self.plan = self.plan.model_copy(update={"answer": None})
-                        return self._fail("no_evidence", f"the plan answered without running "
-                                          f"code twice, but {reason}; an answer without a run "
-                                          "is not accepted")
+                        return self._fail(
+                            "no_evidence",
+                            f"the plan answered without running "
+                            f"code twice, but {reason}; an answer without a run "
+                            "is not accepted",
+                        )
             if not self.plan.needs_code:
-                return self._finish(Answer(ask_id=self.ask_id, status="answered",
-                                           question=self.question, answer=self.plan.answer or "",
-                                           plan=self.plan, evidence="none"))
+                return self._finish(
+                    Answer(
+                        ask_id=self.ask_id,
+                        status="answered",
+                        question=self.question,
+                        answer=self.plan.answer or "",
+                        plan=self.plan,
+                        evidence="none",
+                    )
+                )
             mode = self.plan.mode if self.settings.mode == "auto" else self.settings.mode
             last: _Attempt | None = None
             for number in range(1, self.settings.max_repairs + 2):
@@ -210,40 +260,78 @@ class _Ask:
                 if last.ungrounded is not None:  # the program was right; its answer was not
                     return self._fail_ungrounded(last)
             assert last is not None
-            return self._fail("repairs_exhausted",
-                              f"no verified answer after {len(self.logs)} attempts "
-                              f"({self.settings.max_repairs} repairs); last problem: "
-                              f"{_first_problem(last.feedback or 'unknown')}")
+            return self._fail(
+                "repairs_exhausted",
+                f"no verified answer after {len(self.logs)} attempts "
+                f"({self.settings.max_repairs} repairs); last problem: "
+                f"{_first_problem(last.feedback or 'unknown')}",
+            )
         except _Breaker as trip:
             return self._fail(trip.kind, trip.message)
         except ModelFailure as exc:
             return self._fail("model_error", f"the model call failed: {exc}")
         except BaseException as exc:  # a host or caller error: the trace says so, then re-raise
-            self.store.finish(self.ask_id, "error", "", self.run_ids, self.usage.input_tokens,
-                              self.usage.output_tokens)
-            self.trace.stage("answer", len(self.logs), "error", time.time(),
-                             error=f"{type(exc).__name__}: {exc}")
+            self.store.finish(
+                self.ask_id,
+                "error",
+                "",
+                self.run_ids,
+                self.usage.input_tokens,
+                self.usage.output_tokens,
+            )
+            self.trace.stage(
+                "answer", len(self.logs), "error", time.time(), error=f"{type(exc).__name__}: {exc}"
+            )
             raise
 
     def _plan(self, sent_back: str | None = None) -> Plan:
-        plan, started = self._stage_call("plan", plan_mod.make_plan, self.llm, self.question,
-                                         self.files, self.schema_json, sent_back=sent_back)
+        plan, started = self._stage_call(
+            "plan",
+            plan_mod.make_plan,
+            self.llm,
+            self.question,
+            self.files,
+            self.schema_json,
+            sent_back=sent_back,
+        )
         assert isinstance(plan, Plan)
-        self.trace.stage("plan", 0, "code" if plan.needs_code else "text", started,
-                         sent_back=sent_back, **plan.model_dump(mode="json"))
+        self.trace.stage(
+            "plan",
+            0,
+            "code" if plan.needs_code else "text",
+            started,
+            sent_back=sent_back,
+            **plan.model_dump(mode="json"),
+        )
         return plan
 
     def _attempt(self, number: int, mode: str, limits: Any, previous: _Attempt | None) -> _Attempt:
         assert self.plan is not None
         program, started = self._stage_call(
-            "generate", generate_mod.generate, self.llm, self.question, self.plan, self.files,
-            limits, mode=mode, schema=self.schema_json,
+            "generate",
+            generate_mod.generate,
+            self.llm,
+            self.question,
+            self.plan,
+            self.files,
+            limits,
+            mode=mode,
+            schema=self.schema_json,
             previous=previous.program if previous else None,
-            feedback=previous.feedback if previous else None)
-        self.trace.stage("generate", number, "repair" if previous else "first", started,
-                         code=program.code, solution=program.solution, tests=program.tests,
-                         cells=program.cells, cross_check=program.cross_check,
-                         notes=program.notes)
+            feedback=previous.feedback if previous else None,
+        )
+        self.trace.stage(
+            "generate",
+            number,
+            "repair" if previous else "first",
+            started,
+            code=program.code,
+            solution=program.solution,
+            tests=program.tests,
+            cells=program.cells,
+            cross_check=program.cross_check,
+            notes=program.notes,
+        )
         att = _Attempt(program)
         log = AttemptLog(attempt=number, status="not_run")
         self.logs.append(log)
@@ -258,30 +346,55 @@ class _Ask:
         program = att.program
         if mode == "tests_first":
             if not program.solution or not program.tests:
-                att.verdicts.append(Verdict(check="tests", passed=False, attempt=number,
-                                            detail="no solution or tests given"))
-                att.feedback = ("tests_first mode: give the reference implementation in "
-                                "`solution` and its tests in `tests`")
+                att.verdicts.append(
+                    Verdict(
+                        check="tests",
+                        passed=False,
+                        attempt=number,
+                        detail="no solution or tests given",
+                    )
+                )
+                att.feedback = (
+                    "tests_first mode: give the reference implementation in "
+                    "`solution` and its tests in `tests`"
+                )
                 return
             tests_code = program.solution + "\n\n" + program.tests
             run = self._run(number, "tests", tests_code, log, att)
             if run is None:
                 return
             if not run.ok:
-                att.verdicts.append(Verdict(check="tests", passed=False, attempt=number,
-                                            run_id=run.run_id, detail=verify.describe_failure(run)))
-                att.feedback = ("The tests failed, so the implementation (or a test) is wrong:\n"
-                                + verify.describe_failure(run, tests_code))
+                att.verdicts.append(
+                    Verdict(
+                        check="tests",
+                        passed=False,
+                        attempt=number,
+                        run_id=run.run_id,
+                        detail=verify.describe_failure(run),
+                    )
+                )
+                att.feedback = (
+                    "The tests failed, so the implementation (or a test) is wrong:\n"
+                    + verify.describe_failure(run, tests_code)
+                )
                 return
-            att.verdicts.append(Verdict(check="tests", passed=True, attempt=number,
-                                        run_id=run.run_id, detail="example and property tests pass"))
+            att.verdicts.append(
+                Verdict(
+                    check="tests",
+                    passed=True,
+                    attempt=number,
+                    run_id=run.run_id,
+                    detail="example and property tests pass",
+                )
+            )
             att.code = program.solution + "\n\n" + program.code
         if mode == "steps":
             if not program.cells:
                 att.feedback = "steps mode: give the program as `cells`"
                 return
-            att.code = "\n\n".join(f"# --- cell {i} ---\n{cell}"
-                                     for i, cell in enumerate(program.cells, 1))
+            att.code = "\n\n".join(
+                f"# --- cell {i} ---\n{cell}" for i, cell in enumerate(program.cells, 1)
+            )
             run = self._run_cells(number, program.cells, log, att)
         else:
             run = self._run(number, "main", att.code, log, att)
@@ -290,41 +403,82 @@ class _Ask:
         att.main = run
         self._verify(att, number, run)
 
-    def _policy(self, number: int, label: str, code: str, log: AttemptLog,
-                att: _Attempt) -> bool:
+    def _policy(self, number: int, label: str, code: str, log: AttemptLog, att: _Attempt) -> bool:
         started = time.time()
-        pol = check_policy(self.executor, code, self.files, self.settings.limits,
-                           self.settings.profile)
-        self.trace.stage("policy", number, pol.decision, started, program=label, rule=pol.rule,
-                         message=pol.message, line=pol.line)
+        pol = check_policy(
+            self.executor, code, self.files, self.settings.limits, self.settings.profile
+        )
+        self.trace.stage(
+            "policy",
+            number,
+            pol.decision,
+            started,
+            program=label,
+            rule=pol.rule,
+            message=pol.message,
+            line=pol.line,
+        )
         if not pol.allowed:
             log.status = "policy_denied"
             log.error = f"{pol.rule}: {pol.message}"
-            where = (f" at line {pol.line}:\n{verify.snippet(code, pol.line)}"
-                     if pol.line is not None else "")
-            att.verdicts.append(Verdict(check="policy", passed=False, attempt=number,
-                                        detail=f"{pol.rule}: {pol.message}"))
-            att.feedback = (f"The policy (profile {self.settings.profile!r}) refused the "
-                            f"{label} program, rule {pol.rule}: {pol.message}{where}\n"
-                            "Write code that complies with the policy.")
+            where = (
+                f" at line {pol.line}:\n{verify.snippet(code, pol.line)}"
+                if pol.line is not None
+                else ""
+            )
+            att.verdicts.append(
+                Verdict(
+                    check="policy",
+                    passed=False,
+                    attempt=number,
+                    detail=f"{pol.rule}: {pol.message}",
+                )
+            )
+            att.feedback = (
+                f"The policy (profile {self.settings.profile!r}) refused the "
+                f"{label} program, rule {pol.rule}: {pol.message}{where}\n"
+                "Write code that complies with the policy."
+            )
             return False
         return True
 
-    def _run(self, number: int, label: str, code: str, log: AttemptLog,
-             att: _Attempt) -> RunResult | None:
+    def _run(
+        self, number: int, label: str, code: str, log: AttemptLog, att: _Attempt
+    ) -> RunResult | None:
         if not self._policy(number, label, code, log, att):
             return None
         started = time.time()
-        run = execute(self.executor, code, self.files, self.settings.limits,
-                      self.settings.profile, self.budget)
+        run = execute(
+            self.executor,
+            code,
+            self.files,
+            self.settings.limits,
+            self.settings.profile,
+            self.budget,
+        )
         self._ran(number, label, run, started, log, att)
         return run
 
-    def _ran(self, number: int, label: str, run: RunResult, started: float, log: AttemptLog,
-             att: _Attempt) -> None:
-        self.trace.stage("execute", number, run.status.value, started, run_id=run.run_id,
-                         program=label, wall_ms=run.metrics.wall_ms, session_id=run.session_id,
-                         artifacts=[a.path for a in run.artifacts])
+    def _ran(
+        self,
+        number: int,
+        label: str,
+        run: RunResult,
+        started: float,
+        log: AttemptLog,
+        att: _Attempt,
+    ) -> None:
+        self.trace.stage(
+            "execute",
+            number,
+            run.status.value,
+            started,
+            run_id=run.run_id,
+            program=label,
+            wall_ms=run.metrics.wall_ms,
+            session_id=run.session_id,
+            artifacts=[a.path for a in run.artifacts],
+        )
         if run.run_id:  # a cell of a session that had already ended has none
             log.run_ids.append(run.run_id)
         log.status = run.status.value
@@ -334,8 +488,9 @@ class _Ask:
         att.runs.append(run)
         self._account(run)
 
-    def _run_cells(self, number: int, cells: list[str], log: AttemptLog,
-                   att: _Attempt) -> RunResult | None:
+    def _run_cells(
+        self, number: int, cells: list[str], log: AttemptLog, att: _Attempt
+    ) -> RunResult | None:
         """Steps mode: the cells in order in a fresh session (each attempt starts clean, so a
         failed cell's half-done changes never leak into the repair). The result combines the
         cells: all their output, the latest version of every file, the last cell's run id."""
@@ -343,26 +498,36 @@ class _Ask:
             if not self._policy(number, f"cell {i}", cell, log, att):
                 return None
         runs: list[RunResult] = []
-        with self.executor.session(profile=self.settings.profile, limits=self.settings.limits,
-                                   files=self.files) as session:
+        with self.executor.session(
+            profile=self.settings.profile, limits=self.settings.limits, files=self.files
+        ) as session:
             for i, cell in enumerate(cells, 1):
                 started = time.time()
                 run, spent = self._run_cell(session, cell)
                 self._ran(number, f"cell {i}", run, started, log, att)
                 if spent:
-                    raise _Breaker("exec_time", f"execution-time budget of "
-                                   f"{self.settings.max_exec_s:g} s ran out during cell {i}")
+                    raise _Breaker(
+                        "exec_time",
+                        f"execution-time budget of "
+                        f"{self.settings.max_exec_s:g} s ran out during cell {i}",
+                    )
                 runs.append(run)
                 if not run.ok:
                     att.failed_cell = cell
                     if run.error is not None:
-                        run = run.model_copy(update={"error": run.error.model_copy(update={
-                            "message": f"in cell {i}: {run.error.message}"})})
+                        run = run.model_copy(
+                            update={
+                                "error": run.error.model_copy(
+                                    update={"message": f"in cell {i}: {run.error.message}"}
+                                )
+                            }
+                        )
                     return run
         files = {a.path: a for r in runs for a in r.artifacts}
         att.cell_outputs = [RunOutput(run_id=r.run_id, stdout=r.stdout) for r in runs]
-        return runs[-1].model_copy(update={
-            "stdout": "".join(r.stdout for r in runs), "artifacts": list(files.values())})
+        return runs[-1].model_copy(
+            update={"stdout": "".join(r.stdout for r in runs), "artifacts": list(files.values())}
+        )
 
     def _run_cell(self, session: Any, cell: str) -> tuple[RunResult, bool]:
         """One cell under the ask's execution-time budget; True when the budget ran out."""
@@ -375,10 +540,13 @@ class _Ask:
             run: RunResult = session.run(cell, timeout_s=reserved.limits.timeout_s)
         except SessionClosed as exc:
             self.budget.settle(reserved, 0.0, 0)
-            return RunResult(run_id="", status=Status.sandbox_error, session_id=session.id,
-                             error=ErrorInfo(type="SessionClosed", message=str(exc))), False
-        self.budget.settle(reserved, run.metrics.wall_ms / 1000,
-                           sum(a.size for a in run.artifacts))
+            return RunResult(
+                run_id="",
+                status=Status.sandbox_error,
+                session_id=session.id,
+                error=ErrorInfo(type="SessionClosed", message=str(exc)),
+            ), False
+        self.budget.settle(reserved, run.metrics.wall_ms / 1000, sum(a.size for a in run.artifacts))
         return run, reserved.time_clipped and run.status is Status.timeout
 
     def _verify(self, att: _Attempt, number: int, run: RunResult) -> None:
@@ -388,7 +556,8 @@ class _Ask:
         verdicts.append(verify.check_run(run, number))
         if not run.ok:
             att.feedback = "The program failed:\n" + verify.describe_failure(
-                run, att.failed_cell or att.code)
+                run, att.failed_cell or att.code
+            )
         else:
             att.result = verify.parse_result(run.stdout)
             verdicts.append(verify.check_result_present(att.result, number, run.run_id))
@@ -399,13 +568,20 @@ class _Ask:
         failed = [v for v in verdicts if not v.passed]
         if failed and att.feedback is None:
             att.feedback = "Verification failed:\n" + "\n".join(
-                f"- {v.check}: {v.detail}" for v in failed)
+                f"- {v.check}: {v.detail}" for v in failed
+            )
         if att.feedback is None:
             self._answer_and_review(att, number, run)
         checks = sorted({v.run_id for v in verdicts if v.run_id and v.run_id != run.run_id})
-        self.trace.stage("verify", number, "passed" if att.passed else "failed",
-                         started, run_id=run.run_id, check_runs=checks,
-                         verdicts=[v.model_dump(mode="json") for v in verdicts])
+        self.trace.stage(
+            "verify",
+            number,
+            "passed" if att.passed else "failed",
+            started,
+            run_id=run.run_id,
+            check_runs=checks,
+            verdicts=[v.model_dump(mode="json") for v in verdicts],
+        )
 
     def _answer_and_review(self, att: _Attempt, number: int, run: RunResult) -> None:
         """Draft the answer and ground it; then one review call judges the output (a failure
@@ -413,38 +589,76 @@ class _Ask:
         assert self.plan is not None
         outputs = att.outputs()
         evidence = ground.Evidence.of(outputs, run.artifacts, run.run_id)
-        context = ground.Context(self.question, att.code, tuple(self.files),
-                                 tuple(_header(data) for data in self.files.values()))
+        context = ground.Context(
+            self.question,
+            att.code,
+            tuple(self.files),
+            tuple(_header(data) for data in self.files.values()),
+        )
         draft: str | None = None
         problems: str | None = None
         last: list[Verdict] = []
         for n in range(1, ANSWER_DRAFTS + 1):
             draft, started = self._stage_call(
-                "answer", answer_mod.draft_answer, self.llm, self.question, self.plan, outputs,
-                att.result, verify.describe_artifacts(run), att.verdicts, previous=draft,
-                feedback=problems)
+                "answer",
+                answer_mod.draft_answer,
+                self.llm,
+                self.question,
+                self.plan,
+                outputs,
+                att.result,
+                verify.describe_artifacts(run),
+                att.verdicts,
+                previous=draft,
+                feedback=problems,
+            )
             claims = ground.check(draft, evidence, context, att.verdicts)
             bad = ground.problems(claims)
             grounding = Verdict(
-                check="grounding", passed=not bad, attempt=number, run_id=run.run_id,
-                detail=(f"{len(claims)} claims, each found in the outputs" if not bad
-                        else "; ".join(bad)))
-            self.trace.stage("answer", number, "ungrounded" if bad else "grounded", started,
-                             run_id=run.run_id, draft=n, text=draft,
-                             claims=[c.model_dump(mode="json") for c in claims])
+                check="grounding",
+                passed=not bad,
+                attempt=number,
+                run_id=run.run_id,
+                detail=(
+                    f"{len(claims)} claims, each found in the outputs"
+                    if not bad
+                    else "; ".join(bad)
+                ),
+            )
+            self.trace.stage(
+                "answer",
+                number,
+                "ungrounded" if bad else "grounded",
+                started,
+                run_id=run.run_id,
+                draft=n,
+                text=draft,
+                claims=[c.model_dump(mode="json") for c in claims],
+            )
             last = [grounding]
             if bad:
-                problems = ("It states what no output shows:\n"
-                            + "\n".join(f"- {p}" for p in bad))
+                problems = "It states what no output shows:\n" + "\n".join(f"- {p}" for p in bad)
                 continue
             (checklist, faithful), _ = self._stage_call(
-                "verify", verify.review, self.llm, self.question, self.plan, att.code, run,
-                att.result, draft, answer_mod.describe_checks(att.verdicts), number)
+                "verify",
+                verify.review,
+                self.llm,
+                self.question,
+                self.plan,
+                att.code,
+                run,
+                att.result,
+                draft,
+                answer_mod.describe_checks(att.verdicts),
+                number,
+            )
             last = [grounding, checklist, faithful]
             if not checklist.passed:
                 att.verdicts.extend(last)
-                att.feedback = ("A reviewer checked the output against the question and found: "
-                                f"{checklist.detail}")
+                att.feedback = (
+                    "A reviewer checked the output against the question and found: "
+                    f"{checklist.detail}"
+                )
                 return
             if not faithful.passed:
                 problems = f"A reviewer found: {faithful.detail}"
@@ -460,20 +674,33 @@ class _Ask:
         if self.schema is not None:
             att.verdicts.append(verify.check_schema(att.result, self.schema, number))
         if self.plan.invariants:
-            found, check_run = verify.check_invariants(self.executor, self.plan.invariants,
-                                                       att.result, self.budget, number)
+            found, check_run = verify.check_invariants(
+                self.executor, self.plan.invariants, att.result, self.budget, number
+            )
             att.runs.append(check_run)
             self._account(check_run)
             att.verdicts.extend(found)
         if self.plan.cross_check:
             if not att.program.cross_check:
-                att.verdicts.append(Verdict(check="cross_check", passed=False, attempt=number,
-                                            detail="the plan asks for a cross-check: give it "
-                                                   "in `cross_check`"))
+                att.verdicts.append(
+                    Verdict(
+                        check="cross_check",
+                        passed=False,
+                        attempt=number,
+                        detail="the plan asks for a cross-check: give it in `cross_check`",
+                    )
+                )
             else:
                 verdict, check_run = verify.cross_check(
-                    self.executor, att.program.cross_check, att.result, self.files,
-                    self.budget, self.settings.limits, self.settings.profile, number)
+                    self.executor,
+                    att.program.cross_check,
+                    att.result,
+                    self.files,
+                    self.budget,
+                    self.settings.limits,
+                    self.settings.profile,
+                    number,
+                )
                 att.runs.append(check_run)
                 self._account(check_run)
                 att.verdicts.append(verdict)
@@ -482,11 +709,22 @@ class _Ask:
         assert self.plan is not None and att.main is not None and att.answer is not None
         run = att.main
         self.trace.stage("answer", len(self.logs), "answered", time.time(), run_id=run.run_id)
-        return self._finish(Answer(
-            ask_id=self.ask_id, status="answered", question=self.question, answer=att.answer,
-            code=att.code, outputs=att.outputs(), run_ids=[r.run_id for r in att.runs],
-            artifacts=run.artifacts, verdicts=att.verdicts, claims=att.claims, plan=self.plan,
-            attempts=len(self.logs)))
+        return self._finish(
+            Answer(
+                ask_id=self.ask_id,
+                status="answered",
+                question=self.question,
+                answer=att.answer,
+                code=att.code,
+                outputs=att.outputs(),
+                run_ids=[r.run_id for r in att.runs],
+                artifacts=run.artifacts,
+                verdicts=att.verdicts,
+                claims=att.claims,
+                plan=self.plan,
+                attempts=len(self.logs),
+            )
+        )
 
     def _fail_ungrounded(self, att: _Attempt) -> Answer:
         """The program's result passed its checks, but no draft stated it faithfully: fail,
@@ -496,19 +734,27 @@ class _Ask:
         if len(result) > 500:
             result = result[:500] + "…"
         passed = ", ".join(v.check for v in att.verdicts if v.passed)
-        message = (f"no answer matched the evidence in {ANSWER_DRAFTS} drafts; the last: "
-                   f"{att.ungrounded.splitlines()[-1].lstrip('- ')}. The program's result, not "
-                   f"an answer (run {att.main.run_id}; checks passed: {passed}): {result}")
+        message = (
+            f"no answer matched the evidence in {ANSWER_DRAFTS} drafts; the last: "
+            f"{att.ungrounded.splitlines()[-1].lstrip('- ')}. The program's result, not "
+            f"an answer (run {att.main.run_id}; checks passed: {passed}): {result}"
+        )
         return self._fail("ungrounded", message, att)
 
     def _fail(self, kind: Any, message: str, att: _Attempt | None = None) -> Answer:
-        self.trace.stage("answer", len(self.logs), "failed", time.time(), kind=kind,
-                         message=message)
+        self.trace.stage(
+            "answer", len(self.logs), "failed", time.time(), kind=kind, message=message
+        )
         answer = Answer(
-            ask_id=self.ask_id, status="failed", question=self.question, plan=self.plan,
-            attempts=len(self.logs), run_ids=list(self.run_ids),
+            ask_id=self.ask_id,
+            status="failed",
+            question=self.question,
+            plan=self.plan,
+            attempts=len(self.logs),
+            run_ids=list(self.run_ids),
             evidence="runs" if self.run_ids else "none",
-            failure=Failure(kind=kind, message=message, logs=self.logs))
+            failure=Failure(kind=kind, message=message, logs=self.logs),
+        )
         if att is not None and att.main is not None:
             answer.code, answer.outputs = att.code, att.outputs()
             answer.artifacts, answer.verdicts = att.main.artifacts, att.verdicts
@@ -516,11 +762,21 @@ class _Ask:
 
     def _finish(self, answer: Answer) -> Answer:
         answer.usage = self.usage.model_copy()
-        if answer.status == "answered" and not answer.run_ids and self.plan is not None \
-                and not self.plan.needs_code:
+        if (
+            answer.status == "answered"
+            and not answer.run_ids
+            and self.plan is not None
+            and not self.plan.needs_code
+        ):
             self.trace.stage("answer", 0, "answered", time.time(), without_code=True)
-        self.store.finish(self.ask_id, answer.status, answer.model_dump_json(),
-                          answer.run_ids, self.usage.input_tokens, self.usage.output_tokens)
+        self.store.finish(
+            self.ask_id,
+            answer.status,
+            answer.model_dump_json(),
+            answer.run_ids,
+            self.usage.input_tokens,
+            self.usage.output_tokens,
+        )
         return answer
 
 

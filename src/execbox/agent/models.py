@@ -17,10 +17,12 @@ from ..contract import Artifact, Limits
 class Invariant(BaseModel):
     """A property the program's result must have."""
 
-    description: str = Field(description="What must hold, in words, e.g. 'counts are non-negative'.")
+    description: str = Field(
+        description="What must hold, in words, e.g. 'counts are non-negative'."
+    )
     expression: str = Field(
         description="A Python boolean expression over `result` (the JSON value the program prints "
-                    "on its last stdout line), e.g. \"all(v >= 0 for v in result['counts'].values())\"."
+        "on its last stdout line), e.g. \"all(v >= 0 for v in result['counts'].values())\"."
     )
 
 
@@ -29,23 +31,31 @@ class Plan(BaseModel):
 
     needs_code: bool = Field(
         description="True when answering requires running code (the question is about the given "
-                    "files, or needs computation, data cleaning, a chart or an algorithm).")
+        "files, or needs computation, data cleaning, a chart or an algorithm)."
+    )
     answer: str | None = Field(
-        None, description="The complete answer, only when needs_code is false.")
+        None, description="The complete answer, only when needs_code is false."
+    )
     checklist: list[str] = Field(
         default_factory=list,
         description="The question's requirements as short checkable items: how many items, units, "
-                    "rounding, output format, files to write.")
+        "rounding, output format, files to write.",
+    )
     invariants: list[Invariant] = Field(
-        default_factory=list, description="Properties the result must satisfy.")
+        default_factory=list, description="Properties the result must satisfy."
+    )
     mode: Literal["run", "tests_first", "steps"] = Field(
-        "run", description="'tests_first' for algorithmic tasks (write a function, test it, then "
-                           "use it); 'steps' for multi-step work whose later steps build on the "
-                           "state of earlier ones (cells in one stateful session); 'run' "
-                           "otherwise.")
+        "run",
+        description="'tests_first' for algorithmic tasks (write a function, test it, then "
+        "use it); 'steps' for multi-step work whose later steps build on the "
+        "state of earlier ones (cells in one stateful session); 'run' "
+        "otherwise.",
+    )
     cross_check: str | None = Field(
-        None, description="A cheap independent re-computation to run (brute force on small input), "
-                          "when one exists; null otherwise.")
+        None,
+        description="A cheap independent re-computation to run (brute force on small input), "
+        "when one exists; null otherwise.",
+    )
     approach: str = Field("", description="The approach in one or two sentences.")
 
 
@@ -53,23 +63,32 @@ class Program(BaseModel):
     """The Python code to run in the sandbox."""
 
     code: str = Field(
-        description="The main program. Its last stdout line must be one JSON value: the result.")
+        description="The main program. Its last stdout line must be one JSON value: the result."
+    )
     solution: str | None = Field(
-        None, description="tests_first mode: the reference implementation (functions only, no "
-                          "top-level work). It is placed before `tests` and before `code`.")
+        None,
+        description="tests_first mode: the reference implementation (functions only, no "
+        "top-level work). It is placed before `tests` and before `code`.",
+    )
     tests: str | None = Field(
-        None, description="tests_first mode: example-based and property-style tests (plain "
-                          "assert statements; random small inputs with a fixed seed compared with "
-                          "a brute-force version). Must exit non-zero on any failure.")
+        None,
+        description="tests_first mode: example-based and property-style tests (plain "
+        "assert statements; random small inputs with a fixed seed compared with "
+        "a brute-force version). Must exit non-zero on any failure.",
+    )
     cells: list[str] | None = Field(
-        None, description="steps mode: the cells, run in order in one stateful interpreter "
-                          "(each sees the variables of the cells before it); the last cell "
-                          "prints the result as JSON on its last line. `code` is then ignored.")
+        None,
+        description="steps mode: the cells, run in order in one stateful interpreter "
+        "(each sees the variables of the cells before it); the last cell "
+        "prints the result as JSON on its last line. `code` is then ignored.",
+    )
     cross_check: str | None = Field(
-        None, description="When the plan asks for a cross-check: a program that recomputes the "
-                          "result independently (brute force on small input) and asserts it "
-                          "matches `result` (a variable already holding the main program's JSON "
-                          "result). The input files are available too.")
+        None,
+        description="When the plan asks for a cross-check: a program that recomputes the "
+        "result independently (brute force on small input) and asserts it "
+        "matches `result` (a variable already holding the main program's JSON "
+        "result). The input files are available too.",
+    )
     notes: str = Field("", description="What changed since the previous attempt, if any.")
 
     @field_validator("code", "solution", "tests", "cross_check")
@@ -87,7 +106,7 @@ def strip_fence(text: str) -> str:
     """Models often wrap code in a Markdown fence; the sandbox wants the code alone."""
     stripped = text.strip()
     if stripped.startswith("```") and stripped.endswith("```") and "\n" in stripped:
-        body = stripped[stripped.index("\n") + 1:-3]
+        body = stripped[stripped.index("\n") + 1 : -3]
         return body.rstrip() + "\n"
     return text
 
@@ -104,14 +123,17 @@ class Review(BaseModel):
     items: list[ChecklistItem] = Field(default_factory=list, description="One entry per item.")
     answers_question: bool = Field(
         description="True only when the output fully answers the question as asked (e.g. "
-                    "asked for the top 5 and exactly 5 were printed).")
+        "asked for the top 5 and exactly 5 were printed)."
+    )
     problems: list[str] = Field(default_factory=list, description="What is wrong, if anything.")
     answer_faithful: bool = Field(
         description="True only when the drafted answer answers the question asked (not a "
-                    "different one), states only what the output shows, and claims no check "
-                    "that is not listed as passed.")
+        "different one), states only what the output shows, and claims no check "
+        "that is not listed as passed."
+    )
     answer_problems: list[str] = Field(
-        default_factory=list, description="What is wrong with the drafted answer, if anything.")
+        default_factory=list, description="What is wrong with the drafted answer, if anything."
+    )
 
 
 class Draft(BaseModel):
@@ -129,16 +151,29 @@ class Claim(BaseModel):
     grounded: bool
     run_id: str | None = Field(None, description="The run whose output shows it.")
     source: str | None = Field(
-        None, description="Where: 'stdout line 2: sum 6', 'result[\"north\"] = 7', "
-                          "'the question', or the check that passed.")
+        None,
+        description="Where: 'stdout line 2: sum 6', 'result[\"north\"] = 7', "
+        "'the question', or the check that passed.",
+    )
     detail: str = Field("", description="Why it is not grounded.")
 
 
 class Verdict(BaseModel):
     """One verification check and its outcome."""
 
-    check: Literal["status", "result", "schema", "invariant", "cross_check", "checklist",
-                   "tests", "policy", "inputs_used", "grounding", "answer"]
+    check: Literal[
+        "status",
+        "result",
+        "schema",
+        "invariant",
+        "cross_check",
+        "checklist",
+        "tests",
+        "policy",
+        "inputs_used",
+        "grounding",
+        "answer",
+    ]
     passed: bool
     detail: str = ""
     attempt: int = 0
@@ -170,8 +205,15 @@ class AttemptLog(BaseModel):
 class Failure(BaseModel):
     """Why the agent stopped without an answer, with the logs of every attempt."""
 
-    kind: Literal["repairs_exhausted", "exec_time", "tokens", "artifacts", "model_error",
-                  "ungrounded", "no_evidence"]
+    kind: Literal[
+        "repairs_exhausted",
+        "exec_time",
+        "tokens",
+        "artifacts",
+        "model_error",
+        "ungrounded",
+        "no_evidence",
+    ]
     message: str
     logs: list[AttemptLog] = Field(default_factory=list)
 
@@ -195,12 +237,17 @@ class Answer(BaseModel):
     outputs: list[RunOutput] = Field(default_factory=list)
     run_ids: list[str] = Field(default_factory=list, description="Runs the answer cites.")
     artifacts: list[Artifact] = Field(default_factory=list)
-    verdicts: list[Verdict] = Field(default_factory=list, description="Verdicts of the final attempt.")
+    verdicts: list[Verdict] = Field(
+        default_factory=list, description="Verdicts of the final attempt."
+    )
     evidence: Literal["runs", "none"] = Field(
-        "runs", description="'none': answered without running code (a definition or general "
-                            "knowledge); nothing was computed or checked.")
+        "runs",
+        description="'none': answered without running code (a definition or general "
+        "knowledge); nothing was computed or checked.",
+    )
     claims: list[Claim] = Field(
-        default_factory=list, description="Each value the answer states and where it came from.")
+        default_factory=list, description="Each value the answer states and where it came from."
+    )
     plan: Plan | None = None
     attempts: int = 0
     usage: TokenUsage = Field(default_factory=TokenUsage)
@@ -222,7 +269,9 @@ class AskSettings(BaseModel):
     max_artifact_bytes: int = Field(50 << 20, ge=0, description="Total artifact bytes of all runs.")
     max_artifact_files: int = Field(200, ge=0, description="Total artifact files of all runs.")
     limits: Limits | None = Field(
-        None, description="Limits of each run (fields set override the profile's defaults).")
+        None, description="Limits of each run (fields set override the profile's defaults)."
+    )
     profile: str = Field("data", description="Policy profile of the runs.")
     mode: Literal["auto", "run", "tests_first", "steps"] = Field(
-        "auto", description="'auto' follows the plan; the others force a mode.")
+        "auto", description="'auto' follows the plan; the others force a mode."
+    )

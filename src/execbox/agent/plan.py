@@ -45,8 +45,10 @@ def describe_files(files: Mapping[str, bytes]) -> str:
 def schema_text(schema: Mapping[str, Any] | None) -> str:
     if not schema:
         return ""
-    return ("\nThe result (the JSON printed on the last line) must match this JSON schema:\n"
-            + json.dumps(schema, indent=1))
+    return (
+        "\nThe result (the JSON printed on the last line) must match this JSON schema:\n"
+        + json.dumps(schema, indent=1)
+    )
 
 
 # A question that asks for a computed value: arithmetic on numbers it gives, or a statistic.
@@ -55,12 +57,14 @@ _COMPUTED = re.compile(
     r"\d+\s+[-/%]\s+\(?\d+|"
     r"\b(?:calculate|compute|evaluate|solve|simulate|sum of|total of|average|mean of|median|"
     r"percentile|standard deviation|variance|correlation|factorial of)\b|"
-    r"\b(?:summed|added|subtracted|multiplied|divided)\s+(?:with|to|by|from)\b", re.I)
+    r"\b(?:summed|added|subtracted|multiplied|divided)\s+(?:with|to|by|from)\b",
+    re.I,
+)
 # The same in words: "seventeen times twenty-three".
 _NUM = rf"(?:\d+(?:\.\d+)?|{WORD_NUMBER.pattern})"
 _COMPUTED_IN_WORDS = re.compile(
-    rf"{_NUM}\s+(?:times|plus|minus|over|multiplied by|divided by|to the power of)\s+{_NUM}",
-    re.I)
+    rf"{_NUM}\s+(?:times|plus|minus|over|multiplied by|divided by|to the power of)\s+{_NUM}", re.I
+)
 # Data pasted into the question: two or more lines of separated fields, some of them numbers.
 _TABLE_ROW = re.compile(r"^[^\n]*?[^\s,;|\t][ \t]*[,;|\t][^\n]*\d[^\n]*$", re.M)
 
@@ -69,8 +73,10 @@ def code_required(question: str, files: Mapping[str, bytes]) -> str | None:
     """Why this question cannot be answered without running code, or None. A plan without
     code is sent back once for these: an answer about data or a computed value needs a run."""
     if files:
-        return f"input files are given ({', '.join(sorted(files))}): the answer must come " \
-               "from reading them"
+        return (
+            f"input files are given ({', '.join(sorted(files))}): the answer must come "
+            "from reading them"
+        )
     match = _COMPUTED.search(question) or _COMPUTED_IN_WORDS.search(question)
     if match:
         return f"the question asks for a computed value ({match[0].strip()!r})"
@@ -79,10 +85,18 @@ def code_required(question: str, files: Mapping[str, bytes]) -> str | None:
     return None
 
 
-def make_plan(llm: LLM, question: str, files: Mapping[str, bytes],
-              schema: Mapping[str, Any] | None = None, *, sent_back: str | None = None) -> Plan:
+def make_plan(
+    llm: LLM,
+    question: str,
+    files: Mapping[str, bytes],
+    schema: Mapping[str, Any] | None = None,
+    *,
+    sent_back: str | None = None,
+) -> Plan:
     prompt = f"Question: {question}\n\n{describe_files(files)}{schema_text(schema)}"
     if sent_back:
-        prompt += (f"\n\nA plan without code was rejected: {sent_back}. Plan the code that "
-                   "computes the answer (needs_code true).")
+        prompt += (
+            f"\n\nA plan without code was rejected: {sent_back}. Plan the code that "
+            "computes the answer (needs_code true)."
+        )
     return llm.ask("plan", Plan, INSTRUCTIONS, prompt)

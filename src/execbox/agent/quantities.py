@@ -33,8 +33,9 @@ def normalize(text: str) -> str:
     """NFKC, every decimal digit as ASCII, format characters (zero-width and the like) gone;
     a superscript is a power ("10\u00b2" is 10^2, not 102)."""
     if "^{" in text or "<sup>" in text:  # LaTeX and HTML powers: "10^{3}" is 10^3
-        text = re.sub(r"\^\{([-+]?\d+)\}|<sup>([-+]?\d+)</sup>", lambda m: "^" + (m[1] or m[2]),
-                      text)
+        text = re.sub(
+            r"\^\{([-+]?\d+)\}|<sup>([-+]?\d+)</sup>", lambda m: "^" + (m[1] or m[2]), text
+        )
     if text.isascii():
         return text  # the common case, a long output's lines among them
     text = re.sub(f"[{_SUPERSCRIPT}]+", lambda m: "^" + m[0].translate(_SUPERSCRIPTS), text)
@@ -43,8 +44,9 @@ def normalize(text: str) -> str:
         category = unicodedata.category(ch)
         if category == "Cf":
             continue
-        out.append(str(unicodedata.digit(ch)) if category == "Nd"
-                   else "/" if ch == "\u2044" else ch)
+        out.append(
+            str(unicodedata.digit(ch)) if category == "Nd" else "/" if ch == "\u2044" else ch
+        )
     return "".join(out)
 
 
@@ -60,97 +62,193 @@ _NUMBER = r"""
                        |(?i:bn|mn|mln)|[kKMB])(?![A-Za-z]))?
     """
 # An answer's digit groups split by spaces are one number ("4 2" is 42): it claims it whole.
-NUMBER = re.compile(_NUMBER.replace(
-    "DIGITS", r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:[\ _']\d+)*(?:\.\d+)?|\.\d+"), re.X)
+NUMBER = re.compile(
+    _NUMBER.replace("DIGITS", r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:[\ _']\d+)*(?:\.\d+)?|\.\d+"),
+    re.X,
+)
 # An output's never are: print(4, 2) shows 4 and 2, not 42.
-OUTPUT_NUMBER = re.compile(_NUMBER.replace(
-    "DIGITS", r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d{1,3}(?:[_']\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
-    r"|\.\d+"), re.X)
+OUTPUT_NUMBER = re.compile(
+    _NUMBER.replace(
+        "DIGITS",
+        r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d{1,3}(?:[_']\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
+        r"|\.\d+",
+    ),
+    re.X,
+)
 # A run of digits glued to more than the tokenizer reads ("1,00,000", "0xFF", "1:30", "5-7",
 # "6e", "6T") is one claim that must appear literally; "50-row" is a compound adjective.
 _RUN_AFTER = re.compile(r"(?:\w|[.,:/^\u00b7\u2030'-](?=\w)(?!-[A-Za-z]{2}))+")
 _RUN_BEFORE = re.compile(r"(?:\w|\d[.,:/^\u00b7'-])+$")
 # A magnitude the tokenizer does not know ("6 Mio", "6 Mrd", "6 thou"), a vague plural
 # ("thousands of"), a denial ("not 6"): claims that only an output's very words can bear out.
-_VAGUE_MAGNITUDE = re.compile(r"\s?(?:(?i:mio|mill?|mrd|mds?|thou|tn|trn?|bil|lacs?|cr)\.?"
-                              r"|MM|T|G)(?![A-Za-z])")
-VAGUE_PLURAL = re.compile(r"\b(?:tens|dozens|scores|hundreds|thousands|millions|billions|"
-                          r"trillions)\s+of\b", re.I)
+_VAGUE_MAGNITUDE = re.compile(
+    r"\s?(?:(?i:mio|mill?|mrd|mds?|thou|tn|trn?|bil|lacs?|cr)\.?"
+    r"|MM|T|G)(?![A-Za-z])"
+)
+VAGUE_PLURAL = re.compile(
+    r"\b(?:tens|dozens|scores|hundreds|thousands|millions|billions|"
+    r"trillions)\s+of\b",
+    re.I,
+)
 # Counts in other words: "no tests failed" is at most 0 of what it names, "a single" is 1,
 # "twice as" a ratio of 2; "NaN" and "infinity" only as an output prints them.
-_COUNT_WORDS = re.compile(r"\b(?P<none>no\s+(?=[a-z]+\s+(?:failed|passed|errored|crashed|"
-                          r"matched|remain\w*|were|are|was|is|had|have|exist\w*)\b))|"
-                          r"\b(?P<one>a\s+single)\b|\b(?P<two>twice)(?=\s+as\b)|"
-                          r"\b(?P<three>thrice)(?=\s+as\b)|(?<![\w.])(?P<odd>nan|inf(?:inity)?)\b",
-                          re.I)
+_COUNT_WORDS = re.compile(
+    r"\b(?P<none>no\s+(?=[a-z]+\s+(?:failed|passed|errored|crashed|"
+    r"matched|remain\w*|were|are|was|is|had|have|exist\w*)\b))|"
+    r"\b(?P<one>a\s+single)\b|\b(?P<two>twice)(?=\s+as\b)|"
+    r"\b(?P<three>thrice)(?=\s+as\b)|(?<![\w.])(?P<odd>nan|inf(?:inity)?)\b",
+    re.I,
+)
 _NEGATED = re.compile(r"\b(?:not|isn't|aren't|wasn't|weren't|never)\s+(?:even\s+)?$", re.I)
 # Points are a difference of percentages ("5 percentage points"): only a derived change holds.
-_POINTS = re.compile(r"\s*(?:percentage\s+points?|pp\b|p\.p\.|basis\s+points?|bps?\b)",
-                     re.I)
-_MAGNITUDES = {"k": 1e3, "m": 1e6, "b": 1e9, "bn": 1e9, "mn": 1e6, "mln": 1e6, "hundred": 1e2,
-               "lakh": 1e5, "crore": 1e7, "grand": 1e3,
-               "thousand": 1e3, "million": 1e6, "billion": 1e9, "trillion": 1e12, "dozen": 12.0}
+_POINTS = re.compile(r"\s*(?:percentage\s+points?|pp\b|p\.p\.|basis\s+points?|bps?\b)", re.I)
+_MAGNITUDES = {
+    "k": 1e3,
+    "m": 1e6,
+    "b": 1e9,
+    "bn": 1e9,
+    "mn": 1e6,
+    "mln": 1e6,
+    "hundred": 1e2,
+    "lakh": 1e5,
+    "crore": 1e7,
+    "grand": 1e3,
+    "thousand": 1e3,
+    "million": 1e6,
+    "billion": 1e9,
+    "trillion": 1e12,
+    "dozen": 12.0,
+}
 
-_UNITS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
-          "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen",
-          "eighteen", "nineteen", "twenty"]
+_UNITS = [
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+    "twenty",
+]
 _WORD_VALUES = {w: i for i, w in enumerate(_UNITS)} | {
-    w: 10 * i for i, w in enumerate(["thirty", "forty", "fifty", "sixty", "seventy", "eighty",
-                                     "ninety"], 3)}
-_WORD_SCALES = {"hundred": 100, "thousand": 10 ** 3, "million": 10 ** 6, "billion": 10 ** 9,
-                "trillion": 10 ** 12, "dozen": 12}
+    w: 10 * i
+    for i, w in enumerate(["thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"], 3)
+}
+_WORD_SCALES = {
+    "hundred": 100,
+    "thousand": 10**3,
+    "million": 10**6,
+    "billion": 10**9,
+    "trillion": 10**12,
+    "dozen": 12,
+}
 _SCALE = "|".join(_WORD_SCALES)
 _WORD = "|".join(sorted([*_WORD_VALUES, *_WORD_SCALES], key=len, reverse=True))
 # No named groups: plan.py embeds this pattern twice in one expression.
-WORD_NUMBER = re.compile(rf"\b(?:an?\s+(?=(?:{_SCALE})\b))?(?:{_WORD})"
-                         rf"(?:(?:[- ]|\s+and\s+)(?:{_WORD}))*\b", re.I)
-_PARTS = {"half": 2, "halves": 2, "third": 3, "quarter": 4, "fourth": 4, "fifth": 5,
-          "sixth": 6, "seventh": 7, "eighth": 8, "ninth": 9, "tenth": 10}
+WORD_NUMBER = re.compile(
+    rf"\b(?:an?\s+(?=(?:{_SCALE})\b))?(?:{_WORD})"
+    rf"(?:(?:[- ]|\s+and\s+)(?:{_WORD}))*\b",
+    re.I,
+)
+_PARTS = {
+    "half": 2,
+    "halves": 2,
+    "third": 3,
+    "quarter": 4,
+    "fourth": 4,
+    "fifth": 5,
+    "sixth": 6,
+    "seventh": 7,
+    "eighth": 8,
+    "ninth": 9,
+    "tenth": 10,
+}
 WORD_FRACTION = re.compile(
     r"\b(?:(?P<count>an?|one|two|three|four|five|six|seven|eight|nine)[\s-]+)?"
     r"(?P<part>halves|half|(?:third|quarter|fourth|fifth|sixth|seventh|eighth|ninth|tenth)s?)"
-    r"\b", re.I)
+    r"\b",
+    re.I,
+)
 # "the first half" is a part of something, not the value 0.5.
-_HALF_OF_A_WHOLE = re.compile(r"\b(?:first|second|other|latter|former|top|bottom|upper|lower)"
-                              r"\s+$", re.I)
+_HALF_OF_A_WHOLE = re.compile(
+    r"\b(?:first|second|other|latter|former|top|bottom|upper|lower)"
+    r"\s+$",
+    re.I,
+)
 # "the one that", "no one", "one-off": pronouns and compounds, not the number 1.
-_ONE_PRONOUN_BEFORE = re.compile(r"\b(?:the|this|that|which|each|any|every|no|some)\s+$",
-                                 re.I)
+_ONE_PRONOUN_BEFORE = re.compile(r"\b(?:the|this|that|which|each|any|every|no|some)\s+$", re.I)
 _ONE_PRONOUN_AFTER = re.compile(r"(?:\s+another\b|'s\b|-)")
 
-_APPROX = re.compile(r"(?:about|approximately|approx\.?|roughly|around|nearly|almost|close to|"
-                     r"some|~|\u2248|circa|ca\.)\s*$", re.I)
+_APPROX = re.compile(
+    r"(?:about|approximately|approx\.?|roughly|around|nearly|almost|close to|"
+    r"some|~|\u2248|circa|ca\.)\s*$",
+    re.I,
+)
 _NEARLY = re.compile(r"(?:nearly|almost|just\s+(?:under|below|short\s+of))\s*$", re.I)
 # "no more than 6" is at most 6, "no fewer than 10" at least 10.
 _NO_MORE = re.compile(r"\bno[t]?\s+(?:more|greater|higher|larger|bigger)\s+than\s*$", re.I)
 _NO_LESS = re.compile(r"\bno[t]?\s+(?:fewer|less|lower|smaller)\s+than\s*$", re.I)
-_ABOVE = re.compile(r"(?:over|more than|above|at least|exceeds?|exceeding|upwards of|(?<![-=])>=?|"
-                    r"\u2265)\s*$", re.I)
+_ABOVE = re.compile(
+    r"(?:over|more than|above|at least|exceeds?|exceeding|upwards of|(?<![-=])>=?|"
+    r"\u2265)\s*$",
+    re.I,
+)
 _BELOW = re.compile(r"(?:under|less than|below|fewer than|at most|up to|<=?|\u2264)\s*$", re.I)
 # "a 3% drop": the direction named after the number.
-_DOWN_AFTER = re.compile(r"\s*(?:-?\s*points?\s+)?(?:drop|declin|decreas|fall|loss|reduction|cut|"
-                         r"lower|down\b|cheaper|less\b|fewer|smaller|slower|shorter|"
-                         r"worse|below)", re.I)
-_UP_AFTER = re.compile(r"\s*(?:-?\s*points?\s+)?(?:ris[ei]|increas|gain|growth|jump|climb|"
-                       r"higher|up\b|more\b|greater|larger|bigger|dearer|above)", re.I)
+_DOWN_AFTER = re.compile(
+    r"\s*(?:-?\s*points?\s+)?(?:drop|declin|decreas|fall|loss|reduction|cut|"
+    r"lower|down\b|cheaper|less\b|fewer|smaller|slower|shorter|"
+    r"worse|below)",
+    re.I,
+)
+_UP_AFTER = re.compile(
+    r"\s*(?:-?\s*points?\s+)?(?:ris[ei]|increas|gain|growth|jump|climb|"
+    r"higher|up\b|more\b|greater|larger|bigger|dearer|above)",
+    re.I,
+)
 _INCLUSIVE = re.compile(r"(?:at least|at most|up to|upwards of|>=|<=|\u2265|\u2264)\s*$", re.I)
 _APPROX_SHARE = 0.05  # "about 10" may be off by its rounding but no more than 5% of it
 _FRACTION_PRINTED_SHARE = 0.05
 # A bound is a claim about size too: "over 1,000" holds for 5,000, not for 5 million.
 BOUND_RANGE = 10.0
-DOWN = re.compile(r"\b(?:decreas\w*|declin\w*|drop\w*|fell|fall\w*|down|lower|loss|lost|"
-                  r"negative|minus|deficit|shr[aiu]nk\w*|reduc\w*|remov\w*|delet\w*)\b", re.I)
+DOWN = re.compile(
+    r"\b(?:decreas\w*|declin\w*|drop\w*|fell|fall\w*|down|lower|loss|lost|"
+    r"negative|minus|deficit|shr[aiu]nk\w*|reduc\w*|remov\w*|delet\w*)\b",
+    re.I,
+)
 # "dropped 3 rows" counts what was removed; "dropped by 3" is a change of -3.
 _DOWN_ONLY_WITH_BY = re.compile(r"\b(?:drop\w*|lost|reduc\w*|remov\w*|delet\w*)$", re.I)
-_UP = re.compile(r"\b(?:increas\w*|ris[ei]\w*|rose|gr[eo]w\w*|up|gain\w*|climb\w*|jump\w*|"
-                 r"higher)\b", re.I)
+_UP = re.compile(
+    r"\b(?:increas\w*|ris[ei]\w*|rose|gr[eo]w\w*|up|gain\w*|climb\w*|jump\w*|"
+    r"higher)\b",
+    re.I,
+)
 # The direction word must lead straight to the number: "fell by 3" is -3, "fell to 6" is 6.
 _DIRECTION_LINK = re.compile(r"\s+(?P<by>by\s+|of\s+)?(?:an?\s+)?$", re.I)
 # A number after these words is a position, not a value: "line 3", "step 2", "#1".
-_POSITION = re.compile(r"(?:\bline|\blines|\bstep|\bcell|\battempt|\bitem|\bpage|\brank|"
-                       r"\bversion|\bpython|\bno\.|#)\s*$", re.I)
-_ROUNDING_AFTER = re.compile(r"\s*(?:decimal\s+(?:places?|digits?)|decimals?\b|dp\b|d\.p\.|"
-                             r"significant\s+(?:figures?|digits?)|sig\.?\s*figs?\b)", re.I)
+_POSITION = re.compile(
+    r"(?:\bline|\blines|\bstep|\bcell|\battempt|\bitem|\bpage|\brank|"
+    r"\bversion|\bpython|\bno\.|#)\s*$",
+    re.I,
+)
+_ROUNDING_AFTER = re.compile(
+    r"\s*(?:decimal\s+(?:places?|digits?)|decimals?\b|dp\b|d\.p\.|"
+    r"significant\s+(?:figures?|digits?)|sig\.?\s*figs?\b)",
+    re.I,
+)
 _ROUNDING_BEFORE = re.compile(r"(?:\bto|\bat|\bwith|\bin|\brounded|\()\s*$", re.I)
 # COVID-19, UTF-8, x86-64 name things; "3-500" is a range, "top-500" a value.
 _IDENTIFIER_HYPHEN = re.compile(r"\b(?:[A-Z]{2,}|(?=\w*[A-Za-z])(?=\w*\d)\w+)-$")
@@ -210,7 +308,7 @@ def _parse(match: re.Match[str], rounded: bool) -> tuple[float, float, float]:
     value = float(digits) * scale
     if match["sign"] in ("-", "\u2212"):
         value = -value
-    step = stated = 0.0 if exp and not decimals else 10.0 ** -decimals * scale
+    step = stated = 0.0 if exp and not decimals else 10.0**-decimals * scale
     if rounded and not decimals and digits.strip("0"):
         step *= 10.0 ** (len(digits) - len(digits.rstrip("0")))
     return value, step, stated
@@ -223,13 +321,17 @@ def numbers_in(text: str) -> Iterator[Found]:
     for match in OUTPUT_NUMBER.finditer(text):
         end = match.end()
         unit = UNIT_AFTER.match(text, end)
-        if re.match(r"[A-Za-z_]", text[end:end + 1]) and not unit:
+        if re.match(r"[A-Za-z_]", text[end : end + 1]) and not unit:
             continue
         value, step, _ = _parse(match, False)
         printed = step if "." in match["num"] else 0.0
         spelled = CURRENCY.get(match["cur"] or "") or (unit[1] if unit else None)
-        if "," in match["num"] and re.search(r"[\[,]$", text[:match.start()]) \
-                or re.match(r"[\],]", text[end:end + 1]) and "," in match["num"]:
+        if (
+            "," in match["num"]
+            and re.search(r"[\[,]$", text[: match.start()])
+            or re.match(r"[\],]", text[end : end + 1])
+            and "," in match["num"]
+        ):
             for part in match["num"].split(","):
                 yield Found(float(part), 0.0, match.start(), end)
             continue
@@ -238,7 +340,7 @@ def numbers_in(text: str) -> Iterator[Found]:
             yield Found(value / 100, printed / 100, match.start(), end)
             continue
         yield Found(value, printed, match.start(), end, spelled)
-        if match["paren"] and text[end:end + 1] == ")":
+        if match["paren"] and text[end : end + 1] == ")":
             yield Found(-value, printed, match.start(), end)
 
 
@@ -248,8 +350,10 @@ def word_numbers(text: str) -> Iterator[tuple[float, float, re.Match[str]]]:
     left out."""
     for match in WORD_NUMBER.finditer(text):
         words = re.split(r"[- ]+(?:and\s+)?", match[0].lower())
-        if words == ["one"] and (_ONE_PRONOUN_BEFORE.search(text[:match.start()])
-                                 or _ONE_PRONOUN_AFTER.match(text, match.end())):
+        if words == ["one"] and (
+            _ONE_PRONOUN_BEFORE.search(text[: match.start()])
+            or _ONE_PRONOUN_AFTER.match(text, match.end())
+        ):
             continue
         total = current = 0
         for word in words:
@@ -273,32 +377,51 @@ def word_fractions(text: str) -> Iterator[tuple[float, re.Match[str]]]:
     for match in WORD_FRACTION.finditer(text):
         part = match["part"].lower().removesuffix("s")
         part = "half" if part == "halve" else part
-        if match["count"] is None and (part != "half"
-                                       or _HALF_OF_A_WHOLE.search(text[:match.start()])):
+        if match["count"] is None and (
+            part != "half" or _HALF_OF_A_WHOLE.search(text[: match.start()])
+        ):
             continue
-        count = (1 if match["count"] is None or match["count"].lower() in ("a", "an")
-                 else _WORD_VALUES[match["count"].lower()])
+        count = (
+            1
+            if match["count"] is None or match["count"].lower() in ("a", "an")
+            else _WORD_VALUES[match["count"].lower()]
+        )
         yield count / _PARTS[part], match
 
 
 def _lead(before: str) -> tuple[str, bool, str | None]:
     """The bound, strictness and direction the words before a number give it."""
-    bound = ("below" if _NO_MORE.search(before) else "above" if _NO_LESS.search(before)
-             else "nearly" if _NEARLY.search(before) else "approx" if _APPROX.search(before)
-             else "above" if _ABOVE.search(before) else "below" if _BELOW.search(before)
-             else "exact")
-    strict = bound in ("above", "below") and not _INCLUSIVE.search(before) \
-        and not _NO_MORE.search(before) and not _NO_LESS.search(before)
+    bound = (
+        "below"
+        if _NO_MORE.search(before)
+        else "above"
+        if _NO_LESS.search(before)
+        else "nearly"
+        if _NEARLY.search(before)
+        else "approx"
+        if _APPROX.search(before)
+        else "above"
+        if _ABOVE.search(before)
+        else "below"
+        if _BELOW.search(before)
+        else "exact"
+    )
+    strict = (
+        bound in ("above", "below")
+        and not _INCLUSIVE.search(before)
+        and not _NO_MORE.search(before)
+        and not _NO_LESS.search(before)
+    )
     for pattern in (_NO_MORE, _NO_LESS, _APPROX, _ABOVE, _BELOW):
         before = pattern.sub("", before)
     link = _DIRECTION_LINK.search(before)
     if link is None:
         return bound, strict, None
-    head = before[:link.start()]
+    head = before[: link.start()]
     down = re.search(DOWN.pattern + r"$", head, re.I) is not None and (
-        link["by"] is not None or not _DOWN_ONLY_WITH_BY.search(head))
-    direction = ("down" if down else "up" if re.search(_UP.pattern + r"$", head, re.I)
-                 else None)
+        link["by"] is not None or not _DOWN_ONLY_WITH_BY.search(head)
+    )
+    direction = "down" if down else "up" if re.search(_UP.pattern + r"$", head, re.I) else None
     return bound, strict, direction
 
 
@@ -309,9 +432,12 @@ def claimed_numbers(text: str) -> Iterator[Num]:
         end = match.end()
         if match.start() < claimed_to:
             continue  # a piece of a run claimed whole
-        before = text[max(0, match.start() - 40):match.start()]
-        if _POSITION.search(before) or _IDENTIFIER_HYPHEN.search(before) or (
-                _ROUNDING_AFTER.match(text, end) and _ROUNDING_BEFORE.search(before)):
+        before = text[max(0, match.start() - 40) : match.start()]
+        if (
+            _POSITION.search(before)
+            or _IDENTIFIER_HYPHEN.search(before)
+            or (_ROUNDING_AFTER.match(text, end) and _ROUNDING_BEFORE.search(before))
+        ):
             continue
         if _ORDINAL.match(text, end) and "." not in match["num"]:
             continue  # "3rd": a position
@@ -322,26 +448,43 @@ def claimed_numbers(text: str) -> Iterator[Num]:
             continue
         bound, strict, direction = _lead(before)
         value, step, stated = _parse(match, rounded=bound != "exact")
-        if match["paren"] and text[end:end + 1] == ")":
+        if match["paren"] and text[end : end + 1] == ")":
             value, end = -value, end + 1  # accounting: "(300)" is -300
         unit_match = UNIT_AFTER.match(text, end) if not match["pct"] else None
-        unit = CURRENCY[match["cur"]] if match["cur"] else (
-            unit_match[1] if unit_match else None)
+        unit = CURRENCY[match["cur"]] if match["cur"] else (unit_match[1] if unit_match else None)
         factors = BYTE_FACTORS.get(unit_match[1].lower(), (1.0,)) if unit_match else (1.0,)
         if unit_match:
             end = unit_match.end()
         elif multiplier := _MULTIPLIER.match(text, end):
             end = multiplier.end()  # "50x faster": 50 is claimed, as a ratio
         if direction is None:
-            direction = ("down" if _DOWN_AFTER.match(text, end)
-                         else "up" if _UP_AFTER.match(text, end) else None)
+            direction = (
+                "down"
+                if _DOWN_AFTER.match(text, end)
+                else "up"
+                if _UP_AFTER.match(text, end)
+                else None
+            )
         truncatable = "." in match["num"] and not (match["mag1"] or match["mag2"])
         points = _POINTS.match(text, end) if not match["pct"] else None
         if points is not None:
             end = points.end()
-        yield Num(text[match.start():end].strip(), match.start(), end, value, step,
-                  bool(match["pct"] or points), direction, bound, unit, factors, strict,
-                  truncatable, stated, points=points is not None)
+        yield Num(
+            text[match.start() : end].strip(),
+            match.start(),
+            end,
+            value,
+            step,
+            bool(match["pct"] or points),
+            direction,
+            bound,
+            unit,
+            factors,
+            strict,
+            truncatable,
+            stated,
+            points=points is not None,
+        )
 
 
 def _literal_run(text: str, match: re.Match[str]) -> Num | None:
@@ -354,8 +497,9 @@ def _literal_run(text: str, match: re.Match[str]) -> Num | None:
         start = glued.start()
     run = _RUN_AFTER.match(text, end)
     vague = _VAGUE_MAGNITUDE.match(text, end)
-    if run is not None and (UNIT_AFTER.match(text, end) or _ORDINAL.fullmatch(run[0])
-                            or _MULTIPLIER.match(text, end)):
+    if run is not None and (
+        UNIT_AFTER.match(text, end) or _ORDINAL.fullmatch(run[0]) or _MULTIPLIER.match(text, end)
+    ):
         run = None
     if vague is not None and UNIT_AFTER.match(text, end):
         vague = None
@@ -373,25 +517,49 @@ def claimed_words(text: str) -> Iterator[Num]:
     masked = text
     for match in _COUNT_WORDS.finditer(text):
         value = 0.0 if match["none"] else 1.0 if match["one"] else 2.0 if match["two"] else 3.0
-        yield Num(match[0].strip(), match.start(), match.end(), value, 0.0,
-                  bound="below" if match["none"] else "exact", literal=bool(match["odd"]))
-        masked = masked[:match.start()] + " " * len(match[0]) + masked[match.end():]
+        yield Num(
+            match[0].strip(),
+            match.start(),
+            match.end(),
+            value,
+            0.0,
+            bound="below" if match["none"] else "exact",
+            literal=bool(match["odd"]),
+        )
+        masked = masked[: match.start()] + " " * len(match[0]) + masked[match.end() :]
     for match in VAGUE_PLURAL.finditer(masked):
         yield Num(match[0], match.start(), match.end(), math.nan, 0.0, literal=True)
-        masked = masked[:match.start()] + " " * len(match[0]) + masked[match.end():]
+        masked = masked[: match.start()] + " " * len(match[0]) + masked[match.end() :]
     for value, match in word_fractions(masked):
-        before = text[max(0, match.start() - 40):match.start()]
+        before = text[max(0, match.start() - 40) : match.start()]
         bound, strict, direction = _lead(before)
-        yield Num(match[0], match.start(), match.end(), value, 0.0, bound=bound,
-                  strict=strict, direction=direction)
-        masked = masked[:match.start()] + " " * len(match[0]) + masked[match.end():]
+        yield Num(
+            match[0],
+            match.start(),
+            match.end(),
+            value,
+            0.0,
+            bound=bound,
+            strict=strict,
+            direction=direction,
+        )
+        masked = masked[: match.start()] + " " * len(match[0]) + masked[match.end() :]
     for value, step, match in word_numbers(masked):
-        before = masked[max(0, match.start() - 40):match.start()]
+        before = masked[max(0, match.start() - 40) : match.start()]
         if _POSITION.search(before):
             continue
         bound, strict, direction = _lead(before)
-        yield Num(match[0], match.start(), match.end(), value, step, bound=bound,
-                  strict=strict, direction=direction, stated_step=step)
+        yield Num(
+            match[0],
+            match.start(),
+            match.end(),
+            value,
+            step,
+            bound=bound,
+            strict=strict,
+            direction=direction,
+            stated_step=step,
+        )
 
 
 def matches(num: Num, fact: float, fact_step: float = 0.0, where: str = "") -> bool:
@@ -401,13 +569,22 @@ def matches(num: Num, fact: float, fact_step: float = 0.0, where: str = "") -> b
     if num.direction == "down" and num.value >= 0:
         # "fell by 3" is -3; a printed 3 counts only where the output calls it a fall.
         targets = [-fact, fact] if DOWN.search(where) else [-fact]
-    if any(within(num, value, step, target, fact_step)
-           for value, step in num.candidates() for target in targets):
+    if any(
+        within(num, value, step, target, fact_step)
+        for value, step in num.candidates()
+        for target in targets
+    ):
         return True
     # "50%" for a printed 50 only when the output itself speaks of a percentage.
-    return num.percent and re.search(r"%|percent|pct", where, re.I) is not None and any(
-        within(num, num.value * f, num.step * f, target, fact_step) for f in num.factors
-        for target in targets)
+    return (
+        num.percent
+        and re.search(r"%|percent|pct", where, re.I) is not None
+        and any(
+            within(num, num.value * f, num.step * f, target, fact_step)
+            for f in num.factors
+            for target in targets
+        )
+    )
 
 
 def within(num: Num, value: float, step: float, fact: float, fact_step: float = 0.0) -> bool:
@@ -422,8 +599,7 @@ def within(num: Num, value: float, step: float, fact: float, fact_step: float = 
         if value <= 0:
             return True
         # "fewer than 10 errors" holds for none.
-        return fact <= value * BOUND_RANGE if sign > 0 else fact >= value / BOUND_RANGE \
-            or fact == 0
+        return fact <= value * BOUND_RANGE if sign > 0 else fact >= value / BOUND_RANGE or fact == 0
     # An exact fraction ("two thirds") names any value a printed decimal of two significant
     # digits or more may stand for (0.6667, not 0.3); a written decimal may not be finer.
     rounded = step == 0 and fact_step <= _FRACTION_PRINTED_SHARE * abs(fact)
@@ -431,8 +607,15 @@ def within(num: Num, value: float, step: float, fact: float, fact_step: float = 
     if abs(fact - value) <= slack:
         # "about 10" rounds 6 to one digit, but is not a fair word for it.
         stated = num.stated_step * step / num.step if num.step else step
-        return num.bound not in ("approx", "nearly") or abs(fact - value) <= _APPROX_SHARE * abs(value) + tiny \
+        return (
+            num.bound not in ("approx", "nearly")
+            or abs(fact - value) <= _APPROX_SHARE * abs(value) + tiny
             or abs(fact - value) <= stated / 2 + tiny
+        )
     # Truncated rather than rounded ("3.1415" for 3.14159): the stated digits are the fact's.
-    return num.bound == "exact" and num.truncatable and step > 0 \
+    return (
+        num.bound == "exact"
+        and num.truncatable
+        and step > 0
         and abs(math.trunc(fact / step) * step - value) <= tiny
+    )

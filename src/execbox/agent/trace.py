@@ -19,7 +19,8 @@ from pydantic import BaseModel
 _meta = sa.MetaData()
 
 asks_table = sa.Table(
-    "agent_asks", _meta,
+    "agent_asks",
+    _meta,
     sa.Column("ask_id", sa.String(40), primary_key=True),
     sa.Column("created_at", sa.Float, nullable=False, index=True),
     sa.Column("finished_at", sa.Float),
@@ -33,7 +34,8 @@ asks_table = sa.Table(
 )
 
 stages_table = sa.Table(
-    "agent_stages", _meta,
+    "agent_stages",
+    _meta,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("ask_id", sa.String(40), nullable=False, index=True),
     sa.Column("seq", sa.Integer, nullable=False),
@@ -47,7 +49,8 @@ stages_table = sa.Table(
 )
 
 calls_table = sa.Table(
-    "agent_model_calls", _meta,
+    "agent_model_calls",
+    _meta,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("ask_id", sa.String(40), nullable=False, index=True),
     sa.Column("seq", sa.Integer, nullable=False),
@@ -115,67 +118,169 @@ class TraceStore:
 
     def start(self, ask_id: str, question: str, model: str) -> None:
         with self.engine.begin() as conn:
-            conn.execute(asks_table.insert().values(
-                ask_id=ask_id, created_at=time.time(), question=question, model=model,
-                status="running", run_ids="[]", input_tokens=0, output_tokens=0))
+            conn.execute(
+                asks_table.insert().values(
+                    ask_id=ask_id,
+                    created_at=time.time(),
+                    question=question,
+                    model=model,
+                    status="running",
+                    run_ids="[]",
+                    input_tokens=0,
+                    output_tokens=0,
+                )
+            )
 
-    def add_stage(self, ask_id: str, seq: int, stage: str, attempt: int, status: str,
-                  started_at: float, duration_ms: float, run_id: str | None,
-                  detail: dict[str, Any]) -> None:
+    def add_stage(
+        self,
+        ask_id: str,
+        seq: int,
+        stage: str,
+        attempt: int,
+        status: str,
+        started_at: float,
+        duration_ms: float,
+        run_id: str | None,
+        detail: dict[str, Any],
+    ) -> None:
         with self.engine.begin() as conn:
-            conn.execute(stages_table.insert().values(
-                ask_id=ask_id, seq=seq, stage=stage, attempt=attempt, status=status,
-                started_at=started_at, duration_ms=duration_ms, run_id=run_id,
-                detail=json.dumps(detail, default=str)))
+            conn.execute(
+                stages_table.insert().values(
+                    ask_id=ask_id,
+                    seq=seq,
+                    stage=stage,
+                    attempt=attempt,
+                    status=status,
+                    started_at=started_at,
+                    duration_ms=duration_ms,
+                    run_id=run_id,
+                    detail=json.dumps(detail, default=str),
+                )
+            )
 
-    def add_call(self, ask_id: str, seq: int, stage: str, model: str, input_tokens: int,
-                 output_tokens: int, requests: int, duration_ms: float, ok: bool,
-                 error: str | None) -> None:
+    def add_call(
+        self,
+        ask_id: str,
+        seq: int,
+        stage: str,
+        model: str,
+        input_tokens: int,
+        output_tokens: int,
+        requests: int,
+        duration_ms: float,
+        ok: bool,
+        error: str | None,
+    ) -> None:
         with self.engine.begin() as conn:
-            conn.execute(calls_table.insert().values(
-                ask_id=ask_id, seq=seq, stage=stage, model=model, input_tokens=input_tokens,
-                output_tokens=output_tokens, requests=requests, duration_ms=duration_ms, ok=ok,
-                error=error))
+            conn.execute(
+                calls_table.insert().values(
+                    ask_id=ask_id,
+                    seq=seq,
+                    stage=stage,
+                    model=model,
+                    input_tokens=input_tokens,
+                    output_tokens=output_tokens,
+                    requests=requests,
+                    duration_ms=duration_ms,
+                    ok=ok,
+                    error=error,
+                )
+            )
 
-    def finish(self, ask_id: str, status: str, answer_json: str, run_ids: list[str],
-               input_tokens: int, output_tokens: int) -> None:
+    def finish(
+        self,
+        ask_id: str,
+        status: str,
+        answer_json: str,
+        run_ids: list[str],
+        input_tokens: int,
+        output_tokens: int,
+    ) -> None:
         with self.engine.begin() as conn:
-            conn.execute(asks_table.update().where(asks_table.c.ask_id == ask_id).values(
-                finished_at=time.time(), status=status, answer=answer_json,
-                run_ids=json.dumps(run_ids), input_tokens=input_tokens,
-                output_tokens=output_tokens))
+            conn.execute(
+                asks_table.update()
+                .where(asks_table.c.ask_id == ask_id)
+                .values(
+                    finished_at=time.time(),
+                    status=status,
+                    answer=answer_json,
+                    run_ids=json.dumps(run_ids),
+                    input_tokens=input_tokens,
+                    output_tokens=output_tokens,
+                )
+            )
 
     def get(self, ask_id: str) -> AskTrace | None:
         with self.engine.connect() as conn:
             ask = conn.execute(asks_table.select().where(asks_table.c.ask_id == ask_id)).first()
             if ask is None:
                 return None
-            stages = conn.execute(stages_table.select().where(stages_table.c.ask_id == ask_id)
-                                  .order_by(stages_table.c.seq)).all()
-            calls = conn.execute(calls_table.select().where(calls_table.c.ask_id == ask_id)
-                                 .order_by(calls_table.c.seq)).all()
+            stages = conn.execute(
+                stages_table.select()
+                .where(stages_table.c.ask_id == ask_id)
+                .order_by(stages_table.c.seq)
+            ).all()
+            calls = conn.execute(
+                calls_table.select()
+                .where(calls_table.c.ask_id == ask_id)
+                .order_by(calls_table.c.seq)
+            ).all()
         return AskTrace(
-            ask_id=ask.ask_id, created_at=ask.created_at, finished_at=ask.finished_at,
-            question=ask.question, model=ask.model, status=ask.status,
+            ask_id=ask.ask_id,
+            created_at=ask.created_at,
+            finished_at=ask.finished_at,
+            question=ask.question,
+            model=ask.model,
+            status=ask.status,
             answer=json.loads(ask.answer) if ask.answer else None,
-            run_ids=json.loads(ask.run_ids), input_tokens=ask.input_tokens,
+            run_ids=json.loads(ask.run_ids),
+            input_tokens=ask.input_tokens,
             output_tokens=ask.output_tokens,
-            stages=[StageRow(seq=s.seq, stage=s.stage, attempt=s.attempt, status=s.status,
-                             started_at=s.started_at, duration_ms=s.duration_ms,
-                             run_id=s.run_id, detail=json.loads(s.detail)) for s in stages],
-            model_calls=[CallRow(seq=c.seq, stage=c.stage, model=c.model,
-                                 input_tokens=c.input_tokens, output_tokens=c.output_tokens,
-                                 requests=c.requests, duration_ms=c.duration_ms, ok=c.ok,
-                                 error=c.error) for c in calls],
+            stages=[
+                StageRow(
+                    seq=s.seq,
+                    stage=s.stage,
+                    attempt=s.attempt,
+                    status=s.status,
+                    started_at=s.started_at,
+                    duration_ms=s.duration_ms,
+                    run_id=s.run_id,
+                    detail=json.loads(s.detail),
+                )
+                for s in stages
+            ],
+            model_calls=[
+                CallRow(
+                    seq=c.seq,
+                    stage=c.stage,
+                    model=c.model,
+                    input_tokens=c.input_tokens,
+                    output_tokens=c.output_tokens,
+                    requests=c.requests,
+                    duration_ms=c.duration_ms,
+                    ok=c.ok,
+                    error=c.error,
+                )
+                for c in calls
+            ],
         )
 
     def list(self, limit: int = 20) -> list[dict[str, Any]]:
         with self.engine.connect() as conn:
-            rows = conn.execute(asks_table.select().order_by(asks_table.c.created_at.desc())
-                                .limit(limit)).all()
-        return [{"ask_id": r.ask_id, "created_at": r.created_at, "status": r.status,
-                 "model": r.model, "question": r.question,
-                 "tokens": r.input_tokens + r.output_tokens} for r in rows]
+            rows = conn.execute(
+                asks_table.select().order_by(asks_table.c.created_at.desc()).limit(limit)
+            ).all()
+        return [
+            {
+                "ask_id": r.ask_id,
+                "created_at": r.created_at,
+                "status": r.status,
+                "model": r.model,
+                "question": r.question,
+                "tokens": r.input_tokens + r.output_tokens,
+            }
+            for r in rows
+        ]
 
 
 class Recorder:
@@ -192,12 +297,47 @@ class Recorder:
             self._seq += 1
             return self._seq
 
-    def stage(self, stage: str, attempt: int, status: str, started_at: float,
-              run_id: str | None = None, **detail: Any) -> None:
-        self.store.add_stage(self.ask_id, self._next(), stage, attempt, status, started_at,
-                             (time.time() - started_at) * 1000, run_id, detail)
+    def stage(
+        self,
+        stage: str,
+        attempt: int,
+        status: str,
+        started_at: float,
+        run_id: str | None = None,
+        **detail: Any,
+    ) -> None:
+        self.store.add_stage(
+            self.ask_id,
+            self._next(),
+            stage,
+            attempt,
+            status,
+            started_at,
+            (time.time() - started_at) * 1000,
+            run_id,
+            detail,
+        )
 
-    def call(self, stage: str, model: str, input_tokens: int, output_tokens: int,
-             requests: int, duration_ms: float, ok: bool, error: str | None) -> None:
-        self.store.add_call(self.ask_id, self._next(), stage, model, input_tokens,
-                            output_tokens, requests, duration_ms, ok, error)
+    def call(
+        self,
+        stage: str,
+        model: str,
+        input_tokens: int,
+        output_tokens: int,
+        requests: int,
+        duration_ms: float,
+        ok: bool,
+        error: str | None,
+    ) -> None:
+        self.store.add_call(
+            self.ask_id,
+            self._next(),
+            stage,
+            model,
+            input_tokens,
+            output_tokens,
+            requests,
+            duration_ms,
+            ok,
+            error,
+        )

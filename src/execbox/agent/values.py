@@ -13,42 +13,108 @@ from datetime import date
 # -- units -------------------------------------------------------------------------------------
 
 UNIT_FAMILIES: dict[str, tuple[str, ...]] = {
-    "USD": ("$", "usd", "dollars?", "us\\$"), "EUR": ("\u20ac", "eur", "euros?"),
-    "GBP": ("\u00a3", "gbp", "pounds sterling"), "JPY": ("\u00a5", "jpy", "yen"),
-    "kg": ("kg", "kgs", "kilograms?", "kilos?"), "mg": ("mg", "milligrams?"),
-    "lb": ("lbs?", "pounds?"), "km": ("km", "kilomet(?:er|re)s?"),
-    "m": ("met(?:er|re)s?",), "cm": ("cm", "centimet(?:er|re)s?"),
-    "mm": ("mm", "millimet(?:er|re)s?"), "mi": ("miles?",), "ft": ("ft", "feet", "foot"),
-    "l": ("lit(?:er|re)s?",), "ml": ("ml", "millilit(?:er|re)s?"),
-    "s": ("seconds?", "secs?", r"(?<=\d)s"), "ms": ("ms", "milliseconds?"),
-    "min": ("minutes?", "mins?"), "h": ("hours?", "hrs?", r"(?<=\d)h"), "d": ("days?",),
-    "Hz": ("hz", "khz", "mhz", "ghz", "hertz"), "t": ("tonnes?", "tons?"),
+    "USD": ("$", "usd", "dollars?", "us\\$"),
+    "EUR": ("\u20ac", "eur", "euros?"),
+    "GBP": ("\u00a3", "gbp", "pounds sterling"),
+    "JPY": ("\u00a5", "jpy", "yen"),
+    "kg": ("kg", "kgs", "kilograms?", "kilos?"),
+    "mg": ("mg", "milligrams?"),
+    "lb": ("lbs?", "pounds?"),
+    "km": ("km", "kilomet(?:er|re)s?"),
+    "m": ("met(?:er|re)s?",),
+    "cm": ("cm", "centimet(?:er|re)s?"),
+    "mm": ("mm", "millimet(?:er|re)s?"),
+    "mi": ("miles?",),
+    "ft": ("ft", "feet", "foot"),
+    "l": ("lit(?:er|re)s?",),
+    "ml": ("ml", "millilit(?:er|re)s?"),
+    "s": ("seconds?", "secs?", r"(?<=\d)s"),
+    "ms": ("ms", "milliseconds?"),
+    "min": ("minutes?", "mins?"),
+    "h": ("hours?", "hrs?", r"(?<=\d)h"),
+    "d": ("days?",),
+    "Hz": ("hz", "khz", "mhz", "ghz", "hertz"),
+    "t": ("tonnes?", "tons?"),
     "bit/s": ("bps", "kbps", "mbps", "gbps", "bits? per second"),
-    "bytes": ("bytes?", "kb", "kib", "mb", "mib", "gb", "gib", "tb", "kilobytes?", "megabytes?",
-              "gigabytes?"),
-    "\u00b0C": ("\u00b0c", "celsius", "degrees c"), "\u00b0F": ("\u00b0f", "fahrenheit"),
-    "kWh": ("kwh",), "W": ("watts?",),
+    "bytes": (
+        "bytes?",
+        "kb",
+        "kib",
+        "mb",
+        "mib",
+        "gb",
+        "gib",
+        "tb",
+        "kilobytes?",
+        "megabytes?",
+        "gigabytes?",
+    ),
+    "\u00b0C": ("\u00b0c", "celsius", "degrees c"),
+    "\u00b0F": ("\u00b0f", "fahrenheit"),
+    "kWh": ("kwh",),
+    "W": ("watts?",),
 }
 CURRENCY = {"$": "USD", "\u20ac": "EUR", "\u00a3": "GBP", "\u00a5": "JPY"}
-UNIT_AFTER = re.compile(r"\s?(" + "|".join(sorted(
-    (s for spellings in UNIT_FAMILIES.values() for s in spellings if s not in CURRENCY),
-    key=len, reverse=True)) + r")(?![A-Za-z])", re.I)
-BYTE_FACTORS = {"kb": (1e3, 1024.0), "kib": (1024.0,), "mb": (1e6, 1024.0 ** 2),
-                 "mib": (1024.0 ** 2,), "gb": (1e9, 1024.0 ** 3), "gib": (1024.0 ** 3,),
-                 "tb": (1e12, 1024.0 ** 4)}
+UNIT_AFTER = re.compile(
+    r"\s?("
+    + "|".join(
+        sorted(
+            (s for spellings in UNIT_FAMILIES.values() for s in spellings if s not in CURRENCY),
+            key=len,
+            reverse=True,
+        )
+    )
+    + r")(?![A-Za-z])",
+    re.I,
+)
+BYTE_FACTORS = {
+    "kb": (1e3, 1024.0),
+    "kib": (1024.0,),
+    "mb": (1e6, 1024.0**2),
+    "mib": (1024.0**2,),
+    "gb": (1e9, 1024.0**3),
+    "gib": (1024.0**3,),
+    "tb": (1e12, 1024.0**4),
+}
 
 # Units of one dimension compare by their scale: "5 GHz" is not "5 MHz", "90 min" is "1.5 h".
 _SCALES: dict[str, tuple[str, float]] = {
-    "ms": ("s", 1e-3), "min": ("s", 60.0), "h": ("s", 3600.0), "d": ("s", 86400.0),
-    "mg": ("kg", 1e-6), "km": ("m", 1e3), "cm": ("m", 1e-2), "mm": ("m", 1e-3),
-    "ml": ("l", 1e-3)}
-_PREFIXED = {"khz": ("Hz", 1e3), "mhz": ("Hz", 1e6), "ghz": ("Hz", 1e9),
-             "kbps": ("bit/s", 1e3), "mbps": ("bit/s", 1e6), "gbps": ("bit/s", 1e9)}
+    "ms": ("s", 1e-3),
+    "min": ("s", 60.0),
+    "h": ("s", 3600.0),
+    "d": ("s", 86400.0),
+    "mg": ("kg", 1e-6),
+    "km": ("m", 1e3),
+    "cm": ("m", 1e-2),
+    "mm": ("m", 1e-3),
+    "ml": ("l", 1e-3),
+}
+_PREFIXED = {
+    "khz": ("Hz", 1e3),
+    "mhz": ("Hz", 1e6),
+    "ghz": ("Hz", 1e9),
+    "kbps": ("bit/s", 1e3),
+    "mbps": ("bit/s", 1e6),
+    "gbps": ("bit/s", 1e9),
+}
 # A unit in an output's label ("size_mb: 5", "elapsed (s): 3"); "min" names a minimum there.
-LABEL_UNIT = re.compile(r"(?<![A-Za-z])(" + "|".join(sorted(
-    (s for family in UNIT_FAMILIES.values() for s in family
-     if s not in CURRENCY and not s.startswith("(?") and s not in ("mins?", "m", "d")),
-    key=len, reverse=True)) + r")(?![A-Za-z])", re.I)
+LABEL_UNIT = re.compile(
+    r"(?<![A-Za-z])("
+    + "|".join(
+        sorted(
+            (
+                s
+                for family in UNIT_FAMILIES.values()
+                for s in family
+                if s not in CURRENCY and not s.startswith("(?") and s not in ("mins?", "m", "d")
+            ),
+            key=len,
+            reverse=True,
+        )
+    )
+    + r")(?![A-Za-z])",
+    re.I,
+)
 
 
 def scale_of(spelling: str) -> tuple[str, tuple[float, ...]]:
@@ -83,18 +149,27 @@ def mentions_unit(family: str, text: str) -> bool:
 
 # -- dates -------------------------------------------------------------------------------------
 
-_MONTHS = {name: i for i, name in enumerate(
-    ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"], 1)}
-_MONTH = (r"(?P<mon>jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|"
-          r"aug(?:ust)?|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\.?")
-_DATES = [re.compile(p, re.I) for p in (
-    r"(?<![\w.])(?P<y>\d{4})[-/](?P<m>\d{1,2})[-/](?P<d>\d{1,2})(?![\d])",
-    r"(?<![\w.])(?P<a>\d{1,2})[/.](?P<b>\d{1,2})[/.](?P<y>\d{4})(?!\d)",
-    r"(?<![\w.])(?P<d>\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?" + _MONTH + r",?\s+(?P<y>\d{4})\b",
-    _MONTH + r"\s+(?P<d>\d{1,2})(?:st|nd|rd|th)?,?\s+(?P<y>\d{4})\b",
-    _MONTH + r",?\s+(?P<y>\d{4})\b",
-    r"(?<![\w.])(?P<y>\d{4})-(?P<m>\d{2})(?![-\d])",
-)]
+_MONTHS = {
+    name: i
+    for i, name in enumerate(
+        ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"], 1
+    )
+}
+_MONTH = (
+    r"(?P<mon>jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|"
+    r"aug(?:ust)?|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\.?"
+)
+_DATES = [
+    re.compile(p, re.I)
+    for p in (
+        r"(?<![\w.])(?P<y>\d{4})[-/](?P<m>\d{1,2})[-/](?P<d>\d{1,2})(?![\d])",
+        r"(?<![\w.])(?P<a>\d{1,2})[/.](?P<b>\d{1,2})[/.](?P<y>\d{4})(?!\d)",
+        r"(?<![\w.])(?P<d>\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?" + _MONTH + r",?\s+(?P<y>\d{4})\b",
+        _MONTH + r"\s+(?P<d>\d{1,2})(?:st|nd|rd|th)?,?\s+(?P<y>\d{4})\b",
+        _MONTH + r",?\s+(?P<y>\d{4})\b",
+        r"(?<![\w.])(?P<y>\d{4})-(?P<m>\d{2})(?![-\d])",
+    )
+]
 
 DateKey = tuple[int, int, int | None]  # year, month, day (None: the month as a whole)
 
@@ -143,9 +218,8 @@ def date_matches(claim: DateKey, fact: DateKey) -> bool:
     return claim == fact
 
 
-
 def mask_dates(text: str) -> str:
     """`text` with its dates blanked out (their digits are not numbers of their own)."""
     for _, match in dates_in(text):
-        text = text[:match.start()] + " " * (match.end() - match.start()) + text[match.end():]
+        text = text[: match.start()] + " " * (match.end() - match.start()) + text[match.end() :]
     return text

@@ -67,12 +67,16 @@ PASSED = "passed"
 TIMED_OUT = "timed out"
 SANDBOX_ERROR = f"failed: {Status.sandbox_error.value}"
 # What a run the policy refused gets: the completion was never run.
-REFUSED = frozenset(f"failed: {s.value}" for s in (
-    Status.policy_denied, Status.needs_approval, Status.budget_exceeded))
+REFUSED = frozenset(
+    f"failed: {s.value}"
+    for s in (Status.policy_denied, Status.needs_approval, Status.budget_exceeded)
+)
 STUB_COMPLETION = "    pass\n"
 
-PRELUDE = ("del __name__, __file__  # execbox eval: as under the reference harness's "
-           "exec(program, {}), __name__ is 'builtins' and __file__ undefined\n")
+PRELUDE = (
+    "del __name__, __file__  # execbox eval: as under the reference harness's "
+    "exec(program, {}), __name__ is 'builtins' and __file__ undefined\n"
+)
 MARKER_PREFIX = "execbox-humaneval-done-"
 
 Row = dict[str, Any]
@@ -111,15 +115,25 @@ def load_problems() -> dict[str, Problem]:
 
 def check_program(problem: Problem, completion: str) -> str:
     """The program the reference harness executes for `completion`, character for character."""
-    return (problem["prompt"] + completion + "\n" + problem["test"] + "\n"
-            + f"check({problem['entry_point']})")
+    return (
+        problem["prompt"]
+        + completion
+        + "\n"
+        + problem["test"]
+        + "\n"
+        + f"check({problem['entry_point']})"
+    )
 
 
 def sandbox_program(problem: Problem, completion: str, marker: str) -> str:
     """The reference's check program between the prelude and the completion marker (see the
     module docstring for why each is there)."""
-    return (PRELUDE + check_program(problem, completion) + "\n"
-            + f"__import__('os').write(1, b'\\n{marker}\\n')\n")
+    return (
+        PRELUDE
+        + check_program(problem, completion)
+        + "\n"
+        + f"__import__('os').write(1, b'\\n{marker}\\n')\n"
+    )
 
 
 def new_marker() -> str:
@@ -151,15 +165,20 @@ def verdict(result: RunResult, marker: str) -> str:
 
 def canonical_samples(problems: Mapping[str, Problem]) -> list[Sample]:
     """One sample per problem whose completion is the dataset's own solution."""
-    return [Sample(tid, p["canonical_solution"],
-                   {"task_id": tid, "completion": p["canonical_solution"]})
-            for tid, p in problems.items()]
+    return [
+        Sample(
+            tid, p["canonical_solution"], {"task_id": tid, "completion": p["canonical_solution"]}
+        )
+        for tid, p in problems.items()
+    ]
 
 
 def stub_samples(problems: Mapping[str, Problem]) -> list[Sample]:
     """One sample per problem whose body is `pass` (every one should fail)."""
-    return [Sample(tid, STUB_COMPLETION, {"task_id": tid, "completion": STUB_COMPLETION})
-            for tid in problems]
+    return [
+        Sample(tid, STUB_COMPLETION, {"task_id": tid, "completion": STUB_COMPLETION})
+        for tid in problems
+    ]
 
 
 def read_samples(path: str | Path, problems: Mapping[str, Problem]) -> list[Sample]:
@@ -187,17 +206,22 @@ def read_samples(path: str | Path, problems: Mapping[str, Problem]) -> list[Samp
         except json.JSONDecodeError as exc:
             raise UsageError(f"{where}: invalid JSON: {exc.msg} (column {exc.colno})") from exc
         if not isinstance(obj, dict):
-            raise UsageError(f"{where}: expected a JSON object with task_id and completion, "
-                             f"got {type(obj).__name__}")
+            raise UsageError(
+                f"{where}: expected a JSON object with task_id and completion, "
+                f"got {type(obj).__name__}"
+            )
         for key in ("task_id", "completion"):
             if key not in obj:
                 raise UsageError(f"{where}: missing {key!r}")
             if not isinstance(obj[key], str):
-                raise UsageError(f"{where}: {key!r} must be a string, "
-                                 f"got {type(obj[key]).__name__}")
+                raise UsageError(
+                    f"{where}: {key!r} must be a string, got {type(obj[key]).__name__}"
+                )
         if obj["task_id"] not in problems:
-            raise UsageError(f"{where}: unknown task_id {obj['task_id']!r} (not a {DATASET} "
-                             f"problem; they are {_id_range(problems)})")
+            raise UsageError(
+                f"{where}: unknown task_id {obj['task_id']!r} (not a {DATASET} "
+                f"problem; they are {_id_range(problems)})"
+            )
         samples.append(Sample(obj["task_id"], obj["completion"], obj))
     if not samples:
         raise UsageError(f"{path}: no samples (expected JSON lines with task_id and completion)")
@@ -226,9 +250,11 @@ def pass_at_k(counts: Mapping[str, tuple[int, int]], ks: Iterable[int]) -> dict[
     if not counts:
         return {}
     fewest = min(n for n, _ in counts.values())
-    return {f"pass@{k}": sum(estimate_pass_at_k(n, c, k) for n, c in counts.values())
-            / len(counts)
-            for k in ks if k <= fewest}
+    return {
+        f"pass@{k}": sum(estimate_pass_at_k(n, c, k) for n, c in counts.values()) / len(counts)
+        for k in ks
+        if k <= fewest
+    }
 
 
 @dataclass
@@ -248,8 +274,10 @@ class Evaluation:
 
     def counts(self) -> dict[str, tuple[int, int]]:
         """task_id -> (samples, passed)."""
-        return {tid: (len(rows), sum(bool(r["passed"]) for r in rows))
-                for tid, rows in self.by_problem().items()}
+        return {
+            tid: (len(rows), sum(bool(r["passed"]) for r in rows))
+            for tid, rows in self.by_problem().items()
+        }
 
     def pass_at_k(self, ks: Iterable[int] = DEFAULT_KS) -> dict[str, float]:
         return pass_at_k(self.counts(), ks)
@@ -269,11 +297,16 @@ class Evaluation:
         return sum(r["result"] in REFUSED for r in self.rows)
 
 
-def evaluate(executor: Executor, samples: Sequence[Sample],
-             problems: Mapping[str, Problem] | None = None, *,
-             timeout_s: float = DEFAULT_TIMEOUT_S, concurrency: int | None = None,
-             profile: str = "data",
-             on_result: Callable[[int, Row], None] | None = None) -> Evaluation:
+def evaluate(
+    executor: Executor,
+    samples: Sequence[Sample],
+    problems: Mapping[str, Problem] | None = None,
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    concurrency: int | None = None,
+    profile: str = "data",
+    on_result: Callable[[int, Row], None] | None = None,
+) -> Evaluation:
     """Run every sample with its tests in the sandbox (uncached) and return the verdicts.
 
     `on_result(index, row)` is called as each run finishes (runs finish out of order). Raises
@@ -286,8 +319,9 @@ def evaluate(executor: Executor, samples: Sequence[Sample],
         if sample.task_id not in problems:
             raise UsageError(f"unknown task_id {sample.task_id!r}")
     limits = Limits(timeout_s=timeout_s)
-    probe = policy_mod.check(make_request("pass", limits=limits, profile=profile),
-                             executor.profiles)
+    probe = policy_mod.check(
+        make_request("pass", limits=limits, profile=profile), executor.profiles
+    )
     if probe.decision == "deny" and probe.rule == "limits.max":
         raise UsageError(probe.message or "the limits are over the profile's maximum")
     markers = [new_marker() for _ in samples]
@@ -295,8 +329,14 @@ def evaluate(executor: Executor, samples: Sequence[Sample],
 
     def finish(index: int, text: str, run_id: str | None) -> None:
         sample = samples[index]
-        row = {**sample.fields, "task_id": sample.task_id, "completion": sample.completion,
-               "result": text, "passed": text == PASSED, "run_id": run_id}
+        row = {
+            **sample.fields,
+            "task_id": sample.task_id,
+            "completion": sample.completion,
+            "result": text,
+            "passed": text == PASSED,
+            "run_id": run_id,
+        }
         rows[index] = row
         if on_result is not None:
             on_result(index, row)
@@ -313,8 +353,11 @@ def evaluate(executor: Executor, samples: Sequence[Sample],
     def requests() -> Iterator[RunRequest]:
         for index in runnable:
             sample = samples[index]
-            yield make_request(sandbox_program(problems[sample.task_id], sample.completion,
-                                               markers[index]), limits=limits, profile=profile)
+            yield make_request(
+                sandbox_program(problems[sample.task_id], sample.completion, markers[index]),
+                limits=limits,
+                profile=profile,
+            )
 
     runs = executor.map(requests(), concurrency=concurrency, cache=False)
     try:

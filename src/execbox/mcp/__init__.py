@@ -14,29 +14,63 @@ __all__ = ["mcp_command"]
 
 
 @click.command("mcp")
-@click.option("--transport", type=click.Choice(["stdio", "http"]), default="stdio",
-              show_default=True,
-              help="stdio for a client that starts the server; http for streamable HTTP.")
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to listen on (http).")
-@click.option("--port", type=int, default=8765, show_default=True,
-              help="Port to listen on (http); the endpoint is /mcp.")
-@click.option("--profile", default="data", show_default=True,
-              help="Policy profile of every run and session.")
-@click.option("--no-auth", is_flag=True,
-              help="http: accept every caller as the tenant 'local' (only on a trusted "
-                   "loopback). Otherwise each request needs 'Authorization: Bearer KEY'.")
-@click.option("--db", default=None, help="Records database URL, where the keys are (default: "
-                                         "EXECBOX_DB_URL or the SQLite file in the data "
-                                         "directory).")
-@click.option("--max-result-mib", default=2048, show_default=True, type=click.IntRange(1),
-              help="Result bytes (output and artifacts) held at once; past it a tool call is "
-                   "refused with a time to retry.")
-@click.option("--max-sessions", default=16, show_default=True, type=click.IntRange(0),
-              help="Sessions open at once; over http with keys each key is guaranteed its "
-                   "quota, or its proportional share when the quotas add up to more.")
-def mcp_command(transport: str, host: str, port: int, profile: str, no_auth: bool,
-                db: str | None, max_result_mib: int, max_sessions: int) -> None:
+@click.option(
+    "--transport",
+    type=click.Choice(["stdio", "http"]),
+    default="stdio",
+    show_default=True,
+    help="stdio for a client that starts the server; http for streamable HTTP.",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (http).")
+@click.option(
+    "--port",
+    type=int,
+    default=8765,
+    show_default=True,
+    help="Port to listen on (http); the endpoint is /mcp.",
+)
+@click.option(
+    "--profile", default="data", show_default=True, help="Policy profile of every run and session."
+)
+@click.option(
+    "--no-auth",
+    is_flag=True,
+    help="http: accept every caller as the tenant 'local' (only on a trusted "
+    "loopback). Otherwise each request needs 'Authorization: Bearer KEY'.",
+)
+@click.option(
+    "--db",
+    default=None,
+    help="Records database URL, where the keys are (default: "
+    "EXECBOX_DB_URL or the SQLite file in the data "
+    "directory).",
+)
+@click.option(
+    "--max-result-mib",
+    default=2048,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Result bytes (output and artifacts) held at once; past it a tool call is "
+    "refused with a time to retry.",
+)
+@click.option(
+    "--max-sessions",
+    default=16,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Sessions open at once; over http with keys each key is guaranteed its "
+    "quota, or its proportional share when the quotas add up to more.",
+)
+def mcp_command(
+    transport: str,
+    host: str,
+    port: int,
+    profile: str,
+    no_auth: bool,
+    db: str | None,
+    max_result_mib: int,
+    max_sessions: int,
+) -> None:
     """Serve execbox's tools over MCP: run_python, sessions, session files.
 
     The server starts one Executor (the sandbox's fork server) and closes it, with every
@@ -47,12 +81,20 @@ def mcp_command(transport: str, host: str, port: int, profile: str, no_auth: boo
     from .server import serve
 
     if transport == "http" and no_auth and host not in ("127.0.0.1", "::1", "localhost"):
-        click.echo(f"execbox: WARNING: --no-auth on {host}: anyone who can reach it runs code",
-                   err=True)
+        click.echo(
+            f"execbox: WARNING: --no-auth on {host}: anyone who can reach it runs code", err=True
+        )
     try:
-        serve("stdio" if transport == "stdio" else "streamable-http", host=host, port=port,
-              profile=profile, auth=not no_auth, records=db,
-              max_result_bytes=max_result_mib << 20, max_sessions=max_sessions)
+        serve(
+            "stdio" if transport == "stdio" else "streamable-http",
+            host=host,
+            port=port,
+            profile=profile,
+            auth=not no_auth,
+            records=db,
+            max_result_bytes=max_result_mib << 20,
+            max_sessions=max_sessions,
+        )
     except ExecboxError as exc:
         click.echo(f"execbox: {exc}", err=True)
         sys.exit(2)

@@ -73,8 +73,7 @@ class BearerAuth:
         if authorization is not None:
             scheme, _, value = authorization.decode("latin-1").partition(" ")
             key = value.strip() if scheme.lower() == "bearer" and value.strip() else None
-        return await anyio.to_thread.run_sync(tenant_of, self.keys, key,
-                                              limiter=self._auth_limiter)
+        return await anyio.to_thread.run_sync(tenant_of, self.keys, key, limiter=self._auth_limiter)
 
     def _own(self, session: bytes, tenant: Tenant) -> None:
         with self._lock:
@@ -85,8 +84,7 @@ class BearerAuth:
 
 async def _refuse(send: Send, err: ApiError) -> None:
     body = json.dumps({"error": {"code": err.code, "message": err.message}}).encode()
-    headers = [(b"content-type", b"application/json"),
-               (b"content-length", str(len(body)).encode())]
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if err.status == 401:
         headers.append((b"www-authenticate", b"Bearer"))
     await send({"type": "http.response.start", "status": err.status, "headers": headers})

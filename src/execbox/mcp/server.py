@@ -57,22 +57,35 @@ MAX_READ_CHARS = 100_000  # text a read_file hands back before it says the rest 
 _T = TypeVar("_T")
 
 Code = Annotated[str, Field(min_length=1, description=RunPython.model_fields["code"].description)]
-SessionCode = Annotated[str, Field(
-    min_length=1, description="Python code to run as the next cell of the session. Variables, "
-                              "imports and files from earlier cells are still there; the value "
-                              "of a last expression is shown, like in a notebook.")]
+SessionCode = Annotated[
+    str,
+    Field(
+        min_length=1,
+        description="Python code to run as the next cell of the session. Variables, "
+        "imports and files from earlier cells are still there; the value "
+        "of a last expression is shown, like in a notebook.",
+    ),
+]
 Stdin = Annotated[str, Field(description=RunPython.model_fields["stdin"].description)]
-Files = Annotated[dict[str, str], Field(
-    description=RunPython.model_fields["files"].description)]
-BinaryFiles = Annotated[dict[str, str], Field(
-    description="Binary input files: relative path -> base64 content (read-only in /workspace).")]
-RunLimits = Annotated[Limits | None, Field(
-    description="Resource limits; fields left out take the profile's defaults.")]
+Files = Annotated[dict[str, str], Field(description=RunPython.model_fields["files"].description)]
+BinaryFiles = Annotated[
+    dict[str, str],
+    Field(
+        description="Binary input files: relative path -> base64 content (read-only in /workspace)."
+    ),
+]
+RunLimits = Annotated[
+    Limits | None,
+    Field(description="Resource limits; fields left out take the profile's defaults."),
+]
 SessionId = Annotated[str, Field(description="The id session_create returned.")]
-WorkspacePath = Annotated[str, Field(
-    description="Path relative to /workspace, e.g. 'out/result.csv'.")]
-Timeout = Annotated[float | None, Field(
-    gt=0, description="Wall-time limit of this cell in seconds; default: the session's.")]
+WorkspacePath = Annotated[
+    str, Field(description="Path relative to /workspace, e.g. 'out/result.csv'.")
+]
+Timeout = Annotated[
+    float | None,
+    Field(gt=0, description="Wall-time limit of this cell in seconds; default: the session's."),
+]
 
 
 def caller(ctx: Context) -> Tenant:
@@ -89,10 +102,14 @@ def caller(ctx: Context) -> Tenant:
 
 
 # Complex on purpose: one closure per tool, registered together: the tool table in one place.
-def build_server(executor: Executor, *, profile: str = "data",  # noqa: C901
-                 max_result_bytes: int = DEFAULT_RESULT_BYTES,
-                 tenant_result_bytes: int | None = None,
-                 shares: Callable[[], Shares] | None = None) -> MCPServer[Any]:
+def build_server(  # noqa: C901
+    executor: Executor,
+    *,
+    profile: str = "data",
+    max_result_bytes: int = DEFAULT_RESULT_BYTES,
+    tenant_result_bytes: int | None = None,
+    shares: Callable[[], Shares] | None = None,
+) -> MCPServer[Any]:
     """An MCP server whose tools run on `executor` (which the caller owns and closes).
     Sessions the server opened are closed when the server shuts down. Runs and cells hold
     their results in memory: at most `max_result_bytes` of them at once, and at most
@@ -117,13 +134,17 @@ def build_server(executor: Executor, *, profile: str = "data",  # noqa: C901
                 log.info("closed %d session(s) at shutdown", closed)
 
     server: MCPServer[Any] = MCPServer(
-        "execbox", title="execbox: run Python in a sandbox", version=_version(),
+        "execbox",
+        title="execbox: run Python in a sandbox",
+        version=_version(),
         instructions=(
             "Run Python in an isolated sandbox. run_python runs one program from a clean "
             "state; for work that builds up step by step, session_create a session and "
             "session_run cells in it (state and files persist until session_close). "
-            + describe_environment(profile=profile)),
-        lifespan=lifespan, log_level="WARNING",
+            + describe_environment(profile=profile)
+        ),
+        lifespan=lifespan,
+        log_level="WARNING",
     )
     closed_world = ToolAnnotations(open_world_hint=False)
 
@@ -147,20 +168,33 @@ def build_server(executor: Executor, *, profile: str = "data",  # noqa: C901
             reservation.release()
             release()
 
-    @server.tool(description=describe_environment(profile=profile,
-                                                  timeout_arg="limits.timeout_s"),
-                 annotations=ToolAnnotations(open_world_hint=False, read_only_hint=True))
-    def run_python(code: Code, stdin: Stdin = "", files: Files | None = None,
-                   files_base64: BinaryFiles | None = None,
-                   limits: RunLimits = None, *, ctx: Context) -> CallToolResult:
+    @server.tool(
+        description=describe_environment(profile=profile, timeout_arg="limits.timeout_s"),
+        annotations=ToolAnnotations(open_world_hint=False, read_only_hint=True),
+    )
+    def run_python(
+        code: Code,
+        stdin: Stdin = "",
+        files: Files | None = None,
+        files_base64: BinaryFiles | None = None,
+        limits: RunLimits = None,
+        *,
+        ctx: Context,
+    ) -> CallToolResult:
         inputs = {name: text.encode() for name, text in (files or {}).items()}
         inputs.update({name: _b64(data, name) for name, data in (files_base64 or {}).items()})
         tenant = caller(ctx)
         # Each tenant has its own cache entries, as over the HTTP API.
         scope = None if tenant is LOCAL_TENANT else tenant.name
-        result = admitted(ctx, lambda: executor.run_request(
-            make_request(code, stdin=stdin, files=inputs, limits=limits, profile=profile),
-            cache_scope=scope, tenant=scope), limits)
+        result = admitted(
+            ctx,
+            lambda: executor.run_request(
+                make_request(code, stdin=stdin, files=inputs, limits=limits, profile=profile),
+                cache_scope=scope,
+                tenant=scope,
+            ),
+            limits,
+        )
         if result.artifacts:
             with lock:
                 own_runs[result.run_id] = tenant.name
@@ -169,9 +203,12 @@ def build_server(executor: Executor, *, profile: str = "data",  # noqa: C901
         return _result(result, readable=bool(result.artifacts))
 
     @server.tool(annotations=ToolAnnotations(open_world_hint=False, read_only_hint=True))
-    def read_artifact(run_id: Annotated[str, Field(description="The run_id of a run_python "
-                                                               "result.")],
-                      path: WorkspacePath, *, ctx: Context) -> CallToolResult:
+    def read_artifact(
+        run_id: Annotated[str, Field(description="The run_id of a run_python result.")],
+        path: WorkspacePath,
+        *,
+        ctx: Context,
+    ) -> CallToolResult:
         """Read a file a run_python call wrote (listed under artifacts in its result): text as
         text, images as images, other binary files as base64. Files are returned as written:
         secret redaction covers output and errors, files are not redacted."""
@@ -190,12 +227,17 @@ def build_server(executor: Executor, *, profile: str = "data",  # noqa: C901
         return _file_result(path, data, art.mime_type)
 
     @server.tool(annotations=closed_world)
-    def session_create(files: Files | None = None, files_base64: BinaryFiles | None = None,
-                       limits: RunLimits = None,
-                       idle_timeout_s: Annotated[float, Field(
-                           gt=0, description="Seconds without a call before the session "
-                                             "ends on its own.")] = 600.0,
-                       *, ctx: Context) -> CallToolResult:
+    def session_create(
+        files: Files | None = None,
+        files_base64: BinaryFiles | None = None,
+        limits: RunLimits = None,
+        idle_timeout_s: Annotated[
+            float,
+            Field(gt=0, description="Seconds without a call before the session ends on its own."),
+        ] = 600.0,
+        *,
+        ctx: Context,
+    ) -> CallToolResult:
         """Start a stateful Python session (like a notebook kernel) in its own sandbox.
         Run cells with session_run; end it with session_close."""
         inputs = {name: text.encode() for name, text in (files or {}).items()}
@@ -204,31 +246,45 @@ def build_server(executor: Executor, *, profile: str = "data",  # noqa: C901
         _allowed(lambda: sessions.reserve(tenant, shares() if shares is not None else None))
         session = None
         try:
-            session = _call(lambda: executor.session(
-                profile=profile, limits=limits, files=inputs, idle_timeout_s=idle_timeout_s,
-                tenant=None if tenant is LOCAL_TENANT else tenant.name))
+            session = _call(
+                lambda: executor.session(
+                    profile=profile,
+                    limits=limits,
+                    files=inputs,
+                    idle_timeout_s=idle_timeout_s,
+                    tenant=None if tenant is LOCAL_TENANT else tenant.name,
+                )
+            )
         finally:
             sessions.add(tenant, session)
         return CallToolResult(
             content=[TextContent(type="text", text=f"session_id: {session.id}")],
-            structured_content={"session_id": session.id})
+            structured_content={"session_id": session.id},
+        )
 
     @server.tool(annotations=closed_world)
-    def session_run(session_id: SessionId, code: SessionCode,
-                    timeout_s: Timeout = None, *, ctx: Context) -> CallToolResult:
+    def session_run(
+        session_id: SessionId, code: SessionCode, timeout_s: Timeout = None, *, ctx: Context
+    ) -> CallToolResult:
         """Run a cell in a session. Charts shown with plt.show() or display() come back as
         images, as do PNG files the cell writes."""
         session = session_of(ctx, session_id)
-        result = admitted(ctx, lambda: session.run(code, timeout_s=timeout_s),
-                          getattr(session, "limits", None))
+        result = admitted(
+            ctx, lambda: session.run(code, timeout_s=timeout_s), getattr(session, "limits", None)
+        )
         return _result(result)
 
     @server.tool(annotations=closed_world)
-    def session_write_file(session_id: SessionId, path: WorkspacePath,
-                           content: Annotated[str, Field(description="The file's content.")],
-                           encoding: Annotated[Literal["utf-8", "base64"], Field(
-                               description="How `content` is encoded.")] = "utf-8",
-                           *, ctx: Context) -> str:
+    def session_write_file(
+        session_id: SessionId,
+        path: WorkspacePath,
+        content: Annotated[str, Field(description="The file's content.")],
+        encoding: Annotated[
+            Literal["utf-8", "base64"], Field(description="How `content` is encoded.")
+        ] = "utf-8",
+        *,
+        ctx: Context,
+    ) -> str:
         """Write a file into a session's /workspace (replacing one at that path)."""
         data = _b64(content, path) if encoding == "base64" else content.encode()
         session = session_of(ctx, session_id)
@@ -236,15 +292,18 @@ def build_server(executor: Executor, *, profile: str = "data",  # noqa: C901
         return f"wrote {art.path} ({art.size} bytes, {art.mime_type})"
 
     @server.tool(annotations=ToolAnnotations(open_world_hint=False, read_only_hint=True))
-    def session_read_file(session_id: SessionId, path: WorkspacePath, *,
-                          ctx: Context) -> CallToolResult:
+    def session_read_file(
+        session_id: SessionId, path: WorkspacePath, *, ctx: Context
+    ) -> CallToolResult:
         """Read a file from a session's /workspace: text as text, images as images, other
         binary files as base64. Files are returned as written: secret redaction covers output
         and errors, files are not redacted."""
         session = session_of(ctx, session_id)
         data = _call(lambda: session.files.read(path))
-        mime = next((a.mime_type for a in _call(session.files.list) if a.path == path),
-                    "application/octet-stream")
+        mime = next(
+            (a.mime_type for a in _call(session.files.list) if a.path == path),
+            "application/octet-stream",
+        )
         return _file_result(path, data, mime)
 
     @server.tool(annotations=ToolAnnotations(open_world_hint=False, read_only_hint=True))
@@ -255,7 +314,8 @@ def build_server(executor: Executor, *, profile: str = "data",  # noqa: C901
         text = "\n".join(f"{a.path}\t{a.size}\t{a.mime_type}" for a in arts) or "(no files)"
         return CallToolResult(
             content=[TextContent(type="text", text=text)],
-            structured_content={"files": [a.model_dump(mode="json") for a in arts]})
+            structured_content={"files": [a.model_dump(mode="json") for a in arts]},
+        )
 
     @server.tool(annotations=ToolAnnotations(open_world_hint=False, destructive_hint=True))
     def session_close(session_id: SessionId, *, ctx: Context) -> str:
@@ -300,8 +360,9 @@ def _result(result: RunResult, *, readable: bool = False) -> CallToolResult:
     if notes:
         text += "\n" + "\n".join(notes)
     content: list[ContentBlock] = [TextContent(type="text", text=text), *images]
-    return CallToolResult(content=content,
-                          structured_content=result.model_dump(mode="json", exclude={"outputs"}))
+    return CallToolResult(
+        content=content, structured_content=result.model_dump(mode="json", exclude={"outputs"})
+    )
 
 
 def _images(result: RunResult) -> tuple[list[ImageContent], list[str]]:
@@ -324,25 +385,38 @@ def _images(result: RunResult) -> tuple[list[ImageContent], list[str]]:
             skipped.append(label)
     notes = [f"images attached: {', '.join(shown)}"] if shown else []
     if skipped:
-        notes.append(f"images not attached (more than {MAX_IMAGES}, or over "
-                     f"{MAX_IMAGE_BYTES // (1024 * 1024)} MiB): {', '.join(skipped)}")
+        notes.append(
+            f"images not attached (more than {MAX_IMAGES}, or over "
+            f"{MAX_IMAGE_BYTES // (1024 * 1024)} MiB): {', '.join(skipped)}"
+        )
     return images, notes
 
 
 def _file_result(path: str, data: bytes, mime: str) -> CallToolResult:
     if mime in IMAGE_TYPES:
-        return CallToolResult(content=[
-            TextContent(type="text", text=f"{path} ({len(data)} bytes, {mime})"),
-            ImageContent(type="image", data=base64.b64encode(data).decode(), mime_type=mime)])
+        return CallToolResult(
+            content=[
+                TextContent(type="text", text=f"{path} ({len(data)} bytes, {mime})"),
+                ImageContent(type="image", data=base64.b64encode(data).decode(), mime_type=mime),
+            ]
+        )
     try:
         text = data.decode()
     except UnicodeDecodeError:
-        return CallToolResult(content=[TextContent(
-            type="text", text=f"{path} ({len(data)} bytes, {mime}, binary; base64):\n"
-                              + base64.b64encode(data).decode())])
+        return CallToolResult(
+            content=[
+                TextContent(
+                    type="text",
+                    text=f"{path} ({len(data)} bytes, {mime}, binary; base64):\n"
+                    + base64.b64encode(data).decode(),
+                )
+            ]
+        )
     if len(text) > MAX_READ_CHARS:
-        text = (text[:MAX_READ_CHARS] + f"\n[... {len(text) - MAX_READ_CHARS:,} more characters "
-                "not shown; read a part of the file with session_run instead ...]")
+        text = (
+            text[:MAX_READ_CHARS] + f"\n[... {len(text) - MAX_READ_CHARS:,} more characters "
+            "not shown; read a part of the file with session_run instead ...]"
+        )
     return CallToolResult(content=[TextContent(type="text", text=text)])
 
 
@@ -352,10 +426,17 @@ def _version() -> str:
     return __version__
 
 
-def serve(transport: Literal["stdio", "streamable-http"] = "stdio", *, host: str = "127.0.0.1",
-          port: int = 8765, profile: str = "data", auth: bool = True,
-          records: str | None = None, max_result_bytes: int = DEFAULT_RESULT_BYTES,
-          max_sessions: int = 16) -> None:
+def serve(
+    transport: Literal["stdio", "streamable-http"] = "stdio",
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    profile: str = "data",
+    auth: bool = True,
+    records: str | None = None,
+    max_result_bytes: int = DEFAULT_RESULT_BYTES,
+    max_sessions: int = 16,
+) -> None:
     """Start an Executor, serve MCP on `transport` until the client leaves (stdio) or a
     SIGINT/SIGTERM arrives, then close every session and the Executor. Over HTTP, with `auth`,
     every request needs a tenant's key of the records database's key table (`records`: its
@@ -371,10 +452,14 @@ def serve(transport: Literal["stdio", "streamable-http"] = "stdio", *, host: str
             # result budget and is guaranteed its share of the sessions.
             keys = KeyStore(executor.store.engine) if transport != "stdio" and auth else None
             server = build_server(
-                executor, profile=profile, max_result_bytes=max_result_bytes,
+                executor,
+                profile=profile,
+                max_result_bytes=max_result_bytes,
                 tenant_result_bytes=max_result_bytes // 2 if keys else None,
                 shares=(lambda: Shares(executor.max_sessions, keys.session_quotas()))
-                if keys else None)
+                if keys
+                else None,
+            )
             if transport == "stdio":
                 # The SDK reads stdin in a worker thread that no cancellation can interrupt,
                 # so a signal cannot unwind the server: close the sandbox, then leave at once.
@@ -388,8 +473,7 @@ def serve(transport: Literal["stdio", "streamable-http"] = "stdio", *, host: str
             stop.action = None
 
 
-async def _serve_http(server: MCPServer[Any], host: str, port: int,
-                      keys: KeyStore | None) -> None:
+async def _serve_http(server: MCPServer[Any], host: str, port: int, keys: KeyStore | None) -> None:
     import uvicorn
 
     from .http import BearerAuth

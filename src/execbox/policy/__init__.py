@@ -39,5 +39,16 @@ from .checker import Verdict, check
 from .profiles import ENV_VAR, Decision, Profile, load_profiles
 from .rules import WORKSPACE, WRITABLE_DIRS, WRITE_SINKS
 
-__all__ = ["ENV_VAR", "WORKSPACE", "WRITABLE_DIRS", "WRITE_SINKS", "CellContext", "Decision",
-           "Profile", "Verdict", "check", "load_profiles", "scan_imports"]
+__all__ = [
+    "ENV_VAR",
+    "WORKSPACE",
+    "WRITABLE_DIRS",
+    "WRITE_SINKS",
+    "CellContext",
+    "Decision",
+    "Profile",
+    "Verdict",
+    "check",
+    "load_profiles",
+    "scan_imports",
+]

@@ -29,24 +29,54 @@ _WRITE_FLAG_BITS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRU
 _PATH_TYPES = frozenset({"pathlib.Path", "pathlib.PosixPath"})
 # pathlib methods that change the file system at the receiver's path. `open` depends on its mode;
 # rename/replace also write at their first argument.
-_PATH_WRITERS = frozenset({"write_text", "write_bytes", "touch", "mkdir", "unlink", "rmdir",
-                           "rename", "replace", "symlink_to", "hardlink_to", "chmod", "open"})
+_PATH_WRITERS = frozenset(
+    {
+        "write_text",
+        "write_bytes",
+        "touch",
+        "mkdir",
+        "unlink",
+        "rmdir",
+        "rename",
+        "replace",
+        "symlink_to",
+        "hardlink_to",
+        "chmod",
+        "open",
+    }
+)
 _PATH_MOVES = frozenset({"rename", "replace"})
 # Functions that change the file system at some of their arguments: (position, keyword) pairs.
 _WRITE_FUNCS: dict[str, tuple[tuple[int, str], ...]] = {
-    "os.mkdir": ((0, "path"),), "os.makedirs": ((0, "name"),), "os.remove": ((0, "path"),),
-    "os.unlink": ((0, "path"),), "os.rmdir": ((0, "path"),), "os.removedirs": ((0, "name"),),
-    "os.truncate": ((0, "path"),), "os.chmod": ((0, "path"),), "os.chown": ((0, "path"),),
-    "os.mkfifo": ((0, "path"),), "os.mknod": ((0, "path"),), "os.utime": ((0, "path"),),
-    "os.setxattr": ((0, "path"),), "os.removexattr": ((0, "path"),),
-    "os.lchown": ((0, "path"),), "os.lchmod": ((0, "path"),),
+    "os.mkdir": ((0, "path"),),
+    "os.makedirs": ((0, "name"),),
+    "os.remove": ((0, "path"),),
+    "os.unlink": ((0, "path"),),
+    "os.rmdir": ((0, "path"),),
+    "os.removedirs": ((0, "name"),),
+    "os.truncate": ((0, "path"),),
+    "os.chmod": ((0, "path"),),
+    "os.chown": ((0, "path"),),
+    "os.mkfifo": ((0, "path"),),
+    "os.mknod": ((0, "path"),),
+    "os.utime": ((0, "path"),),
+    "os.setxattr": ((0, "path"),),
+    "os.removexattr": ((0, "path"),),
+    "os.lchown": ((0, "path"),),
+    "os.lchmod": ((0, "path"),),
     # A working directory outside makes every later relative write land outside.
     "os.chdir": ((0, "path"),),
-    "logging.FileHandler": ((0, "filename"),), "logging.basicConfig": ((-1, "filename"),),
+    "logging.FileHandler": ((0, "filename"),),
+    "logging.basicConfig": ((-1, "filename"),),
     "os.rename": ((0, "src"), (1, "dst")),
-    "os.replace": ((0, "src"), (1, "dst")), "os.symlink": ((1, "dst"),), "os.link": ((1, "dst"),),
-    "shutil.rmtree": ((0, "path"),), "shutil.copy": ((1, "dst"),), "shutil.copy2": ((1, "dst"),),
-    "shutil.copyfile": ((1, "dst"),), "shutil.copytree": ((1, "dst"),),
+    "os.replace": ((0, "src"), (1, "dst")),
+    "os.symlink": ((1, "dst"),),
+    "os.link": ((1, "dst"),),
+    "shutil.rmtree": ((0, "path"),),
+    "shutil.copy": ((1, "dst"),),
+    "shutil.copy2": ((1, "dst"),),
+    "shutil.copyfile": ((1, "dst"),),
+    "shutil.copytree": ((1, "dst"),),
     "shutil.move": ((0, "src"), (1, "dst")),
 }
 # Expressions nest: resolving `getattr(getattr(...))` or `Path(...) / "a" / "b" ...` is
@@ -65,8 +95,20 @@ _SESSION_BUILTINS = frozenset({"get_ipython"})
 # Modules that lead to processes, native code or any other module. An attribute of any object
 # named like one (`x._module.sys`) is taken for the module, whatever the object: the names of
 # other modules are too common as plain attributes (`match.string`, `dt.time`) to be read so.
-_GATEWAY_MODULES = frozenset({"os", "sys", "builtins", "subprocess", "_posixsubprocess",
-                              "importlib", "ctypes", "multiprocessing", "socket", "pty"})
+_GATEWAY_MODULES = frozenset(
+    {
+        "os",
+        "sys",
+        "builtins",
+        "subprocess",
+        "_posixsubprocess",
+        "importlib",
+        "ctypes",
+        "multiprocessing",
+        "socket",
+        "pty",
+    }
+)
 # What `globals()`, `locals()` and `vars()` return: the code's own namespace.
 _NAMESPACE = "<namespace>"
 # Calls that take a key and return an item: `sys.modules.get("os")` is `sys.modules["os"]`.
@@ -102,8 +144,10 @@ class CellContext:
     def add(self, analysis: Analysis) -> None:
         # Each name the cell bound, resolved now: what it stands for from then on, along with
         # what it stood for before (the cell may not have run the assignment).
-        bound = {name: analysis.name_targets(name)
-                 for name in set(analysis.aliases) | set(analysis.values)}
+        bound = {
+            name: analysis.name_targets(name)
+            for name in set(analysis.aliases) | set(analysis.values)
+        }
         with self._lock:
             for name, targets in bound.items():
                 self.aliases.setdefault(name, set()).update(targets)
@@ -122,8 +166,9 @@ class Analysis:
     stack.
     """
 
-    def __init__(self, tree: ast.Module, checker: Checker,
-                 before: CellContext | None = None) -> None:
+    def __init__(
+        self, tree: ast.Module, checker: Checker, before: CellContext | None = None
+    ) -> None:
         self.checker = checker
         self.profile = checker.profile
         self.key = checker.key
@@ -144,8 +189,12 @@ class Analysis:
         # import rule, so those rules need the uses resolved too.
         self.module_rules = bool(self.profile.imports_deny or self.profile.imports_approval)
         self.module_values = self.profile.module_values == "deny"
-        self.uses = bool(self.profile.calls_deny or self.profile.calls_approval
-                         or self.module_rules or self.module_values)
+        self.uses = bool(
+            self.profile.calls_deny
+            or self.profile.calls_approval
+            or self.module_rules
+            or self.module_values
+        )
         self.attributes = bool(self.profile.attributes_deny)
         self.writes = self.profile.writes_outside_workspace == "deny"
         self.rule_modules = _rule_modules(self.profile)
@@ -201,9 +250,13 @@ class Analysis:
         for name, value in pairs:
             self.values.setdefault(name, []).append(value)
         # A name bound in a class body is also an attribute (`C.m`), which is not followed.
-        in_classes = {id(statement.value) for node in nodes if isinstance(node, ast.ClassDef)
-                      for statement in node.body
-                      if isinstance(statement, ast.Assign | ast.AnnAssign)}
+        in_classes = {
+            id(statement.value)
+            for node in nodes
+            if isinstance(node, ast.ClassDef)
+            for statement in node.body
+            if isinstance(statement, ast.Assign | ast.AnnAssign)
+        }
         self.bound_values = {id(value) for _, value in pairs} - in_classes
         if not self.writes:
             return
@@ -254,7 +307,7 @@ class Analysis:
                 bare = part.lstrip("_")
                 module = part if part in self.modules else bare if bare in self.modules else None
             if module is not None:
-                names.add(".".join([module, *parts[i + 1:]]))
+                names.add(".".join([module, *parts[i + 1 :]]))
         return names
 
     def item_value(self, container: ast.expr, key: str | None, depth: int) -> set[str]:
@@ -310,7 +363,8 @@ class Analysis:
                 return found
         funcs = self.qualnames(func, depth)
         if funcs & {"builtins.globals", "builtins.locals"} or (
-                "builtins.vars" in funcs and not call.args):
+            "builtins.vars" in funcs and not call.args
+        ):
             return {_NAMESPACE}
         if "builtins.vars" in funcs and call.args:
             return {f"{base}.__dict__" for base in self.qualnames(call.args[0], depth + 1)}
@@ -381,8 +435,11 @@ class Analysis:
                 if self.module_values:
                     if id(node) not in inner:
                         self.check_module_value(self.call_value(node, 0), node)
-                    if len(node.args) >= 2 and _const_str(node.args[1]) is not None and (
-                            self.qualnames(node.func, 0) & _CONSTANT_GETTERS):
+                    if (
+                        len(node.args) >= 2
+                        and _const_str(node.args[1]) is not None
+                        and (self.qualnames(node.func, 0) & _CONSTANT_GETTERS)
+                    ):
                         # getattr(os, "path") is followed like os.path: not a module let go.
                         self.bound_values.add(id(node.args[0]))
             elif isinstance(node, ast.Attribute):
@@ -413,11 +470,19 @@ class Analysis:
         if self.writes:
             for path in self.written_paths(call):
                 if is_outside(path):
-                    self.add(call, "deny", "write.outside_workspace", (
-                        f"writing to {path!r} is denied by profile {self.key!r}: code may write "
-                        f"only under {WORKSPACE} (the working directory), /tmp and /dev/shm; "
-                        + self.checker.advice(lambda q: q.writes_outside_workspace == "allow",
-                                              "write to a relative path instead")))
+                    self.add(
+                        call,
+                        "deny",
+                        "write.outside_workspace",
+                        (
+                            f"writing to {path!r} is denied by profile {self.key!r}: code may write "
+                            f"only under {WORKSPACE} (the working directory), /tmp and /dev/shm; "
+                            + self.checker.advice(
+                                lambda q: q.writes_outside_workspace == "allow",
+                                "write to a relative path instead",
+                            )
+                        ),
+                    )
                     return
 
     def written_paths(self, call: ast.Call) -> list[str]:
@@ -464,31 +529,40 @@ class Analysis:
         if rule is None:
             return
         decision, rule_id = rule
-        advice = self.checker.advice(lambda q: import_rule(q, module) is None,
-                                     "remove the import")
+        advice = self.checker.advice(lambda q: import_rule(q, module) is None, "remove the import")
         if rule_id == "import.deny":
-            message = (f"import of module {module!r} is denied by profile {self.key!r}; "
-                       f"{advice}")
+            message = f"import of module {module!r} is denied by profile {self.key!r}; {advice}"
         elif rule_id == "import.not_allowed":
-            message = (f"module {module!r} is not in the import allowlist of profile "
-                       f"{self.key!r}; {advice} (or add it to imports_allow)")
+            message = (
+                f"module {module!r} is not in the import allowlist of profile "
+                f"{self.key!r}; {advice} (or add it to imports_allow)"
+            )
         else:
-            message = (f"import of module {module!r} needs approval under profile "
-                       f"{self.key!r}: the run is held until it is approved"
-                       + self.alternative(lambda q: import_rule(q, module) is None))
+            message = (
+                f"import of module {module!r} needs approval under profile "
+                f"{self.key!r}: the run is held until it is approved"
+                + self.alternative(lambda q: import_rule(q, module) is None)
+            )
         self.add(node, decision, rule_id, message)
 
-    def check_use(self, names: set[str], node: ast.expr, is_call: bool,
-                  as_value: bool = True) -> None:
+    def check_use(
+        self, names: set[str], node: ast.expr, is_call: bool, as_value: bool = True
+    ) -> None:
         if not names:
             return
         if as_value and not is_call:
             if self.module_values:
                 self.check_module_value(names, node)
             if self.attributes and names & (_ATTRIBUTE_FUNCS | _ATTRIBUTE_GETTERS):
-                self.add(node, "deny", "attribute.computed", self.computed_message(
-                    f"{min(names & (_ATTRIBUTE_FUNCS | _ATTRIBUTE_GETTERS))} passed as a value "
-                    "gets attributes by names the check cannot see"))
+                self.add(
+                    node,
+                    "deny",
+                    "attribute.computed",
+                    self.computed_message(
+                        f"{min(names & (_ATTRIBUTE_FUNCS | _ATTRIBUTE_GETTERS))} passed as a value "
+                        "gets attributes by names the check cannot see"
+                    ),
+                )
         if self.module_rules:
             self.check_reached_modules(names, node)
         rule = call_rule(self.profile, names)
@@ -502,11 +576,14 @@ class Analysis:
             return call_rule(q, names) is None
 
         if decision == "deny":
-            message = (f"{what} is denied by profile {self.key!r}{matched}; "
-                       + self.checker.advice(accepts, "remove the call"))
+            message = f"{what} is denied by profile {self.key!r}{matched}; " + self.checker.advice(
+                accepts, "remove the call"
+            )
         else:
-            message = (f"{what} needs approval under profile {self.key!r}{matched}: the run is "
-                       "held until it is approved" + self.alternative(accepts))
+            message = (
+                f"{what} needs approval under profile {self.key!r}{matched}: the run is "
+                "held until it is approved" + self.alternative(accepts)
+            )
         self.add(node, decision, rule_id, message)
 
     def check_reached_modules(self, names: set[str], node: ast.expr) -> None:
@@ -519,7 +596,8 @@ class Analysis:
             for part in parts[first:]:
                 bare = part.lstrip("_")
                 module = _SAME_MODULE.get(part) or (
-                    part if part in self.modules else bare if bare in self.modules else None)
+                    part if part in self.modules else bare if bare in self.modules else None
+                )
                 if module is None or module == "__future__":
                     continue
                 rule = import_rule(self.profile, module)
@@ -535,8 +613,10 @@ class Analysis:
         verb = "is denied" if decision == "deny" else "needs approval"
         if name == module:
             return f"looking up module {module!r} {verb} under profile {self.key!r}; {advice}"
-        return (f"{name} reaches module {module!r}, whose use {verb} under profile "
-                f"{self.key!r}; {advice}")
+        return (
+            f"{name} reaches module {module!r}, whose use {verb} under profile "
+            f"{self.key!r}; {advice}"
+        )
 
     def check_attribute(self, attr: str, node: ast.expr) -> None:
         patterns = self.profile.attributes_deny
@@ -545,11 +625,17 @@ class Analysis:
         for pattern in patterns:
             if fnmatchcase(attr, pattern):
                 matched = f" (rule {pattern!r})" if pattern != attr else ""
-                self.add(node, "deny", "attribute.deny", (
-                    f"attribute {attr!r} is denied by profile {self.key!r}{matched}: it leads "
-                    "to an object's internals (globals, modules, frames, classes), which the "
-                    "check cannot follow; "
-                    + self.checker.advice(lambda q: not q.attributes_deny, "remove it")))
+                self.add(
+                    node,
+                    "deny",
+                    "attribute.deny",
+                    (
+                        f"attribute {attr!r} is denied by profile {self.key!r}{matched}: it leads "
+                        "to an object's internals (globals, modules, frames, classes), which the "
+                        "check cannot follow; "
+                        + self.checker.advice(lambda q: not q.attributes_deny, "remove it")
+                    ),
+                )
                 return
 
     def check_attribute_call(self, call: ast.Call) -> None:
@@ -566,17 +652,23 @@ class Analysis:
         for node in named:
             name = _const_str(node)
             if name is None and not isinstance(node, ast.Starred | None):
-                self.add(call, "deny", "attribute.computed",
-                         self.computed_message("an attribute name computed at run time"))
+                self.add(
+                    call,
+                    "deny",
+                    "attribute.computed",
+                    self.computed_message("an attribute name computed at run time"),
+                )
                 return
             for attr in (name or "").split("."):
                 self.check_attribute(attr, call)
 
     def computed_message(self, what: str) -> str:
-        return (f"{what} is denied by profile {self.key!r}: it could name any attribute, "
-                f"including those the profile denies ({', '.join(self.profile.attributes_deny)})"
-                "; use a constant name instead, or "
-                + self.checker.advice(lambda q: not q.attributes_deny, "remove it"))
+        return (
+            f"{what} is denied by profile {self.key!r}: it could name any attribute, "
+            f"including those the profile denies ({', '.join(self.profile.attributes_deny)})"
+            "; use a constant name instead, or "
+            + self.checker.advice(lambda q: not q.attributes_deny, "remove it")
+        )
 
     def check_module_value(self, names: set[str], node: ast.expr) -> None:
         """A module stored, passed or returned is out of the check's sight from then on."""
@@ -587,16 +679,27 @@ class Analysis:
             # `datetime.datetime` also reads as the module `datetime` reached along it; only a
             # name that is all there is stands for the module its import statement bound.
             imported = name in self.import_targets and not any(
-                other.endswith("." + name) for other in names)
-            if not (imported or name in _MODULE_ATTRIBUTES
-                    or last in self.rule_modules or last.lstrip("_") in self.rule_modules
-                    or last in _SAME_MODULE):
+                other.endswith("." + name) for other in names
+            )
+            if not (
+                imported
+                or name in _MODULE_ATTRIBUTES
+                or last in self.rule_modules
+                or last.lstrip("_") in self.rule_modules
+                or last in _SAME_MODULE
+            ):
                 continue
-            self.add(node, "deny", "module.value", (
-                f"module {name} used as a value (stored, passed or returned) is denied by "
-                f"profile {self.key!r}: the check follows a module only through its "
-                f"attributes; use {name}.<name> directly instead, or "
-                + self.checker.advice(lambda q: q.module_values == "allow", "remove it")))
+            self.add(
+                node,
+                "deny",
+                "module.value",
+                (
+                    f"module {name} used as a value (stored, passed or returned) is denied by "
+                    f"profile {self.key!r}: the check follows a module only through its "
+                    f"attributes; use {name}.<name> directly instead, or "
+                    + self.checker.advice(lambda q: q.module_values == "allow", "remove it")
+                ),
+            )
             return
 
     def alternative(self, accepts: Callable[[Profile], bool]) -> str:
@@ -611,8 +714,20 @@ class Analysis:
 
 # ASDL types of fields that never hold a node to look into: names, constants, and the
 # context and operator singletons.
-_LEAF_TYPES = frozenset({"identifier", "string", "constant", "int", "expr_context", "operator",
-                         "boolop", "unaryop", "cmpop", "type_ignore"})
+_LEAF_TYPES = frozenset(
+    {
+        "identifier",
+        "string",
+        "constant",
+        "int",
+        "expr_context",
+        "operator",
+        "boolop",
+        "unaryop",
+        "cmpop",
+        "type_ignore",
+    }
+)
 
 
 @functools.cache
@@ -654,15 +769,19 @@ def _gateway_names(attrs: list[str]) -> set[str]:
     for i, attr in enumerate(attrs):
         module = _SAME_MODULE.get(attr, attr.lstrip("_") or attr)
         if module in _GATEWAY_MODULES:
-            names.add(".".join([module, *attrs[i + 1:]]))
+            names.add(".".join([module, *attrs[i + 1 :]]))
     return names
 
 
 def _rule_modules(profile: Profile) -> frozenset[str]:
     """The top-level names the profile's import and call rules name (modules outside the
     standard library included)."""
-    names = [*profile.imports_deny, *profile.imports_approval, *profile.calls_deny,
-             *profile.calls_approval]
+    names = [
+        *profile.imports_deny,
+        *profile.imports_approval,
+        *profile.calls_deny,
+        *profile.calls_approval,
+    ]
     return frozenset(name.split(".")[0] for name in names)
 
 
@@ -671,8 +790,11 @@ def _bound_pairs(target: ast.expr, value: ast.expr) -> list[tuple[str, ast.expr]
     and `a, b = x, y` element by element."""
     if isinstance(target, ast.Name):
         return [(target.id, value)]
-    if isinstance(target, ast.Tuple | ast.List) and isinstance(value, ast.Tuple | ast.List) \
-            and len(target.elts) == len(value.elts):
+    if (
+        isinstance(target, ast.Tuple | ast.List)
+        and isinstance(value, ast.Tuple | ast.List)
+        and len(target.elts) == len(value.elts)
+    ):
         pairs = []
         for sub_target, sub_value in zip(target.elts, value.elts, strict=True):
             pairs += _bound_pairs(sub_target, sub_value)
@@ -689,8 +811,9 @@ def _const_str(node: ast.expr | None) -> str | None:
 def _argument(call: ast.Call, position: int, keyword: str) -> ast.expr | None:
     """The argument at `position` (none when negative: keyword-only), or the keyword argument
     `keyword`, if given."""
-    if 0 <= position < len(call.args) and not any(isinstance(a, ast.Starred)
-                                             for a in call.args[:position + 1]):
+    if 0 <= position < len(call.args) and not any(
+        isinstance(a, ast.Starred) for a in call.args[: position + 1]
+    ):
         return call.args[position]
     for kw in call.keywords:
         if kw.arg == keyword:

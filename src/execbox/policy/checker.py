@@ -40,8 +40,9 @@ class Verdict:
 _PARSE_LOCK = threading.Lock()
 
 
-def check(request: RunRequest, profiles: Mapping[str, Profile], *,
-          cell: CellContext | None = None) -> Verdict:
+def check(
+    request: RunRequest, profiles: Mapping[str, Profile], *, cell: CellContext | None = None
+) -> Verdict:
     """Decide whether `request` may run under its profile, and with which limits. `cell`: the
     code is a session cell, which IPython runs (its `!cmd` and `%magic` are not Python) after
     the cells `cell` holds the bindings of; an allowed or held cell's are added to it.
@@ -84,8 +85,14 @@ def _size(n: int) -> str:
 class Checker:
     """One check of one request: the rules in order, then the syntax tree."""
 
-    def __init__(self, request: RunRequest, key: str, profile: Profile,
-                 profiles: Mapping[str, Profile], cell: CellContext | None = None) -> None:
+    def __init__(
+        self,
+        request: RunRequest,
+        key: str,
+        profile: Profile,
+        profiles: Mapping[str, Profile],
+        cell: CellContext | None = None,
+    ) -> None:
         self.request = request
         self.key = key
         self.profile = profile
@@ -93,10 +100,22 @@ class Checker:
         self.cell = cell
         self.limits = _effective_limits(request.limits, profile)
 
-    def verdict(self, decision: Decision, rule: str | None = None, message: str | None = None,
-                line: int | None = None, imports: frozenset[str] | None = None) -> Verdict:
-        return Verdict(decision=decision, rule=rule, message=message, line=line,
-                       limits=self.limits, imports=imports)
+    def verdict(
+        self,
+        decision: Decision,
+        rule: str | None = None,
+        message: str | None = None,
+        line: int | None = None,
+        imports: frozenset[str] | None = None,
+    ) -> Verdict:
+        return Verdict(
+            decision=decision,
+            rule=rule,
+            message=message,
+            line=line,
+            limits=self.limits,
+            imports=imports,
+        )
 
     def advice(self, accepts: Callable[[Profile], bool], otherwise: str) -> str:
         """What to do: the first other profile (in file order) that accepts, and `otherwise`."""
@@ -109,19 +128,32 @@ class Checker:
         p, key = self.profile, self.key
         code_bytes = len(self.request.code.encode("utf-8", "surrogatepass"))
         if code_bytes > p.max_code_bytes:
-            return self.verdict("deny", "code.size", (
-                f"the code is {_size(code_bytes)}, over the {_size(p.max_code_bytes)} cap of "
-                f"profile {key!r}; "
-                + self.advice(lambda q: code_bytes <= q.max_code_bytes,
-                              "make the code smaller (pass data as input files)")))
+            return self.verdict(
+                "deny",
+                "code.size",
+                (
+                    f"the code is {_size(code_bytes)}, over the {_size(p.max_code_bytes)} cap of "
+                    f"profile {key!r}; "
+                    + self.advice(
+                        lambda q: code_bytes <= q.max_code_bytes,
+                        "make the code smaller (pass data as input files)",
+                    )
+                ),
+            )
         denied = self.inputs() or self.limit_maximums()
         if denied is not None:
             return denied
         undecodable = self.request.source_error
         if undecodable is not None:  # as CPython, which reads nothing of such a file
-            return self.verdict("allow", "code.encoding", (
-                f"the code was not analysed (SyntaxError: {undecodable.msg}); "
-                "the run reports the error"), undecodable.lineno)
+            return self.verdict(
+                "allow",
+                "code.encoding",
+                (
+                    f"the code was not analysed (SyntaxError: {undecodable.msg}); "
+                    "the run reports the error"
+                ),
+                undecodable.lineno,
+            )
         if not reads_code(p):
             # No rule of the profile is about the code (the default profile, `data`): nothing
             # to parse it for. Its imports only pick the kind of slot it runs in, a choice of
@@ -136,16 +168,28 @@ class Checker:
             if self.cell is not None:
                 # IPython turns what is not Python into calls the rules never see: `!cmd` and
                 # `x = !cmd` run a shell, `%magic` anything. Only Python is let through.
-                return self.verdict("deny", "code.not_python", (
-                    f"the cell is not Python ({type(exc).__name__}: {exc}); under profile "
-                    f"{key!r} a cell must be Python: IPython's shell escapes and magics (!cmd, "
-                    "%magic) would run past its rules; "
-                    + self.advice(lambda q: not reads_code(q), "write it in Python")), line)
+                return self.verdict(
+                    "deny",
+                    "code.not_python",
+                    (
+                        f"the cell is not Python ({type(exc).__name__}: {exc}); under profile "
+                        f"{key!r} a cell must be Python: IPython's shell escapes and magics (!cmd, "
+                        "%magic) would run past its rules; "
+                        + self.advice(lambda q: not reads_code(q), "write it in Python")
+                    ),
+                    line,
+                )
             # Not a deny: the sandbox compiles the code too and reports the error with its line
             # and column as an ordinary `error` result, which tells the author far more.
-            return self.verdict("allow", "code.syntax", (
-                f"the code was not analysed ({type(exc).__name__}: {exc}); "
-                "the run reports the error"), line)
+            return self.verdict(
+                "allow",
+                "code.syntax",
+                (
+                    f"the code was not analysed ({type(exc).__name__}: {exc}); "
+                    "the run reports the error"
+                ),
+                line,
+            )
         analysis = Analysis(tree, self, self.cell.snapshot() if self.cell else None)
         findings = analysis.findings
         imports = frozenset(analysis.imports)
@@ -156,32 +200,47 @@ class Checker:
             chosen = [f for f in findings if f.decision == decision]
             if chosen:
                 first = min(chosen, key=lambda f: (f.line, f.col))
-                return self.verdict(first.decision, first.rule, first.message, first.line,
-                                    imports)
+                return self.verdict(first.decision, first.rule, first.message, first.line, imports)
         return self.verdict("allow", imports=imports)
 
     def inputs(self) -> Verdict | None:
         p, key, files = self.profile, self.key, self.request.files
         if len(files) > p.max_input_files:
             count = len(files)
-            return self.verdict("deny", "input.files", (
-                f"{count} input files, over the cap of {p.max_input_files} of profile {key!r}; "
-                + self.advice(lambda q: count <= q.max_input_files,
-                              "send fewer files (e.g. one archive)")))
+            return self.verdict(
+                "deny",
+                "input.files",
+                (
+                    f"{count} input files, over the cap of {p.max_input_files} of profile {key!r}; "
+                    + self.advice(
+                        lambda q: count <= q.max_input_files, "send fewer files (e.g. one archive)"
+                    )
+                ),
+            )
         total = sum(len(f.data) for f in files) + len(self.request.stdin)
         if total > p.max_input_bytes:
-            return self.verdict("deny", "input.bytes", (
-                f"input files and stdin total {_size(total)}, over the "
-                f"{_size(p.max_input_bytes)} cap of profile {key!r}; "
-                + self.advice(lambda q: total <= q.max_input_bytes, "send less data")))
+            return self.verdict(
+                "deny",
+                "input.bytes",
+                (
+                    f"input files and stdin total {_size(total)}, over the "
+                    f"{_size(p.max_input_bytes)} cap of profile {key!r}; "
+                    + self.advice(lambda q: total <= q.max_input_bytes, "send less data")
+                ),
+            )
         csv_lines = [(f.name, _lines(f.data)) for f in files if f.name.lower().endswith(".csv")]
         over = [(name, rows) for name, rows in csv_lines if rows > p.max_csv_rows]
         if over:
             name, rows = over[0]
-            return self.verdict("deny", "input.csv_rows", (
-                f"input {name!r} has {rows} lines, over the {p.max_csv_rows}-row cap of "
-                f"profile {key!r}; "
-                + self.advice(lambda q: rows <= q.max_csv_rows, "send a sample or an aggregate")))
+            return self.verdict(
+                "deny",
+                "input.csv_rows",
+                (
+                    f"input {name!r} has {rows} lines, over the {p.max_csv_rows}-row cap of "
+                    f"profile {key!r}; "
+                    + self.advice(lambda q: rows <= q.max_csv_rows, "send a sample or an aggregate")
+                ),
+            )
         return None
 
     def limit_maximums(self) -> Verdict | None:
@@ -189,8 +248,15 @@ class Checker:
         if excess is None:
             return None
         field, value, most = excess
-        return self.verdict("deny", "limits.max", (
-            f"limits.{field} = {show_number(value)} is over the maximum of {show_number(most)} under profile "
-            f"{self.key!r}; "
-            + self.advice(lambda q: value <= limit_value(q.max_limits, field),
-                          f"ask for at most {show_number(most)}")))
+        return self.verdict(
+            "deny",
+            "limits.max",
+            (
+                f"limits.{field} = {show_number(value)} is over the maximum of {show_number(most)} under profile "
+                f"{self.key!r}; "
+                + self.advice(
+                    lambda q: value <= limit_value(q.max_limits, field),
+                    f"ask for at most {show_number(most)}",
+                )
+            ),
+        )

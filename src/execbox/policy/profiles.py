@@ -35,22 +35,31 @@ class Profile(BaseModel):
     limits: Limits = Field(description="Default limits of a run under this profile.")
     max_limits: Limits = Field(description="The most a request may ask for (rule limits.max).")
     imports_allow: list[str] | None = Field(
-        None, description="Top-level modules allowed; None = any module not denied.")
+        None, description="Top-level modules allowed; None = any module not denied."
+    )
     imports_deny: list[str] = Field(default_factory=list, description="Modules refused.")
     imports_approval: list[str] = Field(
-        default_factory=list, description="Modules that hold the run for approval.")
+        default_factory=list, description="Modules that hold the run for approval."
+    )
     calls_deny: list[str] = Field(
-        default_factory=list, description="Dotted names refused; shell-style wildcards allowed.")
+        default_factory=list, description="Dotted names refused; shell-style wildcards allowed."
+    )
     calls_approval: list[str] = Field(
-        default_factory=list, description="Dotted names that hold the run for approval.")
+        default_factory=list, description="Dotted names that hold the run for approval."
+    )
     attributes_deny: list[str] = Field(
-        default_factory=list, description="Attribute names refused on any object (patterns); "
-        "when set, getattr/setattr/delattr with a computed name are refused too.")
+        default_factory=list,
+        description="Attribute names refused on any object (patterns); "
+        "when set, getattr/setattr/delattr with a computed name are refused too.",
+    )
     module_values: Literal["allow", "deny"] = Field(
-        "allow", description="Whether a module may be used as a value (stored in a container, "
-        "passed, returned), where the check cannot follow it.")
+        "allow",
+        description="Whether a module may be used as a value (stored in a container, "
+        "passed, returned), where the check cannot follow it.",
+    )
     writes_outside_workspace: Literal["allow", "deny"] = Field(
-        "deny", description="Whether constant-path writes outside /workspace, /tmp are denied.")
+        "deny", description="Whether constant-path writes outside /workspace, /tmp are denied."
+    )
     max_code_bytes: int = Field(ge=0, description="Cap on the code's size in UTF-8 bytes.")
     max_input_bytes: int = Field(ge=0, description="Cap on input files plus stdin, in bytes.")
     max_input_files: int = Field(ge=0, description="Cap on the number of input files.")
@@ -63,8 +72,10 @@ class Profile(BaseModel):
         for name in names or []:
             if not _TOP_LEVEL_NAME.match(name):
                 top = name.split(".")[0]
-                raise ValueError(f"{name!r} is not a top-level module name"
-                                 + (f" (use {top!r})" if _TOP_LEVEL_NAME.match(top) else ""))
+                raise ValueError(
+                    f"{name!r} is not a top-level module name"
+                    + (f" (use {top!r})" if _TOP_LEVEL_NAME.match(top) else "")
+                )
         return names
 
     @field_validator("calls_deny", "calls_approval")
@@ -72,8 +83,10 @@ class Profile(BaseModel):
     def _dotted_patterns(cls, patterns: list[str]) -> list[str]:
         for pattern in patterns:
             if not _CALL_PATTERN.match(pattern):
-                raise ValueError(f"{pattern!r} is not a dotted name or wildcard pattern "
-                                 "(e.g. 'os.system', 'subprocess.*')")
+                raise ValueError(
+                    f"{pattern!r} is not a dotted name or wildcard pattern "
+                    "(e.g. 'os.system', 'subprocess.*')"
+                )
         return patterns
 
     @field_validator("attributes_deny")
@@ -81,8 +94,10 @@ class Profile(BaseModel):
     def _attribute_patterns(cls, patterns: list[str]) -> list[str]:
         for pattern in patterns:
             if not _ATTRIBUTE_PATTERN.match(pattern):
-                raise ValueError(f"{pattern!r} is not an attribute name or wildcard pattern "
-                                 "(e.g. '__globals__', 'f_*'), without dots")
+                raise ValueError(
+                    f"{pattern!r} is not an attribute name or wildcard pattern "
+                    "(e.g. '__globals__', 'f_*'), without dots"
+                )
         return patterns
 
     @model_validator(mode="after")
@@ -91,8 +106,10 @@ class Profile(BaseModel):
         excess = first_excess(self.limits, self.max_limits)
         if excess is not None:
             field, value, most = excess
-            raise ValueError(f"limits.{field} = {show_number(value)} is over max_limits.{field} = "
-                             f"{show_number(most)}")
+            raise ValueError(
+                f"limits.{field} = {show_number(value)} is over max_limits.{field} = "
+                f"{show_number(most)}"
+            )
         return self
 
 
@@ -130,25 +147,34 @@ def _parse_profiles(data: bytes, where: str) -> dict[str, Profile]:
         raise UsageError(f"profiles file {where} is not valid TOML: {exc}") from exc
     unknown = sorted(set(doc) - {"profiles"})
     if unknown:
-        raise UsageError(f"profiles file {where}: unknown top-level keys {unknown}; "
-                         "profiles go in [profiles.NAME] tables")
+        raise UsageError(
+            f"profiles file {where}: unknown top-level keys {unknown}; "
+            "profiles go in [profiles.NAME] tables"
+        )
     tables = doc.get("profiles")
     if not isinstance(tables, dict) or not tables:
-        raise UsageError(f"profiles file {where} defines no profiles; "
-                         "add at least one [profiles.NAME] table")
+        raise UsageError(
+            f"profiles file {where} defines no profiles; add at least one [profiles.NAME] table"
+        )
     profiles: dict[str, Profile] = {}
     for name, table in tables.items():
         if not isinstance(table, dict):
-            raise UsageError(f"profiles file {where}: profile {name!r} must be a table "
-                             f"([profiles.{name}]), not a {type(table).__name__}")
+            raise UsageError(
+                f"profiles file {where}: profile {name!r} must be a table "
+                f"([profiles.{name}]), not a {type(table).__name__}"
+            )
         if table.get("name", name) != name:
-            raise UsageError(f"profiles file {where}: profile {name!r} has name = "
-                             f"{table['name']!r}; leave `name` out, the table key is the name")
+            raise UsageError(
+                f"profiles file {where}: profile {name!r} has name = "
+                f"{table['name']!r}; leave `name` out, the table key is the name"
+            )
         try:
             profiles[name] = Profile.model_validate({**table, "name": name})
         except ValidationError as exc:
-            raise UsageError(f"profiles file {where}: profile {name!r}: "
-                             + "; ".join(_describe(err) for err in exc.errors())) from exc
+            raise UsageError(
+                f"profiles file {where}: profile {name!r}: "
+                + "; ".join(_describe(err) for err in exc.errors())
+            ) from exc
     return profiles
 
 

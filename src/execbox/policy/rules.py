@@ -62,10 +62,16 @@ def one_regex(patterns: tuple[str, ...]) -> re.Pattern[str]:
 
 def reads_code(profile: Profile) -> bool:
     """Whether any rule of `profile` is about the code itself (its imports, calls or writes)."""
-    return bool(profile.imports_allow is not None or profile.imports_deny
-                or profile.imports_approval or profile.calls_deny or profile.calls_approval
-                or profile.attributes_deny or profile.module_values == "deny"
-                or profile.writes_outside_workspace == "deny")
+    return bool(
+        profile.imports_allow is not None
+        or profile.imports_deny
+        or profile.imports_approval
+        or profile.calls_deny
+        or profile.calls_approval
+        or profile.attributes_deny
+        or profile.module_values == "deny"
+        or profile.writes_outside_workspace == "deny"
+    )
 
 
 def import_rule(profile: Profile, module: str) -> tuple[Decision, str] | None:

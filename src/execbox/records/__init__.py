@@ -16,5 +16,16 @@ processes); any SQLAlchemy URL (PostgreSQL: `postgresql+psycopg://...`) when con
 from .schema import artifact_blobs, blobs, cache, runs
 from .store import KEY_BYTES, PolicyInfo, RunRecord, RunStore, default_url, records_key, sha256
 
-__all__ = ["KEY_BYTES", "PolicyInfo", "RunRecord", "RunStore", "artifact_blobs", "blobs", "cache",
-           "default_url", "records_key", "runs", "sha256"]
+__all__ = [
+    "KEY_BYTES",
+    "PolicyInfo",
+    "RunRecord",
+    "RunStore",
+    "artifact_blobs",
+    "blobs",
+    "cache",
+    "default_url",
+    "records_key",
+    "runs",
+    "sha256",
+]

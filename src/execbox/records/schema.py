@@ -7,7 +7,8 @@ import sqlalchemy as sa
 metadata = sa.MetaData()
 
 runs = sa.Table(
-    "runs", metadata,
+    "runs",
+    metadata,
     sa.Column("run_id", sa.String(64), primary_key=True),
     sa.Column("created_at", sa.Float, nullable=False, index=True),
     sa.Column("kind", sa.String(16), nullable=False),  # run | replay | approval | cache_hit
@@ -35,20 +36,23 @@ runs = sa.Table(
 ADDED_COLUMNS = ("sealed",)
 
 blobs = sa.Table(
-    "blobs", metadata,
+    "blobs",
+    metadata,
     sa.Column("sha256", sa.String(64), primary_key=True),
     sa.Column("data", sa.LargeBinary, nullable=False),
 )
 
 artifact_blobs = sa.Table(
-    "artifact_blobs", metadata,
+    "artifact_blobs",
+    metadata,
     sa.Column("run_id", sa.String(64), primary_key=True),
     sa.Column("path", sa.Text, primary_key=True),
     sa.Column("sha256", sa.String(64), nullable=False),
 )
 
 cache = sa.Table(
-    "cache", metadata,
+    "cache",
+    metadata,
     sa.Column("key", sa.String(64), primary_key=True),
     sa.Column("run_id", sa.String(64), nullable=False),
     sa.Column("created_at", sa.Float, nullable=False),

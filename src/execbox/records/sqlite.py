@@ -32,8 +32,11 @@ log = logging.getLogger(__name__)
 # this lock, also when the garbage collector closes it (in whichever thread collects, which
 # may hold the lock already: hence reentrant).
 COMMIT_LOCK = threading.RLock()
-os.register_at_fork(before=COMMIT_LOCK.acquire, after_in_parent=COMMIT_LOCK.release,
-                    after_in_child=COMMIT_LOCK.release)
+os.register_at_fork(
+    before=COMMIT_LOCK.acquire,
+    after_in_parent=COMMIT_LOCK.release,
+    after_in_child=COMMIT_LOCK.release,
+)
 
 
 class ForkSafeConnection(sqlite3.Connection):
@@ -84,8 +87,10 @@ class SQLiteRunRows:
         self._database = database
         self._columns = [c.name for c in runs.c]
         self._json = frozenset(c.name for c in runs.c if isinstance(c.type, sa.JSON))
-        self._sql = (f"INSERT INTO runs ({', '.join(self._columns)}) "
-                     f"VALUES ({', '.join('?' * len(self._columns))})")
+        self._sql = (
+            f"INSERT INTO runs ({', '.join(self._columns)}) "
+            f"VALUES ({', '.join('?' * len(self._columns))})"
+        )
         with COMMIT_LOCK:  # a file that cannot be opened fails here, not in the writer
             self._connect().close()
         self._start_state()
@@ -124,9 +129,14 @@ class SQLiteRunRows:
         """Queue the row for the writer (waits only while MAX_QUEUED rows are queued). After
         `close`, or when no thread can be started, the row is written before this returns:
         the caller drains the queue itself, or waits for the caller that does."""
-        params = [result_json if name == "result"
-                  else json.dumps(row.get(name)) if name in self._json else row.get(name)
-                  for name in self._columns]
+        params = [
+            result_json
+            if name == "result"
+            else json.dumps(row.get(name))
+            if name in self._json
+            else row.get(name)
+            for name in self._columns
+        ]
         cond = self._state()
         with cond:
             while len(self._queue) >= self.MAX_QUEUED and self._writer is not None:
@@ -157,8 +167,9 @@ class SQLiteRunRows:
 
     def _start_writer(self) -> bool:
         """Start the writer thread (the lock is held); False when no thread can be had."""
-        writer = threading.Thread(target=self._drain, args=(self.IDLE_S, True),
-                                  name="execbox-records", daemon=True)
+        writer = threading.Thread(
+            target=self._drain, args=(self.IDLE_S, True), name="execbox-records", daemon=True
+        )
         self._stop, self._writer = False, writer
         try:
             writer.start()
@@ -200,8 +211,10 @@ class SQLiteRunRows:
             failed, self._failed = self._failed, 0
             last = self._last_failure
         if failed:
-            raise RecordsError(f"{failed} run record(s) could not be written, the last for "
-                               f"this reason: {last} (the log names the runs)")
+            raise RecordsError(
+                f"{failed} run record(s) could not be written, the last for "
+                f"this reason: {last} (the log names the runs)"
+            )
 
     def _drain(self, idle_s: float, linger: bool = False) -> None:
         """Write what is queued, batch by batch, until the queue has stayed empty for
@@ -220,9 +233,14 @@ class SQLiteRunRows:
                         cond.notify_all()
                         return
                     if linger:
-                        cond.wait_for(lambda: len(self._queue) >= self._linger_rows()
-                                      or self._stop or self._wanted > self._done,
-                                      self.LINGER_S)
+                        cond.wait_for(
+                            lambda: (
+                                len(self._queue) >= self._linger_rows()
+                                or self._stop
+                                or self._wanted > self._done
+                            ),
+                            self.LINGER_S,
+                        )
                     batch, self._queue = self._queue, []
                     last = self._queued
                     cond.notify_all()  # room for savers that waited
@@ -231,8 +249,9 @@ class SQLiteRunRows:
                     conn, failures = self._write_batch(conn, batch)
                 finally:
                     if failures is None:
-                        failures = [f"run {params[0]}: interrupted while it was written"
-                                    for params in batch]
+                        failures = [
+                            f"run {params[0]}: interrupted while it was written" for params in batch
+                        ]
                     self._finish(last, failures)
         finally:
             if conn is not None:
@@ -257,8 +276,9 @@ class SQLiteRunRows:
         self._done = last
         self._cond.notify_all()
 
-    def _write_batch(self, conn: sqlite3.Connection | None, batch: list[list[Any]]
-                     ) -> tuple[sqlite3.Connection | None, list[str]]:
+    def _write_batch(
+        self, conn: sqlite3.Connection | None, batch: list[list[Any]]
+    ) -> tuple[sqlite3.Connection | None, list[str]]:
         """Insert the batch in one transaction; when one of its rows made that fail (which
         rolls back all), row by row, so only such rows are lost; a failure of the database's
         own (locked past the busy timeout, disk full: sqlite3.OperationalError) fails every
@@ -322,8 +342,9 @@ def _settle_quietly(ref: weakref.ref[SQLiteRunRows]) -> None:
         rows.settle()
 
 
-def sqlite_connect(_dialect: Any, _record: Any, cargs: tuple[Any, ...],
-                    cparams: dict[str, Any]) -> sqlite3.Connection:
+def sqlite_connect(
+    _dialect: Any, _record: Any, cargs: tuple[Any, ...], cparams: dict[str, Any]
+) -> sqlite3.Connection:
     """SQLAlchemy's connect, fork-safe (see `ForkSafeConnection`)."""
     return connect_sqlite(*cargs, **cparams)
 

@@ -62,7 +62,8 @@ class RunRecord(BaseModel):
     approved_at: float | None = None
     approved_by: str | None = None
     sealed: dict[str, Any] | None = Field(
-        None, description="What was redacted before storing (see execbox.atrest), or null")
+        None, description="What was redacted before storing (see execbox.atrest), or null"
+    )
 
 
 KEY_BYTES = 32
@@ -83,8 +84,10 @@ def records_key() -> bytes:
         except ValueError:
             key = b""
         if len(key) < 16:
-            raise UsageError("EXECBOX_RECORDS_KEY must be at least 16 bytes in hex "
-                             "(`python3 -c 'import secrets; print(secrets.token_hex(32))'`)")
+            raise UsageError(
+                "EXECBOX_RECORDS_KEY must be at least 16 bytes in hex "
+                "(`python3 -c 'import secrets; print(secrets.token_hex(32))'`)"
+            )
         return key
     path = home() / "records.key"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -103,8 +106,10 @@ def records_key() -> bytes:
             tmp.unlink()
     key = path.read_bytes()
     if len(key) < 16:
-        raise UsageError(f"{path} holds {len(key)} bytes: not a records key; move it away to "
-                         "make a new one (records sealed under the old one need it to replay)")
+        raise UsageError(
+            f"{path} holds {len(key)} bytes: not a records key; move it away to "
+            "make a new one (records sealed under the old one need it to replay)"
+        )
     return key
 
 
@@ -140,8 +145,13 @@ class RunStore:
         metadata.create_all(self.engine)
         add_columns(self.engine)
         database = self.engine.url.database
-        if self.engine.dialect.name == "sqlite" and database and database != ":memory:" \
-                and not database.startswith("file:") and not self.engine.url.query:
+        if (
+            self.engine.dialect.name == "sqlite"
+            and database
+            and database != ":memory:"
+            and not database.startswith("file:")
+            and not self.engine.url.query
+        ):
             self._rows = SQLiteRunRows(os.path.abspath(database))  # plain files only
 
     def keyed(self, data: bytes) -> str:
@@ -169,22 +179,38 @@ class RunStore:
 
     # ---- writing ----------------------------------------------------------------------------
 
-    def save(self, request: RunRequest, result: RunResult, *, policy: PolicyInfo,
-             redactor: Redactor | None = None, env: dict[str, str] | None = None,
-             kind: str = "run", source_run_id: str | None = None,
-             session_id: str | None = None, cache_key: str | None = None) -> None:
+    def save(
+        self,
+        request: RunRequest,
+        result: RunResult,
+        *,
+        policy: PolicyInfo,
+        redactor: Redactor | None = None,
+        env: dict[str, str] | None = None,
+        kind: str = "run",
+        source_run_id: str | None = None,
+        session_id: str | None = None,
+        cache_key: str | None = None,
+    ) -> None:
         """Store the run (and its inputs and stdin, for replay) in one transaction, with what
         `redactor` finds in its request redacted (`atrest`); `env`, when given, is stored as
         the environment instead of the request's. On a SQLite file the common case, one run
         row and nothing else new, is queued for the store's writer and committed after this
         returns (see `SQLiteRunRows`)."""
-        stored = atrest.seal(request, redactor, self.keyed) if redactor is not None else \
-            atrest.Stored(request, sha256(request.stdin),
-                          tuple(sha256(f.data) for f in request.files), None)
+        stored = (
+            atrest.seal(request, redactor, self.keyed)
+            if redactor is not None
+            else atrest.Stored(
+                request, sha256(request.stdin), tuple(sha256(f.data) for f in request.files), None
+            )
+        )
         if stored.sealed and "code" in stored.sealed:
             # The original's sha256 would let a reader test guesses of the secret in it.
-            result = result.model_copy(update={
-                "code_sha256": sha256(stored.request.code.encode("utf-8", "surrogateescape"))})
+            result = result.model_copy(
+                update={
+                    "code_sha256": sha256(stored.request.code.encode("utf-8", "surrogateescape"))
+                }
+            )
         sizes = [len(f.data) for f in request.files]
         request = stored.request
         blob_rows = {sha256(f.data): f.data for f in request.files}
@@ -208,8 +234,10 @@ class RunStore:
             "code": request.code,
             "code_sha256": result.code_sha256,
             "stdin_sha256": stored.stdin_sha256,
-            "inputs": [{"name": f.name, "size": size, "sha256": digest} for f, size, digest
-                       in zip(request.files, sizes, stored.input_sha256, strict=True)],
+            "inputs": [
+                {"name": f.name, "size": size, "sha256": digest}
+                for f, size, digest in zip(request.files, sizes, stored.input_sha256, strict=True)
+            ],
             "env": request.env if env is None else env,
             "policy": policy.model_dump(),
             "limits": result.limits.model_dump(),
@@ -248,8 +276,9 @@ class RunStore:
         if new and conn.dialect.name == "postgresql":
             # There a concurrent writer's uncommitted row is invisible to the checks below but
             # makes a plain INSERT wait and then fail; ON CONFLICT DO NOTHING waits and skips it.
-            conn.execute(pg_insert(blobs).on_conflict_do_nothing(index_elements=[blobs.c.sha256]),
-                         new)
+            conn.execute(
+                pg_insert(blobs).on_conflict_do_nothing(index_elements=[blobs.c.sha256]), new
+            )
         elif new:
             try:
                 with conn.begin_nested():
@@ -257,8 +286,9 @@ class RunStore:
             except sa.exc.IntegrityError:  # a concurrent writer stored the same content
                 for item in new:
                     with conn.begin_nested():
-                        exists = conn.scalar(sa.select(blobs.c.sha256)
-                                             .where(blobs.c.sha256 == item["sha256"]))
+                        exists = conn.scalar(
+                            sa.select(blobs.c.sha256).where(blobs.c.sha256 == item["sha256"])
+                        )
                         if exists is None:
                             conn.execute(blobs.insert().values(**item))
 
@@ -268,8 +298,11 @@ class RunStore:
         with self.engine.begin() as conn:
             done = conn.execute(
                 runs.update()
-                .where(runs.c.run_id == run_id, runs.c.status == "needs_approval",
-                       runs.c.approved_at.is_(None))
+                .where(
+                    runs.c.run_id == run_id,
+                    runs.c.status == "needs_approval",
+                    runs.c.approved_at.is_(None),
+                )
                 .values(approved_at=time.time(), approved_by=by)
             )
             return bool(done.rowcount)
@@ -282,8 +315,9 @@ class RunStore:
             row = conn.execute(sa.select(runs).where(runs.c.run_id == run_id)).mappings().first()
         return _record(row) if row else None
 
-    def list(self, *, limit: int = 50, status: str | None = None,
-             session_id: str | None = None) -> list[RunRecord]:
+    def list(
+        self, *, limit: int = 50, status: str | None = None, session_id: str | None = None
+    ) -> list[RunRecord]:
         self.settle()
         query = sa.select(runs).order_by(runs.c.created_at.desc()).limit(limit)
         if status:
@@ -305,8 +339,11 @@ class RunStore:
 
     def artifact_data(self, run_id: str, path: str) -> bytes | None:
         with self.engine.connect() as conn:
-            digest = conn.scalar(sa.select(artifact_blobs.c.sha256).where(
-                artifact_blobs.c.run_id == run_id, artifact_blobs.c.path == path))
+            digest = conn.scalar(
+                sa.select(artifact_blobs.c.sha256).where(
+                    artifact_blobs.c.run_id == run_id, artifact_blobs.c.path == path
+                )
+            )
         return self.blob(digest) if digest else None
 
     def request_of(self, record: RunRecord, secrets: Iterable[str] = ()) -> RunRequest:
@@ -324,17 +361,25 @@ class RunStore:
         stdin = self.blob(sealed.get("stdin", {}).get("blob", record.stdin_sha256))
         if stdin is None:
             raise UsageError(f"run {record.run_id}: stdin is not stored")
-        request = RunRequest(language=record.language, code=record.code, stdin=stdin,
-                             files=files, limits=record.limits, env=record.env,
-                             profile=record.profile)
+        request = RunRequest(
+            language=record.language,
+            code=record.code,
+            stdin=stdin,
+            files=files,
+            limits=record.limits,
+            env=record.env,
+            profile=record.profile,
+        )
         if not sealed:
             return request
         return atrest.unseal(record.run_id, sealed, request, self.keyed, secrets)
 
     def with_artifact_data(self, result: RunResult) -> RunResult:
         """The result with artifact bytes filled in from the store where they were kept."""
-        arts = [a.model_copy(update={"data": self.artifact_data(result.run_id, a.path)})
-                for a in result.artifacts]
+        arts = [
+            a.model_copy(update={"data": self.artifact_data(result.run_id, a.path)})
+            for a in result.artifacts
+        ]
         return result.model_copy(update={"artifacts": arts})
 
     # ---- cache ------------------------------------------------------------------------------
@@ -342,8 +387,9 @@ class RunStore:
     def cache_lookup(self, key: str) -> RunRecord | None:
         now = time.time()  # the cache row is written at once; `get` waits for the run's
         with self.engine.connect() as conn:
-            run_id = conn.scalar(sa.select(cache.c.run_id).where(cache.c.key == key,
-                                                                 cache.c.expires_at > now))
+            run_id = conn.scalar(
+                sa.select(cache.c.run_id).where(cache.c.key == key, cache.c.expires_at > now)
+            )
         return self.get(run_id) if run_id else None
 
     def cache_store(self, key: str, run_id: str, ttl_s: float) -> None:
@@ -352,17 +398,23 @@ class RunStore:
         with self.engine.begin() as conn:
             if conn.dialect.name == "postgresql":  # concurrent delete+insert of one key collide
                 upsert = pg_insert(cache).values(**row)
-                conn.execute(upsert.on_conflict_do_update(
-                    index_elements=[cache.c.key],
-                    set_={c: upsert.excluded[c] for c in ("run_id", "created_at", "expires_at")}))
+                conn.execute(
+                    upsert.on_conflict_do_update(
+                        index_elements=[cache.c.key],
+                        set_={
+                            c: upsert.excluded[c] for c in ("run_id", "created_at", "expires_at")
+                        },
+                    )
+                )
                 return
             conn.execute(cache.delete().where(cache.c.key == key))
             conn.execute(cache.insert().values(**row))
 
     def cache_purge_expired(self) -> int:
         with self.engine.begin() as conn:
-            return int(conn.execute(cache.delete().where(cache.c.expires_at <= time.time()))
-                       .rowcount)
+            return int(
+                conn.execute(cache.delete().where(cache.c.expires_at <= time.time())).rowcount
+            )
 
 
 def _record(row: Any) -> RunRecord:

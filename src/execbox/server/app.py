@@ -53,8 +53,12 @@ def create_app(executor: Executor | None = None, settings: Settings | None = Non
         # Garbage is collected first, or its cycles (sockets among them) would never be.
         gc.collect()
         gc.freeze()
-        log.info("execbox server ready (auth %s, spool %s); settings: %s",
-                 "on" if settings.auth else "OFF", state.spool.root, _effective(settings))
+        log.info(
+            "execbox server ready (auth %s, spool %s); settings: %s",
+            "on" if settings.auth else "OFF",
+            state.spool.root,
+            _effective(settings),
+        )
         sweeper = asyncio.create_task(_sweep(state))
         try:
             yield
@@ -67,11 +71,16 @@ def create_app(executor: Executor | None = None, settings: Settings | None = Non
     # Documents are off unless asked for: the schema is in the repository for client authors,
     # and Swagger UI's page loads its scripts from a CDN.
     on = settings.docs
-    app = FastAPI(title="execbox", version=__version__, lifespan=lifespan,
-                  docs_url="/docs" if on else None, redoc_url="/redoc" if on else None,
-                  openapi_url="/openapi.json" if on else None,
-                  description="Run the code AI agents write: isolated, limited, recorded. "
-                              "Every error is {\"error\": {\"code\", \"message\"}}.")
+    app = FastAPI(
+        title="execbox",
+        version=__version__,
+        lifespan=lifespan,
+        docs_url="/docs" if on else None,
+        redoc_url="/redoc" if on else None,
+        openapi_url="/openapi.json" if on else None,
+        description="Run the code AI agents write: isolated, limited, recorded. "
+        'Every error is {"error": {"code", "message"}}.',
+    )
     app.state.execbox = state
     errors.install(app, lambda code: state.metrics.rejected.labels(code=code).inc())
     app.add_middleware(SecretsCap)  # innermost: the body's size is already capped
@@ -84,19 +93,31 @@ def create_app(executor: Executor | None = None, settings: Settings | None = Non
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["ops"], summary="The executor is up and the server not draining",
-             responses=errors.documented(503))
+    @app.get(
+        "/readyz",
+        tags=["ops"],
+        summary="The executor is up and the server not draining",
+        responses=errors.documented(503),
+    )
     async def readyz(state: State) -> JSONResponse:
         state.executor  # noqa: B018 - raises 503 not_ready while starting or draining
         return JSONResponse({"status": "ready"})
 
-    @app.get("/metrics", tags=["ops"], summary="Prometheus metrics (an admin key)",
-             response_class=Response, dependencies=[Admin],
-             responses={**errors.documented(401, 403),
-                        200: {"content": {"text/plain": {}}, "description": "metrics"}})
+    @app.get(
+        "/metrics",
+        tags=["ops"],
+        summary="Prometheus metrics (an admin key)",
+        response_class=Response,
+        dependencies=[Admin],
+        responses={
+            **errors.documented(401, 403),
+            200: {"content": {"text/plain": {}}, "description": "metrics"},
+        },
+    )
     async def metrics(state: State) -> Response:
-        return Response(state.metrics.render(),
-                        media_type="text/plain; version=0.0.4; charset=utf-8")
+        return Response(
+            state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8"
+        )
 
     return app
 
@@ -112,7 +133,10 @@ async def _sweep(state: ServerState) -> None:
 def _effective(settings: Settings) -> str:
     """The settings in force, for the start-up log; the executor's options by name only (they
     may hold secrets)."""
-    shown = {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)
-             if f.name != "executor_options"}
+    shown = {
+        f.name: getattr(settings, f.name)
+        for f in dataclasses.fields(settings)
+        if f.name != "executor_options"
+    }
     shown["executor_options"] = sorted(settings.executor_options)
     return ", ".join(f"{name}={value!r}" for name, value in shown.items())

@@ -25,7 +25,8 @@ TENANT, ADMIN = "tenant", "admin"  # a key's role: runs code as its tenant, or r
 _meta = sa.MetaData()
 
 api_keys = sa.Table(
-    "api_keys", _meta,
+    "api_keys",
+    _meta,
     sa.Column("name", sa.String(100), primary_key=True),
     sa.Column("key_sha256", sa.String(64), nullable=False, unique=True),
     sa.Column("created_at", sa.Float, nullable=False),
@@ -37,7 +38,8 @@ api_keys = sa.Table(
 )
 
 tenant_runs = sa.Table(
-    "tenant_runs", _meta,
+    "tenant_runs",
+    _meta,
     sa.Column("run_id", sa.String(64), primary_key=True),
     sa.Column("tenant", sa.String(100), nullable=False, index=True),
     sa.Column("created_at", sa.Float, nullable=False),
@@ -82,8 +84,15 @@ class KeyStore:
         _meta.create_all(engine)
         _add_role_column(engine)
 
-    def create(self, name: str, *, max_concurrent: int = 8, max_sessions: int = 4,
-               rpm: int = 600, role: str = TENANT) -> str:
+    def create(
+        self,
+        name: str,
+        *,
+        max_concurrent: int = 8,
+        max_sessions: int = 4,
+        rpm: int = 600,
+        role: str = TENANT,
+    ) -> str:
         """Store a new key and return it; it is shown once and never stored in clear."""
         if not name or len(name) > 100 or not name.isprintable():
             raise UsageError("a key name is 1 to 100 printable characters")
@@ -94,19 +103,28 @@ class KeyStore:
         key = KEY_PREFIX + secrets.token_urlsafe(32)
         try:
             with self.engine.begin() as conn:
-                conn.execute(api_keys.insert().values(
-                    name=name, key_sha256=_digest(key), created_at=time.time(),
-                    max_concurrent=max_concurrent, max_sessions=max_sessions, rpm=rpm,
-                    role=role))
+                conn.execute(
+                    api_keys.insert().values(
+                        name=name,
+                        key_sha256=_digest(key),
+                        created_at=time.time(),
+                        max_concurrent=max_concurrent,
+                        max_sessions=max_sessions,
+                        rpm=rpm,
+                        role=role,
+                    )
+                )
         except sa.exc.IntegrityError as exc:
             raise UsageError(f"a key named {name!r} already exists") from exc
         return key
 
     def revoke(self, name: str) -> None:
         with self.engine.begin() as conn:
-            done = conn.execute(api_keys.update()
-                                .where(api_keys.c.name == name, api_keys.c.revoked_at.is_(None))
-                                .values(revoked_at=time.time()))
+            done = conn.execute(
+                api_keys.update()
+                .where(api_keys.c.name == name, api_keys.c.revoked_at.is_(None))
+                .values(revoked_at=time.time())
+            )
         if not done.rowcount:
             raise UsageError(f"no active key named {name!r}")
 
@@ -119,19 +137,24 @@ class KeyStore:
         """The tenant of `key`; None when unknown; KeyRevoked when revoked."""
         digest = _digest(key)
         with self.engine.connect() as conn:
-            row = conn.execute(sa.select(api_keys).where(api_keys.c.key_sha256 == digest)
-                               ).mappings().first()
+            row = (
+                conn.execute(sa.select(api_keys).where(api_keys.c.key_sha256 == digest))
+                .mappings()
+                .first()
+            )
         if row is None or not hmac.compare_digest(row["key_sha256"], digest):
             return None
         if row["revoked_at"] is not None:
             raise KeyRevoked(row["name"])
-        return Tenant(row["name"], row["max_concurrent"], row["max_sessions"], row["rpm"],
-                      row["role"])
+        return Tenant(
+            row["name"], row["max_concurrent"], row["max_sessions"], row["rpm"], row["role"]
+        )
 
     def session_quotas(self) -> dict[str, int]:
         """Each active tenant key's session quota, by name (how a server shares its sessions)."""
         query = sa.select(api_keys.c.name, api_keys.c.max_sessions).where(
-            api_keys.c.revoked_at.is_(None), api_keys.c.role == TENANT)
+            api_keys.c.revoked_at.is_(None), api_keys.c.role == TENANT
+        )
         with self.engine.connect() as conn:
             return {name: int(n) for name, n in conn.execute(query)}
 
@@ -139,13 +162,15 @@ class KeyStore:
 
     def claim_run(self, run_id: str, tenant: str) -> None:
         with self.engine.begin() as conn:
-            conn.execute(tenant_runs.insert().values(run_id=run_id, tenant=tenant,
-                                                     created_at=time.time()))
+            conn.execute(
+                tenant_runs.insert().values(run_id=run_id, tenant=tenant, created_at=time.time())
+            )
 
     def owner_of(self, run_id: str) -> str | None:
         with self.engine.connect() as conn:
-            owner: str | None = conn.scalar(sa.select(tenant_runs.c.tenant)
-                                            .where(tenant_runs.c.run_id == run_id))
+            owner: str | None = conn.scalar(
+                sa.select(tenant_runs.c.tenant).where(tenant_runs.c.run_id == run_id)
+            )
         return owner
 
     def count_runs(self, tenant: str | None = None) -> int:
@@ -162,8 +187,12 @@ def _add_role_column(engine: sa.Engine) -> None:
     if "role" not in columns:
         try:
             with engine.begin() as conn:
-                conn.execute(sa.text("ALTER TABLE api_keys ADD COLUMN role VARCHAR(16) "
-                                     f"NOT NULL DEFAULT '{TENANT}'"))
+                conn.execute(
+                    sa.text(
+                        "ALTER TABLE api_keys ADD COLUMN role VARCHAR(16) "
+                        f"NOT NULL DEFAULT '{TENANT}'"
+                    )
+                )
         except sa.exc.DBAPIError:  # another process added it first
             if "role" not in {c["name"] for c in sa.inspect(engine).get_columns("api_keys")}:
                 raise

@@ -37,25 +37,27 @@ def config(app: Any, **options: Any) -> uvicorn.Config:
     state = getattr(getattr(app, "state", None), "execbox", None)
     if state is not None:
         settings = state.settings
-        options["http"] = guarded_protocol(settings.header_timeout_s, settings.body_timeout_s,
-                                           settings.max_connections_per_client)
+        options["http"] = guarded_protocol(
+            settings.header_timeout_s, settings.body_timeout_s, settings.max_connections_per_client
+        )
         options["backlog"] = settings.listen_backlog
     return uvicorn.Config(app, **options)
 
 
 @contextmanager
-def serving(app: Any, *, host: str = "127.0.0.1", port: int = 0,
-            startup_timeout_s: float = 60.0) -> Iterator[str]:
+def serving(
+    app: Any, *, host: str = "127.0.0.1", port: int = 0, startup_timeout_s: float = 60.0
+) -> Iterator[str]:
     """Run `app` under uvicorn on a thread; yield its base URL; stop it (lifespan shutdown
     included) and join the thread on exit. `port=0` picks a free port."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     bound = sock.getsockname()[1]
-    server = Server(config(app, log_level="warning", lifespan="on",
-                           timeout_graceful_shutdown=30))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]},
-                              name="execbox-server", daemon=True)
+    server = Server(config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=30))
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [sock]}, name="execbox-server", daemon=True
+    )
     thread.start()
     try:
         deadline = time.monotonic() + startup_timeout_s

@@ -23,79 +23,196 @@ def _key_store(db: str | None) -> KeyStore:
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8000, show_default=True, type=int, help="Port to listen on.")
-@click.option("--no-auth", is_flag=True,
-              help="Accept every caller as the tenant 'local' (only on a trusted loopback).")
-@click.option("--max-request-mib", default=32, show_default=True, type=click.IntRange(1),
-              help="Largest request body; bigger ones get a 413.")
-@click.option("--max-concurrency", type=click.IntRange(1), default=None,
-              help="Runs at once (default: 4 per CPU).")
-@click.option("--pool-size", type=click.IntRange(1), default=None,
-              help="Run slots kept staged (default: 2 per CPU).")
-@click.option("--rotate-after-runs", type=click.IntRange(0), default=None,
-              help="Replace the sandbox host (a new memory layout) after this many runs; "
-                   "0: never (default: 30000).")
-@click.option("--rotate-after-s", type=click.FloatRange(0), default=None,
-              help="Replace it this many seconds after its start, if sooner; 0: never "
-                   "(default: 300).")
-@click.option("--zygotes-per-tenant", is_flag=True,
-              help="Give each tenant its own zygotes and slots (~225 MiB each while active): "
-                   "no memory layout or slot is shared across tenants.")
-@click.option("--graceful-timeout", default=30, show_default=True, type=click.IntRange(0),
-              help="Seconds in-flight requests get to finish after SIGTERM.")
-@click.option("--db", default=None, help="Records database URL (default: EXECBOX_DB_URL or "
-                                         "the SQLite file in the data directory).")
-@click.option("--max-result-mib", default=2048, show_default=True, type=click.IntRange(1),
-              help="Result bytes in flight, server-wide (runs' output and artifact caps, and "
-                   "spooled artifacts not yet downloaded); past it requests get a 503.")
-@click.option("--spool-dir", default=None, type=click.Path(file_okay=False, exists=True),
-              help="Where artifacts wait for their download (default: the temp directory).")
-@click.option("--artifact-ttl", default=600, show_default=True, type=click.IntRange(1),
-              help="Seconds a run's spooled artifacts wait for their download.")
-@click.option("--tenant-result-mib", type=click.IntRange(1), default=None,
-              help="The most of the result budget one key may hold at once (default: half "
-                   "of --max-result-mib); past it, 429.")
-@click.option("--max-sessions", type=click.IntRange(0), default=None,
-              help="Sessions open at once, server-wide (default: 16). Each key is guaranteed "
-                   "its session quota, or its proportional share when the quotas add up to "
-                   "more.")
-@click.option("--max-session-idle", default=3600, show_default=True, type=click.IntRange(1),
-              help="Longest idle_timeout_s a session may ask for (seconds).")
-@click.option("--max-session-lifetime", default=86400, show_default=True,
-              type=click.IntRange(1), help="Longest max_lifetime_s a session may ask for "
-                                           "(seconds).")
-@click.option("--stream-buffer-kib", default=1024, show_default=True, type=click.IntRange(1),
-              help="Output a streamed run may have waiting for a slow reader; past it the "
-                   "stream sends an overflow event and no more output.")
-@click.option("--header-timeout", default=10, show_default=True, type=click.FloatRange(0.1),
-              help="Seconds a request's line and headers may take to arrive (else 408).")
-@click.option("--body-timeout", default=60, show_default=True, type=click.FloatRange(0.1),
-              help="Seconds a request's body may take to arrive after its headers.")
-@click.option("--max-connections-per-client", default=64, show_default=True,
-              type=click.IntRange(0),
-              help="Connections one client address may hold open (0: no cap; behind a "
-                   "reverse proxy, cap per client there instead).")
-@click.option("--max-request-bodies-mib", default=None, type=click.IntRange(1),
-              help="Request-body MiB all requests in flight may hold (one key: half; past "
-                   "it, 503). Default: 8 times --max-request-mib.")
-@click.option("--listen-backlog", default=128, show_default=True, type=click.IntRange(1),
-              help="Connections the kernel queues until the server accepts them; a client "
-                   "reconnecting in a loop is slowed there, not in the server.")
-@click.option("--docs", is_flag=True,
-              help="Serve /docs, /redoc and /openapi.json (off: the schema is in the "
-                   "repository, and the docs page loads scripts from a CDN).")
-@click.option("--log-level", default="info", show_default=True,
-              type=click.Choice(["critical", "error", "warning", "info", "debug"]))
-def serve(host: str, port: int, no_auth: bool, max_request_mib: int,
-          max_concurrency: int | None, pool_size: int | None,
-          rotate_after_runs: int | None, rotate_after_s: float | None,
-          zygotes_per_tenant: bool, graceful_timeout: int, db: str | None,
-          max_result_mib: int, tenant_result_mib: int | None, spool_dir: str | None,
-          artifact_ttl: int,
-          max_sessions: int | None, max_session_idle: int, max_session_lifetime: int,
-          stream_buffer_kib: int, header_timeout: float, body_timeout: float,
-          max_connections_per_client: int, max_request_bodies_mib: int | None,
-          listen_backlog: int, docs: bool,
-          log_level: str) -> None:
+@click.option(
+    "--no-auth",
+    is_flag=True,
+    help="Accept every caller as the tenant 'local' (only on a trusted loopback).",
+)
+@click.option(
+    "--max-request-mib",
+    default=32,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Largest request body; bigger ones get a 413.",
+)
+@click.option(
+    "--max-concurrency",
+    type=click.IntRange(1),
+    default=None,
+    help="Runs at once (default: 4 per CPU).",
+)
+@click.option(
+    "--pool-size",
+    type=click.IntRange(1),
+    default=None,
+    help="Run slots kept staged (default: 2 per CPU).",
+)
+@click.option(
+    "--rotate-after-runs",
+    type=click.IntRange(0),
+    default=None,
+    help="Replace the sandbox host (a new memory layout) after this many runs; "
+    "0: never (default: 30000).",
+)
+@click.option(
+    "--rotate-after-s",
+    type=click.FloatRange(0),
+    default=None,
+    help="Replace it this many seconds after its start, if sooner; 0: never (default: 300).",
+)
+@click.option(
+    "--zygotes-per-tenant",
+    is_flag=True,
+    help="Give each tenant its own zygotes and slots (~225 MiB each while active): "
+    "no memory layout or slot is shared across tenants.",
+)
+@click.option(
+    "--graceful-timeout",
+    default=30,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Seconds in-flight requests get to finish after SIGTERM.",
+)
+@click.option(
+    "--db",
+    default=None,
+    help="Records database URL (default: EXECBOX_DB_URL or the SQLite file in the data directory).",
+)
+@click.option(
+    "--max-result-mib",
+    default=2048,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Result bytes in flight, server-wide (runs' output and artifact caps, and "
+    "spooled artifacts not yet downloaded); past it requests get a 503.",
+)
+@click.option(
+    "--spool-dir",
+    default=None,
+    type=click.Path(file_okay=False, exists=True),
+    help="Where artifacts wait for their download (default: the temp directory).",
+)
+@click.option(
+    "--artifact-ttl",
+    default=600,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Seconds a run's spooled artifacts wait for their download.",
+)
+@click.option(
+    "--tenant-result-mib",
+    type=click.IntRange(1),
+    default=None,
+    help="The most of the result budget one key may hold at once (default: half "
+    "of --max-result-mib); past it, 429.",
+)
+@click.option(
+    "--max-sessions",
+    type=click.IntRange(0),
+    default=None,
+    help="Sessions open at once, server-wide (default: 16). Each key is guaranteed "
+    "its session quota, or its proportional share when the quotas add up to "
+    "more.",
+)
+@click.option(
+    "--max-session-idle",
+    default=3600,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Longest idle_timeout_s a session may ask for (seconds).",
+)
+@click.option(
+    "--max-session-lifetime",
+    default=86400,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Longest max_lifetime_s a session may ask for (seconds).",
+)
+@click.option(
+    "--stream-buffer-kib",
+    default=1024,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Output a streamed run may have waiting for a slow reader; past it the "
+    "stream sends an overflow event and no more output.",
+)
+@click.option(
+    "--header-timeout",
+    default=10,
+    show_default=True,
+    type=click.FloatRange(0.1),
+    help="Seconds a request's line and headers may take to arrive (else 408).",
+)
+@click.option(
+    "--body-timeout",
+    default=60,
+    show_default=True,
+    type=click.FloatRange(0.1),
+    help="Seconds a request's body may take to arrive after its headers.",
+)
+@click.option(
+    "--max-connections-per-client",
+    default=64,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Connections one client address may hold open (0: no cap; behind a "
+    "reverse proxy, cap per client there instead).",
+)
+@click.option(
+    "--max-request-bodies-mib",
+    default=None,
+    type=click.IntRange(1),
+    help="Request-body MiB all requests in flight may hold (one key: half; past "
+    "it, 503). Default: 8 times --max-request-mib.",
+)
+@click.option(
+    "--listen-backlog",
+    default=128,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Connections the kernel queues until the server accepts them; a client "
+    "reconnecting in a loop is slowed there, not in the server.",
+)
+@click.option(
+    "--docs",
+    is_flag=True,
+    help="Serve /docs, /redoc and /openapi.json (off: the schema is in the "
+    "repository, and the docs page loads scripts from a CDN).",
+)
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["critical", "error", "warning", "info", "debug"]),
+)
+def serve(
+    host: str,
+    port: int,
+    no_auth: bool,
+    max_request_mib: int,
+    max_concurrency: int | None,
+    pool_size: int | None,
+    rotate_after_runs: int | None,
+    rotate_after_s: float | None,
+    zygotes_per_tenant: bool,
+    graceful_timeout: int,
+    db: str | None,
+    max_result_mib: int,
+    tenant_result_mib: int | None,
+    spool_dir: str | None,
+    artifact_ttl: int,
+    max_sessions: int | None,
+    max_session_idle: int,
+    max_session_lifetime: int,
+    stream_buffer_kib: int,
+    header_timeout: float,
+    body_timeout: float,
+    max_connections_per_client: int,
+    max_request_bodies_mib: int | None,
+    listen_backlog: int,
+    docs: bool,
+    log_level: str,
+) -> None:
     """Serve the HTTP API.
 
     Callers send 'Authorization: Bearer KEY' with a key from `execbox keys create`; /metrics
@@ -108,33 +225,48 @@ def serve(host: str, port: int, no_auth: bool, max_request_mib: int,
     from .state import Settings
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
-    options: dict[str, object] = {"max_concurrency": max_concurrency, "pool_size": pool_size,
-                                  "rotate_after_runs": rotate_after_runs,
-                                  "rotate_after_s": rotate_after_s,
-                                  "zygotes_per_tenant": zygotes_per_tenant or None,
-                                  "max_sessions": max_sessions}
+    options: dict[str, object] = {
+        "max_concurrency": max_concurrency,
+        "pool_size": pool_size,
+        "rotate_after_runs": rotate_after_runs,
+        "rotate_after_s": rotate_after_s,
+        "zygotes_per_tenant": zygotes_per_tenant or None,
+        "max_sessions": max_sessions,
+    }
     if db:
         options["records"] = db
-    settings = Settings(auth=not no_auth, max_request_bytes=max_request_mib << 20, docs=docs,
-                        max_result_bytes=max_result_mib << 20, spool_dir=spool_dir,
-                        tenant_result_bytes=(tenant_result_mib << 20 if tenant_result_mib
-                                             else None),
-                        artifact_ttl_s=float(artifact_ttl),
-                        max_session_idle_s=float(max_session_idle),
-                        max_session_lifetime_s=float(max_session_lifetime),
-                        stream_buffer_bytes=stream_buffer_kib << 10,
-                        header_timeout_s=header_timeout, body_timeout_s=body_timeout,
-                        max_connections_per_client=max_connections_per_client,
-                        listen_backlog=listen_backlog,
-                        request_bodies_bytes=(max_request_bodies_mib << 20
-                                              if max_request_bodies_mib else None),
-                        executor_options={k: v for k, v in options.items() if v is not None})
+    settings = Settings(
+        auth=not no_auth,
+        max_request_bytes=max_request_mib << 20,
+        docs=docs,
+        max_result_bytes=max_result_mib << 20,
+        spool_dir=spool_dir,
+        tenant_result_bytes=(tenant_result_mib << 20 if tenant_result_mib else None),
+        artifact_ttl_s=float(artifact_ttl),
+        max_session_idle_s=float(max_session_idle),
+        max_session_lifetime_s=float(max_session_lifetime),
+        stream_buffer_bytes=stream_buffer_kib << 10,
+        header_timeout_s=header_timeout,
+        body_timeout_s=body_timeout,
+        max_connections_per_client=max_connections_per_client,
+        listen_backlog=listen_backlog,
+        request_bodies_bytes=(max_request_bodies_mib << 20 if max_request_bodies_mib else None),
+        executor_options={k: v for k, v in options.items() if v is not None},
+    )
     if no_auth and host not in ("127.0.0.1", "::1", "localhost"):
-        click.echo(f"execbox: WARNING: --no-auth on {host}: anyone who can reach it runs code",
-                   err=True)
-    server = Server(config(create_app(settings=settings), host=host, port=port,
-                           log_level=log_level, timeout_graceful_shutdown=graceful_timeout,
-                           lifespan="on"))
+        click.echo(
+            f"execbox: WARNING: --no-auth on {host}: anyone who can reach it runs code", err=True
+        )
+    server = Server(
+        config(
+            create_app(settings=settings),
+            host=host,
+            port=port,
+            log_level=log_level,
+            timeout_graceful_shutdown=graceful_timeout,
+            lifespan="on",
+        )
+    )
     server.run()
     if not server.started:
         sys.exit(2)
@@ -147,23 +279,47 @@ def keys() -> None:
 
 @keys.command("create")
 @click.argument("name")
-@click.option("--concurrent", default=8, show_default=True, type=click.IntRange(0),
-              help="Requests in flight at once (a streamed run counts until read).")
-@click.option("--sessions", default=4, show_default=True, type=click.IntRange(0),
-              help="Sessions open at once.")
-@click.option("--rpm", default=600, show_default=True, type=click.IntRange(0),
-              help="Requests per minute (every request with the key, refused ones too).")
-@click.option("--admin", is_flag=True,
-              help="An admin key: reads /metrics (every tenant's counts), runs no code.")
+@click.option(
+    "--concurrent",
+    default=8,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Requests in flight at once (a streamed run counts until read).",
+)
+@click.option(
+    "--sessions",
+    default=4,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Sessions open at once.",
+)
+@click.option(
+    "--rpm",
+    default=600,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Requests per minute (every request with the key, refused ones too).",
+)
+@click.option(
+    "--admin",
+    is_flag=True,
+    help="An admin key: reads /metrics (every tenant's counts), runs no code.",
+)
 @click.option("--db", default=None, help="Records database URL.")
-def create_key(name: str, concurrent: int, sessions: int, rpm: int, admin: bool,
-               db: str | None) -> None:
+def create_key(
+    name: str, concurrent: int, sessions: int, rpm: int, admin: bool, db: str | None
+) -> None:
     """Create a key named NAME (the tenant) and print it; it is shown only this once."""
     from .auth import ADMIN, TENANT
 
     try:
-        key = _key_store(db).create(name, max_concurrent=concurrent, max_sessions=sessions,
-                                    rpm=rpm, role=ADMIN if admin else TENANT)
+        key = _key_store(db).create(
+            name,
+            max_concurrent=concurrent,
+            max_sessions=sessions,
+            rpm=rpm,
+            role=ADMIN if admin else TENANT,
+        )
     except ExecboxError as exc:
         click.echo(f"execbox: {exc}", err=True)
         sys.exit(2)
@@ -198,5 +354,7 @@ def list_keys(db: str | None) -> None:
         if info.role == "admin":
             click.echo(f"{info.name}\t{state}\tcreated {created}\tadmin (metrics only)")
             continue
-        click.echo(f"{info.name}\t{state}\tcreated {created}\tconcurrent {info.max_concurrent}"
-                   f"\tsessions {info.max_sessions}\trpm {info.rpm}")
+        click.echo(
+            f"{info.name}\t{state}\tcreated {created}\tconcurrent {info.max_concurrent}"
+            f"\tsessions {info.max_sessions}\trpm {info.rpm}"
+        )

@@ -29,8 +29,11 @@ def authenticate(keys: KeyStore, key: str | None) -> Tenant:
     """The key's owner (any role), or a 401 ApiError that says what is wrong. Blocking: call
     it off the event loop."""
     if key is None:
-        raise ApiError(401, "missing_api_key",
-                       "send an API key as 'Authorization: Bearer KEY' (execbox keys create)")
+        raise ApiError(
+            401,
+            "missing_api_key",
+            "send an API key as 'Authorization: Bearer KEY' (execbox keys create)",
+        )
     try:
         tenant = keys.authenticate(key)
     except KeyRevoked as exc:
@@ -44,14 +47,18 @@ def tenant_of(keys: KeyStore, key: str | None) -> Tenant:
     """The tenant that runs code with `key`; an admin key is a 403 (it only reads metrics)."""
     tenant = authenticate(keys, key)
     if tenant.role == ADMIN:
-        raise ApiError(403, "admin_key", f"the key {tenant.name!r} is an admin key: it reads "
-                                         "/metrics; runs and sessions need a tenant's key")
+        raise ApiError(
+            403,
+            "admin_key",
+            f"the key {tenant.name!r} is an admin key: it reads "
+            "/metrics; runs and sessions need a tenant's key",
+        )
     return tenant
 
 
-async def get_tenant(request: Request,
-                     _credentials: Annotated[HTTPAuthorizationCredentials | None,
-                                             Depends(bearer)]) -> Tenant:
+async def get_tenant(
+    request: Request, _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+) -> Tenant:
     """The caller's tenant, which `limits.Admission` authenticated (and counted) before the
     request's body was read."""
     tenant: Tenant | None = request.scope.get("execbox.tenant")
@@ -60,20 +67,23 @@ async def get_tenant(request: Request,
     return tenant
 
 
-async def get_admin(state: Annotated[ServerState, Depends(get_state)],
-                    credentials: Annotated[HTTPAuthorizationCredentials | None,
-                                           Depends(bearer)]) -> None:
+async def get_admin(
+    state: Annotated[ServerState, Depends(get_state)],
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+) -> None:
     """Only an admin key passes (`execbox keys create NAME --admin`): the server's metrics
     count every tenant's runs."""
     if not state.settings.auth:
         return
     keys, key = state.key_store(), credentials.credentials if credentials else None
-    caller = await anyio.to_thread.run_sync(authenticate, keys, key,
-                                            limiter=state.auth_limiter)
+    caller = await anyio.to_thread.run_sync(authenticate, keys, key, limiter=state.auth_limiter)
     if caller.role != ADMIN:
-        raise ApiError(403, "admin_key_required",
-                       "the server's metrics need an admin key (execbox keys create NAME "
-                       "--admin); a tenant's key reads only its own runs")
+        raise ApiError(
+            403,
+            "admin_key_required",
+            "the server's metrics need an admin key (execbox keys create NAME "
+            "--admin); a tenant's key reads only its own runs",
+        )
 
 
 State = Annotated[ServerState, Depends(get_state)]

@@ -40,8 +40,9 @@ class ErrorBody(BaseModel):
 class ApiError(Exception):
     """An error response: HTTP status, stable code, message, optional Retry-After seconds."""
 
-    def __init__(self, status: int, code: str, message: str, *,
-                 retry_after: int | None = None) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, *, retry_after: int | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
@@ -68,13 +69,23 @@ def _error_response(err: ApiError) -> JSONResponse:
     headers = {"Retry-After": str(err.retry_after)} if err.retry_after is not None else None
     if err.status == 401:
         headers = {**(headers or {}), "WWW-Authenticate": "Bearer"}
-    return JSONResponse({"error": {"code": err.code, "message": err.message}},
-                        status_code=err.status, headers=headers)
+    return JSONResponse(
+        {"error": {"code": err.code, "message": err.message}},
+        status_code=err.status,
+        headers=headers,
+    )
 
 
-_HTTP_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-               405: "method_not_allowed", 406: "not_acceptable", 413: "request_too_large",
-               415: "unsupported_media_type"}
+_HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    413: "request_too_large",
+    415: "unsupported_media_type",
+}
 
 
 def install(app: FastAPI, count: Callable[[str], None] = lambda _code: None) -> None:
@@ -110,9 +121,13 @@ def install(app: FastAPI, count: Callable[[str], None] = lambda _code: None) -> 
         log.exception("unhandled error", exc_info=exc)
         return error_response(ApiError(500, "internal_error", "internal server error"))
 
-    for kind, handler in ((ApiError, on_api_error), (ExecboxError, on_execbox_error),
-                          (RequestValidationError, on_validation),
-                          (StarletteHTTPException, on_http), (Exception, on_unexpected)):
+    for kind, handler in (
+        (ApiError, on_api_error),
+        (ExecboxError, on_execbox_error),
+        (RequestValidationError, on_validation),
+        (StarletteHTTPException, on_http),
+        (Exception, on_unexpected),
+    ):
         app.add_exception_handler(kind, _releasing(handler))
 
 
@@ -124,6 +139,7 @@ def _releasing(handler: Handler) -> Handler:
     form a cycle only the collector frees, and those frames hold the request's body (raw and
     parsed, up to the request cap each); 16 invalid 32 MiB bodies held the server 600 MiB
     larger until a collection came."""
+
     async def releasing(request: Request, exc: Exception) -> JSONResponse:
         try:
             return await handler(request, exc)

@@ -32,15 +32,26 @@ from .limits import TRUST_KEY
 
 
 def _raw_response(status: str, message: str) -> bytes:
-    body = json.dumps({"error": {"code": "connection_refused" if status.startswith("503")
-                                 else "request_timeout", "message": message}}).encode()
-    return (f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\n"
-            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode() + body
+    body = json.dumps(
+        {
+            "error": {
+                "code": "connection_refused" if status.startswith("503") else "request_timeout",
+                "message": message,
+            }
+        }
+    ).encode()
+    return (
+        f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    ).encode() + body
 
 
 # Complex on purpose: a class factory: the protocol's overrides share the server's counts.
-def guarded_protocol(header_timeout_s: float, body_timeout_s: float,  # noqa: C901
-                     max_per_client: int) -> type[H11Protocol]:
+def guarded_protocol(  # noqa: C901
+    header_timeout_s: float,
+    body_timeout_s: float,
+    max_per_client: int,
+) -> type[H11Protocol]:
     """An h11 protocol class for `uvicorn.Config(http=...)`, one per server: its connection
     counts are shared by the connections of that server only."""
     # Per address, its connections not yet authenticated, oldest first (dicts keep order).
@@ -56,11 +67,14 @@ def guarded_protocol(header_timeout_s: float, body_timeout_s: float,  # noqa: C9
             if host is not None and max_per_client:
                 waiting = anonymous[host]
                 if len(waiting) >= max_per_client and not _evict_one(waiting):
-                    self.transport.write(_raw_response(
-                        "503 Service Unavailable",
-                        f"this client already has {max_per_client} connections open that "
-                        "have not authenticated (execbox serve --max-connections-per-client); "
-                        "reuse one"))
+                    self.transport.write(
+                        _raw_response(
+                            "503 Service Unavailable",
+                            f"this client already has {max_per_client} connections open that "
+                            "have not authenticated (execbox serve --max-connections-per-client); "
+                            "reuse one",
+                        )
+                    )
                     self.transport.close()
                     return
                 waiting[self] = None
@@ -83,8 +97,11 @@ def guarded_protocol(header_timeout_s: float, body_timeout_s: float,  # noqa: C9
                 self._counted = None
 
         def waiting_for_headers(self) -> bool:
-            return self.conn.their_state is h11.IDLE and not self.transport.is_closing() and (
-                self.cycle is None or self.cycle.response_complete)
+            return (
+                self.conn.their_state is h11.IDLE
+                and not self.transport.is_closing()
+                and (self.cycle is None or self.cycle.response_complete)
+            )
 
         def data_received(self, data: bytes) -> None:
             before = self.conn.their_state
@@ -92,8 +109,12 @@ def guarded_protocol(header_timeout_s: float, body_timeout_s: float,  # noqa: C9
             after = self.conn.their_state
             if after is h11.SEND_BODY and before is not h11.SEND_BODY:
                 self._arm(body_timeout_s, self._body_late)
-            elif after is not h11.SEND_BODY and before is h11.SEND_BODY or \
-                    before is h11.IDLE and after is not h11.IDLE:
+            elif (
+                after is not h11.SEND_BODY
+                and before is h11.SEND_BODY
+                or before is h11.IDLE
+                and after is not h11.IDLE
+            ):
                 self._disarm()
 
         def on_response_complete(self) -> None:
@@ -115,9 +136,13 @@ def guarded_protocol(header_timeout_s: float, body_timeout_s: float,  # noqa: C9
         def _headers_late(self) -> None:
             self._timer = None
             if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
-                self.transport.write(_raw_response(
-                    "408 Request Timeout", f"the request's headers did not arrive within "
-                    f"{header_timeout_s:g} s (execbox serve --header-timeout)"))
+                self.transport.write(
+                    _raw_response(
+                        "408 Request Timeout",
+                        f"the request's headers did not arrive within "
+                        f"{header_timeout_s:g} s (execbox serve --header-timeout)",
+                    )
+                )
                 self.transport.close()
 
         def _body_late(self) -> None:
@@ -132,9 +157,13 @@ def _evict_one(waiting: dict[Any, None]) -> bool:
     """Close the oldest of `waiting` still waiting for a request's headers; False if none."""
     for conn in waiting:
         if conn.waiting_for_headers():
-            conn.transport.write(_raw_response(
-                "503 Service Unavailable", "closed for a newer connection from the same "
-                "address: it has too many that have not sent a request"))
+            conn.transport.write(
+                _raw_response(
+                    "503 Service Unavailable",
+                    "closed for a newer connection from the same "
+                    "address: it has too many that have not sent a request",
+                )
+            )
             conn.transport.close()
             conn._trusted()  # noqa: SLF001 - no longer counted: it is closing
             return True
@@ -143,6 +172,7 @@ def _evict_one(waiting: dict[Any, None]) -> bool:
 
 def _marked(app: ASGIApp, trusted: Any) -> ASGIApp:
     """`app`, with the connection's callback for `limits.Admission` in each request's scope."""
+
     async def marked(scope: Scope, receive: Receive, send: Send) -> None:
         scope[TRUST_KEY] = trusted
         await app(scope, receive, send)

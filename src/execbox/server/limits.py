@@ -57,7 +57,8 @@ class Admission:
         try:
             if state.settings.auth:
                 tenant = await anyio.to_thread.run_sync(
-                    tenant_of, state.key_store(), _bearer(scope), limiter=state.auth_limiter)
+                    tenant_of, state.key_store(), _bearer(scope), limiter=state.auth_limiter
+                )
                 trust: Callable[[], None] | None = scope.get(TRUST_KEY)
                 if trust is not None:
                     trust()
@@ -70,10 +71,18 @@ class Admission:
         backoff, key = state.backoff, tenant.name
         turn = backoff.turn(key)
         if turn is None:
-            await self._refuse(send, key, ApiError(
-                429, "backing_off", f"key {key!r} keeps sending requests that are refused; "
-                "its requests are now spaced out and this one's turn is too far away: honour "
-                "Retry-After", retry_after=math.ceil(backoff.max_wait_s)))
+            await self._refuse(
+                send,
+                key,
+                ApiError(
+                    429,
+                    "backing_off",
+                    f"key {key!r} keeps sending requests that are refused; "
+                    "its requests are now spaced out and this one's turn is too far away: honour "
+                    "Retry-After",
+                    retry_after=math.ceil(backoff.max_wait_s),
+                ),
+            )
             return
         if turn:
             await asyncio.sleep(turn)  # its turn: on the loop, holding no thread
@@ -130,8 +139,9 @@ def _bearer(scope: Scope) -> str | None:
 # A key "secrets" whose list holds more than MAX_SECRETS strings, found in the raw JSON: a
 # string literal cannot hold an unescaped quote, so `"secrets":` outside one is a key.
 _STRING = rb'"[^"\\]*(?:\\.[^"\\]*)*"'
-_OVER_SECRETS_CAP = re.compile(rb'"secrets"\s*:\s*\[\s*(?:' + _STRING + rb'\s*,\s*){'
-                               + str(MAX_SECRETS).encode() + rb'}"')
+_OVER_SECRETS_CAP = re.compile(
+    rb'"secrets"\s*:\s*\[\s*(?:' + _STRING + rb"\s*,\s*){" + str(MAX_SECRETS).encode() + rb'}"'
+)
 _SECRET_BODIES = re.compile(r"/v1/(?:runs|sessions/[^/]+/cells)(?:/stream)?|/v1/sessions")
 
 
@@ -144,8 +154,11 @@ class SecretsCap:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or \
-                not _SECRET_BODIES.fullmatch(scope["path"]):
+        if (
+            scope["type"] != "http"
+            or scope["method"] != "POST"
+            or not _SECRET_BODIES.fullmatch(scope["path"])
+        ):
             await self.app(scope, receive, send)
             return
         messages: list[Message] = []
@@ -160,9 +173,15 @@ class SecretsCap:
         over = b'"secrets"' in body and _OVER_SECRETS_CAP.search(body) is not None
         del body  # the joined copy goes now: the application reads the messages as sent
         if over:
-            await send_error(send, ApiError(
-                422, "invalid_request", f"secrets: more than {MAX_SECRETS} given; at most "
-                f"{MAX_SECRETS} per request (execbox.contract.MAX_SECRETS)"))
+            await send_error(
+                send,
+                ApiError(
+                    422,
+                    "invalid_request",
+                    f"secrets: more than {MAX_SECRETS} given; at most "
+                    f"{MAX_SECRETS} per request (execbox.contract.MAX_SECRETS)",
+                ),
+            )
             return
         replay = iter(messages)
         del messages
@@ -233,24 +252,35 @@ class BodySizeLimit:
         return not nbytes or self.budget.take(key, nbytes)
 
     def _busy(self) -> ApiError:
-        return ApiError(503, "request_bodies_busy",
-                        f"the server is already receiving {self.budget.used()} bytes of "
-                        "request bodies (its budget is "
-                        f"{self.budget.total}, each key's half of it); retry shortly",
-                        retry_after=1)
+        return ApiError(
+            503,
+            "request_bodies_busy",
+            f"the server is already receiving {self.budget.used()} bytes of "
+            "request bodies (its budget is "
+            f"{self.budget.total}, each key's half of it); retry shortly",
+            retry_after=1,
+        )
 
     async def _refuse(self, send: Send) -> None:
-        await send_error(send, ApiError(
-            413, "request_too_large",
-            f"request body is larger than {self.max_bytes} bytes (the server's "
-            "max_request_bytes); send smaller inputs or upload files one by one"))
+        await send_error(
+            send,
+            ApiError(
+                413,
+                "request_too_large",
+                f"request body is larger than {self.max_bytes} bytes (the server's "
+                "max_request_bytes); send smaller inputs or upload files one by one",
+            ),
+        )
 
 
 async def send_error(send: Send, err: ApiError) -> None:
     """Answer `err` as JSON and close the connection: any unread body is never read."""
     body = json.dumps({"error": {"code": err.code, "message": err.message}}).encode()
-    headers = [(b"content-type", b"application/json"),
-               (b"content-length", str(len(body)).encode()), (b"connection", b"close")]
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+    ]
     if err.retry_after is not None:
         headers.append((b"retry-after", str(err.retry_after).encode()))
     if err.status == 401:

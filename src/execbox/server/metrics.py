@@ -13,22 +13,34 @@ BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0
 
 
 class Metrics:
-    def __init__(self, active_sessions: Callable[[], float],
-                 pool_size: Callable[[], float]) -> None:
+    def __init__(
+        self, active_sessions: Callable[[], float], pool_size: Callable[[], float]
+    ) -> None:
         self.registry = CollectorRegistry()
-        self.runs = Counter("execbox_runs", "Runs and session cells by final status.",
-                            ["kind", "status"], registry=self.registry)
-        self.latency = Histogram("execbox_run_seconds",
-                                 "Time from admission to result, per run or cell.", ["kind"],
-                                 buckets=BUCKETS_S, registry=self.registry)
-        self.rejected = Counter("execbox_rejected_requests",
-                                "Requests refused, by error code.", ["code"],
-                                registry=self.registry)
-        sessions = Gauge("execbox_active_sessions", "Sessions open now.",
-                         registry=self.registry)
+        self.runs = Counter(
+            "execbox_runs",
+            "Runs and session cells by final status.",
+            ["kind", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "execbox_run_seconds",
+            "Time from admission to result, per run or cell.",
+            ["kind"],
+            buckets=BUCKETS_S,
+            registry=self.registry,
+        )
+        self.rejected = Counter(
+            "execbox_rejected_requests",
+            "Requests refused, by error code.",
+            ["code"],
+            registry=self.registry,
+        )
+        sessions = Gauge("execbox_active_sessions", "Sessions open now.", registry=self.registry)
         sessions.set_function(active_sessions)
-        pool = Gauge("execbox_pool_size", "Run slots the executor keeps staged.",
-                     registry=self.registry)
+        pool = Gauge(
+            "execbox_pool_size", "Run slots the executor keeps staged.", registry=self.registry
+        )
         pool.set_function(pool_size)
 
     def observe(self, kind: str, result: RunResult, seconds: float) -> None:

@@ -44,9 +44,13 @@ class Quotas:
         most = REQUESTS_PER_SLOT * (tenant.max_concurrent + 1)
         with self._lock:
             if self._requests[tenant.name] >= most:
-                raise ApiError(429, "too_many_requests",
-                               f"key {tenant.name!r} may have {most} requests of any kind in "
-                               "flight at once (refused ones included)", retry_after=1)
+                raise ApiError(
+                    429,
+                    "too_many_requests",
+                    f"key {tenant.name!r} may have {most} requests of any kind in "
+                    "flight at once (refused ones included)",
+                    retry_after=1,
+                )
             self._requests[tenant.name] += 1
 
         def leave() -> None:
@@ -73,10 +77,13 @@ class Quotas:
                 recent.popleft()
             if len(recent) >= tenant.rpm:
                 wait = recent[0] + WINDOW_S - now if recent else WINDOW_S
-                raise ApiError(429, "rate_limited",
-                               f"key {tenant.name!r} may make {tenant.rpm} requests per minute "
-                               "(every request, including refused ones)",
-                               retry_after=max(1, math.ceil(wait)))
+                raise ApiError(
+                    429,
+                    "rate_limited",
+                    f"key {tenant.name!r} may make {tenant.rpm} requests per minute "
+                    "(every request, including refused ones)",
+                    retry_after=max(1, math.ceil(wait)),
+                )
             recent.append(now)
 
     def hold(self, tenant: Tenant) -> Callable[[], None]:
@@ -84,10 +91,14 @@ class Quotas:
         (idempotent: call it when the request no longer holds anything); or raise a 429."""
         with self._lock:
             if self._running[tenant.name] >= tenant.max_concurrent:
-                raise ApiError(429, "concurrency_limited",
-                               f"key {tenant.name!r} may have {tenant.max_concurrent} requests "
-                               "in flight at once (a streamed run counts until its last event "
-                               "is read)", retry_after=1)
+                raise ApiError(
+                    429,
+                    "concurrency_limited",
+                    f"key {tenant.name!r} may have {tenant.max_concurrent} requests "
+                    "in flight at once (a streamed run counts until its last event "
+                    "is read)",
+                    retry_after=1,
+                )
             self._running[tenant.name] += 1
         released = False
 
@@ -114,8 +125,7 @@ class Backoff:
     refused, after a pause of one spacing, so a client that retries at once still waits. A
     request the server serves (2xx, 3xx) ends the back-off. Used on the event loop only."""
 
-    def __init__(self, base_s: float = 0.05, max_s: float = 1.0, max_wait_s: float = 4.0
-                 ) -> None:
+    def __init__(self, base_s: float = 0.05, max_s: float = 1.0, max_wait_s: float = 4.0) -> None:
         self.base_s, self.max_s, self.max_wait_s = base_s, max_s, max_wait_s
         self._strikes: dict[str, int] = {}
         self._next: dict[str, float] = {}  # when the key's next request may start

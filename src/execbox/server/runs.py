@@ -33,8 +33,9 @@ class RunBody(RunRequest):
     secrets: Secrets = Field(default_factory=list)
 
     def request(self) -> RunRequest:
-        return RunRequest.model_construct(**{name: getattr(self, name)
-                                             for name in RunRequest.model_fields})
+        return RunRequest.model_construct(
+            **{name: getattr(self, name) for name in RunRequest.model_fields}
+        )
 
 
 class _Run:
@@ -46,8 +47,9 @@ class _Run:
     def __init__(self, state: State, tenant: Caller, body: RunBody) -> None:
         self.state, self.tenant, self.request = state, tenant, body.request()
         self.cache, self.secrets = body.cache, body.secrets
-        bound = spool.result_bound(self.request.limits,
-                                   state.executor.profiles.get(self.request.profile))
+        bound = spool.result_bound(
+            self.request.limits, state.executor.profiles.get(self.request.profile)
+        )
         self.release_quota = state.quotas.hold(tenant)
         try:
             self.reservation = state.results.reserve(bound, tenant.name)
@@ -60,13 +62,22 @@ class _Run:
         self.result: RunResult | None = None
         self.started = self.over = self.responded = False
 
-    def __call__(self, on_stdout: sse.OutputCallback | None = None,
-                 on_stderr: sse.OutputCallback | None = None) -> RunResult:
+    def __call__(
+        self,
+        on_stdout: sse.OutputCallback | None = None,
+        on_stderr: sse.OutputCallback | None = None,
+    ) -> RunResult:
         started = time.perf_counter()
         result = self.state.executor.run_request(
-            self.request, cache=self.cache, secrets=self.secrets, on_stdout=on_stdout,
-            on_stderr=on_stderr, cache_scope=self.tenant.name, spool_dir=str(self.directory),
-            tenant=self.tenant.name)
+            self.request,
+            cache=self.cache,
+            secrets=self.secrets,
+            on_stdout=on_stdout,
+            on_stderr=on_stderr,
+            cache_scope=self.tenant.name,
+            spool_dir=str(self.directory),
+            tenant=self.tenant.name,
+        )
         self.state.finish("run", self.tenant, result, started)
         self.result = result
         return result
@@ -103,8 +114,12 @@ class _Run:
             self.state.spool.adopt(self.result, directory, self.tenant.name, self.reservation)
 
 
-@router.post("", response_model=RunResult, responses=RUN_ERRORS,
-             summary="Run code in a fresh sandbox and return its result")
+@router.post(
+    "",
+    response_model=RunResult,
+    responses=RUN_ERRORS,
+    summary="Run code in a fresh sandbox and return its result",
+)
 async def create_run(body: RunBody, state: State, tenant: Caller) -> Response:
     run = _Run(state, tenant, body)
     try:
@@ -115,9 +130,12 @@ async def create_run(body: RunBody, state: State, tenant: Caller) -> Response:
     return Response(content, media_type="application/json")
 
 
-@router.post("/stream", responses={**RUN_ERRORS, 200: sse.RESPONSE},
+@router.post(
+    "/stream",
+    responses={**RUN_ERRORS, 200: sse.RESPONSE},
     response_class=StreamingResponse,
-    summary="Run code and stream its output as server-sent events, ending with the result")
+    summary="Run code and stream its output as server-sent events, ending with the result",
+)
 async def stream_run(body: RunBody, state: State, tenant: Caller) -> StreamingResponse:
     run = _Run(state, tenant, body)
     feed = sse.Feed(run, run.run, state.settings.stream_buffer_bytes, state.streams)
@@ -133,8 +151,12 @@ def _owned_record(state: State, tenant: Caller, run_id: str) -> RunRecord:
     return record
 
 
-@router.get("/{run_id}", response_model=RunRecord, responses=documented(401, 404, 422, 429),
-            summary="The stored record of a run")
+@router.get(
+    "/{run_id}",
+    response_model=RunRecord,
+    responses=documented(401, 404, 422, 429),
+    summary="The stored record of a run",
+)
 async def get_run(run_id: RunId, state: State, tenant: Caller) -> Response:
     release = state.quotas.hold(tenant)
     try:
@@ -144,13 +166,19 @@ async def get_run(run_id: RunId, state: State, tenant: Caller) -> Response:
     return Response(record.model_dump_json(), media_type="application/json")
 
 
-@router.get("/{run_id}/artifacts/{path:path}", responses={
-    **documented(401, 404, 422, 429),
-    200: {"description": "The artifact's bytes", "content": {"*/*": {}}}},
-    response_class=Response, summary="The bytes of a run's artifact")
+@router.get(
+    "/{run_id}/artifacts/{path:path}",
+    responses={
+        **documented(401, 404, 422, 429),
+        200: {"description": "The artifact's bytes", "content": {"*/*": {}}},
+    },
+    response_class=Response,
+    summary="The bytes of a run's artifact",
+)
 async def get_artifact(run_id: RunId, path: str, state: State, tenant: Caller) -> Response:
     """Streamed from the spool (artifacts over the records' cap, once, within the server's
     artifact TTL) or from the record store."""
+
     def load() -> tuple[int, int, str] | tuple[bytes, str]:
         record = _owned_record(state, tenant, run_id)
         mime = next((a.mime_type for a in record.result.artifacts if a.path == path), None)
@@ -159,9 +187,12 @@ async def get_artifact(run_id: RunId, path: str, state: State, tenant: Caller) -
             return spooled
         data = state.executor.store.artifact_data(run_id, path) if mime else None
         if data is None or mime is None:
-            raise ApiError(404, "artifact_not_found",
-                           f"run {run_id} has no stored artifact {path!r} (artifacts over the "
-                           "records' cap are served once, within the server's artifact TTL)")
+            raise ApiError(
+                404,
+                "artifact_not_found",
+                f"run {run_id} has no stored artifact {path!r} (artifacts over the "
+                "records' cap are served once, within the server's artifact TTL)",
+            )
         return data, mime
 
     release = state.quotas.hold(tenant)  # held until the last byte is sent
@@ -174,9 +205,12 @@ async def get_artifact(run_id: RunId, path: str, state: State, tenant: Caller) -
         release()
         return Response(found[0], media_type=found[1])
     fd, size, mime = found
-    return StreamingResponse(_stream_file(state, fd, run_id, path), media_type=mime,
-                             headers={"Content-Length": str(size)},
-                             background=BackgroundTask(release))
+    return StreamingResponse(
+        _stream_file(state, fd, run_id, path),
+        media_type=mime,
+        headers={"Content-Length": str(size)},
+        background=BackgroundTask(release),
+    )
 
 
 async def _stream_file(state: State, fd: int, run_id: str, path: str) -> AsyncIterator[bytes]:

@@ -32,14 +32,23 @@ class SessionBody(BaseModel):
     profile: str = Field("data", description="Policy profile checked before each cell.")
     limits: Limits | None = Field(None, description="Limits of each cell (null: defaults).")
     env: dict[str, str] = Field(default_factory=dict, description="Environment of the kernel.")
-    files: list[InputFile] = Field(default_factory=list,
-                                   description="Files placed in the workspace at the start.")
-    idle_timeout_s: float = Field(600.0, gt=0, le=86400,
-                                  description="End the session after this long without a call "
-                                              "(at most the server's policy, by default 1 h).")
-    max_lifetime_s: float = Field(3600.0, gt=0, le=7 * 86400,
-                                  description="End the session this long after it started (at "
-                                              "most the server's policy, by default 24 h).")
+    files: list[InputFile] = Field(
+        default_factory=list, description="Files placed in the workspace at the start."
+    )
+    idle_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        le=86400,
+        description="End the session after this long without a call "
+        "(at most the server's policy, by default 1 h).",
+    )
+    max_lifetime_s: float = Field(
+        3600.0,
+        gt=0,
+        le=7 * 86400,
+        description="End the session this long after it started (at "
+        "most the server's policy, by default 24 h).",
+    )
     secrets: Secrets = Field(default_factory=list)
 
 
@@ -55,32 +64,49 @@ class CellBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     code: str = Field(description="The cell's code.")
-    timeout_s: float | None = Field(None, gt=0, le=3600,
-                                    description="Wall time of this cell (null: session's).")
+    timeout_s: float | None = Field(
+        None, gt=0, le=3600, description="Wall time of this cell (null: session's)."
+    )
     secrets: Secrets = Field(default_factory=list)
 
 
 def _info(session: Any) -> SessionInfo:
-    return SessionInfo(session_id=session.id, closed=session.closed,
-                       end_reason=session.end_reason)
+    return SessionInfo(session_id=session.id, closed=session.closed, end_reason=session.end_reason)
 
 
 def _within_policy(state: State, body: SessionBody) -> None:
     """The server caps how long sessions may idle and live: a session holds one of its
     `--max-sessions` places for as long as it is open."""
     for name, asked, most, option in (
-            ("idle_timeout_s", body.idle_timeout_s, state.settings.max_session_idle_s,
-             "--max-session-idle"),
-            ("max_lifetime_s", body.max_lifetime_s, state.settings.max_session_lifetime_s,
-             "--max-session-lifetime")):
+        (
+            "idle_timeout_s",
+            body.idle_timeout_s,
+            state.settings.max_session_idle_s,
+            "--max-session-idle",
+        ),
+        (
+            "max_lifetime_s",
+            body.max_lifetime_s,
+            state.settings.max_session_lifetime_s,
+            "--max-session-lifetime",
+        ),
+    ):
         if asked > most:
-            raise ApiError(422, "session_policy",
-                           f"{name} is {asked:g} s; this server allows at most {most:g} s "
-                           f"(execbox serve {option})")
+            raise ApiError(
+                422,
+                "session_policy",
+                f"{name} is {asked:g} s; this server allows at most {most:g} s "
+                f"(execbox serve {option})",
+            )
 
 
-@router.post("", response_model=SessionInfo, status_code=201,
-             responses=documented(400, 401, 413, 422, 429, 503), summary="Start a session")
+@router.post(
+    "",
+    response_model=SessionInfo,
+    status_code=201,
+    responses=documented(400, 401, 413, 422, 429, 503),
+    summary="Start a session",
+)
 async def create_session(body: SessionBody, state: State, tenant: Caller) -> SessionInfo:
     executor = state.executor
     _within_policy(state, body)
@@ -89,11 +115,18 @@ async def create_session(body: SessionBody, state: State, tenant: Caller) -> Ses
         state.sessions.reserve(tenant, await state.blocking(state.shares))
         session = None
         try:
-            session = await state.running(lambda: executor.session(
-                profile=body.profile, limits=body.limits, env=body.env or None,
-                files={f.name: f.data for f in body.files} or None,
-                idle_timeout_s=body.idle_timeout_s, max_lifetime_s=body.max_lifetime_s,
-                secrets=body.secrets, tenant=tenant.name))
+            session = await state.running(
+                lambda: executor.session(
+                    profile=body.profile,
+                    limits=body.limits,
+                    env=body.env or None,
+                    files={f.name: f.data for f in body.files} or None,
+                    idle_timeout_s=body.idle_timeout_s,
+                    max_lifetime_s=body.max_lifetime_s,
+                    secrets=body.secrets,
+                    tenant=tenant.name,
+                )
+            )
         finally:
             state.sessions.add(tenant, session)
     finally:
@@ -101,14 +134,22 @@ async def create_session(body: SessionBody, state: State, tenant: Caller) -> Ses
     return _info(session)
 
 
-@router.get("/{session_id}", response_model=SessionInfo, responses=documented(401, 404, 422),
-            summary="A session's state")
+@router.get(
+    "/{session_id}",
+    response_model=SessionInfo,
+    responses=documented(401, 404, 422),
+    summary="A session's state",
+)
 async def get_session(session_id: SessionId, state: State, tenant: Caller) -> SessionInfo:
     return _info(state.sessions.get(tenant, session_id))
 
 
-@router.delete("/{session_id}", response_model=SessionInfo,
-               responses=documented(401, 404, 422, 429), summary="Close a session")
+@router.delete(
+    "/{session_id}",
+    response_model=SessionInfo,
+    responses=documented(401, 404, 422, 429),
+    summary="Close a session",
+)
 async def close_session(session_id: SessionId, state: State, tenant: Caller) -> SessionInfo:
     session = state.sessions.get(tenant, session_id)
     release = state.quotas.hold(tenant)
@@ -137,30 +178,39 @@ def _admit(state: State, tenant: Caller, nbytes: int) -> tuple[Reservation, Call
     return reservation, release
 
 
-def _cell(state: State, tenant: Caller, session_id: str, body: CellBody
-          ) -> tuple[sse.Call, Callable[[], None]]:
+def _cell(
+    state: State, tenant: Caller, session_id: str, body: CellBody
+) -> tuple[sse.Call, Callable[[], None]]:
     """The cell's call, admitted (quota and result bytes: its outputs and artifacts are held
     in memory), and the function that gives both back (call it once the cell has ended)."""
     session = state.sessions.get(tenant, session_id)
     limits = getattr(session, "limits", None)  # an ended session has none: its call fails
     _, release = _admit(state, tenant, result_bound(limits) if limits else 0)
 
-    def call(on_stdout: sse.OutputCallback | None = None,
-             on_stderr: sse.OutputCallback | None = None) -> RunResult:
+    def call(
+        on_stdout: sse.OutputCallback | None = None, on_stderr: sse.OutputCallback | None = None
+    ) -> RunResult:
         started = time.perf_counter()
-        result: RunResult = session.run(body.code, timeout_s=body.timeout_s,
-                                        secrets=body.secrets, on_stdout=on_stdout,
-                                        on_stderr=on_stderr)
+        result: RunResult = session.run(
+            body.code,
+            timeout_s=body.timeout_s,
+            secrets=body.secrets,
+            on_stdout=on_stdout,
+            on_stderr=on_stderr,
+        )
         state.finish("cell", tenant, result, started)
         return result
 
     return call, release
 
 
-@router.post("/{session_id}/cells", response_model=RunResult, responses=CELL_ERRORS,
-             summary="Run a cell in the session")
-async def run_cell(session_id: SessionId, body: CellBody, state: State,
-                   tenant: Caller) -> Response:
+@router.post(
+    "/{session_id}/cells",
+    response_model=RunResult,
+    responses=CELL_ERRORS,
+    summary="Run a cell in the session",
+)
+async def run_cell(session_id: SessionId, body: CellBody, state: State, tenant: Caller) -> Response:
     call, release = _cell(state, tenant, session_id, body)
     try:
         result = await state.on_session(session_id, lambda: call(None, None), cell=True)
@@ -169,11 +219,15 @@ async def run_cell(session_id: SessionId, body: CellBody, state: State,
     return Response(sse.result_json(result), media_type="application/json")
 
 
-@router.post("/{session_id}/cells/stream", responses={**CELL_ERRORS, 200: sse.RESPONSE},
+@router.post(
+    "/{session_id}/cells/stream",
+    responses={**CELL_ERRORS, 200: sse.RESPONSE},
     response_class=StreamingResponse,
-    summary="Run a cell and stream its output as server-sent events, ending with the result")
-async def stream_cell(session_id: SessionId, body: CellBody, state: State,
-                      tenant: Caller) -> StreamingResponse:
+    summary="Run a cell and stream its output as server-sent events, ending with the result",
+)
+async def stream_cell(
+    session_id: SessionId, body: CellBody, state: State, tenant: Caller
+) -> StreamingResponse:
     call, release = _cell(state, tenant, session_id, body)
     # The quota token and result bytes go back once the cell is over and its stream has
     # ended (sent, or the client gone), whichever comes last.
@@ -201,46 +255,64 @@ async def stream_cell(session_id: SessionId, body: CellBody, state: State,
     return sse.EventStream(feed, response_ended)
 
 
-@router.get("/{session_id}/files", response_model=list[Artifact], responses=FILE_ERRORS,
-            summary="Files in the session's workspace")
+@router.get(
+    "/{session_id}/files",
+    response_model=list[Artifact],
+    responses=FILE_ERRORS,
+    summary="Files in the session's workspace",
+)
 async def list_files(session_id: SessionId, state: State, tenant: Caller) -> list[Artifact]:
     session = state.sessions.get(tenant, session_id)
     release = state.quotas.hold(tenant)
     try:
-        files: list[Artifact] = await state.on_session(session_id, session.files.list,
-                                                       cell=False)
+        files: list[Artifact] = await state.on_session(session_id, session.files.list, cell=False)
     finally:
         release()
     return files
 
 
-@router.put("/{session_id}/files/{path:path}", response_model=Artifact, responses=FILE_ERRORS,
-            summary="Write a file into the session's workspace (the raw request body)")
-async def write_file(session_id: SessionId, path: str, state: State, tenant: Caller,
-                     data: Annotated[bytes, Body(media_type="application/octet-stream")]
-                     ) -> Artifact:
+@router.put(
+    "/{session_id}/files/{path:path}",
+    response_model=Artifact,
+    responses=FILE_ERRORS,
+    summary="Write a file into the session's workspace (the raw request body)",
+)
+async def write_file(
+    session_id: SessionId,
+    path: str,
+    state: State,
+    tenant: Caller,
+    data: Annotated[bytes, Body(media_type="application/octet-stream")],
+) -> Artifact:
     session = state.sessions.get(tenant, session_id)
     release = state.quotas.hold(tenant)
     try:
         artifact: Artifact = await state.on_session(
-            session_id, lambda: session.files.write(path, data), cell=False)
+            session_id, lambda: session.files.write(path, data), cell=False
+        )
     finally:
         release()
     return artifact
 
 
-@router.get("/{session_id}/files/{path:path}", response_class=Response, responses={
-    **FILE_ERRORS, 200: {"description": "The file's bytes",
-                         "content": {"application/octet-stream": {}}}},
-    summary="Read a file from the session's workspace")
+@router.get(
+    "/{session_id}/files/{path:path}",
+    response_class=Response,
+    responses={
+        **FILE_ERRORS,
+        200: {"description": "The file's bytes", "content": {"application/octet-stream": {}}},
+    },
+    summary="Read a file from the session's workspace",
+)
 async def read_file(session_id: SessionId, path: str, state: State, tenant: Caller) -> Response:
     session = state.sessions.get(tenant, session_id)
     # The file is held in memory until the client has it: admitted like a cell (the key's
     # concurrency, and the most the workspace can hold of the server's result budget).
     reservation, release = _admit(state, tenant, getattr(session, "room_bytes", 0))
     try:
-        data: bytes = await state.on_session(session_id, lambda: session.files.read(path),
-                                             cell=False)
+        data: bytes = await state.on_session(
+            session_id, lambda: session.files.read(path), cell=False
+        )
     except BaseException:
         release()
         raise
@@ -251,17 +323,24 @@ async def read_file(session_id: SessionId, path: str, state: State, tenant: Call
         # the server's write buffer at once, which would release the budget before it is sent.
         view = memoryview(data)
         for at in range(0, len(data), DOWNLOAD_CHUNK):
-            yield bytes(view[at:at + DOWNLOAD_CHUNK])
+            yield bytes(view[at : at + DOWNLOAD_CHUNK])
 
-    return StreamingResponse(chunks(), media_type="application/octet-stream",
-                             headers={"content-length": str(len(data))},
-                             background=BackgroundTask(release))
+    return StreamingResponse(
+        chunks(),
+        media_type="application/octet-stream",
+        headers={"content-length": str(len(data))},
+        background=BackgroundTask(release),
+    )
 
 
-@router.delete("/{session_id}/files/{path:path}", status_code=204, response_class=Response,
-               responses=FILE_ERRORS, summary="Remove a file from the session's workspace")
-async def remove_file(session_id: SessionId, path: str, state: State, tenant: Caller
-                      ) -> Response:
+@router.delete(
+    "/{session_id}/files/{path:path}",
+    status_code=204,
+    response_class=Response,
+    responses=FILE_ERRORS,
+    summary="Remove a file from the session's workspace",
+)
+async def remove_file(session_id: SessionId, path: str, state: State, tenant: Caller) -> Response:
     session = state.sessions.get(tenant, session_id)
     release = state.quotas.hold(tenant)
     try:

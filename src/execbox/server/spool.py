@@ -81,28 +81,37 @@ class ResultBudget:
         while the tenant's own results fill its share (both with Retry-After), a 400 when no
         amount of waiting makes room."""
         if nbytes > self.tenant_max_bytes:
-            raise ApiError(400, "over_result_budget",
-                           f"this request's limits allow a result that may cost the server "
-                           f"{nbytes} bytes ({OUTPUT_COPIES} x limits.output_bytes for each of "
-                           "stdout and stderr, plus limits.artifact_bytes), more than one key "
-                           f"may hold of the server's result budget: {self.tenant_max_bytes} "
-                           "bytes (execbox serve --max-result-mib, --tenant-result-mib); ask "
-                           "for lower limits")
+            raise ApiError(
+                400,
+                "over_result_budget",
+                f"this request's limits allow a result that may cost the server "
+                f"{nbytes} bytes ({OUTPUT_COPIES} x limits.output_bytes for each of "
+                "stdout and stderr, plus limits.artifact_bytes), more than one key "
+                f"may hold of the server's result budget: {self.tenant_max_bytes} "
+                "bytes (execbox serve --max-result-mib, --tenant-result-mib); ask "
+                "for lower limits",
+            )
         with self.lock:
             mine = self.by_tenant.get(tenant, 0)
             if self.used + nbytes > self.max_bytes:
-                raise ApiError(503, "result_budget",
-                               f"the server holds {self.used} bytes of results in flight (its "
-                               f"budget is {self.max_bytes}, execbox serve --max-result-mib); "
-                               f"this request may need {nbytes}",
-                               retry_after=self.RETRY_AFTER_S)
+                raise ApiError(
+                    503,
+                    "result_budget",
+                    f"the server holds {self.used} bytes of results in flight (its "
+                    f"budget is {self.max_bytes}, execbox serve --max-result-mib); "
+                    f"this request may need {nbytes}",
+                    retry_after=self.RETRY_AFTER_S,
+                )
             if mine + nbytes > self.tenant_max_bytes:
-                raise ApiError(429, "result_share",
-                               f"key {tenant!r} holds {mine} bytes of results in flight (unread "
-                               "streams and downloads count until they are read); one key may "
-                               f"hold {self.tenant_max_bytes} (execbox serve "
-                               f"--tenant-result-mib) and this request may need {nbytes}",
-                               retry_after=self.RETRY_AFTER_S)
+                raise ApiError(
+                    429,
+                    "result_share",
+                    f"key {tenant!r} holds {mine} bytes of results in flight (unread "
+                    "streams and downloads count until they are read); one key may "
+                    f"hold {self.tenant_max_bytes} (execbox serve "
+                    f"--tenant-result-mib) and this request may need {nbytes}",
+                    retry_after=self.RETRY_AFTER_S,
+                )
             self.used += nbytes
             self.by_tenant[tenant] = mine + nbytes
         return Reservation(self, tenant, nbytes)
@@ -123,6 +132,7 @@ def result_bound(limits: Limits, profile: Profile | None = None) -> int:
     written to disk). With the request's `profile`, fields the request left out take the
     profile's defaults, and no field counts above the profile's maximum (asking for more is
     denied)."""
+
     def value(name: str) -> int:
         if profile is None:
             return int(getattr(limits, name))
@@ -156,8 +166,9 @@ class Spool:
         directory.mkdir(mode=0o700)
         return directory
 
-    def adopt(self, result: RunResult, directory: Path, tenant: str,
-              reservation: Reservation) -> None:
+    def adopt(
+        self, result: RunResult, directory: Path, tenant: str, reservation: Reservation
+    ) -> None:
         """Keep what of `directory` the tenant still has to download (artifacts the record
         store did not keep) with `reservation` resized to their bytes; remove the rest."""
         files = {}
@@ -173,8 +184,9 @@ class Spool:
             return
         reservation.resize(sum(size for _, size, _ in files.values()))
         with self._lock:
-            self._runs[result.run_id] = _Spooled(tenant, directory, time.monotonic() + self.ttl_s,
-                                                 reservation, files)
+            self._runs[result.run_id] = _Spooled(
+                tenant, directory, time.monotonic() + self.ttl_s, reservation, files
+            )
 
     def discard(self, directory: Path) -> None:
         """Remove a run's directory that will not be adopted (the run failed)."""
@@ -191,8 +203,9 @@ class Spool:
                 return None
             index, size, mime = entry.files[path]
             try:
-                fd = os.open(entry.directory / str(index), os.O_RDONLY | os.O_NOFOLLOW
-                             | os.O_CLOEXEC)
+                fd = os.open(
+                    entry.directory / str(index), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+                )
             except FileNotFoundError:
                 return None
         return fd, size, mime

@@ -36,15 +36,24 @@ _background: set[asyncio.Task[None]] = set()
 
 # OpenAPI description of a streaming response: each server-sent event as {event, data}.
 RESPONSE: dict[str, Any] = {
-    "description": "Server-sent events: stdout and stderr as {\"text\"} while the code runs "
-                   "(one overflow event, and no more output, if the client reads too slowly), "
-                   "then one result (a RunResult) or one error ({\"error\": {code, message}}).",
-    "content": {"text/event-stream": {"schema": {
-        "type": "object", "required": ["event", "data"],
-        "properties": {"event": {"type": "string",
-                                 "enum": ["stdout", "stderr", "overflow", "result",
-                                          "error"]},
-                       "data": {"type": "string", "description": "JSON text"}}}}},
+    "description": 'Server-sent events: stdout and stderr as {"text"} while the code runs '
+    "(one overflow event, and no more output, if the client reads too slowly), "
+    'then one result (a RunResult) or one error ({"error": {code, message}}).',
+    "content": {
+        "text/event-stream": {
+            "schema": {
+                "type": "object",
+                "required": ["event", "data"],
+                "properties": {
+                    "event": {
+                        "type": "string",
+                        "enum": ["stdout", "stderr", "overflow", "result", "error"],
+                    },
+                    "data": {"type": "string", "description": "JSON text"},
+                },
+            }
+        }
+    },
 }
 
 
@@ -78,16 +87,22 @@ class Feed:
     event and no more output, and the run goes on to its result (which holds all its output
     within its limits): the client's reading speed never holds the server's memory."""
 
-    def __init__(self, call: Call, run_in_thread: Callable[[Callable[[], RunResult]], Any],
-                 buffer_chars: int, buffered: Buffered) -> None:
+    def __init__(
+        self,
+        call: Call,
+        run_in_thread: Callable[[Callable[[], RunResult]], Any],
+        buffer_chars: int,
+        buffered: Buffered,
+    ) -> None:
         loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self._buffered = buffered
         self._lock = threading.Lock()
         self._held = 0
         self._cut = False
-        decoders = {name: codecs.getincrementaldecoder("utf-8")("replace")
-                    for name in ("stdout", "stderr")}
+        decoders = {
+            name: codecs.getincrementaldecoder("utf-8")("replace") for name in ("stdout", "stderr")
+        }
 
         def put(item: tuple[str, Any]) -> None:
             try:
@@ -127,8 +142,9 @@ class Feed:
             except ExecboxError as exc:
                 self._queue.put_nowait(("error", translate(exc)))
             except Exception:  # noqa: BLE001 - reported to the client as an internal error
-                self._queue.put_nowait(("error", ApiError(500, "internal_error",
-                                                          "internal server error")))
+                self._queue.put_nowait(
+                    ("error", ApiError(500, "internal_error", "internal server error"))
+                )
 
         task = asyncio.create_task(worker())
         _background.add(task)
@@ -155,15 +171,29 @@ class Feed:
                     return
                 if name == "error":
                     assert isinstance(item, ApiError)
-                    yield event("error", json.dumps({"error": {"code": item.code,
-                                                               "message": item.message},
-                                                     "status": item.status}))
+                    yield event(
+                        "error",
+                        json.dumps(
+                            {
+                                "error": {"code": item.code, "message": item.message},
+                                "status": item.status,
+                            }
+                        ),
+                    )
                     return
                 if name == "overflow":
-                    yield event("overflow", json.dumps({"message": (
-                        f"the client read more slowly than the code wrote: over "
-                        f"{self._buffer_chars} characters of output were waiting, so no more "
-                        "output is streamed; the result event at the end holds it all")}))
+                    yield event(
+                        "overflow",
+                        json.dumps(
+                            {
+                                "message": (
+                                    f"the client read more slowly than the code wrote: over "
+                                    f"{self._buffer_chars} characters of output were waiting, so no more "
+                                    "output is streamed; the result event at the end holds it all"
+                                )
+                            }
+                        ),
+                    )
                     continue
                 self._taken(len(item))
                 yield event(name, json.dumps({"text": item}))
@@ -183,8 +213,9 @@ class EventStream(StreamingResponse):
     however it ended (sent, or the client gone, even before the first event)."""
 
     def __init__(self, feed: Feed, on_end: Callable[[], Awaitable[None]]) -> None:
-        super().__init__(feed.events(), media_type="text/event-stream",
-                         headers={"Cache-Control": "no-store"})
+        super().__init__(
+            feed.events(), media_type="text/event-stream", headers={"Cache-Control": "no-store"}
+        )
         self._feed = feed
         self._on_end = on_end
 

@@ -47,8 +47,9 @@ class EndedSession:
         self.files = self
 
     def _ended(self, *_args: Any, **_kwargs: Any) -> Any:
-        raise SessionClosed(f"session {self.id} has ended ({self.end_reason or 'closed'}); "
-                            "start a new session")
+        raise SessionClosed(
+            f"session {self.id} has ended ({self.end_reason or 'closed'}); start a new session"
+        )
 
     run = write = read = list = remove = _ended
 
@@ -141,20 +142,31 @@ class SessionRegistry:
                 held[owner] = held.get(owner, 0) + 1
             mine = held.get(tenant.name, 0)
             if mine >= tenant.max_sessions:
-                raise ApiError(429, "session_quota",
-                               f"key {tenant.name!r} may keep {tenant.max_sessions} sessions "
-                               "open; close one first", retry_after=5)
+                raise ApiError(
+                    429,
+                    "session_quota",
+                    f"key {tenant.name!r} may keep {tenant.max_sessions} sessions "
+                    "open; close one first",
+                    retry_after=5,
+                )
             if shares is not None:
                 free = shares.capacity - sum(held.values())
-                owed = sum(max(0, shares.reserved(name) - held.get(name, 0))
-                           for name in shares.quotas if name != tenant.name)
+                owed = sum(
+                    max(0, shares.reserved(name) - held.get(name, 0))
+                    for name in shares.quotas
+                    if name != tenant.name
+                )
                 if free <= 0 or (mine >= shares.reserved(tenant.name) and free - 1 < owed):
-                    raise ApiError(429, "session_capacity",
-                                   f"the server's {shares.capacity} sessions (execbox serve "
-                                   f"--max-sessions) are in use or owed to other keys; key "
-                                   f"{tenant.name!r} is guaranteed "
-                                   f"{shares.reserved(tenant.name)} and holds {mine}; close "
-                                   "one or retry later", retry_after=5)
+                    raise ApiError(
+                        429,
+                        "session_capacity",
+                        f"the server's {shares.capacity} sessions (execbox serve "
+                        f"--max-sessions) are in use or owed to other keys; key "
+                        f"{tenant.name!r} is guaranteed "
+                        f"{shares.reserved(tenant.name)} and holds {mine}; close "
+                        "one or retry later",
+                        retry_after=5,
+                    )
             self._pending[tenant.name] = self._pending.get(tenant.name, 0) + 1
 
     def add(self, tenant: Tenant, session: Session | None) -> None:
@@ -215,19 +227,25 @@ class ServerState:
         self.quotas = Quotas()
         self.backoff = Backoff()
         self.sessions = SessionRegistry()
-        self.metrics = Metrics(lambda: float(self.sessions.active()),
-                               lambda: float(self._executor.pool_size if self._executor else 0))
+        self.metrics = Metrics(
+            lambda: float(self.sessions.active()),
+            lambda: float(self._executor.pool_size if self._executor else 0),
+        )
         self.run_limiter = anyio.CapacityLimiter(settings.max_inflight_runs)
         self.auth_limiter = anyio.CapacityLimiter(AUTH_THREADS)
         self.streams = Buffered()
         bodies = settings.request_bodies_bytes or 8 * settings.max_request_bytes
         if bodies // 2 < settings.max_request_bytes:
-            raise ValueError("request_bodies_bytes must be at least twice max_request_bytes "
-                             "(one key may hold half of it)")
+            raise ValueError(
+                "request_bodies_bytes must be at least twice max_request_bytes "
+                "(one key may hold half of it)"
+            )
         self.bodies = BodyBudget(bodies, bodies // 2)
         malloc.return_big_blocks()
-        self.results = ResultBudget(settings.max_result_bytes, settings.tenant_result_bytes
-                                    or settings.max_result_bytes // 2)
+        self.results = ResultBudget(
+            settings.max_result_bytes,
+            settings.tenant_result_bytes or settings.max_result_bytes // 2,
+        )
         self._spool: Spool | None = None
         self.draining = False
         self._cut: asyncio.Event | None = None  # set when the shutdown grace period runs out
@@ -293,9 +311,13 @@ class ServerState:
         for a session."""
         gate = self.sessions.gate(session_id)
         if not cell and gate.locked():
-            raise ApiError(409, "session_busy",
-                           f"session {session_id} is running a cell or another file call; "
-                           "file calls do not queue: retry when it is done", retry_after=1)
+            raise ApiError(
+                409,
+                "session_busy",
+                f"session {session_id} is running a cell or another file call; "
+                "file calls do not queue: retry when it is done",
+                retry_after=1,
+            )
         await gate.acquire()
         loop = asyncio.get_running_loop()
         claim = threading.Lock()  # taken by the thread when it starts, or by a cancellation
@@ -353,9 +375,13 @@ class ServerState:
         if call.done():
             return call.result()
         call.cancel()
-        raise ApiError(503, "server_shutting_down",
-                       "the server shut down before this run finished; the run was ended "
-                       "(its record says so); send it again", retry_after=5)
+        raise ApiError(
+            503,
+            "server_shutting_down",
+            "the server shut down before this run finished; the run was ended "
+            "(its record says so); send it again",
+            retry_after=5,
+        )
 
     async def _in_thread(self, fn: Callable[[], T]) -> T:
 
@@ -369,8 +395,9 @@ class ServerState:
                     self._inflight -= 1
                     self._idle.notify_all()
 
-        return await anyio.to_thread.run_sync(counted, limiter=self.run_limiter,
-                                              abandon_on_cancel=True)
+        return await anyio.to_thread.run_sync(
+            counted, limiter=self.run_limiter, abandon_on_cancel=True
+        )
 
     def finish(self, kind: str, tenant: Tenant, result: RunResult, started: float) -> None:
         """Book a finished run: its owner and its metrics (called on the worker thread)."""

@@ -54,10 +54,14 @@ def how_to_grant(caps: list[Capability]) -> str:
     if all(bounding >> cap.number & 1 for cap in caps):
         # Still in the bounding set: this process was started without them (capsh, setpriv,
         # a service manager's CapabilityBoundingSet/AmbientCapabilities), not its container.
-        return ("start execbox as root without dropping them (no capsh --drop, setpriv "
-                "--inh-caps/--bounding-set, or systemd CapabilityBoundingSet that removes them)")
-    return (f"grant them to the container: docker run {adds} (podman run takes the same "
-            "flags; Kubernetes: securityContext.capabilities.add), or run it --privileged")
+        return (
+            "start execbox as root without dropping them (no capsh --drop, setpriv "
+            "--inh-caps/--bounding-set, or systemd CapabilityBoundingSet that removes them)"
+        )
+    return (
+        f"grant them to the container: docker run {adds} (podman run takes the same "
+        "flags; Kubernetes: securityContext.capabilities.add), or run it --privileged"
+    )
 
 
 def user_namespace() -> str | None:
@@ -69,9 +73,11 @@ def user_namespace() -> str | None:
         return None
     if ranges == [["0", "0", "4294967295"]]:
         return None
-    return ", ".join(f"uids {inside}-{int(inside) + int(count) - 1} are host uids "
-                     f"{outside}-{int(outside) + int(count) - 1}"
-                     for inside, outside, count in ranges)
+    return ", ".join(
+        f"uids {inside}-{int(inside) + int(count) - 1} are host uids "
+        f"{outside}-{int(outside) + int(count) - 1}"
+        for inside, outside, count in ranges
+    )
 
 
 def summary(caps: list[Capability]) -> str:
@@ -84,21 +90,27 @@ def not_host_root() -> str | None:
     mapping = user_namespace()
     if mapping is None:
         return None
-    return (f"root here is root of a user namespace ({mapping}), not the host's: the sandbox "
-            "joins the host's pid namespace and works in its cgroups, which that root cannot")
+    return (
+        f"root here is root of a user namespace ({mapping}), not the host's: the sandbox "
+        "joins the host's pid namespace and works in its cgroups, which that root cannot"
+    )
 
 
 def unavailable_reason() -> str | None:
     """Why this process cannot run the sandbox, for lack of privilege; None when it can."""
     problem = not_host_root()
     if problem:
-        return (f"{problem}; run execbox as the host's root, or in a container without a user "
-                "namespace of its own")
+        return (
+            f"{problem}; run execbox as the host's root, or in a container without a user "
+            "namespace of its own"
+        )
     try:
         lacking = missing()
     except OSError:  # no /proc: not Linux, which the set-up reports in its own words
         return None
     if lacking:
-        return (f"root here lacks capabilities the sandbox needs: {summary(lacking)}; "
-                f"{how_to_grant(lacking)}")
+        return (
+            f"root here lacks capabilities the sandbox needs: {summary(lacking)}; "
+            f"{how_to_grant(lacking)}"
+        )
     return None

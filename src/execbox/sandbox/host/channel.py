@@ -53,8 +53,13 @@ class SessionChannel:
 
     def start(self, session_id: str, spec: dict[str, Any], files: list[tuple[str, bytes]]) -> None:
         """Send the session request; return when the interpreter is ready."""
-        request = {"code": "", "run_id": session_id, "spec": spec, "session": True,
-                   "files": [{"name": n, "size": len(d)} for n, d in files]}
+        request = {
+            "code": "",
+            "run_id": session_id,
+            "spec": spec,
+            "session": True,
+            "files": [{"name": n, "size": len(d)} for n, d in files],
+        }
         self.slot.close_go()  # the supervisor starts the interpreter, then hands over its pipe
         try:
             self.slot.ctrl.sendall(protocol.json_frame(protocol.REQ, request))
@@ -62,8 +67,7 @@ class SessionChannel:
                 self.slot.ctrl.sendall(protocol.frame(protocol.FILE, data))
         except OSError as exc:  # gone before it had the request: it started nothing
             self.close()
-            raise RunNotStarted(f"the session supervisor did not take the request: {exc}"
-                                ) from exc
+            raise RunNotStarted(f"the session supervisor did not take the request: {exc}") from exc
         self.slot.close_stdin()  # a session has no stdin: input comes as cells and files
         for fd in (self.slot.stdout_r, self.slot.stderr_r):
             os.set_blocking(fd, False)
@@ -71,14 +75,18 @@ class SessionChannel:
         try:
             kind, payload = self._next_frame(time.monotonic() + START_TIMEOUT_S)
             if kind == protocol.LOST:
-                raise RunNotStarted("the session slot's program was gone before it took the "
-                                    "session's request")
+                raise RunNotStarted(
+                    "the session slot's program was gone before it took the session's request"
+                )
             if kind == cells.END:
-                raise HostError("the session's interpreter exited while starting: "
-                                + str((json.loads(payload).get("error") or {}).get("message")))
+                raise HostError(
+                    "the session's interpreter exited while starting: "
+                    + str((json.loads(payload).get("error") or {}).get("message"))
+                )
             if kind != cells.SESSION_READY or self.cells_w < 0:
-                raise HostError(f"protocol: expected the session to be ready with its cell "
-                                f"pipe, got {kind!r}")
+                raise HostError(
+                    f"protocol: expected the session to be ready with its cell pipe, got {kind!r}"
+                )
             os.set_blocking(self.cells_w, False)
         except BaseException:
             self.close()
@@ -161,9 +169,16 @@ class SessionChannel:
 
     # ---- cells --------------------------------------------------------------------------------
 
-    def cell(self, code: str, timeout_s: float, cpu_s: float, output_bytes: int,
-             backstop_s: float, on_stdout: OutputCallback | None = None,
-             on_stderr: OutputCallback | None = None) -> RawRun:
+    def cell(
+        self,
+        code: str,
+        timeout_s: float,
+        cpu_s: float,
+        output_bytes: int,
+        backstop_s: float,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+    ) -> RawRun:
         """Run one cell; the result's meta carries `outputs`, and `ended` when the session
         ended with it. Raises SessionEnded when it had ended before."""
         self._check_ended()
@@ -172,13 +187,21 @@ class SessionChannel:
         # The code goes to the interpreter first, so it starts at once; never blocking on it
         # (it may not be reading, if an earlier cell stopped its loop): what the pipe does not
         # take now is fed as it does. Then CELL starts the supervisor's clocks.
-        pump = _CellPump(self, marker.encode(), output_bytes, on_stdout, on_stderr,
-                         protocol.json_frame(cells.CELL, {"code": code, "marker": marker,
-                                                          "cell": cell_id}))
+        pump = _CellPump(
+            self,
+            marker.encode(),
+            output_bytes,
+            on_stdout,
+            on_stderr,
+            protocol.json_frame(cells.CELL, {"code": code, "marker": marker, "cell": cell_id}),
+        )
         pump.feed()
         try:
-            self._send(protocol.json_frame(cells.CELL, {"timeout_s": timeout_s, "cpu_s": cpu_s,
-                                                        "cell": cell_id}))
+            self._send(
+                protocol.json_frame(
+                    cells.CELL, {"timeout_s": timeout_s, "cpu_s": cpu_s, "cell": cell_id}
+                )
+            )
         except OSError as exc:
             raise HostError(f"the session supervisor did not take the cell: {exc}") from exc
         raw = pump.run(time.monotonic() + backstop_s)
@@ -223,8 +246,9 @@ class SessionChannel:
 
     # ---- files --------------------------------------------------------------------------------
 
-    def file_op(self, op: str, path: str = "", data: bytes | None = None
-                ) -> tuple[dict[str, Any], bytes]:
+    def file_op(
+        self, op: str, path: str = "", data: bytes | None = None
+    ) -> tuple[dict[str, Any], bytes]:
         """One files API call; returns (answer, bytes read)."""
         self._check_ended()
         try:
@@ -260,17 +284,24 @@ def _recv_with_fd(sock: socket.socket) -> tuple[bytes, int]:
 class _CellPump:
     """Moves one cell's output and result from the session's pipes to the caller."""
 
-    def __init__(self, channel: SessionChannel, marker: bytes, cap: int,
-                 on_stdout: OutputCallback | None, on_stderr: OutputCallback | None,
-                 cell: bytes) -> None:
+    def __init__(
+        self,
+        channel: SessionChannel,
+        marker: bytes,
+        cap: int,
+        on_stdout: OutputCallback | None,
+        on_stderr: OutputCallback | None,
+        cell: bytes,
+    ) -> None:
         self.ch = channel
         self.cell = memoryview(cell)  # what the interpreter has not taken yet
         slot = channel.slot
         self.marker = marker
         self.fds = (slot.stdout_r, slot.stderr_r)
         self.stream = {slot.stdout_r: STDOUT, slot.stderr_r: STDERR}
-        self.output = CappedOutput(cap, on_stdout, on_stderr,
-                                   lambda: channel.interrupt("output_limit"))
+        self.output = CappedOutput(
+            cap, on_stdout, on_stderr, lambda: channel.interrupt("output_limit")
+        )
         self.hold = {fd: b"" for fd in self.fds}  # may hold the start of a split marker
         self.done = {fd: False for fd in self.fds}
         self.meta: dict[str, Any] | None = None
@@ -328,13 +359,25 @@ class _CellPump:
             # impossible): what is left would be read as the start of the next one. The code
             # did it, so it is the session's end, not a sandbox error.
             ch.kill()
-            self.meta = {"status": "error", "exit_code": None, "signal": "SIGKILL",
-                         "error": {"type": "SessionError", "line": None, "column": None,
-                                   "traceback": None, "message": (
-                                       "the interpreter answered before taking the whole "
-                                       "cell; the session was ended")},
-                         "ended": True, "artifacts": [], "outputs": [],
-                         "metrics": {"wall_ms": 0, "cpu_ms": 0, "memory_peak_bytes": 0}}
+            self.meta = {
+                "status": "error",
+                "exit_code": None,
+                "signal": "SIGKILL",
+                "error": {
+                    "type": "SessionError",
+                    "line": None,
+                    "column": None,
+                    "traceback": None,
+                    "message": (
+                        "the interpreter answered before taking the whole "
+                        "cell; the session was ended"
+                    ),
+                },
+                "ended": True,
+                "artifacts": [],
+                "outputs": [],
+                "metrics": {"wall_ms": 0, "cpu_ms": 0, "memory_peak_bytes": 0},
+            }
             self.arts = []
         for fd in self.fds:  # what a marker that never came was holding back
             self._emit(fd, self.hold[fd])
@@ -345,7 +388,7 @@ class _CellPump:
         """Write what the pipe takes of the cell; True while some is left."""
         try:
             while self.cell:
-                self.cell = self.cell[os.write(self.ch.cells_w, self.cell):]
+                self.cell = self.cell[os.write(self.ch.cells_w, self.cell) :]
         except BlockingIOError:
             pass
         except BrokenPipeError:
@@ -371,8 +414,13 @@ class _CellPump:
             elif kind == protocol.ART:
                 self.arts.append(payload)
             elif kind == cells.END:
-                self.meta = dict(json.loads(payload), ended=True, artifacts=[], outputs=[],
-                                 metrics={"wall_ms": 0, "cpu_ms": 0, "memory_peak_bytes": 0})
+                self.meta = dict(
+                    json.loads(payload),
+                    ended=True,
+                    artifacts=[],
+                    outputs=[],
+                    metrics={"wall_ms": 0, "cpu_ms": 0, "memory_peak_bytes": 0},
+                )
 
     def _read(self, sel: selectors.BaseSelector, fd: int) -> None:
         try:
@@ -397,7 +445,7 @@ class _CellPump:
             # What came after the marker belongs to the next cell: at most one read's worth is
             # kept, and the stream is not read again this cell, so a writer flooding past a
             # (forged) marker is held back by the pipe, not buffered here.
-            self.ch._carry[fd] = window[at + len(self.marker):]
+            self.ch._carry[fd] = window[at + len(self.marker) :]
             if self.sel is not None and fd in self.sel.get_map():
                 self.sel.unregister(fd)
             return
@@ -407,8 +455,8 @@ class _CellPump:
         start = window.rfind(self.marker[:1], max(0, len(window) - len(self.marker) + 1))
         if start >= 0 and self.marker.startswith(window[start:]):
             keep = len(window) - start
-        self._emit(fd, window[:len(window) - keep])
-        self.hold[fd] = window[len(window) - keep:]
+        self._emit(fd, window[: len(window) - keep])
+        self.hold[fd] = window[len(window) - keep :]
 
     def _emit(self, fd: int, data: bytes) -> None:
         if data:

@@ -60,8 +60,9 @@ class SlotPool:
         # wake-up costs the waker a futex call and the woken a GIL hand-off, and waking all
         # of them for every slot was ~4% of the caller's CPU under eight callers.
         self._staged = {k: threading.Condition(self._lock) for k in SLOT_KINDS}
-        self._ready: dict[str, collections.deque[Slot]] = {k: collections.deque()
-                                                           for k in SLOT_KINDS}
+        self._ready: dict[str, collections.deque[Slot]] = {
+            k: collections.deque() for k in SLOT_KINDS
+        }
         self._alive: dict[str, set[str]] = {k: set() for k in SLOT_KINDS}  # slot names
         self._busy: dict[str, Slot] = {}  # the slots taken for a run, by name
         self._busy_n = {k: 0 for k in SLOT_KINDS}  # how many of each kind (all are alive)
@@ -252,9 +253,16 @@ class SlotPool:
                 with self._lock:
                     if self._closed:
                         return
-                    missing = [] if self.retired else [
-                        k for k in SLOT_KINDS if not self._zygote.kind_error(k)
-                        for _ in range(self._wanted(k) - len(self._alive[k]))]
+                    missing = (
+                        []
+                        if self.retired
+                        else [
+                            k
+                            for k in SLOT_KINDS
+                            if not self._zygote.kind_error(k)
+                            for _ in range(self._wanted(k) - len(self._alive[k]))
+                        ]
+                    )
                 now = time.monotonic()
                 if now >= retry_at:
                     for kind in missing:
@@ -288,8 +296,11 @@ class SlotPool:
                         with self._lock:
                             # When closed, `close` has taken the ready slots; a kind whose
                             # program zygote failed to start serves nothing.
-                            unusable = (self._closed or self.retired
-                                        or bool(self._zygote.kind_error(slot.kind)))
+                            unusable = (
+                                self._closed
+                                or self.retired
+                                or bool(self._zygote.kind_error(slot.kind))
+                            )
                             if not unusable:
                                 self._error = None
                                 slot.staged_at = time.monotonic()
@@ -320,8 +331,11 @@ class SlotPool:
         with self._lock:
             for kind, ready in self._ready.items():
                 # Cheapest test first: the loop comes here at every slot staged.
-                while (ready and ready[0].staged_at < idle_since
-                       and len(self._alive[kind]) > self._wanted(kind)):
+                while (
+                    ready
+                    and ready[0].staged_at < idle_since
+                    and len(self._alive[kind]) > self._wanted(kind)
+                ):
                     slot = ready.popleft()  # the longest unused
                     self._alive[kind].discard(slot.name)
                     closing.append(slot)

@@ -55,13 +55,17 @@ def _cause(exc: BaseException, kernel_fix: str, what: str) -> str:
     if code in (errno.EPERM, errno.EACCES):
         lacking = capabilities.missing()
         if lacking:
-            return (f"not the kernel: this process lacks {', '.join(map(str, lacking))} "
-                    "(see capabilities)")
+            return (
+                f"not the kernel: this process lacks {', '.join(map(str, lacking))} "
+                "(see capabilities)"
+            )
         if capabilities.user_namespace():
             return "not the kernel: root here is root of a user namespace (see user namespace)"
-        return (f"not the kernel: {what} was refused although the capabilities are held, so a "
-                "seccomp or LSM profile refuses it; in a container: --security-opt "
-                "seccomp=unconfined --security-opt apparmor=unconfined (or --privileged)")
+        return (
+            f"not the kernel: {what} was refused although the capabilities are held, so a "
+            "seccomp or LSM profile refuses it; in a container: --security-opt "
+            "seccomp=unconfined --security-opt apparmor=unconfined (or --privileged)"
+        )
     if code in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
         return kernel_fix
     return f"{what} failed for another reason than privilege or kernel support: see the error"
@@ -94,8 +98,14 @@ def _namespaces() -> str:
     from ..inside import linux
 
     def step() -> None:
-        linux.unshare(linux.CLONE_NEWNS | linux.CLONE_NEWPID | linux.CLONE_NEWNET
-                       | linux.CLONE_NEWIPC | linux.CLONE_NEWUTS | linux.CLONE_NEWCGROUP)
+        linux.unshare(
+            linux.CLONE_NEWNS
+            | linux.CLONE_NEWPID
+            | linux.CLONE_NEWNET
+            | linux.CLONE_NEWIPC
+            | linux.CLONE_NEWUTS
+            | linux.CLONE_NEWCGROUP
+        )
         linux.mount("none", "/", None, linux.MS_REC | linux.MS_PRIVATE)
 
     _in_fork(step, "unshare(mount, pid, net, ipc, uts, cgroup) or a private mount failed")
@@ -153,31 +163,50 @@ def _image() -> str:
 
 def run_checks() -> list[Check]:
     checks = [
-        Check("linux", platform.system() == "Linux", platform.platform(),
-              "the default tier needs Linux; use a Linux host or VM"),
-        Check("root", os.geteuid() == 0, f"euid {os.geteuid()}",
-              "run execbox as root (it creates namespaces, mounts and cgroups)"),
+        Check(
+            "linux",
+            platform.system() == "Linux",
+            platform.platform(),
+            "the default tier needs Linux; use a Linux host or VM",
+        ),
+        Check(
+            "root",
+            os.geteuid() == 0,
+            f"euid {os.geteuid()}",
+            "run execbox as root (it creates namespaces, mounts and cgroups)",
+        ),
         Check("python", sys.version_info >= (3, 11), sys.version.split()[0], "use Python 3.11+"),
     ]
     if not all(c.ok for c in checks):
         return checks
     checks += [
-        _try("capabilities", _capabilities,
-             capabilities.how_to_grant(capabilities.missing())),
-        _try("user namespace", _user_namespace,
-             "run execbox as the host's root, or in a container that is not in a user "
-             "namespace of its own (docker/podman without --userns, not rootless)"),
-        _checked("namespaces", _namespaces,
-                 "enable mount, pid, net, ipc, uts and cgroup namespaces in the kernel "
-                 "(CONFIG_NAMESPACES and its *_NS options)", "unshare or mount"),
-        _try("cgroups", _cgroups,
-             "mount cgroup v2 with memory and pids controllers, or cgroup v1 memory and pids"),
+        _try("capabilities", _capabilities, capabilities.how_to_grant(capabilities.missing())),
+        _try(
+            "user namespace",
+            _user_namespace,
+            "run execbox as the host's root, or in a container that is not in a user "
+            "namespace of its own (docker/podman without --userns, not rootless)",
+        ),
+        _checked(
+            "namespaces",
+            _namespaces,
+            "enable mount, pid, net, ipc, uts and cgroup namespaces in the kernel "
+            "(CONFIG_NAMESPACES and its *_NS options)",
+            "unshare or mount",
+        ),
+        _try(
+            "cgroups",
+            _cgroups,
+            "mount cgroup v2 with memory and pids controllers, or cgroup v1 memory and pids",
+        ),
         _try("seccomp", _seccomp, "install libseccomp2 (apt-get install libseccomp2)"),
-        _checked("pidfd", _pidfd, "use Linux 5.8 or newer (setns with a pidfd)",
-                 "setns"),
-        _try("hardlink protection", _protected_hardlinks,
-             "sysctl -w fs.protected_hardlinks=1 (session file calls rely on it)",
-             required=False),
+        _checked("pidfd", _pidfd, "use Linux 5.8 or newer (setns with a pidfd)", "setns"),
+        _try(
+            "hardlink protection",
+            _protected_hardlinks,
+            "sysctl -w fs.protected_hardlinks=1 (session file calls rely on it)",
+            required=False,
+        ),
         _try("runtime image", _image, "run `execbox image build`"),
     ]
     return checks

@@ -49,8 +49,13 @@ class CappedOutput:
     raises the exception (`raise_callback_error`) once the result is in; a failure of the
     sandbox itself (HostError) is raised instead. The run's result is not returned then."""
 
-    def __init__(self, cap: int, on_stdout: OutputCallback | None,
-                 on_stderr: OutputCallback | None, on_over: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        cap: int,
+        on_stdout: OutputCallback | None,
+        on_stderr: OutputCallback | None,
+        on_over: Callable[[], None],
+    ) -> None:
         self.cap = cap
         self.kept = (bytearray(), bytearray())
         self.truncated = [False, False]
@@ -83,25 +88,40 @@ class CappedOutput:
             raise self.callback_error
 
     def result(self, meta: dict[str, Any], artifact_data: Sequence[bytes | None]) -> RawRun:
-        return RawRun(meta, artifact_data, bytes(self.kept[STDOUT]), bytes(self.kept[STDERR]),
-                      self.truncated[STDOUT], self.truncated[STDERR])
+        return RawRun(
+            meta,
+            artifact_data,
+            bytes(self.kept[STDOUT]),
+            bytes(self.kept[STDERR]),
+            self.truncated[STDOUT],
+            self.truncated[STDERR],
+        )
 
 
 class RunPump:
     """Moves bytes between the host and one run until the supervisor reports."""
 
-    def __init__(self, slot: Slot, go: bytes, stdin: bytes, cap: int,
-                 on_stdout: OutputCallback | None, on_stderr: OutputCallback | None,
-                 max_frame: int, spool_dir: str | None = None, go_lost: bool = False) -> None:
+    def __init__(
+        self,
+        slot: Slot,
+        go: bytes,
+        stdin: bytes,
+        cap: int,
+        on_stdout: OutputCallback | None,
+        on_stderr: OutputCallback | None,
+        max_frame: int,
+        spool_dir: str | None = None,
+        go_lost: bool = False,
+    ) -> None:
         self.slot = slot
         ctrl, stdout_r, stderr_r = slot.ctrl, slot.stdout_r, slot.stderr_r
         self.ctrl = ctrl
         # What is still to be written: the code (on the short way) and stdin, each pipe
         # closed once written.
-        self.writes = {fd: memoryview(data) for fd, data in ((slot.go_w, go),
-                                                             (slot.stdin_w, stdin)) if fd >= 0}
-        self.output = CappedOutput(cap, on_stdout, on_stderr,
-                                   lambda: slot.end_run("output_limit"))
+        self.writes = {
+            fd: memoryview(data) for fd, data in ((slot.go_w, go), (slot.stdin_w, stdin)) if fd >= 0
+        }
+        self.output = CappedOutput(cap, on_stdout, on_stderr, lambda: slot.end_run("output_limit"))
         self.stream = {stdout_r: STDOUT, stderr_r: STDERR}
         self.stdout_r, self.stderr_r = stdout_r, stderr_r
         self.spool_dir = spool_dir
@@ -129,8 +149,11 @@ class RunPump:
         """An artifact's frame goes to the spool file named by its index."""
         if kind != protocol.ART or self.spool_dir is None:
             return None
-        fd = os.open(os.path.join(self.spool_dir, str(self.spooled)),
-                     os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = os.open(
+            os.path.join(self.spool_dir, str(self.spooled)),
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o600,
+        )
         self.spooled += 1
         file = open(fd, "wb")  # noqa: SIM115 - closed when its frame ends
         self.spooling.append(file)
@@ -166,8 +189,10 @@ class RunPump:
             raise HostError(self.error)
         # The host saw the go pipe without a reader; the supervisor, which did not, reports
         # that program's end as a SIGKILL (a memory_limit when its own limit killed it).
-        killed = self.meta is not None and (self.meta.get("status"), self.meta.get("signal")) \
-            == ("error", "SIGKILL")
+        killed = self.meta is not None and (self.meta.get("status"), self.meta.get("signal")) == (
+            "error",
+            "SIGKILL",
+        )
         if self.lost or (self.go_lost and killed):
             # The slot is closed: whatever killed its program may have broken more of it.
             raise RunNotStarted("the run slot's program was gone before it took the code")
@@ -189,7 +214,7 @@ class RunPump:
     def _feed(self, sel: Poll, fd: int) -> None:
         data = self.writes[fd]
         if data:
-            written = write_some(fd, data[:CHUNK * 4])
+            written = write_some(fd, data[: CHUNK * 4])
             if not written:
                 return
             # The program closed the pipe or exited: the rest is not wanted either. A program

@@ -135,13 +135,17 @@ class Slot:
         """Whether a run with `spec` (and no input files) may take the short way: its limits
         are those the slot is staged with."""
         staged = self.staged
-        return (spec["memory_bytes"] == staged.get("memory_bytes")
-                and spec["pids"] == staged.get("pids")
-                and spec["disk_bytes"] == staged.get("disk_bytes")
-                and not spec.get("input_bytes") and not spec.get("input_count"))
+        return (
+            spec["memory_bytes"] == staged.get("memory_bytes")
+            and spec["pids"] == staged.get("pids")
+            and spec["disk_bytes"] == staged.get("disk_bytes")
+            and not spec.get("input_bytes")
+            and not spec.get("input_count")
+        )
 
-    def send_request(self, request: dict[str, Any], files: list[tuple[str, bytes]]
-                     ) -> tuple[bytes, bool]:
+    def send_request(
+        self, request: dict[str, Any], files: list[tuple[str, bytes]]
+    ) -> tuple[bytes, bool]:
         """Send a run's request, the short way when the slot offers it and the run fits it.
         Returns the code still to be written to the go pipe (by the pump) and whether the
         program was gone before it took any; RunNotStarted when the supervisor did not take
@@ -149,8 +153,12 @@ class Slot:
         spec = request["spec"]
         try:
             if not files and self.take_offer() and self.staged_for(spec):
-                go = protocol.frame(protocol.REQ, json.dumps(
-                    {"code": request["code"], "spec": spec, "token": self.token}).encode())
+                go = protocol.frame(
+                    protocol.REQ,
+                    json.dumps(
+                        {"code": request["code"], "spec": spec, "token": self.token}
+                    ).encode(),
+                )
                 # The run's clocks start now. RUN goes first, the code (what fits the pipe;
                 # the pump writes the rest) last: writing it wakes the program, which the
                 # scheduler often runs on this CPU at once, and a RUN still unsent waited for

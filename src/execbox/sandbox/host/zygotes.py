@@ -47,9 +47,17 @@ class ZygoteProcess:
     that forks supervisors and init, and two that fork only programs, a light one (standard
     library) and a heavy one (the runtime's data modules imported)."""
 
-    def __init__(self, python: Path, env: dict[str, str], ro_paths: list[str], libexec: Path,
-                 preload: list[str], light_preload: list[str] | None = None,
-                 ready_timeout_s: float = 60.0, pool_size: int = 4) -> None:
+    def __init__(
+        self,
+        python: Path,
+        env: dict[str, str],
+        ro_paths: list[str],
+        libexec: Path,
+        preload: list[str],
+        light_preload: list[str] | None = None,
+        ready_timeout_s: float = 60.0,
+        pool_size: int = 4,
+    ) -> None:
         import execbox
 
         src = str(Path(execbox.__file__).resolve().parent.parent)
@@ -65,13 +73,29 @@ class ZygoteProcess:
             for kind in ("heavy", "light"):
                 prog = pairs[kind][0]
                 self._starting[kind] = _Starting(
-                    python, env if kind == "heavy" else _small_heap(env),
-                    dict(common, role="programs", kind=kind, preload=preloads[kind],
-                         spawn_fd=prog.fileno()), [prog])
+                    python,
+                    env if kind == "heavy" else _small_heap(env),
+                    dict(
+                        common,
+                        role="programs",
+                        kind=kind,
+                        preload=preloads[kind],
+                        spawn_fd=prog.fileno(),
+                    ),
+                    [prog],
+                )
             sup_ends = [pairs[kind][1] for kind in KINDS]
             self._starting["supervisors"] = _Starting(
-                python, env, dict(common, role="supervisors", preload=[],
-                                  spawn_fds={k: pairs[k][1].fileno() for k in KINDS}), sup_ends)
+                python,
+                env,
+                dict(
+                    common,
+                    role="supervisors",
+                    preload=[],
+                    spawn_fds={k: pairs[k][1].fileno() for k in KINDS},
+                ),
+                sup_ends,
+            )
         except BaseException:
             self.close()
             raise
@@ -82,8 +106,9 @@ class ZygoteProcess:
         # The light and the supervisors' zygotes are ready in ~50 ms, the heavy one in a second
         # or more (numpy, pandas, matplotlib, its training): the host is ready without it, its
         # slots are staged meanwhile, and what runs there waits for it (`wait_heavy`).
-        infos = {name: z.ready(ready_timeout_s) for name, z in self._starting.items()
-                 if name != "heavy"}
+        infos = {
+            name: z.ready(ready_timeout_s) for name, z in self._starting.items() if name != "heavy"
+        }
         failed = [(name, info) for name, info in infos.items() if not info.get("ready")]
         if failed:
             self.close()
@@ -96,10 +121,12 @@ class ZygoteProcess:
         # The heavy zygote's entries (preloaded, heavy_startup_ms, its warm pages) are added
         # once it is ready: read them after `wait_heavy`.
         self.info: dict[str, Any] = dict(
-            infos["supervisors"], light_preloaded=infos["light"]["preloaded"],
+            infos["supervisors"],
+            light_preloaded=infos["light"]["preloaded"],
             startup_ms=max(info["startup_ms"] for info in infos.values()),
             warm_pages={"light": infos["light"].get("warm_pages", 0)},
-            warm_base_pages={"light": infos["light"].get("warm_base_pages", 0)})
+            warm_base_pages={"light": infos["light"].get("warm_base_pages", 0)},
+        )
         self._warn_no_warm_pages("light", infos["light"])
         self._ready_timeout_s = ready_timeout_s
         self._heavy_done = threading.Event()
@@ -119,8 +146,7 @@ class ZygoteProcess:
         self._ending: list[int] | None = None
         self._ending_lock = threading.Lock()
         self.pool = SlotPool(self, pool_size)
-        threading.Thread(target=self._await_heavy, name="execbox-heavy-start",
-                         daemon=True).start()
+        threading.Thread(target=self._await_heavy, name="execbox-heavy-start", daemon=True).start()
 
     def _await_heavy(self) -> None:
         """The heavy zygote's hello, read in the background. Its slots are no longer staged and
@@ -157,8 +183,12 @@ class ZygoteProcess:
     @staticmethod
     def _warn_no_warm_pages(kind: str, info: dict[str, Any]) -> None:
         if "warm_error" in info:
-            log.warning("the %s program zygote learned no warm pages (its programs copy each "
-                        "page as they first write it): %s", kind, info["warm_error"])
+            log.warning(
+                "the %s program zygote learned no warm pages (its programs copy each "
+                "page as they first write it): %s",
+                kind,
+                info["warm_error"],
+            )
 
     def wait_heavy(self, timeout_s: float | None = None) -> None:
         """Wait until the heavy zygote serves (numpy and pandas runs and sessions have their
@@ -189,8 +219,11 @@ class ZygoteProcess:
         counted (see `_await_heavy`)."""
         if self._heavy_error is not None and not self._heavy_final:
             return False  # it died starting (its process may not be reaped yet)
-        return all(z.proc.poll() is None for name, z in self._starting.items()
-                   if not (name == "heavy" and self._heavy_final))
+        return all(
+            z.proc.poll() is None
+            for name, z in self._starting.items()
+            if not (name == "heavy" and self._heavy_final)
+        )
 
     @property
     def taken(self) -> int:
@@ -215,8 +248,9 @@ class ZygoteProcess:
         its own, once the runs in flight and the sessions open here have ended: the
         replacement of a host is never on a run's path. Runs and sessions keep their host."""
         self.pool.retire()
-        threading.Thread(target=self._close_when_drained, name="execbox-retire",
-                         daemon=True).start()
+        threading.Thread(
+            target=self._close_when_drained, name="execbox-retire", daemon=True
+        ).start()
 
     def _close_when_drained(self) -> None:
         self.pool.drained.wait()
@@ -278,11 +312,19 @@ class ZygoteProcess:
         """Cgroup names of the slots that run nothing now: staged, or being staged."""
         return self.pool.unused_names()
 
-    def execute(self, slot: Slot, request: dict[str, Any], files: list[tuple[str, bytes]],
-                stdin: bytes, output_bytes: int, backstop_s: float,
-                on_stdout: OutputCallback | None = None,
-                on_stderr: OutputCallback | None = None,
-                cancel: Cancel | None = None, spool_dir: str | None = None) -> RawRun:
+    def execute(
+        self,
+        slot: Slot,
+        request: dict[str, Any],
+        files: list[tuple[str, bytes]],
+        stdin: bytes,
+        output_bytes: int,
+        backstop_s: float,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+        cancel: Cancel | None = None,
+        spool_dir: str | None = None,
+    ) -> RawRun:
         """Run one request in a staged slot (given back to the pool here); raises HostError
         for failures of the sandbox itself. `cancel` can end the run from another thread.
         With `spool_dir`, each artifact's bytes are written to `<spool_dir>/<index>` (mode
@@ -291,9 +333,17 @@ class ZygoteProcess:
             if protocol.SLOT_KINDS[slot.kind][0] == "heavy":
                 self.wait_heavy()
             go, go_lost = slot.send_request(request, files)
-            pump = RunPump(slot, go, stdin, output_bytes, on_stdout, on_stderr,
-                           max_frame=protocol.MAX_JSON + int(request["spec"]["artifact_bytes"]),
-                           spool_dir=spool_dir, go_lost=go_lost)
+            pump = RunPump(
+                slot,
+                go,
+                stdin,
+                output_bytes,
+                on_stdout,
+                on_stderr,
+                max_frame=protocol.MAX_JSON + int(request["spec"]["artifact_bytes"]),
+                spool_dir=spool_dir,
+                go_lost=go_lost,
+            )
             if cancel is not None:
                 cancel.attach(lambda: slot.end_run(CANCELLED))
             return pump.run(time.monotonic() + backstop_s)
@@ -349,16 +399,24 @@ def _small_heap(env: dict[str, str]) -> dict[str, str]:
 class _Starting:
     """One zygote process and the host's socket to it."""
 
-    def __init__(self, python: Path, env: dict[str, str], options: dict[str, Any],
-                 passed: list[socket.socket]) -> None:
+    def __init__(
+        self,
+        python: Path,
+        env: dict[str, str],
+        options: dict[str, Any],
+        passed: list[socket.socket],
+    ) -> None:
         self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.proc = subprocess.Popen(
                 # Not -I: its -E would drop PYTHONMALLOC. The environment is ours alone (`env`),
                 # -s skips user site-packages and -P keeps the working directory off sys.path.
                 [str(python), "-s", "-P", "-B", "-c", _BOOT, str(child.fileno())],
-                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                pass_fds=[child.fileno(), *(p.fileno() for p in passed)], cwd="/",
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                pass_fds=[child.fileno(), *(p.fileno() for p in passed)],
+                cwd="/",
                 start_new_session=True,
             )
         except BaseException:
@@ -378,8 +436,11 @@ class _Starting:
             return {"ready": False, "error": f"the zygote did not start within {timeout_s:g} s"}
         except OSError as exc:
             return {"ready": False, "died": True, "error": f"its socket failed: {exc}"}
-        info: dict[str, Any] = (json.loads(hello) if hello
-                                else {"ready": False, "died": True, "error": "exited at start"})
+        info: dict[str, Any] = (
+            json.loads(hello)
+            if hello
+            else {"ready": False, "died": True, "error": "exited at start"}
+        )
         self.said_hello = bool(info.get("ready"))
         return info
 

@@ -107,8 +107,9 @@ def state_key(name: str) -> bytes:
     return hashlib.blake2b(name.encode("utf-8", "surrogateescape"), digest_size=16).digest()
 
 
-def _hash_regular(dir_fd: int, name: str, expect: os.stat_result, limit: int
-                  ) -> tuple[str, bytes] | None:
+def _hash_regular(
+    dir_fd: int, name: str, expect: os.stat_result, limit: int
+) -> tuple[str, bytes] | None:
     """(sha256, first 4 KiB) of a regular file, read in chunks, nothing kept."""
     fd = _open_regular(dir_fd, name, expect)
     if fd is None:
@@ -117,7 +118,7 @@ def _hash_regular(dir_fd: int, name: str, expect: os.stat_result, limit: int
         digest, head, size = hashlib.sha256(), b"", 0
         for chunk in _chunks(fd, limit):
             if len(head) < 4096:
-                head += chunk[:4096 - len(head)]
+                head += chunk[: 4096 - len(head)]
             digest.update(chunk)
             size += len(chunk)
         return None if size > limit else (digest.hexdigest(), head)
@@ -126,9 +127,14 @@ def _hash_regular(dir_fd: int, name: str, expect: os.stat_result, limit: int
 
 
 # Complex on purpose: one pass over the workspace, every cap checked where a file is seen.
-def collect(root: str, skip: set[tuple[int, int]], max_files: int, max_bytes: int,  # noqa: C901
-            seen: dict[bytes, FileState] | None = None, keep_data: bool = True
-            ) -> tuple[list[Collected], bool]:
+def collect(  # noqa: C901
+    root: str,
+    skip: set[tuple[int, int]],
+    max_files: int,
+    max_bytes: int,
+    seen: dict[bytes, FileState] | None = None,
+    keep_data: bool = True,
+) -> tuple[list[Collected], bool]:
     """Return (artifacts in path order, truncated). `skip` holds the inputs' (dev, inode).
 
     With `seen` (a session's workspace between cells), files whose state is unchanged since the
@@ -151,8 +157,9 @@ def collect(root: str, skip: set[tuple[int, int]], max_files: int, max_bytes: in
         try:
             with os.scandir(dir_fd) as it:
                 # Never list more than the scan budget, however large the directory.
-                entries = sorted(itertools.islice(it, MAX_ENTRIES - scanned + 1),
-                                 key=lambda e: e.name)
+                entries = sorted(
+                    itertools.islice(it, MAX_ENTRIES - scanned + 1), key=lambda e: e.name
+                )
         except OSError:
             return True
         for entry in entries:
@@ -170,8 +177,11 @@ def collect(root: str, skip: set[tuple[int, int]], max_files: int, max_bytes: in
                     truncated = True
                     continue
                 try:
-                    sub = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
-                                  | os.O_CLOEXEC, dir_fd=dir_fd)
+                    sub = os.open(
+                        entry.name,
+                        os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                        dir_fd=dir_fd,
+                    )
                 except OSError:
                     continue
                 try:
@@ -212,8 +222,15 @@ def collect(root: str, skip: set[tuple[int, int]], max_files: int, max_bytes: in
                     continue
                 budget -= len(data)
                 path_budget -= len(name)
-                found.append(Collected(name, len(data), hashlib.sha256(data).hexdigest(),
-                                       guess_mime(name, data[:4096]), data))
+                found.append(
+                    Collected(
+                        name,
+                        len(data),
+                        hashlib.sha256(data).hexdigest(),
+                        guess_mime(name, data[:4096]),
+                        data,
+                    )
+                )
             # links, FIFOs, sockets and devices are never artifacts
         return True
 

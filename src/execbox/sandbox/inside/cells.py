@@ -105,8 +105,9 @@ class SessionSupervisor:
         self.inputs = jail.place_inputs(self.files)
         self.files = []
         self.cg.reset_memory_peak()
-        go = json.dumps({"mode": "session", "spec": asdict(self.spec),
-                         "token": os.urandom(16).hex()}).encode()
+        go = json.dumps(
+            {"mode": "session", "spec": asdict(self.spec), "token": os.urandom(16).hex()}
+        ).encode()
         try:
             protocol.send_all(self.sup.go_w, protocol.frame(protocol.REQ, go))
         except BrokenPipeError:
@@ -149,14 +150,17 @@ class SessionSupervisor:
         """Whether the program said it is ready (HELLO); raises when it could not start."""
         for kind, payload in reports:
             if kind == kernel.FAILED:
-                raise jail.JailError("session interpreter failed to start: "
-                                     + str(json.loads(payload).get("message"))[:2000])
+                raise jail.JailError(
+                    "session interpreter failed to start: "
+                    + str(json.loads(payload).get("message"))[:2000]
+                )
             if kind == kernel.HELLO:
                 pid = json.loads(payload)["pid"]
                 # /proc here is the session's own pid namespace: this descriptor names the
                 # program for pidfd_send_signal, and never another process.
-                self.program_fd = os.open(f"/proc/{int(pid)}", os.O_RDONLY | os.O_DIRECTORY
-                                          | os.O_CLOEXEC)
+                self.program_fd = os.open(
+                    f"/proc/{int(pid)}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+                )
                 return True
         return False
 
@@ -171,8 +175,9 @@ class SessionSupervisor:
 
     def _hand_over_cells(self) -> None:
         """SRDY, carrying the cell pipe's write end: from now on the host writes the cells."""
-        socket.send_fds(self.sup.ctrl_sock, [protocol.json_frame(SESSION_READY, {})],
-                        [self.sup.go_w])
+        socket.send_fds(
+            self.sup.ctrl_sock, [protocol.json_frame(SESSION_READY, {})], [self.sup.go_w]
+        )
         self.sup.close_go()
 
     def _read_reports(self) -> list[tuple[bytes, bytes]]:
@@ -245,8 +250,11 @@ class SessionSupervisor:
 
     def _take_output(self, cell: _Cell, payload: bytes) -> None:
         mime, sep, data = payload.partition(b"\0")
-        if not sep or len(cell.outputs) >= kernel.MAX_OUTPUTS \
-                or cell.outputs_bytes + len(data) > self.outputs_cap:
+        if (
+            not sep
+            or len(cell.outputs) >= kernel.MAX_OUTPUTS
+            or cell.outputs_bytes + len(data) > self.outputs_cap
+        ):
             cell.outputs_truncated = True
             return
         cell.outputs_bytes += len(data)
@@ -270,9 +278,14 @@ class SessionSupervisor:
         if cell is None:
             used = self.cg.cpu_ns() - self.idle_cpu_base
             if used >= self.spec.cpu_s * 1e9:
-                self._end_between_cells("cpu_limit", "CPULimitExceeded", (
-                    f"processes or threads left running by earlier cells used more than "
-                    f"cpu_s={self.spec.cpu_s:g} s of CPU between cells; the session was ended"))
+                self._end_between_cells(
+                    "cpu_limit",
+                    "CPULimitExceeded",
+                    (
+                        f"processes or threads left running by earlier cells used more than "
+                        f"cpu_s={self.spec.cpu_s:g} s of CPU between cells; the session was ended"
+                    ),
+                )
             return
         if cell.reason is not None:
             if now >= cell.interrupted_at + GRACE_S:
@@ -298,11 +311,17 @@ class SessionSupervisor:
             # microseconds into the cell already: its limits are measured from here.
             oom_base = self.cg.oom_kills()
             self.cg.reset_memory_peak()
-            self.cell = _Cell(nonce=str(req.get("cell")), started=now,
-                              deadline=now + timeout_s, cpu_base=self.cg.cpu_ns(),
-                              cpu_limit_ns=cpu_s * 1e9, oom_base=oom_base,
-                              next_cpu_check=now + cpu_s / self.ncpu, timeout_s=timeout_s,
-                              cpu_s=cpu_s)
+            self.cell = _Cell(
+                nonce=str(req.get("cell")),
+                started=now,
+                deadline=now + timeout_s,
+                cpu_base=self.cg.cpu_ns(),
+                cpu_limit_ns=cpu_s * 1e9,
+                oom_base=oom_base,
+                next_cpu_check=now + cpu_s / self.ncpu,
+                timeout_s=timeout_s,
+                cpu_s=cpu_s,
+            )
         elif kind == INT:
             if self.cell is not None and self.cell.reason is None:
                 self._interrupt(payload.decode("ascii", "replace") or "interrupted")
@@ -325,15 +344,18 @@ class SessionSupervisor:
     # ---- results ------------------------------------------------------------------------------
 
     def _metrics(self, cell: _Cell) -> dict[str, Any]:
-        return {"wall_ms": round((time.monotonic() - cell.started) * 1000, 3),
-                "cpu_ms": round((self.cg.cpu_ns() - cell.cpu_base) / 1e6, 3),
-                "memory_peak_bytes": self.cg.memory_peak()}
+        return {
+            "wall_ms": round((time.monotonic() - cell.started) * 1000, 3),
+            "cpu_ms": round((self.cg.cpu_ns() - cell.cpu_base) / 1e6, 3),
+            "memory_peak_bytes": self.cg.memory_peak(),
+        }
 
     def _cell_spec(self, cell: _Cell | None) -> jail.RunSpec:
         if cell is None:
             return self.spec
-        return jail.RunSpec(**{**asdict(self.spec), "timeout_s": cell.timeout_s,
-                               "cpu_s": cell.cpu_s})
+        return jail.RunSpec(
+            **{**asdict(self.spec), "timeout_s": cell.timeout_s, "cpu_s": cell.cpu_s}
+        )
 
     def _finish_cell(self, payload: bytes) -> None:
         cell = self.cell
@@ -360,45 +382,80 @@ class SessionSupervisor:
         if error is None and report.get("status") == "ok":
             meta = {"status": "ok", "exit_code": None, "signal": None, "error": None}
         else:
-            meta = {"status": "error", "exit_code": None, "signal": None,
-                    "error": error or {"type": "SessionError", "line": None, "column": None,
-                                       "traceback": None,
-                                       "message": "the cell failed without a readable report"}}
+            meta = {
+                "status": "error",
+                "exit_code": None,
+                "signal": None,
+                "error": error
+                or {
+                    "type": "SessionError",
+                    "line": None,
+                    "column": None,
+                    "traceback": None,
+                    "message": "the cell failed without a readable report",
+                },
+            }
         if cell.reason in LIMIT_STATUSES:
             # Interrupted for a limit: that is how it ended, whatever the interpreter says
             # (a cell can catch KeyboardInterrupt and report success).
             limited = outcome.classify(self._cell_spec(cell), cell.reason, None, error, 0, 0.0, [])
             meta.update(status=limited["status"], error=limited["error"])
             meta["error"]["message"] += "; the cell was interrupted and the session goes on"
-        elif error is not None and any(text in error["message"] for text in (
-                "No space left on device", "File too large")):  # ENOSPC; EFBIG: RLIMIT_FSIZE
+        elif error is not None and any(
+            text in error["message"] for text in ("No space left on device", "File too large")
+        ):  # ENOSPC; EFBIG: RLIMIT_FSIZE
             full = [path for path, _ in jail.SCRATCH if outcome.disk_full(path)]
-            meta.update(status="disk_limit", error=dict(error, type="DiskLimitExceeded", message=(
-                f"disk limit of {self.spec.disk_bytes >> 20} MiB reached in "
-                f"{', '.join(full) or 'the workspace'}; raise limits.disk_mib "
-                f"({error['type']}: {error['message']})")))
+            meta.update(
+                status="disk_limit",
+                error=dict(
+                    error,
+                    type="DiskLimitExceeded",
+                    message=(
+                        f"disk limit of {self.spec.disk_bytes >> 20} MiB reached in "
+                        f"{', '.join(full) or 'the workspace'}; raise limits.disk_mib "
+                        f"({error['type']}: {error['message']})"
+                    ),
+                ),
+            )
         elif meta["status"] == "error" and self.cg.oom_kills() > cell.oom_base:
-            meta.update(status="memory_limit", error={
-                "type": "MemoryLimitExceeded", "line": None, "column": None,
-                "traceback": error.get("traceback") if error else None,
-                "message": f"memory limit of {self.spec.memory_bytes >> 20} MiB exceeded in "
-                           "the session (a process was killed); raise limits.memory_mib"})
+            meta.update(
+                status="memory_limit",
+                error={
+                    "type": "MemoryLimitExceeded",
+                    "line": None,
+                    "column": None,
+                    "traceback": error.get("traceback") if error else None,
+                    "message": f"memory limit of {self.spec.memory_bytes >> 20} MiB exceeded in "
+                    "the session (a process was killed); raise limits.memory_mib",
+                },
+            )
         markers = report.get("markers")
-        meta["markers"] = ({k: markers.get(k) is True for k in ("stdout", "stderr")}
-                           if isinstance(markers, dict) else {"stdout": False, "stderr": False})
+        meta["markers"] = (
+            {k: markers.get(k) is True for k in ("stdout", "stderr")}
+            if isinstance(markers, dict)
+            else {"stdout": False, "stderr": False}
+        )
         cell.outputs_truncated = cell.outputs_truncated or report.get("outputs_truncated") is True
         self._send_cell_result(cell, meta, metrics)
 
-    def _send_cell_result(self, cell: _Cell, meta: dict[str, Any], metrics: dict[str, Any],
-                          ended: bool = False) -> None:
+    def _send_cell_result(
+        self, cell: _Cell, meta: dict[str, Any], metrics: dict[str, Any], ended: bool = False
+    ) -> None:
         collected, art_truncated = artifacts.collect(
-            "/workspace", set(self.inputs.values()), self.spec.artifact_files, self.spec.artifact_bytes,
-            seen=self.seen)
+            "/workspace",
+            set(self.inputs.values()),
+            self.spec.artifact_files,
+            self.spec.artifact_bytes,
+            seen=self.seen,
+        )
         meta.setdefault("markers", {"stdout": False, "stderr": False})
         meta.update(
-            metrics=metrics, outputs=cell.outputs, outputs_truncated=cell.outputs_truncated,
+            metrics=metrics,
+            outputs=cell.outputs,
+            outputs_truncated=cell.outputs_truncated,
             artifacts=[{k: v for k, v in asdict(a).items() if k != "data"} for a in collected],
-            artifacts_truncated=art_truncated, ended=ended,
+            artifacts_truncated=art_truncated,
+            ended=ended,
         )
         if self.inputs:
             meta["inputs_read"] = jail.inputs_read(self.inputs)
@@ -416,8 +473,10 @@ class SessionSupervisor:
         metrics = self._metrics(cell)
         reason = cell.reason if cell.reason in LIMIT_STATUSES else "timeout"
         meta = outcome.classify(self._cell_spec(cell), reason, None, None, 0, 0.0, [])
-        meta["error"]["message"] += (f"; the cell did not stop within {GRACE_S:g} s of the "
-                                     "interrupt, so the session was ended")
+        meta["error"]["message"] += (
+            f"; the cell did not stop within {GRACE_S:g} s of the "
+            "interrupt, so the session was ended"
+        )
         self._send_cell_result(cell, meta, metrics, ended=True)
         raise _Ended
 
@@ -427,9 +486,18 @@ class SessionSupervisor:
 
     def _end_between_cells(self, status: str, kind: str, message: str) -> None:
         os.kill(self.sup.init_pid, signal.SIGKILL)
-        meta = {"status": status, "exit_code": None, "signal": "SIGKILL",
-                "error": {"type": kind, "message": message, "line": None, "column": None,
-                          "traceback": None}}
+        meta = {
+            "status": status,
+            "exit_code": None,
+            "signal": "SIGKILL",
+            "error": {
+                "type": kind,
+                "message": message,
+                "line": None,
+                "column": None,
+                "traceback": None,
+            },
+        }
         if self.cell is not None:
             self._send_cell_result(self.cell, meta, self._metrics(self.cell), ended=True)
         else:
@@ -450,8 +518,13 @@ class SessionSupervisor:
         meta = outcome.classify(self._cell_spec(cell), None, wait_status, None, oom, cpu_ms, [])
         if meta["status"] == "ok" or meta["error"] is None:
             meta["status"] = "error" if meta["status"] == "ok" else meta["status"]
-            meta["error"] = {"type": "SessionEnded", "line": None, "column": None,
-                             "traceback": None, "message": "the session's interpreter exited"}
+            meta["error"] = {
+                "type": "SessionEnded",
+                "line": None,
+                "column": None,
+                "traceback": None,
+                "message": "the session's interpreter exited",
+            }
         meta["error"]["message"] += "; the session has ended"
         if cell is not None:
             self._send_cell_result(cell, meta, self._metrics(cell), ended=True)
@@ -471,8 +544,11 @@ class SessionSupervisor:
                     raise jail.JailError("protocol: a write without its data")
                 info = wsfiles.write(path, blob, self.sup.uid)
                 # The caller put it there: it is not something a cell made.
-                self.seen[artifacts.state_key(path)] = (info["inode"], info["size"],
-                                                        info["mtime_ns"])
+                self.seen[artifacts.state_key(path)] = (
+                    info["inode"],
+                    info["size"],
+                    info["mtime_ns"],
+                )
                 answer: dict[str, Any] = {"ok": True, "size": info["size"]}
             elif op == "read":
                 data = wsfiles.read(path, room)

@@ -89,8 +89,12 @@ class Hierarchy:
             _mkdir_p(parent)
             paths[controller] = parent
         has_swap = os.path.exists(os.path.join(paths["memory"], "memory.memsw.limit_in_bytes"))
-        return cls(1, {c: os.open(p, os.O_RDONLY | os.O_DIRECTORY) for c, p in paths.items()},
-                   paths, has_swap)
+        return cls(
+            1,
+            {c: os.open(p, os.O_RDONLY | os.O_DIRECTORY) for c, p in paths.items()},
+            paths,
+            has_swap,
+        )
 
     @classmethod
     def _discover_v2(cls, mnt: str, own: str) -> Hierarchy | None:
@@ -113,8 +117,9 @@ class Hierarchy:
             except OSError:
                 continue
             has_swap = os.path.exists(os.path.join(parent, "memory.swap.max"))
-            return cls(2, {"": os.open(parent, os.O_RDONLY | os.O_DIRECTORY)}, {"": parent},
-                       has_swap)
+            return cls(
+                2, {"": os.open(parent, os.O_RDONLY | os.O_DIRECTORY)}, {"": parent}, has_swap
+            )
         return None
 
     def create(self, name: str) -> RunCgroup:
@@ -135,7 +140,11 @@ class Hierarchy:
         for parent in self.parent_paths.values():
             for entry in os.listdir(parent):
                 owner = entry[1:].split("-", 1)[0]
-                if entry.startswith("x") and owner.isdigit() and not os.path.exists(f"/proc/{owner}"):
+                if (
+                    entry.startswith("x")
+                    and owner.isdigit()
+                    and not os.path.exists(f"/proc/{owner}")
+                ):
                     dead.add(f"x{owner}-")
         return sum(self.sweep(prefix) for prefix in dead)
 
@@ -297,8 +306,11 @@ class RunCgroup:
         keys = self._file_keys()
         try:
             stat = self._read(self._mem(), "memory.stat")
-            return sum(int(value) for key, _, value in
-                       (line.partition(" ") for line in stat.splitlines()) if key in keys)
+            return sum(
+                int(value)
+                for key, _, value in (line.partition(" ") for line in stat.splitlines())
+                if key in keys
+            )
         except (OSError, ValueError):
             return 0
 
@@ -310,8 +322,11 @@ class RunCgroup:
         if self.v2:
             cpu = self._kept_fd(self.dirs[""], "cpu.stat", os.O_RDONLY)
         else:
-            cpu = (self._kept_fd(self.dirs["cpuacct"], "cpuacct.usage", os.O_RDONLY)
-                   if "cpuacct" in self.dirs else -1)
+            cpu = (
+                self._kept_fd(self.dirs["cpuacct"], "cpuacct.usage", os.O_RDONLY)
+                if "cpuacct" in self.dirs
+                else -1
+            )
         oom = self._kept_fd(self._mem(), self._oom_file(), os.O_RDONLY)
         try:
             peak = self._peak_fd()
@@ -329,8 +344,11 @@ class RunCgroup:
 
     def _file_keys(self) -> tuple[str, str]:
         """memory.stat's counters of the file pages on the cgroup's LRU lists."""
-        return ("active_file", "inactive_file") if self.v2 else ("total_active_file",
-                                                                  "total_inactive_file")
+        return (
+            ("active_file", "inactive_file")
+            if self.v2
+            else ("total_active_file", "total_inactive_file")
+        )
 
     def _oom_file(self) -> str:
         """The file with the cgroup's "oom_kill N" line."""

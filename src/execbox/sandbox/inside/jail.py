@@ -61,8 +61,9 @@ class step:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 _tb: object) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, _tb: object
+    ) -> None:
         if isinstance(exc, Exception) and not isinstance(exc, JailError):
             raise JailError(f"{self.name}: {exc}") from exc
 
@@ -93,8 +94,10 @@ class JailConfig:
         for path in extra_ro:
             real = os.path.realpath(path)
             if _within(real, STAGING):
-                raise JailError(f"{real} is under {STAGING}, where each slot's root is built: "
-                                "keep the runtime image elsewhere (EXECBOX_HOME)")
+                raise JailError(
+                    f"{real} is under {STAGING}, where each slot's root is built: "
+                    "keep the runtime image elsewhere (EXECBOX_HOME)"
+                )
             if not any(_within(real, b) for b in binds):
                 binds.append(real)
         etc_files = {
@@ -113,8 +116,15 @@ class JailConfig:
         libexec = os.path.realpath(libexec)
         if not any(_within(libexec, b) for b in binds):
             raise JailError(f"{libexec} is outside the jail's read-only paths")
-        return cls(binds, links, etc_files, etc_links, linux.SeccompLoader(seccomp_bpf),
-                   linux.cap_last_cap(), libexec)
+        return cls(
+            binds,
+            links,
+            etc_files,
+            etc_links,
+            linux.SeccompLoader(seccomp_bpf),
+            linux.cap_last_cap(),
+            libexec,
+        )
 
     @property
     def init(self) -> str:
@@ -152,7 +162,10 @@ class RunSpec:
 def unshare_namespaces() -> None:
     with step("unshare mount/pid/net/ipc/uts namespaces"):
         linux.unshare(
-            linux.CLONE_NEWNS | linux.CLONE_NEWPID | linux.CLONE_NEWNET | linux.CLONE_NEWIPC
+            linux.CLONE_NEWNS
+            | linux.CLONE_NEWPID
+            | linux.CLONE_NEWNET
+            | linux.CLONE_NEWIPC
             | linux.CLONE_NEWUTS
         )
     with step("make mounts private"):
@@ -168,8 +181,13 @@ def _tmpfs_options(size: int, mode: int) -> str:
 
 
 def _tmpfs(target: str, size: int, mode: int, flags: int = 0) -> None:
-    linux.mount("tmpfs", target, "tmpfs", linux.MS_NOSUID | linux.MS_NODEV | flags,
-                 _tmpfs_options(size, mode))
+    linux.mount(
+        "tmpfs",
+        target,
+        "tmpfs",
+        linux.MS_NOSUID | linux.MS_NODEV | flags,
+        _tmpfs_options(size, mode),
+    )
 
 
 def _bind_ro(source: str, target: str) -> None:
@@ -186,8 +204,11 @@ STAGED_DISK_BYTES = 100 << 20  # Limits().disk_mib
 
 def scratch_sizes(disk_bytes: int, input_bytes: int = 0, input_count: int = 0) -> dict[str, int]:
     """Inputs live in the workspace too: it gets room beyond the writable allowance."""
-    return {"/workspace": disk_bytes + input_bytes + 8192 * (input_count + 1),
-            "/tmp": disk_bytes, "/dev/shm": disk_bytes}
+    return {
+        "/workspace": disk_bytes + input_bytes + 8192 * (input_count + 1),
+        "/tmp": disk_bytes,
+        "/dev/shm": disk_bytes,
+    }
 
 
 def claim_uid() -> tuple[int, int]:
@@ -244,8 +265,12 @@ def build_root(cfg: JailConfig, uid: int) -> None:
         for dev in cfg.devices:
             open(f"{r}/dev/{dev}", "w").close()
             linux.mount(f"/dev/{dev}", f"{r}/dev/{dev}", None, linux.MS_BIND)
-        for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
-                             ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+        for name, target in (
+            ("fd", "/proc/self/fd"),
+            ("stdin", "/proc/self/fd/0"),
+            ("stdout", "/proc/self/fd/1"),
+            ("stderr", "/proc/self/fd/2"),
+        ):
             os.symlink(target, f"{r}/dev/{name}")
         os.mkdir(f"{r}/dev/shm")
     with step("make mount points"):
@@ -269,9 +294,13 @@ def size_scratch(spec: RunSpec) -> None:
     with step("size scratch mounts"):
         for path, extra in SCRATCH:
             if wanted[path] != staged[path]:
-                linux.mount("tmpfs", path, "tmpfs",
-                             linux.MS_REMOUNT | linux.MS_NOSUID | linux.MS_NODEV | extra,
-                             f"size={wanted[path]}")
+                linux.mount(
+                    "tmpfs",
+                    path,
+                    "tmpfs",
+                    linux.MS_REMOUNT | linux.MS_NOSUID | linux.MS_NODEV | extra,
+                    f"size={wanted[path]}",
+                )
 
 
 def place_inputs(files: list[tuple[str, bytes]]) -> dict[str, tuple[int, int]]:
@@ -288,12 +317,13 @@ def place_inputs(files: list[tuple[str, bytes]]) -> dict[str, tuple[int, int]]:
                 d = f"{d}/{part}"
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(d, 0o755)
-            fd = os.open(f"{base}/{name}", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
-                         0o444)
+            fd = os.open(
+                f"{base}/{name}", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444
+            )
             try:
                 view = memoryview(data)
                 while view:
-                    view = view[os.write(fd, view):]
+                    view = view[os.write(fd, view) :]
                 st = os.fstat(fd)
                 os.utime(fd, ns=(0, st.st_mtime_ns))
                 placed[name] = (st.st_dev, st.st_ino)
@@ -328,9 +358,12 @@ def enter_root() -> None:
         linux.umount2("/.oldroot", linux.MNT_DETACH)
         os.rmdir("/.oldroot")
     with step("remount root read-only"):
-        linux.mount("none", "/", None,
-                     linux.MS_REMOUNT | linux.MS_BIND | linux.MS_RDONLY | linux.MS_NOSUID
-                     | linux.MS_NODEV)
+        linux.mount(
+            "none",
+            "/",
+            None,
+            linux.MS_REMOUNT | linux.MS_BIND | linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV,
+        )
 
 
 # ---- how the program joins the slot (see `program`) -----------------------------------------
@@ -339,8 +372,14 @@ def enter_root() -> None:
 # by its program zygote (setns with CLONE_NEWPID changes only where its next child goes), the
 # others by the program in one setns, after it joined the cgroup (its cgroup namespace is
 # rooted there); the mount namespace's root and working directory become the program's.
-PROGRAM_NAMESPACES = (linux.CLONE_NEWPID | linux.CLONE_NEWCGROUP | linux.CLONE_NEWNET
-                      | linux.CLONE_NEWIPC | linux.CLONE_NEWUTS | linux.CLONE_NEWNS)
+PROGRAM_NAMESPACES = (
+    linux.CLONE_NEWPID
+    | linux.CLONE_NEWCGROUP
+    | linux.CLONE_NEWNET
+    | linux.CLONE_NEWIPC
+    | linux.CLONE_NEWUTS
+    | linux.CLONE_NEWNS
+)
 
 
 # ---- process steps in Python (the program's contain steps are in `native/contain.c`) --------

@@ -86,16 +86,25 @@ def _make_shell(outputs: _Outputs) -> Any:
         def write_output_prompt(self) -> None:
             pass
 
-        def write_format_data(self, format_dict: dict[str, Any],
-                              md_dict: dict[str, Any] | None = None) -> None:
+        def write_format_data(
+            self, format_dict: dict[str, Any], md_dict: dict[str, Any] | None = None
+        ) -> None:
             outputs.add_bundle(format_dict)
 
         def finish_displayhook(self) -> None:
             self._is_active = False
 
     class CapturingPublisher(DisplayPublisher):  # type: ignore[misc]
-        def publish(self, data: dict[str, Any], metadata: Any = None, source: Any = None, *,
-                    transient: Any = None, update: bool = False, **kwargs: Any) -> None:
+        def publish(
+            self,
+            data: dict[str, Any],
+            metadata: Any = None,
+            source: Any = None,
+            *,
+            transient: Any = None,
+            update: bool = False,
+            **kwargs: Any,
+        ) -> None:
             outputs.add_bundle(data)
 
     class Shell(InteractiveShell):  # type: ignore[misc]
@@ -116,8 +125,9 @@ def _make_shell(outputs: _Outputs) -> Any:
     config.InteractiveShell.colors = "nocolor"
     config.InteractiveShell.xmode = "Plain"
     config.InteractiveShell.autocall = 0
-    return Shell.instance(config=config, displayhook_class=CapturingHook,
-                          display_pub_class=CapturingPublisher)
+    return Shell.instance(
+        config=config, displayhook_class=CapturingHook, display_pub_class=CapturingPublisher
+    )
 
 
 def _capture_figures(outputs: _Outputs) -> None:
@@ -150,10 +160,16 @@ def _error_of(shell: Any, result: Any, filename_prefix: str) -> dict[str, Any] |
                 line = tb.tb_lineno
             tb = tb.tb_next
     text = shell.last_traceback_text or f"{type(exc).__name__}: {runner.safe_str(exc)}"
-    message = (getattr(exc, "msg", None) if isinstance(exc, SyntaxError) else None) \
-        or runner.safe_str(exc)
-    return {"type": type(exc).__name__, "message": message, "line": line, "column": column,
-            "traceback": runner.keep_tail(text)}
+    message = (
+        getattr(exc, "msg", None) if isinstance(exc, SyntaxError) else None
+    ) or runner.safe_str(exc)
+    return {
+        "type": type(exc).__name__,
+        "message": message,
+        "line": line,
+        "column": column,
+        "traceback": runner.keep_tail(text),
+    }
 
 
 def _end_streams(marker: bytes) -> dict[str, bool]:
@@ -249,9 +265,17 @@ def _run_cell(shell: Any, outputs: _Outputs, code: str) -> dict[str, Any]:
         outputs.add("text/plain", f"[figures could not be captured: {exc}]")
     error = _error_of(shell, result, prefix)
     if interrupted and error is None:
-        error = {"type": "KeyboardInterrupt", "message": "the cell was interrupted",
-                 "line": None, "column": None, "traceback": None}
+        error = {
+            "type": "KeyboardInterrupt",
+            "message": "the cell was interrupted",
+            "line": None,
+            "column": None,
+            "traceback": None,
+        }
     if error is not None and len(error["message"]) > MAX_MESSAGE:
         error["message"] = error["message"][:MAX_MESSAGE] + runner.CUT_TAIL
-    return {"status": "error" if error else "ok", "error": error,
-            "outputs_truncated": outputs.truncated}
+    return {
+        "status": "error" if error else "ok",
+        "error": error,
+        "outputs_truncated": outputs.truncated,
+    }

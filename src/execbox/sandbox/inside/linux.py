@@ -23,7 +23,12 @@ CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 NAMESPACE_FLAGS = (
-    CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID
+    CLONE_NEWNS
+    | CLONE_NEWCGROUP
+    | CLONE_NEWUTS
+    | CLONE_NEWIPC
+    | CLONE_NEWUSER
+    | CLONE_NEWPID
     | CLONE_NEWNET
 )
 
@@ -59,7 +64,9 @@ def setns(fd: int, nstype: int) -> None:
     _check(_libc.setns(ctypes.c_int(fd), ctypes.c_int(nstype)), f"setns({nstype:#x})")
 
 
-def mount(source: str, target: str, fstype: str | None, flags: int = 0, data: str | None = None) -> None:
+def mount(
+    source: str, target: str, fstype: str | None, flags: int = 0, data: str | None = None
+) -> None:
     _check(
         _libc.mount(
             source.encode(),
@@ -138,17 +145,35 @@ class ContainLibrary:
         library = ctypes.CDLL(path, use_errno=True)
         contain = library.execbox_contain
         contain.restype = ctypes.c_int
-        contain.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int,
-                            ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_uint,
-                            ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
+        contain.argtypes = [
+            ctypes.POINTER(ctypes.c_int),
+            ctypes.c_int,
+            ctypes.POINTER(ctypes.c_int),
+            ctypes.c_int,
+            ctypes.c_uint,
+            ctypes.c_void_p,
+            ctypes.c_char_p,
+            ctypes.c_size_t,
+        ]
         # PyDLL: the GIL stays held across each fork, as os.fork holds it.
         serve = ctypes.PyDLL(path, use_errno=True).execbox_serve_programs
         serve.restype = ctypes.c_int
-        serve.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                          ctypes.POINTER(ctypes.c_int), ctypes.c_uint, ctypes.c_uint,
-                          ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t,
-                          ctypes.c_size_t,
-                          ctypes.POINTER(ctypes.c_int), ctypes.c_char_p, ctypes.c_size_t]
+        serve.argtypes = [
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.POINTER(ctypes.c_int),
+            ctypes.c_uint,
+            ctypes.c_uint,
+            ctypes.c_void_p,
+            ctypes.POINTER(ctypes.c_uint64),
+            ctypes.c_size_t,
+            ctypes.c_size_t,
+            ctypes.POINTER(ctypes.c_int),
+            ctypes.c_char_p,
+            ctypes.c_size_t,
+        ]
         written = library.execbox_written_pages
         written.restype = ctypes.c_int
         written.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t, ctypes.c_int]
@@ -168,12 +193,21 @@ class ContainLibrary:
         order), the cgroup.procs files, stdin, stdout, stderr and the four descriptors the
         program keeps (see contain.c)."""
         array = (ctypes.c_int * len(fds))(*fds)
-        if self._contain(array, self._n_ns, self._types, n_cgroups, uid, seccomp.address,
-                         self._error, len(self._error)):
+        if self._contain(
+            array,
+            self._n_ns,
+            self._types,
+            n_cgroups,
+            uid,
+            seccomp.address,
+            self._error,
+            len(self._error),
+        ):
             raise OSError(ctypes.get_errno(), self._error.value.decode("utf-8", "replace"))
 
-    def serve_programs(self, host: int, spawn: int, own_pid_ns: int, uids: range,
-                       seccomp: SeccompLoader) -> tuple[int, int, int, int] | None:
+    def serve_programs(
+        self, host: int, spawn: int, own_pid_ns: int, uids: range, seccomp: SeccompLoader
+    ) -> tuple[int, int, int, int] | None:
         """Serve spawn requests until the host is gone (None); each names its program's uid,
         which must lie in `uids`. Returns in each forked child,
         contained, with the four descriptors it keeps. None of CPython's after-fork work runs
@@ -181,9 +215,22 @@ class ContainLibrary:
         tell apart itself. Raises OSError when the zygote cannot go on."""
         kept = (ctypes.c_int * 4)()
         while True:
-            rc = self._serve(host, spawn, own_pid_ns, self._n_ns, self._types, uids.start,
-                             len(uids), seccomp.address, self.warm, self.n_base, len(self.warm) // 2, kept,
-                             self._error, len(self._error))
+            rc = self._serve(
+                host,
+                spawn,
+                own_pid_ns,
+                self._n_ns,
+                self._types,
+                uids.start,
+                len(uids),
+                seccomp.address,
+                self.warm,
+                self.n_base,
+                len(self.warm) // 2,
+                kept,
+                self._error,
+                len(self._error),
+            )
             if rc != 2:
                 break
             # A signal arrived: its Python handler runs here, between two calls (and may
@@ -227,14 +274,22 @@ WARM_NONE = 2  # none: its slot is in demand (see `supervisor`)
 
 
 class _StageArgs(ctypes.Structure):
-    _fields_ = [("first", ctypes.c_int), ("n_scratch", ctypes.c_int),
-                ("scratch", ctypes.POINTER(ctypes.c_char_p)),
-                ("options", ctypes.POINTER(ctypes.c_char_p)),
-                ("flags", ctypes.POINTER(ctypes.c_ulong)), ("own_pid_ns", ctypes.c_int),
-                ("n_cgroups", ctypes.c_int), ("cgroup_procs", ctypes.POINTER(ctypes.c_int)),
-                ("init", ctypes.c_char_p), ("init_uid", ctypes.c_char_p),
-                ("spawn", ctypes.c_int), ("warm", ctypes.c_int), ("uid", ctypes.c_uint),
-                ("net_dir", ctypes.c_int)]
+    _fields_ = [
+        ("first", ctypes.c_int),
+        ("n_scratch", ctypes.c_int),
+        ("scratch", ctypes.POINTER(ctypes.c_char_p)),
+        ("options", ctypes.POINTER(ctypes.c_char_p)),
+        ("flags", ctypes.POINTER(ctypes.c_ulong)),
+        ("own_pid_ns", ctypes.c_int),
+        ("n_cgroups", ctypes.c_int),
+        ("cgroup_procs", ctypes.POINTER(ctypes.c_int)),
+        ("init", ctypes.c_char_p),
+        ("init_uid", ctypes.c_char_p),
+        ("spawn", ctypes.c_int),
+        ("warm", ctypes.c_int),
+        ("uid", ctypes.c_uint),
+        ("net_dir", ctypes.c_int),
+    ]
 
 
 class StagedRun(ctypes.Structure):
@@ -242,9 +297,21 @@ class StagedRun(ctypes.Structure):
     the supervisor's ends of the program's error, set-up, exit status, code and exit-report
     pipes; and whether the run got a new network namespace (`fresh_net`)."""
 
-    _fields_ = [(name, ctypes.c_int) for name in (
-        "init_pid", "stdin_w", "stdout_r", "stderr_r", "err_r", "setup_r", "status_r", "go_w",
-        "done_r", "fresh_net")]
+    _fields_ = [
+        (name, ctypes.c_int)
+        for name in (
+            "init_pid",
+            "stdin_w",
+            "stdout_r",
+            "stderr_r",
+            "err_r",
+            "setup_r",
+            "status_r",
+            "go_w",
+            "done_r",
+            "fresh_net",
+        )
+    ]
 
 
 def _strings(values: list[str]) -> ctypes.Array[ctypes.c_char_p]:
@@ -255,23 +322,54 @@ class Stager:
     """A slot's staging of each run, in C (`native/stage.c`): the arguments, fixed for the
     slot's life, are laid out once."""
 
-    def __init__(self, path: str, *, scratch: list[tuple[str, str, int]], own_pid_ns: int,
-                 cgroup_procs: list[int], init: str, init_uid: int, spawn: int, uid: int,
-                 net_dir: int) -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        scratch: list[tuple[str, str, int]],
+        own_pid_ns: int,
+        cgroup_procs: list[int],
+        init: str,
+        init_uid: int,
+        spawn: int,
+        uid: int,
+        net_dir: int,
+    ) -> None:
         stage = ctypes.CDLL(path, use_errno=True).execbox_stage_run
         stage.restype = ctypes.c_int
-        stage.argtypes = [ctypes.POINTER(_StageArgs), ctypes.POINTER(StagedRun),
-                          ctypes.c_char_p, ctypes.c_size_t]
+        stage.argtypes = [
+            ctypes.POINTER(_StageArgs),
+            ctypes.POINTER(StagedRun),
+            ctypes.c_char_p,
+            ctypes.c_size_t,
+        ]
         self._stage = stage
         # Kept here: the structure points into these.
-        self._arrays = (_strings([p for p, _, _ in scratch]), _strings([o for _, o, _ in scratch]),
-                        (ctypes.c_ulong * len(scratch))(*(f for _, _, f in scratch)),
-                        (ctypes.c_int * len(cgroup_procs))(*cgroup_procs),
-                        init.encode(), str(init_uid).encode())
+        self._arrays = (
+            _strings([p for p, _, _ in scratch]),
+            _strings([o for _, o, _ in scratch]),
+            (ctypes.c_ulong * len(scratch))(*(f for _, _, f in scratch)),
+            (ctypes.c_int * len(cgroup_procs))(*cgroup_procs),
+            init.encode(),
+            str(init_uid).encode(),
+        )
         paths, options, flags, procs, init_b, uid_b = self._arrays
-        self._args = _StageArgs(1, len(scratch), paths, options, flags, own_pid_ns,
-                                len(cgroup_procs), procs, init_b, uid_b, spawn, WARM_BASE, uid,
-                                net_dir)
+        self._args = _StageArgs(
+            1,
+            len(scratch),
+            paths,
+            options,
+            flags,
+            own_pid_ns,
+            len(cgroup_procs),
+            procs,
+            init_b,
+            uid_b,
+            spawn,
+            WARM_BASE,
+            uid,
+            net_dir,
+        )
         self._error = ctypes.create_string_buffer(1024)
 
     def stage(self, first: bool, warm: int) -> tuple[StagedRun, str | None]:
@@ -281,16 +379,21 @@ class Stager:
         self._args.first = int(first)
         self._args.warm = warm
         out = StagedRun()
-        if self._stage(ctypes.byref(self._args), ctypes.byref(out), self._error,
-                       len(self._error)):
+        if self._stage(ctypes.byref(self._args), ctypes.byref(out), self._error, len(self._error)):
             return out, self._error.value.decode("utf-8", "replace")
         return out, None
 
 
 class _Counters(ctypes.Structure):
-    _fields_ = [("cpu_fd", ctypes.c_int), ("cpu_v2", ctypes.c_int), ("oom_fd", ctypes.c_int),
-                ("peak_fd", ctypes.c_int), ("stat_fd", ctypes.c_int),
-                ("file_keys", ctypes.c_char_p * 2), ("file_base", ctypes.c_longlong)]
+    _fields_ = [
+        ("cpu_fd", ctypes.c_int),
+        ("cpu_v2", ctypes.c_int),
+        ("oom_fd", ctypes.c_int),
+        ("peak_fd", ctypes.c_int),
+        ("stat_fd", ctypes.c_int),
+        ("file_keys", ctypes.c_char_p * 2),
+        ("file_base", ctypes.c_longlong),
+    ]
 
 
 class Baselines(ctypes.Structure):
@@ -298,23 +401,41 @@ class Baselines(ctypes.Structure):
     CLOCK_MONOTONIC, as `time.monotonic`), the cgroup's CPU and OOM kills, and the run's
     token."""
 
-    _fields_ = [("parked", ctypes.c_int), ("parked_at", ctypes.c_double),
-                ("cpu_ns", ctypes.c_longlong), ("oom_kills", ctypes.c_longlong),
-                ("token", ctypes.c_char * 33)]
+    _fields_ = [
+        ("parked", ctypes.c_int),
+        ("parked_at", ctypes.c_double),
+        ("cpu_ns", ctypes.c_longlong),
+        ("oom_kills", ctypes.c_longlong),
+        ("token", ctypes.c_char * 33),
+    ]
 
 
 class _Watch(ctypes.Structure):
-    _fields_ = [("done_r", ctypes.c_int), ("status_r", ctypes.c_int), ("ctrl", ctypes.c_int),
-                ("deadline", ctypes.c_double), ("next_cpu_check", ctypes.c_double),
-                ("cpu_s", ctypes.c_double), ("cpu_base", ctypes.c_longlong),
-                ("token", ctypes.c_char_p), ("tail", ctypes.c_char * 32),
-                ("tail_len", ctypes.c_int), ("junk", ctypes.c_longlong), ("status", ctypes.c_int)]
+    _fields_ = [
+        ("done_r", ctypes.c_int),
+        ("status_r", ctypes.c_int),
+        ("ctrl", ctypes.c_int),
+        ("deadline", ctypes.c_double),
+        ("next_cpu_check", ctypes.c_double),
+        ("cpu_s", ctypes.c_double),
+        ("cpu_base", ctypes.c_longlong),
+        ("token", ctypes.c_char_p),
+        ("tail", ctypes.c_char * 32),
+        ("tail_len", ctypes.c_int),
+        ("junk", ctypes.c_longlong),
+        ("status", ctypes.c_int),
+    ]
 
 
 class _Collected(ctypes.Structure):
-    _fields_ = [("cpu_ns", ctypes.c_longlong), ("oom_kills", ctypes.c_longlong),
-                ("memory_peak", ctypes.c_longlong), ("err_len", ctypes.c_size_t),
-                ("setup_len", ctypes.c_size_t), ("workspace_inodes", ctypes.c_longlong)]
+    _fields_ = [
+        ("cpu_ns", ctypes.c_longlong),
+        ("oom_kills", ctypes.c_longlong),
+        ("memory_peak", ctypes.c_longlong),
+        ("err_len", ctypes.c_size_t),
+        ("setup_len", ctypes.c_size_t),
+        ("workspace_inodes", ctypes.c_longlong),
+    ]
 
 
 # How `SlotSteps.watch` saw a run end (`native/supervise.c`).
@@ -327,8 +448,15 @@ class Collected:
 
     __slots__ = ("error", "setup", "cpu_ns", "oom_kills", "memory_peak", "workspace_inodes")
 
-    def __init__(self, error: bytes, setup: bytes, cpu_ns: int, oom_kills: int,
-                 memory_peak: int, workspace_inodes: int) -> None:
+    def __init__(
+        self,
+        error: bytes,
+        setup: bytes,
+        cpu_ns: int,
+        oom_kills: int,
+        memory_peak: int,
+        workspace_inodes: int,
+    ) -> None:
         self.error, self.setup = error, setup
         self.cpu_ns, self.oom_kills, self.memory_peak = cpu_ns, oom_kills, memory_peak
         self.workspace_inodes = workspace_inodes
@@ -343,37 +471,72 @@ class SlotSteps:
     ERROR_READ = 128 * 1024  # of a run's structured error: the most the supervisor parses
     SETUP_READ = 64 * 1024
 
-    def __init__(self, path: str, counters: tuple[int, bool, int, int, int, tuple[str, str]],
-                 cgroup_dirs: list[int], failure: type[Exception]) -> None:
+    def __init__(
+        self,
+        path: str,
+        counters: tuple[int, bool, int, int, int, tuple[str, str]],
+        cgroup_dirs: list[int],
+        failure: type[Exception],
+    ) -> None:
         self._failure = failure  # raised with "<step>: <error>" when a step fails
         lib = ctypes.CDLL(path, use_errno=True)
         err_t, size_t, int_p = ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int)
         self._hand_over = lib.execbox_hand_over
         self._hand_over.argtypes = [ctypes.c_int, ctypes.c_int, int_p, ctypes.c_int, err_t, size_t]
         self._await = lib.execbox_await_request
-        self._await.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                                ctypes.POINTER(_Counters), ctypes.c_char_p,
-                                ctypes.POINTER(Baselines), err_t, size_t]
+        self._await.argtypes = [
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.POINTER(_Counters),
+            ctypes.c_char_p,
+            ctypes.POINTER(Baselines),
+            err_t,
+            size_t,
+        ]
         self._await_parked = lib.execbox_await_parked
-        self._await_parked.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(_Counters),
-                                       ctypes.POINTER(Baselines), err_t, size_t]
+        self._await_parked.argtypes = [
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.POINTER(_Counters),
+            ctypes.POINTER(Baselines),
+            err_t,
+            size_t,
+        ]
         self._reset_peak = lib.execbox_reset_peak
         self._reset_peak.restype = None
         self._reset_peak.argtypes = [ctypes.POINTER(_Counters)]
         self._watch = lib.execbox_watch
         self._watch.argtypes = [ctypes.POINTER(_Watch), ctypes.POINTER(_Counters), err_t, size_t]
         self._collect = lib.execbox_collect
-        self._collect.argtypes = [ctypes.POINTER(_Counters), ctypes.c_int, ctypes.c_void_p, size_t,
-                                  ctypes.c_int, ctypes.c_void_p, size_t,
-                                  ctypes.POINTER(_Collected), err_t, size_t]
+        self._collect.argtypes = [
+            ctypes.POINTER(_Counters),
+            ctypes.c_int,
+            ctypes.c_void_p,
+            size_t,
+            ctypes.c_int,
+            ctypes.c_void_p,
+            size_t,
+            ctypes.POINTER(_Collected),
+            err_t,
+            size_t,
+        ]
         self._end_init = lib.execbox_end_init
         self._end_init.restype = None
         self._end_init.argtypes = [ctypes.c_int, ctypes.c_int]
         self._has_processes = lib.execbox_cgroup_has_processes
         self._has_processes.argtypes = [int_p, ctypes.c_int, err_t, size_t]
         self._end_run = lib.execbox_end_run
-        self._end_run.argtypes = [ctypes.c_int, ctypes.c_int, int_p, ctypes.c_int, int_p,
-                                  ctypes.c_int, err_t, size_t]
+        self._end_run.argtypes = [
+            ctypes.c_int,
+            ctypes.c_int,
+            int_p,
+            ctypes.c_int,
+            int_p,
+            ctypes.c_int,
+            err_t,
+            size_t,
+        ]
         cpu, v2, oom, peak, stat, keys = counters
         self._keys = (ctypes.c_char_p * 2)(*(k.encode() for k in keys))
         self._counters = _Counters(cpu, int(v2), oom, peak, stat, self._keys, 0)
@@ -392,8 +555,9 @@ class SlotSteps:
         """RDY with `host_fds` (closed here), after the host's NEXT when `wait_next`; False
         when the host closed the slot first."""
         fds = (ctypes.c_int * len(host_fds))(*host_fds)
-        rc = self._hand_over(ctrl, int(wait_next), fds, len(host_fds), self._error,
-                             len(self._error))
+        rc = self._hand_over(
+            ctrl, int(wait_next), fds, len(host_fds), self._error, len(self._error)
+        )
         if rc < 0:
             raise self._failed()
         return bool(rc)
@@ -406,8 +570,16 @@ class SlotSteps:
         """Wait until the host's next frame can be read (True), meanwhile taking the run's
         baselines and offering the short way once its program waits for its code; False when
         the host closed the slot as the program got ready."""
-        rc = self._await(ctrl, done_r, go_w, ctypes.byref(self._counters), offer,
-                         ctypes.byref(self.baselines), self._error, len(self._error))
+        rc = self._await(
+            ctrl,
+            done_r,
+            go_w,
+            ctypes.byref(self._counters),
+            offer,
+            ctypes.byref(self.baselines),
+            self._error,
+            len(self._error),
+        )
         if rc < 0:
             raise self._failed()
         return bool(rc)
@@ -416,8 +588,14 @@ class SlotSteps:
         """For a request that came the long way: wait at most `wait_s` for the program to
         say it waits for its code (True, its baselines then taken); False when it ended in
         set-up instead, None when it said nothing in time."""
-        rc = self._await_parked(done_r, int(wait_s * 1000) + 1, ctypes.byref(self._counters),
-                                ctypes.byref(self.baselines), self._error, len(self._error))
+        rc = self._await_parked(
+            done_r,
+            int(wait_s * 1000) + 1,
+            ctypes.byref(self._counters),
+            ctypes.byref(self.baselines),
+            self._error,
+            len(self._error),
+        )
         if rc == -1:
             raise self._failed()
         return None if rc == -2 else bool(rc)
@@ -426,8 +604,15 @@ class SlotSteps:
         """Start the run's memory peak over (see `RunCgroup.reset_memory_peak`)."""
         self._reset_peak(ctypes.byref(self._counters))
 
-    def start_watch(self, done_r: int, status_r: int, ctrl: int, deadline: float,
-                    first_cpu_check: float, cpu_s: float) -> None:
+    def start_watch(
+        self,
+        done_r: int,
+        status_r: int,
+        ctrl: int,
+        deadline: float,
+        first_cpu_check: float,
+        cpu_s: float,
+    ) -> None:
         w = self._watching
         w.done_r, w.status_r, w.ctrl = done_r, status_r, ctrl
         w.deadline, w.next_cpu_check, w.cpu_s = deadline, first_cpu_check, cpu_s
@@ -436,21 +621,39 @@ class SlotSteps:
 
     def watch(self) -> tuple[int, int]:
         """Wait for the watched run's end (WATCH_*) and its reported wait status."""
-        rc = self._watch(ctypes.byref(self._watching), ctypes.byref(self._counters), self._error,
-                         len(self._error))
+        rc = self._watch(
+            ctypes.byref(self._watching),
+            ctypes.byref(self._counters),
+            self._error,
+            len(self._error),
+        )
         if rc < 0:
             raise self._failed()
         return rc, self._watching.status
 
     def collect(self, err_r: int, setup_r: int) -> Collected:
         out = self._collected
-        if self._collect(ctypes.byref(self._counters), err_r, self._err_buf, self.ERROR_READ,
-                         setup_r, self._setup_buf, self.SETUP_READ, ctypes.byref(out),
-                         self._error, len(self._error)):
+        if self._collect(
+            ctypes.byref(self._counters),
+            err_r,
+            self._err_buf,
+            self.ERROR_READ,
+            setup_r,
+            self._setup_buf,
+            self.SETUP_READ,
+            ctypes.byref(out),
+            self._error,
+            len(self._error),
+        ):
             raise self._failed()
-        return Collected(ctypes.string_at(self._err_buf, out.err_len),
-                         ctypes.string_at(self._setup_buf, out.setup_len), out.cpu_ns,
-                         out.oom_kills, out.memory_peak, out.workspace_inodes)
+        return Collected(
+            ctypes.string_at(self._err_buf, out.err_len),
+            ctypes.string_at(self._setup_buf, out.setup_len),
+            out.cpu_ns,
+            out.oom_kills,
+            out.memory_peak,
+            out.workspace_inodes,
+        )
 
     def end_init(self, pid: int, wait_s: float) -> None:
         """Kill init (everything of its pid namespace dies with it) and reap it, waiting at
@@ -469,8 +672,16 @@ class SlotSteps:
         """Init ended (see `end_init`), `fds` closed, /proc unmounted; whether processes of
         the run survived in its cgroup."""
         array = (ctypes.c_int * len(fds))(*fds)
-        rc = self._end_run(init_pid, int(wait_s * 1000), array, len(fds), self._dirs,
-                           len(self._dirs), self._error, len(self._error))
+        rc = self._end_run(
+            init_pid,
+            int(wait_s * 1000),
+            array,
+            len(fds),
+            self._dirs,
+            len(self._dirs),
+            self._error,
+            len(self._error),
+        )
         if rc < 0:
             raise self._failed()
         return bool(rc)

@@ -49,9 +49,13 @@ def clean_error(obj: dict[str, Any] | None) -> dict[str, Any] | None:
 
     tb = obj.get("traceback")
     kind = obj["type"] if len(obj["type"]) <= 200 else obj["type"][:200] + runner.CUT_TAIL
-    return {"type": kind, "message": obj["message"],
-            "line": opt_int(obj.get("line")), "column": opt_int(obj.get("column")),
-            "traceback": tb if isinstance(tb, str) else None}
+    return {
+        "type": kind,
+        "message": obj["message"],
+        "line": opt_int(obj.get("line")),
+        "column": opt_int(obj.get("column")),
+        "traceback": tb if isinstance(tb, str) else None,
+    }
 
 
 def read_status(fd: int) -> tuple[int | None, str | None]:
@@ -80,9 +84,15 @@ def _hint(setting: str, flag: str) -> str:
 
 
 # Complex on purpose: one decision table over how a run ended; the check order is the priority.
-def classify(spec: jail.RunSpec, killed: str | None, wait_status: int | None,  # noqa: C901
-             user_error: dict[str, Any] | None, oom: int, cpu_ms: float,
-             full: list[str]) -> dict[str, Any]:
+def classify(  # noqa: C901
+    spec: jail.RunSpec,
+    killed: str | None,
+    wait_status: int | None,
+    user_error: dict[str, Any] | None,
+    oom: int,
+    cpu_ms: float,
+    full: list[str],
+) -> dict[str, Any]:
     """Map how the run ended to a contract status, exit code, signal and error."""
     exit_code: int | None = None
     sig: str | None = None
@@ -95,25 +105,48 @@ def classify(spec: jail.RunSpec, killed: str | None, wait_status: int | None,  #
         sig = "SIGKILL"
 
     if wait_status is None and not killed:
-        return {"status": "sandbox_error", "exit_code": None, "signal": None,
-                "error": {"type": "SandboxError", "line": None, "column": None, "traceback": None,
-                          "message": "the run ended without an exit status (was the executor "
-                                     "closed while it ran?)"}}
+        return {
+            "status": "sandbox_error",
+            "exit_code": None,
+            "signal": None,
+            "error": {
+                "type": "SandboxError",
+                "line": None,
+                "column": None,
+                "traceback": None,
+                "message": "the run ended without an exit status (was the executor "
+                "closed while it ran?)",
+            },
+        }
 
     def limit(status: str, kind: str, message: str) -> dict[str, Any]:
-        return {"status": status, "exit_code": exit_code, "signal": sig,
-                "error": {"type": kind, "message": message, "line": None, "column": None,
-                          "traceback": user_error.get("traceback") if user_error else None}}
+        return {
+            "status": status,
+            "exit_code": exit_code,
+            "signal": sig,
+            "error": {
+                "type": kind,
+                "message": message,
+                "line": None,
+                "column": None,
+                "traceback": user_error.get("traceback") if user_error else None,
+            },
+        }
 
     mib = 1024 * 1024
     if killed == "timeout":
-        return limit("timeout", "TimeoutError",
-                     f"wall time limit of {spec.timeout_s:g} s exceeded; "
-                     + _hint("timeout_s", "--timeout"))
+        return limit(
+            "timeout",
+            "TimeoutError",
+            f"wall time limit of {spec.timeout_s:g} s exceeded; " + _hint("timeout_s", "--timeout"),
+        )
     if killed == "output_limit":
-        return limit("output_limit", "OutputLimitExceeded",
-                     f"output exceeded {spec.output_bytes} bytes on stdout or stderr; "
-                     + _hint("output_bytes", "--output-bytes"))
+        return limit(
+            "output_limit",
+            "OutputLimitExceeded",
+            f"output exceeded {spec.output_bytes} bytes on stdout or stderr; "
+            + _hint("output_bytes", "--output-bytes"),
+        )
     if killed == "host_gone":
         return limit("sandbox_error", "SandboxError", "the executor went away during the run")
     if killed == "cancelled":  # see execbox.cancel.Cancel
@@ -123,32 +156,53 @@ def classify(spec: jail.RunSpec, killed: str | None, wait_status: int | None,  #
         user_error = None  # a clean exit has no uncaught exception: ignore whatever is in the pipe
     # A process killed by its own RLIMIT_CPU just before the cgroup check fired: the tree has
     # used its whole allowance and the run failed, so the CPU limit is what ended it.
-    cpu_hit = killed == "cpu_limit" or sig == "SIGXCPU" or (
-        failed and cpu_ms >= spec.cpu_s * 1000 * 0.98)
+    cpu_hit = (
+        killed == "cpu_limit" or sig == "SIGXCPU" or (failed and cpu_ms >= spec.cpu_s * 1000 * 0.98)
+    )
     if cpu_hit:
-        return limit("cpu_limit", "CPULimitExceeded",
-                     f"CPU time limit of {spec.cpu_s:g} s exceeded; " + _hint("cpu_s", "--cpu"))
+        return limit(
+            "cpu_limit",
+            "CPULimitExceeded",
+            f"CPU time limit of {spec.cpu_s:g} s exceeded; " + _hint("cpu_s", "--cpu"),
+        )
     err = user_error or {}
     mem_error = err.get("type") == "MemoryError"
     if (oom and failed) or mem_error:
-        return limit("memory_limit", "MemoryLimitExceeded",
-                     f"memory limit of {spec.memory_bytes // mib} MiB exceeded; "
-                     + _hint("memory_mib", "--memory"))
+        return limit(
+            "memory_limit",
+            "MemoryLimitExceeded",
+            f"memory limit of {spec.memory_bytes // mib} MiB exceeded; "
+            + _hint("memory_mib", "--memory"),
+        )
     if sig == "SIGSYS":
-        return limit("forbidden", "ForbiddenSyscall",
-                     "the program made a system call the sandbox forbids and was killed")
+        return limit(
+            "forbidden",
+            "ForbiddenSyscall",
+            "the program made a system call the sandbox forbids and was killed",
+        )
     enospc = "No space left on device" in str(err.get("message"))
     if failed and (full or enospc):
-        return limit("disk_limit", "DiskLimitExceeded",
-                     f"disk limit of {spec.disk_bytes // mib} MiB reached in "
-                     f"{', '.join(full) or 'the workspace'}; " + _hint("disk_mib", "--disk"))
+        return limit(
+            "disk_limit",
+            "DiskLimitExceeded",
+            f"disk limit of {spec.disk_bytes // mib} MiB reached in "
+            f"{', '.join(full) or 'the workspace'}; " + _hint("disk_mib", "--disk"),
+        )
     error = None
     if user_error:
         error = {k: user_error.get(k) for k in ("type", "message", "line", "column", "traceback")}
     elif failed:
         what = f"signal {sig}" if sig else f"exit code {exit_code}"
-        error = {"type": "ProcessError", "message": f"the program ended with {what}",
-                 "line": None, "column": None, "traceback": None}
-    return {"status": "ok" if not failed else "error", "exit_code": exit_code, "signal": sig,
-            "error": error}
-
+        error = {
+            "type": "ProcessError",
+            "message": f"the program ended with {what}",
+            "line": None,
+            "column": None,
+            "traceback": None,
+        }
+    return {
+        "status": "ok" if not failed else "error",
+        "exit_code": exit_code,
+        "signal": sig,
+        "error": error,
+    }

@@ -60,8 +60,9 @@ class ProgramFds:
 # ---- the program zygote's side --------------------------------------------------------------
 
 
-def start(cfg: jail.JailConfig, src_paths: list[str], kind: str
-          ) -> tuple[linux.ContainLibrary, dict[str, Any]]:
+def start(
+    cfg: jail.JailConfig, src_paths: list[str], kind: str
+) -> tuple[linux.ContainLibrary, dict[str, Any]]:
     """A program zygote's fork server, its warm pages learned (see `learn_warm_pages`), and
     what to tell the host of them: {"warm_pages": all, "warm_base_pages": base}, or
     {"warm_error": why} when training failed (programs then run all the same, each copying
@@ -80,8 +81,13 @@ def start(cfg: jail.JailConfig, src_paths: list[str], kind: str
     return server, {"warm_pages": len(base) + len(more), "warm_base_pages": len(base)}
 
 
-def serve(cfg: jail.JailConfig, server: linux.ContainLibrary, src_paths: list[str],
-          host: socket.socket, spawn: socket.socket) -> None:
+def serve(
+    cfg: jail.JailConfig,
+    server: linux.ContainLibrary,
+    src_paths: list[str],
+    host: socket.socket,
+    spawn: socket.socket,
+) -> None:
     """A program zygote's loop: fork programs into the slots supervisors ask for, reap them and
     report how they ended, until the host closes its socket (or every supervisor's socket is
     gone). Single-threaded; it blocks on nothing a supervisor controls. Returns in the
@@ -91,9 +97,13 @@ def serve(cfg: jail.JailConfig, server: linux.ContainLibrary, src_paths: list[st
     own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     zygote_pid = os.getpid()
     try:
-        kept = server.serve_programs(host.fileno(), spawn.fileno(), own_pid_ns,
-                                     range(jail.UID_FIRST, jail.UID_FIRST + jail.UID_COUNT),
-                                     cfg.seccomp)
+        kept = server.serve_programs(
+            host.fileno(),
+            spawn.fileno(),
+            own_pid_ns,
+            range(jail.UID_FIRST, jail.UID_FIRST + jail.UID_COUNT),
+            cfg.seccomp,
+        )
     except BaseException:
         if os.getpid() == zygote_pid:
             raise
@@ -163,30 +173,44 @@ def _program(src_paths: list[str], fds: ProgramFds) -> None:
 # there): a numpy run does not pay for pandas' pages.
 
 TRAINING = {  # kind: (the base set's snippets, the other snippets)
-    "light": ([
-        "print(1)\n",
-        "import json\nprint(json.dumps({'total': sum(range(10))}))\n",
-    ], []),
-    "heavy": ([
-        "import numpy as np\nprint(np.arange(12.0).reshape(3, 4).sum(axis=0))\n",
-    ], [
-        "import pandas as pd\n"
-        "frame = pd.DataFrame({'a': range(100), 'b': [i % 3 for i in range(100)]})\n"
-        "print(frame.groupby('b').a.sum())\n",
-        "import numpy as np\nimport pandas as pd\n"
-        "frame = pd.DataFrame(np.arange(60.0).reshape(20, 3), columns=list('xyz'))\n"
-        "print(frame.describe())\n",
-    ]),
+    "light": (
+        [
+            "print(1)\n",
+            "import json\nprint(json.dumps({'total': sum(range(10))}))\n",
+        ],
+        [],
+    ),
+    "heavy": (
+        [
+            "import numpy as np\nprint(np.arange(12.0).reshape(3, 4).sum(axis=0))\n",
+        ],
+        [
+            "import pandas as pd\n"
+            "frame = pd.DataFrame({'a': range(100), 'b': [i % 3 for i in range(100)]})\n"
+            "print(frame.groupby('b').a.sum())\n",
+            "import numpy as np\nimport pandas as pd\n"
+            "frame = pd.DataFrame(np.arange(60.0).reshape(20, 3), columns=list('xyz'))\n"
+            "print(frame.describe())\n",
+        ],
+    ),
 }
-_TRAINING_SPEC = jail.RunSpec(timeout_s=10.0, cpu_s=10.0, memory_bytes=512 << 20, pids=64,
-                              disk_bytes=64 << 20, output_bytes=1 << 20,
-                              artifact_bytes=1 << 20, artifact_files=10)
+_TRAINING_SPEC = jail.RunSpec(
+    timeout_s=10.0,
+    cpu_s=10.0,
+    memory_bytes=512 << 20,
+    pids=64,
+    disk_bytes=64 << 20,
+    output_bytes=1 << 20,
+    artifact_bytes=1 << 20,
+    artifact_files=10,
+)
 TRAINING_WAIT_S = 30.0
 PAGE = os.sysconf("SC_PAGESIZE")
 
 
-def learn_warm_pages(server: linux.ContainLibrary, src_paths: list[str],
-                     codes: list[str]) -> set[int]:
+def learn_warm_pages(
+    server: linux.ContainLibrary, src_paths: list[str], codes: list[str]
+) -> set[int]:
     """The pages (their addresses) a training program wrote for any of `codes`."""
     written: set[int] = set()
     for code in codes:
@@ -250,8 +274,10 @@ def _written_by(server: linux.ContainLibrary, src_paths: list[str], code: str) -
             for fd in (result_r, err_r, setup_r, done_r):
                 os.close(fd)
         if status != 0 or len(data) % 16:
-            raise jail.JailError(f"a training program ended with status {status}: "
-                                 + report.decode("utf-8", "replace")[:300])
+            raise jail.JailError(
+                f"a training program ended with status {status}: "
+                + report.decode("utf-8", "replace")[:300]
+            )
     pairs = memoryview(data).cast("Q")
     return {page for i in range(0, len(pairs), 2) for page in range(pairs[i], pairs[i + 1], PAGE)}
 
@@ -275,8 +301,13 @@ def _write_quiet(fd: int, data: bytes) -> None:
         pass
 
 
-def main(cfg: jail.JailConfig, server: linux.ContainLibrary, src_paths: list[str],
-         host: socket.socket, options: dict[str, Any]) -> None:
+def main(
+    cfg: jail.JailConfig,
+    server: linux.ContainLibrary,
+    src_paths: list[str],
+    host: socket.socket,
+    options: dict[str, Any],
+) -> None:
     """A program zygote after start-up: serve spawn requests until the host is gone."""
     spawn = socket.socket(fileno=int(options["spawn_fd"]))
     serve(cfg, server, src_paths, host, spawn)

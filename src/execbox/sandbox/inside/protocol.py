@@ -35,8 +35,7 @@ from typing import Any, BinaryIO
 HEADER = struct.Struct("!4sQ")
 
 REQ, FILE, RUN, KILL, NEXT = b"REQ ", b"FILE", b"RUN ", b"KILL", b"NEXT"
-PID, RDY, PRK, RES, ART, ERR, LOST = (b"PID ", b"RDY ", b"PRK ", b"RES ", b"ART ", b"ERR ",
-                                      b"LOST")
+PID, RDY, PRK, RES, ART, ERR, LOST = (b"PID ", b"RDY ", b"PRK ", b"RES ", b"ART ", b"ERR ", b"LOST")
 
 MAX_JSON = 64 * 1024 * 1024
 
@@ -74,17 +73,19 @@ DONTWAIT = int(socket.MSG_DONTWAIT)
 _CMSG_CLOEXEC = int(socket.MSG_CMSG_CLOEXEC)
 
 
-def recv_fds(sock: socket.socket, bufsize: int, max_fds: int,
-             flags: int = 0) -> tuple[bytes, list[int]]:
+def recv_fds(
+    sock: socket.socket, bufsize: int, max_fds: int, flags: int = 0
+) -> tuple[bytes, list[int]]:
     """Data and the descriptors passed with it, close-on-exec from the start: the host
     application's children must never inherit a run's pipes (3.11's socket.recv_fds drops its
     flags, so not that). `flags`: plain ints (`DONTWAIT`)."""
     data, ancdata, _flags, _addr = sock.recvmsg(
-        bufsize, socket.CMSG_SPACE(max_fds * 4), flags | _CMSG_CLOEXEC)
+        bufsize, socket.CMSG_SPACE(max_fds * 4), flags | _CMSG_CLOEXEC
+    )
     fds = array.array("i")
     for level, kind, payload in ancdata:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+            fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
     return data, fds.tolist()
 
 
@@ -123,8 +124,9 @@ class FrameReader:
     to that file as it arrives, never held whole in memory; the frame is then returned with an
     empty payload once all of it is written (the caller closes the file)."""
 
-    def __init__(self, max_len: int = MAX_JSON,
-                 spill: Callable[[bytes], BinaryIO | None] | None = None) -> None:
+    def __init__(
+        self, max_len: int = MAX_JSON, spill: Callable[[bytes], BinaryIO | None] | None = None
+    ) -> None:
         self._buf = bytearray()
         self._max = max_len
         self._spill = spill
@@ -143,7 +145,7 @@ class FrameReader:
                 raise ValueError(f"frame {kind!r} too large: {length} bytes")
             into = self._spill(bytes(kind)) if self._spill is not None else None
             if into is not None:
-                rest = bytes(self._buf[HEADER.size:])
+                rest = bytes(self._buf[HEADER.size :])
                 self._buf.clear()
                 self._into, self._kind, self._left = into, bytes(kind), length
                 self._buf += self._pour(rest, frames)
@@ -151,7 +153,7 @@ class FrameReader:
             end = HEADER.size + length
             if len(self._buf) < end:
                 break
-            frames.append((bytes(kind), bytes(self._buf[HEADER.size:end])))
+            frames.append((bytes(kind), bytes(self._buf[HEADER.size : end])))
             del self._buf[:end]
         return frames
 

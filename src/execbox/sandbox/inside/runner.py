@@ -41,7 +41,9 @@ def rebind_stdio() -> None:
     )
     sys.stderr = io.TextIOWrapper(
         io.BufferedWriter(io.FileIO(2, "w", closefd=False)),
-        encoding="utf-8", errors="backslashreplace", line_buffering=True,
+        encoding="utf-8",
+        errors="backslashreplace",
+        line_buffering=True,
     )
     for name in ("stdin", "stdout", "stderr"):
         setattr(sys, f"__{name}__", getattr(sys, name))
@@ -57,8 +59,7 @@ def prepare() -> None:
     path. Nothing of it is visible to the code."""
     global _prepared
     rebind_stdio()
-    compile("x = [i for i in range(3)]\nprint(x, end='')\n", "<prepare>", "exec",
-            dont_inherit=True)
+    compile("x = [i for i in range(3)]\nprint(x, end='')\n", "<prepare>", "exec", dont_inherit=True)
     json.loads('{"code": "", "spec": {"timeout_s": 1.0, "env": {}}, "token": "00"}')
     _prepared = True
 
@@ -102,8 +103,13 @@ def _encoded(record: dict[str, Any]) -> bytes:
 def _uncaught(exc: BaseException, tb: types.TracebackType | None) -> dict[str, Any]:
     """The record of `exc`, uncaught, its traceback starting at `tb` (the code's own frame)."""
     text = "".join(traceback.format_exception(type(exc), exc, tb))
-    return {"type": type(exc).__name__, "message": safe_str(exc), "line": _user_line(tb),
-            "column": None, "traceback": text}
+    return {
+        "type": type(exc).__name__,
+        "message": safe_str(exc),
+        "line": _user_line(tb),
+        "column": None,
+        "traceback": text,
+    }
 
 
 EXERCISE_ROUNDS = 24  # past CPython 3.11's warm-up (8 calls) and its specializing
@@ -140,9 +146,13 @@ def compile_error_record(exc: SyntaxError | ValueError) -> dict[str, Any]:
     """The error record of code that does not compile; its traceback is also the program's
     stderr, as CPython prints it. The host uses it too, for source bytes that do not decode."""
     text = "".join(traceback.format_exception_only(type(exc), exc))
-    return {"type": type(exc).__name__, "message": getattr(exc, "msg", None) or str(exc),
-            "line": getattr(exc, "lineno", None), "column": getattr(exc, "offset", None),
-            "traceback": text}
+    return {
+        "type": type(exc).__name__,
+        "message": getattr(exc, "msg", None) or str(exc),
+        "line": getattr(exc, "lineno", None),
+        "column": getattr(exc, "offset", None),
+        "traceback": text,
+    }
 
 
 def _user_line(tb: types.TracebackType | None) -> int | None:

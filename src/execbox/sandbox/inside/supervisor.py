@@ -48,8 +48,9 @@ DEMAND_S = 0.002
 class Zygote:
     """What the light zygote hands every supervisor it forks."""
 
-    def __init__(self, cfg: jail.JailConfig, hierarchy: Hierarchy,
-                 spawn: dict[str, socket.socket]) -> None:
+    def __init__(
+        self, cfg: jail.JailConfig, hierarchy: Hierarchy, spawn: dict[str, socket.socket]
+    ) -> None:
         self.cfg = cfg
         self.hierarchy = hierarchy
         # To the program zygotes, by kind ("light", "heavy"); each socket is shared by every
@@ -127,8 +128,9 @@ class Supervisor:
                     return
                 kind, payload = request
                 parked = steps.baselines.parked
-                self.in_demand = (not parked
-                                  or time.monotonic() - steps.baselines.parked_at < DEMAND_S)
+                self.in_demand = (
+                    not parked or time.monotonic() - steps.baselines.parked_at < DEMAND_S
+                )
                 if kind == protocol.RUN:  # the host has the code on its way to the program
                     if not parked:
                         raise jail.JailError("protocol: a RUN before the slot offered it (PRK)")
@@ -145,14 +147,18 @@ class Supervisor:
                         kind, data = protocol.read_frame(self.ctrl, max_len=1 << 34)
                         if kind != protocol.FILE or len(data) != meta["size"]:
                             raise jail.JailError(
-                                f"protocol: bad input file frame for {meta['name']!r}")
+                                f"protocol: bad input file frame for {meta['name']!r}"
+                            )
                         files.append((meta["name"], data))
                     spec = jail.RunSpec(**req["spec"])
                     if req.get("session"):  # a session's slot serves nothing after it
                         cells.serve(self, spec, files)
                         return
-                    result = (self._execute(req["code"], spec, files, 0.0)
-                              if self._await_parked(spec.timeout_s) else None)
+                    result = (
+                        self._execute(req["code"], spec, files, 0.0)
+                        if self._await_parked(spec.timeout_s)
+                        else None
+                    )
                 else:
                     raise jail.JailError(f"protocol: expected a request, got {kind!r}")
                 if result is None:  # the program was gone before its code: nothing ran
@@ -198,8 +204,9 @@ class Supervisor:
         pid, self.init_pid = self.init_pid, 0
         fds, self.run_fds, self.go_w = self.run_fds, [], -1
         if self.steps.end_run(pid, INIT_WAIT_S, fds):
-            raise jail.JailError("check the cgroup is empty: processes of the last run "
-                                 "survived its pid namespace")
+            raise jail.JailError(
+                "check the cgroup is empty: processes of the last run survived its pid namespace"
+            )
 
     def _cleanup(self) -> None:
         self.end_init()
@@ -221,17 +228,26 @@ class Supervisor:
         jail.unshare_namespaces()
         with jail.step("open /proc/self/net"):
             # The host's /proc, kept past pivot_root: its net/ shows our current namespace.
-            net_dir = os.open("/proc/self/net",
-                              os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            net_dir = os.open("/proc/self/net", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         jail.build_root(self.z.cfg, self.uid)
         jail.enter_root()
         self.stager = linux.Stager(
-            self.z.cfg.contain_library, scratch=jail.staged_scratch(), own_pid_ns=self.own_pid_ns,
-            cgroup_procs=procs, init=self.z.cfg.init,
-            init_uid=jail.INIT_UID, spawn=self.z.spawn[self.program_kind].fileno(),
-            uid=self.uid, net_dir=net_dir)
-        self.steps = linux.SlotSteps(self.z.cfg.contain_library, self.cg.counter_files(),
-                                      list(self.cg.dirs.values()), jail.JailError)
+            self.z.cfg.contain_library,
+            scratch=jail.staged_scratch(),
+            own_pid_ns=self.own_pid_ns,
+            cgroup_procs=procs,
+            init=self.z.cfg.init,
+            init_uid=jail.INIT_UID,
+            spawn=self.z.spawn[self.program_kind].fileno(),
+            uid=self.uid,
+            net_dir=net_dir,
+        )
+        self.steps = linux.SlotSteps(
+            self.z.cfg.contain_library,
+            self.cg.counter_files(),
+            list(self.cg.dirs.values()),
+            jail.JailError,
+        )
 
     def _stage_run(self) -> None:
         """Everything of one run that does not depend on its request: fresh scratch mounts,
@@ -267,8 +283,9 @@ class Supervisor:
         with them; slots are staged with the defaults."""
         assert self.cg is not None and self.cg.applied is not None and self.steps is not None
         memory_bytes, pids = self.cg.applied
-        offer = (f'"memory_bytes":{memory_bytes},"pids":{pids},'
-                 f'"disk_bytes":{jail.STAGED_DISK_BYTES}').encode()
+        offer = (
+            f'"memory_bytes":{memory_bytes},"pids":{pids},"disk_bytes":{jail.STAGED_DISK_BYTES}'
+        ).encode()
         if not self.steps.await_request(self.ctrl, self.done_r, self.go_w, offer):
             return None  # the host closed the slot as its program got ready
         try:
@@ -296,26 +313,36 @@ class Supervisor:
         setup_error = outcome.read_available(self.setup_r).decode("utf-8", "replace")
         if setup_error or init_error:
             raise jail.JailError(setup_error or init_error or "")
-        if ready and status is not None and os.WIFSIGNALED(status) \
-                and os.WTERMSIG(status) == signal.SIGKILL:
+        if (
+            ready
+            and status is not None
+            and os.WIFSIGNALED(status)
+            and os.WTERMSIG(status) == signal.SIGKILL
+        ):
             return False  # killed from outside; any other end in set-up is ours to report
         if ready:
-            raise jail.JailError("program set-up: the program ended before its code came"
-                                 + (f" (wait status {status})" if status is not None else ""))
+            raise jail.JailError(
+                "program set-up: the program ended before its code came"
+                + (f" (wait status {status})" if status is not None else "")
+            )
         raise jail.JailError(f"program set-up: not waiting for its code within {wait_s:g} s")
 
     def _check_staged(self, spec: jail.RunSpec) -> None:
         """A RUN must ask for what the slot is staged with: nothing is applied for it."""
         assert self.cg is not None
         staged = (self.cg.applied, jail.scratch_sizes(jail.STAGED_DISK_BYTES))
-        wanted = ((spec.memory_bytes, spec.pids),
-                  jail.scratch_sizes(spec.disk_bytes, spec.input_bytes, spec.input_count))
+        wanted = (
+            (spec.memory_bytes, spec.pids),
+            jail.scratch_sizes(spec.disk_bytes, spec.input_bytes, spec.input_count),
+        )
         if wanted != staged:
-            raise jail.JailError(f"protocol: a RUN with limits {wanted} in a slot staged with "
-                                 f"{staged}")
+            raise jail.JailError(
+                f"protocol: a RUN with limits {wanted} in a slot staged with {staged}"
+            )
 
-    def _execute(self, code: str | None, spec: jail.RunSpec, files: list[tuple[str, bytes]],
-                 started: float) -> dict[str, Any] | None:
+    def _execute(
+        self, code: str | None, spec: jail.RunSpec, files: list[tuple[str, bytes]], started: float
+    ) -> dict[str, Any] | None:
         """One run; `code` None when the host has written it to the program (RUN), which it
         started sending at `started`. None when the program was gone before it took its code
         (see `request_untaken`): nothing of the request ran."""
@@ -333,8 +360,9 @@ class Supervisor:
                 # taken at PARKED would still show it.
                 self.steps.reset_peak()
             del files
-            go = json.dumps({"code": code, "spec": vars(spec),
-                             "token": base.token.decode()}).encode()
+            go = json.dumps(
+                {"code": code, "spec": vars(spec), "token": base.token.decode()}
+            ).encode()
             started = time.monotonic()
             try:
                 protocol.send_all(self.go_w, protocol.frame(protocol.REQ, go))
@@ -372,11 +400,15 @@ class Supervisor:
             art_truncated = False
         else:
             collected, art_truncated = artifacts.collect(
-                "/workspace", set(inputs.values()), spec.artifact_files, spec.artifact_bytes)
+                "/workspace", set(inputs.values()), spec.artifact_files, spec.artifact_bytes
+            )
         meta = outcome.classify(spec, killed, wait_status, user_error, oom, cpu_ms, full)
         meta.update(
-            metrics={"wall_ms": round(wall_ms, 3), "cpu_ms": round(cpu_ms, 3),
-                     "memory_peak_bytes": mem_peak},
+            metrics={
+                "wall_ms": round(wall_ms, 3),
+                "cpu_ms": round(cpu_ms, 3),
+                "memory_peak_bytes": mem_peak,
+            },
             artifacts=[{k: v for k, v in asdict(a).items() if k != "data"} for a in collected],
             artifacts_truncated=art_truncated,
         )
@@ -390,8 +422,9 @@ class Supervisor:
         Returns (why it was killed, the program's reported wait status)."""
         assert self.steps is not None
         # The first CPU check comes at once and sets the next (see `execbox_watch`).
-        self.steps.start_watch(self.done_r, self.status_r, self.ctrl, started + spec.timeout_s,
-                               started, spec.cpu_s)
+        self.steps.start_watch(
+            self.done_r, self.status_r, self.ctrl, started + spec.timeout_s, started, spec.cpu_s
+        )
         killed: str | None = None
         while not killed:
             how, status = self.steps.watch()

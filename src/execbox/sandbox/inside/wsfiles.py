@@ -35,15 +35,21 @@ def _call(verb: str, path: str) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        raise FileOpError(f"cannot {verb} {path!r}: {os.strerror(exc.errno or 0)} (the "
-                          "workspace changed during the call; is code in the session "
-                          "changing it?)") from exc
+        raise FileOpError(
+            f"cannot {verb} {path!r}: {os.strerror(exc.errno or 0)} (the "
+            "workspace changed during the call; is code in the session "
+            "changing it?)"
+        ) from exc
 
 
 def _parts(path: str) -> list[str]:
     parts = path.split("/")
-    if not path or path.startswith("/") or any(p in ("", ".", "..") for p in parts) \
-            or "\x00" in path:
+    if (
+        not path
+        or path.startswith("/")
+        or any(p in ("", ".", "..") for p in parts)
+        or "\x00" in path
+    ):
         raise FileOpError(f"{path!r} is not a clean relative path inside /workspace")
     return parts
 
@@ -61,8 +67,9 @@ def _open_parent(parts: list[str], uid: int | None) -> int:
             try:
                 sub = os.open(part, _DIR_FLAGS, dir_fd=fd)
             except OSError as exc:
-                raise FileOpError(f"{part!r} on the path is not a directory "
-                                  f"({os.strerror(exc.errno or 0)})") from exc
+                raise FileOpError(
+                    f"{part!r} on the path is not a directory ({os.strerror(exc.errno or 0)})"
+                ) from exc
             os.close(fd)
             fd = sub
         return fd
@@ -82,19 +89,25 @@ def _write(path: str, data: bytes, uid: int) -> dict[str, Any]:
     parent = _open_parent(parts, uid)
     tmp = f".execbox-upload-{os.urandom(6).hex()}"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o644, dir_fd=parent)
+        fd = os.open(
+            tmp,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o644,
+            dir_fd=parent,
+        )
         try:
             os.fchown(fd, uid, uid)
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
         except OSError as exc:
             os.close(fd)
             _discard(tmp, parent)
             if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
-                raise FileOpError(f"no room for {path!r} ({len(data)} bytes) in the session's "
-                                  "workspace; raise limits.disk_mib") from exc
+                raise FileOpError(
+                    f"no room for {path!r} ({len(data)} bytes) in the session's "
+                    "workspace; raise limits.disk_mib"
+                ) from exc
             raise
         st = os.fstat(fd)
         os.close(fd)
@@ -136,8 +149,9 @@ def _existing(path: str) -> Iterator[tuple[int, str, os.stat_result]]:
 def read(path: str, limit: int) -> bytes:
     with _call("read", path), _existing(path) as (parent, name, st):
         if not stat.S_ISREG(st.st_mode):
-            raise FileOpError(f"{path!r} is not a regular file (links, FIFOs and devices "
-                              "are never read)")
+            raise FileOpError(
+                f"{path!r} is not a regular file (links, FIFOs and devices are never read)"
+            )
         if st.st_size > limit:
             raise FileOpError(f"{path!r} is {st.st_size} bytes, over the {limit}-byte cap")
         data = artifacts.read_regular(parent, name, st, limit)
@@ -152,8 +166,9 @@ def remove(path: str) -> None:
             try:
                 os.rmdir(name, dir_fd=parent)
             except OSError as exc:
-                raise FileOpError(f"cannot remove directory {path!r}: "
-                                  f"{os.strerror(exc.errno or 0)}") from exc
+                raise FileOpError(
+                    f"cannot remove directory {path!r}: {os.strerror(exc.errno or 0)}"
+                ) from exc
         else:  # unlinking a link removes the link, never its target
             os.unlink(name, dir_fd=parent)
 
@@ -163,5 +178,7 @@ def listing(max_files: int, max_bytes: int) -> tuple[list[dict[str, Any]], bool]
     once), at most `max_bytes` read in all."""
     with _call("list", "."):
         found, truncated = artifacts.collect(ROOT, set(), max_files, max_bytes, keep_data=False)
-    return [{"path": f.path, "size": f.size, "sha256": f.sha256, "mime_type": f.mime_type}
-            for f in found], truncated
+    return [
+        {"path": f.path, "size": f.size, "sha256": f.sha256, "mime_type": f.mime_type}
+        for f in found
+    ], truncated

@@ -83,7 +83,8 @@ def main(sock: socket.socket, options: dict[str, Any]) -> None:
         zygote_filter, program_filter = seccomp.compile_split()
         cfg = jail.JailConfig.discover(options["ro_paths"], program_filter, options["libexec"])
         jail.empty_bounding_set(
-            cfg.cap_last_cap, jail.INIT_CAPABILITIES if role == "supervisors" else frozenset())
+            cfg.cap_last_cap, jail.INIT_CAPABILITIES if role == "supervisors" else frozenset()
+        )
         if role == "programs":
             # What the preloaded modules read from the environment they have read: every
             # program starts from an empty one (clearing it in each fork costs ~100 page copies).
@@ -116,8 +117,15 @@ def main(sock: socket.socket, options: dict[str, Any]) -> None:
             # part of the filter; each program adds the program part as it is contained.
             linux.install_seccomp(linux.SeccompLoader(zygote_filter))
         except OSError as exc:
-            sock.send(json.dumps({"ready": False, "role": role,
-                                  "error": f"install the zygote's seccomp filter: {exc}"}).encode())
+            sock.send(
+                json.dumps(
+                    {
+                        "ready": False,
+                        "role": role,
+                        "error": f"install the zygote's seccomp filter: {exc}",
+                    }
+                ).encode()
+            )
             return
         hello.update(warm, startup_ms=round((time.monotonic() - started) * 1000, 1))
         sock.send(json.dumps(hello).encode())
