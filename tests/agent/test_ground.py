@@ -51,7 +51,7 @@ def test_a_number_the_output_shows_cites_its_run_and_line() -> None:
     ("answer", "value"),
     [
         ("Pi is 3.14.", 3.14159),  # rounded to the stated digits
-        ("Pi is 3.1415.", 3.14159),  # truncated
+        ("Pi is 3.1415, truncated.", 3.14159),  # truncated, as the answer says
         ("About 2.5 million people.", 2_497_312),
         ("Roughly 2,500,000 people.", 2_497_312),
         ("2,497,312 people.", 2_497_312),
@@ -546,3 +546,88 @@ def test_literal_claims_on_a_large_output_do_not_scan_it(monkeypatch: pytest.Mon
     assert not grounded(answer, stdout)
     assert grounded("It took 1:30.", stdout + "elapsed: 1:30\n")
     assert scanned <= 4001 + 50  # one line-by-line search (the one that finds 1:30), not 50
+
+
+# -- issue 37, fourth attack: durations, rounding, units and times read exactly -----------------
+
+_DESCRIBE = "            units\ncount  100.000000\nmean   101.230000\n25%     85.000000\n"
+_COUNTS = "region\nNorth    31\nSouth    27\nName: count, dtype: int64\n"
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("The duration is 1h30m.", "duration: 1h03m\n"),  # the minutes were dropped
+        ("It took 1h30m.", "elapsed: 1.3 hours\n"),
+        ("It took 1 hour 30 minutes.", "elapsed_s: 5000\n"),
+        ("It took 1:30:00.", "elapsed_s: 5000\n"),
+        ("It took 1 hour.", "elapsed: 1h45m\n"),  # a piece of a compound duration
+        ("The mean is 3.1.", "mean: 3.19\n"),  # truncated, not rounded to the nearest
+        ("The p-value is 0.04, significant.", "p: 0.0499\n"),
+        ("The 25th percentile is 85%.", _DESCRIBE),  # the line's % is not the number's
+        ("About 85% of units.", _DESCRIBE),
+        ("It took 3 weeks.", "days: 3\n"),
+        ("It took 3 µs.", "elapsed: 3 ns\n"),
+        ("It took 3 us.", "elapsed: 3 ms\n"),
+        ("It lasted 2 years.", "elapsed: 2 months\n"),
+        ("It uses 5 GB of memory.", "memory: 5 Gb\n"),
+        ("The link does 5 MB/s.", "speed: 5 Mb/s\n"),
+        ("The file is 5 kb.", "size: 5 kB\n"),
+        ("The file is 5 MiB.", "size: 5 MB\n"),
+        ("The file is 5 KB.", "size: 5 KiB\n"),
+        ("It started at 9 pm.", "start: 9\n"),
+        ("It finished at 1:30 pm.", "finish: 01:30\n"),
+        ("It finished at 9 am.", "finish: 21:00\n"),
+    ],
+)
+def test_false_answers_read_exactly_are_refused(answer: str, stdout: str) -> None:
+    assert not grounded(answer, stdout)
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("It took 1.5 hours.", "elapsed_s: 5400\n"),
+        ("It took 90 minutes.", "elapsed: 1h30m\n"),
+        ("It took 1h30m.", "elapsed_s: 5400\n"),
+        ("It took 1 hour 30 minutes.", "elapsed: 1:30:00\n"),
+        ("It took 1:30:00.", "elapsed_s: 5400\n"),
+        ("It took 2m30s.", "elapsed_s: 150\n"),
+        ("The mean is 3.2.", "mean: 3.19\n"),
+        ("Pi is 3.1415, truncated.", "pi: 3.14159\n"),
+        ("The 25th percentile is 85.", _DESCRIBE),
+        ("Missing: 12%.", "missing: 12%\n"),
+        ("It took 3 weeks.", "days: 21\n"),
+        ("It took 3 µs.", "elapsed: 3000 ns\n"),
+        ("It took 2 years.", "elapsed: 24 months\n"),
+        ("It uses 5 GB of memory.", "memory: 5 GB\n"),
+        ("The link does 40 Mbps.", "speed: 40 Mb/s\n"),
+        ("The file is 5 MiB.", "size_bytes: 5242880\n"),
+        ("The file is 5 KiB.", "size: 5 KiB\n"),
+        ("It finished at 1:30 pm.", "finish: 13:30\n"),
+        ("It started at 9 pm.", "start: 21:00\n"),
+        ("North has the most rows (31).", _COUNTS),
+        ("There are 5 NaN values.", "nulls: 5\n"),
+    ],
+)
+def test_honest_answers_read_exactly_pass_too(answer: str, stdout: str) -> None:
+    assert grounded(answer, stdout)
+
+
+def test_a_unit_claim_on_a_large_output_looks_up_its_unit_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    compared = 0
+    real = ground._fits
+
+    def counting(num: Any, fact: Any) -> bool:
+        nonlocal compared
+        compared += 1
+        return real(num, fact)
+
+    monkeypatch.setattr(ground, "_fits", counting)
+    stdout = "".join(f"size: {i % 997} MB widget{i}\n" for i in range(20_000))
+    answer = " ".join(f"{i} GB." for i in range(2, 102))  # "1 GB" is 500 to 1500 MB
+    assert not grounded(answer, stdout)
+    assert compared < 5_000  # one window spanning all unit ratios: 100 x 5,000 (the cap)
+    assert grounded("It is 996 MB.", stdout)

@@ -15,7 +15,7 @@ from typing import Any
 from ..contract import Artifact
 from .models import RunOutput
 from .quantities import normalize, numbers_in
-from .values import LABEL_UNIT, dates_in, scale_of
+from .values import LABEL_UNIT, dates_in, durations_in, scale_of
 
 TABLE_SUMMARY_BYTES = 1 << 20  # larger text artifacts are summarized by name and size only
 
@@ -164,6 +164,13 @@ class Evidence:
                 + " " * (match.end() - match.start())
                 + masked[match.end() :]
             )
+        for seconds, step, match in durations_in(masked):
+            self.numbers.append(Fact(seconds, run_id, where, step, "s"))
+            masked = (
+                masked[: match.start()]
+                + " " * (match.end() - match.start())
+                + masked[match.end() :]
+            )
         label_from = 0
         for found in numbers_in(masked):
             if len(self.numbers) >= MAX_NUMBERS:
@@ -172,6 +179,8 @@ class Evidence:
             if spelled is None:  # its label names its unit: "size_mb: 5"
                 label = [m[1] for m in LABEL_UNIT.finditer(masked, label_from, found.start)]
                 spelled = label[-1] if label else None
+                if spelled is not None and re.fullmatch(r"[kmgt]i?b", spelled, re.I):
+                    spelled = spelled[:-1] + "B"  # "size_mb": labels are lower case, bytes
             label_from = found.end
             unit, factors = scale_of(spelled) if spelled else (None, (1.0,))
             self.numbers.append(

@@ -43,6 +43,7 @@ from .values import (
     DateKey,
     date_matches,
     dates_in,
+    durations_in,
     family_of,
     mask_dates,
     mentions_unit,
@@ -134,6 +135,10 @@ _STOP = {
     "nearly",
     "almost",
 }
+# A time of day: "9 pm", "1:30 p.m." (the number alone is not the claim).
+_CLOCK = re.compile(
+    r"(?<![\w.:])(?P<h>\d{1,2})(?::(?P<m>[0-5]\d))?\s?(?P<ap>[ap])\.?m\.?(?![A-Za-z])", re.I
+)
 _FROM_TO = re.compile(r"\s*(?:to|->|\u2192)\s*")  # "10 to 12": a change the answer states
 
 
@@ -243,6 +248,15 @@ def check(  # noqa: C901
     for keys, match in dates_in(masked):
         claims.append(_date_claim(match[0], keys, evidence, context))
         mask(match.start(), match.end())
+    for match in list(_CLOCK.finditer(masked)):
+        claims.append(_clock_claim(match, evidence))
+        mask(match.start(), match.end())
+    durations = []
+    for seconds, step, match in list(durations_in(masked)):
+        durations.append(
+            Num(match[0], match.start(), match.end(), seconds, step, unit="s", stated_step=step)
+        )
+        mask(match.start(), match.end())
     for start, end in _list_markers(masked):
         mask(start, end)
     for match in list(_FRACTION.finditer(masked)):
@@ -260,7 +274,7 @@ def check(  # noqa: C901
     nums = list(claimed_numbers(masked))
     for num in nums:
         mask(num.start, num.end)
-    nums = sorted([*nums, *claimed_words(masked)], key=lambda n: n.start)
+    nums = sorted([*nums, *durations, *claimed_words(masked)], key=lambda n: n.start)
     stated: list[tuple[Num, Claim]] = []
     for num in nums:
         # The words that say what a bound counts: its clause's last words before, first after.
@@ -410,20 +424,25 @@ def _number_claim(
 
 def _window(num: Num, evidence: Evidence) -> list[Fact]:
     """The facts near enough in value to be worth comparing (generously: units, signs,
-    percentages, bounds); `_fits` decides."""
+    percentages, bounds); `_fits` decides. Each unit scaling is its own small window: one
+    window spanning them all ("5 GB" from bytes to gigabytes) would hold every fact."""
     ratios = (
-        [1.0]
+        {1.0}
         if num.unit is None
-        else [a / b for a in scale_of(num.unit)[1] for b in evidence.factor_set()]
+        else {a / b for a in scale_of(num.unit)[1] for b in evidence.factor_set()}
     )
-    values = [abs(v) * r for v, _ in num.candidates() for r in ratios] + [abs(num.value)]
-    step = max(abs(s) for _, s in num.candidates()) * max(ratios)
-    if not all(math.isfinite(v) for v in [*values, step]):
-        return []
     bound = num.bound in ("above", "below")
-    high = max(values) * (BOUND_RANGE if bound else 1.0) * 1.1 + step + 1e-9
-    low = 0.0 if bound else max(0.0, min(values) * 0.9 - step - 1e-9)
-    return evidence.near(-high, -low) + evidence.near(low, high)
+    found: dict[int, Fact] = {}
+    for value, step in [*num.candidates(), (num.value, num.step)]:
+        for ratio in sorted(ratios):
+            scaled, scaled_step = abs(value) * ratio, abs(step) * ratio
+            if not (math.isfinite(scaled) and math.isfinite(scaled_step)):
+                return []
+            high = scaled * (BOUND_RANGE if bound else 1.0) * 1.1 + scaled_step + 1e-9
+            low = 0.0 if bound else max(0.0, scaled * 0.9 - scaled_step - 1e-9)
+            for fact in evidence.near(-high, -low) + evidence.near(low, high):
+                found.setdefault(id(fact), fact)
+    return list(found.values())
 
 
 def _fits(num: Num, fact: Fact) -> bool:
@@ -431,22 +450,62 @@ def _fits(num: Num, fact: Fact) -> bool:
     if fact.percent and not num.percent:
         return False  # "50 rows" is not "missing: 50%"
     if num.unit is None:
-        return matches(num, fact.value, fact.step, fact.where)
+        return matches(num, fact.value, fact.step, fact.where, fact.percent)
     if fact.unit is None:
         # A unit the fact's line does not give is checked against the question (`_unit_claim`).
-        return matches(replace(num, factors=(1.0,)), fact.value, fact.step, fact.where)
+        return matches(
+            replace(num, factors=(1.0,)), fact.value, fact.step, fact.where, fact.percent
+        )
     family, factors = scale_of(num.unit)
     if family != fact.unit:
         return False
     return any(
         matches(
-            replace(num, value=num.value * a / b, step=num.step * a / b, factors=(1.0,)),
+            replace(num, value=num.value * ratio, step=num.step * ratio, factors=(1.0,)),
             fact.value,
-            fact.step * 1.0,
+            fact.step,
             fact.where,
+            fact.percent,
         )
-        for a in factors
-        for b in fact.factors
+        for ratio in _ratios(factors, fact.factors)
+    )
+
+
+def _ratios(claimed: tuple[float, ...], shown: tuple[float, ...]) -> list[float]:
+    """The scalings from a claimed unit to a shown one of its dimension. "KB" (1000 or 1024)
+    against "MB" reads both alike; against "MiB" (1024 only) it is another unit."""
+    if len(claimed) == len(shown):
+        return [a / b for a, b in zip(claimed, shown, strict=True)]
+    if (1.0,) in (claimed, shown):  # the base unit: bytes, seconds
+        return [a / b for a in claimed for b in shown]
+    return []
+
+
+def _clock_claim(match: re.Match[str], evidence: Evidence) -> Claim:
+    """ "1:30 pm" is 13:30: an output must show that time, on the 24-hour clock or with its
+    am/pm; a bare 1 or 13 is not a time."""
+    hour, minute, ap = int(match["h"]) % 12, int(match["m"] or 0), match["ap"].lower()
+    h24, h12 = hour + 12 * (ap == "p"), hour or 12
+    shown = re.compile(
+        rf"(?<![\d:.])0?{h24}:{minute:02d}(?::\d\d)?(?![\d:])"
+        rf"|(?<![\d:.])0?{h12}(?::{minute:02d}(?::00)?)?\s?{ap}\.?m\b",
+        re.I,
+    )
+    # Only outputs that may hold it are searched: a claim costs a lookup, not a scan.
+    hints = [f"{h24}:{minute:02d}", f"{h12}:{minute:02d}"] if minute else [f"{h24}:00"]
+    hints += [f"{h12}{ap}", f"{h12} {ap}"] if not minute else []
+    if int(match["h"]) <= 12 and any(evidence.may_contain(h) for h in hints):
+        for fact in evidence.texts:
+            if shown.search(str(fact.value)):
+                return Claim(
+                    text=match[0],
+                    kind="date",
+                    grounded=True,
+                    run_id=fact.run_id,
+                    source=fact.where,
+                )
+    return Claim(
+        text=match[0], kind="date", grounded=False, detail="no output shows this time of day"
     )
 
 

@@ -23,7 +23,7 @@ import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .values import BYTE_FACTORS, CURRENCY, UNIT_AFTER
+from .values import CURRENCY, UNIT_AFTER, unit_factors
 
 _SUPERSCRIPT = "\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079\u207b"
 _SUPERSCRIPTS = str.maketrans(_SUPERSCRIPT, "0123456789-")
@@ -252,6 +252,17 @@ _ROUNDING_AFTER = re.compile(
 _ROUNDING_BEFORE = re.compile(r"(?:\bto|\bat|\bwith|\bin|\brounded|\()\s*$", re.I)
 # COVID-19, UTF-8, x86-64 name things; "3-500" is a range, "top-500" a value.
 _IDENTIFIER_HYPHEN = re.compile(r"\b(?:[A-Z]{2,}|(?=\w*[A-Za-z])(?=\w*\d)\w+)-$")
+_PROSE_BEFORE = re.compile(r"[A-Za-z]{2,}\s+$")
+# "was (300)", "net: (300)": the parentheses stand where a value does, so they are a sign.
+_LINK_BEFORE = re.compile(
+    r"\b(?:is|was|were|are|be|been|of|at|to|by|as|net|totall?ed|totals?|posted|reported)\s+$",
+    re.I,
+)
+# "5 NaN values": NaN names what is counted, it is no value of its own.
+_NAN_NAMES = re.compile(
+    r"\s+(?:values?|entries|entry|rows?|cells?|counts?|records?|fields?|items?)\b", re.I
+)
+_TRUNCATED = re.compile(r"\btruncat\w*|\bfloor\w*|\brounded\s+down\b", re.I)
 _ORDINAL = re.compile(r"(?:st|nd|rd|th)(?![A-Za-z])", re.I)
 _MULTIPLIER = re.compile(r"\s?[x\u00d7](?![\w])")
 
@@ -271,7 +282,7 @@ class Num:
     unit: str | None = None
     factors: tuple[float, ...] = (1.0,)  # "12 KB" is 12 times 1000 or 1024 bytes
     strict: bool = False  # "more than": the number itself is outside the bound
-    truncatable: bool = False  # decimals without a magnitude: "3.1415" for 3.14159
+    truncatable: bool = False  # "3.1415, truncated": its stated digits are the fact's
     stated_step: float = 0.0  # the step of the last written digit, trailing zeros included
     literal: bool = False  # read only as its text: an output must show it word for word
     points: bool = False  # percentage or basis points: a change between two percentages
@@ -448,11 +459,11 @@ def claimed_numbers(text: str) -> Iterator[Num]:
             continue
         bound, strict, direction = _lead(before)
         value, step, stated = _parse(match, rounded=bound != "exact")
-        if match["paren"] and text[end : end + 1] == ")":
+        if match["paren"] and text[end : end + 1] == ")" and not _aside(match, before):
             value, end = -value, end + 1  # accounting: "(300)" is -300
         unit_match = UNIT_AFTER.match(text, end) if not match["pct"] else None
         unit = CURRENCY[match["cur"]] if match["cur"] else (unit_match[1] if unit_match else None)
-        factors = BYTE_FACTORS.get(unit_match[1].lower(), (1.0,)) if unit_match else (1.0,)
+        factors = unit_factors(unit_match[1]) if unit_match else (1.0,)
         if unit_match:
             end = unit_match.end()
         elif multiplier := _MULTIPLIER.match(text, end):
@@ -465,7 +476,12 @@ def claimed_numbers(text: str) -> Iterator[Num]:
                 if _UP_AFTER.match(text, end)
                 else None
             )
-        truncatable = "." in match["num"] and not (match["mag1"] or match["mag2"])
+        # Rounding is to the nearest unless the answer says it cut the digits off.
+        truncatable = (
+            "." in match["num"]
+            and not (match["mag1"] or match["mag2"])
+            and _TRUNCATED.search(text, max(0, match.start() - 40), end + 40) is not None
+        )
         points = _POINTS.match(text, end) if not match["pct"] else None
         if points is not None:
             end = points.end()
@@ -485,6 +501,15 @@ def claimed_numbers(text: str) -> Iterator[Num]:
             stated,
             points=points is not None,
         )
+
+
+def _aside(match: re.Match[str], before: str) -> bool:
+    """A plain count in parentheses after prose ("the most rows (31)"), not accounting."""
+    return (
+        not (match["cur"] or match["sign"])
+        and _PROSE_BEFORE.search(before) is not None
+        and _LINK_BEFORE.search(before) is None
+    )
 
 
 def _literal_run(text: str, match: re.Match[str]) -> Num | None:
@@ -516,6 +541,10 @@ def claimed_words(text: str) -> Iterator[Num]:
     """Fractions and numbers in words an answer claims ("two thirds", "a dozen", "one")."""
     masked = text
     for match in _COUNT_WORDS.finditer(text):
+        if match["odd"] and (
+            _NAN_NAMES.match(text, match.end()) or re.search(r"\d\s*$", text[: match.start()])
+        ):
+            continue
         value = 0.0 if match["none"] else 1.0 if match["one"] else 2.0 if match["two"] else 3.0
         yield Num(
             match[0].strip(),
@@ -562,9 +591,11 @@ def claimed_words(text: str) -> Iterator[Num]:
         )
 
 
-def matches(num: Num, fact: float, fact_step: float = 0.0, where: str = "") -> bool:
-    """Whether the output value `fact` (printed to `fact_step`, on the line `where`) bears out
-    the number as written, within the rounding it states."""
+def matches(
+    num: Num, fact: float, fact_step: float = 0.0, where: str = "", shown_percent: bool = False
+) -> bool:
+    """Whether the output value `fact` (printed to `fact_step`, on the line `where`; with its
+    own % sign: `shown_percent`) bears out the number as written, within its rounding."""
     targets = [fact]
     if num.direction == "down" and num.value >= 0:
         # "fell by 3" is -3; a printed 3 counts only where the output calls it a fall.
@@ -575,10 +606,11 @@ def matches(num: Num, fact: float, fact_step: float = 0.0, where: str = "") -> b
         for target in targets
     ):
         return True
-    # "50%" for a printed 50 only when the output itself speaks of a percentage.
+    # "50%" for a printed 50 only when that number is itself a percentage ("50%"): a %
+    # elsewhere on its line ("25%    85.0", a quantile's label) says nothing of it.
     return (
         num.percent
-        and re.search(r"%|percent|pct", where, re.I) is not None
+        and shown_percent
         and any(
             within(num, num.value * f, num.step * f, target, fact_step)
             for f in num.factors
@@ -612,7 +644,7 @@ def within(num: Num, value: float, step: float, fact: float, fact_step: float = 
             or abs(fact - value) <= _APPROX_SHARE * abs(value) + tiny
             or abs(fact - value) <= stated / 2 + tiny
         )
-    # Truncated rather than rounded ("3.1415" for 3.14159): the stated digits are the fact's.
+    # Truncated, as the answer says ("3.1415, truncated" for 3.14159): the stated digits.
     return (
         num.bound == "exact"
         and num.truncatable

@@ -30,25 +30,20 @@ UNIT_FAMILIES: dict[str, tuple[str, ...]] = {
     "ml": ("ml", "millilit(?:er|re)s?"),
     "s": ("seconds?", "secs?", r"(?<=\d)s"),
     "ms": ("ms", "milliseconds?"),
+    "us": ("\u03bcs", "us", "microseconds?"),
+    "ns": ("ns", "nanoseconds?"),
     "min": ("minutes?", "mins?"),
     "h": ("hours?", "hrs?", r"(?<=\d)h"),
     "d": ("days?",),
+    "wk": ("weeks?", "wks?"),
+    "mo": ("months?",),
+    "yr": ("years?", "yrs?"),
     "Hz": ("hz", "khz", "mhz", "ghz", "hertz"),
     "t": ("tonnes?", "tons?"),
-    "bit/s": ("bps", "kbps", "mbps", "gbps", "bits? per second"),
-    "bytes": (
-        "bytes?",
-        "kb",
-        "kib",
-        "mb",
-        "mib",
-        "gb",
-        "gib",
-        "tb",
-        "kilobytes?",
-        "megabytes?",
-        "gigabytes?",
-    ),
+    # A prefixed "b" is a bit, "B" a byte (`scale_of` reads the case): "5 Gb" is not "5 GB".
+    "bits/s": ("bps", "bits? per second"),
+    "bits": ("bits?",),
+    "bytes": ("bytes?", "[kmgt]i?b(?:/s|ps)?", "kilobytes?", "megabytes?", "gigabytes?"),
     "\u00b0C": ("\u00b0c", "celsius", "degrees c"),
     "\u00b0F": ("\u00b0f", "fahrenheit"),
     "kWh": ("kwh",),
@@ -67,19 +62,17 @@ UNIT_AFTER = re.compile(
     + r")(?![A-Za-z])",
     re.I,
 )
-BYTE_FACTORS = {
-    "kb": (1e3, 1024.0),
-    "kib": (1024.0,),
-    "mb": (1e6, 1024.0**2),
-    "mib": (1024.0**2,),
-    "gb": (1e9, 1024.0**3),
-    "gib": (1024.0**3,),
-    "tb": (1e12, 1024.0**4),
-}
+# "KB" is 1000 bytes, or 1024 as many programs print it; "KiB" only 1024; "kb" 1000 bits.
+_PREFIXED_BITS = re.compile(r"(?P<p>[kmgt])(?P<i>i?)(?P<b>b)(?P<rate>/s|ps)?", re.I)
 
 # Units of one dimension compare by their scale: "5 GHz" is not "5 MHz", "90 min" is "1.5 h".
 _SCALES: dict[str, tuple[str, float]] = {
     "ms": ("s", 1e-3),
+    "us": ("s", 1e-6),
+    "ns": ("s", 1e-9),
+    "wk": ("s", 604800.0),
+    "mo": ("s", 2629746.0),  # a twelfth of a Gregorian year
+    "yr": ("s", 31556952.0),
     "min": ("s", 60.0),
     "h": ("s", 3600.0),
     "d": ("s", 86400.0),
@@ -93,9 +86,6 @@ _PREFIXED = {
     "khz": ("Hz", 1e3),
     "mhz": ("Hz", 1e6),
     "ghz": ("Hz", 1e9),
-    "kbps": ("bit/s", 1e3),
-    "mbps": ("bit/s", 1e6),
-    "gbps": ("bit/s", 1e9),
 }
 # A unit in an output's label ("size_mb: 5", "elapsed (s): 3"); "min" names a minimum there.
 LABEL_UNIT = re.compile(
@@ -106,13 +96,15 @@ LABEL_UNIT = re.compile(
                 s
                 for family in UNIT_FAMILIES.values()
                 for s in family
-                if s not in CURRENCY and not s.startswith("(?") and s not in ("mins?", "m", "d")
+                if s not in CURRENCY
+                and not s.startswith("(?")
+                and s not in ("mins?", "m", "d", "us")  # "us_sales" is not microseconds
             ),
             key=len,
             reverse=True,
         )
     )
-    + r")(?![A-Za-z])",
+    + r"|(?<=_)[sh])(?![A-Za-z])",  # "elapsed_s", "uptime_h"
     re.I,
 )
 
@@ -121,8 +113,14 @@ def scale_of(spelling: str) -> tuple[str, tuple[float, ...]]:
     """The dimension a unit spelling measures and the factors to its base ("KB": bytes, 1000
     or 1024)."""
     low = spelling.lower()
-    if low in BYTE_FACTORS:
-        return "bytes", BYTE_FACTORS[low]
+    prefixed = _PREFIXED_BITS.fullmatch(spelling)
+    if prefixed is not None:
+        power = "kmgt".index(prefixed["p"].lower()) + 1
+        byte = prefixed["b"] == "B"
+        family = ("bytes" if byte else "bits") + ("/s" if prefixed["rate"] else "")
+        if prefixed["i"]:
+            return family, (1024.0**power,)
+        return family, (1000.0**power, 1024.0**power) if byte else (1000.0**power,)
     if low in _PREFIXED:
         return _PREFIXED[low][0], (_PREFIXED[low][1],)
     family = CURRENCY.get(spelling) or family_of(spelling)
@@ -145,6 +143,41 @@ def mentions_unit(family: str, text: str) -> bool:
         if re.search(r"(?<![A-Za-z])" + pattern + r"(?![A-Za-z])", text, re.I):
             return True
     return False
+
+
+def unit_factors(spelling: str) -> tuple[float, ...]:
+    """The factors of a prefixed byte or bit spelling ("KB": 1000 or 1024), else (1.0,)."""
+    return scale_of(spelling)[1] if _PREFIXED_BITS.fullmatch(spelling) else (1.0,)
+
+
+# A duration in parts is one value: "1h30m", "1 hour 30 minutes", "1:30:00" (h:mm:ss).
+_H = r"(?:h|hrs?|hours?)"
+_M = r"(?:m|mins?|minutes?)"
+_S = r"(?:s|secs?|seconds?)"
+_AND = r"\s*(?:,|and)?\s*"
+DURATION = re.compile(
+    rf"""(?<![\w.:])(?:
+        (?P<h>\d+)\s?{_H}{_AND}(?P<hm>\d+)\s?{_M}(?:{_AND}(?P<hs>\d+(?:\.\d+)?)\s?{_S})?
+      | (?P<m>\d+)\s?{_M}{_AND}(?P<ms>\d+(?:\.\d+)?)\s?{_S}
+      | (?P<ch>\d{{1,3}}):(?P<cm>[0-5]\d):(?P<cs>[0-5]\d(?:\.\d+)?)
+    )(?![\w:])""",
+    re.X | re.I,
+)
+
+
+def durations_in(text: str) -> Iterator[tuple[float, float, re.Match[str]]]:
+    """Each compound duration: its seconds, the step of its last part, its match."""
+    for match in DURATION.finditer(text):
+        g = match.groupdict()
+        hours = g["h"] or g["ch"] or "0"
+        minutes = g["hm"] or g["m"] or g["cm"] or "0"
+        seconds = g["hs"] or g["ms"] or g["cs"]
+        step = 60.0
+        if seconds is not None:
+            decimals = len(seconds.partition(".")[2])
+            step = 10.0**-decimals
+        total = int(hours) * 3600 + int(minutes) * 60 + float(seconds or 0)
+        yield float(total), step, match
 
 
 # -- dates -------------------------------------------------------------------------------------
