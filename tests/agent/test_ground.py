@@ -608,6 +608,7 @@ def test_false_answers_read_exactly_are_refused(answer: str, stdout: str) -> Non
         ("It started at 9 pm.", "start: 21:00\n"),
         ("North has the most rows (31).", _COUNTS),
         ("There are 5 NaN values.", "nulls: 5\n"),
+        ("There are 5 missing (NaN) values.", "nulls: 5\n"),
     ],
 )
 def test_honest_answers_read_exactly_pass_too(answer: str, stdout: str) -> None:

@@ -258,9 +258,9 @@ _LINK_BEFORE = re.compile(
     r"\b(?:is|was|were|are|be|been|of|at|to|by|as|net|totall?ed|totals?|posted|reported)\s+$",
     re.I,
 )
-# "5 NaN values": NaN names what is counted, it is no value of its own.
+# "5 NaN values", "5 missing (NaN) values": NaN names what is counted, it is no value of its own.
 _NAN_NAMES = re.compile(
-    r"\s+(?:values?|entries|entry|rows?|cells?|counts?|records?|fields?|items?)\b", re.I
+    r"\)?\s+(?:values?|entries|entry|rows?|cells?|counts?|records?|fields?|items?)\b", re.I
 )
 _TRUNCATED = re.compile(r"\btruncat\w*|\bfloor\w*|\brounded\s+down\b", re.I)
 _ORDINAL = re.compile(r"(?:st|nd|rd|th)(?![A-Za-z])", re.I)
