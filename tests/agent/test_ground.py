@@ -578,6 +578,8 @@ _COUNTS = "region\nNorth    31\nSouth    27\nName: count, dtype: int64\n"
         ("It started at 9 pm.", "start: 9\n"),
         ("It finished at 1:30 pm.", "finish: 01:30\n"),
         ("It finished at 9 am.", "finish: 21:00\n"),
+        ("Net income was weak (300).", "net_income: 300\n"),  # accounting: -300
+        ("The run took 50 us.", "elapsed: 50 ms\n"),
     ],
 )
 def test_false_answers_read_exactly_are_refused(answer: str, stdout: str) -> None:
@@ -608,6 +610,7 @@ def test_false_answers_read_exactly_are_refused(answer: str, stdout: str) -> Non
         ("It started at 9 pm.", "start: 21:00\n"),
         ("North has the most rows (31).", _COUNTS),
         ("There are 5 NaN values.", "nulls: 5\n"),
+        ("There are 50 US states.", "states: 50\n"),
         ("There are 5 missing (NaN) values.", "nulls: 5\n"),
     ],
 )

@@ -258,6 +258,12 @@ _LINK_BEFORE = re.compile(
     r"\b(?:is|was|were|are|be|been|of|at|to|by|as|net|totall?ed|totals?|posted|reported)\s+$",
     re.I,
 )
+# "Net income (300)": money words make parentheses a sign wherever they stand.
+_MONEY_BEFORE = re.compile(
+    r"\b(?:income|profit|loss|revenue|sales|balance|cost|expenses?|cash|margin|earnings|"
+    r"ebitda|net|deficit|debt|equity|amount|price|budget|spend\w*|p&l)\b",
+    re.I,
+)
 # "5 NaN values", "5 missing (NaN) values": NaN names what is counted, it is no value of its own.
 _NAN_NAMES = re.compile(
     r"\)?\s+(?:values?|entries|entry|rows?|cells?|counts?|records?|fields?|items?)\b", re.I
@@ -509,6 +515,7 @@ def _aside(match: re.Match[str], before: str) -> bool:
         not (match["cur"] or match["sign"])
         and _PROSE_BEFORE.search(before) is not None
         and _LINK_BEFORE.search(before) is None
+        and _MONEY_BEFORE.search(before) is None
     )
 
 

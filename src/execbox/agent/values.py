@@ -30,7 +30,7 @@ UNIT_FAMILIES: dict[str, tuple[str, ...]] = {
     "ml": ("ml", "millilit(?:er|re)s?"),
     "s": ("seconds?", "secs?", r"(?<=\d)s"),
     "ms": ("ms", "milliseconds?"),
-    "us": ("\u03bcs", "us", "microseconds?"),
+    "us": ("\u03bcs", "(?-i:us)", "microseconds?"),  # "50 US states" is no time
     "ns": ("ns", "nanoseconds?"),
     "min": ("minutes?", "mins?"),
     "h": ("hours?", "hrs?", r"(?<=\d)h"),
@@ -96,9 +96,7 @@ LABEL_UNIT = re.compile(
                 s
                 for family in UNIT_FAMILIES.values()
                 for s in family
-                if s not in CURRENCY
-                and not s.startswith("(?")
-                and s not in ("mins?", "m", "d", "us")  # "us_sales" is not microseconds
+                if s not in CURRENCY and not s.startswith("(?") and s not in ("mins?", "m", "d")
             ),
             key=len,
             reverse=True,
