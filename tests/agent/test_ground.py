@@ -559,6 +559,7 @@ _COUNTS = "region\nNorth    31\nSouth    27\nName: count, dtype: int64\n"
     [
         ("The duration is 1h30m.", "duration: 1h03m\n"),  # the minutes were dropped
         ("It took 1h30m.", "elapsed: 1.3 hours\n"),
+        ("It took 1h30.", "elapsed: 1.3 hours\n"),
         ("It took 1 hour 30 minutes.", "elapsed_s: 5000\n"),
         ("It took 1:30:00.", "elapsed_s: 5000\n"),
         ("It took 1 hour.", "elapsed: 1h45m\n"),  # a piece of a compound duration
@@ -595,6 +596,7 @@ def test_false_answers_read_exactly_are_refused(answer: str, stdout: str) -> Non
         ("It took 1 hour 30 minutes.", "elapsed: 1:30:00\n"),
         ("It took 1:30:00.", "elapsed_s: 5400\n"),
         ("It took 2m30s.", "elapsed_s: 150\n"),
+        ("It took 1h30.", "elapsed_s: 5400\n"),
         ("The mean is 3.2.", "mean: 3.19\n"),
         ("Pi is 3.1415, truncated.", "pi: 3.14159\n"),
         ("The 25th percentile is 85.", _DESCRIBE),

@@ -156,6 +156,7 @@ _AND = r"\s*(?:,|and)?\s*"
 DURATION = re.compile(
     rf"""(?<![\w.:])(?:
         (?P<h>\d+)\s?{_H}{_AND}(?P<hm>\d+)\s?{_M}(?:{_AND}(?P<hs>\d+(?:\.\d+)?)\s?{_S})?
+      | (?P<gh>\d+)h(?P<gm>[0-5]\d)  # "1h30": glued, the minutes need no unit
       | (?P<m>\d+)\s?{_M}{_AND}(?P<ms>\d+(?:\.\d+)?)\s?{_S}
       | (?P<ch>\d{{1,3}}):(?P<cm>[0-5]\d):(?P<cs>[0-5]\d(?:\.\d+)?)
     )(?![\w:])""",
@@ -167,8 +168,8 @@ def durations_in(text: str) -> Iterator[tuple[float, float, re.Match[str]]]:
     """Each compound duration: its seconds, the step of its last part, its match."""
     for match in DURATION.finditer(text):
         g = match.groupdict()
-        hours = g["h"] or g["ch"] or "0"
-        minutes = g["hm"] or g["m"] or g["cm"] or "0"
+        hours = g["h"] or g["gh"] or g["ch"] or "0"
+        minutes = g["hm"] or g["gm"] or g["m"] or g["cm"] or "0"
         seconds = g["hs"] or g["ms"] or g["cs"]
         step = 60.0
         if seconds is not None:
