@@ -453,29 +453,26 @@ def _coalesced(
 def _gap_ends(text: str, at: int) -> list[int]:
     """Where a run of marks from `at` may end (`at` itself first): at most MAX_GAP of them,
     with at most MAX_GAP_BREAKS line breaks."""
-    out, breaks = [at], 0
-    for pos in range(at, min(len(text), at + MAX_GAP)):
-        c = text[pos]
-        if c not in _GAP:
-            break
-        breaks += c in "\r\n"
-        if breaks > MAX_GAP_BREAKS:
-            break
-        out.append(pos + 1)
-    return out
+    return _gap(text, at, range(at, min(len(text), at + MAX_GAP)), 1)
 
 
 def _gap_starts(text: str, at: int) -> list[int]:
     """Where a run of marks ending at `at` may start (`at` itself first); see `_gap_ends`."""
+    return _gap(text, at, range(at - 1, max(-1, at - 1 - MAX_GAP), -1), 0)
+
+
+def _gap(text: str, at: int, positions: range, past: int) -> list[int]:
+    """The bounds of a run of marks met walking `positions` away from `at`: each mark read
+    moves the bound to its own position plus `past` (1 walking forwards, 0 backwards)."""
     out, breaks = [at], 0
-    for pos in range(at - 1, max(-1, at - 1 - MAX_GAP), -1):
+    for pos in positions:
         c = text[pos]
         if c not in _GAP:
             break
         breaks += c in "\r\n"
         if breaks > MAX_GAP_BREAKS:
             break
-        out.append(pos)
+        out.append(pos + past)
     return out
 
 
