@@ -30,7 +30,6 @@ from .backend import (
     LocalBackend,
     RunSpec,
     SandboxBackend,
-    sandbox_spec,
 )
 from .budget import Budget, Reservation
 from .cache import DEFAULT_TTL_S, cache_key, cacheable
@@ -908,11 +907,6 @@ def program_kind(imports: frozenset[str] | None) -> str:
 
 
 _STDLIB = frozenset(sys.stdlib_module_names)
-
-
-def _spec(limits: Limits, request: RunRequest) -> dict[str, Any]:
-    """The sandbox's view of a request (see `backend.sandbox_spec`)."""
-    return sandbox_spec(limits, request.env, [(f.name, f.data) for f in request.files])
 
 
 def run(

@@ -20,7 +20,8 @@ import pytest
 from probes import host_internals, host_stats, wait_heavy
 
 from execbox import Executor, Limits, RunResult, Status
-from execbox.executor import _spec, make_request, program_kind
+from execbox.backend import sandbox_spec
+from execbox.executor import make_request, program_kind
 from execbox.image import Image
 from execbox.sandbox.host.errors import HostError
 from execbox.sandbox.host.slot import Slot
@@ -196,7 +197,7 @@ def test_a_supervisor_refuses_code_sent_straight_with_limits_its_slot_does_not_h
     host = host_internals(ex)
     slot = _offered(host.pool.take("light", 5.0))
     request = make_request("print(1)", limits=Limits(memory_mib=64))
-    spec = _spec(request.limits, request)
+    spec = sandbox_spec(request.limits, request.env, [(f.name, f.data) for f in request.files])
     slot.staged = dict(slot.staged, memory_bytes=64 << 20)  # the host's bookkeeping is wrong
     with pytest.raises(HostError, match="protocol: a RUN with limits"):
         host.execute(
@@ -333,7 +334,7 @@ def test_a_run_sent_the_short_way_is_timed_from_the_hosts_send(jailed_one_slot: 
     host = host_internals(ex)
     slot = _offered(host.pool.take("light", 5.0))
     request = make_request("import time\ntime.sleep(0.1)\nprint('slept')")
-    spec = _spec(request.limits, request)
+    spec = sandbox_spec(request.limits, request.env, [(f.name, f.data) for f in request.files])
     assert slot.staged_for(spec), "control: this run takes the short way"
     box: list[object] = []
     sending = threading.Event()
