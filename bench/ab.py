@@ -29,6 +29,7 @@ WARMUP = 30
 LATENCY_RUNS = 200
 THROUGHPUT_S = 4.0
 CLIENTS = 4
+HUMANEVAL_PASSES = 3  # one pass is ~1 s, too short to outlast the machine's swings
 
 
 def _child() -> None:
@@ -77,12 +78,15 @@ def _child() -> None:
             problems = he.load_problems()
             canonical = he.canonical_samples(problems)
             c0 = cpu_ms()
-            t = time.perf_counter()
-            evaluation = he.evaluate(ex, canonical, problems, timeout_s=he.DEFAULT_TIMEOUT_S)
-            wall = time.perf_counter() - t
-            out["humaneval_cpu_ms"] = (cpu_ms() - c0) / len(problems)
-            assert sum(bool(r["passed"]) for r in evaluation.rows) == len(problems)
-            out["humaneval_per_s"] = len(problems) / wall
+            wall = 0.0
+            for _ in range(HUMANEVAL_PASSES):
+                t = time.perf_counter()
+                evaluation = he.evaluate(ex, canonical, problems, timeout_s=he.DEFAULT_TIMEOUT_S)
+                wall += time.perf_counter() - t
+                assert sum(bool(r["passed"]) for r in evaluation.rows) == len(problems)
+            solved = HUMANEVAL_PASSES * len(problems)
+            out["humaneval_cpu_ms"] = (cpu_ms() - c0) / solved
+            out["humaneval_per_s"] = solved / wall
     finally:
         leave_cpuacct_group(cgroup)
     print(json.dumps(out))
