@@ -129,6 +129,15 @@ def _key_store(db: str | None) -> KeyStore:
     help="Longest max_lifetime_s a session may ask for (seconds).",
 )
 @click.option(
+    "--session-starts-per-key",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Sessions one key may have starting at once; past it, 429 with "
+    "Retry-After. A start is CPU-bound: this keeps one key's flood of starts "
+    "from taking every core.",
+)
+@click.option(
     "--stream-buffer-kib",
     default=1024,
     show_default=True,
@@ -204,6 +213,7 @@ def serve(
     max_sessions: int | None,
     max_session_idle: int,
     max_session_lifetime: int,
+    session_starts_per_key: int,
     stream_buffer_kib: int,
     header_timeout: float,
     body_timeout: float,
@@ -245,6 +255,7 @@ def serve(
         artifact_ttl_s=float(artifact_ttl),
         max_session_idle_s=float(max_session_idle),
         max_session_lifetime_s=float(max_session_lifetime),
+        session_starts_per_key=session_starts_per_key,
         stream_buffer_bytes=stream_buffer_kib << 10,
         header_timeout_s=header_timeout,
         body_timeout_s=body_timeout,

@@ -89,6 +89,9 @@ class Settings:
     """Longest `idle_timeout_s` a session may ask for (server policy)."""
     max_session_lifetime_s: float = 86400.0
     """Longest `max_lifetime_s` a session may ask for (server policy)."""
+    session_starts_per_key: int = 1
+    """Sessions one key may have starting at once (past it, 429): a start is CPU-bound (an
+    interpreter's import), so one key's flood of starts keeps to one core of the server's."""
     header_timeout_s: float = 10.0
     """A request's line and headers must arrive within this long (else 408 and closed)."""
     body_timeout_s: float = 60.0
@@ -125,7 +128,11 @@ class Shares:
 class SessionRegistry:
     """Live sessions by id, each with its tenant. A tenant finds only its own."""
 
-    def __init__(self) -> None:
+    def __init__(self, starts_per_key: int | None = None) -> None:
+        """`starts_per_key`: sessions one key may have starting at once (None: no cap)."""
+        if starts_per_key is not None and starts_per_key < 1:
+            raise ValueError(f"starts_per_key is at least 1, not {starts_per_key}")
+        self.starts_per_key = starts_per_key
         self._lock = threading.Lock()
         self._sessions: dict[str, tuple[str, Session]] = {}
         self._ended: OrderedDict[str, tuple[str, EndedSession]] = OrderedDict()
@@ -141,6 +148,16 @@ class SessionRegistry:
             for owner, _ in self._sessions.values():
                 held[owner] = held.get(owner, 0) + 1
             mine = held.get(tenant.name, 0)
+            starting = self._pending.get(tenant.name, 0)
+            if self.starts_per_key is not None and starting >= self.starts_per_key:
+                raise ApiError(
+                    429,
+                    "session_starts",
+                    f"key {tenant.name!r} may have {self.starts_per_key} session(s) starting "
+                    "at once (execbox serve --session-starts-per-key); retry when one has "
+                    "started",
+                    retry_after=1,
+                )
             if mine >= tenant.max_sessions:
                 raise ApiError(
                     429,
@@ -226,7 +243,7 @@ class ServerState:
         self.keys: KeyStore | None = None
         self.quotas = Quotas()
         self.backoff = Backoff()
-        self.sessions = SessionRegistry()
+        self.sessions = SessionRegistry(settings.session_starts_per_key)
         self.metrics = Metrics(
             lambda: float(self.sessions.active()),
             lambda: float(self._executor.pool_size if self._executor else 0),
