@@ -16,8 +16,10 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
+import pytest
 from click.testing import CliRunner
 from conftest import Api, own_server
 from probes import wait_until
@@ -26,6 +28,7 @@ import execbox
 from execbox.cli import main
 from execbox.server import Settings, create_app
 from execbox.server.background import serving
+from execbox.server.state import SESSION_START_BURST
 
 MIB = 1 << 20
 BUSY_CELL = "import time\nprint('go', flush=True)\ntime.sleep({s})"
@@ -296,6 +299,68 @@ def test_each_key_is_guaranteed_its_share_of_the_sessions(tmp_path: Path) -> Non
             assert b.post("/v1/sessions", json={}).status_code == 201
 
 
+def test_a_keys_second_concurrent_session_start_is_429_while_another_key_starts(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start is CPU-bound: one key starts one session at a time, other keys are not held."""
+    flooder, flood_key = api.key("starter")
+    _, other_key = api.key("other")
+    release = threading.Event()
+    real_session = api.executor.session
+
+    def held(**kwargs: Any) -> Any:
+        if kwargs.get("tenant") == flooder:  # the flooder's first start stays in progress
+            assert release.wait(60)
+        return real_session(**kwargs)
+
+    monkeypatch.setattr(api.executor, "session", held)
+    with (
+        own_server(api.executor) as (url, state),
+        httpx.Client(base_url=url, headers={"Authorization": f"Bearer {flood_key}"}) as a,
+        httpx.Client(base_url=url, headers={"Authorization": f"Bearer {other_key}"}) as b,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        first = pool.submit(a.post, "/v1/sessions", json={}, timeout=90)
+        sids = []
+        try:
+            assert wait_until(lambda: state.sessions._pending.get(flooder), 30)
+            second = a.post("/v1/sessions", json={})
+            assert second.status_code == 429 and _code(second) == "session_starts"
+            assert second.headers["retry-after"] == "1"
+            assert "--session-starts-per-key" in second.json()["error"]["message"]
+            other = b.post("/v1/sessions", json={}, timeout=60)
+            assert other.status_code == 201, other.text
+            sids.append(other.json()["session_id"])
+        finally:
+            release.set()
+            created = first.result()
+        assert created.status_code == 201
+        sids.append(created.json()["session_id"])
+        for sid in sids:
+            api.executor.get_session(sid).close()
+
+
+def test_a_key_starts_sessions_at_its_rate_after_a_burst(api: Api) -> None:
+    _, key = api.key("burst", sessions=8)
+    with (
+        own_server(api.executor, session_starts_per_s=0.01) as (url, _),
+        httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as a,
+    ):
+        sids = []
+        try:
+            for _ in range(SESSION_START_BURST):
+                created = a.post("/v1/sessions", json={})
+                assert created.status_code == 201, created.text
+                sids.append(created.json()["session_id"])
+            refused = a.post("/v1/sessions", json={})
+            assert refused.status_code == 429 and _code(refused) == "session_starts"
+            assert 1 <= int(refused.headers["retry-after"]) <= 100
+            assert "--session-starts-per-s" in refused.json()["error"]["message"]
+        finally:
+            for sid in sids:
+                api.executor.get_session(sid).close()
+
+
 def test_session_idle_and_lifetime_are_capped_by_server_policy(alice: httpx.Client) -> None:
     for field, value in (("idle_timeout_s", 86400), ("max_lifetime_s", 7 * 86400)):
         refused = alice.post("/v1/sessions", json={field: value})
@@ -316,6 +381,8 @@ def test_serve_has_the_session_and_connection_options() -> None:
         "--tenant-result-mib",
         "--listen-backlog",
         "--max-request-bodies-mib",
+        "--session-starts-per-key",
+        "--session-starts-per-s",
     ):
         assert option in help_text
 

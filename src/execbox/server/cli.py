@@ -138,6 +138,13 @@ def _key_store(db: str | None) -> KeyStore:
     "from taking every core.",
 )
 @click.option(
+    "--session-starts-per-s",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(0, min_open=True),
+    help="Sessions one key may start a second, spaced evenly; past it, 429 with Retry-After.",
+)
+@click.option(
     "--stream-buffer-kib",
     default=1024,
     show_default=True,
@@ -214,6 +221,7 @@ def serve(
     max_session_idle: int,
     max_session_lifetime: int,
     session_starts_per_key: int,
+    session_starts_per_s: float,
     stream_buffer_kib: int,
     header_timeout: float,
     body_timeout: float,
@@ -256,6 +264,7 @@ def serve(
         max_session_idle_s=float(max_session_idle),
         max_session_lifetime_s=float(max_session_lifetime),
         session_starts_per_key=session_starts_per_key,
+        session_starts_per_s=session_starts_per_s,
         stream_buffer_bytes=stream_buffer_kib << 10,
         header_timeout_s=header_timeout,
         body_timeout_s=body_timeout,
