@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 from click.testing import CliRunner
 from conftest import Api, own_server
 from probes import wait_until
@@ -27,6 +28,7 @@ from probes import wait_until
 import execbox
 from execbox.cli import main
 from execbox.server import Settings, create_app
+from execbox.server.auth import KeyStore
 from execbox.server.background import serving
 from execbox.server.state import SESSION_START_BURST
 
@@ -302,14 +304,20 @@ def test_each_key_is_guaranteed_its_share_of_the_sessions(tmp_path: Path) -> Non
 def test_a_keys_second_concurrent_session_start_is_429_while_another_key_starts(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A start is CPU-bound: one key starts one session at a time, other keys are not held."""
+    """A start is CPU-bound: one key starts one session at a time (or its own cap from the
+    keys file), other keys are not held."""
     flooder, flood_key = api.key("starter")
     _, other_key = api.key("other")
+    pair = f"pair-{flooder}"
+    pair_key = api.keys.create(pair, session_starts=2)
     release = threading.Event()
+    held_once: set[str] = set()
     real_session = api.executor.session
 
     def held(**kwargs: Any) -> Any:
-        if kwargs.get("tenant") == flooder:  # the flooder's first start stays in progress
+        tenant = kwargs.get("tenant")
+        if tenant in (flooder, pair) and tenant not in held_once:  # the first stays starting
+            held_once.add(tenant)
             assert release.wait(60)
         return real_session(**kwargs)
 
@@ -318,26 +326,46 @@ def test_a_keys_second_concurrent_session_start_is_429_while_another_key_starts(
         own_server(api.executor) as (url, state),
         httpx.Client(base_url=url, headers={"Authorization": f"Bearer {flood_key}"}) as a,
         httpx.Client(base_url=url, headers={"Authorization": f"Bearer {other_key}"}) as b,
-        ThreadPoolExecutor(1) as pool,
+        httpx.Client(base_url=url, headers={"Authorization": f"Bearer {pair_key}"}) as c,
+        ThreadPoolExecutor(2) as pool,
     ):
-        first = pool.submit(a.post, "/v1/sessions", json={}, timeout=90)
+        firsts = [
+            pool.submit(client.post, "/v1/sessions", json={}, timeout=90) for client in (a, c)
+        ]
         sids = []
         try:
-            assert wait_until(lambda: state.sessions._pending.get(flooder), 30)
+            assert wait_until(lambda: set(state.sessions._pending) >= {flooder, pair}, 30)
             second = a.post("/v1/sessions", json={})
             assert second.status_code == 429 and _code(second) == "session_starts"
             assert second.headers["retry-after"] == "1"
             assert "--session-starts-per-key" in second.json()["error"]["message"]
-            other = b.post("/v1/sessions", json={}, timeout=60)
-            assert other.status_code == 201, other.text
-            sids.append(other.json()["session_id"])
+            for client in (b, c):  # another key; a key allowed two starts at once
+                created = client.post("/v1/sessions", json={}, timeout=60)
+                assert created.status_code == 201, created.text
+                sids.append(created.json()["session_id"])
         finally:
             release.set()
-            created = first.result()
-        assert created.status_code == 201
-        sids.append(created.json()["session_id"])
+            answers = [first.result() for first in firsts]
+        assert [answer.status_code for answer in answers] == [201, 201]
+        sids += [answer.json()["session_id"] for answer in answers]
         for sid in sids:
             api.executor.get_session(sid).close()
+
+
+def test_keys_made_before_session_start_caps_get_the_column(tmp_path: Path) -> None:
+    engine = sa.create_engine(f"sqlite:///{tmp_path}/old.db")
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "CREATE TABLE api_keys (name VARCHAR(100) PRIMARY KEY, key_sha256 VARCHAR(64) "
+                "NOT NULL UNIQUE, created_at FLOAT NOT NULL, revoked_at FLOAT, max_concurrent "
+                "INTEGER NOT NULL, max_sessions INTEGER NOT NULL, rpm INTEGER NOT NULL)"
+            )
+        )
+    keys = KeyStore(engine)
+    tenant = keys.authenticate(keys.create("later", session_starts=3))
+    assert tenant is not None and tenant.session_starts == 3 and tenant.role == "tenant"
+    assert [k.session_starts for k in keys.list()] == [3]
 
 
 def test_a_key_starts_sessions_at_its_rate_after_a_burst(api: Api) -> None:
@@ -385,6 +413,7 @@ def test_serve_has_the_session_and_connection_options() -> None:
         "--session-starts-per-s",
     ):
         assert option in help_text
+    assert "--session-starts" in CliRunner().invoke(main, ["keys", "create", "--help"]).output
 
 
 # ---- finding 10: slow and greedy clients --------------------------------------------------

@@ -321,13 +321,25 @@ def keys() -> None:
     help="Requests per minute (every request with the key, refused ones too).",
 )
 @click.option(
+    "--session-starts",
+    default=None,
+    type=click.IntRange(1),
+    help="Sessions starting at once (default: the server's --session-starts-per-key).",
+)
+@click.option(
     "--admin",
     is_flag=True,
     help="An admin key: reads /metrics (every tenant's counts), runs no code.",
 )
 @click.option("--db", default=None, help="Records database URL.")
 def create_key(
-    name: str, concurrent: int, sessions: int, rpm: int, admin: bool, db: str | None
+    name: str,
+    concurrent: int,
+    sessions: int,
+    rpm: int,
+    session_starts: int | None,
+    admin: bool,
+    db: str | None,
 ) -> None:
     """Create a key named NAME (the tenant) and print it; it is shown only this once."""
     from .auth import ADMIN, TENANT
@@ -339,6 +351,7 @@ def create_key(
             max_sessions=sessions,
             rpm=rpm,
             role=ADMIN if admin else TENANT,
+            session_starts=session_starts,
         )
     except ExecboxError as exc:
         click.echo(f"execbox: {exc}", err=True)
@@ -377,4 +390,5 @@ def list_keys(db: str | None) -> None:
         click.echo(
             f"{info.name}\t{state}\tcreated {created}\tconcurrent {info.max_concurrent}"
             f"\tsessions {info.max_sessions}\trpm {info.rpm}"
+            + (f"\tsession starts {info.session_starts}" if info.session_starts else "")
         )

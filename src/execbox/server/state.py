@@ -160,13 +160,14 @@ class SessionRegistry:
                 held[owner] = held.get(owner, 0) + 1
             mine = held.get(tenant.name, 0)
             starting = self._pending.get(tenant.name, 0)
-            if self.starts_per_key is not None and starting >= self.starts_per_key:
+            most = tenant.session_starts or self.starts_per_key
+            if most is not None and starting >= most:
                 raise ApiError(
                     429,
                     "session_starts",
-                    f"key {tenant.name!r} may have {self.starts_per_key} session(s) starting "
-                    "at once (execbox serve --session-starts-per-key); retry when one has "
-                    "started",
+                    f"key {tenant.name!r} may have {most} session(s) starting at once "
+                    "(execbox keys create --session-starts, else execbox serve "
+                    "--session-starts-per-key); retry when one has started",
                     retry_after=1,
                 )
             tokens = self._start_token(tenant.name)
