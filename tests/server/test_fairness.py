@@ -16,8 +16,11 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
+import pytest
+import sqlalchemy as sa
 from click.testing import CliRunner
 from conftest import Api, own_server
 from probes import wait_until
@@ -25,7 +28,9 @@ from probes import wait_until
 import execbox
 from execbox.cli import main
 from execbox.server import Settings, create_app
+from execbox.server.auth import KeyStore
 from execbox.server.background import serving
+from execbox.server.state import SESSION_START_BURST
 
 MIB = 1 << 20
 BUSY_CELL = "import time\nprint('go', flush=True)\ntime.sleep({s})"
@@ -296,6 +301,94 @@ def test_each_key_is_guaranteed_its_share_of_the_sessions(tmp_path: Path) -> Non
             assert b.post("/v1/sessions", json={}).status_code == 201
 
 
+def test_a_keys_second_concurrent_session_start_is_429_while_another_key_starts(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start is CPU-bound: one key starts one session at a time (or its own cap from the
+    keys file), other keys are not held."""
+    flooder, flood_key = api.key("starter")
+    _, other_key = api.key("other")
+    pair = f"pair-{flooder}"
+    pair_key = api.keys.create(pair, session_starts=2)
+    release = threading.Event()
+    held_once: set[str] = set()
+    real_session = api.executor.session
+
+    def held(**kwargs: Any) -> Any:
+        tenant = kwargs.get("tenant")
+        if tenant in (flooder, pair) and tenant not in held_once:  # the first stays starting
+            held_once.add(tenant)
+            assert release.wait(60)
+        return real_session(**kwargs)
+
+    monkeypatch.setattr(api.executor, "session", held)
+    with (
+        own_server(api.executor) as (url, state),
+        httpx.Client(base_url=url, headers={"Authorization": f"Bearer {flood_key}"}) as a,
+        httpx.Client(base_url=url, headers={"Authorization": f"Bearer {other_key}"}) as b,
+        httpx.Client(base_url=url, headers={"Authorization": f"Bearer {pair_key}"}) as c,
+        ThreadPoolExecutor(2) as pool,
+    ):
+        firsts = [
+            pool.submit(client.post, "/v1/sessions", json={}, timeout=90) for client in (a, c)
+        ]
+        sids = []
+        try:
+            assert wait_until(lambda: set(state.sessions._pending) >= {flooder, pair}, 30)
+            second = a.post("/v1/sessions", json={})
+            assert second.status_code == 429 and _code(second) == "session_starts"
+            assert second.headers["retry-after"] == "1"
+            assert "--session-starts-per-key" in second.json()["error"]["message"]
+            for client in (b, c):  # another key; a key allowed two starts at once
+                created = client.post("/v1/sessions", json={}, timeout=60)
+                assert created.status_code == 201, created.text
+                sids.append(created.json()["session_id"])
+        finally:
+            release.set()
+            answers = [first.result() for first in firsts]
+        assert [answer.status_code for answer in answers] == [201, 201]
+        sids += [answer.json()["session_id"] for answer in answers]
+        for sid in sids:
+            api.executor.get_session(sid).close()
+
+
+def test_keys_made_before_session_start_caps_get_the_column(tmp_path: Path) -> None:
+    engine = sa.create_engine(f"sqlite:///{tmp_path}/old.db")
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "CREATE TABLE api_keys (name VARCHAR(100) PRIMARY KEY, key_sha256 VARCHAR(64) "
+                "NOT NULL UNIQUE, created_at FLOAT NOT NULL, revoked_at FLOAT, max_concurrent "
+                "INTEGER NOT NULL, max_sessions INTEGER NOT NULL, rpm INTEGER NOT NULL)"
+            )
+        )
+    keys = KeyStore(engine)
+    tenant = keys.authenticate(keys.create("later", session_starts=3))
+    assert tenant is not None and tenant.session_starts == 3 and tenant.role == "tenant"
+    assert [k.session_starts for k in keys.list()] == [3]
+
+
+def test_a_key_starts_sessions_at_its_rate_after_a_burst(api: Api) -> None:
+    _, key = api.key("burst", sessions=8)
+    with (
+        own_server(api.executor, session_starts_per_s=0.01) as (url, _),
+        httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as a,
+    ):
+        sids = []
+        try:
+            for _ in range(SESSION_START_BURST):
+                created = a.post("/v1/sessions", json={})
+                assert created.status_code == 201, created.text
+                sids.append(created.json()["session_id"])
+            refused = a.post("/v1/sessions", json={})
+            assert refused.status_code == 429 and _code(refused) == "session_starts"
+            assert 1 <= int(refused.headers["retry-after"]) <= 100
+            assert "--session-starts-per-s" in refused.json()["error"]["message"]
+        finally:
+            for sid in sids:
+                api.executor.get_session(sid).close()
+
+
 def test_session_idle_and_lifetime_are_capped_by_server_policy(alice: httpx.Client) -> None:
     for field, value in (("idle_timeout_s", 86400), ("max_lifetime_s", 7 * 86400)):
         refused = alice.post("/v1/sessions", json={field: value})
@@ -316,8 +409,11 @@ def test_serve_has_the_session_and_connection_options() -> None:
         "--tenant-result-mib",
         "--listen-backlog",
         "--max-request-bodies-mib",
+        "--session-starts-per-key",
+        "--session-starts-per-s",
     ):
         assert option in help_text
+    assert "--session-starts" in CliRunner().invoke(main, ["keys", "create", "--help"]).output
 
 
 # ---- finding 10: slow and greedy clients --------------------------------------------------

@@ -35,6 +35,8 @@ api_keys = sa.Table(
     sa.Column("max_sessions", sa.Integer, nullable=False),
     sa.Column("rpm", sa.Integer, nullable=False),
     sa.Column("role", sa.String(16), nullable=False, server_default=TENANT),
+    # Sessions the key may have starting at once; NULL: the server's --session-starts-per-key.
+    sa.Column("session_starts", sa.Integer),
 )
 
 tenant_runs = sa.Table(
@@ -55,6 +57,8 @@ class Tenant:
     max_sessions: int
     rpm: int
     role: str = TENANT
+    session_starts: int | None = None
+    """Sessions it may have starting at once (None: the server's setting)."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,7 @@ class KeyInfo:
     max_sessions: int
     rpm: int
     role: str
+    session_starts: int | None
 
 
 class KeyRevoked(Exception):
@@ -82,7 +87,7 @@ class KeyStore:
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
         _meta.create_all(engine)
-        _add_role_column(engine)
+        _add_columns(engine)
 
     def create(
         self,
@@ -92,6 +97,7 @@ class KeyStore:
         max_sessions: int = 4,
         rpm: int = 600,
         role: str = TENANT,
+        session_starts: int | None = None,
     ) -> str:
         """Store a new key and return it; it is shown once and never stored in clear."""
         if not name or len(name) > 100 or not name.isprintable():
@@ -100,6 +106,8 @@ class KeyStore:
             raise UsageError(f"a key's role is {TENANT!r} or {ADMIN!r}, not {role!r}")
         if min(max_concurrent, max_sessions, rpm) < 0:
             raise UsageError("key limits must be >= 0")
+        if session_starts is not None and session_starts < 1:
+            raise UsageError(f"a key's session starts at once are >= 1, not {session_starts}")
         key = KEY_PREFIX + secrets.token_urlsafe(32)
         try:
             with self.engine.begin() as conn:
@@ -112,6 +120,7 @@ class KeyStore:
                         max_sessions=max_sessions,
                         rpm=rpm,
                         role=role,
+                        session_starts=session_starts,
                     )
                 )
         except sa.exc.IntegrityError as exc:
@@ -147,7 +156,12 @@ class KeyStore:
         if row["revoked_at"] is not None:
             raise KeyRevoked(row["name"])
         return Tenant(
-            row["name"], row["max_concurrent"], row["max_sessions"], row["rpm"], row["role"]
+            row["name"],
+            row["max_concurrent"],
+            row["max_sessions"],
+            row["rpm"],
+            row["role"],
+            row["session_starts"],
         )
 
     def session_quotas(self) -> dict[str, int]:
@@ -181,18 +195,18 @@ class KeyStore:
             return int(conn.scalar(query) or 0)
 
 
-def _add_role_column(engine: sa.Engine) -> None:
-    """Databases made before keys had roles: every key there is a tenant's."""
-    columns = {c["name"] for c in sa.inspect(engine).get_columns("api_keys")}
-    if "role" not in columns:
+def _add_columns(engine: sa.Engine) -> None:
+    """Databases made before keys had roles (every key there is a tenant's) or their own
+    session-start caps (each takes the server's)."""
+    for name, ddl in (
+        ("role", f"VARCHAR(16) NOT NULL DEFAULT '{TENANT}'"),
+        ("session_starts", "INTEGER"),
+    ):
+        if name in {c["name"] for c in sa.inspect(engine).get_columns("api_keys")}:
+            continue
         try:
             with engine.begin() as conn:
-                conn.execute(
-                    sa.text(
-                        "ALTER TABLE api_keys ADD COLUMN role VARCHAR(16) "
-                        f"NOT NULL DEFAULT '{TENANT}'"
-                    )
-                )
+                conn.execute(sa.text(f"ALTER TABLE api_keys ADD COLUMN {name} {ddl}"))
         except sa.exc.DBAPIError:  # another process added it first
-            if "role" not in {c["name"] for c in sa.inspect(engine).get_columns("api_keys")}:
+            if name not in {c["name"] for c in sa.inspect(engine).get_columns("api_keys")}:
                 raise

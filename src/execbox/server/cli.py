@@ -129,6 +129,22 @@ def _key_store(db: str | None) -> KeyStore:
     help="Longest max_lifetime_s a session may ask for (seconds).",
 )
 @click.option(
+    "--session-starts-per-key",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Sessions one key may have starting at once; past it, 429 with "
+    "Retry-After. A start is CPU-bound: this keeps one key's flood of starts "
+    "from taking every core.",
+)
+@click.option(
+    "--session-starts-per-s",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(0, min_open=True),
+    help="Sessions one key may start a second, spaced evenly; past it, 429 with Retry-After.",
+)
+@click.option(
     "--stream-buffer-kib",
     default=1024,
     show_default=True,
@@ -204,6 +220,8 @@ def serve(
     max_sessions: int | None,
     max_session_idle: int,
     max_session_lifetime: int,
+    session_starts_per_key: int,
+    session_starts_per_s: float,
     stream_buffer_kib: int,
     header_timeout: float,
     body_timeout: float,
@@ -245,6 +263,8 @@ def serve(
         artifact_ttl_s=float(artifact_ttl),
         max_session_idle_s=float(max_session_idle),
         max_session_lifetime_s=float(max_session_lifetime),
+        session_starts_per_key=session_starts_per_key,
+        session_starts_per_s=session_starts_per_s,
         stream_buffer_bytes=stream_buffer_kib << 10,
         header_timeout_s=header_timeout,
         body_timeout_s=body_timeout,
@@ -301,13 +321,25 @@ def keys() -> None:
     help="Requests per minute (every request with the key, refused ones too).",
 )
 @click.option(
+    "--session-starts",
+    default=None,
+    type=click.IntRange(1),
+    help="Sessions starting at once (default: the server's --session-starts-per-key).",
+)
+@click.option(
     "--admin",
     is_flag=True,
     help="An admin key: reads /metrics (every tenant's counts), runs no code.",
 )
 @click.option("--db", default=None, help="Records database URL.")
 def create_key(
-    name: str, concurrent: int, sessions: int, rpm: int, admin: bool, db: str | None
+    name: str,
+    concurrent: int,
+    sessions: int,
+    rpm: int,
+    session_starts: int | None,
+    admin: bool,
+    db: str | None,
 ) -> None:
     """Create a key named NAME (the tenant) and print it; it is shown only this once."""
     from .auth import ADMIN, TENANT
@@ -319,6 +351,7 @@ def create_key(
             max_sessions=sessions,
             rpm=rpm,
             role=ADMIN if admin else TENANT,
+            session_starts=session_starts,
         )
     except ExecboxError as exc:
         click.echo(f"execbox: {exc}", err=True)
@@ -357,4 +390,5 @@ def list_keys(db: str | None) -> None:
         click.echo(
             f"{info.name}\t{state}\tcreated {created}\tconcurrent {info.max_concurrent}"
             f"\tsessions {info.max_sessions}\trpm {info.rpm}"
+            + (f"\tsession starts {info.session_starts}" if info.session_starts else "")
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -33,7 +34,8 @@ T = TypeVar("T")
 
 LOCAL_TENANT = Tenant("local", max_concurrent=1 << 30, max_sessions=1 << 30, rpm=1 << 30)
 ENDED_KEPT = 10_000  # ended sessions remembered, so late calls get session_closed, not 404
-AUTH_THREADS = 8  # key lookups at once: short database reads, on threads of their own
+AUTH_THREADS = 8
+SESSION_START_BURST = 4  # starts a key may make at once after a pause: a default quota's worth  # key lookups at once: short database reads, on threads of their own
 
 
 class EndedSession:
@@ -89,6 +91,12 @@ class Settings:
     """Longest `idle_timeout_s` a session may ask for (server policy)."""
     max_session_lifetime_s: float = 86400.0
     """Longest `max_lifetime_s` a session may ask for (server policy)."""
+    session_starts_per_key: int = 1
+    """Sessions one key may have starting at once (past it, 429): a start is CPU-bound (an
+    interpreter's import), so one key's flood of starts keeps to one core of the server's."""
+    session_starts_per_s: float = 1.0
+    """Sessions one key may start a second, after a burst of `SESSION_START_BURST` (past it,
+    429): each start still costs ~90 ms of CPU once the per-key cap has serialised them."""
     header_timeout_s: float = 10.0
     """A request's line and headers must arrive within this long (else 408 and closed)."""
     body_timeout_s: float = 60.0
@@ -125,7 +133,17 @@ class Shares:
 class SessionRegistry:
     """Live sessions by id, each with its tenant. A tenant finds only its own."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, starts_per_key: int | None = None, starts_per_s: float | None = None
+    ) -> None:
+        """`starts_per_key`: sessions one key may have starting at once; `starts_per_s`:
+        sessions one key may start a second, spaced evenly (None: no cap)."""
+        if starts_per_key is not None and starts_per_key < 1:
+            raise ValueError(f"starts_per_key is at least 1, not {starts_per_key}")
+        if starts_per_s is not None and not starts_per_s > 0:
+            raise ValueError(f"starts_per_s is above 0, not {starts_per_s}")
+        self.starts_per_key, self.starts_per_s = starts_per_key, starts_per_s
+        self._start_tokens: dict[str, tuple[float, float]] = {}  # key: (tokens, at)
         self._lock = threading.Lock()
         self._sessions: dict[str, tuple[str, Session]] = {}
         self._ended: OrderedDict[str, tuple[str, EndedSession]] = OrderedDict()
@@ -141,6 +159,28 @@ class SessionRegistry:
             for owner, _ in self._sessions.values():
                 held[owner] = held.get(owner, 0) + 1
             mine = held.get(tenant.name, 0)
+            starting = self._pending.get(tenant.name, 0)
+            most = tenant.session_starts or self.starts_per_key
+            if most is not None and starting >= most:
+                raise ApiError(
+                    429,
+                    "session_starts",
+                    f"key {tenant.name!r} may have {most} session(s) starting at once "
+                    "(execbox keys create --session-starts, else execbox serve "
+                    "--session-starts-per-key); retry when one has started",
+                    retry_after=1,
+                )
+            tokens = self._start_token(tenant.name)
+            if tokens < 1:
+                assert self.starts_per_s is not None
+                raise ApiError(
+                    429,
+                    "session_starts",
+                    f"key {tenant.name!r} may start {self.starts_per_s:g} session(s) a "
+                    f"second after a burst of {SESSION_START_BURST} (execbox serve "
+                    "--session-starts-per-s)",
+                    retry_after=math.ceil((1 - tokens) / self.starts_per_s),
+                )
             if mine >= tenant.max_sessions:
                 raise ApiError(
                     429,
@@ -168,6 +208,8 @@ class SessionRegistry:
                         retry_after=5,
                     )
             self._pending[tenant.name] = self._pending.get(tenant.name, 0) + 1
+            if self.starts_per_s is not None:
+                self._start_tokens[tenant.name] = (tokens - 1, time.monotonic())
 
     def add(self, tenant: Tenant, session: Session | None) -> None:
         """Settle a reservation: register the new session, or drop it if creation failed."""
@@ -193,6 +235,14 @@ class SessionRegistry:
     def active(self) -> int:
         with self._lock:
             return sum(1 for _, s in self._sessions.values() if not s.closed)
+
+    def _start_token(self, key: str) -> float:
+        """The key's session starts available now (a token bucket; inf: no rate)."""
+        if self.starts_per_s is None:
+            return math.inf
+        now = time.monotonic()
+        tokens, at = self._start_tokens.get(key, (SESSION_START_BURST, now))
+        return min(SESSION_START_BURST, tokens + (now - at) * self.starts_per_s)
 
     def _prune(self) -> None:
         for sid in [sid for sid, (_, s) in self._sessions.items() if s.closed]:
@@ -226,7 +276,9 @@ class ServerState:
         self.keys: KeyStore | None = None
         self.quotas = Quotas()
         self.backoff = Backoff()
-        self.sessions = SessionRegistry()
+        self.sessions = SessionRegistry(
+            settings.session_starts_per_key, settings.session_starts_per_s
+        )
         self.metrics = Metrics(
             lambda: float(self.sessions.active()),
             lambda: float(self._executor.pool_size if self._executor else 0),
