@@ -499,6 +499,30 @@ def test_http_keys_quotas_apply_to_tool_calls(http_server: HttpServer) -> None:
 
 
 @pytest.mark.skipif(not _sessions_available(), reason="sessions have not landed yet")
+def test_http_a_key_starts_sessions_at_the_servers_rate(tmp_path: Path) -> None:
+    """As `execbox serve`: after a burst of 4 session starts, a key waits for the rate (here one
+    start in 100 s), so a flood of starts cannot take the server's CPU from other keys."""
+    db = f"sqlite:///{tmp_path}/records.db"
+    rate = ("--session-starts-per-s", "0.01")
+    with _http_server_process(tmp_path / "server.log", *rate, db=db) as server:
+        flood = server.new_key("flood", max_sessions=8)
+
+        async def main() -> list[Any]:
+            answers = []
+            async with _http(server, flood) as client:
+                for _ in range(5):
+                    answers.append(await client.call_tool("session_create", {}))
+                    if not answers[-1].is_error:
+                        sid = answers[-1].structured_content["session_id"]
+                        await client.call_tool("session_close", {"session_id": sid})
+            return answers
+
+        answers = _run(main)
+    assert [a.is_error for a in answers] == [False] * 4 + [True], [_text(a) for a in answers]
+    assert "session_starts" in _text(answers[4]) and "retry after" in _text(answers[4])
+
+
+@pytest.mark.skipif(not _sessions_available(), reason="sessions have not landed yet")
 def test_http_each_key_is_guaranteed_its_share_of_the_sessions(tmp_path: Path) -> None:
     """Two keys with quotas of 2 on a server of 2 sessions: each is guaranteed one, so the
     first cannot take both (429 session_capacity), and the second still gets its own."""

@@ -61,6 +61,21 @@ __all__ = ["mcp_command"]
     help="Sessions open at once; over http with keys each key is guaranteed its "
     "quota, or its proportional share when the quotas add up to more.",
 )
+@click.option(
+    "--session-starts-per-key",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Over http with keys: sessions one key may have starting at once (as execbox serve).",
+)
+@click.option(
+    "--session-starts-per-s",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(0, min_open=True),
+    help="Over http with keys: sessions one key may start a second after a burst "
+    "(as execbox serve).",
+)
 def mcp_command(
     transport: str,
     host: str,
@@ -70,6 +85,8 @@ def mcp_command(
     db: str | None,
     max_result_mib: int,
     max_sessions: int,
+    session_starts_per_key: int,
+    session_starts_per_s: float,
 ) -> None:
     """Serve execbox's tools over MCP: run_python, sessions, session files.
 
@@ -94,6 +111,8 @@ def mcp_command(
             records=db,
             max_result_bytes=max_result_mib << 20,
             max_sessions=max_sessions,
+            session_starts_per_key=session_starts_per_key,
+            session_starts_per_s=session_starts_per_s,
         )
     except ExecboxError as exc:
         click.echo(f"execbox: {exc}", err=True)

@@ -109,6 +109,8 @@ def build_server(  # noqa: C901
     max_result_bytes: int = DEFAULT_RESULT_BYTES,
     tenant_result_bytes: int | None = None,
     shares: Callable[[], Shares] | None = None,
+    session_starts_per_key: int | None = None,
+    session_starts_per_s: float | None = None,
 ) -> MCPServer[Any]:
     """An MCP server whose tools run on `executor` (which the caller owns and closes).
     Sessions the server opened are closed when the server shuts down. Runs and cells hold
@@ -116,8 +118,9 @@ def build_server(  # noqa: C901
     `tenant_result_bytes` for one tenant (None: all of it), as `execbox serve`'s result budget;
     past either a tool call is refused with a time to retry. With `shares` (how the active
     keys share the executor's sessions, asked at each session_create) each key is guaranteed
-    its share of the sessions, as `execbox serve --max-sessions`."""
-    sessions = SessionRegistry()
+    its share of the sessions, as `execbox serve --max-sessions`; `session_starts_per_key` and
+    `session_starts_per_s` cap each key's session starts as `execbox serve`'s options do."""
+    sessions = SessionRegistry(session_starts_per_key, session_starts_per_s)
     quotas = Quotas()
     results = ResultBudget(max_result_bytes, tenant_result_bytes)
     malloc.return_big_blocks()
@@ -436,6 +439,8 @@ def serve(
     records: str | None = None,
     max_result_bytes: int = DEFAULT_RESULT_BYTES,
     max_sessions: int = 16,
+    session_starts_per_key: int = 1,
+    session_starts_per_s: float = 1.0,
 ) -> None:
     """Start an Executor, serve MCP on `transport` until the client leaves (stdio) or a
     SIGINT/SIGTERM arrives, then close every session and the Executor. Over HTTP, with `auth`,
@@ -449,7 +454,7 @@ def serve(
             if stop.requested:  # a signal came while the sandbox was starting
                 return
             # Over HTTP with keys, as `execbox serve`: one tenant holds at most half of the
-            # result budget and is guaranteed its share of the sessions.
+            # result budget, is guaranteed its share of the sessions and starts them at a rate.
             keys = KeyStore(executor.store.engine) if transport != "stdio" and auth else None
             server = build_server(
                 executor,
@@ -459,6 +464,8 @@ def serve(
                 shares=(lambda: Shares(executor.max_sessions, keys.session_quotas()))
                 if keys
                 else None,
+                session_starts_per_key=session_starts_per_key if keys else None,
+                session_starts_per_s=session_starts_per_s if keys else None,
             )
             if transport == "stdio":
                 # The SDK reads stdin in a worker thread that no cancellation can interrupt,

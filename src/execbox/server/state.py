@@ -166,8 +166,8 @@ class SessionRegistry:
                     429,
                     "session_starts",
                     f"key {tenant.name!r} may have {most} session(s) starting at once "
-                    "(execbox keys create --session-starts, else execbox serve "
-                    "--session-starts-per-key); retry when one has started",
+                    "(execbox keys create --session-starts, else --session-starts-per-key of "
+                    "execbox serve or mcp); retry when one has started",
                     retry_after=1,
                 )
             tokens = self._start_token(tenant.name)
@@ -177,8 +177,8 @@ class SessionRegistry:
                     429,
                     "session_starts",
                     f"key {tenant.name!r} may start {self.starts_per_s:g} session(s) a "
-                    f"second after a burst of {SESSION_START_BURST} (execbox serve "
-                    "--session-starts-per-s)",
+                    f"second after a burst of {SESSION_START_BURST} (--session-starts-per-s of "
+                    "execbox serve or mcp)",
                     retry_after=math.ceil((1 - tokens) / self.starts_per_s),
                 )
             if mine >= tenant.max_sessions:
