@@ -24,7 +24,7 @@ from pathlib import Path
 from latency import save_results
 
 from execbox.redact import DEFAULT, Redactor
-from execbox.redact_live import LiveRedactor
+from execbox.redact.live import LiveRedactor
 
 MIB = 1 << 20
 

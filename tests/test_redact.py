@@ -212,11 +212,11 @@ def test_findings_give_kind_and_exact_span(case: Case) -> None:
 def test_rules_skip_only_texts_too_short_to_match() -> None:
     """A text shorter than a rule's `min_len` is not scanned by it: every rule has a bound
     (short outputs skip the scans), and no match of any rule on any case is shorter."""
-    from execbox.redact import _RULES
+    from execbox.redact.rules import RULES
 
-    assert all(rule.min_len > 0 for rule in _RULES), [r.kind for r in _RULES if not r.min_len]
+    assert all(rule.min_len > 0 for rule in RULES), [r.kind for r in RULES if not r.min_len]
     for case in CASES:
-        for rule in _RULES:
+        for rule in RULES:
             subject = case.text.lower() if rule.lowered else case.text
             for m in rule.pattern.finditer(subject):
                 assert m.end() - m.start() >= rule.min_len, (rule.kind, case.text)

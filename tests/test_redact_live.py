@@ -18,7 +18,7 @@ from splits import OUTPUT_BYTES, REGISTERED, SAMPLES, leaked, program
 
 from execbox import Executor, Status
 from execbox.redact import Redactor
-from execbox.redact_live import PEM_HOLD_CHARS, LiveRedactor
+from execbox.redact.live import PEM_HOLD_CHARS, LiveRedactor
 
 REDACTOR = Redactor(REGISTERED)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from .contract import Artifact, RunResult
 from .redact import Redactor
-from .redact_live import LiveRedactor
+from .redact.live import LiveRedactor
 from .sandbox.host.pump import OutputCallback
 from .sandbox.inside.runner import CUT_HEAD, CUT_TAIL
 

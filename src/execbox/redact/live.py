@@ -39,7 +39,7 @@ import codecs
 import re
 from collections.abc import Callable
 
-from .redact import Redactor
+from .redactor import Redactor
 
 __all__ = ["PEM_HOLD_CHARS", "LiveRedactor"]
 
@@ -47,7 +47,7 @@ __all__ = ["PEM_HOLD_CHARS", "LiveRedactor"]
 # block is redacted whole from its BEGIN marker to the line that closes it, none of it shown.
 PEM_HOLD_CHARS = 64 * 1024
 
-# The start of the PEM rule's match (redact.py `_RULES`, "private_key").
+# The start of the PEM rule's match (`rules.RULES`, "private_key").
 _PEM_BEGIN = re.compile(r"-----BEGIN[ ][A-Z0-9 ]*PRIVATE[ ]KEY(?:[ ]BLOCK)?-----")
 # A character no PEM body line holds: outside the base64 alphabet and blanks. A line with a
 # colon (an armour header, "Comment: ...", may hold anything) or a backslash (an escaped
