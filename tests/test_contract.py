@@ -92,7 +92,7 @@ def test_code_with_a_lone_surrogate_is_rejected_with_its_line() -> None:
     body = json.loads('{"code": "x = 1\\ny = \\"\\udcff\\""}')
     with pytest.raises(ValidationError, match="lone surrogate .* on line 2"):
         RunRequest.model_validate(body)
-    from execbox.executor import make_request
+    from execbox.request import make_request
 
     with pytest.raises(execbox.UsageError, match="lone surrogate"):
         make_request("x = '\udcff'")

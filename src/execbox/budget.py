@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from .contract import Limits
+from .contract import ErrorInfo, Limits, RunResult, Status
 
 
 @dataclass(frozen=True)
@@ -91,3 +91,22 @@ class Budget:
                 self.used_exec_s += wall_s
             if self.artifact_bytes is not None:
                 self.used_artifact_bytes += artifact_bytes
+
+
+def settled(budget: Budget, reservation: Reservation, result: RunResult) -> RunResult:
+    """Budget, after the run: what it used is charged; a run its budget cut short says so."""
+    budget.settle(reservation, result.metrics.wall_ms / 1000, sum(a.size for a in result.artifacts))
+    if reservation.time_clipped and result.status is Status.timeout:
+        return result.model_copy(
+            update={
+                "status": Status.budget_exceeded,
+                "error": ErrorInfo(
+                    type="BudgetExceeded",
+                    message=(
+                        f"execution-time budget of {budget.exec_s:g} s ran out during the run "
+                        f"(it had {reservation.limits.timeout_s:.2f} s left)"
+                    ),
+                ),
+            }
+        )
+    return result

@@ -164,7 +164,8 @@ def run_cmd(
     secrets: tuple[str, ...],
 ) -> None:
     """Run FILE (or - for standard input) in a fresh sandbox."""
-    from .executor import Executor, make_request
+    from .executor import Executor
+    from .request import make_request
 
     try:
         # Bytes: decoded as CPython decodes a file (BOM, coding cookie); bytes that do not

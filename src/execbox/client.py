@@ -108,7 +108,7 @@ def _run_body(
     cache: bool | None,
     secrets: Iterable[str],
 ) -> dict[str, Any]:
-    from .executor import make_request  # validates (and reads file paths) as a local run would
+    from .request import make_request  # validates (and reads file paths) as a local run would
 
     request = make_request(
         code, language=language, stdin=stdin, files=files, limits=limits, env=env, profile=profile
@@ -128,7 +128,7 @@ def _session_body(
     max_lifetime_s: float,
     secrets: Iterable[str],
 ) -> dict[str, Any]:
-    from .executor import make_request
+    from .request import make_request
 
     checked = make_request("", files=files, limits=limits, env=env, profile=profile)
     return {

@@ -11,16 +11,11 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import threading
-import uuid
 from collections.abc import AsyncIterator, Generator, Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
-
-from pydantic import ValidationError
+from typing import Any
 
 from . import atrest
 from . import policy as policy_mod
@@ -31,8 +26,9 @@ from .backend import (
     RunSpec,
     SandboxBackend,
 )
-from .budget import Budget, Reservation
+from .budget import Budget, Reservation, settled
 from .cache import DEFAULT_TTL_S, cache_key, cacheable
+from .call import Call, Options, Origin
 from .cancel import Cancel as Cancel  # re-exported: execbox.Cancel
 from .contract import (
     ErrorInfo,
@@ -42,7 +38,7 @@ from .contract import (
     Status,
     StreamEvent,
 )
-from .errors import Overloaded, SandboxError, UsageError
+from .errors import UsageError
 from .hosts import (
     DEFAULT_ROTATE_AFTER_RUNS,
     DEFAULT_ROTATE_AFTER_S,
@@ -52,60 +48,23 @@ from .hosts import (
 from .image import Image
 from .records import PolicyInfo, RunStore
 from .redact import Redactor, checked_secrets
+from .request import FileSource, check_count, check_settings, make_request, new_run_id
 from .results import ReplayReport, not_started, result_of, undecodable, with_kept_data
+from .routing import program_kind
 from .sandbox.host.errors import HostError
 from .sandbox.host.pump import OutputCallback
 from .sandbox.host.zygotes import ZygoteProcess
 from .scrub import LiveOutput, live_output, redact_result
-from .sessions import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_MAX_LIFETIME_S, Reaper, Session
+from .sessions import (
+    DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_MAX_LIFETIME_S,
+    Reaper,
+    Session,
+    SessionTable,
+)
 from .stats import ExecutorStats, executor_stats
 
 log = logging.getLogger(__name__)
-
-FileSource = bytes | str | os.PathLike[str]
-A = TypeVar("A")
-
-
-def new_run_id() -> str:
-    return uuid.uuid4().hex
-
-
-def make_request(
-    code: str | bytes,
-    *,
-    language: str = "python",
-    stdin: bytes | str | None = None,
-    files: Mapping[str, FileSource] | None = None,
-    limits: Limits | Mapping[str, Any] | None = None,
-    env: Mapping[str, str] | None = None,
-    profile: str = "data",
-) -> RunRequest:
-    """Build and validate a RunRequest; UsageError says what is wrong. `code` given as bytes is
-    decoded as CPython decodes a source file (see `RunRequest`)."""
-    inputs = []
-    for name, source in (files or {}).items():
-        if isinstance(source, (bytes, bytearray, memoryview)):
-            data = bytes(source)
-        else:
-            try:
-                data = Path(source).read_bytes()
-            except OSError as exc:
-                raise UsageError(f"cannot read input file {name!r} from {source}: {exc}") from exc
-        inputs.append({"name": name, "data": data})
-    try:
-        return RunRequest.model_validate(
-            {
-                "language": language,
-                "code": code,
-                "stdin": stdin.encode() if isinstance(stdin, str) else (stdin or b""),
-                "files": inputs,
-                "limits": limits if limits is not None else Limits(),
-                "env": dict(env or {}),
-                "profile": profile,
-            }
-        )
-    except ValidationError as exc:
-        raise UsageError(str(exc)) from exc
 
 
 class Executor:
@@ -155,37 +114,17 @@ class Executor:
         after `tenant_idle_s` seconds unused. A bad value of any of these is a UsageError.
         `backend`: where code runs (default: this host's sandbox, which needs root and the
         runtime image; `execbox.testing.FakeSandbox` in tests of code above the sandbox)."""
-        for name, value, least in (
-            ("max_concurrency", max_concurrency, 1),
-            ("pool_size", pool_size, 1),
-        ):
-            if value is not None:
-                _whole(name, value, least)
-        _whole("max_queue", max_queue, 0)
-        _whole("max_sessions", max_sessions, 0)
-        if rotate_after_runs is not None:
-            _whole("rotate_after_runs", rotate_after_runs, 0)
-        for name, seconds in (("rotate_after_s", rotate_after_s), ("tenant_idle_s", tenant_idle_s)):
-            if seconds is not None and (
-                isinstance(seconds, bool)
-                or not isinstance(seconds, (int, float))
-                or not 0 <= seconds < float("inf")
-            ):
-                raise UsageError(f"{name} must be a number of seconds >= 0, got {seconds!r}")
-        if not isinstance(zygotes_per_tenant, bool):
-            raise UsageError(
-                f"zygotes_per_tenant must be True or False, got {zygotes_per_tenant!r}"
-            )
-        if zygotes_per_tenant and not tenant_idle_s:
-            raise UsageError("tenant_idle_s must be > 0 with zygotes_per_tenant")
-        if (
-            isinstance(queue_timeout_s, bool)
-            or not isinstance(queue_timeout_s, (int, float))
-            or not 0 <= queue_timeout_s < float("inf")
-        ):
-            raise UsageError(
-                f"queue_timeout_s must be a number of seconds >= 0, got {queue_timeout_s!r}"
-            )
+        check_settings(
+            max_concurrency=max_concurrency,
+            pool_size=pool_size,
+            max_queue=max_queue,
+            queue_timeout_s=queue_timeout_s,
+            max_sessions=max_sessions,
+            rotate_after_runs=rotate_after_runs,
+            rotate_after_s=rotate_after_s,
+            zygotes_per_tenant=zygotes_per_tenant,
+            tenant_idle_s=tenant_idle_s,
+        )
         self.profiles = (
             dict(profiles) if isinstance(profiles, Mapping) else policy_mod.load_profiles(profiles)
         )
@@ -211,8 +150,7 @@ class Executor:
         self._lock = threading.Lock()
         self._closed = False
         info = self._backend.info()
-        self.max_sessions = max_sessions
-        self._sessions: dict[str, Session] = {}
+        self._sessions = SessionTable(max_sessions)
         self._reaper = Reaper(self)
         log.info(
             "execbox executor ready: image %s, cgroup v%s, concurrency %d, zygote %s ms, "
@@ -225,6 +163,15 @@ class Executor:
             rotate_after_runs or "no",
             rotate_after_s or "no",
         )
+
+    @property
+    def max_sessions(self) -> int:
+        """At most this many sessions are open at once (settable)."""
+        return self._sessions.max_sessions
+
+    @max_sessions.setter
+    def max_sessions(self, value: int) -> None:
+        self._sessions.max_sessions = value
 
     @property
     def _hosts(self) -> Hosts:
@@ -246,8 +193,7 @@ class Executor:
     def stats(self, tenant: str | None = None) -> ExecutorStats:
         """A snapshot of the sandbox host serving `tenant` (the shared one by default) and of
         the executor; it starts nothing. A backend without local hosts has `host` None."""
-        with self._lock:
-            sessions_open = len(self._sessions)
+        sessions_open = len(self._sessions)
         hosts = self._backend.hosts if isinstance(self._backend, LocalBackend) else None
         return executor_stats(
             hosts,
@@ -325,7 +271,7 @@ class Executor:
         With `spool_dir` (an existing private directory), the run's artifacts are written to
         `<spool_dir>/<index in result.artifacts>` as they arrive, and only those the record
         store keeps have their `data` in memory; the caller removes the files."""
-        options = _Options(
+        options = Options(
             cache=cache,
             budget=budget,
             cache_scope=cache_scope,
@@ -334,7 +280,7 @@ class Executor:
             tenant=tenant,
         )
         return self._pipeline(
-            request, _Origin(), options, checked_secrets(secrets), session_id, on_stdout, on_stderr
+            request, Origin(), options, checked_secrets(secrets), session_id, on_stdout, on_stderr
         )
 
     def run_cell(
@@ -356,8 +302,8 @@ class Executor:
         request = make_request(code, limits=limits, env=session.env, profile=session.profile)
         return self._pipeline(
             request,
-            _Origin(kind="cell", session=session),
-            _Options(cache=False, budget=budget),
+            Origin(kind="cell", session=session),
+            Options(cache=False, budget=budget),
             tuple(secrets),
             session.id,
             on_stdout,
@@ -367,8 +313,8 @@ class Executor:
     def _pipeline(
         self,
         request: RunRequest,
-        origin: _Origin,
-        options: _Options,
+        origin: Origin,
+        options: Options,
         secrets: tuple[str, ...],
         session_id: str | None,
         on_stdout: OutputCallback | None,
@@ -415,7 +361,7 @@ class Executor:
             return hit
         result = redact_result(result, call.redactor)
         if budget is not None and reservation is not None:
-            result = _settled(budget, reservation, result)
+            result = settled(budget, reservation, result)
         self._record(call, result, cache_key=key)
         # A cancelled run is not what another caller of the same code would get.
         if (
@@ -431,8 +377,8 @@ class Executor:
     # ---- the pipeline's stages --------------------------------------------------------------
 
     def _checked(
-        self, request: RunRequest, origin: _Origin, secrets: tuple[str, ...], session_id: str | None
-    ) -> _Call:
+        self, request: RunRequest, origin: Origin, secrets: tuple[str, ...], session_id: str | None
+    ) -> Call:
         """Policy: the verdict, and the request under the limits it grants."""
         run_id = new_run_id()
         redactor = self._redactor.with_secrets(secrets)
@@ -455,9 +401,9 @@ class Executor:
             image_digest=self.image_digest,
             session_id=session_id,
         )
-        return _Call(request, origin, verdict, info, redactor, base, session_id)
+        return Call(request, origin, verdict, info, redactor, base, session_id)
 
-    def _refusal(self, call: _Call) -> RunResult | None:
+    def _refusal(self, call: Call) -> RunResult | None:
         """The result of a request the policy denied or holds (unless approved), else None."""
         verdict, origin = call.verdict, call.origin
         if verdict.decision == "allow" or (
@@ -489,7 +435,7 @@ class Executor:
             call.redactor,
         )
 
-    def _reserve(self, call: _Call, budget: Budget | None) -> Reservation | RunResult | None:
+    def _reserve(self, call: Call, budget: Budget | None) -> Reservation | RunResult | None:
         """Budget: the run's share reserved (its limits clipped to what is left), or the
         `budget_exceeded` result when nothing is left."""
         if budget is None:
@@ -506,7 +452,7 @@ class Executor:
         call.base = call.base.model_copy(update={"limits": reserved.limits})
         return reserved
 
-    def _cached(self, call: _Call, key: str, live: LiveOutput) -> RunResult | None:
+    def _cached(self, call: Call, key: str, live: LiveOutput) -> RunResult | None:
         """Cache: a stored result of the same request, recorded as this run's, or None."""
         hit = self.store.cache_lookup(key)
         if hit is None:
@@ -528,8 +474,8 @@ class Executor:
 
     def _execute(
         self,
-        call: _Call,
-        options: _Options,
+        call: Call,
+        options: Options,
         on_stdout: OutputCallback | None,
         on_stderr: OutputCallback | None,
     ) -> RunResult:
@@ -545,7 +491,7 @@ class Executor:
 
     def _record(
         self,
-        call: _Call,
+        call: Call,
         result: RunResult,
         *,
         kind: str | None = None,
@@ -572,8 +518,8 @@ class Executor:
 
     def _sandbox_run(
         self,
-        call: _Call,
-        options: _Options,
+        call: Call,
+        options: Options,
         on_stdout: OutputCallback | None,
         on_stderr: OutputCallback | None,
     ) -> RunResult:
@@ -630,76 +576,32 @@ class Executor:
         for the whole session, wall and CPU time per cell. Raises Overloaded past
         `max_sessions` open sessions. `tenant`: whose host it lives on (see `run`); it stays
         there for its whole life, across replacements of the host."""
-        for name, value in (("idle_timeout_s", idle_timeout_s), ("max_lifetime_s", max_lifetime_s)):
-            if not 0 < value <= 7 * 24 * 3600:
-                raise UsageError(f"{name} must be in (0, 604800] seconds, not {value!r}")
-        secrets = checked_secrets(secrets)
-        template = make_request("", limits=limits, env=env, files=files, profile=profile)
-        verdict = policy_mod.check(template, self.profiles)
-        if verdict.decision != "allow":
-            raise UsageError(
-                f"the session was refused by policy profile {profile!r}: {verdict.message}"
-            )
-        limits_ = verdict.limits
-        self._check_open()
-        self._backend.start(tenant)
-        with self._lock:
-            if len(self._sessions) >= self.max_sessions:
-                raise Overloaded(
-                    f"{len(self._sessions)} sessions are open (max_sessions="
-                    f"{self.max_sessions}); close one or raise max_sessions"
-                )
-            session_id = new_run_id()
-            self._sessions[session_id] = None  # type: ignore[assignment]  # the place is held
-
-        try:
-            channel = self._backend.open_session(
-                session_id,
-                limits_,
-                template.env,
-                [(f.name, f.data) for f in template.files],
-                tenant,
-            )
-        except HostError as exc:
-            self.forget_session(session_id)
-            raise SandboxError(f"the session could not start: {exc}") from exc
-        except BaseException:
-            self.forget_session(session_id)
-            raise
-        session = Session(
+        return self._sessions.open(
             self,
-            channel,
-            session_id,
+            self._backend,
+            self.profiles,
+            self._check_open,
             profile=profile,
-            limits=limits_,
-            env=dict(template.env),
+            limits=limits,
+            env=env,
+            files=files,
             idle_timeout_s=idle_timeout_s,
             max_lifetime_s=max_lifetime_s,
             secrets=secrets,
-            input_bytes=sum(len(f.data) for f in template.files),
+            tenant=tenant,
         )
-        with self._lock:
-            self._sessions[session_id] = session
-        log.info("session %s started (%s)", session_id, profile)
-        return session
 
     def get_session(self, session_id: str) -> Session:
         """An open session by id; UsageError when there is none (never started, or ended)."""
-        with self._lock:
-            session = self._sessions.get(session_id)
-        if session is None:
-            raise UsageError(f"no open session {session_id!r}")
-        return session
+        return self._sessions.get(session_id)
 
     def live_sessions(self) -> list[Session]:
         """The open sessions (the reaper's view)."""
-        with self._lock:
-            return [s for s in self._sessions.values() if s is not None]
+        return self._sessions.live()
 
     def forget_session(self, session_id: str) -> None:
         """Drop an ended session from the open ones (`Session` calls it as it ends)."""
-        with self._lock:
-            self._sessions.pop(session_id, None)
+        self._sessions.forget(session_id)
 
     async def astream(self, code: str, **kwargs: Any) -> AsyncIterator[StreamEvent]:
         """Like `run` (same arguments), yielding output events as the code prints, then the
@@ -731,7 +633,7 @@ class Executor:
         see `concurrently`). `concurrency` above `max_concurrency` is capped there; below 1
         (or not an integer) it is a UsageError. `tenant`: see `run`."""
         if concurrency is not None:
-            _whole("concurrency", concurrency, 1)
+            check_count("concurrency", concurrency, 1)
         width = min(concurrency or self.max_concurrency, self.max_concurrency)
 
         def run(item: RunRequest | str) -> RunResult:
@@ -762,8 +664,8 @@ class Executor:
             raise UsageError(f"run {run_id} was already released")
         return self._pipeline(
             request,
-            _Origin(kind="approval", source=run_id, approved=True),
-            _Options(cache=False),
+            Origin(kind="approval", source=run_id, approved=True),
+            Options(cache=False),
             checked_secrets(secrets),
             record.session_id,
             on_stdout,
@@ -797,8 +699,8 @@ class Executor:
         redacted_env = sorted(k for k, v in request.env.items() if "[REDACTED" in v)
         again = self._pipeline(
             request,
-            _Origin(kind="replay", source=run_id, approved=True),
-            _Options(cache=False),
+            Origin(kind="replay", source=run_id, approved=True),
+            Options(cache=False),
             checked_secrets(secrets),
             None,
             None,
@@ -830,83 +732,6 @@ class Executor:
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-
-@dataclass(frozen=True)
-class _Origin:
-    """Why a request runs: what its record calls it (run, cell, approval, replay), the run an
-    approval or replay repeats, whether a hold is released, the session of a cell."""
-
-    kind: str = "run"
-    source: str | None = None
-    approved: bool = False
-    session: Session | None = None
-
-
-@dataclass(frozen=True)
-class _Options:
-    """How the caller wants it run (see `Executor.run_request`)."""
-
-    cache: bool | None = None
-    budget: Budget | None = None
-    cache_scope: str | None = None
-    cancel: Cancel | None = None
-    spool_dir: str | None = None
-    tenant: str | None = None
-
-
-@dataclass
-class _Call:
-    """One request on its way through the pipeline's stages."""
-
-    request: RunRequest
-    origin: _Origin
-    verdict: policy_mod.Verdict
-    policy: PolicyInfo
-    redactor: Redactor
-    base: RunResult  # what every stage's result starts from
-    session_id: str | None
-
-
-def _settled(budget: Budget, reservation: Reservation, result: RunResult) -> RunResult:
-    """Budget, after the run: what it used is charged; a run its budget cut short says so."""
-    budget.settle(reservation, result.metrics.wall_ms / 1000, sum(a.size for a in result.artifacts))
-    if reservation.time_clipped and result.status is Status.timeout:
-        return result.model_copy(
-            update={
-                "status": Status.budget_exceeded,
-                "error": ErrorInfo(
-                    type="BudgetExceeded",
-                    message=(
-                        f"execution-time budget of {budget.exec_s:g} s ran out during the run "
-                        f"(it had {reservation.limits.timeout_s:.2f} s left)"
-                    ),
-                ),
-            }
-        )
-    return result
-
-
-def _whole(name: str, value: object, least: int) -> None:
-    """UsageError unless `value` is an integer of at least `least` (a bool is no count)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise UsageError(f"{name} must be an integer >= {least}, got {value!r}")
-
-
-def program_kind(imports: frozenset[str] | None) -> str:
-    """Which kind of slot runs the code (`protocol.SLOT_KINDS`): "light" (standard library
-    only, a fork of a small interpreter) when the code imports nothing else, else a fork of
-    the heavy zygote (numpy, pandas, matplotlib and scipy already imported): "pandas" when it
-    imports pandas (its program has copied the pages pandas' use writes), "heavy" otherwise.
-    Code the policy could not parse fails to compile in the sandbox too: it goes light. An
-    import the analysis cannot see (a computed name) still works in a light program, at the
-    price of importing the module then."""
-    if imports is None or imports <= _STDLIB:
-        return "light"
-    return "pandas" if "pandas" in imports else "heavy"
-
-
-_STDLIB = frozenset(sys.stdlib_module_names)
 
 
 def run(

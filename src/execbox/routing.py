@@ -4,6 +4,7 @@ runs in (a choice of speed, not of policy)."""
 from __future__ import annotations
 
 import re
+import sys
 import unicodedata
 
 # Blanks within a statement: spaces, tabs and backslash-newline continuations.
@@ -63,3 +64,19 @@ def scan_imports(code: str) -> frozenset[str]:
         at = code.find("import", end)
     tops = {name.split(".")[0] for name in found if not name.startswith(".")}
     return frozenset(top if top.isascii() else unicodedata.normalize("NFKC", top) for top in tops)
+
+
+def program_kind(imports: frozenset[str] | None) -> str:
+    """Which kind of slot runs the code (`protocol.SLOT_KINDS`): "light" (standard library
+    only, a fork of a small interpreter) when the code imports nothing else, else a fork of
+    the heavy zygote (numpy, pandas, matplotlib and scipy already imported): "pandas" when it
+    imports pandas (its program has copied the pages pandas' use writes), "heavy" otherwise.
+    Code the policy could not parse fails to compile in the sandbox too: it goes light. An
+    import the analysis cannot see (a computed name) still works in a light program, at the
+    price of importing the module then."""
+    if imports is None or imports <= _STDLIB:
+        return "light"
+    return "pandas" if "pandas" in imports else "heavy"
+
+
+_STDLIB = frozenset(sys.stdlib_module_names)

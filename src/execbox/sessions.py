@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -33,16 +33,17 @@ from .contract import (
     Status,
     StreamEvent,
 )
-from .errors import SessionClosed, UsageError
-from .policy import CellContext
+from .errors import Overloaded, SandboxError, SessionClosed, UsageError
+from .policy import CellContext, Profile, check
 from .redact import checked_secrets
+from .request import FileSource, make_request, new_run_id
 from .results import result_of
 from .sandbox.host.channel import SessionEnded
 from .sandbox.host.errors import HostError
 from .sandbox.host.pump import OutputCallback
 
 if TYPE_CHECKING:
-    from .backend import SessionBackend
+    from .backend import SandboxBackend, SessionBackend
     from .budget import Budget
     from .executor import Executor
 
@@ -339,6 +340,108 @@ class SessionFiles:
     def remove(self, path: str) -> None:
         """Remove a file, a link (never its target) or an empty directory."""
         self._call("remove", path)
+
+
+class SessionTable:
+    """The executor's open sessions: each opened within `max_sessions`, policy-checked,
+    then found by id until it ends. Thread-safe."""
+
+    def __init__(self, max_sessions: int) -> None:
+        self.max_sessions = max_sessions
+        self._lock = threading.Lock()
+        self._sessions: dict[str, Session | None] = {}  # None: the place is held, opening
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._sessions)
+
+    def open(
+        self,
+        executor: Executor,
+        backend: SandboxBackend,
+        profiles: Mapping[str, Profile],
+        check_open: Callable[[], None],
+        *,
+        profile: str,
+        limits: Limits | Mapping[str, Any] | None,
+        env: Mapping[str, str] | None,
+        files: Mapping[str, FileSource] | None,
+        idle_timeout_s: float,
+        max_lifetime_s: float,
+        secrets: Iterable[str],
+        tenant: str | None,
+    ) -> Session:
+        """A new session of `executor` (see `Executor.session`)."""
+        for name, value in (("idle_timeout_s", idle_timeout_s), ("max_lifetime_s", max_lifetime_s)):
+            if not 0 < value <= 7 * 24 * 3600:
+                raise UsageError(f"{name} must be in (0, 604800] seconds, not {value!r}")
+        secrets = checked_secrets(secrets)
+        template = make_request("", limits=limits, env=env, files=files, profile=profile)
+        verdict = check(template, profiles)
+        if verdict.decision != "allow":
+            raise UsageError(
+                f"the session was refused by policy profile {profile!r}: {verdict.message}"
+            )
+        limits_ = verdict.limits
+        check_open()
+        backend.start(tenant)
+        with self._lock:
+            if len(self._sessions) >= self.max_sessions:
+                raise Overloaded(
+                    f"{len(self._sessions)} sessions are open (max_sessions="
+                    f"{self.max_sessions}); close one or raise max_sessions"
+                )
+            session_id = new_run_id()
+            self._sessions[session_id] = None
+
+        try:
+            channel = backend.open_session(
+                session_id,
+                limits_,
+                template.env,
+                [(f.name, f.data) for f in template.files],
+                tenant,
+            )
+        except HostError as exc:
+            self.forget(session_id)
+            raise SandboxError(f"the session could not start: {exc}") from exc
+        except BaseException:
+            self.forget(session_id)
+            raise
+        session = Session(
+            executor,
+            channel,
+            session_id,
+            profile=profile,
+            limits=limits_,
+            env=dict(template.env),
+            idle_timeout_s=idle_timeout_s,
+            max_lifetime_s=max_lifetime_s,
+            secrets=secrets,
+            input_bytes=sum(len(f.data) for f in template.files),
+        )
+        with self._lock:
+            self._sessions[session_id] = session
+        log.info("session %s started (%s)", session_id, profile)
+        return session
+
+    def get(self, session_id: str) -> Session:
+        """An open session by id; UsageError when there is none (never started, or ended)."""
+        with self._lock:
+            session = self._sessions.get(session_id)
+        if session is None:
+            raise UsageError(f"no open session {session_id!r}")
+        return session
+
+    def live(self) -> list[Session]:
+        """The open sessions (the reaper's view)."""
+        with self._lock:
+            return [s for s in self._sessions.values() if s is not None]
+
+    def forget(self, session_id: str) -> None:
+        """Drop an ended session from the open ones."""
+        with self._lock:
+            self._sessions.pop(session_id, None)
 
 
 def _check_path(path: str) -> None:

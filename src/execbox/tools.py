@@ -278,7 +278,7 @@ def execute_tool_call(
             return _invalid(str(exc))
         result = session.run(args.code, timeout_s=args.timeout_s)
     else:
-        from .executor import make_request
+        from .request import make_request
 
         run_limits: Limits | dict[str, Any] | None = limits
         if args.timeout_s is not None:

@@ -21,8 +21,9 @@ from probes import host_internals, host_stats, wait_heavy
 
 from execbox import Executor, Limits, RunResult, Status
 from execbox.backend import sandbox_spec
-from execbox.executor import make_request, program_kind
 from execbox.image import Image
+from execbox.request import make_request
+from execbox.routing import program_kind
 from execbox.sandbox.host.errors import HostError
 from execbox.sandbox.host.slot import Slot
 from execbox.sandbox.inside import linux, protocol

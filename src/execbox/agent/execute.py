@@ -13,7 +13,8 @@ from .. import policy as policy_mod
 from ..budget import Budget
 from ..contract import Limits, RunResult
 from ..errors import UsageError
-from ..executor import Executor, make_request
+from ..executor import Executor
+from ..request import make_request
 
 
 @dataclass(frozen=True)

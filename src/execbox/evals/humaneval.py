@@ -58,7 +58,8 @@ from typing import Any, TypedDict, cast
 from .. import policy as policy_mod
 from ..contract import Limits, RunRequest, RunResult, Status
 from ..errors import UsageError
-from ..executor import Executor, make_request
+from ..executor import Executor
+from ..request import make_request
 
 DATASET = "HumanEval"
 DEFAULT_TIMEOUT_S = 3.0  # the reference harness's default

@@ -31,7 +31,7 @@ from pydantic import Field
 
 from ..contract import Limits, RunResult
 from ..errors import ExecboxError
-from ..executor import make_request
+from ..request import make_request
 from ..server import malloc
 from ..server.auth import KeyStore, Tenant
 from ..server.errors import ApiError

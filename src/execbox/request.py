@@ -1,0 +1,111 @@
+"""A caller's arguments made into a validated `RunRequest`, and the counts they give checked;
+a bad value is a UsageError that says what is wrong."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from .contract import Limits, RunRequest
+from .errors import UsageError
+
+__all__ = ["FileSource", "check_count", "check_settings", "make_request", "new_run_id"]
+
+FileSource = bytes | str | os.PathLike[str]
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex
+
+
+def make_request(
+    code: str | bytes,
+    *,
+    language: str = "python",
+    stdin: bytes | str | None = None,
+    files: Mapping[str, FileSource] | None = None,
+    limits: Limits | Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    profile: str = "data",
+) -> RunRequest:
+    """Build and validate a RunRequest; UsageError says what is wrong. `code` given as bytes is
+    decoded as CPython decodes a source file (see `RunRequest`)."""
+    inputs = []
+    for name, source in (files or {}).items():
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            data = bytes(source)
+        else:
+            try:
+                data = Path(source).read_bytes()
+            except OSError as exc:
+                raise UsageError(f"cannot read input file {name!r} from {source}: {exc}") from exc
+        inputs.append({"name": name, "data": data})
+    try:
+        return RunRequest.model_validate(
+            {
+                "language": language,
+                "code": code,
+                "stdin": stdin.encode() if isinstance(stdin, str) else (stdin or b""),
+                "files": inputs,
+                "limits": limits if limits is not None else Limits(),
+                "env": dict(env or {}),
+                "profile": profile,
+            }
+        )
+    except ValidationError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def check_count(name: str, value: object, least: int) -> None:
+    """UsageError unless `value` is an integer of at least `least` (a bool is no count)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise UsageError(f"{name} must be an integer >= {least}, got {value!r}")
+
+
+def check_settings(
+    *,
+    max_concurrency: int | None,
+    pool_size: int | None,
+    max_queue: int,
+    queue_timeout_s: float,
+    max_sessions: int,
+    rotate_after_runs: int | None,
+    rotate_after_s: float | None,
+    zygotes_per_tenant: bool,
+    tenant_idle_s: float,
+) -> None:
+    """UsageError unless the `Executor`'s settings of these names are in range."""
+    for name, value, least in (
+        ("max_concurrency", max_concurrency, 1),
+        ("pool_size", pool_size, 1),
+    ):
+        if value is not None:
+            check_count(name, value, least)
+    check_count("max_queue", max_queue, 0)
+    check_count("max_sessions", max_sessions, 0)
+    if rotate_after_runs is not None:
+        check_count("rotate_after_runs", rotate_after_runs, 0)
+    for name, seconds in (("rotate_after_s", rotate_after_s), ("tenant_idle_s", tenant_idle_s)):
+        if seconds is not None and (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, (int, float))
+            or not 0 <= seconds < float("inf")
+        ):
+            raise UsageError(f"{name} must be a number of seconds >= 0, got {seconds!r}")
+    if not isinstance(zygotes_per_tenant, bool):
+        raise UsageError(f"zygotes_per_tenant must be True or False, got {zygotes_per_tenant!r}")
+    if zygotes_per_tenant and not tenant_idle_s:
+        raise UsageError("tenant_idle_s must be > 0 with zygotes_per_tenant")
+    if (
+        isinstance(queue_timeout_s, bool)
+        or not isinstance(queue_timeout_s, (int, float))
+        or not 0 <= queue_timeout_s < float("inf")
+    ):
+        raise UsageError(
+            f"queue_timeout_s must be a number of seconds >= 0, got {queue_timeout_s!r}"
+        )
