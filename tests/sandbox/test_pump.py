@@ -1,7 +1,7 @@
-"""The output pump (`sandbox/host/pump.py`): a caller's output callback that raises is the
-caller's failure, never the run's. No callback is called again, the run or cell goes on to its
-end (its slot is reused, a session stays in step), and the caller gets its own exception once
-the result is in."""
+"""A caller's output callback that raises is the caller's failure, never the run's. The pipeline
+guards it (`scrub.live_output`) on every face, and the pump (`sandbox/host/pump.py`) does not:
+no callback is called again, the run or cell goes on to its end (its slot is reused, a session
+stays in step), and the caller gets its own exception once the result is recorded."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 import pytest
 from probes import host_stats
 
-from execbox import Executor
+from execbox import Executor, Status
 
 # Prints once, then keeps running: a run killed at its first output never reaches the end.
 PRINT_THEN_WORK = (
@@ -67,3 +67,25 @@ def test_a_raising_output_callback_lets_the_cell_finish_and_the_session_go_on(
         # output and value are its own: nothing of the first one is left in the pipes.
         r = s.run("print('next')\nstate")
         assert (r.stdout, [o.data for o in r.outputs]) == ("next\n", ["'finished'"]), r
+
+
+@pytest.mark.parametrize("face", ["run", "cell"])
+def test_a_raising_output_callback_is_reported_the_same_on_a_run_and_a_cell(
+    jailed: Executor, face: str
+) -> None:
+    """One guard for both: the caller's own exception, raised once; the callback not called
+    again; the code run to its end and recorded as it ended, not as a failure."""
+    seen: list[bytes] = []
+    error = CallerGone(f"the {face}'s client went away")
+    code = PRINT_THEN_WORK + "print(state)\n"
+    before = jailed.store.count()
+    with jailed.session() as s:
+        run = s.run if face == "cell" else jailed.run
+        with pytest.raises(CallerGone) as caught:
+            run(code, on_stdout=_broken(seen, error))
+    assert caught.value is error
+    assert seen == [b"first\n"], "a callback that raised was called again"
+    assert jailed.store.count() == before + 1, "the run was not recorded"
+    record = jailed.store.list(limit=1)[0]
+    assert (record.kind, record.status) == (face, Status.ok.value), record
+    assert record.result.stdout == "first\nsecond\nfinished\n", record.result

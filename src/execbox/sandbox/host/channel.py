@@ -207,9 +207,6 @@ class SessionChannel:
         raw = pump.run(time.monotonic() + backstop_s)
         if raw.meta.get("ended"):
             self.ended = raw.meta
-        # The caller's callback failed: the cell was still read to its end, so the session stays
-        # in step; the caller gets its own exception.
-        pump.output.raise_callback_error()
         return raw
 
     def _send(self, data: bytes) -> None:

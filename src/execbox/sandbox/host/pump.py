@@ -44,10 +44,8 @@ class CappedOutput:
     callback as it arrives; past the cap the rest is dropped and `on_over` is called once (the
     pump ends the run, or interrupts the cell).
 
-    A callback that raises is the caller's failure, not the run's: no callback is called again,
-    the run goes on to its end (its slot is reused, a session stays in step), and the pump
-    raises the exception (`raise_callback_error`) once the result is in; a failure of the
-    sandbox itself (HostError) is raised instead. The run's result is not returned then."""
+    The callbacks must not raise: the pipeline hands over the caller's behind its guard
+    (`scrub.live_output`), which lets the run go on to its end and raises once it is recorded."""
 
     def __init__(
         self,
@@ -60,7 +58,6 @@ class CappedOutput:
         self.kept = (bytearray(), bytearray())
         self.truncated = [False, False]
         self.callbacks = (on_stdout, on_stderr)
-        self.callback_error: BaseException | None = None
         self._on_over = on_over
         self._over = False
 
@@ -72,20 +69,13 @@ class CappedOutput:
             keep = data[:room]
             buf += keep
             callback = self.callbacks[stream]
-            if callback is not None and self.callback_error is None:
-                try:
-                    callback(keep)
-                except BaseException as exc:  # noqa: BLE001 - raised once the run has ended
-                    self.callback_error = exc
+            if callback is not None:
+                callback(keep)
         if len(data) > room:
             self.truncated[stream] = True
             if not self._over:
                 self._over = True
                 self._on_over()
-
-    def raise_callback_error(self) -> None:
-        if self.callback_error is not None:
-            raise self.callback_error
 
     def result(self, meta: dict[str, Any], artifact_data: Sequence[bytes | None]) -> RawRun:
         return RawRun(
@@ -202,8 +192,6 @@ class RunPump:
         if len(self.arts) != n:
             raise HostError(f"the run supervisor sent {len(self.arts)} of {n} artifacts")
         self.slot.reusable = True
-        # The run went to its end and its slot is clean: now the caller's callback may fail it.
-        self.output.raise_callback_error()
         return self.output.result(self.meta, self.arts)
 
     def _complete(self) -> bool:
