@@ -451,7 +451,7 @@ def test_a_long_evaluation_logs_its_progress_when_stderr_is_not_a_terminal(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     # The bar is for terminals; a log (CI's) used to stay silent until the end.
-    from execbox.cli import _ProgressLines
+    from execbox.evals.cli import _ProgressLines
 
     now = [0.0]
     progress = _ProgressLines(100, 10.0, clock=lambda: now[0])
