@@ -1,0 +1,184 @@
+"""What the sync and async clients share: request bodies, errors from responses, server-sent
+events."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from ..contract import InputFile, Limits, RunResult
+from ..errors import (
+    ExecboxError,
+    Overloaded,
+    RecordsError,
+    SandboxError,
+    SandboxUnavailable,
+    SessionClosed,
+    UsageError,
+)
+
+OutputCallback = Callable[[bytes], None]
+FileSource = Any  # bytes, or a path (str / os.PathLike), as for Executor.run
+
+# Quotas, back-pressure and a server going down: retry later (Overloaded, as locally).
+RETRY_LATER = {
+    "overloaded",
+    "rate_limited",
+    "concurrency_limited",
+    "session_quota",
+    "server_shutting_down",
+}
+
+
+class Request:
+    """One HTTP call to make: method, path, JSON or raw body."""
+
+    def __init__(
+        self, method: str, path: str, *, json_body: Any = None, content: bytes | None = None
+    ) -> None:
+        self.method, self.path, self.json_body, self.content = method, path, json_body, content
+
+    def kwargs(self) -> dict[str, Any]:
+        if self.content is not None:
+            return {
+                "content": self.content,
+                "headers": {"Content-Type": "application/octet-stream"},
+            }
+        return {"json": self.json_body} if self.json_body is not None else {}
+
+
+def error(response: httpx.Response) -> ExecboxError:
+    """The execbox exception for an error response."""
+    try:
+        detail = response.json()["error"]
+        code, message = str(detail["code"]), str(detail["message"])
+    except (ValueError, KeyError, TypeError):
+        code, message = f"http_{response.status_code}", response.text[:500]
+    text = f"{message} [{code}, HTTP {response.status_code}]"
+    if code == "session_closed":
+        return SessionClosed(text)
+    if code in RETRY_LATER:
+        return Overloaded(
+            text
+            + (
+                f"; retry after {response.headers['Retry-After']} s"
+                if "Retry-After" in response.headers
+                else ""
+            )
+        )
+    if code in ("sandbox_unavailable", "not_ready"):
+        return SandboxUnavailable(text)
+    if code == "records_error":
+        return RecordsError(text)
+    if response.status_code < 500:
+        return UsageError(text)
+    return SandboxError(text)
+
+
+def check(response: httpx.Response) -> httpx.Response:
+    if response.is_error:
+        raise error(response)
+    return response
+
+
+def run_body(
+    code: str,
+    *,
+    language: str,
+    stdin: bytes | str | None,
+    files: Mapping[str, FileSource] | None,
+    limits: Limits | Mapping[str, Any] | None,
+    env: Mapping[str, str] | None,
+    profile: str,
+    cache: bool | None,
+    secrets: Iterable[str],
+) -> dict[str, Any]:
+    from ..request import make_request  # validates (and reads file paths) as a local run would
+
+    request = make_request(
+        code, language=language, stdin=stdin, files=files, limits=limits, env=env, profile=profile
+    )
+    body = request.model_dump(mode="json")
+    body.update(cache=cache, secrets=list(secrets))
+    return body
+
+
+def session_body(
+    *,
+    profile: str,
+    limits: Limits | Mapping[str, Any] | None,
+    env: Mapping[str, str] | None,
+    files: Mapping[str, FileSource] | None,
+    idle_timeout_s: float,
+    max_lifetime_s: float,
+    secrets: Iterable[str],
+) -> dict[str, Any]:
+    from ..request import make_request
+
+    checked = make_request("", files=files, limits=limits, env=env, profile=profile)
+    return {
+        "profile": profile,
+        "limits": checked.limits.model_dump() if limits else None,
+        "env": checked.env,
+        "files": [InputFile.model_dump(f, mode="json") for f in checked.files],
+        "idle_timeout_s": idle_timeout_s,
+        "max_lifetime_s": max_lifetime_s,
+        "secrets": list(secrets),
+    }
+
+
+def artifact_path(path: str) -> str:
+    return quote(path, safe="/")
+
+
+class Events:
+    """Server-sent events parser: feed lines, get (event, data) at each blank line."""
+
+    def __init__(self) -> None:
+        self.name, self.data = "message", []  # type: tuple[str, list[str]]
+
+    def feed(self, line: str) -> tuple[str, str] | None:
+        if not line:
+            if not self.data:
+                return None
+            done = (self.name, "\n".join(self.data))
+            self.name, self.data = "message", []
+            return done
+        field, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if field == "event":
+            self.name = value
+        elif field == "data":
+            self.data.append(value)
+        return None
+
+
+def dispatch(
+    event: tuple[str, str], on_stdout: OutputCallback | None, on_stderr: OutputCallback | None
+) -> RunResult | None:
+    """Hand an output event to its callback; return the result when it is the last event."""
+    name, data = event
+    if name == "result":
+        return RunResult.model_validate_json(data)
+    if name == "error":
+        try:
+            status = int(json.loads(data).get("status", 500))
+        except (ValueError, AttributeError, TypeError):
+            status = 500
+        raise error(
+            httpx.Response(
+                status, content=data.encode(), headers={"Content-Type": "application/json"}
+            )
+        )
+    callback = on_stdout if name == "stdout" else on_stderr if name == "stderr" else None
+    if callback is not None:
+        callback(json.loads(data)["text"].encode())
+    return None
+
+
+def stream_error(response: httpx.Response, body: bytes) -> ExecboxError:
+    return error(httpx.Response(response.status_code, content=body, headers=response.headers))
