@@ -15,7 +15,7 @@ from execbox import policy
 from execbox.contract import InputFile, Limits, RunRequest
 from execbox.errors import UsageError
 from execbox.policy import Profile, Verdict, check, load_profiles, scan_imports
-from execbox.policy.analysis import tree_nodes
+from execbox.policy.walk import tree_nodes
 
 MIB = 1 << 20
 
