@@ -637,3 +637,43 @@ def test_a_unit_claim_on_a_large_output_looks_up_its_unit_only(
     assert not grounded(answer, stdout)
     assert compared < 5_000  # one window spanning all unit ratios: 100 x 5,000 (the cap)
     assert grounded("It is 996 MB.", stdout)
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("It took 1.5 s.", "elapsed: 1.5 ms\n"),  # a spaced "s" is the answer's unit
+        ("It took 2 s.", "elapsed: 2 h\n"),
+        ("It took 90 s.", "elapsed: 90 ms\n"),
+        ("The result is -0.", "result: 0.4\n"),  # a minus zero is a negative value
+        ("The result is -0.0.", "result: 0.0\n"),
+        ("The change was -0%.", "change: 0.3%\n"),
+        ("The first order was on 5 March 2023.", "first: 03/05/2023\n"),  # or 3 May
+        ("The first order was on March 5, 2023.", "first: 03/05/2023\n"),
+        ("The first order was on 2023-03-05.", "first: 05/03/2023\n"),
+        ("The first order was in March 2023.", "first: 03/05/2023\n"),
+    ],
+)
+def test_false_answers_of_the_sixth_attack_are_refused(answer: str, stdout: str) -> None:
+    assert not grounded(answer, stdout)
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("It took 1 hour 30 minutes.", "elapsed: 5400 s\n"),
+        ("It took 90 minutes.", "elapsed: 5400 s\n"),
+        ("It took 1,500 ms.", "elapsed: 1.5 s\n"),
+        ("It took 1.5 s.", "elapsed: 1.5 s\n"),
+        ("It took 2 h.", "elapsed: 120 min\n"),
+        ("The minimum is -0.", "min: -0.0\n"),
+        ("The minimum is -0.0.", "min: -0.04\n"),
+        ("The minimum is 0.", "min: -0.0\n"),
+        ("The first order was on 03/05/2023.", "first: 03/05/2023\n"),
+        ("The first order was on 15 March 2023.", "first: 15/03/2023\n"),  # one reading
+        ("The first order was on 5 March 2023.", "first: 2023-03-05\n"),
+        ("The first order was in March 2023.", "first: 2023-03-05\n"),
+    ],
+)
+def test_honest_answers_of_the_sixth_attack_pass(answer: str, stdout: str) -> None:
+    assert grounded(answer, stdout)

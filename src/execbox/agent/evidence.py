@@ -156,8 +156,7 @@ class Evidence:
             return  # the check's cost stays bounded: later numbers are not read
         masked = text
         for keys, match in dates_in(text):
-            for key in keys:
-                self.dates.append(Fact(key, run_id, where))
+            self.dates.append(Fact(tuple(keys), run_id, where))  # "03/05" has two readings
             self.numbers.append(Fact(float(keys[0][0]), run_id, where))
             masked = (
                 masked[: match.start()]

@@ -19,7 +19,7 @@ import bisect
 import json
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from itertools import pairwise
 from typing import Any
@@ -674,14 +674,20 @@ def _quote_claim(quoted: str, evidence: Evidence, context: Context, *, code_span
 
 def _date_claim(text: str, keys: list[DateKey], evidence: Evidence, context: Context) -> Claim:
     for q_keys, _ in dates_in(context.question):
-        if any(date_matches(k, q) for k in keys for q in q_keys):
+        if _bears_out(keys, q_keys):
             return Claim(text=text, kind="date", grounded=True, source="the question")
     for fact in evidence.dates:
-        if any(date_matches(k, fact.value) for k in keys):
+        if _bears_out(keys, fact.value):
             return Claim(
                 text=text, kind="date", grounded=True, run_id=fact.run_id, source=fact.where
             )
     return Claim(text=text, kind="date", grounded=False, detail="no output shows this date")
+
+
+def _bears_out(claimed: list[DateKey], shown: Sequence[DateKey]) -> bool:
+    """Whether every reading of a shown date is one the claim states: "5 March 2023" is not
+    certain of an output's "03/05/2023", which may be 3 May; "03/05/2023" itself is."""
+    return all(any(date_matches(c, s) for c in claimed) for s in shown)
 
 
 def _result_claim(answer: str, nums: list[Num], result: Any) -> Claim | None:

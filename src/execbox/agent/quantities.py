@@ -628,6 +628,8 @@ def matches(
 
 def within(num: Num, value: float, step: float, fact: float, fact_step: float = 0.0) -> bool:
     tiny = 1e-9 * max(1.0, abs(value))
+    if value == 0 and math.copysign(1.0, value) < 0 < math.copysign(1.0, fact):
+        return False  # "-0" is a negative value rounded: a printed 0.4 or 0.0 is not one
     if num.literal or (num.bound == "nearly" and fact > value + tiny):
         return False  # "nearly 1000" is short of it
     if num.bound in ("above", "below"):

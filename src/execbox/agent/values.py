@@ -28,12 +28,12 @@ UNIT_FAMILIES: dict[str, tuple[str, ...]] = {
     "ft": ("ft", "feet", "foot"),
     "l": ("lit(?:er|re)s?",),
     "ml": ("ml", "millilit(?:er|re)s?"),
-    "s": ("seconds?", "secs?", r"(?<=\d)s"),
+    "s": ("seconds?", "secs?", r"(?<=\d)s", r"(?<=\d )s"),  # "5s", "5 s"
     "ms": ("ms", "milliseconds?"),
     "us": ("\u03bcs", "(?-i:us)", "microseconds?"),  # "50 US states" is no time
     "ns": ("ns", "nanoseconds?"),
     "min": ("minutes?", "mins?"),
-    "h": ("hours?", "hrs?", r"(?<=\d)h"),
+    "h": ("hours?", "hrs?", r"(?<=\d)h", r"(?<=\d )h"),
     "d": ("days?",),
     "wk": ("weeks?", "wks?"),
     "mo": ("months?",),
