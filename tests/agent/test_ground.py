@@ -652,6 +652,8 @@ def test_a_unit_claim_on_a_large_output_looks_up_its_unit_only(
         ("The first order was on March 5, 2023.", "first: 03/05/2023\n"),
         ("The first order was on 2023-03-05.", "first: 05/03/2023\n"),
         ("The first order was in March 2023.", "first: 03/05/2023\n"),
+        ("The answer is $\\frac{1}{3}$.", "answer: 0.5\n"),  # a LaTeX fraction's value
+        ("The answer is $\\dfrac{3}{4}$.", "answer: 0.7\n"),
     ],
 )
 def test_false_answers_of_the_sixth_attack_are_refused(answer: str, stdout: str) -> None:
@@ -673,6 +675,8 @@ def test_false_answers_of_the_sixth_attack_are_refused(answer: str, stdout: str)
         ("The first order was on 15 March 2023.", "first: 15/03/2023\n"),  # one reading
         ("The first order was on 5 March 2023.", "first: 2023-03-05\n"),
         ("The first order was in March 2023.", "first: 2023-03-05\n"),
+        ("The answer is $\\frac{1}{2}$.", "answer: 0.5\n"),
+        ("The answer is \\tfrac{3}{4}.", "answer: 0.75\n"),
     ],
 )
 def test_honest_answers_of_the_sixth_attack_pass(answer: str, stdout: str) -> None:

@@ -36,6 +36,12 @@ def normalize(text: str) -> str:
         text = re.sub(
             r"\^\{([-+]?\d+)\}|<sup>([-+]?\d+)</sup>", lambda m: "^" + (m[1] or m[2]), text
         )
+    if "frac{" in text:  # LaTeX: "$\frac{1}{2}$" is 1/2, its $ math mode, not dollars
+        text = re.sub(
+            r"(\$?)\\[dt]?frac\{\s*(\d+)\s*\}\{\s*(\d+)\s*\}(\$?)",
+            lambda m: f" {m[2]}/{m[3]} " if m[1] and m[4] else f"{m[2]}/{m[3]}",
+            text,
+        )
     if text.isascii():
         return text  # the common case, a long output's lines among them
     text = re.sub(f"[{_SUPERSCRIPT}]+", lambda m: "^" + m[0].translate(_SUPERSCRIPTS), text)
