@@ -535,10 +535,10 @@ def test_literal_claims_on_a_large_output_do_not_scan_it(monkeypatch: pytest.Mon
     scanned = 0
     real = ground._contains
 
-    def counting(text: str, wanted: str) -> bool:
+    def counting(text: str, wanted: str, *, in_list: bool = False) -> bool:
         nonlocal scanned
         scanned += 1
-        return real(text, wanted)
+        return real(text, wanted, in_list=in_list)
 
     monkeypatch.setattr(ground, "_contains", counting)
     stdout = "".join(" ".join(str(i * 8 + j) for j in range(8)) + "\n" for i in range(4000))
@@ -654,6 +654,8 @@ def test_a_unit_claim_on_a_large_output_looks_up_its_unit_only(
         ("The first order was in March 2023.", "first: 03/05/2023\n"),
         ("The answer is $\\frac{1}{3}$.", "answer: 0.5\n"),  # a LaTeX fraction's value
         ("The answer is $\\dfrac{3}{4}$.", "answer: 0.7\n"),
+        ("The result is 1,23.", "[1,23]\n"),  # a list's items, not one number
+        ("The result is 1,00,000.", "[7,1,00,000]\n"),
     ],
 )
 def test_false_answers_of_the_sixth_attack_are_refused(answer: str, stdout: str) -> None:
@@ -677,6 +679,7 @@ def test_false_answers_of_the_sixth_attack_are_refused(answer: str, stdout: str)
         ("The first order was in March 2023.", "first: 2023-03-05\n"),
         ("The answer is $\\frac{1}{2}$.", "answer: 0.5\n"),
         ("The answer is \\tfrac{3}{4}.", "answer: 0.75\n"),
+        ("The population is 1,00,000.", "population: 1,00,000\n"),
     ],
 )
 def test_honest_answers_of_the_sixth_attack_pass(answer: str, stdout: str) -> None:

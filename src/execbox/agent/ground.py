@@ -512,7 +512,7 @@ def _clock_claim(match: re.Match[str], evidence: Evidence) -> Claim:
 def _literal_claim(text: str, evidence: Evidence) -> Claim:
     """A number the check cannot read whole: an output must show it word for word."""
     for fact in evidence.texts if evidence.may_contain(_norm(text)) else []:
-        if _contains(str(fact.value), _norm(text)):
+        if _contains(str(fact.value), _norm(text), in_list="," in text):
             return Claim(
                 text=text, kind="number", grounded=True, run_id=fact.run_id, source=fact.where
             )
@@ -638,9 +638,11 @@ def _norm(text: str) -> str:
     return " ".join(text.casefold().split()).strip(" .,;:!?")
 
 
-def _contains(text: str, wanted: str) -> bool:
-    """`wanted` in `text` as whole words ("7" is not in "17")."""
-    return re.search(r"(?<!\w)" + re.escape(wanted) + r"(?!\w)", _norm(text)) is not None
+def _contains(text: str, wanted: str, *, in_list: bool = False) -> bool:
+    """`wanted` in `text` as whole words ("7" is not in "17"); with `in_list`, not as items of
+    a list either ("1,23" is not in "[1,23]": a list's commas part its values)."""
+    edges = (r"(?<![\w\[,])", r"(?![\w\],])") if in_list else (r"(?<!\w)", r"(?!\w)")
+    return re.search(edges[0] + re.escape(wanted) + edges[1], _norm(text)) is not None
 
 
 def _quote_claim(quoted: str, evidence: Evidence, context: Context, *, code_span: bool) -> Claim:
