@@ -656,6 +656,12 @@ def test_a_unit_claim_on_a_large_output_looks_up_its_unit_only(
         ("The answer is $\\dfrac{3}{4}$.", "answer: 0.7\n"),
         ("The result is 1,23.", "[1,23]\n"),  # a list's items, not one number
         ("The result is 1,00,000.", "[7,1,00,000]\n"),
+        ("The date is 04/03/2023.", "date: 2023-03-04\n"),  # may be read as 3 April
+        ("The date was 12/11/2023.", "date: 11/12/2023\n"),
+        ("It took 3/4 hours.", "elapsed: 0.75 s\n"),  # a fraction's unit is its own
+        ("The answer is 1/2 dollars.", "answer: 0.5 EUR\n"),
+        ("It costs $3/4.", "price: 0.75 EUR\n"),
+        ("The answer is $\\frac{1}{2}$ dollars.", "answer: 0.5 EUR\n"),
     ],
 )
 def test_false_answers_of_the_sixth_attack_are_refused(answer: str, stdout: str) -> None:
@@ -680,6 +686,11 @@ def test_false_answers_of_the_sixth_attack_are_refused(answer: str, stdout: str)
         ("The answer is $\\frac{1}{2}$.", "answer: 0.5\n"),
         ("The answer is \\tfrac{3}{4}.", "answer: 0.75\n"),
         ("The population is 1,00,000.", "population: 1,00,000\n"),
+        ("The date was 11.12.2023.", "date: 11/12/2023\n"),
+        ("It took 3/4 hours.", "elapsed: 45 min\n"),
+        ("It costs $3/4.", "price: $0.75\n"),
+        ("It is 3/4 of the rows.", "share: 0.75\n"),
+        ("It took 3/4 hours.", "3/4 hours\n"),
     ],
 )
 def test_honest_answers_of_the_sixth_attack_pass(answer: str, stdout: str) -> None:

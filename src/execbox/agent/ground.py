@@ -39,6 +39,8 @@ from .quantities import (
     word_numbers,
 )
 from .values import (
+    CURRENCY,
+    UNIT_AFTER,
     UNIT_FAMILIES,
     DateKey,
     date_matches,
@@ -48,6 +50,7 @@ from .values import (
     mask_dates,
     mentions_unit,
     scale_of,
+    unit_factors,
 )
 
 # -- claims about numbers ----------------------------------------------------------------------
@@ -260,7 +263,7 @@ def check(  # noqa: C901
     for start, end in _list_markers(masked):
         mask(start, end)
     for match in list(_FRACTION.finditer(masked)):
-        claims.append(_fraction_claim(match, evidence))
+        claims.extend(_fraction_claims(match, masked, evidence, context))
         mask(match.start(), match.end())
     question_numbers = [f.value for f in numbers_in(mask_dates(context.question))]
     question_numbers += [v for v, _, _ in word_numbers(context.question)]
@@ -579,6 +582,31 @@ def _changes(stated: list[tuple[Num, Claim]], text: str, points: bool) -> list[t
     return [(a, b) for a, b in pairwise(operands) if _FROM_TO.fullmatch(text, a.end, b.start)]
 
 
+def _fraction_claims(
+    match: re.Match[str], text: str, evidence: Evidence, context: Context
+) -> list[Claim]:
+    """A fraction with a unit ("3/4 hours", "$1/2") is its value in that unit, read as any
+    number is: the unit must be its own; without one, `_fraction_claim`."""
+    spelled = UNIT_AFTER.match(text, match.end())
+    currency = CURRENCY.get(text[match.start() - 1 : match.start()]) if match.start() else None
+    if not (spelled or currency) or not float(match[2]):
+        return [_fraction_claim(match, evidence)]
+    num = Num(
+        match[0],
+        match.start(),
+        match.end(),
+        float(match[1]) / float(match[2]),
+        0.0,
+        unit=currency or (spelled[1] if spelled else None),
+        factors=unit_factors(spelled[1]) if spelled and not currency else (1.0,),
+    )
+    claim = _number_claim(num, evidence, [])
+    if not claim.grounded and spelled:  # an output's own "3/4 hours"
+        literal = _literal_claim(text[match.start() : spelled.end()].strip(), evidence)
+        return [literal.model_copy(update={"text": match[0]}) if literal.grounded else claim]
+    return [claim, _unit_claim(num, evidence, context)] if claim.grounded else [claim]
+
+
 def _fraction_claim(match: re.Match[str], evidence: Evidence) -> Claim:
     """'3/4' is the value 0.75, or an output's own "3/4" or "3 of 4"; never its two numbers
     shown apart."""
@@ -688,7 +716,10 @@ def _date_claim(text: str, keys: list[DateKey], evidence: Evidence, context: Con
 
 def _bears_out(claimed: list[DateKey], shown: Sequence[DateKey]) -> bool:
     """Whether every reading of a shown date is one the claim states: "5 March 2023" is not
-    certain of an output's "03/05/2023", which may be 3 May; "03/05/2023" itself is."""
+    certain of an output's "03/05/2023", which may be 3 May; "03/05/2023" itself is. A claim
+    with two readings holds only for the same writing (not "04/03/2023" for "2023-03-04")."""
+    if len(set(claimed)) > 1:
+        return tuple(claimed) == tuple(shown)
     return all(any(date_matches(c, s) for c in claimed) for s in shown)
 
 

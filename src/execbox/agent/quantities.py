@@ -39,7 +39,7 @@ def normalize(text: str) -> str:
     if "frac{" in text:  # LaTeX: "$\frac{1}{2}$" is 1/2, its $ math mode, not dollars
         text = re.sub(
             r"(\$?)\\[dt]?frac\{\s*(\d+)\s*\}\{\s*(\d+)\s*\}(\$?)",
-            lambda m: f" {m[2]}/{m[3]} " if m[1] and m[4] else f"{m[2]}/{m[3]}",
+            lambda m: f" {m[2]}/{m[3]}" if m[1] and m[4] else f"{m[2]}/{m[3]}",
             text,
         )
     if text.isascii():
