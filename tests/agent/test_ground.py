@@ -686,6 +686,7 @@ def test_false_answers_of_the_sixth_attack_are_refused(answer: str, stdout: str)
         ("The answer is $\\frac{1}{2}$.", "answer: 0.5\n"),
         ("The answer is \\tfrac{3}{4}.", "answer: 0.75\n"),
         ("The population is 1,00,000.", "population: 1,00,000\n"),
+        ("The answer is [1,5].", "[1,5]\n"),
         ("The date was 11.12.2023.", "date: 11/12/2023\n"),
         ("It took 3/4 hours.", "elapsed: 45 min\n"),
         ("It costs $3/4.", "price: $0.75\n"),

@@ -288,6 +288,12 @@ def check(  # noqa: C901
             for w in re.findall(r"[A-Za-z]+", before)[-3:] + re.findall(r"[A-Za-z]+", after)[:4]
             if w.lower() not in _STOP
         ]
+        if (
+            num.literal
+            and masked[num.start - 1 : num.start] + masked[num.end : num.end + 1] == "[]"
+        ):
+            stated.append((num, _literal_claim(num.text, evidence, listed=True)))  # "[1,5]"
+            continue
         stated.append((num, _number_claim(num, evidence, question_numbers, words)))
     ends = [m.start() for m in _SENTENCE_END.finditer(masked)]
     sentences: dict[int, list[tuple[Num, Claim]]] = {}
@@ -512,10 +518,11 @@ def _clock_claim(match: re.Match[str], evidence: Evidence) -> Claim:
     )
 
 
-def _literal_claim(text: str, evidence: Evidence) -> Claim:
-    """A number the check cannot read whole: an output must show it word for word."""
+def _literal_claim(text: str, evidence: Evidence, *, listed: bool = False) -> Claim:
+    """A number the check cannot read whole: an output must show it word for word; as a
+    list's items only if the answer too shows it as a list (`listed`)."""
     for fact in evidence.texts if evidence.may_contain(_norm(text)) else []:
-        if _contains(str(fact.value), _norm(text), in_list="," in text):
+        if _contains(str(fact.value), _norm(text), in_list="," in text and not listed):
             return Claim(
                 text=text, kind="number", grounded=True, run_id=fact.run_id, source=fact.where
             )
