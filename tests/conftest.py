@@ -14,6 +14,7 @@ import pytest
 
 import execbox
 from execbox.image import Image
+from execbox.sandbox.host.pump import OutputCallback
 from execbox.sandbox.inside.cgroup import Hierarchy
 
 
@@ -61,9 +62,8 @@ def executor() -> Iterator[execbox.Executor]:
 def fake_executor() -> Iterator[execbox.Executor]:
     """An Executor over `FakeSandbox` (see tests/fakes.py), with the result cache off: for
     tests of what lies above the sandbox (faces, routing, auth, quotas). No root, no image."""
-    from fakes import literal_handler
-
     from execbox.testing import FakeSandbox
+    from tests.fakes import literal_handler
 
     with execbox.Executor(backend=FakeSandbox(literal_handler), cache=False) as ex:
         yield ex
@@ -209,8 +209,8 @@ class CellRunner:
         limits: execbox.Limits | dict[str, object] | None = None,
         env: dict[str, str] | None = None,
         files: dict[str, bytes] | None = None,
-        on_stdout: object = None,
-        on_stderr: object = None,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
         **unsupported: object,
     ) -> execbox.RunResult:
         if unsupported:
@@ -218,9 +218,9 @@ class CellRunner:
         with self._executor.session(limits=limits, env=env, files=files) as session:
             return session.run(
                 code,
-                on_stdout=on_stdout,  # type: ignore[arg-type]
+                on_stdout=on_stdout,
                 on_stderr=on_stderr,
-            )  # type: ignore[arg-type]
+            )
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._executor, name)

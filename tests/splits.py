@@ -10,7 +10,7 @@ import base64
 import json
 import uuid
 
-from test_redact import CASES
+from tests.test_redact import CASES
 
 # Registered values: ASCII, non-ASCII (split inside its UTF-8 sequences) and one with a line
 # break (a line end is where live output is released).

@@ -6,14 +6,16 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
-from probes import alive, host_internals, host_stats, wait_until
 
 import execbox
 from execbox import Executor, SandboxUnavailable, Status, UsageError
 from execbox.admission import concurrently
+from execbox.sandbox.host.slot import Slot
 from execbox.stats import HostStats
+from tests.probes import alive, host_internals, host_stats, wait_until
 
 
 def test_non_root_host_is_refused_before_anything_runs(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -222,7 +224,7 @@ def test_astream_callers_go_through_admission() -> None:
 
 
 def _cancelled_after(
-    ex: Executor, code: str, ready: Callable[[], bool], cancel: execbox.Cancel, **kwargs: object
+    ex: Executor, code: str, ready: Callable[[], bool], cancel: execbox.Cancel, **kwargs: Any
 ) -> tuple[execbox.RunResult, float]:
     """`code` run in a thread with `cancel`, cancelled once `ready()`: its result and how long
     it took to return after the cancel."""
@@ -286,7 +288,7 @@ def test_cancelling_an_astream_task_ends_its_run(tmp_path: object) -> None:
     with Executor(cache=False, records=f"sqlite:///{tmp_path}/r.db") as ex:
         took = asyncio.run(main(ex))
         assert took < 2, took
-        from probes import wait_until
+        from tests.probes import wait_until
 
         def cancelled() -> bool:
             records = ex.store.list(limit=5)
@@ -370,7 +372,7 @@ def test_runs_beyond_the_pool_size_run_at_once_and_the_pool_shrinks_back() -> No
     # pool_size is how many slots are kept staged, not how many runs go at once: a third run
     # of a kind whose two slots are busy gets a slot of its own, where it used to wait for
     # one (and failed after 30 s when the others ran that long).
-    from probes import wait_until
+    from tests.probes import wait_until
 
     with Executor(cache=False, max_concurrency=4, pool_size=2) as ex:
         results: list[execbox.RunResult] = []
@@ -411,7 +413,7 @@ def test_short_runs_queueing_for_slots_do_not_churn_the_pool() -> None:
         started: list[str] = []
         start_slot = host.start_slot
 
-        def counting(kind: str) -> object:
+        def counting(kind: str) -> Slot:
             started.append(kind)
             return start_slot(kind)
 

@@ -10,11 +10,11 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from probes import alive, host_internals, host_stats, wait_until
 
 from execbox import Executor, RunResult, UsageError
 from execbox.sandbox.host.zygotes import ZygoteProcess
 from execbox.sandbox.inside.cgroup import Hierarchy
+from tests.probes import alive, host_internals, host_stats, wait_until
 
 # What fork copies from the zygote: where libc is mapped, where the `sys` module object
 # lives on the heap, and the interpreter's str hash secret.

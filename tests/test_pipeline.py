@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from probes import host_internals
 
 from execbox import Executor, Status, UsageError
 from execbox.budget import Budget
 from execbox.errors import RecordsError
+from tests.probes import host_internals
 
 AWS_KEY = "AKIA" + "Q7XZ3N5B2WJ4K6PD"  # built by concatenation: not a real key
 
@@ -42,7 +42,7 @@ def test_every_outcome_is_recorded_with_its_evidence(executor: Executor) -> None
         assert record.status == expected
         assert record.result.run_id == result.run_id
         assert record.code_sha256 == result.code_sha256 and len(record.code_sha256) == 64
-        assert record.image_digest == executor.image.digest
+        assert executor.image is not None and record.image_digest == executor.image.digest
         assert record.limits == result.limits.model_dump()
     ok = executor.store.get(outcomes["ok"].run_id)
     assert ok is not None
@@ -274,7 +274,8 @@ def test_replay_flags_a_different_image_digest(executor: Executor) -> None:
         row = conn.execute(
             sa.text("select result from runs where run_id = :id"), {"id": r.run_id}
         ).scalar()
-        result = json.loads(row) if isinstance(row, str) else row
+        assert row is not None, r.run_id
+        result: dict[str, Any] = json.loads(row) if isinstance(row, str) else row
         result["image_digest"] = "sha256:" + "0" * 64
         conn.execute(
             sa.text("update runs set result = :r where run_id = :id"),

@@ -462,7 +462,7 @@ def test_the_imports_are_reported_whatever_rules_the_profile_has(
         n = importlib.import_module('scipy.stats')
         from . import local
     """)
-    expected = {"json", "os", "collections", "numpy", "pandas", "importlib", "scipy"}
+    expected = frozenset({"json", "os", "collections", "numpy", "pandas", "importlib", "scipy"})
     for profiles, profile in ((shipped, "data"), (strict(shipped), "strict")):
         assert run_check(src, profiles, profile).imports == expected
 
@@ -529,14 +529,15 @@ def test_a_profile_with_no_rules_about_the_code_does_not_parse_it(
 
     def counting_parse(source: str, *args: Any, **kwargs: Any) -> ast.Module:
         parsed.append(source)
-        return real_parse(source, *args, **kwargs)
+        module: ast.Module = real_parse(source, *args, **kwargs)
+        return module
 
     monkeypatch.setattr(ast, "parse", counting_parse)
     src = "import numpy as np\nfrom pandas import DataFrame\n"
     v = run_check(src, shipped, "data")
-    assert (v.decision, v.rule, v.imports) == ("allow", None, {"numpy", "pandas"})
+    assert (v.decision, v.rule, v.imports) == ("allow", None, frozenset({"numpy", "pandas"}))
     v = run_check("import json\nx = (\n", shipped, "data")  # not parsed: no code.syntax
-    assert (v.decision, v.rule, v.imports) == ("allow", None, {"json"})
+    assert (v.decision, v.rule, v.imports) == ("allow", None, frozenset({"json"}))
     assert parsed == []
     # Any one rule about the code, and the code is parsed again.
     for rule in (
@@ -552,7 +553,7 @@ def test_a_profile_with_no_rules_about_the_code_does_not_parse_it(
         parsed.clear()
         v = run_check(src, profiles, "only")
         assert parsed == [src], rule
-        assert v.imports == {"numpy", "pandas"}
+        assert v.imports == frozenset({"numpy", "pandas"})
         assert run_check("import json\nx = (\n", profiles, "only").rule == "code.syntax"
 
 

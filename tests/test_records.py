@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from probes import wait_until
 
 from execbox.contract import Artifact, InputFile, RunRequest, RunResult, Status
 from execbox.errors import RecordsError
 from execbox.records import PolicyInfo, RunStore
 from execbox.records.sqlite import COMMIT_LOCK, ForkSafeConnection, SQLiteRunRows
+from tests.probes import wait_until
 
 
 def _run(i: int, art: bytes = b"") -> tuple[RunRequest, RunResult]:

@@ -14,11 +14,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-from splits import OUTPUT_BYTES, REGISTERED, SAMPLES, leaked, program
 
 from execbox import Executor, Status
 from execbox.redact import Redactor
 from execbox.redact.live import PEM_HOLD_CHARS, LiveRedactor
+from tests.splits import OUTPUT_BYTES, REGISTERED, SAMPLES, leaked, program
 
 REDACTOR = Redactor(REGISTERED)
 

@@ -9,15 +9,16 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from probes import host_stats, wait_until
 
 from execbox import Executor, Limits, SessionClosed, Status, UsageError
+from execbox.contract import StreamEvent
 from execbox.errors import Overloaded
 from execbox.records import RunStore
 from execbox.sandbox.inside.cgroup import Hierarchy
+from tests.probes import host_stats, wait_until
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SMALL = Limits(timeout_s=5, memory_mib=256, pids=32)
@@ -460,9 +461,9 @@ def test_live_output_arrives_before_the_cell_ends(session: object) -> None:
 
 
 def test_async_stream_yields_output_then_result(executor: Executor) -> None:
-    async def collect(source: object) -> list[tuple[str, float]]:
+    async def collect(source: AsyncIterator[StreamEvent]) -> list[tuple[StreamEvent, float]]:
         events = []
-        async for event in source:  # type: ignore[attr-defined]
+        async for event in source:
             events.append((event, time.monotonic()))
         return events
 

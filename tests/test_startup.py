@@ -8,10 +8,10 @@ import os
 import signal
 
 import pytest
-from probes import host_internals, host_stats
 
 from execbox import Executor, SandboxError, Status
 from execbox.sandbox.host.errors import HostError
+from tests.probes import host_internals, host_stats
 
 
 def test_heavy_work_right_after_start_waits_for_the_heavy_zygote() -> None:

@@ -8,12 +8,12 @@ import json
 from pathlib import Path
 
 import pytest
-from agent_scripts import plan, program, result_of, script
 from pydantic import BaseModel
 
 import execbox
 from execbox.agent import AskSettings, ask
 from execbox.agent.trace import TraceStore
+from tests.agent.agent_scripts import plan, program, result_of, script
 
 SALES = b"region,units\nnorth,5\nsouth,3\nnorth,2\neast,7\n"
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from agent_scripts import plan
 
 import execbox
 from execbox.agent import ScriptedModel, ask, load_config, resolve_model
 from execbox.agent.models import Program
+from tests.agent.agent_scripts import plan
 
 
 def test_code_in_a_markdown_fence_is_unwrapped() -> None:

@@ -9,13 +9,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from agent_scripts import answer_from_result, approve, plan, program
-from chat_server import serve
 from click.testing import CliRunner
 
 import execbox
 from execbox.agent import Answer, AskSettings, ScriptedModel, ask
 from execbox.cli import main
+from tests.agent.agent_scripts import answer_from_result, approve, plan, program
+from tests.agent.chat_server import Reply, serve
 
 SALES = b"region,units\nnorth,5\nsouth,3\nnorth,2\neast,7\n"
 READ_SALES = (
@@ -421,7 +421,7 @@ def test_an_honest_answer_costs_no_extra_model_call(asker: AskFn) -> None:
 def test_the_cli_and_the_trace_show_the_evidence(
     executor: execbox.Executor, no_model_env: None
 ) -> None:
-    script = {
+    script: dict[str, list[Reply]] = {
         "submit_plan": [plan("the sum")],
         "submit_generate": [program(SUM_CODE)],
         "submit_verify": [approve],
@@ -446,7 +446,9 @@ def test_the_cli_and_the_trace_show_the_evidence(
     assert "grounding pass" in trace.output
     assert "answer    attempt 1 grounded (draft 2)" in trace.output
 
-    no_code = {"submit_plan": [{"needs_code": False, "answer": "A tuple is immutable."}]}
+    no_code: dict[str, list[Reply]] = {
+        "submit_plan": [{"needs_code": False, "answer": "A tuple is immutable."}]
+    }
     with serve(no_code) as (_chat, url):
         result = CliRunner().invoke(
             main, ["ask", "What is a tuple?", "--model", "served-model", "--base-url", url]

@@ -6,21 +6,21 @@ from __future__ import annotations
 import json
 
 import pytest
-from agent_scripts import answer_from_result, approve, plan, program
-from chat_server import serve
 from click.testing import CliRunner
 
 import execbox
 from execbox.agent import ask
 from execbox.agent.trace import TraceStore
 from execbox.cli import main
+from tests.agent.agent_scripts import answer_from_result, approve, plan, program
+from tests.agent.chat_server import Reply, serve
 
 CODE = (
     "import json\nvalues = [3, 1, 2]\nprint('sum', sum(values))\nprint(json.dumps(sum(values)))\n"
 )
 
 
-def chat_script() -> dict[str, list[object]]:
+def chat_script() -> dict[str, list[Reply]]:
     return {
         "submit_plan": [plan("the sum of 3, 1 and 2", invariants=[("positive", "result > 0")])],
         "submit_generate": [program(CODE)],

@@ -18,9 +18,10 @@ EXECBOX = [sys.executable, "-m", "execbox.cli"]
 def cli(
     *args: str, stdin: bytes = b"", env: dict[str, str] | None = None, **kw: object
 ) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
+    done: subprocess.CompletedProcess[bytes] = subprocess.run(
         [*EXECBOX, *args], input=stdin, capture_output=True, timeout=120, env=env, **kw
     )  # type: ignore[call-overload]
+    return done
 
 
 @pytest.fixture(scope="module")

@@ -22,11 +22,11 @@ from mcp import Client, ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp_types import CallToolResult, ImageContent, TextContent
-from probes import alive, wait_until
 
 import execbox
 from execbox.records import RunStore
 from execbox.server.auth import ADMIN, KeyStore
+from tests.probes import alive, wait_until
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SERVER = [sys.executable, "-m", "execbox.cli", "mcp"]

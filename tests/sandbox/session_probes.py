@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 
-from execbox import SessionClosed
+from execbox import RunResult, SessionClosed
+from execbox.sandbox.host.channel import SessionChannel
+from execbox.sandbox.host.pump import OutputCallback
 from execbox.sandbox.inside.cgroup import Hierarchy
 from execbox.sessions import Session
 
@@ -39,16 +41,25 @@ def cgroup_dirs(name: str) -> list[str]:
     ]
 
 
+def session_channel(s: Session) -> SessionChannel:
+    """The session's channel to its supervisor: always the real one under the jailed fixture."""
+    ch = s._channel
+    assert isinstance(ch, SessionChannel), ch
+    return ch
+
+
 def sup_pid(s: Session) -> int:
     """The pid of the session's supervisor."""
-    pid = s._channel.slot.sup_pid
+    pid = session_channel(s).slot.sup_pid
     assert pid > 0
     return pid
 
 
-def run_or_closed(s: Session, code: str, **kwargs: object) -> object:
+def run_or_closed(
+    s: Session, code: str, timeout_s: float | None = None, on_stdout: OutputCallback | None = None
+) -> RunResult | SessionClosed:
     """The cell's result, or the SessionClosed its run raised."""
     try:
-        return s.run(code, **kwargs)  # type: ignore[arg-type]
+        return s.run(code, timeout_s=timeout_s, on_stdout=on_stdout)
     except SessionClosed as exc:
         return exc

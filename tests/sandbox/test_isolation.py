@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from probes import alive, host_internals, host_stats, wait_heavy, wait_until
 
 from execbox import Executor, Limits, RunResult, Status
 from execbox.sandbox.inside import jail
 from execbox.sandbox.inside.cgroup import Hierarchy
+from tests.probes import alive, host_internals, host_stats, wait_heavy, wait_until
 
 SMALL = Limits(timeout_s=3, memory_mib=256, pids=32)
 DEMAND_MARGIN_S = 0.02  # past the supervisor's DEMAND_S: a request then finds an idle slot
@@ -196,7 +196,8 @@ def host_lan_ipv4() -> str | None:
         ).stdout
     except (OSError, subprocess.SubprocessError):
         out = ""
-    for addr in re.findall(r"\binet (\d+\.\d+\.\d+\.\d+)/", out):
+    addrs: list[str] = re.findall(r"\binet (\d+\.\d+\.\d+\.\d+)/", out)
+    for addr in addrs:
         if not addr.startswith("127."):
             return addr
     try:  # no `ip`: ask the routing table which source address it would use
@@ -759,7 +760,7 @@ def test_only_scratch_mounts_are_writable(jailed: Executor) -> None:
         report({"mounts": mounts, "site": os.path.dirname(numpy.__file__), "prefix": sys.prefix})
     """),
     )
-    mounts = {point: opts for point, opts in out["mounts"]}
+    mounts: dict[str, list[str]] = {point: opts for point, opts in out["mounts"]}
     scratch = {
         "/tmp",
         "/workspace",
@@ -1462,7 +1463,7 @@ def test_closing_an_executor_ends_its_runs_in_flight_before_it_returns() -> None
     # Their supervisors, init and programs used to go on for a second or more after close.
     ex = Executor(cache=False)
     outcomes: list[RunResult] = []
-    printed: list[str] = []
+    printed: list[bytes] = []
     threads = [
         threading.Thread(
             target=lambda: outcomes.append(

@@ -14,10 +14,10 @@ import threading
 import time
 
 import pytest
-from probes import host_stats, wait_until
 
 from execbox import Executor, RunResult, Status
 from execbox.sandbox.inside.cgroup import Hierarchy
+from tests.probes import host_stats, wait_until
 
 pytestmark = pytest.mark.hostile
 

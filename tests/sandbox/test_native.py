@@ -501,7 +501,7 @@ def _stage_again(stager: linux.Stager, out: dict[str, Any]) -> tuple[linux.Stage
     again, error = stager.stage(first=False, warm=linux.WARM_NONE)
     out["again_error"] = error
     if error is None:
-        for name, _ in again._fields_[1:-1]:
+        for name, *_ in again._fields_[1:-1]:
             os.close(getattr(again, name))
     out.setdefault("leaked_again", []).extend(sorted(_open_fds() - before))
     return again, error
@@ -563,7 +563,7 @@ def _stage_in_fork(
             net_first = os.readlink("/proc/self/ns/net")
             staged, error = stager.stage(first=True, warm=linux.WARM_ALL)
             out["fresh_net"] = [staged.fresh_net]
-            fds = [getattr(staged, name) for name, _ in staged._fields_[1:-1]]
+            fds = [getattr(staged, name) for name, *_ in staged._fields_[1:-1]]
             out["error"] = error
             out["init_pid"] = staged.init_pid
             out["leaked"] = sorted(_open_fds() - before - set(fds if error is None else []))

@@ -8,9 +8,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from probes import host_stats
 
 from execbox import Executor, Status
+from tests.probes import host_stats
 
 # Prints once, then keeps running: a run killed at its first output never reaches the end.
 PRINT_THEN_WORK = (

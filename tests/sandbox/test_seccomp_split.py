@@ -10,11 +10,16 @@ from __future__ import annotations
 import errno
 
 import pytest
-from seccomp_bpf import AUDIT_ARCH_AARCH64, AUDIT_ARCH_I386, AUDIT_ARCH_X86_64, X32_BIT
-from seccomp_bpf import combined as _combined
-from seccomp_bpf import run as _run
 
 from execbox.sandbox.inside import seccomp
+from tests.sandbox.seccomp_bpf import (
+    AUDIT_ARCH_AARCH64,
+    AUDIT_ARCH_I386,
+    AUDIT_ARCH_X86_64,
+    X32_BIT,
+)
+from tests.sandbox.seccomp_bpf import combined as _combined
+from tests.sandbox.seccomp_bpf import run as _run
 
 
 def _calls() -> list[tuple[int, tuple[int, ...]]]:

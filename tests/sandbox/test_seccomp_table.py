@@ -12,9 +12,15 @@ import itertools
 import random
 
 import pytest
-from seccomp_bpf import AUDIT_ARCH_AARCH64, AUDIT_ARCH_I386, AUDIT_ARCH_X86_64, X32_BIT, combined
 
 from execbox.sandbox.inside import seccomp
+from tests.sandbox.seccomp_bpf import (
+    AUDIT_ARCH_AARCH64,
+    AUDIT_ARCH_I386,
+    AUDIT_ARCH_X86_64,
+    X32_BIT,
+    combined,
+)
 
 ALLOW = seccomp.ACT_ALLOW
 KILL = seccomp.ACT_KILL_PROCESS

@@ -19,14 +19,21 @@ import os
 import secrets
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
-from probes import WORKSPACE_SWAPPER, alive, wait_until
-from session_probes import KERNEL, cgroup_dirs, run_or_closed, sup_pid
 
-from execbox import Executor, Limits, SessionClosed, Status, UsageError
+from execbox import Executor, Limits, RunResult, SessionClosed, Status, UsageError
 from execbox.sandbox.inside.cgroup import Hierarchy
 from execbox.sessions import Session
+from tests.probes import WORKSPACE_SWAPPER, alive, wait_until
+from tests.sandbox.session_probes import (
+    KERNEL,
+    cgroup_dirs,
+    run_or_closed,
+    session_channel,
+    sup_pid,
+)
 
 pytestmark = pytest.mark.hostile
 
@@ -55,7 +62,7 @@ def _session_pids(s: Session) -> list[int]:
     pids: set[int] = set()
     for parent in Hierarchy.discover().parent_paths.values():
         try:
-            with open(os.path.join(parent, s._channel.slot.name, "cgroup.procs")) as fh:
+            with open(os.path.join(parent, session_channel(s).slot.name, "cgroup.procs")) as fh:
                 pids.update(int(p) for p in fh.read().split())
         except OSError:
             pass
@@ -67,7 +74,7 @@ def _session_pids(s: Session) -> list[int]:
 
 def _buffered_by_host(s: Session) -> int:
     """Bytes the host's channel holds between cells (output read after a cell's end marker)."""
-    return sum(len(v) for v in s._channel._carry.values())
+    return sum(len(v) for v in session_channel(s)._carry.values())
 
 
 def test_output_after_a_forged_end_marker_is_not_buffered_by_the_host_past_the_cap(
@@ -93,9 +100,9 @@ def test_output_flood_without_the_marker_is_capped_and_not_buffered(hostile: Exe
         assert r.status is Status.output_limit, r
         assert len(r.stdout) == cap and r.stdout_truncated
         # Control for the check above: the host's buffer is what it measures.
-        s._channel._carry[s._channel.slot.stdout_r] += b"y" * (cap + 1)
+        session_channel(s)._carry[session_channel(s).slot.stdout_r] += b"y" * (cap + 1)
         assert _buffered_by_host(s) > cap
-        s._channel._carry[s._channel.slot.stdout_r] = b""
+        session_channel(s)._carry[session_channel(s).slot.stdout_r] = b""
         assert s.run("print('after')").stdout == "after\n"
 
 
@@ -141,7 +148,7 @@ def test_closing_the_report_pipe_ends_the_session_and_its_supervisor(hostile: Ex
         _ends_promptly(s, sup, "closed its report channel")
 
 
-def _supervisor_growth_kib(s: Session, code: str) -> tuple[int, object]:
+def _supervisor_growth_kib(s: Session, code: str) -> tuple[int, RunResult]:
     """Run `code` as a cell; return how far the supervisor's peak RSS rose over its RSS before."""
     pid = sup_pid(s)
     before = _status_kib(pid, "VmRSS")
@@ -180,7 +187,7 @@ def test_a_session_ending_cell_keeps_its_result_when_the_host_reads_output_late(
 
     from execbox.sandbox.host import channel
 
-    class CtrlFirst(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+    class CtrlFirst(selectors.DefaultSelector):
         def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
             return sorted(
                 super().select(timeout),
@@ -214,7 +221,7 @@ def test_supervisor_memory_check_sees_growth(hostile: Executor) -> None:
     output within a raised artifact budget) does show up in the supervisor's peak."""
     with hostile.session(limits=Limits(memory_mib=512, artifact_bytes=48 * MIB)) as s:
         grew, r = _supervisor_growth_kib(s, "'x' * (40 << 20)")
-        assert r.ok and sum(len(o.data) for o in r.outputs) > 40 * MIB  # type: ignore[attr-defined]
+        assert r.ok and sum(len(o.data) for o in r.outputs) > 40 * MIB
         assert grew > 40 << 10
 
 
@@ -351,7 +358,7 @@ def test_closing_a_session_leaves_no_process_cgroup_or_supervisor(hostile: Execu
     mark = f"7{secrets.randbelow(10**8)}"
     s = hostile.session()
     assert s.run(SPAWN_SLEEPER.format(mark=mark)).ok
-    name, sup = s._channel.slot.name, sup_pid(s)
+    name, sup = session_channel(s).slot.name, sup_pid(s)
     # Control: everything the check looks for is there while the session is open. The
     # sleeper is looked for until it shows: once, under the whole suite's load, it was not
     # found at the first look (cause not found; the check after close is what matters).
@@ -365,7 +372,7 @@ def test_closing_a_session_leaves_no_process_cgroup_or_supervisor(hostile: Execu
 
 def test_a_session_killed_mid_cell_at_its_lifetime_leaves_no_cgroup(hostile: Executor) -> None:
     s = hostile.session(max_lifetime_s=1.0)
-    name, sup = s._channel.slot.name, sup_pid(s)
+    name, sup = session_channel(s).slot.name, sup_pid(s)
     assert cgroup_dirs(name)  # control
     r = s.run("import time\ntime.sleep(8)", timeout_s=10)
     assert r.error is not None and "maximum lifetime" in r.error.message, r
@@ -492,7 +499,7 @@ def test_files_api_racing_code_that_swaps_the_path_fails_the_call_not_the_sessio
 ) -> None:
     with hostile.session(limits=Limits(cpu_s=60)) as s:  # the threads spin between cells
         assert s.run(WORKSPACE_SWAPPER).ok
-        calls = [
+        calls: list[Callable[[], object]] = [
             lambda: s.files.write("p", b"d"),
             lambda: s.files.write("p/x", b"d"),
             lambda: s.files.read("p"),
@@ -626,7 +633,7 @@ def test_a_killed_supervisor_takes_every_session_process_with_it(hostile: Execut
         needle = f"sleep\0{mark}".encode()
         # Control. Popen returns before the exec'd program's argv shows in /proc: poll.
         assert wait_until(lambda: _host_pids_with(needle), 5)
-        s._channel.kill()
+        session_channel(s).kill()
         assert wait_until(lambda: not _host_pids_with(needle), 3), (
             "a session process outlived its killed supervisor"
         )
@@ -740,8 +747,8 @@ def test_closing_a_session_whose_supervisor_is_gone_never_kills_another_process(
         # The pid is free now: simulate its reuse by an unrelated host process.
         victim = subprocess.Popen(["sleep", "30"])
         try:
-            s._channel.slot.sup_pid = victim.pid
-            s._channel.close(wait_s=0.5)
+            session_channel(s).slot.sup_pid = victim.pid
+            session_channel(s).close(wait_s=0.5)
             time.sleep(0.2)  # a pause that must not change the outcome: nothing signals late
             assert victim.poll() is None, "closing the ended session killed another process"
         finally:

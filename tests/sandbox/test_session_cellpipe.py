@@ -27,11 +27,17 @@ import time
 from collections.abc import Callable
 
 import pytest
-from probes import alive, host_internals, wait_until
-from session_probes import KERNEL, cgroup_dirs, run_or_closed, sup_pid
 
 from execbox import Executor, Limits, SessionClosed, Status, UsageError
 from execbox.sessions import Session
+from tests.probes import alive, host_internals, wait_until
+from tests.sandbox.session_probes import (
+    KERNEL,
+    cgroup_dirs,
+    run_or_closed,
+    session_channel,
+    sup_pid,
+)
 
 pytestmark = pytest.mark.hostile
 
@@ -79,7 +85,7 @@ def _host_links() -> set[str]:
 
 def _session_links(s: Session) -> set[str]:
     """The host's descriptors of one session: its cell pipe, control socket, output pipes."""
-    ch = s._channel
+    ch = session_channel(s)
     fds = [ch.cells_w, ch.slot.ctrl.fileno(), ch.slot.stdout_r, ch.slot.stderr_r]
     return {os.readlink(f"/proc/self/fd/{fd}") for fd in fds}
 
@@ -239,11 +245,11 @@ def test_a_thread_left_on_the_go_pipe_ends_at_most_the_session_within_its_limits
         took = time.monotonic() - started
         assert took < 1 + 2 + 1.5, f"the host waited {took:.1f} s"
         if not isinstance(r, SessionClosed):
-            assert r.status is not Status.sandbox_error, r  # type: ignore[attr-defined]
-            assert r.stdout in ("", "next\n"), r  # type: ignore[attr-defined]
+            assert r.status is not Status.sandbox_error, r
+            assert r.stdout in ("", "next\n"), r
         later = run_or_closed(s, "print('later')", timeout_s=1)
         if not isinstance(later, SessionClosed):
-            assert later.stdout == "later\n" or later.status is not Status.ok, later  # type: ignore[attr-defined]
+            assert later.stdout == "later\n" or later.status is not Status.ok, later
         s.close()
         assert wait_until(lambda: not alive(sup), 3.0)
 
@@ -277,7 +283,7 @@ def test_the_cell_pipe_does_not_leak_into_host_children(
 ) -> None:
     """e6fe597: socket.recv_fds (3.11 drops its flags) left the cell pipe inheritable."""
     with hostile.session() as s:
-        fd = s._channel.cells_w
+        fd = session_channel(s).cells_w
         pipe = os.readlink(f"/proc/self/fd/{fd}")
         out = host_child_fds()
         assert pipe not in out, f"a host child inherited the session's cell pipe ({pipe})"
@@ -325,7 +331,7 @@ def test_sessions_leave_no_host_descriptor_behind(hostile: Executor) -> None:
     )
     t.start()
     time.sleep(0.3)
-    s._channel.kill()
+    session_channel(s).kill()
     t.join(10)
     assert box and not t.is_alive()
     s.close()
@@ -339,7 +345,7 @@ def test_executor_close_while_a_large_cell_is_being_fed(hostile: Executor) -> No
     closed = False
     try:
         s = ex.session()
-        name, sup = s._channel.slot.name, sup_pid(s)
+        name, sup = session_channel(s).slot.name, sup_pid(s)
         assert s.run(STOP_READING_CELLS).ok
         box: list[object] = []
         t = threading.Thread(

@@ -15,9 +15,9 @@ import textwrap
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
-from probes import host_internals, host_stats, wait_heavy
 
 from execbox import Executor, Limits, RunResult, Status
 from execbox.backend import sandbox_spec
@@ -28,6 +28,7 @@ from execbox.sandbox.host.errors import HostError
 from execbox.sandbox.host.slot import Slot
 from execbox.sandbox.inside import linux, protocol
 from execbox.sandbox.inside.cgroup import Hierarchy
+from tests.probes import host_internals, host_stats, wait_heavy
 
 LEAVE_BEHIND = textwrap.dedent("""
     import ctypes, os, socket, time
@@ -677,31 +678,24 @@ def test_no_network_state_reaches_the_next_runs_of_a_slot(jailed_one_slot: Execu
     /proc/net: each sees what a run saw before any use of the network."""
     ex = jailed_one_slot
 
-    def state(code: str) -> dict[str, object]:
+    def state(code: str) -> dict[str, Any]:
         r = ex.run(code)
         assert r.status is Status.ok, r
-        return json.loads(r.stdout)  # type: ignore[no-any-return]
+        seen: dict[str, Any] = json.loads(r.stdout)
+        return seen
 
     before = state(NET_STATE)
     slots = host_stats(ex).idle_slots
     used = state(USE_THE_NETWORK)
     assert used["uid"] == before["uid"], "control: the runs were in the same slot"
     # Control: the run itself sees what it did, so the comparison below can fail.
-    changed = {
-        n
-        for n, text in before["state"].items()  # type: ignore[attr-defined]
-        if used["state"][n] != text
-    }  # type: ignore[index]
+    changed = {n for n, text in before["state"].items() if used["state"][n] != text}
     assert {"tcp", "tcp6", "dev", "snmp", "snmp6", "netstat"} <= changed, changed
     after = [state(NET_STATE) for _ in range(10)]
     assert host_stats(ex).idle_slots == slots, "control: every run was in the same slot"
     for i, seen in enumerate(after):
         assert seen["uid"] == before["uid"], "control: the runs were in the same slot"
-        leaked = {
-            n: text
-            for n, text in seen["state"].items()  # type: ignore[attr-defined]
-            if text != before["state"][n]
-        }  # type: ignore[index]
+        leaked = {n: text for n, text in seen["state"].items() if text != before["state"][n]}
         assert leaked == {}, f"run {i + 1} after the network use saw {leaked}"
     # A new namespace only after the run that used one: the ten after it share theirs.
     assert len({seen["net"] for seen in after}) == 1 and after[0]["net"] != used["net"]

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from execbox import Executor, Limits, Status
+from execbox import Executor, Limits, RunResult, Status
 from execbox.sandbox.inside import jail
 
 # Holds the whole per-user allowance, says so, then waits while the host's probe runs.
@@ -61,7 +61,7 @@ def test_a_run_holding_every_per_user_allowance_leaves_a_concurrent_runs_intact(
         if b"\n" in data:
             held.set()
 
-    results = {}
+    results: dict[str, RunResult] = {}
     holder = threading.Thread(
         target=lambda: results.setdefault(
             "hold", jailed.run(HOLD, limits=Limits(timeout_s=20), on_stdout=seen, cache=False)

@@ -13,8 +13,9 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from conftest import Api, own_server
-from probes import wait_until
+
+from tests.probes import wait_until
+from tests.server.conftest import Api, own_server
 
 MIB = 1 << 20
 UNKNOWN = "0123456789abcdef0123456789abcdef"

@@ -5,15 +5,16 @@ from __future__ import annotations
 import base64
 import json
 import time
+from collections.abc import Iterator
 
 import httpx
 import pytest
-from conftest import MAX_REQUEST_BYTES, Api, own_server
 
 from execbox import RunResult
 from execbox.server import Settings, create_app
 from execbox.server.auth import ADMIN
 from execbox.server.background import serving
+from tests.server.conftest import MAX_REQUEST_BYTES, Api, own_server
 
 
 def test_run_returns_the_contract_result_with_inputs_and_stdin(alice: httpx.Client) -> None:
@@ -121,7 +122,7 @@ def test_request_over_the_size_cap_is_a_json_413(alice: httpx.Client) -> None:
     assert response.status_code == 413
     assert response.json()["error"]["code"] == "request_too_large"
 
-    def chunks():  # no Content-Length: the cap is counted while reading
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the cap is counted while reading
         for _ in range(MAX_REQUEST_BYTES // 4096 + 2):
             yield b" " * 4096
 

@@ -12,9 +12,9 @@ import httpx
 import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
-from conftest import Api
 
 from execbox.cli import main
+from tests.server.conftest import Api
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from conftest import Api
 
 from execbox.contract import MAX_SECRETS
+from tests.server.conftest import Api
 
 
 def _code(response: httpx.Response) -> str:

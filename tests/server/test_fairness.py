@@ -22,8 +22,6 @@ import httpx
 import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
-from conftest import Api, own_server
-from probes import wait_until
 
 import execbox
 from execbox.cli import main
@@ -31,6 +29,8 @@ from execbox.server import Settings, create_app
 from execbox.server.auth import KeyStore
 from execbox.server.background import serving
 from execbox.server.state import SESSION_START_BURST
+from tests.probes import wait_until
+from tests.server.conftest import Api, own_server
 
 MIB = 1 << 20
 BUSY_CELL = "import time\nprint('go', flush=True)\ntime.sleep({s})"

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 import httpx
-from splits import OUTPUT_BYTES, REGISTERED, leaked, program
+
+from tests.splits import OUTPUT_BYTES, REGISTERED, leaked, program
 
 
 def test_sse_events_never_carry_a_split_secret(alice: httpx.Client) -> None:

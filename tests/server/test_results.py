@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 
 import httpx
-from conftest import Api, own_server
+
+from tests.server.conftest import Api, own_server
 
 MIB = 1 << 20
 # Writes files of the given sizes (random bytes) and prints each one's sha256.

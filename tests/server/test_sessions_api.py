@@ -6,10 +6,10 @@ import base64
 import json
 
 import httpx
-from conftest import Api
-from probes import WORKSPACE_SWAPPER
 
 from execbox.server.auth import ADMIN
+from tests.probes import WORKSPACE_SWAPPER
+from tests.server.conftest import Api
 
 
 def _open(client: httpx.Client, **body: object) -> str:

@@ -12,12 +12,12 @@ import httpx
 import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
-from conftest import Api
 
 from execbox.cli import main
 from execbox.server import Settings, create_app
 from execbox.server.auth import ADMIN, TENANT, KeyStore
 from execbox.server.background import serving
+from tests.server.conftest import Api
 
 DOCUMENTS = ("/docs", "/redoc", "/openapi.json")
 

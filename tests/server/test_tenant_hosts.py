@@ -6,11 +6,11 @@ from __future__ import annotations
 import tempfile
 
 import pytest
-from conftest import Api
 
 import execbox
 from execbox.server import Settings, create_app
 from execbox.server.background import serving
+from tests.server.conftest import Api
 
 LAYOUT = (
     "import sys\n"

@@ -83,7 +83,7 @@ def _min_width(regex: str, flags: int) -> int:
     """The fewest characters a match of `regex` spans, from the regex parser `re` itself
     uses (lookarounds count as none); 0, so the rule is always run, where it cannot tell."""
     try:
-        from re import _parser  # type: ignore[attr-defined]  # CPython's own, 3.11+
+        from re import _parser  # type: ignore[attr-defined, unused-ignore]  # CPython 3.11+; typeshed omits it
 
         return max(0, int(_parser.parse(regex, flags).getwidth()[0]))
     except Exception:  # noqa: BLE001 - another implementation: no shortcut, same result
