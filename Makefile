@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test check bench image deps lock clean
+.PHONY: demo test test-unprivileged check bench image deps lock clean
 
 deps:
 	@# libseccomp (the syscall filter) is the one system library the sandbox needs.
@@ -35,6 +35,10 @@ test: image
 	$(BIN)/python -m pytest -q; status=$$?; \
 	if [ $$status -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
 	exit $$status
+
+test-unprivileged: $(STAMP)
+	@# The tests above the sandbox boundary, as nobody: no root, no image.
+	.ci/unprivileged
 
 check: $(STAMP)
 	$(BIN)/ruff check src tests bench

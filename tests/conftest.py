@@ -58,6 +58,15 @@ def executor() -> Iterator[execbox.Executor]:
         yield ex
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark what runs above the sandbox boundary (the fake sandbox, never the real one), so
+    `make test-unprivileged` can prove it needs no root."""
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        if "fake_executor" in names and not {"executor", "jailed", "hostile"} & set(names):
+            item.add_marker(pytest.mark.fake_sandbox)
+
+
 @pytest.fixture(scope="session")
 def fake_executor() -> Iterator[execbox.Executor]:
     """An Executor over `FakeSandbox` (see tests/fakes.py), with the result cache off: for

@@ -14,6 +14,8 @@ from execbox import Executor, Status
 from execbox.budget import Budget
 from execbox.testing import FakeResult, FakeRun, FakeSandbox
 
+pytestmark = pytest.mark.fake_sandbox
+
 SECRET = "sk-fake-0123456789abcdef"
 
 
