@@ -31,9 +31,8 @@ from .sandbox.host.zygotes import ZygoteProcess
 
 log = logging.getLogger(__name__)
 
-# Measured by bench/rotation.py: a host costs ~1.75 CPU-s to start and close (the heavy
-# zygote's imports and training, the pool staged). 30000 runs of ~3.8 ms each make that 1.5%
-# of what the runs use; at full load (~400 runs/s) it is a new layout every ~75 s.
+# A host's start and close (the heavy zygote's imports and training, the pool staged) stays
+# a small share of what 30000 runs use (bench/rotation.py; docs/PERFORMANCE.md).
 DEFAULT_ROTATE_AFTER_RUNS = 30_000
 DEFAULT_ROTATE_AFTER_S = 300.0
 DEFAULT_TENANT_IDLE_S = 300.0

@@ -104,7 +104,7 @@ class Image:
             "MKL_NUM_THREADS": "1",
             "LC_ALL": "C.UTF-8",
             # glibc malloc with transparent huge pages: the zygote's heap is mapped with 2 MiB
-            # pages, so forking it copies far fewer page-table entries (fork+exit ~5.3 -> 3.2 ms).
+            # pages, so forking it copies far fewer page-table entries (docs/PERFORMANCE.md).
             "PYTHONMALLOC": "malloc",
             "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1",
         }
@@ -138,7 +138,7 @@ class Image:
 # What each C source becomes in libexec/, and how: init is static (the jail has no loader
 # cache for it, and a static binary starts fastest), and where `native/nolibc.h` knows the
 # system calls (x86-64 and arm64 targets) it has no C library at all, whose start-up is most of
-# a static program's exec on a virtual machine (0.49 against 0.12 ms of CPU here); the contain
+# a static program's exec on a virtual machine; the contain
 # steps (which the program zygotes call) and the staging of each run (which supervisors call)
 # are one library.
 NATIVE_OUTPUTS = {

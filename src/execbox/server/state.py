@@ -108,8 +108,7 @@ class Settings:
     """Connections the kernel queues until the server accepts them. Past it a client's new
     connections wait for its kernel to retry (1 s, then longer): a client reconnecting in a loop
     past its connection cap is slowed there instead of taking the server's event loop, which
-    sets up each queued connection before it serves anything else (uvicorn's 2048 let 740
-    reconnects a second stall other tenants' requests by 140 ms)."""
+    sets up each queued connection before it serves anything else."""
     executor_options: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments for the Executor the server starts (when none is passed in)."""
 

@@ -56,9 +56,8 @@ class SlotPool:
         self._zygote = zygote
         self._size = size
         self._lock = threading.RLock()
-        # Takers wait on their kind's condition, and a slot staged wakes one of them: a
-        # wake-up costs the waker a futex call and the woken a GIL hand-off, and waking all
-        # of them for every slot was ~4% of the caller's CPU under eight callers.
+        # Takers wait on their kind's condition, and a slot staged wakes one of them: waking
+        # all of them for every slot costs every caller a futex call and a GIL hand-off.
         self._staged = {k: threading.Condition(self._lock) for k in SLOT_KINDS}
         self._ready: dict[str, collections.deque[Slot]] = {
             k: collections.deque() for k in SLOT_KINDS

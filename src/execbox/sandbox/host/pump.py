@@ -236,7 +236,7 @@ class RunPump:
     def _read_ctrl(self, sel: Poll) -> None:
         try:
             # Not more at once: a buffer past malloc's mmap threshold (128 KiB) is mapped and
-            # unmapped for every call, ~13 us of CPU, more with threads on other cores.
+            # unmapped for every call.
             data = self.ctrl.recv(CHUNK)
         except BlockingIOError:
             return

@@ -103,8 +103,8 @@ class ZygoteProcess:
             for pair in pairs.values():
                 for end in pair:
                     end.close()
-        # The light and the supervisors' zygotes are ready in ~50 ms, the heavy one in a second
-        # or more (numpy, pandas, matplotlib, its training): the host is ready without it, its
+        # The light and the supervisors' zygotes are ready at once, the heavy one much later
+        # (numpy, pandas, matplotlib, its training): the host is ready without it, its
         # slots are staged meanwhile, and what runs there waits for it (`wait_heavy`).
         infos = {
             name: z.ready(ready_timeout_s) for name, z in self._starting.items() if name != "heavy"
@@ -391,8 +391,7 @@ class ZygoteProcess:
 def _small_heap(env: dict[str, str]) -> dict[str, str]:
     """A small interpreter forks faster with Python's own allocator: the huge pages that make
     copying the heavy one's page tables cheap cost a split of a 2 MiB page at the first write
-    to each in a child, which a 9 MB heap does not win back (measured: ~15% less CPU per
-    program)."""
+    to each in a child, which a small heap does not win back."""
     return {k: v for k, v in env.items() if k not in ("PYTHONMALLOC", "GLIBC_TUNABLES")}
 
 

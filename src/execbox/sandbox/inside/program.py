@@ -158,7 +158,7 @@ def _program(src_paths: list[str], fds: ProgramFds) -> None:
 # ---- the pages programs write first ------------------------------------------------------
 #
 # A program is a fresh fork of its zygote: the first write to each page it shares with the
-# zygote copies that page in a page fault (~2.5 us each here, more for a fresh page), and many
+# zygote copies that page in a page fault, and many
 # of those pages are the same in every run: the runner's steps, the interpreter's common
 # objects and, in the heavy zygote, what pandas touches whenever it is used. So a program
 # zygote learns them once, at start: it forks training programs that take the real program
