@@ -19,6 +19,7 @@ from typing import Any
 
 from . import atrest
 from . import policy as policy_mod
+from . import rerun as rerun_mod
 from .admission import Admission, concurrently
 from .backend import (
     BACKSTOP_GRACE_S,
@@ -653,23 +654,13 @@ class Executor:
     ) -> RunResult:
         """Release a run the policy held (`needs_approval`): run it now, once. A run whose
         record keeps secrets redacted needs them again (`secrets`; UsageError otherwise)."""
-        record = self.store.get(run_id)
-        if record is None:
-            raise UsageError(f"no run {run_id!r}")
-        if record.status != Status.needs_approval.value:
-            raise UsageError(f"run {run_id} is {record.status}, not held for approval")
-        secrets = tuple(secrets)
-        request = self.store.request_of(record, secrets)  # before it is marked released
-        if not self.store.mark_approved(run_id, approved_by):
-            raise UsageError(f"run {run_id} was already released")
-        return self._pipeline(
-            request,
-            Origin(kind="approval", source=run_id, approved=True),
-            Options(cache=False),
-            checked_secrets(secrets),
-            record.session_id,
-            on_stdout,
-            on_stderr,
+        return rerun_mod.approve(
+            self,
+            run_id,
+            approved_by=approved_by,
+            on_stdout=on_stdout,
+            on_stderr=on_stderr,
+            secrets=secrets,
         )
 
     def replay(self, run_id: str, *, secrets: Iterable[str] = ()) -> ReplayReport:
@@ -678,35 +669,22 @@ class Executor:
         cannot be replayed exactly without them: give them again as `secrets` (checked
         against the recorded sha256 before anything runs), or UsageError says which parts
         need them."""
-        record = self.store.get(run_id)
-        if record is None:
-            raise UsageError(f"no run {run_id!r}")
-        if record.status in (
-            Status.policy_denied.value,
-            Status.needs_approval.value,
-            Status.budget_exceeded.value,
-        ):
-            raise UsageError(f"run {run_id} never ran ({record.status}); nothing to replay")
-        if record.policy.rule == "code.encoding":
-            raise UsageError(
-                f"run {run_id}'s code was bytes that do not decode, and the record "
-                "keeps only a rendering of them (bad bytes as \\x escapes): run "
-                "the file again instead"
-            )
-        secrets = tuple(secrets)
-        request = self.store.request_of(record, secrets)
-        # Records made before secrets were sealed kept redacted environment values only.
-        redacted_env = sorted(k for k, v in request.env.items() if "[REDACTED" in v)
-        again = self._pipeline(
-            request,
-            Origin(kind="replay", source=run_id, approved=True),
-            Options(cache=False),
-            checked_secrets(secrets),
-            None,
-            None,
-            None,
+        return rerun_mod.replay(self, run_id, secrets=secrets)
+
+    def rerun(
+        self,
+        request: RunRequest,
+        origin: Origin,
+        secrets: tuple[str, ...],
+        session_id: str | None,
+        on_stdout: OutputCallback | None,
+        on_stderr: OutputCallback | None,
+    ) -> RunResult:
+        """A recorded request through the pipeline again, uncached (`rerun.approve` and
+        `rerun.replay` call it, with the secrets already checked)."""
+        return self._pipeline(
+            request, origin, Options(cache=False), secrets, session_id, on_stdout, on_stderr
         )
-        return ReplayReport.compare(record.result, again, redacted_env)
 
     def close(self) -> None:
         """Stop the fork server; nothing the executor started keeps running."""

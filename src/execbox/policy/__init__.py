@@ -34,8 +34,8 @@ lets through.
 """
 
 from ..routing import scan_imports
-from .analysis import CellContext
 from .checker import Verdict, check
+from .names import CellContext
 from .profiles import ENV_VAR, Decision, Profile, load_profiles
 from .rules import WORKSPACE, WRITABLE_DIRS, WRITE_SINKS
 

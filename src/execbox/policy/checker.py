@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from ..contract import Limits, RunRequest
 from ..errors import UsageError
 from ..routing import scan_imports
-from .analysis import Analysis, CellContext
+from .analysis import Analysis
+from .names import CellContext
 from .profiles import Decision, Profile, first_excess, limit_value, show_number
 from .rules import reads_code
 
@@ -194,7 +195,7 @@ class Checker:
         imports = frozenset(analysis.imports)
         if self.cell is not None and all(f.decision != "deny" for f in findings):
             # The cell runs, now or once approved: what it binds holds for the next ones.
-            self.cell.add(analysis)
+            self.cell.add(analysis.resolver)
         for decision in ("deny", "needs_approval"):
             chosen = [f for f in findings if f.decision == decision]
             if chosen:

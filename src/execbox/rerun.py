@@ -1,0 +1,81 @@
+"""Runs made again from their record: a run the policy held, released (`approve`), and a
+recorded run replayed under its recorded limits (`replay`). Both go through the pipeline by
+`Executor.rerun`, the one entry point this module uses."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from .call import Origin
+from .contract import RunResult, Status
+from .errors import UsageError
+from .redact import checked_secrets
+from .results import ReplayReport
+
+if TYPE_CHECKING:
+    from .executor import Executor
+    from .sandbox.host.pump import OutputCallback
+
+
+def approve(
+    executor: Executor,
+    run_id: str,
+    *,
+    approved_by: str | None,
+    on_stdout: OutputCallback | None,
+    on_stderr: OutputCallback | None,
+    secrets: Iterable[str],
+) -> RunResult:
+    """Release a run the policy held (`needs_approval`) and run it now, once."""
+    store = executor.store
+    record = store.get(run_id)
+    if record is None:
+        raise UsageError(f"no run {run_id!r}")
+    if record.status != Status.needs_approval.value:
+        raise UsageError(f"run {run_id} is {record.status}, not held for approval")
+    secrets = tuple(secrets)
+    request = store.request_of(record, secrets)  # before it is marked released
+    if not store.mark_approved(run_id, approved_by):
+        raise UsageError(f"run {run_id} was already released")
+    return executor.rerun(
+        request,
+        Origin(kind="approval", source=run_id, approved=True),
+        checked_secrets(secrets),
+        record.session_id,
+        on_stdout,
+        on_stderr,
+    )
+
+
+def replay(executor: Executor, run_id: str, *, secrets: Iterable[str]) -> ReplayReport:
+    """Run a recorded run again under its recorded limits and compare the outcomes."""
+    store = executor.store
+    record = store.get(run_id)
+    if record is None:
+        raise UsageError(f"no run {run_id!r}")
+    if record.status in (
+        Status.policy_denied.value,
+        Status.needs_approval.value,
+        Status.budget_exceeded.value,
+    ):
+        raise UsageError(f"run {run_id} never ran ({record.status}); nothing to replay")
+    if record.policy.rule == "code.encoding":
+        raise UsageError(
+            f"run {run_id}'s code was bytes that do not decode, and the record "
+            "keeps only a rendering of them (bad bytes as \\x escapes): run "
+            "the file again instead"
+        )
+    secrets = tuple(secrets)
+    request = store.request_of(record, secrets)
+    # Records made before secrets were sealed kept redacted environment values only.
+    redacted_env = sorted(k for k, v in request.env.items() if "[REDACTED" in v)
+    again = executor.rerun(
+        request,
+        Origin(kind="replay", source=run_id, approved=True),
+        checked_secrets(secrets),
+        None,
+        None,
+        None,
+    )
+    return ReplayReport.compare(record.result, again, redacted_env)
