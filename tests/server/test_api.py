@@ -1,4 +1,6 @@
-"""Runs over HTTP: results, records, artifacts, streaming, errors as JSON, health and metrics."""
+"""Runs over HTTP: results, records, artifacts, streaming, errors as JSON, health and metrics.
+What the server does is tested over the fake sandbox; what the code printed or raised, over the
+real one (`real_alice`)."""
 
 from __future__ import annotations
 
@@ -17,14 +19,19 @@ from execbox.server.background import serving
 from tests.server.conftest import MAX_REQUEST_BYTES, Api, own_server
 
 
-def test_run_returns_the_contract_result_with_inputs_and_stdin(alice: httpx.Client) -> None:
+@pytest.fixture(scope="module")
+def api(fake_api: Api) -> Iterator[Api]:
+    yield fake_api  # alice and the tests that take `api` are on the fake sandbox
+
+
+def test_run_returns_the_contract_result_with_inputs_and_stdin(real_alice: httpx.Client) -> None:
     body = {
         "code": "import sys\nprint(open('data/in.txt').read(), sys.stdin.read())",
         "stdin": base64.b64encode(b"from stdin").decode(),
         "files": [{"name": "data/in.txt", "data": base64.b64encode(b"from file").decode()}],
         "limits": {"timeout_s": 5, "memory_mib": 128},
     }
-    response = alice.post("/v1/runs", json=body)
+    response = real_alice.post("/v1/runs", json=body)
     assert response.status_code == 200, response.text
     result = RunResult.model_validate(response.json())
     assert result.status == "ok"
@@ -32,8 +39,8 @@ def test_run_returns_the_contract_result_with_inputs_and_stdin(alice: httpx.Clie
     assert result.limits.memory_mib == 128
 
 
-def test_code_errors_are_results_not_http_errors(alice: httpx.Client) -> None:
-    response = alice.post("/v1/runs", json={"code": "x = 1\nraise ValueError('boom')"})
+def test_code_errors_are_results_not_http_errors(real_alice: httpx.Client) -> None:
+    response = real_alice.post("/v1/runs", json={"code": "x = 1\nraise ValueError('boom')"})
     assert response.status_code == 200
     result = response.json()
     assert result["status"] == "error"
@@ -41,7 +48,7 @@ def test_code_errors_are_results_not_http_errors(alice: httpx.Client) -> None:
 
 
 def test_record_and_artifact_bytes_come_back_for_the_owner(alice: httpx.Client) -> None:
-    code = "import os\nos.makedirs('out')\nopen('out/report.csv', 'w').write('a,b\\n1,2\\n')"
+    code = "open('out/report.csv', 'w').write('a,b\\n1,2\\n')"
     result = alice.post("/v1/runs", json={"code": code}).json()
     assert result["status"] == "ok", result
     record = alice.get(f"/v1/runs/{result['run_id']}")
@@ -56,10 +63,10 @@ def test_record_and_artifact_bytes_come_back_for_the_owner(alice: httpx.Client) 
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "artifact_not_found"
 
 
-def test_stream_delivers_output_events_before_the_result(alice: httpx.Client) -> None:
+def test_stream_delivers_output_events_before_the_result(real_alice: httpx.Client) -> None:
     code = "import time\nprint('first', flush=True)\ntime.sleep(1.5)\nprint('second')"
     events: list[tuple[str, dict[str, object], float]] = []
-    with alice.stream("POST", "/v1/runs/stream", json={"code": code}) as response:
+    with real_alice.stream("POST", "/v1/runs/stream", json={"code": code}) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
         name = ""
@@ -149,7 +156,7 @@ def _metric(text: str, name: str, **labels: str) -> float:
 def test_metrics_count_runs_by_status_and_latency(api: Api, alice: httpx.Client) -> None:
     with api.http(api.key("ops", role=ADMIN)[1]) as ops:
         before = ops.get("/metrics").text
-        alice.post("/v1/runs", json={"code": "raise SystemExit(3)"})
+        alice.post("/v1/runs", json={"code": "def broken(:"})
         alice.post("/v1/runs", json={"code": "print(1)"})
         after = ops.get("/metrics").text
     for status in ("error", "ok"):
@@ -182,17 +189,19 @@ def test_openapi_document_describes_the_endpoints(api: Api) -> None:
     assert "HTTPBearer" in doc["components"]["securitySchemes"]
 
 
-def test_an_artifact_named_by_a_secret_downloads_by_its_redacted_path(alice: httpx.Client) -> None:
+def test_an_artifact_named_by_a_secret_downloads_by_its_redacted_path(
+    real_alice: httpx.Client,
+) -> None:
     secret = "hunter2-Zq9xK7Lw"
     code = f"open('key-' + {secret!r} + '.txt', 'w').write('bytes as written ' + {secret!r})"
-    result = alice.post("/v1/runs", json={"code": code, "secrets": [secret]}).json()
+    result = real_alice.post("/v1/runs", json={"code": code, "secrets": [secret]}).json()
     assert result["status"] == "ok", result
     assert [a["path"] for a in result["artifacts"]] == ["key-[REDACTED:secret].txt"]
-    record = alice.get(f"/v1/runs/{result['run_id']}")
+    record = real_alice.get(f"/v1/runs/{result['run_id']}")
     assert secret not in record.text
-    art = alice.get(f"/v1/runs/{result['run_id']}/artifacts/key-[REDACTED:secret].txt")
+    art = real_alice.get(f"/v1/runs/{result['run_id']}/artifacts/key-[REDACTED:secret].txt")
     assert art.status_code == 200 and art.content == f"bytes as written {secret}".encode()
-    by_secret = alice.get(f"/v1/runs/{result['run_id']}/artifacts/key-{secret}.txt")
+    by_secret = real_alice.get(f"/v1/runs/{result['run_id']}/artifacts/key-{secret}.txt")
     assert by_secret.status_code == 404
 
 

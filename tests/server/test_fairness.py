@@ -1,7 +1,8 @@
 """One tenant cannot hurt the others through a real server on loopback: file calls on a busy
 session do not queue on worker threads, every costly request counts against the key's quotas,
 unread streams hold bounded memory and their tenant's slot, sessions are shared by guaranteed
-shares, and slow or greedy clients are cut off at the connection."""
+shares, and slow or greedy clients are cut off at the connection. The claims are the server's, so
+the sandbox is the fake, except where a real program's output fills the stream (`real_api`)."""
 
 from __future__ import annotations
 
@@ -29,10 +30,18 @@ from execbox.server import Settings, create_app
 from execbox.server.auth import KeyStore
 from execbox.server.background import serving
 from execbox.server.state import SESSION_START_BURST
+from execbox.testing import FakeSandbox
 from tests.probes import wait_until
 from tests.server.conftest import Api, own_server
 
 MIB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def api(fake_api: Api) -> Iterator[Api]:
+    yield fake_api  # alice too
+
+
 BUSY_CELL = "import time\nprint('go', flush=True)\ntime.sleep({s})"
 
 
@@ -175,10 +184,10 @@ def test_in_flight_limit_covers_sessions_and_files(api: Api) -> None:
 PRINT_16_MIB = "import sys\nfor _ in range(16384):\n    sys.stdout.write('x' * 1023 + '\\n')\n"
 
 
-def test_an_unread_stream_is_bounded_and_holds_its_tenant_slot(api: Api) -> None:
+def test_an_unread_stream_is_bounded_and_holds_its_tenant_slot(real_api: Api) -> None:
     cap = 256 * 1024
-    with own_server(api.executor, stream_buffer_bytes=cap) as (url, state):
-        tenant, key = api.key("unread", concurrent=1)
+    with own_server(real_api.executor, stream_buffer_bytes=cap) as (url, state):
+        tenant, key = real_api.key("unread", concurrent=1)
         body = json.dumps({"code": PRINT_16_MIB, "limits": {"output_bytes": 16 * MIB}})
         sock = _raw_request(
             url,
@@ -227,17 +236,17 @@ def _unread_stream(url: str, key: str, body: str) -> tuple[socket.socket, int]:
     return sock, int(sock.recv(12).split()[1])
 
 
-def test_unread_streams_hold_only_their_tenants_share_of_the_result_budget(api: Api) -> None:
+def test_unread_streams_hold_only_their_tenants_share_of_the_result_budget(real_api: Api) -> None:
     """One key's unread streams filled the whole result budget and every other tenant's run
     was refused; now a key holds at most its share, and each stream reserves what its result
     really costs the server (several copies of the output), not the output once."""
     with own_server(
-        api.executor,
+        real_api.executor,
         max_result_bytes=200 * MIB,
         tenant_result_bytes=120 * MIB,
         stream_buffer_bytes=64 * 1024,
     ) as (url, state):
-        attacker, key = api.key("greedy", concurrent=16)
+        attacker, key = real_api.key("greedy", concurrent=16)
         body = json.dumps(
             {"code": PRINT_16_MIB.replace("16384", "4096"), "limits": {"output_bytes": 4 * MIB}}
         )
@@ -257,7 +266,7 @@ def test_unread_streams_hold_only_their_tenants_share_of_the_result_budget(api: 
             assert "--tenant-result-mib" in refusal["error"]["message"]
             # Each admitted stream holds six copies of each 4 MiB output, plus its artifacts.
             assert held == (len(statuses) - 1) * (2 * 6 * 4 * MIB + 10 * MIB)
-            with api.http(api.key("victim")[1]) as victim:
+            with real_api.http(real_api.key("victim")[1]) as victim:
                 victim.base_url = httpx.URL(url)
                 for _ in range(3):
                     run = victim.post("/v1/runs", json={"code": "print(1)"})
@@ -271,13 +280,12 @@ def test_unread_streams_hold_only_their_tenants_share_of_the_result_budget(api: 
 # ---- finding 5: sessions are shared fairly ------------------------------------------------
 
 
+@pytest.mark.fake_sandbox
 def test_each_key_is_guaranteed_its_share_of_the_sessions(tmp_path: Path) -> None:
     with execbox.Executor(
+        backend=FakeSandbox(),
         cache=False,
-        pool_size=1,
         max_sessions=2,
-        rotate_after_runs=None,
-        rotate_after_s=None,
         records=f"sqlite:///{tmp_path}/runs.db",
     ) as executor:
         app = create_app(executor, Settings())
@@ -352,6 +360,7 @@ def test_a_keys_second_concurrent_session_start_is_429_while_another_key_starts(
             api.executor.get_session(sid).close()
 
 
+@pytest.mark.fake_sandbox
 def test_keys_made_before_session_start_caps_get_the_column(tmp_path: Path) -> None:
     engine = sa.create_engine(f"sqlite:///{tmp_path}/old.db")
     with engine.begin() as conn:
@@ -396,6 +405,7 @@ def test_session_idle_and_lifetime_are_capped_by_server_policy(alice: httpx.Clie
         assert "--max-session-" in refused.json()["error"]["message"]
 
 
+@pytest.mark.fake_sandbox
 def test_serve_has_the_session_and_connection_options() -> None:
     help_text = CliRunner().invoke(main, ["serve", "--help"]).output
     for option in (

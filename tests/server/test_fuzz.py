@@ -24,10 +24,11 @@ from schemathesis.specs.openapi.checks import (
 import execbox
 from execbox.server import Settings, create_app
 from execbox.server.background import serving
+from execbox.testing import FakeSandbox
 from tests.server.conftest import Api
 
 # The document comes from the app itself (building it starts nothing); the calls go to a real
-# server over the real sandbox.
+# server over the fake sandbox: the claim is the server's, whatever the code would do.
 SCHEMA = schemathesis.openapi.from_dict(create_app().openapi())
 
 
@@ -51,12 +52,18 @@ CHECKS = [
 
 
 @pytest.fixture(scope="module")
-def fuzz_server(executor: execbox.Executor) -> Iterator[tuple[str, str]]:
-    app = create_app(executor, Settings(max_request_bytes=64 * 1024))
-    key = app.state.execbox.keys.create("fuzzer", max_concurrent=4, max_sessions=2, rpm=100_000)
-    with serving(app) as url:
-        yield url, key
+def fuzz_server() -> Iterator[tuple[str, str]]:
+    # A handler that answers any code (the fuzzer's is arbitrary) with an empty success.
+    with execbox.Executor(backend=FakeSandbox(), cache=False) as executor:
+        app = create_app(executor, Settings(max_request_bytes=64 * 1024))
+        keys = app.state.execbox.keys
+        key = keys.create("fuzzer", max_concurrent=4, max_sessions=2, rpm=100_000)
+        with serving(app) as url:
+            yield url, key
 
+
+# Above the sandbox boundary: `make test-unprivileged` runs these too.
+pytestmark = pytest.mark.fake_sandbox
 
 # Negative mode mutates inputs; an operation without any (GET /healthz) has none to mutate.
 CASES = [
@@ -93,8 +100,8 @@ def test_every_operation_is_fuzzed() -> None:
     assert len(OPERATIONS) >= 14, sorted(OPERATIONS)
 
 
-def test_anonymous_callers_get_401_not_500(api: Api) -> None:
+def test_anonymous_callers_get_401_not_500(fake_api: Api) -> None:
     for path in ("/v1/runs", "/v1/sessions", "/v1/runs/stream"):
-        response = httpx.post(api.url + path, json={})
+        response = httpx.post(fake_api.url + path, json={})
         assert response.status_code == 401
         assert response.json()["error"]["code"] == "missing_api_key"

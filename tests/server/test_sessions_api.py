@@ -1,4 +1,5 @@
-"""Sessions over HTTP: cells keep state, files round-trip, closing ends it, tenants are apart."""
+"""Sessions over HTTP: cells keep state, files round-trip, closing ends it, tenants are apart.
+What a cell or a file does is tested over the real sandbox; the server's refusals, over the fake."""
 
 from __future__ import annotations
 
@@ -97,15 +98,15 @@ def test_files_racing_code_that_swaps_the_path_answer_400_and_the_session_goes_o
         alice.delete(f"/v1/sessions/{sid}")
 
 
-def test_closed_session_answers_session_closed(alice: httpx.Client) -> None:
-    sid = _open(alice)
-    closed = alice.delete(f"/v1/sessions/{sid}")
+def test_closed_session_answers_session_closed(fake_alice: httpx.Client) -> None:
+    sid = _open(fake_alice)
+    closed = fake_alice.delete(f"/v1/sessions/{sid}")
     assert closed.status_code == 200 and closed.json()["closed"] is True
-    info = alice.get(f"/v1/sessions/{sid}").json()
+    info = fake_alice.get(f"/v1/sessions/{sid}").json()
     assert info["closed"] is True and info["end_reason"]
-    late = alice.post(f"/v1/sessions/{sid}/cells", json={"code": "1"})
+    late = fake_alice.post(f"/v1/sessions/{sid}/cells", json={"code": "1"})
     assert late.status_code == 409 and late.json()["error"]["code"] == "session_closed"
-    assert alice.get(f"/v1/sessions/{sid}/files").status_code == 409
+    assert fake_alice.get(f"/v1/sessions/{sid}/files").status_code == 409
 
 
 def test_stream_cell_sends_output_then_result(alice: httpx.Client) -> None:
@@ -126,29 +127,29 @@ def test_stream_cell_sends_output_then_result(alice: httpx.Client) -> None:
 
 
 def test_a_tenant_cannot_reach_another_tenants_session(
-    alice: httpx.Client, bob: httpx.Client
+    fake_alice: httpx.Client, fake_bob: httpx.Client
 ) -> None:
-    sid = _open(alice)
+    sid = _open(fake_alice)
     try:
-        alice.put(f"/v1/sessions/{sid}/files/private.txt", content=b"alice's")
+        fake_alice.put(f"/v1/sessions/{sid}/files/private.txt", content=b"fake_alice's")
         for response in (
-            bob.get(f"/v1/sessions/{sid}"),
-            bob.post(f"/v1/sessions/{sid}/cells", json={"code": "1"}),
-            bob.get(f"/v1/sessions/{sid}/files"),
-            bob.get(f"/v1/sessions/{sid}/files/private.txt"),
-            bob.delete(f"/v1/sessions/{sid}/files/private.txt"),
-            bob.delete(f"/v1/sessions/{sid}"),
+            fake_bob.get(f"/v1/sessions/{sid}"),
+            fake_bob.post(f"/v1/sessions/{sid}/cells", json={"code": "1"}),
+            fake_bob.get(f"/v1/sessions/{sid}/files"),
+            fake_bob.get(f"/v1/sessions/{sid}/files/private.txt"),
+            fake_bob.delete(f"/v1/sessions/{sid}/files/private.txt"),
+            fake_bob.delete(f"/v1/sessions/{sid}"),
         ):
             assert response.status_code == 404, response.text
             assert response.json()["error"]["code"] == "session_not_found"
-        assert alice.get(f"/v1/sessions/{sid}/files/private.txt").content == b"alice's"
+        assert fake_alice.get(f"/v1/sessions/{sid}/files/private.txt").content == b"fake_alice's"
     finally:
-        alice.delete(f"/v1/sessions/{sid}")
+        fake_alice.delete(f"/v1/sessions/{sid}")
 
 
-def test_session_quota_is_a_429_and_frees_on_close(api: Api) -> None:
-    _, key = api.key("sess", sessions=1)
-    with api.http(key) as client:
+def test_session_quota_is_a_429_and_frees_on_close(fake_api: Api) -> None:
+    _, key = fake_api.key("sess", sessions=1)
+    with fake_api.http(key) as client:
         sid = _open(client)
         refused = client.post("/v1/sessions", json={})
         assert refused.status_code == 429
@@ -159,8 +160,10 @@ def test_session_quota_is_a_429_and_frees_on_close(api: Api) -> None:
         client.delete(f"/v1/sessions/{again}")
 
 
-def test_active_sessions_gauge_follows_open_and_close(api: Api, alice: httpx.Client) -> None:
-    ops = api.http(api.key("ops", role=ADMIN)[1])
+def test_active_sessions_gauge_follows_open_and_close(
+    fake_api: Api, fake_alice: httpx.Client
+) -> None:
+    ops = fake_api.http(fake_api.key("ops", role=ADMIN)[1])
 
     def active() -> float:
         for line in ops.get("/metrics").text.splitlines():
@@ -169,8 +172,8 @@ def test_active_sessions_gauge_follows_open_and_close(api: Api, alice: httpx.Cli
         raise AssertionError("no execbox_active_sessions metric")
 
     before = active()
-    sid = _open(alice)
+    sid = _open(fake_alice)
     assert active() == before + 1
-    alice.delete(f"/v1/sessions/{sid}")
+    fake_alice.delete(f"/v1/sessions/{sid}")
     assert active() == before
     ops.close()
