@@ -72,7 +72,19 @@ def test_limits_and_errors_are_statuses(ex: Any) -> None:
     assert bad.status == "error" and bad.error.type == "SyntaxError" and bad.error.line == 1
 
 
-def test_bad_arguments_raise_usage_error(ex: Any) -> None:
+@pytest.fixture(params=["local", "remote"])
+def fake_ex(request: pytest.FixtureRequest, fake_executor: execbox.Executor) -> Iterator[Any]:
+    """`ex` over the fake sandbox, for claims about arguments and errors alone."""
+    if request.param == "local":
+        yield fake_executor
+        return
+    url, key, _ = request.getfixturevalue("fake_server")
+    with execbox.Client(url, key) as client:
+        yield client
+
+
+def test_bad_arguments_raise_usage_error(fake_ex: Any) -> None:
+    ex = fake_ex
     with pytest.raises(execbox.UsageError):
         ex.run("print(1)", limits={"timeout_s": -1})
     with pytest.raises(execbox.UsageError):

@@ -95,30 +95,30 @@ def test_no_answer_carries_the_plain_digest_of_code_holding_a_secret(alice: http
 
 @pytest.mark.parametrize("path", ["/v1/runs", "/v1/runs/stream", "/v1/sessions"])
 def test_a_flood_of_secrets_is_refused_with_422_naming_the_limit(
-    alice: httpx.Client, path: str
+    fake_alice: httpx.Client, path: str
 ) -> None:
     code = {"code": "print(1)"} if "runs" in path else {}
     # 100,000 secrets do not fit in the test server's request bodies: 413 with its reason.
-    flood = alice.post(path, json={**code, "secrets": [f"s{i:07d}" for i in range(100_000)]})
+    flood = fake_alice.post(path, json={**code, "secrets": [f"s{i:07d}" for i in range(100_000)]})
     assert flood.status_code == 413 and "max_request_bytes" in flood.text
-    many = alice.post(path, json={**code, "secrets": [f"s{i:07d}" for i in range(1000)]})
+    many = fake_alice.post(path, json={**code, "secrets": [f"s{i:07d}" for i in range(1000)]})
     assert many.status_code == 422, many.text
     # Refused from the raw body, before its JSON is decoded (tests/server/test_backpressure.py).
     assert f"at most {MAX_SECRETS} per request (execbox.contract.MAX_SECRETS)" in many.text
-    big = alice.post(path, json={**code, "secrets": ["x" * (MAX_SECRETS_BYTES + 1)]})
+    big = fake_alice.post(path, json={**code, "secrets": ["x" * (MAX_SECRETS_BYTES + 1)]})
     assert big.status_code == 422 and "MAX_SECRETS_BYTES" in big.text
 
 
 def test_a_cell_with_a_flood_of_secrets_is_refused_and_the_session_goes_on(
-    alice: httpx.Client,
+    fake_alice: httpx.Client,
 ) -> None:
-    sid = alice.post("/v1/sessions", json={}).json()["session_id"]
+    sid = fake_alice.post("/v1/sessions", json={}).json()["session_id"]
     try:
-        refused = alice.post(
+        refused = fake_alice.post(
             f"/v1/sessions/{sid}/cells", json={"code": "print(1)", "secrets": ["s" * 10] * 300}
         )
         assert refused.status_code == 422 and "MAX_SECRETS" in refused.text
-        ok = alice.post(f"/v1/sessions/{sid}/cells", json={"code": "print(1)"})
+        ok = fake_alice.post(f"/v1/sessions/{sid}/cells", json={"code": "print(1)"})
         assert ok.status_code == 200 and ok.json()["stdout"] == "1\n"
     finally:
-        alice.delete(f"/v1/sessions/{sid}")
+        fake_alice.delete(f"/v1/sessions/{sid}")
