@@ -5,6 +5,7 @@ sessions' workspace). Nothing here needs root or the runtime image."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -154,6 +155,27 @@ def test_a_session_keeps_a_workspace_for_the_files_api_and_cells(
     assert fake.runs[-1].kind == "cell" and fake.sessions[s.id].closed
     with pytest.raises(execbox.SessionClosed):
         s.run("x")
+
+
+def test_killing_a_session_ends_the_cell_the_handler_is_in(ex: Executor, fake: FakeSandbox) -> None:
+    entered = threading.Event()
+
+    def wait(run: FakeRun) -> FakeResult:
+        entered.set()
+        deadline = time.monotonic() + 30
+        while not run.cancelled and time.monotonic() < deadline:
+            threading.Event().wait(0.01)
+        return FakeResult()
+
+    fake.handler = wait
+    s = ex.session()
+    thread = threading.Thread(target=lambda: (entered.wait(5), s.close()))
+    thread.start()
+    started = time.monotonic()
+    r = s.run("print(1)")
+    thread.join()
+    assert time.monotonic() - started < 10, "the cell ran on after its session was killed"
+    assert not r.ok and s.closed, r
 
 
 def test_a_cell_that_ends_the_interpreter_ends_the_session(ex: Executor, fake: FakeSandbox) -> None:

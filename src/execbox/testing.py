@@ -114,12 +114,17 @@ class FakeSandbox:
     def run(self, spec: RunSpec) -> RawRun:
         return self.answer(spec, {})
 
-    def answer(self, spec: RunSpec, workspace: dict[str, bytes]) -> RawRun:
+    def answer(
+        self,
+        spec: RunSpec,
+        workspace: dict[str, bytes],
+        killed: threading.Event | None = None,
+    ) -> RawRun:
         """The handler's answer to `spec` as the sandbox reports it (callbacks fed, caps
-        applied, a cancel honoured, artifacts spooled when asked)."""
+        applied, a cancel or `killed` honoured, artifacts spooled when asked)."""
         with self._lock:
             self.runs.append(spec)
-        killed = threading.Event()
+        killed = killed or threading.Event()
         if spec.cancel is not None:
             spec.cancel.attach(killed.set)
         run = FakeRun(spec, killed)
@@ -207,6 +212,7 @@ class FakeSession:
         self.killed = False
         self.closed = False
         self._sandbox = sandbox
+        self._cell_killed = threading.Event()  # a kill ends the cell in flight, as in the sandbox
 
     def cell(
         self,
@@ -232,7 +238,7 @@ class FakeSession:
             on_stdout=on_stdout,
             on_stderr=on_stderr,
         )
-        raw = self._sandbox.answer(spec, self.workspace)
+        raw = self._sandbox.answer(spec, self.workspace, self._cell_killed)
         if self.killed:  # killed while the cell ran
             raise HostError("the session was killed")
         if raw.meta["ended"]:
@@ -262,6 +268,7 @@ class FakeSession:
 
     def kill(self) -> None:
         self.killed = True
+        self._cell_killed.set()
 
     def close(self) -> None:
         self.closed = True
