@@ -26,6 +26,7 @@ from typing import Any
 
 from .evidence import Evidence as Evidence  # re-exported: the loop builds it through ground
 from .evidence import Fact, label_of
+from .labels import tied_labels
 from .models import Claim, Verdict
 from .quantities import (
     BOUND_RANGE,
@@ -295,6 +296,7 @@ def check(  # noqa: C901
             stated.append((num, _literal_claim(num.text, evidence, listed=True)))  # "[1,5]"
             continue
         stated.append((num, _number_claim(num, evidence, question_numbers, words)))
+    stated = _labelled(stated, masked, evidence)
     ends = [m.start() for m in _SENTENCE_END.finditer(masked)]
     sentences: dict[int, list[tuple[Num, Claim]]] = {}
     for num, claim in stated:
@@ -314,6 +316,45 @@ def check(  # noqa: C901
     if result is not None:
         claims.append(result)
     return claims
+
+
+def _labelled(
+    stated: list[tuple[Num, Claim]], text: str, evidence: Evidence
+) -> list[tuple[Num, Claim]]:
+    """A grounded number the answer ties to a label the outputs show ("South sold 143",
+    "the median is 4.2") must be that label's: on its line, under its key, in its column."""
+    out = []
+    for i, (num, claim) in enumerate(stated):
+        if (
+            claim.grounded
+            and claim.source != "the question"
+            and not num.literal
+            and not num.points
+            and num.bound in ("exact", "approx", "nearly")
+        ):
+            index = evidence.label_index()
+            previous = stated[i - 1][0].end if i else -1
+            following = stated[i + 1][0].start if i + 1 < len(stated) else len(text)
+            for label in tied_labels(text, num.start, num.end, previous, following, index):
+                cells = index.get(label)
+                if cells is not None and not any(_fits(num, _cell_fact(c)) for c in cells.values):
+                    shown = ", ".join(f"{c[0]:g}" for c in cells.values[:5])
+                    claim = Claim(
+                        text=num.text,
+                        kind="number",
+                        grounded=False,
+                        detail=f"the outputs show {label!r} as {shown}, not this value "
+                        f"(it is shown at {claim.source})",
+                    )
+                    break
+        out.append((num, claim))
+    return out
+
+
+def _cell_fact(cell: tuple[float, float, bool, str | None, str]) -> Fact:
+    value, step, percent, spelled, where = cell
+    unit, factors = scale_of(spelled) if spelled else (None, (1.0,))
+    return Fact(value, None, where, step, unit, factors, percent)
 
 
 def _is_code(line: str) -> bool:
