@@ -773,3 +773,13 @@ def test_a_label_with_too_many_cells_is_not_checked() -> None:
     rows = "".join(f"count {i}\n" for i in range(labels.MAX_CELLS + 1))
     assert bad("The count is 70000.", stdout=rows + "other 70000\n") == []
     assert bad("The count is 70000.", stdout="count 5\nother 70000\n") == ["70000"]
+
+
+def test_an_output_with_too_many_labelled_lines_checks_no_label() -> None:
+    """Reading stops past `MAX_LINES` lines that name the answer's words: what is unread
+    could hold the label's value, so no label is checked (the value check still is)."""
+    many = "".join(f"mean of x{i}: 5\n" for i in range(labels.MAX_LINES)) + "mean 70000\n"
+    few = "".join(f"mean of x{i}: 5\n" for i in range(10)) + "mean 70000\n"
+    assert bad("The mean is 5.", stdout=many) == []
+    assert bad("The mean is 5.", stdout=few) == ["5"]
+    assert bad("The mean is 6.", stdout=many) == ["6"]

@@ -50,7 +50,7 @@ class Evidence:
     _factors: set[float] | None = None  # the unit factors the facts carry
     _blob: tuple[int, str] | None = None  # every text, casefolded, spaces collapsed
     _keyed: list[tuple[str, Fact]] = field(default_factory=list)  # a result dict's numbers
-    _labels_index: LabelIndex | None = None
+    _labels_index: tuple[frozenset[str], LabelIndex] | None = None
 
     def may_contain(self, wanted: str) -> bool:
         """Whether some text could contain `wanted` (casefolded): one substring search
@@ -105,20 +105,22 @@ class Evidence:
         nonzero = plain[bisect.bisect_right(plain, 0.0) :][:1]
         return [*plain[:1], *nonzero, *plain[-1:]]
 
-    def label_index(self) -> LabelIndex:
-        """The outputs' row labels, keys and column headers with their numbers, built once."""
-        if self._labels_index is None:
+    def label_index(self, wanted: frozenset[str]) -> LabelIndex:
+        """The outputs' row labels, keys and column headers made of `wanted` words, with
+        their numbers; built once for a set of words."""
+        if self._labels_index is None or self._labels_index[0] != wanted:
             lines = (
                 (line, fact.where)
                 for fact in self.texts
                 if fact.where.startswith(("stdout line", "result"))
                 for line in str(fact.value).splitlines()
             )
-            self._labels_index = build(lines)
+            index = build(lines, wanted)
             for key, fact in self._keyed:
                 found = Found(fact.value, fact.step, 0, 0, fact.unit, fact.percent)
-                self._labels_index.add(key, "key", found, fact.where)
-        return self._labels_index
+                index.add(key, "key", found, fact.where)
+            self._labels_index = (wanted, index)
+        return self._labels_index[1]
 
     def labelled(self, stem: str) -> bool:
         self._build()

@@ -26,7 +26,7 @@ from typing import Any
 
 from .evidence import Evidence as Evidence  # re-exported: the loop builds it through ground
 from .evidence import Fact, label_of
-from .labels import tied_labels
+from .labels import tied_labels, wanted_words
 from .models import Claim, Verdict
 from .quantities import (
     BOUND_RANGE,
@@ -324,6 +324,7 @@ def _labelled(
     """A grounded number the answer ties to a label the outputs show ("South sold 143",
     "the median is 4.2") must be that label's: on its line, under its key, in its column."""
     out = []
+    wanted = wanted_words(text)
     for i, (num, claim) in enumerate(stated):
         if (
             claim.grounded
@@ -332,7 +333,7 @@ def _labelled(
             and not num.points
             and num.bound in ("exact", "approx", "nearly")
         ):
-            index = evidence.label_index()
+            index = evidence.label_index(wanted)
             previous = stated[i - 1][0].end if i else -1
             following = stated[i + 1][0].start if i + 1 < len(stated) else len(text)
             for label in tied_labels(text, num.start, num.end, previous, following, index):

@@ -17,6 +17,7 @@ from .quantities import Found, numbers_in
 from .values import UNIT_AFTER, dates_in, durations_in
 
 MAX_CELLS = 2_000  # numbers kept per label; a label with more is not checked (bounded cost)
+MAX_LINES = 20_000  # lines read for the answer's labels; past it none is checked
 _MAX_WORDS = 4  # a label of more words is prose, not a label
 
 # Words that are never a label on the answer's side ("the", "is").
@@ -119,18 +120,34 @@ def _end_of(text: str, found: Found) -> int:
     return unit.end() if unit else found.end
 
 
-def build(lines: Iterable[tuple[str, str]]) -> LabelIndex:
-    """The label index of output lines, given in order as (text, where)."""
+def build(lines: Iterable[tuple[str, str]], wanted: frozenset[str]) -> LabelIndex:
+    """The label index of output lines, given in order as (text, where), for the labels made
+    of `wanted` words (the answer's): other lines are skipped, so the cost follows the lines
+    that name them."""
     index = LabelIndex()
+    if not wanted:
+        return index
+    names = re.compile(
+        r"(?<![a-z])(?:"
+        + "|".join(re.escape(w) for w in sorted(wanted, key=len, reverse=True))
+        + r")(?![a-z])"
+    )
     table: _Columns | None = None
     delimited: tuple[str, list[str]] | None = None
+    read = 0
     for raw, where in lines:
+        relevant = names.search(raw.casefold()) is not None
+        if not relevant:
+            if re.search(r"\d", raw) is None:  # a blank line or a header of no wanted label
+                if table is not None:
+                    table.commit(index)
+                table, delimited = None, None
+            if (table is None or table.full) and not (delimited and delimited[1]):
+                continue
+        read += 1
+        if read > MAX_LINES:
+            return LabelIndex()  # too large to read whole: no label is checked
         text = _masked(raw.rstrip())
-        if not text.strip():
-            if table is not None:
-                table.commit(index)
-            table, delimited = None, None
-            continue
         delimited = _read_delimited(text, where, delimited, index)
         if delimited is not None:
             continue
@@ -143,11 +160,18 @@ def build(lines: Iterable[tuple[str, str]]) -> LabelIndex:
             continue
         if table is not None:
             table.read(text, found, where)
+        if not relevant:
+            continue
         if not _read_keys(text, found, where, index):
             _read_row(text, found, where, index)
     if table is not None:
         table.commit(index)
     return index
+
+
+def wanted_words(text: str) -> frozenset[str]:
+    """The words of an answer that may name a label."""
+    return frozenset(w for w in _WORD.findall(norm_label(text)) if w not in _NOT_LABELS)
 
 
 @dataclass
@@ -159,8 +183,14 @@ class _Columns:
     rows: int = 0
     cells: dict[int, list[tuple[Found, str]]] = field(default_factory=dict)
 
+    @property
+    def full(self) -> bool:
+        return self.rows > MAX_CELLS  # its columns would not be checked: stop reading
+
     def read(self, text: str, found: list[Found], where: str) -> None:
         self.rows += 1
+        if self.full:
+            return
         for f in found:
             end = _end_of(text, f)
             at = [i for i, (s, e, _) in enumerate(self.header) if e == end or s == f.start]
@@ -169,7 +199,7 @@ class _Columns:
 
     def commit(self, index: LabelIndex) -> None:
         for i, cells in self.cells.items():
-            if len({where for _, where in cells}) == self.rows == len(cells):
+            if not self.full and len({where for _, where in cells}) == self.rows == len(cells):
                 for f, where in cells:
                     index.add(self.header[i][2], "column", f, where)
 
