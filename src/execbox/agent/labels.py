@@ -265,8 +265,11 @@ def _read_keys(text: str, found: list[Found], where: str, index: LabelIndex) -> 
     only on a line that starts with a key."""
     keys = []
     starts_with_key = False
+    lead = len(text) - len(text.lstrip())
     for match in _KEY.finditer(text):
-        before = text[: match.start()].rstrip().rstrip("'\"").rstrip()
+        # A window before the key, not the line so far: the cost stays linear.
+        before = text[max(lead, match.start() - 80) : match.start()].rstrip().rstrip("'\"")
+        before = before.rstrip() if match.start() - lead < 80 else before.rstrip() or "?"
         key = match["key"].strip().strip("'\"")
         if not before or before.endswith(("{", ",", ";", "|", "(", "[")):
             if not before:
@@ -276,23 +279,16 @@ def _read_keys(text: str, found: list[Found], where: str, index: LabelIndex) -> 
             keys.append((match.end(), key) if starts_with_key else (match.end(), ""))
     if not keys:
         return False
-    for f in found:
-        owner = [k for k in keys if k[0] <= f.start]
-        if not owner:
-            continue
-        end, key = owner[-1]
-        if key and not re.search(r"[A-Za-z]", _strip_numbers(text, found, end, f.start)):
-            index.add(key, "key", f, where)
+    at, owned, previous = -1, False, 0
+    for f in found:  # one pass: keys and numbers are both in order
+        while at + 1 < len(keys) and keys[at + 1][0] <= f.start:
+            at, owned, previous = at + 1, True, keys[at + 1][0]
+        # Only punctuation since the key or its previous number: "rows: 5 in 3" owns 5 only.
+        owned = owned and at >= 0 and not re.search(r"[A-Za-z]", text[previous : f.start])
+        if owned and keys[at][1]:
+            index.add(keys[at][1], "key", f, where)
+        previous = _end_of(text, f)
     return True
-
-
-def _strip_numbers(text: str, found: list[Found], start: int, end: int) -> str:
-    """The text between `start` and `end` without its numbers (and their units)."""
-    out = list(text[start:end])
-    for f in found:
-        for i in range(max(f.start, start), min(_end_of(text, f), end)):
-            out[i - start] = " "
-    return "".join(out)
 
 
 def _read_row(text: str, found: list[Found], where: str, index: LabelIndex) -> None:
