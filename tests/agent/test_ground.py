@@ -731,6 +731,8 @@ _CSV = "region,units,price\nEast,143,2.5\nSouth,97,3.5\n"
         ("South has 143 units.", _FRAME, None),  # a DataFrame's row
         ("North's revenue is 143.", _FRAME, None),  # another column's value
         ("The mean is 100.5.", _DESCRIBE, None),  # the 50% row's
+        ("The median is 101.23 units.", _DESCRIBE, None),  # the mean's, "median" is "50%"
+        ("The average is 100.5.", _DESCRIBE, None),
         ("The ci is (0.2, 0.9) and alpha is 0.2.", "ci: (0.2, 0.9)\nalpha: 0.05\n", None),
     ],
 )
@@ -757,6 +759,8 @@ def test_a_value_from_another_label_is_refused(answer: str, stdout: str, result:
         ("The units column holds 143 for East.", _FRAME, None),
         ("The mean is 101.23 units, the max 160.", _DESCRIBE, None),
         ("Units range from 40 to 160.", _DESCRIBE, None),
+        ("The median is 100.5 and the standard deviation 22.41.", _DESCRIBE, None),
+        ("The average is 101.23, the maximum 160.", _DESCRIBE, None),
         ("South sold 97.", _MARKDOWN, None),
         ("South sold 97 at 3.5.", _CSV, None),
         ("The mean is 4.2 ± 0.3.", "mean: 4.2\nstd: 0.3\n", None),

@@ -19,6 +19,15 @@ from .values import UNIT_AFTER, dates_in, durations_in
 MAX_CELLS = 2_000  # numbers kept per label; a label with more is not checked (bounded cost)
 MAX_LINES = 20_000  # lines read for the answer's labels; past it none is checked
 _MAX_WORDS = 4  # a label of more words is prose, not a label
+# An answer's word for a label pandas and numpy print in short ("median" is describe()'s 50%).
+ALIASES = {
+    "median": "50%",
+    "average": "mean",
+    "maximum": "max",
+    "minimum": "min",
+    "standard deviation": "std",
+}
+_PERCENTILE_ROW = re.compile(r"\s*(\d{1,2}%)\s+(?=[-\d.])")
 
 # Words that are never a label on the answer's side ("the", "is").
 _NOT_LABELS = {
@@ -89,7 +98,7 @@ class LabelIndex:
 
     def add(self, label: str, kind: str, found: Found, where: str) -> None:
         key = norm_label(label)
-        if not key or not re.search(r"[a-z]", key) or len(key.split()) > _MAX_WORDS:
+        if not key or not re.search(r"[a-z%]", key) or len(key.split()) > _MAX_WORDS:
             return
         cells = self.cells.setdefault(key, Cells())
         cells.kinds.add(kind)
@@ -162,16 +171,35 @@ def build(lines: Iterable[tuple[str, str]], wanted: frozenset[str]) -> LabelInde
             table.read(text, found, where)
         if not relevant:
             continue
-        if not _read_keys(text, found, where, index):
-            _read_row(text, found, where, index)
+        _read_line(text, found, where, index)
     if table is not None:
         table.commit(index)
     return index
 
 
+def _read_line(text: str, found: list[Found], where: str, index: LabelIndex) -> None:
+    """One line's own labels: its keys, else its row labels."""
+    percentile = _PERCENTILE_ROW.match(text)
+    if percentile and len(found) == 3:  # describe()'s "50%   100.5": the % and its value
+        index.add(percentile[1], "row", found[2], where)
+    elif not _read_keys(text, found, where, index):
+        _read_row(text, found, where, index)
+
+
 def wanted_words(text: str) -> frozenset[str]:
-    """The words of an answer that may name a label."""
-    return frozenset(w for w in _WORD.findall(norm_label(text)) if w not in _NOT_LABELS)
+    """The words of an answer that may name a label, and the short forms of its aliases."""
+    words = {w for w in _WORD.findall(norm_label(text)) if w not in _NOT_LABELS}
+    return frozenset(words | {a for w, a in ALIASES.items() if w.split()[-1] in words})
+
+
+def lookup(gram: str, index: LabelIndex) -> str | None:
+    """The label an answer's words name: themselves, or their alias if only that is shown."""
+    if gram in _NOT_LABELS:
+        return None
+    if index.get(gram) is not None:
+        return gram
+    alias = ALIASES.get(gram)
+    return alias if alias is not None and index.get(alias) is not None else None
 
 
 @dataclass
@@ -343,7 +371,7 @@ def tied_labels(
     if listing and clause == previous_end:
         before = before[listing[-1].end() :]  # "12 users and 7 admins": users is 12's
     words = [norm_label(w) for w in _WORD.findall(norm_label(before))][-6:]
-    found = [g for _, g in _grams(words) if g not in _NOT_LABELS and index.get(g) is not None]
+    found = [label for _, g in _grams(words) if (label := lookup(g, index)) is not None]
     if found and (clause == previous_end or not listing):
         labels += found
     stop = _CLAUSE_END.search(text, end, min(next_start, end + 200))
@@ -355,8 +383,9 @@ def tied_labels(
         words = [norm_label(w) for w in _WORD.findall(after[lead.end() if lead else 0 :])]
         for n in range(min(_MAX_WORDS, len(words)), 0, -1):
             gram = " ".join(words[:n])
-            cells = index.get(gram)
-            if gram not in _NOT_LABELS and cells is not None and cells.kinds & kinds:
-                labels.append(gram)
+            label = lookup(gram, index)
+            cells = index.get(label) if label is not None else None
+            if label is not None and cells is not None and cells.kinds & kinds:
+                labels.append(label)
                 break
     return labels
