@@ -766,6 +766,11 @@ def test_a_value_from_another_label_is_refused(answer: str, stdout: str, result:
         ("The mean is 4.2 ± 0.3.", "mean: 4.2\nstd: 0.3\n", None),
         ("It took 3 s for 500 rows.", "Processed 500 rows in 3 s\n", None),  # prose: no labels
         ("The average over 3 runs is 5.2.", "Average over 3 runs: 5.2\n", None),
+        ("5 files had 12 errors.", "files: 5\nerrors: 12\n", None),  # files is 5's
+        ("The 1000 rows span 5 columns.", "rows: 1000\ncolumns: 5\n", None),
+        ("Sales in 2023 were 500.", "year: 2023\nsales: 500\n", None),  # "in" parts them
+        ("Revenue for East was 2.1 million.", _FRAME, None),
+        ("The answer is 42 for n = 7.", "n = 7\nanswer = 42\n", None),  # n is 7's
     ],
 )
 def test_a_value_on_its_own_label_still_grounds(answer: str, stdout: str, result: Any) -> None:

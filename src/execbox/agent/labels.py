@@ -66,6 +66,8 @@ _LISTING = re.compile(
     r"\b(?:and|or|than|vs\.?|versus|beat|beats|over|compared|while|whereas|but|respectively)\b",
     re.I,
 )
+# Words that part a label from a number after it: "sales in 2023", "revenue for East was 2.1".
+_APART = {"in", "for", "at", "on", "during", "since", "after", "before", "per", "from", "over"}
 _PREPOSITION = re.compile(r"\s+(?:for|in|at|from|by)\s+", re.I)
 _WORD = re.compile(r"[a-z_][a-z0-9_%]*", re.I)
 _KEY = re.compile(r"""(?P<key>[A-Za-z_][\w .%/-]{0,60}?)['"]?\s*(?:[:=](?![=/]))""")
@@ -362,16 +364,28 @@ def tied_labels(
     """The labels the answer ties the number at [start, end) to: the labels just before it in
     its clause, since the previous number ("South sold 143", "the median (3.9)"), and the one
     right after it ("12 users", "143 for East"). A clause that lists or compares labels
-    ("North and South had 31") ties none before the number."""
+    ("North and South had 31") ties none before the number; a label the previous number
+    names ("5 files had 12") or one a preposition parts from it ("sales in 2023") is not
+    this number's."""
     labels: list[str] = []
     head = max(previous_end, start - 200, 0)  # a window: the cost stays linear
     clause = max([head, *(m.end() for m in _CLAUSE_END.finditer(text, head, start))])
     before = text[clause:start]
     listing = list(_LISTING.finditer(before))
+    # "5 files had 12": the words right after the previous number are its own.
+    first = 1 if clause == previous_end and re.match(r"\s+[A-Za-z]", before) else 0
     if listing and clause == previous_end:
         before = before[listing[-1].end() :]  # "12 users and 7 admins": users is 12's
-    words = [norm_label(w) for w in _WORD.findall(norm_label(before))][-6:]
-    found = [label for _, g in _grams(words) if (label := lookup(g, index)) is not None]
+        first = 0
+    words = [norm_label(w) for w in _WORD.findall(norm_label(before))]
+    first, words = max(0, first - max(0, len(words) - 6)), words[-6:]
+    found = [
+        label
+        for last, g in _grams(words)
+        if last - len(g.split()) + 1 >= first
+        and not _APART.intersection(words[last + 1 :])
+        and (label := lookup(g, index)) is not None
+    ]
     if found and (clause == previous_end or not listing):
         labels += found
     stop = _CLAUSE_END.search(text, end, min(next_start, end + 200))
@@ -380,11 +394,14 @@ def tied_labels(
     lead = _PREPOSITION.match(after)
     kinds = {"row", "key", "column"} if lead else {"key", "column"}
     if lead or re.match(r"\s+[A-Za-z]", after):
-        words = [norm_label(w) for w in _WORD.findall(after[lead.end() if lead else 0 :])]
+        spans = list(_WORD.finditer(after, lead.end() if lead else 0))
+        words = [norm_label(m[0]) for m in spans]
         for n in range(min(_MAX_WORDS, len(words)), 0, -1):
-            gram = " ".join(words[:n])
-            label = lookup(gram, index)
+            label = lookup(" ".join(words[:n]), index)
             cells = index.get(label) if label is not None else None
+            rest = after[spans[n - 1].end() :]
+            if after_end == next_start and not re.search(r"[A-Za-z]", rest):
+                continue  # "42 for n = 7": n is 7's label
             if label is not None and cells is not None and cells.kinds & kinds:
                 labels.append(label)
                 break
