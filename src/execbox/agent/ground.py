@@ -6,7 +6,8 @@ rounding the answer states ("3.14" for 3.14159, "about 2.5 million" for 2,497,31
 formatting (thousands separators, percentages, scientific notation, "k"/"million"). Numbers are
 read whole by `quantities` (magnitude, unit, sign, bound, approximation, words). A change the
 answer states between two grounded numbers of the same sentence ("from 10 to 12, up 20%") is
-derived from the output values they matched. When unsure, the check refuses. Claims of
+derived from the output values they matched. A number the answer ties to a label an output
+shows must be that label's (`labels`). When unsure, the check refuses. Claims of
 verification must match checks that ran and passed. Values the question itself gives (its numbers, years, quoted names) need no evidence, nor do list markers,
 ordinals, "line 3" and rounding statements ("to 2 decimal places"). The program is not evidence:
 it grounds code the answer quotes, never a value. Deterministic: no model, no sandbox.
