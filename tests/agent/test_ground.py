@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from execbox.agent import evidence as evidence_module
-from execbox.agent import ground, quantities
+from execbox.agent import ground, labels, quantities
 from execbox.agent.models import Claim, RunOutput, Verdict
 from execbox.contract import Artifact
 
@@ -696,3 +696,99 @@ def test_false_answers_of_the_sixth_attack_are_refused(answer: str, stdout: str)
 )
 def test_honest_answers_of_the_sixth_attack_pass(answer: str, stdout: str) -> None:
     assert grounded(answer, stdout)
+
+
+# -- issue 37: which line, key or column a value belongs to ---------------------------------------
+
+_REGIONS = "region units\nNorth 120\nSouth 97\nEast 143\n"
+_COUNTS = "region\nNorth    31\nSouth    27\nEast     22\nWest     20\nName: count, dtype: int64\n"
+_FRAME = (
+    "      region  units   revenue\n0      North    120  1.234e+06\n1      South     95  9.870e+05\n"
+    "2       East    143  2.100e+06\n\n[3 rows x 3 columns]\n"
+)
+_DESCRIBE = (
+    "            units\ncount  100.000000\nmean   101.230000\nstd     22.410000\n"
+    "min     40.000000\n50%    100.500000\nmax    160.000000\n"
+)
+_MARKDOWN = "| region | units |\n|---|---|\n| East | 143 |\n| South | 97 |\n"
+_CSV = "region,units,price\nEast,143,2.5\nSouth,97,3.5\n"
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout", "result"),
+    [
+        ("South sold 143 units.", _REGIONS, None),  # East's line
+        ("South sold 143.", _MARKDOWN, None),
+        ("South sold 143.", _CSV, None),
+        ("South costs 2.5.", _CSV, None),
+        ("The median is 4.2.", '{"mean": 4.2, "median": 3.9}\n', None),
+        ("The median is 4.2.", "", {"mean": 4.2, "median": 3.9}),  # the result's keys
+        ("North has 27 rows.", _COUNTS, None),  # value_counts labels swapped
+        ("- North: 27\n- South: 31", _COUNTS, None),
+        ("| metric | value |\n|---|---|\n| mean | 4 |\n| max | 3 |", "mean: 3\nmax: 4\n", None),
+        ("min 3, max 9", "min 9 max 3\n", None),
+        ("There are 12 users and 7 admins.", '{"users": 7, "admins": 12}\n', None),
+        ("South has 143 units.", _FRAME, None),  # a DataFrame's row
+        ("North's revenue is 143.", _FRAME, None),  # another column's value
+        ("The mean is 100.5.", _DESCRIBE, None),  # the 50% row's
+        ("The median is 101.23 units.", _DESCRIBE, None),  # the mean's, "median" is "50%"
+        ("The average is 100.5.", _DESCRIBE, None),
+        ("The ci is (0.2, 0.9) and alpha is 0.2.", "ci: (0.2, 0.9)\nalpha: 0.05\n", None),
+    ],
+)
+def test_a_value_from_another_label_is_refused(answer: str, stdout: str, result: Any) -> None:
+    found = claims(answer, stdout=stdout, result=result)
+    refused = [c for c in found if not c.grounded and c.kind == "number"]
+    assert refused and "the outputs show" in (refused[0].detail or "")
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout", "result"),
+    [
+        ("East had 143 sales.", _REGIONS, None),
+        ("143 for East, 97 for South.", _REGIONS, None),
+        ("East sold 143 units.", _REGIONS, None),
+        ("The median (3.9) is below the mean (4.2).", '{"mean": 4.2, "median": 3.9}\n', None),
+        ("The median is 3.9.", "", {"mean": 4.2, "median": 3.9}),
+        ("North has the most rows (31), followed by South (27).", _COUNTS, None),
+        ("North and South had 31 and 27 rows.", _COUNTS, None),  # a list: no tie read
+        ("| region | count |\n|---|---|\n| North | 31 |\n| South | 27 |", _COUNTS, None),
+        ("min 9, max 3", "min 9 max 3\n", None),
+        ("There are 7 users and 12 admins.", '{"users": 7, "admins": 12}\n', None),
+        ("South has 95 units; its revenue is 987,000.", _FRAME, None),  # a row, read both ways
+        ("The units column holds 143 for East.", _FRAME, None),
+        ("The mean is 101.23 units, the max 160.", _DESCRIBE, None),
+        ("Units range from 40 to 160.", _DESCRIBE, None),
+        ("The median is 100.5 and the standard deviation 22.41.", _DESCRIBE, None),
+        ("The average is 101.23, the maximum 160.", _DESCRIBE, None),
+        ("South sold 97.", _MARKDOWN, None),
+        ("South sold 97 at 3.5.", _CSV, None),
+        ("The mean is 4.2 ± 0.3.", "mean: 4.2\nstd: 0.3\n", None),
+        ("It took 3 s for 500 rows.", "Processed 500 rows in 3 s\n", None),  # prose: no labels
+        ("The average over 3 runs is 5.2.", "Average over 3 runs: 5.2\n", None),
+        ("5 files had 12 errors.", "files: 5\nerrors: 12\n", None),  # files is 5's
+        ("The 1000 rows span 5 columns.", "rows: 1000\ncolumns: 5\n", None),
+        ("Sales in 2023 were 500.", "year: 2023\nsales: 500\n", None),  # "in" parts them
+        ("Revenue for East was 2.1 million.", _FRAME, None),
+        ("The answer is 42 for n = 7.", "n = 7\nanswer = 42\n", None),  # n is 7's
+    ],
+)
+def test_a_value_on_its_own_label_still_grounds(answer: str, stdout: str, result: Any) -> None:
+    assert bad(answer, stdout=stdout, result=result) == []
+
+
+def test_a_label_with_too_many_cells_is_not_checked() -> None:
+    """The cost stays bounded: past `MAX_CELLS` a label is left to the value check alone."""
+    rows = "".join(f"count {i}\n" for i in range(labels.MAX_CELLS + 1))
+    assert bad("The count is 70000.", stdout=rows + "other 70000\n") == []
+    assert bad("The count is 70000.", stdout="count 5\nother 70000\n") == ["70000"]
+
+
+def test_an_output_with_too_many_labelled_lines_checks_no_label() -> None:
+    """Reading stops past `MAX_LINES` lines that name the answer's words: what is unread
+    could hold the label's value, so no label is checked (the value check still is)."""
+    many = "".join(f"mean of x{i}: 5\n" for i in range(labels.MAX_LINES)) + "mean 70000\n"
+    few = "".join(f"mean of x{i}: 5\n" for i in range(10)) + "mean 70000\n"
+    assert bad("The mean is 5.", stdout=many) == []
+    assert bad("The mean is 5.", stdout=few) == ["5"]
+    assert bad("The mean is 6.", stdout=many) == ["6"]

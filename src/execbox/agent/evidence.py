@@ -9,12 +9,13 @@ import json
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..contract import Artifact
+from .labels import LabelIndex, build
 from .models import RunOutput
-from .quantities import normalize, numbers_in
+from .quantities import Found, normalize, numbers_in
 from .values import LABEL_UNIT, dates_in, durations_in, scale_of
 
 TABLE_SUMMARY_BYTES = 1 << 20  # larger text artifacts are summarized by name and size only
@@ -48,6 +49,8 @@ class Evidence:
     _labels: set[str] | None = None  # the first 1-4 letters of every word of every label
     _factors: set[float] | None = None  # the unit factors the facts carry
     _blob: tuple[int, str] | None = None  # every text, casefolded, spaces collapsed
+    _keyed: list[tuple[str, Fact]] = field(default_factory=list)  # a result dict's numbers
+    _labels_index: tuple[frozenset[str], LabelIndex] | None = None
 
     def may_contain(self, wanted: str) -> bool:
         """Whether some text could contain `wanted` (casefolded): one substring search
@@ -101,6 +104,23 @@ class Evidence:
         plain = self._plain or []
         nonzero = plain[bisect.bisect_right(plain, 0.0) :][:1]
         return [*plain[:1], *nonzero, *plain[-1:]]
+
+    def label_index(self, wanted: frozenset[str]) -> LabelIndex:
+        """The outputs' row labels, keys and column headers made of `wanted` words, with
+        their numbers; built once for a set of words."""
+        if self._labels_index is None or self._labels_index[0] != wanted:
+            lines = (
+                (line, fact.where)
+                for fact in self.texts
+                if fact.where.startswith(("stdout line", "result"))
+                for line in str(fact.value).splitlines()
+            )
+            index = build(lines, wanted)
+            for key, fact in self._keyed:
+                found = Found(fact.value, fact.step, 0, 0, fact.unit, fact.percent)
+                index.add(key, "key", found, fact.where)
+            self._labels_index = (wanted, index)
+        return self._labels_index[1]
 
     def labelled(self, stem: str) -> bool:
         self._build()
@@ -201,7 +221,11 @@ class Evidence:
         if isinstance(value, dict):
             for key, item in value.items():
                 self.add_text(str(key), run_id, f"{path} key {str(key)[:80]!r}")
+                first = len(self.numbers)
                 self.add_value(item, run_id, f"{path}[{json.dumps(key)}]")
+                self._keyed += [
+                    (str(key), f) for f in self.numbers[first:] if not f.where.startswith("len(")
+                ]
         elif isinstance(value, list):
             for i, item in enumerate(value):
                 self.add_value(item, run_id, f"{path}[{i}]")

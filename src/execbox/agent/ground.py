@@ -6,7 +6,8 @@ rounding the answer states ("3.14" for 3.14159, "about 2.5 million" for 2,497,31
 formatting (thousands separators, percentages, scientific notation, "k"/"million"). Numbers are
 read whole by `quantities` (magnitude, unit, sign, bound, approximation, words). A change the
 answer states between two grounded numbers of the same sentence ("from 10 to 12, up 20%") is
-derived from the output values they matched. When unsure, the check refuses. Claims of
+derived from the output values they matched. A number the answer ties to a label an output
+shows must be that label's (`labels`). When unsure, the check refuses. Claims of
 verification must match checks that ran and passed. Values the question itself gives (its numbers, years, quoted names) need no evidence, nor do list markers,
 ordinals, "line 3" and rounding statements ("to 2 decimal places"). The program is not evidence:
 it grounds code the answer quotes, never a value. Deterministic: no model, no sandbox.
@@ -26,6 +27,7 @@ from typing import Any
 
 from .evidence import Evidence as Evidence  # re-exported: the loop builds it through ground
 from .evidence import Fact, label_of
+from .labels import tied_labels, wanted_words
 from .models import Claim, Verdict
 from .quantities import (
     BOUND_RANGE,
@@ -295,6 +297,7 @@ def check(  # noqa: C901
             stated.append((num, _literal_claim(num.text, evidence, listed=True)))  # "[1,5]"
             continue
         stated.append((num, _number_claim(num, evidence, question_numbers, words)))
+    stated = _labelled(stated, masked, evidence)
     ends = [m.start() for m in _SENTENCE_END.finditer(masked)]
     sentences: dict[int, list[tuple[Num, Claim]]] = {}
     for num, claim in stated:
@@ -314,6 +317,46 @@ def check(  # noqa: C901
     if result is not None:
         claims.append(result)
     return claims
+
+
+def _labelled(
+    stated: list[tuple[Num, Claim]], text: str, evidence: Evidence
+) -> list[tuple[Num, Claim]]:
+    """A grounded number the answer ties to a label the outputs show ("South sold 143",
+    "the median is 4.2") must be that label's: on its line, under its key, in its column."""
+    out = []
+    wanted = wanted_words(text)
+    for i, (num, claim) in enumerate(stated):
+        if (
+            claim.grounded
+            and claim.source != "the question"
+            and not num.literal
+            and not num.points
+            and num.bound in ("exact", "approx", "nearly")
+        ):
+            index = evidence.label_index(wanted)
+            previous = stated[i - 1][0].end if i else -1
+            following = stated[i + 1][0].start if i + 1 < len(stated) else len(text)
+            for label in tied_labels(text, num.start, num.end, previous, following, index):
+                cells = index.get(label)
+                if cells is not None and not any(_fits(num, _cell_fact(c)) for c in cells.values):
+                    shown = ", ".join(f"{c[0]:g}" for c in cells.values[:5])
+                    claim = Claim(
+                        text=num.text,
+                        kind="number",
+                        grounded=False,
+                        detail=f"the outputs show {label!r} as {shown}, not this value "
+                        f"(it is shown at {claim.source})",
+                    )
+                    break
+        out.append((num, claim))
+    return out
+
+
+def _cell_fact(cell: tuple[float, float, bool, str | None, str]) -> Fact:
+    value, step, percent, spelled, where = cell
+    unit, factors = scale_of(spelled) if spelled else (None, (1.0,))
+    return Fact(value, None, where, step, unit, factors, percent)
 
 
 def _is_code(line: str) -> bool:

@@ -1,0 +1,408 @@
+"""Which label a value belongs to: an output's row labels, keys and column headers, each with
+the numbers on its line, under its key or in its column; and the labels an answer ties a number
+to ("South sold 143", "the median (3.9)", "12 users", "143 for East").
+
+Read conservatively: a line or table whose shape is not clear gives no labels (a prose line
+"Processed 500 rows in 3 s" says nothing of what "rows" holds), and a claim is tied only to
+labels the outputs show. The index is built once, line by line: a claim costs a dict lookup.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from .quantities import Found, numbers_in
+from .values import UNIT_AFTER, dates_in, durations_in
+
+MAX_CELLS = 2_000  # numbers kept per label; a label with more is not checked (bounded cost)
+MAX_LINES = 20_000  # lines read for the answer's labels; past it none is checked
+_MAX_WORDS = 4  # a label of more words is prose, not a label
+# An answer's word for a label pandas and numpy print in short ("median" is describe()'s 50%).
+ALIASES = {
+    "median": "50%",
+    "average": "mean",
+    "maximum": "max",
+    "minimum": "min",
+    "standard deviation": "std",
+}
+_PERCENTILE_ROW = re.compile(r"\s*(\d{1,2}%)\s+(?=[-\d.])")
+
+# Words that are never a label on the answer's side ("the", "is").
+_NOT_LABELS = {
+    "a",
+    "an",
+    "the",
+    "is",
+    "was",
+    "are",
+    "were",
+    "of",
+    "in",
+    "for",
+    "to",
+    "at",
+    "by",
+    "and",
+    "or",
+    "with",
+    "it",
+    "its",
+    "has",
+    "had",
+    "have",
+    "be",
+    "there",
+    "this",
+    "that",
+    "value",
+    "values",
+    "total",
+    "result",
+}
+# Between two labels, these make the sentence compare or list them: no tie is read.
+_LISTING = re.compile(
+    r"\b(?:and|or|than|vs\.?|versus|beat|beats|over|compared|while|whereas|but|respectively)\b",
+    re.I,
+)
+# Words that part a label from a number after it: "sales in 2023", "revenue for East was 2.1".
+_APART = {"in", "for", "at", "on", "during", "since", "after", "before", "per", "from", "over"}
+_PREPOSITION = re.compile(r"\s+(?:for|in|at|from|by)\s+", re.I)
+_WORD = re.compile(r"[a-z_][a-z0-9_%]*", re.I)
+_KEY = re.compile(r"""(?P<key>[A-Za-z_][\w .%/-]{0,60}?)['"]?\s*(?:[:=](?![=/]))""")
+_CLAUSE_END = re.compile(r"[.;!?,\n]|\s-\s|\u2014")
+
+
+def norm_label(text: str) -> str:
+    """A label compared across output and answer: casefolded, "_" and "-" as spaces, quotes,
+    asterisks and a possessive "'s" gone."""
+    text = re.sub(r"['\u2019]s\b", "", text.casefold())
+    text = re.sub(r"[_\-]+", " ", text)
+    text = re.sub(r"[^\w% ]+", " ", text)
+    return " ".join(text.split())
+
+
+@dataclass
+class Cells:
+    """The numbers a label holds and how the outputs show it (row, key, column)."""
+
+    values: list[tuple[float, float, bool, str | None, str]] = field(default_factory=list)
+    kinds: set[str] = field(default_factory=set)
+    overflow: bool = False
+
+
+@dataclass
+class LabelIndex:
+    """Every label the outputs show, with its numbers (value, step, percent, unit, where)."""
+
+    cells: dict[str, Cells] = field(default_factory=dict)
+
+    def add(self, label: str, kind: str, found: Found, where: str) -> None:
+        key = norm_label(label)
+        if not key or not re.search(r"[a-z%]", key) or len(key.split()) > _MAX_WORDS:
+            return
+        cells = self.cells.setdefault(key, Cells())
+        cells.kinds.add(kind)
+        if len(cells.values) >= MAX_CELLS:
+            cells.overflow = True
+            return
+        cells.values.append((found.value, found.step, found.percent, found.unit, where))
+
+    def get(self, label: str) -> Cells | None:
+        cells = self.cells.get(label)
+        return None if cells is None or cells.overflow or not cells.values else cells
+
+
+def _masked(text: str) -> str:
+    """`text` with dates and compound durations blanked: their digits are not cells."""
+    for _, match in [*dates_in(text), *((None, m) for _, _, m in durations_in(text))]:
+        text = text[: match.start()] + " " * (match.end() - match.start()) + text[match.end() :]
+    return text
+
+
+def _numbers(text: str) -> list[Found]:
+    """The numbers of `text`, a percentage once (as its fraction and its digits)."""
+    return list(numbers_in(text))
+
+
+def _end_of(text: str, found: Found) -> int:
+    unit = UNIT_AFTER.match(text, found.end)
+    return unit.end() if unit else found.end
+
+
+def build(lines: Iterable[tuple[str, str]], wanted: frozenset[str]) -> LabelIndex:
+    """The label index of output lines, given in order as (text, where), for the labels made
+    of `wanted` words (the answer's): other lines are skipped, so the cost follows the lines
+    that name them."""
+    index = LabelIndex()
+    if not wanted:
+        return index
+    names = re.compile(
+        r"(?<![a-z])(?:"
+        + "|".join(re.escape(w) for w in sorted(wanted, key=len, reverse=True))
+        + r")(?![a-z])"
+    )
+    table: _Columns | None = None
+    delimited: tuple[str, list[str]] | None = None
+    read = 0
+    for raw, where in lines:
+        relevant = names.search(raw.casefold()) is not None
+        if not relevant:
+            if re.search(r"\d", raw) is None:  # a blank line or a header of no wanted label
+                if table is not None:
+                    table.commit(index)
+                table, delimited = None, None
+            if (table is None or table.full) and not (delimited and delimited[1]):
+                continue
+        read += 1
+        if read > MAX_LINES:
+            return LabelIndex()  # too large to read whole: no label is checked
+        text = _masked(raw.rstrip())
+        delimited = _read_delimited(text, where, delimited, index)
+        if delimited is not None:
+            continue
+        found = _numbers(text)
+        if not found:
+            if table is not None:
+                table.commit(index)
+            header = _header(text)
+            table = _Columns(header) if header else None
+            continue
+        if table is not None:
+            table.read(text, found, where)
+        if not relevant:
+            continue
+        _read_line(text, found, where, index)
+    if table is not None:
+        table.commit(index)
+    return index
+
+
+def _read_line(text: str, found: list[Found], where: str, index: LabelIndex) -> None:
+    """One line's own labels: its keys, else its row labels."""
+    percentile = _PERCENTILE_ROW.match(text)
+    if percentile and len(found) == 3:  # describe()'s "50%   100.5": the % and its value
+        index.add(percentile[1], "row", found[2], where)
+    elif not _read_keys(text, found, where, index):
+        _read_row(text, found, where, index)
+
+
+def wanted_words(text: str) -> frozenset[str]:
+    """The words of an answer that may name a label, and the short forms of its aliases."""
+    words = {w for w in _WORD.findall(norm_label(text)) if w not in _NOT_LABELS}
+    return frozenset(words | {a for w, a in ALIASES.items() if w.split()[-1] in words})
+
+
+def lookup(gram: str, index: LabelIndex) -> str | None:
+    """The label an answer's words name: themselves, or their alias if only that is shown."""
+    if gram in _NOT_LABELS:
+        return None
+    if index.get(gram) is not None:
+        return gram
+    alias = ALIASES.get(gram)
+    return alias if alias is not None and index.get(alias) is not None else None
+
+
+@dataclass
+class _Columns:
+    """A whitespace table (pandas prints): a column is read only if every row has a number
+    aligned with its header word, at its right edge or its left."""
+
+    header: list[tuple[int, int, str]]
+    rows: int = 0
+    cells: dict[int, list[tuple[Found, str]]] = field(default_factory=dict)
+
+    @property
+    def full(self) -> bool:
+        return self.rows > MAX_CELLS  # its columns would not be checked: stop reading
+
+    def read(self, text: str, found: list[Found], where: str) -> None:
+        self.rows += 1
+        if self.full:
+            return
+        for f in found:
+            end = _end_of(text, f)
+            at = [i for i, (s, e, _) in enumerate(self.header) if e == end or s == f.start]
+            if len(at) == 1:
+                self.cells.setdefault(at[0], []).append((f, where))
+
+    def commit(self, index: LabelIndex) -> None:
+        for i, cells in self.cells.items():
+            if not self.full and len({where for _, where in cells}) == self.rows == len(cells):
+                for f, where in cells:
+                    index.add(self.header[i][2], "column", f, where)
+
+
+def _header(text: str) -> list[tuple[int, int, str]] | None:
+    """A whitespace table's header: words only, no sentence punctuation."""
+    if re.search(r"[.:,;!?=()\[\]{}]", text) or not re.search(r"[A-Za-z]", text):
+        return None
+    words = [(m.start(), m.end(), m[0]) for m in re.finditer(r"\S+", text)]
+    return words if len(words) <= 12 else None
+
+
+def _cells(text: str) -> tuple[str, list[str]] | None:
+    stripped = text.strip()
+    for sep in ("|", "\t", ","):
+        if sep in stripped:
+            inner = stripped.strip("|") if sep == "|" else stripped
+            return sep, [c.strip() for c in inner.split(sep)]
+    return None
+
+
+def _single_number(cell: str) -> Found | None:
+    found = _numbers(cell)
+    if not found:
+        return None
+    first = found[0]
+    rest = cell[_end_of(cell, first) :].strip()
+    return first if not rest and not cell[: first.start].strip() else None
+
+
+def _read_delimited(
+    text: str, where: str, table: tuple[str, list[str]] | None, index: LabelIndex
+) -> tuple[str, list[str]] | None:
+    """CSV, TSV and Markdown rows: a header of names, then rows of a label and numbers."""
+    split = _cells(text)
+    if split is None or len(split[1]) < 2 or (":" in text and split[0] != "|"):
+        return None
+    sep, cells = split
+    if sep == "|" and all(re.fullmatch(r":?-{2,}:?", c) for c in cells):
+        return table  # Markdown's rule under the header
+    numbers = [_single_number(c) for c in cells]
+    if all(n is None and re.search(r"[A-Za-z]", c) for n, c in zip(numbers, cells, strict=True)):
+        return sep, cells  # a header
+    label = cells[0] if numbers[0] is None and re.search(r"[A-Za-z]", cells[0]) else None
+    if any(n is None and c for n, c in zip(numbers[1:], cells[1:], strict=True)):
+        return None  # text cells besides the label: not read
+    names = (
+        table[1] if table is not None and table[0] == sep and len(table[1]) == len(cells) else []
+    )
+    for i, number in enumerate(numbers):
+        if number is None:
+            continue
+        if label is not None:
+            index.add(label, "row", number, where)
+        if names:
+            index.add(names[i], "column", number, where)
+    return table if names else (sep, [])
+
+
+def _read_keys(text: str, found: list[Found], where: str, index: LabelIndex) -> bool:
+    """'key: 3', "{'mean': 3, 'max': 4}", 'ci: (0.2, 0.9)': a number right after a key (only
+    punctuation between) is that key's. A key right after a number ("over 3 runs: 5") counts
+    only on a line that starts with a key."""
+    keys = []
+    starts_with_key = False
+    lead = len(text) - len(text.lstrip())
+    for match in _KEY.finditer(text):
+        # A window before the key, not the line so far: the cost stays linear.
+        before = text[max(lead, match.start() - 80) : match.start()].rstrip().rstrip("'\"")
+        before = before.rstrip() if match.start() - lead < 80 else before.rstrip() or "?"
+        key = match["key"].strip().strip("'\"")
+        if not before or before.endswith(("{", ",", ";", "|", "(", "[")):
+            if not before:
+                starts_with_key = True
+            keys.append((match.end(), key))
+        elif re.search(r"\d$", before):
+            keys.append((match.end(), key) if starts_with_key else (match.end(), ""))
+    if not keys:
+        return False
+    at, owned, previous = -1, False, 0
+    for f in found:  # one pass: keys and numbers are both in order
+        while at + 1 < len(keys) and keys[at + 1][0] <= f.start:
+            at, owned, previous = at + 1, True, keys[at + 1][0]
+        # Only punctuation since the key or its previous number: "rows: 5 in 3" owns 5 only.
+        owned = owned and at >= 0 and not re.search(r"[A-Za-z]", text[previous : f.start])
+        if owned and keys[at][1]:
+            index.add(keys[at][1], "key", f, where)
+        previous = _end_of(text, f)
+    return True
+
+
+def _read_row(text: str, found: list[Found], where: str, index: LabelIndex) -> None:
+    """'North    31', '0  North  120  1.2e+06', 'min 9 max 3': labels, each followed by its
+    numbers; the line must end with a number. A label after a number must be one word."""
+    if text[_end_of(text, found[-1]) :].strip():
+        return  # "500 rows": the words after a number are its unit, not a label
+    pos, label, runs = 0, "", []
+    for i, f in enumerate(found):
+        between = text[pos : f.start].strip(" \t:=|")
+        if re.search(r"[A-Za-z]", between):
+            if i > 0 and len(between.split()) > 1:
+                return
+            if i > 1 and not label:
+                return  # "3 4 North 5": not a row
+            label = between
+        elif between:
+            return  # other punctuation: not a plain row
+        elif i == 0:
+            pos = _end_of(text, f)
+            continue  # a leading index (pandas prints one)
+        if label:
+            runs.append((label, f))
+        pos = _end_of(text, f)
+    for label, f in runs:
+        index.add(label, "row", f, where)
+
+
+# -- the answer's side ----------------------------------------------------------------------
+
+
+def _grams(words: list[str]) -> Iterator[tuple[int, str]]:
+    """Each run of up to `_MAX_WORDS` words, with the index of its last word."""
+    for end in range(len(words)):
+        for n in range(1, _MAX_WORDS + 1):
+            if end - n + 1 >= 0:
+                yield end, " ".join(words[end - n + 1 : end + 1])
+
+
+def tied_labels(
+    text: str, start: int, end: int, previous_end: int, next_start: int, index: LabelIndex
+) -> list[str]:
+    """The labels the answer ties the number at [start, end) to: the labels just before it in
+    its clause, since the previous number ("South sold 143", "the median (3.9)"), and the one
+    right after it ("12 users", "143 for East"). A clause that lists or compares labels
+    ("North and South had 31") ties none before the number; a label the previous number
+    names ("5 files had 12") or one a preposition parts from it ("sales in 2023") is not
+    this number's."""
+    labels: list[str] = []
+    head = max(previous_end, start - 200, 0)  # a window: the cost stays linear
+    clause = max([head, *(m.end() for m in _CLAUSE_END.finditer(text, head, start))])
+    before = text[clause:start]
+    listing = list(_LISTING.finditer(before))
+    # "5 files had 12": the words right after the previous number are its own.
+    first = 1 if clause == previous_end and re.match(r"\s+[A-Za-z]", before) else 0
+    if listing and clause == previous_end:
+        before = before[listing[-1].end() :]  # "12 users and 7 admins": users is 12's
+        first = 0
+    words = [norm_label(w) for w in _WORD.findall(norm_label(before))]
+    first, words = max(0, first - max(0, len(words) - 6)), words[-6:]
+    found = [
+        label
+        for last, g in _grams(words)
+        if last - len(g.split()) + 1 >= first
+        and not _APART.intersection(words[last + 1 :])
+        and (label := lookup(g, index)) is not None
+    ]
+    if found and (clause == previous_end or not listing):
+        labels += found
+    stop = _CLAUSE_END.search(text, end, min(next_start, end + 200))
+    after_end = stop.start() if stop else min(next_start, end + 200)
+    after = text[end:after_end]
+    lead = _PREPOSITION.match(after)
+    kinds = {"row", "key", "column"} if lead else {"key", "column"}
+    if lead or re.match(r"\s+[A-Za-z]", after):
+        spans = list(_WORD.finditer(after, lead.end() if lead else 0))
+        words = [norm_label(m[0]) for m in spans]
+        for n in range(min(_MAX_WORDS, len(words)), 0, -1):
+            label = lookup(" ".join(words[:n]), index)
+            cells = index.get(label) if label is not None else None
+            rest = after[spans[n - 1].end() :]
+            if after_end == next_start and not re.search(r"[A-Za-z]", rest):
+                continue  # "42 for n = 7": n is 7's label
+            if label is not None and cells is not None and cells.kinds & kinds:
+                labels.append(label)
+                break
+    return labels
