@@ -395,7 +395,7 @@ def test_a_read_under_a_steady_stream_of_saves_returns(tmp_path: Path) -> None:
     thread = threading.Thread(target=saver)
     thread.start()
     try:
-        time.sleep(0.3)
+        assert wait_until(lambda: saved[0] >= 100, 10), "the stream of saves never got going"
         before = saved[0]
         started = time.monotonic()
         assert store.count() >= before + 1

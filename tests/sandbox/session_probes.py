@@ -4,6 +4,7 @@ own descriptors, and the host-side probes of a session's processes and cgroups."
 from __future__ import annotations
 
 import os
+import select
 
 from execbox import RunResult, SessionClosed
 from execbox.sandbox.host.channel import SessionChannel
@@ -46,6 +47,13 @@ def session_channel(s: Session) -> SessionChannel:
     ch = s._channel
     assert isinstance(ch, SessionChannel), ch
     return ch
+
+
+def supervisor_spoke(s: Session) -> bool:
+    """Whether the session's supervisor has sent something the host has not read yet: between
+    cells, the end of a cell the host stopped waiting for, or the end of the session."""
+    ch = session_channel(s)
+    return bool(ch._pending) or bool(select.select([ch.slot.ctrl], [], [], 0)[0])
 
 
 def sup_pid(s: Session) -> int:

@@ -20,8 +20,11 @@ children; a lone surrogate raised); cc4a537 fixed them and they stay as regressi
 
 from __future__ import annotations
 
+import array
+import fcntl
 import os
 import select
+import termios
 import threading
 import time
 from collections.abc import Callable
@@ -326,11 +329,19 @@ def test_sessions_leave_no_host_descriptor_behind(hostile: Executor) -> None:
     s = hostile.session()  # one whose supervisor is killed mid-cell
     held |= _session_links(s)
     box: list[object] = []
+    running = threading.Event()
     t = threading.Thread(
-        target=lambda: box.append(run_or_closed(s, "import time\ntime.sleep(5)", timeout_s=10))
+        target=lambda: box.append(
+            run_or_closed(
+                s,
+                "import time\nprint('on', flush=True)\ntime.sleep(5)",
+                timeout_s=10,
+                on_stdout=lambda _: running.set(),
+            )
+        )
     )
     t.start()
-    time.sleep(0.3)
+    assert running.wait(10), "the cell never started"
     session_channel(s).kill()
     t.join(10)
     assert box and not t.is_alive()
@@ -338,6 +349,13 @@ def test_sessions_leave_no_host_descriptor_behind(hostile: Executor) -> None:
     assert len(held) == 5 * 4  # control: every one of them was seen open
     left = held & _host_links()
     assert not left, f"the host still holds {left} of closed sessions"
+
+
+def _pipe_full(fd: int) -> bool:
+    """Whether the pipe `fd` (either end) holds as much as it can."""
+    unread = array.array("i", [0])
+    fcntl.ioctl(fd, termios.FIONREAD, unread)
+    return unread[0] >= fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
 
 
 def test_executor_close_while_a_large_cell_is_being_fed(hostile: Executor) -> None:
@@ -352,7 +370,8 @@ def test_executor_close_while_a_large_cell_is_being_fed(hostile: Executor) -> No
             target=lambda: box.append(run_or_closed(s, "x = 1\n" + "#" * (MIB - 100), timeout_s=30))
         )
         t.start()
-        time.sleep(0.5)
+        cells_w = session_channel(s).cells_w
+        assert wait_until(lambda: _pipe_full(cells_w), 10), "the cell pipe never filled"
         assert t.is_alive()  # control: the host is still feeding the cell
         started = time.monotonic()
         ex.close()

@@ -7,10 +7,13 @@ that it really was the same slot, then attack what a slot keeps between runs.
 
 from __future__ import annotations
 
+import array
+import fcntl
 import json
 import os
 import signal
 import subprocess
+import termios
 import textwrap
 import threading
 import time
@@ -28,7 +31,7 @@ from execbox.sandbox.host.errors import HostError
 from execbox.sandbox.host.slot import Slot
 from execbox.sandbox.inside import linux, protocol
 from execbox.sandbox.inside.cgroup import Hierarchy
-from tests.probes import host_internals, host_stats, wait_heavy
+from tests.probes import host_internals, host_stats, wait_heavy, wait_until
 
 LEAVE_BEHIND = textwrap.dedent("""
     import ctypes, os, socket, time
@@ -250,7 +253,7 @@ def test_the_between_runs_check_sees_a_process_left_in_the_cgroup() -> None:
     finally:
         sleeper.kill()
         sleeper.wait()
-        time.sleep(0.05)
+        wait_until(lambda: not steps.has_processes(), 5, every_s=0.01)  # else remove says why
         cg.remove()
 
 
@@ -473,6 +476,20 @@ def _staged_program(ex: Executor, kind: str = "light") -> int:
     return pid
 
 
+def _unread(fd: int) -> int:
+    """Bytes in the pipe `fd` (either end) that its reader has not read."""
+    n = array.array("i", [0])
+    fcntl.ioctl(fd, termios.FIONREAD, n)
+    return n[0]
+
+
+def _unsent(fd: int) -> int:
+    """Bytes sent on the unix socket `fd` that its peer has not read yet (SIOCOUTQ)."""
+    n = array.array("i", [0])
+    fcntl.ioctl(fd, termios.TIOCOUTQ, n)
+    return n[0]
+
+
 def _read_text(path: str) -> str:
     with open(path) as fh:
         return fh.read()
@@ -523,13 +540,23 @@ def test_a_program_killed_with_its_code_unread_is_not_the_codes_fault(
     ex = jailed_one_slot
     ex.run("pass")
     victim = _staged_program(ex)
+    slot = _offered(_ready_slot(ex, "light"))  # the victim's
+    # The host closes its end of the go pipe once the code is in: look through a copy.
+    go, ctrl = os.dup(slot.go_w), slot.ctrl.fileno()
     os.kill(victim, signal.SIGSTOP)
     box: list[RunResult] = []
+
+    def taken() -> bool:  # the code is in the pipe, and the supervisor has read RUN
+        return _unread(go) > 0 and _unsent(ctrl) == 0
+
     with caplog.at_level("WARNING", logger="execbox"):
         thread = threading.Thread(target=lambda: box.append(ex.run("print('ran')")))
         thread.start()
-        time.sleep(0.5)  # the code is in the pipe, and RUN with the supervisor
-        os.kill(victim, signal.SIGKILL)
+        try:
+            assert wait_until(taken, 10, every_s=0.01), "the request never reached the slot"
+        finally:
+            os.kill(victim, signal.SIGKILL)
+            os.close(go)
         thread.join(30)
     [r] = box
     assert r.status is Status.ok and r.stdout == "ran\n", r

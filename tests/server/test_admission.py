@@ -41,6 +41,12 @@ def _head(path: str, key: str | None, length: int) -> bytes:
     ).encode()
 
 
+def _probe(url: str) -> httpx.Response:
+    """GET /healthz on a connection of its own, closed after."""
+    with httpx.Client(base_url=url) as probe:
+        return probe.get("/healthz")
+
+
 def _answer(sock: socket.socket, timeout_s: float) -> bytes:
     """What the server sends until it closes the connection."""
     sock.settimeout(timeout_s)
@@ -197,9 +203,11 @@ def test_without_auth_a_full_address_is_still_refused(api: Api) -> None:
             for _ in range(2)
         ]
         try:
-            time.sleep(0.2)
-            with httpx.Client(base_url=url) as probe:
-                refused = probe.get("/healthz")
+            # Served until the server holds both: a probe at a time never fills the cap itself.
+            deadline = time.monotonic() + 10
+            while (refused := _probe(url)).status_code == 200:
+                assert time.monotonic() < deadline, "the held connections never filled the cap"
+                time.sleep(0.01)
             assert refused.status_code == 503 and "--max-connections" in refused.text
         finally:
             for sock in held:

@@ -113,9 +113,13 @@ def test_requests_in_flight_of_any_kind_are_capped_per_key(api: Api) -> None:
     try:
         for sock in held:
             sock.sendall(head)
-        time.sleep(0.5)
         with api.http(key) as client:
-            refused = client.get("/v1/sessions/0123456789abcdef")
+            # Served (404) until the server has counted all eight: one probe at a time, so
+            # only they can fill the cap.
+            deadline = time.monotonic() + 10
+            while (refused := client.get("/v1/sessions/0123456789abcdef")).status_code == 404:
+                assert time.monotonic() < deadline, "the held requests never filled the cap"
+                time.sleep(0.01)
             assert refused.status_code == 429, refused.text
             assert _code(refused) == "too_many_requests"
     finally:

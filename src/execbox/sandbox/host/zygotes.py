@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 KINDS = ("light", "heavy")  # of program zygote: standard library only, or the data stack too
 SUPERVISORS_END_S = 10.0  # how long `close` waits for the supervisors it let go to exit
 CANCELLED = "cancelled"  # the KILL reason of a run its caller cancelled (see `Cancel`)
+# A request this soon after its slot's program got ready finds the slot in demand (see
+# `inside.supervisor.Zygote`). Read when a host starts: a test widens it to make "in demand" sure.
+DEMAND_S = 0.002
 
 
 class ZygoteProcess:
@@ -92,6 +95,7 @@ class ZygoteProcess:
                     common,
                     role="supervisors",
                     preload=[],
+                    demand_s=DEMAND_S,
                     spawn_fds={k: pairs[k][1].fileno() for k in KINDS},
                 ),
                 sup_ends,

@@ -40,22 +40,27 @@ STAGED_PIDS = 64  # Limits().pids
 INIT_WAIT_S = 5.0  # how long teardown waits for a killed init (see `end_init`)
 PARK_WAIT_S = 30.0  # how long a staged program may take to wait for its code (the host's too)
 PARK_MIN_S = 5.0  # and how long a run of any timeout waits for it (see `_await_parked`)
-# A request that comes before its program waits for its code, or this soon after, finds the
-# slot in demand: its next program is staged without copying its warm pages (see `_stage_run`).
-DEMAND_S = 0.002
 
 
 class Zygote:
     """What the light zygote hands every supervisor it forks."""
 
     def __init__(
-        self, cfg: jail.JailConfig, hierarchy: Hierarchy, spawn: dict[str, socket.socket]
+        self,
+        cfg: jail.JailConfig,
+        hierarchy: Hierarchy,
+        spawn: dict[str, socket.socket],
+        demand_s: float,
     ) -> None:
         self.cfg = cfg
         self.hierarchy = hierarchy
         # To the program zygotes, by kind ("light", "heavy"); each socket is shared by every
         # supervisor (SOCK_SEQPACKET: one message is one request).
         self.spawn = spawn
+        # A request that comes before its program waits for its code, or this soon after,
+        # finds the slot in demand: its next program is staged without copying its warm
+        # pages (see `_stage_run`). The host sets it (`host.zygotes.DEMAND_S`).
+        self.demand_s = demand_s
 
 
 def serve(z: Zygote, ctrl: int, message: str) -> None:
@@ -129,7 +134,7 @@ class Supervisor:
                 kind, payload = request
                 parked = steps.baselines.parked
                 self.in_demand = (
-                    not parked or time.monotonic() - steps.baselines.parked_at < DEMAND_S
+                    not parked or time.monotonic() - steps.baselines.parked_at < self.z.demand_s
                 )
                 if kind == protocol.RUN:  # the host has the code on its way to the program
                     if not parked:

@@ -90,6 +90,9 @@ def main(sock: socket.socket, options: dict[str, Any]) -> None:
             # program starts from an empty one (clearing it in each fork costs ~100 page copies).
             jail.set_environment({})
         hierarchy = Hierarchy.discover() if role == "supervisors" else None
+        demand_s = float(options["demand_s"]) if hierarchy is not None else 0.0
+        if not 0.0 <= demand_s < 3600.0:
+            raise ValueError(f"options: demand_s must be seconds in [0, 3600), not {demand_s}")
         # Everything imported so far lives as long as the zygote: move it out of the garbage
         # collector's reach, so a collection in a forked child does not touch (and so copy)
         # every page of the pre-imported heap.
@@ -135,7 +138,7 @@ def main(sock: socket.socket, options: dict[str, Any]) -> None:
     from . import supervisor
 
     spawn = {kind: socket.socket(fileno=int(fd)) for kind, fd in options["spawn_fds"].items()}
-    z = supervisor.Zygote(cfg, hierarchy, spawn)
+    z = supervisor.Zygote(cfg, hierarchy, spawn, demand_s)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps supervisors
     sock.send(json.dumps(hello).encode())
     while True:
