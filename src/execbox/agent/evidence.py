@@ -55,12 +55,17 @@ class Evidence:
     def may_contain(self, wanted: str) -> bool:
         """Whether some text could contain `wanted` (casefolded): one substring search
         before the line-by-line check, so a literal claim does not scan a large output."""
+        return wanted in self.folded()
+
+    def folded(self) -> str:
+        """Every text casefolded, its spaces collapsed, one line each: searched whole, a
+        claim costs one pass over the outputs, not one per line."""
         if self._blob is None or self._blob[0] != len(self.texts):
             self._blob = (
                 len(self.texts),
                 "\n".join(" ".join(str(f.value).casefold().split()) for f in self.texts),
             )
-        return wanted in self._blob[1]
+        return self._blob[1]
 
     def _build(self) -> list[tuple[float, int]]:
         if self._index is None or len(self._index) != len(self.numbers):

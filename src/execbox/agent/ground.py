@@ -29,6 +29,7 @@ from .evidence import Evidence as Evidence  # re-exported: the loop builds it th
 from .evidence import Fact, label_of
 from .labels import tied_labels, wanted_words
 from .models import Claim, Verdict
+from .named import named_claims
 from .quantities import (
     BOUND_RANGE,
     Num,
@@ -256,6 +257,9 @@ def check(  # noqa: C901
     for match in list(_CLOCK.finditer(masked)):
         claims.append(_clock_claim(match, evidence))
         mask(match.start(), match.end())
+    for named, claim in named_claims(masked, evidence, context.question):
+        claims.append(claim)
+        mask(named.start, named.end)
     durations = []
     for seconds, step, match in list(durations_in(masked)):
         durations.append(

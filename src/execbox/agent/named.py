@@ -1,0 +1,367 @@
+"""Values an answer names rather than counts: months, weekdays, quarters, years, hours
+("9 o'clock"), versions ("v2.3", "Python 3.12") and ranks ("ranked 3rd", "the second largest").
+
+Each is grounded by an output that shows a token of its kind with that value: the same token
+("March", "Mar"), a date it derives from (2023-03-04 shows March, Saturday, Q1 and 2023), or a
+labelled number ("month: 3", "quarter: 1", "rank: 3", "version: 2.3"). When no output shows
+one, the answer invents it; a token the question states is a restatement, not a claim. A year
+is claimed only when an output shows some year: otherwise it is a number like any other.
+Paraphrases agree: "Q1" is "first quarter", "2nd" is "second", "1.26" is "1.26.4".
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .evidence import Evidence
+from .models import Claim
+from .values import dates_in
+
+_MONTH_NAMES = [
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+]
+_WEEKDAY_NAMES = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
+_ORDINAL_WORDS = [
+    "first",
+    "second",
+    "third",
+    "fourth",
+    "fifth",
+    "sixth",
+    "seventh",
+    "eighth",
+    "ninth",
+    "tenth",
+]
+_ORDINAL = r"(?:\d{1,3}(?:st|nd|rd|th)|" + "|".join(_ORDINAL_WORDS) + r")"
+
+# An answer's month or weekday is capitalized ("may" is a verb); an output's may be any case.
+_MONTH = (
+    r"\b(?P<month>(?:January|February|March|April|May|June|July|August|September|October|"
+    r"November|December|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept|Sep|Oct|Nov|Dec)(?![a-z]))"
+)
+_WEEKDAY = (
+    r"\b(?P<weekday>(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday)s?"
+    r"|(?:Mon|Tues|Tue|Wed|Thurs|Thur|Thu|Fri)(?![a-z]))"
+)
+_QUARTER = (
+    r"(?:(?<![A-Za-z])Q(?P<q>[1-4])(?!\d)|\b(?P<qo>first|second|third|fourth|[1-4](?:st|nd|rd|th))"
+    r"[\s-]+quarter\b|\bquarter\s+(?P<qn>[1-4])\b)"
+)
+_CLOCK = r"\b(?P<hour>\d{1,2})\s*o['\u2019]?clock\b"
+_VERSION = (
+    r"(?:(?<![A-Za-z\d.])[vV](?P<v>\d+(?:\.\d+)*)(?!\w|\.\d)"
+    r"|\b[Vv]ersion\s*:?\s*(?P<vn>\d+(?:\.\d+)*)\b(?!\.\d)"
+    r"|\b(?P<name>[A-Za-z][\w-]*)\s(?P<nv>\d+\.\d+(?:\.\d+)*)\b(?!\.\d))"
+)
+_RANK = (
+    r"(?:\b(?:rank(?:s|ed)?|plac(?:e|es|ed)|position(?:ed)?|finish(?:es|ed)?|came)"
+    r"\s+(?:at\s+|in\s+)?(?:the\s+)?(?:number\s+|no\.\s*|#\s*)?(?P<r>" + _ORDINAL + r"|\d{1,3})\b"
+    r"|\b(?P<ro>" + _ORDINAL + r")\s+(?:place|position|largest|smallest|highest|lowest|"
+    r"biggest|best|worst|most|least|greatest|fastest|slowest|longest|shortest|busiest)\b)"
+)
+_YEAR = (
+    r"(?:\b(?i:in|during|since|until|till|through|year|fiscal)\s+|\bFY\s?|(?<=Q[1-4]\s)|"
+    r"(?<=Q[1-4]-))(?P<year>1[89]\d\d|20\d\d)(?![\w,.]?\d)(?!\s+[a-z]+s\b)"
+    r"|(?<![\w.,])(?P<qyear>1[89]\d\d|20\d\d)(?=\s?-?Q[1-4]\b)"
+)
+_ANSWER = re.compile("|".join((_MONTH, _WEEKDAY, _QUARTER, _CLOCK, _VERSION, _RANK, _YEAR)))
+
+# What an output shows, read casefolded within a line (the outputs are searched as one text).
+_SHOWN_MONTH = re.compile(
+    r"\b(" + "|".join(m[:3] + "(?:" + m[3:] + ")?" for m in _MONTH_NAMES) + r"|sept)\b\.?"
+)
+_SHOWN_WEEKDAY = re.compile(r"\b(mon|tue|tues|wed|thu|thur|thurs|fri|sat|sun)(?:\w*day)?s?\b")
+_SHOWN_QUARTER = re.compile(
+    r"(?<![A-Za-z])q(?P<q>[1-4])(?!\d)|\b(?P<qo>first|second|third|fourth|[1-4](?:st|nd|rd|th))"
+    r"[ \t_-]+quarter\b|\bquarter[ \t]+(?P<qn>[1-4])\b",
+)
+_SHOWN_CLOCK = re.compile(
+    r"(?<![\d:.])(?P<h>\d{1,2}):[0-5]\d(?!\d)|\b(?P<o>\d{1,2})[ \t]*o['\u2019]?clock\b"
+)
+_SHOWN_VERSION = re.compile(
+    r"(?:(?<![A-Za-z\d.])v|\bversion[ \t]*[:=]?[ \t]*|==)(?P<v>\d+(?:\.\d+)*)"
+    r"|(?<![\w.])(?P<dotted>\d+\.\d+\.\d+(?:\.\d+)*)(?![\w.])",
+)
+# A year a quarter or "fy" names: "2023Q3", "Q3-2023", "fy2023".
+_SHOWN_YEAR = re.compile(
+    r"(?<![\w.])(?P<a>1[89]\d\d|20\d\d)[- \t]?q[1-4]\b|\bq[1-4][- \t]?(?P<b>1[89]\d\d|20\d\d)\b"
+    r"|\bfy[ \t]?(?P<c>1[89]\d\d|20\d\d)\b",
+)
+_VERSION_WORDS = re.compile(
+    r"\b(?:install\w*|versions?|releases?|upgrad\w*|packages?|librar\w*|runtime)\b"
+)
+_SHOWN_ORDINAL = re.compile(r"\b(" + _ORDINAL + r")\b")
+# "month: 3", "peak_month = 3", "rank 2": a number its label names the kind of.
+_LABELLED = re.compile(
+    r"\b(?:\w*_)?(?P<kind>month|quarter|qtr|year|yr|hour|hr|rank|position|place|pos|version)"
+    r"(?:_\w*)?['\"]?[ \t]*[:=#]?[ \t]*(?P<n>\d+(?:\.\d+)*)\b",
+)
+_LABEL_KIND = {"qtr": "quarter", "yr": "year", "hr": "hour", "pos": "position"}
+
+
+_SHOWN = [
+    ("month", _SHOWN_MONTH),
+    ("weekday", _SHOWN_WEEKDAY),
+    ("quarter", _SHOWN_QUARTER),
+    ("hour", _SHOWN_CLOCK),
+    ("version", _SHOWN_VERSION),
+    ("year", _SHOWN_YEAR),
+    ("rank", _SHOWN_ORDINAL),
+    ("label", _LABELLED),
+]
+_KINDS = {kind for kind, _ in _SHOWN}
+
+
+@dataclass
+class Shown:
+    """The named values some text shows, by kind."""
+
+    months: set[int] = field(default_factory=set)
+    weekdays: set[int] = field(default_factory=set)
+    quarters: set[int] = field(default_factory=set)
+    years: set[int] = field(default_factory=set)
+    hours: set[int] = field(default_factory=set)
+    versions: list[tuple[int, ...]] = field(default_factory=list)
+    ranks: set[int] = field(default_factory=set)
+
+    def read(self, text: str, kinds: set[str] = _KINDS) -> None:
+        """The values of `kinds` that `text` (casefolded) shows."""
+        patterns = [(k, p) for k, p in _SHOWN if k in kinds]
+        for kind, pattern in patterns:
+            for m in pattern.finditer(text):
+                self._shown(kind, m)
+
+    def _shown(self, kind: str, m: re.Match[str]) -> None:
+        if kind == "month":
+            self.months.add(_month_number(m[1]))
+        elif kind == "weekday":
+            self.weekdays.add(_weekday_number(m[1]))
+        elif kind == "quarter":
+            self.quarters.add(_quarter(m))
+        elif kind == "hour":
+            hour = int(m["h"] or m["o"])
+            self.hours.update({hour % 12, hour % 12 + 12} if m["o"] else {hour})
+        elif kind == "version":
+            self.versions.append(_parts(m["v"] or m["dotted"]))
+        elif kind == "year":
+            self.years.add(int(m["a"] or m["b"] or m["c"]))
+        elif kind == "rank":
+            self.ranks.add(_ordinal_number(m[1]))
+        else:
+            label = _LABEL_KIND.get(m["kind"].lower(), m["kind"].lower())
+            if label == "version":
+                self.versions.append(_parts(m["n"]))
+            elif "." not in m["n"]:
+                self._labelled(label, int(m["n"]))
+
+    def _labelled(self, kind: str, n: int) -> None:
+        """A number its label names the kind of: "month: 3", "rank 2"."""
+        if kind == "month" and 1 <= n <= 12:
+            self.months.add(n)
+            self.quarters.add((n - 1) // 3 + 1)
+        elif kind == "quarter" and 1 <= n <= 4:
+            self.quarters.add(n)
+        elif kind == "year":
+            self.years.add(n)
+        elif kind == "hour":
+            self.hours.add(n)
+        elif kind in ("rank", "position", "place"):
+            self.ranks.add(n)
+
+    def add_date(self, year: int, month: int, day: int | None) -> None:
+        self.months.add(month)
+        self.quarters.add((month - 1) // 3 + 1)
+        if year:
+            self.years.add(year)
+        if year and day:
+            self.weekdays.add(datetime.date(year, month, day).weekday())
+
+
+def shown_by(evidence: Evidence, kinds: set[str]) -> Shown:
+    """The values of `kinds` the outputs show: their lines, the result's keys with their
+    values, their dates. The lines are read as one text: one search per kind."""
+    shown = Shown()
+    keyed = "\n".join(_keyed_lines(evidence.result)).casefold()
+    shown.read(evidence.folded() + "\n" + keyed, {*kinds, "label"})
+    for fact in evidence.dates:
+        for year, month, day in fact.value:
+            shown.add_date(year, month, day)
+    return shown
+
+
+def _keyed_lines(value: Any, key: str = "") -> Iterator[str]:
+    """A result's scalar items as "key: value" lines ({"month": 3} shows the month)."""
+    if isinstance(value, dict):
+        for k, item in value.items():
+            yield from _keyed_lines(item, str(k))
+    elif isinstance(value, list):
+        for item in value[:10_000]:
+            yield from _keyed_lines(item, key)
+    elif isinstance(value, (int, float, str)) and not isinstance(value, bool) and key:
+        yield f"{key}: {value}"
+
+
+@dataclass(frozen=True)
+class Named:
+    """One named value the answer states: its kind, its value and where it is."""
+
+    kind: str  # month, weekday, quarter, year, hour, version, rank
+    value: Any
+    text: str
+    start: int
+    end: int
+    name: str = ""  # a version's software ("Python" of "Python 3.12")
+
+
+def named_claims(text: str, evidence: Evidence, question: str) -> list[tuple[Named, Claim]]:
+    """The named values of an answer (normalized, its dates masked), each with its claim;
+    a year no output dates is left out (it is checked as a number)."""
+    found = list(_named_in(text))
+    if not found:
+        return []  # the common case: nothing read from the outputs
+    asked = Shown()
+    asked.read(question.casefold())
+    for keys, _ in dates_in(question):
+        for year, month, day in keys:
+            asked.add_date(year, month, day)
+    names = [n for n in found if n.name]
+    # "numpy 2.0 is installed": the sentence says it is a version, so one decimal is one too.
+    weak = any(_VERSION_WORDS.search(text, max(0, n.start - 60), n.end + 60) for n in names)
+    versioned = _versioned_names(evidence, {n.name for n in names}, weak=weak)
+    found = [n for n in found if not n.name or n.name in versioned]  # "the mean 3.2" is a value
+    kinds = {n.kind for n in found if not n.name}
+    shown = shown_by(evidence, kinds) if kinds else Shown()
+    claims = []
+    for named in found:
+        claim = _claim(named, shown, asked, evidence)
+        if named.name and named.text.casefold() in question.casefold():
+            claim = Claim(text=named.text, kind="number", grounded=True, source="the question")
+        if claim is not None:
+            claims.append((named, claim))
+    return claims
+
+
+def _named_in(text: str) -> Iterator[Named]:
+    for m in _ANSWER.finditer(text):
+        kind = next(k for k, v in m.groupdict().items() if v is not None)
+        span = m.span(kind)
+        if kind == "month":
+            value: Any = _month_number(m[kind])
+        elif kind == "weekday":
+            value = _weekday_number(m[kind])
+        elif kind in ("q", "qo", "qn"):
+            kind, value, span = "quarter", _quarter(m), m.span()
+        elif kind == "hour":
+            value, span = int(m[kind]) % 12, m.span()
+        elif kind in ("v", "vn"):
+            kind, value, span = "version", _parts(m[kind]), m.span()
+        elif kind in ("name", "nv"):
+            yield Named("version", _parts(m["nv"]), m[0], *m.span(), name=m["name"].casefold())
+            continue
+        elif kind in ("r", "ro"):
+            value, span = _ordinal_number(m[kind]), m.span()
+            kind = "rank"
+        else:
+            kind, value = "year", int(m[kind])
+        yield Named(kind, value, text[span[0] : span[1]], *span)
+
+
+def _versioned_names(evidence: Evidence, names: set[str], *, weak: bool) -> set[str]:
+    """Those of `names` outputs show a version after: "Python 3.11.4", "numpy==1.26", "node
+    v2.1"; with `weak`, "pandas 2.14" too (else a name and one decimal, "mean 3.16", is a
+    value). Only outputs that hold a name are searched."""
+    strong = r"(?:[ \t]+v?|==|[ \t]+version[ \t]+)\d+\.\d+\.\d|==\d|[ \t]+v\d|[ \t]+version[ \t]+\d"
+    names = {name for name in names if evidence.may_contain(name)}
+    if not names:
+        return set()
+    pattern = re.compile(
+        rf"\b({'|'.join(map(re.escape, names))})(?:{strong}"
+        + (r"|[ \t]\d+\.\d" if weak else "")
+        + ")"
+    )
+    return {m[1] for m in pattern.finditer(evidence.folded())}
+
+
+def _claim(named: Named, shown: Shown, asked: Shown, evidence: Evidence) -> Claim | None:
+    kind: Literal["number", "date"] = "number" if named.kind in ("version", "rank") else "date"
+    if _holds(named, asked):
+        return Claim(text=named.text, kind=kind, grounded=True, source="the question")
+    if named.name:
+        after = re.compile(rf"\b{re.escape(named.name)}(?: v?| version |==)(\d+(?:\.\d+)*)")
+        shown = Shown(versions=[_parts(m[1]) for m in after.finditer(evidence.folded())])
+    elif named.kind == "year" and not shown.years:
+        return None
+    if _holds(named, shown):
+        return Claim(
+            text=named.text, kind=kind, grounded=True, source=f"an output shows this {named.kind}"
+        )
+    listing = _listing(named, shown)
+    return Claim(
+        text=named.text,
+        kind=kind,
+        grounded=False,
+        detail=f"no output shows this {named.kind}"
+        + (f" (they show {listing})" if listing else " (they show none)")
+        + ": state only what the outputs show",
+    )
+
+
+def _holds(named: Named, shown: Shown) -> bool:
+    if named.kind == "version":
+        return any(v[: len(named.value)] == named.value for v in shown.versions)
+    if named.kind == "hour":
+        return named.value in shown.hours or named.value + 12 in shown.hours
+    values: set[int] = getattr(shown, named.kind + "s")
+    return named.value in values
+
+
+def _listing(named: Named, shown: Shown) -> str:
+    if named.kind == "version":
+        return ", ".join(".".join(map(str, v)) for v in shown.versions[:5])
+    values = sorted(getattr(shown, named.kind + "s"))[:5]
+    if named.kind == "month":
+        return ", ".join(_MONTH_NAMES[v - 1].title() for v in values)
+    if named.kind == "weekday":
+        return ", ".join(_WEEKDAY_NAMES[v].title() for v in values)
+    return ", ".join(str(v) for v in values)
+
+
+def _month_number(name: str) -> int:
+    return [m[:3] for m in _MONTH_NAMES].index(name[:3].lower()) + 1
+
+
+def _weekday_number(name: str) -> int:
+    return [d[:3] for d in _WEEKDAY_NAMES].index(name[:3].lower())
+
+
+def _ordinal_number(text: str) -> int:
+    text = text.lower()
+    if text in _ORDINAL_WORDS:
+        return _ORDINAL_WORDS.index(text) + 1
+    return int(re.sub(r"\D", "", text))
+
+
+def _quarter(m: re.Match[str]) -> int:
+    if m["q"] or m["qn"]:
+        return int(m["q"] or m["qn"])
+    return _ordinal_number(m["qo"])
+
+
+def _parts(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split("."))

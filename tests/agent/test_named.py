@@ -1,0 +1,120 @@
+"""Named values in an answer (months, weekdays, quarters, years, hours, versions, ranks) must be
+shown by the outputs it relies on, or restate the question. Pure functions: no model, no sandbox."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from execbox.agent import ground
+from execbox.agent.models import Claim, RunOutput
+
+
+def claims(
+    answer: str, stdout: str, question: str = "What is the result?", **kw: Any
+) -> list[Claim]:
+    evidence = ground.Evidence.of([RunOutput(run_id="run1", stdout=stdout, **kw)], [])
+    return ground.check(answer, evidence, ground.Context(question), [])
+
+
+def refused(
+    answer: str, stdout: str, question: str = "What is the result?", **kw: Any
+) -> list[str]:
+    return [c.text for c in claims(answer, stdout, question, **kw) if not c.grounded]
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout", "wrong"),
+    [
+        ("The peak was in March.", "peak: 2023-05-03\n", "March"),
+        ("Sales peaked in December.", "month: 11\nsales: 500\n", "December"),
+        ("Sales peaked in December.", "peak_month: 2023-11\n", "December"),
+        ("Sales peaked in December.", "peak: November\n", "December"),
+        ("The best month was March, with 500 sales.", "best_month: 4\nsales: 500\n", "March"),
+        ("Sales peaked in Dec.", "sales: 500\n", "Dec"),  # no month shown at all
+        ("The peak was on a Monday.", "peak: 2023-03-15\n", "Monday"),
+        ("The peak was on Monday, 2023-03-15.", "peak: 2023-03-15\n", "Monday"),
+        ("The busiest weekday is Friday.", "busiest: Thursday\n", "Friday"),
+        ("The peak was in Q2.", "peak: 2023-03-15\n", "Q2"),
+        ("The peak was in Q4 2023.", "quarter: 3\nyear: 2023\n4\n", "Q4"),
+        ("The peak was in 2023 Q4.", "peak: 2023Q3\n", "Q4"),
+        ("The 2nd quarter had 5 sales.", "q3: 5\n", "2nd quarter"),
+        ("The best was the fourth quarter.", "best: 500\n", "fourth quarter"),
+        ("In 2023 there were 500 sales.", "year: 2022\nsales: 500\n2023\n", "2023"),
+        ("The peak was in 2022.", "peak: 2023-05-03\n2022\n", "2022"),
+        ("It started at 9 o'clock.", "start_hour: 10\n9\n", "9 o'clock"),
+        ("It uses Python 3.12.", "Python 3.11.4\n", "Python 3.12"),
+        ("It uses Python 3.12.", "Python 3.11.4\n12\n", "Python 3.12"),
+        ("numpy 2.0 is installed.", "numpy 1.96\n", "numpy 2.0"),
+        ("pandas 2.1 is installed.", "pandas 2.14\n", "pandas 2.1"),
+        ("The version is v2.", "version: 3\n2\n", "v2"),
+        ("It runs version 7.", "status: ok\n7\n", "version 7"),
+        ("It is the 3rd largest, at 5.", "rank: 4\nvalue: 5\n", "3rd largest"),
+        ("It ranks 3rd.", "rank: 4\n", "ranks 3rd"),
+        ("It ranks third.", "rank: 4\n", "ranks third"),
+        ("North ranked second.", "North: 31\nSouth: 27\n", "ranked second"),
+    ],
+)
+def test_a_named_value_no_output_shows_is_refused(answer: str, stdout: str, wrong: str) -> None:
+    assert wrong in refused(answer, stdout)
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("The peak was in March.", "peak: 2023-03-04\n"),
+        ("The peak was in Mar.", "peak: March\n"),
+        ("The peak was in March.", "peak: Mar\n"),
+        ("The peak was in March.", "peak_month: 3\n"),
+        ("The peak was on a Saturday.", "peak: 2023-03-04\n"),
+        ("The peak was on Sat, in Q1 2023.", "peak: 2023-03-04\n"),
+        ("The busiest day is Fri.", "busiest: friday\n"),
+        ("The peak was in the first quarter.", "peak: Q1\n"),
+        ("The peak was in Q1.", "peak: first quarter\n"),
+        ("The peak was in Q3 2023.", "peak: 2023Q3\n"),
+        ("The peak was in the 3rd quarter.", "quarter: 3\n"),
+        ("In 2023 there were 500 sales.", "year: 2023\nsales: 500\n"),
+        ("In 2023 there were 500 sales.", "2023\nsales: 500\n"),  # no year shown: a number
+        ("The peak was in 2023.", "peak: 2023-03-04\n"),
+        ("It started at 9 o'clock.", "start: 09:00\n"),
+        ("It started at 9 o'clock.", "start: 21:00\n"),
+        ("It uses Python 3.11.", "Python 3.11.4\n"),
+        ("numpy 1.26 is installed.", "numpy 1.26.4\n"),
+        ("The installed version is 2.1.0.", "version: 2.1.0\n"),
+        ("The version is v2.3.", "version: 2.3\n"),
+        ("It ranks 2nd.", "rank: 2\n"),
+        ("It ranks second.", "rank: 2\n"),
+        ("North ranked second, with 31.", "North: 31 (2nd)\n"),
+        ("The mean 3.2 is close to pi.", "mean 3.16\n"),  # no version after "mean"
+        ("The first order was on March 15, 2023.", "first: 2023-03-15\n"),
+        ("The first row's revenue is 120.", "revenue\n120\n"),
+    ],
+)
+def test_a_named_value_an_output_shows_passes(answer: str, stdout: str) -> None:
+    assert refused(answer, stdout) == []
+
+
+@pytest.mark.parametrize(
+    ("answer", "question"),
+    [
+        ("Sales in March were 500.", "What were sales in March?"),
+        ("Sales in Q2 were 500.", "What were sales in the second quarter?"),
+        ("On Mondays sales were 500.", "What are sales on a Monday?"),
+        ("Python 3.12 sold 500.", "How many did Python 3.12 sell?"),
+        ("The third-ranked region sold 500, ranked 3rd.", "Which region ranked 3rd?"),
+        ("In 2021 sales were 500.", "What were sales in 2021?"),
+    ],
+)
+def test_a_named_value_the_question_states_is_no_claim(answer: str, question: str) -> None:
+    assert refused(answer, "sales: 500\ndate: 2024-06-01\n", question) == []
+
+
+def test_a_result_dict_shows_its_named_values() -> None:
+    assert refused("The peak was in March, Q1.", "", result={"peak_month": 3}) == []
+    assert refused("The peak was in April.", "", result={"peak_month": 3}) == ["April"]
+
+
+def test_a_refused_named_value_says_what_the_outputs_show() -> None:
+    [claim] = claims("The peak was in March.", "peak: 2023-05-03\n")
+    assert not claim.grounded and "(they show May)" in claim.detail
