@@ -7,9 +7,10 @@ formatting (thousands separators, percentages, scientific notation, "k"/"million
 read whole by `quantities` (magnitude, unit, sign, bound, approximation, words). A change the
 answer states between two grounded numbers of the same sentence ("from 10 to 12, up 20%") is
 derived from the output values they matched. A number the answer ties to a label an output
-shows must be that label's (`labels`). When unsure, the check refuses. Claims of
+shows must be that label's (`labels`); a month, weekday, quarter, year, version or rank it
+names must be one an output shows (`named`). When unsure, the check refuses. Claims of
 verification must match checks that ran and passed. Values the question itself gives (its numbers, years, quoted names) need no evidence, nor do list markers,
-ordinals, "line 3" and rounding statements ("to 2 decimal places"). The program is not evidence:
+ordinals that are no rank ("the 3rd row"), "line 3" and rounding statements ("to 2 decimal places"). The program is not evidence:
 it grounds code the answer quotes, never a value. Deterministic: no model, no sandbox.
 """
 
