@@ -53,6 +53,8 @@ def refused(
         ("It is the 3rd largest, at 5.", "rank: 4\nvalue: 5\n", "3rd largest"),
         ("It ranks 3rd.", "rank: 4\n", "ranks 3rd"),
         ("It ranks third.", "rank: 4\n", "ranks third"),
+        ("It is ranked 3.", "rank: 4\n3\n", "ranked 3"),
+        ("It placed second.", "score: 2\n", "placed second"),
         ("North ranked second.", "North: 31\nSouth: 27\n", "ranked second"),
     ],
 )
@@ -89,6 +91,11 @@ def test_a_named_value_no_output_shows_is_refused(answer: str, stdout: str, wron
         ("The mean 3.2 is close to pi.", "mean 3.16\n"),  # no version after "mean"
         ("The first order was on March 15, 2023.", "first: 2023-03-15\n"),
         ("The first row's revenue is 120.", "revenue\n120\n"),
+        ("The customer placed 3 orders.", "orders: 3\n"),  # a count, not a rank
+        ("It ranks 3 regions by sales.", "regions: 3\n"),
+        ("The value at position 3 is 5.", "position 3: 5\n"),
+        ("May sales were 500.", "month: May\nsales: 500\n"),
+        ("The second largest value is 7.", "second_largest: 7\n"),
     ],
 )
 def test_a_named_value_an_output_shows_passes(answer: str, stdout: str) -> None:

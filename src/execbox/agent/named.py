@@ -69,9 +69,13 @@ _VERSION = (
     r"|\b[Vv]ersion\s*:?\s*(?P<vn>\d+(?:\.\d+)*)\b(?!\.\d)"
     r"|\b(?P<name>[A-Za-z][\w-]*)\s(?P<nv>\d+\.\d+(?:\.\d+)*)\b(?!\.\d))"
 )
+# A rank: an ordinal after "ranked" or "placed" or before "place" or a superlative, or a bare
+# number after "ranked" ("placed 3 orders", "ranks 3 regions" count things).
 _RANK = (
-    r"(?:\b(?:rank(?:s|ed)?|plac(?:e|es|ed)|position(?:ed)?|finish(?:es|ed)?|came)"
-    r"\s+(?:at\s+|in\s+)?(?:the\s+)?(?:number\s+|no\.\s*|#\s*)?(?P<r>" + _ORDINAL + r"|\d{1,3})\b"
+    r"(?:\b(?:rank(?:s|ed)?|plac(?:es|ed))\s+(?:at\s+|in\s+)?(?:the\s+)?"
+    r"(?:number\s+|no\.\s*|#\s*)?(?P<r>" + _ORDINAL + r")\b"
+    r"|\brank(?:s|ed)?\s+(?:at\s+)?(?:number\s+|no\.\s*|#\s*)?(?P<rn>\d{1,3})\b"
+    r"(?!\s+[a-z]+s\b)"
     r"|\b(?P<ro>" + _ORDINAL + r")\s+(?:place|position|largest|smallest|highest|lowest|"
     r"biggest|best|worst|most|least|greatest|fastest|slowest|longest|shortest|busiest)\b)"
 )
@@ -106,7 +110,7 @@ _SHOWN_YEAR = re.compile(
 _VERSION_WORDS = re.compile(
     r"\b(?:install\w*|versions?|releases?|upgrad\w*|packages?|librar\w*|runtime)\b"
 )
-_SHOWN_ORDINAL = re.compile(r"\b(" + _ORDINAL + r")\b")
+_SHOWN_ORDINAL = re.compile(r"(?<![a-z0-9])(" + _ORDINAL + r")(?![a-z0-9])")  # "2nd_best"
 # "month: 3", "peak_month = 3", "rank 2": a number its label names the kind of.
 _LABELLED = re.compile(
     r"\b(?:\w*_)?(?P<kind>month|quarter|qtr|year|yr|hour|hr|rank|position|place|pos|version)"
@@ -274,7 +278,7 @@ def _named_in(text: str) -> Iterator[Named]:
         elif kind in ("name", "nv"):
             yield Named("version", _parts(m["nv"]), m[0], *m.span(), name=m["name"].casefold())
             continue
-        elif kind in ("r", "ro"):
+        elif kind in ("r", "rn", "ro"):
             value, span = _ordinal_number(m[kind]), m.span()
             kind = "rank"
         else:
