@@ -105,6 +105,8 @@ def test_the_tree_runs_its_own_interpreter_and_imports_its_packages_from_itself(
     assert path and all(p.startswith(root + "/") for p in path), path
     assert all(f.startswith(root + "/") for f in files), files
     assert not (env.root / "pyvenv.cfg").exists()
+    # The jail's users read the tree: a 0700 root (mkdtemp's) would hide all of it from them.
+    assert env.root.stat().st_mode & 0o777 == 0o755
     # The interpreter's own libraries: libpython (when shared) from the tree, the rest /usr.
     for name, where in environments._ldd(env.root / "bin" / "python3").items():
         assert where.startswith((root + "/", *environments.HOST_LIB_DIRS)), (name, where)

@@ -470,6 +470,7 @@ def build(
     trees = envs_dir(base) / "trees"
     trees.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".build-", dir=trees))
+    work.chmod(0o755)  # mkdtemp's 0700 would keep the jail's users out of the whole tree
     try:
         info = _copy_python(work, interpreter)
         py = work / "bin" / "python3"
