@@ -104,6 +104,9 @@ class Image:
             "OMP_NUM_THREADS": "1",
             "MKL_NUM_THREADS": "1",
             "LC_ALL": "C.UTF-8",
+            # pyarrow's jemalloc (pandas imports pyarrow where installed, as in `ml`) starts a
+            # background thread at import: the zygote must stay single-threaded to fork.
+            "JE_ARROW_MALLOC_CONF": "background_thread:false",
             # glibc malloc with transparent huge pages: the zygote's heap is mapped with 2 MiB
             # pages, so forking it copies far fewer page-table entries (docs/PERFORMANCE.md).
             "PYTHONMALLOC": "malloc",
