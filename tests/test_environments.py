@@ -110,6 +110,11 @@ def test_the_tree_runs_its_own_interpreter_and_imports_its_packages_from_itself(
     # The interpreter's own libraries: libpython (when shared) from the tree, the rest /usr.
     for name, where in environments._ldd(env.root / "bin" / "python3").items():
         assert where.startswith((root + "/", *environments.HOST_LIB_DIRS)), (name, where)
+    # No run path names the host's Python install (the loader would search it first).
+    elves = [env.root / "bin" / "python3", *(env.root / "lib").glob("**/lib-dynload/*.so")]
+    elves += (env.root / "lib").glob("libpython*")
+    for elf in elves:
+        assert sys.base_prefix not in (environments.runpath(elf) or ""), elf
     host = env.manifest["host_libraries"]
     assert isinstance(host, list) and "libc.so.6" in host
     assert not any("tk" in lib for lib in host)  # tkinter is left out

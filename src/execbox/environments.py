@@ -263,10 +263,9 @@ def _ldd(path: Path) -> dict[str, str]:
     return found
 
 
-def _set_runpath(binary: Path, runpath: str) -> None:
-    """Rewrite the DT_RUNPATH (or DT_RPATH) string of an ELF64 little-endian file in place;
-    `runpath` must not be longer than the one it replaces."""
-    data = bytearray(binary.read_bytes())
+def _runpath_at(binary: Path, data: bytes | bytearray) -> tuple[int, int] | None:
+    """Where the DT_RUNPATH (or DT_RPATH) string of an ELF64 little-endian file is: its
+    offset and length; None when it has none."""
     if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
         raise UsageError(f"{binary} is not a 64-bit little-endian ELF file")
     (phoff,) = struct.unpack_from("<Q", data, 0x20)
@@ -281,27 +280,43 @@ def _set_runpath(binary: Path, runpath: str) -> None:
         elif p_type == 2:
             dynamic = (offset, filesz)
     if dynamic is None:
-        raise UsageError(f"{binary} has no dynamic section")
+        return None
     entries: dict[int, int] = {}
     for at in range(dynamic[0], dynamic[0] + dynamic[1], 16):
         tag, value = struct.unpack_from("<qQ", data, at)
         if tag == 0:
             break
         entries.setdefault(tag, value)
+    where = entries.get(29, entries.get(15))  # DT_RUNPATH, else DT_RPATH
+    if where is None:
+        return None
     strtab_vaddr = entries[5]  # DT_STRTAB
     strtab = next(
         off + strtab_vaddr - va for va, off, size in loads if va <= strtab_vaddr < va + size
     )
-    where = entries.get(29, entries.get(15))  # DT_RUNPATH, else DT_RPATH
-    if where is None:
-        raise UsageError(f"{binary} has no run path to point at the tree's own libpython")
     start = strtab + where
-    old_len = data.index(b"\0", start) - start
-    new = runpath.encode()
-    if len(new) > old_len:
-        raise UsageError(f"{binary}: run path {runpath!r} is longer than the one it replaces")
-    data[start : start + old_len] = new + b"\0" * (old_len - len(new))
+    return start, data.index(b"\0", start) - start
+
+
+def runpath(binary: Path) -> str | None:
+    data = binary.read_bytes()
+    at = _runpath_at(binary, data)
+    return None if at is None else data[at[0] : at[0] + at[1]].decode()
+
+
+def _set_runpath(binary: Path, new_path: str, old_path: str) -> bool:
+    """Rewrite the run path of `binary` in place when it is `old_path` (`new_path` must not be
+    longer); whether it was."""
+    data = bytearray(binary.read_bytes())
+    at = _runpath_at(binary, data)
+    if at is None or data[at[0] : at[0] + at[1]] != old_path.encode():
+        return False
+    new = new_path.encode()
+    if len(new) > at[1]:
+        raise UsageError(f"{binary}: run path {new_path!r} is longer than {old_path!r}")
+    data[at[0] : at[0] + at[1]] = new + b"\0" * (at[1] - len(new))
     binary.write_bytes(bytes(data))
+    return True
 
 
 def _copy_python(work: Path, interpreter: str) -> dict[str, object]:
@@ -334,7 +349,18 @@ def _copy_python(work: Path, interpreter: str) -> dict[str, object]:
         libpython = next((n for n in needs if n.startswith("libpython")), None)
         if libpython and not needs[libpython].startswith(HOST_LIB_DIRS):
             shutil.copy2(needs[libpython], lib / libpython)
-            _set_runpath(bin_dir / f"python{short}", "$ORIGIN/../lib")
+            # The host install's lib directory, in the run paths of the interpreter,
+            # libpython and lib-dynload: the tree's own lib/ instead (a loader would look there
+            # first for every library, outside the jail's view).
+            host_lib = str(Path(needs[libpython]).parent)
+            if not _set_runpath(bin_dir / f"python{short}", "$ORIGIN/../lib", host_lib):
+                raise UsageError(
+                    f"{executable} finds {libpython} by no run path of {host_lib!r}: cannot "
+                    "point it at the tree's own copy"
+                )
+            _set_runpath(lib / libpython, "$ORIGIN", host_lib)
+            for module in sorted((dest_stdlib / "lib-dynload").glob("*.so")):
+                _set_runpath(module, "$ORIGIN/../..", host_lib)
     return info
 
 
