@@ -479,7 +479,10 @@ main.add_command(_ask_command)
 runs.add_command(_asks_command)
 runs.add_command(_trace_command)
 
+from .env_cli import env_group as _env_command  # noqa: E402
 from .evals.cli import eval_group as _eval_command  # noqa: E402
+
+main.add_command(_env_command)
 
 main.add_command(_eval_command)
 

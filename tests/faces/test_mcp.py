@@ -112,7 +112,7 @@ def _fork_servers(pid: int) -> set[int]:
                 argv0 = fh.read().split(b"\0")[0]
         except OSError:
             continue
-        if b"/images/" in argv0:
+        if b"/envs/trees/" in argv0:
             found.add(child)
     return found
 

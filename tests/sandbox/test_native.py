@@ -232,9 +232,9 @@ def test_an_image_without_this_execboxs_native_parts_is_refused(tmp_path: Path) 
     root = tmp_path / "img"
     (root / "libexec").mkdir(parents=True)
     manifest = {
-        "digest": "sha256:x",
+        "kind": "self-contained",
+        "tree_digest": "sha256:x",
         "python_version": "3.11.0",
-        "base_prefix": "/usr",
         "native_sha256": "stale",
     }
     (root / "manifest.json").write_text(json.dumps(manifest))

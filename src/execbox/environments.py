@@ -1,0 +1,636 @@
+"""Named, self-contained Python environments: what user code can import.
+
+An environment is a tree with its own copy of the interpreter, the standard library (without
+its tests, IDLE, tkinter and ensurepip), lib-dynload and the locked packages in its own
+site-packages; nothing in it refers to the host's Python install, so `TREE/bin/python3 -I`
+sees only TREE paths. What the tree still needs from the host are shared libraries under /usr
+(libc, libm, libssl, ...), which the jail binds; `build` refuses a tree needing any other.
+
+Packages come from a lock with a hash for every file: a requirements file is resolved into one
+by pip's own resolver (`pip install --dry-run --report`) against the index or wheel directory
+given, PyPI by default, and nothing is installed at run time. The same lock and sources build
+byte-identical trees wherever they are built: bytecode is compiled with unchecked-hash pycs
+whose file names are relative to the tree, console scripts (whose shebangs hold the build path)
+are dropped, and the digest is over contents and names in a fixed order, never timestamps.
+
+Layout under `<home>/envs/`: `trees/<digest prefix>/` (a tree and its manifest), `names/<name>`
+(a link to a tree) and `default` (the name `Image.load()` uses; `data` when unset).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import SandboxUnavailable, UsageError
+from .image import LOCK_FILE, PRELOAD, Image, build_native, home, native_sha
+
+RUNTIME = Path(__file__).parent / "runtime"
+# The specs shipped with execbox, built by name alone (`execbox env build ml`).
+SHIPPED = {"data": LOCK_FILE, "ml": RUNTIME / "ml.lock"}
+DEFAULT_NAME = "data"
+NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}\Z")
+# Left out of the copied standard library: tests, IDLE and tkinter (no display in the jail),
+# ensurepip (nothing is installed at run time), the host's own packages, the C build
+# configuration (for compiling extensions) and Debian's marker that would stop pip.
+STDLIB_SKIP = {
+    "test",
+    "idlelib",
+    "tkinter",
+    "turtledemo",
+    "ensurepip",
+    "site-packages",
+    "dist-packages",
+    "__pycache__",
+    "EXTERNALLY-MANAGED",
+    "tests",  # lib2to3's and distutils' (their data does not even compile)
+    "config-*",
+    "_tkinter*",
+}
+HOST_LIB_DIRS = ("/usr/", "/lib/", "/lib64/")  # the jail binds /usr (and /lib is /usr/lib)
+TREE_PARTS = ("bin", "lib")  # what the tree digest covers: everything code can import
+
+
+def envs_dir(base: Path | None = None) -> Path:
+    return (base or home()) / "envs"
+
+
+def check_name(name: str) -> str:
+    if not NAME.match(name):
+        raise UsageError(
+            f"bad environment name {name!r}: lower-case letters, digits, '-' and '_', "
+            "starting with a letter, at most 32"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class Environment:
+    name: str
+    root: Path
+    manifest: dict[str, object]
+
+    @property
+    def image(self) -> Image:
+        return Image.load(self.root)
+
+
+def lookup(name: str, base: Path | None = None) -> Path:
+    """The tree of environment `name` (what the executor will mount for a run naming it)."""
+    link = envs_dir(base) / "names" / check_name(name)
+    if not link.is_symlink() or not (link / "manifest.json").is_file():
+        known = ", ".join(list_names(base)) or "none"
+        hint = (
+            "build it with `execbox image build`"
+            if name == DEFAULT_NAME
+            else f"build it with `execbox env build {name} ...`"
+        )
+        raise UsageError(f"no environment named {name!r} (built: {known}); {hint}")
+    return link.resolve()
+
+
+def list_names(base: Path | None = None) -> list[str]:
+    names = envs_dir(base) / "names"
+    return sorted(p.name for p in names.iterdir() if p.is_symlink()) if names.is_dir() else []
+
+
+def default_name(base: Path | None = None) -> str:
+    path = envs_dir(base) / "default"
+    return path.read_text().strip() if path.is_file() else DEFAULT_NAME
+
+
+def default_root(base: Path | None = None) -> Path:
+    name = default_name(base)
+    try:
+        return lookup(name, base)
+    except UsageError as exc:
+        raise SandboxUnavailable(str(exc)) from exc
+
+
+def set_default(name: str, base: Path | None = None) -> None:
+    lookup(name, base)
+    _write_atomic(envs_dir(base) / "default", name + "\n")
+
+
+def remove(name: str, base: Path | None = None) -> None:
+    """Drop the name; its tree goes too when no other name points at it."""
+    root = lookup(name, base)
+    if name == default_name(base):
+        raise UsageError(
+            f"{name!r} is the default environment; make another the default first "
+            "(`execbox env default NAME`)"
+        )
+    link = envs_dir(base) / "names" / name
+    link.unlink()
+    if not any(lookup(other, base) == root for other in list_names(base)):
+        shutil.rmtree(root)
+
+
+def show(name: str, base: Path | None = None) -> dict[str, object]:
+    root = lookup(name, base)
+    image = Image.load(root)
+    data: dict[str, object] = json.loads((root / "manifest.json").read_text())
+    return {
+        "name": name,
+        "default": name == default_name(base),
+        "root": str(root),
+        "image_digest": image.digest,
+        **data,
+    }
+
+
+# --- locks ---------------------------------------------------------------------------------
+
+
+def _requirement_lines(text: str) -> list[str]:
+    """The requirement lines of a requirements file, continuations joined, comments dropped."""
+    lines, pending = [], ""
+    for raw in text.splitlines():
+        line = raw.split(" #", 1)[0].strip() if not raw.lstrip().startswith("#") else ""
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        line = (pending + line).strip()
+        pending = ""
+        if line and not line.startswith("-"):
+            lines.append(line)
+    return lines
+
+
+def check_lock(path: Path) -> None:
+    """A lock pins every requirement to one version with at least one hash."""
+    if not path.is_file():
+        raise UsageError(f"lock file not found: {path}")
+    lines = _requirement_lines(path.read_text())
+    if not lines:
+        raise UsageError(f"lock file {path} names no packages")
+    for line in lines:
+        if "==" not in line or "--hash=sha256:" not in line:
+            raise UsageError(
+                f"lock file {path} has a requirement without an exact version and a sha256 "
+                f"hash: {line.split()[0]!r}; lock it with `execbox env build NAME "
+                "--requirements FILE`"
+            )
+
+
+def resolve(python: Path, requirements: Path, index_args: list[str], log: bool) -> str:
+    """Resolve `requirements` for `python` with pip's resolver; the lock's text, one
+    `name==version --hash=sha256:...` per package, sorted by name."""
+    with tempfile.TemporaryDirectory(prefix="execbox-lock-") as tmp:
+        report = Path(tmp) / "report.json"
+        _pip(
+            python,
+            ["install", "--dry-run", "--ignore-installed", "--only-binary", ":all:"],
+            ["--report", str(report), "-r", str(requirements), *index_args],
+            log,
+        )
+        installs = json.loads(report.read_text())["install"]
+    pins = []
+    for item in installs:
+        meta, info = item["metadata"], item["download_info"]
+        hashes = info.get("archive_info", {}).get("hashes", {})
+        digest = hashes.get("sha256")
+        if digest is None:
+            raise UsageError(
+                f"{meta['name']} resolved to {info.get('url')}, which has no sha256 to lock "
+                "(a directory or a VCS link): give wheels or an index"
+            )
+        name = re.sub(r"[-_.]+", "-", meta["name"]).lower()
+        pins.append((name, f"{name}=={meta['version']} \\\n    --hash=sha256:{digest}\n"))
+    header = f"# Locked by execbox from {requirements.name}; one wheel hash per package.\n"
+    return header + "".join(pin for _, pin in sorted(pins))
+
+
+def _pip(python: Path, command: list[str], args: list[str], log: bool) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "--disable-pip-version-check",
+            *command,
+            "--quiet",
+            *args,
+        ],
+        stdout=None if log else subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    if done.returncode != 0:
+        raise UsageError(f"pip {command[0]} failed:\n{done.stderr.strip()}")
+
+
+# --- the self-contained tree ---------------------------------------------------------------
+
+_PROBE = (
+    "import json, os, sys, sysconfig; print(json.dumps({"
+    "'version': '.'.join(map(str, sys.version_info[:3])), "
+    "'stdlib': sysconfig.get_paths()['stdlib'], "
+    "'dynload': [p for p in sys.path if p.endswith('lib-dynload')], "
+    "'shared': bool(sysconfig.get_config_var('Py_ENABLE_SHARED')), "
+    "'executable': os.path.realpath(sys.executable)}))"
+)
+
+
+def _interpreter_info(python: str) -> dict[str, object]:
+    done = subprocess.run([python, "-I", "-c", _PROBE], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise UsageError(f"cannot run the interpreter {python}: {done.stderr.strip()}")
+    info: dict[str, object] = json.loads(done.stdout)
+    return info
+
+
+def _ldd(path: Path) -> dict[str, str]:
+    """The shared libraries `path` needs: name -> where the loader finds it ('' when not)."""
+    done = subprocess.run(["ldd", str(path)], capture_output=True, text=True)
+    found = {}
+    for line in done.stdout.splitlines():
+        name, arrow, where = line.strip().partition(" => ")
+        if arrow:
+            found[name] = "" if where.startswith("not found") else where.split(" (")[0]
+    return found
+
+
+def _runpath_at(binary: Path, data: bytes | bytearray) -> tuple[int, int] | None:
+    """Where the DT_RUNPATH (or DT_RPATH) string of an ELF64 little-endian file is: its
+    offset and length; None when it has none."""
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        raise UsageError(f"{binary} is not a 64-bit little-endian ELF file")
+    (phoff,) = struct.unpack_from("<Q", data, 0x20)
+    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+    loads, dynamic = [], None
+    for i in range(phnum):
+        p_type, _, offset, vaddr, _, filesz = struct.unpack_from(
+            "<IIQQQQ", data, phoff + i * phentsize
+        )
+        if p_type == 1:
+            loads.append((vaddr, offset, filesz))
+        elif p_type == 2:
+            dynamic = (offset, filesz)
+    if dynamic is None:
+        return None
+    entries: dict[int, int] = {}
+    for at in range(dynamic[0], dynamic[0] + dynamic[1], 16):
+        tag, value = struct.unpack_from("<qQ", data, at)
+        if tag == 0:
+            break
+        entries.setdefault(tag, value)
+    where = entries.get(29, entries.get(15))  # DT_RUNPATH, else DT_RPATH
+    if where is None:
+        return None
+    strtab_vaddr = entries[5]  # DT_STRTAB
+    strtab = next(
+        off + strtab_vaddr - va for va, off, size in loads if va <= strtab_vaddr < va + size
+    )
+    start = strtab + where
+    return start, data.index(b"\0", start) - start
+
+
+def runpath(binary: Path) -> str | None:
+    data = binary.read_bytes()
+    at = _runpath_at(binary, data)
+    return None if at is None else data[at[0] : at[0] + at[1]].decode()
+
+
+def _set_runpath(binary: Path, new_path: str, old_path: str) -> bool:
+    """Rewrite the run path of `binary` in place when it is `old_path` (`new_path` must not be
+    longer); whether it was."""
+    data = bytearray(binary.read_bytes())
+    at = _runpath_at(binary, data)
+    if at is None or data[at[0] : at[0] + at[1]] != old_path.encode():
+        return False
+    new = new_path.encode()
+    if len(new) > at[1]:
+        raise UsageError(f"{binary}: run path {new_path!r} is longer than {old_path!r}")
+    data[at[0] : at[0] + at[1]] = new + b"\0" * (at[1] - len(new))
+    binary.write_bytes(bytes(data))
+    return True
+
+
+def _copy_python(work: Path, interpreter: str) -> dict[str, object]:
+    """Copy the interpreter, its standard library, lib-dynload and libpython into `work`."""
+    info = _interpreter_info(interpreter)
+    version = str(info["version"])
+    short = ".".join(version.split(".")[:2])
+    executable = Path(str(info["executable"]))
+    stdlib = Path(str(info["stdlib"]))
+    bin_dir, lib = work / "bin", work / "lib"
+    bin_dir.mkdir(parents=True)
+    shutil.copy2(executable, bin_dir / f"python{short}")
+    for alias in ("python3", "python"):
+        (bin_dir / alias).symlink_to(f"python{short}")
+    dest_stdlib = lib / f"python{short}"
+    shutil.copytree(stdlib, dest_stdlib, symlinks=True, ignore=shutil.ignore_patterns(*STDLIB_SKIP))
+    dynload = info["dynload"]
+    assert isinstance(dynload, list)
+    for source in dynload:
+        dest = dest_stdlib / "lib-dynload"
+        shutil.copytree(
+            source,
+            dest,
+            dirs_exist_ok=True,
+            ignore=shutil.ignore_patterns(*STDLIB_SKIP),
+        )
+    (dest_stdlib / "site-packages").mkdir()
+    if info["shared"]:  # libpython as a shared library: the tree gets its own copy
+        needs = _ldd(executable)
+        libpython = next((n for n in needs if n.startswith("libpython")), None)
+        if libpython and not needs[libpython].startswith(HOST_LIB_DIRS):
+            shutil.copy2(needs[libpython], lib / libpython)
+            # The host install's lib directory, in the run paths of the interpreter,
+            # libpython and lib-dynload: the tree's own lib/ instead (a loader would look there
+            # first for every library, outside the jail's view).
+            host_lib = str(Path(needs[libpython]).parent)
+            if not _set_runpath(bin_dir / f"python{short}", "$ORIGIN/../lib", host_lib):
+                raise UsageError(
+                    f"{executable} finds {libpython} by no run path of {host_lib!r}: cannot "
+                    "point it at the tree's own copy"
+                )
+            _set_runpath(lib / libpython, "$ORIGIN", host_lib)
+            for module in sorted((dest_stdlib / "lib-dynload").glob("*.so")):
+                _set_runpath(module, "$ORIGIN/../..", host_lib)
+    return info
+
+
+def host_libraries(tree: Path) -> list[str]:
+    """The shared libraries the tree's interpreter and lib-dynload load from the host (all
+    under /usr, which the jail binds); a library found nowhere, or elsewhere, is an error."""
+    short = next((tree / "lib").glob("python3.*")).name
+    files = [tree / "bin" / short, *sorted((tree / "lib" / short / "lib-dynload").glob("*.so"))]
+    host = set()
+    for path in files:
+        for name, where in _ldd(path).items():
+            if not where:
+                raise UsageError(f"{path.name} needs {name}, which the loader cannot find")
+            if Path(where).resolve().is_relative_to(tree.resolve()):
+                continue
+            if not where.startswith(HOST_LIB_DIRS):
+                raise UsageError(f"{path.name} needs {where}, outside the tree and /usr")
+            host.add(name)
+    return sorted(host)
+
+
+def tree_digest(tree: Path) -> str:
+    """sha256 over every file name, link target, executable bit and content under the tree's
+    bin/ and lib/ (the interpreter, the standard library, bytecode and packages), in order."""
+    h = hashlib.sha256()
+    for part in TREE_PARTS:
+        top = tree / part
+        for dirpath, dirnames, filenames in os.walk(top):
+            dirnames.sort()
+            for name in sorted(
+                filenames + [d for d in dirnames if (Path(dirpath) / d).is_symlink()]
+            ):
+                path = Path(dirpath) / name
+                rel = path.relative_to(tree).as_posix()
+                h.update(rel.encode("utf-8", "surrogateescape") + b"\0")
+                if path.is_symlink():
+                    h.update(b"L" + os.readlink(path).encode() + b"\0")
+                else:
+                    with path.open("rb") as fh:
+                        mode = b"X" if os.stat(path).st_mode & 0o111 else b"F"
+                        h.update(mode + hashlib.file_digest(fh, "sha256").digest())
+    return "sha256:" + h.hexdigest()
+
+
+# Run by the tree's own interpreter (its magic number): every module compiled in one order, to
+# an unchecked-hash pyc (no timestamp: the tree never changes) whose file name is relative to
+# the tree (no build path), marshalled at version 2: later versions share an object only when
+# the compiling process happens to hold another reference to it (an interned name used by a
+# module it imported), so the same source gave different bytes in two builds.
+_COMPILE = """
+import importlib.util, marshal, os, sys, warnings
+warnings.simplefilter("ignore")
+root = sys.argv[1]
+for dirpath, dirnames, filenames in os.walk(os.path.join(root, "lib")):
+    dirnames.sort()
+    for name in sorted(filenames):
+        if not name.endswith(".py"):
+            continue
+        path = os.path.join(dirpath, name)
+        with open(path, "rb") as fh:
+            source = fh.read()
+        try:
+            code = compile(source, os.path.relpath(path, root), "exec", dont_inherit=True)
+        except (SyntaxError, ValueError):
+            continue  # a template or a test's data: it imports (or fails) without a cache
+        header = importlib.util.MAGIC_NUMBER + (1).to_bytes(4, "little")
+        pyc = importlib.util.cache_from_source(path)
+        os.makedirs(os.path.dirname(pyc), exist_ok=True)
+        with open(pyc, "wb") as fh:
+            fh.write(header + importlib.util.source_hash(source) + marshal.dumps(code, 2))
+"""
+
+
+def _compile(tree: Path) -> None:
+    """Bytecode for every module of the tree, the same bytes wherever it is built."""
+    subprocess.run([str(tree / "bin" / "python3"), "-I", "-c", _COMPILE, str(tree)], check=True)
+
+
+def _drop_scripts(tree: Path) -> None:
+    """Console scripts hold the build path in their shebang and nothing in the jail runs them."""
+    for path in (tree / "bin").iterdir():
+        if not path.name.startswith("python"):
+            path.unlink()
+    # ... and so do their lines in the packages' RECORD files (a script's hash covers it).
+    for record in (tree / "lib").glob("python3.*/site-packages/*.dist-info/RECORD"):
+        lines = record.read_text().splitlines(keepends=True)
+        kept = [line for line in lines if not line.startswith("../../../bin/")]
+        if kept != lines:
+            record.write_text("".join(kept))
+
+
+def build(
+    name: str,
+    requirements: Path | None = None,
+    lock: Path | None = None,
+    index_url: str | None = None,
+    find_links: Path | None = None,
+    no_index: bool = False,
+    base: Path | None = None,
+    python: str | None = None,
+    log: bool = True,
+) -> Environment:
+    """Build environment `name` from a requirements file (resolved and locked here) or a lock
+    (`lock`, or the shipped spec of that name), and point the name at it."""
+    check_name(name)
+    if requirements is not None and lock is not None:
+        raise UsageError("give --requirements or --lock, not both")
+    if requirements is None and lock is None:
+        if name not in SHIPPED:
+            raise UsageError(
+                f"no spec for {name!r}: give --requirements FILE (or --lock FILE); shipped "
+                f"specs: {', '.join(SHIPPED)}"
+            )
+        lock = SHIPPED[name]
+    if requirements is not None and not requirements.is_file():
+        raise UsageError(f"requirements file not found: {requirements}")
+    if lock is not None:
+        check_lock(lock)
+    if find_links is not None and not find_links.is_dir():
+        raise UsageError(f"--find-links directory not found: {find_links}")
+    index_args = []
+    if index_url:
+        index_args += ["--index-url", index_url]
+    if find_links is not None:
+        index_args += ["--find-links", str(find_links.resolve())]
+    if no_index:
+        index_args.append("--no-index")
+    interpreter = python or getattr(sys, "_base_executable", None) or sys.executable
+    if lock is not None and not index_args:
+        same = _same_build(name, lock, interpreter, base)
+        if same is not None:
+            return same
+    trees = envs_dir(base) / "trees"
+    trees.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".build-", dir=trees))
+    work.chmod(0o755)  # mkdtemp's 0700 would keep the jail's users out of the whole tree
+    try:
+        info = _copy_python(work, interpreter)
+        py = work / "bin" / "python3"
+        lock_text = (
+            lock.read_text() if lock is not None else resolve(py, requirements, index_args, log)  # type: ignore[arg-type]
+        )
+        lock_file = work / "requirements.lock"
+        lock_file.write_text(lock_text)
+        _pip(
+            py,
+            ["install"],
+            [
+                "--no-deps",
+                "--require-hashes",
+                "--only-binary",
+                ":all:",
+                "--no-compile",
+                "--no-warn-script-location",
+                "-r",
+                str(lock_file),
+                *index_args,
+            ],
+            log,
+        )
+        _drop_scripts(work)
+        _compile(work)
+        digest = tree_digest(work)
+        libs = host_libraries(work)
+        final = trees / digest.removeprefix("sha256:")[:16]
+        if (final / "manifest.json").is_file() and _manifest(final).get("tree_digest") == digest:
+            shutil.rmtree(work)  # the same tree, built before
+        else:
+            if final.exists():
+                shutil.rmtree(final)
+            work.rename(final)
+            _finish(final, info, digest, lock_text, libs)
+        _point(name, final, base)
+        return Environment(name, final, _manifest(final))
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+
+
+def _same_build(name: str, lock: Path, interpreter: str, base: Path | None) -> Environment | None:
+    """The environment `name` when it was built from this lock with this interpreter (its
+    C parts brought up to date): a rebuild would give the same tree."""
+    try:
+        root = lookup(name, base)
+    except UsageError:
+        return None
+    meta = _manifest(root)
+    lock_sha = hashlib.sha256(lock.read_bytes()).hexdigest()
+    if meta.get("lock_sha256") != lock_sha or meta.get("interpreter_sha256") != _file_sha(
+        _interpreter_path(interpreter)
+    ):
+        return None
+    refresh_native(root)
+    return Environment(name, root, _manifest(root))
+
+
+def _interpreter_path(interpreter: str) -> Path:
+    return Path(str(_interpreter_info(interpreter)["executable"]))
+
+
+def _file_sha(path: Path) -> str:
+    with path.open("rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def _finish(
+    root: Path, info: dict[str, object], digest: str, lock_text: str, libs: list[str]
+) -> None:
+    """What is made at the tree's final path: the jail's C parts and matplotlib's font cache
+    (it records absolute font paths: derived from the tree, so outside its digest)."""
+    build_native(root)
+    packages = sorted(
+        p.name.split("-")[0].lower()
+        for p in (root / "lib").glob("python3.*/site-packages/*.dist-info")
+    )
+    if "matplotlib" in packages:
+        subprocess.run(
+            [
+                str(root / "bin" / "python3"),
+                "-I",
+                "-c",
+                "import matplotlib; matplotlib.use('Agg'); import matplotlib.font_manager",
+            ],
+            check=True,
+            capture_output=True,
+            env={"MPLCONFIGDIR": str(root / "mplconfig")},
+        )
+    else:
+        (root / "mplconfig").mkdir()
+    has_data_stack = all(p.split(".")[0] in packages for p in PRELOAD)
+    manifest = {
+        "kind": "self-contained",
+        "tree_digest": digest,
+        "python_version": info["version"],
+        "lock_sha256": hashlib.sha256(lock_text.encode()).hexdigest(),
+        "interpreter_sha256": _file_sha(Path(str(info["executable"]))),
+        "native_sha256": native_sha(),
+        "packages": packages,
+        "host_libraries": libs,
+        "preload": PRELOAD if has_data_stack else [],
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    _write_atomic(root / "manifest.json", json.dumps(manifest, indent=2) + "\n")
+
+
+def refresh_native(root: Path) -> None:
+    """Rebuild the jail's C parts of a tree when execbox's changed (outside the tree digest;
+    the image digest covers their sources)."""
+    meta = _manifest(root)
+    if meta.get("native_sha256") != native_sha():
+        build_native(root)
+        meta["native_sha256"] = native_sha()
+        _write_atomic(root / "manifest.json", json.dumps(meta, indent=2) + "\n")
+
+
+def _manifest(root: Path) -> dict[str, object]:
+    data: dict[str, object] = json.loads((root / "manifest.json").read_text())
+    return data
+
+
+def _point(name: str, tree: Path, base: Path | None) -> None:
+    names = envs_dir(base) / "names"
+    names.mkdir(parents=True, exist_ok=True)
+    tmp = names / f".{name}.{os.getpid()}.tmp"
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(Path("..") / "trees" / tree.name)
+    tmp.replace(names / name)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)

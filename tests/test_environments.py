@@ -1,0 +1,276 @@
+"""Named, self-contained environments: real builds, offline, from a wheel directory made here."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from execbox import environments, image
+from execbox.cli import main
+from execbox.errors import UsageError
+
+TINY_INIT = "from tinydep import answer\n\ndef main():\n    print(answer())\n"
+
+
+def _wheel(directory: Path, name: str, files: dict[str, str], meta: str = "") -> None:
+    """A pure-Python wheel, written by hand (no build backend needed offline)."""
+    dist = f"{name}-1.0.dist-info"
+    files = dict(files)
+    files[f"{dist}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n{meta}"
+    files[f"{dist}/WHEEL"] = (
+        "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    )
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
+        record.append(f"{path},sha256={digest.decode()},{len(text.encode())}")
+    files[f"{dist}/RECORD"] = "\n".join([*record, f"{dist}/RECORD,,"]) + "\n"
+    with zipfile.ZipFile(directory / f"{name}-1.0-py3-none-any.whl", "w") as zf:
+        for path, text in sorted(files.items()):
+            zf.writestr(zipfile.ZipInfo(path, (2020, 1, 1, 0, 0, 0)), text)
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tinypkg (with a console script) needs tinydep: resolving must find both."""
+    directory = tmp_path_factory.mktemp("wheels")
+    _wheel(directory, "tinydep", {"tinydep/__init__.py": "def answer():\n    return 42\n"})
+    _wheel(
+        directory,
+        "tinypkg",
+        {
+            "tinypkg/__init__.py": TINY_INIT,
+            "tinypkg-1.0.dist-info/entry_points.txt": "[console_scripts]\ntiny = tinypkg:main\n",
+        },
+        meta="Requires-Dist: tinydep\n",
+    )
+    (directory / "requirements.txt").write_text("tinypkg\n")
+    return directory
+
+
+def _build(home: Path, wheels: Path, name: str = "tiny") -> environments.Environment:
+    return environments.build(
+        name,
+        requirements=wheels / "requirements.txt",
+        find_links=wheels,
+        no_index=True,
+        base=home,
+        log=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def built(
+    tmp_path_factory: pytest.TempPathFactory, wheels: Path
+) -> tuple[Path, environments.Environment]:
+    home = tmp_path_factory.mktemp("home-a")
+    return home, _build(home, wheels)
+
+
+def _tree_python(root: Path, code: str) -> str:
+    done = subprocess.run(
+        [str(root / "bin" / "python3"), "-I", "-c", code],
+        capture_output=True,
+        text=True,
+        env={},  # nothing from the caller: no PATH, no PYTHONHOME
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_the_tree_runs_its_own_interpreter_and_imports_its_packages_from_itself(
+    built: tuple[Path, environments.Environment],
+) -> None:
+    _, env = built
+    out = _tree_python(
+        env.root,
+        "import json, sys, tinypkg, json.decoder, _ssl; tinypkg.main(); "
+        "print(json.dumps([sys.prefix, sys.base_prefix, sys.executable, sys.path, "
+        "tinypkg.__file__, _ssl.__file__]))",
+    )
+    answer, facts = out.splitlines()
+    assert answer == "42"  # tinypkg imported tinydep, resolved from the wheel directory
+    prefix, base_prefix, executable, path, *files = json.loads(facts)
+    root = str(env.root)
+    assert prefix == base_prefix == root
+    assert executable.startswith(root + "/")
+    assert path and all(p.startswith(root + "/") for p in path), path
+    assert all(f.startswith(root + "/") for f in files), files
+    assert not (env.root / "pyvenv.cfg").exists()
+    # The jail's users read the tree: a 0700 root (mkdtemp's) would hide all of it from them.
+    assert env.root.stat().st_mode & 0o777 == 0o755
+    # The interpreter's own libraries: libpython (when shared) from the tree, the rest /usr.
+    for name, where in environments._ldd(env.root / "bin" / "python3").items():
+        assert where.startswith((root + "/", *environments.HOST_LIB_DIRS)), (name, where)
+    # No run path names the host's Python install (the loader would search it first).
+    elves = [env.root / "bin" / "python3", *(env.root / "lib").glob("**/lib-dynload/*.so")]
+    elves += (env.root / "lib").glob("libpython*")
+    for elf in elves:
+        assert sys.base_prefix not in (environments.runpath(elf) or ""), elf
+    host = env.manifest["host_libraries"]
+    assert isinstance(host, list) and "libc.so.6" in host
+    assert not any("tk" in lib for lib in host)  # tkinter is left out
+    stdlib = next((env.root / "lib").glob("python3.*"))
+    for left_out in ("test", "idlelib", "tkinter", "ensurepip"):
+        assert not (stdlib / left_out).exists(), left_out
+
+
+def test_the_lock_pins_every_package_with_a_hash_and_scripts_are_dropped(
+    built: tuple[Path, environments.Environment], wheels: Path
+) -> None:
+    _, env = built
+    lock = env.root / "requirements.lock"
+    environments.check_lock(lock)
+    text = lock.read_text()
+    want = hashlib.sha256((wheels / "tinydep-1.0-py3-none-any.whl").read_bytes()).hexdigest()
+    assert f"tinydep==1.0 \\\n    --hash=sha256:{want}" in text
+    assert "tinypkg==1.0" in text
+    # pip made bin/tiny with the build path in its shebang; the tree keeps only the interpreter.
+    assert sorted(p.name for p in (env.root / "bin").iterdir()) == sorted(
+        ["python", "python3", f"python{sys.version_info[0]}.{sys.version_info[1]}"]
+    )
+    # Bytecode without timestamps: an unchecked hash-based pyc (flags 0b01).
+    pyc = next((env.root / "lib").glob("python3.*/site-packages/tinypkg/__pycache__/*.pyc"))
+    assert int.from_bytes(pyc.read_bytes()[4:8], "little") == 0b01
+
+
+def test_two_builds_in_different_directories_are_byte_identical(
+    built: tuple[Path, environments.Environment],
+    wheels: Path,
+    tmp_path: Path,
+) -> None:
+    _, first = built
+    second = _build(tmp_path / "elsewhere", wheels)
+    assert second.root != first.root
+    assert second.manifest["tree_digest"] == first.manifest["tree_digest"]
+    assert environments.tree_digest(second.root) == environments.tree_digest(first.root)
+    # The image digest runs report covers the same tree, so it is the same too.
+    assert second.image.digest == first.image.digest
+    # A tree changed after it was built no longer matches its digest.
+    victim = next((second.root / "lib").glob("python3.*/site-packages/tinydep/__init__.py"))
+    victim.write_text(victim.read_text() + "# changed\n")
+    assert not image.verify(second.image)
+    assert image.verify(first.image)
+
+
+def test_the_image_digest_covers_the_in_image_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The zygotes import `sandbox/inside` from execbox's source tree, not from the image."""
+    before = image.image_digest("sha256:tree")
+    copy = tmp_path / "inside"
+    copy.mkdir()
+    for path in image.INSIDE.glob("*.py"):
+        (copy / path.name).write_bytes(path.read_bytes())
+    monkeypatch.setattr(image, "INSIDE", copy)
+    assert image.image_digest("sha256:tree") == before
+    (copy / "runner.py").write_text((copy / "runner.py").read_text() + "\n# changed\n")
+    assert image.image_digest("sha256:tree") != before
+
+
+def _cli(home: Path, *args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, list(args), env={"EXECBOX_HOME": str(home)})
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_env_list_show_default_and_rm_through_the_cli(
+    built: tuple[Path, environments.Environment], wheels: Path, tmp_path: Path
+) -> None:
+    _, env = built
+    home = tmp_path / "home"
+    code, out, err = _cli(
+        home,
+        "env",
+        "build",
+        "tiny",
+        "--requirements",
+        str(wheels / "requirements.txt"),
+        "--find-links",
+        str(wheels),
+        "--no-index",
+    )
+    assert code == 0, err
+    # The same lock built under another name: the same tree, reused.
+    code, out, err = _cli(
+        home,
+        "env",
+        "build",
+        "copy",
+        "--lock",
+        str(env.root / "requirements.lock"),
+        "--find-links",
+        str(wheels),
+        "--no-index",
+    )
+    assert code == 0, err
+    trees = list((home / "envs" / "trees").iterdir())
+    assert len(trees) == 1
+    code, out, _ = _cli(home, "env", "list")
+    assert code == 0 and [line.split()[0] for line in out.splitlines()] == ["copy", "tiny"]
+    code, out, _ = _cli(home, "env", "show", "tiny")
+    shown = json.loads(out)
+    assert shown["kind"] == "self-contained"
+    assert shown["image_digest"] == env.image.digest
+    assert shown["default"] is False
+    assert _cli(home, "env", "default") == (0, "data\n", "")
+    assert _cli(home, "env", "default", "tiny")[:2] == (0, "tiny\n")
+    code, out, _ = _cli(home, "env", "list")
+    assert out.startswith("  copy") and "* tiny" in out
+    # Runs load the default environment's tree.
+    assert image.Image.load(environments.default_root(home)).root == trees[0].resolve()
+    code, _, err = _cli(home, "env", "rm", "tiny")
+    assert code == 2 and "is the default environment" in err
+    assert _cli(home, "env", "rm", "copy")[:2] == (0, "removed copy\n")
+    assert trees[0].is_dir()  # tiny still uses it
+    assert _cli(home, "env", "default", "copy")[0] == 2
+    (home / "envs" / "default").write_text("data\n")
+    assert _cli(home, "env", "rm", "tiny")[:2] == (0, "removed tiny\n")
+    assert not trees[0].exists()
+    assert _cli(home, "env", "list") == (0, "", "")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["env", "show", "nope"], "no environment named 'nope'"),
+        (["env", "rm", "nope"], "no environment named 'nope'"),
+        (["env", "default", "nope"], "no environment named 'nope'"),
+        (["env", "build", "Bad/Name", "-r", "x"], "bad environment name 'Bad/Name'"),
+        (["env", "build", "other"], "no spec for 'other'"),
+        (["env", "build", "x", "-r", "/no/such/requirements.txt"], "requirements file not"),
+        (["env", "build", "x", "--lock", "{unhashed}"], "without an exact version and a sha256"),
+        (["env", "build", "x", "--lock", "{unpinned}"], "'tinypkg>=1'"),
+        (["env", "build", "x", "--lock", "/no/such.lock"], "lock file not found"),
+        (["env", "build", "x", "-r", "{unhashed}", "--lock", "{unhashed}"], "not both"),
+        (["env", "build", "x", "-r", "{unhashed}", "--no-index"], "needs --find-links"),
+    ],
+)
+def test_bad_input_is_a_clear_error_with_exit_2(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    unhashed = tmp_path / "unhashed.lock"
+    unhashed.write_text("# a comment\ntinypkg==1.0\n")
+    unpinned = tmp_path / "unpinned.lock"
+    unpinned.write_text("tinypkg>=1 --hash=sha256:00\n")
+    args = [a.format(unhashed=unhashed, unpinned=unpinned) for a in args]
+    code, _, err = _cli(tmp_path / "home", *args)
+    assert code == 2, err
+    assert message in err
+    assert not (tmp_path / "home" / "envs" / "trees").exists() or not any(
+        (tmp_path / "home" / "envs" / "trees").iterdir()
+    )
+
+
+def test_a_home_without_the_default_environment_says_how_to_build_it(tmp_path: Path) -> None:
+    with pytest.raises(Exception, match="execbox image build"):
+        environments.default_root(tmp_path)
+    with pytest.raises(UsageError, match="execbox env build ml"):
+        environments.lookup("ml", tmp_path)
