@@ -51,7 +51,8 @@ bench: image
 lock: $(STAMP)
 	$(BIN)/pip install -q pip-tools
 	cd src/execbox/runtime && ../../../$(BIN)/pip-compile --quiet --generate-hashes \
-	  --no-strip-extras --output-file requirements.lock requirements.in
+	  --no-strip-extras --no-emit-index-url --no-emit-find-links \
+	  --output-file requirements.lock requirements.in
 
 clean:
 	rm -rf $(VENV) artifacts bench/results
