@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from execbox.agent import evidence as evidence_module
-from execbox.agent import ground, labels, quantities
+from execbox.agent import ground, ground_numbers, ground_text, labels, quantities
 from execbox.agent.models import Claim, RunOutput, Verdict
 from execbox.contract import Artifact
 
@@ -24,10 +24,10 @@ def claims(
     verdicts: list[Verdict] | None = None,
     artifacts: list[Artifact] | None = None,
 ) -> list[Claim]:
-    evidence = ground.Evidence.of(
+    evidence = evidence_module.Evidence.of(
         [RunOutput(run_id="run1", stdout=stdout, result=result)], artifacts or [], "run1"
     )
-    context = ground.Context(question, code, ("sales.csv",), heads)
+    context = evidence_module.Context(question, code, ("sales.csv",), heads)
     return ground.check(answer, evidence, context, verdicts or [])
 
 
@@ -302,8 +302,8 @@ def test_verification_in_other_words_needs_a_check_that_passed(claim: str) -> No
 
 def grounded(answer: str, stdout: str, code: str = "") -> bool:
     """Whether `check` finds nothing ungrounded, as the agent loop decides (`problems`)."""
-    evidence = ground.Evidence.of([RunOutput(run_id="run1", stdout=stdout)], [])
-    context = ground.Context("How many rows are there?", code)
+    evidence = evidence_module.Evidence.of([RunOutput(run_id="run1", stdout=stdout)], [])
+    context = evidence_module.Context("How many rows are there?", code)
     return ground.problems(ground.check(answer, evidence, context, [])) == []
 
 
@@ -515,7 +515,8 @@ def test_a_large_output_costs_a_lookup_per_claim_not_a_scan(
         compared += 1
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(ground, "matches", counting)
+    for module in (ground_numbers, ground_text):
+        monkeypatch.setattr(module, "matches", counting)
     stdout = "".join(" ".join(str(i * 8 + j) for j in range(8)) + "\n" for i in range(4000))
     answer = " ".join(f"Value {i}.5 fell by {10**7 + i}." for i in range(50))
     assert not grounded(answer + " The last is 31999.", stdout)
@@ -526,21 +527,22 @@ def test_a_large_output_costs_a_lookup_per_claim_not_a_scan(
 def test_numbers_past_the_cap_are_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(evidence_module, "MAX_NUMBERS", 1000)
     stdout = "".join(f"{i}\n" for i in range(2000))
-    evidence = ground.Evidence.of([RunOutput(run_id="run1", stdout=stdout)], [])
+    evidence = evidence_module.Evidence.of([RunOutput(run_id="run1", stdout=stdout)], [])
     assert len(evidence.numbers) == 1000
     assert grounded("The count is 999.", stdout) and not grounded("The count is 1500.", stdout)
 
 
 def test_literal_claims_on_a_large_output_do_not_scan_it(monkeypatch: pytest.MonkeyPatch) -> None:
     scanned = 0
-    real = ground._contains
+    real = ground_text.contains
 
     def counting(text: str, wanted: str, *, in_list: bool = False) -> bool:
         nonlocal scanned
         scanned += 1
         return real(text, wanted, in_list=in_list)
 
-    monkeypatch.setattr(ground, "_contains", counting)
+    for module in (ground_numbers, ground_text):
+        monkeypatch.setattr(module, "contains", counting)
     stdout = "".join(" ".join(str(i * 8 + j) for j in range(8)) + "\n" for i in range(4000))
     answer = " ".join(f"Value {i}T here." for i in range(50))
     assert not grounded(answer, stdout)
@@ -624,14 +626,15 @@ def test_a_unit_claim_on_a_large_output_looks_up_its_unit_only(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     compared = 0
-    real = ground._fits
+    real = ground_numbers.fits
 
     def counting(num: Any, fact: Any) -> bool:
         nonlocal compared
         compared += 1
         return real(num, fact)
 
-    monkeypatch.setattr(ground, "_fits", counting)
+    for module in (ground, ground_numbers):
+        monkeypatch.setattr(module, "fits", counting)
     stdout = "".join(f"size: {i % 997} MB widget{i}\n" for i in range(20_000))
     answer = " ".join(f"{i} GB." for i in range(2, 102))  # "1 GB" is 500 to 1500 MB
     assert not grounded(answer, stdout)

@@ -8,14 +8,15 @@ from typing import Any
 import pytest
 
 from execbox.agent import ground
+from execbox.agent.evidence import Context, Evidence
 from execbox.agent.models import Claim, RunOutput
 
 
 def claims(
     answer: str, stdout: str, question: str = "What is the result?", **kw: Any
 ) -> list[Claim]:
-    evidence = ground.Evidence.of([RunOutput(run_id="run1", stdout=stdout, **kw)], [])
-    return ground.check(answer, evidence, ground.Context(question), [])
+    evidence = Evidence.of([RunOutput(run_id="run1", stdout=stdout, **kw)], [])
+    return ground.check(answer, evidence, Context(question), [])
 
 
 def refused(

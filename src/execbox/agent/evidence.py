@@ -36,6 +36,16 @@ MAX_NUMBERS = 100_000  # numbers read from the evidence; later ones ground nothi
 WINDOW_CAP = 5_000  # facts compared with one claim (a bound's range may hold many)
 
 
+@dataclass(frozen=True)
+class Context:
+    """What the answer may restate without evidence: the question, the program, the inputs."""
+
+    question: str
+    code: str = ""
+    file_names: tuple[str, ...] = ()
+    file_heads: tuple[str, ...] = ()  # first lines (headers) of text inputs, for units
+
+
 @dataclass
 class Evidence:
     """What the answer may draw on: facts found in the outputs, and the texts they came from."""

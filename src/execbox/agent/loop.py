@@ -31,6 +31,7 @@ from . import answer as answer_mod
 from . import generate as generate_mod
 from . import ground, verify
 from . import plan as plan_mod
+from .evidence import Context, Evidence
 from .execute import check_policy, effective_limits, execute
 from .llm import LLM, ModelCall, ModelFailure, resolve_model
 from .models import (
@@ -588,8 +589,8 @@ class _Ask:
         goes back to Generate) and the draft (a failure goes back to the answer stage)."""
         assert self.plan is not None
         outputs = att.outputs()
-        evidence = ground.Evidence.of(outputs, run.artifacts, run.run_id)
-        context = ground.Context(
+        evidence = Evidence.of(outputs, run.artifacts, run.run_id)
+        context = Context(
             self.question,
             att.code,
             tuple(self.files),

@@ -1,0 +1,350 @@
+"""Grounding numbers: a number, unit, fraction, operation or stated change in the answer is
+borne out by an output value near it, read whole by `quantities` and scaled by `values`."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import replace
+from itertools import pairwise
+
+from .evidence import Context, Evidence, Fact, label_of
+from .ground_text import contains, norm
+from .models import Claim
+from .quantities import BOUND_RANGE, Num, matches, within
+from .values import (
+    CURRENCY,
+    UNIT_AFTER,
+    UNIT_FAMILIES,
+    family_of,
+    mentions_unit,
+    scale_of,
+    unit_factors,
+)
+
+FRACTION = re.compile(r"(?<![\w./])(\d+)/(\d+)(?![\w/])")
+# An operation on stated values ("6 + 1"): the answer claims its value unless it states it.
+_OPERATOR = (
+    r"(\s*(?:\*\*|\^|[+*\u00d7\u00b7\u22c5])\s*|\s+x\s+|\s[-\u2212/]\s|\s+(?:times|plus|minus|"
+    r"multiplied\s+by|divided\s+by|to\s+the\s+power\s+of)\s+)"
+)
+OPERATION = re.compile(
+    r"(?<![\w.])(\d+(?:\.\d+)?)(?:" + _OPERATOR + r"\d+(?:\.\d+)?)+"
+    r"(?![\w^]|\.\d)(?!\s*(?:=|[-+*/^\u00d7\u2212]\s*\d))",
+    re.I,
+)
+_OPERAND = re.compile(_OPERATOR + r"(\d+(?:\.\d+)?)", re.I)
+_SYMBOLS = {
+    "**": "^",
+    "\u00d7": "*",
+    "\u00b7": "*",
+    "\u22c5": "*",
+    "x": "*",
+    "\u2212": "-",
+    "times": "*",
+    "multiplied by": "*",
+    "plus": "+",
+    "minus": "-",
+    "divided by": "/",
+    "to the power of": "^",
+}
+POWER_WORD = re.compile(r"(?<=\d)\s+(squared|cubed)\b", re.I)
+
+_FROM_TO = re.compile(r"\s*(?:to|->|\u2192)\s*")  # "10 to 12": a change the answer states
+
+
+def operation_claim(
+    match: re.Match[str], evidence: Evidence, question_numbers: list[float]
+) -> Claim:
+    """'6 + 1' unanswered by '= 7' claims 7: its value must be grounded like a number."""
+    value = _evaluate(float(match[1]), _OPERAND.findall(match[0], len(match[1])))
+    num = Num(match[0], match.start(), match.end(), value if value is not None else math.nan, 0.0)
+    claim = number_claim(num, evidence, question_numbers)
+    if not claim.grounded:
+        claim = claim.model_copy(
+            update={
+                "detail": f"{match[0]} is {value:g}, which " + (claim.detail or "no output shows")
+            }
+        )
+    return claim
+
+
+def _evaluate(first: float, operations: list[tuple[str, str]]) -> float | None:
+    """The value of `first op n op n ...`: powers, then * and /, then + and -."""
+    values = [first, *(float(n) for _, n in operations)]
+    ops = [_SYMBOLS.get(" ".join(op.split()).lower(), op.strip()) for op, _ in operations]
+    try:
+        for level in ("^", "*/", "+-"):
+            i = 0
+            while i < len(ops):
+                if ops[i] not in level:
+                    i += 1
+                    continue
+                a, b, op = values[i], values.pop(i + 1), ops.pop(i)
+                values[i] = (
+                    a**b
+                    if op == "^"
+                    else a * b
+                    if op == "*"
+                    else a / b
+                    if op == "/"
+                    else a + b
+                    if op == "+"
+                    else a - b
+                )
+    except (ZeroDivisionError, OverflowError):
+        return None
+    return values[0] if isinstance(values[0], float) else None
+
+
+def number_claim(
+    num: Num, evidence: Evidence, question_numbers: list[float], words: list[str] | None = None
+) -> Claim:
+    if num.literal:
+        return literal_claim(num.text, evidence)
+    if any(math.isclose(value, q) for value, _ in num.candidates() for q in question_numbers):
+        return Claim(text=num.text, kind="number", grounded=True, source="the question")
+    if num.points:  # a difference of percentages: only a change the answer states holds
+        return Claim(
+            text=num.text,
+            kind="number",
+            grounded=False,
+            detail="points are a change between two stated percentages",
+        )
+    facts = [f for f in _window(num, evidence) if fits(num, f)]
+    if num.bound in ("above", "below"):
+        # A bound holds for many values: only the lines its words name ("10 errors",
+        # "100 tests failed") may bear it out; naming none, every value must.
+        stems = [w[:4].lower() for w in words or [] if evidence.labelled(w[:4].lower())]
+        if stems:
+            facts = [
+                f
+                for f in facts
+                if any(
+                    re.search(r"(?<![a-z])" + re.escape(stem), label_of(f.where)) for stem in stems
+                )
+            ]
+        elif num.unit is not None or not all(matches(num, v) for v in evidence.plain_extremes()):
+            facts = []
+    if facts:
+        fact = facts[0]
+        return Claim(
+            text=num.text, kind="number", grounded=True, run_id=fact.run_id, source=fact.where
+        )
+    nearest = evidence.nearest(num.value) if math.isfinite(num.value) else None
+    hint = f" (the nearest is {nearest.where})" if nearest is not None else ""
+    return Claim(
+        text=num.text, kind="number", grounded=False, detail=f"no output shows this value{hint}"
+    )
+
+
+def _window(num: Num, evidence: Evidence) -> list[Fact]:
+    """The facts near enough in value to be worth comparing (generously: units, signs,
+    percentages, bounds); `fits` decides. Each unit scaling is its own small window: one
+    window spanning them all ("5 GB" from bytes to gigabytes) would hold every fact."""
+    ratios = (
+        {1.0}
+        if num.unit is None
+        else {a / b for a in scale_of(num.unit)[1] for b in evidence.factor_set()}
+    )
+    bound = num.bound in ("above", "below")
+    found: dict[int, Fact] = {}
+    for value, step in [*num.candidates(), (num.value, num.step)]:
+        for ratio in sorted(ratios):
+            scaled, scaled_step = abs(value) * ratio, abs(step) * ratio
+            if not (math.isfinite(scaled) and math.isfinite(scaled_step)):
+                return []
+            high = scaled * (BOUND_RANGE if bound else 1.0) * 1.1 + scaled_step + 1e-9
+            low = 0.0 if bound else max(0.0, scaled * 0.9 - scaled_step - 1e-9)
+            for fact in evidence.near(-high, -low) + evidence.near(low, high):
+                found.setdefault(id(fact), fact)
+    return list(found.values())
+
+
+def fits(num: Num, fact: Fact) -> bool:
+    """Whether `fact` bears out `num`: in the same dimension, scaled to the fact's unit."""
+    if fact.percent and not num.percent:
+        return False  # "50 rows" is not "missing: 50%"
+    if num.unit is None:
+        return matches(num, fact.value, fact.step, fact.where, fact.percent)
+    if fact.unit is None:
+        # A unit the fact's line does not give is checked against the question (`unit_claim`).
+        return matches(
+            replace(num, factors=(1.0,)), fact.value, fact.step, fact.where, fact.percent
+        )
+    family, factors = scale_of(num.unit)
+    if family != fact.unit:
+        return False
+    return any(
+        matches(
+            replace(num, value=num.value * ratio, step=num.step * ratio, factors=(1.0,)),
+            fact.value,
+            fact.step,
+            fact.where,
+            fact.percent,
+        )
+        for ratio in _ratios(factors, fact.factors)
+    )
+
+
+def _ratios(claimed: tuple[float, ...], shown: tuple[float, ...]) -> list[float]:
+    """The scalings from a claimed unit to a shown one of its dimension. "KB" (1000 or 1024)
+    against "MB" reads both alike; against "MiB" (1024 only) it is another unit."""
+    if len(claimed) == len(shown):
+        return [a / b for a, b in zip(claimed, shown, strict=True)]
+    if (1.0,) in (claimed, shown):  # the base unit: bytes, seconds
+        return [a / b for a in claimed for b in shown]
+    return []
+
+
+def literal_claim(text: str, evidence: Evidence, *, listed: bool = False) -> Claim:
+    """A number the check cannot read whole: an output must show it word for word; as a
+    list's items only if the answer too shows it as a list (`listed`)."""
+    for fact in evidence.texts if evidence.may_contain(norm(text)) else []:
+        if contains(str(fact.value), norm(text), in_list="," in text and not listed):
+            return Claim(
+                text=text, kind="number", grounded=True, run_id=fact.run_id, source=fact.where
+            )
+    return Claim(
+        text=text,
+        kind="number",
+        grounded=False,
+        detail="this cannot be read as one number and no output shows it as written",
+    )
+
+
+def derived_claim(
+    num: Num,
+    changes: list[tuple[Num, Num]],
+    evidence: Evidence,
+) -> Claim | None:
+    """A change the same sentence (`changes`: its from-to pairs) states between two grounded numbers: "from 10 to
+    12, up 20%" (relative to the first) or "fell by 3, from 9 to 6"; its direction must agree.
+    Operands are the output values they matched (1.4 and 1.6 for "from 1 to 2"), never the
+    question's; percentage points are the change between two percentages."""
+    scale = (1e-4 if "b" in num.text.lower() else 1e-2) if num.points else 1.0
+    size = replace(
+        num,
+        value=abs(num.value) * scale,
+        step=num.step * scale,
+        direction=None,
+        percent=num.percent and not num.points,
+    )
+    for first, second in changes:
+        for a in [f for f in _window(first, evidence) if fits(first, f)][:20]:
+            for b in [f for f in _window(second, evidence) if fits(second, f)][:20]:
+                if a.percent or b.percent:
+                    continue  # a percentage's digits: its fraction is the fact to derive from
+                change = b.value - a.value
+                if (
+                    (num.direction == "down" and change >= 0)
+                    or (num.direction == "up" and change <= 0)
+                    or (size.percent and a.value == 0)
+                ):
+                    continue
+                target = abs(change / a.value if size.percent else change)
+                if any(within(size, value, step, target) for value, step in size.candidates()):
+                    return Claim(
+                        text=num.text,
+                        kind="number",
+                        grounded=True,
+                        run_id=a.run_id,
+                        source=f"the change from {first.text} to {second.text}",
+                    )
+    return None
+
+
+def from_to_pairs(
+    stated: list[tuple[Num, Claim]], text: str, points: bool
+) -> list[tuple[Num, Num]]:
+    """The "from a to b" pairs of grounded output numbers of one sentence."""
+    operands = [
+        n
+        for n, c in stated
+        if c.grounded
+        and c.source != "the question"
+        and n.percent == points
+        and not n.literal
+        and n.bound == "exact"
+    ]
+    return [(a, b) for a, b in pairwise(operands) if _FROM_TO.fullmatch(text, a.end, b.start)]
+
+
+def fraction_claims(
+    match: re.Match[str], text: str, evidence: Evidence, context: Context
+) -> list[Claim]:
+    """A fraction with a unit ("3/4 hours", "$1/2") is its value in that unit, read as any
+    number is: the unit must be its own; without one, `_fraction_claim`."""
+    spelled = UNIT_AFTER.match(text, match.end())
+    currency = CURRENCY.get(text[match.start() - 1 : match.start()]) if match.start() else None
+    if not (spelled or currency) or not float(match[2]):
+        return [_fraction_claim(match, evidence)]
+    num = Num(
+        match[0],
+        match.start(),
+        match.end(),
+        float(match[1]) / float(match[2]),
+        0.0,
+        unit=currency or (spelled[1] if spelled else None),
+        factors=unit_factors(spelled[1]) if spelled and not currency else (1.0,),
+    )
+    claim = number_claim(num, evidence, [])
+    if not claim.grounded and spelled:  # an output's own "3/4 hours"
+        literal = literal_claim(text[match.start() : spelled.end()].strip(), evidence)
+        return [literal.model_copy(update={"text": match[0]}) if literal.grounded else claim]
+    return [claim, unit_claim(num, evidence, context)] if claim.grounded else [claim]
+
+
+def _fraction_claim(match: re.Match[str], evidence: Evidence) -> Claim:
+    """'3/4' is the value 0.75, or an output's own "3/4" or "3 of 4"; never its two numbers
+    shown apart."""
+    numerator, denominator = float(match[1]), float(match[2])
+    if denominator:
+        wanted = numerator / denominator
+        for fact in evidence.near(wanted - 1e-9, wanted + 1e-9):
+            if not fact.percent:
+                return Claim(
+                    text=match[0],
+                    kind="number",
+                    grounded=True,
+                    run_id=fact.run_id,
+                    source=fact.where,
+                )
+    for text in (match[0], f"{match[1]} of {match[2]}"):
+        claim = literal_claim(text, evidence)
+        if claim.grounded:
+            return claim.model_copy(update={"text": match[0]})
+    return Claim(
+        text=match[0],
+        kind="number",
+        grounded=False,
+        detail="no output shows this fraction or its value",
+    )
+
+
+def unit_claim(num: Num, evidence: Evidence, context: Context) -> Claim:
+    assert num.unit is not None
+    family = num.unit if num.unit in UNIT_FAMILIES else family_of(num.unit)
+    if family not in UNIT_FAMILIES:
+        return Claim(text=num.text, kind="unit", grounded=True, source="not a known unit")
+    # The unit must be the matched value's own (on its line, after it or in its label): a
+    # unit elsewhere in the output ("timeout: 2 hours") says nothing of "3 hours".
+    for fact in _window(num, evidence):
+        if fact.unit is not None and fits(num, fact):
+            return Claim(
+                text=num.text, kind="unit", grounded=True, run_id=fact.run_id, source=fact.where
+            )
+    for where, text in (
+        ("the question", context.question),
+        *(("an input file's header", h) for h in context.file_heads),
+    ):
+        if mentions_unit(family, text):
+            return Claim(text=num.text, kind="unit", grounded=True, source=where)
+    return Claim(
+        text=num.text,
+        kind="unit",
+        grounded=False,
+        detail=f"the unit {num.unit!r} appears in no output with this value (after it "
+        "or in its label), nor in an input header or the question: do not add "
+        "units the outputs do not state",
+    )
