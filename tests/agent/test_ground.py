@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from execbox.agent import comparison, ground, ground_numbers, ground_text, labels
 from execbox.agent import evidence as evidence_module
-from execbox.agent import ground, ground_numbers, ground_text, labels, quantities
 from execbox.agent.models import Claim, RunOutput, Verdict
 from execbox.contract import Artifact
 
@@ -508,7 +508,7 @@ def test_a_large_output_costs_a_lookup_per_claim_not_a_scan(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     compared = 0
-    real = quantities.matches
+    real = comparison.matches
 
     def counting(*args: Any, **kwargs: Any) -> bool:
         nonlocal compared

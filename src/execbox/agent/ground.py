@@ -52,7 +52,8 @@ from .ground_text import (
 from .labels import tied_labels, wanted_words
 from .models import Claim, Verdict
 from .named import named_claims
-from .quantities import Num, claimed_numbers, claimed_words, normalize, numbers_in, word_numbers
+from .quantities import Num, claimed_numbers, claimed_words, normalize, numbers_in
+from .spelled import word_numbers
 from .values import dates_in, durations_in, mask_dates, scale_of
 
 # "1." at a line's start is a list marker only as part of a count from 1: "999." is a value.

@@ -8,10 +8,11 @@ import re
 from dataclasses import replace
 from itertools import pairwise
 
+from .comparison import BOUND_RANGE, matches, within
 from .evidence import Context, Evidence, Fact, label_of
 from .ground_text import contains, norm
 from .models import Claim
-from .quantities import BOUND_RANGE, Num, matches, within
+from .quantities import Num
 from .values import (
     CURRENCY,
     UNIT_AFTER,

@@ -8,9 +8,10 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from .comparison import matches
 from .evidence import Context, Evidence
 from .models import Claim, Verdict
-from .quantities import Num, matches, normalize, numbers_in
+from .quantities import Num, normalize, numbers_in
 from .values import DateKey, date_matches, dates_in, mask_dates
 
 # A time of day: "9 pm", "1:30 p.m." (the number alone is not the claim).

@@ -9,7 +9,7 @@ from typing import Any
 
 from .llm import LLM
 from .models import Plan
-from .quantities import WORD_NUMBER
+from .spelled import WORD_NUMBER
 
 INSTRUCTIONS = """\
 You plan how to answer a question by running Python code in a sandbox, when code is needed.

@@ -13,6 +13,8 @@ An answer's number glued to more than the tokenizer reads ("1,00,000", "0xFF", "
 unknown magnitude ("6 Mio") or denied ("not 6") is one literal claim, never its pieces; only
 positions ("line 3", "3rd", "COVID-19") and rounding statements ("to 2 decimal places")
 claim nothing. An output's number glued to an unknown suffix ("x86", "4f") is no fact.
+Numbers in words are read by `spelled`; `comparison` decides whether a shown value bears out
+a number read here.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from .spelled import word_fractions, word_numbers
 from .values import CURRENCY, UNIT_AFTER, unit_factors
 
 _SUPERSCRIPT = "\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079\u207b"
@@ -126,78 +129,6 @@ _MAGNITUDES = {
     "dozen": 12.0,
 }
 
-_UNITS = [
-    "zero",
-    "one",
-    "two",
-    "three",
-    "four",
-    "five",
-    "six",
-    "seven",
-    "eight",
-    "nine",
-    "ten",
-    "eleven",
-    "twelve",
-    "thirteen",
-    "fourteen",
-    "fifteen",
-    "sixteen",
-    "seventeen",
-    "eighteen",
-    "nineteen",
-    "twenty",
-]
-_WORD_VALUES = {w: i for i, w in enumerate(_UNITS)} | {
-    w: 10 * i
-    for i, w in enumerate(["thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"], 3)
-}
-_WORD_SCALES = {
-    "hundred": 100,
-    "thousand": 10**3,
-    "million": 10**6,
-    "billion": 10**9,
-    "trillion": 10**12,
-    "dozen": 12,
-}
-_SCALE = "|".join(_WORD_SCALES)
-_WORD = "|".join(sorted([*_WORD_VALUES, *_WORD_SCALES], key=len, reverse=True))
-# No named groups: plan.py embeds this pattern twice in one expression.
-WORD_NUMBER = re.compile(
-    rf"\b(?:an?\s+(?=(?:{_SCALE})\b))?(?:{_WORD})"
-    rf"(?:(?:[- ]|\s+and\s+)(?:{_WORD}))*\b",
-    re.I,
-)
-_PARTS = {
-    "half": 2,
-    "halves": 2,
-    "third": 3,
-    "quarter": 4,
-    "fourth": 4,
-    "fifth": 5,
-    "sixth": 6,
-    "seventh": 7,
-    "eighth": 8,
-    "ninth": 9,
-    "tenth": 10,
-}
-WORD_FRACTION = re.compile(
-    r"\b(?:(?P<count>an?|one|two|three|four|five|six|seven|eight|nine)[\s-]+)?"
-    r"(?P<part>halves|half|(?:third|quarter|fourth|fifth|sixth|seventh|eighth|ninth|tenth)s?)"
-    r"\b",
-    re.I,
-)
-# "the first half" is a part of something, not the value 0.5.
-_HALF_OF_A_WHOLE = re.compile(
-    r"\b(?:first|second|other|latter|former|top|bottom|upper|lower)"
-    r"\s+$",
-    re.I,
-)
-# "the one that", "no one", "one-off": pronouns and compounds, not the number 1.
-_ONE_PRONOUN_BEFORE = re.compile(r"\b(?:the|this|that|which|each|any|every|no|some)\s+$", re.I)
-_ONE_PRONOUN_AFTER = re.compile(r"(?:\s+another\b|'s\b|-)")
-
 _APPROX = re.compile(
     r"(?:about|approximately|approx\.?|roughly|around|nearly|almost|close to|"
     r"some|~|\u2248|circa|ca\.)\s*$",
@@ -226,10 +157,6 @@ _UP_AFTER = re.compile(
     re.I,
 )
 _INCLUSIVE = re.compile(r"(?:at least|at most|up to|upwards of|>=|<=|\u2265|\u2264)\s*$", re.I)
-_APPROX_SHARE = 0.05  # "about 10" may be off by its rounding but no more than 5% of it
-_FRACTION_PRINTED_SHARE = 0.05
-# A bound is a claim about size too: "over 1,000" holds for 5,000, not for 5 million.
-BOUND_RANGE = 10.0
 DOWN = re.compile(
     r"\b(?:decreas\w*|declin\w*|drop\w*|fell|fall\w*|down|lower|loss|lost|"
     r"negative|minus|deficit|shr[aiu]nk\w*|reduc\w*|remov\w*|delet\w*)\b",
@@ -365,51 +292,6 @@ def numbers_in(text: str) -> Iterator[Found]:
         yield Found(value, printed, match.start(), end, spelled)
         if match["paren"] and text[end : end + 1] == ")":
             yield Found(-value, printed, match.start(), end)
-
-
-def word_numbers(text: str) -> Iterator[tuple[float, float, re.Match[str]]]:
-    """Numbers spelled in words, with their step: "seven", "twenty-three", "a million" (the
-    step of a magnitude word is the magnitude: "two billion" is rounded). A pronoun "one" is
-    left out."""
-    for match in WORD_NUMBER.finditer(text):
-        words = re.split(r"[- ]+(?:and\s+)?", match[0].lower())
-        if words == ["one"] and (
-            _ONE_PRONOUN_BEFORE.search(text[: match.start()])
-            or _ONE_PRONOUN_AFTER.match(text, match.end())
-        ):
-            continue
-        total = current = 0
-        for word in words:
-            if word in ("a", "an"):
-                current = 1
-            elif word in _WORD_SCALES:
-                scale = _WORD_SCALES[word]
-                if scale < 1000:
-                    current = max(current, 1) * scale
-                else:
-                    total += max(current, 1) * scale
-                    current = 0
-            else:
-                current += _WORD_VALUES[word]
-        last = _WORD_SCALES.get(words[-1], 1)
-        yield float(total + current), float(last if last >= 100 else 1), match
-
-
-def word_fractions(text: str) -> Iterator[tuple[float, re.Match[str]]]:
-    """Fractions in words: "half", "two thirds", "a quarter"; an ordinal ("the third") is not."""
-    for match in WORD_FRACTION.finditer(text):
-        part = match["part"].lower().removesuffix("s")
-        part = "half" if part == "halve" else part
-        if match["count"] is None and (
-            part != "half" or _HALF_OF_A_WHOLE.search(text[: match.start()])
-        ):
-            continue
-        count = (
-            1
-            if match["count"] is None or match["count"].lower() in ("a", "an")
-            else _WORD_VALUES[match["count"].lower()]
-        )
-        yield count / _PARTS[part], match
 
 
 def _lead(before: str) -> tuple[str, bool, str | None]:
@@ -602,67 +484,3 @@ def claimed_words(text: str) -> Iterator[Num]:
             direction=direction,
             stated_step=step,
         )
-
-
-def matches(
-    num: Num, fact: float, fact_step: float = 0.0, where: str = "", shown_percent: bool = False
-) -> bool:
-    """Whether the output value `fact` (printed to `fact_step`, on the line `where`; with its
-    own % sign: `shown_percent`) bears out the number as written, within its rounding."""
-    targets = [fact]
-    if num.direction == "down" and num.value >= 0:
-        # "fell by 3" is -3; a printed 3 counts only where the output calls it a fall.
-        targets = [-fact, fact] if DOWN.search(where) else [-fact]
-    if any(
-        within(num, value, step, target, fact_step)
-        for value, step in num.candidates()
-        for target in targets
-    ):
-        return True
-    # "50%" for a printed 50 only when that number is itself a percentage ("50%"): a %
-    # elsewhere on its line ("25%    85.0", a quantile's label) says nothing of it.
-    return (
-        num.percent
-        and shown_percent
-        and any(
-            within(num, num.value * f, num.step * f, target, fact_step)
-            for f in num.factors
-            for target in targets
-        )
-    )
-
-
-def within(num: Num, value: float, step: float, fact: float, fact_step: float = 0.0) -> bool:
-    tiny = 1e-9 * max(1.0, abs(value))
-    if value == 0 and math.copysign(1.0, value) < 0 < math.copysign(1.0, fact):
-        return False  # "-0" is a negative value rounded: a printed 0.4 or 0.0 is not one
-    if num.literal or (num.bound == "nearly" and fact > value + tiny):
-        return False  # "nearly 1000" is short of it
-    if num.bound in ("above", "below"):
-        sign = 1 if num.bound == "above" else -1
-        margin = (fact - value) * sign
-        if margin < -tiny or (num.strict and margin <= tiny):
-            return False
-        if value <= 0:
-            return True
-        # "fewer than 10 errors" holds for none.
-        return fact <= value * BOUND_RANGE if sign > 0 else fact >= value / BOUND_RANGE or fact == 0
-    # An exact fraction ("two thirds") names any value a printed decimal of two significant
-    # digits or more may stand for (0.6667, not 0.3); a written decimal may not be finer.
-    rounded = step == 0 and fact_step <= _FRACTION_PRINTED_SHARE * abs(fact)
-    slack = step / 2 + (fact_step / 2 if rounded else 0.0) + tiny
-    if abs(fact - value) <= slack:
-        # "about 10" rounds 6 to one digit, but is not a fair word for it.
-        stated = num.stated_step * step / num.step if num.step else step
-        return (
-            num.bound not in ("approx", "nearly")
-            or abs(fact - value) <= _APPROX_SHARE * abs(value) + tiny
-            or abs(fact - value) <= stated / 2 + tiny
-        )
-    # Truncated, as the answer says ("3.1415, truncated" for 3.14159): the stated digits.
-    return (
-        num.bound == "exact"
-        and num.truncatable
-        and step > 0
-        and abs(math.trunc(fact / step) * step - value) <= tiny
-    )
