@@ -47,9 +47,9 @@ def _child_fields(cls: Any) -> tuple[str, ...]:
 
 def tree_nodes(tree: ast.AST) -> list[Any]:
     """The nodes of `tree`, each parent before its children, as `ast.walk` yields them but
-    without the context and operator singletons, and 5 times faster (21 against 103 us for a
-    HumanEval program): it skips the fields that hold names and constants. The list may also
-    hold None (the key of a `**` entry in a dict display)."""
+    without the context and operator singletons, and faster (docs/PERFORMANCE.md): it skips
+    the fields that hold names and constants. The list may also hold None (the key of a `**`
+    entry in a dict display)."""
     found: list[Any] = [tree]
     for node in found:  # the list grows as it is read
         for name in _child_fields(node.__class__):

@@ -96,7 +96,7 @@ class Settings:
     interpreter's import), so one key's flood of starts keeps to one core of the server's."""
     session_starts_per_s: float = 1.0
     """Sessions one key may start a second, after a burst of `SESSION_START_BURST` (past it,
-    429): each start still costs ~90 ms of CPU once the per-key cap has serialised them."""
+    429): the per-key cap serialises starts but does not make them cheaper."""
     header_timeout_s: float = 10.0
     """A request's line and headers must arrive within this long (else 408 and closed)."""
     body_timeout_s: float = 60.0
