@@ -795,3 +795,49 @@ def test_an_output_with_too_many_labelled_lines_checks_no_label() -> None:
     assert bad("The mean is 5.", stdout=many) == []
     assert bad("The mean is 5.", stdout=few) == ["5"]
     assert bad("The mean is 6.", stdout=many) == ["6"]
+
+
+def _lines_run(work: Any) -> int:
+    """How many lines of the agent package `work()` runs: its work, free of machine speed."""
+    import sys
+    from pathlib import Path
+    from types import FrameType
+
+    package = str(Path(ground.__file__).parent)
+    count = 0
+
+    def tracer(frame: FrameType, event: str, arg: object) -> Any:
+        nonlocal count
+        if not frame.f_code.co_filename.startswith(package):
+            return None
+        if event == "line":
+            count += 1
+        return tracer
+
+    sys.settrace(tracer)
+    try:
+        work()
+    finally:
+        sys.settrace(None)
+    return count
+
+
+@pytest.mark.parametrize(
+    ("line", "answer"),
+    [
+        ("count: 5, dates: [{}]", "The count is 5."),
+        ("East {} 5", "East sold 5."),
+    ],
+)
+@pytest.mark.parametrize(
+    "date", ["Timestamp('2023-03-04 00:00:00')", "2023-03-04", "04/03/2023", "March 4, 2023"]
+)
+def test_many_dates_on_one_line_cost_work_linear_in_their_number(
+    line: str, answer: str, date: str
+) -> None:
+    def work(n: int) -> int:
+        stdout = line.format(", ".join([date] * n)) + "\n"
+        return _lines_run(lambda: bad(answer, stdout=stdout))
+
+    small, large = work(300), work(1200)
+    assert large < 6 * small  # four times the dates: linear is about 4x, quadratic 16x

@@ -16,7 +16,7 @@ from ..contract import Artifact
 from .labels import LabelIndex, build
 from .models import RunOutput
 from .quantities import Found, normalize, numbers_in
-from .values import LABEL_UNIT, dates_in, durations_in, scale_of
+from .values import LABEL_UNIT, blank, dates_in, durations_in, scale_of
 
 TABLE_SUMMARY_BYTES = 1 << 20  # larger text artifacts are summarized by name and size only
 
@@ -189,22 +189,17 @@ class Evidence:
         self.texts.append(Fact(text, run_id, where))
         if len(self.numbers) >= MAX_NUMBERS:
             return  # the check's cost stays bounded: later numbers are not read
-        masked = text
+        spans = []
         for keys, match in dates_in(text):
             self.dates.append(Fact(tuple(keys), run_id, where))  # "03/05" has two readings
             self.numbers.append(Fact(float(keys[0][0]), run_id, where))
-            masked = (
-                masked[: match.start()]
-                + " " * (match.end() - match.start())
-                + masked[match.end() :]
-            )
+            spans.append(match.span())
+        masked = blank(text, spans)
+        spans = []
         for seconds, step, match in durations_in(masked):
             self.numbers.append(Fact(seconds, run_id, where, step, "s"))
-            masked = (
-                masked[: match.start()]
-                + " " * (match.end() - match.start())
-                + masked[match.end() :]
-            )
+            spans.append(match.span())
+        masked = blank(masked, spans)
         label_from = 0
         for found in numbers_in(masked):
             if len(self.numbers) >= MAX_NUMBERS:

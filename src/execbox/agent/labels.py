@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from .quantities import Found, numbers_in
-from .values import UNIT_AFTER, dates_in, durations_in
+from .values import UNIT_AFTER, blank, dates_in, durations_in
 
 MAX_CELLS = 2_000  # numbers kept per label; a label with more is not checked (bounded cost)
 MAX_LINES = 20_000  # lines read for the answer's labels; past it none is checked
@@ -116,9 +116,8 @@ class LabelIndex:
 
 def _masked(text: str) -> str:
     """`text` with dates and compound durations blanked: their digits are not cells."""
-    for _, match in [*dates_in(text), *((None, m) for _, _, m in durations_in(text))]:
-        text = text[: match.start()] + " " * (match.end() - match.start()) + text[match.end() :]
-    return text
+    dates = [match.span() for _, match in dates_in(text)]
+    return blank(text, [*dates, *(match.span() for _, _, match in durations_in(text))])
 
 
 def _numbers(text: str) -> list[Found]:

@@ -6,8 +6,9 @@ Units: families of spellings ("kg", "kilograms"; a one-letter symbol only right 
 
 from __future__ import annotations
 
+import heapq
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import date
 
 # -- units -------------------------------------------------------------------------------------
@@ -209,15 +210,29 @@ DateKey = tuple[int, int, int | None]  # year, month, day (None: the month as a 
 def dates_in(text: str) -> Iterator[tuple[list[DateKey], re.Match[str]]]:
     """Every date in `text`: its readings (dd/mm and mm/dd are both kept) and its match.
     Earlier patterns win over later ones on the same text."""
-    taken: list[tuple[int, int]] = []
+    taken: list[tuple[int, int]] = []  # the spans yielded so far, sorted and disjoint
     for pattern in _DATES:
+        fresh: list[tuple[int, int]] = []
+        i = 0
         for match in pattern.finditer(text):
-            if any(s < match.end() and match.start() < e for s, e in taken):
+            # One pattern's matches come in order, so one sweep over `taken` finds each overlap.
+            while i < len(taken) and taken[i][1] <= match.start():
+                i += 1
+            if i < len(taken) and taken[i][0] < match.end():
                 continue
             keys = _date_keys(match.groupdict())
             if keys:
-                taken.append((match.start(), match.end()))
+                fresh.append((match.start(), match.end()))
                 yield keys, match
+        taken = list(heapq.merge(taken, fresh))
+
+
+def blank(text: str, spans: Iterable[tuple[int, int]]) -> str:
+    """`text` with each span overwritten by spaces, built once however many spans there are."""
+    chars = list(text)
+    for start, end in spans:
+        chars[start:end] = " " * (end - start)
+    return "".join(chars)
 
 
 def _date_keys(g: dict[str, str | None]) -> list[DateKey]:
@@ -252,6 +267,4 @@ def date_matches(claim: DateKey, fact: DateKey) -> bool:
 
 def mask_dates(text: str) -> str:
     """`text` with its dates blanked out (their digits are not numbers of their own)."""
-    for _, match in dates_in(text):
-        text = text[: match.start()] + " " * (match.end() - match.start()) + text[match.end() :]
-    return text
+    return blank(text, (match.span() for _, match in dates_in(text)))
