@@ -841,3 +841,36 @@ def test_many_dates_on_one_line_cost_work_linear_in_their_number(
 
     small, large = work(300), work(1200)
     assert large < 6 * small  # four times the dates: linear is about 4x, quadratic 16x
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("North sold the most, with 143 units.", "East    143\nWest     98\nNorth   210\n"),
+        ("The top region is East, which sold 98.", "East: 143\nWest: 98\n"),
+        ("East, with 98 units, led.", "East: 143\nWest: 98\n"),
+        ("East, at 210 units, sold the most.", "East: 143\nWest: 98\nNorth: 210\n"),
+        ("East sold the most, 98 units.", "East: 143\nWest: 98\n"),
+        ("East led the regions. It had 98.", "East: 143\nWest: 98\n"),
+    ],
+)
+def test_a_label_carried_across_a_comma_or_to_a_pronoun_is_checked(
+    answer: str, stdout: str
+) -> None:
+    assert bad(answer, stdout=stdout)
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("North sold the most, with 210 units.", "East    143\nWest     98\nNorth   210\n"),
+        ("The top region is East, which sold 143.", "East: 143\nWest: 98\n"),
+        ("East led the regions. It had 143.", "East: 143\nWest: 98\n"),
+        ("There are 12 users, 3 of them admins.", "users: 12\nadmins: 3\n"),
+        ("Of the 12 users, 3 are admins.", "users: 12\nadmins: 3\n"),
+        ("East sold 143. It had 12 returns.", "East: 143\nWest: 98\nreturns: 12\n"),
+        ("East beat West, with 98 for West.", "East: 143\nWest: 98\n"),
+    ],
+)
+def test_a_carried_label_does_not_refuse_honest_answers(answer: str, stdout: str) -> None:
+    assert bad(answer, stdout=stdout) == []

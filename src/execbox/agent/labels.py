@@ -72,6 +72,10 @@ _PREPOSITION = re.compile(r"\s+(?:for|in|at|from|by)\s+", re.I)
 _WORD = re.compile(r"[a-z_][a-z0-9_%]*", re.I)
 _KEY = re.compile(r"""(?P<key>[A-Za-z_][\w .%/-]{0,60}?)['"]?\s*(?:[:=](?![=/]))""")
 _CLAUSE_END = re.compile(r"[.;!?,\n]|\s-\s|\u2014")
+_SENTENCE_END = re.compile(r"[.;!?](?=\s|$)|\n")
+# A clause that goes on about the subject before it: "East, with 98", "East, which sold 98".
+_GOES_ON = re.compile(r"\s*(?:(?:which|who|with|having|at)\b.*)?$", re.I | re.S)
+_PRONOUN = re.compile(r"\s*(?:it|its|they|their|this|that|he|she)\b", re.I)
 
 
 def norm_label(text: str) -> str:
@@ -387,6 +391,8 @@ def tied_labels(
     ]
     if found and (clause == previous_end or not listing):
         labels += found
+    elif not found and not listing and clause > head:
+        labels += _carried(text, head, clause, text[clause:start], index)
     stop = _CLAUSE_END.search(text, end, min(next_start, end + 200))
     after_end = stop.start() if stop else min(next_start, end + 200)
     after = text[end:after_end]
@@ -405,3 +411,21 @@ def tied_labels(
                 labels.append(label)
                 break
     return labels
+
+
+def _carried(text: str, head: int, clause: int, before: str, index: LabelIndex) -> list[str]:
+    """The label a number's clause names only through the one before: the sentence's subject
+    across a comma ("North sold the most, with 143"), or the previous sentence's one label
+    through a pronoun ("East led. It had 98"). Only text since the previous number counts."""
+    goes_on = text[clause - 1] in ",-\u2014" and _GOES_ON.match(before)
+    if not goes_on and not (_SENTENCE_END.match(text, clause - 1) and _PRONOUN.match(before)):
+        return []
+    ends = list(_SENTENCE_END.finditer(text, head, clause - 1))
+    if not ends and head > 0:
+        return []  # the sentence holds an earlier number, or is too long to read back
+    region = text[ends[-1].end() if ends else 0 : clause - 1]
+    if _LISTING.search(region):
+        return []
+    words = [norm_label(w) for w in _WORD.findall(norm_label(region))]
+    found = {label for _, g in _grams(words) if (label := lookup(g, index)) is not None}
+    return list(found) if len(found) == 1 else []
