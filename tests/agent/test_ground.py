@@ -874,3 +874,32 @@ def test_a_label_carried_across_a_comma_or_to_a_pronoun_is_checked(
 )
 def test_a_carried_label_does_not_refuse_honest_answers(answer: str, stdout: str) -> None:
     assert bad(answer, stdout=stdout) == []
+
+
+@pytest.mark.parametrize(
+    "stdout",
+    [
+        "[('East', 143), ('West', 98)]\n",
+        "('East', 143)\n('West', 98)\n",
+        "[('East', 143), ('West', 98), ('North', 12)]\n",  # Counter.most_common()
+        '[{"name": "East", "units": 143}, {"name": "West", "units": 98}]\n',
+        '[\n  {"name": "East", "units": 143},\n  {"name": "West", "units": 98}\n]\n',
+        "{'East': {'units': 143}, 'West': {'units': 98}}\n",
+        '{"regions": [{"name": "East", "units": 143}, {"name": "West", "units": 98}]}\n',
+    ],
+)
+def test_printed_tuples_records_and_nested_dicts_label_their_numbers(stdout: str) -> None:
+    assert bad("East sold 98 units.", stdout=stdout)
+    assert bad("East sold 143 units.", stdout=stdout) == []
+
+
+@pytest.mark.parametrize(
+    "stdout",
+    [
+        "[('East', '143'), ('West', 98)]\n",  # a number in a string: the shape is unclear
+        "[" + "[" * 300 + "]" * 300 + ", ('East', 143)]\n",
+        "(" + "('East', 1), " * 5000 + ")\n",  # over the size read
+    ],
+)
+def test_unclear_or_huge_printed_values_give_no_labels(stdout: str) -> None:
+    assert bad("East sold 99 units.", stdout=stdout + "total: 99\n") == []

@@ -9,6 +9,8 @@ labels the outputs show. The index is built once, line by line: a claim costs a 
 
 from __future__ import annotations
 
+import ast
+import json
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -19,6 +21,7 @@ from .values import UNIT_AFTER, blank, dates_in, durations_in
 MAX_CELLS = 2_000  # numbers kept per label; a label with more is not checked (bounded cost)
 MAX_LINES = 20_000  # lines read for the answer's labels; past it none is checked
 _MAX_WORDS = 4  # a label of more words is prose, not a label
+_MAX_LITERAL = 20_000  # characters of a printed value parsed for its labels; longer: not read
 # An answer's word for a label pandas and numpy print in short ("median" is describe()'s 50%).
 ALIASES = {
     "median": "50%",
@@ -189,6 +192,59 @@ def _read_line(text: str, found: list[Found], where: str, index: LabelIndex) -> 
         index.add(percentile[1], "row", found[2], where)
     elif not _read_keys(text, found, where, index):
         _read_row(text, found, where, index)
+    _read_literal(text, found, where, index)
+
+
+_Leaf = tuple[float, list[tuple[str, str]]]  # a number and its labels (label, kind)
+
+
+def _read_literal(text: str, found: list[Found], where: str, index: LabelIndex) -> None:
+    """A printed Python or JSON value: in [('East', 143)], {'East': {'units': 143}} and
+    [{'name': 'East', 'units': 143}] the strings beside a number, and the keys above it,
+    label it. Read only when its numbers are exactly the line's, in order."""
+    body = text.strip().rstrip(",")
+    if len(body) > _MAX_LITERAL or body[:1] not in ("(", "[", "{"):
+        return
+    try:
+        value = ast.literal_eval(body)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        try:
+            value = json.loads(body)
+        except (ValueError, RecursionError):
+            return
+    leaves: list[_Leaf] = []
+    try:
+        _walk(value, [], leaves)
+    except RecursionError:
+        return
+    if len(leaves) != len(found) or any(v != f.value for (v, _), f in zip(leaves, found)):
+        return  # numbers inside strings, or spelled otherwise: the shape is not clear
+    for (_, labels), f in zip(leaves, found, strict=True):
+        for label, kind in labels:
+            index.add(label, kind, f, where)
+
+
+def _walk(node: object, labels: list[tuple[str, str]], leaves: list[_Leaf]) -> None:
+    """The numbers under `node` in printed order, each with the labels above it."""
+    if isinstance(node, bool) or node is None or isinstance(node, str):
+        return
+    if isinstance(node, int | float):
+        leaves.append((float(node), labels))
+    elif isinstance(node, dict):
+        # A record names itself by its text fields: {"name": "East", "units": 143}.
+        names = [(v, "row") for v in node.values() if isinstance(v, str)]
+        for key, child in node.items():
+            if isinstance(key, int | float) and not isinstance(key, bool):
+                leaves.append((float(key), labels))
+            mine = [(key, "key" if isinstance(child, int | float) else "row")]
+            _walk(child, labels + names + (mine if isinstance(key, str) else []), leaves)
+    elif isinstance(node, list | tuple | set):
+        items = list(node)
+        # A pair: ('East', 143) labels its numbers by its text.
+        lead = items[0] if isinstance(node, tuple) and items else None
+        mine = [(lead, "row")] if isinstance(lead, str) else []
+        for child in items:
+            _walk(child, labels + mine, leaves)
 
 
 def wanted_words(text: str) -> frozenset[str]:
