@@ -217,7 +217,9 @@ def _read_literal(text: str, found: list[Found], where: str, index: LabelIndex) 
         _walk(value, [], leaves)
     except RecursionError:
         return
-    if len(leaves) != len(found) or any(v != f.value for (v, _), f in zip(leaves, found)):
+    if len(leaves) != len(found) or any(
+        v != f.value for (v, _), f in zip(leaves, found, strict=True)
+    ):
         return  # numbers inside strings, or spelled otherwise: the shape is not clear
     for (_, labels), f in zip(leaves, found, strict=True):
         for label, kind in labels:
