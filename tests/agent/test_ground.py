@@ -903,3 +903,30 @@ def test_printed_tuples_records_and_nested_dicts_label_their_numbers(stdout: str
 )
 def test_unclear_or_huge_printed_values_give_no_labels(stdout: str) -> None:
     assert bad("East sold 99 units.", stdout=stdout + "total: 99\n") == []
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("East sold 98 units.", "East      143 units\nWest       98 units\n"),
+        ("East sold 98 units.", "East - 143 units\nWest - 98 units\n"),
+        ("East sold 98 units.", "East sold 143 units\nWest sold 98 units\n"),
+        ("East sold 98 units.", "East: 143 units (12%)\nWest: 98 units (31%)\n"),
+        ("East had a 31% share.", "East: 143 units (12%)\nWest: 98 units (31%)\n"),
+    ],
+)
+def test_a_label_before_a_counted_number_holds_it_and_its_share(answer: str, stdout: str) -> None:
+    assert bad(answer, stdout=stdout)
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("East has a 39.2% share with 143 units.", "East: 143 units (39.2%)\n"),
+        ("East sold 143 units, a 12% share.", "East: 143 units (12%)\nWest: 98 units (31%)\n"),
+        ("West sold 98 units.", "East      143 units\nWest       98 units\n"),
+        ("It read 500 rows in 3 s.", "Processed 500 rows in 3 s\n"),
+    ],
+)
+def test_counted_lines_still_ground_honest_answers(answer: str, stdout: str) -> None:
+    assert bad(answer, stdout=stdout) == []

@@ -193,6 +193,35 @@ def _read_line(text: str, found: list[Found], where: str, index: LabelIndex) -> 
     elif not _read_keys(text, found, where, index):
         _read_row(text, found, where, index)
     _read_literal(text, found, where, index)
+    _read_counted(text, found, where, index)
+
+
+_COUNTED_HEAD = re.compile(
+    r"\s*(?P<label>[A-Za-z][\w'.]*(?: [A-Za-z][\w'.]*){0,3}?)"
+    r"\s*(?:[:=]|\s[-\u2013\u2014]|\s(?:sold|had|has|made|got|with))?\s*",
+    re.I,
+)
+_COUNTED_TAIL = re.compile(r"\s+[A-Za-z]+\.?\s*(?:\(\s*(?P<share>[^()]*?)\s*\))?\s*")
+
+
+def _read_counted(text: str, found: list[Found], where: str, index: LabelIndex) -> None:
+    """'East      143 units', 'East - 143 units', 'East sold 143 units' and 'East: 143 units
+    (12%)': a label, one number and the word it counts, perhaps with a share in parentheses;
+    the label holds the number and the share."""
+    head = _COUNTED_HEAD.fullmatch(text, 0, found[0].start)
+    tail = _COUNTED_TAIL.fullmatch(text, found[0].end)
+    if head is None or tail is None:
+        return
+    shares = found[1:]  # a percentage comes as its digits and its fraction, on one span
+    if shares and not (
+        tail["share"] is not None
+        # a number's span may take the parenthesis in, as an accounting negative would
+        and all(tail.start("share") - 1 <= f.start < f.end <= tail.end("share") for f in shares)
+        and any(f.percent for f in shares)
+    ):
+        return
+    for f in found:
+        index.add(head["label"], "row", f, where)
 
 
 _Leaf = tuple[float, list[tuple[str, str]]]  # a number and its labels (label, kind)
