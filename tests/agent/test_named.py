@@ -126,3 +126,40 @@ def test_a_result_dict_shows_its_named_values() -> None:
 def test_a_refused_named_value_says_what_the_outputs_show() -> None:
     [claim] = claims("The peak was in March.", "peak: 2023-05-03\n")
     assert not claim.grounded and "(they show May)" in claim.detail
+
+
+SYS_VERSION = "3.11.4 (main, Jun  7 2023, 10:13:09) [GCC 12.2.0]\n"
+VERSION_INFO = "sys.version_info(major=3, minor=11, micro=4, releaselevel='final', serial=0)\n"
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("Python 3.12 is installed.", SYS_VERSION),
+        ("Python 3.12.1 is installed.", SYS_VERSION),
+        ("Python 3.9 is installed.", SYS_VERSION),
+        ("Python 3.12 is installed.", VERSION_INFO),
+        ("Python 3.12 is installed.", "(3, 11, 4)\n"),
+        ("Python 3.12 is installed.", "total: 5\n"),  # no version shown at all
+        ("It runs Python3.12.", "Python 3.11.4\n"),
+        ("It runs py3.12.", "Python 3.11.4\n"),
+    ],
+)
+def test_a_python_version_no_output_shows_is_refused(answer: str, stdout: str) -> None:
+    assert refused(answer, stdout)
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("Python 3.11 is installed.", SYS_VERSION),
+        ("Python 3.11.4 is installed.", VERSION_INFO),
+        ("Python 3.11.4 is installed.", "(3, 11, 4)\n"),
+        ("It runs Python3.11.", "Python 3.11.4\n"),
+        ("It needs Python 3.11+.", "requires_python: >=3.11\n"),
+        ("Which Python? Python 3.12.", "total: 5\n"),
+    ],
+)
+def test_a_python_version_an_output_shows_passes(answer: str, stdout: str) -> None:
+    question = "Does it work on Python 3.12?" if answer.startswith("Which") else "What is it?"
+    assert refused(answer, stdout, question) == []

@@ -67,7 +67,18 @@ _CLOCK = r"\b(?P<hour>\d{1,2})\s*o['\u2019]?clock\b"
 _VERSION = (
     r"(?:(?<![A-Za-z\d.])[vV](?P<v>\d+(?:\.\d+)*)(?!\w|\.\d)"
     r"|\b[Vv]ersion\s*:?\s*(?P<vn>\d+(?:\.\d+)*)\b(?!\.\d)"
-    r"|\b(?P<name>[A-Za-z][\w-]*)\s(?P<nv>\d+\.\d+(?:\.\d+)*)\b(?!\.\d))"
+    r"|\b(?P<name>[A-Za-z][\w-]*)\s(?P<nv>\d+\.\d+(?:\.\d+)*)\b(?!\.\d)"
+    r"|\b(?P<joined>(?i:c?python|pypy|py))(?P<jv>\d+\.\d+(?:\.\d+)*)\b(?!\.\d))"
+)
+# Python's own names: a version after one is always a version claim, shown by an output
+# or refused ("Python 3.12" when the output printed 3.11.4, or nothing).
+_RUNTIMES = {"python", "cpython", "pypy", "py"}
+_RUNTIME_SHOWN = re.compile(
+    r"(?<![a-z])(?:c?python|pypy|py)(?:\w*['\"]?[ \t]*[:=]?)?[ \t]*[<>=~^]*[ \t]*v?(\d+(?:\.\d+)*)"
+    r"|^[ \t]*(\d+\.\d+\.\d+)\S*[ \t]+\("  # sys.version: "3.11.4 (main, Jun  7 2023)"
+    r"|version_info\(major=(\d+), minor=(\d+), micro=(\d+)"
+    r"|^[ \t]*\((\d+), (\d+), (\d+)\b",
+    re.M,
 )
 # A rank: an ordinal after "ranked" or "placed" or before "place" or a superlative, or a bare
 # number after "ranked" ("placed 3 orders", "ranks 3 regions" count things).
@@ -248,7 +259,9 @@ def named_claims(text: str, evidence: Evidence, question: str) -> list[tuple[Nam
     # "numpy 2.0 is installed": the sentence says it is a version, so one decimal is one too.
     weak = any(_VERSION_WORDS.search(text, max(0, n.start - 60), n.end + 60) for n in names)
     versioned = _versioned_names(evidence, {n.name for n in names}, weak=weak)
-    found = [n for n in found if not n.name or n.name in versioned]  # "the mean 3.2" is a value
+    found = [
+        n for n in found if not n.name or n.name in versioned | _RUNTIMES
+    ]  # "the mean 3.2" is a value
     kinds = {n.kind for n in found if not n.name}
     shown = shown_by(evidence, kinds) if kinds else Shown()
     claims = []
@@ -275,6 +288,9 @@ def _named_in(text: str) -> Iterator[Named]:
             value, span = int(m[kind]) % 12, m.span()
         elif kind in ("v", "vn"):
             kind, value, span = "version", _parts(m[kind]), m.span()
+        elif kind in ("joined", "jv"):
+            yield Named("version", _parts(m["jv"]), m[0], *m.span(), name=m["joined"].casefold())
+            continue
         elif kind in ("name", "nv"):
             yield Named("version", _parts(m["nv"]), m[0], *m.span(), name=m["name"].casefold())
             continue
@@ -309,6 +325,10 @@ def _claim(named: Named, shown: Shown, asked: Shown, evidence: Evidence) -> Clai
     if named.name:
         after = re.compile(rf"\b{re.escape(named.name)}(?: v?| version |==)(\d+(?:\.\d+)*)")
         shown = Shown(versions=[_parts(m[1]) for m in after.finditer(evidence.folded())])
+        if named.name in _RUNTIMES:
+            for m in _RUNTIME_SHOWN.finditer(evidence.folded()):
+                parts = [g for g in m.groups() if g is not None]
+                shown.versions.append(_parts(".".join(parts)))
     elif named.kind == "year" and not shown.years:
         return None
     if _holds(named, shown):
