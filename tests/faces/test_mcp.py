@@ -87,19 +87,12 @@ def _descendants(pid: int) -> set[int]:
     found: set[int] = set()
     todo = [pid]
     while todo:
-        parent = todo.pop()
         try:
-            tasks = os.listdir(f"/proc/{parent}/task")
-        except OSError:
+            kids = _children(todo.pop())
+        except OSError:  # the process ended meanwhile
             continue
-        for tid in tasks:
-            try:
-                with open(f"/proc/{parent}/task/{tid}/children") as fh:
-                    kids = {int(k) for k in fh.read().split()}
-            except OSError:
-                continue
-            todo.extend(kids - found)
-            found |= kids
+        todo.extend(kids - found)
+        found |= kids
     return found
 
 
