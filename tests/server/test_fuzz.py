@@ -24,6 +24,7 @@ from schemathesis.specs.openapi.checks import (
 import execbox
 from execbox.server import Settings, create_app
 from execbox.server.background import serving
+from execbox.server.quotas import Backoff
 from execbox.testing import FakeSandbox
 from tests.server.conftest import Api
 
@@ -58,6 +59,9 @@ def fuzz_server() -> Iterator[tuple[str, str]]:
         app = create_app(executor, Settings(max_request_bytes=64 * 1024))
         keys = app.state.execbox.keys
         key = keys.create("fuzzer", max_concurrent=4, max_sessions=2, rpm=100_000)
+        # Negative cases are refused on purpose, and the back-off (tested in test_fairness)
+        # would space every later case's requests ~1 s apart: 6 s a case for no claim here.
+        app.state.execbox.backoff = Backoff(base_s=0.0)
         with serving(app) as url:
             yield url, key
 
