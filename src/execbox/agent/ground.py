@@ -54,7 +54,7 @@ from .models import Claim, Verdict
 from .named import named_claims
 from .quantities import Num, claimed_numbers, claimed_words, normalize, numbers_in
 from .spelled import word_numbers
-from .values import dates_in, durations_in, mask_dates, scale_of
+from .values import blank, dates_in, durations_in, mask_dates, scale_of
 
 # "1." at a line's start is a list marker only as part of a count from 1: "999." is a value.
 _LIST_MARKER = re.compile(r"^\s*(\d+)[.)]\s", re.M)
@@ -142,66 +142,66 @@ def check(  # noqa: C901
     answer = normalize(answer)
     context = replace(context, question=normalize(context.question), code=normalize(context.code))
     claims: list[Claim] = []
-    masked = answer
-
-    def mask(start: int, end: int) -> None:
-        nonlocal masked
-        masked = masked[:start] + " " * (end - start) + masked[end:]
-
-    for match in _IDS.finditer(answer):
-        mask(match.start(), match.end())
+    # Each phase masks what its claims took once, all its spans in one pass: the work stays
+    # linear in the answer, however many claims it makes.
+    masked = blank(answer, [m.span() for m in _IDS.finditer(answer)])
     program = {norm(line) for line in context.code.splitlines()}
     outputs = {norm(line) for fact in evidence.texts for line in str(fact.value).splitlines()}
-    for match in list(_FENCE.finditer(masked)):
-        mask(match.start(), match.start("body"))
-        mask(match.end("body"), match.end())
+    spans: list[tuple[int, int]] = []
+    for match in _FENCE.finditer(masked):
+        spans += [(match.start(), match.start("body")), (match.end("body"), match.end())]
         pos = match.start("body")
         for line in match["body"].splitlines(keepends=True):
             if norm(line) in outputs or norm(line) in program and _is_code(line) or not norm(line):
-                mask(pos, pos + len(line))
+                spans.append((pos, pos + len(line)))
             pos += len(line)
-    for match in list(_QUOTES.finditer(masked)):
+    masked, spans = blank(masked, spans), []
+    for match in _QUOTES.finditer(masked):
         quoted = match["code"] or match["dq"] or match["cq"] or match["sq"]
         claim = quote_claim(quoted, evidence, context, code_span=match["code"] is not None)
         claims.append(claim)
         if claim.source == "the program" and re.search(r"\d", quoted):
             # Quoting the program is no evidence for its numbers: "`total = 999`" claims 999.
-            mask(match.start(), match.start() + 1)
-            mask(match.end() - 1, match.end())
+            spans += [(match.start(), match.start() + 1), (match.end() - 1, match.end())]
         else:
-            mask(match.start(), match.end())
+            spans.append(match.span())
+    masked, spans = blank(masked, spans), []
     for keys, match in dates_in(masked):
         claims.append(date_claim(match[0], keys, evidence, context))
-        mask(match.start(), match.end())
-    for match in list(CLOCK.finditer(masked)):
+        spans.append(match.span())
+    masked, spans = blank(masked, spans), []
+    for match in CLOCK.finditer(masked):
         claims.append(clock_claim(match, evidence))
-        mask(match.start(), match.end())
+        spans.append(match.span())
+    masked, spans = blank(masked, spans), []
     for named, claim in named_claims(masked, evidence, context.question):
         claims.append(claim)
-        mask(named.start, named.end)
+        spans.append((named.start, named.end))
+    masked, spans = blank(masked, spans), []
     durations = []
-    for seconds, step, match in list(durations_in(masked)):
+    for seconds, step, match in durations_in(masked):
         durations.append(
             Num(match[0], match.start(), match.end(), seconds, step, unit="s", stated_step=step)
         )
-        mask(match.start(), match.end())
-    for start, end in _list_markers(masked):
-        mask(start, end)
-    for match in list(FRACTION.finditer(masked)):
+        spans.append(match.span())
+    masked, spans = blank(masked, spans), []
+    masked = blank(masked, _list_markers(masked))
+    for match in FRACTION.finditer(masked):
         claims.extend(fraction_claims(match, masked, evidence, context))
-        mask(match.start(), match.end())
+        spans.append(match.span())
+    masked, spans = blank(masked, spans), []
     question_numbers = [f.value for f in numbers_in(mask_dates(context.question))]
     question_numbers += [v for v, _, _ in word_numbers(context.question)]
     # "6 squared" is the operation 6^2.
     masked = POWER_WORD.sub(
         lambda m: ("^2" if m[1].lower() == "squared" else "^3").ljust(len(m[0])), masked
     )
-    for match in list(OPERATION.finditer(masked)):
+    for match in OPERATION.finditer(masked):
         claims.append(operation_claim(match, evidence, question_numbers))
-        mask(match.start(), match.end())
+        spans.append(match.span())
+    masked = blank(masked, spans)
     nums = list(claimed_numbers(masked))
-    for num in nums:
-        mask(num.start, num.end)
+    masked = blank(masked, [(num.start, num.end) for num in nums])
     nums = sorted([*nums, *durations, *claimed_words(masked)], key=lambda n: n.start)
     stated: list[tuple[Num, Claim]] = []
     for num in nums:

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .spelled import word_fractions, word_numbers
-from .values import CURRENCY, UNIT_AFTER, unit_factors
+from .values import CURRENCY, UNIT_AFTER, blank, unit_factors
 
 _SUPERSCRIPT = "\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079\u207b"
 _SUPERSCRIPTS = str.maketrans(_SUPERSCRIPT, "0123456789-")
@@ -434,7 +434,7 @@ def _literal_run(text: str, match: re.Match[str]) -> Num | None:
 
 def claimed_words(text: str) -> Iterator[Num]:
     """Fractions and numbers in words an answer claims ("two thirds", "a dozen", "one")."""
-    masked = text
+    spans: list[tuple[int, int]] = []  # each phase masks its matches once: linear work
     for match in _COUNT_WORDS.finditer(text):
         if match["odd"] and (
             _NAN_NAMES.match(text, match.end()) or re.search(r"\d\s*$", text[: match.start()])
@@ -450,10 +450,12 @@ def claimed_words(text: str) -> Iterator[Num]:
             bound="below" if match["none"] else "exact",
             literal=bool(match["odd"]),
         )
-        masked = masked[: match.start()] + " " * len(match[0]) + masked[match.end() :]
+        spans.append(match.span())
+    masked, spans = blank(text, spans), []
     for match in VAGUE_PLURAL.finditer(masked):
         yield Num(match[0], match.start(), match.end(), math.nan, 0.0, literal=True)
-        masked = masked[: match.start()] + " " * len(match[0]) + masked[match.end() :]
+        spans.append(match.span())
+    masked, spans = blank(masked, spans), []
     for value, match in word_fractions(masked):
         before = text[max(0, match.start() - 40) : match.start()]
         bound, strict, direction = _lead(before)
@@ -467,7 +469,8 @@ def claimed_words(text: str) -> Iterator[Num]:
             strict=strict,
             direction=direction,
         )
-        masked = masked[: match.start()] + " " * len(match[0]) + masked[match.end() :]
+        spans.append(match.span())
+    masked = blank(masked, spans)
     for value, step, match in word_numbers(masked):
         before = masked[max(0, match.start() - 40) : match.start()]
         if _POSITION.search(before):
