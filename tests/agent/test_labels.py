@@ -109,6 +109,8 @@ def test_a_label_in_parentheses_after_a_number_is_its_label(answer: str, stdout:
         ("West sold 98.", _PANDAS),
         ("The answer is 98 (West).", "East: 143\nWest: 98\n"),
         ("The best was 143 units (East).", "East: 143\nWest: 98\n"),
+        ("North had the highest sales (210).", "East    143\nWest     98\nNorth   210\n"),
+        ("East had the highest revenue (1543.50).", "East     1543.50\nWest       98.00\n"),
     ],
 )
 def test_honest_answers_on_these_shapes_pass(answer: str, stdout: str) -> None:

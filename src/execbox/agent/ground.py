@@ -44,6 +44,7 @@ from .ground_text import (
     CLOCK,
     clock_claim,
     date_claim,
+    month_day_claim,
     norm,
     quote_claim,
     result_claim,
@@ -51,10 +52,10 @@ from .ground_text import (
 )
 from .labels import tied_labels, wanted_words
 from .models import Claim, Verdict
-from .named import named_claims
+from .named import NAMED_LABELS, named_claims
 from .quantities import Num, claimed_numbers, claimed_words, normalize, numbers_in
 from .spelled import word_numbers
-from .values import blank, dates_in, durations_in, mask_dates, scale_of
+from .values import blank, dates_in, durations_in, mask_dates, month_days_in, scale_of
 
 # "1." at a line's start is a list marker only as part of a count from 1: "999." is a value.
 _LIST_MARKER = re.compile(r"^\s*(\d+)[.)]\s", re.M)
@@ -141,6 +142,8 @@ def check(  # noqa: C901
     """Every checkable claim of `answer`, each grounded (with its source) or not (with why)."""
     answer = normalize(answer)
     context = replace(context, question=normalize(context.question), code=normalize(context.code))
+    # The labels the answer's words may name, and those a named value reads ("month", "rank").
+    wanted = wanted_words(answer) | NAMED_LABELS
     claims: list[Claim] = []
     # Each phase masks what its claims took once, all its spans in one pass: the work stays
     # linear in the answer, however many claims it makes.
@@ -170,13 +173,19 @@ def check(  # noqa: C901
         claims.append(date_claim(match[0], keys, evidence, context))
         spans.append(match.span())
     masked, spans = blank(masked, spans), []
-    for match in CLOCK.finditer(masked):
-        claims.append(clock_claim(match, evidence))
+    for month, day, match in month_days_in(masked):
+        claims.append(month_day_claim(match, month, day, evidence, context))
         spans.append(match.span())
     masked, spans = blank(masked, spans), []
-    for named, claim in named_claims(masked, evidence, context.question):
+    for match in CLOCK.finditer(masked):
+        claims.append(clock_claim(match, evidence, wanted))
+        spans.append(match.span())
+    times = sorted(spans)  # a label before "2 pm with 50 orders" is the time's, not 50's
+    masked, spans = blank(masked, spans), []
+    for named, claim in named_claims(masked, evidence, context.question, wanted):
         claims.append(claim)
-        spans.append((named.start, named.end))
+        if not named.superlative:  # "the highest sales (210)": the words read on
+            spans.append((named.start, named.end))
     masked, spans = blank(masked, spans), []
     durations = []
     for seconds, step, match in durations_in(masked):
@@ -220,7 +229,7 @@ def check(  # noqa: C901
             stated.append((num, literal_claim(num.text, evidence, listed=True)))  # "[1,5]"
             continue
         stated.append((num, number_claim(num, evidence, question_numbers, words)))
-    stated = _labelled(stated, masked, evidence)
+    stated = _labelled(stated, masked, evidence, wanted, times)
     ends = [m.start() for m in _SENTENCE_END.finditer(masked)]
     sentences: dict[int, list[tuple[Num, Claim]]] = {}
     for num, claim in stated:
@@ -243,12 +252,15 @@ def check(  # noqa: C901
 
 
 def _labelled(
-    stated: list[tuple[Num, Claim]], text: str, evidence: Evidence
+    stated: list[tuple[Num, Claim]],
+    text: str,
+    evidence: Evidence,
+    wanted: frozenset[str],
+    times: list[tuple[int, int]],
 ) -> list[tuple[Num, Claim]]:
     """A grounded number the answer ties to a label the outputs show ("South sold 143",
     "the median is 4.2") must be that label's: on its line, under its key, in its column."""
     out = []
-    wanted = wanted_words(text)
     for i, (num, claim) in enumerate(stated):
         if (
             claim.grounded
@@ -258,7 +270,8 @@ def _labelled(
             and num.bound in ("exact", "approx", "nearly")
         ):
             index = evidence.label_index(wanted)
-            previous = stated[i - 1][0].end if i else -1
+            at = bisect.bisect(times, (num.start, num.start)) - 1
+            previous = max(stated[i - 1][0].end if i else -1, times[at][1] if at >= 0 else -1)
             following = stated[i + 1][0].start if i + 1 < len(stated) else len(text)
             for label in tied_labels(text, num.start, num.end, previous, following, index):
                 cells = index.get(label)

@@ -197,6 +197,12 @@ _MONEY_BEFORE = re.compile(
     r"ebitda|net|deficit|debt|equity|amount|price|budget|spend\w*|p&l)\b",
     re.I,
 )
+# "the highest sales (210)": a superlative and the words it ranks by, then the count.
+_SUPERLATIVE_BEFORE = re.compile(
+    r"\b(?:most|highest|largest|biggest|greatest|top|lowest|smallest|least|fewest)"
+    r"(?:\s+[A-Za-z]+){0,2}\s*$",
+    re.I,
+)
 # "5 NaN values", "5 missing (NaN) values": NaN names what is counted, it is no value of its own.
 _NAN_NAMES = re.compile(
     r"\)?\s+(?:values?|entries|entry|rows?|cells?|counts?|records?|fields?|items?)\b", re.I
@@ -398,12 +404,13 @@ def claimed_numbers(text: str) -> Iterator[Num]:
 
 
 def _aside(match: re.Match[str], before: str) -> bool:
-    """A plain count in parentheses after prose ("the most rows (31)"), not accounting."""
+    """A plain count in parentheses after prose ("the most rows (31)", "the highest sales
+    (210)": a superlative's evidence even after a money word), not accounting."""
     return (
         not (match["cur"] or match["sign"])
         and _PROSE_BEFORE.search(before) is not None
         and _LINK_BEFORE.search(before) is None
-        and _MONEY_BEFORE.search(before) is None
+        and (_MONEY_BEFORE.search(before) is None or _SUPERLATIVE_BEFORE.search(before) is not None)
     )
 
 
