@@ -165,6 +165,10 @@ def test_a_python_version_an_output_shows_passes(answer: str, stdout: str) -> No
     assert refused(answer, stdout, question) == []
 
 
+_RANKED = "1. East\n2. West\n3. North\n"
+_SERIES = "East    143\nWest     98\nNorth   210\n"
+
+
 @pytest.mark.parametrize(
     ("answer", "stdout"),
     [
@@ -203,6 +207,56 @@ def test_a_month_day_or_a_month_in_other_words_must_be_shown(answer: str, stdout
 def test_an_honest_month_day_or_month_passes(answer: str, stdout: str) -> None:
     question = "How was the weather on March 6?" if "sunny" in answer else "When?"
     assert refused(answer, stdout, question) == []
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("East came second.", _RANKED),
+        ("East came in second.", _RANKED),
+        ("East is the runner-up.", _RANKED),
+        ("East is #2.", "East rank: 1\n"),
+        ("East is ranked No. 2.", "rank  region\n   1    East\n   2    West\n"),
+        ("East was the 2nd-largest region.", _RANKED),
+        ("West was the second-largest region.", _SERIES),
+        ("West came second.", _SERIES),
+        ("West was the runner-up.", _SERIES),
+        ("West is the largest region.", _SERIES),
+        ("West had the most units.", _SERIES),
+        ("North had the fewest units.", _SERIES),
+    ],
+)
+def test_a_rank_the_outputs_ranking_contradicts_is_refused(answer: str, stdout: str) -> None:
+    assert refused(answer, stdout)
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("West came second.", _RANKED),
+        ("West is the runner-up.", _RANKED),
+        ("East is #1.", "East rank: 1\n"),
+        (
+            "West is ranked second.",
+            "   rank region  units\n0     1   East    143\n1     2   West     98\n",
+        ),
+        (
+            "East ranks 1st with 143 units.",
+            "   rank region  units\n0     1   East    143\n1     2   West     98\n",
+        ),
+        ("East was the second-largest region.", _SERIES),
+        ("North is the largest region, West the smallest.", _SERIES),  # two labels: unchecked
+        ("North had the most units (210).", _SERIES),
+        ("West had the fewest units.", _SERIES),
+        (
+            "West is the second largest region with 98 units.",
+            "East    143\nWest     98\nNorth    12\n",
+        ),
+        ("North, the largest region, sold 210.", _SERIES),
+    ],
+)
+def test_a_rank_the_outputs_ranking_bears_out_passes(answer: str, stdout: str) -> None:
+    assert refused(answer, stdout) == []
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from .evidence import Evidence
 from .models import Claim
+from .ranks import Rankings, implied_ranks, ordinal_number, subject
 from .values import MONTH_SPELLINGS, dates_in, month_number
 
 _MONTH_NAMES = [
@@ -182,7 +183,7 @@ class Shown:
         elif kind == "year":
             self.years.add(int(m["a"] or m["b"] or m["c"]))
         elif kind == "rank":
-            self.ranks.add(_ordinal_number(m[1]))
+            self.ranks.add(ordinal_number(m[1]))
         else:
             label = _LABEL_KIND.get(m["kind"].lower(), m["kind"].lower())
             if label == "version":
@@ -271,6 +272,11 @@ def named_claims(
     a year no output dates is left out (it is checked as a number). `wanted`: the words the
     outputs' labels are read for, `NAMED_LABELS` among them."""
     found = list(_named_in(text))
+    found += [
+        Named("rank", i.rank, i.text, i.start, i.end, order=i.order, superlative=i.superlative)
+        for i in implied_ranks(text)
+        if not any(n.start < i.end and i.start < n.end for n in found)
+    ]
     if not found:
         return []  # the common case: nothing read from the outputs
     asked = Shown()
@@ -288,14 +294,40 @@ def named_claims(
     kinds = {n.kind for n in found if not n.name}
     shown = shown_by(evidence, kinds, wanted) if kinds else Shown()
     claims = []
+    rankings: Rankings | None = None
     for named in found:
         claim = None
+        if named.kind == "rank":
+            rankings = rankings or Rankings.of(evidence, evidence.label_index(wanted))
+            claim = _ranked(named, text, rankings)
+            if claim is None and named.superlative:
+                continue  # "the most" with no ranking to hold it to: not a claim
         claim = claim or _claim(named, shown, asked, evidence)
         if named.name and named.text.casefold() in question.casefold():
             claim = Claim(text=named.text, kind="number", grounded=True, source="the question")
         if claim is not None:
             claims.append((named, claim))
     return claims
+
+
+def _ranked(named: Named, text: str, rankings: Rankings) -> Claim | None:
+    """A rank checked against the ranking that holds the label its sentence names."""
+    label = subject(text, named.start, named.end, rankings.labels())
+    if label is None:
+        return None
+    rank = rankings.rank_of(label, named.order, superlative=named.superlative)
+    if rank is None:
+        return None
+    if rank == named.value:
+        return Claim(
+            text=named.text, kind="number", grounded=True, source=f"the outputs rank {label} {rank}"
+        )
+    return Claim(
+        text=named.text,
+        kind="number",
+        grounded=False,
+        detail=f"the outputs rank {label!r} {rank}, not {named.value}",
+    )
 
 
 def _named_in(text: str) -> Iterator[Named]:
@@ -319,7 +351,7 @@ def _named_in(text: str) -> Iterator[Named]:
             yield Named("version", _parts(m["nv"]), m[0], *m.span(), name=m["name"].casefold())
             continue
         elif kind in ("r", "rn", "ro"):
-            value, span = _ordinal_number(m[kind]), m.span()
+            value, span = ordinal_number(m[kind]), m.span()
             order = (
                 "up"
                 if re.search(_RANKED_UP, m[0], re.I)
@@ -406,17 +438,10 @@ def _weekday_number(name: str) -> int:
     return [d[:3] for d in _WEEKDAY_NAMES].index(name[:3].lower())
 
 
-def _ordinal_number(text: str) -> int:
-    text = text.lower()
-    if text in _ORDINAL_WORDS:
-        return _ORDINAL_WORDS.index(text) + 1
-    return int(re.sub(r"\D", "", text))
-
-
 def _quarter(m: re.Match[str]) -> int:
     if m["q"] or m["qn"]:
         return int(m["q"] or m["qn"])
-    return _ordinal_number(m["qo"])
+    return ordinal_number(m["qo"])
 
 
 def _parts(version: str) -> tuple[int, ...]:
