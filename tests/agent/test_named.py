@@ -184,6 +184,8 @@ _SERIES = "East    143\nWest     98\nNorth   210\n"
         ("Sales peaked in mars.", "peak: 2023-04-04\n"),
         ("Sales peaked in marzo.", "peak: 2023-04-04\n"),
         ("Sales peaked in avril 2023.", "peak: mars 2023\n"),
+        ("Sales peaked on the 5th.", "peak: 2023-03-04\n"),  # a day, its month unsaid
+        ("Sales peaked on Sat. the 5th.", "peak: 2023-03-04\n"),
     ],
 )
 def test_a_month_day_or_a_month_in_other_words_must_be_shown(answer: str, stdout: str) -> None:
@@ -202,6 +204,8 @@ def test_a_month_day_or_a_month_in_other_words_must_be_shown(answer: str, stdout
         ("Sales peaked in März.", "peak: 2023-03-04\n"),
         ("Sales peaked in March 2023.", "peak: mars 2023\n"),
         ("It was sunny on 6 March.", "rain: 0\n"),  # the question's
+        ("Sales peaked on the 6th.", "peak: 2023-03-06\n"),
+        ("It passed on the 3rd attempt.", "attempts: 3\n"),  # a position, no day
     ],
 )
 def test_an_honest_month_day_or_month_passes(answer: str, stdout: str) -> None:

@@ -151,11 +151,14 @@ def month_day_claim(
     """ "March 5th" without a year: a date the question or an output shows must have that
     month and day in every reading ("03/05/2023" may be 3 May)."""
 
+    def same(m: int, d: int | None) -> bool:
+        return d == day and month in (0, m)  # "on the 5th" names no month
+
     def holds(keys: Sequence[DateKey]) -> bool:
-        return bool(keys) and all(key[1:] == (month, day) for key in keys)
+        return bool(keys) and all(same(key[1], key[2]) for key in keys)
 
     if any(holds(keys) for keys, _ in dates_in(context.question)) or any(
-        (m, d) == (month, day) for m, d, _ in month_days_in(context.question)
+        same(m, d) for m, d, _ in month_days_in(context.question)
     ):
         return Claim(text=match[0], kind="date", grounded=True, source="the question")
     for fact in evidence.dates:
@@ -163,9 +166,9 @@ def month_day_claim(
             return Claim(
                 text=match[0], kind="date", grounded=True, run_id=fact.run_id, source=fact.where
             )
-    if any((m, d) == (month, day) for m, d, _ in month_days_in(evidence.folded())):
+    if any(same(m, d) for m, d, _ in month_days_in(evidence.folded())):
         for fact in evidence.texts:
-            if any((m, d) == (month, day) for m, d, _ in month_days_in(str(fact.value))):
+            if any(same(m, d) for m, d, _ in month_days_in(str(fact.value))):
                 return Claim(
                     text=match[0],
                     kind="date",

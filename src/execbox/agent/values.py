@@ -249,18 +249,23 @@ _MONTH_DAY = re.compile(
     + _MONTH
     + r"|"
     + _MONTH.replace("mon>", "mon2>")
-    + r"\s+(?P<d2>\d{1,2})(?:st|nd|rd|th)?(?![\w:.]\d|\d)",
+    + r"\s+(?P<d2>\d{1,2})(?:st|nd|rd|th)?(?![\w:.]\d|\d)"
+    # "on the 5th", "on Sat. the 5th": a day of a month the answer does not name (0).
+    r"|\bon\s+(?:(?:mon|tue|wed|thu|fri|sat|sun)[a-z]*\.?,?\s+)?the\s+(?P<d3>\d{1,2})"
+    r"(?:st|nd|rd|th)\b(?!\s*[A-Za-z])",
     re.I,
 )
 
 
 def month_days_in(text: str) -> Iterator[tuple[int, int, re.Match[str]]]:
-    """Each month's day without a year (its dates with one masked first): month, day, match."""
+    """Each month's day without a year (its dates with one masked first): month (0: not
+    named), day, match."""
     for match in _MONTH_DAY.finditer(text):
-        month = month_number(match["mon"] or match["mon2"])
-        day = int(match["d"] or match["d2"])
+        mon = match["mon"] or match["mon2"]
+        month = month_number(mon) if mon else 0
+        day = int(match["d"] or match["d2"] or match["d3"])
         try:
-            date(2000, month, day)  # a leap year: any day a month may have
+            date(2000, month or 1, day)  # a leap year: any day a month may have
         except ValueError:
             continue
         yield month, day, match
