@@ -84,6 +84,7 @@ def test_parallel_arrays_label_each_position_by_the_same_position(answer: str, s
         ("The answer is 98 (East).", "East: 143\nWest: 98\n"),
         ("The best was 98 units (East).", "East: 143\nWest: 98\n"),
         ("It sold 210 (West).", "East    143\nWest     98\nNorth   210\n"),
+        ("East sold 143 units (31%).", "East: 143 units (12%)\nWest: 98 units (31%)\n"),
     ],
 )
 def test_a_label_in_parentheses_after_a_number_is_its_label(answer: str, stdout: str) -> None:
@@ -109,6 +110,8 @@ def test_a_label_in_parentheses_after_a_number_is_its_label(answer: str, stdout:
         ("West sold 98.", _PANDAS),
         ("The answer is 98 (West).", "East: 143\nWest: 98\n"),
         ("The best was 143 units (East).", "East: 143\nWest: 98\n"),
+        ("East sold 143 units (12%).", "East: 143 units (12%)\nWest: 98 units (31%)\n"),
+        ("East sold 143 units (39%).", "East: 143\nWest: 98\nshare: 0.39\n"),
         ("North had the highest sales (210).", "East    143\nWest     98\nNorth   210\n"),
         ("East had the highest revenue (1543.50).", "East     1543.50\nWest       98.00\n"),
     ],

@@ -59,6 +59,7 @@ from .values import blank, dates_in, durations_in, mask_dates, month_days_in, sc
 
 # "1." at a line's start is a list marker only as part of a count from 1: "999." is a value.
 _LIST_MARKER = re.compile(r"^\s*(\d+)[.)]\s", re.M)
+_ASIDE_SHARE = re.compile(r"\s*(?:[A-Za-z]+\s*)?\(?\s*")
 _SENTENCE_END = re.compile(r"[.!?;](?=\s|$)|\n")
 _STOP = {
     "the",
@@ -261,6 +262,7 @@ def _labelled(
     """A grounded number the answer ties to a label the outputs show ("South sold 143",
     "the median is 4.2") must be that label's: on its line, under its key, in its column."""
     out = []
+    labels: list[str] = []  # the previous number's
     for i, (num, claim) in enumerate(stated):
         if (
             claim.grounded
@@ -273,7 +275,19 @@ def _labelled(
             at = bisect.bisect(times, (num.start, num.start)) - 1
             previous = max(stated[i - 1][0].end if i else -1, times[at][1] if at >= 0 else -1)
             following = stated[i + 1][0].start if i + 1 < len(stated) else len(text)
-            for label in tied_labels(text, num.start, num.end, previous, following, index):
+            # "East sold 143 units (31%)": a share in parentheses is the same label's.
+            between = text[stated[i - 1][0].end : num.start] if i else ""
+            aside = _ASIDE_SHARE.fullmatch(between) and "(" in between + num.text[:1]
+            shares = [
+                label
+                for label in labels
+                if (cells := index.get(label)) is not None and any(c[2] for c in cells.values)
+            ]  # only a label whose line shows a share: "(39% of all)" may be computed apart
+            labels = [
+                *(shares if aside and num.percent else []),
+                *tied_labels(text, num.start, num.end, previous, following, index),
+            ]
+            for label in labels:
                 cells = index.get(label)
                 if cells is not None and not any(fits(num, _cell_fact(c)) for c in cells.values):
                     shown = ", ".join(f"{c[0]:g}" for c in cells.values[:5])
@@ -285,6 +299,8 @@ def _labelled(
                         f"(it is shown at {claim.source})",
                     )
                     break
+        else:
+            labels = []
         out.append((num, claim))
     return out
 
