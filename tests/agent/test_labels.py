@@ -45,6 +45,7 @@ _PANDAS = "Index(['East', 'West', 'North'], dtype='object')\narray([143,  98, 21
         ("West sold 143 units.", "East=143 West=98 North=210\n"),
         ("Train accuracy was 0.85.", "accuracy: train=0.92 test=0.85\n"),
         ("Test acc was 0.92.", "train acc 0.92 test acc 0.85\n"),
+        ("Train accuracy was 0.85.", "train acc 0.92 test acc 0.85\n"),
     ],
 )
 def test_several_labelled_numbers_on_a_line_each_belong_to_their_label(
@@ -99,6 +100,7 @@ def test_a_label_in_parentheses_after_a_number_is_its_label(answer: str, stdout:
         ("The max is 9, the mean 5.5.", "min 3 max 9 mean 5.5\n"),
         ("West sold 98.", "East: 143, West: 98\n"),
         ("Train accuracy was 0.92.", "accuracy: train=0.92 test=0.85\n"),
+        ("Train accuracy was 0.92, test accuracy 0.85.", "train acc 0.92 test acc 0.85\n"),
         ("It processed 500 rows in 3 s.", "Processed 500 rows in 3 s\n"),
         ("East had 143 units and a revenue of 1200.", _JSON),
         ("West sold 98.", _RECORDS),

@@ -27,6 +27,7 @@ ALIASES = {
     "maximum": "max",
     "minimum": "min",
     "standard deviation": "std",
+    "accuracy": "acc",
 }
 _PERCENTILE_ROW = re.compile(r"\s*(\d{1,2}%)\s+(?=[-\d.])")
 
@@ -285,6 +286,8 @@ def lookup(gram: str, index: LabelIndex) -> str | None:
     if index.get(gram) is not None:
         return gram
     alias = ALIASES.get(gram)
+    if alias is None and " " in gram:  # "train accuracy" for a shown "train acc"
+        alias = " ".join(ALIASES.get(word, word) for word in gram.split())
     return alias if alias is not None and index.get(alias) is not None else None
 
 
