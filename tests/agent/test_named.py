@@ -206,6 +206,7 @@ def test_a_month_day_or_a_month_in_other_words_must_be_shown(answer: str, stdout
         ("It was sunny on 6 March.", "rain: 0\n"),  # the question's
         ("Sales peaked on the 6th.", "peak: 2023-03-06\n"),
         ("It passed on the 3rd attempt.", "attempts: 3\n"),  # a position, no day
+        ("Mars has 2 moons.", "moons: 2\n"),  # a planet, not March
     ],
 )
 def test_an_honest_month_day_or_month_passes(answer: str, stdout: str) -> None:
@@ -276,6 +277,7 @@ def test_a_rank_the_outputs_ranking_bears_out_passes(answer: str, stdout: str) -
             "hour\n13    20\n14    50\nName: orders, dtype: int64\n",
         ),
         ("The peak hour is 2 pm.", "   hour  orders\n0    13      20\n1    14      50\n"),
+        ("The peak month was March with 500 sales.", "   month  sales\n0      3    500\n"),
     ],
 )
 def test_a_month_quarter_or_hour_column_shows_its_values(answer: str, stdout: str) -> None:

@@ -181,12 +181,13 @@ def check(  # noqa: C901
     for match in CLOCK.finditer(masked):
         claims.append(clock_claim(match, evidence, wanted))
         spans.append(match.span())
-    times = sorted(spans)  # a label before "2 pm with 50 orders" is the time's, not 50's
+    shown = list(spans)  # the named values' spans: their kind's label is theirs
     masked, spans = blank(masked, spans), []
     for named, claim in named_claims(masked, evidence, context.question, wanted):
         claims.append(claim)
         if not named.superlative:  # "the highest sales (210)": the words read on
             spans.append((named.start, named.end))
+            shown.append((named.start, named.end))
     masked, spans = blank(masked, spans), []
     durations = []
     for seconds, step, match in durations_in(masked):
@@ -230,7 +231,7 @@ def check(  # noqa: C901
             stated.append((num, literal_claim(num.text, evidence, listed=True)))  # "[1,5]"
             continue
         stated.append((num, number_claim(num, evidence, question_numbers, words)))
-    stated = _labelled(stated, masked, evidence, wanted, times)
+    stated = _labelled(stated, masked, evidence, wanted, sorted(shown))
     ends = [m.start() for m in _SENTENCE_END.finditer(masked)]
     sentences: dict[int, list[tuple[Num, Claim]]] = {}
     for num, claim in stated:
@@ -257,7 +258,7 @@ def _labelled(
     text: str,
     evidence: Evidence,
     wanted: frozenset[str],
-    times: list[tuple[int, int]],
+    named: list[tuple[int, int]],
 ) -> list[tuple[Num, Claim]]:
     """A grounded number the answer ties to a label the outputs show ("South sold 143",
     "the median is 4.2") must be that label's: on its line, under its key, in its column."""
@@ -272,8 +273,7 @@ def _labelled(
             and num.bound in ("exact", "approx", "nearly")
         ):
             index = evidence.label_index(wanted)
-            at = bisect.bisect(times, (num.start, num.start)) - 1
-            previous = max(stated[i - 1][0].end if i else -1, times[at][1] if at >= 0 else -1)
+            previous = stated[i - 1][0].end if i else -1
             following = stated[i + 1][0].start if i + 1 < len(stated) else len(text)
             # "East sold 143 units (31%)": a share in parentheses is the same label's.
             between = text[stated[i - 1][0].end : num.start] if i else ""
@@ -287,6 +287,11 @@ def _labelled(
                 *(shares if aside and num.percent else []),
                 *tied_labels(text, num.start, num.end, previous, following, index),
             ]
+            # "The peak hour is 2 pm with 50", "the peak month was March with 500": a kind's
+            # label before a named value of it is that value's, not the number after it.
+            at = bisect.bisect(named, (num.start, num.start)) - 1
+            if at >= 0 and named[at][0] >= previous:
+                labels = [label for label in labels if label not in NAMED_LABELS]
             for label in labels:
                 cells = index.get(label)
                 if cells is not None and not any(fits(num, _cell_fact(c)) for c in cells.values):

@@ -53,11 +53,12 @@ _ORDINAL = r"(?:\d{1,3}(?:st|nd|rd|th)|" + "|".join(_ORDINAL_WORDS) + r")"
 
 # An answer's month or weekday is capitalized ("may" is a verb); an output's may be any case.
 # In another case or language too ("march", "APRIL", "mars", "M\u00e4rz"); an abbreviation and
-# a lowercase "may" only as written in English ("may" is a verb, "mar" a word).
+# a lowercase "may" only as written in English ("may" is a verb, "mar" a word), "mars" only
+# in lower case (French writes months so; "Mars" is a planet).
 _MONTH = (
     r"(?<![^\W\d_])(?P<month>(?:January|February|March|April|May|June|July|August|September|"
     r"October|November|December|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept|Sep|Oct|Nov|Dec)(?![a-z])"
-    r"|(?i:" + "|".join(n for n in MONTH_SPELLINGS if len(n) >= 4 or n == "mai") + r")"
+    r"|mars|(?i:" + "|".join(n for n in MONTH_SPELLINGS if len(n) >= 4 and n != "mars") + r"|mai)"
     r"(?![^\W\d_]))"
 )
 _WEEKDAY = (
