@@ -143,8 +143,6 @@ def check(  # noqa: C901
     """Every checkable claim of `answer`, each grounded (with its source) or not (with why)."""
     answer = normalize(answer)
     context = replace(context, question=normalize(context.question), code=normalize(context.code))
-    # The labels the answer's words may name, and those a named value reads ("month", "rank").
-    wanted = wanted_words(answer) | NAMED_LABELS
     claims: list[Claim] = []
     # Each phase masks what its claims took once, all its spans in one pass: the work stays
     # linear in the answer, however many claims it makes.
@@ -170,6 +168,9 @@ def check(  # noqa: C901
         else:
             spans.append(match.span())
     masked, spans = blank(masked, spans), []
+    # The labels the answer's own words may name (not its quotes or the outputs it shows in
+    # fences), and those a named value reads ("month", "rank").
+    wanted = wanted_words(masked) | NAMED_LABELS
     for keys, match in dates_in(masked):
         claims.append(date_claim(match[0], keys, evidence, context))
         spans.append(match.span())

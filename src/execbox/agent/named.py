@@ -216,9 +216,7 @@ class Shown:
 
 
 # Keys and columns whose numbers name a value of a kind: "month  sales" over "3  500".
-NAMED_LABELS = frozenset(
-    {"month", "quarter", "qtr", "year", "hour", "rank", "position", "place", "version"}
-)
+NAMED_LABELS = frozenset({"month", "quarter", "qtr", "year", "hour", "rank", "position", "place"})
 
 
 def shown_by(evidence: Evidence, kinds: set[str], wanted: frozenset[str]) -> Shown:
@@ -231,7 +229,7 @@ def shown_by(evidence: Evidence, kinds: set[str], wanted: frozenset[str]) -> Sho
     index = evidence.label_index(wanted)
     for label in NAMED_LABELS & wanted:
         cells = index.get(label)
-        for value, *_ in cells.values if cells is not None and label != "version" else []:
+        for value, *_ in cells.values if cells is not None else []:
             if value.is_integer():
                 shown.labelled(_LABEL_KIND.get(label, label), int(value))
     for fact in evidence.dates:
