@@ -46,6 +46,9 @@ _PANDAS = "Index(['East', 'West', 'North'], dtype='object')\narray([143,  98, 21
         ("Train accuracy was 0.85.", "accuracy: train=0.92 test=0.85\n"),
         ("Test acc was 0.92.", "train acc 0.92 test acc 0.85\n"),
         ("Train accuracy was 0.85.", "train acc 0.92 test acc 0.85\n"),
+        ("There were 98 user accounts.", "users: 143\nadmins: 98\n"),  # the other number
+        ("The user count was 98.", "users: 143\nadmins: 98\n"),
+        ("Easts sold 98.", "East: 143\nWest: 98\n"),
     ],
 )
 def test_several_labelled_numbers_on_a_line_each_belong_to_their_label(
@@ -99,6 +102,7 @@ def test_a_label_in_parentheses_after_a_number_is_its_label(answer: str, stdout:
         ("The p50 was 12 ms.", "latency: p50 12ms, p99 30ms\n"),
         ("The max is 9, the mean 5.5.", "min 3 max 9 mean 5.5\n"),
         ("West sold 98.", "East: 143, West: 98\n"),
+        ("There are 143 users and 98 admin accounts.", "users: 143\nadmins: 98\n"),
         ("Train accuracy was 0.92.", "accuracy: train=0.92 test=0.85\n"),
         ("Train accuracy was 0.92, test accuracy 0.85.", "train acc 0.92 test acc 0.85\n"),
         ("It processed 500 rows in 3 s.", "Processed 500 rows in 3 s\n"),

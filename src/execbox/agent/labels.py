@@ -274,9 +274,16 @@ def _read_counted(text: str, found: list[Found], where: str, index: LabelIndex) 
 
 
 def wanted_words(text: str) -> frozenset[str]:
-    """The words of an answer that may name a label, and the short forms of its aliases."""
+    """The words of an answer that may name a label, in the singular and plural, and the
+    short forms of its aliases."""
     words = {w for w in _WORD.findall(norm_label(text)) if w not in _NOT_LABELS}
+    words |= {_other_number(w) for w in words}
     return frozenset(words | {a for w, a in ALIASES.items() if w.split()[-1] in words})
+
+
+def _other_number(word: str) -> str:
+    """'users' for 'user', 'user' for 'users': a label shown in the other number."""
+    return word[:-1] if word.endswith("s") and len(word) > 3 else word + "s"
 
 
 def lookup(gram: str, index: LabelIndex) -> str | None:
@@ -285,6 +292,10 @@ def lookup(gram: str, index: LabelIndex) -> str | None:
         return None
     if index.get(gram) is not None:
         return gram
+    head, _, last = gram.rpartition(" ")
+    other = f"{head} {_other_number(last)}".strip()  # "user count": a shown "users"
+    if index.get(other) is not None:
+        return other
     alias = ALIASES.get(gram)
     if alias is None and " " in gram:  # "train accuracy" for a shown "train acc"
         alias = " ".join(ALIASES.get(word, word) for word in gram.split())
