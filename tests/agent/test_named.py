@@ -258,6 +258,7 @@ def test_a_rank_the_outputs_ranking_contradicts_is_refused(answer: str, stdout: 
             "East    143\nWest     98\nNorth    12\n",
         ),
         ("North, the largest region, sold 210.", _SERIES),
+        ("The most recent order came from West.", _SERIES),  # no rank by value
     ],
 )
 def test_a_rank_the_outputs_ranking_bears_out_passes(answer: str, stdout: str) -> None:

@@ -5,8 +5,9 @@ series of labelled numbers ("East 143" over "West 98"), ranked by its values.
 
 A rank is checked only when the sentence names one label the ranking holds; the direction
 of a series is the answer's word ("largest", "fewest"); a bare "second" or "runner-up" is
-checked only against an explicit ranking. A superlative ("the most") is a claim only when a ranking is found; an ordinal is
-one always (`named` grounds it by any rank an output shows when no ranking holds its label).
+checked only against an explicit ranking. A superlative ("the most") is a claim only when a
+ranking is found; an ordinal is one always (`named` grounds it by any rank an output shows
+when no ranking holds its label).
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ IMPLIED = re.compile(
     r"\b(?:came|comes|finished|finishes|ended|ends)\s+(?:in\s+|up\s+)?(?P<came>" + _ORDINAL + r")\b"
     r"|\b(?:is|was|are|were)\s+(?:ranked\s+)?(?:#\s*|no\.\s*)(?P<no>\d{1,3})\b"
     r"|\b(?P<runner>runners?[- ]up)\b"
-    r"|\bthe\s+(?P<super>" + _DOWN + "|" + _UP + r")\b(?!\s+\d)",
+    r"|\bthe\s+(?P<super>" + _DOWN + "|" + _UP + r")\b(?!\s+\d)"
+    r"(?!\s+(?:recent|likely|important|notable|significant|similar|relevant|of\s+all)\b)",
     re.I,
 )
 _SENTENCE = re.compile(r"[.!?;](?=\s|$)|\n")
