@@ -7,7 +7,15 @@ from typing import Any
 
 import pytest
 
-from execbox.agent import comparison, ground, ground_numbers, ground_text, labels
+from execbox.agent import (
+    comparison,
+    ground,
+    ground_numbers,
+    ground_text,
+    labels,
+    quantities,
+    values,
+)
 from execbox.agent import evidence as evidence_module
 from execbox.agent.models import Claim, RunOutput, Verdict
 from execbox.contract import Artifact
@@ -930,3 +938,31 @@ def test_a_label_before_a_counted_number_holds_it_and_its_share(answer: str, std
 )
 def test_counted_lines_still_ground_honest_answers(answer: str, stdout: str) -> None:
     assert bad(answer, stdout=stdout) == []
+
+
+def test_masking_an_answer_costs_work_linear_in_its_claims(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each kind of claim is masked in one pass: the characters the masking copies grow with
+    the answer, not with the answer times its claims."""
+    copied = 0
+    real = values.blank
+
+    def counting(text: str, spans: Any) -> str:
+        nonlocal copied
+        copied += len(text)
+        return str(real(text, spans))
+
+    for module in (ground, quantities):
+        monkeypatch.setattr(module, "blank", counting, raising=False)
+
+    def work(n: int) -> int:
+        nonlocal copied
+        copied = 0
+        answer = " ".join(
+            f'Row "r{i}" on 2023-01-{i % 28 + 1:02d} is {i}, 1/{i + 2}, twice as big as one.'
+            for i in range(n)
+        )
+        assert claims(answer, stdout="total: 5\n")
+        return copied
+
+    small, large = work(100), work(400)
+    assert 0 < large < 6 * small  # four times the claims: linear is about 4x, quadratic 16x

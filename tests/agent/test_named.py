@@ -163,3 +163,139 @@ def test_a_python_version_no_output_shows_is_refused(answer: str, stdout: str) -
 def test_a_python_version_an_output_shows_passes(answer: str, stdout: str) -> None:
     question = "Does it work on Python 3.12?" if answer.startswith("Which") else "What is it?"
     assert refused(answer, stdout, question) == []
+
+
+_RANKED = "1. East\n2. West\n3. North\n"
+_SERIES = "East    143\nWest     98\nNorth   210\n"
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("Sales peaked on March 5th.", "peak: 2023-03-04\n"),  # a month's day, no year
+        ("Sales peaked on 5 March.", "peak: 2023-03-04\n"),
+        ("Sales peaked on the 5th of March.", "peak: 2023-03-04\n"),
+        ("The peak was on March 7.", "peak: 2023-03-04\ncount: 7\n"),
+        ("The peak was on Mar 4.", "peak: 2023-04-03\n"),
+        ("Sales peaked on 5 March.", "peak: 03/05/2023\n"),  # may be 3 May
+        ("Sales peaked in april.", "peak: 2023-03-04\n"),  # lowercase
+        ("Sales peaked in APRIL.", "peak: 2023-03-04\n"),
+        ("Sales peaked in März.", "peak: 2023-04-04\n"),  # other languages
+        ("Sales peaked in mars.", "peak: 2023-04-04\n"),
+        ("Sales peaked in marzo.", "peak: 2023-04-04\n"),
+        ("Sales peaked in avril 2023.", "peak: mars 2023\n"),
+        ("Sales peaked on the 5th.", "peak: 2023-03-04\n"),  # a day, its month unsaid
+        ("Sales peaked on Sat. the 5th.", "peak: 2023-03-04\n"),
+    ],
+)
+def test_a_month_day_or_a_month_in_other_words_must_be_shown(answer: str, stdout: str) -> None:
+    assert refused(answer, stdout)
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("Sales peaked on March 6.", "peak: 2023-03-06\n"),
+        ("Sales peaked on 6 March.", "peak: 2023-03-06 00:00:00\n"),
+        ("Sales peaked on Mar 6th.", "Timestamp('2023-03-06 00:00:00')\n"),
+        ("The busiest day was Monday, March 6.", "busiest: 2023-03-06\n"),
+        ("Sales peaked on the 6th of March.", "peak: March 6\n"),
+        ("Sales peaked in march.", "peak: 2023-03-04\n"),
+        ("Sales peaked in März.", "peak: 2023-03-04\n"),
+        ("Sales peaked in March 2023.", "peak: mars 2023\n"),
+        ("It was sunny on 6 March.", "rain: 0\n"),  # the question's
+        ("Sales peaked on the 6th.", "peak: 2023-03-06\n"),
+        ("It passed on the 3rd attempt.", "attempts: 3\n"),  # a position, no day
+        ("Mars has 2 moons.", "moons: 2\n"),  # a planet, not March
+    ],
+)
+def test_an_honest_month_day_or_month_passes(answer: str, stdout: str) -> None:
+    question = "How was the weather on March 6?" if "sunny" in answer else "When?"
+    assert refused(answer, stdout, question) == []
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("East came second.", _RANKED),
+        ("East came in second.", _RANKED),
+        ("East is the runner-up.", _RANKED),
+        ("East is #2.", "East rank: 1\n"),
+        ("East is ranked No. 2.", "rank  region\n   1    East\n   2    West\n"),
+        ("East was the 2nd-largest region.", _RANKED),
+        ("West was the second-largest region.", _SERIES),
+        ("West came second.", _SERIES),
+        ("West was the runner-up.", _SERIES),
+        ("West is the largest region.", _SERIES),
+        ("West had the most units.", _SERIES),
+        ("North had the fewest units.", _SERIES),
+    ],
+)
+def test_a_rank_the_outputs_ranking_contradicts_is_refused(answer: str, stdout: str) -> None:
+    assert refused(answer, stdout)
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("West came second.", _RANKED),
+        ("West is the runner-up.", _RANKED),
+        ("East is #1.", "East rank: 1\n"),
+        (
+            "West is ranked second.",
+            "   rank region  units\n0     1   East    143\n1     2   West     98\n",
+        ),
+        (
+            "East ranks 1st with 143 units.",
+            "   rank region  units\n0     1   East    143\n1     2   West     98\n",
+        ),
+        ("East was the second-largest region.", _SERIES),
+        ("North is the largest region, West the smallest.", _SERIES),  # two labels: unchecked
+        ("North had the most units (210).", _SERIES),
+        ("West had the fewest units.", _SERIES),
+        (
+            "West is the second largest region with 98 units.",
+            "East    143\nWest     98\nNorth    12\n",
+        ),
+        ("North, the largest region, sold 210.", _SERIES),
+        ("The most recent order came from West.", _SERIES),  # no rank by value
+    ],
+)
+def test_a_rank_the_outputs_ranking_bears_out_passes(answer: str, stdout: str) -> None:
+    assert refused(answer, stdout) == []
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("Sales peaked in March.", "   month  sales\n0      3    500\n1      4    420\n"),
+        (
+            "Sales peaked in the first quarter.",
+            "   quarter  sales\n0        1    900\n1        2    420\n",
+        ),
+        (
+            "The peak hour is 2 pm with 50 orders.",
+            "hour\n13    20\n14    50\nName: orders, dtype: int64\n",
+        ),
+        ("The peak hour is 2 pm.", "   hour  orders\n0    13      20\n1    14      50\n"),
+        ("The peak month was March with 500 sales.", "   month  sales\n0      3    500\n"),
+    ],
+)
+def test_a_month_quarter_or_hour_column_shows_its_values(answer: str, stdout: str) -> None:
+    assert refused(answer, stdout) == []
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("Sales peaked in May.", "   month  sales\n0      3    500\n1      4    420\n"),
+        (
+            "Sales peaked in the third quarter.",
+            "   quarter  sales\n0        1    900\n1        2    420\n",
+        ),
+        ("The peak hour is 3 pm.", "hour\n13    20\n14    50\nName: orders, dtype: int64\n"),
+        ("The peak hour is 2 am.", "   hour  orders\n0    13      20\n1    14      50\n"),
+    ],
+)
+def test_a_month_quarter_or_hour_no_column_shows_is_refused(answer: str, stdout: str) -> None:
+    assert refused(answer, stdout)

@@ -44,6 +44,7 @@ from .ground_text import (
     CLOCK,
     clock_claim,
     date_claim,
+    month_day_claim,
     norm,
     quote_claim,
     result_claim,
@@ -51,13 +52,14 @@ from .ground_text import (
 )
 from .labels import tied_labels, wanted_words
 from .models import Claim, Verdict
-from .named import named_claims
+from .named import NAMED_LABELS, named_claims
 from .quantities import Num, claimed_numbers, claimed_words, normalize, numbers_in
 from .spelled import word_numbers
-from .values import dates_in, durations_in, mask_dates, scale_of
+from .values import blank, dates_in, durations_in, mask_dates, month_days_in, scale_of
 
 # "1." at a line's start is a list marker only as part of a count from 1: "999." is a value.
 _LIST_MARKER = re.compile(r"^\s*(\d+)[.)]\s", re.M)
+_ASIDE_SHARE = re.compile(r"\s*(?:[A-Za-z]+\s*)?\(?\s*")
 _SENTENCE_END = re.compile(r"[.!?;](?=\s|$)|\n")
 _STOP = {
     "the",
@@ -142,66 +144,76 @@ def check(  # noqa: C901
     answer = normalize(answer)
     context = replace(context, question=normalize(context.question), code=normalize(context.code))
     claims: list[Claim] = []
-    masked = answer
-
-    def mask(start: int, end: int) -> None:
-        nonlocal masked
-        masked = masked[:start] + " " * (end - start) + masked[end:]
-
-    for match in _IDS.finditer(answer):
-        mask(match.start(), match.end())
+    # Each phase masks what its claims took once, all its spans in one pass: the work stays
+    # linear in the answer, however many claims it makes.
+    masked = blank(answer, [m.span() for m in _IDS.finditer(answer)])
     program = {norm(line) for line in context.code.splitlines()}
     outputs = {norm(line) for fact in evidence.texts for line in str(fact.value).splitlines()}
-    for match in list(_FENCE.finditer(masked)):
-        mask(match.start(), match.start("body"))
-        mask(match.end("body"), match.end())
+    spans: list[tuple[int, int]] = []
+    for match in _FENCE.finditer(masked):
+        spans += [(match.start(), match.start("body")), (match.end("body"), match.end())]
         pos = match.start("body")
         for line in match["body"].splitlines(keepends=True):
             if norm(line) in outputs or norm(line) in program and _is_code(line) or not norm(line):
-                mask(pos, pos + len(line))
+                spans.append((pos, pos + len(line)))
             pos += len(line)
-    for match in list(_QUOTES.finditer(masked)):
+    masked, spans = blank(masked, spans), []
+    for match in _QUOTES.finditer(masked):
         quoted = match["code"] or match["dq"] or match["cq"] or match["sq"]
         claim = quote_claim(quoted, evidence, context, code_span=match["code"] is not None)
         claims.append(claim)
         if claim.source == "the program" and re.search(r"\d", quoted):
             # Quoting the program is no evidence for its numbers: "`total = 999`" claims 999.
-            mask(match.start(), match.start() + 1)
-            mask(match.end() - 1, match.end())
+            spans += [(match.start(), match.start() + 1), (match.end() - 1, match.end())]
         else:
-            mask(match.start(), match.end())
+            spans.append(match.span())
+    masked, spans = blank(masked, spans), []
+    # The labels the answer's own words may name (not its quotes or the outputs it shows in
+    # fences), and those a named value reads ("month", "rank").
+    wanted = wanted_words(masked) | NAMED_LABELS
     for keys, match in dates_in(masked):
         claims.append(date_claim(match[0], keys, evidence, context))
-        mask(match.start(), match.end())
-    for match in list(CLOCK.finditer(masked)):
-        claims.append(clock_claim(match, evidence))
-        mask(match.start(), match.end())
-    for named, claim in named_claims(masked, evidence, context.question):
+        spans.append(match.span())
+    masked, spans = blank(masked, spans), []
+    for month, day, match in month_days_in(masked):
+        claims.append(month_day_claim(match, month, day, evidence, context))
+        spans.append(match.span())
+    masked, spans = blank(masked, spans), []
+    for match in CLOCK.finditer(masked):
+        claims.append(clock_claim(match, evidence, wanted))
+        spans.append(match.span())
+    shown = list(spans)  # the named values' spans: their kind's label is theirs
+    masked, spans = blank(masked, spans), []
+    for named, claim in named_claims(masked, evidence, context.question, wanted):
         claims.append(claim)
-        mask(named.start, named.end)
+        if not named.superlative:  # "the highest sales (210)": the words read on
+            spans.append((named.start, named.end))
+            shown.append((named.start, named.end))
+    masked, spans = blank(masked, spans), []
     durations = []
-    for seconds, step, match in list(durations_in(masked)):
+    for seconds, step, match in durations_in(masked):
         durations.append(
             Num(match[0], match.start(), match.end(), seconds, step, unit="s", stated_step=step)
         )
-        mask(match.start(), match.end())
-    for start, end in _list_markers(masked):
-        mask(start, end)
-    for match in list(FRACTION.finditer(masked)):
+        spans.append(match.span())
+    masked, spans = blank(masked, spans), []
+    masked = blank(masked, _list_markers(masked))
+    for match in FRACTION.finditer(masked):
         claims.extend(fraction_claims(match, masked, evidence, context))
-        mask(match.start(), match.end())
+        spans.append(match.span())
+    masked, spans = blank(masked, spans), []
     question_numbers = [f.value for f in numbers_in(mask_dates(context.question))]
     question_numbers += [v for v, _, _ in word_numbers(context.question)]
     # "6 squared" is the operation 6^2.
     masked = POWER_WORD.sub(
         lambda m: ("^2" if m[1].lower() == "squared" else "^3").ljust(len(m[0])), masked
     )
-    for match in list(OPERATION.finditer(masked)):
+    for match in OPERATION.finditer(masked):
         claims.append(operation_claim(match, evidence, question_numbers))
-        mask(match.start(), match.end())
+        spans.append(match.span())
+    masked = blank(masked, spans)
     nums = list(claimed_numbers(masked))
-    for num in nums:
-        mask(num.start, num.end)
+    masked = blank(masked, [(num.start, num.end) for num in nums])
     nums = sorted([*nums, *durations, *claimed_words(masked)], key=lambda n: n.start)
     stated: list[tuple[Num, Claim]] = []
     for num in nums:
@@ -220,7 +232,7 @@ def check(  # noqa: C901
             stated.append((num, literal_claim(num.text, evidence, listed=True)))  # "[1,5]"
             continue
         stated.append((num, number_claim(num, evidence, question_numbers, words)))
-    stated = _labelled(stated, masked, evidence)
+    stated = _labelled(stated, masked, evidence, wanted, sorted(shown))
     ends = [m.start() for m in _SENTENCE_END.finditer(masked)]
     sentences: dict[int, list[tuple[Num, Claim]]] = {}
     for num, claim in stated:
@@ -243,12 +255,16 @@ def check(  # noqa: C901
 
 
 def _labelled(
-    stated: list[tuple[Num, Claim]], text: str, evidence: Evidence
+    stated: list[tuple[Num, Claim]],
+    text: str,
+    evidence: Evidence,
+    wanted: frozenset[str],
+    named: list[tuple[int, int]],
 ) -> list[tuple[Num, Claim]]:
     """A grounded number the answer ties to a label the outputs show ("South sold 143",
     "the median is 4.2") must be that label's: on its line, under its key, in its column."""
     out = []
-    wanted = wanted_words(text)
+    labels: list[str] = []  # the previous number's
     for i, (num, claim) in enumerate(stated):
         if (
             claim.grounded
@@ -260,7 +276,24 @@ def _labelled(
             index = evidence.label_index(wanted)
             previous = stated[i - 1][0].end if i else -1
             following = stated[i + 1][0].start if i + 1 < len(stated) else len(text)
-            for label in tied_labels(text, num.start, num.end, previous, following, index):
+            # "East sold 143 units (31%)": a share in parentheses is the same label's.
+            between = text[stated[i - 1][0].end : num.start] if i else ""
+            aside = _ASIDE_SHARE.fullmatch(between) and "(" in between + num.text[:1]
+            shares = [
+                label
+                for label in labels
+                if (cells := index.get(label)) is not None and any(c[2] for c in cells.values)
+            ]  # only a label whose line shows a share: "(39% of all)" may be computed apart
+            labels = [
+                *(shares if aside and num.percent else []),
+                *tied_labels(text, num.start, num.end, previous, following, index),
+            ]
+            # "The peak hour is 2 pm with 50", "the peak month was March with 500": a kind's
+            # label before a named value of it is that value's, not the number after it.
+            at = bisect.bisect(named, (num.start, num.start)) - 1
+            if at >= 0 and named[at][0] >= previous:
+                labels = [label for label in labels if label not in NAMED_LABELS]
+            for label in labels:
                 cells = index.get(label)
                 if cells is not None and not any(fits(num, _cell_fact(c)) for c in cells.values):
                     shown = ", ".join(f"{c[0]:g}" for c in cells.values[:5])
@@ -272,6 +305,8 @@ def _labelled(
                         f"(it is shown at {claim.source})",
                     )
                     break
+        else:
+            labels = []
         out.append((num, claim))
     return out
 

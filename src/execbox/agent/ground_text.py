@@ -12,7 +12,7 @@ from .comparison import matches
 from .evidence import Context, Evidence
 from .models import Claim, Verdict
 from .quantities import Num, normalize, numbers_in
-from .values import DateKey, date_matches, dates_in, mask_dates
+from .values import DateKey, date_matches, dates_in, mask_dates, month_days_in
 
 # A time of day: "9 pm", "1:30 p.m." (the number alone is not the claim).
 CLOCK = re.compile(
@@ -52,11 +52,24 @@ _VERIFICATION = [
 _REAL_CHECKS = ("invariant", "cross_check", "tests", "schema")
 
 
-def clock_claim(match: re.Match[str], evidence: Evidence) -> Claim:
+def clock_claim(match: re.Match[str], evidence: Evidence, wanted: frozenset[str]) -> Claim:
     """ "1:30 pm" is 13:30: an output must show that time, on the 24-hour clock or with its
-    am/pm; a bare 1 or 13 is not a time."""
+    am/pm, or "2 pm" the hour 14 under an "hour" key or column; a bare 1 or 13 is not a
+    time. `wanted`: the words the outputs' labels are read for."""
     hour, minute, ap = int(match["h"]) % 12, int(match["m"] or 0), match["ap"].lower()
     h24, h12 = hour + 12 * (ap == "p"), hour or 12
+    if not minute and int(match["h"]) <= 12:
+        index = evidence.label_index(wanted)
+        for label in ("hour", "hours", "hr"):
+            cells = index.get(label)
+            hours = [c for c in cells.values if c[0] == h24] if cells is not None else []
+            if hours:
+                return Claim(
+                    text=match[0],
+                    kind="date",
+                    grounded=True,
+                    source=f"{hours[0][4]} (its {label!r} is {h24})",
+                )
     shown = re.compile(
         rf"(?<![\d:.])0?{h24}:{minute:02d}(?::\d\d)?(?![\d:])"
         rf"|(?<![\d:.])0?{h12}(?::{minute:02d}(?::00)?)?\s?{ap}\.?m\b",
@@ -130,6 +143,45 @@ def date_claim(text: str, keys: list[DateKey], evidence: Evidence, context: Cont
                 text=text, kind="date", grounded=True, run_id=fact.run_id, source=fact.where
             )
     return Claim(text=text, kind="date", grounded=False, detail="no output shows this date")
+
+
+def month_day_claim(
+    match: re.Match[str], month: int, day: int, evidence: Evidence, context: Context
+) -> Claim:
+    """ "March 5th" without a year: a date the question or an output shows must have that
+    month and day in every reading ("03/05/2023" may be 3 May)."""
+
+    def same(m: int, d: int | None) -> bool:
+        return d == day and month in (0, m)  # "on the 5th" names no month
+
+    def holds(keys: Sequence[DateKey]) -> bool:
+        return bool(keys) and all(same(key[1], key[2]) for key in keys)
+
+    if any(holds(keys) for keys, _ in dates_in(context.question)) or any(
+        same(m, d) for m, d, _ in month_days_in(context.question)
+    ):
+        return Claim(text=match[0], kind="date", grounded=True, source="the question")
+    for fact in evidence.dates:
+        if holds(fact.value):
+            return Claim(
+                text=match[0], kind="date", grounded=True, run_id=fact.run_id, source=fact.where
+            )
+    if any(same(m, d) for m, d, _ in month_days_in(evidence.folded())):
+        for fact in evidence.texts:
+            if any(same(m, d) for m, d, _ in month_days_in(str(fact.value))):
+                return Claim(
+                    text=match[0],
+                    kind="date",
+                    grounded=True,
+                    run_id=fact.run_id,
+                    source=fact.where,
+                )
+    return Claim(
+        text=match[0],
+        kind="date",
+        grounded=False,
+        detail="no output shows a date with this month and day",
+    )
 
 
 def _bears_out(claimed: list[DateKey], shown: Sequence[DateKey]) -> bool:

@@ -9,19 +9,17 @@ labels the outputs show. The index is built once, line by line: a claim costs a 
 
 from __future__ import annotations
 
-import ast
-import json
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from .printed import Reader, literal_labels
 from .quantities import Found, numbers_in
 from .values import UNIT_AFTER, blank, dates_in, durations_in
 
 MAX_CELLS = 2_000  # numbers kept per label; a label with more is not checked (bounded cost)
 MAX_LINES = 20_000  # lines read for the answer's labels; past it none is checked
 _MAX_WORDS = 4  # a label of more words is prose, not a label
-_MAX_LITERAL = 20_000  # characters of a printed value parsed for its labels; longer: not read
 # An answer's word for a label pandas and numpy print in short ("median" is describe()'s 50%).
 ALIASES = {
     "median": "50%",
@@ -29,6 +27,7 @@ ALIASES = {
     "maximum": "max",
     "minimum": "min",
     "standard deviation": "std",
+    "accuracy": "acc",
 }
 _PERCENTILE_ROW = re.compile(r"\s*(\d{1,2}%)\s+(?=[-\d.])")
 
@@ -71,6 +70,8 @@ _LISTING = re.compile(
 )
 # Words that part a label from a number after it: "sales in 2023", "revenue for East was 2.1".
 _APART = {"in", "for", "at", "on", "during", "since", "after", "before", "per", "from", "over"}
+# A label in parentheses right after a number, or after the word it counts.
+_ASIDE = re.compile(r"\s*(?:[A-Za-z]+\s+){0,2}\(\s*(?P<label>[^()]{1,60}?)\s*\)")
 _PREPOSITION = re.compile(r"\s+(?:for|in|at|from|by)\s+", re.I)
 _WORD = re.compile(r"[a-z_][a-z0-9_%]*", re.I)
 _KEY = re.compile(r"""(?P<key>[A-Za-z_][\w .%/-]{0,60}?)['"]?\s*(?:[:=](?![=/]))""")
@@ -151,8 +152,10 @@ def build(lines: Iterable[tuple[str, str]], wanted: frozenset[str]) -> LabelInde
     )
     table: _Columns | None = None
     delimited: tuple[str, list[str]] | None = None
+    printed = Reader()
     read = 0
     for raw, where in lines:
+        _read_printed(printed, raw, where, index)
         relevant = names.search(raw.casefold()) is not None
         if not relevant:
             if re.search(r"\d", raw) is None:  # a blank line or a header of no wanted label
@@ -185,6 +188,14 @@ def build(lines: Iterable[tuple[str, str]], wanted: frozenset[str]) -> LabelInde
     return index
 
 
+def _read_printed(printed: Reader, raw: str, where: str, index: LabelIndex) -> None:
+    """Every line that may open, go on with or hold a printed value, relevant or not: a
+    value's labels may be lines away from its numbers."""
+    if printed.reading or "[" in raw or "{" in raw:
+        for label, kind, f, at in printed.read(_masked(raw.rstrip()), where):
+            index.add(label, kind, f, at)
+
+
 def _read_line(text: str, found: list[Found], where: str, index: LabelIndex) -> None:
     """One line's own labels: its keys, else its row labels."""
     percentile = _PERCENTILE_ROW.match(text)
@@ -192,8 +203,46 @@ def _read_line(text: str, found: list[Found], where: str, index: LabelIndex) -> 
         index.add(percentile[1], "row", found[2], where)
     elif not _read_keys(text, found, where, index):
         _read_row(text, found, where, index)
-    _read_literal(text, found, where, index)
+    _read_pairs(text, found, where, index)
+    for label, kind, f, at in literal_labels(text, found, where):
+        index.add(label, kind, f, at)
     _read_counted(text, found, where, index)
+
+
+# One label of a line of several: a word or three, then a "=" or ":" or only spaces.
+_PAIR = re.compile(
+    r"[\s,;|]*(?:(?P<prefix>[A-Za-z_][\w%]*)\s*:\s*(?=[A-Za-z_]))?"
+    r"(?P<label>[A-Za-z_][\w%.]*(?:[ \t]+[A-Za-z_][\w%.]*){0,2}?)[ \t]*(?P<sep>[:=]|=>|->)?[ \t]*"
+)
+# Words that make a line prose ("Processed 500 rows in 3 s"), not labelled numbers.
+_PROSE = _APART | {"of", "with", "to", "by", "and", "or", "the", "is", "are", "was", "were"}
+
+
+def _read_pairs(text: str, found: list[Found], where: str, index: LabelIndex) -> None:
+    """'p50=12ms p99=30ms', 'min 3 max 9 mean 5.5', 'East: 143, West: 98', 'latency: p50
+    12ms, p99 30ms': each number is the label's right before it, since the previous number
+    (its unit too). Read only when every number has its own label and nothing else is on the
+    line; a leading "key:" labels them all."""
+    numbers = [f for i, f in enumerate(found) if not i or f.start != found[i - 1].start]
+    if len(numbers) < 2 or text[_end_of(text, numbers[-1]) :].strip(" \t,;.|"):
+        return
+    pos, pairs = 0, []
+    for i, f in enumerate(numbers):
+        pair = _PAIR.fullmatch(text, pos, f.start)
+        if pair is None or (i and pair["prefix"]):
+            return
+        words = pair["label"].casefold().split()
+        if _PROSE.intersection(words):
+            return
+        kind = "key" if pair["sep"] else "row"
+        # "latency p50=12ms": the word before "=" names the value, the words before it too.
+        names = [pair["label"], *([words[-1]] if pair["sep"] and len(words) > 1 else [])]
+        pairs += [(name, kind, g) for name in names for g in found if g.start == f.start]
+        if pair["prefix"]:
+            pairs += [(pair["prefix"], "key", g) for g in found]
+        pos = _end_of(text, f)
+    for label, kind, f in pairs:
+        index.add(label, kind, f, where)
 
 
 _COUNTED_HEAD = re.compile(
@@ -224,64 +273,17 @@ def _read_counted(text: str, found: list[Found], where: str, index: LabelIndex) 
         index.add(head["label"], "row", f, where)
 
 
-_Leaf = tuple[float, list[tuple[str, str]]]  # a number and its labels (label, kind)
-
-
-def _read_literal(text: str, found: list[Found], where: str, index: LabelIndex) -> None:
-    """A printed Python or JSON value: in [('East', 143)], {'East': {'units': 143}} and
-    [{'name': 'East', 'units': 143}] the strings beside a number, and the keys above it,
-    label it. Read only when its numbers are exactly the line's, in order."""
-    body = text.strip().rstrip(",")
-    if len(body) > _MAX_LITERAL or body[:1] not in ("(", "[", "{"):
-        return
-    try:
-        value = ast.literal_eval(body)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        try:
-            value = json.loads(body)
-        except (ValueError, RecursionError):
-            return
-    leaves: list[_Leaf] = []
-    try:
-        _walk(value, [], leaves)
-    except RecursionError:
-        return
-    if len(leaves) != len(found) or any(
-        v != f.value for (v, _), f in zip(leaves, found, strict=True)
-    ):
-        return  # numbers inside strings, or spelled otherwise: the shape is not clear
-    for (_, labels), f in zip(leaves, found, strict=True):
-        for label, kind in labels:
-            index.add(label, kind, f, where)
-
-
-def _walk(node: object, labels: list[tuple[str, str]], leaves: list[_Leaf]) -> None:
-    """The numbers under `node` in printed order, each with the labels above it."""
-    if isinstance(node, bool) or node is None or isinstance(node, str):
-        return
-    if isinstance(node, int | float):
-        leaves.append((float(node), labels))
-    elif isinstance(node, dict):
-        # A record names itself by its text fields: {"name": "East", "units": 143}.
-        names = [(v, "row") for v in node.values() if isinstance(v, str)]
-        for key, child in node.items():
-            if isinstance(key, int | float) and not isinstance(key, bool):
-                leaves.append((float(key), labels))
-            mine = [(key, "key" if isinstance(child, int | float) else "row")]
-            _walk(child, labels + names + (mine if isinstance(key, str) else []), leaves)
-    elif isinstance(node, list | tuple | set):
-        items = list(node)
-        # A pair: ('East', 143) labels its numbers by its text.
-        lead = items[0] if isinstance(node, tuple) and items else None
-        mine = [(lead, "row")] if isinstance(lead, str) else []
-        for child in items:
-            _walk(child, labels + mine, leaves)
-
-
 def wanted_words(text: str) -> frozenset[str]:
-    """The words of an answer that may name a label, and the short forms of its aliases."""
+    """The words of an answer that may name a label, in the singular and plural, and the
+    short forms of its aliases."""
     words = {w for w in _WORD.findall(norm_label(text)) if w not in _NOT_LABELS}
+    words |= {_other_number(w) for w in words}
     return frozenset(words | {a for w, a in ALIASES.items() if w.split()[-1] in words})
+
+
+def _other_number(word: str) -> str:
+    """'users' for 'user', 'user' for 'users': a label shown in the other number."""
+    return word[:-1] if word.endswith("s") and len(word) > 3 else word + "s"
 
 
 def lookup(gram: str, index: LabelIndex) -> str | None:
@@ -290,7 +292,13 @@ def lookup(gram: str, index: LabelIndex) -> str | None:
         return None
     if index.get(gram) is not None:
         return gram
+    head, _, last = gram.rpartition(" ")
+    other = f"{head} {_other_number(last)}".strip()  # "user count": a shown "users"
+    if index.get(other) is not None:
+        return other
     alias = ALIASES.get(gram)
+    if alias is None and " " in gram:  # "train accuracy" for a shown "train acc"
+        alias = " ".join(ALIASES.get(word, word) for word in gram.split())
     return alias if alias is not None and index.get(alias) is not None else None
 
 
@@ -497,6 +505,10 @@ def tied_labels(
             if label is not None and cells is not None and cells.kinds & kinds:
                 labels.append(label)
                 break
+    aside = _ASIDE.match(after)  # "98 (East)", "98 units (East)"
+    if aside is not None:
+        words = [norm_label(w) for w in _WORD.findall(norm_label(aside["label"]))]
+        labels += [label for _, g in _grams(words) if (label := lookup(g, index)) is not None]
     return labels
 
 

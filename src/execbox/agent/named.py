@@ -19,7 +19,8 @@ from typing import Any, Literal
 
 from .evidence import Evidence
 from .models import Claim
-from .values import dates_in
+from .ranks import Rankings, implied_ranks, ordinal_number, subject
+from .values import MONTH_SPELLINGS, dates_in, month_number
 
 _MONTH_NAMES = [
     "january",
@@ -51,9 +52,14 @@ _ORDINAL_WORDS = [
 _ORDINAL = r"(?:\d{1,3}(?:st|nd|rd|th)|" + "|".join(_ORDINAL_WORDS) + r")"
 
 # An answer's month or weekday is capitalized ("may" is a verb); an output's may be any case.
+# In another case or language too ("march", "APRIL", "mars", "M\u00e4rz"); an abbreviation and
+# a lowercase "may" only as written in English ("may" is a verb, "mar" a word), "mars" only
+# in lower case (French writes months so; "Mars" is a planet).
 _MONTH = (
-    r"\b(?P<month>(?:January|February|March|April|May|June|July|August|September|October|"
-    r"November|December|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept|Sep|Oct|Nov|Dec)(?![a-z]))"
+    r"(?<![^\W\d_])(?P<month>(?:January|February|March|April|May|June|July|August|September|"
+    r"October|November|December|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept|Sep|Oct|Nov|Dec)(?![a-z])"
+    r"|mars|(?i:" + "|".join(n for n in MONTH_SPELLINGS if len(n) >= 4 and n != "mars") + r"|mai)"
+    r"(?![^\W\d_]))"
 )
 _WEEKDAY = (
     r"\b(?P<weekday>(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday)s?"
@@ -87,9 +93,12 @@ _RANK = (
     r"(?:number\s+|no\.\s*|#\s*)?(?P<r>" + _ORDINAL + r")\b"
     r"|\brank(?:s|ed)?\s+(?:at\s+)?(?:number\s+|no\.\s*|#\s*)?(?P<rn>\d{1,3})\b"
     r"(?!\s+[a-z]+s\b)"
-    r"|\b(?P<ro>" + _ORDINAL + r")\s+(?:place|position|largest|smallest|highest|lowest|"
+    r"|\b(?P<ro>" + _ORDINAL + r")[\s-]+(?:place|position|largest|smallest|highest|lowest|"
     r"biggest|best|worst|most|least|greatest|fastest|slowest|longest|shortest|busiest)\b)"
 )
+# The direction a ranked word counts in; "best" or "fastest" may count either way.
+_RANKED_UP = r"\b(?:smallest|lowest|least|fewest|shortest)\b"
+_RANKED_DOWN = r"\b(?:largest|highest|biggest|most|greatest|busiest|longest)\b"
 _YEAR = (
     r"(?:\b(?i:in|during|since|until|till|through|year|fiscal)\s+|\bFY\s?|(?<=Q[1-4]\s)|"
     r"(?<=Q[1-4]-))(?P<year>1[89]\d\d|20\d\d)(?![\w,.]?\d)(?!\s+[a-z]+s\b)"
@@ -98,9 +107,7 @@ _YEAR = (
 _ANSWER = re.compile("|".join((_MONTH, _WEEKDAY, _QUARTER, _CLOCK, _VERSION, _RANK, _YEAR)))
 
 # What an output shows, read casefolded within a line (the outputs are searched as one text).
-_SHOWN_MONTH = re.compile(
-    r"\b(" + "|".join(m[:3] + "(?:" + m[3:] + ")?" for m in _MONTH_NAMES) + r"|sept)\b\.?"
-)
+_SHOWN_MONTH = re.compile(r"(?<![^\W\d_])(" + "|".join(MONTH_SPELLINGS) + r")(?![^\W\d_])\.?")
 _SHOWN_WEEKDAY = re.compile(r"\b(mon|tue|tues|wed|thu|thur|thurs|fri|sat|sun)(?:\w*day)?s?\b")
 _SHOWN_QUARTER = re.compile(
     r"(?<![A-Za-z])q(?P<q>[1-4])(?!\d)|\b(?P<qo>first|second|third|fourth|[1-4](?:st|nd|rd|th))"
@@ -177,15 +184,15 @@ class Shown:
         elif kind == "year":
             self.years.add(int(m["a"] or m["b"] or m["c"]))
         elif kind == "rank":
-            self.ranks.add(_ordinal_number(m[1]))
+            self.ranks.add(ordinal_number(m[1]))
         else:
             label = _LABEL_KIND.get(m["kind"].lower(), m["kind"].lower())
             if label == "version":
                 self.versions.append(_parts(m["n"]))
             elif "." not in m["n"]:
-                self._labelled(label, int(m["n"]))
+                self.labelled(label, int(m["n"]))
 
-    def _labelled(self, kind: str, n: int) -> None:
+    def labelled(self, kind: str, n: int) -> None:
         """A number its label names the kind of: "month: 3", "rank 2"."""
         if kind == "month" and 1 <= n <= 12:
             self.months.add(n)
@@ -208,12 +215,23 @@ class Shown:
             self.weekdays.add(datetime.date(year, month, day).weekday())
 
 
-def shown_by(evidence: Evidence, kinds: set[str]) -> Shown:
+# Keys and columns whose numbers name a value of a kind: "month  sales" over "3  500".
+NAMED_LABELS = frozenset({"month", "quarter", "qtr", "year", "hour", "rank", "position", "place"})
+
+
+def shown_by(evidence: Evidence, kinds: set[str], wanted: frozenset[str]) -> Shown:
     """The values of `kinds` the outputs show: their lines, the result's keys with their
-    values, their dates. The lines are read as one text: one search per kind."""
+    values, the keys and columns named for a kind, their dates. The lines are read as one
+    text: one search per kind. `wanted`: the words the outputs' labels are read for."""
     shown = Shown()
     keyed = "\n".join(_keyed_lines(evidence.result)).casefold()
     shown.read(evidence.folded() + "\n" + keyed, {*kinds, "label"})
+    index = evidence.label_index(wanted)
+    for label in NAMED_LABELS & wanted:
+        cells = index.get(label)
+        for value, *_ in cells.values if cells is not None else []:
+            if value.is_integer():
+                shown.labelled(_LABEL_KIND.get(label, label), int(value))
     for fact in evidence.dates:
         for year, month, day in fact.value:
             shown.add_date(year, month, day)
@@ -242,12 +260,22 @@ class Named:
     start: int
     end: int
     name: str = ""  # a version's software ("Python" of "Python 3.12")
+    order: str = ""  # a rank's: counted from the largest ("down"), the smallest ("up"), unsaid
+    superlative: bool = False  # "the most": a rank 1 claimed only if a ranking holds it
 
 
-def named_claims(text: str, evidence: Evidence, question: str) -> list[tuple[Named, Claim]]:
+def named_claims(
+    text: str, evidence: Evidence, question: str, wanted: frozenset[str]
+) -> list[tuple[Named, Claim]]:
     """The named values of an answer (normalized, its dates masked), each with its claim;
-    a year no output dates is left out (it is checked as a number)."""
+    a year no output dates is left out (it is checked as a number). `wanted`: the words the
+    outputs' labels are read for, `NAMED_LABELS` among them."""
     found = list(_named_in(text))
+    found += [
+        Named("rank", i.rank, i.text, i.start, i.end, order=i.order, superlative=i.superlative)
+        for i in implied_ranks(text)
+        if not any(n.start < i.end and i.start < n.end for n in found)
+    ]
     if not found:
         return []  # the common case: nothing read from the outputs
     asked = Shown()
@@ -263,15 +291,42 @@ def named_claims(text: str, evidence: Evidence, question: str) -> list[tuple[Nam
         n for n in found if not n.name or n.name in versioned | _RUNTIMES
     ]  # "the mean 3.2" is a value
     kinds = {n.kind for n in found if not n.name}
-    shown = shown_by(evidence, kinds) if kinds else Shown()
+    shown = shown_by(evidence, kinds, wanted) if kinds else Shown()
     claims = []
+    rankings: Rankings | None = None
     for named in found:
-        claim = _claim(named, shown, asked, evidence)
+        claim = None
+        if named.kind == "rank":
+            rankings = rankings or Rankings.of(evidence, evidence.label_index(wanted))
+            claim = _ranked(named, text, rankings)
+            if claim is None and named.superlative:
+                continue  # "the most" with no ranking to hold it to: not a claim
+        claim = claim or _claim(named, shown, asked, evidence)
         if named.name and named.text.casefold() in question.casefold():
             claim = Claim(text=named.text, kind="number", grounded=True, source="the question")
         if claim is not None:
             claims.append((named, claim))
     return claims
+
+
+def _ranked(named: Named, text: str, rankings: Rankings) -> Claim | None:
+    """A rank checked against the ranking that holds the label its sentence names."""
+    label = subject(text, named.start, named.end, rankings.labels())
+    if label is None:
+        return None
+    rank = rankings.rank_of(label, named.order, superlative=named.superlative)
+    if rank is None:
+        return None
+    if rank == named.value:
+        return Claim(
+            text=named.text, kind="number", grounded=True, source=f"the outputs rank {label} {rank}"
+        )
+    return Claim(
+        text=named.text,
+        kind="number",
+        grounded=False,
+        detail=f"the outputs rank {label!r} {rank}, not {named.value}",
+    )
 
 
 def _named_in(text: str) -> Iterator[Named]:
@@ -295,8 +350,16 @@ def _named_in(text: str) -> Iterator[Named]:
             yield Named("version", _parts(m["nv"]), m[0], *m.span(), name=m["name"].casefold())
             continue
         elif kind in ("r", "rn", "ro"):
-            value, span = _ordinal_number(m[kind]), m.span()
-            kind = "rank"
+            value, span = ordinal_number(m[kind]), m.span()
+            order = (
+                "up"
+                if re.search(_RANKED_UP, m[0], re.I)
+                else "down"
+                if re.search(_RANKED_DOWN, m[0], re.I)
+                else ""
+            )
+            yield Named("rank", value, text[span[0] : span[1]], *span, order=order)
+            continue
         else:
             kind, value = "year", int(m[kind])
         yield Named(kind, value, text[span[0] : span[1]], *span)
@@ -367,24 +430,17 @@ def _listing(named: Named, shown: Shown) -> str:
 
 
 def _month_number(name: str) -> int:
-    return [m[:3] for m in _MONTH_NAMES].index(name[:3].lower()) + 1
+    return month_number(name)
 
 
 def _weekday_number(name: str) -> int:
     return [d[:3] for d in _WEEKDAY_NAMES].index(name[:3].lower())
 
 
-def _ordinal_number(text: str) -> int:
-    text = text.lower()
-    if text in _ORDINAL_WORDS:
-        return _ORDINAL_WORDS.index(text) + 1
-    return int(re.sub(r"\D", "", text))
-
-
 def _quarter(m: re.Match[str]) -> int:
     if m["q"] or m["qn"]:
         return int(m["q"] or m["qn"])
-    return _ordinal_number(m["qo"])
+    return ordinal_number(m["qo"])
 
 
 def _parts(version: str) -> tuple[int, ...]:

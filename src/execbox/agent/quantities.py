@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .spelled import word_fractions, word_numbers
-from .values import CURRENCY, UNIT_AFTER, unit_factors
+from .values import CURRENCY, UNIT_AFTER, blank, unit_factors
 
 _SUPERSCRIPT = "\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079\u207b"
 _SUPERSCRIPTS = str.maketrans(_SUPERSCRIPT, "0123456789-")
@@ -195,6 +195,12 @@ _LINK_BEFORE = re.compile(
 _MONEY_BEFORE = re.compile(
     r"\b(?:income|profit|loss|revenue|sales|balance|cost|expenses?|cash|margin|earnings|"
     r"ebitda|net|deficit|debt|equity|amount|price|budget|spend\w*|p&l)\b",
+    re.I,
+)
+# "the highest sales (210)": a superlative and the words it ranks by, then the count.
+_SUPERLATIVE_BEFORE = re.compile(
+    r"\b(?:most|highest|largest|biggest|greatest|top|lowest|smallest|least|fewest)"
+    r"(?:\s+[A-Za-z]+){0,2}\s*$",
     re.I,
 )
 # "5 NaN values", "5 missing (NaN) values": NaN names what is counted, it is no value of its own.
@@ -398,12 +404,13 @@ def claimed_numbers(text: str) -> Iterator[Num]:
 
 
 def _aside(match: re.Match[str], before: str) -> bool:
-    """A plain count in parentheses after prose ("the most rows (31)"), not accounting."""
+    """A plain count in parentheses after prose ("the most rows (31)", "the highest sales
+    (210)": a superlative's evidence even after a money word), not accounting."""
     return (
         not (match["cur"] or match["sign"])
         and _PROSE_BEFORE.search(before) is not None
         and _LINK_BEFORE.search(before) is None
-        and _MONEY_BEFORE.search(before) is None
+        and (_MONEY_BEFORE.search(before) is None or _SUPERLATIVE_BEFORE.search(before) is not None)
     )
 
 
@@ -434,7 +441,7 @@ def _literal_run(text: str, match: re.Match[str]) -> Num | None:
 
 def claimed_words(text: str) -> Iterator[Num]:
     """Fractions and numbers in words an answer claims ("two thirds", "a dozen", "one")."""
-    masked = text
+    spans: list[tuple[int, int]] = []  # each phase masks its matches once: linear work
     for match in _COUNT_WORDS.finditer(text):
         if match["odd"] and (
             _NAN_NAMES.match(text, match.end()) or re.search(r"\d\s*$", text[: match.start()])
@@ -450,10 +457,12 @@ def claimed_words(text: str) -> Iterator[Num]:
             bound="below" if match["none"] else "exact",
             literal=bool(match["odd"]),
         )
-        masked = masked[: match.start()] + " " * len(match[0]) + masked[match.end() :]
+        spans.append(match.span())
+    masked, spans = blank(text, spans), []
     for match in VAGUE_PLURAL.finditer(masked):
         yield Num(match[0], match.start(), match.end(), math.nan, 0.0, literal=True)
-        masked = masked[: match.start()] + " " * len(match[0]) + masked[match.end() :]
+        spans.append(match.span())
+    masked, spans = blank(masked, spans), []
     for value, match in word_fractions(masked):
         before = text[max(0, match.start() - 40) : match.start()]
         bound, strict, direction = _lead(before)
@@ -467,7 +476,8 @@ def claimed_words(text: str) -> Iterator[Num]:
             strict=strict,
             direction=direction,
         )
-        masked = masked[: match.start()] + " " * len(match[0]) + masked[match.end() :]
+        spans.append(match.span())
+    masked = blank(masked, spans)
     for value, step, match in word_numbers(masked):
         before = masked[max(0, match.start() - 40) : match.start()]
         if _POSITION.search(before):

@@ -86,7 +86,8 @@ def word_numbers(text: str) -> Iterator[tuple[float, float, re.Match[str]]]:
     for match in WORD_NUMBER.finditer(text):
         words = re.split(r"[- ]+(?:and\s+)?", match[0].lower())
         if words == ["one"] and (
-            _ONE_PRONOUN_BEFORE.search(text[: match.start()])
+            # A window before it, not the text so far: the cost stays linear.
+            _ONE_PRONOUN_BEFORE.search(text, max(0, match.start() - 40), match.start())
             or _ONE_PRONOUN_AFTER.match(text, match.end())
         ):
             continue
@@ -113,7 +114,8 @@ def word_fractions(text: str) -> Iterator[tuple[float, re.Match[str]]]:
         part = match["part"].lower().removesuffix("s")
         part = "half" if part == "halve" else part
         if match["count"] is None and (
-            part != "half" or _HALF_OF_A_WHOLE.search(text[: match.start()])
+            part != "half"
+            or _HALF_OF_A_WHOLE.search(text, max(0, match.start() - 40), match.start())
         ):
             continue
         count = (

@@ -182,16 +182,32 @@ def durations_in(text: str) -> Iterator[tuple[float, float, re.Match[str]]]:
 
 # -- dates -------------------------------------------------------------------------------------
 
-_MONTHS = {
-    name: i
-    for i, name in enumerate(
-        ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"], 1
-    )
-}
-_MONTH = (
-    r"(?P<mon>jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|"
-    r"aug(?:ust)?|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\.?"
-)
+# Month names, English and the other languages an answer may use ("mars", "März", "marzo").
+_MONTH_SPELLINGS = [
+    "january|jan|janvier|januar|enero|gennaio|janeiro",
+    "february|feb|f\u00e9vrier|fevrier|februar|febrero|febbraio|fevereiro",
+    "march|mar|mars|m\u00e4rz|maerz|marz|marzo|mar\u00e7o",
+    "april|apr|avril|abril|aprile",
+    "may|mai|mayo|maggio|maio",
+    "june|jun|juin|juni|junio|giugno|junho",
+    "july|jul|juillet|juli|julio|luglio|julho",
+    "august|aug|ao\u00fbt|aout|agosto",
+    "september|sept|sep|septembre|septiembre|settembre|setembro",
+    "october|oct|octobre|oktober|octubre|ottobre|outubro",
+    "november|nov|novembre|noviembre|novembro",
+    "december|dec|d\u00e9cembre|decembre|dezember|diciembre|dicembre|dezembro",
+]
+_MONTHS = {name: i for i, names in enumerate(_MONTH_SPELLINGS, 1) for name in names.split("|")}
+# Longest first, so "march" is not read as "mar"; a trailing "." of an abbreviation is its own.
+MONTH_SPELLINGS = sorted(_MONTHS, key=len, reverse=True)
+_MONTH = r"(?<![^\W\d_])(?P<mon>" + "|".join(MONTH_SPELLINGS) + r")(?![^\W\d_])\.?"
+
+
+def month_number(name: str) -> int:
+    """The month a name or abbreviation in any case spells ("Mar", "m\u00e4rz": 3)."""
+    return _MONTHS[name.casefold().rstrip(".")]
+
+
 _DATES = [
     re.compile(p, re.I)
     for p in (
@@ -227,6 +243,34 @@ def dates_in(text: str) -> Iterator[tuple[list[DateKey], re.Match[str]]]:
         taken = list(heapq.merge(taken, fresh))
 
 
+# A month's day without a year: "March 5th", "5 March", "the 5th of March", "Mar 5".
+_MONTH_DAY = re.compile(
+    r"(?<![\w.])(?P<d>\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?"
+    + _MONTH
+    + r"|"
+    + _MONTH.replace("mon>", "mon2>")
+    + r"\s+(?P<d2>\d{1,2})(?:st|nd|rd|th)?(?![\w:.]\d|\d)"
+    # "on the 5th", "on Sat. the 5th": a day of a month the answer does not name (0).
+    r"|\bon\s+(?:(?:mon|tue|wed|thu|fri|sat|sun)[a-z]*\.?,?\s+)?the\s+(?P<d3>\d{1,2})"
+    r"(?:st|nd|rd|th)\b(?!\s*[A-Za-z])",
+    re.I,
+)
+
+
+def month_days_in(text: str) -> Iterator[tuple[int, int, re.Match[str]]]:
+    """Each month's day without a year (its dates with one masked first): month (0: not
+    named), day, match."""
+    for match in _MONTH_DAY.finditer(text):
+        mon = match["mon"] or match["mon2"]
+        month = month_number(mon) if mon else 0
+        day = int(match["d"] or match["d2"] or match["d3"])
+        try:
+            date(2000, month or 1, day)  # a leap year: any day a month may have
+        except ValueError:
+            continue
+        yield month, day, match
+
+
 def blank(text: str, spans: Iterable[tuple[int, int]]) -> str:
     """`text` with each span overwritten by spaces, built once however many spans there are."""
     chars = list(text)
@@ -243,7 +287,7 @@ def _date_keys(g: dict[str, str | None]) -> list[DateKey]:
     year = num("y") or 0
     pairs: list[tuple[int, int | None]]
     if g.get("mon"):
-        pairs = [(_MONTHS[(g["mon"] or "")[:3].lower()], num("d"))]
+        pairs = [(month_number(g["mon"] or ""), num("d"))]
     elif g.get("a"):
         a, b = num("a") or 0, num("b") or 0
         pairs = [(b, a), (a, b)]

@@ -1,0 +1,141 @@
+"""Which label a printed number belongs to, read from the shapes programs print: several
+labelled numbers on a line, pretty-printed JSON and dicts, parallel arrays, a label after the
+number. A claim tying a number to another label is refused; honest ones pass. Pure functions."""
+
+from __future__ import annotations
+
+import pytest
+
+from execbox.agent import ground
+from execbox.agent.evidence import Context, Evidence
+from execbox.agent.models import RunOutput
+
+
+def refused(answer: str, stdout: str) -> list[str]:
+    evidence = Evidence.of([RunOutput(run_id="run1", stdout=stdout)], [])
+    claims = ground.check(answer, evidence, Context("What is the result?"), [])
+    return [c.text for c in claims if not c.grounded]
+
+
+_JSON = '{\n  "East": {\n    "units": 143,\n    "revenue": 1200\n  },\n  "West": {\n    "units": 98,\n    "revenue": 800\n  }\n}\n'
+_RECORDS = (
+    '[\n  {\n    "region": "East",\n    "units": 143\n  },\n'
+    '  {\n    "region": "West",\n    "units": 98\n  }\n]\n'
+)
+_PPRINT = (
+    "{'East': {'revenue': 1200, 'units': 143},\n 'North': {'revenue': 2100, 'units': 210},\n"
+    " 'West': {'revenue': 800, 'units': 98}}\n"
+)
+_NESTED = '{\n  "sales": {\n    "regions": [\n      {"name": "East", "units": 143},\n      {"name": "West", "units": 98}\n    ]\n  }\n}\n'
+_NUMPY = "['East' 'West' 'North']\n[143  98 210]\n"
+_LISTS = "names = ['East', 'West', 'North']\nunits = [143, 98, 210]\n"
+_KEYED = "regions: ['East', 'West', 'North']\nunits: [143, 98, 210]\n"
+_PANDAS = "Index(['East', 'West', 'North'], dtype='object')\narray([143,  98, 210])\n"
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("The p99 is 12 ms.", "p50=12ms p99=30ms\n"),
+        ("The p50 was 30 ms.", "latency p50=12ms p99=30ms\n"),
+        ("The p50 was 30 ms.", "latency: p50 12ms, p99 30ms\n"),
+        ("The max is 3.", "min 3 max 9 mean 5.5\n"),
+        ("The mean is 9.", "min 3 max 9 mean 5.5\n"),
+        ("West sold 143.", "East: 143, West: 98\n"),
+        ("West sold 143 units.", "East=143 West=98 North=210\n"),
+        ("Train accuracy was 0.85.", "accuracy: train=0.92 test=0.85\n"),
+        ("Test acc was 0.92.", "train acc 0.92 test acc 0.85\n"),
+        ("Train accuracy was 0.85.", "train acc 0.92 test acc 0.85\n"),
+        ("There were 98 user accounts.", "users: 143\nadmins: 98\n"),  # the other number
+        ("The user count was 98.", "users: 143\nadmins: 98\n"),
+        ("Easts sold 98.", "East: 143\nWest: 98\n"),
+    ],
+)
+def test_several_labelled_numbers_on_a_line_each_belong_to_their_label(
+    answer: str, stdout: str
+) -> None:
+    assert refused(answer, stdout)
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("East had 98 units.", _JSON),
+        ("East's revenue was 800.", _JSON),
+        ("The revenue for East was 800.", _JSON),
+        ("East had 98 units.", _RECORDS),
+        ("East sold 98.", _RECORDS),
+        ("East had 98 units.", _PPRINT),
+        ("North's revenue was 800.", _PPRINT),
+        ("East had 98 units.", _NESTED),
+    ],
+)
+def test_a_value_printed_over_several_lines_is_labelled_by_its_keys(
+    answer: str, stdout: str
+) -> None:
+    assert refused(answer, stdout)
+
+
+@pytest.mark.parametrize("stdout", [_NUMPY, _LISTS, _KEYED, _PANDAS])
+@pytest.mark.parametrize("answer", ["East had 98 units.", "North sold 143.", "West: 210."])
+def test_parallel_arrays_label_each_position_by_the_same_position(answer: str, stdout: str) -> None:
+    assert refused(answer, stdout)
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("The answer is 98 (East).", "East: 143\nWest: 98\n"),
+        ("The best was 98 units (East).", "East: 143\nWest: 98\n"),
+        ("It sold 210 (West).", "East    143\nWest     98\nNorth   210\n"),
+        ("East sold 143 units (31%).", "East: 143 units (12%)\nWest: 98 units (31%)\n"),
+    ],
+)
+def test_a_label_in_parentheses_after_a_number_is_its_label(answer: str, stdout: str) -> None:
+    assert refused(answer, stdout)
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("The p99 is 30 ms and the p50 12 ms.", "p50=12ms p99=30ms\n"),
+        ("The p50 was 12 ms.", "latency: p50 12ms, p99 30ms\n"),
+        ("The max is 9, the mean 5.5.", "min 3 max 9 mean 5.5\n"),
+        ("West sold 98.", "East: 143, West: 98\n"),
+        ("There are 143 users and 98 admin accounts.", "users: 143\nadmins: 98\n"),
+        ("Train accuracy was 0.92.", "accuracy: train=0.92 test=0.85\n"),
+        ("Train accuracy was 0.92, test accuracy 0.85.", "train acc 0.92 test acc 0.85\n"),
+        ("It processed 500 rows in 3 s.", "Processed 500 rows in 3 s\n"),
+        ("East had 143 units and a revenue of 1200.", _JSON),
+        ("West sold 98.", _RECORDS),
+        ("North's revenue was 2100.", _PPRINT),
+        ("West had 98 units.", _NESTED),
+        ("East had 143 units, North 210.", _NUMPY),
+        ("West sold 98.", _LISTS),
+        ("North sold 210.", _KEYED),
+        ("West sold 98.", _PANDAS),
+        ("The answer is 98 (West).", "East: 143\nWest: 98\n"),
+        ("The best was 143 units (East).", "East: 143\nWest: 98\n"),
+        ("East sold 143 units (12%).", "East: 143 units (12%)\nWest: 98 units (31%)\n"),
+        ("East sold 143 units (39%).", "East: 143\nWest: 98\nshare: 0.39\n"),
+        ("North had the highest sales (210).", "East    143\nWest     98\nNorth   210\n"),
+        ("East had the highest revenue (1543.50).", "East     1543.50\nWest       98.00\n"),
+    ],
+)
+def test_honest_answers_on_these_shapes_pass(answer: str, stdout: str) -> None:
+    assert refused(answer, stdout) == []
+
+
+@pytest.mark.parametrize(
+    "stdout",
+    [
+        "['East' 'West']\n[143  98 210]\n",  # another length
+        "['East' 'West' 'North']\n[143  '98' 210]\n",  # not all numbers
+        '{\n  "East": {\n    "note": "143 (est.)",\n    "x": 143\n  }\n}\n',  # in a string
+        "{\n"
+        + "".join(f'  "k{i}": {i},\n' for i in range(3000))
+        + '  "East": {\n    "x": 143\n  }\n}\n',  # too long to parse
+    ],
+)
+def test_unclear_printed_values_give_no_labels(stdout: str) -> None:
+    assert refused("East sold 98.", stdout + "total: 98\n") == []
