@@ -5,15 +5,12 @@ Nothing here leaves the machine: the only names resolved by DNS are `localhost`.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
 import pytest
 
 import execbox
-from execbox.policy import load_profiles
-from tests.conftest import _host_can_sandbox, prove_jail, sandbox_missing
 from tests.network.servers import Upstream
 
 # What the runs import: urllib reads HTTP_PROXY/HTTPS_PROXY from the environment by itself.
@@ -29,39 +26,6 @@ def fetch(url):
     except OSError as e:
         return [None, repr(e)]
 """
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[Upstream]:
-    servers = Upstream()
-    yield servers
-    servers.close()
-
-
-@pytest.fixture(scope="module")
-def net() -> Iterator[execbox.Executor]:
-    """An executor of its own: one slot of each kind (consecutive runs share a slot), the
-    test names pinned to 127.0.0.1, a profile that lets requests ask for any destination."""
-    reason = _host_can_sandbox()
-    if reason:
-        sandbox_missing(f"SANDBOX UNAVAILABLE, network tests skipped: {reason}")
-    profiles = load_profiles()
-    profiles["net"] = profiles["data"].model_copy(
-        update={"name": "net", "network_allow": ["*:*", "0.0.0.0/0:*", "[::/0]:*"]}
-    )
-    pinned = {name: "127.0.0.1" for name in ("api.test", "other.test", "denied.test")}
-    with execbox.Executor(
-        cache=False,
-        pool_size=1,
-        rotate_after_runs=None,
-        rotate_after_s=None,
-        profiles=profiles,
-        network_resolve=pinned,
-    ) as ex:
-        problem = prove_jail(ex)
-        if problem:
-            sandbox_missing(f"JAIL NOT PROVEN, network tests skipped: {problem}")
-        yield ex
 
 
 def run(

@@ -14,13 +14,6 @@ from execbox.network.proxy import Egress, EgressProxy, NetworkLimits
 from tests.network.servers import Upstream
 
 
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[Upstream]:
-    servers = Upstream()
-    yield servers
-    servers.close()
-
-
 class Opened:
     def __init__(self, proxy: EgressProxy, egress: Egress, port: int) -> None:
         self.proxy, self.egress, self.port = proxy, egress, port
