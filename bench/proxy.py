@@ -31,6 +31,7 @@ BODY = b"x" * 1024
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    wbufsize = 1 << 16  # a response in one write: no delayed-ACK stall between its parts
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002
         pass
@@ -120,6 +121,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 N = {n}
 class H(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    wbufsize = 1 << 16
     def log_message(self, *a): pass
     def do_GET(self):
         self.send_response(200); self.send_header("Content-Length", "1024"); self.end_headers()

@@ -19,6 +19,7 @@ class _Server(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
+    wbufsize = 1 << 16  # a response in one write: no delayed-ACK stall between its parts
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base's name
         pass

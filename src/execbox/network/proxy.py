@@ -91,10 +91,13 @@ class Egress:
             return
         self.tasks.add(task)
         self.writers.add(writer)
+        _no_delay(writer)
         try:
             await relay.serve(self, reader, writer)
         except (LimitReached, OSError, h11.ProtocolError):
             pass  # the connection ends; what it asked for is in the log
+        except asyncio.CancelledError:
+            pass  # `stop`: the task ends here, not as cancelled (asyncio would log that)
         finally:
             self.writers.discard(writer)
             writer.close()  # after what it was last sent (stop and trip abort at once)
@@ -225,10 +228,21 @@ async def _connect(
         sock.setblocking(False)
         loop = asyncio.get_running_loop()
         await asyncio.wait_for(loop.sock_connect(sock, (str(address), port)), CONNECT_TIMEOUT_S)
-        return await asyncio.open_connection(sock=sock)
+        reader, writer = await asyncio.open_connection(sock=sock)
+        _no_delay(writer)
+        return reader, writer
     except BaseException:
         sock.close()
         raise
+
+
+def _no_delay(writer: asyncio.StreamWriter) -> None:
+    """Send small writes at once. asyncio sets TCP_NODELAY only on sockets whose proto is
+    IPPROTO_TCP, and ours (made with proto 0, and accepted from one) are not: the second of a
+    response's two writes (head, body) would wait for the client's delayed ACK of the first."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 class EgressProxy:
