@@ -125,3 +125,12 @@ def test_ending_a_run_closes_its_listener_and_connections(
     idle.close()
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", opened.port), timeout=5)
+
+
+def test_refused_requests_count_against_the_connection_cap(opened: Opened) -> None:
+    """Bad targets are logged and counted like destinations: a flood of them ends the run
+    instead of growing the host's log without bound."""
+    for _ in range(7):
+        opened.send(b"GET /relative HTTP/1.1\r\nHost: api.test\r\n\r\n")
+    assert len(opened.limited) == 1 and "limits.network_connections" in opened.limited[0]
+    assert len(opened.egress.log()) == 6  # the cap of 5, and the one past it

@@ -131,17 +131,25 @@ class Egress:
 
     def refuse(self, method: str, host: str, port: int, rule: str, message: str) -> Refused:
         """Log a request refused before any destination was chosen (a bad target)."""
-        record = Record(time.time(), method, host, port, rule=rule, message=message)
+        record = self._admit(Record(time.time(), method, host, port, rule=rule, message=message))
         record.end()
-        self.records.append(record)
         return Refused(400, message)
 
     async def dial(self, method: str, host: str, port: int) -> Dialled | Refused:
         """Decide `host`:`port` and, if allowed, connect to the checked address."""
-        record = Record(time.time(), method, host, port)
-        self.records.append(record)
+        record = self._admit(Record(time.time(), method, host, port))
+        try:
+            return await self._dial(record, host, port)
+        finally:
+            if record.verdict != "allowed":
+                record.end()
+
+    def _admit(self, record: Record) -> Record:
+        """Log `record`, one of the run's `limits.connections` (refused ones count too: each
+        is a line of the log); past the cap the run ends."""
         if self.limit_message is not None:
             raise LimitReached(self.limit_message)
+        self.records.append(record)
         if len(self.records) > self.limits.connections:
             record.rule = "network.limit"
             record.message = f"more than {self.limits.connections} connections"
@@ -150,11 +158,7 @@ class Egress:
                 f"the run asked for more than {self.limits.connections} network connections; "
                 "raise limits.network_connections (CLI --network-connections)"
             )
-        try:
-            return await self._dial(record, host, port)
-        finally:
-            if record.verdict != "allowed":
-                record.end()
+        return record
 
     async def _dial(self, record: Record, host: str, port: int) -> Dialled | Refused:
         dest = destination(host)
