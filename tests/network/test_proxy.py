@@ -134,3 +134,14 @@ def test_refused_requests_count_against_the_connection_cap(opened: Opened) -> No
         opened.send(b"GET /relative HTTP/1.1\r\nHost: api.test\r\n\r\n")
     assert len(opened.limited) == 1 and "limits.network_connections" in opened.limited[0]
     assert len(opened.egress.log()) == 6  # the cap of 5, and the one past it
+
+
+def test_a_long_host_is_refused_and_logged_cut(opened: Opened, upstream: Upstream) -> None:
+    host = "a." * 2500 + "api.test"
+    answer = opened.send(
+        f"GET http://{host}:{upstream.http_port}/ HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+    )
+    assert answer.startswith(b"HTTP/1.1 403 ")
+    [entry] = opened.egress.log()
+    assert (entry["verdict"], entry["rule"]) == ("denied", "network.host")
+    assert len(entry["host"]) <= 300 and len(entry["message"]) < 400

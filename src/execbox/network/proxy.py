@@ -31,6 +31,10 @@ RESOLVE_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 10.0
 MAX_CLIENTS = 64  # connections to one run's listener open at once; more are closed at once
 CLOSE_WAIT_S = 10.0
+# A host as asked for is kept to this many characters in the log and its messages (a DNS
+# name has at most 253): a refused target can be as long as a request head.
+MAX_HOST_CHARS = 300
+MAX_METHOD_CHARS = 32
 
 
 @dataclass(frozen=True)
@@ -131,14 +135,18 @@ class Egress:
 
     def refuse(self, method: str, host: str, port: int, rule: str, message: str) -> Refused:
         """Log a request refused before any destination was chosen (a bad target)."""
+        host, method = host[:MAX_HOST_CHARS], method[:MAX_METHOD_CHARS]
         record = self._admit(Record(time.time(), method, host, port, rule=rule, message=message))
         record.end()
         return Refused(400, message)
 
     async def dial(self, method: str, host: str, port: int) -> Dialled | Refused:
         """Decide `host`:`port` and, if allowed, connect to the checked address."""
-        record = self._admit(Record(time.time(), method, host, port))
+        shown, method = host[:MAX_HOST_CHARS], method[:MAX_METHOD_CHARS]
+        record = self._admit(Record(time.time(), method, shown, port))
         try:
+            if len(host) > MAX_HOST_CHARS:  # no name is this long: refused, not cut to one
+                return _deny(record, "network.host", f"{shown}...: not a host name")
             return await self._dial(record, host, port)
         finally:
             if record.verdict != "allowed":
