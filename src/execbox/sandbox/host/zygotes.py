@@ -362,8 +362,10 @@ class ZygoteProcess:
             try:
                 if network is not None:
                     network.close()  # its listener and connections, before another run's code
-            except BaseException:
+            except BaseException as exc:
                 slot.reusable = False  # its listener may be open still: it serves no other run
+                if isinstance(exc, OSError):  # a proxy that did not close in time, say
+                    raise HostError(f"network: closing the run's proxy: {exc}") from exc
                 raise
             finally:
                 self._release(slot)
