@@ -3,13 +3,16 @@ server's and tool helpers' `network` (which the tool's description names to the 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 import execbox
+from execbox.mcp.server import build_server
 from execbox.tools import describe_environment, execute_tool_call
 from tests.faces.test_cli import cli
 from tests.network.servers import Upstream
@@ -81,3 +84,16 @@ def test_tool_helpers_pass_the_operators_hosts_and_tell_the_model(
     observation = execute_tool_call(net, call, profile="net", network=hosts)
     assert f"hello host=api.test:{port}" in observation
     assert "status: error" in execute_tool_call(net, call, profile="net")
+
+
+def test_mcp_run_python_tells_the_model_the_operators_hosts(net: execbox.Executor) -> None:
+    async def main() -> Any:
+        with_net = {t.name: t for t in await build_server(net, network=["api.test"]).list_tools()}
+        without = {t.name: t for t in await build_server(net).list_tools()}
+        return with_net["run_python"], without["run_python"]
+
+    tool, plain = asyncio.run(main())
+    assert "api.test" in (tool.description or "")
+    assert tool.annotations is not None and tool.annotations.open_world_hint is True
+    assert "no network" in (plain.description or "")
+    assert plain.annotations is not None and plain.annotations.open_world_hint is False
