@@ -284,3 +284,30 @@ def test_secrets_the_code_puts_in_a_host_are_redacted_from_the_log(
     for shown in (result.model_dump_json(), record.model_dump_json()):
         assert secret not in shown
     assert "[REDACTED" in entry.host
+
+
+def test_concurrent_runs_each_get_their_own_proxy_and_log(
+    net: execbox.Executor, upstream: Upstream
+) -> None:
+    """Runs at once (the pool makes more slots) each reach only their own entries, and each
+    log holds only its own run's requests."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    port = upstream.http_port
+
+    def one(i: int) -> execbox.RunResult:
+        code = f"print(fetch('http://api.test:{port}/hello?run={i}')[0])"
+        return net.run(
+            FETCH + code,
+            network=[f"api.test:{port}"] if i % 2 == 0 else [f"other.test:{port}"],
+            profile="net",
+            files={"ca.pem": upstream.ca_pem},
+        )
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(one, range(4)))
+    for i, result in enumerate(results):
+        assert result.stdout.strip() == ("200" if i % 2 == 0 else "403"), result
+        [entry] = result.network_log
+        assert entry.verdict == ("allowed" if i % 2 == 0 else "denied")
+        assert entry.host == "api.test"
