@@ -145,3 +145,45 @@ def test_a_long_host_is_refused_and_logged_cut(opened: Opened, upstream: Upstrea
     [entry] = opened.egress.log()
     assert (entry["verdict"], entry["rule"]) == ("denied", "network.host")
     assert len(entry["host"]) <= 300 and len(entry["message"]) < 400
+
+
+def test_one_run_holds_at_most_two_name_lookups_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lookups block threads of a pool every run shares: a run whose names resolve slowly
+    (its wildcard domain's own DNS server) must not take them all."""
+    import asyncio
+    import threading
+
+    import execbox.network.proxy as proxy_mod
+
+    now, most = [0], [0]
+
+    async def slow_resolve(name: str, port: int) -> tuple[object, ...]:
+        now[0] += 1
+        most[0] = max(most[0], now[0])
+        await asyncio.sleep(0.3)
+        now[0] -= 1
+        raise OSError("no such name")
+
+    monkeypatch.setattr(proxy_mod, "_resolve", slow_resolve)
+    proxy = EgressProxy()
+    listener = socket.create_server(("127.0.0.1", 0))
+    limits = NetworkLimits(bytes=100_000, connections=50)
+    egress = proxy.open(listener, Allowlist.parse(["*.slow.test"]), limits, lambda _m: None)
+    handle = Opened(proxy, egress, listener.getsockname()[1])
+    try:
+        asks = [
+            threading.Thread(
+                target=handle.send,
+                args=(f"GET http://n{i}.slow.test/ HTTP/1.1\r\nHost: x\r\n\r\n".encode(),),
+            )
+            for i in range(6)
+        ]
+        for ask in asks:
+            ask.start()
+        for ask in asks:
+            ask.join()
+    finally:
+        proxy.end(egress)
+        proxy.close()
+    assert most[0] == 2
+    assert [e["rule"] for e in egress.log()] == ["network.resolve"] * 6

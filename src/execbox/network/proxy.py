@@ -18,6 +18,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,8 @@ RESOLVE_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 10.0
 MAX_CLIENTS = 64  # connections to one run's listener open at once; more are closed at once
 CLOSE_WAIT_S = 10.0
+RESOLVE_THREADS = 32
+RESOLVING_PER_RUN = 2
 # A host as asked for is kept to this many characters in the log and its messages (a DNS
 # name has at most 253): a refused target can be as long as a request head.
 MAX_HOST_CHARS = 300
@@ -62,6 +65,9 @@ class Egress:
         self.on_limit = on_limit
         self.records: list[Record] = []
         self.used_bytes = 0
+        # Lookups block a thread of the proxy's pool each: a run's slow names (a wildcard
+        # entry's own DNS server, say) hold RESOLVING_PER_RUN of them at most.
+        self.resolving = asyncio.Semaphore(RESOLVING_PER_RUN)
         self.limit_message: str | None = None
         self.closed = False
         self.tasks: set[asyncio.Task[None]] = set()
@@ -181,7 +187,8 @@ class Egress:
         pinned = self.pinned.get(dest) if isinstance(dest, str) else None
         if isinstance(dest, str) and pinned is None:
             try:
-                addresses = await _resolve(dest, port)
+                async with self.resolving:
+                    addresses = await _resolve(dest, port)
             except (OSError, TimeoutError) as exc:
                 record.verdict, record.rule = "failed", "network.resolve"
                 record.message = f"cannot resolve {host}: {exc}"
@@ -279,6 +286,11 @@ class EgressProxy:
         with self._lock:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
+                # Name lookups: a pool of the proxy's own, wide enough that a few runs with
+                # slow names leave lookups for the others.
+                loop.set_default_executor(
+                    ThreadPoolExecutor(RESOLVE_THREADS, thread_name_prefix="execbox-resolve")
+                )
                 thread = threading.Thread(
                     target=loop.run_forever, name="execbox-egress-proxy", daemon=True
                 )
