@@ -187,3 +187,9 @@ def test_one_run_holds_at_most_two_name_lookups_at_once(monkeypatch: pytest.Monk
         proxy.close()
     assert most[0] == 2
     assert [e["rule"] for e in egress.log()] == ["network.resolve"] * 6
+
+
+def test_port_zero_is_port_zero_not_the_default(opened: Opened) -> None:
+    opened.send(b"GET http://api.test:0/ HTTP/1.1\r\nHost: x\r\n\r\n")
+    [entry] = opened.egress.log()
+    assert (entry["port"], entry["rule"]) == (0, "network.port")

@@ -223,7 +223,7 @@ async def _forward(
     target = request.target.decode("latin-1")  # bytes as characters, one for one
     try:
         url = urlsplit(target)
-        port = url.port or 80
+        port = 80 if url.port is None else url.port  # ":0" is port 0, refused, not 80
     except ValueError:
         url, port = urlsplit(""), 0
     if url.scheme != "http" or not url.hostname:
