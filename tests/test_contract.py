@@ -34,6 +34,7 @@ RESULT_FIELDS = {
     "cached",
     "session_id",
     "outputs",
+    "network_log",
 }
 STATUSES = {
     "ok",
@@ -48,6 +49,7 @@ STATUSES = {
     "needs_approval",
     "budget_exceeded",
     "sandbox_error",
+    "network_limit",
 }
 
 

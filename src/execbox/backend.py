@@ -17,9 +17,11 @@ from typing import Any, Protocol, TypeVar
 
 from .cancel import Cancel
 from .contract import MIB, Limits
-from .errors import SandboxUnavailable
+from .errors import SandboxUnavailable, UsageError
 from .hosts import Hosts
 from .image import LIGHT_PRELOAD, Image
+from .network.egress import RunEgress
+from .network.proxy import EgressProxy, NetworkLimits
 from .sandbox.host import capabilities
 from .sandbox.host.errors import HostError, RunNotStarted
 from .sandbox.host.pump import OutputCallback, RawRun
@@ -53,6 +55,8 @@ class RunSpec:
     cancel: Cancel | None = None
     # With it, each artifact's bytes go to `<spool_dir>/<index>` and its RawRun data is None.
     spool_dir: str | None = None
+    # The run's network allowlist (`RunRequest.network` entries); None: no network at all.
+    network: Sequence[str] | None = None
 
 
 class SessionBackend(Protocol):
@@ -140,6 +144,7 @@ class LocalBackend:
         rotate_after_s: float | None,
         per_tenant: bool,
         tenant_idle_s: float | None,
+        network_resolve: Mapping[str, str | Sequence[str]] | None = None,
     ) -> None:
         if os.geteuid() != 0:
             raise SandboxUnavailable(
@@ -151,6 +156,11 @@ class LocalBackend:
             raise SandboxUnavailable(f"{unprivileged}; see `execbox doctor`")
         self.image = image or Image.load()
         self.pool_size = pool_size
+        # Started at the first run with a network allowlist; `network_resolve` pins names.
+        try:
+            self.egress_proxy = EgressProxy(network_resolve)
+        except ValueError as exc:
+            raise UsageError(f"network_resolve: {exc}") from exc
         self.hosts = Hosts(
             self._start_host,
             rotate_after_runs=rotate_after_runs,
@@ -198,6 +208,10 @@ class LocalBackend:
         }
         files = list(spec.files)
         limits = spec.limits
+        network = None
+        if spec.network is not None:
+            caps = NetworkLimits(limits.network_bytes, limits.network_connections)
+            network = RunEgress(self.egress_proxy, spec.network, caps)
 
         def attempt() -> RawRun:
             host, slot = self.hosts.take(spec.tenant, spec.kind, SLOT_WAIT_S)
@@ -212,9 +226,13 @@ class LocalBackend:
                 spec.on_stderr,
                 spec.cancel,
                 spec.spool_dir,
+                network,
             )
 
-        return until_started(f"run {spec.run_id}", attempt)
+        raw = until_started(f"run {spec.run_id}", attempt)
+        if network is not None:
+            raw.network_log, raw.network_limit = network.log, network.limit_message
+        return raw
 
     def open_session(
         self,
@@ -233,6 +251,7 @@ class LocalBackend:
 
     def close(self) -> None:
         self.hosts.close()
+        self.egress_proxy.close()
 
 
 def sandbox_spec(

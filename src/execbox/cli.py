@@ -124,6 +124,18 @@ def main() -> None:
     metavar="NAME=VALUE",
     help="Environment variable for the program (the default environment is empty).",
 )
+@click.option(
+    "--allow-net",
+    "allow_net",
+    multiple=True,
+    metavar="HOST[:PORT]",
+    help="A host the program may reach through the network proxy ('*.example.com' for the "
+    "names under a domain; ports 80 and 443 unless one is named). Repeatable; none: no network.",
+)
+@click.option("--network-bytes", type=int, help="Cap on network proxy traffic (default 100 MiB).")
+@click.option(
+    "--network-connections", type=int, help="Cap on network connections asked for (default 100)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one RunResult as JSON.")
 @click.option(
     "--artifacts-dir",
@@ -155,6 +167,9 @@ def run_cmd(
     pids: int | None,
     output_bytes: int | None,
     env_pairs: tuple[str, ...],
+    allow_net: tuple[str, ...],
+    network_bytes: int | None,
+    network_connections: int | None,
     as_json: bool,
     artifacts_dir: Path | None,
     profile: str,
@@ -180,6 +195,8 @@ def run_cmd(
             "disk_mib": disk,
             "pids": pids,
             "output_bytes": output_bytes,
+            "network_bytes": network_bytes,
+            "network_connections": network_connections,
         }.items()
         if v is not None
     }
@@ -191,6 +208,7 @@ def run_cmd(
             env=_parse_env(env_pairs),
             limits=Limits(**overrides) if overrides else None,
             profile=profile,
+            network=list(allow_net) if allow_net else "none",
         )
         stream = None if as_json else sys.stdout.buffer
         errstream = None if as_json else sys.stderr.buffer
@@ -237,6 +255,13 @@ def _summary(result: RunResult, artifacts_dir: Path | None) -> None:
     click.echo(line, err=True)
     if result.error and result.status.value != "error":
         click.echo(f"[execbox] {result.error.type}: {result.error.message}", err=True)
+    for conn in result.network_log:
+        click.echo(
+            f"[execbox] network {conn.method} {conn.host}:{conn.port} {conn.verdict} "
+            f"({conn.rule}) up={conn.bytes_up} down={conn.bytes_down}"
+            + (f": {conn.message}" if conn.message else ""),
+            err=True,
+        )
     for art in result.artifacts:
         where = f" -> {artifacts_dir / art.path}" if artifacts_dir else ""
         click.echo(

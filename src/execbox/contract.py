@@ -27,6 +27,8 @@ from pydantic import (
     model_validator,
 )
 
+from .network.allowlist import parse_entries
+
 MIB = 1024 * 1024
 # What one request (a run, a session, a cell) may register as secrets: each value costs
 # matching on every result, so a flood of them is refused before anything is built.
@@ -93,6 +95,7 @@ class Status(StrEnum):
     needs_approval = "needs_approval"
     budget_exceeded = "budget_exceeded"
     sandbox_error = "sandbox_error"
+    network_limit = "network_limit"
 
 
 class Limits(BaseModel):
@@ -117,6 +120,20 @@ class Limits(BaseModel):
     )
     artifact_bytes: int = Field(10 * MIB, ge=0, le=1024 * MIB, description="Cap on artifact bytes.")
     artifact_files: int = Field(100, ge=0, le=10000, description="Cap on the number of artifacts.")
+    network_bytes: int = Field(
+        100 * MIB,
+        ge=0,
+        le=64 * 1024 * MIB,
+        description="Cap on the bytes through the network proxy, up and down together "
+        "(runs with a network allowlist).",
+    )
+    network_connections: int = Field(
+        100,
+        ge=1,
+        le=100000,
+        description="Cap on the destinations a run asks the network proxy for (each "
+        "CONNECT, each forwarded request, refused ones included).",
+    )
 
     @property
     def effective_cpu_s(self) -> float:
@@ -231,7 +248,13 @@ class RunRequest(BaseModel):
     env: dict[str, str] = Field(
         default_factory=dict, description="Environment of the program (empty unless given)."
     )
-    network: Literal["none"] = Field("none", description="Network access; only 'none' for now.")
+    network: Literal["none"] | list[str] = Field(
+        "none",
+        description="Network access: 'none' (the default), or an allowlist of "
+        "'host[:port]' entries ('*.example.com' for the names under a domain, an address, a "
+        "CIDR block; ports 80 and 443 unless an entry names one), reached through the "
+        "proxy that HTTP_PROXY/HTTPS_PROXY/ALL_PROXY name in the run.",
+    )
     profile: str = Field("data", description="Policy profile checked before the run.")
 
     @model_validator(mode="wrap")
@@ -280,6 +303,15 @@ class RunRequest(BaseModel):
             if not key or "=" in key or "\x00" in key or "\x00" in value:
                 raise ValueError(f"invalid environment variable name or value: {key!r}")
         return env
+
+    @field_validator("network")
+    @classmethod
+    def _network_entries(cls, network: str | list[str]) -> str | list[str]:
+        if isinstance(network, str):
+            return network
+        if not network:
+            raise ValueError("network: give 'none' or at least one 'host[:port]' entry")
+        return [entry.text for entry in parse_entries(network)]
 
     @field_validator("files")
     @classmethod
@@ -342,6 +374,25 @@ class Output(BaseModel):
     data: str = Field(description="The content: text as is, binary data base64-encoded.")
 
 
+class NetworkConnection(BaseModel):
+    """One destination a run asked its network proxy for, allowed or not."""
+
+    time: str = Field(description="When it was asked for (ISO 8601, UTC).")
+    method: str = Field(description="CONNECT (a tunnel, TLS) or the forwarded request's method.")
+    host: str = Field(description="The host as the run asked for it.")
+    port: int = Field(description="The port asked for.")
+    address: str | None = Field(None, description="The address dialled; null when none was.")
+    verdict: Literal["allowed", "denied", "failed"] = Field(
+        description="allowed; denied by a rule; failed (name or connection error)."
+    )
+    rule: str = Field(description="The rule that decided: network.allow, network.host, ...")
+    entry: str | None = Field(None, description="The allowlist entry that matched the host.")
+    message: str | None = Field(None, description="Why it was denied or failed.")
+    bytes_up: int = Field(0, description="Bytes sent to the destination.")
+    bytes_down: int = Field(0, description="Bytes received from the destination.")
+    duration_ms: float | None = Field(None, description="How long it lasted.")
+
+
 class RunResult(BaseModel):
     """The outcome of one run (or of one session cell)."""
 
@@ -379,6 +430,11 @@ class RunResult(BaseModel):
     image_digest: str = ""
     cached: bool = False
     session_id: str | None = Field(None, description="The session a cell ran in; null for runs.")
+    network_log: list[NetworkConnection] = Field(
+        default_factory=list,
+        description="Every destination the run asked its network proxy for; empty without "
+        "a network allowlist.",
+    )
     outputs: list[Output] = Field(
         default_factory=list,
         description="Rich outputs of a session cell, in order; the last expression's value is "

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import AsyncIterator, Generator, Iterable, Mapping
+from collections.abc import AsyncIterator, Generator, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -96,6 +96,7 @@ class Executor:
         zygotes_per_tenant: bool = False,
         tenant_idle_s: float = DEFAULT_TENANT_IDLE_S,
         backend: SandboxBackend | None = None,
+        network_resolve: Mapping[str, str | Sequence[str]] | None = None,
     ) -> None:
         """`profiles`: a TOML file or loaded profiles (default: the shipped ones, or the file in
         EXECBOX_PROFILES). `records`: a RunStore or database URL (default: SQLite under the
@@ -114,7 +115,10 @@ class Executor:
         gets a host of its own (None: the shared one), started at its first run and closed
         after `tenant_idle_s` seconds unused. A bad value of any of these is a UsageError.
         `backend`: where code runs (default: this host's sandbox, which needs root and the
-        runtime image; `execbox.testing.FakeSandbox` in tests of code above the sandbox)."""
+        runtime image; `execbox.testing.FakeSandbox` in tests of code above the sandbox).
+        `network_resolve`: names the network proxy resolves to these addresses instead of
+        asking DNS, trusted like curl's --resolve (a pinned address counts as named exactly:
+        a pinned loopback or private address is dialled)."""
         check_settings(
             max_concurrency=max_concurrency,
             pool_size=pool_size,
@@ -144,6 +148,7 @@ class Executor:
             rotate_after_s=rotate_after_s,
             per_tenant=zygotes_per_tenant,
             tenant_idle_s=tenant_idle_s,
+            network_resolve=network_resolve,
         )
         self.image = self._backend.image if isinstance(self._backend, LocalBackend) else None
         self.image_digest = self._backend.digest
@@ -214,6 +219,7 @@ class Executor:
         limits: Limits | Mapping[str, Any] | None = None,
         env: Mapping[str, str] | None = None,
         profile: str = "data",
+        network: str | Sequence[str] = "none",
         cache: bool | None = None,
         budget: Budget | None = None,
         secrets: Iterable[str] = (),
@@ -230,7 +236,9 @@ class Executor:
         `cache=False` skips the result cache; `budget` is shared across calls; `secrets` are
         redacted from this run's output, errors and record. `cancel` (an `execbox.Cancel`)
         lets another thread end the run: its result is then an `error` of type Cancelled.
-        `tenant`: whose host runs it, with `zygotes_per_tenant` (else all share one)."""
+        `tenant`: whose host runs it, with `zygotes_per_tenant` (else all share one).
+        `network`: "none", or the hosts the run may reach through the proxy (`host[:port]`
+        entries, within what the profile allows; see README "Network")."""
         request = make_request(
             code,
             language=language,
@@ -239,6 +247,7 @@ class Executor:
             limits=limits,
             env=env,
             profile=profile,
+            network=network,
         )
         return self.run_request(
             request,
@@ -338,8 +347,10 @@ class Executor:
         if isinstance(reservation, RunResult):
             return self._record(call, reservation)
         use_cache = (
-            self.cache_enabled if options.cache is None else options.cache
-        ) and origin.session is None
+            (self.cache_enabled if options.cache is None else options.cache)
+            and origin.session is None
+            and call.request.network == "none"  # what a server answers is not the code's
+        )
         key = (
             cache_key(
                 call.request,
@@ -540,6 +551,7 @@ class Executor:
             on_stderr=on_stderr,
             cancel=cancel,
             spool_dir=options.spool_dir,
+            network=None if request.network == "none" else request.network,
         )
         if not self._admission.enter(cancel):  # cancelled while it waited for its turn
             return not_started(base)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ def make_request(
     limits: Limits | Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
     profile: str = "data",
+    network: str | Sequence[str] = "none",
 ) -> RunRequest:
     """Build and validate a RunRequest; UsageError says what is wrong. `code` given as bytes is
     decoded as CPython decodes a source file (see `RunRequest`)."""
@@ -55,6 +56,7 @@ def make_request(
                 "limits": limits if limits is not None else Limits(),
                 "env": dict(env or {}),
                 "profile": profile,
+                "network": network if isinstance(network, str) else list(network),
             }
         )
     except ValidationError as exc:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from .contract import Artifact, ErrorInfo, Metrics, RunResult, Status
+from .contract import Artifact, ErrorInfo, Metrics, NetworkConnection, RunResult, Status
 from .sandbox.host.pump import RawRun
 from .sandbox.inside.runner import compile_error_record
 
@@ -47,6 +47,10 @@ def result_of(base: RunResult, raw: RawRun) -> RunResult:
             message=f"output exceeded {base.limits.output_bytes} bytes on stdout or stderr; "
             "raise limits.output_bytes (CLI --output-bytes)",
         )
+    if raw.network_limit is not None and status in (Status.ok, Status.error):
+        # The proxy refused traffic past the limit and had the run killed: that ended it.
+        status = Status.network_limit
+        error = ErrorInfo(type="NetworkLimitExceeded", message=raw.network_limit)
     arts = [
         Artifact(**a, data=d) for a, d in zip(meta["artifacts"], raw.artifact_data, strict=True)
     ]
@@ -64,6 +68,7 @@ def result_of(base: RunResult, raw: RawRun) -> RunResult:
             "artifacts_truncated": bool(meta.get("artifacts_truncated")),
             "inputs_read": meta.get("inputs_read"),
             "metrics": Metrics(**meta["metrics"]),
+            "network_log": [NetworkConnection(**entry) for entry in raw.network_log],
         }
     )
 

@@ -79,6 +79,7 @@ def redact_result(result: RunResult, redactor: Redactor) -> RunResult:
         and not result.outputs
         and result.error is None
         and not result.artifacts
+        and not result.network_log
     ):
         return result  # nothing to scrub (`redact` returns its argument then): no copy
     update: dict[str, Any] = {"stdout": stdout, "stderr": stderr}
@@ -105,6 +106,17 @@ def redact_result(result: RunResult, redactor: Redactor) -> RunResult:
         )
     if result.artifacts:
         update["artifacts"] = redact_paths(result.artifacts, redactor)
+    if result.network_log:  # the hosts and methods the code asked its proxy for
+        update["network_log"] = [
+            e.model_copy(
+                update={
+                    "method": redactor.redact(e.method),
+                    "host": redactor.redact(e.host),
+                    "message": redactor.redact(e.message) if e.message else None,
+                }
+            )
+            for e in result.network_log
+        ]
     return result.model_copy(update=update)
 
 

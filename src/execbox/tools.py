@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -135,12 +135,14 @@ def describe_environment(
     profile: str = "data",
     stateful: bool = False,
     timeout_arg: str = "timeout_s",
+    network: Sequence[str] | None = None,
 ) -> str:
     """What a model should know before it writes code for the sandbox, in a few sentences.
 
     `limits` are the limits the caller runs with; None means the profile's defaults.
     `stateful`: the calls run as cells of one session (`execute_tool_call(..., session=)`).
-    `timeout_arg`: how the tool's argument that raises the wall-time limit is spelled."""
+    `timeout_arg`: how the tool's argument that raises the wall-time limit is spelled.
+    `network`: the hosts the caller lets its runs reach (None: no network)."""
     default_limits, max_limits = _profile_limits(profile)
     lim = limits or default_limits
     packages = ", ".join(f"{name} {version}" for name, version in runtime_packages().items())
@@ -151,13 +153,22 @@ def describe_environment(
         + (_STATEFUL if stateful else _STATELESS)
         + f"Installed: {packages} and the standard library; nothing else can be installed. "
         "matplotlib uses the Agg backend: save charts with plt.savefig('chart.png'). "
-        "There is no network access. The working directory is /workspace: input files are "
+        + (_network_sentence(network) if network else "There is no network access. ")
+        + "The working directory is /workspace: input files are "
         "there, read-only; files the program writes under /workspace come back as artifacts, "
         "as written (secrets are redacted from output, not from files). "
         f"Limits per run: {lim.timeout_s:g} s wall time ({timeout_arg}{longest}), "
         f"{lim.effective_cpu_s:g} s CPU time, {lim.memory_mib} MiB memory, {lim.pids} processes, "
         f"{lim.disk_mib} MiB disk; stdout and stderr are cut at {_size(lim.output_bytes)} each; "
         f"at most {lim.artifact_files} artifacts, {_size(lim.artifact_bytes)} in all."
+    )
+
+
+def _network_sentence(network: Sequence[str]) -> str:
+    return (
+        "Network: HTTP and HTTPS only, to these hosts only (ports 80 and 443 unless one is "
+        f"named): {', '.join(network)}; through the proxy in HTTP_PROXY and HTTPS_PROXY, which "
+        "urllib uses by itself; no DNS and no other connections. "
     )
 
 
@@ -249,6 +260,7 @@ def execute_tool_call(
     name: str = TOOL_NAME,
     session: SessionLike | None = None,
     max_output_chars: int = MAX_OUTPUT_CHARS,
+    network: Sequence[str] | None = None,
 ) -> str:
     """Run a `run_python` tool call and return the observation to hand back to the model.
 
@@ -257,7 +269,8 @@ def execute_tool_call(
     tool or an unknown profile is the caller's mistake (UsageError), and `Overloaded` or a
     closed session raise as they do from the Executor and the Session. With `session`, the
     code runs as a cell of that stateful session (its files are written into the session
-    first) instead of a fresh run.
+    first) instead of a fresh run. `network`: the hosts a fresh run may reach (the caller's
+    choice, never the model's; pass the same to `describe_environment`).
     """
     called, raw = parse_tool_call(call)
     if called is not None and called != name:
@@ -294,6 +307,7 @@ def execute_tool_call(
                 files={k: v.encode() for k, v in args.files.items()},
                 limits=run_limits,
                 profile=profile,
+                network=list(network) if network else "none",
             )
         except UsageError as exc:  # say, a file name with '..' in it
             cause = exc.__cause__
@@ -327,6 +341,8 @@ _LIMIT_HINTS = {
     "names.",
     Status.needs_approval: "The run is held until a person approves it; it has not run.",
     Status.budget_exceeded: "The execution budget of this task is used up.",
+    Status.network_limit: "The run passed its network cap ({network_bytes} bytes, "
+    "{network_connections} connections) and was ended. Fetch less.",
     Status.sandbox_error: "The sandbox failed (not the code's fault); trying again may work.",
 }
 

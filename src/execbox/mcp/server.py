@@ -19,7 +19,7 @@ import os
 import signal
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
@@ -111,6 +111,7 @@ def build_server(  # noqa: C901
     shares: Callable[[], Shares] | None = None,
     session_starts_per_key: int | None = None,
     session_starts_per_s: float | None = None,
+    network: Sequence[str] | None = None,
 ) -> MCPServer[Any]:
     """An MCP server whose tools run on `executor` (which the caller owns and closes).
     Sessions the server opened are closed when the server shuts down. Runs and cells hold
@@ -119,7 +120,9 @@ def build_server(  # noqa: C901
     past either a tool call is refused with a time to retry. With `shares` (how the active
     keys share the executor's sessions, asked at each session_create) each key is guaranteed
     its share of the sessions, as `execbox serve --max-sessions`; `session_starts_per_key` and
-    `session_starts_per_s` cap each key's session starts as `execbox serve`'s options do."""
+    `session_starts_per_s` cap each key's session starts as `execbox serve`'s options do.
+    `network`: the hosts run_python's runs may reach (the operator's choice; None: none),
+    within what `profile` allows."""
     sessions = SessionRegistry(session_starts_per_key, session_starts_per_s)
     quotas = Quotas()
     results = ResultBudget(max_result_bytes, tenant_result_bytes)
@@ -144,7 +147,7 @@ def build_server(  # noqa: C901
             "Run Python in an isolated sandbox. run_python runs one program from a clean "
             "state; for work that builds up step by step, session_create a session and "
             "session_run cells in it (state and files persist until session_close). "
-            + describe_environment(profile=profile)
+            + describe_environment(profile=profile, network=network)
         ),
         lifespan=lifespan,
         log_level="WARNING",
@@ -172,8 +175,11 @@ def build_server(  # noqa: C901
             release()
 
     @server.tool(
-        description=describe_environment(profile=profile, timeout_arg="limits.timeout_s"),
-        annotations=ToolAnnotations(open_world_hint=False, read_only_hint=True),
+        description=describe_environment(
+            profile=profile, timeout_arg="limits.timeout_s", network=network
+        ),
+        # with network, its runs reach hosts outside: an open world
+        annotations=ToolAnnotations(open_world_hint=bool(network), read_only_hint=True),
     )
     def run_python(
         code: Code,
@@ -192,7 +198,14 @@ def build_server(  # noqa: C901
         result = admitted(
             ctx,
             lambda: executor.run_request(
-                make_request(code, stdin=stdin, files=inputs, limits=limits, profile=profile),
+                make_request(
+                    code,
+                    stdin=stdin,
+                    files=inputs,
+                    limits=limits,
+                    profile=profile,
+                    network=list(network) if network else "none",
+                ),
                 cache_scope=scope,
                 tenant=scope,
             ),

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from ..contract import Limits, RunRequest
 from ..errors import UsageError
+from ..network.allowlist import parse_entries, within
 from ..routing import scan_imports
 from .analysis import Analysis
 from .names import CellContext
@@ -141,9 +142,23 @@ class Checker:
                     )
                 ),
             )
-        denied = self.inputs() or self.limit_maximums()
+        denied = self.inputs() or self.limit_maximums() or self.network()
         if denied is not None:
             return denied
+        verdict = self.code()
+        if verdict.decision == "allow" and self.request.network != "none" and p.network_approval:
+            return self.verdict(
+                "needs_approval",
+                "network.approval",
+                f"profile {key!r} holds every run with network access for approval "
+                f"(asked for: {', '.join(self.request.network)})",
+                imports=verdict.imports,
+            )
+        return verdict
+
+    def code(self) -> Verdict:
+        """The verdict on the code itself (its encoding, syntax and the profile's rules)."""
+        p, key = self.profile, self.key
         undecodable = self.request.source_error
         if undecodable is not None:  # as CPython, which reads nothing of such a file
             return self.verdict(
@@ -241,6 +256,38 @@ class Checker:
                     + self.advice(lambda q: rows <= q.max_csv_rows, "send a sample or an aggregate")
                 ),
             )
+        return None
+
+    def network(self) -> Verdict | None:
+        """Each network entry the request asks for must fall within a pattern of the
+        profile's `network_allow` (rules network.not_allowed, network.entry)."""
+        asked = self.request.network
+        if asked == "none":
+            return None
+        key, allowed = self.key, self.profile.network_allow
+
+        def accepts(q: Profile) -> bool:
+            patterns = parse_entries(q.network_allow, pattern=True)
+            return all(any(within(e, p) for p in patterns) for e in entries)
+
+        entries = parse_entries(list(asked))
+        if not allowed:
+            return self.verdict(
+                "deny",
+                "network.not_allowed",
+                f"profile {key!r} allows no network access (asked for: {', '.join(asked)}); "
+                + self.advice(accepts, "run without network"),
+            )
+        patterns = parse_entries(allowed, pattern=True)
+        for entry in entries:
+            if not any(within(entry, pattern) for pattern in patterns):
+                return self.verdict(
+                    "deny",
+                    "network.entry",
+                    f"network entry {entry.text!r} is not within what profile {key!r} allows "
+                    f"({', '.join(allowed)}); "
+                    + self.advice(accepts, "ask for hosts and ports the profile allows"),
+                )
         return None
 
     def limit_maximums(self) -> Verdict | None:

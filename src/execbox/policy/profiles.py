@@ -15,6 +15,7 @@ from pydantic_core import ErrorDetails
 
 from ..contract import Limits
 from ..errors import UsageError
+from ..network.allowlist import parse_entries
 
 ENV_VAR = "EXECBOX_PROFILES"
 
@@ -64,6 +65,14 @@ class Profile(BaseModel):
     max_input_bytes: int = Field(ge=0, description="Cap on input files plus stdin, in bytes.")
     max_input_files: int = Field(ge=0, description="Cap on the number of input files.")
     max_csv_rows: int = Field(ge=0, description="Cap on the lines of each *.csv input file.")
+    network_allow: list[str] = Field(
+        default_factory=list,
+        description="Patterns a request's network entries must fall within ('*' any name, "
+        "':*' any port); empty: no network (rule network.not_allowed).",
+    )
+    network_approval: bool = Field(
+        False, description="Whether any run with network is held for approval."
+    )
 
     @field_validator("imports_allow", "imports_deny", "imports_approval")
     @classmethod
@@ -98,6 +107,12 @@ class Profile(BaseModel):
                     f"{pattern!r} is not an attribute name or wildcard pattern "
                     "(e.g. '__globals__', 'f_*'), without dots"
                 )
+        return patterns
+
+    @field_validator("network_allow")
+    @classmethod
+    def _network_patterns(cls, patterns: list[str]) -> list[str]:
+        parse_entries(patterns, pattern=True)
         return patterns
 
     @model_validator(mode="after")

@@ -31,9 +31,10 @@ runs = sa.Table(
     sa.Column("approved_at", sa.Float),
     sa.Column("approved_by", sa.String(200)),
     sa.Column("sealed", sa.JSON),  # what was redacted before storing (`atrest`), or null
+    sa.Column("network", sa.JSON),  # the request's network: "none" or its allowlist
 )
 # Columns added after the first release: a database made before gets them on opening.
-ADDED_COLUMNS = ("sealed",)
+ADDED_COLUMNS = ("sealed", "network")
 
 blobs = sa.Table(
     "blobs",

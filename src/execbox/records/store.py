@@ -61,6 +61,9 @@ class RunRecord(BaseModel):
     cache_key: str | None = None
     approved_at: float | None = None
     approved_by: str | None = None
+    network: str | list[str] | None = Field(
+        None, description="The request's network: 'none' or its allowlist (null: 'none')."
+    )
     sealed: dict[str, Any] | None = Field(
         None, description="What was redacted before storing (see execbox.atrest), or null"
     )
@@ -245,6 +248,7 @@ class RunStore:
             "status": result.status.value,
             "cache_key": cache_key,
             "sealed": stored.sealed,
+            "network": request.network,
         }
         result_json = result.model_dump_json()
         # Blobs are never deleted: one known to be stored (the empty stdin of nearly every run,
@@ -369,6 +373,7 @@ class RunStore:
             limits=record.limits,
             env=record.env,
             profile=record.profile,
+            network=record.network or "none",
         )
         if not sealed:
             return request

@@ -37,6 +37,9 @@ class RawRun:
     stderr: bytes = b""
     stdout_truncated: bool = False
     stderr_truncated: bool = False
+    # A run with a network allowlist: its proxy's log, and the limit it passed (if it did).
+    network_log: list[dict[str, Any]] = field(default_factory=list)
+    network_limit: str | None = None
 
 
 class CappedOutput:

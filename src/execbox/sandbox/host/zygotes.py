@@ -13,8 +13,9 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..inside import protocol
 from ..inside.cgroup import Hierarchy
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 KINDS = ("light", "heavy")  # of program zygote: standard library only, or the data stack too
 SUPERVISORS_END_S = 10.0  # how long `close` waits for the supervisors it let go to exit
 CANCELLED = "cancelled"  # the KILL reason of a run its caller cancelled (see `Cancel`)
+NETWORK_LIMIT = "network_limit"  # the KILL reason of a run past a network limit
 # A request this soon after its slot's program got ready finds the slot in demand (see
 # `inside.supervisor.Zygote`). Read when a host starts: a test widens it to make "in demand" sure.
 DEMAND_S = 0.002
@@ -328,6 +330,7 @@ class ZygoteProcess:
         on_stderr: OutputCallback | None = None,
         cancel: Cancel | None = None,
         spool_dir: str | None = None,
+        network: SlotNetwork | None = None,
     ) -> RawRun:
         """Run one request in a staged slot (given back to the pool here); raises HostError
         for failures of the sandbox itself. `cancel` can end the run from another thread.
@@ -336,6 +339,8 @@ class ZygoteProcess:
         try:
             if protocol.SLOT_KINDS[slot.kind][0] == "heavy":
                 self.wait_heavy()
+            if network is not None:
+                request = with_network(slot, request, network)
             go, go_lost = slot.send_request(request, files)
             pump = RunPump(
                 slot,
@@ -354,7 +359,16 @@ class ZygoteProcess:
         finally:
             if cancel is not None:
                 cancel.detach()  # before the slot can serve another run
-            self._release(slot)
+            try:
+                if network is not None:
+                    network.close()  # its listener and connections, before another run's code
+            except BaseException as exc:
+                slot.reusable = False  # its listener may be open still: it serves no other run
+                if isinstance(exc, OSError):  # a proxy that did not close in time, say
+                    raise HostError(f"network: closing the run's proxy: {exc}") from exc
+                raise
+            finally:
+                self._release(slot)
 
     def close(self) -> None:
         """Stop the zygotes; staged slots are released, and their supervisors (with their
@@ -390,6 +404,26 @@ class ZygoteProcess:
                 Hierarchy.discover().sweep(prefix)
             except OSError:
                 pass
+
+
+class SlotNetwork(Protocol):
+    """A run's network (`execbox.network.egress.RunEgress`): a listener in the slot's
+    network namespace, closed before the slot serves another run."""
+
+    def open(self, pidfd: int, on_limit: Callable[[str], None]) -> dict[str, str]: ...
+
+    def close(self) -> None: ...
+
+
+def with_network(slot: Slot, request: dict[str, Any], network: SlotNetwork) -> dict[str, Any]:
+    """`request` with the proxy's variables in its environment, the listener made in the
+    network namespace the slot's staged run has (its supervisor's)."""
+    try:
+        env = network.open(slot.sup_pidfd, lambda _why: slot.end_run(NETWORK_LIMIT))
+    except OSError as exc:
+        raise HostError(f"network: cannot listen in the run's namespace: {exc}") from exc
+    spec = request["spec"]
+    return {**request, "spec": {**spec, "env": {**spec["env"], **env}}}
 
 
 def _small_heap(env: dict[str, str]) -> dict[str, str]:

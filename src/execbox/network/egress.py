@@ -1,0 +1,49 @@
+"""One run's network: its listener opened in the slot it got, served by the proxy, and closed
+(the listener and every connection) before the slot can serve another run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .allowlist import Allowlist
+from .listener import listen_in
+from .proxy import Egress, EgressProxy, NetworkLimits
+
+PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+NO_PROXY_VARS = ("NO_PROXY", "no_proxy")
+
+
+class RunEgress:
+    """The network of one run with an allowlist. `open` may be called again after `close`
+    (a run retried on another slot); the log gathers what every opening served."""
+
+    def __init__(self, proxy: EgressProxy, entries: Sequence[str], limits: NetworkLimits) -> None:
+        self.proxy = proxy
+        self.allow = Allowlist.parse(list(entries))
+        self.limits = limits
+        self.log: list[dict[str, Any]] = []
+        self.limit_message: str | None = None
+        self._egress: Egress | None = None
+
+    def open(self, pidfd: int, on_limit: Callable[[str], None]) -> dict[str, str]:
+        """Listen in the network namespace of the process `pidfd` names (the slot's
+        supervisor); the variables that point the run's HTTP clients at the proxy."""
+        if pidfd < 0:
+            raise OSError("the run slot's supervisor has no pidfd to join its namespace by")
+        listener = listen_in(pidfd)
+        port = listener.getsockname()[1]
+        self._egress = self.proxy.open(listener, self.allow, self.limits, on_limit)
+        url = f"http://127.0.0.1:{port}"
+        # An empty NO_PROXY: nothing of a caller's environment sends a name around the proxy
+        # (there is no route around it anyway).
+        return {**dict.fromkeys(PROXY_VARS, url), **dict.fromkeys(NO_PROXY_VARS, "")}
+
+    def close(self) -> None:
+        """End the listener and every connection of the run (idempotent)."""
+        egress, self._egress = self._egress, None
+        if egress is None:
+            return
+        self.log += self.proxy.end(egress)
+        if egress.limit_message is not None:
+            self.limit_message = egress.limit_message

@@ -1,0 +1,102 @@
+"""Real HTTP and HTTPS servers on 127.0.0.1, outside the sandbox, for the network tests: the
+HTTPS one with a certificate for `api.test` from a throwaway test CA (trustme)."""
+
+from __future__ import annotations
+
+import ssl
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+import trustme
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    seen: list[tuple[str, str, str]]  # (method, path, Host header) of every request served
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+    wbufsize = 1 << 16  # a response in one write: no delayed-ACK stall between its parts
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base's name
+        pass
+
+    def _reply(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        url = urlsplit(self.path)
+        query = parse_qs(url.query)
+        self.server.seen.append((self.command, self.path, self.headers.get("Host", "")))
+        if url.path == "/hello":
+            self._reply(200, f"hello host={self.headers.get('Host')}".encode())
+        elif url.path == "/redirect":
+            self._reply(302, b"", {"Location": query["to"][0]})
+        elif url.path == "/big":
+            self._reply(200, b"x" * int(query["n"][0]))
+        else:
+            self._reply(404, b"no such page")
+
+    do_HEAD = do_GET
+
+    def do_POST(self) -> None:
+        self.server.seen.append((self.command, self.path, self.headers.get("Host", "")))
+        if self.headers.get("Transfer-Encoding") == "chunked":
+            body = b""
+            while size := int(self.rfile.readline().strip(), 16):
+                body += self.rfile.read(size)
+                self.rfile.readline()
+            self.rfile.readline()
+        else:
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        length = self.headers.get("Content-Length")
+        self._reply(200, b"echo " + body + f" content-length={length}".encode())
+
+
+class Upstream:
+    """An HTTP server and an HTTPS server (certificate for api.test) on 127.0.0.1."""
+
+    def __init__(self) -> None:
+        self.ca = trustme.CA()
+        self.ca_pem = self.ca.cert_pem.bytes()
+        self.http = self._start(None)
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.ca.issue_cert("api.test").configure_cert(context)
+        self.https = self._start(context)
+
+    def _start(self, context: ssl.SSLContext | None) -> _Server:
+        server = _Server(("127.0.0.1", 0), _Handler)
+        server.seen = []
+        if context is not None:
+            server.socket = context.wrap_socket(server.socket, server_side=True)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return server
+
+    @property
+    def http_port(self) -> int:
+        return int(self.http.server_address[1])
+
+    @property
+    def https_port(self) -> int:
+        return int(self.https.server_address[1])
+
+    def seen(self) -> list[tuple[str, str, str]]:
+        return self.http.seen + self.https.seen
+
+    def clear(self) -> None:
+        self.http.seen.clear()
+        self.https.seen.clear()
+
+    def close(self) -> None:
+        for server in (self.http, self.https):
+            server.shutdown()
+            server.server_close()

@@ -1,0 +1,99 @@
+"""A network allowlist through each face: the CLI's --allow-net, the HTTP body, the MCP
+server's and tool helpers' `network` (which the tool's description names to the model)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+import execbox
+from execbox.mcp.server import build_server
+from execbox.tools import describe_environment, execute_tool_call
+from tests.faces.test_cli import cli
+from tests.network.servers import Upstream
+from tests.server.conftest import own_server
+
+FETCH_HELLO = (
+    "import urllib.request\n"
+    "print(urllib.request.urlopen('http://{host}:{port}/hello', timeout=10).read().decode())\n"
+)
+
+
+def test_cli_allow_net_reaches_the_named_host(
+    net: execbox.Executor, upstream: Upstream, tmp_path: Path
+) -> None:
+    """The CLI has no resolver map: it names the server by its address, which an entry
+    naming it exactly lets the proxy dial although it is loopback."""
+    port = upstream.http_port
+    profiles = tmp_path / "profiles.toml"
+    profiles.write_text(
+        '[profiles.net]\ndescription = "test"\nnetwork_allow = ["127.0.0.1/32:*"]\n'
+        "max_code_bytes = 65536\nmax_input_bytes = 65536\nmax_input_files = 4\n"
+        "max_csv_rows = 10\n[profiles.net.limits]\n[profiles.net.max_limits]\n"
+    )
+    env = {**os.environ, "EXECBOX_PROFILES": str(profiles)}
+    code = FETCH_HELLO.format(host="127.0.0.1", port=port).encode()
+    upstream.clear()
+    args = ["run", "-", "--json", "--profile", "net", "--allow-net", f"127.0.0.1:{port}"]
+    proc = cli(*args, stdin=code, env=env)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["stdout"] == f"hello host=127.0.0.1:{port}\n"
+    assert [e["verdict"] for e in result["network_log"]] == ["allowed"]
+    # without the flag, the same program has no network
+    proc = cli("run", "-", "--json", "--profile", "net", stdin=code, env=env)
+    assert json.loads(proc.stdout)["status"] == "error"
+    assert len(upstream.seen()) == 1
+
+
+def test_http_body_network_reaches_the_named_host(
+    net: execbox.Executor, upstream: Upstream
+) -> None:
+    port = upstream.http_port
+    with own_server(net) as (url, state):
+        assert state.keys is not None
+        key = state.keys.create("net-tenant", max_concurrent=4, max_sessions=1, rpm=1000)
+        body = {
+            "code": FETCH_HELLO.format(host="api.test", port=port),
+            "network": [f"api.test:{port}"],
+            "profile": "net",
+        }
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}) as client:
+            result = client.post("/v1/runs", json=body, timeout=60).json()
+            refused = client.post("/v1/runs", json={**body, "profile": "data"}, timeout=60)
+    assert result["stdout"] == f"hello host=api.test:{port}\n", result
+    assert result["network_log"][0]["entry"] == f"api.test:{port}"
+    assert refused.json()["status"] == "policy_denied"
+    assert refused.json()["error"]["rule"] == "network.not_allowed"
+
+
+def test_tool_helpers_pass_the_operators_hosts_and_tell_the_model(
+    net: execbox.Executor, upstream: Upstream
+) -> None:
+    port = upstream.http_port
+    hosts = [f"api.test:{port}"]
+    assert "There is no network access" in describe_environment()
+    told = describe_environment(network=hosts)
+    assert f"api.test:{port}" in told and "no network access" not in told
+    call = {"code": FETCH_HELLO.format(host="api.test", port=port)}
+    observation = execute_tool_call(net, call, profile="net", network=hosts)
+    assert f"hello host=api.test:{port}" in observation
+    assert "status: error" in execute_tool_call(net, call, profile="net")
+
+
+def test_mcp_run_python_tells_the_model_the_operators_hosts(net: execbox.Executor) -> None:
+    async def main() -> Any:
+        with_net = {t.name: t for t in await build_server(net, network=["api.test"]).list_tools()}
+        without = {t.name: t for t in await build_server(net).list_tools()}
+        return with_net["run_python"], without["run_python"]
+
+    tool, plain = asyncio.run(main())
+    assert "api.test" in (tool.description or "")
+    assert tool.annotations is not None and tool.annotations.open_world_hint is True
+    assert "no network" in (plain.description or "")
+    assert plain.annotations is not None and plain.annotations.open_world_hint is False
