@@ -13,6 +13,9 @@ byte-identical trees wherever they are built: bytecode is compiled with unchecke
 whose file names are relative to the tree, console scripts (whose shebangs hold the build path)
 are dropped, and the digest is over contents and names in a fixed order, never timestamps.
 
+The jail never sees a tree at its host path: `mountable` makes a filesystem file of it
+(`trees/<digest prefix>.ext4`), which the zygotes mount at one fixed path (`image.ENV_DIR`).
+
 Layout under `<home>/envs/`: `trees/<digest prefix>/` (a tree and its manifest), `names/<name>`
 (a link to a tree) and `default` (the name `Image.load()` uses; `data` when unset).
 """
@@ -33,7 +36,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import SandboxUnavailable, UsageError
-from .image import LOCK_FILE, PRELOAD, Image, build_native, home, native_sha
+from .image import (
+    ENV_DIR,
+    FS_TYPE,
+    LOCK_FILE,
+    PRELOAD,
+    Image,
+    build_native,
+    fs_image_path,
+    home,
+    native_sha,
+)
 
 RUNTIME = Path(__file__).parent / "runtime"
 # The specs shipped with execbox, built by name alone (`execbox env build ml`).
@@ -134,6 +147,7 @@ def remove(name: str, base: Path | None = None) -> None:
     link.unlink()
     if not any(lookup(other, base) == root for other in list_names(base)):
         shutil.rmtree(root)
+        fs_image_path(root).unlink(missing_ok=True)
 
 
 def show(name: str, base: Path | None = None) -> dict[str, object]:
@@ -614,6 +628,94 @@ def refresh_native(root: Path) -> None:
         build_native(root)
         meta["native_sha256"] = native_sha()
         _write_atomic(root / "manifest.json", json.dumps(meta, indent=2) + "\n")
+
+
+# The filesystem file: ext4 made by e2fsprogs' `mke2fs -d` from the tree (e2fsprogs is part of
+# every Debian-like base system, so this needs nothing installed). No journal: it is mounted
+# read-only. FS_FORMAT names what goes into it; a change remakes every tree's file.
+FS_FORMAT = "1"
+FS_BLOCK = 4096
+
+
+def mountable(root: Path) -> Path:
+    """The tree's filesystem file, made when it is missing or older than the tree's C parts.
+    The jail mounts the tree from it: its own filesystem, whose root is the tree, so nothing
+    (not even /proc/self/mountinfo) names the directory it was made from."""
+    fs = fs_image_path(root)
+    meta = _manifest(root)
+    key = f"{FS_FORMAT}:{meta.get('native_sha256')}"
+    if meta.get("fs_image") == key and fs.is_file():
+        return fs
+    _relocate_font_cache(root)
+    mke2fs = shutil.which(
+        "mke2fs", path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+    )
+    if mke2fs is None:
+        raise SandboxUnavailable(
+            "making the runtime image's filesystem needs mke2fs: install e2fsprogs "
+            "(Debian: apt-get install e2fsprogs)"
+        )
+    blocks, inodes = _fs_size(root)
+    tmp = fs.with_name(f".{fs.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    size_kib = (blocks * FS_BLOCK * 5 // 4 + inodes * 256 + (64 << 20)) >> 10
+    done = subprocess.run(
+        [
+            mke2fs,
+            "-q",
+            "-t",
+            FS_TYPE,
+            "-O",
+            "^has_journal,^resize_inode",
+            "-m",
+            "0",
+            "-b",
+            str(FS_BLOCK),
+            "-N",
+            str(inodes + 256),
+            "-E",
+            "root_owner=0:0",
+            "-L",
+            "execbox-env",
+            "-d",
+            str(root),
+            str(tmp),
+            f"{size_kib}k",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        raise SandboxUnavailable(f"mke2fs failed for {root}: {done.stderr.strip()}")
+    tmp.chmod(0o644)
+    tmp.replace(fs)
+    meta["fs_image"] = key
+    _write_atomic(root / "manifest.json", json.dumps(meta, indent=2) + "\n")
+    return fs
+
+
+def _fs_size(root: Path) -> tuple[int, int]:
+    """Blocks and inodes the tree takes in a filesystem of FS_BLOCK blocks."""
+    blocks = inodes = 1
+    for _dirpath, dirnames, filenames in os.walk(root):
+        inodes += len(dirnames) + len(filenames)
+        blocks += len(dirnames)
+        for name in filenames:
+            st = os.lstat(os.path.join(_dirpath, name))
+            blocks += -(-st.st_size // FS_BLOCK)
+    return blocks, inodes
+
+
+def _relocate_font_cache(root: Path) -> None:
+    """matplotlib's font cache holds absolute font paths: the tree's, where the jail sees it."""
+    for cache in (root / "mplconfig").glob("*.json"):
+        text = cache.read_text()
+        moved = text
+        for where in {str(root), str(root.resolve())}:
+            moved = moved.replace(json.dumps(where)[1:-1] + "/", ENV_DIR + "/")
+        if moved != text:
+            _write_atomic(cache, moved)
 
 
 def _manifest(root: Path) -> dict[str, object]:
