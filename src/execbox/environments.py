@@ -37,7 +37,6 @@ from pathlib import Path
 
 from .errors import SandboxUnavailable, UsageError
 from .image import (
-    ENV_DIR,
     FS_TYPE,
     LOCK_FILE,
     PRELOAD,
@@ -646,7 +645,6 @@ def mountable(root: Path) -> Path:
     key = f"{FS_FORMAT}:{meta.get('native_sha256')}"
     if meta.get("fs_image") == key and fs.is_file():
         return fs
-    _relocate_font_cache(root)
     mke2fs = shutil.which(
         "mke2fs", path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
     )
@@ -705,17 +703,6 @@ def _fs_size(root: Path) -> tuple[int, int]:
             st = os.lstat(os.path.join(_dirpath, name))
             blocks += -(-st.st_size // FS_BLOCK)
     return blocks, inodes
-
-
-def _relocate_font_cache(root: Path) -> None:
-    """matplotlib's font cache holds absolute font paths: the tree's, where the jail sees it."""
-    for cache in (root / "mplconfig").glob("*.json"):
-        text = cache.read_text()
-        moved = text
-        for where in {str(root), str(root.resolve())}:
-            moved = moved.replace(json.dumps(where)[1:-1] + "/", ENV_DIR + "/")
-        if moved != text:
-            _write_atomic(cache, moved)
 
 
 def _manifest(root: Path) -> dict[str, object]:
