@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import SandboxUnavailable, UsageError
@@ -160,6 +160,147 @@ def show(name: str, base: Path | None = None) -> dict[str, object]:
         "image_digest": image.digest,
         **data,
     }
+
+
+# --- what each environment has: curation from demand ----------------------------------------
+
+MISSING = re.compile(r"No module named '([^']+)'")
+# Run by the tree's own interpreter: the top-level modules code can import there, the standard
+# library's that the tree kept (tests, tkinter and the like were left out) and site-packages'.
+_MODULES = """
+import importlib.util, json, os, sys
+names = set()
+for name in sys.stdlib_module_names:
+    try:
+        if name in sys.builtin_module_names or importlib.util.find_spec(name) is not None:
+            names.add(name)
+    except (ImportError, ValueError):
+        pass
+for path in sys.path:
+    if not path.endswith("site-packages") or not os.path.isdir(path):
+        continue
+    for entry in os.listdir(path):
+        name = entry.split(".")[0]
+        if not name.isidentifier() or name.startswith("__"):
+            continue
+        full = os.path.join(path, entry)
+        if os.path.isdir(full) and "." not in entry:
+            names.add(name)  # a package, or a namespace package
+        elif entry.endswith((".py", ".so")):
+            names.add(name)
+print(json.dumps(sorted(names)))
+"""
+
+
+def modules_of(root: Path) -> frozenset[str]:
+    """The top-level modules code can import in the tree: the manifest's `modules`, computed
+    (and stored) here for a tree built before it was recorded."""
+    meta = _manifest(root)
+    names = meta.get("modules")
+    if not isinstance(names, list):
+        names = _importable(root)
+        meta["modules"] = names
+        _write_atomic(root / "manifest.json", json.dumps(meta, indent=2) + "\n")
+    return frozenset(str(n) for n in names)
+
+
+def _importable(root: Path) -> list[str]:
+    done = subprocess.run(
+        [str(root / "bin" / "python3"), "-I", "-c", _MODULES],
+        capture_output=True,
+        text=True,
+        env={},
+    )
+    if done.returncode != 0:
+        raise SandboxUnavailable(f"listing the modules of {root} failed: {done.stderr.strip()}")
+    names: list[str] = json.loads(done.stdout)
+    return names
+
+
+def having(module: str, base: Path | None = None) -> list[str]:
+    """The environments, by name, in which code can import top-level `module`."""
+    return [name for name in list_names(base) if module in modules_of(lookup(name, base))]
+
+
+def names_of(image_digest: str, base: Path | None = None) -> list[str]:
+    """The environments whose image has `image_digest` (more than one name can share a tree)."""
+    from .image import image_digest as digest_of
+
+    return [
+        name
+        for name in list_names(base)
+        if digest_of(str(_manifest(lookup(name, base)).get("tree_digest"))) == image_digest
+    ]
+
+
+def missing_module(error_type: str | None, message: str | None) -> str | None:
+    """The top-level module a run's ModuleNotFoundError names, or None."""
+    if error_type != "ModuleNotFoundError" or not message:
+        return None
+    found = MISSING.search(message)
+    return found.group(1).split(".")[0] if found else None
+
+
+def missing_hint(
+    module: str, image_digest: str, allowed: list[str] | None = None, base: Path | None = None
+) -> str | None:
+    """What to tell the author of code that imported `module`, missing from the environment
+    with `image_digest`: the environments among `allowed` (None: all) that have it, or whom to
+    ask. None when that environment has the top-level module (a submodule was missing)."""
+    here = names_of(image_digest, base)
+    if any(module in modules_of(lookup(name, base)) for name in here):
+        return None
+    where = f"environment {here[0]!r}" if here else "this run's environment"
+    others = [n for n in having(module, base) if allowed is None or n in allowed]
+    if not others:
+        return (
+            f"{module} is not in {where}, and no environment has it; ask an operator to add "
+            "it (`execbox env requests` lists what runs asked for)"
+        )
+    which = (
+        f"environment {others[0]!r} has it"
+        if len(others) == 1
+        else "environments " + ", ".join(repr(n) for n in others) + " have it"
+    )
+    return f"{module} is not in {where}; {which} (run with --environment {others[0]})"
+
+
+@dataclass
+class Request:
+    """A module code asked for and its environment lacked (`execbox env requests`)."""
+
+    module: str
+    count: int = 0
+    lacked_in: list[str] = field(default_factory=list)  # names, or digests no name has now
+    available_in: list[str] = field(default_factory=list)  # the environments that have it now
+    run_ids: list[str] = field(default_factory=list)  # the newest first
+    last_at: float = 0.0
+
+
+def requests(
+    rows: list[tuple[str, str, float, str]], base: Path | None = None, run_ids: int = 5
+) -> list[Request]:
+    """What code asked for and its environment lacked, from the records' `missing_modules`
+    rows (newest first), most asked for first. A module the lacking environment does have
+    (the run missed a submodule of it) is not a request."""
+    by_digest: dict[str, list[str]] = {}
+    found: dict[str, Request] = {}
+    for module, run_id, created_at, digest in rows:
+        if digest not in by_digest:
+            by_digest[digest] = names_of(digest, base)
+        lacking = by_digest[digest]
+        if any(module in modules_of(lookup(name, base)) for name in lacking):
+            continue
+        entry = found.setdefault(module, Request(module, last_at=created_at))
+        entry.count += 1
+        for name in lacking or [digest[:19]]:
+            if name not in entry.lacked_in:
+                entry.lacked_in.append(name)
+        if len(entry.run_ids) < run_ids:
+            entry.run_ids.append(run_id)
+    for entry in found.values():
+        entry.available_in = having(entry.module, base)
+    return sorted(found.values(), key=lambda e: (-e.count, e.module))
 
 
 # --- locks ---------------------------------------------------------------------------------
@@ -614,6 +755,7 @@ def _finish(
         "packages": packages,
         "host_libraries": libs,
         "preload": PRELOAD if has_data_stack else [],
+        "modules": _importable(root),
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     _write_atomic(root / "manifest.json", json.dumps(manifest, indent=2) + "\n")

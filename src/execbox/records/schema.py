@@ -31,9 +31,11 @@ runs = sa.Table(
     sa.Column("approved_at", sa.Float),
     sa.Column("approved_by", sa.String(200)),
     sa.Column("sealed", sa.JSON),  # what was redacted before storing (`atrest`), or null
+    # The top-level module a ModuleNotFoundError named (`execbox env requests`), or null.
+    sa.Column("missing_module", sa.String(200)),
 )
 # Columns added after the first release: a database made before gets them on opening.
-ADDED_COLUMNS = ("sealed",)
+ADDED_COLUMNS = ("sealed", "missing_module")
 
 blobs = sa.Table(
     "blobs",
