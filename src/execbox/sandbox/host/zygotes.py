@@ -137,6 +137,7 @@ class ZygoteProcess:
             name, info = failed[0]
             raise HostError(f"the zygote ({name}) failed to start: {info.get('error')}")
         sup = self._starting["supervisors"]
+        loop.keep_mounted(image.fs_image, sup.proc.pid)
         self._proc, self._sock = sup.proc, sup.sock
         self.heavy_pid = self._starting["heavy"].proc.pid
         self.light_pid = self._starting["light"].proc.pid
