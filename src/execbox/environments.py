@@ -37,6 +37,7 @@ from pathlib import Path
 
 from .errors import SandboxUnavailable, UsageError
 from .image import (
+    ENV_DIR,
     FS_TYPE,
     LOCK_FILE,
     PRELOAD,
@@ -70,6 +71,9 @@ STDLIB_SKIP = {
     "_tkinter*",
 }
 HOST_LIB_DIRS = ("/usr/", "/lib/", "/lib64/")  # the jail binds /usr (and /lib is /usr/lib)
+# How a tree is made from the interpreter: a tree of another format is rebuilt, not reused
+# (2: the build configuration names the jail's prefix, not the host's).
+TREE_FORMAT = 2
 TREE_PARTS = ("bin", "lib")  # what the tree digest covers: everything code can import
 
 
@@ -394,6 +398,7 @@ _PROBE = (
     "'stdlib': sysconfig.get_paths()['stdlib'], "
     "'dynload': [p for p in sys.path if p.endswith('lib-dynload')], "
     "'shared': bool(sysconfig.get_config_var('Py_ENABLE_SHARED')), "
+    "'prefixes': sorted({sysconfig.get_config_var(v) for v in ('prefix', 'exec_prefix')}), "
     "'executable': os.path.realpath(sys.executable)}))"
 )
 
@@ -515,7 +520,27 @@ def _copy_python(work: Path, interpreter: str) -> dict[str, object]:
             _set_runpath(lib / libpython, "$ORIGIN", host_lib)
             for module in sorted((dest_stdlib / "lib-dynload").glob("*.so")):
                 _set_runpath(module, "$ORIGIN/../..", host_lib)
+    prefixes = info["prefixes"]
+    assert isinstance(prefixes, list)
+    for prefix in _own_prefixes(prefixes):
+        for data in dest_stdlib.glob("_sysconfigdata_*.py"):
+            _relocate_sysconfig(data, prefix)
     return info
+
+
+def _own_prefixes(prefixes: list[str]) -> list[str]:
+    """The interpreter's build prefixes that name a host directory the jail does not show: not
+    /usr (bound in the jail), longest first (one may contain the other)."""
+    own = [p for p in prefixes if p and p != "/usr" and not p.startswith(HOST_LIB_DIRS)]
+    return sorted(own, key=len, reverse=True)
+
+
+def _relocate_sysconfig(path: Path, prefix: str) -> None:
+    """The build configuration (`sysconfig.get_config_vars()`) names the host's install
+    prefix in dozens of values: name the jail's instead, where the tree is."""
+    text = path.read_text()
+    pattern = re.compile(re.escape(prefix) + r"(?![\w.+-])")
+    path.write_text(pattern.sub(ENV_DIR, text))
 
 
 def host_libraries(tree: Path) -> list[str]:
@@ -707,6 +732,8 @@ def _same_build(name: str, lock: Path, interpreter: str, base: Path | None) -> E
         _interpreter_path(interpreter)
     ):
         return None
+    if meta.get("tree_format") != TREE_FORMAT:
+        return None
     refresh_native(root)
     return Environment(name, root, _manifest(root))
 
@@ -747,6 +774,7 @@ def _finish(
     has_data_stack = all(p.split(".")[0] in packages for p in PRELOAD)
     manifest = {
         "kind": "self-contained",
+        "tree_format": TREE_FORMAT,
         "tree_digest": digest,
         "python_version": info["version"],
         "lock_sha256": hashlib.sha256(lock_text.encode()).hexdigest(),
