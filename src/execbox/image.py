@@ -102,6 +102,9 @@ class Image:
     def zygote_env(self) -> dict[str, str]:
         """The zygote's whole environment: no secrets, nothing inherited from the caller."""
         return {
+            # What site and matplotlib expand "~" to at import, before the jail's passwd
+            # applies: the jail's home for its user, not the host's for whoever runs execbox.
+            "HOME": "/workspace",
             "MPLCONFIGDIR": f"{ENV_DIR}/mplconfig",
             "MPLBACKEND": "Agg",
             "OPENBLAS_NUM_THREADS": "1",
