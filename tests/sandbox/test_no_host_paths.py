@@ -10,19 +10,22 @@ traceback through the runner, /proc/self/{mountinfo,maps,environ,cgroup,cmdline}
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
 
 import execbox
-from execbox import Executor, Status
+from execbox import Executor, Status, environments
 from execbox.image import ENV_DIR, PACKAGE_DIR, Image, home
 
 # Everything a run can learn about where its interpreter, its modules and execbox live.
 PROBE = r"""
 import gc, io, json, os, site, sys, sysconfig, traceback, types
-import numpy
+import matplotlib.font_manager, numpy
 gc.unfreeze()  # the zygote's frozen heap too: every function it loaded
 facts = {
     "prefix": [sys.prefix, sys.base_prefix, sys.exec_prefix],
@@ -31,6 +34,9 @@ facts = {
     "sysconfig": sysconfig.get_paths(),
     "site": site.getsitepackages(),
     "numpy": numpy.__file__,
+    "config_vars": {k: str(v) for k, v in sysconfig.get_config_vars().items()},
+    "user_site": [site.USER_SITE, site.USER_BASE, site.getuserbase(), site.getusersitepackages()],
+    "font_dirs": matplotlib.font_manager.X11FontDirectories,
     "modules": sorted({str(getattr(m, "__file__", "")) for m in list(sys.modules.values())}),
     "code_files": sorted(
         {o.__code__.co_filename for o in gc.get_objects() if isinstance(o, types.FunctionType)}
@@ -69,6 +75,19 @@ def host_paths() -> dict[str, str]:
     if sys.prefix != sys.base_prefix:  # a venv: execbox's own interpreter install
         paths["host venv"] = sys.prefix
     return paths
+
+
+def host_install_and_home() -> dict[str, str]:
+    """The host interpreter's build prefixes (which an environment's tree was copied from) and
+    the home of the user running execbox, as this host has them."""
+    paths = {
+        "host home": os.path.expanduser("~"),
+        "host passwd home": pwd.getpwuid(os.getuid()).pw_dir,
+    }
+    prefixes = [sysconfig.get_config_var(v) for v in ("prefix", "exec_prefix")]
+    for prefix in environments._own_prefixes([str(p) for p in prefixes]):
+        paths[f"host build prefix {prefix}"] = prefix
+    return {what: path for what, path in paths.items() if path not in ("", "/")}
 
 
 def _at_env(path: str) -> bool:
@@ -146,3 +165,26 @@ def test_a_traceback_names_only_the_fixed_paths(jailed: Executor) -> None:
     assert r.error.traceback is not None
     assert f'File "{ENV_DIR}/lib/python3.' in r.error.traceback  # through the stdlib's frames
     assert_no_host_path(r.error.traceback + r.stderr)
+
+
+def test_the_build_configuration_names_the_fixed_path_not_the_hosts_install(
+    facts: dict[str, object],
+) -> None:
+    config = facts["config_vars"]
+    assert isinstance(config, dict)
+    assert config["LIBDIR"] == f"{ENV_DIR}/lib", config["LIBDIR"]
+    for what, path in host_install_and_home().items():
+        named = {k: v for k, v in config.items() if path in v}
+        assert not named, f"{what} ({path}) is in the jail's config vars: {named}"
+    assert_no_host_path(json.dumps(config))
+
+
+def test_user_site_and_font_dirs_name_the_jails_home_not_the_hosts(
+    facts: dict[str, object],
+) -> None:
+    user_site, font_dirs = facts["user_site"], facts["font_dirs"]
+    assert isinstance(user_site, list) and isinstance(font_dirs, list) and font_dirs
+    assert all(str(p).startswith("/workspace/") for p in user_site), user_site
+    seen = json.dumps([user_site, font_dirs])
+    for what, path in host_install_and_home().items():
+        assert path not in seen, f"{what} ({path}) is visible in the jail: {seen}"
