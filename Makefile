@@ -15,6 +15,9 @@ deps:
 	@# the program's contain steps (src/execbox/sandbox/native).
 	@{ command -v cc >/dev/null && test -e "$$(cc -print-file-name=libc.a)"; } || { \
 	  echo "installing gcc and libc6-dev"; apt-get update -qq && apt-get install -y -qq gcc libc6-dev; }
+	@# e2fsprogs' mke2fs: the jail mounts each environment from an ext4 file made from its tree.
+	@{ command -v mke2fs >/dev/null || test -x /sbin/mke2fs || test -x /usr/sbin/mke2fs; } || { \
+	  echo "installing e2fsprogs"; apt-get update -qq && apt-get install -y -qq e2fsprogs; }
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 	  { echo "execbox needs Python 3.11+ as $(PYTHON)"; exit 2; }
 

@@ -176,10 +176,7 @@ def main() -> None:
             time.sleep(1.0)
             u0, t0 = usage_s(), time.monotonic()
             host = ZygoteProcess(
-                image.python,
-                image.zygote_env(),
-                image.ro_paths,
-                image.libexec,
+                image,
                 list(image.preload),
                 list(LIGHT_PRELOAD),
                 pool_size=pool_size,

@@ -211,8 +211,13 @@ def test_env_list_show_default_and_rm_through_the_cli(
         "--no-index",
     )
     assert code == 0, err
-    trees = list((home / "envs" / "trees").iterdir())
+    trees = [p for p in (home / "envs" / "trees").iterdir() if p.is_dir()]
     assert len(trees) == 1
+    # Beside it, the filesystem file the jail mounts it from.
+    assert sorted(p.name for p in trees[0].parent.iterdir()) == [
+        trees[0].name,
+        trees[0].name + ".ext4",
+    ]
     code, out, _ = _cli(home, "env", "list")
     assert code == 0 and [line.split()[0] for line in out.splitlines()] == ["copy", "tiny"]
     code, out, _ = _cli(home, "env", "show", "tiny")
@@ -233,7 +238,7 @@ def test_env_list_show_default_and_rm_through_the_cli(
     assert _cli(home, "env", "default", "copy")[0] == 2
     (home / "envs" / "default").write_text("data\n")
     assert _cli(home, "env", "rm", "tiny")[:2] == (0, "removed tiny\n")
-    assert not trees[0].exists()
+    assert not trees[0].exists() and not list(trees[0].parent.iterdir())
     assert _cli(home, "env", "list") == (0, "", "")
 
 

@@ -186,10 +186,7 @@ class LocalBackend:
     def _start_host(self) -> ZygoteProcess:
         try:
             return ZygoteProcess(
-                self.image.python,
-                self.image.zygote_env(),
-                self.image.ro_paths,
-                self.image.libexec,
+                self.image,
                 list(self.image.preload),
                 list(LIGHT_PRELOAD),
                 pool_size=self.pool_size,

@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
+import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import NoReturn
 
@@ -133,3 +136,43 @@ def env_default(name: str | None) -> None:
         click.echo(environments.default_name())
     except ExecboxError as exc:
         _fail(str(exc))
+
+
+SINCE = re.compile(r"(\d+(?:\.\d+)?)([smhd])\Z")
+SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+@env_group.command("requests")
+@click.option("--since", help="Only runs this recent: a duration such as 90m, 24h or 7d.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per module.")
+def env_requests(since: str | None, as_json: bool) -> None:
+    """Modules code imported that its environment lacked, from the run records: how often,
+    which environments lacked them, which have them now, and the newest run ids."""
+    from . import environments
+    from .records import RunStore
+
+    start = None
+    if since is not None:
+        found = SINCE.match(since.strip())
+        if found is None:
+            _fail(f"bad --since {since!r}: a number and a unit, s, m, h or d (e.g. 24h, 7d)")
+        start = time.time() - float(found.group(1)) * SECONDS[found.group(2)]
+    try:
+        store = RunStore()
+        try:
+            asked = environments.requests(store.missing_modules(start))
+        finally:
+            store.close()
+    except ExecboxError as exc:
+        _fail(str(exc))
+    for entry in asked:
+        if as_json:
+            click.echo(json.dumps(asdict(entry), sort_keys=True))
+            continue
+        click.echo(
+            f"{entry.module:<20} {entry.count:>5} runs  lacked in: {', '.join(entry.lacked_in)}"
+            + (f"  now in: {', '.join(entry.available_in)}" if entry.available_in else "")
+            + f"  runs: {' '.join(entry.run_ids)}"
+        )
+    if not asked and not as_json:
+        click.echo("no run has imported a module its environment lacked")

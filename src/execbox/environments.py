@@ -13,6 +13,9 @@ byte-identical trees wherever they are built: bytecode is compiled with unchecke
 whose file names are relative to the tree, console scripts (whose shebangs hold the build path)
 are dropped, and the digest is over contents and names in a fixed order, never timestamps.
 
+The jail never sees a tree at its host path: `mountable` makes a filesystem file of it
+(`trees/<digest prefix>.ext4`), which the zygotes mount at one fixed path (`image.ENV_DIR`).
+
 Layout under `<home>/envs/`: `trees/<digest prefix>/` (a tree and its manifest), `names/<name>`
 (a link to a tree) and `default` (the name `Image.load()` uses; `data` when unset).
 """
@@ -29,11 +32,21 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import SandboxUnavailable, UsageError
-from .image import LOCK_FILE, PRELOAD, Image, build_native, home, native_sha
+from .image import (
+    ENV_DIR,
+    FS_TYPE,
+    LOCK_FILE,
+    PRELOAD,
+    Image,
+    build_native,
+    fs_image_path,
+    home,
+    native_sha,
+)
 
 RUNTIME = Path(__file__).parent / "runtime"
 # The specs shipped with execbox, built by name alone (`execbox env build ml`).
@@ -58,6 +71,9 @@ STDLIB_SKIP = {
     "_tkinter*",
 }
 HOST_LIB_DIRS = ("/usr/", "/lib/", "/lib64/")  # the jail binds /usr (and /lib is /usr/lib)
+# How a tree is made from the interpreter: a tree of another format is rebuilt, not reused
+# (2: the build configuration names the jail's prefix, not the host's).
+TREE_FORMAT = 2
 TREE_PARTS = ("bin", "lib")  # what the tree digest covers: everything code can import
 
 
@@ -134,6 +150,7 @@ def remove(name: str, base: Path | None = None) -> None:
     link.unlink()
     if not any(lookup(other, base) == root for other in list_names(base)):
         shutil.rmtree(root)
+        fs_image_path(root).unlink(missing_ok=True)
 
 
 def show(name: str, base: Path | None = None) -> dict[str, object]:
@@ -147,6 +164,147 @@ def show(name: str, base: Path | None = None) -> dict[str, object]:
         "image_digest": image.digest,
         **data,
     }
+
+
+# --- what each environment has: curation from demand ----------------------------------------
+
+MISSING = re.compile(r"No module named '([^']+)'")
+# Run by the tree's own interpreter: the top-level modules code can import there, the standard
+# library's that the tree kept (tests, tkinter and the like were left out) and site-packages'.
+_MODULES = """
+import importlib.util, json, os, sys
+names = set()
+for name in sys.stdlib_module_names:
+    try:
+        if name in sys.builtin_module_names or importlib.util.find_spec(name) is not None:
+            names.add(name)
+    except (ImportError, ValueError):
+        pass
+for path in sys.path:
+    if not path.endswith("site-packages") or not os.path.isdir(path):
+        continue
+    for entry in os.listdir(path):
+        name = entry.split(".")[0]
+        if not name.isidentifier() or name.startswith("__"):
+            continue
+        full = os.path.join(path, entry)
+        if os.path.isdir(full) and "." not in entry:
+            names.add(name)  # a package, or a namespace package
+        elif entry.endswith((".py", ".so")):
+            names.add(name)
+print(json.dumps(sorted(names)))
+"""
+
+
+def modules_of(root: Path) -> frozenset[str]:
+    """The top-level modules code can import in the tree: the manifest's `modules`, computed
+    (and stored) here for a tree built before it was recorded."""
+    meta = _manifest(root)
+    names = meta.get("modules")
+    if not isinstance(names, list):
+        names = _importable(root)
+        meta["modules"] = names
+        _write_atomic(root / "manifest.json", json.dumps(meta, indent=2) + "\n")
+    return frozenset(str(n) for n in names)
+
+
+def _importable(root: Path) -> list[str]:
+    done = subprocess.run(
+        [str(root / "bin" / "python3"), "-I", "-c", _MODULES],
+        capture_output=True,
+        text=True,
+        env={},
+    )
+    if done.returncode != 0:
+        raise SandboxUnavailable(f"listing the modules of {root} failed: {done.stderr.strip()}")
+    names: list[str] = json.loads(done.stdout)
+    return names
+
+
+def having(module: str, base: Path | None = None) -> list[str]:
+    """The environments, by name, in which code can import top-level `module`."""
+    return [name for name in list_names(base) if module in modules_of(lookup(name, base))]
+
+
+def names_of(image_digest: str, base: Path | None = None) -> list[str]:
+    """The environments whose image has `image_digest` (more than one name can share a tree)."""
+    from .image import image_digest as digest_of
+
+    return [
+        name
+        for name in list_names(base)
+        if digest_of(str(_manifest(lookup(name, base)).get("tree_digest"))) == image_digest
+    ]
+
+
+def missing_module(error_type: str | None, message: str | None) -> str | None:
+    """The top-level module a run's ModuleNotFoundError names, or None."""
+    if error_type != "ModuleNotFoundError" or not message:
+        return None
+    found = MISSING.search(message)
+    return found.group(1).split(".")[0] if found else None
+
+
+def missing_hint(
+    module: str, image_digest: str, allowed: list[str] | None = None, base: Path | None = None
+) -> str | None:
+    """What to tell the author of code that imported `module`, missing from the environment
+    with `image_digest`: the environments among `allowed` (None: all) that have it, or whom to
+    ask. None when that environment has the top-level module (a submodule was missing)."""
+    here = names_of(image_digest, base)
+    if any(module in modules_of(lookup(name, base)) for name in here):
+        return None
+    where = f"environment {here[0]!r}" if here else "this run's environment"
+    others = [n for n in having(module, base) if allowed is None or n in allowed]
+    if not others:
+        return (
+            f"{module} is not in {where}, and no environment has it; ask an operator to add "
+            "it (`execbox env requests` lists what runs asked for)"
+        )
+    which = (
+        f"environment {others[0]!r} has it"
+        if len(others) == 1
+        else "environments " + ", ".join(repr(n) for n in others) + " have it"
+    )
+    return f"{module} is not in {where}; {which} (run with --environment {others[0]})"
+
+
+@dataclass
+class Request:
+    """A module code asked for and its environment lacked (`execbox env requests`)."""
+
+    module: str
+    count: int = 0
+    lacked_in: list[str] = field(default_factory=list)  # names, or digests no name has now
+    available_in: list[str] = field(default_factory=list)  # the environments that have it now
+    run_ids: list[str] = field(default_factory=list)  # the newest first
+    last_at: float = 0.0
+
+
+def requests(
+    rows: list[tuple[str, str, float, str]], base: Path | None = None, run_ids: int = 5
+) -> list[Request]:
+    """What code asked for and its environment lacked, from the records' `missing_modules`
+    rows (newest first), most asked for first. A module the lacking environment does have
+    (the run missed a submodule of it) is not a request."""
+    by_digest: dict[str, list[str]] = {}
+    found: dict[str, Request] = {}
+    for module, run_id, created_at, digest in rows:
+        if digest not in by_digest:
+            by_digest[digest] = names_of(digest, base)
+        lacking = by_digest[digest]
+        if any(module in modules_of(lookup(name, base)) for name in lacking):
+            continue
+        entry = found.setdefault(module, Request(module, last_at=created_at))
+        entry.count += 1
+        for name in lacking or [digest[:19]]:
+            if name not in entry.lacked_in:
+                entry.lacked_in.append(name)
+        if len(entry.run_ids) < run_ids:
+            entry.run_ids.append(run_id)
+    for entry in found.values():
+        entry.available_in = having(entry.module, base)
+    return sorted(found.values(), key=lambda e: (-e.count, e.module))
 
 
 # --- locks ---------------------------------------------------------------------------------
@@ -240,6 +398,7 @@ _PROBE = (
     "'stdlib': sysconfig.get_paths()['stdlib'], "
     "'dynload': [p for p in sys.path if p.endswith('lib-dynload')], "
     "'shared': bool(sysconfig.get_config_var('Py_ENABLE_SHARED')), "
+    "'prefixes': sorted({sysconfig.get_config_var(v) for v in ('prefix', 'exec_prefix')}), "
     "'executable': os.path.realpath(sys.executable)}))"
 )
 
@@ -361,7 +520,27 @@ def _copy_python(work: Path, interpreter: str) -> dict[str, object]:
             _set_runpath(lib / libpython, "$ORIGIN", host_lib)
             for module in sorted((dest_stdlib / "lib-dynload").glob("*.so")):
                 _set_runpath(module, "$ORIGIN/../..", host_lib)
+    prefixes = info["prefixes"]
+    assert isinstance(prefixes, list)
+    for prefix in _own_prefixes(prefixes):
+        for data in dest_stdlib.glob("_sysconfigdata_*.py"):
+            _relocate_sysconfig(data, prefix)
     return info
+
+
+def _own_prefixes(prefixes: list[str]) -> list[str]:
+    """The interpreter's build prefixes that name a host directory the jail does not show: not
+    /usr (bound in the jail), longest first (one may contain the other)."""
+    own = [p for p in prefixes if p and p != "/usr" and not p.startswith(HOST_LIB_DIRS)]
+    return sorted(own, key=len, reverse=True)
+
+
+def _relocate_sysconfig(path: Path, prefix: str) -> None:
+    """The build configuration (`sysconfig.get_config_vars()`) names the host's install
+    prefix in dozens of values: name the jail's instead, where the tree is."""
+    text = path.read_text()
+    pattern = re.compile(re.escape(prefix) + r"(?![\w.+-])")
+    path.write_text(pattern.sub(ENV_DIR, text))
 
 
 def host_libraries(tree: Path) -> list[str]:
@@ -553,6 +732,8 @@ def _same_build(name: str, lock: Path, interpreter: str, base: Path | None) -> E
         _interpreter_path(interpreter)
     ):
         return None
+    if meta.get("tree_format") != TREE_FORMAT:
+        return None
     refresh_native(root)
     return Environment(name, root, _manifest(root))
 
@@ -593,6 +774,7 @@ def _finish(
     has_data_stack = all(p.split(".")[0] in packages for p in PRELOAD)
     manifest = {
         "kind": "self-contained",
+        "tree_format": TREE_FORMAT,
         "tree_digest": digest,
         "python_version": info["version"],
         "lock_sha256": hashlib.sha256(lock_text.encode()).hexdigest(),
@@ -601,6 +783,7 @@ def _finish(
         "packages": packages,
         "host_libraries": libs,
         "preload": PRELOAD if has_data_stack else [],
+        "modules": _importable(root),
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     _write_atomic(root / "manifest.json", json.dumps(manifest, indent=2) + "\n")
@@ -614,6 +797,82 @@ def refresh_native(root: Path) -> None:
         build_native(root)
         meta["native_sha256"] = native_sha()
         _write_atomic(root / "manifest.json", json.dumps(meta, indent=2) + "\n")
+
+
+# The filesystem file: ext4 made by e2fsprogs' `mke2fs -d` from the tree (e2fsprogs is part of
+# every Debian-like base system, so this needs nothing installed). No journal: it is mounted
+# read-only. FS_FORMAT names what goes into it; a change remakes every tree's file.
+FS_FORMAT = "1"
+FS_BLOCK = 4096
+
+
+def mountable(root: Path) -> Path:
+    """The tree's filesystem file, made when it is missing or older than the tree's C parts.
+    The jail mounts the tree from it: its own filesystem, whose root is the tree, so nothing
+    (not even /proc/self/mountinfo) names the directory it was made from."""
+    fs = fs_image_path(root)
+    meta = _manifest(root)
+    key = f"{FS_FORMAT}:{meta.get('native_sha256')}"
+    if meta.get("fs_image") == key and fs.is_file():
+        return fs
+    mke2fs = shutil.which(
+        "mke2fs", path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+    )
+    if mke2fs is None:
+        raise SandboxUnavailable(
+            "making the runtime image's filesystem needs mke2fs: install e2fsprogs "
+            "(Debian: apt-get install e2fsprogs)"
+        )
+    blocks, inodes = _fs_size(root)
+    tmp = fs.with_name(f".{fs.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    size_kib = (blocks * FS_BLOCK * 5 // 4 + inodes * 256 + (64 << 20)) >> 10
+    done = subprocess.run(
+        [
+            mke2fs,
+            "-q",
+            "-t",
+            FS_TYPE,
+            "-O",
+            "^has_journal,^resize_inode",
+            "-m",
+            "0",
+            "-b",
+            str(FS_BLOCK),
+            "-N",
+            str(inodes + 256),
+            "-E",
+            "root_owner=0:0",
+            "-L",
+            "execbox-env",
+            "-d",
+            str(root),
+            str(tmp),
+            f"{size_kib}k",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        raise SandboxUnavailable(f"mke2fs failed for {root}: {done.stderr.strip()}")
+    tmp.chmod(0o644)
+    tmp.replace(fs)
+    meta["fs_image"] = key
+    _write_atomic(root / "manifest.json", json.dumps(meta, indent=2) + "\n")
+    return fs
+
+
+def _fs_size(root: Path) -> tuple[int, int]:
+    """Blocks and inodes the tree takes in a filesystem of FS_BLOCK blocks."""
+    blocks = inodes = 1
+    for _dirpath, dirnames, filenames in os.walk(root):
+        inodes += len(dirnames) + len(filenames)
+        blocks += len(dirnames)
+        for name in filenames:
+            st = os.lstat(os.path.join(_dirpath, name))
+            blocks += -(-st.st_size // FS_BLOCK)
+    return blocks, inodes
 
 
 def _manifest(root: Path) -> dict[str, object]:

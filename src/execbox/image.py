@@ -5,7 +5,9 @@ standard library and locked packages) plus the jail's C parts (`sandbox/native/`
 program's contain steps) compiled into its `libexec/`. Its digest, what results, records, cache
 keys and replay name, covers the tree (every file code can import), the C parts' sources and
 execbox's in-image package (`sandbox/inside/`, which the zygotes load from execbox's own source
-tree). `Image.load()` loads the default environment (`data`, from the shipped lock, unless
+tree). The zygotes and the jail see the tree at ENV_DIR and the package at PACKAGE_DIR, never
+at their host paths: the tree is mounted from a filesystem file made from it (`<tree>.ext4`,
+see `environments.mountable`). `Image.load()` loads the default environment (`data`, from the shipped lock, unless
 `execbox env default` chose another). `EXECBOX_HOME` overrides the home (default
 `$XDG_DATA_HOME/execbox`).
 """
@@ -25,6 +27,12 @@ from .errors import SandboxUnavailable
 LOCK_FILE = Path(__file__).parent / "runtime" / "requirements.lock"
 NATIVE = Path(__file__).parent / "sandbox" / "native"  # the jail's C parts, built per image
 INSIDE = Path(__file__).parent / "sandbox" / "inside"  # what the zygotes import from here
+# Where the runtime image and execbox's in-image package appear to the zygotes and in the jail
+# (the package at PACKAGE_DIR/execbox). Under /run: root can make a mount point there on any
+# host without writing to its persistent filesystems (execbox's uid locks live there too).
+ENV_DIR = "/run/execbox/env"
+PACKAGE_DIR = "/run/execbox/lib"
+FS_TYPE = "ext4"  # of the filesystem file the tree is mounted from
 CFLAGS = ["-O2", "-Wall", "-Wextra", "-Werror"]
 PRELOAD = ["numpy", "numpy.random", "pandas", "matplotlib", "matplotlib.pyplot", "scipy"]
 # The light program zygote: what the runner needs and the standard-library modules code most
@@ -82,23 +90,22 @@ class Image:
         return self.root / "libexec"
 
     @property
-    def mplconfig(self) -> Path:
-        return self.root / "mplconfig"
+    def fs_image(self) -> Path:
+        """The filesystem file made from the tree, which the zygotes mount at ENV_DIR."""
+        return fs_image_path(self.root)
 
     @property
     def base_prefix(self) -> Path:
         """The interpreter's installation: the tree itself (it is self-contained)."""
         return self.root
 
-    @property
-    def ro_paths(self) -> list[str]:
-        """Host paths the jail binds read-only: the tree (it has its own interpreter)."""
-        return [str(self.root)]
-
     def zygote_env(self) -> dict[str, str]:
         """The zygote's whole environment: no secrets, nothing inherited from the caller."""
         return {
-            "MPLCONFIGDIR": str(self.mplconfig),
+            # What site and matplotlib expand "~" to at import, before the jail's passwd
+            # applies: the jail's home for its user, not the host's for whoever runs execbox.
+            "HOME": "/workspace",
+            "MPLCONFIGDIR": f"{ENV_DIR}/mplconfig",
             "MPLBACKEND": "Agg",
             "OPENBLAS_NUM_THREADS": "1",
             "OMP_NUM_THREADS": "1",
@@ -139,12 +146,19 @@ class Image:
                 f"the runtime image at {root} lacks this execbox's init and contain steps; "
                 "rebuild it with `execbox image build`"
             )
+        from .environments import mountable
+
+        mountable(root)
         return cls(
             root,
             image_digest(data["tree_digest"]),
             data["python_version"],
             tuple(data.get("preload", PRELOAD)),
         )
+
+
+def fs_image_path(root: Path) -> Path:
+    return root.with_name(root.name + ".ext4")
 
 
 def image_digest(tree_digest: str) -> str:
@@ -174,11 +188,12 @@ def inside_sha() -> str:
 # What each C source becomes in libexec/, and how: init is static (the jail has no loader
 # cache for it, and a static binary starts fastest), and where `native/nolibc.h` knows the
 # system calls (x86-64 and arm64 targets) it has no C library at all, whose start-up is most of
-# a static program's exec on a virtual machine; the contain
+# a static program's exec on a virtual machine; enter starts the zygotes (on the host); the contain
 # steps (which the program zygotes call) and the staging of each run (which supervisors call)
 # are one library.
 NATIVE_OUTPUTS = {
     "execbox-init": (["init.c"], ["-static", "-s"]),
+    "execbox-enter": (["enter.c"], ["-static", "-s"]),
     "libexecbox-contain.so": (["contain.c", "stage.c", "supervise.c"], ["-shared", "-fPIC", "-s"]),
 }
 NOLIBC = [

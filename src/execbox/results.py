@@ -3,13 +3,17 @@ started, and the comparison of a replay with its record."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from .contract import Artifact, ErrorInfo, Metrics, NetworkConnection, RunResult, Status
+from .errors import ExecboxError
 from .sandbox.host.pump import RawRun
 from .sandbox.inside.runner import compile_error_record
+
+log = logging.getLogger(__name__)
 
 
 def not_started(base: RunResult) -> RunResult:
@@ -40,6 +44,8 @@ def result_of(base: RunResult, raw: RawRun) -> RunResult:
     meta = raw.meta
     status = Status(meta["status"])
     error = ErrorInfo(**meta["error"]) if meta.get("error") else None
+    if error is not None and error.type == "ModuleNotFoundError":
+        error = with_missing_hint(error, base.image_digest)
     if (raw.stdout_truncated or raw.stderr_truncated) and status in (Status.ok, Status.error):
         status = Status.output_limit
         error = ErrorInfo(
@@ -71,6 +77,26 @@ def result_of(base: RunResult, raw: RawRun) -> RunResult:
             "network_log": [NetworkConnection(**entry) for entry in raw.network_log],
         }
     )
+
+
+def with_missing_hint(
+    error: ErrorInfo, image_digest: str, allowed: list[str] | None = None
+) -> ErrorInfo:
+    """A ModuleNotFoundError's message with what to do: the environments among `allowed`
+    (None: all) that have the module, or whom to ask (see `environments.missing_hint`)."""
+    from . import environments
+
+    module = environments.missing_module(error.type, error.message)
+    if module is None:
+        return error
+    try:
+        hint = environments.missing_hint(module, image_digest, allowed)
+    except ExecboxError as exc:  # an environment that cannot be read: the run's error stands
+        log.warning("no hint for the missing module %s: %s", module, exc)
+        return error
+    if hint is None:
+        return error
+    return error.model_copy(update={"message": f"{error.message} ({hint})"})
 
 
 def with_kept_data(result: RunResult, spool_dir: str, cap: int) -> RunResult:

@@ -27,7 +27,9 @@ from typing import Any
 
 import pytest
 
+import execbox
 from execbox import Executor, Limits, RunResult, Status
+from execbox.image import home
 from execbox.sandbox.host import zygotes
 from execbox.sandbox.inside import jail
 from execbox.sandbox.inside.cgroup import Hierarchy
@@ -461,6 +463,9 @@ def test_host_canary_files_are_invisible(jailed: Executor, tmp_path: Path) -> No
         Path("/etc") / f"execbox-canary-{token}",
     ]
     control = os.path.realpath("/usr/bin/env")  # on the host and bound read-only into runs
+    # execbox's own source checkout (src layout) and its home, which holds the image's tree.
+    checkout = str(Path(execbox.__file__).resolve().parents[2])
+    execbox_home = str(home().resolve())
     try:
         for path in canaries:
             path.write_text(token)
@@ -481,7 +486,8 @@ def test_host_canary_files_are_invisible(jailed: Executor, tmp_path: Path) -> No
         """,
                 PATHS=json.dumps(
                     [str(p) for p in canaries]
-                    + ["/etc/shadow", "/work", "/proc/1/root/etc/shadow", control]
+                    + ["/etc/shadow", checkout, execbox_home, "/proc/1/root/etc/shadow"]
+                    + [control]
                 ),
             ),
         )
@@ -491,7 +497,8 @@ def test_host_canary_files_are_invisible(jailed: Executor, tmp_path: Path) -> No
     for path in canaries:
         assert out[str(path)] == [False, "ENOENT", False], (path, out)
     assert out["/etc/shadow"] == [False, "ENOENT", False], out
-    assert out["/work"][0] is False, out  # the repository (execbox's own source) is not there
+    assert out[checkout][0] is False, out  # execbox's own source is not there
+    assert out[execbox_home][0] is False, out  # nor its home, with the image's host path
     assert out["/proc/1/root/etc/shadow"][0] is False, out
     assert out[control] == [True, "OK", True], out  # control: the checks do see bound files
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..contract import Limits, RunRequest
 from ..errors import UsageError
@@ -55,7 +55,38 @@ def check(
     if profile is None:
         known = ", ".join(repr(name) for name in profiles) or "none"
         raise UsageError(f"unknown policy profile {request.profile!r}; known profiles: {known}")
-    return Checker(request, request.profile, profile, profiles, cell).run()
+    verdict = Checker(request, request.profile, profile, profiles, cell).run()
+    if verdict.decision == "allow" and profile.missing_imports == "approval" and verdict.imports:
+        return missing_imports(verdict, request.profile)
+    return verdict
+
+
+def missing_imports(verdict: Verdict, key: str, environment: str | None = None) -> Verdict:
+    """Rule import.missing: hold code that imports a top-level module `environment` (None:
+    the default one) lacks, naming the environments that have it."""
+    from .. import environments
+
+    name = environment or environments.default_name()
+    have = environments.modules_of(environments.lookup(name))
+    missing = sorted(m for m in verdict.imports or () if m not in have and m != "__future__")
+    if not missing:
+        return verdict
+    others = [n for n in environments.having(missing[0]) if n != name]
+    where = (
+        f"environment {others[0]!r} has it (run with --environment {others[0]})"
+        if others
+        else "no environment has it (`execbox env requests` lists what runs asked for)"
+    )
+    return replace(
+        verdict,
+        decision="needs_approval",
+        rule="import.missing",
+        message=(
+            f"the code imports {', '.join(missing)}, which environment {name!r} lacks; profile "
+            f"{key!r} holds such runs for approval; for {missing[0]}: {where}"
+        ),
+        line=None,
+    )
 
 
 def _effective_limits(requested: Limits, profile: Profile) -> Limits:

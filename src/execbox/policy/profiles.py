@@ -61,6 +61,11 @@ class Profile(BaseModel):
     writes_outside_workspace: Literal["allow", "deny"] = Field(
         "deny", description="Whether constant-path writes outside /workspace, /tmp are denied."
     )
+    missing_imports: Literal["run", "approval"] = Field(
+        "run",
+        description="'approval': hold a run whose code imports a top-level module its "
+        "environment lacks (rule import.missing); 'run': let it fail with a hint.",
+    )
     max_code_bytes: int = Field(ge=0, description="Cap on the code's size in UTF-8 bytes.")
     max_input_bytes: int = Field(ge=0, description="Cap on input files plus stdin, in bytes.")
     max_input_files: int = Field(ge=0, description="Cap on the number of input files.")

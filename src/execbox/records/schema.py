@@ -32,9 +32,11 @@ runs = sa.Table(
     sa.Column("approved_by", sa.String(200)),
     sa.Column("sealed", sa.JSON),  # what was redacted before storing (`atrest`), or null
     sa.Column("network", sa.JSON),  # the request's network: "none" or its allowlist
+    # The top-level module a ModuleNotFoundError named (`execbox env requests`), or null.
+    sa.Column("missing_module", sa.String(200)),
 )
 # Columns added after the first release: a database made before gets them on opening.
-ADDED_COLUMNS = ("sealed", "network")
+ADDED_COLUMNS = ("sealed", "network", "missing_module")
 
 blobs = sa.Table(
     "blobs",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import functools
 import hashlib
 import hmac
@@ -19,11 +20,14 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from .. import atrest
 from ..contract import InputFile, RunRequest, RunResult
+from ..environments import missing_module
 from ..errors import RecordsError, UsageError
 from ..redact import Redactor
 from .schema import INSERT_RUN, add_columns, artifact_blobs, blobs, cache, metadata, runs
 from .sqlite import SQLiteRunRows, sqlite_connect, sqlite_pragmas
 
+# (module, run id, created at, image digest): see `RunStore.missing_modules`.
+MissingRow = tuple[str, str, float, str]
 log = logging.getLogger(__name__)
 
 
@@ -249,6 +253,9 @@ class RunStore:
             "cache_key": cache_key,
             "sealed": stored.sealed,
             "network": request.network,
+            "missing_module": (
+                missing_module(result.error.type, result.error.message) if result.error else None
+            ),
         }
         result_json = result.model_dump_json()
         # Blobs are never deleted: one known to be stored (the empty stdin of nearly every run,
@@ -330,6 +337,21 @@ class RunStore:
             query = query.where(runs.c.session_id == session_id)
         with self.engine.connect() as conn:
             return [_record(r) for r in conn.execute(query).mappings()]
+
+    def missing_modules(self, since: float | None = None) -> builtins.list[MissingRow]:
+        """(module, run id, created at, image digest) of the runs whose code imported a module
+        its environment lacked, newest first (`execbox env requests`)."""
+        self.settle()
+        c = runs.c
+        query = (
+            sa.select(c.missing_module, c.run_id, c.created_at, c.image_digest)
+            .where(c.missing_module.is_not(None))
+            .order_by(c.created_at.desc())
+        )
+        if since is not None:
+            query = query.where(c.created_at >= since)
+        with self.engine.connect() as conn:
+            return [(r[0], r[1], float(r[2]), r[3]) for r in conn.execute(query)]
 
     def count(self) -> int:
         self.settle()

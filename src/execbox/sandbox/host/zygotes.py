@@ -17,8 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ...image import ENV_DIR, FS_TYPE, PACKAGE_DIR
 from ..inside import protocol
 from ..inside.cgroup import Hierarchy
+from . import loop
 from .errors import HostError
 from .pool import SLOT_KINDS, SlotPool
 from .pump import OutputCallback, RawRun, RunPump
@@ -26,6 +28,7 @@ from .slot import Slot, readable
 
 if TYPE_CHECKING:
     from ...cancel import Cancel
+    from ...image import Image
     from .channel import SessionChannel
 
 # The options arrive on the socket, not in argv: a run can read /proc/self/cmdline, and host
@@ -54,10 +57,7 @@ class ZygoteProcess:
 
     def __init__(
         self,
-        python: Path,
-        env: dict[str, str],
-        ro_paths: list[str],
-        libexec: Path,
+        image: Image,
         preload: list[str],
         light_preload: list[str] | None = None,
         ready_timeout_s: float = 60.0,
@@ -65,12 +65,30 @@ class ZygoteProcess:
     ) -> None:
         import execbox
 
-        src = str(Path(execbox.__file__).resolve().parent.parent)
+        # Every zygote starts in a mount namespace of its own, with the image and execbox's
+        # package at fixed paths (see `native/enter.c`): what it forks shows no host path.
+        for mount_point in (ENV_DIR, f"{PACKAGE_DIR}/execbox"):
+            os.makedirs(mount_point, 0o755, exist_ok=True)
+        self._device = loop.attach(image.fs_image)
+        enter = [
+            str(image.libexec / "execbox-enter"),
+            self._device.path,
+            FS_TYPE,
+            ENV_DIR,
+            str(Path(execbox.__file__).resolve().parent),
+            f"{PACKAGE_DIR}/execbox",
+            f"{ENV_DIR}/bin/{image.python.name}",
+        ]
+        env = image.zygote_env()
         # Supervisors ask a program zygote for their programs on one of these pairs: one end
         # is the program zygote's, the other the supervisors' zygote's (and so every
         # supervisor's).
         pairs = {kind: socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) for kind in KINDS}
-        common = {"ro_paths": ro_paths, "src_paths": [src], "libexec": str(libexec)}
+        common = {
+            "ro_paths": [ENV_DIR],
+            "src_paths": [PACKAGE_DIR],
+            "libexec": f"{ENV_DIR}/libexec",
+        }
         preloads = {"heavy": preload, "light": light_preload or []}
         self._starting: dict[str, _Starting] = {}
         try:
@@ -78,7 +96,7 @@ class ZygoteProcess:
             for kind in ("heavy", "light"):
                 prog = pairs[kind][0]
                 self._starting[kind] = _Starting(
-                    python,
+                    enter,
                     env if kind == "heavy" else _small_heap(env),
                     dict(
                         common,
@@ -91,7 +109,7 @@ class ZygoteProcess:
                 )
             sup_ends = [pairs[kind][1] for kind in KINDS]
             self._starting["supervisors"] = _Starting(
-                python,
+                enter,
                 env,
                 dict(
                     common,
@@ -121,6 +139,7 @@ class ZygoteProcess:
             name, info = failed[0]
             raise HostError(f"the zygote ({name}) failed to start: {info.get('error')}")
         sup = self._starting["supervisors"]
+        loop.keep_mounted(image.fs_image, sup.proc.pid)
         self._proc, self._sock = sup.proc, sup.sock
         self.heavy_pid = self._starting["heavy"].proc.pid
         self.light_pid = self._starting["light"].proc.pid
@@ -398,6 +417,9 @@ class ZygoteProcess:
                     readable(pidfd, max(0.0, deadline - time.monotonic()))
                 finally:
                     os.close(pidfd)
+        device = getattr(self, "_device", None)
+        if device is not None:
+            device.close()  # the zygotes' mounts hold it for as long as they are needed
         prefix = getattr(self, "_prefix", None)
         if prefix:
             try:
@@ -438,7 +460,7 @@ class _Starting:
 
     def __init__(
         self,
-        python: Path,
+        enter: list[str],
         env: dict[str, str],
         options: dict[str, Any],
         passed: list[socket.socket],
@@ -448,7 +470,7 @@ class _Starting:
             self.proc = subprocess.Popen(
                 # Not -I: its -E would drop PYTHONMALLOC. The environment is ours alone (`env`),
                 # -s skips user site-packages and -P keeps the working directory off sys.path.
-                [str(python), "-s", "-P", "-B", "-c", _BOOT, str(child.fileno())],
+                [*enter, "-s", "-P", "-B", "-c", _BOOT, str(child.fileno())],
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,

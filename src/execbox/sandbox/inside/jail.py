@@ -72,7 +72,9 @@ class step:
 class JailConfig:
     """What every run's root looks like; computed once in the zygote."""
 
-    ro_binds: list[str]  # absolute host paths bound read-only at the same path
+    # Paths bound read-only at the same path: /usr and the runtime image (at `image.ENV_DIR` in
+    # the zygotes' own mount namespace, never at a host path of its tree).
+    ro_binds: list[str]
     root_links: dict[str, str]  # /bin -> usr/bin on merged-/usr systems
     etc_files: dict[str, bytes]
     etc_links: dict[str, str]

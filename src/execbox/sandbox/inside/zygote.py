@@ -37,8 +37,32 @@ import threading
 import time
 from typing import Any
 
+from . import linux
+
+
+def _writable_mplconfig() -> None:
+    """matplotlib wants its config directory writable, else it makes a temporary one and
+    rebuilds its font cache there: give it, in this zygote's own mount namespace, a tmpfs over
+    the image's read-only one with the image's files (the jail binds the image without it)."""
+    path = os.environ.get("MPLCONFIGDIR")
+    if not path or not os.path.isdir(path) or os.access(path, os.W_OK):
+        return
+    files = {}
+    for name in os.listdir(path):
+        full = os.path.join(path, name)
+        if os.path.isfile(full):
+            with open(full, "rb") as fh:
+                files[name] = fh.read()
+    flags = linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC
+    linux.mount("tmpfs", path, "tmpfs", flags, "size=16m,mode=0755")
+    for name, data in files.items():
+        with open(os.path.join(path, name), "wb") as fh:
+            fh.write(data)
+
 
 def _preload(modules: list[str]) -> list[str]:
+    if "matplotlib" in modules:
+        _writable_mplconfig()
     loaded = []
     for name in modules:
         try:
