@@ -32,9 +32,10 @@ runs = sa.Table(
     sa.Column("approved_by", sa.String(200)),
     sa.Column("sealed", sa.JSON),  # what was redacted before storing (`atrest`), or null
     sa.Column("network", sa.JSON),  # the request's network: "none" or its allowlist
+    sa.Column("environment", sa.String(32)),  # the environment it named; null: the default
 )
 # Columns added after the first release: a database made before gets them on opening.
-ADDED_COLUMNS = ("sealed", "network")
+ADDED_COLUMNS = ("sealed", "network", "environment")
 
 blobs = sa.Table(
     "blobs",

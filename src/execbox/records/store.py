@@ -67,6 +67,9 @@ class RunRecord(BaseModel):
     sealed: dict[str, Any] | None = Field(
         None, description="What was redacted before storing (see execbox.atrest), or null"
     )
+    environment: str | None = Field(
+        None, description="The environment the run named; null: the executor's default"
+    )
 
 
 KEY_BYTES = 32
@@ -249,6 +252,7 @@ class RunStore:
             "cache_key": cache_key,
             "sealed": stored.sealed,
             "network": request.network,
+            "environment": request.environment,
         }
         result_json = result.model_dump_json()
         # Blobs are never deleted: one known to be stored (the empty stdin of nearly every run,
@@ -374,6 +378,7 @@ class RunStore:
             env=record.env,
             profile=record.profile,
             network=record.network or "none",
+            environment=record.environment,
         )
         if not sealed:
             return request
