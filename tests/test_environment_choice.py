@@ -4,6 +4,8 @@ sandbox's side is tests/test_environment_runs.py."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from execbox import Executor
@@ -90,3 +92,17 @@ def test_an_unknown_environment_is_a_usage_error_and_runs_nothing() -> None:
         with pytest.raises(UsageError, match="no environment named 'gone'"):
             ex.session(environment="gone")
     assert fake.runs == []
+
+
+def test_a_zygote_preloads_of_the_warm_imports_only_what_the_tree_has(tmp_path: Path) -> None:
+    from execbox.backend import WARM_IMPORTS, warm_imports
+
+    site = tmp_path / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    assert warm_imports(tmp_path) == []
+    for package in ("numpy", "pandas", "sklearn", "envrunpkg"):
+        (site / package).mkdir()
+    assert warm_imports(tmp_path) == [
+        m for m in WARM_IMPORTS if m.split(".")[0] in ("numpy", "pandas", "sklearn")
+    ]
+    assert "numpy.random" in warm_imports(tmp_path) and "scipy" not in warm_imports(tmp_path)

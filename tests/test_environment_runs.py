@@ -24,7 +24,7 @@ from execbox import environments
 from execbox.errors import UsageError
 from execbox.executor import Executor
 from execbox.policy import load_profiles
-from tests.probes import alive, wait_until
+from tests.probes import alive, host_stats, wait_heavy, wait_until
 from tests.server.conftest import api_over
 from tests.wheels import make_wheel
 
@@ -183,6 +183,10 @@ def test_hosts_per_environment_start_at_the_first_run_and_close_when_idle(
         assert idle.run(PROBE, environment=ENV).stdout == "has 42\n"
         first = idle.stats().environments[ENV]
         assert first.alive and first.zygote_pid != default_pid
+        # Its heavy zygote (which ran the import) preloads what its tree has: nothing here.
+        assert first.heavy_ready and first.preloaded == ()
+        wait_heavy(idle)  # the default's, which starts in the background
+        assert "numpy" in host_stats(idle).preloaded, "control: the default's preloads"
         assert wait_until(lambda: ENV not in idle.stats().environments, 30), "it stayed"
         assert wait_until(lambda: not alive(first.zygote_pid), 30), "its zygote still runs"
         assert idle.run(PROBE, environment=ENV).stdout == "has 42\n", "it starts again"

@@ -39,9 +39,18 @@ SLOT_WAIT_S = 30.0  # how long a run waits for a staged slot before it is a sand
 NOT_STARTED_TRIES = 3
 T = TypeVar("T")
 # What an environment's heavy zygote imports before it forks, of what the environment's tree
-# has: the data stack, and what else data code commonly imports at a cost worth paying once
-# per host rather than in every run (bench/environments.py; docs/PERFORMANCE.md).
-WARM_IMPORTS = (*PRELOAD,)
+# has: the data stack, then the modules data code commonly imports that cost a second or more
+# of CPU per run (scikit-learn, statsmodels, seaborn: in `ml`, not in the default `data`).
+# sympy (0.5 s) and openpyxl (0.1 s) are left to the runs that use them: rarer, and every
+# module here grows the zygote that every heavy run forks (bench/environments.py).
+WARM_IMPORTS = (
+    *PRELOAD,
+    "sklearn",
+    "sklearn.linear_model",
+    "sklearn.ensemble",
+    "statsmodels.api",
+    "seaborn",
+)
 
 
 @dataclass(frozen=True)
