@@ -136,6 +136,8 @@ def test_tenants_get_hosts_of_their_own_and_idle_ones_close() -> None:
         {"tenant_idle_s": float("inf")},
         {"zygotes_per_tenant": "yes"},
         {"zygotes_per_tenant": True, "tenant_idle_s": 0},
+        {"environment_idle_s": 0},
+        {"environment_idle_s": float("inf")},
     ],
 )
 def test_bad_host_settings_are_a_usage_error(options: dict[str, object]) -> None:

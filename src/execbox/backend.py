@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from . import environments
 from .cancel import Cancel
 from .contract import MIB, Limits
 from .errors import SandboxUnavailable, UsageError
 from .hosts import Hosts
-from .image import LIGHT_PRELOAD, Image
+from .image import LIGHT_PRELOAD, PRELOAD, Image
 from .network.egress import RunEgress
 from .network.proxy import EgressProxy, NetworkLimits
 from .sandbox.host import capabilities
@@ -35,6 +38,19 @@ SLOT_WAIT_S = 30.0  # how long a run waits for a staged slot before it is a sand
 # machine's OOM killer, an operator) before it is a sandbox_error; none of them ran any of it.
 NOT_STARTED_TRIES = 3
 T = TypeVar("T")
+# What an environment's heavy zygote imports before it forks, of what the environment's tree
+# has: the data stack, then the modules data code commonly imports that cost a second or more
+# of CPU per run (scikit-learn, statsmodels, seaborn: in `ml`, not in the default `data`).
+# sympy (0.5 s) and openpyxl (0.1 s) are left to the runs that use them: rarer, and every
+# module here grows the zygote that every heavy run forks (bench/environments.py).
+WARM_IMPORTS = (
+    *PRELOAD,
+    "sklearn",
+    "sklearn.linear_model",
+    "sklearn.ensemble",
+    "statsmodels.api",
+    "seaborn",
+)
 
 
 @dataclass(frozen=True)
@@ -57,6 +73,9 @@ class RunSpec:
     spool_dir: str | None = None
     # The run's network allowlist (`RunRequest.network` entries); None: no network at all.
     network: Sequence[str] | None = None
+    # The image digest of the environment it runs in (`SandboxBackend.environment`); None: the
+    # default one.
+    environment: str | None = None
 
 
 class SessionBackend(Protocol):
@@ -98,16 +117,28 @@ class SandboxBackend(Protocol):
 
     @property
     def digest(self) -> str:
-        """What results and the cache key name as the environment the code ran in."""
+        """What results and the cache key name as the environment the code ran in: the
+        default environment's image digest."""
+        ...
+
+    @property
+    def default_environment(self) -> str | None:
+        """The name of the default environment (None: it has none)."""
+        ...
+
+    def environment(self, name: str) -> str:
+        """The image digest of the environment named `name`, which a RunSpec or a session
+        then names to run there; UsageError when no environment of that name is built."""
         ...
 
     def info(self) -> dict[str, Any]:
         """Facts for the executor's start-up log line (may be empty)."""
         ...
 
-    def start(self, tenant: str | None) -> None:
-        """Have `tenant`'s sandbox ready (started here if need be): SandboxUnavailable when
-        it cannot be; called before a run waits for its turn."""
+    def start(self, tenant: str | None, environment: str | None = None) -> None:
+        """Have `tenant`'s sandbox in `environment` (a digest; None: the default) ready, started
+        here if need be: SandboxUnavailable when it cannot be; called before a run waits for
+        its turn."""
         ...
 
     def run(self, spec: RunSpec) -> RawRun:
@@ -122,8 +153,10 @@ class SandboxBackend(Protocol):
         env: Mapping[str, str],
         files: Sequence[tuple[str, bytes]],
         tenant: str | None,
+        environment: str | None = None,
     ) -> SessionBackend:
-        """A session's interpreter, ready for its first cell; HostError when it cannot start."""
+        """A session's interpreter in `environment` (a digest; None: the default), ready for
+        its first cell; HostError when it cannot start."""
         ...
 
     def close(self) -> None:
@@ -133,7 +166,9 @@ class SandboxBackend(Protocol):
 
 class LocalBackend:
     """The sandbox on this host: zygote processes (one set shared, or one per tenant, replaced
-    on a schedule, see `hosts`), their staged slots, sessions turned from slots."""
+    on a schedule, see `hosts`), their staged slots, sessions turned from slots. Each other
+    environment a run names gets hosts of its own, started at its first run and closed once
+    idle for `environment_idle_s`."""
 
     def __init__(
         self,
@@ -145,6 +180,7 @@ class LocalBackend:
         per_tenant: bool,
         tenant_idle_s: float | None,
         network_resolve: Mapping[str, str | Sequence[str]] | None = None,
+        environment_idle_s: float | None = None,
     ) -> None:
         if os.geteuid() != 0:
             raise SandboxUnavailable(
@@ -155,18 +191,26 @@ class LocalBackend:
         if unprivileged:  # else the first run fails on a bare EPERM deep in the set-up
             raise SandboxUnavailable(f"{unprivileged}; see `execbox doctor`")
         self.image = image or Image.load()
+        self.default_environment = _name_of(self.image.root)
         self.pool_size = pool_size
         # Started at the first run with a network allowlist; `network_resolve` pins names.
         try:
             self.egress_proxy = EgressProxy(network_resolve)
         except ValueError as exc:
             raise UsageError(f"network_resolve: {exc}") from exc
+        # The environments runs have named, by image digest (the default's included) and by
+        # tree; a name rebuilt points at another tree, whose image is loaded then.
+        self._images = {self.image.digest: self.image}
+        self._by_root = {self.image.root: self.image}
+        self.environment_names: dict[str, str] = {}  # digest -> the name it was asked by
+        self._load_lock = threading.Lock()
         self.hosts = Hosts(
             self._start_host,
             rotate_after_runs=rotate_after_runs,
             rotate_after_s=rotate_after_s,
             per_tenant=per_tenant,
             tenant_idle_s=tenant_idle_s,
+            environment_idle_s=environment_idle_s,
         )
         try:
             # A host per tenant starts at the tenant's first run; the shared one starts now,
@@ -183,19 +227,41 @@ class LocalBackend:
     def info(self) -> dict[str, Any]:
         return self._info
 
-    def _start_host(self) -> ZygoteProcess:
+    def environment(self, name: str) -> str:
+        root = environments.lookup(name)
+        image = self._by_root.get(root)
+        if image is None:
+            image = self._load(root)
+        if image is not self.image:
+            self.environment_names[image.digest] = name
+        return image.digest
+
+    def _load(self, root: Path) -> Image:
+        """The image of the environment tree at `root`, its jail's C parts brought up to date
+        (an environment built by an older execbox)."""
+        with self._load_lock:
+            image = self._by_root.get(root)
+            if image is None:
+                environments.refresh_native(root)
+                image = Image.load(root)
+                self._images.setdefault(image.digest, image)
+                self._by_root[root] = image
+            return image
+
+    def _start_host(self, environment: str | None) -> ZygoteProcess:
+        image = self.image if environment is None else self._images[environment]
         try:
             return ZygoteProcess(
-                self.image,
-                list(self.image.preload),
+                image,
+                warm_imports(image.root),
                 list(LIGHT_PRELOAD),
                 pool_size=self.pool_size,
             )
         except HostError as exc:
             raise SandboxUnavailable(f"{exc}; see `execbox doctor`") from exc
 
-    def start(self, tenant: str | None) -> None:
-        self.hosts.get(tenant)
+    def start(self, tenant: str | None, environment: str | None = None) -> None:
+        self.hosts.get(tenant, environment)
 
     def run(self, spec: RunSpec) -> RawRun:
         request = {
@@ -211,7 +277,9 @@ class LocalBackend:
             network = RunEgress(self.egress_proxy, spec.network, caps)
 
         def attempt() -> RawRun:
-            host, slot = self.hosts.take(spec.tenant, spec.kind, SLOT_WAIT_S)
+            host, slot = self.hosts.take(
+                spec.tenant, spec.kind, SLOT_WAIT_S, environment=spec.environment
+            )
             return host.execute(
                 slot,
                 request,
@@ -238,9 +306,19 @@ class LocalBackend:
         env: Mapping[str, str],
         files: Sequence[tuple[str, bytes]],
         tenant: str | None,
+        environment: str | None = None,
     ) -> SessionBackend:
+        if environment is not None and "IPython" not in top_level_packages(
+            self._images[environment].root
+        ):
+            name = self.environment_names.get(environment, environment)
+            raise UsageError(
+                f"environment {name!r} has no IPython, which sessions run on: add ipython to "
+                "its requirements and build it again (`execbox env build`)"
+            )
+
         def attempt() -> SessionBackend:
-            channel = self.hosts.open_session(tenant, SLOT_WAIT_S)
+            channel = self.hosts.open_session(tenant, SLOT_WAIT_S, environment)
             channel.start(session_id, sandbox_spec(limits, env, files), list(files))
             return channel
 
@@ -249,6 +327,33 @@ class LocalBackend:
     def close(self) -> None:
         self.hosts.close()
         self.egress_proxy.close()
+
+
+def top_level_packages(tree: Path) -> set[str]:
+    """The top-level packages (directories) in the site-packages of the environment tree at
+    `tree`."""
+    found: set[str] = set()
+    for site in tree.glob("lib/python3.*/site-packages"):
+        found.update(p.name for p in site.iterdir() if p.is_dir())
+    return found
+
+
+def warm_imports(tree: Path) -> list[str]:
+    """The modules of WARM_IMPORTS whose top-level package the environment tree at `tree`
+    has, in order."""
+    found = top_level_packages(tree)
+    return [m for m in WARM_IMPORTS if m.split(".")[0] in found]
+
+
+def _name_of(root: Path) -> str | None:
+    """The name of the environment whose tree is `root`, if one has it."""
+    for name in dict.fromkeys([environments.default_name(), *environments.list_names()]):
+        try:
+            if environments.lookup(name) == root:
+                return name
+        except UsageError:
+            continue
+    return None
 
 
 def sandbox_spec(

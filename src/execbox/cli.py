@@ -148,6 +148,11 @@ def main() -> None:
     show_default=True,
     help="Policy profile checked before the run (see profiles.toml).",
 )
+@click.option(
+    "--environment",
+    metavar="NAME",
+    help="The environment to run in (`execbox env list`; default: the default one).",
+)
 @click.option("--no-cache", is_flag=True, help="Always run, never answer from the result cache.")
 @click.option(
     "--secret",
@@ -173,6 +178,7 @@ def run_cmd(
     as_json: bool,
     artifacts_dir: Path | None,
     profile: str,
+    environment: str | None,
     no_cache: bool,
     secrets: tuple[str, ...],
 ) -> None:
@@ -209,6 +215,7 @@ def run_cmd(
             limits=Limits(**overrides) if overrides else None,
             profile=profile,
             network=list(allow_net) if allow_net else "none",
+            environment=environment,
         )
         stream = None if as_json else sys.stdout.buffer
         errstream = None if as_json else sys.stderr.buffer

@@ -34,6 +34,8 @@ MIB = 1024 * 1024
 # matching on every result, so a flood of them is refused before anything is built.
 MAX_SECRETS = 256
 MAX_SECRETS_BYTES = 64 * 1024
+# What an environment may be called (`execbox env build NAME`): it names a directory.
+ENVIRONMENT_NAME = r"^[a-z][a-z0-9_-]{0,31}$"
 
 
 def check_secrets(values: Iterable[str]) -> tuple[str, ...]:
@@ -256,6 +258,12 @@ class RunRequest(BaseModel):
         "proxy that HTTP_PROXY/HTTPS_PROXY/ALL_PROXY name in the run.",
     )
     profile: str = Field("data", description="Policy profile checked before the run.")
+    environment: str | None = Field(
+        None,
+        pattern=ENVIRONMENT_NAME,
+        description="The named environment (`execbox env list`) whose packages the code can "
+        "import; null = the executor's default. The profile must allow it.",
+    )
 
     @model_validator(mode="wrap")
     @classmethod

@@ -41,6 +41,7 @@ from .contract import (
 )
 from .errors import UsageError
 from .hosts import (
+    DEFAULT_ENVIRONMENT_IDLE_S,
     DEFAULT_ROTATE_AFTER_RUNS,
     DEFAULT_ROTATE_AFTER_S,
     DEFAULT_TENANT_IDLE_S,
@@ -97,6 +98,7 @@ class Executor:
         tenant_idle_s: float = DEFAULT_TENANT_IDLE_S,
         backend: SandboxBackend | None = None,
         network_resolve: Mapping[str, str | Sequence[str]] | None = None,
+        environment_idle_s: float = DEFAULT_ENVIRONMENT_IDLE_S,
     ) -> None:
         """`profiles`: a TOML file or loaded profiles (default: the shipped ones, or the file in
         EXECBOX_PROFILES). `records`: a RunStore or database URL (default: SQLite under the
@@ -113,7 +115,10 @@ class Executor:
         `rotate_after_s` seconds from its start once it has served one, whichever comes
         first (0 or None: never); runs and sessions in flight keep their host. `zygotes_per_tenant`: each `tenant=` of `run` and `session`
         gets a host of its own (None: the shared one), started at its first run and closed
-        after `tenant_idle_s` seconds unused. A bad value of any of these is a UsageError.
+        after `tenant_idle_s` seconds unused. Runs and sessions naming an environment other
+        than the default (`execbox env list`) run on hosts of that environment, started at
+        its first run and closed after `environment_idle_s` seconds unused.
+        A bad value of any of these is a UsageError.
         `backend`: where code runs (default: this host's sandbox, which needs root and the
         runtime image; `execbox.testing.FakeSandbox` in tests of code above the sandbox).
         `network_resolve`: names the network proxy resolves to these addresses instead of
@@ -129,6 +134,7 @@ class Executor:
             rotate_after_s=rotate_after_s,
             zygotes_per_tenant=zygotes_per_tenant,
             tenant_idle_s=tenant_idle_s,
+            environment_idle_s=environment_idle_s,
         )
         self.profiles = (
             dict(profiles) if isinstance(profiles, Mapping) else policy_mod.load_profiles(profiles)
@@ -149,9 +155,12 @@ class Executor:
             per_tenant=zygotes_per_tenant,
             tenant_idle_s=tenant_idle_s,
             network_resolve=network_resolve,
+            environment_idle_s=environment_idle_s,
         )
         self.image = self._backend.image if isinstance(self._backend, LocalBackend) else None
         self.image_digest = self._backend.digest
+        # The environment a request naming none runs in, by name (None: it has no name).
+        self.default_environment = self._backend.default_environment
         self._admission = Admission(self.max_concurrency, max_queue, queue_timeout_s)
         self._lock = threading.Lock()
         self._closed = False
@@ -197,17 +206,24 @@ class Executor:
             raise UsageError("this Executor is closed")
 
     def stats(self, tenant: str | None = None) -> ExecutorStats:
-        """A snapshot of the sandbox host serving `tenant` (the shared one by default) and of
-        the executor; it starts nothing. A backend without local hosts has `host` None."""
+        """A snapshot of the sandbox host serving `tenant` (the shared one by default), of its
+        hosts in other environments, and of the executor; it starts nothing. A backend without
+        local hosts has `host` None."""
         sessions_open = len(self._sessions)
-        hosts = self._backend.hosts if isinstance(self._backend, LocalBackend) else None
+        local = self._backend if isinstance(self._backend, LocalBackend) else None
         return executor_stats(
-            hosts,
+            local.hosts if local is not None else None,
             tenant,
             sessions_open=sessions_open,
             runs_waiting=self._admission.waiting,
             pool_size=self.pool_size,
+            environment_names=local.environment_names if local is not None else None,
         )
+
+    def environment(self, name: str) -> str:
+        """The image digest runs naming environment `name` report; UsageError when no
+        environment of that name is built (`execbox env build`)."""
+        return self._backend.environment(name)
 
     def run(
         self,
@@ -228,6 +244,7 @@ class Executor:
         on_stderr: OutputCallback | None = None,
         cancel: Cancel | None = None,
         tenant: str | None = None,
+        environment: str | None = None,
     ) -> RunResult:
         """Run `code` in a fresh sandbox and return its result (never raises for the code).
         `code` may be the bytes of a source file: bytes that do not decode are its SyntaxError.
@@ -238,7 +255,9 @@ class Executor:
         lets another thread end the run: its result is then an `error` of type Cancelled.
         `tenant`: whose host runs it, with `zygotes_per_tenant` (else all share one).
         `network`: "none", or the hosts the run may reach through the proxy (`host[:port]`
-        entries, within what the profile allows; see README "Network")."""
+        entries, within what the profile allows; see README "Network").
+        `environment`: the named environment it runs in (None: the default); its profile must
+        allow it, and one not built is a UsageError."""
         request = make_request(
             code,
             language=language,
@@ -248,6 +267,7 @@ class Executor:
             env=env,
             profile=profile,
             network=network,
+            environment=environment,
         )
         return self.run_request(
             request,
@@ -309,7 +329,13 @@ class Executor:
         limits = session.limits
         if timeout_s is not None:
             limits = limits.model_copy(update={"timeout_s": timeout_s})
-        request = make_request(code, limits=limits, env=session.env, profile=session.profile)
+        request = make_request(
+            code,
+            limits=limits,
+            env=session.env,
+            profile=session.profile,
+            environment=session.environment,
+        )
         return self._pipeline(
             request,
             Origin(kind="cell", session=session),
@@ -354,7 +380,7 @@ class Executor:
         key = (
             cache_key(
                 call.request,
-                self.image_digest,
+                call.base.image_digest,
                 options.cache_scope,
                 self.store.key,
                 call.redactor.secrets,
@@ -396,9 +422,19 @@ class Executor:
         redactor = self._redactor.with_secrets(secrets)
         session = origin.session
         verdict = policy_mod.check(
-            request, self.profiles, cell=session.policy_context if session else None
+            request,
+            self.profiles,
+            cell=session.policy_context if session else None,
+            default_environment=self.default_environment,
         )
         request = request.model_copy(update={"limits": verdict.limits})
+        digest = self.image_digest
+        if session is not None:
+            digest = session.image_digest
+        elif request.environment is not None:
+            # Denied, it ran nowhere: an environment the profile refuses is not looked up.
+            denied = verdict.decision == "deny" and request.environment != self.default_environment
+            digest = "" if denied else self._backend.environment(request.environment)
         info = PolicyInfo(
             decision=verdict.decision,
             rule=verdict.rule,
@@ -410,7 +446,7 @@ class Executor:
             status=Status.sandbox_error,
             limits=request.limits,
             code_sha256=atrest.code_sha256(request.code, redactor),
-            image_digest=self.image_digest,
+            image_digest=digest,
             session_id=session_id,
         )
         return Call(request, origin, verdict, info, redactor, base, session_id)
@@ -537,7 +573,9 @@ class Executor:
     ) -> RunResult:
         request, base, cancel = call.request, call.base, options.cancel
         self._check_open()
-        self._backend.start(options.tenant)  # started (or refused) before the run waits its turn
+        environment = None if base.image_digest == self.image_digest else base.image_digest
+        # Started (or refused) before the run waits its turn.
+        self._backend.start(options.tenant, environment)
         spec = RunSpec(
             run_id=base.run_id,
             code=request.code,
@@ -552,6 +590,7 @@ class Executor:
             cancel=cancel,
             spool_dir=options.spool_dir,
             network=None if request.network == "none" else request.network,
+            environment=environment,
         )
         if not self._admission.enter(cancel):  # cancelled while it waited for its turn
             return not_started(base)
@@ -569,7 +608,14 @@ class Executor:
             )
         finally:
             self._admission.leave()
-        return result_of(base, raw)
+        return result_of(base, raw, self._allowed_environments(request.profile))
+
+    def _allowed_environments(self, profile: str) -> list[str] | None:
+        """The environments a run of `profile` may name (None: not known by name)."""
+        if self.default_environment is None:
+            return None
+        chosen = self.profiles[profile].environments or []
+        return [self.default_environment, *(e for e in chosen if e != self.default_environment)]
 
     # ---- sessions ---------------------------------------------------------------------------
 
@@ -584,16 +630,19 @@ class Executor:
         max_lifetime_s: float = DEFAULT_MAX_LIFETIME_S,
         secrets: Iterable[str] = (),
         tenant: str | None = None,
+        environment: str | None = None,
     ) -> Session:
         """Start a stateful session (see `execbox.sessions`). `limits`: memory, pids and disk
         for the whole session, wall and CPU time per cell. Raises Overloaded past
         `max_sessions` open sessions. `tenant`: whose host it lives on (see `run`); it stays
-        there for its whole life, across replacements of the host."""
+        there for its whole life, across replacements of the host. `environment`: the named
+        environment every cell runs in (None: the default), as for `run`."""
         return self._sessions.open(
             self,
             self._backend,
             self.profiles,
             self._check_open,
+            environment=environment,
             profile=profile,
             limits=limits,
             env=env,
@@ -734,10 +783,18 @@ def run(
     env: Mapping[str, str] | None = None,
     profile: str = "data",
     cache: bool | None = None,
+    environment: str | None = None,
 ) -> RunResult:
     """One-shot convenience: start an Executor, run `code`, close it."""
     request = make_request(
-        code, language=language, stdin=stdin, files=files, limits=limits, env=env, profile=profile
+        code,
+        language=language,
+        stdin=stdin,
+        files=files,
+        limits=limits,
+        env=env,
+        profile=profile,
+        environment=environment,
     )
     with Executor() as executor:
         return executor.run_request(request, cache=cache)

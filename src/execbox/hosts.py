@@ -1,5 +1,11 @@
-"""Which sandbox host serves a run: one shared by every caller, or one per tenant; each is
-replaced on a schedule.
+"""Which sandbox host serves a run: one shared by every caller, or one per tenant, in each
+environment runs name; each is replaced on a schedule.
+
+Hosts are keyed by (environment, tenant): the environment is the image digest of a named
+environment other than the default (None for the default), the tenant None unless hosts are
+per tenant. The default environment's shared host starts with the executor and stays; the
+others start at their first run and close once idle (`environment_idle_s`, and
+`tenant_idle_s` for hosts per tenant).
 
 Every program forked from one zygote has the zygote's memory layout (library and heap
 addresses, `id()` values) and, by fork, its stack canary, glibc's pointer guard and Python's
@@ -36,6 +42,7 @@ log = logging.getLogger(__name__)
 DEFAULT_ROTATE_AFTER_RUNS = 30_000
 DEFAULT_ROTATE_AFTER_S = 300.0
 DEFAULT_TENANT_IDLE_S = 300.0
+DEFAULT_ENVIRONMENT_IDLE_S = 300.0
 READY_WAIT_S = 60.0  # how long a replacement may take to stage its pool before it serves
 RETRY_S = 30.0  # after a replacement failed to start, how long until the next try
 CHECK_S = 1.0  # how often the keeper looks at the hosts' ages and idleness
@@ -52,29 +59,35 @@ class _Entry:
     retry_at: float = 0.0
 
 
+Key = tuple[str | None, str | None]  # (environment digest, tenant); None: default, shared
+
+
 class Hosts:
-    """The executor's sandbox hosts, by tenant (the key None is the shared host; without
-    `per_tenant` every tenant gets it). A host starts on its first use, is replaced when due
-    (see the module) or dead, and, with `per_tenant`, closes once idle for `tenant_idle_s`
-    with no run in flight and no session open. One thread (the keeper) starts replacements
-    and closes idle hosts."""
+    """The executor's sandbox hosts, by environment and tenant (the tenant None is the shared
+    host; without `per_tenant` every tenant gets it). A host starts on its first use (`start`
+    is given its environment), is replaced when due (see the module) or dead, and closes once
+    idle with no run in flight and no session open: after `tenant_idle_s` with `per_tenant`,
+    after `environment_idle_s` in an environment other than the default (the shorter when
+    both hold). One thread (the keeper) starts replacements and closes idle hosts."""
 
     def __init__(
         self,
-        start: Callable[[], ZygoteProcess],
+        start: Callable[[str | None], ZygoteProcess],
         *,
         rotate_after_runs: int | None,
         rotate_after_s: float | None,
         per_tenant: bool,
         tenant_idle_s: float | None,
+        environment_idle_s: float | None = None,
     ) -> None:
         self._start = start
         self.rotate_after_runs = rotate_after_runs or None
         self.rotate_after_s = rotate_after_s or None
         self.per_tenant = per_tenant
         self.tenant_idle_s = tenant_idle_s or None
+        self.environment_idle_s = environment_idle_s or None
         self._lock = threading.Lock()
-        self._entries: dict[str | None, _Entry] = {}
+        self._entries: dict[Key, _Entry] = {}
         self._retired: list[ZygoteProcess] = []  # replaced, closing once drained
         self.replacements = 0  # hosts replaced on schedule
         self._closed = False
@@ -82,10 +95,10 @@ class Hosts:
         self._keeper = threading.Thread(target=self._loop, name="execbox-hosts", daemon=True)
         self._keeper.start()
 
-    def get(self, tenant: str | None = None) -> ZygoteProcess:
-        """The live host for `tenant`, started (or restarted, when it died) here if need be:
-        SandboxUnavailable when it cannot start, UsageError once closed."""
-        key = tenant if self.per_tenant else None
+    def get(self, tenant: str | None = None, environment: str | None = None) -> ZygoteProcess:
+        """The live host for `tenant` in `environment`, started (or restarted, when it died)
+        here if need be: SandboxUnavailable when it cannot start, UsageError once closed."""
+        key = (environment, tenant if self.per_tenant else None)
         while True:
             now = time.monotonic()
             with self._lock:
@@ -107,7 +120,7 @@ class Hosts:
                     if host is not None:
                         log.warning("the zygote died; starting a new one")
                         host.close()
-                    host = self._start()
+                    host = self._start(environment)
                     with self._lock:
                         if self._closed or self._entries.get(key) is not entry:
                             host.close()  # closed, or its entry closed idle meanwhile: again
@@ -115,28 +128,50 @@ class Hosts:
                         entry.host = host
                 return host
 
-    def current(self, tenant: str | None = None) -> ZygoteProcess | None:
-        """The host serving `tenant` now, if one is running (never starts one)."""
+    def current(
+        self, tenant: str | None = None, environment: str | None = None
+    ) -> ZygoteProcess | None:
+        """The host serving `tenant` in `environment` now, if one is running (never starts
+        one)."""
         with self._lock:
-            entry = self._entries.get(tenant if self.per_tenant else None)
+            entry = self._entries.get((environment, tenant if self.per_tenant else None))
             return entry.host if entry is not None else None
 
+    def running(self, tenant: str | None = None) -> dict[str, ZygoteProcess]:
+        """The hosts serving `tenant` now in environments other than the default, by digest."""
+        key = tenant if self.per_tenant else None
+        with self._lock:
+            return {
+                env: entry.host
+                for (env, who), entry in self._entries.items()
+                if env is not None and who == key and entry.host is not None
+            }
+
     def take(
-        self, tenant: str | None, kind: str, timeout_s: float, host: ZygoteProcess | None = None
+        self,
+        tenant: str | None,
+        kind: str,
+        timeout_s: float,
+        host: ZygoteProcess | None = None,
+        environment: str | None = None,
     ) -> tuple[ZygoteProcess, Slot]:
-        """A staged slot of `kind` on `tenant`'s host, and the host (which runs it); `host`,
-        when given, is what `get` has just returned (its liveness check is not repeated)."""
+        """A staged slot of `kind` on `tenant`'s host in `environment`, and the host (which
+        runs it); `host`, when given, is what `get` has just returned (its liveness check is
+        not repeated)."""
         while True:
-            host = host or self.get(tenant)
+            host = host or self.get(tenant, environment)
             try:
                 return host, host.pool.take(kind, timeout_s)
             except HostRetired:  # replaced since `get`: its successor serves
                 host = None
 
-    def open_session(self, tenant: str | None, slot_wait_s: float) -> SessionChannel:
-        """A slot of `tenant`'s host for a session (see `ZygoteProcess.open_session`)."""
+    def open_session(
+        self, tenant: str | None, slot_wait_s: float, environment: str | None = None
+    ) -> SessionChannel:
+        """A slot of `tenant`'s host in `environment` for a session (see
+        `ZygoteProcess.open_session`)."""
         while True:
-            host = self.get(tenant)
+            host = self.get(tenant, environment)
             try:
                 return host.open_session(slot_wait_s)
             except HostRetired:
@@ -170,7 +205,7 @@ class Hosts:
                     ):
                         entry.replacing = True
                         due.append((key, entry))
-                idle = self._take_idle(now) if self.per_tenant and self.tenant_idle_s else []
+                idle = self._take_idle(now)
             for host in idle:
                 host.retire()  # it has nothing in use: it closes at once, in its own thread
             for key, entry in due:
@@ -180,17 +215,30 @@ class Hosts:
                     log.exception("replacing the sandbox host failed")
                     entry.replacing, entry.retry_at = False, time.monotonic() + RETRY_S
 
+    def _idle_after(self, key: Key) -> float | None:
+        """How long the host of `key` may idle before it closes (None: it stays)."""
+        limits = [
+            limit
+            for limit, applies in (
+                (self.tenant_idle_s, self.per_tenant),
+                (self.environment_idle_s, key[0] is not None),
+            )
+            if applies and limit
+        ]
+        return min(limits) if limits else None
+
     def _take_idle(self, now: float) -> list[ZygoteProcess]:
-        """Take out the hosts idle for `tenant_idle_s` (called with the lock held)."""
-        assert self.tenant_idle_s is not None
+        """Take out the hosts idle for longer than they may be (called with the lock held)."""
         idle = []
         for key, entry in list(self._entries.items()):
             host = entry.host
+            idle_after = self._idle_after(key)
             if (
-                host is not None
+                idle_after is not None
+                and host is not None
                 and not entry.replacing
                 and not entry.starting.locked()
-                and now - entry.last_used >= self.tenant_idle_s
+                and now - entry.last_used >= idle_after
                 and host.alive()
                 and not host.in_use()
             ):
@@ -198,17 +246,17 @@ class Hosts:
                 self._retired.append(host)
                 idle.append(host)
                 log.info(
-                    "the sandbox host of tenant %r closes: idle for %.0f s",
-                    key,
+                    "the sandbox host of %s closes: idle for %.0f s",
+                    _describe(key),
                     now - entry.last_used,
                 )
         return idle
 
-    def _replace(self, key: str | None, entry: _Entry) -> None:
+    def _replace(self, key: Key, entry: _Entry) -> None:
         """Start the host that replaces `entry`'s, wait until it is ready in full (heavy zygote
         and pool), then have it serve and retire the old one."""
         old = entry.host
-        new = self._start()
+        new = self._start(key[0])
         try:
             new.wait_heavy()
             deadline = time.monotonic() + READY_WAIT_S
@@ -235,8 +283,8 @@ class Hosts:
             return
         if old is not None:
             log.info(
-                "the sandbox host%s was replaced after %d runs and %.0f s",
-                f" of tenant {key!r}" if key is not None else "",
+                "the sandbox host of %s was replaced after %d runs and %.0f s",
+                _describe(key),
                 old.taken,
                 time.monotonic() - old.started_at,
             )
@@ -255,3 +303,9 @@ class Hosts:
             self._retired = []
         for host in hosts:
             host.close()
+
+
+def _describe(key: Key) -> str:
+    environment, tenant = key
+    where = f"environment {environment[:19]}" if environment else "the default environment"
+    return where + (f", tenant {tenant!r}" if tenant is not None else "")

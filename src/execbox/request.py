@@ -33,9 +33,11 @@ def make_request(
     env: Mapping[str, str] | None = None,
     profile: str = "data",
     network: str | Sequence[str] = "none",
+    environment: str | None = None,
 ) -> RunRequest:
     """Build and validate a RunRequest; UsageError says what is wrong. `code` given as bytes is
-    decoded as CPython decodes a source file (see `RunRequest`)."""
+    decoded as CPython decodes a source file (see `RunRequest`). `environment`: the named
+    environment it runs in (None: the executor's default)."""
     inputs = []
     for name, source in (files or {}).items():
         if isinstance(source, (bytes, bytearray, memoryview)):
@@ -57,6 +59,7 @@ def make_request(
                 "env": dict(env or {}),
                 "profile": profile,
                 "network": network if isinstance(network, str) else list(network),
+                "environment": environment,
             }
         )
     except ValidationError as exc:
@@ -80,6 +83,7 @@ def check_settings(
     rotate_after_s: float | None,
     zygotes_per_tenant: bool,
     tenant_idle_s: float,
+    environment_idle_s: float = 300.0,
 ) -> None:
     """UsageError unless the `Executor`'s settings of these names are in range."""
     for name, value, least in (
@@ -92,7 +96,11 @@ def check_settings(
     check_count("max_sessions", max_sessions, 0)
     if rotate_after_runs is not None:
         check_count("rotate_after_runs", rotate_after_runs, 0)
-    for name, seconds in (("rotate_after_s", rotate_after_s), ("tenant_idle_s", tenant_idle_s)):
+    for name, seconds in (
+        ("rotate_after_s", rotate_after_s),
+        ("tenant_idle_s", tenant_idle_s),
+        ("environment_idle_s", environment_idle_s),
+    ):
         if seconds is not None and (
             isinstance(seconds, bool)
             or not isinstance(seconds, (int, float))
@@ -103,6 +111,8 @@ def check_settings(
         raise UsageError(f"zygotes_per_tenant must be True or False, got {zygotes_per_tenant!r}")
     if zygotes_per_tenant and not tenant_idle_s:
         raise UsageError("tenant_idle_s must be > 0 with zygotes_per_tenant")
+    if not environment_idle_s:
+        raise UsageError("environment_idle_s must be > 0 (a host per environment must close)")
     if (
         isinstance(queue_timeout_s, bool)
         or not isinstance(queue_timeout_s, (int, float))

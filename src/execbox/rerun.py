@@ -8,13 +8,14 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from .call import Origin
-from .contract import RunResult, Status
+from .contract import RunRequest, RunResult, Status
 from .errors import UsageError
 from .redact import checked_secrets
 from .results import ReplayReport
 
 if TYPE_CHECKING:
     from .executor import Executor
+    from .records import RunRecord
     from .sandbox.host.pump import OutputCallback
 
 
@@ -36,6 +37,7 @@ def approve(
         raise UsageError(f"run {run_id} is {record.status}, not held for approval")
     secrets = tuple(secrets)
     request = store.request_of(record, secrets)  # before it is marked released
+    _check_environment(executor, record, request, "released")
     if not store.mark_approved(run_id, approved_by):
         raise UsageError(f"run {run_id} was already released")
     return executor.rerun(
@@ -68,6 +70,7 @@ def replay(executor: Executor, run_id: str, *, secrets: Iterable[str]) -> Replay
         )
     secrets = tuple(secrets)
     request = store.request_of(record, secrets)
+    _check_environment(executor, record, request, "replayed")
     # Records made before secrets were sealed kept redacted environment values only.
     redacted_env = sorted(k for k, v in request.env.items() if "[REDACTED" in v)
     again = executor.rerun(
@@ -79,3 +82,20 @@ def replay(executor: Executor, run_id: str, *, secrets: Iterable[str]) -> Replay
         None,
     )
     return ReplayReport.compare(record.result, again, redacted_env)
+
+
+def _check_environment(
+    executor: Executor, record: RunRecord, request: RunRequest, doing: str
+) -> None:
+    """UsageError naming the environment and the image of a recorded run whose environment
+    is not built any more (it never runs in another instead)."""
+    if request.environment is None:
+        return
+    try:
+        executor.environment(request.environment)
+    except UsageError as exc:
+        raise UsageError(
+            f"run {record.run_id} ran in environment {request.environment!r} (image "
+            f"{record.image_digest or 'none: it did not run'}), which is not built any more, "
+            f"so it cannot be {doing}: {exc}"
+        ) from exc

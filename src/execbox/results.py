@@ -40,12 +40,14 @@ def undecodable(base: RunResult, exc: SyntaxError) -> RunResult:
     )
 
 
-def result_of(base: RunResult, raw: RawRun) -> RunResult:
+def result_of(base: RunResult, raw: RawRun, allowed: list[str] | None = None) -> RunResult:
+    """The result of a finished run; `allowed`: the environments the run's profile allows (a
+    missing module's hint names only those; None: all)."""
     meta = raw.meta
     status = Status(meta["status"])
     error = ErrorInfo(**meta["error"]) if meta.get("error") else None
     if error is not None and error.type == "ModuleNotFoundError":
-        error = with_missing_hint(error, base.image_digest)
+        error = with_missing_hint(error, base.image_digest, allowed)
     if (raw.stdout_truncated or raw.stderr_truncated) and status in (Status.ok, Status.error):
         status = Status.output_limit
         error = ErrorInfo(

@@ -69,9 +69,13 @@ class Session:
         max_lifetime_s: float,
         secrets: Iterable[str] = (),
         input_bytes: int = 0,
+        environment: str | None = None,
+        image_digest: str = "",
     ) -> None:
         self.id = session_id
         self.profile = profile
+        self.environment = environment  # its name, None for the default: it never changes
+        self.image_digest = image_digest
         self.limits = limits
         self.env = env
         self.idle_timeout_s = idle_timeout_s
@@ -362,6 +366,7 @@ class SessionTable:
         profiles: Mapping[str, Profile],
         check_open: Callable[[], None],
         *,
+        environment: str | None,
         profile: str,
         limits: Limits | Mapping[str, Any] | None,
         env: Mapping[str, str] | None,
@@ -376,15 +381,21 @@ class SessionTable:
             if not 0 < value <= 7 * 24 * 3600:
                 raise UsageError(f"{name} must be in (0, 604800] seconds, not {value!r}")
         secrets = checked_secrets(secrets)
-        template = make_request("", limits=limits, env=env, files=files, profile=profile)
-        verdict = check(template, profiles)
+        template = make_request(
+            "", limits=limits, env=env, files=files, profile=profile, environment=environment
+        )
+        default = backend.default_environment
+        verdict = check(template, profiles, default_environment=default)
         if verdict.decision != "allow":
             raise UsageError(
-                f"the session was refused by policy profile {profile!r}: {verdict.message}"
+                f"the session was refused by policy profile {profile!r} (rule "
+                f"{verdict.rule}): {verdict.message}"
             )
         limits_ = verdict.limits
         check_open()
-        backend.start(tenant)
+        digest = backend.digest if environment is None else backend.environment(environment)
+        where = None if digest == backend.digest else digest
+        backend.start(tenant, where)
         with self._lock:
             if len(self._sessions) >= self.max_sessions:
                 raise Overloaded(
@@ -401,6 +412,7 @@ class SessionTable:
                 template.env,
                 [(f.name, f.data) for f in template.files],
                 tenant,
+                where,
             )
         except HostError as exc:
             self.forget(session_id)
@@ -419,10 +431,12 @@ class SessionTable:
             max_lifetime_s=max_lifetime_s,
             secrets=secrets,
             input_bytes=sum(len(f.data) for f in template.files),
+            environment=environment,
+            image_digest=digest,
         )
         with self._lock:
             self._sessions[session_id] = session
-        log.info("session %s started (%s)", session_id, profile)
+        log.info("session %s started (%s, %s)", session_id, profile, environment or "default")
         return session
 
     def get(self, session_id: str) -> Session:

@@ -36,6 +36,8 @@ class ExecutorStats:
     """What an executor holds at one moment (see `Executor.stats`)."""
 
     host: HostStats | None  # the host serving the tenant asked for; None when none runs
+    # The tenant's hosts running in other environments than the default, by environment name.
+    environments: Mapping[str, HostStats]
     replacements: int  # hosts replaced on schedule (rotation) since the executor started
     sessions_open: int
     runs_waiting: int  # callers waiting for a turn (max_concurrency runs go at once)
@@ -68,10 +70,20 @@ def executor_stats(
     sessions_open: int,
     runs_waiting: int,
     pool_size: int,
+    environment_names: Mapping[str, str] | None = None,
 ) -> ExecutorStats:
+    """`environment_names`: the name of each environment by its image digest."""
     host = hosts.current(tenant) if hosts is not None else None
+    names = environment_names or {}
+    others = hosts.running(tenant) if hosts is not None else {}
     return ExecutorStats(
         host=host_stats(host) if host is not None else None,
+        environments=MappingProxyType(
+            {
+                names.get(digest, digest): host_stats(h)
+                for digest, h in sorted(others.items(), key=lambda i: i[0])
+            }
+        ),
         replacements=hosts.replacements if hosts is not None else 0,
         sessions_open=sessions_open,
         runs_waiting=runs_waiting,

@@ -90,11 +90,21 @@ Handler = Callable[[FakeRun], FakeResult | str]
 class FakeSandbox:
     """A `SandboxBackend` that answers every run and cell with `handler` (default: nothing
     printed, exit code 0). `runs` lists what it was asked, in order, cells included;
-    `sessions` the sessions it opened, by id, with their in-memory workspaces."""
+    `sessions` the sessions it opened, by id, with their in-memory workspaces.
+    `environments`: the digest of each environment by name (the default's is `digest`)."""
 
-    def __init__(self, handler: Handler | None = None, *, digest: str = "fake") -> None:
+    def __init__(
+        self,
+        handler: Handler | None = None,
+        *,
+        digest: str = "fake",
+        environments: Mapping[str, str] | None = None,
+        default_environment: str | None = None,
+    ) -> None:
         self.handler = handler or (lambda run: FakeResult())
         self._digest = digest
+        self.environments = dict(environments or {})
+        self.default_environment = default_environment
         self._lock = threading.Lock()
         self.runs: list[RunSpec] = []
         self.sessions: dict[str, FakeSession] = {}
@@ -104,10 +114,17 @@ class FakeSandbox:
     def digest(self) -> str:
         return self._digest
 
+    def environment(self, name: str) -> str:
+        if name == self.default_environment:
+            return self._digest
+        if name not in self.environments:
+            raise UsageError(f"no environment named {name!r}; build it with `execbox env build`")
+        return self.environments[name]
+
     def info(self) -> dict[str, Any]:
         return {}
 
-    def start(self, tenant: str | None) -> None:
+    def start(self, tenant: str | None, environment: str | None = None) -> None:
         if self.closed:
             raise UsageError("the fake sandbox is closed")
 
@@ -180,6 +197,7 @@ class FakeSandbox:
         env: Mapping[str, str],
         files: Sequence[tuple[str, bytes]],
         tenant: str | None,
+        environment: str | None = None,
     ) -> SessionBackend:
         session = FakeSession(self, session_id, limits, env, dict(files), tenant)
         with self._lock:

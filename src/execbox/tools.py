@@ -101,11 +101,22 @@ def runtime_packages() -> dict[str, str]:
     return {m[1]: m[2] for m in map(_PIN.match, text.splitlines()) if m}
 
 
-def _python_version() -> str:
+def environment_packages(name: str) -> dict[str, str]:
+    """The packages of the built environment `name` and their locked versions; UsageError
+    when it is not built."""
+    from . import environments
+
+    text = (environments.lookup(name) / "requirements.lock").read_text()
+    return {m[1]: m[2] for m in map(_PIN.match, text.splitlines()) if m}
+
+
+def _python_version(environment: str | None = None) -> str:
+    from . import environments
     from .image import Image
 
     try:
-        return ".".join(Image.load().python_version.split(".")[:2])
+        root = environments.lookup(environment) if environment is not None else None
+        return ".".join(Image.load(root).python_version.split(".")[:2])
     except Exception:  # noqa: BLE001 - no image on this host: the image is built from this Python
         return f"{sys.version_info.major}.{sys.version_info.minor}"
 
@@ -136,19 +147,24 @@ def describe_environment(
     stateful: bool = False,
     timeout_arg: str = "timeout_s",
     network: Sequence[str] | None = None,
+    environment: str | None = None,
 ) -> str:
     """What a model should know before it writes code for the sandbox, in a few sentences.
 
     `limits` are the limits the caller runs with; None means the profile's defaults.
     `stateful`: the calls run as cells of one session (`execute_tool_call(..., session=)`).
     `timeout_arg`: how the tool's argument that raises the wall-time limit is spelled.
-    `network`: the hosts the caller lets its runs reach (None: no network)."""
+    `network`: the hosts the caller lets its runs reach (None: no network).
+    `environment`: the built environment the calls run in (None: the default); its packages
+    are the ones listed (UsageError when it is not built)."""
     default_limits, max_limits = _profile_limits(profile)
     lim = limits or default_limits
-    packages = ", ".join(f"{name} {version}" for name, version in runtime_packages().items())
+    pins = runtime_packages() if environment is None else environment_packages(environment)
+    packages = ", ".join(f"{name} {version}" for name, version in pins.items())
     longest = f", at most {max_limits.timeout_s:g} s" if max_limits else ""
     return (
-        f"Run a Python {_python_version()} program in a fresh, isolated sandbox and get back its "
+        f"Run a Python {_python_version(environment)} program in a fresh, isolated sandbox and "
+        "get back its "
         "status, stdout, stderr, the error (type and line) and the files it wrote. "
         + (_STATEFUL if stateful else _STATELESS)
         + f"Installed: {packages} and the standard library; nothing else can be installed. "
@@ -202,13 +218,17 @@ def openai_tool(
     profile: str = "data",
     stateful: bool = False,
     api: Literal["chat", "responses"] = "chat",
+    environment: str | None = None,
 ) -> dict[str, Any]:
     """The tool in OpenAI's function-calling format: Chat Completions (`api="chat"`, the
     default) or the Responses API (`api="responses"`, the function fields at the top level).
-    `stateful=True` describes calls that run as cells of one session."""
+    `stateful=True` describes calls that run as cells of one session; `environment`, calls
+    that run in that environment (its packages are listed)."""
     function = {
         "name": name,
-        "description": describe_environment(limits, profile=profile, stateful=stateful),
+        "description": describe_environment(
+            limits, profile=profile, stateful=stateful, environment=environment
+        ),
         "parameters": parameters_schema(limits, profile=profile, stateful=stateful),
     }
     if api == "responses":
@@ -222,12 +242,16 @@ def anthropic_tool(
     name: str = TOOL_NAME,
     profile: str = "data",
     stateful: bool = False,
+    environment: str | None = None,
 ) -> dict[str, Any]:
     """The tool in Anthropic's Messages API format (`name`, `description`, `input_schema`).
-    `stateful=True` describes calls that run as cells of one session."""
+    `stateful=True` describes calls that run as cells of one session; `environment`, calls
+    that run in that environment (its packages are listed)."""
     return {
         "name": name,
-        "description": describe_environment(limits, profile=profile, stateful=stateful),
+        "description": describe_environment(
+            limits, profile=profile, stateful=stateful, environment=environment
+        ),
         "input_schema": parameters_schema(limits, profile=profile, stateful=stateful),
     }
 
@@ -261,6 +285,7 @@ def execute_tool_call(
     session: SessionLike | None = None,
     max_output_chars: int = MAX_OUTPUT_CHARS,
     network: Sequence[str] | None = None,
+    environment: str | None = None,
 ) -> str:
     """Run a `run_python` tool call and return the observation to hand back to the model.
 
@@ -270,7 +295,8 @@ def execute_tool_call(
     closed session raise as they do from the Executor and the Session. With `session`, the
     code runs as a cell of that stateful session (its files are written into the session
     first) instead of a fresh run. `network`: the hosts a fresh run may reach (the caller's
-    choice, never the model's; pass the same to `describe_environment`).
+    choice, never the model's; pass the same to `describe_environment`). `environment`: the
+    environment a fresh run runs in (None: the default; a session's is its own).
     """
     called, raw = parse_tool_call(call)
     if called is not None and called != name:
@@ -308,6 +334,7 @@ def execute_tool_call(
                 limits=run_limits,
                 profile=profile,
                 network=list(network) if network else "none",
+                environment=environment,
             )
         except UsageError as exc:  # say, a file name with '..' in it
             cause = exc.__cause__

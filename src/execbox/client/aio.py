@@ -83,6 +83,7 @@ class AsyncClient:
         limits: Limits | Mapping[str, Any] | None = None,
         env: Mapping[str, str] | None = None,
         profile: str = "data",
+        environment: str | None = None,
         cache: bool | None = None,
         secrets: Iterable[str] = (),
         on_stdout: OutputCallback | None = None,
@@ -97,6 +98,7 @@ class AsyncClient:
             limits=limits,
             env=env,
             profile=profile,
+            environment=environment,
             cache=cache,
             secrets=secrets,
         )
@@ -134,6 +136,7 @@ class AsyncClient:
         self,
         *,
         profile: str = "data",
+        environment: str | None = None,
         limits: Limits | Mapping[str, Any] | None = None,
         env: Mapping[str, str] | None = None,
         files: Mapping[str, FileSource] | None = None,
@@ -144,6 +147,7 @@ class AsyncClient:
         """Start a session on the server."""
         body = session_body(
             profile=profile,
+            environment=environment,
             limits=limits,
             env=env,
             files=files,

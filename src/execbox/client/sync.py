@@ -83,6 +83,7 @@ class Client:
         limits: Limits | Mapping[str, Any] | None = None,
         env: Mapping[str, str] | None = None,
         profile: str = "data",
+        environment: str | None = None,
         cache: bool | None = None,
         secrets: Iterable[str] = (),
         on_stdout: OutputCallback | None = None,
@@ -97,6 +98,7 @@ class Client:
             limits=limits,
             env=env,
             profile=profile,
+            environment=environment,
             cache=cache,
             secrets=secrets,
         )
@@ -140,6 +142,7 @@ class Client:
         self,
         *,
         profile: str = "data",
+        environment: str | None = None,
         limits: Limits | Mapping[str, Any] | None = None,
         env: Mapping[str, str] | None = None,
         files: Mapping[str, FileSource] | None = None,
@@ -150,6 +153,7 @@ class Client:
         """Start a session on the server (a stateful interpreter with its own workspace)."""
         body = session_body(
             profile=profile,
+            environment=environment,
             limits=limits,
             env=env,
             files=files,

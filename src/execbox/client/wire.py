@@ -96,13 +96,23 @@ def run_body(
     profile: str,
     cache: bool | None,
     secrets: Iterable[str],
+    environment: str | None = None,
 ) -> dict[str, Any]:
     from ..request import make_request  # validates (and reads file paths) as a local run would
 
     request = make_request(
-        code, language=language, stdin=stdin, files=files, limits=limits, env=env, profile=profile
+        code,
+        language=language,
+        stdin=stdin,
+        files=files,
+        limits=limits,
+        env=env,
+        profile=profile,
+        environment=environment,
     )
     body = request.model_dump(mode="json")
+    if environment is None:  # a server from before environments knows no such field
+        del body["environment"]
     body.update(cache=cache, secrets=list(secrets))
     return body
 
@@ -116,11 +126,15 @@ def session_body(
     idle_timeout_s: float,
     max_lifetime_s: float,
     secrets: Iterable[str],
+    environment: str | None = None,
 ) -> dict[str, Any]:
     from ..request import make_request
 
-    checked = make_request("", files=files, limits=limits, env=env, profile=profile)
+    checked = make_request(
+        "", files=files, limits=limits, env=env, profile=profile, environment=environment
+    )
     return {
+        **({"environment": environment} if environment is not None else {}),
         "profile": profile,
         "limits": checked.limits.model_dump() if limits else None,
         "env": checked.env,

@@ -33,6 +33,12 @@ __all__ = ["mcp_command"]
     "--profile", default="data", show_default=True, help="Policy profile of every run and session."
 )
 @click.option(
+    "--environment",
+    metavar="NAME",
+    help="The environment runs and sessions use unless a call names another (default: the "
+    "default one).",
+)
+@click.option(
     "--no-auth",
     is_flag=True,
     help="http: accept every caller as the tenant 'local' (only on a trusted "
@@ -81,6 +87,7 @@ def mcp_command(
     host: str,
     port: int,
     profile: str,
+    environment: str | None,
     no_auth: bool,
     db: str | None,
     max_result_mib: int,
@@ -107,6 +114,7 @@ def mcp_command(
             host=host,
             port=port,
             profile=profile,
+            environment=environment,
             auth=not no_auth,
             records=db,
             max_result_bytes=max_result_mib << 20,

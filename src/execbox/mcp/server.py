@@ -29,7 +29,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, ContentBlock, ImageContent, TextContent, ToolAnnotations
 from pydantic import Field
 
-from ..contract import Limits, RunResult
+from ..contract import ENVIRONMENT_NAME, Limits, RunResult
 from ..errors import ExecboxError
 from ..request import make_request
 from ..server import malloc
@@ -78,6 +78,14 @@ RunLimits = Annotated[
     Limits | None,
     Field(description="Resource limits; fields left out take the profile's defaults."),
 ]
+RunEnvironment = Annotated[
+    str | None,
+    Field(
+        pattern=ENVIRONMENT_NAME,
+        description="The environment (set of installed packages) to run in; default: the "
+        "server's. The policy profile lists the ones allowed.",
+    ),
+]
 SessionId = Annotated[str, Field(description="The id session_create returned.")]
 WorkspacePath = Annotated[
     str, Field(description="Path relative to /workspace, e.g. 'out/result.csv'.")
@@ -106,6 +114,7 @@ def build_server(  # noqa: C901
     executor: Executor,
     *,
     profile: str = "data",
+    environment: str | None = None,
     max_result_bytes: int = DEFAULT_RESULT_BYTES,
     tenant_result_bytes: int | None = None,
     shares: Callable[[], Shares] | None = None,
@@ -113,7 +122,8 @@ def build_server(  # noqa: C901
     session_starts_per_s: float | None = None,
     network: Sequence[str] | None = None,
 ) -> MCPServer[Any]:
-    """An MCP server whose tools run on `executor` (which the caller owns and closes).
+    """An MCP server whose tools run on `executor` (which the caller owns and closes), under
+    policy `profile`, in `environment` unless a call names another (None: the default).
     Sessions the server opened are closed when the server shuts down. Runs and cells hold
     their results in memory: at most `max_result_bytes` of them at once, and at most
     `tenant_result_bytes` for one tenant (None: all of it), as `execbox serve`'s result budget;
@@ -124,6 +134,7 @@ def build_server(  # noqa: C901
     `network`: the hosts run_python's runs may reach (the operator's choice; None: none),
     within what `profile` allows."""
     sessions = SessionRegistry(session_starts_per_key, session_starts_per_s)
+    default_environment = environment
     quotas = Quotas()
     results = ResultBudget(max_result_bytes, tenant_result_bytes)
     malloc.return_big_blocks()
@@ -147,7 +158,7 @@ def build_server(  # noqa: C901
             "Run Python in an isolated sandbox. run_python runs one program from a clean "
             "state; for work that builds up step by step, session_create a session and "
             "session_run cells in it (state and files persist until session_close). "
-            + describe_environment(profile=profile, network=network)
+            + describe_environment(profile=profile, network=network, environment=environment)
         ),
         lifespan=lifespan,
         log_level="WARNING",
@@ -176,7 +187,10 @@ def build_server(  # noqa: C901
 
     @server.tool(
         description=describe_environment(
-            profile=profile, timeout_arg="limits.timeout_s", network=network
+            profile=profile,
+            timeout_arg="limits.timeout_s",
+            network=network,
+            environment=environment,
         ),
         # with network, its runs reach hosts outside: an open world
         annotations=ToolAnnotations(open_world_hint=bool(network), read_only_hint=True),
@@ -187,6 +201,7 @@ def build_server(  # noqa: C901
         files: Files | None = None,
         files_base64: BinaryFiles | None = None,
         limits: RunLimits = None,
+        environment: RunEnvironment = None,
         *,
         ctx: Context,
     ) -> CallToolResult:
@@ -205,6 +220,7 @@ def build_server(  # noqa: C901
                     limits=limits,
                     profile=profile,
                     network=list(network) if network else "none",
+                    environment=environment or default_environment,
                 ),
                 cache_scope=scope,
                 tenant=scope,
@@ -251,6 +267,7 @@ def build_server(  # noqa: C901
             float,
             Field(gt=0, description="Seconds without a call before the session ends on its own."),
         ] = 600.0,
+        environment: RunEnvironment = None,
         *,
         ctx: Context,
     ) -> CallToolResult:
@@ -265,6 +282,7 @@ def build_server(  # noqa: C901
             session = _call(
                 lambda: executor.session(
                     profile=profile,
+                    environment=environment or default_environment,
                     limits=limits,
                     files=inputs,
                     idle_timeout_s=idle_timeout_s,
@@ -448,6 +466,7 @@ def serve(
     host: str = "127.0.0.1",
     port: int = 8765,
     profile: str = "data",
+    environment: str | None = None,
     auth: bool = True,
     records: str | None = None,
     max_result_bytes: int = DEFAULT_RESULT_BYTES,
@@ -472,6 +491,7 @@ def serve(
             server = build_server(
                 executor,
                 profile=profile,
+                environment=environment,
                 max_result_bytes=max_result_bytes,
                 tenant_result_bytes=max_result_bytes // 2 if keys else None,
                 shares=(lambda: Shares(executor.max_sessions, keys.session_quotas()))

@@ -43,11 +43,17 @@ _PARSE_LOCK = threading.Lock()
 
 
 def check(
-    request: RunRequest, profiles: Mapping[str, Profile], *, cell: CellContext | None = None
+    request: RunRequest,
+    profiles: Mapping[str, Profile],
+    *,
+    cell: CellContext | None = None,
+    default_environment: str | None = None,
 ) -> Verdict:
     """Decide whether `request` may run under its profile, and with which limits. `cell`: the
     code is a session cell, which IPython runs (its `!cmd` and `%magic` are not Python) after
     the cells `cell` holds the bindings of; an allowed or held cell's are added to it.
+    `default_environment`: the name of the environment a request naming none runs in (None:
+    not known by a name); every profile allows it, and the others its `environments` lists.
 
     Raises UsageError when the request names a profile that `profiles` does not define.
     """
@@ -55,9 +61,9 @@ def check(
     if profile is None:
         known = ", ".join(repr(name) for name in profiles) or "none"
         raise UsageError(f"unknown policy profile {request.profile!r}; known profiles: {known}")
-    verdict = Checker(request, request.profile, profile, profiles, cell).run()
+    verdict = Checker(request, request.profile, profile, profiles, cell, default_environment).run()
     if verdict.decision == "allow" and profile.missing_imports == "approval" and verdict.imports:
-        return missing_imports(verdict, request.profile)
+        return missing_imports(verdict, request.profile, request.environment or default_environment)
     return verdict
 
 
@@ -125,8 +131,10 @@ class Checker:
         profile: Profile,
         profiles: Mapping[str, Profile],
         cell: CellContext | None = None,
+        default_environment: str | None = None,
     ) -> None:
         self.request = request
+        self.default_environment = default_environment
         self.key = key
         self.profile = profile
         self.profiles = profiles
@@ -173,7 +181,7 @@ class Checker:
                     )
                 ),
             )
-        denied = self.inputs() or self.limit_maximums() or self.network()
+        denied = self.inputs() or self.limit_maximums() or self.network() or self.environment()
         if denied is not None:
             return denied
         verdict = self.code()
@@ -320,6 +328,31 @@ class Checker:
                     + self.advice(accepts, "ask for hosts and ports the profile allows"),
                 )
         return None
+
+    def environment(self) -> Verdict | None:
+        """A run naming an environment: the default, or one its profile lists."""
+        asked = self.request.environment
+        default = self.default_environment
+        if asked is None or asked == default:
+            return None  # the default environment: every profile allows it
+
+        def allows(profile: Profile) -> bool:
+            return asked in (profile.environments or ())
+
+        if allows(self.profile):
+            return None
+        names = ", ".join(
+            [f"the default ({default!r})" if default else "the default"]
+            + [repr(n) for n in self.profile.environments or ()]
+        )
+        return self.verdict(
+            "deny",
+            "environment.not_allowed",
+            (
+                f"environment {asked!r} is not allowed under profile {self.key!r}, which allows "
+                f"{names}; " + self.advice(allows, "ask for one of those (environment=...)")
+            ),
+        )
 
     def limit_maximums(self) -> Verdict | None:
         excess = first_excess(self.limits, self.profile.max_limits)

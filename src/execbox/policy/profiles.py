@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
-from ..contract import Limits
+from ..contract import ENVIRONMENT_NAME, Limits
 from ..errors import UsageError
 from ..network.allowlist import parse_entries
 
@@ -24,6 +24,7 @@ Decision = Literal["allow", "deny", "needs_approval"]
 _TOP_LEVEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _CALL_PATTERN = re.compile(r"[A-Za-z0-9_.*?\[\]!]+\Z")
 _ATTRIBUTE_PATTERN = re.compile(r"[A-Za-z0-9_*?\[\]!]+\Z")
+_ENVIRONMENT_NAME = re.compile(ENVIRONMENT_NAME)
 
 
 class Profile(BaseModel):
@@ -66,6 +67,11 @@ class Profile(BaseModel):
         description="'approval': hold a run whose code imports a top-level module its "
         "environment lacks (rule import.missing); 'run': let it fail with a hint.",
     )
+    environments: list[str] | None = Field(
+        None,
+        description="Environments a run may name besides the executor's default, which every "
+        "profile allows (rule environment.not_allowed); None = only the default.",
+    )
     max_code_bytes: int = Field(ge=0, description="Cap on the code's size in UTF-8 bytes.")
     max_input_bytes: int = Field(ge=0, description="Cap on input files plus stdin, in bytes.")
     max_input_files: int = Field(ge=0, description="Cap on the number of input files.")
@@ -89,6 +95,17 @@ class Profile(BaseModel):
                 raise ValueError(
                     f"{name!r} is not a top-level module name"
                     + (f" (use {top!r})" if _TOP_LEVEL_NAME.match(top) else "")
+                )
+        return names
+
+    @field_validator("environments")
+    @classmethod
+    def _environment_names(cls, names: list[str] | None) -> list[str] | None:
+        for name in names or []:
+            if not _ENVIRONMENT_NAME.fullmatch(name):
+                raise ValueError(
+                    f"{name!r} is not an environment name (lower-case letters, digits, '-' "
+                    "and '_', starting with a letter, at most 32)"
                 )
         return names
 

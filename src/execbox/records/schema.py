@@ -34,9 +34,10 @@ runs = sa.Table(
     sa.Column("network", sa.JSON),  # the request's network: "none" or its allowlist
     # The top-level module a ModuleNotFoundError named (`execbox env requests`), or null.
     sa.Column("missing_module", sa.String(200)),
+    sa.Column("environment", sa.String(32)),  # the environment it named; null: the default
 )
 # Columns added after the first release: a database made before gets them on opening.
-ADDED_COLUMNS = ("sealed", "network", "missing_module")
+ADDED_COLUMNS = ("sealed", "network", "missing_module", "environment")
 
 blobs = sa.Table(
     "blobs",

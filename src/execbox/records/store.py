@@ -71,6 +71,9 @@ class RunRecord(BaseModel):
     sealed: dict[str, Any] | None = Field(
         None, description="What was redacted before storing (see execbox.atrest), or null"
     )
+    environment: str | None = Field(
+        None, description="The environment the run named; null: the executor's default"
+    )
 
 
 KEY_BYTES = 32
@@ -256,6 +259,7 @@ class RunStore:
             "missing_module": (
                 missing_module(result.error.type, result.error.message) if result.error else None
             ),
+            "environment": request.environment,
         }
         result_json = result.model_dump_json()
         # Blobs are never deleted: one known to be stored (the empty stdin of nearly every run,
@@ -396,6 +400,7 @@ class RunStore:
             env=record.env,
             profile=record.profile,
             network=record.network or "none",
+            environment=record.environment,
         )
         if not sealed:
             return request

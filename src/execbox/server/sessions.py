@@ -11,7 +11,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.background import BackgroundTask
 
-from ..contract import Artifact, InputFile, Limits, RunResult, Secrets
+from ..contract import ENVIRONMENT_NAME, Artifact, InputFile, Limits, RunResult, Secrets
 from . import sse
 from .deps import Caller, State
 from .errors import ApiError, documented
@@ -30,6 +30,11 @@ class SessionBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     profile: str = Field("data", description="Policy profile checked before each cell.")
+    environment: str | None = Field(
+        None,
+        pattern=ENVIRONMENT_NAME,
+        description="The environment every cell runs in (null: the server's default).",
+    )
     limits: Limits | None = Field(None, description="Limits of each cell (null: defaults).")
     env: dict[str, str] = Field(default_factory=dict, description="Environment of the kernel.")
     files: list[InputFile] = Field(
@@ -118,6 +123,7 @@ async def create_session(body: SessionBody, state: State, tenant: Caller) -> Ses
             session = await state.running(
                 lambda: executor.session(
                     profile=body.profile,
+                    environment=body.environment,
                     limits=body.limits,
                     env=body.env or None,
                     files={f.name: f.data for f in body.files} or None,
