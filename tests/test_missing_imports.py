@@ -75,7 +75,8 @@ def test_the_hint_names_the_environments_that_have_the_module(home: Path) -> Non
     )
     # Only the environments the caller may use count.
     refused = environments.missing_hint("otherpkg", tiny, ["tiny"], home)
-    assert refused is not None and "no environment has it" in refused
+    assert refused is not None and "no environment its profile allows has it" in refused
+    assert "'other'" not in refused
     assert "execbox env requests" in refused
     # The environment has the top-level module: a submodule was missing, no hint.
     assert environments.missing_hint("tinypkg", tiny, None, home) is None
@@ -93,6 +94,8 @@ def tiny_executor(
     profiles["held"] = profiles["data"].model_copy(
         update={"name": "held", "missing_imports": "approval"}
     )
+    profiles["data"] = profiles["data"].model_copy(update={"environments": ["other"]})
+    profiles["closed"] = profiles["data"].model_copy(update={"name": "closed", "environments": []})
     try:
         with Executor(
             image=Image.load(environments.lookup("tiny", home)),
@@ -147,6 +150,10 @@ def test_a_run_missing_a_module_is_told_where_it_is_and_its_record_notes_it(
     assert text.exit_code == 0 and "otherpkg" in text.output and "now in: other" in text.output
     bad = CliRunner().invoke(main, ["env", "requests", "--since", "yesterday"], env=env)
     assert bad.exit_code == 2 and "--since" in bad.output
+    # A profile that does not allow 'other' is not sent there.
+    closed = ex.run("import otherpkg\n", profile="closed")
+    assert closed.error is not None and "'other'" not in closed.error.message, closed.error
+    assert "no environment its profile allows has it" in closed.error.message
 
 
 def test_a_profile_can_hold_a_missing_import_for_approval(

@@ -255,11 +255,15 @@ def missing_hint(
     if any(module in modules_of(lookup(name, base)) for name in here):
         return None
     where = f"environment {here[0]!r}" if here else "this run's environment"
-    others = [n for n in having(module, base) if allowed is None or n in allowed]
+    anywhere = having(module, base)
+    others = [n for n in anywhere if allowed is None or n in allowed]
     if not others:
+        # Environments the profile does not allow are not named: it could not use them.
+        nowhere = "no environment has it" if not anywhere else "no environment its profile "
+        nowhere += "allows has it" if anywhere else ""
         return (
-            f"{module} is not in {where}, and no environment has it; ask an operator to add "
-            "it (`execbox env requests` lists what runs asked for)"
+            f"{module} is not in {where}, and {nowhere}; ask an operator to add it "
+            "(`execbox env requests` lists what runs asked for)"
         )
     which = (
         f"environment {others[0]!r} has it"
