@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -16,34 +14,17 @@ from click.testing import CliRunner
 from execbox import environments, image
 from execbox.cli import main
 from execbox.errors import UsageError
+from tests.wheels import make_wheel
 
 TINY_INIT = "from tinydep import answer\n\ndef main():\n    print(answer())\n"
-
-
-def _wheel(directory: Path, name: str, files: dict[str, str], meta: str = "") -> None:
-    """A pure-Python wheel, written by hand (no build backend needed offline)."""
-    dist = f"{name}-1.0.dist-info"
-    files = dict(files)
-    files[f"{dist}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n{meta}"
-    files[f"{dist}/WHEEL"] = (
-        "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-    )
-    record = []
-    for path, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
-        record.append(f"{path},sha256={digest.decode()},{len(text.encode())}")
-    files[f"{dist}/RECORD"] = "\n".join([*record, f"{dist}/RECORD,,"]) + "\n"
-    with zipfile.ZipFile(directory / f"{name}-1.0-py3-none-any.whl", "w") as zf:
-        for path, text in sorted(files.items()):
-            zf.writestr(zipfile.ZipInfo(path, (2020, 1, 1, 0, 0, 0)), text)
 
 
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """tinypkg (with a console script) needs tinydep: resolving must find both."""
     directory = tmp_path_factory.mktemp("wheels")
-    _wheel(directory, "tinydep", {"tinydep/__init__.py": "def answer():\n    return 42\n"})
-    _wheel(
+    make_wheel(directory, "tinydep", {"tinydep/__init__.py": "def answer():\n    return 42\n"})
+    make_wheel(
         directory,
         "tinypkg",
         {

@@ -20,15 +20,15 @@ from execbox.image import Image
 from execbox.policy import load_profiles
 from execbox.policy.checker import check
 from execbox.records import RunStore
-from tests.test_environments import _wheel
+from tests.wheels import make_wheel
 
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two environments: 'tiny' (tinypkg, the default) and 'other' (otherpkg)."""
     wheels = tmp_path_factory.mktemp("wheels")
-    _wheel(wheels, "tinypkg", {"tinypkg/__init__.py": "ANSWER = 42\n"})
-    _wheel(wheels, "otherpkg", {"otherpkg/__init__.py": "ANSWER = 7\n"})
+    make_wheel(wheels, "tinypkg", {"tinypkg/__init__.py": "ANSWER = 42\n"})
+    make_wheel(wheels, "otherpkg", {"otherpkg/__init__.py": "ANSWER = 7\n"})
     home = tmp_path_factory.mktemp("home")
     for name, package in (("tiny", "tinypkg"), ("other", "otherpkg")):
         (wheels / f"{name}.txt").write_text(f"{package}\n")

@@ -8,11 +8,12 @@ import zipfile
 from pathlib import Path
 
 
-def make_wheel(directory: Path, name: str, files: dict[str, str]) -> Path:
-    """A py3-none-any wheel of `name` 1.0 holding `files` (path -> text), in `directory`."""
+def make_wheel(directory: Path, name: str, files: dict[str, str], meta: str = "") -> Path:
+    """A py3-none-any wheel of `name` 1.0 holding `files` (path -> text), in `directory`;
+    `meta`: more METADATA lines (e.g. "Requires-Dist: other\n")."""
     dist = f"{name}-1.0.dist-info"
     files = dict(files)
-    files[f"{dist}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n"
+    files[f"{dist}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n{meta}"
     files[f"{dist}/WHEEL"] = (
         "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
     )

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from .evidence import Evidence
 from .models import Claim
-from .ranks import Rankings, implied_ranks, ordinal_number, subject
+from .ranks import ORDINAL, Rankings, implied_ranks, ordinal_number, subject
 from .values import MONTH_SPELLINGS, dates_in, month_number
 
 _MONTH_NAMES = [
@@ -37,19 +37,6 @@ _MONTH_NAMES = [
     "december",
 ]
 _WEEKDAY_NAMES = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
-_ORDINAL_WORDS = [
-    "first",
-    "second",
-    "third",
-    "fourth",
-    "fifth",
-    "sixth",
-    "seventh",
-    "eighth",
-    "ninth",
-    "tenth",
-]
-_ORDINAL = r"(?:\d{1,3}(?:st|nd|rd|th)|" + "|".join(_ORDINAL_WORDS) + r")"
 
 # An answer's month or weekday is capitalized ("may" is a verb); an output's may be any case.
 # In another case or language too ("march", "APRIL", "mars", "M\u00e4rz"); an abbreviation and
@@ -90,10 +77,10 @@ _RUNTIME_SHOWN = re.compile(
 # number after "ranked" ("placed 3 orders", "ranks 3 regions" count things).
 _RANK = (
     r"(?:\b(?:rank(?:s|ed)?|plac(?:es|ed))\s+(?:at\s+|in\s+)?(?:the\s+)?"
-    r"(?:number\s+|no\.\s*|#\s*)?(?P<r>" + _ORDINAL + r")\b"
+    r"(?:number\s+|no\.\s*|#\s*)?(?P<r>" + ORDINAL + r")\b"
     r"|\brank(?:s|ed)?\s+(?:at\s+)?(?:number\s+|no\.\s*|#\s*)?(?P<rn>\d{1,3})\b"
     r"(?!\s+[a-z]+s\b)"
-    r"|\b(?P<ro>" + _ORDINAL + r")[\s-]+(?:place|position|largest|smallest|highest|lowest|"
+    r"|\b(?P<ro>" + ORDINAL + r")[\s-]+(?:place|position|largest|smallest|highest|lowest|"
     r"biggest|best|worst|most|least|greatest|fastest|slowest|longest|shortest|busiest)\b)"
 )
 # The direction a ranked word counts in; "best" or "fastest" may count either way.
@@ -128,7 +115,7 @@ _SHOWN_YEAR = re.compile(
 _VERSION_WORDS = re.compile(
     r"\b(?:install\w*|versions?|releases?|upgrad\w*|packages?|librar\w*|runtime)\b"
 )
-_SHOWN_ORDINAL = re.compile(r"(?<![a-z0-9])(" + _ORDINAL + r")(?![a-z0-9])")  # "2nd_best"
+_SHOWN_ORDINAL = re.compile(r"(?<![a-z0-9])(" + ORDINAL + r")(?![a-z0-9])")  # "2nd_best"
 # "month: 3", "peak_month = 3", "rank 2": a number its label names the kind of.
 _LABELLED = re.compile(
     r"\b(?:\w*_)?(?P<kind>month|quarter|qtr|year|yr|hour|hr|rank|position|place|pos|version)"

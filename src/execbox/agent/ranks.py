@@ -22,7 +22,7 @@ from .quantities import numbers_in
 
 _MAX_LINES = 20_000  # output lines read for a ranking; past them none is read
 
-_ORDINALS = [
+ORDINAL_WORDS = [
     "first",
     "second",
     "third",
@@ -34,13 +34,13 @@ _ORDINALS = [
     "ninth",
     "tenth",
 ]
-_ORDINAL = r"(?:\d{1,3}(?:st|nd|rd|th)|" + "|".join(_ORDINALS) + r")"
+ORDINAL = r"(?:\d{1,3}(?:st|nd|rd|th)|" + "|".join(ORDINAL_WORDS) + r")"
 _DOWN = "largest|highest|biggest|most|greatest|top|busiest|longest"
 _UP = "smallest|lowest|least|fewest|shortest"
 # Ranks in other words than `named` reads: "came (in) second", "finished 2nd", "is #2",
 # "the runner-up", and superlatives: "the most", "the largest".
 IMPLIED = re.compile(
-    r"\b(?:came|comes|finished|finishes|ended|ends)\s+(?:in\s+|up\s+)?(?P<came>" + _ORDINAL + r")\b"
+    r"\b(?:came|comes|finished|finishes|ended|ends)\s+(?:in\s+|up\s+)?(?P<came>" + ORDINAL + r")\b"
     r"|\b(?:is|was|are|were)\s+(?:ranked\s+)?(?:#\s*|no\.\s*)(?P<no>\d{1,3})\b"
     r"|\b(?P<runner>runners?[- ]up)\b"
     r"|\bthe\s+(?P<super>" + _DOWN + "|" + _UP + r")\b(?!\s+\d)"
@@ -80,7 +80,7 @@ def implied_ranks(text: str) -> Iterator[Implied]:
 
 def ordinal_number(text: str) -> int:
     text = text.lower()
-    return _ORDINALS.index(text) + 1 if text in _ORDINALS else int(re.sub(r"\D", "", text))
+    return ORDINAL_WORDS.index(text) + 1 if text in ORDINAL_WORDS else int(re.sub(r"\D", "", text))
 
 
 @dataclass
