@@ -138,7 +138,12 @@ class SlotPool:
                 try:
                     if grow:  # every slot of the kind is busy: the loop stages one more
                         self._wake()
-                    wait_s = 0.1 if grow else started + GROW_AFTER_S - now
+                        wait_s = 0.1
+                    elif now - started < GROW_AFTER_S:
+                        wait_s = started + GROW_AFTER_S - now
+                    else:  # a slot on its way back wakes us; the timeout looks again whether
+                        # every slot has become busy (never 0: the caller would spin)
+                        wait_s = GROW_AFTER_S
                     self._staged[kind].wait(min(wait_s, deadline - now) + 0.001)
                 finally:
                     self._waiting[kind] -= grow
