@@ -91,10 +91,10 @@ def tiny_executor(
     mp.setenv("EXECBOX_HOME", str(home))
     url = f"sqlite:///{tmp_path_factory.mktemp('records')}/runs.db"
     profiles = dict(load_profiles())
+    profiles["data"] = profiles["data"].model_copy(update={"environments": ["other"]})
     profiles["held"] = profiles["data"].model_copy(
         update={"name": "held", "missing_imports": "approval"}
     )
-    profiles["data"] = profiles["data"].model_copy(update={"environments": ["other"]})
     profiles["closed"] = profiles["data"].model_copy(update={"name": "closed", "environments": []})
     try:
         with Executor(

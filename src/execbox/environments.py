@@ -251,7 +251,13 @@ def missing_hint(
     """What to tell the author of code that imported `module`, missing from the environment
     with `image_digest`: the environments among `allowed` (None: all) that have it, or whom to
     ask. None when that environment has the top-level module (a submodule was missing)."""
-    here = names_of(image_digest, base)
+    return missing_hint_in(module, names_of(image_digest, base), allowed, base)
+
+
+def missing_hint_in(
+    module: str, here: list[str], allowed: list[str] | None = None, base: Path | None = None
+) -> str | None:
+    """`missing_hint` for the environment known by the names `here` (none: it has no name)."""
     if any(module in modules_of(lookup(name, base)) for name in here):
         return None
     where = f"environment {here[0]!r}" if here else "this run's environment"
@@ -259,8 +265,9 @@ def missing_hint(
     others = [n for n in anywhere if allowed is None or n in allowed]
     if not others:
         # Environments the profile does not allow are not named: it could not use them.
-        nowhere = "no environment has it" if not anywhere else "no environment its profile "
-        nowhere += "allows has it" if anywhere else ""
+        nowhere = (
+            "no environment its profile allows has it" if anywhere else "no environment has it"
+        )
         return (
             f"{module} is not in {where}, and {nowhere}; ask an operator to add it "
             "(`execbox env requests` lists what runs asked for)"

@@ -614,8 +614,7 @@ class Executor:
         """The environments a run of `profile` may name (None: not known by name)."""
         if self.default_environment is None:
             return None
-        chosen = self.profiles[profile].environments or []
-        return [self.default_environment, *(e for e in chosen if e != self.default_environment)]
+        return self.profiles[profile].allowed_environments(self.default_environment)
 
     # ---- sessions ---------------------------------------------------------------------------
 

@@ -63,33 +63,38 @@ def check(
         raise UsageError(f"unknown policy profile {request.profile!r}; known profiles: {known}")
     verdict = Checker(request, request.profile, profile, profiles, cell, default_environment).run()
     if verdict.decision == "allow" and profile.missing_imports == "approval" and verdict.imports:
-        return missing_imports(verdict, request.profile, request.environment or default_environment)
+        return missing_imports(
+            verdict, request.profile, profile, request.environment, default_environment
+        )
     return verdict
 
 
-def missing_imports(verdict: Verdict, key: str, environment: str | None = None) -> Verdict:
+def missing_imports(
+    verdict: Verdict,
+    key: str,
+    profile: Profile,
+    environment: str | None = None,
+    default: str | None = None,
+) -> Verdict:
     """Rule import.missing: hold code that imports a top-level module `environment` (None:
-    the default one) lacks, naming the environments that have it."""
+    `default`, the executor's, else the home's) lacks, naming the environments `profile` allows
+    that have it (the hint a run that went ahead would get)."""
     from .. import environments
 
-    name = environment or environments.default_name()
+    default = default or environments.default_name()
+    name = environment or default
     have = environments.modules_of(environments.lookup(name))
     missing = sorted(m for m in verdict.imports or () if m not in have and m != "__future__")
     if not missing:
         return verdict
-    others = [n for n in environments.having(missing[0]) if n != name]
-    where = (
-        f"environment {others[0]!r} has it (run with --environment {others[0]})"
-        if others
-        else "no environment has it (`execbox env requests` lists what runs asked for)"
-    )
+    hint = environments.missing_hint_in(missing[0], [name], profile.allowed_environments(default))
     return replace(
         verdict,
         decision="needs_approval",
         rule="import.missing",
         message=(
             f"the code imports {', '.join(missing)}, which environment {name!r} lacks; profile "
-            f"{key!r} holds such runs for approval; for {missing[0]}: {where}"
+            f"{key!r} holds such runs for approval ({hint})"
         ),
         line=None,
     )

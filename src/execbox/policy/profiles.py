@@ -109,6 +109,11 @@ class Profile(BaseModel):
                 )
         return names
 
+    def allowed_environments(self, default: str) -> list[str]:
+        """The environments a run of this profile may name: `default` (every profile allows
+        the executor's default) and those the profile lists."""
+        return [default, *(e for e in self.environments or () if e != default)]
+
     @field_validator("calls_deny", "calls_approval")
     @classmethod
     def _dotted_patterns(cls, patterns: list[str]) -> list[str]:
