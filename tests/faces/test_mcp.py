@@ -24,6 +24,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp_types import CallToolResult, ImageContent, TextContent
 
 import execbox
+from execbox.image import ENV_DIR
 from execbox.records import RunStore
 from execbox.server.auth import ADMIN, KeyStore
 from tests.probes import alive, wait_until
@@ -97,7 +98,8 @@ def _descendants(pid: int) -> set[int]:
 
 
 def _fork_servers(pid: int) -> set[int]:
-    """The processes below `pid` that run the runtime image's interpreter (the fork server)."""
+    """The processes below `pid` that run the runtime image's interpreter (the fork server):
+    from the image's tree while `execbox-enter` sets its mount up, then from `ENV_DIR`."""
     found = set()
     for child in _descendants(pid):
         try:
@@ -105,7 +107,7 @@ def _fork_servers(pid: int) -> set[int]:
                 argv0 = fh.read().split(b"\0")[0]
         except OSError:
             continue
-        if b"/envs/trees/" in argv0:
+        if b"/envs/trees/" in argv0 or argv0.startswith(ENV_DIR.encode() + b"/"):
             found.add(child)
     return found
 
