@@ -15,6 +15,14 @@ for a request's headers; only if none waits is the new one refused (503). So a c
 holds connections with half-sent headers only churns its own, and a keyed client, which sends
 its request as it connects, gets in; once authenticated, a connection no longer counts (each
 costs its key a request of its per-minute rate, and idles out with keep-alive's timeout).
+
+A request refused before its body is read (a bad key, an admin key, a quota, a body too large)
+is answered and its connection closed while the client may still be sending. A socket closed
+with received bytes unread is reset, and a reset throws away whatever of the answer the kernel
+has not sent yet, so the client can see "connection reset" instead of the refusal. Such a
+connection is closed as HTTP servers have long done it ("lingering close"): only the server's
+side is shut, and what still arrives is read and dropped for at most `LINGER_S` and
+`LINGER_BYTES`, or until the client closes.
 """
 
 from __future__ import annotations
@@ -29,6 +37,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from .limits import TRUST_KEY
+
+LINGER_S = 2.0
+LINGER_BYTES = 8 << 20
 
 
 def _raw_response(status: str, message: str) -> bytes:
@@ -61,8 +72,12 @@ def guarded_protocol(  # noqa: C901
         _timer: asyncio.TimerHandle | None = None
         _counted: str | None = None
 
+        _lingering: _Lingering | None = None
+
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
+            self._lingering = _Lingering(transport, self)
+            self.transport = self._lingering  # type: ignore[assignment]
             host = self.client[0] if self.client else None
             if host is not None and max_per_client:
                 waiting = anonymous[host]
@@ -84,6 +99,8 @@ def guarded_protocol(  # noqa: C901
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            if self._lingering is not None:
+                self._lingering.lost()
             self._trusted()
             super().connection_lost(exc)
 
@@ -104,6 +121,8 @@ def guarded_protocol(  # noqa: C901
             )
 
         def data_received(self, data: bytes) -> None:
+            if self._lingering is not None and self._lingering.dropping(len(data)):
+                return
             before = self.conn.their_state
             super().data_received(data)
             after = self.conn.their_state
@@ -116,6 +135,12 @@ def guarded_protocol(  # noqa: C901
                 and after is not h11.IDLE
             ):
                 self._disarm()
+
+        def eof_received(self) -> None:
+            if self._lingering is not None and self._lingering.active:
+                self._lingering.done()  # the client is done sending: close now
+                return
+            super().eof_received()
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
@@ -151,6 +176,61 @@ def guarded_protocol(  # noqa: C901
                 self.transport.close()  # the app sees a disconnect; no answer can be framed
 
     return Guarded
+
+
+class _Lingering:
+    """The connection's transport as uvicorn sees it, with a lingering close: closed after a
+    complete answer while the request's body is still due, it shuts only the server's side and
+    drops what still arrives (see the module's docstring). Everything else is the transport's."""
+
+    def __init__(self, transport: asyncio.Transport, protocol: H11Protocol) -> None:
+        self._transport = transport
+        self._protocol = protocol
+        self._timer: asyncio.TimerHandle | None = None
+        self._left = LINGER_BYTES
+        self.active = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+    def is_closing(self) -> bool:
+        return self.active or self._transport.is_closing()
+
+    def close(self) -> None:
+        if self.active:
+            return
+        cycle = self._protocol.cycle
+        transport = self._transport
+        if (
+            self._protocol.conn.their_state is h11.SEND_BODY
+            and cycle is not None
+            and cycle.response_complete
+            and not transport.is_closing()
+            and transport.can_write_eof()
+        ):
+            self.active = True
+            transport.write_eof()  # after the answer still buffered: the client reads it all
+            transport.resume_reading()  # uvicorn pauses reading a body nobody reads
+            self._timer = self._protocol.loop.call_later(LINGER_S, transport.close)
+            return
+        transport.close()
+
+    def dropping(self, size: int) -> bool:
+        """True when `size` bytes arrived while lingering (dropped; closed past the cap)."""
+        if not self.active:
+            return False
+        self._left -= size
+        if self._left < 0:
+            self._transport.close()
+        return True
+
+    def done(self) -> None:
+        self._transport.close()
+
+    def lost(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
 
 def _evict_one(waiting: dict[Any, None]) -> bool:
