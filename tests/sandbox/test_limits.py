@@ -23,6 +23,7 @@ pytestmark = pytest.mark.hostile
 
 MIB = 1024 * 1024
 SLACK_S = 1.0  # how far past the limit a run may end, set-up and teardown included
+CPU_RUN_WALL_S = 5.0  # a 1 s CPU limit ends a run long before its 10 s wall limit
 
 
 def timed(ex: Executor, code: str, **kw: object) -> tuple[RunResult, float]:
@@ -203,7 +204,9 @@ def test_cpu_limit_ends_the_run_with_status_cpu_limit_long_before_the_wall_limit
     r, wall = timed(jailed, code, limits={"cpu_s": 1, "timeout_s": 10})
     assert_limit(r, Status.cpu_limit, "cpu_s")
     assert r.error is not None and "1 s" in r.error.message
-    assert wall < 1.0 + SLACK_S + 0.5, wall
+    # Promptness is the CPU overshoot; wall time only has to be well short of the wall limit,
+    # since on a loaded machine 1 s of CPU takes longer than 1 s of wall time.
+    assert wall < CPU_RUN_WALL_S, wall
     assert 950 <= r.metrics.cpu_ms < 2500, r.metrics
 
 
@@ -215,8 +218,9 @@ def test_cpu_limit_hit_by_a_child_is_reported_as_cpu_limit_every_time(jailed: Ex
     for _ in range(4):
         r, wall = timed(jailed, BUSY_CHILD_ONLY, limits={"cpu_s": 1, "timeout_s": 10})
         outcomes.append((r.status.value, r.exit_code, r.signal, r.stderr.strip(), r.metrics.cpu_ms))
-        assert wall < 1.0 + SLACK_S + 0.5, wall
+        assert wall < CPU_RUN_WALL_S, wall
     assert all(o[0] == "cpu_limit" for o in outcomes), outcomes
+    assert all(o[4] < 2500 for o in outcomes), outcomes
 
 
 def test_cpu_limit_counts_cpu_time_of_children_that_already_exited(jailed: Executor) -> None:
@@ -236,7 +240,8 @@ def test_cpu_limit_counts_cpu_time_of_children_that_already_exited(jailed: Execu
     r, wall = timed(jailed, code, limits={"cpu_s": 1, "timeout_s": 10})
     assert_limit(r, Status.cpu_limit, "cpu_s")
     assert "all children ran" not in r.stdout
-    assert wall < 1.0 + SLACK_S + 1.0, wall
+    assert wall < CPU_RUN_WALL_S, wall
+    assert r.metrics.cpu_ms < 2500, r.metrics
 
 
 # ---- memory ----------------------------------------------------------------------------------
