@@ -31,7 +31,7 @@ from execbox import (
     backend,  # noqa: E402
     environments,  # noqa: E402
 )
-from execbox.backend import top_level_packages, warm_imports  # noqa: E402
+from execbox.backend import warm_imports  # noqa: E402
 from execbox.executor import Executor  # noqa: E402
 from execbox.image import PRELOAD  # noqa: E402
 from execbox.policy import load_profiles  # noqa: E402
@@ -106,7 +106,7 @@ def compare(
 
 def probe_imports(executor: Executor, name: str, tree: Path, runs: int) -> dict[str, float]:
     """The CPU milliseconds a run in `name` spends importing each of PROBES its tree has."""
-    have = top_level_packages(tree)
+    have = environments.modules_of(tree)
     probes = {}
     for module in PROBES:
         if module.split(".")[0] not in have:

@@ -324,14 +324,14 @@ def test_tool_schemas_describe_the_environment_and_tool_calls_run_there(
 def test_a_session_in_an_environment_without_ipython_is_refused_clearly(
     ex: Executor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from execbox.backend import LocalBackend, top_level_packages
+    from execbox.backend import LocalBackend
 
     backend = ex._backend
     assert isinstance(backend, LocalBackend)
     digest = ex.environment(ENV)
-    assert "IPython" in top_level_packages(backend.image.root), "control: the default has it"
+    assert "IPython" in environments.modules_of(backend.image.root), "control: the default has it"
     monkeypatch.setattr(
-        "execbox.backend.top_level_packages", lambda tree: {"envrunpkg"}
+        environments, "modules_of", lambda tree: frozenset({"envrunpkg"})
     )  # as a tree built without ipython
     with pytest.raises(UsageError, match=f"'{ENV}' has no IPython.*ipython"):
         ex.session(environment=ENV)

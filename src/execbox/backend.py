@@ -308,7 +308,7 @@ class LocalBackend:
         tenant: str | None,
         environment: str | None = None,
     ) -> SessionBackend:
-        if environment is not None and "IPython" not in top_level_packages(
+        if environment is not None and "IPython" not in environments.modules_of(
             self._images[environment].root
         ):
             name = self.environment_names.get(environment, environment)
@@ -329,19 +329,10 @@ class LocalBackend:
         self.egress_proxy.close()
 
 
-def top_level_packages(tree: Path) -> set[str]:
-    """The top-level packages (directories) in the site-packages of the environment tree at
-    `tree`."""
-    found: set[str] = set()
-    for site in tree.glob("lib/python3.*/site-packages"):
-        found.update(p.name for p in site.iterdir() if p.is_dir())
-    return found
-
-
 def warm_imports(tree: Path) -> list[str]:
-    """The modules of WARM_IMPORTS whose top-level package the environment tree at `tree`
-    has, in order."""
-    found = top_level_packages(tree)
+    """The modules of WARM_IMPORTS whose top-level module the environment tree at `tree`
+    has (its manifest's `modules`), in order."""
+    found = environments.modules_of(tree)
     return [m for m in WARM_IMPORTS if m.split(".")[0] in found]
 
 
