@@ -22,7 +22,7 @@ from .cancel import Cancel
 from .contract import MIB, Limits
 from .errors import SandboxUnavailable, UsageError
 from .hosts import Hosts
-from .image import LIGHT_PRELOAD, PRELOAD, Image
+from .image import LIGHT_PRELOAD, Image
 from .network.egress import RunEgress
 from .network.proxy import EgressProxy, NetworkLimits
 from .sandbox.host import capabilities
@@ -43,8 +43,9 @@ T = TypeVar("T")
 # of CPU per run (scikit-learn, statsmodels, seaborn: in `ml`, not in the default `data`).
 # sympy (0.5 s) and openpyxl (0.1 s) are left to the runs that use them: rarer, and every
 # module here grows the zygote that every heavy run forks (bench/environments.py).
+DATA_STACK = ("numpy", "numpy.random", "pandas", "matplotlib", "matplotlib.pyplot", "scipy")
 WARM_IMPORTS = (
-    *PRELOAD,
+    *DATA_STACK,
     "sklearn",
     "sklearn.linear_model",
     "sklearn.ensemble",

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from ..errors import UsageError
-from ..image import LOCK_FILE, PRELOAD, build_native, native_sha
+from ..image import LOCK_FILE, build_native, native_sha
 from . import manifest
 from .lock import check_lock, pip, resolve
 from .modules import importable
@@ -171,7 +171,6 @@ def finish(
         )
     else:
         (root / "mplconfig").mkdir()
-    has_data_stack = all(p.split(".")[0] in packages for p in PRELOAD)
     manifest.write(
         root,
         {
@@ -184,7 +183,6 @@ def finish(
             "native_sha256": native_sha(),
             "packages": packages,
             "host_libraries": libs,
-            "preload": PRELOAD if has_data_stack else [],
             "modules": importable(root),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         },
