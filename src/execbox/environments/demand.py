@@ -8,8 +8,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .modules import having, modules_of, names_of
-from .registry import lookup
+from .modules import index
 
 MISSING = re.compile(r"No module named '([^']+)'")
 
@@ -28,17 +27,18 @@ def missing_hint(
     """What to tell the author of code that imported `module`, missing from the environment
     with `image_digest`: the environments among `allowed` (None: all) that have it, or whom to
     ask. None when that environment has the top-level module (a submodule was missing)."""
-    return missing_hint_in(module, names_of(image_digest, base), allowed, base)
+    return missing_hint_in(module, index(base).names_of(image_digest), allowed, base)
 
 
 def missing_hint_in(
     module: str, here: list[str], allowed: list[str] | None = None, base: Path | None = None
 ) -> str | None:
     """`missing_hint` for the environment known by the names `here` (none: it has no name)."""
-    if any(module in modules_of(lookup(name, base)) for name in here):
+    known = index(base)
+    if any(module in known.modules(name) for name in here):
         return None
     where = f"environment {here[0]!r}" if here else "this run's environment"
-    anywhere = having(module, base)
+    anywhere = known.having(module)
     others = [n for n in anywhere if allowed is None or n in allowed]
     if not others:
         # Environments the profile does not allow are not named: it could not use them.
@@ -75,13 +75,11 @@ def requests(
     """What code asked for and its environment lacked, from the records' `missing_modules`
     rows (newest first), most asked for first. A module the lacking environment does have
     (the run missed a submodule of it) is not a request."""
-    by_digest: dict[str, list[str]] = {}
+    known = index(base)
     found: dict[str, Request] = {}
     for module, run_id, created_at, digest in rows:
-        if digest not in by_digest:
-            by_digest[digest] = names_of(digest, base)
-        lacking = by_digest[digest]
-        if any(module in modules_of(lookup(name, base)) for name in lacking):
+        lacking = known.names_of(digest)
+        if any(module in known.modules(name) for name in lacking):
             continue
         entry = found.setdefault(module, Request(module, last_at=created_at))
         entry.count += 1
@@ -91,5 +89,5 @@ def requests(
         if len(entry.run_ids) < run_ids:
             entry.run_ids.append(run_id)
     for entry in found.values():
-        entry.available_in = having(entry.module, base)
+        entry.available_in = known.having(entry.module)
     return sorted(found.values(), key=lambda e: (-e.count, e.module))
