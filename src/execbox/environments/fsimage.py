@@ -18,7 +18,10 @@ FS_FORMAT = "1"
 FS_BLOCK = 4096
 # Where mke2fs is when the caller's PATH lacks the sbin directories (as a service's may).
 SBIN = ("/usr/sbin", "/sbin")
-MKE2FS_FIX = "install e2fsprogs (Debian: apt-get install e2fsprogs)"
+MKE2FS_FIX = (
+    "install e2fsprogs (Debian/Ubuntu: apt-get install e2fsprogs; Fedora/RHEL: dnf install "
+    "e2fsprogs; Alpine: apk add e2fsprogs)"
+)
 
 
 def find_mke2fs() -> str | None:
