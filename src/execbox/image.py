@@ -7,9 +7,9 @@ keys and replay name, covers the tree (every file code can import), the C parts'
 execbox's in-image package (`sandbox/inside/`, which the zygotes load from execbox's own source
 tree). The zygotes and the jail see the tree at ENV_DIR and the package at PACKAGE_DIR, never
 at their host paths: the tree is mounted from a filesystem file made from it (`<tree>.ext4`,
-see `environments.mountable`). `Image.load()` loads the default environment (`data`, from the shipped lock, unless
-`execbox env default` chose another). `EXECBOX_HOME` overrides the home (default
-`$XDG_DATA_HOME/execbox`).
+see `environments/fsimage.py`). `Image.load()` loads the default environment (`data`, from the
+shipped lock, unless `execbox env default` chose another). `EXECBOX_HOME` overrides the home
+(default `$XDG_DATA_HOME/execbox`).
 """
 
 from __future__ import annotations

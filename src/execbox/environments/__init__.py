@@ -10,8 +10,9 @@ nothing in it refers to the host's Python install. Its parts, one reason to chan
 - `elf`: the shared libraries a binary loads and its run path, rewritten in place;
 - `build`: a lock installed into a fresh tree, the tree's manifest, the name pointed at it;
 - `fsimage`: the ext4 file the jail mounts a tree from, at one fixed path (`image.ENV_DIR`);
-- `modules`: the top-level modules code can import in each environment;
-- `demand`: curation from demand, the missing-module hint and `execbox env requests`.
+- `modules`: the top-level modules code can import in each environment, and their index;
+- `demand`: curation from demand, the missing-module hint and `execbox env requests`;
+- `doctor`: what mounting an environment needs of the host (`execbox doctor`).
 """
 
 from __future__ import annotations
