@@ -31,9 +31,8 @@ from execbox import (
     backend,  # noqa: E402
     environments,  # noqa: E402
 )
-from execbox.backend import top_level_packages, warm_imports  # noqa: E402
+from execbox.backend import DATA_STACK, warm_imports  # noqa: E402
 from execbox.executor import Executor  # noqa: E402
-from execbox.image import PRELOAD  # noqa: E402
 from execbox.policy import load_profiles  # noqa: E402
 
 SMALL = "benchsmall"
@@ -106,7 +105,7 @@ def compare(
 
 def probe_imports(executor: Executor, name: str, tree: Path, runs: int) -> dict[str, float]:
     """The CPU milliseconds a run in `name` spends importing each of PROBES its tree has."""
-    have = top_level_packages(tree)
+    have = environments.modules_of(tree)
     probes = {}
     for module in PROBES:
         if module.split(".")[0] not in have:
@@ -129,12 +128,12 @@ def main() -> None:
     parser.add_argument(
         "--data-stack-only",
         action="store_true",
-        help="zygotes preload only the data stack (image.PRELOAD), not the rest of "
+        help="zygotes preload only the data stack (backend.DATA_STACK), not the rest of "
         "WARM_IMPORTS: what those cost every heavy run, and save the runs that use them",
     )
     args = parser.parse_args()
     if args.data_stack_only:
-        backend.WARM_IMPORTS = tuple(PRELOAD)
+        backend.WARM_IMPORTS = DATA_STACK
     build_small()
     names = [SMALL, *args.env]
     profiles = load_profiles()

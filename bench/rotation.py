@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # noqa: E4
 from cpu import enter_cpuacct_group, leave_cpuacct_group  # noqa: E402
 from latency import save_results  # noqa: E402
 
+from execbox.backend import warm_imports  # noqa: E402
 from execbox.image import LIGHT_PRELOAD, Image  # noqa: E402
 from execbox.sandbox.host.pool import SLOT_KINDS  # noqa: E402
 from execbox.sandbox.host.zygotes import ZygoteProcess  # noqa: E402
@@ -177,7 +178,7 @@ def main() -> None:
             u0, t0 = usage_s(), time.monotonic()
             host = ZygoteProcess(
                 image,
-                list(image.preload),
+                warm_imports(image.root),
                 list(LIGHT_PRELOAD),
                 pool_size=pool_size,
             )

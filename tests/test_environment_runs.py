@@ -107,6 +107,22 @@ def test_a_session_stays_in_its_environment(ex: Executor) -> None:
         assert cell.stdout == "lacks\n" and cell.image_digest == ex.image_digest
 
 
+def test_a_session_cells_hint_names_only_the_environments_its_profile_allows(
+    ex: Executor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    closed = ex.profiles["data"].model_copy(update={"name": "closed", "environments": []})
+    monkeypatch.setitem(ex.profiles, "closed", closed)  # it allows no other environment
+    with ex.session(profile="closed") as s:
+        cell = s.run("import envrunpkg")
+    assert cell.error is not None and cell.error.type == "ModuleNotFoundError", cell
+    assert cell.error.message.startswith("No module named 'envrunpkg' (")
+    assert ENV not in cell.error.message and "--environment" not in cell.error.message
+    assert "no environment its profile allows has it" in cell.error.message
+    with ex.session() as s:  # control: `data` allows runtiny, so its hint names it
+        cell = s.run("import envrunpkg")
+    assert cell.error is not None and f"(run with --environment {ENV})" in cell.error.message
+
+
 def test_the_cache_never_answers_one_environment_with_anothers_result(ex: Executor) -> None:
     code = PROBE + f"print({os.urandom(4).hex()!r})\n"  # new to the cache
     default = ex.run(code, cache=True)
@@ -324,14 +340,14 @@ def test_tool_schemas_describe_the_environment_and_tool_calls_run_there(
 def test_a_session_in_an_environment_without_ipython_is_refused_clearly(
     ex: Executor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from execbox.backend import LocalBackend, top_level_packages
+    from execbox.backend import LocalBackend
 
     backend = ex._backend
     assert isinstance(backend, LocalBackend)
     digest = ex.environment(ENV)
-    assert "IPython" in top_level_packages(backend.image.root), "control: the default has it"
+    assert "IPython" in environments.modules_of(backend.image.root), "control: the default has it"
     monkeypatch.setattr(
-        "execbox.backend.top_level_packages", lambda tree: {"envrunpkg"}
+        environments, "modules_of", lambda tree: frozenset({"envrunpkg"})
     )  # as a tree built without ipython
     with pytest.raises(UsageError, match=f"'{ENV}' has no IPython.*ipython"):
         ex.session(environment=ENV)

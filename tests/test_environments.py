@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from execbox import environments, image
 from execbox.cli import main
+from execbox.environments.elf import ldd
 from execbox.errors import UsageError
 from tests.wheels import make_wheel
 
@@ -89,7 +90,7 @@ def test_the_tree_runs_its_own_interpreter_and_imports_its_packages_from_itself(
     # The jail's users read the tree: a 0700 root (mkdtemp's) would hide all of it from them.
     assert env.root.stat().st_mode & 0o777 == 0o755
     # The interpreter's own libraries: libpython (when shared) from the tree, the rest /usr.
-    for name, where in environments._ldd(env.root / "bin" / "python3").items():
+    for name, where in ldd(env.root / "bin" / "python3").items():
         assert where.startswith((root + "/", *environments.HOST_LIB_DIRS)), (name, where)
     # No run path names the host's Python install (the loader would search it first).
     elves = [env.root / "bin" / "python3", *(env.root / "lib").glob("**/lib-dynload/*.so")]

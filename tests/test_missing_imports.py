@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -80,6 +82,50 @@ def test_the_hint_names_the_environments_that_have_the_module(home: Path) -> Non
     assert "execbox env requests" in refused
     # The environment has the top-level module: a submodule was missing, no hint.
     assert environments.missing_hint("tinypkg", tiny, None, home) is None
+
+
+def test_the_hint_reads_each_manifest_once_per_change_of_the_environments(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tiny = _digest(home, "tiny")
+    other = environments.lookup("other", home)
+    names = home / "envs" / "names"
+    reads: list[str] = []
+    read_text = Path.read_text
+
+    def counted(self: Path, *args: Any, **kwargs: Any) -> str:
+        if self.name == "manifest.json":
+            reads.append(self.parent.name)
+        return read_text(self, *args, **kwargs)
+
+    def hint() -> str | None:
+        return environments.missing_hint("otherpkg", tiny, None, home)
+
+    monkeypatch.setattr(Path, "read_text", counted)
+    hint()
+    reads.clear()
+    manifest = other / "manifest.json"
+    manifest.write_text(read_text(manifest))  # rewritten (as a rebuild of its C parts does)
+    os.utime(manifest, ns=(0, 0))
+    first = hint()
+    assert first == (
+        "otherpkg is not in environment 'tiny'; environment 'other' has it "
+        "(run with --environment other)"
+    )
+    assert reads == [other.name]  # the changed manifest, once; tiny's is known
+    reads.clear()
+    (names / "third").symlink_to(Path("..") / "trees" / other.name)  # a new name: noticed
+    try:
+        both = hint()
+        assert both is not None and "environments 'other', 'third' have it" in both
+        assert reads == []  # the same tree, unchanged: nothing to read
+        for _ in range(20):
+            assert hint() == both
+        assert environments.having("otherpkg", home) == ["other", "third"]
+        assert reads == []  # no change, no read
+    finally:
+        (names / "third").unlink()
+    assert hint() == first and reads == []  # the name gone: noticed, nothing read
 
 
 @pytest.fixture(scope="module")

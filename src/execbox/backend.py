@@ -22,7 +22,7 @@ from .cancel import Cancel
 from .contract import MIB, Limits
 from .errors import SandboxUnavailable, UsageError
 from .hosts import Hosts
-from .image import LIGHT_PRELOAD, PRELOAD, Image
+from .image import LIGHT_PRELOAD, Image
 from .network.egress import RunEgress
 from .network.proxy import EgressProxy, NetworkLimits
 from .sandbox.host import capabilities
@@ -43,8 +43,9 @@ T = TypeVar("T")
 # of CPU per run (scikit-learn, statsmodels, seaborn: in `ml`, not in the default `data`).
 # sympy (0.5 s) and openpyxl (0.1 s) are left to the runs that use them: rarer, and every
 # module here grows the zygote that every heavy run forks (bench/environments.py).
+DATA_STACK = ("numpy", "numpy.random", "pandas", "matplotlib", "matplotlib.pyplot", "scipy")
 WARM_IMPORTS = (
-    *PRELOAD,
+    *DATA_STACK,
     "sklearn",
     "sklearn.linear_model",
     "sklearn.ensemble",
@@ -308,7 +309,7 @@ class LocalBackend:
         tenant: str | None,
         environment: str | None = None,
     ) -> SessionBackend:
-        if environment is not None and "IPython" not in top_level_packages(
+        if environment is not None and "IPython" not in environments.modules_of(
             self._images[environment].root
         ):
             name = self.environment_names.get(environment, environment)
@@ -329,19 +330,10 @@ class LocalBackend:
         self.egress_proxy.close()
 
 
-def top_level_packages(tree: Path) -> set[str]:
-    """The top-level packages (directories) in the site-packages of the environment tree at
-    `tree`."""
-    found: set[str] = set()
-    for site in tree.glob("lib/python3.*/site-packages"):
-        found.update(p.name for p in site.iterdir() if p.is_dir())
-    return found
-
-
 def warm_imports(tree: Path) -> list[str]:
-    """The modules of WARM_IMPORTS whose top-level package the environment tree at `tree`
-    has, in order."""
-    found = top_level_packages(tree)
+    """The modules of WARM_IMPORTS whose top-level module the environment tree at `tree`
+    has (its manifest's `modules`), in order."""
+    found = environments.modules_of(tree)
     return [m for m in WARM_IMPORTS if m.split(".")[0] in found]
 
 

@@ -396,9 +396,14 @@ def runs_approve(
 @main.command()
 def doctor() -> None:
     """Say what this host can enforce, what is missing, and how to fix it."""
+    from .environments.doctor import checks as environment_checks
     from .sandbox.host.probe import run_checks
 
     checks = run_checks()
+    if all(c.ok for c in checks if c.name in ("linux", "root")):
+        # What mounting the runtime image needs, listed before the image's own check.
+        at = next((i for i, c in enumerate(checks) if c.name == "runtime image"), len(checks))
+        checks[at:at] = environment_checks()
     for c in checks:
         mark = "ok  " if c.ok else ("FAIL" if c.required else "warn")
         click.echo(f"{mark} {c.name:<14} {c.detail}")

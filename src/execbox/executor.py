@@ -608,9 +608,9 @@ class Executor:
             )
         finally:
             self._admission.leave()
-        return result_of(base, raw, self._allowed_environments(request.profile))
+        return result_of(base, raw, self.allowed_environments(request.profile))
 
-    def _allowed_environments(self, profile: str) -> list[str] | None:
+    def allowed_environments(self, profile: str) -> list[str] | None:
         """The environments a run of `profile` may name (None: not known by name)."""
         if self.default_environment is None:
             return None

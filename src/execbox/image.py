@@ -7,9 +7,9 @@ keys and replay name, covers the tree (every file code can import), the C parts'
 execbox's in-image package (`sandbox/inside/`, which the zygotes load from execbox's own source
 tree). The zygotes and the jail see the tree at ENV_DIR and the package at PACKAGE_DIR, never
 at their host paths: the tree is mounted from a filesystem file made from it (`<tree>.ext4`,
-see `environments.mountable`). `Image.load()` loads the default environment (`data`, from the shipped lock, unless
-`execbox env default` chose another). `EXECBOX_HOME` overrides the home (default
-`$XDG_DATA_HOME/execbox`).
+see `environments/fsimage.py`). `Image.load()` loads the default environment (`data`, from the
+shipped lock, unless `execbox env default` chose another). `EXECBOX_HOME` overrides the home
+(default `$XDG_DATA_HOME/execbox`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ ENV_DIR = "/run/execbox/env"
 PACKAGE_DIR = "/run/execbox/lib"
 FS_TYPE = "ext4"  # of the filesystem file the tree is mounted from
 CFLAGS = ["-O2", "-Wall", "-Wextra", "-Werror"]
-PRELOAD = ["numpy", "numpy.random", "pandas", "matplotlib", "matplotlib.pyplot", "scipy"]
 # The light program zygote: what the runner needs and the standard-library modules code most
 # often imports (a module not listed still imports, from the read-only image, at its own cost).
 LIGHT_PRELOAD = [
@@ -77,7 +76,6 @@ class Image:
     root: Path
     digest: str
     python_version: str
-    preload: tuple[str, ...]
 
     @property
     def python(self) -> Path:
@@ -149,12 +147,7 @@ class Image:
         from .environments import mountable
 
         mountable(root)
-        return cls(
-            root,
-            image_digest(data["tree_digest"]),
-            data["python_version"],
-            tuple(data.get("preload", PRELOAD)),
-        )
+        return cls(root, image_digest(data["tree_digest"]), data["python_version"])
 
 
 def fs_image_path(root: Path) -> Path:

@@ -171,7 +171,7 @@ class Session:
             return base.model_copy(
                 update={"error": ErrorInfo(type="SandboxError", message=str(exc))}
             )
-        result = result_of(base, raw)
+        result = result_of(base, raw, self._executor.allowed_environments(self.profile))
         outputs = [Output(**item) for item in raw.meta.get("outputs", [])]
         result = result.model_copy(update={"outputs": outputs})
         if raw.meta.get("ended"):

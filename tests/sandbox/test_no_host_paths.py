@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 import execbox
-from execbox import Executor, Status, environments
+from execbox import Executor, Status
+from execbox.environments.tree import own_prefixes
 from execbox.image import ENV_DIR, PACKAGE_DIR, Image, home
 
 # Everything a run can learn about where its interpreter, its modules and execbox live.
@@ -85,7 +86,7 @@ def host_install_and_home() -> dict[str, str]:
         "host passwd home": pwd.getpwuid(os.getuid()).pw_dir,
     }
     prefixes = [sysconfig.get_config_var(v) for v in ("prefix", "exec_prefix")]
-    for prefix in environments._own_prefixes([str(p) for p in prefixes]):
+    for prefix in own_prefixes([str(p) for p in prefixes]):
         paths[f"host build prefix {prefix}"] = prefix
     return {what: path for what, path in paths.items() if path not in ("", "/")}
 
