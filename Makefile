@@ -35,7 +35,7 @@ demo: image
 
 test: image
 	@# pytest's 5 is "no tests were collected": never a pass for the whole suite.
-	$(BIN)/python -m pytest -q; status=$$?; \
+	$(BIN)/python -m pytest -q --durations=25; status=$$?; \
 	if [ $$status -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
 	exit $$status
 
