@@ -93,6 +93,24 @@ def test_program_zygote_death_is_recovered_by_the_next_run(
     assert r.status is Status.ok and r.stdout == "again\n"
 
 
+def test_a_run_checks_its_hosts_zygotes_once(
+    executor: Executor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A check polls every zygote of the host (a wait4 each): a run makes one, when it takes
+    its slot, where a dead zygote is replaced (the tests above)."""
+    host = host_internals(executor)
+    real, checks = host.alive, []
+
+    def counted() -> bool:
+        checks.append(threading.get_ident())
+        return real()
+
+    monkeypatch.setattr(host, "alive", counted)
+    for _ in range(3):
+        assert executor.run("print(1)").ok
+    assert checks.count(threading.get_ident()) == 3, checks
+
+
 @pytest.mark.parametrize(
     "kind, code", [("heavy", "import pandas\nprint('again')"), ("light", "print('again')")]
 )

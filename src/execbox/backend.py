@@ -262,7 +262,8 @@ class LocalBackend:
             raise SandboxUnavailable(f"{exc}; see `execbox doctor`") from exc
 
     def start(self, tenant: str | None, environment: str | None = None) -> None:
-        self.hosts.get(tenant, environment)
+        # The run's `take` checks the host's zygotes (and restarts a dead one): once a run.
+        self.hosts.get(tenant, environment, check=False)
 
     def run(self, spec: RunSpec) -> RawRun:
         request = {

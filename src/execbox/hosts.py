@@ -95,9 +95,13 @@ class Hosts:
         self._keeper = threading.Thread(target=self._loop, name="execbox-hosts", daemon=True)
         self._keeper.start()
 
-    def get(self, tenant: str | None = None, environment: str | None = None) -> ZygoteProcess:
+    def get(
+        self, tenant: str | None = None, environment: str | None = None, *, check: bool = True
+    ) -> ZygoteProcess:
         """The live host for `tenant` in `environment`, started (or restarted, when it died)
-        here if need be: SandboxUnavailable when it cannot start, UsageError once closed."""
+        here if need be: SandboxUnavailable when it cannot start, UsageError once closed.
+        `check=False`: a host already started is returned without polling its zygotes (for a
+        caller that `take`s a slot next, which checks)."""
         key = (environment, tenant if self.per_tenant else None)
         while True:
             now = time.monotonic()
@@ -109,14 +113,14 @@ class Hosts:
                     entry = self._entries[key] = _Entry(last_used=now)
                 entry.last_used = now
                 host = entry.host
-                if host is not None and host.alive():
+                if host is not None and (not check or host.alive()):
                     if not entry.replacing and self._due(host, now):
                         entry.replacing = True
                         self._wake.set()
                     return host
             with entry.starting:
                 host = entry.host
-                if host is None or not host.alive():
+                if host is None or (check and not host.alive()):
                     if host is not None:
                         log.warning("the zygote died; starting a new one")
                         host.close()

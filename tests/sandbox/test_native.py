@@ -10,6 +10,7 @@ import fcntl
 import json
 import mmap
 import os
+import re
 import resource
 import shutil
 import signal
@@ -494,17 +495,59 @@ def _open_fds() -> set[int]:
     return fds
 
 
-def _stage_again(stager: linux.Stager, out: dict[str, Any]) -> tuple[linux.StagedRun, str | None]:
+def _net_files(host_proc: int) -> set[int]:
+    """The descriptors open on /proc/<pid>/net/ files: the staging keeps the network state's
+    files open for its namespace's life (not a leak of one staging)."""
+    return {
+        fd
+        for fd in _open_fds()
+        if re.fullmatch(r"/proc/\d+/net/[a-z0-9_]+", _link(f"self/fd/{fd}", host_proc))
+    }
+
+
+def _link(path: str, host_proc: int) -> str:
+    try:
+        return os.readlink(path, dir_fd=host_proc)
+    except OSError:
+        return ""
+
+
+def _stage_again(
+    stager: linux.Stager, out: dict[str, Any], host_proc: int
+) -> tuple[linux.StagedRun, str | None]:
     """A staging after a run; what it opened beyond the descriptors it returns (closed here)
-    goes to out["leaked_again"]: a slot stages again after every run."""
+    and the network state's files goes to out["leaked_again"]: a slot stages again after
+    every run."""
     before = _open_fds()
     again, error = stager.stage(first=False, warm=linux.WARM_NONE)
     out["again_error"] = error
     if error is None:
         for name, *_ in again._fields_[1:-1]:
             os.close(getattr(again, name))
-    out.setdefault("leaked_again", []).extend(sorted(_open_fds() - before))
+    leaked = _open_fds() - before - _net_files(host_proc)
+    out.setdefault("leaked_again", []).extend(sorted(leaked))
+    out.setdefault("net_files", []).append(len(_net_files(host_proc)))
     return again, error
+
+
+def _stage_after_runs(stager: linux.Stager, out: dict[str, Any], host_proc: int) -> None:
+    """Stage again three times: after a run that used the network (the new namespace's
+    state, then a datagram to a port nobody listens on), after one that did not, and after
+    one that used the namespace the first of them made (the state's files, kept open, must be
+    those of the namespace in use). Each staging's fresh_net and network namespace go to
+    `out`."""
+    for i in range(3):
+        if i != 1:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+                udp.sendto(b"x", ("127.0.0.1", 9))
+        again, error = _stage_again(stager, out, host_proc)
+        out["fresh_net"].append(again.fresh_net)
+        out.setdefault("net", []).append(os.readlink("self/ns/net", dir_fd=host_proc))
+        if again.init_pid:
+            os.kill(again.init_pid, 9)
+            os.waitpid(again.init_pid, 0)
+        if error:
+            break
 
 
 def _stage_in_fork(
@@ -566,7 +609,9 @@ def _stage_in_fork(
             fds = [getattr(staged, name) for name, *_ in staged._fields_[1:-1]]
             out["error"] = error
             out["init_pid"] = staged.init_pid
-            out["leaked"] = sorted(_open_fds() - before - set(fds if error is None else []))
+            returned = set(fds if error is None else [])
+            out["leaked"] = sorted(_open_fds() - before - returned - _net_files(host_proc))
+            out["net_files"] = [len(_net_files(host_proc))]
             # The spawn request, as the program zygote would take it, while init lives: its
             # namespaces come as a pidfd, which must name init.
             spawn_theirs.setblocking(False)
@@ -606,20 +651,7 @@ def _stage_in_fork(
                 socket.send_fds(back_ours, [b"request"], request)
                 for path, _, _ in scratch:
                     Path(path, "left").write_text("by the last run")
-                # The last run used the network: a datagram to a port nobody listens on.
-                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
-                    udp.sendto(b"x", ("127.0.0.1", 9))
-                # A second staging replaces the scratch mounts (one of each stays) and the
-                # network namespace; a third, after a run that did not use it, keeps it.
-                for _ in range(2):
-                    again, error = _stage_again(stager, out)
-                    out["fresh_net"].append(again.fresh_net)
-                    out.setdefault("net", []).append(os.readlink("self/ns/net", dir_fd=host_proc))
-                    if again.init_pid:
-                        os.kill(again.init_pid, 9)
-                        os.waitpid(again.init_pid, 0)
-                    if error:
-                        break
+                _stage_after_runs(stager, out, host_proc)
                 out["net_first"] = net_first
                 out["mounts_again"] = [p for p, _, _ in scratch if os.path.ismount(p)]
                 out["left"] = [p for p, _, _ in scratch if Path(p, "left").exists()]
@@ -674,8 +706,11 @@ def _check_staged(out: dict[str, Any], tmp_path: Path) -> None:
     assert sorted(out["mounts_again"]) == sorted(out["mounts"]), out
     assert out["left"] == [] and out["stacked"] == [], out  # fresh: nothing of the last run
     # Only the staging after a run that used the network made a new network namespace.
-    assert out["fresh_net"] == [0, 1, 0], out
+    assert out["fresh_net"] == [0, 1, 0, 1], out
     assert out["net"][0] == out["net"][1] != out["net_first"], out
+    assert out["net"][2] != out["net"][1], out
+    # The five files of the network state stay open, one set, across stagings.
+    assert out["net_files"] == [5, 5, 5, 5], out
     # "1 <cgroups> <warm> <uid>": status_w, a pidfd of init (its namespaces are the
     # program's), the cgroup.procs file, then stdin_r, stdout_w, stderr_w, go_r, err_w,
     # setup_w, done_w.

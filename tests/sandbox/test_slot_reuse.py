@@ -269,11 +269,12 @@ def test_a_light_program_carries_none_of_the_supervisors_or_ctypes_util_modules(
     executor: Executor,
 ) -> None:
     """A light program is a fork of a zygote kept small (its size is every fork's and every
-    exit's cost): the supervisor's modules and what `ctypes.util` pulls in stay out of it."""
+    exit's cost): the supervisor's modules, what only they use (`fcntl`, for the slot's uid)
+    and what `ctypes.util` pulls in stay out of it."""
     r = executor.run(
         "import sys\nprint(sorted(m for m in ('execbox.sandbox.inside.supervisor', "
         "'execbox.sandbox.inside.cells', 'ctypes.util', 'subprocess', 'tempfile', "
-        "'platform') if m in sys.modules))"
+        "'platform', 'fcntl') if m in sys.modules))"
     )
     assert r.status is Status.ok and r.stdout == "[]\n", r
 

@@ -24,7 +24,6 @@ Standard library only: the zygote imports this inside the runtime image.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import resource
 import socket
@@ -217,6 +216,10 @@ def claim_uid() -> tuple[int, int]:
     """The first uid of the range no other slot holds, on this machine, and the descriptor of
     its lock (held for the slot's life: the kernel lets it go when the supervisor dies,
     however it dies). Called before the slot leaves the host's mount namespace."""
+    # Imported here: only supervisors claim uids, and every program forks the light zygote,
+    # which imports this module (an extension module is five more mappings in each fork).
+    import fcntl
+
     with step("claim a sandbox uid"):
         os.makedirs(UID_LOCKS, 0o700, exist_ok=True)
         for uid in range(UID_FIRST, UID_FIRST + UID_COUNT):

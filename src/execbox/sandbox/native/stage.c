@@ -9,7 +9,8 @@
        0. fresh network state: unless this is the slot's first run (whose namespace the
           supervisor has just made), the network namespace's state (`NET_FILES`, read through
           args->net_dir, the supervisor's /proc/<pid>/net, which follows its namespace) is
-          compared with what it was when the namespace was new; if anything differs (a run
+          compared with what it was when the namespace was new (the files stay open for the
+          namespace's life and are read again from their start); if anything differs (a run
           used a socket: connections left TIME_WAIT entries, counters moved, a flow label or
           unix socket lingers), the supervisor moves to a new network namespace with
           loopback up, the old one going with the last run's processes. A new namespace costs
@@ -85,27 +86,41 @@ struct stage_out {
    unix sockets (which a socket passed to itself keeps past its processes). Files that mix
    in counters of the whole machine (sockstat's memory) would differ every time: not here. */
 static const char *const NET_FILES[] = {"dev", "snmp", "snmp6", "ip6_flowlabel", "unix"};
+#define N_NET_FILES (sizeof NET_FILES / sizeof NET_FILES[0])
 #define NET_STATE_MAX 32768
 static char net_new[NET_STATE_MAX], net_now[NET_STATE_MAX]; /* one slot per process */
 static size_t net_new_len;
+/* NET_FILES, open on the current namespace (each open file keeps the namespace it was opened
+   in): opened at the first read, closed when the namespace is replaced. Reading them again from
+   offset 0 formats them anew, and saves an open and a close of each file a run. */
+static int net_fds[N_NET_FILES] = {-1, -1, -1, -1, -1};
 
-/* Read NET_FILES into `buf`, one after the other. Returns the length, or -1 with errno set
-   (E2BIG when they do not fit: a namespace that full is not a new one). */
+static void close_net_files(void) {
+    for (size_t i = 0; i < N_NET_FILES; i++)
+        if (net_fds[i] >= 0) {
+            close(net_fds[i]);
+            net_fds[i] = -1;
+        }
+}
+
+/* Read NET_FILES into `buf`, one after the other, each from its start. Returns the length, or
+   -1 with errno set (E2BIG when they do not fit: a namespace that full is not a new one). */
 static ssize_t read_net_state(int dir, char *buf) {
     size_t len = 0;
-    for (size_t i = 0; i < sizeof NET_FILES / sizeof NET_FILES[0]; i++) {
-        int fd = openat(dir, NET_FILES[i], O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-            return -1;
-        ssize_t n;
-        while ((n = read(fd, buf + len, NET_STATE_MAX - len)) > 0)
-            len += (size_t)n;
-        int saved = errno;
-        close(fd);
-        if (n < 0) {
-            errno = saved;
-            return -1;
+    for (size_t i = 0; i < N_NET_FILES; i++) {
+        if (net_fds[i] < 0) {
+            net_fds[i] = openat(dir, NET_FILES[i], O_RDONLY | O_CLOEXEC);
+            if (net_fds[i] < 0)
+                return -1;
         }
+        ssize_t n;
+        off_t at = 0;
+        while ((n = pread(net_fds[i], buf + len, NET_STATE_MAX - len, at)) > 0) {
+            len += (size_t)n;
+            at += n;
+        }
+        if (n < 0)
+            return -1;
         if (len == NET_STATE_MAX) {
             errno = E2BIG;
             return -1;
@@ -142,7 +157,10 @@ static int fresh_network(const struct stage_args *a) {
             return 0;
         if (len < 0 && errno != E2BIG)
             return -1;
-        if (unshare(CLONE_NEWNET) || loopback_up())
+        if (unshare(CLONE_NEWNET))
+            return -1;
+        close_net_files(); /* the old namespace's: it goes with them */
+        if (loopback_up())
             return -1;
     }
     len = read_net_state(a->net_dir, net_new);
