@@ -139,3 +139,99 @@ def test_honest_answers_on_these_shapes_pass(answer: str, stdout: str) -> None:
 )
 def test_unclear_printed_values_give_no_labels(stdout: str) -> None:
     assert refused("East sold 98.", stdout + "total: 98\n") == []
+
+
+_EW = "East: 143\nWest: 98\n"
+_FRAME = (
+    "        region  units  share\n0         East    143   0.12\n"
+    "1         West     98   0.31\n2        North    210   0.57\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("98, for East.", _EW),
+        ("98 is East's total.", _EW),
+        ("98 belongs to East.", _EW),
+        ("98 units went to East.", _EW),
+        ("It had 98 units in East.", _FRAME),
+        ("98 units were sold in East.", _FRAME),
+        ("Looking at East, it sold 98 units.", _EW),
+    ],
+)
+def test_a_label_after_the_number_in_prose_is_its_label(answer: str, stdout: str) -> None:
+    assert refused(answer, stdout)
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("98, for West.", _EW),
+        ("98 is West's total.", _EW),
+        ("It had 98 units in West.", _FRAME),
+        ("98 units were sold in West.", _FRAME),
+        ("Looking at West, it sold 98 units.", _EW),
+        ("West sold 98, while East sold 143.", _EW),
+        ("West had 98 units against East's 143.", _EW),
+        ("98 units went to West, not East.", _EW),
+        ("The gap is 45 between East and West.", _EW + "gap: 45\n"),
+        ("In total, East sold 143 units.", _EW),
+        ("For comparison, West sold 98.", _EW),
+    ],
+)
+def test_honest_labels_after_the_number_pass(answer: str, stdout: str) -> None:
+    assert refused(answer, stdout) == []
+
+
+# As pandas prints them: a MultiIndex shows its first level once per run of rows.
+_MULTI = (
+    "                units  revenue\nregion product                \n"
+    "East   A          143     1200\n       B           98      800\n"
+    "West   A          210     1500\n"
+)
+_PIVOT = "product      A     B\nregion              \nEast     143.0  98.0\nWest     210.0  77.0\n"
+_GROUPED = (
+    "region  product\nEast    A          143\n        B           98\nWest    A          210\n"
+    "Name: units, dtype: int64\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("East sold 98 units of A.", _MULTI),
+        ("East product A sold 98 units.", _MULTI),
+        ("West's B revenue was 800.", _MULTI),
+        ("For East, B was 77.", _PIVOT),
+        ("For West, A was 98.", _PIVOT),
+        ("East's B was 77.", _PIVOT),
+        ("East sold 98 of A.", _GROUPED),
+        ("West B: 98.", _GROUPED),
+    ],
+)
+def test_a_row_and_a_column_label_name_one_cell(answer: str, stdout: str) -> None:
+    assert refused(answer, stdout)
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("East sold 98 units of B.", _MULTI),
+        ("East product B sold 98 units.", _MULTI),
+        ("East's B revenue was 800.", _MULTI),
+        ("West's A revenue was 1500.", _MULTI),
+        ("For East, B was 98.", _PIVOT),
+        ("For West, B was 77.", _PIVOT),
+        ("East's A was 143.", _PIVOT),
+        ("East sold 98 of B.", _GROUPED),
+        ("West A sold 210.", _GROUPED),
+        ("West sold 98 units.", _FRAME),
+        (
+            "The mean price is 10.5.",
+            "       units  price\nmean   42.0   10.5\nmax    47.0   12.3\n",
+        ),
+    ],
+)
+def test_honest_cells_of_a_row_and_a_column_pass(answer: str, stdout: str) -> None:
+    assert refused(answer, stdout) == []

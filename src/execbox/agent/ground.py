@@ -7,7 +7,8 @@ formatting (thousands separators, percentages, scientific notation, "k"/"million
 read whole by `quantities` (magnitude, unit, sign, bound, approximation, words). A change the
 answer states between two grounded numbers of the same sentence ("from 10 to 12, up 20%") is
 derived from the output values they matched. A number the answer ties to a label an output
-shows must be that label's (`labels`); a month, weekday, quarter, year, version or rank it
+shows must be that label's (`labels`), and one tied to a row and a column must be at their
+crossing; a month, weekday, quarter, year, version or rank it
 names must be one an output shows (`named`). When unsure, the check refuses. Claims of
 verification must match checks that ran and passed. Values the question itself gives (its
 numbers, years, quoted names) need no evidence, nor do list markers, ordinals that are no rank
@@ -50,7 +51,7 @@ from .ground_text import (
     result_claim,
     verification_claims,
 )
-from .labels import tied_labels, wanted_words
+from .labels import LabelIndex, tied_labels, wanted_words
 from .models import Claim, Verdict
 from .named import NAMED_LABELS, named_claims
 from .quantities import Num, claimed_numbers, claimed_words, normalize, numbers_in
@@ -305,10 +306,33 @@ def _labelled(
                         f"(it is shown at {claim.source})",
                     )
                     break
+            else:
+                claim = _crossing(num, claim, labels, index)
         else:
             labels = []
         out.append((num, claim))
     return out
+
+
+def _crossing(num: Num, claim: Claim, labels: list[str], index: LabelIndex) -> Claim:
+    """A number tied to labels that meet on some line (a row and a column, a MultiIndex's
+    levels) must be at their crossing: "For East, B was 77" is East's row in B's column."""
+    cells = [c for label in dict.fromkeys(labels) if (c := index.get(label)) is not None]
+    if len(cells) < 2 or not set.intersection(*({c[4] for c in cs.values} for cs in cells)):
+        return claim
+    common = set.intersection(*({(c[4], c[0]) for c in cs.values} for cs in cells))
+    crossing = [c for c in cells[0].values if (c[4], c[0]) in common]
+    if any(fits(num, _cell_fact(c)) for c in crossing):
+        return claim
+    names = " and ".join(repr(label) for label in dict.fromkeys(labels))
+    shown = ", ".join(dict.fromkeys(f"{c[0]:g}" for c in crossing)) or "no value"
+    return Claim(
+        text=num.text,
+        kind="number",
+        grounded=False,
+        detail=f"the outputs show {names} together as {shown}, not this value "
+        f"(it is shown at {claim.source})",
+    )
 
 
 def _cell_fact(cell: tuple[float, float, bool, str | None, str]) -> Fact:

@@ -1,6 +1,7 @@
 """Which label a value belongs to: an output's row labels, keys and column headers, each with
-the numbers on its line, under its key or in its column; and the labels an answer ties a number
-to ("South sold 143", "the median (3.9)", "12 users", "143 for East").
+the numbers on its line, under its key or in its column (a MultiIndex's levels each label their
+rows); and the labels an answer ties a number to ("South sold 143", "the median (3.9)", "12
+users", "143 for East", "98 is East's total", "For East, B was 77").
 
 Read conservatively: a line or table whose shape is not clear gives no labels (a prose line
 "Processed 500 rows in 3 s" says nothing of what "rows" holds), and a claim is tied only to
@@ -157,11 +158,16 @@ def build(lines: Iterable[tuple[str, str]], wanted: frozenset[str]) -> LabelInde
     for raw, where in lines:
         _read_printed(printed, raw, where, index)
         relevant = names.search(raw.casefold()) is not None
+        if table is not None and table.names_line(raw):
+            continue
         if not relevant:
             if re.search(r"\d", raw) is None:  # a blank line or a header of no wanted label
                 if table is not None:
                     table.commit(index)
-                table, delimited = None, None
+                # Its words may name the levels of an index whose rows hold wanted labels.
+                header = _header(raw.rstrip())
+                table = _Columns(header) if header and len(header) > 1 else None
+                delimited = None
             if (table is None or table.full) and not (delimited and delimited[1]):
                 continue
         read += 1
@@ -273,10 +279,31 @@ def _read_counted(text: str, found: list[Found], where: str, index: LabelIndex) 
         index.add(head["label"], "row", f, where)
 
 
+# A capital "A" inside a sentence is a label (product A), not the article.
+_LETTER_A = re.compile(r"(?<=[\w,'\u2019)])[ \t]+A\b(?![\w'\u2019])")
+
+
+def _answer_words(text: str, start: int = 0, end: int | None = None) -> list[str]:
+    """The answer's words in text[start:end], normalized as labels; a capital "A" that is no
+    article reads as the label "a", the article as "an" (never a label)."""
+    end = len(text) if end is None else end
+    text = re.sub(r"['\u2019]s\b", lambda m: " " * len(m[0]), text)  # keeps the offsets
+    letters = {m.end() - 1 for m in _LETTER_A.finditer(text, max(0, start - 2), end)}
+    words = []
+    for match in _WORD.finditer(text, start, end):
+        word = norm_label(match[0])
+        if word == "a":
+            word = "\0a" if match.start() in letters else "an"
+        words += word.split()
+    return words
+
+
 def wanted_words(text: str) -> frozenset[str]:
     """The words of an answer that may name a label, in the singular and plural, and the
     short forms of its aliases."""
     words = {w for w in _WORD.findall(norm_label(text)) if w not in _NOT_LABELS}
+    if _LETTER_A.search(text):
+        words.add("a")
     words |= {_other_number(w) for w in words}
     return frozenset(words | {a for w, a in ALIASES.items() if w.split()[-1] in words})
 
@@ -290,6 +317,7 @@ def lookup(gram: str, index: LabelIndex) -> str | None:
     """The label an answer's words name: themselves, or their alias if only that is shown."""
     if gram in _NOT_LABELS:
         return None
+    gram = gram.replace("\0", "")  # a capital "A" (see `_answer_words`)
     if index.get(gram) is not None:
         return gram
     head, _, last = gram.rpartition(" ")
@@ -305,20 +333,57 @@ def lookup(gram: str, index: LabelIndex) -> str | None:
 @dataclass
 class _Columns:
     """A whitespace table (pandas prints): a column is read only if every row has a number
-    aligned with its header word, at its right edge or its left."""
+    aligned with its header word, at its right edge or its left. Under the header, a line of
+    words only names the index's levels (pandas' MultiIndex and pivot tables): a row's words
+    are its labels, one per level, and a level a row leaves blank is the row's above."""
 
     header: list[tuple[int, int, str]]
     rows: int = 0
     cells: dict[int, list[tuple[Found, str]]] = field(default_factory=dict)
+    levels: list[tuple[int, int, str]] = field(default_factory=list)
+    current: list[str] = field(default_factory=list)  # the last row's label at each level
+    labelled: list[tuple[str, Found, str]] = field(default_factory=list)
 
     @property
     def full(self) -> bool:
         return self.rows > MAX_CELLS  # its columns would not be checked: stop reading
 
+    def names_line(self, text: str) -> bool:
+        """Whether `text` names the levels of the index under this header (read here)."""
+        if self.rows or self.levels or not text.strip() or re.search(r"\d", text):
+            return False
+        levels = _header(text.rstrip())
+        if levels is None or levels[-1][1] > self.header[-1][1]:
+            return False
+        self.levels = levels
+        return True
+
+    def _row_labels(self, text: str, first: int) -> list[str]:
+        """The row's label at each level: its words before the first number, each at the
+        level whose name starts at or before it, the blank levels carried from above."""
+        labels = list(self.current) + [""] * (len(self.levels) - len(self.current))
+        words = [(m.start(), m[0]) for m in re.finditer(r"\S+", text[:first])]
+        given = [i for i, _ in enumerate(self.levels)]
+        at_level: dict[int, list[str]] = {}
+        for start, word in words:
+            level = max([i for i in given if self.levels[i][0] <= start] or [0])
+            at_level.setdefault(level, []).append(word)
+        if not at_level:
+            return []
+        top = min(at_level)
+        labels[top:] = [" ".join(at_level.get(i, [])) for i in range(top, len(self.levels))]
+        self.current = labels
+        return [label for label in labels if label]
+
     def read(self, text: str, found: list[Found], where: str) -> None:
         self.rows += 1
         if self.full:
             return
+        if self.rows == 1 and not self.levels and found[0].start > self.header[-1][1]:
+            self.levels = self.header  # a Series: its header names the index's levels only
+        if len(self.levels) > 1:
+            for label in self._row_labels(text, found[0].start):
+                self.labelled += [(label, f, where) for f in found]
         for f in found:
             end = _end_of(text, f)
             at = [i for i, (s, e, _) in enumerate(self.header) if e == end or s == f.start]
@@ -326,6 +391,8 @@ class _Columns:
                 self.cells.setdefault(at[0], []).append((f, where))
 
     def commit(self, index: LabelIndex) -> None:
+        for label, f, where in self.labelled:
+            index.add(label, "row", f, where)
         for i, cells in self.cells.items():
             if not self.full and len({where for _, where in cells}) == self.rows == len(cells):
                 for f, where in cells:
@@ -464,7 +531,8 @@ def tied_labels(
     right after it ("12 users", "143 for East"). A clause that lists or compares labels
     ("North and South had 31") ties none before the number; a label the previous number
     names ("5 files had 12") or one a preposition parts from it ("sales in 2023") is not
-    this number's."""
+    this number's. A row named later in the clause ("98 is East's total") or in the
+    sentence's opening ("For East, B was 77") is the number's too."""
     labels: list[str] = []
     head = max(previous_end, start - 200, 0)  # a window: the cost stays linear
     clause = max([head, *(m.end() for m in _CLAUSE_END.finditer(text, head, start))])
@@ -475,7 +543,7 @@ def tied_labels(
     if listing and clause == previous_end:
         before = before[listing[-1].end() :]  # "12 users and 7 admins": users is 12's
         first = 0
-    words = [norm_label(w) for w in _WORD.findall(norm_label(before))]
+    words = _answer_words(text, start - len(before), start)
     first, words = max(0, first - max(0, len(words) - 6)), words[-6:]
     found = [
         label
@@ -509,7 +577,73 @@ def tied_labels(
     if aside is not None:
         words = [norm_label(w) for w in _WORD.findall(norm_label(aside["label"]))]
         labels += [label for _, g in _grams(words) if (label := lookup(g, index)) is not None]
+    if clause > head and text[clause - 1] == ",":
+        labels += _framed(text, head, clause, index)
+    if not text[start:end].rstrip().endswith("%"):  # a share may be of another label's total
+        labels += _named_after(text, end, min(next_start, end + 200), labels, index)
     return labels
+
+
+# A sentence's opening that says which row the rest is about: "For East, B was 77".
+_FRAME = re.compile(
+    r"\s*(?:looking at|for|in|among|within|as for|regarding|considering|focusing on|"
+    r"turning to)\s+(?P<label>[^,]{1,60})",
+    re.I,
+)
+# After a number, words that make the labels after it another's: "98, less than East".
+_OTHERS = re.compile(
+    r"\b(?:against|not|unlike|except|excluding|besides|more|fewer|less|ahead|behind|above|"
+    r"below|difference|gap|margin|favou?r|lead|per|each|average|share|total of|whole|all)\b",
+    re.I,
+)
+_KINDS = {"row", "key"}
+
+
+def _framed(text: str, head: int, clause: int, index: LabelIndex) -> list[str]:
+    """The row labels a sentence's opening names ("For East, B was 77", "Looking at East,
+    it sold 98"), if that opening is the sentence's first clause and holds no number."""
+    ends = list(_SENTENCE_END.finditer(text, head, clause - 1))
+    if not ends and head > 0:
+        return []
+    frame = _FRAME.fullmatch(text, ends[-1].end() if ends else 0, clause - 1)
+    if frame is None or _LISTING.search(frame["label"]):
+        return []
+    words = _answer_words(text, frame.start("label"), frame.end("label"))
+    return _one_row(words, [], index)
+
+
+def _named_after(text: str, end: int, limit: int, tied: list[str], index: LabelIndex) -> list[str]:
+    """The row labels the number's clause names after it ("98 is East's total", "It had 98
+    units in East", "98, for East"): all of one row (a MultiIndex's levels) or none, and
+    none past a word that makes them another's ("98, less than East")."""
+    lead = re.match(r"\s*,\s*(?=(?:for|in|at|from|by)\s)", text[end:limit], re.I)
+    start = end + (lead.end() if lead else 0)
+    stop = _CLAUSE_END.search(text, start, limit)
+    segment = text[start : stop.start() if stop else limit]
+    if _LISTING.search(segment) or _OTHERS.search(segment):
+        return []
+    return _one_row(_answer_words(segment), tied, index)
+
+
+def _one_row(words: list[str], tied: list[str], index: LabelIndex) -> list[str]:
+    """The row and key labels `words` name, if they and the `tied` ones of those kinds meet
+    on one line of the outputs (one row, each of its levels); else none."""
+    found = {
+        label
+        for _, g in _grams(words)
+        if (label := lookup(g, index)) is not None
+        and (cells := index.get(label)) is not None
+        and cells.kinds & _KINDS
+    }
+    if not found:
+        return []
+    rows = [label for label in tied if (cells := index.get(label)) and cells.kinds & _KINDS]
+    lines = [
+        {c[4] for c in cells.values}
+        for label in {*found, *rows}
+        if (cells := index.get(label)) is not None
+    ]
+    return sorted(found) if set.intersection(*lines) else []
 
 
 def _carried(text: str, head: int, clause: int, before: str, index: LabelIndex) -> list[str]:
@@ -525,6 +659,6 @@ def _carried(text: str, head: int, clause: int, before: str, index: LabelIndex) 
     region = text[ends[-1].end() if ends else 0 : clause - 1]
     if _LISTING.search(region):
         return []
-    words = [norm_label(w) for w in _WORD.findall(norm_label(region))]
+    words = _answer_words(region)
     found = {label for _, g in _grams(words) if (label := lookup(g, index)) is not None}
     return list(found) if len(found) == 1 else []
