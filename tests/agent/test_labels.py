@@ -235,3 +235,67 @@ def test_a_row_and_a_column_label_name_one_cell(answer: str, stdout: str) -> Non
 )
 def test_honest_cells_of_a_row_and_a_column_pass(answer: str, stdout: str) -> None:
     assert refused(answer, stdout) == []
+
+
+# As pandas prints them (describe() of two columns, value_counts(normalize=True), head(),
+# corr(), a groupby of month names and of quarters).
+_DESCRIBE = (
+    "           units      price\ncount   7.000000   7.000000\nmean   14.142857   7.250000\n"
+    "std     8.933618   4.677072\nmin     5.000000   3.500000\n25%     8.000000   3.500000\n"
+    "50%    12.000000   3.500000\n75%    18.000000  12.250000\nmax    30.000000  12.250000\n"
+)
+_SHARES = (
+    "region\nEast     0.428571\nWest     0.285714\nNorth    0.285714\n"
+    "Name: proportion, dtype: float64\n"
+)
+_MONEY = "East: $257.25\nNorth: $110.25\nWest: $162.75\n"
+_HEAD = (
+    "        date region product  units  price  revenue\n"
+    "0 2023-01-02   East       A     12   3.50    42.00\n"
+    "1 2023-01-03   West       B      7  12.25    85.75\n"
+    "2 2023-02-06   East       A     30   3.50   105.00\n"
+)
+_CORR = (
+    "         units  price  revenue\nunits    1.000 -0.748    0.305\n"
+    "price   -0.748  1.000    0.353\nrevenue  0.305  0.353    1.000\n"
+)
+_BY_MONTH = "date\nApril       14\nFebruary    35\nJanuary     19\nMarch       31\nName: units, dtype: int64\n"
+_BY_DAY = "date\nFriday      9\nMonday     78\nTuesday    12\nName: units, dtype: int64\n"
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("The median units is 8.", _DESCRIBE),
+        ("The median price is 12.25.", _DESCRIBE),
+        ("West accounts for 43% of rows.", _SHARES),
+        ("North brought in about $160.", _MONEY),
+        ("The best month was March with 35 units.", _BY_MONTH),
+        ("Monday sold 12 units.", _BY_DAY),
+        ("The first row is West with 12 units.", _HEAD),
+        ("West sold 30 units.", _HEAD),
+        ("Units and price correlate at 0.305.", _CORR),
+        ("The correlation between price and revenue is -0.748.", _CORR),
+    ],
+)
+def test_labels_in_pandas_summaries_hold_their_own_numbers(answer: str, stdout: str) -> None:
+    assert refused(answer, stdout)
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("The median units is 12.", _DESCRIBE),
+        ("The median price is 3.5.", _DESCRIBE),
+        ("West accounts for 29% of rows.", _SHARES),
+        ("North brought in about $110.", _MONEY),
+        ("The best month was February with 35 units.", _BY_MONTH),
+        ("Monday sold 78 units.", _BY_DAY),
+        ("The first row is East with 12 units.", _HEAD),
+        ("East sold 30 units on 2023-02-06.", _HEAD),
+        ("Units and revenue correlate at 0.305.", _CORR),
+        ("The correlation between price and units is -0.748.", _CORR),
+    ],
+)
+def test_honest_claims_on_pandas_summaries_pass(answer: str, stdout: str) -> None:
+    assert refused(answer, stdout) == []

@@ -403,3 +403,19 @@ def test_a_peak_or_low_named_by_period_must_be_the_series_extreme(answer: str, s
 )
 def test_an_honest_peak_or_low_by_period_passes(answer: str, stdout: str) -> None:
     assert refused(answer, stdout) == []
+
+
+_BY_QUARTER = "date\n2023Q1    85\n2023Q2    14\nFreq: Q-DEC\n"
+
+
+@pytest.mark.parametrize(
+    ("answer", "refuses"),
+    [
+        ("Q2 was the strongest quarter.", True),
+        ("Sales peaked in Q2.", True),
+        ("Q1 was the strongest quarter.", False),
+        ("Sales peaked in Q1 and bottomed out in Q2.", False),
+    ],
+)
+def test_a_series_of_pandas_periods_is_ranked(answer: str, refuses: bool) -> None:
+    assert bool(refused(answer, _BY_QUARTER)) is refuses

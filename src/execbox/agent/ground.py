@@ -51,7 +51,7 @@ from .ground_text import (
     result_claim,
     verification_claims,
 )
-from .labels import LabelIndex, tied_labels, wanted_words
+from .labels import LabelIndex, lookup, norm_label, tied_labels, wanted_words
 from .models import Claim, Verdict
 from .named import NAMED_LABELS, named_claims
 from .quantities import Num, claimed_numbers, claimed_words, normalize, numbers_in
@@ -62,6 +62,11 @@ from .values import blank, dates_in, durations_in, mask_dates, month_days_in, sc
 _LIST_MARKER = re.compile(r"^\s*(\d+)[.)]\s", re.M)
 _ASIDE_SHARE = re.compile(r"\s*(?:[A-Za-z]+\s*)?\(?\s*")
 _SENTENCE_END = re.compile(r"[.!?;](?=\s|$)|\n")
+# Between a named value and a number, what makes the number another's: "March, and 35".
+_GAP_BREAK = re.compile(
+    r"[.!?;,\n()]|\b(?:and|or|than|vs|versus|but|while|whereas|after|before|since|from|to)\b",
+    re.I,
+)
 _STOP = {
     "the",
     "and",
@@ -233,7 +238,7 @@ def check(  # noqa: C901
             stated.append((num, literal_claim(num.text, evidence, listed=True)))  # "[1,5]"
             continue
         stated.append((num, number_claim(num, evidence, question_numbers, words)))
-    stated = _labelled(stated, masked, evidence, wanted, sorted(shown))
+    stated = _labelled(stated, masked, evidence, wanted, sorted(shown), answer)
     ends = [m.start() for m in _SENTENCE_END.finditer(masked)]
     sentences: dict[int, list[tuple[Num, Claim]]] = {}
     for num, claim in stated:
@@ -261,6 +266,7 @@ def _labelled(
     evidence: Evidence,
     wanted: frozenset[str],
     named: list[tuple[int, int]],
+    answer: str,
 ) -> list[tuple[Num, Claim]]:
     """A grounded number the answer ties to a label the outputs show ("South sold 143",
     "the median is 4.2") must be that label's: on its line, under its key, in its column."""
@@ -294,6 +300,11 @@ def _labelled(
             at = bisect.bisect(named, (num.start, num.start)) - 1
             if at >= 0 and named[at][0] >= previous:
                 labels = [label for label in labels if label not in NAMED_LABELS]
+                # "March with 35", "Monday sold 12": a row named by the value is the number's.
+                gap = text[named[at][1] : num.start]
+                if not _GAP_BREAK.search(gap) and len(gap.split()) <= 3:
+                    row = lookup(norm_label(answer[named[at][0] : named[at][1]]), index)
+                    labels += [row] if row is not None else []
             for label in labels:
                 cells = index.get(label)
                 if cells is not None and not any(fits(num, _cell_fact(c)) for c in cells.values):

@@ -205,8 +205,10 @@ def _read_printed(printed: Reader, raw: str, where: str, index: LabelIndex) -> N
 def _read_line(text: str, found: list[Found], where: str, index: LabelIndex) -> None:
     """One line's own labels: its keys, else its row labels."""
     percentile = _PERCENTILE_ROW.match(text)
-    if percentile and len(found) == 3:  # describe()'s "50%   100.5": the % and its value
-        index.add(percentile[1], "row", found[2], where)
+    if percentile:  # describe()'s "50%   100.5   3.5": the % row holds the values after it
+        for f in found:
+            if f.start >= percentile.end():
+                index.add(percentile[1], "row", f, where)
     elif not _read_keys(text, found, where, index):
         _read_row(text, found, where, index)
     _read_pairs(text, found, where, index)
@@ -279,6 +281,28 @@ def _read_counted(text: str, found: list[Found], where: str, index: LabelIndex) 
         index.add(head["label"], "row", f, where)
 
 
+# Verbs whose preposition belongs to them: "West accounts for 29%", "North brought in $110".
+_PHRASAL = {
+    "account",
+    "accounts",
+    "accounted",
+    "bring",
+    "brings",
+    "brought",
+    "take",
+    "takes",
+    "took",
+    "pull",
+    "pulls",
+    "pulled",
+    "came",
+    "comes",
+    "ended",
+    "ends",
+    "totals",
+    "totalled",
+    "totaled",
+}
 # A capital "A" inside a sentence is a label (product A), not the article.
 _LETTER_A = re.compile(r"(?<=[\w,'\u2019)])[ \t]+A\b(?![\w'\u2019])")
 
@@ -289,11 +313,13 @@ def _answer_words(text: str, start: int = 0, end: int | None = None) -> list[str
     end = len(text) if end is None else end
     text = re.sub(r"['\u2019]s\b", lambda m: " " * len(m[0]), text)  # keeps the offsets
     letters = {m.end() - 1 for m in _LETTER_A.finditer(text, max(0, start - 2), end)}
-    words = []
+    words: list[str] = []
     for match in _WORD.finditer(text, start, end):
         word = norm_label(match[0])
         if word == "a":
             word = "\0a" if match.start() in letters else "an"
+        elif word in _APART and words and words[-1] in _PHRASAL:
+            word = "an"  # "accounts for", "brought in": the verb's, parting nothing
         words += word.split()
     return words
 
@@ -328,6 +354,9 @@ def lookup(gram: str, index: LabelIndex) -> str | None:
     if alias is None and " " in gram:  # "train accuracy" for a shown "train acc"
         alias = " ".join(ALIASES.get(word, word) for word in gram.split())
     return alias if alias is not None and index.get(alias) is not None else None
+
+
+_TEXT_CELL = re.compile(r"[A-Za-z][\w.&'-]*")
 
 
 @dataclass
@@ -384,6 +413,13 @@ class _Columns:
         if len(self.levels) > 1:
             for label in self._row_labels(text, found[0].start):
                 self.labelled += [(label, f, where) for f in found]
+        elif not text[: found[0].start].strip():
+            # A record's text cells after its index ("0  East  A  12"), each under its header
+            # word: they label the row's other numbers.
+            edges = {s for s, _, _ in self.header} | {e for _, e, _ in self.header}
+            for cell in _TEXT_CELL.finditer(text, found[0].end):
+                if cell.start() in edges or cell.end() in edges:
+                    self.labelled += [(cell[0], f, where) for f in found[1:]]
         for f in found:
             end = _end_of(text, f)
             at = [i for i, (s, e, _) in enumerate(self.header) if e == end or s == f.start]
@@ -535,6 +571,9 @@ def tied_labels(
     sentence's opening ("For East, B was 77") is the number's too."""
     labels: list[str] = []
     head = max(previous_end, start - 200, 0)  # a window: the cost stays linear
+    pair = _correlated(text, head, start, index)
+    if pair:
+        return pair
     clause = max([head, *(m.end() for m in _CLAUSE_END.finditer(text, head, start))])
     before = text[clause:start]
     listing = list(_LISTING.finditer(before))
@@ -582,6 +621,28 @@ def tied_labels(
     if not text[start:end].rstrip().endswith("%"):  # a share may be of another label's total
         labels += _named_after(text, end, min(next_start, end + 200), labels, index)
     return labels
+
+
+_CORRELATION = re.compile(r"\bcorrelat|\bcovarian", re.I)
+
+
+def _correlated(text: str, head: int, start: int, index: LabelIndex) -> list[str]:
+    """The two labels a correlation is between ("units and price correlate at 0.3", "the
+    correlation between price and revenue is 0.35"), when both head a row and a column of a
+    matrix: the number is their cell."""
+    ends = list(_SENTENCE_END.finditer(text, head, start))
+    region = text[ends[-1].end() if ends else head : start]
+    if not _CORRELATION.search(region):
+        return []
+    words = _answer_words(region)
+    found = {
+        label
+        for _, g in _grams(words)
+        if (label := lookup(g, index)) is not None
+        and (cells := index.get(label)) is not None
+        and {"row", "column"} <= cells.kinds
+    }
+    return sorted(found) if len(found) == 2 else []
 
 
 # A sentence's opening that says which row the rest is about: "For East, B was 77".
