@@ -270,6 +270,7 @@ _BY_DAY = "date\nFriday      9\nMonday     78\nTuesday    12\nName: units, dtype
         ("The median price is 12.25.", _DESCRIBE),
         ("West accounts for 43% of rows.", _SHARES),
         ("North brought in about $160.", _MONEY),
+        ("Units range from 3.5 to 30.", _DESCRIBE),
         ("The best month was March with 35 units.", _BY_MONTH),
         ("Monday sold 12 units.", _BY_DAY),
         ("The first row is West with 12 units.", _HEAD),
@@ -289,6 +290,7 @@ def test_labels_in_pandas_summaries_hold_their_own_numbers(answer: str, stdout: 
         ("The median price is 3.5.", _DESCRIBE),
         ("West accounts for 29% of rows.", _SHARES),
         ("North brought in about $110.", _MONEY),
+        ("Units range from 5 to 30.", _DESCRIBE),
         ("The best month was February with 35 units.", _BY_MONTH),
         ("Monday sold 78 units.", _BY_DAY),
         ("The first row is East with 12 units.", _HEAD),
@@ -299,3 +301,20 @@ def test_labels_in_pandas_summaries_hold_their_own_numbers(answer: str, stdout: 
 )
 def test_honest_claims_on_pandas_summaries_pass(answer: str, stdout: str) -> None:
     assert refused(answer, stdout) == []
+
+
+_IDXMAX = "best_region: East\nbest_units: 51\nworst_region: North\n"
+
+
+@pytest.mark.parametrize(
+    ("answer", "refuses"),
+    [
+        ("The best region was North.", True),
+        ("West was the worst region.", True),
+        ("The best region is East.", False),
+        ("North was the worst region, East the best.", False),
+        ("It was the best region by far.", False),
+    ],
+)
+def test_a_name_given_a_key_must_be_the_name_it_shows(answer: str, refuses: bool) -> None:
+    assert bool(refused(answer, _IDXMAX)) is refuses

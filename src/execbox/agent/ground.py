@@ -45,6 +45,7 @@ from .ground_text import (
     CLOCK,
     clock_claim,
     date_claim,
+    keyed_name_claims,
     month_day_claim,
     norm,
     quote_claim,
@@ -254,6 +255,7 @@ def check(  # noqa: C901
         if num.unit is not None and claim.grounded:
             claims.append(unit_claim(num, evidence, context))
     claims.extend(verification_claims(masked, list(verdicts)))
+    claims.extend(keyed_name_claims(masked, evidence))
     result = result_claim(answer, nums, evidence.result)
     if result is not None:
         claims.append(result)

@@ -281,7 +281,8 @@ def _read_counted(text: str, found: list[Found], where: str, index: LabelIndex) 
         index.add(head["label"], "row", f, where)
 
 
-# Verbs whose preposition belongs to them: "West accounts for 29%", "North brought in $110".
+# Verbs whose preposition belongs to them: "West accounts for 29%", "North brought in $110",
+# "units range from 5 to 30".
 _PHRASAL = {
     "account",
     "accounts",
@@ -302,6 +303,12 @@ _PHRASAL = {
     "totals",
     "totalled",
     "totaled",
+    "range",
+    "ranges",
+    "ranged",
+    "vary",
+    "varies",
+    "varied",
 }
 # A capital "A" inside a sentence is a label (product A), not the article.
 _LETTER_A = re.compile(r"(?<=[\w,'\u2019)])[ \t]+A\b(?![\w'\u2019])")
