@@ -318,3 +318,30 @@ _IDXMAX = "best_region: East\nbest_units: 51\nworst_region: North\n"
 )
 def test_a_name_given_a_key_must_be_the_name_it_shows(answer: str, refuses: bool) -> None:
     assert bool(refused(answer, _IDXMAX)) is refuses
+
+
+_CROSSTAB = "product  A  B\nregion       \nEast     2  1\nNorth    1  1\nWest     1  1\n"
+_SERIES_DESCRIBE = (
+    "count     7.000000\nmean     14.142857\nstd       8.933618\nmin       5.000000\n"
+    "25%       8.000000\n50%      12.000000\n75%      18.000000\nmax      30.000000\n"
+    "Name: units, dtype: float64\n"
+)
+_RATES = "conversion_rate: 0.0342\nclicks: 12,480\nconversions: 427\n"
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout", "refuses"),
+    [
+        ("East has 1 A sale.", _CROSSTAB, True),
+        ("East has 2 A sales.", _CROSSTAB, False),
+        ("The upper quartile is 30.", _SERIES_DESCRIBE, True),
+        ("The upper quartile is 18.", _SERIES_DESCRIBE, False),
+        ("The lower quartile is 12.", _SERIES_DESCRIBE, True),
+        ("The conversion rate is 3.42%.", _RATES, False),
+        ("The conversion rate is 4.27%.", _RATES, True),
+    ],
+)
+def test_a_capital_a_quartiles_and_the_longest_label(
+    answer: str, stdout: str, refuses: bool
+) -> None:
+    assert bool(refused(answer, stdout)) is refuses

@@ -29,6 +29,8 @@ ALIASES = {
     "minimum": "min",
     "standard deviation": "std",
     "accuracy": "acc",
+    "lower quartile": "25%",
+    "upper quartile": "75%",
 }
 _PERCENTILE_ROW = re.compile(r"\s*(\d{1,2}%)\s+(?=[-\d.])")
 
@@ -591,12 +593,18 @@ def tied_labels(
         first = 0
     words = _answer_words(text, start - len(before), start)
     first, words = max(0, first - max(0, len(words) - 6)), words[-6:]
-    found = [
-        label
+    named = [
+        (last - len(g.split()) + 1, last, label)
         for last, g in _grams(words)
         if last - len(g.split()) + 1 >= first
         and not _APART.intersection(words[last + 1 :])
         and (label := lookup(g, index)) is not None
+    ]
+    # "conversion rate" is the shown "conversion_rate", not a shown "conversions" too.
+    found = [
+        label
+        for a, b, label in named
+        if not any(c <= a and b <= d and (c, d) != (a, b) for c, d, _ in named)
     ]
     if found and (clause == previous_end or not listing):
         labels += found
@@ -609,7 +617,8 @@ def tied_labels(
     kinds = {"row", "key", "column"} if lead else {"key", "column"}
     if lead or re.match(r"\s+[A-Za-z]", after):
         spans = list(_WORD.finditer(after, lead.end() if lead else 0))
-        words = [norm_label(m[0]) for m in spans]
+        letters = {m.end() - 1 for m in _LETTER_A.finditer(text, max(0, end - 2), after_end)}
+        words = ["\0a" if end + m.start() in letters else norm_label(m[0]) for m in spans]
         for n in range(min(_MAX_WORDS, len(words)), 0, -1):
             label = lookup(" ".join(words[:n]), index)
             cells = index.get(label) if label is not None else None
