@@ -345,3 +345,31 @@ def test_a_capital_a_quartiles_and_the_longest_label(
     answer: str, stdout: str, refuses: bool
 ) -> None:
     assert bool(refused(answer, stdout)) is refuses
+
+
+_BY_MONTH_START = (
+    "date\n2023-01-01    19\n2023-02-01    35\n2023-03-01    31\n2023-04-01    14\nFreq: MS\n"
+)
+_CHANGES = "date\n2023-01      NaN\n2023-02    0.842\n2023-03   -0.114\n2023-04   -0.548\nFreq: M\n"
+_QUARTERS = "date\n2023Q1    85\n2023Q2    14\nFreq: Q-DEC\n"
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout", "refuses"),
+    [
+        ("February had 31 units.", _BY_MONTH_START, True),
+        ("January sold 35.", _BY_MONTH_START, True),
+        ("February had 35 units.", _BY_MONTH_START, False),
+        ("January sold 19, February 35.", _BY_MONTH_START, False),
+        ("Units rose 84.2% in March.", _CHANGES, True),
+        ("Units fell 11.4% in April.", _CHANGES, True),
+        ("Units rose 84.2% in February.", _CHANGES, False),
+        ("Units fell 54.8% in April.", _CHANGES, False),
+        ("Q1 sold 14 units.", _QUARTERS, True),
+        ("Q1 sold 85 units.", _QUARTERS, False),
+    ],
+)
+def test_rows_a_date_or_period_labels_hold_their_own_numbers(
+    answer: str, stdout: str, refuses: bool
+) -> None:
+    assert bool(refused(answer, stdout)) is refuses

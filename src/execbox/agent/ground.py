@@ -52,7 +52,7 @@ from .ground_text import (
     result_claim,
     verification_claims,
 )
-from .labels import LabelIndex, lookup, norm_label, tied_labels, wanted_words
+from .labels import LabelIndex, lookup, norm_label, period_label, tied_labels, wanted_words
 from .models import Claim, Verdict
 from .named import NAMED_LABELS, named_claims
 from .quantities import Num, claimed_numbers, claimed_words, normalize, numbers_in
@@ -191,8 +191,11 @@ def check(  # noqa: C901
         spans.append(match.span())
     shown = list(spans)  # the named values' spans: their kind's label is theirs
     masked, spans = blank(masked, spans), []
+    periods: dict[tuple[int, int], str] = {}  # a named period's span: the rows it labels
     for named, claim in named_claims(masked, evidence, context.question, wanted):
         claims.append(claim)
+        if named.kind in ("month", "quarter", "year", "weekday"):
+            periods[(named.start, named.end)] = period_label(named.kind, named.value)
         if not named.superlative:  # "the highest sales (210)": the words read on
             spans.append((named.start, named.end))
             shown.append((named.start, named.end))
@@ -239,7 +242,7 @@ def check(  # noqa: C901
             stated.append((num, literal_claim(num.text, evidence, listed=True)))  # "[1,5]"
             continue
         stated.append((num, number_claim(num, evidence, question_numbers, words)))
-    stated = _labelled(stated, masked, evidence, wanted, sorted(shown), answer)
+    stated = _labelled(stated, masked, evidence, wanted, sorted(shown), answer, periods)
     ends = [m.start() for m in _SENTENCE_END.finditer(masked)]
     sentences: dict[int, list[tuple[Num, Claim]]] = {}
     for num, claim in stated:
@@ -269,6 +272,7 @@ def _labelled(
     wanted: frozenset[str],
     named: list[tuple[int, int]],
     answer: str,
+    periods: dict[tuple[int, int], str],
 ) -> list[tuple[Num, Claim]]:
     """A grounded number the answer ties to a label the outputs show ("South sold 143",
     "the median is 4.2") must be that label's: on its line, under its key, in its column."""
@@ -306,7 +310,12 @@ def _labelled(
                 gap = text[named[at][1] : num.start]
                 if not _GAP_BREAK.search(gap) and len(gap.split()) <= 3:
                     row = lookup(norm_label(answer[named[at][0] : named[at][1]]), index)
+                    row = row or _period(named[at], periods, index)
                     labels += [row] if row is not None else []
+            after = bisect.bisect(named, (num.end, num.end))
+            if after < len(named) and _IN_PERIOD.fullmatch(text, num.end, named[after][0]):
+                row = _period(named[after], periods, index)  # "rose 84% in March"
+                labels += [row] if row is not None else []
             for label in labels:
                 cells = index.get(label)
                 if cells is not None and not any(fits(num, _cell_fact(c)) for c in cells.values):
@@ -315,7 +324,7 @@ def _labelled(
                         text=num.text,
                         kind="number",
                         grounded=False,
-                        detail=f"the outputs show {label!r} as {shown}, not this value "
+                        detail=f"the outputs show {label.lstrip(chr(0))!r} as {shown}, not this value "
                         f"(it is shown at {claim.source})",
                     )
                     break
@@ -325,6 +334,18 @@ def _labelled(
             labels = []
         out.append((num, claim))
     return out
+
+
+# Between a number and the period it is of: "35 units in March", "84% during Q2".
+_IN_PERIOD = re.compile(r"\s+(?:[A-Za-z%]+\s+)?(?:in|on|during|for)\s+", re.I)
+
+
+def _period(
+    span: tuple[int, int], periods: dict[tuple[int, int], str], index: LabelIndex
+) -> str | None:
+    """The rows a named period labels ("February" of a "2023-02-01   35" row), if shown."""
+    label = periods.get(span)
+    return label if label is not None and index.get(label) is not None else None
 
 
 def _crossing(num: Num, claim: Claim, labels: list[str], index: LabelIndex) -> Claim:

@@ -10,6 +10,8 @@ labels the outputs show. The index is built once, line by line: a claim costs a 
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -120,9 +122,57 @@ class LabelIndex:
             return
         cells.values.append((found.value, found.step, found.percent, found.unit, where))
 
+    def add_period(self, kind: str, value: int, found: Found, where: str) -> None:
+        """A number on a row a date or period labels ("2023-02-01   35"): its month, quarter,
+        year and weekday each label it, as `period_label` names them."""
+        cells = self.cells.setdefault(period_label(kind, value), Cells())
+        cells.kinds.add("row")
+        if len(cells.values) >= MAX_CELLS:
+            cells.overflow = True
+            return
+        cells.values.append((found.value, found.step, found.percent, found.unit, where))
+
     def get(self, label: str) -> Cells | None:
         cells = self.cells.get(label)
         return None if cells is None or cells.overflow or not cells.values else cells
+
+
+def period_label(kind: str, value: int) -> str:
+    """The label of the rows a date or period of `kind` (month, quarter, year, weekday) with
+    `value` labels; no answer's words spell it."""
+    return f"\0{kind} {value}"
+
+
+# A Series indexed by dates or periods, as pandas prints it: "2023-02-01    35", "2023Q1  85".
+_DATED_ROW = re.compile(
+    r"\s*(?:(?P<date>\d{4}-\d\d(?:-\d\d)?(?:[ T]\d\d:\d\d(?::\d\d)?)?)|(?P<y>\d{4})-?Q(?P<q>[1-4]))"
+    r"\s+(?P<n>-?[\d.]+(?:e[-+]?\d+)?)\s*"
+)
+
+
+def _read_dated(text: str, where: str, index: LabelIndex) -> None:
+    if not text[:1].isdigit():
+        return
+    row = _DATED_ROW.fullmatch(text)
+    found = _numbers(row["n"]) if row is not None else []
+    if row is None or len(found) != 1:
+        return
+    if row["q"]:
+        index.add_period("quarter", int(row["q"]), found[0], where)
+        index.add_period("year", int(row["y"]), found[0], where)
+        return
+    readings = [keys for keys, _ in dates_in(row["date"])]
+    if len(readings) != 1 or len(readings[0]) != 1:
+        return
+    year, month, day = readings[0][0]
+    index.add_period("month", month, found[0], where)
+    index.add_period("quarter", (month - 1) // 3 + 1, found[0], where)
+    if year:
+        index.add_period("year", year, found[0], where)
+    if year and day:
+        with contextlib.suppress(ValueError):  # a reading no calendar holds
+            weekday = datetime.date(year, month, day).weekday()
+            index.add_period("weekday", weekday, found[0], where)
 
 
 def _masked(text: str) -> str:
@@ -159,6 +209,7 @@ def build(lines: Iterable[tuple[str, str]], wanted: frozenset[str]) -> LabelInde
     read = 0
     for raw, where in lines:
         _read_printed(printed, raw, where, index)
+        _read_dated(raw, where, index)
         relevant = names.search(raw.casefold()) is not None
         if table is not None and table.names_line(raw):
             continue
