@@ -373,3 +373,17 @@ def test_rows_a_date_or_period_labels_hold_their_own_numbers(
     answer: str, stdout: str, refuses: bool
 ) -> None:
     assert bool(refused(answer, stdout)) is refuses
+
+
+@pytest.mark.parametrize(
+    ("answer", "refuses"),
+    [
+        ("East and West had 98 and 143 respectively.", True),
+        ("West and East sold 143 and 98, respectively.", True),
+        ("East and West had 143 and 98 respectively.", False),
+        ("West and East sold 98 and 143, respectively.", False),
+        ("East, West and North had 143, 98 and 210 respectively.", False),
+    ],
+)
+def test_labels_and_numbers_respectively_pair_in_order(answer: str, refuses: bool) -> None:
+    assert bool(refused(answer, "East: 143\nWest: 98\nNorth: 210\n")) is refuses

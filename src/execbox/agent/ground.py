@@ -52,7 +52,16 @@ from .ground_text import (
     result_claim,
     verification_claims,
 )
-from .labels import LabelIndex, lookup, norm_label, period_label, tied_labels, wanted_words
+from .labels import (
+    RESPECTIVELY,
+    LabelIndex,
+    lookup,
+    norm_label,
+    period_label,
+    respective_labels,
+    tied_labels,
+    wanted_words,
+)
 from .models import Claim, Verdict
 from .named import NAMED_LABELS, named_claims
 from .quantities import Num, claimed_numbers, claimed_words, normalize, numbers_in
@@ -243,6 +252,7 @@ def check(  # noqa: C901
             continue
         stated.append((num, number_claim(num, evidence, question_numbers, words)))
     stated = _labelled(stated, masked, evidence, wanted, sorted(shown), answer, periods)
+    stated = _respectively(stated, masked, evidence, wanted)
     ends = [m.start() for m in _SENTENCE_END.finditer(masked)]
     sentences: dict[int, list[tuple[Num, Claim]]] = {}
     for num, claim in stated:
@@ -333,6 +343,45 @@ def _labelled(
         else:
             labels = []
         out.append((num, claim))
+    return out
+
+
+def _respectively(
+    stated: list[tuple[Num, Claim]], text: str, evidence: Evidence, wanted: frozenset[str]
+) -> list[tuple[Num, Claim]]:
+    """ "East and West had 98 and 143 respectively": the labels before a sentence's first
+    number, in order, are its numbers' in order, when they are as many."""
+    if not RESPECTIVELY.search(text):
+        return stated
+    index = evidence.label_index(wanted)
+    out = list(stated)
+    for m in RESPECTIVELY.finditer(text):
+        begin = max([0, *(e.end() for e in _SENTENCE_END.finditer(text, 0, m.start()))])
+        mine = [
+            i
+            for i, (num, claim) in enumerate(stated)
+            if begin <= num.start < m.start() and claim.grounded and not num.literal
+        ]
+        if len(mine) < 2:
+            continue
+        labels = respective_labels(text, begin, stated[mine[0]][0].start, index)
+        if len(labels) != len(mine):
+            continue
+        for i, label in zip(mine, labels, strict=True):
+            num, claim = stated[i]
+            cells = index.get(label)
+            if cells is not None and not any(fits(num, _cell_fact(c)) for c in cells.values):
+                shown = ", ".join(f"{c[0]:g}" for c in cells.values[:5])
+                out[i] = (
+                    num,
+                    Claim(
+                        text=num.text,
+                        kind="number",
+                        grounded=False,
+                        detail=f"the outputs show {label!r} as {shown}, not this value "
+                        f"(it is shown at {claim.source})",
+                    ),
+                )
     return out
 
 

@@ -790,3 +790,25 @@ def _carried(text: str, head: int, clause: int, before: str, index: LabelIndex) 
     words = _answer_words(region)
     found = {label for _, g in _grams(words) if (label := lookup(g, index)) is not None}
     return list(found) if len(found) == 1 else []
+
+
+RESPECTIVELY = re.compile(r"\brespectively\b", re.I)
+
+
+def respective_labels(text: str, start: int, end: int, index: LabelIndex) -> list[str]:
+    """The row labels text[start:end] names in order ("East and West had 98 and 143
+    respectively": East, West), each once, the longest reading of each run of words."""
+    words = _answer_words(text, start, end)
+    out: list[str] = []
+    i = 0
+    while i < len(words):
+        for n in range(min(_MAX_WORDS, len(words) - i), 0, -1):
+            label = lookup(" ".join(words[i : i + n]), index)
+            cells = index.get(label) if label is not None else None
+            if label is not None and cells is not None and cells.kinds & _KINDS:
+                out.append(label)
+                i += n
+                break
+        else:
+            i += 1
+    return out
