@@ -387,3 +387,15 @@ def test_rows_a_date_or_period_labels_hold_their_own_numbers(
 )
 def test_labels_and_numbers_respectively_pair_in_order(answer: str, refuses: bool) -> None:
     assert bool(refused(answer, "East: 143\nWest: 98\nNorth: 210\n")) is refuses
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "The gap of 45 units favours East.",
+        "A margin of 45 units favored East.",
+        "45 units separate West, which trails East.",
+    ],
+)
+def test_a_label_after_a_word_making_it_anothers_ties_nothing(answer: str) -> None:
+    assert refused(answer, "East: 143\nWest: 98\ndiff: 45\n") == []

@@ -721,7 +721,8 @@ _FRAME = re.compile(
 # After a number, words that make the labels after it another's: "98, less than East".
 _OTHERS = re.compile(
     r"\b(?:against|not|unlike|except|excluding|besides|more|fewer|less|ahead|behind|above|"
-    r"below|difference|gap|margin|favou?r|lead|per|each|average|share|total of|whole|all)\b",
+    r"below|difference|gap|margin|favou?r\w*|lead\w*|led|trail\w*|beat\w*|separat\w*|"
+    r"between|per|each|average|share|total of|whole|all)\b",
     re.I,
 )
 _KINDS = {"row", "key"}
