@@ -265,6 +265,7 @@ _NAMED_AS = re.compile(
     r"(?P<x>\b[A-Z][\w.&-]*)\s+(?:was|is)\s+the\s+(?P<k>[a-z]+(?:[ -][a-z]+){0,2})\b"
     r"|\b(?i:the)\s+(?P<k2>[a-z]+(?:[ -][a-z]+){0,2})\s+(?:was|is)\s+(?P<x2>[A-Z][\w.&-]*)"
 )
+_MAX_NAMES = 20  # names read under one key
 _NOT_NAMES = {"it", "this", "that", "the", "a", "an", "there", "which", "what"}
 # "best_region: East", "'worst region' = North": a key and the one name it shows.
 _KEYED_NAME = re.compile(
@@ -315,4 +316,6 @@ def _keyed_names(key: str, evidence: Evidence) -> list[str]:
         m = _KEYED_NAME.fullmatch(line)
         if m is not None and re.sub(r"[ -]", "_", m["key"].strip().casefold()) == key:
             shown.append(m["v"])
+            if len(shown) > _MAX_NAMES:
+                return []  # a key of many records, not one answer's: a bounded cost
     return shown

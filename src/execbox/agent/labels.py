@@ -145,34 +145,39 @@ def period_label(kind: str, value: int) -> str:
 
 # A Series indexed by dates or periods, as pandas prints it: "2023-02-01    35", "2023Q1  85".
 _DATED_ROW = re.compile(
-    r"\s*(?:(?P<date>\d{4}-\d\d(?:-\d\d)?(?:[ T]\d\d:\d\d(?::\d\d)?)?)|(?P<y>\d{4})-?Q(?P<q>[1-4]))"
-    r"\s+(?P<n>-?[\d.]+(?:e[-+]?\d+)?)\s*"
+    r"(?P<y>\d{4})(?:-(?P<m>\d\d)(?:-(?P<d>\d\d))?(?:[ T]\d\d:\d\d(?::\d\d)?)?|-?Q(?P<q>[1-4]))"
+    r"\s+(?P<n>-?\d+(?:\.(?P<decimals>\d+))?)\s*"
+)
+# The words that name a period: the dated rows are read only for an answer that has one.
+_PERIOD_WORDS = re.compile(
+    r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec|mon|tue|wed|thu|fri|sat|sun)[a-z]*"
+    r"|q[1-4]|quarter|first|second|third|fourth"
 )
 
 
-def _read_dated(text: str, where: str, index: LabelIndex) -> None:
-    if not text[:1].isdigit():
-        return
-    row = _DATED_ROW.fullmatch(text)
-    found = _numbers(row["n"]) if row is not None else []
-    if row is None or len(found) != 1:
-        return
+def _read_dated(text: str, where: str, index: LabelIndex) -> bool:
+    """Whether `text` is a dated row (read into `index`)."""
+    row = _DATED_ROW.fullmatch(text) if text[:1].isdigit() else None
+    if row is None:
+        return False
+    step = 10.0 ** -len(row["decimals"]) if row["decimals"] else 1.0
+    found = Found(float(row["n"]), step, row.start("n"), row.end("n"))
+    year = int(row["y"])
     if row["q"]:
-        index.add_period("quarter", int(row["q"]), found[0], where)
-        index.add_period("year", int(row["y"]), found[0], where)
-        return
-    readings = [keys for keys, _ in dates_in(row["date"])]
-    if len(readings) != 1 or len(readings[0]) != 1:
-        return
-    year, month, day = readings[0][0]
-    index.add_period("month", month, found[0], where)
-    index.add_period("quarter", (month - 1) // 3 + 1, found[0], where)
-    if year:
-        index.add_period("year", year, found[0], where)
-    if year and day:
-        with contextlib.suppress(ValueError):  # a reading no calendar holds
-            weekday = datetime.date(year, month, day).weekday()
-            index.add_period("weekday", weekday, found[0], where)
+        index.add_period("quarter", int(row["q"]), found, where)
+        index.add_period("year", year, found, where)
+        return True
+    month = int(row["m"] or 0)
+    if not 1 <= month <= 12:
+        return False
+    index.add_period("month", month, found, where)
+    index.add_period("quarter", (month - 1) // 3 + 1, found, where)
+    index.add_period("year", year, found, where)
+    if row["d"]:
+        with contextlib.suppress(ValueError):  # no such day
+            weekday = datetime.date(year, month, int(row["d"])).weekday()
+            index.add_period("weekday", weekday, found, where)
+    return True
 
 
 def _masked(text: str) -> str:
@@ -206,21 +211,19 @@ def build(lines: Iterable[tuple[str, str]], wanted: frozenset[str]) -> LabelInde
     table: _Columns | None = None
     delimited: tuple[str, list[str]] | None = None
     printed = Reader()
+    # Dated rows are read for an answer that names a period, as many as lines are read.
+    dated = MAX_LINES if any(_PERIOD_WORDS.fullmatch(w) for w in wanted) else 0
     read = 0
     for raw, where in lines:
         _read_printed(printed, raw, where, index)
-        _read_dated(raw, where, index)
+        if dated and _read_dated(raw, where, index):
+            dated -= 1
         relevant = names.search(raw.casefold()) is not None
         if table is not None and table.names_line(raw):
             continue
         if not relevant:
             if re.search(r"\d", raw) is None:  # a blank line or a header of no wanted label
-                if table is not None:
-                    table.commit(index)
-                # Its words may name the levels of an index whose rows hold wanted labels.
-                header = _header(raw.rstrip())
-                table = _Columns(header) if header and len(header) > 1 else None
-                delimited = None
+                table, delimited = _unwanted_header(raw, table, index), None
             if (table is None or table.full) and not (delimited and delimited[1]):
                 continue
         read += 1
@@ -245,6 +248,15 @@ def build(lines: Iterable[tuple[str, str]], wanted: frozenset[str]) -> LabelInde
     if table is not None:
         table.commit(index)
     return index
+
+
+def _unwanted_header(raw: str, table: _Columns | None, index: LabelIndex) -> _Columns | None:
+    """A line of words or none ends the table; its words may still name the levels of an
+    index whose rows hold wanted labels ("region  product" over "East    A    143")."""
+    if table is not None:
+        table.commit(index)
+    header = _header(raw.rstrip())
+    return _Columns(header) if header and len(header) > 1 else None
 
 
 def _read_printed(printed: Reader, raw: str, where: str, index: LabelIndex) -> None:
