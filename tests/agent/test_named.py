@@ -81,7 +81,7 @@ def test_a_named_value_no_output_shows_is_refused(answer: str, stdout: str, wron
         ("In 2023 there were 500 sales.", "2023\nsales: 500\n"),  # no year shown: a number
         ("The peak was in 2023.", "peak: 2023-03-04\n"),
         ("It started at 9 o'clock.", "start: 09:00\n"),
-        ("It started at 9 o'clock.", "start: 21:00\n"),
+        ("It started at 9 o'clock in the evening.", "start: 21:00\n"),
         ("It uses Python 3.11.", "Python 3.11.4\n"),
         ("numpy 1.26 is installed.", "numpy 1.26.4\n"),
         ("The installed version is 2.1.0.", "version: 2.1.0\n"),
@@ -299,3 +299,123 @@ def test_a_month_quarter_or_hour_column_shows_its_values(answer: str, stdout: st
 )
 def test_a_month_quarter_or_hour_no_column_shows_is_refused(answer: str, stdout: str) -> None:
     assert refused(answer, stdout)
+
+
+_PEAK_LOW = "peak: 2023-03-07\nlow: 2023-03-04\n"  # a Tuesday and a Saturday
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("The low was on Tuesday.", _PEAK_LOW),
+        ("The peak was on Saturday.", _PEAK_LOW),
+        ("The peak was in April.", "peak: 2023-03-07\nlow: 2023-04-04\n"),
+        ("The low came in Q1.", "peak: 2023-03-07\nlow: 2023-04-04\n"),
+        ("The peak day was Saturday.", "{'peak_day': '2023-03-07', 'low_day': '2023-03-04'}\n"),
+    ],
+)
+def test_a_named_value_shown_under_another_label_is_refused(answer: str, stdout: str) -> None:
+    assert refused(answer, stdout)
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("The low was on Saturday.", _PEAK_LOW),
+        ("The peak was on Tuesday, March 7.", _PEAK_LOW),
+        ("The peak was on Tuesday and the low on Saturday.", _PEAK_LOW),
+        ("The peak was in March.", "peak: 2023-03-07\nlow: 2023-04-04\n"),
+        ("The peak day was Tuesday.", "{'peak_day': '2023-03-07', 'low_day': '2023-03-04'}\n"),
+        ("Sales were low on Saturday.", _PEAK_LOW),
+    ],
+)
+def test_a_named_value_shown_under_its_label_passes(answer: str, stdout: str) -> None:
+    assert refused(answer, stdout) == []
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("Sales peaked at 9 o'clock.", "peak: 2023-03-04 21:00\n"),
+        ("Sales peaked at 9 o'clock in the morning.", "peak: 2023-03-04 21:00\n"),
+        ("Sales peaked at 9 o'clock in the evening.", "peak: 2023-03-04 09:00\n"),
+        ("Sales peaked at 9 o'clock.", "hour  sales\n  21    500\n   8    420\n"),
+    ],
+)
+def test_an_o_clock_is_the_hour_as_written_unless_it_says_the_half(
+    answer: str, stdout: str
+) -> None:
+    assert refused(answer, stdout)
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("Sales peaked at 9 o'clock.", "peak: 2023-03-04 09:00\n"),
+        ("Sales peaked at 9 o'clock in the evening.", "peak: 2023-03-04 21:00\n"),
+        ("Sales peaked at 9 o'clock at night.", "peak: 2023-03-04 21:00\n"),
+        ("Sales peaked at 9 o'clock pm.", "peak: 2023-03-04 21:00\n"),
+        ("Sales peaked at 21 o'clock.", "peak: 2023-03-04 21:00\n"),
+        ("Sales peaked at 9 o'clock.", "peak: 9 o'clock\n"),
+    ],
+)
+def test_an_honest_o_clock_passes(answer: str, stdout: str) -> None:
+    assert refused(answer, stdout) == []
+
+
+_QUARTERS = "quarter  sales\nQ1  10\nQ2  20\nQ3  15\n"
+_SERIES = "quarter\nQ1    10\nQ2    20\nQ3    15\nName: sales, dtype: int64\n"
+_DAYS = "weekday\nMonday     500\nTuesday    420\nSaturday   120\nName: sales, dtype: int64\n"
+_MONTHS = "month\nJan    3.5\nFeb    4.1\nMar    2.2\nName: revenue, dtype: float64\n"
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("The peak was Q1.", _QUARTERS),
+        ("Sales peaked in Q3.", _QUARTERS),
+        ("Q1 had the highest sales.", _SERIES),
+        ("The lowest quarter was Q2.", _SERIES),
+        ("The busiest day was Tuesday.", _DAYS),
+        ("Saturday had the most sales.", _DAYS),
+        ("Revenue peaked in January.", _MONTHS),
+        ("The weakest month was February.", _MONTHS),
+    ],
+)
+def test_a_peak_or_low_named_by_period_must_be_the_series_extreme(answer: str, stdout: str) -> None:
+    assert refused(answer, stdout)
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("The peak was Q2.", _QUARTERS),
+        ("Sales peaked in Q2 with 20.", _QUARTERS),
+        ("Q1 had the lowest sales.", _SERIES),
+        ("Sales peaked in Q2 and bottomed out in Q1.", _SERIES),
+        ("The busiest day was Monday.", _DAYS),
+        ("Saturday had the fewest sales.", _DAYS),
+        ("Revenue peaked in February.", _MONTHS),
+        ("The weakest month was March.", _MONTHS),
+        ("Q1 had 10 sales.", _SERIES),
+        ("Q3 sales were higher than Q1.", _SERIES),
+    ],
+)
+def test_an_honest_peak_or_low_by_period_passes(answer: str, stdout: str) -> None:
+    assert refused(answer, stdout) == []
+
+
+_BY_QUARTER = "date\n2023Q1    85\n2023Q2    14\nFreq: Q-DEC\n"
+
+
+@pytest.mark.parametrize(
+    ("answer", "refuses"),
+    [
+        ("Q2 was the strongest quarter.", True),
+        ("Sales peaked in Q2.", True),
+        ("Q1 was the strongest quarter.", False),
+        ("Sales peaked in Q1 and bottomed out in Q2.", False),
+    ],
+)
+def test_a_series_of_pandas_periods_is_ranked(answer: str, refuses: bool) -> None:
+    assert bool(refused(answer, _BY_QUARTER)) is refuses

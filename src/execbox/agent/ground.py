@@ -7,7 +7,8 @@ formatting (thousands separators, percentages, scientific notation, "k"/"million
 read whole by `quantities` (magnitude, unit, sign, bound, approximation, words). A change the
 answer states between two grounded numbers of the same sentence ("from 10 to 12, up 20%") is
 derived from the output values they matched. A number the answer ties to a label an output
-shows must be that label's (`labels`); a month, weekday, quarter, year, version or rank it
+shows must be that label's (`labels`), and one tied to a row and a column must be at their
+crossing; a month, weekday, quarter, year, version or rank it
 names must be one an output shows (`named`). When unsure, the check refuses. Claims of
 verification must match checks that ran and passed. Values the question itself gives (its
 numbers, years, quoted names) need no evidence, nor do list markers, ordinals that are no rank
@@ -44,13 +45,23 @@ from .ground_text import (
     CLOCK,
     clock_claim,
     date_claim,
+    keyed_name_claims,
     month_day_claim,
     norm,
     quote_claim,
     result_claim,
     verification_claims,
 )
-from .labels import tied_labels, wanted_words
+from .labels import (
+    RESPECTIVELY,
+    LabelIndex,
+    lookup,
+    norm_label,
+    period_label,
+    respective_labels,
+    tied_labels,
+    wanted_words,
+)
 from .models import Claim, Verdict
 from .named import NAMED_LABELS, named_claims
 from .quantities import Num, claimed_numbers, claimed_words, normalize, numbers_in
@@ -61,6 +72,11 @@ from .values import blank, dates_in, durations_in, mask_dates, month_days_in, sc
 _LIST_MARKER = re.compile(r"^\s*(\d+)[.)]\s", re.M)
 _ASIDE_SHARE = re.compile(r"\s*(?:[A-Za-z]+\s*)?\(?\s*")
 _SENTENCE_END = re.compile(r"[.!?;](?=\s|$)|\n")
+# Between a named value and a number, what makes the number another's: "March, and 35".
+_GAP_BREAK = re.compile(
+    r"[.!?;,\n()]|\b(?:and|or|than|vs|versus|but|while|whereas|after|before|since|from|to)\b",
+    re.I,
+)
 _STOP = {
     "the",
     "and",
@@ -184,8 +200,11 @@ def check(  # noqa: C901
         spans.append(match.span())
     shown = list(spans)  # the named values' spans: their kind's label is theirs
     masked, spans = blank(masked, spans), []
+    periods: dict[tuple[int, int], str] = {}  # a named period's span: the rows it labels
     for named, claim in named_claims(masked, evidence, context.question, wanted):
         claims.append(claim)
+        if named.kind in ("month", "quarter", "year", "weekday"):
+            periods[(named.start, named.end)] = period_label(named.kind, named.value)
         if not named.superlative:  # "the highest sales (210)": the words read on
             spans.append((named.start, named.end))
             shown.append((named.start, named.end))
@@ -232,7 +251,8 @@ def check(  # noqa: C901
             stated.append((num, literal_claim(num.text, evidence, listed=True)))  # "[1,5]"
             continue
         stated.append((num, number_claim(num, evidence, question_numbers, words)))
-    stated = _labelled(stated, masked, evidence, wanted, sorted(shown))
+    stated = _labelled(stated, masked, evidence, wanted, sorted(shown), answer, periods)
+    stated = _respectively(stated, masked, evidence, wanted)
     ends = [m.start() for m in _SENTENCE_END.finditer(masked)]
     sentences: dict[int, list[tuple[Num, Claim]]] = {}
     for num, claim in stated:
@@ -248,6 +268,7 @@ def check(  # noqa: C901
         if num.unit is not None and claim.grounded:
             claims.append(unit_claim(num, evidence, context))
     claims.extend(verification_claims(masked, list(verdicts)))
+    claims.extend(keyed_name_claims(masked, evidence))
     result = result_claim(answer, nums, evidence.result)
     if result is not None:
         claims.append(result)
@@ -260,6 +281,8 @@ def _labelled(
     evidence: Evidence,
     wanted: frozenset[str],
     named: list[tuple[int, int]],
+    answer: str,
+    periods: dict[tuple[int, int], str],
 ) -> list[tuple[Num, Claim]]:
     """A grounded number the answer ties to a label the outputs show ("South sold 143",
     "the median is 4.2") must be that label's: on its line, under its key, in its column."""
@@ -293,6 +316,16 @@ def _labelled(
             at = bisect.bisect(named, (num.start, num.start)) - 1
             if at >= 0 and named[at][0] >= previous:
                 labels = [label for label in labels if label not in NAMED_LABELS]
+                # "March with 35", "Monday sold 12": a row named by the value is the number's.
+                gap = text[named[at][1] : num.start]
+                if not _GAP_BREAK.search(gap) and len(gap.split()) <= 3:
+                    row = lookup(norm_label(answer[named[at][0] : named[at][1]]), index)
+                    row = row or _period(named[at], periods, index)
+                    labels += [row] if row is not None else []
+            after = bisect.bisect(named, (num.end, num.end))
+            if after < len(named) and _IN_PERIOD.fullmatch(text, num.end, named[after][0]):
+                row = _period(named[after], periods, index)  # "rose 84% in March"
+                labels += [row] if row is not None else []
             for label in labels:
                 cells = index.get(label)
                 if cells is not None and not any(fits(num, _cell_fact(c)) for c in cells.values):
@@ -301,14 +334,88 @@ def _labelled(
                         text=num.text,
                         kind="number",
                         grounded=False,
-                        detail=f"the outputs show {label!r} as {shown}, not this value "
+                        detail=f"the outputs show {label.lstrip(chr(0))!r} as {shown}, not this value "
                         f"(it is shown at {claim.source})",
                     )
                     break
+            else:
+                claim = _crossing(num, claim, labels, index)
         else:
             labels = []
         out.append((num, claim))
     return out
+
+
+def _respectively(
+    stated: list[tuple[Num, Claim]], text: str, evidence: Evidence, wanted: frozenset[str]
+) -> list[tuple[Num, Claim]]:
+    """ "East and West had 98 and 143 respectively": the labels before a sentence's first
+    number, in order, are its numbers' in order, when they are as many."""
+    if not RESPECTIVELY.search(text):
+        return stated
+    index = evidence.label_index(wanted)
+    out = list(stated)
+    for m in RESPECTIVELY.finditer(text):
+        begin = max([0, *(e.end() for e in _SENTENCE_END.finditer(text, 0, m.start()))])
+        mine = [
+            i
+            for i, (num, claim) in enumerate(stated)
+            if begin <= num.start < m.start() and claim.grounded and not num.literal
+        ]
+        if len(mine) < 2:
+            continue
+        labels = respective_labels(text, begin, stated[mine[0]][0].start, index)
+        if len(labels) != len(mine):
+            continue
+        for i, label in zip(mine, labels, strict=True):
+            num, claim = stated[i]
+            cells = index.get(label)
+            if cells is not None and not any(fits(num, _cell_fact(c)) for c in cells.values):
+                shown = ", ".join(f"{c[0]:g}" for c in cells.values[:5])
+                out[i] = (
+                    num,
+                    Claim(
+                        text=num.text,
+                        kind="number",
+                        grounded=False,
+                        detail=f"the outputs show {label!r} as {shown}, not this value "
+                        f"(it is shown at {claim.source})",
+                    ),
+                )
+    return out
+
+
+# Between a number and the period it is of: "35 units in March", "84% during Q2".
+_IN_PERIOD = re.compile(r"\s+(?:[A-Za-z%]+\s+)?(?:in|on|during|for)\s+", re.I)
+
+
+def _period(
+    span: tuple[int, int], periods: dict[tuple[int, int], str], index: LabelIndex
+) -> str | None:
+    """The rows a named period labels ("February" of a "2023-02-01   35" row), if shown."""
+    label = periods.get(span)
+    return label if label is not None and index.get(label) is not None else None
+
+
+def _crossing(num: Num, claim: Claim, labels: list[str], index: LabelIndex) -> Claim:
+    """A number tied to labels that meet on some line (a row and a column, a MultiIndex's
+    levels) must be at their crossing: "For East, B was 77" is East's row in B's column."""
+    cells = [c for label in dict.fromkeys(labels) if (c := index.get(label)) is not None]
+    if len(cells) < 2 or not set.intersection(*({c[4] for c in cs.values} for cs in cells)):
+        return claim
+    common = set.intersection(*({(c[4], c[0]) for c in cs.values} for cs in cells))
+    crossing = [c for c in cells[0].values if (c[4], c[0]) in common]
+    if any(fits(num, _cell_fact(c)) for c in crossing):
+        return claim
+    names = " and ".join(repr(label) for label in dict.fromkeys(labels))
+    shown = ", ".join(dict.fromkeys(f"{c[0]:g}" for c in crossing)) or "no value"
+    return Claim(
+        text=num.text,
+        kind="number",
+        grounded=False,
+        detail=f"the outputs show {names} together as {shown}, not this value "
+        f"(it is shown at {claim.source})",
+    )
 
 
 def _cell_fact(cell: tuple[float, float, bool, str | None, str]) -> Fact:

@@ -258,3 +258,64 @@ def verification_claims(text: str, verdicts: list[Verdict]) -> list[Claim]:
                 )
             )
     return claims
+
+
+# "West was the worst region", "the best region is East": a name the answer gives a key.
+_NAMED_AS = re.compile(
+    r"(?P<x>\b[A-Z][\w.&-]*)\s+(?:was|is)\s+the\s+(?P<k>[a-z]+(?:[ -][a-z]+){0,2})\b"
+    r"|\b(?i:the)\s+(?P<k2>[a-z]+(?:[ -][a-z]+){0,2})\s+(?:was|is)\s+(?P<x2>[A-Z][\w.&-]*)"
+)
+_MAX_NAMES = 20  # names read under one key
+_NOT_NAMES = {"it", "this", "that", "the", "a", "an", "there", "which", "what"}
+# "best_region: East", "'worst region' = North": a key and the one name it shows.
+_KEYED_NAME = re.compile(
+    r"\s*['\"]?(?P<key>[A-Za-z][\w -]{0,40}?)['\"]?\s*[:=]\s*['\"]?"
+    r"(?P<v>[A-Za-z][\w.&-]*(?: [A-Za-z][\w.&-]*){0,2})['\"]?\s*,?\s*"
+)
+
+
+def keyed_name_claims(text: str, evidence: Evidence) -> list[Claim]:
+    """A name the answer gives a key an output shows with another name ("West was the worst
+    region" for "worst_region: North") is refused; only lines that hold the key are read."""
+    claims = []
+    for m in _NAMED_AS.finditer(text):
+        name, words = (m["x"], m["k"]) if m["x"] else (m["x2"], m["k2"])
+        name = name.rstrip(".&-")  # a sentence's full stop
+        if name.casefold() in _NOT_NAMES:
+            continue
+        words = words.split()
+        for n in range(len(words), 0, -1):
+            key = "_".join(words[-n:]).replace("-", "_")
+            shown = _keyed_names(key, evidence)
+            if shown:
+                if name.casefold() not in {v.casefold() for v in shown}:
+                    claims.append(
+                        Claim(
+                            text=name,
+                            kind="quote",
+                            grounded=False,
+                            detail=f"the outputs show {key!r} as {', '.join(shown)}, "
+                            f"not {name!r}: state only what the outputs show",
+                        )
+                    )
+                break
+    return claims
+
+
+def _keyed_names(key: str, evidence: Evidence) -> list[str]:
+    """The names output lines show under `key` ("best_region: East"), spelled with "_",
+    "-" or a space."""
+    spellings = {key, key.replace("_", " "), key.replace("_", "-")}
+    if not any(evidence.may_contain(s) for s in spellings):
+        return []
+    shown = []
+    for fact in evidence.texts:
+        line = str(fact.value)
+        if len(line) > 200 or not any(s in line.casefold() for s in spellings):
+            continue
+        m = _KEYED_NAME.fullmatch(line)
+        if m is not None and re.sub(r"[ -]", "_", m["key"].strip().casefold()) == key:
+            shown.append(m["v"])
+            if len(shown) > _MAX_NAMES:
+                return []  # a key of many records, not one answer's: a bounded cost
+    return shown

@@ -1,6 +1,7 @@
 """Which label a value belongs to: an output's row labels, keys and column headers, each with
-the numbers on its line, under its key or in its column; and the labels an answer ties a number
-to ("South sold 143", "the median (3.9)", "12 users", "143 for East").
+the numbers on its line, under its key or in its column (a MultiIndex's levels each label their
+rows); and the labels an answer ties a number to ("South sold 143", "the median (3.9)", "12
+users", "143 for East", "98 is East's total", "For East, B was 77").
 
 Read conservatively: a line or table whose shape is not clear gives no labels (a prose line
 "Processed 500 rows in 3 s" says nothing of what "rows" holds), and a claim is tied only to
@@ -9,6 +10,8 @@ labels the outputs show. The index is built once, line by line: a claim costs a 
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -28,6 +31,8 @@ ALIASES = {
     "minimum": "min",
     "standard deviation": "std",
     "accuracy": "acc",
+    "lower quartile": "25%",
+    "upper quartile": "75%",
 }
 _PERCENTILE_ROW = re.compile(r"\s*(\d{1,2}%)\s+(?=[-\d.])")
 
@@ -117,9 +122,62 @@ class LabelIndex:
             return
         cells.values.append((found.value, found.step, found.percent, found.unit, where))
 
+    def add_period(self, kind: str, value: int, found: Found, where: str) -> None:
+        """A number on a row a date or period labels ("2023-02-01   35"): its month, quarter,
+        year and weekday each label it, as `period_label` names them."""
+        cells = self.cells.setdefault(period_label(kind, value), Cells())
+        cells.kinds.add("row")
+        if len(cells.values) >= MAX_CELLS:
+            cells.overflow = True
+            return
+        cells.values.append((found.value, found.step, found.percent, found.unit, where))
+
     def get(self, label: str) -> Cells | None:
         cells = self.cells.get(label)
         return None if cells is None or cells.overflow or not cells.values else cells
+
+
+def period_label(kind: str, value: int) -> str:
+    """The label of the rows a date or period of `kind` (month, quarter, year, weekday) with
+    `value` labels; no answer's words spell it."""
+    return f"\0{kind} {value}"
+
+
+# A Series indexed by dates or periods, as pandas prints it: "2023-02-01    35", "2023Q1  85".
+_DATED_ROW = re.compile(
+    r"(?P<y>\d{4})(?:-(?P<m>\d\d)(?:-(?P<d>\d\d))?(?:[ T]\d\d:\d\d(?::\d\d)?)?|-?Q(?P<q>[1-4]))"
+    r"\s+(?P<n>-?\d+(?:\.(?P<decimals>\d+))?)\s*"
+)
+# The words that name a period: the dated rows are read only for an answer that has one.
+_PERIOD_WORDS = re.compile(
+    r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec|mon|tue|wed|thu|fri|sat|sun)[a-z]*"
+    r"|q[1-4]|quarter|first|second|third|fourth"
+)
+
+
+def _read_dated(text: str, where: str, index: LabelIndex) -> bool:
+    """Whether `text` is a dated row (read into `index`)."""
+    row = _DATED_ROW.fullmatch(text) if text[:1].isdigit() else None
+    if row is None:
+        return False
+    step = 10.0 ** -len(row["decimals"]) if row["decimals"] else 1.0
+    found = Found(float(row["n"]), step, row.start("n"), row.end("n"))
+    year = int(row["y"])
+    if row["q"]:
+        index.add_period("quarter", int(row["q"]), found, where)
+        index.add_period("year", year, found, where)
+        return True
+    month = int(row["m"] or 0)
+    if not 1 <= month <= 12:
+        return False
+    index.add_period("month", month, found, where)
+    index.add_period("quarter", (month - 1) // 3 + 1, found, where)
+    index.add_period("year", year, found, where)
+    if row["d"]:
+        with contextlib.suppress(ValueError):  # no such day
+            weekday = datetime.date(year, month, int(row["d"])).weekday()
+            index.add_period("weekday", weekday, found, where)
+    return True
 
 
 def _masked(text: str) -> str:
@@ -153,15 +211,19 @@ def build(lines: Iterable[tuple[str, str]], wanted: frozenset[str]) -> LabelInde
     table: _Columns | None = None
     delimited: tuple[str, list[str]] | None = None
     printed = Reader()
+    # Dated rows are read for an answer that names a period, as many as lines are read.
+    dated = MAX_LINES if any(_PERIOD_WORDS.fullmatch(w) for w in wanted) else 0
     read = 0
     for raw, where in lines:
         _read_printed(printed, raw, where, index)
+        if dated and _read_dated(raw, where, index):
+            dated -= 1
         relevant = names.search(raw.casefold()) is not None
+        if table is not None and table.names_line(raw):
+            continue
         if not relevant:
             if re.search(r"\d", raw) is None:  # a blank line or a header of no wanted label
-                if table is not None:
-                    table.commit(index)
-                table, delimited = None, None
+                table, delimited = _unwanted_header(raw, table, index), None
             if (table is None or table.full) and not (delimited and delimited[1]):
                 continue
         read += 1
@@ -188,6 +250,15 @@ def build(lines: Iterable[tuple[str, str]], wanted: frozenset[str]) -> LabelInde
     return index
 
 
+def _unwanted_header(raw: str, table: _Columns | None, index: LabelIndex) -> _Columns | None:
+    """A line of words or none ends the table; its words may still name the levels of an
+    index whose rows hold wanted labels ("region  product" over "East    A    143")."""
+    if table is not None:
+        table.commit(index)
+    header = _header(raw.rstrip())
+    return _Columns(header) if header and len(header) > 1 else None
+
+
 def _read_printed(printed: Reader, raw: str, where: str, index: LabelIndex) -> None:
     """Every line that may open, go on with or hold a printed value, relevant or not: a
     value's labels may be lines away from its numbers."""
@@ -199,8 +270,10 @@ def _read_printed(printed: Reader, raw: str, where: str, index: LabelIndex) -> N
 def _read_line(text: str, found: list[Found], where: str, index: LabelIndex) -> None:
     """One line's own labels: its keys, else its row labels."""
     percentile = _PERCENTILE_ROW.match(text)
-    if percentile and len(found) == 3:  # describe()'s "50%   100.5": the % and its value
-        index.add(percentile[1], "row", found[2], where)
+    if percentile:  # describe()'s "50%   100.5   3.5": the % row holds the values after it
+        for f in found:
+            if f.start >= percentile.end():
+                index.add(percentile[1], "row", f, where)
     elif not _read_keys(text, found, where, index):
         _read_row(text, found, where, index)
     _read_pairs(text, found, where, index)
@@ -273,10 +346,62 @@ def _read_counted(text: str, found: list[Found], where: str, index: LabelIndex) 
         index.add(head["label"], "row", f, where)
 
 
+# Verbs whose preposition belongs to them: "West accounts for 29%", "North brought in $110",
+# "units range from 5 to 30".
+_PHRASAL = {
+    "account",
+    "accounts",
+    "accounted",
+    "bring",
+    "brings",
+    "brought",
+    "take",
+    "takes",
+    "took",
+    "pull",
+    "pulls",
+    "pulled",
+    "came",
+    "comes",
+    "ended",
+    "ends",
+    "totals",
+    "totalled",
+    "totaled",
+    "range",
+    "ranges",
+    "ranged",
+    "vary",
+    "varies",
+    "varied",
+}
+# A capital "A" inside a sentence is a label (product A), not the article.
+_LETTER_A = re.compile(r"(?<=[\w,'\u2019)])[ \t]+A\b(?![\w'\u2019])")
+
+
+def _answer_words(text: str, start: int = 0, end: int | None = None) -> list[str]:
+    """The answer's words in text[start:end], normalized as labels; a capital "A" that is no
+    article reads as the label "a", the article as "an" (never a label)."""
+    end = len(text) if end is None else end
+    text = re.sub(r"['\u2019]s\b", lambda m: " " * len(m[0]), text)  # keeps the offsets
+    letters = {m.end() - 1 for m in _LETTER_A.finditer(text, max(0, start - 2), end)}
+    words: list[str] = []
+    for match in _WORD.finditer(text, start, end):
+        word = norm_label(match[0])
+        if word == "a":
+            word = "\0a" if match.start() in letters else "an"
+        elif word in _APART and words and words[-1] in _PHRASAL:
+            word = "an"  # "accounts for", "brought in": the verb's, parting nothing
+        words += word.split()
+    return words
+
+
 def wanted_words(text: str) -> frozenset[str]:
     """The words of an answer that may name a label, in the singular and plural, and the
     short forms of its aliases."""
     words = {w for w in _WORD.findall(norm_label(text)) if w not in _NOT_LABELS}
+    if _LETTER_A.search(text):
+        words.add("a")
     words |= {_other_number(w) for w in words}
     return frozenset(words | {a for w, a in ALIASES.items() if w.split()[-1] in words})
 
@@ -290,6 +415,7 @@ def lookup(gram: str, index: LabelIndex) -> str | None:
     """The label an answer's words name: themselves, or their alias if only that is shown."""
     if gram in _NOT_LABELS:
         return None
+    gram = gram.replace("\0", "")  # a capital "A" (see `_answer_words`)
     if index.get(gram) is not None:
         return gram
     head, _, last = gram.rpartition(" ")
@@ -302,23 +428,70 @@ def lookup(gram: str, index: LabelIndex) -> str | None:
     return alias if alias is not None and index.get(alias) is not None else None
 
 
+_TEXT_CELL = re.compile(r"[A-Za-z][\w.&'-]*")
+
+
 @dataclass
 class _Columns:
     """A whitespace table (pandas prints): a column is read only if every row has a number
-    aligned with its header word, at its right edge or its left."""
+    aligned with its header word, at its right edge or its left. Under the header, a line of
+    words only names the index's levels (pandas' MultiIndex and pivot tables): a row's words
+    are its labels, one per level, and a level a row leaves blank is the row's above."""
 
     header: list[tuple[int, int, str]]
     rows: int = 0
     cells: dict[int, list[tuple[Found, str]]] = field(default_factory=dict)
+    levels: list[tuple[int, int, str]] = field(default_factory=list)
+    current: list[str] = field(default_factory=list)  # the last row's label at each level
+    labelled: list[tuple[str, Found, str]] = field(default_factory=list)
 
     @property
     def full(self) -> bool:
         return self.rows > MAX_CELLS  # its columns would not be checked: stop reading
 
+    def names_line(self, text: str) -> bool:
+        """Whether `text` names the levels of the index under this header (read here)."""
+        if self.rows or self.levels or not text.strip() or re.search(r"\d", text):
+            return False
+        levels = _header(text.rstrip())
+        if levels is None or levels[-1][1] > self.header[-1][1]:
+            return False
+        self.levels = levels
+        return True
+
+    def _row_labels(self, text: str, first: int) -> list[str]:
+        """The row's label at each level: its words before the first number, each at the
+        level whose name starts at or before it, the blank levels carried from above."""
+        labels = list(self.current) + [""] * (len(self.levels) - len(self.current))
+        words = [(m.start(), m[0]) for m in re.finditer(r"\S+", text[:first])]
+        given = [i for i, _ in enumerate(self.levels)]
+        at_level: dict[int, list[str]] = {}
+        for start, word in words:
+            level = max([i for i in given if self.levels[i][0] <= start] or [0])
+            at_level.setdefault(level, []).append(word)
+        if not at_level:
+            return []
+        top = min(at_level)
+        labels[top:] = [" ".join(at_level.get(i, [])) for i in range(top, len(self.levels))]
+        self.current = labels
+        return [label for label in labels if label]
+
     def read(self, text: str, found: list[Found], where: str) -> None:
         self.rows += 1
         if self.full:
             return
+        if self.rows == 1 and not self.levels and found[0].start > self.header[-1][1]:
+            self.levels = self.header  # a Series: its header names the index's levels only
+        if len(self.levels) > 1:
+            for label in self._row_labels(text, found[0].start):
+                self.labelled += [(label, f, where) for f in found]
+        elif not text[: found[0].start].strip():
+            # A record's text cells after its index ("0  East  A  12"), each under its header
+            # word: they label the row's other numbers.
+            edges = {s for s, _, _ in self.header} | {e for _, e, _ in self.header}
+            for cell in _TEXT_CELL.finditer(text, found[0].end):
+                if cell.start() in edges or cell.end() in edges:
+                    self.labelled += [(cell[0], f, where) for f in found[1:]]
         for f in found:
             end = _end_of(text, f)
             at = [i for i, (s, e, _) in enumerate(self.header) if e == end or s == f.start]
@@ -326,6 +499,8 @@ class _Columns:
                 self.cells.setdefault(at[0], []).append((f, where))
 
     def commit(self, index: LabelIndex) -> None:
+        for label, f, where in self.labelled:
+            index.add(label, "row", f, where)
         for i, cells in self.cells.items():
             if not self.full and len({where for _, where in cells}) == self.rows == len(cells):
                 for f, where in cells:
@@ -464,9 +639,13 @@ def tied_labels(
     right after it ("12 users", "143 for East"). A clause that lists or compares labels
     ("North and South had 31") ties none before the number; a label the previous number
     names ("5 files had 12") or one a preposition parts from it ("sales in 2023") is not
-    this number's."""
+    this number's. A row named later in the clause ("98 is East's total") or in the
+    sentence's opening ("For East, B was 77") is the number's too."""
     labels: list[str] = []
     head = max(previous_end, start - 200, 0)  # a window: the cost stays linear
+    pair = _correlated(text, head, start, index)
+    if pair:
+        return pair
     clause = max([head, *(m.end() for m in _CLAUSE_END.finditer(text, head, start))])
     before = text[clause:start]
     listing = list(_LISTING.finditer(before))
@@ -475,14 +654,20 @@ def tied_labels(
     if listing and clause == previous_end:
         before = before[listing[-1].end() :]  # "12 users and 7 admins": users is 12's
         first = 0
-    words = [norm_label(w) for w in _WORD.findall(norm_label(before))]
+    words = _answer_words(text, start - len(before), start)
     first, words = max(0, first - max(0, len(words) - 6)), words[-6:]
-    found = [
-        label
+    named = [
+        (last - len(g.split()) + 1, last, label)
         for last, g in _grams(words)
         if last - len(g.split()) + 1 >= first
         and not _APART.intersection(words[last + 1 :])
         and (label := lookup(g, index)) is not None
+    ]
+    # "conversion rate" is the shown "conversion_rate", not a shown "conversions" too.
+    found = [
+        label
+        for a, b, label in named
+        if not any(c <= a and b <= d and (c, d) != (a, b) for c, d, _ in named)
     ]
     if found and (clause == previous_end or not listing):
         labels += found
@@ -495,7 +680,8 @@ def tied_labels(
     kinds = {"row", "key", "column"} if lead else {"key", "column"}
     if lead or re.match(r"\s+[A-Za-z]", after):
         spans = list(_WORD.finditer(after, lead.end() if lead else 0))
-        words = [norm_label(m[0]) for m in spans]
+        letters = {m.end() - 1 for m in _LETTER_A.finditer(text, max(0, end - 2), after_end)}
+        words = ["\0a" if end + m.start() in letters else norm_label(m[0]) for m in spans]
         for n in range(min(_MAX_WORDS, len(words)), 0, -1):
             label = lookup(" ".join(words[:n]), index)
             cells = index.get(label) if label is not None else None
@@ -509,7 +695,96 @@ def tied_labels(
     if aside is not None:
         words = [norm_label(w) for w in _WORD.findall(norm_label(aside["label"]))]
         labels += [label for _, g in _grams(words) if (label := lookup(g, index)) is not None]
+    if clause > head and text[clause - 1] == ",":
+        labels += _framed(text, head, clause, index)
+    if not text[start:end].rstrip().endswith("%"):  # a share may be of another label's total
+        labels += _named_after(text, end, min(next_start, end + 200), labels, index)
     return labels
+
+
+_CORRELATION = re.compile(r"\bcorrelat|\bcovarian", re.I)
+
+
+def _correlated(text: str, head: int, start: int, index: LabelIndex) -> list[str]:
+    """The two labels a correlation is between ("units and price correlate at 0.3", "the
+    correlation between price and revenue is 0.35"), when both head a row and a column of a
+    matrix: the number is their cell."""
+    ends = list(_SENTENCE_END.finditer(text, head, start))
+    region = text[ends[-1].end() if ends else head : start]
+    if not _CORRELATION.search(region):
+        return []
+    words = _answer_words(region)
+    found = {
+        label
+        for _, g in _grams(words)
+        if (label := lookup(g, index)) is not None
+        and (cells := index.get(label)) is not None
+        and {"row", "column"} <= cells.kinds
+    }
+    return sorted(found) if len(found) == 2 else []
+
+
+# A sentence's opening that says which row the rest is about: "For East, B was 77".
+_FRAME = re.compile(
+    r"\s*(?:looking at|for|in|among|within|as for|regarding|considering|focusing on|"
+    r"turning to)\s+(?P<label>[^,]{1,60})",
+    re.I,
+)
+# After a number, words that make the labels after it another's: "98, less than East".
+_OTHERS = re.compile(
+    r"\b(?:against|not|unlike|except|excluding|besides|more|fewer|less|ahead|behind|above|"
+    r"below|difference|gap|margin|favou?r\w*|lead\w*|led|trail\w*|beat\w*|separat\w*|"
+    r"between|per|each|average|share|total of|whole|all)\b",
+    re.I,
+)
+_KINDS = {"row", "key"}
+
+
+def _framed(text: str, head: int, clause: int, index: LabelIndex) -> list[str]:
+    """The row labels a sentence's opening names ("For East, B was 77", "Looking at East,
+    it sold 98"), if that opening is the sentence's first clause and holds no number."""
+    ends = list(_SENTENCE_END.finditer(text, head, clause - 1))
+    if not ends and head > 0:
+        return []
+    frame = _FRAME.fullmatch(text, ends[-1].end() if ends else 0, clause - 1)
+    if frame is None or _LISTING.search(frame["label"]):
+        return []
+    words = _answer_words(text, frame.start("label"), frame.end("label"))
+    return _one_row(words, [], index)
+
+
+def _named_after(text: str, end: int, limit: int, tied: list[str], index: LabelIndex) -> list[str]:
+    """The row labels the number's clause names after it ("98 is East's total", "It had 98
+    units in East", "98, for East"): all of one row (a MultiIndex's levels) or none, and
+    none past a word that makes them another's ("98, less than East")."""
+    lead = re.match(r"\s*,\s*(?=(?:for|in|at|from|by)\s)", text[end:limit], re.I)
+    start = end + (lead.end() if lead else 0)
+    stop = _CLAUSE_END.search(text, start, limit)
+    segment = text[start : stop.start() if stop else limit]
+    if _LISTING.search(segment) or _OTHERS.search(segment):
+        return []
+    return _one_row(_answer_words(segment), tied, index)
+
+
+def _one_row(words: list[str], tied: list[str], index: LabelIndex) -> list[str]:
+    """The row and key labels `words` name, if they and the `tied` ones of those kinds meet
+    on one line of the outputs (one row, each of its levels); else none."""
+    found = {
+        label
+        for _, g in _grams(words)
+        if (label := lookup(g, index)) is not None
+        and (cells := index.get(label)) is not None
+        and cells.kinds & _KINDS
+    }
+    if not found:
+        return []
+    rows = [label for label in tied if (cells := index.get(label)) and cells.kinds & _KINDS]
+    lines = [
+        {c[4] for c in cells.values}
+        for label in {*found, *rows}
+        if (cells := index.get(label)) is not None
+    ]
+    return sorted(found) if set.intersection(*lines) else []
 
 
 def _carried(text: str, head: int, clause: int, before: str, index: LabelIndex) -> list[str]:
@@ -525,6 +800,28 @@ def _carried(text: str, head: int, clause: int, before: str, index: LabelIndex) 
     region = text[ends[-1].end() if ends else 0 : clause - 1]
     if _LISTING.search(region):
         return []
-    words = [norm_label(w) for w in _WORD.findall(norm_label(region))]
+    words = _answer_words(region)
     found = {label for _, g in _grams(words) if (label := lookup(g, index)) is not None}
     return list(found) if len(found) == 1 else []
+
+
+RESPECTIVELY = re.compile(r"\brespectively\b", re.I)
+
+
+def respective_labels(text: str, start: int, end: int, index: LabelIndex) -> list[str]:
+    """The row labels text[start:end] names in order ("East and West had 98 and 143
+    respectively": East, West), each once, the longest reading of each run of words."""
+    words = _answer_words(text, start, end)
+    out: list[str] = []
+    i = 0
+    while i < len(words):
+        for n in range(min(_MAX_WORDS, len(words) - i), 0, -1):
+            label = lookup(" ".join(words[i : i + n]), index)
+            cells = index.get(label) if label is not None else None
+            if label is not None and cells is not None and cells.kinds & _KINDS:
+                out.append(label)
+                i += n
+                break
+        else:
+            i += 1
+    return out

@@ -6,7 +6,9 @@ Each is grounded by an output that shows a token of its kind with that value: th
 labelled number ("month: 3", "quarter: 1", "rank: 3", "version: 2.3"). When no output shows
 one, the answer invents it; a token the question states is a restatement, not a claim. A year
 is claimed only when an output shows some year: otherwise it is a number like any other.
-Paraphrases agree: "Q1" is "first quarter", "2nd" is "second", "1.26" is "1.26.4".
+Paraphrases agree: "Q1" is "first quarter", "2nd" is "second", "1.26" is "1.26.4". A period
+must also be where the answer's clause puts it: under the key its words name ("the low was on
+Tuesday"), at the top or bottom of a printed series of periods ("the peak was Q1").
 """
 
 from __future__ import annotations
@@ -56,7 +58,12 @@ _QUARTER = (
     r"(?:(?<![A-Za-z])Q(?P<q>[1-4])(?!\d)|\b(?P<qo>first|second|third|fourth|[1-4](?:st|nd|rd|th))"
     r"[\s-]+quarter\b|\bquarter\s+(?P<qn>[1-4])\b)"
 )
-_CLOCK = r"\b(?P<hour>\d{1,2})\s*o['\u2019]?clock\b"
+# "9 o'clock" is 9:00 as written; only its half of the day ("in the evening", "pm") makes it 21.
+_CLOCK = (
+    r"\b(?P<hour>\d{1,2})\s*o['\u2019]?clock\b(?:\s*(?P<half>[ap]\.?m\b\.?|in\s+the\s+"
+    r"(?:morning|afternoon|evening)|at\s+night|tonight))?"
+)
+_LATE = re.compile(r"p|in\s+the\s+(?:afternoon|evening)|at\s+night|tonight", re.I)
 _VERSION = (
     r"(?:(?<![A-Za-z\d.])[vV](?P<v>\d+(?:\.\d+)*)(?!\w|\.\d)"
     r"|\b[Vv]ersion\s*:?\s*(?P<vn>\d+(?:\.\d+)*)\b(?!\.\d)"
@@ -289,11 +296,110 @@ def named_claims(
             if claim is None and named.superlative:
                 continue  # "the most" with no ranking to hold it to: not a claim
         claim = claim or _claim(named, shown, asked, evidence)
+        if claim is not None and claim.grounded and named.kind in _PERIODS:
+            if claim.source != "the question":
+                rankings = rankings or Rankings.of(evidence, evidence.label_index(wanted))
+                claim = _bound(named, text, evidence, rankings) or claim
         if named.name and named.text.casefold() in question.casefold():
             claim = Claim(text=named.text, kind="number", grounded=True, source="the question")
         if claim is not None:
             claims.append((named, claim))
     return claims
+
+
+_PERIODS = {"month", "weekday", "quarter", "year", "hour"}
+# The clause a named value is in: "the peak was on Tuesday and the low on Saturday" is two.
+_CLAUSE = re.compile(r"[.;!?,\n]|\b(?:and|but|while|whereas)\b", re.I)
+_PEAK = re.compile(
+    r"\b(?:peak(?:ed|s|ing)?|highest|most|max(?:imum)?|busiest|largest|biggest|greatest|"
+    r"strongest|top)\b",
+    re.I,
+)
+_TROUGH = re.compile(
+    r"\b(?:lowest|least|fewest|min(?:imum)?|smallest|weakest|slowest|quietest|"
+    r"bottom(?:ed)?|trough)\b",
+    re.I,
+)
+# Words of a clause that name no output's key.
+_NOT_KEYS = {"the", "was", "were", "are", "its", "this", "that", "and", "with", "from", "had"}
+
+
+def _bound(named: Named, text: str, evidence: Evidence, rankings: Rankings) -> Claim | None:
+    """A refusal of a period the outputs show, but not where the answer's clause puts it: a
+    key its words name shows another ("the low was on Tuesday" for "low: 2023-03-04"), or a
+    series of periods peaks or bottoms out at another ("the peak was Q1" over Q1 10, Q2 20)."""
+    starts = [m.end() for m in _CLAUSE.finditer(text, max(0, named.start - 200), named.start)]
+    stop = _CLAUSE.search(text, named.end, named.end + 200)
+    start = starts[-1] if starts else max(0, named.start - 200)
+    clause = text[start : stop.start() if stop else named.end + 200]
+    keyed = _keyed_shown(named.kind, clause.replace(named.text, " "), evidence)
+    if keyed and not any(_holds(named, shown) for shown in keyed.values()):
+        key, shown = next(iter(keyed.items()))
+        return _refusal(named, f"the outputs show {key!r} as {_listing(named, shown)}")
+    peak, trough = _PEAK.search(clause), _TROUGH.search(clause)
+    if bool(peak) == bool(trough):
+        return None
+    extremes = _extremes(named.kind, named.value, rankings, low=bool(trough))
+    if extremes is None or named.value in extremes:
+        return None
+    ends = Shown()
+    getattr(ends, named.kind + "s").update(extremes)
+    word = "bottoms out" if trough else "peaks"
+    return _refusal(named, f"the outputs' series {word} at {_listing(named, ends)}")
+
+
+def _refusal(named: Named, why: str) -> Claim:
+    return Claim(
+        text=named.text,
+        kind="date",
+        grounded=False,
+        detail=f"{why}, not this {named.kind}: state only what the outputs show",
+    )
+
+
+def _keyed_shown(kind: str, clause: str, evidence: Evidence) -> dict[str, Shown]:
+    """The values of `kind` shown under the output keys the clause's words name ("low" of
+    "the low was on ...": "low: 2023-03-04", "'low_day': '2023-03-04'")."""
+    words = {w.casefold() for w in re.findall(r"[A-Za-z]{3,}", clause)} - _NOT_KEYS
+    words |= {w[:-2] for w in words if w.endswith("ed") and len(w) > 5}  # "peaked": "peak"
+    out: dict[str, Shown] = {}
+    for word in sorted(words):
+        if not evidence.may_contain(word):
+            continue
+        pattern = re.compile(
+            rf"(?<![\w]){re.escape(word)}(?:_\w+)?['\"]?[ \t]*[:=][ \t]*(?P<v>[^,;{{}}\n]+)"
+        )
+        for m in pattern.finditer(evidence.folded()):
+            shown = Shown()
+            shown.read(m["v"], {kind})
+            for keys, _ in dates_in(m["v"]):
+                for year, month, day in keys:
+                    shown.add_date(year, month, day)
+            if getattr(shown, kind + "s"):
+                out.setdefault(m[0].partition(":")[0].partition("=")[0].strip(" '\""), shown)
+    return out
+
+
+def _extremes(kind: str, value: int, rankings: Rankings, *, low: bool) -> set[int] | None:
+    """The periods at the top (or bottom) of the one series of periods of `kind` that holds
+    `value`, or None if no single series does."""
+    held = []
+    for series in rankings.series:
+        periods = {}
+        for label, number in series.items():
+            shown = Shown()
+            shown.read(label, {kind})
+            values = getattr(shown, kind + "s")
+            if len(values) != 1:
+                break
+            periods[next(iter(values))] = number
+        else:
+            if value in periods and len(periods) == len(series):
+                held.append(periods)
+    if len(held) != 1:
+        return None
+    end = (min if low else max)(held[0].values())
+    return {period for period, number in held[0].items() if number == end}
 
 
 def _ranked(named: Named, text: str, rankings: Rankings) -> Claim | None:
@@ -327,7 +433,7 @@ def _named_in(text: str) -> Iterator[Named]:
         elif kind in ("q", "qo", "qn"):
             kind, value, span = "quarter", _quarter(m), m.span()
         elif kind == "hour":
-            value, span = int(m[kind]) % 12, m.span()
+            value, span = _hour(int(m[kind]), m["half"]), m.span()
         elif kind in ("v", "vn"):
             kind, value, span = "version", _parts(m[kind]), m.span()
         elif kind in ("joined", "jv"):
@@ -399,8 +505,6 @@ def _claim(named: Named, shown: Shown, asked: Shown, evidence: Evidence) -> Clai
 def _holds(named: Named, shown: Shown) -> bool:
     if named.kind == "version":
         return any(v[: len(named.value)] == named.value for v in shown.versions)
-    if named.kind == "hour":
-        return named.value in shown.hours or named.value + 12 in shown.hours
     values: set[int] = getattr(shown, named.kind + "s")
     return named.value in values
 
@@ -414,6 +518,13 @@ def _listing(named: Named, shown: Shown) -> str:
     if named.kind == "weekday":
         return ", ".join(_WEEKDAY_NAMES[v].title() for v in values)
     return ", ".join(str(v) for v in values)
+
+
+def _hour(hour: int, half: str | None) -> int:
+    """The hour of the day an "o'clock" names: as written, or in the half it says."""
+    if half is None or hour > 12:
+        return hour
+    return hour % 12 + (12 if _LATE.match(half) else 0)
 
 
 def _month_number(name: str) -> int:
