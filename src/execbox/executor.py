@@ -580,7 +580,8 @@ class Executor:
             run_id=base.run_id,
             code=request.code,
             limits=request.limits,
-            kind=program_kind(call.verdict.imports),
+            # Node and bash exec from a light program: nothing of the heavy zygote is theirs.
+            kind=program_kind(call.verdict.imports) if request.language == "python" else "light",
             env=request.env,
             files=[(f.name, f.data) for f in request.files],
             stdin=request.stdin,
@@ -591,6 +592,7 @@ class Executor:
             spool_dir=options.spool_dir,
             network=None if request.network == "none" else request.network,
             environment=environment,
+            language=request.language,
         )
         if not self._admission.enter(cancel):  # cancelled while it waited for its turn
             return not_started(base)

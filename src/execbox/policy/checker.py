@@ -186,7 +186,13 @@ class Checker:
                     )
                 ),
             )
-        denied = self.inputs() or self.limit_maximums() or self.network() or self.environment()
+        denied = (
+            self.language()
+            or self.inputs()
+            or self.limit_maximums()
+            or self.network()
+            or self.environment()
+        )
         if denied is not None:
             return denied
         verdict = self.code()
@@ -199,6 +205,26 @@ class Checker:
                 imports=verdict.imports,
             )
         return verdict
+
+    def language(self) -> Verdict | None:
+        """Rule language.not_allowed: the profile lists the languages it runs; its rules about
+        the code read Python's syntax tree only, so it cannot vouch for another language."""
+        language, p, key = self.request.language, self.profile, self.key
+        if language in p.languages and (language == "python" or not reads_code(p)):
+            return None
+        why = (
+            f"profile {key!r} runs {', '.join(p.languages)}"
+            if language not in p.languages
+            else f"the rules of profile {key!r} read Python code only"
+        )
+        return self.verdict(
+            "deny",
+            "language.not_allowed",
+            f"{language} code is not allowed: {why}; "
+            + self.advice(
+                lambda q: language in q.languages and not reads_code(q), "write it in Python"
+            ),
+        )
 
     def code(self) -> Verdict:
         """The verdict on the code itself (its encoding, syntax and the profile's rules)."""
@@ -214,6 +240,8 @@ class Checker:
                 ),
                 undecodable.lineno,
             )
+        if self.request.language != "python":  # allowed by `language`: no rule reads it
+            return self.verdict("allow", imports=frozenset())
         if not reads_code(p):
             # No rule of the profile is about the code (the default profile, `data`): nothing
             # to parse it for. Its imports only pick the kind of slot it runs in, a choice of

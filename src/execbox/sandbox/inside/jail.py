@@ -155,6 +155,7 @@ class RunSpec:
     env: dict[str, str] = field(default_factory=dict)
     input_bytes: int = 0
     input_count: int = 0
+    language: str = "python"  # or one of `interpreters.EXEC_LANGUAGES`, which exec theirs
 
 
 # ---- supervisor steps (root) --------------------------------------------------------------
