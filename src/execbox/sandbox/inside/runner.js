@@ -21,6 +21,14 @@ const code = fs.readFileSync(codeFd, 'utf8');
 fs.closeSync(codeFd);
 process.argv = [process.argv[0], FILENAME];
 
+// Output to a pipe blocks, as Python's does: a loop that prints without yielding reaches the
+// run's output cap, instead of queueing what it prints in its own memory until the memory
+// limit or the timeout ends it with nothing shown.
+for (const stream of [process.stdout, process.stderr]) {
+  const handle = stream._handle;
+  if (handle && typeof handle.setBlocking === 'function') handle.setBlocking(true);
+}
+
 function safe(fn, fallback) {
   try {
     return fn();
