@@ -105,8 +105,14 @@ def test_language_is_validated_and_part_of_the_cache_key() -> None:
 
 @pytest.mark.parametrize(
     ("name", "language"),
-    [("a.js", "javascript"), ("a.mjs", "javascript"), ("x/b.sh", "bash"), ("c.py", "python"),
-     ("-", "python"), ("noext", "python")],
+    [
+        ("a.js", "javascript"),
+        ("a.mjs", "javascript"),
+        ("x/b.sh", "bash"),
+        ("c.py", "python"),
+        ("-", "python"),
+        ("noext", "python"),
+    ],
 )
 def test_cli_infers_the_language_from_the_extension(name: str, language: str) -> None:
     assert language_of(name) == language

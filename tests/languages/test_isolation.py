@@ -208,7 +208,7 @@ def test_libuv_file_io_works_under_the_filter_and_io_uring_stays_refused(
     # a Node told to use io_uring is killed by the filter (SIGSYS), never let through.
     code = (
         "const cp = require('child_process');"
-        "const probe = 'require(\"fs\").readFile(\"/etc/hosts\", (e, d) => console.log(e ? e.code : \"READ\"))';"
+        'const probe = \'require("fs").readFile("/etc/hosts", (e, d) => console.log(e ? e.code : "READ"))\';'
         "for (const uring of ['0', '1']) {"
         "  const r = cp.spawnSync(process.execPath, ['-e', probe], { env: { UV_USE_IO_URING: uring } });"
         "  console.log(uring, String(r.stdout).trim(), r.signal);"
