@@ -135,5 +135,30 @@ def test_bash_is_allowed_only_by_profiles_that_list_it() -> None:
     assert allowed.decision == "allow"
     denied = check(RunRequest(code="ls", language="bash", profile="minimal"), profiles)
     assert (denied.decision, denied.rule) == ("deny", "language.not_allowed")
-    denied = check(RunRequest(code="1", language="javascript", profile="minimal"), profiles)
-    assert (denied.decision, denied.rule) == ("deny", "language.not_allowed")
+    denied = check(RunRequest(code="ls", language="bash", profile="extended"), profiles)
+    assert denied.decision != "deny"
+
+
+@pytest.mark.parametrize(
+    ("code", "rule", "line"),
+    [
+        ("const x = 1\nconst cp = require('child_process')", "js.module_denied", 2),
+        ("import { Worker } from 'node:worker_threads'", "js.module_denied", 1),
+        ("const s = require(`net`)", "js.module_denied", 1),
+        ("async function f() {\n  await import('http')\n}", "js.module_denied", 2),
+        ("const r = require\nr('child_process')", "js.dynamic", 1),
+        ("require('child' + '_process')", "js.dynamic", 1),
+        ("process.binding('spawn_sync')", "js.dynamic", 1),
+        ("// require('child_process')\nconst s = \"require('net')\"", None, None),
+        ("const fs = require('fs')\nconsole.log(fs.readdirSync('.'))", None, None),
+    ],
+)
+def test_minimal_checks_javascript_modules_with_a_parser(
+    code: str, rule: str | None, line: int | None
+) -> None:
+    verdict = check(
+        RunRequest(code=code, language="javascript", profile="minimal"), load_profiles()
+    )
+    assert verdict.rule == rule, verdict.message
+    assert verdict.decision == ("deny" if rule else "allow")
+    assert verdict.line == line

@@ -8,9 +8,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from ..contract import Limits, RunRequest
-from ..errors import UsageError
+from ..errors import SandboxUnavailable, UsageError
 from ..network.allowlist import parse_entries, within
 from ..routing import scan_imports
+from ..sandbox.inside import interpreters
+from . import javascript
 from .analysis import Analysis
 from .names import CellContext
 from .profiles import Decision, Profile, first_excess, limit_value, show_number
@@ -210,12 +212,12 @@ class Checker:
         """Rule language.not_allowed: the profile lists the languages it runs; its rules about
         the code read Python's syntax tree only, so it cannot vouch for another language."""
         language, p, key = self.request.language, self.profile, self.key
-        if language in p.languages and (language == "python" or not reads_code(p)):
+        if language in p.languages and (language != "bash" or not reads_code(p)):
             return None
         why = (
             f"profile {key!r} runs {', '.join(p.languages)}"
             if language not in p.languages
-            else f"the rules of profile {key!r} read Python code only"
+            else f"profile {key!r} has rules about the code, which a bash script would escape"
         )
         return self.verdict(
             "deny",
@@ -240,7 +242,9 @@ class Checker:
                 ),
                 undecodable.lineno,
             )
-        if self.request.language != "python":  # allowed by `language`: no rule reads it
+        if self.request.language == "javascript":
+            return self.javascript()
+        if self.request.language != "python":  # bash: `language` let it through unread
             return self.verdict("allow", imports=frozenset())
         if not reads_code(p):
             # No rule of the profile is about the code (the default profile, `data`): nothing
@@ -289,6 +293,51 @@ class Checker:
                 first = min(chosen, key=lambda f: (f.line, f.col))
                 return self.verdict(first.decision, first.rule, first.message, first.line, imports)
         return self.verdict("allow", imports=imports)
+
+    def javascript(self) -> Verdict:
+        """The profile's JavaScript rules, on the modules acorn finds (see `javascript`)."""
+        p, key = self.profile, self.key
+        if not p.javascript_modules_deny and not reads_code(p):
+            return self.verdict("allow", imports=frozenset())
+        node = interpreters.find("node")
+        if node is None:
+            raise SandboxUnavailable("javascript runs need node in /usr/bin or /usr/local/bin")
+        found = javascript.analyse(self.request.code, node)
+        if found.error is not None:  # Node reports it, with its line and column, as Python's
+            message, line = found.error
+            return self.verdict(
+                "allow",
+                "code.syntax",
+                f"the code was not analysed (SyntaxError: {message}); the run reports the error",
+                line,
+                frozenset(),
+            )
+        denied = set(p.javascript_modules_deny)
+        modules = [(name, line) for name, line in found.modules if name in denied]
+        if modules:
+            name, line = min(modules, key=lambda m: m[1])
+            return self.verdict(
+                "deny",
+                "js.module_denied",
+                f"module {name!r} (line {line}) is denied by profile {key!r}; "
+                + self.advice(
+                    lambda q: "javascript" in q.languages and name not in q.javascript_modules_deny,
+                    "do without it",
+                ),
+                line,
+                frozenset(),
+            )
+        if found.dynamic:
+            what, line = min(found.dynamic, key=lambda d: d[1])
+            return self.verdict(
+                "deny",
+                "js.dynamic",
+                f"{what} (line {line}): profile {key!r} checks the modules JavaScript code "
+                "loads, and cannot follow this; name modules with a constant require('...')",
+                line,
+                frozenset(),
+            )
+        return self.verdict("allow", imports=frozenset())
 
     def inputs(self) -> Verdict | None:
         p, key, files = self.profile, self.key, self.request.files

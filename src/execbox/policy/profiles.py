@@ -81,6 +81,12 @@ class Profile(BaseModel):
         description="Languages a run may be written in (rule language.not_allowed); the "
         "import, call and write rules read Python only, so a profile with them allows only it.",
     )
+    javascript_modules_deny: list[str] = Field(
+        default_factory=list,
+        description="Node modules JavaScript code may not require or import (rule "
+        "js.module_denied); when set, a require or import the check cannot follow is refused "
+        "too (rule js.dynamic).",
+    )
     max_code_bytes: int = Field(ge=0, description="Cap on the code's size in UTF-8 bytes.")
     max_input_bytes: int = Field(ge=0, description="Cap on input files plus stdin, in bytes.")
     max_input_files: int = Field(ge=0, description="Cap on the number of input files.")
