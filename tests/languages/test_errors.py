@@ -162,3 +162,16 @@ def test_minimal_checks_javascript_modules_with_a_parser(
     assert verdict.rule == rule, verdict.message
     assert verdict.decision == ("deny" if rule else "allow")
     assert verdict.line == line
+
+
+def test_es_module_code_runs_as_a_module_and_errors_name_its_line(executor: Executor) -> None:
+    code = (
+        "import { readdirSync } from 'node:fs'\n"
+        "const n = await Promise.resolve(readdirSync('/workspace').length)\n"
+        "console.log('entries', n)\n"
+        "throw new RangeError('esm')\n"
+    )
+    result = executor.run(code, language="javascript")
+    assert result.stdout == "entries 0\n"
+    assert result.error is not None
+    assert (result.error.type, result.error.message, result.error.line) == ("RangeError", "esm", 4)

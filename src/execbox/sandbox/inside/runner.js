@@ -9,6 +9,18 @@ const util = require('util');
 const vm = require('vm');
 
 const FILENAME = 'main.js';
+// Code in ES module syntax runs as a module from this file (the run's own /tmp): Node's
+// loader takes modules from files, and its stack then names this URL.
+const MODULE_FILE = '/tmp/main.mjs';
+const MODULE_URL = `file://${MODULE_FILE}`;
+const USER_FILES = [FILENAME, MODULE_URL];
+// What V8 says of ES module syntax compiled as CommonJS (Node's own detection reads the same).
+const MODULE_SYNTAX = [
+  'Cannot use import statement outside a module',
+  "Unexpected token 'export'",
+  "Cannot use 'import.meta' outside a module",
+  'await is only valid in async functions and the top level bodies of modules',
+];
 const WORKSPACE = '/workspace';
 const MAX_TRACEBACK = 32 * 1024;
 const MAX_RECORD = 60 * 1024; // below the pipe's 64 KiB, as runner.py: one write never blocks
@@ -42,7 +54,7 @@ function safe(fn, fallback) {
 Error.prepareStackTrace = (err, frames) => {
   let last = -1;
   frames.forEach((f, i) => {
-    if (safe(() => f.getFileName(), null) === FILENAME) last = i;
+    if (USER_FILES.includes(safe(() => f.getFileName(), null))) last = i;
   });
   // No frame of the user's (a syntax error, a rejection with no stack of its own): only
   // Node's frames that are not the runner's.
@@ -67,9 +79,9 @@ function typeOf(value) {
 // The user's line and column: of a syntax error from the `file:line` header V8 puts first on
 // its stack and the caret under it, else of the innermost frame in the user's file.
 function position(value, stack) {
-  const header = /^main\.js:(\d+)\n(.*)\n( *)\^/.exec(stack);
+  const header = /^(?:main\.js|file:\/\/\/tmp\/main\.mjs):(\d+)\n(.*)\n( *)\^/.exec(stack);
   if (header) return [Number(header[1]), header[3].length + 1];
-  const frame = new RegExp(`\\(?${FILENAME}:(\\d+):(\\d+)\\)?$`, 'm').exec(stack);
+  const frame = /\(?(?:main\.js|file:\/\/\/tmp\/main\.mjs):(\d+):(\d+)\)?$/m.exec(stack);
   return frame ? [Number(frame[1]), Number(frame[2])] : [null, null];
 }
 
@@ -126,7 +138,18 @@ let main;
 try {
   main = vm.compileFunction(code, params, { filename: FILENAME });
 } catch (err) {
-  report(err, 'compile');
-  process.exit(1);
+  const message = safe(() => err.message, '');
+  if (!(err instanceof SyntaxError) || !MODULE_SYNTAX.some((m) => message.startsWith(m))) {
+    report(err, 'compile');
+    process.exit(1);
+  }
 }
-main.call(mod.exports, mod.exports, req, mod, FILENAME, '.');
+if (main) {
+  main.call(mod.exports, mod.exports, req, mod, FILENAME, '.');
+} else {
+  fs.writeFileSync(MODULE_FILE, code, { mode: 0o600 });
+  import(MODULE_URL).catch((err) => {
+    report(err, 'module');
+    process.exit(1);
+  });
+}
