@@ -175,3 +175,14 @@ def test_es_module_code_runs_as_a_module_and_errors_name_its_line(executor: Exec
     assert result.stdout == "entries 0\n"
     assert result.error is not None
     assert (result.error.type, result.error.message, result.error.line) == ("RangeError", "esm", 4)
+
+
+@pytest.mark.parametrize("code", ["echo a\0b", "echo big\n" + "#" * 200_000])
+def test_bash_code_no_argument_can_carry_still_runs_as_a_script(
+    executor: Executor, code: str
+) -> None:
+    # A NUL ends an exec argument and the kernel refuses one past 128 KiB: such code goes in a
+    # file; it is the code's result either way, never a sandbox error.
+    result = executor.run(code, language="bash")
+    assert result.status in (Status.ok, Status.error), result.error
+    assert result.status is Status.ok or result.exit_code == 126
