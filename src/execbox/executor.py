@@ -47,7 +47,7 @@ from .hosts import (
     DEFAULT_TENANT_IDLE_S,
     Hosts,
 )
-from .image import Image
+from .image import Image, interpreter_problem
 from .records import PolicyInfo, RunStore
 from .redact import Redactor, checked_secrets
 from .request import FileSource, check_count, check_settings, make_request, new_run_id
@@ -573,6 +573,11 @@ class Executor:
     ) -> RunResult:
         request, base, cancel = call.request, call.base, options.cancel
         self._check_open()
+        problem = interpreter_problem(request.language)
+        if problem is not None:  # the machine's fault, not the code's: nothing started
+            return base.model_copy(
+                update={"error": ErrorInfo(type="SandboxError", message=problem)}
+            )
         environment = None if base.image_digest == self.image_digest else base.image_digest
         # Started (or refused) before the run waits its turn.
         self._backend.start(options.tenant, environment)

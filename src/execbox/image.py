@@ -14,6 +14,7 @@ shipped lock, unless `execbox env default` chose another). `EXECBOX_HOME` overri
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -255,6 +256,28 @@ def native_sha() -> str:
         if path.suffix in (".c", ".h"):
             h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
+
+
+@functools.cache
+def interpreter_problem(language: str) -> str | None:
+    """Why this machine cannot run `language` (no Node, or one older than 20, for
+    javascript; no bash), or None. Asked once per process, as the digest is computed once."""
+    from .sandbox.inside import interpreters
+
+    if language == "python":
+        return None
+    name = "node" if language == "javascript" else "bash"
+    pin = interpreter_pins().get(name)
+    if pin is None:
+        return f"{language} runs need {name} in /usr/bin or /usr/local/bin, which the jail shows"
+    if name == "node":
+        major = pin["version"].removeprefix("v").split(".")[0]
+        if not major.isdigit() or int(major) < interpreters.NODE_MIN_MAJOR:
+            return (
+                f"javascript runs need Node.js {interpreters.NODE_MIN_MAJOR} or newer; "
+                f"{pin['path']} is {pin['version'] or 'of an unknown version'}"
+            )
+    return None
 
 
 def _nolibc_target(cc: str) -> bool:
