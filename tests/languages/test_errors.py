@@ -186,3 +186,22 @@ def test_bash_code_no_argument_can_carry_still_runs_as_a_script(
     result = executor.run(code, language="bash")
     assert result.status in (Status.ok, Status.error), result.error
     assert result.status is Status.ok or result.exit_code == 126
+
+
+@pytest.mark.parametrize(
+    ("code", "stdout", "exit_code"),
+    [
+        ("(exit 3); x=$(exit 4); bash -c 'exit 6'; echo after; exit 5", "after\n", 5),
+        ("trap 'echo mine' EXIT; echo body; exit 2", "body\nmine\n", 2),
+        ("echo before; exec /usr/bin/sh -c 'echo replaced; exit 9'", "before\nreplaced\n", 9),
+        ("sleep 30 & echo started", "started\n", 0),
+    ],
+)
+def test_bash_ends_with_its_own_exit_status_whatever_its_children_do(
+    executor: Executor, code: str, stdout: str, exit_code: int
+) -> None:
+    # The shell's own exit report ends the run at once; a subshell's exit, a script's own EXIT
+    # trap or an exec must neither end it early nor lose its status.
+    result = executor.run(code, language="bash", limits={"timeout_s": 5})
+    assert (result.stdout, result.exit_code) == (stdout, exit_code), result.stderr
+    assert result.metrics.wall_ms < 3000
