@@ -7,9 +7,13 @@ digest records. It runs in a child `node` with an empty environment, a heap cap 
 it only parses (acorn builds a tree, it never evaluates), the code arrives on its stdin.
 
 Found: `require('x')`, `import ... from 'x'`, `import('x')`, `export ... from 'x'` (a module
-`node:x` or `x/sub` counts as `x`), and what a check of names cannot follow: `require` or
-`import()` of a computed name, `require` used as a value, `process.binding`,
-`process._linkedBinding`, `process.dlopen` and `module.constructor` (Node's loader).
+`node:x` or `x/sub` counts as `x`), and what a check of names cannot follow (`dynamic`): a
+require or import of a computed name or of a file (its code is not read), `require`,
+`process`, `module` or `globalThis` used as a value or indexed by a computed name, `eval` and
+`Function`, and members that lead to Node's loader, native bindings or the Function
+constructor on any object (`.binding`, `.dlopen`, `.getBuiltinModule`, `.require`,
+`.constructor`, ...). What it cannot see: a computed member name on other objects
+(`[][k]`, where k spells "constructor"); the sandbox is the boundary, as for Python.
 """
 
 from __future__ import annotations
@@ -50,8 +54,11 @@ const literal = (node) => node && node.type === 'Literal' && typeof node.value =
 const source = (node, what) => {
   const name = literal(node);
   if (name === null) dynamic.push([what + ' of a computed name', node.loc.start.line]);
+  else if (/^[./]/.test(name)) dynamic.push([what + ' of a file, whose code is not checked', node.loc.start.line]);
   else modules.push([name, node.loc.start.line]);
 };
+const RISKY_MEMBERS = ['binding', '_linkedBinding', 'dlopen', 'getBuiltinModule', 'require',
+  'mainModule', 'constructor', '_load', '__proto__'];
 const isName = (node, name) => node && node.type === 'Identifier' && node.name === name;
 const member = (node) => node.computed ? literal(node.property) : (node.property.name || null);
 walk.fullAncestor(tree, (node, _state, ancestors) => {
@@ -71,16 +78,22 @@ walk.fullAncestor(tree, (node, _state, ancestors) => {
         const resolve = parent && parent.type === 'MemberExpression' && parent.object === node && member(parent) === 'resolve';
         if (called) source(parent.arguments[0], 'require');
         else if (!resolve) dynamic.push(['require used as a value', node.loc.start.line]);
+      } else if (node.name === 'eval' || node.name === 'Function') {
+        dynamic.push([node.name + ' (code built from a string)', node.loc.start.line]);
+      } else if (['process', 'globalThis', 'global', 'module'].includes(node.name)) {
+        // Only as the object of a member access the rules below read: passed along, the
+        // check cannot follow what is done with it.
+        const read = parent && parent.type === 'MemberExpression' && parent.object === node;
+        if (!read) dynamic.push([node.name + ' used as a value', node.loc.start.line]);
+        else if (parent.computed && literal(parent.property) === null)
+          dynamic.push([node.name + '[...] with a computed name', node.loc.start.line]);
       }
       break;
     case 'MemberExpression': {
+      // Ways to Node's loader, native bindings and the Function constructor, on any object
+      // (globalThis.process.binding, module.require, (() => {}).constructor).
       const name = member(node);
-      if (isName(node.object, 'process') && ['binding', '_linkedBinding', 'dlopen'].includes(name))
-        dynamic.push(['process.' + name, node.loc.start.line]);
-      else if (isName(node.object, 'module') && name === 'constructor')
-        dynamic.push(['module.constructor', node.loc.start.line]);
-      else if (node.computed && literal(node.property) === null && isName(node.object, 'process'))
-        dynamic.push(['process[...] with a computed name', node.loc.start.line]);
+      if (RISKY_MEMBERS.includes(name)) dynamic.push(['.' + name, node.loc.start.line]);
       break;
     }
   }
