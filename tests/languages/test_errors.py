@@ -95,7 +95,7 @@ def test_language_is_validated_and_part_of_the_cache_key() -> None:
     from execbox.cache import cache_key
 
     with pytest.raises(ValueError, match="'python', 'javascript' or 'bash'"):
-        RunRequest(code="1", language="ruby")  # type: ignore[arg-type]
+        RunRequest(code="1", language="ruby")
     keys = {
         cache_key(RunRequest(code="echo 1", language=lang), "img", None, b"k" * 32, ())
         for lang in ("python", "javascript", "bash")
