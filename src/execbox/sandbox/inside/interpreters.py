@@ -20,7 +20,6 @@ Standard library only.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import NoReturn
 
 LANGUAGES = ("python", "javascript", "bash")
@@ -33,8 +32,15 @@ UV_THREADPOOL_SIZE = "4"
 # Bash takes the code as one argument below this; the kernel refuses a longer one (E2BIG).
 MAX_ARGUMENT_BYTES = 120 * 1024
 
-_RUNNER_JS = Path(__file__).with_name("runner.js")
-NODE_RUNNER = _RUNNER_JS.read_text() if _RUNNER_JS.is_file() else ""
+_RUNNER_JS = os.path.join(os.path.dirname(__file__), "runner.js")
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8") as fh:
+        return fh.read()
+
+
+NODE_RUNNER = _read(_RUNNER_JS)  # read once, in the zygote: the jail does not show the package
 
 # Sourced by bash before the code (BASH_ENV): an ERR trap notes the line of a failure under
 # `set -e`, and the EXIT trap reports it when the shell exits with that failure's status.
