@@ -155,6 +155,13 @@ def test_bash_is_allowed_only_by_profiles_that_list_it() -> None:
         ("eval(\"require('child_process')\")", "js.dynamic", 1),
         ("Reflect.get(process, 'binding')", "js.dynamic", 1),
         ("require('fs').writeFileSync('a.js', 'x')\nrequire('./a.js')", "js.dynamic", 2),
+        ("arguments[1]('child_process')", "js.dynamic", 1),
+        ("import 'data:text/javascript,import cp from \"child_process\"'", "js.dynamic", 1),
+        ("require('evil')", "js.dynamic", 1),
+        ("require('#x')", "js.dynamic", 1),
+        ("new.target\nrequire('child_process')", "js.module_denied", 2),
+        ("require('child_process')\nvar x = " + "+".join(["1"] * 8000), "js.syntax", None),
+        ("let x = 1\nx y", "js.syntax", 2),
         ("// require('child_process')\nconst s = \"require('net')\"", None, None),
         ("const fs = require('fs')\nconsole.log(fs.readdirSync('.'))", None, None),
     ],
@@ -167,7 +174,30 @@ def test_minimal_checks_javascript_modules_with_a_parser(
     )
     assert verdict.rule == rule, verdict.message
     assert verdict.decision == ("deny" if rule else "allow")
-    assert verdict.line == line
+    if rule != "js.syntax" or line is not None:
+        assert verdict.line == line
+
+
+@pytest.mark.parametrize("name", ["NODE_OPTIONS", "NODE_PATH", "LD_PRELOAD", "LD_LIBRARY_PATH"])
+def test_minimal_refuses_env_that_steers_node_before_the_code(name: str) -> None:
+    request = RunRequest(code="1", language="javascript", profile="minimal", env={name: "x"})
+    verdict = check(request, load_profiles())
+    assert (verdict.decision, verdict.rule) == ("deny", "js.env")
+
+
+def test_bash_code_may_start_with_a_dash(executor: Executor) -> None:
+    result = executor.run("-x\necho hi", language="bash")
+    assert result.stdout == "hi\n"
+    assert "main.sh: line 1: -x: command not found" in result.stderr
+
+
+def test_dynamic_import_works_in_commonjs_code(executor: Executor) -> None:
+    code = "import('node:os').then((os) => console.log(typeof os.platform()))\n"
+    code += "import('./lib.mjs').then((m) => console.log(m.x))"
+    result = executor.run(code, language="javascript", files={"lib.mjs": b"export const x = 42\n"})
+    assert result.status is Status.ok, (result.error, result.stderr)
+    assert sorted(result.stdout.split()) == ["42", "string"]
+    assert "ExperimentalWarning" not in result.stderr
 
 
 def test_es_module_code_runs_as_a_module_and_errors_name_its_line(executor: Executor) -> None:

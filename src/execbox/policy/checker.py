@@ -302,13 +302,24 @@ class Checker:
         node = interpreters.find("node")
         if node is None:
             raise SandboxUnavailable("javascript runs need node in /usr/bin or /usr/local/bin")
+        steering = sorted(k for k in self.request.env if k.startswith(javascript.STEERING_ENV))
+        if steering:
+            return self.verdict(
+                "deny",
+                "js.env",
+                f"environment variable {steering[0]} steers Node or its loader before the code "
+                f"runs, past the checks of profile {key!r}; leave it out",
+            )
         found = javascript.analyse(self.request.code, node)
-        if found.error is not None:  # Node reports it, with its line and column, as Python's
+        if found.error is not None:
+            # Not the Python rule's allow: what acorn cannot read, V8 may still run (acorn
+            # refuses some code V8 takes, and a deep enough expression overflows its stack).
             message, line = found.error
             return self.verdict(
-                "allow",
-                "code.syntax",
-                f"the code was not analysed (SyntaxError: {message}); the run reports the error",
+                "deny",
+                "js.syntax",
+                f"the check of profile {key!r} cannot read the code ({message}, line {line}), "
+                "and runs only code it has read; fix the syntax",
                 line,
                 frozenset(),
             )

@@ -24,27 +24,33 @@ from dataclasses import dataclass
 
 from ..errors import SandboxUnavailable
 
+# Environment variables that change what Node or the dynamic loader runs before the code
+# (NODE_OPTIONS=--import=..., LD_PRELOAD=/workspace/x.so): a checked run may not set them.
+STEERING_ENV = ("NODE_", "LD_")
 PARSE_TIMEOUT_S = 10.0
 PARSE_HEAP_MIB = 256
 
 # Reads the code on stdin, prints {"modules": [[name, line], ...], "dynamic": [[what, line]],
-# "error": null | [message, line]}. Script first (CommonJS, as the runner compiles it), then
-# module (ESM syntax).
+# "error": null | [message, line]}. First as the runner compiles it, the body of CommonJS's
+# module function (so `return`, `new.target` and `arguments` mean what they mean to V8; the
+# wrapper's head is on line 1, so lines are the code's), then as a module (ESM syntax).
 _SCRIPT = r"""
 const acorn = require('internal/deps/acorn/acorn/dist/acorn');
 const walk = require('internal/deps/acorn/acorn-walk/dist/walk');
+const BUILTINS = new Set(require('module').builtinModules);
 const code = require('fs').readFileSync(0, 'utf8');
-const options = { ecmaVersion: 'latest', allowHashBang: true, locations: true,
-  allowReturnOutsideFunction: true, allowAwaitOutsideFunction: true };
+const options = { ecmaVersion: 'latest', locations: true };
+const WRAPPED = '(function (exports, require, module, __filename, __dirname) {' + code + '\n})';
 let tree;
 try {
-  tree = acorn.parse(code, { ...options, sourceType: 'script' });
+  // Its body only: the module function's own parameters are not the code's use of them.
+  tree = acorn.parse(WRAPPED, { ...options, sourceType: 'script' }).body[0].expression.body;
 } catch (scriptError) {
   try {
-    tree = acorn.parse(code, { ...options, sourceType: 'module' });
+    tree = acorn.parse(code, { ...options, sourceType: 'module', allowHashBang: true });
   } catch (e) {
     const line = scriptError.loc ? scriptError.loc.line : null;
-    process.stdout.write(JSON.stringify({ modules: [], dynamic: [], error: [scriptError.message, line] }));
+    process.stdout.write(JSON.stringify({ modules: [], dynamic: [], error: [String(scriptError.message).replace(/ \(\d+:\d+\)$/, ''), line] }));
     process.exit(0);
   }
 }
@@ -53,8 +59,12 @@ const literal = (node) => node && node.type === 'Literal' && typeof node.value =
   : node && node.type === 'TemplateLiteral' && node.expressions.length === 0 ? node.quasis[0].value.cooked : null;
 const source = (node, what) => {
   const name = literal(node);
+  const bare = name === null ? null : name.replace(/^node:/, '');
   if (name === null) dynamic.push([what + ' of a computed name', node.loc.start.line]);
-  else if (/^[./]/.test(name)) dynamic.push([what + ' of a file, whose code is not checked', node.loc.start.line]);
+  // A file, a package, a URL (data:, file:), an import map entry (#x): code the check
+  // never reads. Only Node's own modules are named by what they are.
+  else if (!BUILTINS.has(bare) && !BUILTINS.has(bare.split('/')[0]))
+    dynamic.push([`${what} of ${JSON.stringify(name).slice(0, 80)}, not one of Node's own modules (its code is not checked)`, node.loc.start.line]);
   else modules.push([name, node.loc.start.line]);
 };
 const RISKY_MEMBERS = ['binding', '_linkedBinding', 'dlopen', 'getBuiltinModule', 'require',
@@ -78,6 +88,11 @@ walk.fullAncestor(tree, (node, _state, ancestors) => {
         const resolve = parent && parent.type === 'MemberExpression' && parent.object === node && member(parent) === 'resolve';
         if (called) source(parent.arguments[0], 'require');
         else if (!resolve) dynamic.push(['require used as a value', node.loc.start.line]);
+      } else if (node.name === 'arguments') {
+        // Outside any function of the code's own, `arguments` is the module function's:
+        // arguments[1] is require.
+        const own = ancestors.filter((a) => a.type === 'FunctionDeclaration' || a.type === 'FunctionExpression');
+        if (own.length === 0) dynamic.push(['the module function\'s arguments', node.loc.start.line]);
       } else if (node.name === 'eval' || node.name === 'Function') {
         dynamic.push([node.name + ' (code built from a string)', node.loc.start.line]);
       } else if (['process', 'globalThis', 'global', 'module'].includes(node.name)) {
