@@ -100,7 +100,7 @@ def argv(
         extra = {"BASH_ENV": f"/proc/self/fd/{prelude}"}
         data = code.encode("utf-8", "surrogatepass")
         if len(data) <= MAX_ARGUMENT_BYTES and b"\0" not in data:  # an argument ends at NUL
-            return [bash, "-c", code, "main.sh"], extra
+            return [bash, "-c", "--", code, "main.sh"], extra  # "--": code may start with "-"
         return [bash, f"/proc/self/fd/{_memfd('main.sh', data)}"], extra
     raise ValueError(f"no interpreter for language {language!r}")
 

@@ -134,9 +134,18 @@ mod.paths = Module._nodeModulePaths(WORKSPACE);
 mod.require = req;
 req.main = mod;
 const params = ['exports', 'require', 'module', '__filename', '__dirname'];
+// import() in CommonJS code, resolved as Node's own loader does (from /workspace). Node 20 says
+// this option is experimental in a warning at each import(): that one warning is not the
+// code's, and only it is dropped.
+const importOption = vm.constants && vm.constants.USE_MAIN_CONTEXT_DEFAULT_LOADER;
+const emitWarning = process.emitWarning;
+process.emitWarning = function (warning, ...rest) {
+  if (String(warning).startsWith('vm.USE_MAIN_CONTEXT_DEFAULT_LOADER')) return undefined;
+  return emitWarning.call(this, warning, ...rest);
+};
 let main;
 try {
-  main = vm.compileFunction(code, params, { filename: FILENAME });
+  main = vm.compileFunction(code, params, { filename: FILENAME, importModuleDynamically: importOption });
 } catch (err) {
   const message = safe(() => err.message, '');
   if (!(err instanceof SyntaxError) || !MODULE_SYNTAX.some((m) => message.startsWith(m))) {
