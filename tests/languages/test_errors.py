@@ -241,3 +241,13 @@ def test_bash_ends_with_its_own_exit_status_whatever_its_children_do(
     result = executor.run(code, language="bash", limits={"timeout_s": 5})
     assert (result.stdout, result.exit_code) == (stdout, exit_code), result.stderr
     assert result.metrics.wall_ms < 3000
+
+
+def test_es_module_imports_resolve_in_the_workspace_and_nothing_is_written(
+    executor: Executor,
+) -> None:
+    code = "import { x } from './lib.mjs'\nconsole.log(x, import.meta.url)\n"
+    result = executor.run(code, language="javascript", files={"lib.mjs": b"export const x = 42\n"})
+    assert result.status is Status.ok, (result.error, result.stderr)
+    assert result.stdout == "42 file:///workspace/main.mjs\n"
+    assert result.artifacts == []

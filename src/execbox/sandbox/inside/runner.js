@@ -9,10 +9,9 @@ const util = require('util');
 const vm = require('vm');
 
 const FILENAME = 'main.js';
-// Code in ES module syntax runs as a module from this file (the run's own /tmp): Node's
-// loader takes modules from files, and its stack then names this URL.
-const MODULE_FILE = '/tmp/main.mjs';
-const MODULE_URL = `file://${MODULE_FILE}`;
+// Code in ES module syntax runs as a module at this URL, its source handed to Node's loader
+// by hooks (no file is written): its relative imports resolve in the workspace.
+const MODULE_URL = 'file:///workspace/main.mjs';
 const USER_FILES = [FILENAME, MODULE_URL];
 // What V8 says of ES module syntax compiled as CommonJS (Node's own detection reads the same).
 const MODULE_SYNTAX = [
@@ -79,9 +78,9 @@ function typeOf(value) {
 // The user's line and column: of a syntax error from the `file:line` header V8 puts first on
 // its stack and the caret under it, else of the innermost frame in the user's file.
 function position(value, stack) {
-  const header = /^(?:main\.js|file:\/\/\/tmp\/main\.mjs):(\d+)\n(.*)\n( *)\^/.exec(stack);
+  const header = /^(?:main\.js|file:\/\/\/workspace\/main\.mjs):(\d+)\n(.*)\n( *)\^/.exec(stack);
   if (header) return [Number(header[1]), header[3].length + 1];
-  const frame = /\(?(?:main\.js|file:\/\/\/tmp\/main\.mjs):(\d+):(\d+)\)?$/m.exec(stack);
+  const frame = /\(?(?:main\.js|file:\/\/\/workspace\/main\.mjs):(\d+):(\d+)\)?$/m.exec(stack);
   return frame ? [Number(frame[1]), Number(frame[2])] : [null, null];
 }
 
@@ -156,7 +155,17 @@ try {
 if (main) {
   main.call(mod.exports, mod.exports, req, mod, FILENAME, '.');
 } else {
-  fs.writeFileSync(MODULE_FILE, code, { mode: 0o600 });
+  const hooks = `let code;
+    export async function initialize(data) { code = data.code; }
+    export async function resolve(specifier, context, next) {
+      if (specifier === ${JSON.stringify(MODULE_URL)}) return { url: specifier, shortCircuit: true };
+      return next(specifier, context);
+    }
+    export async function load(url, context, next) {
+      if (url === ${JSON.stringify(MODULE_URL)}) return { format: 'module', source: code, shortCircuit: true };
+      return next(url, context);
+    }`;
+  Module.register(`data:text/javascript,${encodeURIComponent(hooks)}`, { data: { code } });
   import(MODULE_URL).catch((err) => {
     report(err, 'module');
     process.exit(1);
