@@ -150,12 +150,15 @@ def test_the_image_digest_covers_the_in_image_package(
     before = image.image_digest("sha256:tree")
     copy = tmp_path / "inside"
     copy.mkdir()
-    for path in image.INSIDE.glob("*.py"):
+    for path in [*image.INSIDE.glob("*.py"), *image.INSIDE.glob("*.js")]:
         (copy / path.name).write_bytes(path.read_bytes())
     monkeypatch.setattr(image, "INSIDE", copy)
     assert image.image_digest("sha256:tree") == before
     (copy / "runner.py").write_text((copy / "runner.py").read_text() + "\n# changed\n")
-    assert image.image_digest("sha256:tree") != before
+    changed = image.image_digest("sha256:tree")
+    assert changed != before
+    (copy / "runner.js").write_text((copy / "runner.js").read_text() + "\n// changed\n")
+    assert image.image_digest("sha256:tree") not in (before, changed)
 
 
 def _cli(home: Path, *args: str) -> tuple[int, str, str]:

@@ -77,6 +77,7 @@ class RunSpec:
     # The image digest of the environment it runs in (`SandboxBackend.environment`); None: the
     # default one.
     environment: str | None = None
+    language: str = "python"  # `RunRequest.language`
 
 
 class SessionBackend(Protocol):
@@ -269,7 +270,7 @@ class LocalBackend:
         request = {
             "code": spec.code,
             "run_id": spec.run_id,
-            "spec": sandbox_spec(spec.limits, spec.env or {}, spec.files),
+            "spec": sandbox_spec(spec.limits, spec.env or {}, spec.files, spec.language),
         }
         files = list(spec.files)
         limits = spec.limits
@@ -350,10 +351,13 @@ def _name_of(root: Path) -> str | None:
 
 
 def sandbox_spec(
-    limits: Limits, env: Mapping[str, str], files: Sequence[tuple[str, bytes]]
+    limits: Limits,
+    env: Mapping[str, str],
+    files: Sequence[tuple[str, bytes]],
+    language: str = "python",
 ) -> dict[str, Any]:
-    """The sandbox's view of a run's limits, environment and inputs."""
-    return {
+    """The sandbox's view of a run's limits, environment, inputs and language."""
+    spec = {
         "timeout_s": limits.timeout_s,
         "cpu_s": limits.effective_cpu_s,
         "memory_bytes": limits.memory_mib * MIB,
@@ -366,6 +370,9 @@ def sandbox_spec(
         "input_bytes": sum(len(data) for _, data in files),
         "input_count": len(files),
     }
+    if language != "python":  # the default: a Python run's request stays as it was
+        spec["language"] = language
+    return spec
 
 
 def until_started(what: str, attempt: Callable[[], T]) -> T:

@@ -111,6 +111,12 @@ def main() -> None:
     metavar="PATH[:NAME]",
     help="Input file placed read-only in /workspace (as NAME). Repeatable.",
 )
+@click.option(
+    "--language",
+    type=click.Choice(["python", "javascript", "bash"]),
+    help="Language of FILE (default: from its extension, .js/.mjs/.cjs javascript, .sh/.bash "
+    "bash; else python).",
+)
 @click.option("--timeout", type=float, help="Wall time limit in seconds (default 5).")
 @click.option("--cpu", type=float, help="CPU time limit in seconds (default: the wall limit).")
 @click.option("--memory", type=int, help="Memory limit in MiB (default 512).")
@@ -165,6 +171,7 @@ def run_cmd(
     file: str,
     stdin_path: str | None,
     inputs: tuple[str, ...],
+    language: str | None,
     timeout: float | None,
     cpu: float | None,
     memory: int | None,
@@ -209,6 +216,7 @@ def run_cmd(
     try:
         request = make_request(
             code,
+            language=language or language_of(file),
             stdin=Path(stdin_path).read_bytes() if stdin_path else None,
             files=_parse_inputs(inputs),
             env=_parse_env(env_pairs),
@@ -249,6 +257,20 @@ def run_cmd(
     else:
         _summary(result, artifacts_dir)
     sys.exit(EXIT_OK if result.ok else EXIT_RUN_FAILED)
+
+
+LANGUAGE_OF_SUFFIX = {
+    ".js": "javascript",
+    ".mjs": "javascript",
+    ".cjs": "javascript",
+    ".sh": "bash",
+    ".bash": "bash",
+}
+
+
+def language_of(file: str) -> str:
+    """The language FILE's extension names; python for any other (and for standard input)."""
+    return LANGUAGE_OF_SUFFIX.get(Path(file).suffix.lower(), "python")
 
 
 def _summary(result: RunResult, artifacts_dir: Path | None) -> None:

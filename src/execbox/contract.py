@@ -82,6 +82,10 @@ def _base64_schema(schema: dict[str, Any]) -> None:
     schema["contentEncoding"] = "base64"
 
 
+Language = Literal["python", "javascript", "bash"]
+"""What `RunRequest.code` is written in: Python, JavaScript (Node.js) or a bash script."""
+
+
 class Status(StrEnum):
     """How a run ended. Only `sandbox_error` is execbox's fault; the rest describe the code."""
 
@@ -238,7 +242,10 @@ class RunRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     _source_error: SyntaxError | None = PrivateAttr(None)
 
-    language: Literal["python"] = Field("python", description="Language of `code`.")
+    language: Language = Field(
+        "python",
+        description="Language of `code`: python, javascript (the machine's Node.js) or bash.",
+    )
     code: str = Field(description="The program to run.")
     stdin: bytes = Field(
         b"",
@@ -277,6 +284,13 @@ class RunRequest(BaseModel):
             return handler(data)
         source = bytes(source)
         error = None
+        if isinstance(data, dict) and data.get("language", "python") != "python":
+            # Node and bash read UTF-8 text: bytes that are not are a caller's mistake.
+            try:
+                text = source.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"code: not UTF-8 text ({exc})") from exc
+            return handler({**data, "code": text})
         try:
             code = decode_source(source)
         except SyntaxError as exc:

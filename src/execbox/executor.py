@@ -47,7 +47,7 @@ from .hosts import (
     DEFAULT_TENANT_IDLE_S,
     Hosts,
 )
-from .image import Image
+from .image import Image, interpreter_problem
 from .records import PolicyInfo, RunStore
 from .redact import Redactor, checked_secrets
 from .request import FileSource, check_count, check_settings, make_request, new_run_id
@@ -573,6 +573,11 @@ class Executor:
     ) -> RunResult:
         request, base, cancel = call.request, call.base, options.cancel
         self._check_open()
+        problem = interpreter_problem(request.language)
+        if problem is not None:  # the machine's fault, not the code's: nothing started
+            return base.model_copy(
+                update={"error": ErrorInfo(type="SandboxError", message=problem)}
+            )
         environment = None if base.image_digest == self.image_digest else base.image_digest
         # Started (or refused) before the run waits its turn.
         self._backend.start(options.tenant, environment)
@@ -580,7 +585,8 @@ class Executor:
             run_id=base.run_id,
             code=request.code,
             limits=request.limits,
-            kind=program_kind(call.verdict.imports),
+            # Node and bash exec from a light program: nothing of the heavy zygote is theirs.
+            kind=program_kind(call.verdict.imports) if request.language == "python" else "light",
             env=request.env,
             files=[(f.name, f.data) for f in request.files],
             stdin=request.stdin,
@@ -591,6 +597,7 @@ class Executor:
             spool_dir=options.spool_dir,
             network=None if request.network == "none" else request.network,
             environment=environment,
+            language=request.language,
         )
         if not self._admission.enter(cancel):  # cancelled while it waited for its turn
             return not_started(base)

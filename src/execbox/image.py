@@ -14,6 +14,7 @@ shipped lock, unless `execbox env default` chose another). `EXECBOX_HOME` overri
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -155,11 +156,58 @@ def fs_image_path(root: Path) -> Path:
 
 
 def image_digest(tree_digest: str) -> str:
-    """The digest runs report: the tree's, the jail's C sources' and the in-image package's."""
+    """The digest runs report: the tree's, the jail's C sources', the in-image package's and
+    the machine's Node and bash, which JavaScript and bash runs exec (`interpreter_pins`)."""
     h = hashlib.sha256(b"execbox image\0")
-    for part in (tree_digest, native_sha(), inside_sha()):
+    pins = json.dumps(interpreter_pins(), sort_keys=True)
+    for part in (tree_digest, native_sha(), inside_sha(), pins):
         h.update(part.encode() + b"\0")
     return "sha256:" + h.hexdigest()
+
+
+_PINS_FILE = "interpreters.json"  # in the home: sha256 per binary identity, hashed once
+
+
+def interpreter_pins() -> dict[str, dict[str, str] | None]:
+    """For node and bash as the jail finds them: path, version and the binary's sha256; None
+    for one the machine lacks. Hashing Node's ~100 MB takes a second or more, so the hash of
+    each binary identity (path, device, inode, size, times) is kept in the home and a new
+    binary is hashed once; another Node is another digest."""
+    from .sandbox.inside import interpreters
+
+    try:
+        known = json.loads((home() / _PINS_FILE).read_text())
+    except (OSError, ValueError):
+        known = {}
+    pins: dict[str, dict[str, str] | None] = {}
+    changed = False
+    for name in ("node", "bash"):
+        path = interpreters.find(name)
+        if path is None:
+            pins[name] = None
+            continue
+        st = os.stat(path)
+        identity = f"{path}:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+        pin = known.get(identity)
+        if not isinstance(pin, dict):
+            with open(path, "rb") as fh:
+                sha = hashlib.file_digest(fh, "sha256").hexdigest()
+            done = subprocess.run(
+                [path, "--version"], capture_output=True, text=True, timeout=30, check=False
+            )
+            version = done.stdout.strip().splitlines()[0] if done.stdout.strip() else ""
+            pin = known[identity] = {"path": path, "version": version, "sha256": sha}
+            changed = True
+        pins[name] = pin
+    if changed:
+        try:
+            home().mkdir(parents=True, exist_ok=True)
+            tmp = home() / f".{_PINS_FILE}.{os.getpid()}"
+            tmp.write_text(json.dumps(known))
+            tmp.replace(home() / _PINS_FILE)
+        except OSError:
+            pass  # hashed again by the next process: slower, never wrong
+    return pins
 
 
 def inside_sha() -> str:
@@ -170,7 +218,7 @@ def inside_sha() -> str:
         "__init__.py": pkg / "__init__.py",
         "sandbox/__init__.py": pkg / "sandbox" / "__init__.py",
     }
-    for path in sorted(INSIDE.rglob("*.py")):
+    for path in sorted([*INSIDE.rglob("*.py"), *INSIDE.rglob("*.js")]):
         files["sandbox/inside/" + path.relative_to(INSIDE).as_posix()] = path
     h = hashlib.sha256()
     for name, path in files.items():
@@ -208,6 +256,28 @@ def native_sha() -> str:
         if path.suffix in (".c", ".h"):
             h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
+
+
+@functools.cache
+def interpreter_problem(language: str) -> str | None:
+    """Why this machine cannot run `language` (no Node, or one older than 20, for
+    javascript; no bash), or None. Asked once per process, as the digest is computed once."""
+    from .sandbox.inside import interpreters
+
+    if language == "python":
+        return None
+    name = "node" if language == "javascript" else "bash"
+    pin = interpreter_pins().get(name)
+    if pin is None:
+        return f"{language} runs need {name} in /usr/bin or /usr/local/bin, which the jail shows"
+    if name == "node":
+        major = pin["version"].removeprefix("v").split(".")[0]
+        if not major.isdigit() or int(major) < interpreters.NODE_MIN_MAJOR:
+            return (
+                f"javascript runs need Node.js {interpreters.NODE_MIN_MAJOR} or newer; "
+                f"{pin['path']} is {pin['version'] or 'of an unknown version'}"
+            )
+    return None
 
 
 def _nolibc_target(cc: str) -> bool:

@@ -180,6 +180,30 @@ def describe_environment(
     )
 
 
+_RUNTIMES = {
+    "javascript": "a JavaScript program (CommonJS, as main.js) with the machine's Node.js: its "
+    "built-in modules only (fs, path, crypto, zlib, ...), no npm packages",
+    "bash": "a bash script (as main.sh) with coreutils, grep, sed, awk, jq and the other "
+    "commands of the read-only system",
+}
+
+
+def describe_language(language: str, *, profile: str = "data", limits: Limits | None = None) -> str:
+    """What a model should know before it writes JavaScript or bash for the sandbox."""
+    lim = limits or _profile_limits(profile)[0]
+    return (
+        f"Run {_RUNTIMES[language]} in a fresh, isolated sandbox and get back its status, "
+        "stdout, stderr, the error (type and line) and the files it wrote. "
+        + _STATELESS
+        + "There is no network access. The working directory is /workspace: input files are "
+        "there, read-only; files written under /workspace come back as artifacts. "
+        f"Limits per run: {lim.timeout_s:g} s wall time (limits.timeout_s), "
+        f"{lim.effective_cpu_s:g} s CPU time, {lim.memory_mib} MiB memory, {lim.pids} processes "
+        f"and threads, {lim.disk_mib} MiB disk; stdout and stderr are cut at "
+        f"{_size(lim.output_bytes)} each."
+    )
+
+
 def _network_sentence(network: Sequence[str]) -> str:
     return (
         "Network: HTTP and HTTPS only, to these hosts only (ports 80 and 443 unless one is "

@@ -33,6 +33,8 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SERVER = [sys.executable, "-m", "execbox.cli", "mcp"]
 TOOLS = {
     "run_python",
+    "run_javascript",
+    "run_bash",
     "read_artifact",
     "session_create",
     "session_run",

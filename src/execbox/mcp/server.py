@@ -38,7 +38,7 @@ from ..server.errors import ApiError
 from ..server.quotas import Quotas
 from ..server.spool import ResultBudget, result_bound
 from ..server.state import LOCAL_TENANT, EndedSession, SessionRegistry, Shares
-from ..tools import RunPython, describe_environment, format_observation
+from ..tools import RunPython, describe_environment, describe_language, format_observation
 from .http import TENANT_SCOPE_KEY
 
 if TYPE_CHECKING:
@@ -65,6 +65,17 @@ SessionCode = Annotated[
         "imports and files from earlier cells are still there; the value "
         "of a last expression is shown, like in a notebook.",
     ),
+]
+JsCode = Annotated[
+    str,
+    Field(
+        min_length=1,
+        description="The complete JavaScript (CommonJS) program, run by Node.js as main.js. "
+        "console.log() what you need to see.",
+    ),
+]
+BashCode = Annotated[
+    str, Field(min_length=1, description="The bash script to run, as main.sh, in /workspace.")
 ]
 Stdin = Annotated[str, Field(description=RunPython.model_fields["stdin"].description)]
 Files = Annotated[dict[str, str], Field(description=RunPython.model_fields["files"].description)]
@@ -205,6 +216,18 @@ def build_server(  # noqa: C901
         *,
         ctx: Context,
     ) -> CallToolResult:
+        return run_code("python", code, stdin, files, files_base64, limits, environment, ctx)
+
+    def run_code(
+        language: str,
+        code: str,
+        stdin: str,
+        files: dict[str, str] | None,
+        files_base64: dict[str, str] | None,
+        limits: Limits | None,
+        environment: str | None,
+        ctx: Context,
+    ) -> CallToolResult:
         inputs = {name: text.encode() for name, text in (files or {}).items()}
         inputs.update({name: _b64(data, name) for name, data in (files_base64 or {}).items()})
         tenant = caller(ctx)
@@ -215,6 +238,7 @@ def build_server(  # noqa: C901
             lambda: executor.run_request(
                 make_request(
                     code,
+                    language=language,
                     stdin=stdin,
                     files=inputs,
                     limits=limits,
@@ -233,6 +257,44 @@ def build_server(  # noqa: C901
                 while len(own_runs) > MAX_REMEMBERED_RUNS:
                     own_runs.popitem(last=False)
         return _result(result, readable=bool(result.artifacts))
+
+    # One tool per language, not a `language` argument of run_python: each description says
+    # what its runtime has, and a model picks a tool by its name. Only the languages the
+    # profile runs are offered.
+    allowed = executor.profiles[profile].languages if profile in executor.profiles else []
+    if "javascript" in allowed:
+
+        @server.tool(
+            description=describe_language("javascript", profile=profile),
+            annotations=ToolAnnotations(open_world_hint=False, read_only_hint=True),
+        )
+        def run_javascript(
+            code: JsCode,
+            stdin: Stdin = "",
+            files: Files | None = None,
+            files_base64: BinaryFiles | None = None,
+            limits: RunLimits = None,
+            *,
+            ctx: Context,
+        ) -> CallToolResult:
+            return run_code("javascript", code, stdin, files, files_base64, limits, None, ctx)
+
+    if "bash" in allowed:
+
+        @server.tool(
+            description=describe_language("bash", profile=profile),
+            annotations=ToolAnnotations(open_world_hint=False, read_only_hint=True),
+        )
+        def run_bash(
+            code: BashCode,
+            stdin: Stdin = "",
+            files: Files | None = None,
+            files_base64: BinaryFiles | None = None,
+            limits: RunLimits = None,
+            *,
+            ctx: Context,
+        ) -> CallToolResult:
+            return run_code("bash", code, stdin, files, files_base64, limits, None, ctx)
 
     @server.tool(annotations=ToolAnnotations(open_world_hint=False, read_only_hint=True))
     def read_artifact(

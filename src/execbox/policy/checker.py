@@ -8,9 +8,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from ..contract import Limits, RunRequest
-from ..errors import UsageError
+from ..errors import SandboxUnavailable, UsageError
 from ..network.allowlist import parse_entries, within
 from ..routing import scan_imports
+from ..sandbox.inside import interpreters
+from . import javascript
 from .analysis import Analysis
 from .names import CellContext
 from .profiles import Decision, Profile, first_excess, limit_value, show_number
@@ -186,7 +188,13 @@ class Checker:
                     )
                 ),
             )
-        denied = self.inputs() or self.limit_maximums() or self.network() or self.environment()
+        denied = (
+            self.language()
+            or self.inputs()
+            or self.limit_maximums()
+            or self.network()
+            or self.environment()
+        )
         if denied is not None:
             return denied
         verdict = self.code()
@@ -199,6 +207,26 @@ class Checker:
                 imports=verdict.imports,
             )
         return verdict
+
+    def language(self) -> Verdict | None:
+        """Rule language.not_allowed: the profile lists the languages it runs; its rules about
+        the code read Python's syntax tree only, so it cannot vouch for another language."""
+        language, p, key = self.request.language, self.profile, self.key
+        if language in p.languages and (language != "bash" or not reads_code(p)):
+            return None
+        why = (
+            f"profile {key!r} runs {', '.join(p.languages)}"
+            if language not in p.languages
+            else f"profile {key!r} has rules about the code, which a bash script would escape"
+        )
+        return self.verdict(
+            "deny",
+            "language.not_allowed",
+            f"{language} code is not allowed: {why}; "
+            + self.advice(
+                lambda q: language in q.languages and not reads_code(q), "write it in Python"
+            ),
+        )
 
     def code(self) -> Verdict:
         """The verdict on the code itself (its encoding, syntax and the profile's rules)."""
@@ -214,6 +242,10 @@ class Checker:
                 ),
                 undecodable.lineno,
             )
+        if self.request.language == "javascript":
+            return self.javascript()
+        if self.request.language != "python":  # bash: `language` let it through unread
+            return self.verdict("allow", imports=frozenset())
         if not reads_code(p):
             # No rule of the profile is about the code (the default profile, `data`): nothing
             # to parse it for. Its imports only pick the kind of slot it runs in, a choice of
@@ -261,6 +293,62 @@ class Checker:
                 first = min(chosen, key=lambda f: (f.line, f.col))
                 return self.verdict(first.decision, first.rule, first.message, first.line, imports)
         return self.verdict("allow", imports=imports)
+
+    def javascript(self) -> Verdict:
+        """The profile's JavaScript rules, on the modules acorn finds (see `javascript`)."""
+        p, key = self.profile, self.key
+        if not p.javascript_modules_deny and not reads_code(p):
+            return self.verdict("allow", imports=frozenset())
+        node = interpreters.find("node")
+        if node is None:
+            raise SandboxUnavailable("javascript runs need node in /usr/bin or /usr/local/bin")
+        steering = sorted(k for k in self.request.env if k.startswith(javascript.STEERING_ENV))
+        if steering:
+            return self.verdict(
+                "deny",
+                "js.env",
+                f"environment variable {steering[0]} steers Node or its loader before the code "
+                f"runs, past the checks of profile {key!r}; leave it out",
+            )
+        found = javascript.analyse(self.request.code, node)
+        if found.error is not None:
+            # Not the Python rule's allow: what acorn cannot read, V8 may still run (acorn
+            # refuses some code V8 takes, and a deep enough expression overflows its stack).
+            message, line = found.error
+            return self.verdict(
+                "deny",
+                "js.syntax",
+                f"the check of profile {key!r} cannot read the code ({message}, line {line}), "
+                "and runs only code it has read; fix the syntax",
+                line,
+                frozenset(),
+            )
+        denied = set(p.javascript_modules_deny)
+        modules = [(name, line) for name, line in found.modules if name in denied]
+        if modules:
+            name, line = min(modules, key=lambda m: m[1])
+            return self.verdict(
+                "deny",
+                "js.module_denied",
+                f"module {name!r} (line {line}) is denied by profile {key!r}; "
+                + self.advice(
+                    lambda q: "javascript" in q.languages and name not in q.javascript_modules_deny,
+                    "do without it",
+                ),
+                line,
+                frozenset(),
+            )
+        if found.dynamic:
+            what, line = min(found.dynamic, key=lambda d: d[1])
+            return self.verdict(
+                "deny",
+                "js.dynamic",
+                f"{what} (line {line}): profile {key!r} checks the modules JavaScript code "
+                "loads, and cannot follow this; name modules with a constant require('...')",
+                line,
+                frozenset(),
+            )
+        return self.verdict("allow", imports=frozenset())
 
     def inputs(self) -> Verdict | None:
         p, key, files = self.profile, self.key, self.request.files

@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
-from ..contract import ENVIRONMENT_NAME, Limits
+from ..contract import ENVIRONMENT_NAME, Language, Limits
 from ..errors import UsageError
 from ..network.allowlist import parse_entries
 
@@ -25,6 +25,10 @@ _TOP_LEVEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _CALL_PATTERN = re.compile(r"[A-Za-z0-9_.*?\[\]!]+\Z")
 _ATTRIBUTE_PATTERN = re.compile(r"[A-Za-z0-9_*?\[\]!]+\Z")
 _ENVIRONMENT_NAME = re.compile(ENVIRONMENT_NAME)
+
+
+def _python_only() -> list[Language]:
+    return ["python"]
 
 
 class Profile(BaseModel):
@@ -71,6 +75,17 @@ class Profile(BaseModel):
         None,
         description="Environments a run may name besides the executor's default, which every "
         "profile allows (rule environment.not_allowed); None = only the default.",
+    )
+    languages: list[Language] = Field(
+        default_factory=_python_only,
+        description="Languages a run may be written in (rule language.not_allowed); the "
+        "import, call and write rules read Python only, so a profile with them allows only it.",
+    )
+    javascript_modules_deny: list[str] = Field(
+        default_factory=list,
+        description="Node modules JavaScript code may not require or import (rule "
+        "js.module_denied); when set, a require or import the check cannot follow is refused "
+        "too (rule js.dynamic).",
     )
     max_code_bytes: int = Field(ge=0, description="Cap on the code's size in UTF-8 bytes.")
     max_input_bytes: int = Field(ge=0, description="Cap on input files plus stdin, in bytes.")

@@ -114,6 +114,7 @@ class JailConfig:
             target = os.path.realpath("/etc/localtime")
             if target.startswith("/usr/"):
                 etc_links["localtime"] = target
+        etc_links.update(_alternatives())
         libexec = os.path.realpath(libexec)
         if not any(_within(libexec, b) for b in binds):
             raise JailError(f"{libexec} is outside the jail's read-only paths")
@@ -136,6 +137,25 @@ class JailConfig:
         return f"{self.libexec}/libexecbox-contain.so"
 
 
+def _alternatives() -> dict[str, str]:
+    """Debian's alternatives that commands under /usr go through (/usr/bin/awk ->
+    /etc/alternatives/awk -> /usr/bin/mawk), each linked to its target: the commands a bash
+    run uses resolve, and nothing else of the host's /etc shows."""
+    links = {}
+    for directory in ("/usr/bin", "/usr/sbin", "/usr/local/bin"):
+        with contextlib.suppress(OSError), os.scandir(directory) as entries:
+            for entry in entries:
+                if not entry.is_symlink():
+                    continue
+                via = os.readlink(entry.path)
+                if not via.startswith("/etc/alternatives/"):
+                    continue
+                target = os.path.realpath(entry.path)
+                if target.startswith("/usr/") and os.path.exists(target):
+                    links["alternatives/" + via.removeprefix("/etc/alternatives/")] = target
+    return links
+
+
 def _within(path: str, base: str) -> bool:
     return path == base or path.startswith(base + "/")
 
@@ -155,6 +175,7 @@ class RunSpec:
     env: dict[str, str] = field(default_factory=dict)
     input_bytes: int = 0
     input_count: int = 0
+    language: str = "python"  # or one of `interpreters.EXEC_LANGUAGES`, which exec theirs
 
 
 # ---- supervisor steps (root) --------------------------------------------------------------
@@ -263,6 +284,7 @@ def build_root(cfg: JailConfig, uid: int) -> None:
             with open(f"{r}/etc/{name}", "wb") as fh:
                 fh.write(data)
         for name, target in cfg.etc_links.items():
+            os.makedirs(os.path.dirname(f"{r}/etc/{name}"), 0o755, exist_ok=True)
             os.symlink(target, f"{r}/etc/{name}")
     with step("populate /dev"):
         os.mkdir(f"{r}/dev", 0o755)

@@ -42,9 +42,9 @@ import select
 import signal
 import socket
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Any, NoReturn
 
-from . import jail, kernel, linux, protocol, runner
+from . import interpreters, jail, kernel, linux, protocol, runner
 
 SESSION_CPU_S = 24 * 3600.0  # a session's per-process CPU rlimit (cells are timed one by one)
 
@@ -147,12 +147,28 @@ def _program(src_paths: list[str], fds: ProgramFds) -> None:
     except BaseException as exc:  # noqa: BLE001
         _write_quiet(fds.setup_w, f"program set-up: {exc}".encode())
         os._exit(127)
+    if spec.language in interpreters.EXEC_LANGUAGES and not session:
+        _exec_interpreter(spec, go["code"], fds)
     os.close(fds.setup_w)
     if session:
         os.close(fds.done_w)
         kernel.serve(fds.go_r, fds.err_w, src_paths, go["spec"])
     os.close(fds.go_r)
     runner.run(go["code"], fds.err_w, src_paths, fds.done_w, go["token"].encode())
+
+
+def _exec_interpreter(spec: jail.RunSpec, code: str, fds: ProgramFds) -> NoReturn:
+    """Become Node or bash running `code`, contained as the program is (see `interpreters`).
+    Its exit status comes from the zygote's report (done_w closed: the interpreter writes no
+    report of its own); set-up closes on the exec, or says why the exec failed."""
+    for fd in (fds.go_r, fds.done_w):
+        os.close(fd)
+    os.set_inheritable(fds.setup_w, False)
+    try:
+        interpreters.exec_code(spec.language, code, spec.env, fds.err_w, spec.memory_bytes)
+    except BaseException as exc:  # noqa: BLE001
+        _write_quiet(fds.setup_w, f"program set-up: start {spec.language}: {exc}".encode())
+    os._exit(127)
 
 
 # ---- the pages programs write first ------------------------------------------------------

@@ -1,0 +1,100 @@
+"""JavaScript and bash run latency and throughput against their bare interpreters, measured in
+the same run.
+
+Latency: one paced call at a time, `console.log(1)` / `echo 1` through the executor (the real
+sandbox: a contained program execs Node or bash) beside a bare `node -e` / `bash -c` on the
+host; medians and p90s in milliseconds. Throughput: runs/s with `--callers` threads calling at
+once for `--seconds`, beside as many threads looping the bare interpreter. The bare runs get an
+empty environment, as runs do (a host's NODE_EXTRA_CA_CERTS, say, costs Node a certificate
+parse at every start).
+
+    python bench/languages.py [--runs N] [--callers 4] [--seconds 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+
+from execbox import Executor
+
+CASES = {
+    "python": ("print(1)", None),
+    "javascript": ("console.log(1)", ["node", "-e", "console.log(1)"]),
+    "bash": ("echo 1", ["bash", "-c", "echo 1"]),
+}
+
+
+def _summary(samples: list[float]) -> str:
+    ordered = sorted(samples)
+    p90 = ordered[int(len(ordered) * 0.9) - 1]
+    return f"median {statistics.median(ordered):7.2f} ms  p90 {p90:7.2f} ms"
+
+
+def _rate(callers: int, seconds: float, once: Callable[[], None]) -> float:
+    """Calls per second of `once` from `callers` threads for `seconds`."""
+    done = [0] * callers
+    stop = time.monotonic() + seconds
+
+    def loop(i: int) -> None:
+        while time.monotonic() < stop:
+            once()
+            done[i] += 1
+
+    threads = [threading.Thread(target=loop, args=(i,)) for i in range(callers)]
+    start = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(done) / (time.monotonic() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=40)
+    parser.add_argument("--callers", type=int, default=4)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    args = parser.parse_args()
+    with Executor(cache=False) as ex:
+        for language, (code, _bare) in CASES.items():
+            for _ in range(5):  # every slot of the pool has run once
+                ex.run(code, language=language)
+        for language, (code, bare) in CASES.items():
+            sandboxed, host = [], []
+            for _ in range(args.runs):
+                start = time.perf_counter()
+                result = ex.run(code, language=language)
+                sandboxed.append((time.perf_counter() - start) * 1000)
+                assert result.stdout == "1\n", result
+                if bare is not None:
+                    start = time.perf_counter()
+                    subprocess.run(bare, check=True, capture_output=True, env={})
+                    host.append((time.perf_counter() - start) * 1000)
+                time.sleep(0.02)  # paced: each call finds its slot staged again
+            print(f"{language:<10} execbox {_summary(sandboxed)}")
+            if host:
+                print(f"{'':<10} bare    {_summary(host)}")
+        for language, (code, bare) in CASES.items():
+
+            def sandboxed_once(code: str = code, language: str = language) -> None:
+                ex.run(code, language=language)
+
+            rate = _rate(args.callers, args.seconds, sandboxed_once)
+            line = f"{language:<10} {args.callers} callers: execbox {rate:6.1f} runs/s"
+            if bare is not None:
+
+                def bare_once(bare: list[str] = bare) -> None:
+                    subprocess.run(bare, check=True, capture_output=True, env={})
+
+                bare_rate = _rate(args.callers, args.seconds, bare_once)
+                line += f", bare {bare_rate:6.1f} runs/s ({rate / bare_rate:.2f}x)"
+            print(line)
+
+
+if __name__ == "__main__":
+    main()
