@@ -55,10 +55,12 @@ def profiles_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The shipped profiles, with `data` allowing the environments of these tests too."""
     shipped = Path(execbox.__file__).parent / "profiles.toml"
     text = shipped.read_text()
-    line = 'environments = ["ml"]\nmax_code_bytes = 1_048_576'
-    assert line in text, "control: the shipped data profile lists its environments"
-    allowed = f'environments = ["ml", "{ENV}", "{GONE}", "{MISSING}"]'
-    text = text.replace(line, line.replace('environments = ["ml"]', allowed), 1)
+    start = text.index("[profiles.data]\n")
+    end = text.index("\n[", start)
+    line = 'environments = ["ml"]\n'
+    assert text.count(line, start, end) == 1, "control: the data profile lists its environments"
+    allowed = f'environments = ["ml", "{ENV}", "{GONE}", "{MISSING}"]\n'
+    text = text[:start] + text[start:end].replace(line, allowed) + text[end:]
     path = tmp_path_factory.mktemp("envrun-profiles") / "profiles.toml"
     path.write_text(text)
     return path
