@@ -25,6 +25,7 @@ from .hosts import Hosts
 from .image import LIGHT_PRELOAD, PRELOAD, Image
 from .network.egress import RunEgress
 from .network.proxy import EgressProxy, NetworkLimits
+from .network.secrets import Binding
 from .sandbox.host import capabilities
 from .sandbox.host.errors import HostError, RunNotStarted
 from .sandbox.host.pump import OutputCallback, RawRun
@@ -73,6 +74,8 @@ class RunSpec:
     spool_dir: str | None = None
     # The run's network allowlist (`RunRequest.network` entries); None: no network at all.
     network: Sequence[str] | None = None
+    # Its secrets bound to hosts (`network.secrets.bind`): placeholders in, values at the proxy.
+    bound: Sequence[Binding] = ()
     # The image digest of the environment it runs in (`SandboxBackend.environment`); None: the
     # default one.
     environment: str | None = None
@@ -181,6 +184,7 @@ class LocalBackend:
         tenant_idle_s: float | None,
         network_resolve: Mapping[str, str | Sequence[str]] | None = None,
         environment_idle_s: float | None = None,
+        network_ca: str | None = None,
     ) -> None:
         if os.geteuid() != 0:
             raise SandboxUnavailable(
@@ -195,7 +199,7 @@ class LocalBackend:
         self.pool_size = pool_size
         # Started at the first run with a network allowlist; `network_resolve` pins names.
         try:
-            self.egress_proxy = EgressProxy(network_resolve)
+            self.egress_proxy = EgressProxy(network_resolve, network_ca)
         except ValueError as exc:
             raise UsageError(f"network_resolve: {exc}") from exc
         # The environments runs have named, by image digest (the default's included) and by
@@ -264,17 +268,18 @@ class LocalBackend:
         self.hosts.get(tenant, environment)
 
     def run(self, spec: RunSpec) -> RawRun:
-        request = {
-            "code": spec.code,
-            "run_id": spec.run_id,
-            "spec": sandbox_spec(spec.limits, spec.env or {}, spec.files),
-        }
         files = list(spec.files)
         limits = spec.limits
         network = None
         if spec.network is not None:
             caps = NetworkLimits(limits.network_bytes, limits.network_connections)
-            network = RunEgress(self.egress_proxy, spec.network, caps)
+            network = RunEgress(self.egress_proxy, spec.network, caps, spec.bound)
+            files += network.files
+        request = {
+            "code": spec.code,
+            "run_id": spec.run_id,
+            "spec": sandbox_spec(spec.limits, spec.env or {}, files),
+        }
 
         def attempt() -> RawRun:
             host, slot = self.hosts.take(

@@ -13,6 +13,7 @@ import logging
 import os
 import threading
 from collections.abc import AsyncIterator, Generator, Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -32,6 +33,7 @@ from .cache import DEFAULT_TTL_S, cache_key, cacheable
 from .call import Call, Options, Origin
 from .cancel import Cancel as Cancel  # re-exported: execbox.Cancel
 from .contract import (
+    BoundSecret,
     ErrorInfo,
     Limits,
     RunRequest,
@@ -50,7 +52,14 @@ from .hosts import (
 from .image import Image
 from .records import PolicyInfo, RunStore
 from .redact import Redactor, checked_secrets
-from .request import FileSource, check_count, check_settings, make_request, new_run_id
+from .request import (
+    FileSource,
+    bind_secrets,
+    check_count,
+    check_settings,
+    make_request,
+    new_run_id,
+)
 from .results import ReplayReport, not_started, result_of, undecodable, with_kept_data
 from .routing import program_kind
 from .sandbox.host.errors import HostError
@@ -99,6 +108,7 @@ class Executor:
         backend: SandboxBackend | None = None,
         network_resolve: Mapping[str, str | Sequence[str]] | None = None,
         environment_idle_s: float = DEFAULT_ENVIRONMENT_IDLE_S,
+        network_ca: str | None = None,
     ) -> None:
         """`profiles`: a TOML file or loaded profiles (default: the shipped ones, or the file in
         EXECBOX_PROFILES). `records`: a RunStore or database URL (default: SQLite under the
@@ -123,7 +133,9 @@ class Executor:
         runtime image; `execbox.testing.FakeSandbox` in tests of code above the sandbox).
         `network_resolve`: names the network proxy resolves to these addresses instead of
         asking DNS, trusted like curl's --resolve (a pinned address counts as named exactly:
-        a pinned loopback or private address is dialled)."""
+        a pinned loopback or private address is dialled). `network_ca`: a PEM file of the
+        only CAs the proxy trusts when it opens TLS to a host a secret is bound to (default:
+        the system's trust store)."""
         check_settings(
             max_concurrency=max_concurrency,
             pool_size=pool_size,
@@ -156,6 +168,7 @@ class Executor:
             tenant_idle_s=tenant_idle_s,
             network_resolve=network_resolve,
             environment_idle_s=environment_idle_s,
+            network_ca=network_ca,
         )
         self.image = self._backend.image if isinstance(self._backend, LocalBackend) else None
         self.image_digest = self._backend.digest
@@ -245,6 +258,7 @@ class Executor:
         cancel: Cancel | None = None,
         tenant: str | None = None,
         environment: str | None = None,
+        bound_secrets: Sequence[BoundSecret | Mapping[str, Any]] = (),
     ) -> RunResult:
         """Run `code` in a fresh sandbox and return its result (never raises for the code).
         `code` may be the bytes of a source file: bytes that do not decode are its SyntaxError.
@@ -257,7 +271,10 @@ class Executor:
         `network`: "none", or the hosts the run may reach through the proxy (`host[:port]`
         entries, within what the profile allows; see README "Network").
         `environment`: the named environment it runs in (None: the default); its profile must
-        allow it, and one not built is a UsageError."""
+        allow it, and one not built is a UsageError.
+        `bound_secrets`: `{"name", "value", "hosts"}` each; the run's environment holds a
+        placeholder under the name, and the proxy sends the value instead only in HTTPS
+        requests to those hosts (see README "Network")."""
         request = make_request(
             code,
             language=language,
@@ -279,6 +296,7 @@ class Executor:
             on_stderr=on_stderr,
             cancel=cancel,
             tenant=tenant,
+            bound_secrets=bound_secrets,
         )
 
     def run_request(
@@ -295,6 +313,7 @@ class Executor:
         cancel: Cancel | None = None,
         spool_dir: str | None = None,
         tenant: str | None = None,
+        bound_secrets: Sequence[BoundSecret | Mapping[str, Any]] = (),
     ) -> RunResult:
         """The whole pipeline for one request. `cache_scope` partitions the result cache (the
         HTTP server passes the tenant); `tenant` picks the host with `zygotes_per_tenant`.
@@ -309,9 +328,12 @@ class Executor:
             spool_dir=spool_dir,
             tenant=tenant,
         )
-        return self._pipeline(
-            request, Origin(), options, checked_secrets(secrets), session_id, on_stdout, on_stderr
-        )
+        checked = checked_secrets(secrets)
+        if bound_secrets:
+            bound = bind_secrets(bound_secrets, request)
+            options = replace(options, bound=bound)
+            checked += tuple(s for b in bound for s in (b.value, b.placeholder))
+        return self._pipeline(request, Origin(), options, checked, session_id, on_stdout, on_stderr)
 
     def run_cell(
         self,
@@ -591,6 +613,7 @@ class Executor:
             spool_dir=options.spool_dir,
             network=None if request.network == "none" else request.network,
             environment=environment,
+            bound=options.bound,
         )
         if not self._admission.enter(cancel):  # cancelled while it waited for its turn
             return not_started(base)

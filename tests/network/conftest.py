@@ -21,9 +21,10 @@ def upstream() -> Iterator[Upstream]:
 
 
 @pytest.fixture(scope="session")
-def net() -> Iterator[execbox.Executor]:
+def net(upstream: Upstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[execbox.Executor]:
     """An executor of its own: one slot of each kind (consecutive runs share a slot), the
-    test names pinned to 127.0.0.1, a profile that lets requests ask for any destination."""
+    test names pinned to 127.0.0.1, a profile that lets requests ask for any destination,
+    the test CA the only one its proxy trusts for the hosts it intercepts."""
     reason = _host_can_sandbox()
     if reason:
         sandbox_missing(f"SANDBOX UNAVAILABLE, network tests skipped: {reason}")
@@ -32,6 +33,8 @@ def net() -> Iterator[execbox.Executor]:
         update={"name": "net", "network_allow": ["*:*", "0.0.0.0/0:*", "[::/0]:*"]}
     )
     pinned = {name: "127.0.0.1" for name in ("api.test", "other.test", "denied.test")}
+    ca_file = tmp_path_factory.mktemp("net-ca") / "ca.pem"
+    ca_file.write_bytes(upstream.ca_pem)
     with execbox.Executor(
         cache=False,
         pool_size=1,
@@ -39,6 +42,7 @@ def net() -> Iterator[execbox.Executor]:
         rotate_after_s=None,
         profiles=profiles,
         network_resolve=pinned,
+        network_ca=str(ca_file),
     ) as ex:
         problem = prove_jail(ex)
         if problem:

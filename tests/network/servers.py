@@ -14,6 +14,7 @@ import trustme
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     seen: list[tuple[str, str, str]]  # (method, path, Host header) of every request served
+    heads: list[str]  # each request's target, then its header fields (names in lower case)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -37,6 +38,8 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         query = parse_qs(url.query)
         self.server.seen.append((self.command, self.path, self.headers.get("Host", "")))
+        fields = "".join(f"{name.lower()}: {value}\n" for name, value in self.headers.items())
+        self.server.heads.append(f"{self.path}\n{fields}")
         if url.path == "/hello":
             self._reply(200, f"hello host={self.headers.get('Host')}".encode())
         elif url.path == "/redirect":
@@ -63,19 +66,24 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class Upstream:
-    """An HTTP server and an HTTPS server (certificate for api.test) on 127.0.0.1."""
+    """An HTTP server and an HTTPS server (certificate for api.test and other.test) on
+    127.0.0.1, and a rogue HTTPS one whose certificate for api.test no trusted CA issued."""
 
     def __init__(self) -> None:
         self.ca = trustme.CA()
         self.ca_pem = self.ca.cert_pem.bytes()
         self.http = self._start(None)
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        self.ca.issue_cert("api.test").configure_cert(context)
+        self.ca.issue_cert("api.test", "other.test").configure_cert(context)
         self.https = self._start(context)
+        rogue = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        trustme.CA().issue_cert("api.test").configure_cert(rogue)
+        self.rogue = self._start(rogue)
 
     def _start(self, context: ssl.SSLContext | None) -> _Server:
         server = _Server(("127.0.0.1", 0), _Handler)
         server.seen = []
+        server.heads = []
         if context is not None:
             server.socket = context.wrap_socket(server.socket, server_side=True)
         threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -89,14 +97,23 @@ class Upstream:
     def https_port(self) -> int:
         return int(self.https.server_address[1])
 
+    @property
+    def rogue_port(self) -> int:
+        return int(self.rogue.server_address[1])
+
     def seen(self) -> list[tuple[str, str, str]]:
         return self.http.seen + self.https.seen
 
+    def heads(self) -> list[str]:
+        """What every server read of each request: target and headers."""
+        return self.http.heads + self.https.heads + self.rogue.heads
+
     def clear(self) -> None:
-        self.http.seen.clear()
-        self.https.seen.clear()
+        for server in (self.http, self.https, self.rogue):
+            server.seen.clear()
+            server.heads.clear()
 
     def close(self) -> None:
-        for server in (self.http, self.https):
+        for server in (self.http, self.https, self.rogue):
             server.shutdown()
             server.server_close()

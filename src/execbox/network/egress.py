@@ -8,7 +8,8 @@ from typing import Any
 
 from .allowlist import Allowlist
 from .listener import listen_in
-from .proxy import Egress, EgressProxy, NetworkLimits
+from .proxy import Egress, EgressProxy, Interception, NetworkLimits
+from .secrets import BUNDLE_NAME, BUNDLE_PATH, CA_VARS, Binding, environment
 
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 NO_PROXY_VARS = ("NO_PROXY", "no_proxy")
@@ -18,13 +19,28 @@ class RunEgress:
     """The network of one run with an allowlist. `open` may be called again after `close`
     (a run retried on another slot); the log gathers what every opening served."""
 
-    def __init__(self, proxy: EgressProxy, entries: Sequence[str], limits: NetworkLimits) -> None:
+    def __init__(
+        self,
+        proxy: EgressProxy,
+        entries: Sequence[str],
+        limits: NetworkLimits,
+        bindings: Sequence[Binding] = (),
+    ) -> None:
         self.proxy = proxy
         self.allow = Allowlist.parse(list(entries))
         self.limits = limits
+        # Bound secrets: the run's own CA, made now (its certificate goes in as a file).
+        self.tls: Interception | None = proxy.interception(bindings) if bindings else None
         self.log: list[dict[str, Any]] = []
         self.limit_message: str | None = None
         self._egress: Egress | None = None
+
+    @property
+    def files(self) -> list[tuple[str, bytes]]:
+        """Input files the run needs: with bound secrets, the CA bundle its clients trust."""
+        if self.tls is None:
+            return []
+        return [(BUNDLE_NAME, self.tls.ca.bundle)]
 
     def open(self, pidfd: int, on_limit: Callable[[str], None]) -> dict[str, str]:
         """Listen in the network namespace of the process `pidfd` names (the slot's
@@ -33,11 +49,15 @@ class RunEgress:
             raise OSError("the run slot's supervisor has no pidfd to join its namespace by")
         listener = listen_in(pidfd)
         port = listener.getsockname()[1]
-        self._egress = self.proxy.open(listener, self.allow, self.limits, on_limit)
+        self._egress = self.proxy.open(listener, self.allow, self.limits, on_limit, self.tls)
         url = f"http://127.0.0.1:{port}"
         # An empty NO_PROXY: nothing of a caller's environment sends a name around the proxy
         # (there is no route around it anyway).
-        return {**dict.fromkeys(PROXY_VARS, url), **dict.fromkeys(NO_PROXY_VARS, "")}
+        env = {**dict.fromkeys(PROXY_VARS, url), **dict.fromkeys(NO_PROXY_VARS, "")}
+        if self.tls is not None:
+            env |= dict.fromkeys(CA_VARS, BUNDLE_PATH)
+            env |= environment(self.tls.bindings)
+        return env
 
     def close(self) -> None:
         """End the listener and every connection of the run (idempotent)."""

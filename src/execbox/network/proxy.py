@@ -15,18 +15,23 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import h11
 
 from . import relay
 from .allowlist import Allowlist, IPAddress, destination, refused_range
 from .audit import Dialled, LimitReached, Record, Refused
+from .secrets import Binding
+
+if TYPE_CHECKING:
+    from .intercept import RunCA
 
 RESOLVE_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 10.0
@@ -38,6 +43,16 @@ RESOLVING_PER_RUN = 2
 # name has at most 253): a refused target can be as long as a request head.
 MAX_HOST_CHARS = 300
 MAX_METHOD_CHARS = 32
+
+
+@dataclass(frozen=True)
+class Interception:
+    """What a run with bound secrets adds to its proxy: the bindings, the run's CA, and how
+    the proxy verifies the hosts it intercepts."""
+
+    bindings: tuple[Binding, ...]
+    ca: RunCA
+    upstream: ssl.SSLContext
 
 
 @dataclass(frozen=True)
@@ -58,8 +73,10 @@ class Egress:
         limits: NetworkLimits,
         pinned: Mapping[str, tuple[IPAddress, ...]],
         on_limit: Callable[[str], None],
+        tls: Interception | None = None,
     ) -> None:
         self.allow = allow
+        self.tls = tls
         self.limits = limits
         self.pinned = pinned
         self.on_limit = on_limit
@@ -112,6 +129,15 @@ class Egress:
             self.writers.discard(writer)
             writer.close()  # after what it was last sent (stop and trip abort at once)
             self.tasks.discard(task)
+
+    def bound_to(self, host: str) -> tuple[Binding, ...]:
+        """The run's secrets bound to `host` (a CONNECT's host as asked for)."""
+        if self.tls is None:
+            return ()
+        dest = destination(host)
+        if not isinstance(dest, str):  # an address: no secret is bound to one
+            return ()
+        return tuple(b for b in self.tls.bindings if b.covers(dest))
 
     # ---- limits ---------------------------------------------------------------------------
 
@@ -269,7 +295,12 @@ class EgressProxy:
     to addresses (an operator's setting, like curl --resolve: pinned addresses count as
     named exactly)."""
 
-    def __init__(self, resolve: Mapping[str, Sequence[str]] | None = None) -> None:
+    def __init__(
+        self, resolve: Mapping[str, Sequence[str]] | None = None, ca_file: str | None = None
+    ) -> None:
+        self.ca_file = ca_file
+        self._upstream: ssl.SSLContext | None = None
+        self._system_cas: bytes | None = None
         self.pinned: dict[str, tuple[IPAddress, ...]] = {}
         for name, addresses in (resolve or {}).items():
             host = destination(name)
@@ -281,6 +312,17 @@ class EgressProxy:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+
+    def interception(self, bindings: Sequence[Binding]) -> Interception:
+        """A run's CA and the rest its bound secrets need (the trust stores read once)."""
+        from .intercept import RunCA, system_cas, upstream_context  # slow to import: late
+
+        with self._lock:
+            if self._upstream is None:
+                self._upstream = upstream_context(self.ca_file)
+                self._system_cas = system_cas()
+            upstream, system = self._upstream, self._system_cas or b""
+        return Interception(tuple(bindings), RunCA(system), upstream)
 
     def _running(self) -> asyncio.AbstractEventLoop:
         with self._lock:
@@ -304,10 +346,11 @@ class EgressProxy:
         allow: Allowlist,
         limits: NetworkLimits,
         on_limit: Callable[[str], None],
+        tls: Interception | None = None,
     ) -> Egress:
         """Serve `listener` (owned from here on) for one run."""
         loop = self._running()
-        egress = Egress(allow, limits, self.pinned, on_limit)
+        egress = Egress(allow, limits, self.pinned, on_limit, tls)
         try:
             asyncio.run_coroutine_threadsafe(egress.start(listener), loop).result(CLOSE_WAIT_S)
         except BaseException:

@@ -1,0 +1,292 @@
+"""Secrets bound to hosts, attacked from real runs: the value reaches only the bound host over
+TLS the proxy intercepts, never the sandbox; any other host, a redirect, a second request on
+the same tunnel get the placeholder or nothing. Real sandbox, real HTTPS servers on loopback
+with a test CA (the proxy's only trusted one here), names pinned to them."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from typing import Any
+
+import pytest
+
+import execbox
+from tests.network.servers import Upstream
+
+# urllib with the run's default trust (the bundle SSL_CERT_FILE names: system CAs and the
+# run's CA) for the bound host, and the test CA for the others (not intercepted).
+FETCH = """
+import json, os, ssl, urllib.request, urllib.error
+TEST_CA = ssl.create_default_context(cafile="/workspace/ca.pem")
+def fetch(url, headers=(), context=None):
+    request = urllib.request.Request(url, headers=dict(headers))
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=context) as r:
+            return [r.status, r.read().decode()]
+    except urllib.error.HTTPError as e:
+        return [e.code, e.read().decode()]
+    except OSError as e:
+        return [None, repr(e)]
+"""
+
+# A client of its own over the proxy: CONNECT, TLS with the run's default trust, raw bytes.
+RAW = """
+import os, socket, ssl
+def tunnel(host, port):
+    proxy = os.environ["HTTPS_PROXY"].rsplit(":", 1)
+    sock = socket.create_connection(("127.0.0.1", int(proxy[1])), timeout=10)
+    sock.sendall(f"CONNECT {host}:{port} HTTP/1.1\\r\\nHost: {host}:{port}\\r\\n\\r\\n".encode())
+    head = b""
+    while b"\\r\\n\\r\\n" not in head:
+        head += sock.recv(1)
+    assert head.startswith(b"HTTP/1.1 200"), head
+    return ssl.create_default_context().wrap_socket(sock, server_hostname=host)
+def read_response(tls):
+    data = b""
+    while b"\\r\\n\\r\\n" not in data:
+        chunk = tls.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+    head, _, body = data.partition(b"\\r\\n\\r\\n")
+    length = [int(l.split(b":")[1]) for l in head.split(b"\\r\\n") if l.lower().startswith(b"content-length")]
+    while length and len(body) < length[0]:
+        chunk = tls.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return head + b"\\r\\n\\r\\n" + body
+"""
+
+
+def secret_value() -> str:
+    return "tok-" + secrets.token_hex(20)
+
+
+def run(
+    ex: execbox.Executor,
+    upstream: Upstream,
+    code: str,
+    network: list[str],
+    bound: list[dict[str, Any]],
+    **kw: Any,
+) -> execbox.RunResult:
+    upstream.clear()
+    return ex.run(
+        FETCH + RAW + code,
+        network=network,
+        profile="net",
+        files={"ca.pem": upstream.ca_pem},
+        bound_secrets=bound,
+        **kw,
+    )
+
+
+def printed(result: execbox.RunResult) -> Any:
+    assert result.status == "ok", result.stderr[-800:]
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def placeholder_of(heads: list[str], header: str) -> str:
+    [line] = [h for h in heads if h.startswith(header + ": ")]
+    return line.split(": ", 1)[1].split()[-1]
+
+
+def test_bound_secret_reaches_only_its_host(net: execbox.Executor, upstream: Upstream) -> None:
+    value = secret_value()
+    https, http = upstream.https_port, upstream.http_port
+    code = f"""
+token = os.environ["TOKEN"]
+auth = {{"Authorization": "Bearer " + token}}
+print(json.dumps([
+    fetch("https://api.test:{https}/hello?key=" + token, auth),
+    fetch("http://api.test:{http}/hello", auth),
+    fetch("https://other.test:{https}/hello", auth, TEST_CA),
+    fetch("http://other.test:{http}/hello", auth),
+]))
+"""
+    network = [f"api.test:{https}", f"api.test:{http}", f"other.test:{https}", f"other.test:{http}"]
+    bound = [{"name": "TOKEN", "value": value, "hosts": ["api.test"]}]
+    result = run(net, upstream, code, network, bound)
+    assert [status for status, _ in printed(result)] == [200, 200, 200, 200]
+    heads = upstream.heads()
+    [bound_head] = [h for h in upstream.https.heads if "host: api.test" in h]
+    # the value in the header and in the query (percent-encoded: it is URL-safe here)
+    assert f"authorization: Bearer {value}\n" in bound_head
+    assert bound_head.startswith(f"/hello?key={value}\n")
+    others = [h for h in heads if h is not bound_head]
+    assert len(others) == 3
+    for head in others:  # plain http:// to the bound host, any request to another: placeholder
+        assert value not in head
+        assert "authorization: Bearer execbox-placeholder-" in head
+    # the run's own output never shows the value or the placeholder
+    assert value not in result.model_dump_json()
+    assert "execbox-placeholder-" not in result.model_dump_json()
+    assert [(e.method, e.host, e.verdict) for e in result.network_log] == [
+        ("CONNECT", "api.test", "allowed"),
+        ("GET", "api.test", "allowed"),
+        ("CONNECT", "other.test", "allowed"),
+        ("GET", "other.test", "allowed"),
+    ]
+
+
+def test_bound_secret_never_appears_in_the_jail(net: execbox.Executor, upstream: Upstream) -> None:
+    """The run scans its environment, its files and its own memory for the value, after the
+    proxy used it, with the needle in two halves that the run never puts together; a control
+    string, given through the environment, proves the scan finds what is there."""
+    value, control = secret_value(), secret_value()
+    https = upstream.https_port
+    code = f"""
+import ctypes
+def halves_in(data, a, b):
+    i = data.find(a)
+    while i >= 0:
+        if data[i + len(a): i + len(a) + len(b)] == b:
+            return True
+        i = data.find(a, i + 1)
+    return False
+def scan(a, b):
+    found = []
+    if any(halves_in(v.encode(), a, b) for v in os.environ.values()):
+        found.append("environ")
+    for top in ("/workspace", "/tmp", "/dev/shm"):
+        for root, _dirs, files in os.walk(top):
+            for name in files:
+                with open(os.path.join(root, name), "rb") as fh:
+                    if halves_in(fh.read(), a, b):
+                        found.append("file " + name)
+    # /proc/self/mem is closed to the run (it is not dumpable): its memory read in place,
+    # every writable or anonymous region (heap, stacks, arenas, libraries' data)
+    with open("/proc/self/maps") as maps:
+        regions = [line.split() for line in maps]
+    for fields in regions:
+        span, perms, path = fields[0], fields[1], fields[5] if len(fields) > 5 else ""
+        if not perms.startswith("r") or (path and "w" not in perms and path not in ("[heap]", "[stack]")):
+            continue
+        if path in ("[vvar]", "[vsyscall]", "[vvar_vclock]"):
+            continue
+        start, end = (int(x, 16) for x in span.split("-"))
+        if halves_in(ctypes.string_at(start, end - start), a, b):
+            found.append("memory")
+            break
+    return found
+used = fetch("https://api.test:{https}/hello", {{"X-Token": os.environ["TOKEN"]}})
+print(json.dumps([used[0], scan({value[:20]!r}.encode(), {value[20:]!r}.encode()),
+                  scan({control[:20]!r}.encode(), {control[20:]!r}.encode())]))
+"""
+    bound = [{"name": "TOKEN", "value": value, "hosts": ["api.test"]}]
+    result = run(net, upstream, code, [f"api.test:{https}"], bound, env={"CONTROL": control})
+    status, found, control_found = printed(result)
+    assert status == 200 and f"x-token: {value}" in upstream.https.heads[0]
+    assert found == []
+    assert "environ" in control_found and "memory" in control_found
+
+
+def test_redirect_to_another_host_carries_the_placeholder(
+    net: execbox.Executor, upstream: Upstream
+) -> None:
+    value = secret_value()
+    https, http = upstream.https_port, upstream.http_port
+    code = f"""
+print(json.dumps(fetch("https://api.test:{https}/redirect?to=http://other.test:{http}/hello",
+                       {{"X-Token": os.environ["TOKEN"]}})))
+"""
+    network = [f"api.test:{https}", f"other.test:{http}"]
+    bound = [{"name": "TOKEN", "value": value, "hosts": ["api.test"]}]
+    result = run(net, upstream, code, network, bound)
+    assert printed(result)[0] == 200
+    [first] = upstream.https.heads
+    [followed] = upstream.http.heads
+    assert f"x-token: {value}" in first
+    assert value not in followed and "x-token: execbox-placeholder-" in followed
+
+
+def test_placeholder_split_across_header_lines_gets_no_value(
+    net: execbox.Executor, upstream: Upstream
+) -> None:
+    """Only a whole placeholder in one field is swapped: halves in two fields, or a field
+    folded inside it (obsolete line folding, unfolded to a space), go upstream unchanged."""
+    value = secret_value()
+    https = upstream.https_port
+    code = f"""
+p = os.environ["TOKEN"]
+tls = tunnel("api.test", {https})
+tls.sendall(("GET /hello HTTP/1.1\\r\\nHost: api.test:{https}\\r\\n"
+             f"x-a: {{p[:30]}}\\r\\nX-B: {{p[30:]}}\\r\\n"
+             f"x-folded: {{p[:30]}}\\r\\n {{p[30:]}}\\r\\nConnection: close\\r\\n\\r\\n").encode())
+print(json.dumps([read_response(tls).split(b" ")[1].decode()]))
+"""
+    bound = [{"name": "TOKEN", "value": value, "hosts": ["api.test"]}]
+    result = run(net, upstream, code, [f"api.test:{https}"], bound)
+    assert printed(result) == ["200"]
+    [head] = upstream.https.heads
+    assert value not in head and value[:8] not in head
+    assert "x-a: execbox-placeholder-" in head and "x-folded: execbox-placeholder-" in head
+
+
+def test_second_request_for_another_host_on_the_tunnel_is_refused(
+    net: execbox.Executor, upstream: Upstream
+) -> None:
+    """HTTP/1.1 keep-alive: the tunnel to the bound host serves its host only; a request in
+    it naming another host (which the certificate also covers upstream) is refused, not sent
+    with or without the value."""
+    value = secret_value()
+    https = upstream.https_port
+    code = f"""
+p = os.environ["TOKEN"]
+tls = tunnel("api.test", {https})
+answers = []
+for host in ("api.test", "other.test"):
+    tls.sendall(f"GET /hello HTTP/1.1\\r\\nHost: {{host}}:{https}\\r\\nx-token: {{p}}\\r\\n\\r\\n".encode())
+    answers.append(read_response(tls).split(b" ")[1].decode())
+print(json.dumps(answers))
+"""
+    network = [f"api.test:{https}", f"other.test:{https}"]
+    bound = [{"name": "TOKEN", "value": value, "hosts": ["api.test"]}]
+    result = run(net, upstream, code, network, bound)
+    assert printed(result) == ["200", "421"]
+    [head] = upstream.https.heads
+    assert f"host: api.test:{https}" in head and f"x-token: {value}" in head
+    refused = result.network_log[-1]
+    assert (refused.verdict, refused.rule, refused.host) == (
+        "denied",
+        "network.request",
+        f"other.test:{https}",
+    )
+
+
+def test_bound_host_with_an_untrusted_certificate_gets_nothing(
+    net: execbox.Executor, upstream: Upstream
+) -> None:
+    """The proxy verifies the bound host's certificate (here against the operator's CA only)
+    before anything is sent: a server it cannot verify gets no request, let alone the value."""
+    value = secret_value()
+    rogue = upstream.rogue_port
+    code = f"""print(json.dumps(fetch("https://api.test:{rogue}/hello", {{"X-Token": os.environ["TOKEN"]}})))"""
+    bound = [{"name": "TOKEN", "value": value, "hosts": ["api.test"]}]
+    result = run(net, upstream, code, [f"api.test:{rogue}"], bound)
+    status, body = printed(result)
+    assert status is None and "502" in body
+    assert upstream.rogue.heads == []
+    [entry] = result.network_log
+    assert (entry.verdict, entry.rule) == ("failed", "network.tls")
+
+
+@pytest.mark.parametrize(
+    ("network", "bound", "message"),
+    [
+        ("none", {"name": "T", "value": "v", "hosts": ["api.test"]}, "network allowlist"),
+        (["api.test"], {"name": "T", "value": "v", "hosts": ["other.test"]}, "not on the run"),
+        (["*.a.test"], {"name": "T", "value": "v", "hosts": ["*.test.b"]}, "not on the run"),
+        (["api.test"], {"name": "T", "value": "v", "hosts": ["api.test:443"]}, "without a port"),
+        (["api.test"], {"name": "T", "value": "a\r\nb", "hosts": ["api.test"]}, "printable"),
+        (["api.test"], {"name": "1T", "value": "v", "hosts": ["api.test"]}, "variable name"),
+        (["api.test"], {"name": "HOME", "value": "v", "hosts": ["api.test"]}, "given twice"),
+    ],
+)
+def test_bad_bound_secret_is_a_usage_error(
+    net: execbox.Executor, network: Any, bound: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(execbox.UsageError, match=message):
+        net.run("pass", network=network, profile="net", env={"HOME": "/x"}, bound_secrets=[bound])
