@@ -3,6 +3,7 @@ HTTPS one with a certificate for `api.test` from a throwaway test CA (trustme)."
 
 from __future__ import annotations
 
+import gzip
 import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -44,6 +45,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(200, f"hello host={self.headers.get('Host')}".encode())
         elif url.path == "/redirect":
             self._reply(302, b"", {"Location": query["to"][0]})
+        elif url.path == "/headers":  # an echo: what a careless API does in its errors
+            self._reply(200, self.server.heads[-1].encode())
+        elif url.path == "/gzip":
+            self._reply(200, gzip.compress(b"compressed"), {"Content-Encoding": "gzip"})
         elif url.path == "/big":
             self._reply(200, b"x" * int(query["n"][0]))
         else:

@@ -273,6 +273,63 @@ def test_bound_host_with_an_untrusted_certificate_gets_nothing(
     assert (entry.verdict, entry.rule) == ("failed", "network.tls")
 
 
+def test_bound_host_echoing_the_value_hands_the_run_a_mask(
+    net: execbox.Executor, upstream: Upstream
+) -> None:
+    """A bound host that echoes the request (headers in its body and its own headers) would
+    give the value to the run: the proxy masks it in responses from bound hosts, and refuses
+    a compressed body it cannot check."""
+    value = secret_value()
+    https = upstream.https_port
+    code = f"""
+echo = fetch("https://api.test:{https}/headers", {{"X-Token": os.environ["TOKEN"]}})
+packed = fetch("https://api.test:{https}/gzip", {{"Accept-Encoding": "gzip"}})
+print(json.dumps([echo[0], "*" * {len(value)} in echo[1], {value[:20]!r} in echo[1], packed[0]]))
+"""
+    bound = [{"name": "TOKEN", "value": value, "hosts": ["api.test"]}]
+    result = run(net, upstream, code, [f"api.test:{https}"], bound)
+    assert printed(result) == [200, True, False, 502]
+    assert f"x-token: {value}" in upstream.https.heads[0]  # it was sent, and came back masked
+    assert "accept-encoding: identity" in upstream.https.heads[1]
+
+
+def test_value_and_placeholder_are_redacted_on_every_face(
+    net: execbox.Executor, upstream: Upstream
+) -> None:
+    """The run prints its placeholder and the masked echo, and asks for a host named after
+    the placeholder: result, stream, network log and record show neither placeholder nor
+    value."""
+    value = secret_value()
+    https, http = upstream.https_port, upstream.http_port
+    code = f"""
+p = os.environ["TOKEN"]
+print(p)
+print(fetch("https://api.test:{https}/headers", {{"X-Token": p}})[1])
+print(fetch("http://" + p + ".test:{http}/")[1])
+import sys; print(p, file=sys.stderr)
+"""
+    streamed: list[bytes] = []
+    bound = [{"name": "TOKEN", "value": value, "hosts": ["api.test"]}]
+    result = run(net, upstream, code, [f"api.test:{https}"], bound, on_stdout=streamed.append)
+    assert result.status == "ok", result.stderr
+    record = net.store.get(result.run_id)
+    assert record is not None
+    for face in (result.model_dump_json(), b"".join(streamed).decode(), record.model_dump_json()):
+        assert value not in face and value[:12] not in face
+        assert "execbox-placeholder-" not in face
+    assert "[REDACTED" in result.stdout and "[REDACTED" in result.network_log[-1].host
+
+
+def test_masker_masks_a_value_cut_across_pieces() -> None:
+    from execbox.network.secrets import Binding, Masker
+
+    binding = Binding("T", "abcdef", "execbox-placeholder-x", ())
+    masker = Masker([binding])
+    body = b"xxabcdefyyabcde" + b"f" + b"zzabc"
+    out = b"".join(masker.feed(body[i : i + 1]) for i in range(len(body))) + masker.end()
+    assert out == b"xx******yy******zzabc"
+
+
 @pytest.mark.parametrize(
     ("network", "bound", "message"),
     [

@@ -21,7 +21,7 @@ import h11
 
 from .allowlist import destination
 from .audit import Dialled, Record
-from .secrets import Binding, swap_headers, swap_target
+from .secrets import Binding, Masker, mask_headers, swap_headers, swap_target
 
 if TYPE_CHECKING:
     from .proxy import Egress
@@ -191,8 +191,9 @@ async def _intercept(
     certificate for the host, each request inside read and sent upstream over TLS of our own
     (verified), its placeholders swapped. Every request must name the CONNECT's host: a
     request on the same connection for another host is refused, never sent with the value."""
-    host, port = where
-    assert egress.tls is not None  # bound secrets come with their interception
+    name, port = destination(where[0]), where[1]
+    assert egress.tls is not None and isinstance(name, str)  # bound: a name, intercepted
+    host = name  # as the certificates name it: lower case, no trailing dot
     upstream: Dialled | None = first
     try:
         if not await _upstream_tls(egress, first, host, port):
@@ -390,36 +391,42 @@ async def _exchange(
     record, up_r, up_w = upstream_conn.record, upstream_conn.reader, upstream_conn.writer
     try:
         headers = _forward_headers(list(request.headers), host, request=True)
+        masker = None
         if bound:
             headers, target = swap_headers(headers, bound), swap_target(target, bound)
+            # An uncompressed response, so that the value can be masked if the host echoes it
+            headers = [(n, v) for n, v in headers if n != b"accept-encoding"]
+            headers.append((b"accept-encoding", b"identity"))
+            masker = Masker(bound)
         upstream = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD)
         head = h11.Request(method=request.method, target=target, headers=headers)
         await _send_up(egress, record, up_w, upstream.send(head))
-        while True:  # the request's body
-            if conn.they_are_waiting_for_100_continue:
-                writer.write(conn.send(h11.InformationalResponse(status_code=100, headers=[])))
-            event = await _next(conn, reader)
-            if isinstance(event, h11.Data):
-                await _send_up(egress, record, up_w, upstream.send(h11.Data(data=event.data)))
-            elif isinstance(event, h11.EndOfMessage):
-                await _send_up(egress, record, up_w, upstream.send(h11.EndOfMessage()))
-                break
-            else:
-                return False
+        if not await _request_body(egress, record, conn, reader, writer, upstream, up_w):
+            return False
         while True:  # the response
             event = await _next(upstream, up_r, (egress, record))
             if isinstance(event, h11.InformationalResponse):
                 continue
             if isinstance(event, h11.Response):
                 headers = _forward_headers(list(event.headers), b"", request=False)
+                if masker is not None:
+                    if _encoded(headers):
+                        await _answer(conn, writer, 502, _ENCODED.format(record.host))
+                        return False
+                    headers = mask_headers(headers, bound)
                 out = h11.Response(
                     status_code=event.status_code, headers=headers, reason=event.reason
                 )
                 writer.write(conn.send(out) or b"")
             elif isinstance(event, h11.Data):
-                writer.write(conn.send(h11.Data(data=event.data)) or b"")
-                await writer.drain()
+                data = event.data if masker is None else masker.feed(event.data)
+                if data:
+                    writer.write(conn.send(h11.Data(data=data)) or b"")
+                    await writer.drain()
             elif isinstance(event, h11.EndOfMessage):
+                rest = b"" if masker is None else masker.end()
+                if rest:
+                    writer.write(conn.send(h11.Data(data=rest)) or b"")
                 writer.write(conn.send(h11.EndOfMessage()) or b"")
                 await writer.drain()
                 return True
@@ -431,6 +438,42 @@ async def _exchange(
     finally:
         up_w.transport.abort()
         record.end()
+
+
+async def _request_body(
+    egress: Egress,
+    record: Record,
+    conn: h11.Connection,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    upstream: h11.Connection,
+    up_w: asyncio.StreamWriter,
+) -> bool:
+    """Copy a request's body upstream; False if the client's message ended badly."""
+    while True:
+        if conn.they_are_waiting_for_100_continue:
+            writer.write(conn.send(h11.InformationalResponse(status_code=100, headers=[])))
+        event = await _next(conn, reader)
+        if isinstance(event, h11.Data):
+            await _send_up(egress, record, up_w, upstream.send(h11.Data(data=event.data)))
+        elif isinstance(event, h11.EndOfMessage):
+            await _send_up(egress, record, up_w, upstream.send(h11.EndOfMessage()))
+            return True
+        else:
+            return False
+
+
+_ENCODED = (
+    "{} answered with a compressed body, which the proxy cannot check for the secret bound "
+    "to it (it asked for identity)"
+)
+
+
+def _encoded(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether a response's body is compressed (masking needs the bytes as sent)."""
+    return any(
+        n == b"content-encoding" and v.strip().lower() not in (b"", b"identity") for n, v in headers
+    )
 
 
 async def _send_up(

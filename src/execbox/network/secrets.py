@@ -155,3 +155,39 @@ def _swap_basic(token: bytes, bindings: Sequence[Binding]) -> bytes:
         return token
     swapped = _swap(decoded, bindings)
     return token if swapped == decoded else base64.b64encode(swapped)
+
+
+def mask_headers(
+    headers: Sequence[tuple[bytes, bytes]], bindings: Sequence[Binding]
+) -> list[tuple[bytes, bytes]]:
+    """A bound host's response headers with each value of `bindings` masked."""
+    return [(name, Masker(bindings).whole(value)) for name, value in headers]
+
+
+class Masker:
+    """Masks the values of `bindings` in a response body that arrives in pieces (a bound
+    host that echoes a request would hand the value to the run): each value becomes as many
+    '*', so the body keeps its length, and the tail of a piece that could begin a value
+    waits for the next piece."""
+
+    def __init__(self, bindings: Sequence[Binding]) -> None:
+        self.values = [b.value.encode() for b in bindings]
+        self.keep = max(len(v) for v in self.values) - 1
+        self.held = b""
+
+    def whole(self, data: bytes) -> bytes:
+        for value in self.values:
+            data = data.replace(value, b"*" * len(value))
+        return data
+
+    def feed(self, data: bytes) -> bytes:
+        """What of the body so far may go to the run."""
+        data = self.whole(self.held + data)
+        cut = max(0, len(data) - self.keep)
+        self.held = data[cut:]
+        return data[:cut]
+
+    def end(self) -> bytes:
+        """The rest of the body, at its end."""
+        held, self.held = self.held, b""
+        return held
