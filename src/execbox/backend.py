@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from . import environments
 from .cancel import Cancel
@@ -26,10 +26,14 @@ from .image import LIGHT_PRELOAD, PRELOAD, Image
 from .network.egress import RunEgress
 from .network.proxy import EgressProxy, NetworkLimits
 from .network.secrets import Binding
+from .network.session import SessionNetwork
 from .sandbox.host import capabilities
 from .sandbox.host.errors import HostError, RunNotStarted
 from .sandbox.host.pump import OutputCallback, RawRun
 from .sandbox.host.zygotes import ZygoteProcess
+
+if TYPE_CHECKING:
+    from .sandbox.host.channel import SessionChannel
 
 log = logging.getLogger(__name__)
 
@@ -157,9 +161,12 @@ class SandboxBackend(Protocol):
         files: Sequence[tuple[str, bytes]],
         tenant: str | None,
         environment: str | None = None,
+        network: Sequence[str] | None = None,
+        on_network_limit: Callable[[str], None] | None = None,
     ) -> SessionBackend:
         """A session's interpreter in `environment` (a digest; None: the default), ready for
-        its first cell; HostError when it cannot start."""
+        its first cell; HostError when it cannot start. `network`: its allowlist for the
+        whole session (None: no network); past a network limit, `on_network_limit`."""
         ...
 
     def close(self) -> None:
@@ -312,6 +319,8 @@ class LocalBackend:
         files: Sequence[tuple[str, bytes]],
         tenant: str | None,
         environment: str | None = None,
+        network: Sequence[str] | None = None,
+        on_network_limit: Callable[[str], None] | None = None,
     ) -> SessionBackend:
         if environment is not None and "IPython" not in top_level_packages(
             self._images[environment].root
@@ -324,10 +333,43 @@ class LocalBackend:
 
         def attempt() -> SessionBackend:
             channel = self.hosts.open_session(tenant, SLOT_WAIT_S, environment)
-            channel.start(session_id, sandbox_spec(limits, env, files), list(files))
-            return channel
+            if network is None:
+                channel.start(session_id, sandbox_spec(limits, env, files), list(files))
+                return channel
+            return self._with_network(channel, session_id, limits, env, files, network, on_limit)
+
+        def on_limit(message: str) -> None:
+            if on_network_limit is not None:
+                on_network_limit(message)
 
         return until_started(f"session {session_id}", attempt)
+
+    def _with_network(
+        self,
+        channel: SessionChannel,
+        session_id: str,
+        limits: Limits,
+        env: Mapping[str, str],
+        files: Sequence[tuple[str, bytes]],
+        network: Sequence[str],
+        on_limit: Callable[[str], None],
+    ) -> SessionBackend:
+        """Start `channel` with a listener in its namespace, served for the session's life."""
+        caps = NetworkLimits(limits.network_bytes, limits.network_connections)
+        egress = RunEgress(self.egress_proxy, network, caps)
+        try:
+            proxy_env = egress.open(channel.slot.sup_pidfd, on_limit)
+        except OSError as exc:
+            channel.close()
+            raise HostError(f"network: cannot listen in the session's namespace: {exc}") from exc
+        try:
+            channel.start(
+                session_id, sandbox_spec(limits, {**env, **proxy_env}, files), list(files)
+            )
+        except BaseException:
+            egress.close()
+            raise
+        return SessionNetwork(channel, egress)
 
     def close(self) -> None:
         self.hosts.close()

@@ -357,6 +357,7 @@ class Executor:
             env=session.env,
             profile=session.profile,
             environment=session.environment,
+            network=session.network,
         )
         return self._pipeline(
             request,
@@ -653,12 +654,15 @@ class Executor:
         secrets: Iterable[str] = (),
         tenant: str | None = None,
         environment: str | None = None,
+        network: str | Sequence[str] = "none",
     ) -> Session:
         """Start a stateful session (see `execbox.sessions`). `limits`: memory, pids and disk
         for the whole session, wall and CPU time per cell. Raises Overloaded past
         `max_sessions` open sessions. `tenant`: whose host it lives on (see `run`); it stays
         there for its whole life, across replacements of the host. `environment`: the named
-        environment every cell runs in (None: the default), as for `run`."""
+        environment every cell runs in (None: the default), as for `run`. `network`: the
+        session's allowlist, as for `run`, for its whole life (its network limits count
+        across its cells; each cell's result logs what it asked for)."""
         return self._sessions.open(
             self,
             self._backend,
@@ -673,6 +677,7 @@ class Executor:
             max_lifetime_s=max_lifetime_s,
             secrets=secrets,
             tenant=tenant,
+            network=network,
         )
 
     def get_session(self, session_id: str) -> Session:

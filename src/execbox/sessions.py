@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +52,9 @@ log = logging.getLogger(__name__)
 DEFAULT_IDLE_TIMEOUT_S = 600.0
 DEFAULT_MAX_LIFETIME_S = 3600.0
 
+# The error type of a cell ended by `Session.kill`, by the status it ends with.
+KILLED_TYPES = {Status.timeout: "SessionExpired", Status.network_limit: "NetworkLimitExceeded"}
+
 
 class Session:
     """A sandboxed, stateful interpreter. Thread-safe: cells and file calls run one at a time."""
@@ -71,9 +74,11 @@ class Session:
         input_bytes: int = 0,
         environment: str | None = None,
         image_digest: str = "",
+        network: str | list[str] = "none",
     ) -> None:
         self.id = session_id
         self.profile = profile
+        self.network = network  # for its whole life: each cell's request carries it
         self.environment = environment  # its name, None for the default: it never changes
         self.image_digest = image_digest
         self.limits = limits
@@ -156,12 +161,12 @@ class Session:
         except HostError as exc:
             if self.end_reason is not None:  # ended on purpose during the cell: say why
                 self._mark_ended(self.end_reason)
-                expired = self.killed_status is Status.timeout
+                kind = KILLED_TYPES.get(self.killed_status, "SandboxError")
                 return base.model_copy(
                     update={
                         "status": self.killed_status,
                         "error": ErrorInfo(
-                            type="SessionExpired" if expired else "SandboxError",
+                            type=kind,
                             message=f"the session {self.end_reason} during this cell",
                         ),
                     }
@@ -375,6 +380,7 @@ class SessionTable:
         max_lifetime_s: float,
         secrets: Iterable[str],
         tenant: str | None,
+        network: str | Sequence[str] = "none",
     ) -> Session:
         """A new session of `executor` (see `Executor.session`)."""
         for name, value in (("idle_timeout_s", idle_timeout_s), ("max_lifetime_s", max_lifetime_s)):
@@ -382,7 +388,13 @@ class SessionTable:
                 raise UsageError(f"{name} must be in (0, 604800] seconds, not {value!r}")
         secrets = checked_secrets(secrets)
         template = make_request(
-            "", limits=limits, env=env, files=files, profile=profile, environment=environment
+            "",
+            limits=limits,
+            env=env,
+            files=files,
+            profile=profile,
+            environment=environment,
+            network=network,
         )
         default = backend.default_environment
         verdict = check(template, profiles, default_environment=default)
@@ -405,6 +417,12 @@ class SessionTable:
             session_id = new_run_id()
             self._sessions[session_id] = None
 
+        started: list[Session] = []
+
+        def ended_by(message: str) -> None:  # the proxy's thread, past a network limit
+            if started:
+                started[0].kill(f"passed a network limit: {message}", Status.network_limit)
+
         try:
             channel = backend.open_session(
                 session_id,
@@ -413,6 +431,8 @@ class SessionTable:
                 [(f.name, f.data) for f in template.files],
                 tenant,
                 where,
+                network=None if template.network == "none" else template.network,
+                on_network_limit=lambda message: ended_by(message),
             )
         except HostError as exc:
             self.forget(session_id)
@@ -433,7 +453,9 @@ class SessionTable:
             input_bytes=sum(len(f.data) for f in template.files),
             environment=environment,
             image_digest=digest,
+            network=template.network,
         )
+        started.append(session)
         with self._lock:
             self._sessions[session_id] = session
         log.info("session %s started (%s, %s)", session_id, profile, environment or "default")

@@ -59,6 +59,21 @@ class RunEgress:
             env |= environment(self.tls.bindings)
         return env
 
+    def mark(self) -> int:
+        """Where the log stands now (`since` gives what came after)."""
+        egress = self._egress
+        return len(egress.records) if egress is not None else 0
+
+    def since(self, mark: int) -> list[dict[str, Any]]:
+        """The log's entries from `mark` on, as they stand now (a session's cell)."""
+        egress = self._egress
+        return [r.as_dict() for r in egress.records[mark:]] if egress is not None else []
+
+    def limit_now(self) -> str | None:
+        """The limit the network passed so far, if it did."""
+        egress = self._egress
+        return egress.limit_message if egress is not None else self.limit_message
+
     def close(self) -> None:
         """End the listener and every connection of the run (idempotent)."""
         egress, self._egress = self._egress, None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Path, Response
 from fastapi.responses import StreamingResponse
@@ -55,6 +55,11 @@ class SessionBody(BaseModel):
         "most the server's policy, by default 24 h).",
     )
     secrets: Secrets = Field(default_factory=list)
+    network: Literal["none"] | list[str] = Field(
+        "none",
+        description="The session's network for its whole life: 'none', or an allowlist as a "
+        "run's `network` (each cell's result logs what it asked for).",
+    )
 
 
 class SessionInfo(BaseModel):
@@ -131,6 +136,7 @@ async def create_session(body: SessionBody, state: State, tenant: Caller) -> Ses
                     max_lifetime_s=body.max_lifetime_s,
                     secrets=body.secrets,
                     tenant=tenant.name,
+                    network=body.network,
                 )
             )
         finally:
