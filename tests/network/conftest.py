@@ -12,6 +12,8 @@ from execbox.policy import load_profiles
 from tests.conftest import _host_can_sandbox, prove_jail, sandbox_missing
 from tests.network.servers import Upstream
 
+MIRROR_ENV = "netpip"  # an environment with pip, built by the mirror tests
+
 
 @pytest.fixture(scope="session")
 def upstream() -> Iterator[Upstream]:
@@ -30,9 +32,14 @@ def net(upstream: Upstream, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         sandbox_missing(f"SANDBOX UNAVAILABLE, network tests skipped: {reason}")
     profiles = load_profiles()
     profiles["net"] = profiles["data"].model_copy(
-        update={"name": "net", "network_allow": ["*:*", "0.0.0.0/0:*", "[::/0]:*"]}
+        update={
+            "name": "net",
+            "network_allow": ["*:*", "0.0.0.0/0:*", "[::/0]:*"],
+            "environments": [*(profiles["data"].environments or []), MIRROR_ENV],
+        }
     )
-    pinned = {name: "127.0.0.1" for name in ("api.test", "other.test", "denied.test")}
+    names = ("api.test", "other.test", "denied.test", "pypi.test")
+    pinned = {name: "127.0.0.1" for name in names}
     ca_file = tmp_path_factory.mktemp("net-ca") / "ca.pem"
     ca_file.write_bytes(upstream.ca_pem)
     with execbox.Executor(
