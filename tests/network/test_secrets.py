@@ -5,9 +5,11 @@ with a test CA (the proxy's only trusted one here), names pinned to them."""
 
 from __future__ import annotations
 
+import base64
 import json
 import secrets
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -276,20 +278,35 @@ def test_bound_host_with_an_untrusted_certificate_gets_nothing(
 def test_bound_host_echoing_the_value_hands_the_run_a_mask(
     net: execbox.Executor, upstream: Upstream
 ) -> None:
-    """A bound host that echoes the request (headers in its body and its own headers) would
-    give the value to the run: the proxy masks it in responses from bound hosts, and refuses
-    a compressed body it cannot check."""
-    value = secret_value()
+    """A bound host that echoes the request (its target and headers, in its body) would give
+    the value to the run: the proxy masks it in responses from bound hosts, as sent in a
+    header, percent-encoded in the URL and inside the Basic credential it made, and refuses a
+    compressed body it cannot check."""
+    value = 'tok/"' + secrets.token_hex(20)  # its URL and JSON forms differ from it
     https = upstream.https_port
     code = f"""
-echo = fetch("https://api.test:{https}/headers", {{"X-Token": os.environ["TOKEN"]}})
+import base64
+p = os.environ["TOKEN"]
+basic = "Basic " + base64.b64encode(("user:" + p).encode()).decode()
+echo = fetch("https://api.test:{https}/headers?k=" + p, {{"X-Token": p, "Authorization": basic}})
 packed = fetch("https://api.test:{https}/gzip", {{"Accept-Encoding": "gzip"}})
-print(json.dumps([echo[0], "*" * {len(value)} in echo[1], {value[:20]!r} in echo[1], packed[0]]))
+lines = echo[1].splitlines()
+token = [l.split()[-1] for l in lines if l.startswith("authorization:")][0]
+print(json.dumps([echo[0], packed[0], lines[0], [l for l in lines if l.startswith("x-token")],
+                  set(token) == {{"*"}}, {value[5:20]!r} in echo[1]]))
 """
     bound = [{"name": "TOKEN", "value": value, "hosts": ["api.test"]}]
     result = run(net, upstream, code, [f"api.test:{https}"], bound)
-    assert printed(result) == [200, True, False, 502]
-    assert f"x-token: {value}" in upstream.https.heads[0]  # it was sent, and came back masked
+    status, packed, target, token_lines, basic_masked, leaked = printed(result)
+    assert (status, packed, basic_masked, leaked) == (200, 502, True, False)
+    quoted = quote(value, safe="")
+    assert target == "/headers?k=" + "*" * len(quoted)
+    assert token_lines == ["x-token: " + "*" * len(value)]
+    # it was sent as the value, each way
+    sent = upstream.https.heads[0]
+    assert sent.startswith(f"/headers?k={quoted}\n") and f"x-token: {value}\n" in sent
+    basic = base64.b64encode(f"user:{value}".encode()).decode()
+    assert f"authorization: Basic {basic}\n" in sent
     assert "accept-encoding: identity" in upstream.https.heads[1]
 
 
@@ -321,10 +338,9 @@ import sys; print(p, file=sys.stderr)
 
 
 def test_masker_masks_a_value_cut_across_pieces() -> None:
-    from execbox.network.secrets import Binding, Masker
+    from execbox.network.secrets import Masker
 
-    binding = Binding("T", "abcdef", "execbox-placeholder-x", ())
-    masker = Masker([binding])
+    masker = Masker([b"abcdef"])
     body = b"xxabcdefyyabcde" + b"f" + b"zzabc"
     out = b"".join(masker.feed(body[i : i + 1]) for i in range(len(body))) + masker.end()
     assert out == b"xx******yy******zzabc"

@@ -21,7 +21,7 @@ import h11
 
 from .allowlist import destination
 from .audit import Dialled, Record
-from .secrets import Binding, Masker, mask_headers, swap_headers, swap_target
+from .secrets import Binding, Masker, basic_tokens, forms, swap_headers, swap_target
 
 if TYPE_CHECKING:
     from .proxy import Egress
@@ -393,11 +393,12 @@ async def _exchange(
         headers = _forward_headers(list(request.headers), host, request=True)
         masker = None
         if bound:
-            headers, target = swap_headers(headers, bound), swap_target(target, bound)
+            swapped = swap_headers(headers, bound)
+            masker = Masker(forms(bound) + basic_tokens(headers, swapped))
+            headers, target = swapped, swap_target(target, bound)
             # An uncompressed response, so that the value can be masked if the host echoes it
             headers = [(n, v) for n, v in headers if n != b"accept-encoding"]
             headers.append((b"accept-encoding", b"identity"))
-            masker = Masker(bound)
         upstream = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD)
         head = h11.Request(method=request.method, target=target, headers=headers)
         await _send_up(egress, record, up_w, upstream.send(head))
@@ -413,7 +414,7 @@ async def _exchange(
                     if _encoded(headers):
                         await _answer(conn, writer, 502, _ENCODED.format(record.host))
                         return False
-                    headers = mask_headers(headers, bound)
+                    headers = masker.headers(headers)
                 out = h11.Response(
                     status_code=event.status_code, headers=headers, reason=event.reason
                 )

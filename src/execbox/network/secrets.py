@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import re
 import secrets as random
 from collections.abc import Mapping, Sequence
@@ -157,28 +158,52 @@ def _swap_basic(token: bytes, bindings: Sequence[Binding]) -> bytes:
     return token if swapped == decoded else base64.b64encode(swapped)
 
 
-def mask_headers(
-    headers: Sequence[tuple[bytes, bytes]], bindings: Sequence[Binding]
-) -> list[tuple[bytes, bytes]]:
-    """A bound host's response headers with each value of `bindings` masked."""
-    return [(name, Masker(bindings).whole(value)) for name, value in headers]
+def forms(bindings: Sequence[Binding]) -> list[bytes]:
+    """How each value of `bindings` may come back from a host that echoes a request: as
+    sent in a header, percent-encoded as in a URL, escaped in JSON."""
+    out: set[bytes] = set()
+    for b in bindings:
+        out |= {
+            b.value.encode(),
+            quote(b.value, safe="").encode(),
+            json.dumps(b.value)[1:-1].encode(),
+        }
+    return sorted(out, key=len, reverse=True)
+
+
+def basic_tokens(
+    sent: Sequence[tuple[bytes, bytes]], swapped: Sequence[tuple[bytes, bytes]]
+) -> list[bytes]:
+    """The base64 of each Basic credential the swap rewrote (echoed, it decodes to the
+    value): masked in the response like the value itself."""
+    return [
+        new[6:].strip()
+        for (name, old), (_, new) in zip(sent, swapped, strict=True)
+        if name in (b"authorization", b"proxy-authorization")
+        and new != old
+        and new[:6].lower() == _BASIC
+    ]
 
 
 class Masker:
-    """Masks the values of `bindings` in a response body that arrives in pieces (a bound
-    host that echoes a request would hand the value to the run): each value becomes as many
-    '*', so the body keeps its length, and the tail of a piece that could begin a value
-    waits for the next piece."""
+    """Masks `secrets` (the values of a request's bindings in the forms they may come back
+    in) in a bound host's response: its headers, and its body as it arrives in pieces (a
+    host that echoes a request would hand the value to the run). Each becomes as many '*',
+    so the body keeps its length; the tail of a piece that could begin one waits for the
+    next piece."""
 
-    def __init__(self, bindings: Sequence[Binding]) -> None:
-        self.values = [b.value.encode() for b in bindings]
-        self.keep = max(len(v) for v in self.values) - 1
+    def __init__(self, secrets: Sequence[bytes]) -> None:
+        self.secrets = sorted(set(secrets), key=len, reverse=True)
+        self.keep = max(len(v) for v in self.secrets) - 1
         self.held = b""
 
     def whole(self, data: bytes) -> bytes:
-        for value in self.values:
-            data = data.replace(value, b"*" * len(value))
+        for secret in self.secrets:
+            data = data.replace(secret, b"*" * len(secret))
         return data
+
+    def headers(self, headers: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+        return [(name, self.whole(value)) for name, value in headers]
 
     def feed(self, data: bytes) -> bytes:
         """What of the body so far may go to the run."""
