@@ -47,6 +47,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(302, b"", {"Location": query["to"][0]})
         elif url.path == "/headers":  # an echo: what a careless API does in its errors
             self._reply(200, self.server.heads[-1].encode())
+        elif url.path == "/reason":  # the header echoed in the status line's reason
+            self.send_response(200, self.headers.get("X-Token", ""))
+            self.send_header("Content-Length", "0")
+            self.end_headers()
         elif url.path == "/gzip":
             self._reply(200, gzip.compress(b"compressed"), {"Content-Encoding": "gzip"})
         elif url.path == "/big":

@@ -290,15 +290,19 @@ p = os.environ["TOKEN"]
 basic = "Basic " + base64.b64encode(("user:" + p).encode()).decode()
 echo = fetch("https://api.test:{https}/headers?k=" + p, {{"X-Token": p, "Authorization": basic}})
 packed = fetch("https://api.test:{https}/gzip", {{"Accept-Encoding": "gzip"}})
+with urllib.request.urlopen(urllib.request.Request(
+        "https://api.test:{https}/reason", headers={{"X-Token": p}}), timeout=10) as r:
+    reason = r.reason
 lines = echo[1].splitlines()
 token = [l.split()[-1] for l in lines if l.startswith("authorization:")][0]
 print(json.dumps([echo[0], packed[0], lines[0], [l for l in lines if l.startswith("x-token")],
-                  set(token) == {{"*"}}, {value[5:20]!r} in echo[1]]))
+                  set(token) == {{"*"}}, {value[5:20]!r} in echo[1] + reason, reason]))
 """
     bound = [{"name": "TOKEN", "value": value, "hosts": ["api.test"]}]
     result = run(net, upstream, code, [f"api.test:{https}"], bound)
-    status, packed, target, token_lines, basic_masked, leaked = printed(result)
+    status, packed, target, token_lines, basic_masked, leaked, reason = printed(result)
     assert (status, packed, basic_masked, leaked) == (200, 502, True, False)
+    assert reason == "*" * len(value)
     quoted = quote(value, safe="")
     assert target == "/headers?k=" + "*" * len(quoted)
     assert token_lines == ["x-token: " + "*" * len(value)]
@@ -307,7 +311,7 @@ print(json.dumps([echo[0], packed[0], lines[0], [l for l in lines if l.startswit
     assert sent.startswith(f"/headers?k={quoted}\n") and f"x-token: {value}\n" in sent
     basic = base64.b64encode(f"user:{value}".encode()).decode()
     assert f"authorization: Basic {basic}\n" in sent
-    assert "accept-encoding: identity" in upstream.https.heads[1]
+    assert "accept-encoding: identity" in upstream.https.heads[1]  # the gzip one
 
 
 def test_value_and_placeholder_are_redacted_on_every_face(

@@ -410,14 +410,13 @@ async def _exchange(
                 continue
             if isinstance(event, h11.Response):
                 headers = _forward_headers(list(event.headers), b"", request=False)
+                reason = event.reason
                 if masker is not None:
                     if _encoded(headers):
                         await _answer(conn, writer, 502, _ENCODED.format(record.host))
                         return False
-                    headers = masker.headers(headers)
-                out = h11.Response(
-                    status_code=event.status_code, headers=headers, reason=event.reason
-                )
+                    headers, reason = masker.headers(headers), masker.whole(reason)
+                out = h11.Response(status_code=event.status_code, headers=headers, reason=reason)
                 writer.write(conn.send(out) or b"")
             elif isinstance(event, h11.Data):
                 data = event.data if masker is None else masker.feed(event.data)
