@@ -50,6 +50,7 @@ from .hosts import (
     Hosts,
 )
 from .image import Image
+from .network.secrets import Binding
 from .records import PolicyInfo, RunStore
 from .redact import Redactor, checked_secrets
 from .request import (
@@ -739,9 +740,11 @@ class Executor:
         on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
         secrets: Iterable[str] = (),
+        bound_secrets: Sequence[BoundSecret | Mapping[str, Any]] = (),
     ) -> RunResult:
         """Release a run the policy held (`needs_approval`): run it now, once. A run whose
-        record keeps secrets redacted needs them again (`secrets`; UsageError otherwise)."""
+        record keeps secrets redacted needs them again (`secrets`; UsageError otherwise);
+        secrets bound to hosts are never recorded: give them again as `bound_secrets`."""
         return rerun_mod.approve(
             self,
             run_id,
@@ -749,6 +752,7 @@ class Executor:
             on_stdout=on_stdout,
             on_stderr=on_stderr,
             secrets=secrets,
+            bound_secrets=bound_secrets,
         )
 
     def replay(self, run_id: str, *, secrets: Iterable[str] = ()) -> ReplayReport:
@@ -767,12 +771,13 @@ class Executor:
         session_id: str | None,
         on_stdout: OutputCallback | None,
         on_stderr: OutputCallback | None,
+        bound: tuple[Binding, ...] = (),
     ) -> RunResult:
         """A recorded request through the pipeline again, uncached (`rerun.approve` and
-        `rerun.replay` call it, with the secrets already checked)."""
-        return self._pipeline(
-            request, origin, Options(cache=False), secrets, session_id, on_stdout, on_stderr
-        )
+        `rerun.replay` call it, with the secrets already checked and bound)."""
+        secrets += tuple(s for b in bound for s in (b.value, b.placeholder))
+        options = Options(cache=False, bound=bound)
+        return self._pipeline(request, origin, options, secrets, session_id, on_stdout, on_stderr)
 
     def close(self) -> None:
         """Stop the fork server; nothing the executor started keeps running."""

@@ -38,6 +38,9 @@ def net(upstream: Upstream, tmp_path_factory: pytest.TempPathFactory) -> Iterato
             "environments": [*(profiles["data"].environments or []), MIRROR_ENV],
         }
     )
+    profiles["netheld"] = profiles["net"].model_copy(
+        update={"name": "netheld", "network_approval": True}
+    )
     names = ("api.test", "other.test", "denied.test", "pypi.test")
     pinned = {name: "127.0.0.1" for name in names}
     ca_file = tmp_path_factory.mktemp("net-ca") / "ca.pem"

@@ -78,10 +78,9 @@ def run(
     return ex.run(
         FETCH + RAW + code,
         network=network,
-        profile="net",
         files={"ca.pem": upstream.ca_pem},
         bound_secrets=bound,
-        **kw,
+        **{"profile": "net", **kw},
     )
 
 
@@ -339,6 +338,29 @@ import sys; print(p, file=sys.stderr)
         assert value not in face and value[:12] not in face
         assert "execbox-placeholder-" not in face
     assert "[REDACTED" in result.stdout and "[REDACTED" in result.network_log[-1].host
+
+
+def test_a_held_run_is_released_with_its_bound_secrets_given_again(
+    net: execbox.Executor, upstream: Upstream
+) -> None:
+    """Bound secrets are never recorded: the approver gives them again, fresh placeholders
+    and all; released without them, the run has no such variable."""
+    value = secret_value()
+    https = upstream.https_port
+    code = f"""
+t = os.environ.get("TOKEN")
+print(json.dumps([t is not None, fetch("https://api.test:{https}/hello", {{"X-Token": t or "none"}})[0]]))
+"""
+    bound = [{"name": "TOKEN", "value": value, "hosts": ["api.test"]}]
+    held = run(net, upstream, code, [f"api.test:{https}"], bound, profile="netheld")
+    assert held.status == "needs_approval" and upstream.https.heads == []
+    released = net.approve(held.run_id, bound_secrets=bound)
+    assert printed(released) == [True, 200]
+    assert f"x-token: {value}" in upstream.https.heads[0]
+    again = run(net, upstream, code, [f"api.test:{https}"], bound, profile="netheld")
+    bare = net.approve(again.run_id)
+    assert printed(bare)[0] is False
+    assert not any(value in head for head in upstream.heads())
 
 
 def test_masker_masks_a_value_cut_across_pieces() -> None:
