@@ -13,7 +13,8 @@ from pydantic import ValidationError
 
 from .contract import BoundSecret, Limits, RunRequest
 from .errors import UsageError
-from .network.secrets import BUNDLE_NAME, Binding, bind
+from .network.egress import NO_PROXY_VARS, PROXY_VARS
+from .network.secrets import BUNDLE_NAME, CA_VARS, Binding, bind
 
 __all__ = [
     "FileSource",
@@ -84,6 +85,9 @@ def bind_secrets(
     items = [b.model_dump() if isinstance(b, BoundSecret) else dict(b) for b in bound]
     if any(f.name == BUNDLE_NAME for f in request.files):
         raise UsageError(f"input file name {BUNDLE_NAME!r} is the run CA bundle's")
+    for item in items:
+        if item.get("name") in (*PROXY_VARS, *NO_PROXY_VARS, *CA_VARS):
+            raise UsageError(f"bound secret {item['name']}: the proxy sets that variable")
     try:
         return bind(items, request.network, request.env)
     except ValueError as exc:

@@ -382,6 +382,12 @@ def test_masker_masks_a_value_cut_across_pieces() -> None:
         (["api.test"], {"name": "T", "value": "a\r\nb", "hosts": ["api.test"]}, "printable"),
         (["api.test"], {"name": "1T", "value": "v", "hosts": ["api.test"]}, "variable name"),
         (["api.test"], {"name": "HOME", "value": "v", "hosts": ["api.test"]}, "given twice"),
+        (["api.test"], {"name": "HTTPS_PROXY", "value": "v", "hosts": ["api.test"]}, "proxy sets"),
+        (
+            ["api.test"],
+            {"name": "SSL_CERT_FILE", "value": "v", "hosts": ["api.test"]},
+            "proxy sets",
+        ),
     ],
 )
 def test_bad_bound_secret_is_a_usage_error(
