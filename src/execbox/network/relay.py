@@ -21,7 +21,7 @@ import h11
 
 from .allowlist import destination
 from .audit import Dialled, Record
-from .secrets import Binding, Masker, basic_tokens, forms, swap_headers, swap_target
+from .secrets import Binding, Masker, basic_tokens, forms, swap_headers
 
 if TYPE_CHECKING:
     from .proxy import Egress
@@ -395,7 +395,7 @@ async def _exchange(
         if bound:
             swapped = swap_headers(headers, bound)
             masker = Masker(forms(bound) + basic_tokens(headers, swapped))
-            headers, target = swapped, swap_target(target, bound)
+            headers = swapped
             # An uncompressed response, so that the value can be masked if the host echoes it
             headers = [(n, v) for n, v in headers if n != b"accept-encoding"]
             headers.append((b"accept-encoding", b"identity"))

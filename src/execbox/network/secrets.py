@@ -1,9 +1,11 @@
 """Secrets bound to hosts: a value the run's code can use but never see.
 
 The run's environment holds a placeholder (random per run) under the secret's name; the
-proxy swaps the placeholder for the value only in HTTPS requests to the secret's hosts,
-inside a TLS connection it intercepts (see `intercept`). Everywhere else (another host, plain
-http://, a body) the placeholder goes as it is, and the value never enters the sandbox.
+proxy swaps the placeholder for the value only in the headers of HTTPS requests to the
+secret's hosts, inside a TLS connection it intercepts (see `intercept`). Everywhere else
+(another host, plain http://, a URL, a body) the placeholder goes as it is, and the value
+never enters the sandbox. A URL is left alone because URLs are what servers log, echo and
+redirect to: a value put there is one the code can more easily get stored and read back.
 """
 
 from __future__ import annotations
@@ -134,13 +136,6 @@ def swap_headers(
             value = value[:6] + _swap_basic(value[6:], bindings)
         out.append((name, value))
     return out
-
-
-def swap_target(target: bytes, bindings: Sequence[Binding]) -> bytes:
-    """A request target with each placeholder replaced by its value, percent-encoded."""
-    for b in bindings:
-        target = target.replace(b.placeholder.encode(), quote(b.value, safe="").encode())
-    return target
 
 
 def _swap(data: bytes, bindings: Sequence[Binding]) -> bytes:
