@@ -80,7 +80,8 @@ class RunCA:
         )
 
     def server_context(self, host: str) -> ssl.SSLContext:
-        """A server context presenting a certificate for `host` (made at its first use)."""
+        """A server context presenting a certificate for `host` (made at its first use; two
+        threads asking at once may each make one, and either serves)."""
         context = self._contexts.get(host)
         if context is None:
             context = self._contexts[host] = self._make_context(host)

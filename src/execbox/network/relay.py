@@ -199,12 +199,16 @@ async def _intercept(
         if not await _upstream_tls(egress, first, host, port):
             await _answer(conn, writer, 502, first.record.message or "")
             return
+        # A host's first certificate takes milliseconds to make: off the loop other runs
+        # share, and before the tunnel is granted (the client's first TLS bytes must find
+        # the TLS layer in place, not the plain reader's buffer)
+        loop = asyncio.get_running_loop()
+        server = await loop.run_in_executor(None, egress.tls.ca.server_context, host)
         rest, _closed = conn.trailing_data
         if rest:  # TLS sent before the tunnel was granted: not a client we serve
             return
         writer.write(conn.send(h11.Response(status_code=200, headers=[])) or b"")
         await writer.drain()
-        server = egress.tls.ca.server_context(host)
         try:
             await writer.start_tls(server, ssl_handshake_timeout=TLS_TIMEOUT_S)
         except (ssl.SSLError, OSError, TimeoutError):
