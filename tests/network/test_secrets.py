@@ -365,11 +365,13 @@ print(json.dumps([t is not None, fetch("https://api.test:{https}/hello", {{"X-To
 def test_masker_masks_a_value_cut_across_pieces() -> None:
     from execbox.network.secrets import Binding, Masker, forms
 
-    value = 'a/b"c'
+    value = 'a/b"c<'
     assert set(forms([Binding("T", value, "p", ())])) == {
         value.encode(),
         quote(value, safe="").encode(),
-        b'a/b\\"c',
+        b'a/b\\"c<',
+        b'a/b"c&lt;',
+        b"a/b&quot;c&lt;",
     }
 
     masker = Masker([b"abcdef"])

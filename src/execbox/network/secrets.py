@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import html
 import json
 import re
 import secrets as random
@@ -155,13 +156,15 @@ def _swap_basic(token: bytes, bindings: Sequence[Binding]) -> bytes:
 
 def forms(bindings: Sequence[Binding]) -> list[bytes]:
     """How each value of `bindings` may come back from a host that echoes a request: as
-    sent in a header, percent-encoded as in a URL, escaped in JSON."""
+    sent in a header, percent-encoded as in a URL, escaped in JSON or HTML."""
     out: set[bytes] = set()
     for b in bindings:
         out |= {
             b.value.encode(),
             quote(b.value, safe="").encode(),
             json.dumps(b.value)[1:-1].encode(),
+            html.escape(b.value, quote=False).encode(),
+            html.escape(b.value).encode(),
         }
     return sorted(out, key=len, reverse=True)
 
