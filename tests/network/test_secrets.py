@@ -403,3 +403,29 @@ def test_bad_bound_secret_is_a_usage_error(
 ) -> None:
     with pytest.raises(execbox.UsageError, match=message):
         net.run("pass", network=network, profile="net", env={"HOME": "/x"}, bound_secrets=[bound])
+
+
+@pytest.mark.parametrize(
+    ("target", "hosts", "refused"),
+    [
+        (b"/x", [b"api.test:8443"], False),
+        (b"/x", [b"API.Test.:8443"], False),  # the same name, as a client may spell it
+        (b"/x", [b"other.test:8443"], True),
+        (b"/x", [b"api.test"], True),  # port 443, not the tunnel's
+        (b"https://other.test:8443/x", [b"api.test:8443"], True),  # absolute: not in a tunnel
+        (b"*", [b"api.test:8443"], True),
+    ],
+)
+def test_a_request_in_an_intercepted_tunnel_must_name_its_host(
+    target: bytes, hosts: list[bytes], refused: bool
+) -> None:
+    import h11
+
+    from execbox.network.relay import misdirected
+
+    request = h11.Request(
+        method="OPTIONS" if target == b"*" else "GET",
+        target=target,
+        headers=[(b"host", h) for h in hosts],
+    )
+    assert (misdirected(request, "api.test", 8443) is not None) is refused

@@ -224,15 +224,15 @@ async def _intercept(
             if not isinstance(event, h11.Request):
                 return
             method = event.method.decode("latin-1")
-            misdirected = _misdirected(event, host, port)
-            if misdirected is not None:
+            other = misdirected(event, host, port)
+            if other is not None:
                 refused = egress.refuse(
                     method,
-                    misdirected,
+                    other,
                     port,
                     "network.request",
                     (
-                        f"a request in the TLS tunnel to {host}:{port} names {misdirected}; "
+                        f"a request in the TLS tunnel to {host}:{port} names {other}; "
                         "another host needs a CONNECT of its own"
                     ),
                 )
@@ -277,7 +277,7 @@ async def _upstream_tls(egress: Egress, dialled: Dialled, host: str, port: int) 
     return True
 
 
-def _misdirected(request: h11.Request, host: str, port: int) -> str | None:
+def misdirected(request: h11.Request, host: str, port: int) -> str | None:
     """What a request inside a tunnel to `host`:`port` names when that is something else
     (its Host header or an absolute target); None when it names the tunnel's host."""
     names = [v.decode("latin-1") for n, v in request.headers if n == b"host"]
