@@ -23,6 +23,7 @@ from urllib.parse import quote
 from .allowlist import Allowlist, Entry, IPAddress, parse_entry
 
 MAX_BOUND = 16
+MIN_VALUE_CHARS = 8  # shorter is guessable, and masking it would garble responses
 MAX_VALUE_CHARS = 4096
 BUNDLE_NAME = ".execbox-ca-bundle.pem"  # an input file of the run's workspace
 BUNDLE_PATH = f"/workspace/{BUNDLE_NAME}"
@@ -76,10 +77,14 @@ def bind(
         if name in names or name in env:
             raise ValueError(f"bound secret {name}: the name is given twice (or also in env)")
         names.add(name)
-        if not isinstance(value, str) or not _VALUE.match(value) or len(value) > MAX_VALUE_CHARS:
+        if (
+            not isinstance(value, str)
+            or not _VALUE.match(value)
+            or not MIN_VALUE_CHARS <= len(value) <= MAX_VALUE_CHARS
+        ):
             raise ValueError(
-                f"bound secret {name}: the value must be 1-{MAX_VALUE_CHARS} printable ASCII "
-                "characters (it goes into HTTP headers)"
+                f"bound secret {name}: the value must be {MIN_VALUE_CHARS}-{MAX_VALUE_CHARS} "
+                "printable ASCII characters (it goes into HTTP headers)"
             )
         if not isinstance(hosts, (list, tuple)) or not hosts:
             raise ValueError(f"bound secret {name}: give the hosts it is for, as a list")
