@@ -164,7 +164,7 @@ def tls_side(requests: int) -> dict[str, float]:
         [binding] = bind(
             [{"name": "T", "value": "v" * 40, "hosts": ["api.test"]}], [f"api.test:{port}"], {}
         )
-        tls = proxy.interception([binding])
+        tls = proxy.interception([binding], 3600)
         plain_l, bound_l = (
             socket.create_server(("127.0.0.1", 0)),
             socket.create_server(("127.0.0.1", 0)),

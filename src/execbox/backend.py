@@ -280,7 +280,8 @@ class LocalBackend:
         network = None
         if spec.network is not None:
             caps = NetworkLimits(limits.network_bytes, limits.network_connections)
-            network = RunEgress(self.egress_proxy, spec.network, caps, spec.bound)
+            valid_s = limits.timeout_s + BACKSTOP_GRACE_S
+            network = RunEgress(self.egress_proxy, spec.network, caps, spec.bound, valid_s)
             files += network.files
         request = {
             "code": spec.code,

@@ -438,3 +438,15 @@ def test_a_request_in_an_intercepted_tunnel_must_name_its_host(
         headers=[(b"host", h) for h in hosts],
     )
     assert (misdirected(request, "api.test", 8443) is not None) is refused
+
+
+def test_the_run_ca_lives_as_long_as_the_run_and_a_margin() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from execbox.network.intercept import SKEW, RunCA
+
+    ca = RunCA(b"", valid_s=20)
+    now = datetime.now(UTC)
+    assert ca.cert.not_valid_before_utc <= now
+    assert ca.cert.not_valid_after_utc - now <= timedelta(seconds=20) + SKEW
+    assert ca.bundle == ca.pem  # no system CAs given: the run's alone

@@ -25,12 +25,14 @@ class RunEgress:
         entries: Sequence[str],
         limits: NetworkLimits,
         bindings: Sequence[Binding] = (),
+        valid_s: float = 0.0,
     ) -> None:
         self.proxy = proxy
         self.allow = Allowlist.parse(list(entries))
         self.limits = limits
-        # Bound secrets: the run's own CA, made now (its certificate goes in as a file).
-        self.tls: Interception | None = proxy.interception(bindings) if bindings else None
+        # Bound secrets: the run's own CA, made now (its certificate goes in as a file), valid
+        # for the run's `valid_s` seconds.
+        self.tls: Interception | None = proxy.interception(bindings, valid_s) if bindings else None
         self.log: list[dict[str, Any]] = []
         self.limit_message: str | None = None
         self._egress: Egress | None = None

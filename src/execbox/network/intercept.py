@@ -21,7 +21,6 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-VALIDITY = datetime.timedelta(hours=1)
 SKEW = datetime.timedelta(minutes=5)  # a run's clock reads the host's; a margin for its checks
 _PEM = serialization.Encoding.PEM
 
@@ -45,12 +44,13 @@ def upstream_context(cafile: str | None) -> ssl.SSLContext:
 
 
 class RunCA:
-    """One run's certificate authority (ECDSA P-256, valid for an hour), and the server
-    contexts it makes for the hosts the run's secrets are bound to."""
+    """One run's certificate authority (ECDSA P-256, valid for the run's time and a few
+    minutes), and the server contexts it makes for the hosts the run's secrets are bound to."""
 
-    def __init__(self, system: bytes) -> None:
+    def __init__(self, system: bytes, valid_s: float) -> None:
         now = datetime.datetime.now(datetime.UTC)
-        self._start, self._end = now - SKEW, now + VALIDITY
+        self._start = now - SKEW
+        self._end = now + datetime.timedelta(seconds=valid_s) + SKEW
         self._key = ec.generate_private_key(ec.SECP256R1())
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "execbox run CA")])
         self._name = name

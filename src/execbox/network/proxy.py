@@ -313,8 +313,9 @@ class EgressProxy:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
 
-    def interception(self, bindings: Sequence[Binding]) -> Interception:
-        """A run's CA and the rest its bound secrets need (the trust stores read once)."""
+    def interception(self, bindings: Sequence[Binding], valid_s: float) -> Interception:
+        """A run's CA, valid for `valid_s` seconds (and a margin), and the rest its bound
+        secrets need (the trust stores read once)."""
         from .intercept import RunCA, system_cas, upstream_context  # slow to import: late
 
         with self._lock:
@@ -322,7 +323,7 @@ class EgressProxy:
                 self._upstream = upstream_context(self.ca_file)
                 self._system_cas = system_cas()
             upstream, system = self._upstream, self._system_cas or b""
-        return Interception(tuple(bindings), RunCA(system), upstream)
+        return Interception(tuple(bindings), RunCA(system, valid_s), upstream)
 
     def _running(self) -> asyncio.AbstractEventLoop:
         with self._lock:
