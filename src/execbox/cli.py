@@ -138,7 +138,8 @@ def main() -> None:
     multiple=True,
     metavar="NAME=HOST[,HOST]",
     help="Bind the secret in this shell's variable NAME to HOSTs: the program's NAME holds a "
-    "placeholder, the proxy sends the value only in HTTPS requests to them. Repeatable.",
+    "placeholder, the proxy sends the value only in the Authorization header of HTTPS "
+    "requests to them (HOST:PORT unless 443). Repeatable.",
 )
 @click.option("--network-bytes", type=int, help="Cap on network proxy traffic (default 100 MiB).")
 @click.option(

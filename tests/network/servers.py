@@ -3,7 +3,9 @@ HTTPS one with a certificate for `api.test` from a throwaway test CA (trustme)."
 
 from __future__ import annotations
 
+import base64
 import gzip
+import json
 import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,6 +29,12 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def _reply(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+        ranged = self.headers.get("Range", "")
+        if status == 200 and ranged.startswith("bytes="):  # as most servers and CDNs do
+            first, _, last = ranged[6:].partition("-")
+            end = int(last) if last else len(body) - 1
+            headers = {**(headers or {}), "Content-Range": f"bytes {first}-{end}/{len(body)}"}
+            status, body = 206, body[int(first) : end + 1]
         self.send_response(status)
         for name, value in (headers or {}).items():
             self.send_header(name, value)
@@ -51,6 +59,20 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_response(200, self.headers.get("X-Token", ""))
             self.send_header("Content-Length", "0")
             self.end_headers()
+        elif url.path == "/encoded":  # the header as APIs return stored content
+            token = self.headers.get("X-Token", "")
+            forms = {
+                "base64": base64.b64encode(token.encode()).decode(),
+                "basic": base64.b64encode(f"me:{token}".encode()).decode(),
+                "urlsafe": base64.urlsafe_b64encode(b"x" + token.encode()).decode(),
+                "upper": token.upper(),
+            }
+            self._reply(200, json.dumps(forms).encode())
+        elif url.path == "/php":  # JSON as PHP and Java write it: '/' escaped as '\\/'
+            body = json.dumps({"t": self.headers.get("X-Token", "")}).replace("/", "\\/")
+            self._reply(200, body.encode())
+        elif url.path == "/partial":  # a 206 without being asked for one
+            self._reply(206, self.server.heads[-1].encode())
         elif url.path == "/gzip":
             self._reply(200, gzip.compress(b"compressed"), {"Content-Encoding": "gzip"})
         elif url.path == "/big":

@@ -84,7 +84,9 @@ def test_http_body_bound_secret_reaches_its_host_only(
         "print(urllib.request.urlopen(r, timeout=10).status, value_seen := "
         f"{value[:10]!r} + {value[10:]!r} in os.environ.values())\n"
     )
-    bound = [{"name": "TOKEN", "value": value, "hosts": ["api.test"]}]
+    bound = [
+        {"name": "TOKEN", "value": value, "hosts": [f"api.test:{port}"], "headers": ["X-Token"]}
+    ]
     with own_server(net) as (url, state):
         assert state.keys is not None
         key = state.keys.create("net-tenant-2", max_concurrent=4, max_sessions=1, rpm=1000)

@@ -94,12 +94,25 @@ def placeholder_of(heads: list[str], header: str) -> str:
     return line.split(": ", 1)[1].split()[-1]
 
 
+def echoed(value: str, port: int) -> list[dict[str, Any]]:
+    """A binding to api.test:`port` swapped in X-Token (what the test server echoes) and
+    Authorization."""
+    return [
+        {
+            "name": "TOKEN",
+            "value": value,
+            "hosts": [f"api.test:{port}"],
+            "headers": ["X-Token", "Authorization"],
+        }
+    ]
+
+
 def test_bound_secret_reaches_only_its_host(net: execbox.Executor, upstream: Upstream) -> None:
     value = secret_value()
     https, http = upstream.https_port, upstream.http_port
     code = f"""
 token = os.environ["TOKEN"]
-auth = {{"Authorization": "Bearer " + token}}
+auth = {{"Authorization": "Bearer " + token, "X-Token": token}}
 print(json.dumps([
     fetch("https://api.test:{https}/hello?key=" + token, auth),
     fetch("http://api.test:{http}/hello", auth),
@@ -108,17 +121,18 @@ print(json.dumps([
 ]))
 """
     network = [f"api.test:{https}", f"api.test:{http}", f"other.test:{https}", f"other.test:{http}"]
-    bound = [{"name": "TOKEN", "value": value, "hosts": ["api.test"]}]
+    bound = [{"name": "TOKEN", "value": value, "hosts": [f"api.test:{https}"]}]
     result = run(net, upstream, code, network, bound)
-    assert [status for status, _ in printed(result)] == [200, 200, 200, 200]
+    # plain http:// to the bound host is refused: what it answers is never masked
+    assert [status for status, _ in printed(result)] == [200, 403, 200, 200]
     heads = upstream.heads()
     [bound_head] = [h for h in upstream.https.heads if "host: api.test" in h]
-    # the value in the header and in the query (percent-encoded: it is URL-safe here)
     assert f"authorization: Bearer {value}\n" in bound_head
+    assert "x-token: execbox-placeholder-" in bound_head  # a header the binding does not name
     assert bound_head.startswith("/hello?key=execbox-placeholder-")  # URLs: never swapped
     others = [h for h in heads if h is not bound_head]
-    assert len(others) == 3
-    for head in others:  # plain http:// to the bound host, any request to another: placeholder
+    assert len(others) == 2
+    for head in others:  # any request to another host: the placeholder
         assert value not in head
         assert "authorization: Bearer execbox-placeholder-" in head
     # the run's own output never shows the value or the placeholder
@@ -126,7 +140,7 @@ print(json.dumps([
     assert "execbox-placeholder-" not in result.model_dump_json()
     assert [(e.method, e.host, e.verdict) for e in result.network_log] == [
         ("CONNECT", "api.test", "allowed"),
-        ("GET", "api.test", "allowed"),
+        ("GET", "api.test", "denied"),
         ("CONNECT", "other.test", "allowed"),
         ("GET", "other.test", "allowed"),
     ]
@@ -176,7 +190,7 @@ used = fetch("https://api.test:{https}/hello", {{"X-Token": os.environ["TOKEN"]}
 print(json.dumps([used[0], scan({value[:20]!r}.encode(), {value[20:]!r}.encode()),
                   scan({control[:20]!r}.encode(), {control[20:]!r}.encode())]))
 """
-    bound = [{"name": "TOKEN", "value": value, "hosts": ["api.test"]}]
+    bound = echoed(value, https)
     result = run(net, upstream, code, [f"api.test:{https}"], bound, env={"CONTROL": control})
     status, found, control_found = printed(result)
     assert status == 200 and f"x-token: {value}" in upstream.https.heads[0]
@@ -194,7 +208,7 @@ print(json.dumps(fetch("https://api.test:{https}/redirect?to=http://other.test:{
                        {{"X-Token": os.environ["TOKEN"]}})))
 """
     network = [f"api.test:{https}", f"other.test:{http}"]
-    bound = [{"name": "TOKEN", "value": value, "hosts": ["api.test"]}]
+    bound = echoed(value, https)
     result = run(net, upstream, code, network, bound)
     assert printed(result)[0] == 200
     [first] = upstream.https.heads
@@ -218,7 +232,7 @@ tls.sendall(("GET /hello HTTP/1.1\\r\\nHost: api.test:{https}\\r\\n"
              f"x-folded: {{p[:30]}}\\r\\n {{p[30:]}}\\r\\nConnection: close\\r\\n\\r\\n").encode())
 print(json.dumps([read_response(tls).split(b" ")[1].decode()]))
 """
-    bound = [{"name": "TOKEN", "value": value, "hosts": ["api.test"]}]
+    bound = echoed(value, https)
     result = run(net, upstream, code, [f"api.test:{https}"], bound)
     assert printed(result) == ["200"]
     [head] = upstream.https.heads
@@ -244,7 +258,7 @@ for host in ("api.test", "other.test"):
 print(json.dumps(answers))
 """
     network = [f"api.test:{https}", f"other.test:{https}"]
-    bound = [{"name": "TOKEN", "value": value, "hosts": ["api.test"]}]
+    bound = echoed(value, https)
     result = run(net, upstream, code, network, bound)
     assert printed(result) == ["200", "421"]
     [head] = upstream.https.heads
@@ -265,7 +279,7 @@ def test_bound_host_with_an_untrusted_certificate_gets_nothing(
     value = secret_value()
     rogue = upstream.rogue_port
     code = f"""print(json.dumps(fetch("https://api.test:{rogue}/hello", {{"X-Token": os.environ["TOKEN"]}})))"""
-    bound = [{"name": "TOKEN", "value": value, "hosts": ["api.test"]}]
+    bound = echoed(value, rogue)
     result = run(net, upstream, code, [f"api.test:{rogue}"], bound)
     status, body = printed(result)
     assert status is None and "502" in body
@@ -297,7 +311,7 @@ token = [l.split()[-1] for l in lines if l.startswith("authorization:")][0]
 print(json.dumps([echo[0], packed[0], lines[0], [l for l in lines if l.startswith("x-token")],
                   set(token) == {{"*"}}, {value[5:20]!r} in echo[1] + reason, reason]))
 """
-    bound = [{"name": "TOKEN", "value": value, "hosts": ["api.test"]}]
+    bound = echoed(value, https)
     result = run(net, upstream, code, [f"api.test:{https}"], bound)
     status, packed, target, token_lines, basic_masked, leaked, reason = printed(result)
     assert (status, packed, basic_masked, leaked) == (200, 502, True, False)
@@ -328,7 +342,7 @@ print(fetch("http://" + p + ".test:{http}/")[1])
 import sys; print(p, file=sys.stderr)
 """
     streamed: list[bytes] = []
-    bound = [{"name": "TOKEN", "value": value, "hosts": ["api.test"]}]
+    bound = echoed(value, https)
     result = run(net, upstream, code, [f"api.test:{https}"], bound, on_stdout=streamed.append)
     assert result.status == "ok", result.stderr
     record = net.store.get(result.run_id)
@@ -350,7 +364,7 @@ def test_a_held_run_is_released_with_its_bound_secrets_given_again(
 t = os.environ.get("TOKEN")
 print(json.dumps([t is not None, fetch("https://api.test:{https}/hello", {{"X-Token": t or "none"}})[0]]))
 """
-    bound = [{"name": "TOKEN", "value": value, "hosts": ["api.test"]}]
+    bound = echoed(value, https)
     held = run(net, upstream, code, [f"api.test:{https}"], bound, profile="netheld")
     assert held.status == "needs_approval" and upstream.https.heads == []
     released = net.approve(held.run_id, bound_secrets=bound)
@@ -366,10 +380,11 @@ def test_masker_masks_a_value_cut_across_pieces() -> None:
     from execbox.network.secrets import Binding, Masker, forms
 
     value = 'a/b"c<'
-    assert set(forms([Binding("T", value, "p", ())])) == {
+    assert set(forms([Binding("T", value, "p", ())])) >= {
         value.encode(),
         quote(value, safe="").encode(),
         b'a/b\\"c<',
+        b'a\\/b\\"c<',
         b'a/b"c&lt;',
         b"a/b&quot;c&lt;",
     }
@@ -388,8 +403,20 @@ def test_masker_masks_a_value_cut_across_pieces() -> None:
         (["*.a.test"], {"name": "T", "value": "v" * 8, "hosts": ["*.test.b"]}, "not on the run"),
         (
             ["api.test"],
-            {"name": "T", "value": "v" * 8, "hosts": ["api.test:443"]},
-            "without a port",
+            {"name": "T", "value": "v" * 8, "hosts": ["api.test:8443"]},
+            "api.test:8443 is not on the run",
+        ),
+        (["api.test:80"], {"name": "T", "value": "v" * 8, "hosts": ["api.test"]}, "443"),
+        (["10.0.0.1"], {"name": "T", "value": "v" * 8, "hosts": ["10.0.0.1"]}, "not an address"),
+        (
+            ["api.test"],
+            {"name": "T", "value": "v" * 8, "hosts": ["api.test"], "headers": ["Host"]},
+            "not one a credential",
+        ),
+        (
+            ["api.test"],
+            {"name": "T", "value": "v" * 8, "hosts": ["api.test"], "headers": ["X A"]},
+            "not a header name",
         ),
         (["api.test"], {"name": "T", "value": "abcd\r\nefgh", "hosts": ["api.test"]}, "printable"),
         (["api.test"], {"name": "T", "value": "short", "hosts": ["api.test"]}, "8-4096"),
@@ -450,3 +477,133 @@ def test_the_run_ca_lives_as_long_as_the_run_and_a_margin() -> None:
     assert ca.cert.not_valid_before_utc <= now
     assert ca.cert.not_valid_after_utc - now <= timedelta(seconds=20) + SKEW
     assert ca.bundle == ca.pem  # no system CAs given: the run's alone
+
+
+def test_masker_masks_base64_at_any_alignment_and_any_case() -> None:
+    from execbox.network.secrets import Binding, Masker, forms
+
+    value = "Tok/en+" + secrets.token_hex(8)
+    masker = Masker(forms([Binding("T", value, "p", ())]))
+    for before in (b"", b"a", b"ab", b"me:", b"user1:"):
+        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+            encoded = encode(before + value.encode() + b"!")
+            masked = masker.whole(encoded)
+            # what is left decodes to at most 2 bytes of the value either side
+            assert masked.count(b"*") >= (len(value) - 4) // 3 * 4, (before, masked)
+    for variant in (value.upper(), value.lower(), value.swapcase()):
+        assert masker.whole(variant.encode()) == b"*" * len(value)
+
+
+def test_a_range_of_a_bound_hosts_echo_is_never_served(
+    net: execbox.Executor, upstream: Upstream
+) -> None:
+    """A Range request would cut an echo of the value into pieces no mask matches: the proxy
+    drops Range and If-Range on a bound host's requests and refuses a 206 it did not ask for."""
+    value = secret_value()
+    https = upstream.https_port
+    code = f"""
+p = os.environ["TOKEN"]
+whole = fetch("https://api.test:{https}/headers", {{"X-Token": p}})[1]
+start = whole.index("x-token: ") + len("x-token: ")
+pieces = [fetch("https://api.test:{https}/headers",
+                {{"X-Token": p, "Range": f"bytes={{i}}-{{i + 3}}", "If-Range": "x"}})
+          for i in range(start, start + {len(value)}, 4)]
+partial = fetch("https://api.test:{https}/partial", {{"X-Token": p}})
+print(json.dumps([sorted({{s for s, _ in pieces}}), "".join(b for _, b in pieces), partial[0]]))
+"""
+    result = run(net, upstream, code, [f"api.test:{https}"], echoed(value, https))
+    statuses, joined, partial = printed(result)
+    assert statuses == [200] and partial == 502
+    assert value[4:12] not in joined and value[4:12] not in result.stdout
+    assert not any("range: " in head for head in upstream.https.heads)
+
+
+def test_a_bound_hosts_other_faces_are_refused(net: execbox.Executor, upstream: Upstream) -> None:
+    """Plain http to a bound host, or a CONNECT to another port of it, would answer without a
+    mask (a value stored through HTTPS read back there): both refused before any byte goes."""
+    value = secret_value()
+    https, http, other = upstream.https_port, upstream.http_port, upstream.rogue_port
+    code = f"""
+plain = fetch("http://api.test:{http}/hello")
+try:
+    tunnel("api.test", {other})
+    connected = True
+except AssertionError:
+    connected = False
+print(json.dumps([plain[0], connected]))
+"""
+    network = [f"api.test:{https}", f"api.test:{http}", f"api.test:{other}"]
+    result = run(net, upstream, code, network, echoed(value, https))
+    assert printed(result) == [403, False]
+    assert upstream.http.heads == [] and upstream.rogue.heads == []
+    assert [(e.port, e.verdict, e.rule) for e in result.network_log] == [
+        (http, "denied", "network.bound"),
+        (other, "denied", "network.bound"),
+    ]
+
+
+def test_a_bound_hosts_encodings_of_the_value_are_masked(
+    net: execbox.Executor, upstream: Upstream
+) -> None:
+    """Base64 (also of `user:value`, and URL-safe at another alignment), upper case and
+    PHP-style JSON ('\\/') of the value, as an API returns stored content: all masked."""
+    value = "Tok/" + secrets.token_hex(20)
+    https = upstream.https_port
+    code = f"""
+p = os.environ["TOKEN"]
+print(json.dumps([fetch("https://api.test:{https}/encoded", {{"X-Token": p}}),
+                  fetch("https://api.test:{https}/php", {{"X-Token": p}})]))
+"""
+    result = run(net, upstream, code, [f"api.test:{https}"], echoed(value, https))
+    (status, encoded), (php_status, php) = printed(result)
+    assert (status, php_status) == (200, 200)
+    shown = json.loads(encoded)
+    raw = value.encode()
+    for key, sent in [
+        ("base64", base64.b64encode(raw)),
+        ("basic", base64.b64encode(b"me:" + raw)),
+        ("urlsafe", base64.urlsafe_b64encode(b"x" + raw)),
+        ("upper", value.upper().encode()),
+    ]:
+        assert shown[key] != sent.decode() and "*" * 20 in shown[key], key
+    assert json.loads(php)["t"] == "*" * (len(value) + 1)  # '\\/' is two characters
+
+
+def test_the_run_ca_is_constrained_to_the_bound_names() -> None:
+    """Defence in depth: a certificate the run CA signed for any other name (or an address)
+    fails a client's verification, whatever the proxy does."""
+    import socket
+    import ssl
+    import threading
+
+    from execbox.network.intercept import RunCA
+
+    ca = RunCA(b"", valid_s=60, names=["api.test", "*.svc.test"])
+
+    def handshake(name: str) -> bool:
+        client = ssl.create_default_context(cadata=ca.pem.decode())
+        a, b = socket.socketpair()
+        server = threading.Thread(target=_serve_once, args=(ca.server_context(name), b))
+        server.start()
+        try:
+            with client.wrap_socket(a, server_hostname=name):
+                return True
+        except ssl.SSLCertVerificationError:
+            return False
+        finally:
+            a.close()
+            server.join()
+            b.close()
+
+    assert handshake("api.test") and handshake("a.svc.test")
+    assert not handshake("evil.test") and not handshake("svc.test")
+
+
+def _serve_once(context: Any, sock: Any) -> None:
+    import ssl
+
+    try:
+        with context.wrap_socket(sock, server_side=True):
+            pass
+    except (ssl.SSLError, OSError):
+        pass

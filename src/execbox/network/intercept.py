@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import ipaddress
 import os
 import ssl
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -45,21 +46,25 @@ def upstream_context(cafile: str | None) -> ssl.SSLContext:
 
 class RunCA:
     """One run's certificate authority (ECDSA P-256, valid for the run's time and a few
-    minutes), and the server contexts it makes for the hosts the run's secrets are bound to."""
+    minutes), and the server contexts it makes for the hosts the run's secrets are bound to.
+    Given the bound `names` (`*.domain` too), its certificate is constrained to them: a
+    client checking name constraints trusts nothing else it might sign."""
 
-    def __init__(self, system: bytes, valid_s: float) -> None:
+    def __init__(self, system: bytes, valid_s: float, names: Sequence[str] = ()) -> None:
         now = datetime.datetime.now(datetime.UTC)
         self._start = now - SKEW
         self._end = now + datetime.timedelta(seconds=valid_s) + SKEW
         self._key = ec.generate_private_key(ec.SECP256R1())
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "execbox run CA")])
         self._name = name
-        self.cert = (
+        builder = (
             self._builder(name, self._key.public_key())
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
             .add_extension(_usage(cert_sign=True), critical=True)
-            .sign(self._key, hashes.SHA256())
         )
+        if names:
+            builder = builder.add_extension(_constraints(names), critical=True)
+        self.cert = builder.sign(self._key, hashes.SHA256())
         self.pem = self.cert.public_bytes(_PEM)
         self.bundle = system.rstrip(b"\n") + b"\n" + self.pem if system else self.pem
         # One key for every host's certificate of the run: the client never sees more.
@@ -106,6 +111,18 @@ class RunCA:
         with _memory_file(cert.public_bytes(_PEM) + key) as path:
             context.load_cert_chain(path)
         return context
+
+
+def _constraints(names: Sequence[str]) -> x509.NameConstraints:
+    """Names only (a leading '.' is the names under a domain, not the domain), no address."""
+    permitted: list[x509.GeneralName] = [
+        x509.DNSName(n[1:] if n.startswith("*.") else n) for n in sorted(set(names))
+    ]
+    excluded: list[x509.GeneralName] = [
+        x509.IPAddress(ipaddress.ip_network("0.0.0.0/0")),
+        x509.IPAddress(ipaddress.ip_network("::/0")),
+    ]
+    return x509.NameConstraints(permitted_subtrees=permitted, excluded_subtrees=excluded)
 
 
 def _usage(*, cert_sign: bool) -> x509.KeyUsage:

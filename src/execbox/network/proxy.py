@@ -130,14 +130,30 @@ class Egress:
             writer.close()  # after what it was last sent (stop and trip abort at once)
             self.tasks.discard(task)
 
-    def bound_to(self, host: str) -> tuple[Binding, ...]:
-        """The run's secrets bound to `host` (a CONNECT's host as asked for)."""
+    def bound_to(self, host: str, port: int) -> tuple[Binding, ...]:
+        """The run's secrets bound to `host`:`port` (a CONNECT's as asked for)."""
         if self.tls is None:
             return ()
         dest = destination(host)
         if not isinstance(dest, str):  # an address: no secret is bound to one
             return ()
-        return tuple(b for b in self.tls.bindings if b.covers(dest))
+        return tuple(b for b in self.tls.bindings if b.serves(dest, port))
+
+    def _guarded(self, dest: str | IPAddress, port: int, *, tunnel: bool) -> str | None:
+        """Why `dest`:`port` is refused for being a bound host's other face: a host a secret
+        is bound to is reached only through the intercepted HTTPS of its bound ports (where
+        responses are masked), never by plain http or another port, where a value it stored
+        would come back as it is."""
+        if self.tls is None or not isinstance(dest, str):
+            return None
+        names = [b.name for b in self.tls.bindings if b.covers(dest)]
+        if not names or (tunnel and any(b.serves(dest, port) for b in self.tls.bindings)):
+            return None
+        how = "a CONNECT to that port" if tunnel else "plain http"
+        return (
+            f"{dest} has the secret {names[0]} bound to it: {how} is refused (the host is "
+            "reached only through HTTPS on the binding's ports, where its answers are masked)"
+        )
 
     # ---- limits ---------------------------------------------------------------------------
 
@@ -172,14 +188,17 @@ class Egress:
         record.end()
         return Refused(400, message)
 
-    async def dial(self, method: str, host: str, port: int) -> Dialled | Refused:
-        """Decide `host`:`port` and, if allowed, connect to the checked address."""
+    async def dial(
+        self, method: str, host: str, port: int, *, tunnel: bool = False
+    ) -> Dialled | Refused:
+        """Decide `host`:`port` (`tunnel`: for a CONNECT, not a plain http request) and, if
+        allowed, connect to the checked address."""
         shown, method = host[:MAX_HOST_CHARS], method[:MAX_METHOD_CHARS]
         record = self._admit(Record(time.time(), method, shown, port))
         try:
             if len(host) > MAX_HOST_CHARS:  # no name is this long: refused, not cut to one
                 return _deny(record, "network.host", f"{shown}...: not a host name")
-            return await self._dial(record, host, port)
+            return await self._dial(record, host, port, tunnel)
         finally:
             if record.verdict != "allowed":
                 record.end()
@@ -200,7 +219,7 @@ class Egress:
             )
         return record
 
-    async def _dial(self, record: Record, host: str, port: int) -> Dialled | Refused:
+    async def _dial(self, record: Record, host: str, port: int, tunnel: bool) -> Dialled | Refused:
         dest = destination(host)
         if dest is None:
             return _deny(record, "network.host", f"{host!r} is not a host name or an address")
@@ -210,6 +229,9 @@ class Egress:
                 return _deny(record, "network.port", f"port {port} of {host} is not allowed")
             return _deny(record, "network.host", f"{host} is not on the run's allowlist")
         record.entry = entry.text
+        guarded = self._guarded(dest, port, tunnel=tunnel)
+        if guarded is not None:
+            return _deny(record, "network.bound", guarded)
         pinned = self.pinned.get(dest) if isinstance(dest, str) else None
         if isinstance(dest, str) and pinned is None:
             try:
@@ -323,7 +345,8 @@ class EgressProxy:
                 self._upstream = upstream_context(self.ca_file)
                 self._system_cas = system_cas()
             upstream, system = self._upstream, self._system_cas or b""
-        return Interception(tuple(bindings), RunCA(system, valid_s), upstream)
+        names = [e.host for b in bindings for e in b.hosts if e.host is not None]
+        return Interception(tuple(bindings), RunCA(system, valid_s, names), upstream)
 
     def _running(self) -> asyncio.AbstractEventLoop:
         with self._lock:

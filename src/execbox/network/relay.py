@@ -147,11 +147,11 @@ async def _tunnel(
         refused = egress.refuse("CONNECT", target, 0, "network.request", "not a host:port")
         await _answer(conn, writer, refused.status, f"CONNECT {target}: {refused.message}")
         return
-    outcome = await egress.dial("CONNECT", *where)
+    outcome = await egress.dial("CONNECT", *where, tunnel=True)
     if not isinstance(outcome, Dialled):
         await _answer(conn, writer, outcome.status, outcome.message)
         return
-    bound = egress.bound_to(where[0])
+    bound = egress.bound_to(*where)
     if bound:
         await _intercept(egress, conn, outcome, where, bound, reader, writer)
         return
@@ -239,7 +239,7 @@ async def _intercept(
                 await _answer(inner, writer, 421, refused.message)
                 return
             if upstream is None:
-                outcome = await egress.dial(method, host, port)
+                outcome = await egress.dial(method, host, port, tunnel=True)
                 if not isinstance(outcome, Dialled):
                     await _answer(inner, writer, outcome.status, outcome.message)
                     return
@@ -399,9 +399,9 @@ async def _exchange(
         if bound:
             swapped = swap_headers(headers, bound)
             masker = Masker(forms(bound) + basic_tokens(headers, swapped))
-            headers = swapped
-            # An uncompressed response, so that the value can be masked if the host echoes it
-            headers = [(n, v) for n, v in headers if n != b"accept-encoding"]
+            # An uncompressed, whole response, so that the value can be masked if the host
+            # echoes it: a range of the body could cut an echo into pieces no mask matches
+            headers = [(n, v) for n, v in swapped if n not in _WHOLE]
             headers.append((b"accept-encoding", b"identity"))
         upstream = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD)
         head = h11.Request(method=request.method, target=target, headers=headers)
@@ -418,6 +418,9 @@ async def _exchange(
                 if masker is not None:
                     if _encoded(headers):
                         await _answer(conn, writer, 502, _ENCODED.format(record.host))
+                        return False
+                    if event.status_code == 206:
+                        await _answer(conn, writer, 502, _PARTIAL.format(record.host))
                         return False
                     headers, reason = masker.headers(headers), masker.whole(reason)
                 out = h11.Response(status_code=event.status_code, headers=headers, reason=reason)
@@ -467,6 +470,11 @@ async def _request_body(
             return False
 
 
+_WHOLE = frozenset({b"accept-encoding", b"range", b"if-range"})
+_PARTIAL = (
+    "{} answered with part of a body (206), which the proxy cannot check for the secret bound "
+    "to it (it asked for the whole body)"
+)
 _ENCODED = (
     "{} answered with a compressed body, which the proxy cannot check for the secret bound "
     "to it (it asked for identity)"

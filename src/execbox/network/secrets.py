@@ -1,11 +1,17 @@
 """Secrets bound to hosts: a value the run's code can use but never see.
 
 The run's environment holds a placeholder (random per run) under the secret's name; the
-proxy swaps the placeholder for the value only in the headers of HTTPS requests to the
-secret's hosts, inside a TLS connection it intercepts (see `intercept`). Everywhere else
-(another host, plain http://, a URL, a body) the placeholder goes as it is, and the value
-never enters the sandbox. A URL is left alone because URLs are what servers log, echo and
-redirect to: a value put there is one the code can more easily get stored and read back.
+proxy swaps the placeholder for the value only in the headers the binding names
+(`Authorization` unless it names others) of HTTPS requests to the binding's hosts and ports
+(443 unless an entry names one), inside a TLS connection it intercepts (see `intercept`).
+Everywhere else (another host, another header, a URL, a body) the placeholder goes as it
+is, and the value never enters the sandbox. A bound host is reached only that way: plain
+http:// to it, or a CONNECT to one of its other ports, is refused, because a response there
+could carry a stored value back unmasked.
+
+What the host sends back is masked (`Masker`) in the forms an echo takes; no masker can
+follow a host that transforms the value at will, so a binding is safe only for a host that
+does not reflect or store the credential.
 """
 
 from __future__ import annotations
@@ -36,20 +42,34 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # line break or a control character would let the code's request be something else upstream.
 _VALUE = re.compile(r"[\x20-\x7e]+\Z")
 _BASIC = b"basic "
+_TOKEN = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+\Z")  # an HTTP field name (RFC 9110 5.6.2)
+BOUND_PORT = 443  # a binding's port unless its entry names one: HTTPS, the only way in
+DEFAULT_HEADERS = ("authorization",)
+# Headers the proxy writes or that frame the message: a value there is not a credential.
+_NOT_CREDENTIAL = frozenset(
+    {"host", "content-length", "transfer-encoding", "connection", "te", "upgrade", "range"}
+)
 
 
 @dataclass(frozen=True)
 class Binding:
-    """One bound secret of one run: its name, value, this run's placeholder for it, and the
-    hosts (names, or `*.suffix`) whose HTTPS requests get the value."""
+    """One bound secret of one run: its name, value, this run's placeholder for it, the
+    hosts (names, or `*.suffix`, each with its ports) whose HTTPS requests get the value, and
+    the headers (lower-case names) it is swapped in."""
 
     name: str
     value: str
     placeholder: str
     hosts: tuple[Entry, ...]
+    headers: tuple[bytes, ...] = tuple(h.encode() for h in DEFAULT_HEADERS)
 
     def covers(self, host: str | IPAddress) -> bool:
+        """Whether `host` is one of the binding's names, on any port."""
         return any(entry.covers_host(host) for entry in self.hosts)
+
+    def serves(self, host: str | IPAddress, port: int) -> bool:
+        """Whether requests to `host`:`port` get the value."""
+        return any(entry.matches(host, port) for entry in self.hosts)
 
 
 def bind(
@@ -90,7 +110,8 @@ def bind(
             raise ValueError(f"bound secret {name}: give the hosts it is for, as a list")
         entries = tuple(_host(name, h, allow) for h in hosts)
         placeholder = PLACEHOLDER_PREFIX + random.token_hex(16)
-        bindings.append(Binding(name, value, placeholder, entries))
+        headers = _headers(name, item.get("headers"))
+        bindings.append(Binding(name, value, placeholder, entries, headers))
     return tuple(bindings)
 
 
@@ -101,16 +122,40 @@ def _host(name: str, text: object, allow: Allowlist) -> Entry:
         entry = parse_entry(text)
     except ValueError as exc:
         raise ValueError(f"bound secret {name}: {exc}") from None
-    if entry.host is None or ":" in text:
+    host = entry.host
+    if host is None:
         raise ValueError(
-            f"bound secret {name}: host {text!r} must be a name or '*.domain', without a port "
-            "or an address (its certificate is made for a name)"
+            f"bound secret {name}: host {text!r} must be a name or '*.domain'[:port], not an "
+            "address (its certificate is made for a name)"
         )
-    if not any(_wider(e, entry.host) for e in allow.entries):
+    if ":" not in text:
+        entry = Entry(entry.text, host, None, frozenset({BOUND_PORT}))
+    [port] = entry.ports or (BOUND_PORT,)
+    if not any(_wider(e, host) and (e.ports is None or port in e.ports) for e in allow.entries):
         raise ValueError(
-            f"bound secret {name}: host {text!r} is not on the run's network allowlist"
+            f"bound secret {name}: host {host}:{port} is not on the run's network "
+            "allowlist (a binding is for port 443 unless it names one)"
         )
     return entry
+
+
+def _headers(name: str, given: object) -> tuple[bytes, ...]:
+    if given is None:
+        return tuple(h.encode() for h in DEFAULT_HEADERS)
+    if not isinstance(given, (list, tuple)) or not given or len(given) > MAX_BOUND:
+        raise ValueError(
+            f"bound secret {name}: headers must be a list of 1-{MAX_BOUND} header names"
+        )
+    out = []
+    for header in given:
+        if not isinstance(header, str) or not _TOKEN.match(header):
+            raise ValueError(f"bound secret {name}: {header!r} is not a header name")
+        if header.lower() in _NOT_CREDENTIAL or header.lower().startswith("proxy-"):
+            raise ValueError(
+                f"bound secret {name}: header {header!r} is not one a credential goes in"
+            )
+        out.append(header.lower().encode())
+    return tuple(out)
 
 
 def _wider(allowed: Entry, host: str) -> bool:
@@ -133,13 +178,17 @@ def environment(bindings: Sequence[Binding]) -> dict[str, str]:
 def swap_headers(
     headers: Sequence[tuple[bytes, bytes]], bindings: Sequence[Binding]
 ) -> list[tuple[bytes, bytes]]:
-    """`headers` with every whole placeholder of `bindings` replaced by its value, also
-    inside a Basic Authorization header's base64 (git and pip put a token there)."""
+    """`headers` with every whole placeholder of `bindings` replaced by its value in the
+    headers each binding names, also inside a Basic Authorization header's base64 (git and
+    pip put a token there). Any other header keeps the placeholder: an arbitrary header is
+    what an echo or debug endpoint reflects."""
     out = []
     for name, value in headers:
-        value = _swap(value, bindings)
-        if name in (b"authorization", b"proxy-authorization") and value[:6].lower() == _BASIC:
-            value = value[:6] + _swap_basic(value[6:], bindings)
+        mine = [b for b in bindings if name in b.headers]
+        if mine:
+            value = _swap(value, mine)
+            if name == b"authorization" and value[:6].lower() == _BASIC:
+                value = value[:6] + _swap_basic(value[6:], mine)
         out.append((name, value))
     return out
 
@@ -161,17 +210,36 @@ def _swap_basic(token: bytes, bindings: Sequence[Binding]) -> bytes:
 
 def forms(bindings: Sequence[Binding]) -> list[bytes]:
     """How each value of `bindings` may come back from a host that echoes a request: as
-    sent in a header, percent-encoded as in a URL, escaped in JSON or HTML."""
+    sent, percent-encoded as in a URL, escaped in JSON (also with '\\/') or HTML, and in
+    base64 (standard or URL-safe, at each of the three alignments, so also inside a Basic
+    `user:value`). The masker matches them in any letter case."""
     out: set[bytes] = set()
     for b in bindings:
+        value = b.value.encode()
+        escaped = json.dumps(b.value)[1:-1]
         out |= {
-            b.value.encode(),
+            value,
             quote(b.value, safe="").encode(),
-            json.dumps(b.value)[1:-1].encode(),
+            escaped.encode(),
+            escaped.replace("/", "\\/").encode(),
             html.escape(b.value, quote=False).encode(),
             html.escape(b.value).encode(),
         }
+        out |= set(_base64_cores(value))
     return sorted(out, key=len, reverse=True)
+
+
+def _base64_cores(value: bytes) -> list[bytes]:
+    """The base64 characters that encode only bytes of `value`, wherever it starts in the
+    encoded data: the groups of 3 bytes that hold no byte of its neighbours."""
+    cores = []
+    for lead in range(3):
+        skip = (3 - lead) % 3  # bytes of the value in a first group shared with what precedes
+        whole = (len(value) - skip) // 3 * 3
+        chunk = value[skip : skip + whole]
+        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+            cores.append(encode(chunk))
+    return [c for c in cores if c]
 
 
 def basic_tokens(
@@ -182,28 +250,25 @@ def basic_tokens(
     return [
         new[6:].strip()
         for (name, old), (_, new) in zip(sent, swapped, strict=True)
-        if name in (b"authorization", b"proxy-authorization")
-        and new != old
-        and new[:6].lower() == _BASIC
+        if name == b"authorization" and new != old and new[:6].lower() == _BASIC
     ]
 
 
 class Masker:
     """Masks `secrets` (the values of a request's bindings in the forms they may come back
-    in) in a bound host's response: its headers, and its body as it arrives in pieces (a
-    host that echoes a request would hand the value to the run). Each becomes as many '*',
-    so the body keeps its length; the tail of a piece that could begin one waits for the
-    next piece."""
+    in) in a bound host's response, in any letter case: its headers, and its body as it
+    arrives in pieces (a host that echoes a request would hand the value to the run). Each
+    becomes as many '*', so the body keeps its length; the tail of a piece that could begin
+    one waits for the next piece."""
 
     def __init__(self, secrets: Sequence[bytes]) -> None:
-        self.secrets = sorted(set(secrets), key=len, reverse=True)
-        self.keep = max(len(v) for v in self.secrets) - 1
+        ordered = sorted(set(secrets), key=len, reverse=True)
+        self.pattern = re.compile(b"|".join(re.escape(s) for s in ordered), re.IGNORECASE)
+        self.keep = len(ordered[0]) - 1
         self.held = b""
 
     def whole(self, data: bytes) -> bytes:
-        for secret in self.secrets:
-            data = data.replace(secret, b"*" * len(secret))
-        return data
+        return self.pattern.sub(lambda m: b"*" * len(m.group()), data)
 
     def headers(self, headers: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
         return [(name, self.whole(value)) for name, value in headers]
