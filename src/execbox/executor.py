@@ -36,6 +36,7 @@ from .contract import (
     BoundSecret,
     ErrorInfo,
     Limits,
+    NetworkConnection,
     RunRequest,
     RunResult,
     Status,
@@ -66,7 +67,7 @@ from .routing import program_kind
 from .sandbox.host.errors import HostError
 from .sandbox.host.pump import OutputCallback
 from .sandbox.host.zygotes import ZygoteProcess
-from .scrub import LiveOutput, live_output, redact_result
+from .scrub import LiveOutput, live_output, redact_network_log, redact_result
 from .sessions import (
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_MAX_LIFETIME_S,
@@ -692,6 +693,12 @@ class Executor:
     def forget_session(self, session_id: str) -> None:
         """Drop an ended session from the open ones (`Session` calls it as it ends)."""
         self._sessions.forget(session_id)
+
+    def redacted_network_log(
+        self, entries: list[NetworkConnection], secrets: Iterable[str]
+    ) -> list[NetworkConnection]:
+        """`entries` with this executor's and `secrets` scrubbed (a session's last log)."""
+        return redact_network_log(entries, self._redactor.with_secrets(tuple(secrets)))
 
     async def astream(self, code: str, **kwargs: Any) -> AsyncIterator[StreamEvent]:
         """Like `run` (same arguments), yielding output events as the code prints, then the

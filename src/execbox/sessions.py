@@ -27,6 +27,7 @@ from .contract import (
     Artifact,
     ErrorInfo,
     Limits,
+    NetworkConnection,
     Output,
     RunRequest,
     RunResult,
@@ -34,6 +35,7 @@ from .contract import (
     StreamEvent,
 )
 from .errors import Overloaded, SandboxError, SessionClosed, UsageError
+from .network.session import SessionNetwork
 from .policy import CellContext, Profile, check
 from .redact import checked_secrets
 from .request import FileSource, make_request, new_run_id
@@ -93,6 +95,9 @@ class Session:
         self.killed_status = Status.sandbox_error  # what a cell ended by `kill` reports
         self.files = SessionFiles(self)
         self.policy_context = CellContext()  # what earlier cells bound, for the policy check
+        # What the session's network served after its last cell (a process left running),
+        # filled when it ends: no cell's result can hold it.
+        self.network_log_after_cells: list[NetworkConnection] = []
         self._executor = executor
         self._channel = channel
         self._secrets = tuple(secrets)
@@ -208,6 +213,7 @@ class Session:
             if self.end_reason is None:
                 self.end_reason = reason
             self._channel.close()
+            self._keep_last_log()
         self._executor.forget_session(self.id)
 
     def kill(self, reason: str, status: Status) -> None:
@@ -223,7 +229,26 @@ class Session:
         if self.end_reason is None:
             self.end_reason = reason
         self._channel.close()
+        self._keep_last_log()
         self._executor.forget_session(self.id)
+
+    def _keep_last_log(self) -> None:
+        """Keep (and log) what the session's network served after its last cell."""
+        channel = self._channel
+        if not isinstance(channel, SessionNetwork) or not channel.after_cells:
+            return
+        if self.network_log_after_cells:  # ended already
+            return
+        entries = [NetworkConnection(**e) for e in channel.after_cells]
+        self.network_log_after_cells = self._executor.redacted_network_log(entries, self._secrets)
+        log.info(
+            "session %s: %d network connection(s) after its last cell: %s",
+            self.id,
+            len(entries),
+            ", ".join(
+                f"{e.method} {e.host}:{e.port} {e.verdict}" for e in self.network_log_after_cells
+            ),
+        )
 
     def _use(self) -> _InUse:
         return _InUse(self)

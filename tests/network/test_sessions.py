@@ -82,3 +82,50 @@ def test_http_session_body_takes_a_network(net: execbox.Executor, upstream: Upst
             client.delete(f"/v1/sessions/{sid}", timeout=60)
     assert cell.json()["stdout"] == "200\n", cell.json()
     assert [e["verdict"] for e in cell.json()["network_log"]] == ["allowed"]
+
+
+def test_a_background_process_is_logged_between_cells_and_after_the_last(
+    net: execbox.Executor, upstream: Upstream
+) -> None:
+    """A process a cell leaves running asks for hosts while no cell runs (here during file
+    calls): the next cell's log holds it, and what came after the last cell is the session's
+    `network_log_after_cells` once it is closed."""
+    port = upstream.http_port
+    upstream.clear()
+    background = f"""
+import os, time, urllib.request
+for n in (1, 2):
+    while not os.path.exists(f"/workspace/go{{n}}"):
+        time.sleep(0.05)
+    urllib.request.urlopen(f"http://api.test:{port}/hello?n={{n}}", timeout=10).read()
+"""
+    start = (
+        "import subprocess, sys\n"
+        f"subprocess.Popen([sys.executable, '-c', {background!r}], start_new_session=True)\n"
+    )
+    session = net.session(profile="net", network=[f"api.test:{port}"])
+    try:
+        first = session.run(start)
+        session.files.write("go1", "")
+        _wait_for(upstream, 1)
+        second = session.run("print(1)")
+        session.files.write("go2", "")
+        _wait_for(upstream, 2)
+    finally:
+        session.close()
+    assert first.network_log == []
+    assert [(e.method, e.host, e.verdict) for e in second.network_log] == [
+        ("GET", "api.test", "allowed")
+    ]
+    assert [(e.method, e.host, e.verdict) for e in session.network_log_after_cells] == [
+        ("GET", "api.test", "allowed")
+    ]
+
+
+def _wait_for(upstream: Upstream, requests: int) -> None:
+    import time
+
+    deadline = time.monotonic() + 20
+    while len(upstream.seen()) < requests:
+        assert time.monotonic() < deadline, upstream.seen()
+        time.sleep(0.05)

@@ -66,10 +66,10 @@ class RunEgress:
         egress = self._egress
         return len(egress.records) if egress is not None else 0
 
-    def since(self, mark: int) -> list[dict[str, Any]]:
-        """The log's entries from `mark` on, as they stand now (a session's cell)."""
+    def since(self, mark: int, end: int | None = None) -> list[dict[str, Any]]:
+        """The log's entries from `mark` to `end`, as they stand now (a session's cell)."""
         egress = self._egress
-        return [r.as_dict() for r in egress.records[mark:]] if egress is not None else []
+        return [r.as_dict() for r in egress.records[mark:end]] if egress is not None else []
 
     def limit_now(self) -> str | None:
         """The limit the network passed so far, if it did."""

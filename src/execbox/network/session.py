@@ -1,6 +1,6 @@
 """A session with a network policy: its listener made in the session's namespace when it
-starts and served for its whole life, each cell's result holding the log of what that cell
-asked for (the session's limits count across its cells)."""
+starts and served for its whole life, each cell's result holding the log of what was asked
+for since the previous cell ended (the session's limits count across its cells)."""
 
 from __future__ import annotations
 
@@ -15,19 +15,24 @@ if TYPE_CHECKING:
 
 class SessionNetwork:
     """A session's channel (`SessionBackend`) with its network: cells and file calls go to
-    the channel; each cell's RawRun gets the connections asked for since the cell began;
-    closing the session closes its listener and connections too."""
+    the channel; each cell's RawRun gets the connections asked for since the previous cell
+    ended (the first: since the session started), so a process left running between cells
+    or during file calls is in a log too; closing the session closes its listener and
+    connections, and `after_cells` holds what came after the last cell."""
 
     def __init__(self, channel: SessionBackend, egress: RunEgress) -> None:
         self.channel = channel
         self.egress = egress
+        self.mark = 0  # where the next cell's log begins
+        self.after_cells: list[dict[str, Any]] = []
 
     def cell(self, *args: Any, **kwargs: Any) -> RawRun:
-        mark = self.egress.mark()
         raw = self.channel.cell(*args, **kwargs)
         # A connection a cell left open (a thread of its own) shows as it is now: its
         # duration null, its bytes so far.
-        raw.network_log = self.egress.since(mark)
+        end = self.egress.mark()
+        raw.network_log = self.egress.since(self.mark, end)
+        self.mark = end
         raw.network_limit = self.egress.limit_now()
         return raw
 
@@ -44,3 +49,4 @@ class SessionNetwork:
             self.channel.close()
         finally:
             self.egress.close()
+            self.after_cells = self.egress.log[self.mark :]

@@ -11,7 +11,15 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.background import BackgroundTask
 
-from ..contract import ENVIRONMENT_NAME, Artifact, InputFile, Limits, RunResult, Secrets
+from ..contract import (
+    ENVIRONMENT_NAME,
+    Artifact,
+    InputFile,
+    Limits,
+    NetworkConnection,
+    RunResult,
+    Secrets,
+)
 from . import sse
 from .deps import Caller, State
 from .errors import ApiError, documented
@@ -66,6 +74,11 @@ class SessionInfo(BaseModel):
     session_id: str = Field(description="Id for the session's other endpoints.")
     closed: bool = Field(description="True once the session has ended.")
     end_reason: str | None = Field(None, description="Why the session ended, once it has.")
+    network_log_after_cells: list[NetworkConnection] = Field(
+        default_factory=list,
+        description="Once ended: what the session's network served after its last cell (a "
+        "process left running); each cell's own `network_log` holds what came before it.",
+    )
 
 
 class CellBody(BaseModel):
@@ -81,7 +94,12 @@ class CellBody(BaseModel):
 
 
 def _info(session: Any) -> SessionInfo:
-    return SessionInfo(session_id=session.id, closed=session.closed, end_reason=session.end_reason)
+    return SessionInfo(
+        session_id=session.id,
+        closed=session.closed,
+        end_reason=session.end_reason,
+        network_log_after_cells=session.network_log_after_cells,
+    )
 
 
 def _within_policy(state: State, body: SessionBody) -> None:
