@@ -607,3 +607,36 @@ def _serve_once(context: Any, sock: Any) -> None:
             pass
     except (ssl.SSLError, OSError):
         pass
+
+
+def test_only_a_whole_credential_in_a_named_header_is_swapped() -> None:
+    """Text around the placeholder would let code slide the value through a host's partial
+    echo (an error showing a key's first and last characters): only the whole field, what
+    follows an auth scheme, or a side of Basic's user:password gets the value."""
+    from execbox.network.allowlist import parse_entry
+    from execbox.network.secrets import Binding, swap_headers
+
+    p, v = "execbox-placeholder-" + "ab" * 16, "tok-" + secrets.token_hex(8)
+    binding = Binding("T", v, p, (parse_entry("api.test"),), (b"authorization", b"x-key"))
+
+    def b64(text: str) -> bytes:
+        return base64.b64encode(text.encode())
+
+    swapped = [
+        (b"x-key", p.encode(), v.encode()),
+        (b"authorization", f"Bearer {p}".encode(), f"Bearer {v}".encode()),
+        (b"authorization", b"Basic " + b64(f"me:{p}"), b"Basic " + b64(f"me:{v}")),
+        (b"authorization", b"basic " + b64(f"{p}:x"), b"basic " + b64(f"{v}:x")),
+    ]
+    kept = [
+        (b"x-other", p.encode()),  # a header the binding does not name
+        (b"x-key", f"pad{p}".encode()),
+        (b"x-key", f"{p}{p}".encode()),
+        (b"x-key", f"{p} x".encode()),
+        (b"authorization", f"Bearer xx{p}".encode()),
+        (b"authorization", f"Bearer {p} x".encode()),
+        (b"authorization", b"Basic " + b64(f"{p}:{p}")),
+        (b"authorization", b"Basic " + b64(f"me:a{p}")),
+    ]
+    headers = [(n, sent) for n, sent, _ in swapped] + kept
+    assert swap_headers(headers, [binding]) == [(n, want) for n, _, want in swapped] + kept

@@ -178,34 +178,47 @@ def environment(bindings: Sequence[Binding]) -> dict[str, str]:
 def swap_headers(
     headers: Sequence[tuple[bytes, bytes]], bindings: Sequence[Binding]
 ) -> list[tuple[bytes, bytes]]:
-    """`headers` with every whole placeholder of `bindings` replaced by its value in the
-    headers each binding names, also inside a Basic Authorization header's base64 (git and
-    pip put a token there). Any other header keeps the placeholder: an arbitrary header is
-    what an echo or debug endpoint reflects."""
+    """`headers` with a placeholder of `bindings` replaced by its value in the headers each
+    binding names, where the placeholder is the whole credential: the whole field, or what
+    follows an auth scheme (`Bearer <placeholder>`), or either side of a Basic credential's
+    `user:password` (git and pip put a token there). Any other header, or the placeholder
+    amid other text, keeps the placeholder: an arbitrary header is what an echo or debug
+    endpoint reflects, and text around the value would let code slide it through a host's
+    partial echo (an error's 'key sk-ab***wxyz')."""
     out = []
     for name, value in headers:
-        mine = [b for b in bindings if name in b.headers]
-        if mine:
-            value = _swap(value, mine)
-            if name == b"authorization" and value[:6].lower() == _BASIC:
-                value = value[:6] + _swap_basic(value[6:], mine)
+        for b in bindings:
+            if name in b.headers:
+                value = _swap(name, value, b)
         out.append((name, value))
     return out
 
 
-def _swap(data: bytes, bindings: Sequence[Binding]) -> bytes:
-    for b in bindings:
-        data = data.replace(b.placeholder.encode(), b.value.encode())
-    return data
+def _swap(name: bytes, value: bytes, binding: Binding) -> bytes:
+    placeholder, secret = binding.placeholder.encode(), binding.value.encode()
+    if value == placeholder:
+        return secret
+    scheme, space, credential = value.partition(b" ")
+    if not space or not _TOKEN.match(scheme.decode("latin-1")):
+        return value
+    if credential == placeholder:
+        return scheme + b" " + secret
+    if name == b"authorization" and scheme.lower() + b" " == _BASIC:
+        return scheme + b" " + _swap_basic(credential, placeholder, secret)
+    return value
 
 
-def _swap_basic(token: bytes, bindings: Sequence[Binding]) -> bytes:
+def _swap_basic(token: bytes, placeholder: bytes, secret: bytes) -> bytes:
     try:
-        decoded = base64.b64decode(token.strip(), validate=True)
+        decoded = base64.b64decode(token, validate=True)
     except (binascii.Error, ValueError):
         return token
-    swapped = _swap(decoded, bindings)
-    return token if swapped == decoded else base64.b64encode(swapped)
+    user, colon, password = decoded.partition(b":")
+    if colon and password == placeholder and placeholder not in user:
+        return base64.b64encode(user + b":" + secret)
+    if colon and user == placeholder and placeholder not in password:
+        return base64.b64encode(secret + b":" + password)
+    return token
 
 
 def forms(bindings: Sequence[Binding]) -> list[bytes]:
