@@ -162,7 +162,9 @@ def tls_side(requests: int) -> dict[str, float]:
         allow = Allowlist.parse([f"api.test:{port}"])
         limits = NetworkLimits(bytes=1 << 40, connections=10**9)
         [binding] = bind(
-            [{"name": "T", "value": "v" * 40, "hosts": ["api.test"]}], [f"api.test:{port}"], {}
+            [{"name": "T", "value": "v" * 40, "hosts": [f"api.test:{port}"]}],
+            [f"api.test:{port}"],
+            {},
         )
         tls = proxy.interception([binding], 3600)
         plain_l, bound_l = (
