@@ -275,13 +275,22 @@ class Masker:
     one waits for the next piece."""
 
     def __init__(self, secrets: Sequence[bytes]) -> None:
-        ordered = sorted(set(secrets), key=len, reverse=True)
-        self.pattern = re.compile(b"|".join(re.escape(s) for s in ordered), re.IGNORECASE)
-        self.keep = len(ordered[0]) - 1
+        # Searched in the lower-cased data (same length, ASCII letters only): bytes.find is
+        # a C scan, where a case-blind regex costs ~0.1 us a byte of every body
+        self.secrets = sorted({s.lower() for s in secrets}, key=len, reverse=True)
+        self.keep = len(self.secrets[0]) - 1
         self.held = b""
 
     def whole(self, data: bytes) -> bytes:
-        return self.pattern.sub(lambda m: b"*" * len(m.group()), data)
+        low = data.lower()
+        out: bytearray | None = None
+        for secret in self.secrets:
+            at = low.find(secret)
+            while at >= 0:
+                out = bytearray(data) if out is None else out
+                out[at : at + len(secret)] = b"*" * len(secret)
+                at = low.find(secret, at + 1)
+        return data if out is None else bytes(out)
 
     def headers(self, headers: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
         return [(name, self.whole(value)) for name, value in headers]
