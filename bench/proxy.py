@@ -5,10 +5,13 @@ Host side: a real HTTP server on 127.0.0.1, an `EgressProxy` serving a listener 
 loopback (the listener a run gets is the same socket type, made in the run's namespace), and
 keep-alive clients: direct (origin-form to the server) and through the proxy (absolute-form,
 as urllib and requests send to an HTTP proxy; every request is decided, logged and given its
-own upstream connection). Sandbox side (`--sandbox`, needs root and the image): one run
+own upstream connection). TLS (`--tls`): HTTPS keep-alive requests direct, through a CONNECT
+tunnel, and through a tunnel the proxy intercepts for a bound secret (its TLS ended with the
+run CA's certificate, each request swapped and sent over a new verified upstream TLS
+connection). Sandbox side (`--sandbox`, needs root and the image): one run
 fetching through the proxy, against one fetching from a server on its own loopback.
 
-    .venv/bin/python bench/proxy.py [--requests 2000] [--callers 4] [--sandbox]
+    .venv/bin/python bench/proxy.py [--requests 2000] [--callers 4] [--tls] [--sandbox]
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ import argparse
 import http.client
 import json
 import socket
+import ssl
 import statistics
+import tempfile
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -25,6 +30,7 @@ from pathlib import Path
 
 from execbox.network.allowlist import Allowlist
 from execbox.network.proxy import EgressProxy, NetworkLimits
+from execbox.network.secrets import bind
 
 BODY = b"x" * 1024
 
@@ -43,9 +49,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(BODY)
 
 
-def _server() -> ThreadingHTTPServer:
+def _server(context: ssl.SSLContext | None = None) -> ThreadingHTTPServer:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     server.daemon_threads = True
+    if context is not None:
+        server.socket = context.wrap_socket(server.socket, server_side=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
@@ -115,6 +123,81 @@ def host_side(requests: int, callers: int, seconds: float) -> dict[str, float]:
     return out
 
 
+def _timed_tls(
+    port: int, context: ssl.SSLContext, n: int, tunnel: tuple[int, str] | None = None
+) -> list[float]:
+    """Seconds per HTTPS GET over one keep-alive connection: to 127.0.0.1:port, or through
+    the proxy at `tunnel` (its port, a header to send) to api.test:port."""
+    if tunnel is None:
+        conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=context)
+        headers = {}
+    else:
+        conn = http.client.HTTPSConnection("127.0.0.1", tunnel[0], timeout=10, context=context)
+        conn.set_tunnel("api.test", port)
+        headers = {"Authorization": f"Bearer {tunnel[1]}"}
+    times = []
+    for _ in range(n):
+        start = time.perf_counter()
+        conn.request("GET", "/", headers=headers)
+        response = conn.getresponse()
+        response.read()
+        times.append(time.perf_counter() - start)
+        assert response.status == 200, response.status
+    conn.close()
+    return times
+
+
+def tls_side(requests: int) -> dict[str, float]:
+    import trustme
+
+    ca = trustme.CA()
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("api.test", "127.0.0.1").configure_cert(server_context)
+    server = _server(server_context)
+    port = server.server_address[1]
+    with tempfile.NamedTemporaryFile(suffix=".pem") as ca_file:
+        ca_file.write(ca.cert_pem.bytes())
+        ca_file.flush()
+        proxy = EgressProxy({"api.test": "127.0.0.1"}, ca_file.name)
+        allow = Allowlist.parse([f"api.test:{port}"])
+        limits = NetworkLimits(bytes=1 << 40, connections=10**9)
+        [binding] = bind(
+            [{"name": "T", "value": "v" * 40, "hosts": [f"api.test:{port}"]}],
+            [f"api.test:{port}"],
+            {},
+        )
+        tls = proxy.interception([binding], 3600)
+        plain_l, bound_l = (
+            socket.create_server(("127.0.0.1", 0)),
+            socket.create_server(("127.0.0.1", 0)),
+        )
+        plain = proxy.open(plain_l, allow, limits, lambda _m: None)
+        bound = proxy.open(bound_l, allow, limits, lambda _m: None, tls)
+        client = ssl.create_default_context(
+            cadata=ca.cert_pem.bytes().decode() + tls.ca.pem.decode()
+        )
+        tunnel = (plain_l.getsockname()[1], "x")
+        intercepted = (bound_l.getsockname()[1], binding.placeholder)
+        try:
+            for through in (None, tunnel, intercepted):  # warm every path
+                _timed_tls(port, client, 20, through)
+            out = {
+                "direct_ms": statistics.median(_timed_tls(port, client, requests)) * 1000,
+                "tunnel_ms": statistics.median(_timed_tls(port, client, requests, tunnel)) * 1000,
+                "intercepted_ms": statistics.median(_timed_tls(port, client, requests, intercepted))
+                * 1000,
+            }
+        finally:
+            proxy.end(plain)
+            proxy.end(bound)
+            proxy.close()
+            server.shutdown()
+            server.server_close()
+    out["tunnel_overhead_ms"] = out["tunnel_ms"] - out["direct_ms"]
+    out["interception_overhead_ms"] = out["intercepted_ms"] - out["direct_ms"]
+    return out
+
+
 SANDBOX_CODE = """
 import http.client, json, os, threading, time, urllib.parse
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -181,8 +264,11 @@ def main() -> None:
     parser.add_argument("--callers", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--sandbox", action="store_true", help="also measure from a real run")
+    parser.add_argument("--tls", action="store_true", help="also HTTPS: tunnel, interception")
     args = parser.parse_args()
     results = {"host": host_side(args.requests, args.callers, args.seconds)}
+    if args.tls:
+        results["tls"] = tls_side(min(args.requests, 500))
     if args.sandbox:
         results["sandbox"] = sandbox_side(min(args.requests, 500))
     print(json.dumps(results, indent=2))

@@ -18,6 +18,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Artifact",
     "AsyncClient",
+    "BoundSecret",
     "Cancel",
     "Client",
     "ErrorInfo",
@@ -44,6 +45,7 @@ __all__ = [
 _WHERE = {
     "Artifact": "contract",
     "AsyncClient": "client",
+    "BoundSecret": "contract",
     "Client": "client",
     "ErrorInfo": "contract",
     "InputFile": "contract",
@@ -72,6 +74,7 @@ if TYPE_CHECKING:
     from .client import AsyncClient, Client
     from .contract import (
         Artifact,
+        BoundSecret,
         ErrorInfo,
         InputFile,
         Limits,

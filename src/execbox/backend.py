@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from . import environments
 from .cancel import Cancel
@@ -25,10 +25,15 @@ from .hosts import Hosts
 from .image import LIGHT_PRELOAD, Image
 from .network.egress import RunEgress
 from .network.proxy import EgressProxy, NetworkLimits
+from .network.secrets import Binding
+from .network.session import SessionNetwork
 from .sandbox.host import capabilities
 from .sandbox.host.errors import HostError, RunNotStarted
 from .sandbox.host.pump import OutputCallback, RawRun
 from .sandbox.host.zygotes import ZygoteProcess
+
+if TYPE_CHECKING:
+    from .sandbox.host.channel import SessionChannel
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +79,8 @@ class RunSpec:
     spool_dir: str | None = None
     # The run's network allowlist (`RunRequest.network` entries); None: no network at all.
     network: Sequence[str] | None = None
+    # Its secrets bound to hosts (`network.secrets.bind`): placeholders in, values at the proxy.
+    bound: Sequence[Binding] = ()
     # The image digest of the environment it runs in (`SandboxBackend.environment`); None: the
     # default one.
     environment: str | None = None
@@ -156,9 +163,12 @@ class SandboxBackend(Protocol):
         files: Sequence[tuple[str, bytes]],
         tenant: str | None,
         environment: str | None = None,
+        network: Sequence[str] | None = None,
+        on_network_limit: Callable[[str], None] | None = None,
     ) -> SessionBackend:
         """A session's interpreter in `environment` (a digest; None: the default), ready for
-        its first cell; HostError when it cannot start."""
+        its first cell; HostError when it cannot start. `network`: its allowlist for the
+        whole session (None: no network); past a network limit, `on_network_limit`."""
         ...
 
     def close(self) -> None:
@@ -183,6 +193,7 @@ class LocalBackend:
         tenant_idle_s: float | None,
         network_resolve: Mapping[str, str | Sequence[str]] | None = None,
         environment_idle_s: float | None = None,
+        network_ca: str | None = None,
     ) -> None:
         if os.geteuid() != 0:
             raise SandboxUnavailable(
@@ -197,7 +208,7 @@ class LocalBackend:
         self.pool_size = pool_size
         # Started at the first run with a network allowlist; `network_resolve` pins names.
         try:
-            self.egress_proxy = EgressProxy(network_resolve)
+            self.egress_proxy = EgressProxy(network_resolve, network_ca)
         except ValueError as exc:
             raise UsageError(f"network_resolve: {exc}") from exc
         # The environments runs have named, by image digest (the default's included) and by
@@ -267,17 +278,19 @@ class LocalBackend:
         self.hosts.get(tenant, environment, check=False)
 
     def run(self, spec: RunSpec) -> RawRun:
-        request = {
-            "code": spec.code,
-            "run_id": spec.run_id,
-            "spec": sandbox_spec(spec.limits, spec.env or {}, spec.files, spec.language),
-        }
         files = list(spec.files)
         limits = spec.limits
         network = None
         if spec.network is not None:
             caps = NetworkLimits(limits.network_bytes, limits.network_connections)
-            network = RunEgress(self.egress_proxy, spec.network, caps)
+            valid_s = limits.timeout_s + BACKSTOP_GRACE_S
+            network = RunEgress(self.egress_proxy, spec.network, caps, spec.bound, valid_s)
+            files += network.files
+        request = {
+            "code": spec.code,
+            "run_id": spec.run_id,
+            "spec": sandbox_spec(spec.limits, spec.env or {}, files, spec.language),
+        }
 
         def attempt() -> RawRun:
             host, slot = self.hosts.take(
@@ -310,6 +323,8 @@ class LocalBackend:
         files: Sequence[tuple[str, bytes]],
         tenant: str | None,
         environment: str | None = None,
+        network: Sequence[str] | None = None,
+        on_network_limit: Callable[[str], None] | None = None,
     ) -> SessionBackend:
         if environment is not None and "IPython" not in environments.modules_of(
             self._images[environment].root
@@ -322,10 +337,43 @@ class LocalBackend:
 
         def attempt() -> SessionBackend:
             channel = self.hosts.open_session(tenant, SLOT_WAIT_S, environment)
-            channel.start(session_id, sandbox_spec(limits, env, files), list(files))
-            return channel
+            if network is None:
+                channel.start(session_id, sandbox_spec(limits, env, files), list(files))
+                return channel
+            return self._with_network(channel, session_id, limits, env, files, network, on_limit)
+
+        def on_limit(message: str) -> None:
+            if on_network_limit is not None:
+                on_network_limit(message)
 
         return until_started(f"session {session_id}", attempt)
+
+    def _with_network(
+        self,
+        channel: SessionChannel,
+        session_id: str,
+        limits: Limits,
+        env: Mapping[str, str],
+        files: Sequence[tuple[str, bytes]],
+        network: Sequence[str],
+        on_limit: Callable[[str], None],
+    ) -> SessionBackend:
+        """Start `channel` with a listener in its namespace, served for the session's life."""
+        caps = NetworkLimits(limits.network_bytes, limits.network_connections)
+        egress = RunEgress(self.egress_proxy, network, caps)
+        try:
+            proxy_env = egress.open(channel.slot.sup_pidfd, on_limit)
+        except OSError as exc:
+            channel.close()
+            raise HostError(f"network: cannot listen in the session's namespace: {exc}") from exc
+        try:
+            channel.start(
+                session_id, sandbox_spec(limits, {**env, **proxy_env}, files), list(files)
+            )
+        except BaseException:
+            egress.close()
+            raise
+        return SessionNetwork(channel, egress)
 
     def close(self) -> None:
         self.hosts.close()

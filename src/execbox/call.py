@@ -11,6 +11,7 @@ from . import policy as policy_mod
 from .budget import Budget
 from .cancel import Cancel
 from .contract import RunRequest, RunResult
+from .network.secrets import Binding
 from .records import PolicyInfo
 from .redact import Redactor
 
@@ -41,6 +42,7 @@ class Options:
     cancel: Cancel | None = None
     spool_dir: str | None = None
     tenant: str | None = None
+    bound: tuple[Binding, ...] = ()  # secrets bound to hosts, placeholders made
 
 
 @dataclass

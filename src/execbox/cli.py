@@ -138,6 +138,15 @@ def main() -> None:
     help="A host the program may reach through the network proxy ('*.example.com' for the "
     "names under a domain; ports 80 and 443 unless one is named). Repeatable; none: no network.",
 )
+@click.option(
+    "--secret-for",
+    "secret_for",
+    multiple=True,
+    metavar="NAME=HOST[,HOST]",
+    help="Bind the secret in this shell's variable NAME to HOSTs: the program's NAME holds a "
+    "placeholder, the proxy sends the value only in the Authorization header of HTTPS "
+    "requests to them (HOST:PORT unless 443). Repeatable.",
+)
 @click.option("--network-bytes", type=int, help="Cap on network proxy traffic (default 100 MiB).")
 @click.option(
     "--network-connections", type=int, help="Cap on network connections asked for (default 100)."
@@ -180,6 +189,7 @@ def run_cmd(
     output_bytes: int | None,
     env_pairs: tuple[str, ...],
     allow_net: tuple[str, ...],
+    secret_for: tuple[str, ...],
     network_bytes: int | None,
     network_connections: int | None,
     as_json: bool,
@@ -243,6 +253,7 @@ def run_cmd(
                 request,
                 cache=False if no_cache else None,
                 secrets=secrets,
+                bound_secrets=_bound_secrets(secret_for),
                 on_stdout=None if as_json else out,
                 on_stderr=None if as_json else err,
             )
@@ -271,6 +282,21 @@ LANGUAGE_OF_SUFFIX = {
 def language_of(file: str) -> str:
     """The language FILE's extension names; python for any other (and for standard input)."""
     return LANGUAGE_OF_SUFFIX.get(Path(file).suffix.lower(), "python")
+
+
+def _bound_secrets(pairs: tuple[str, ...]) -> list[dict[str, Any]]:
+    """`--secret-for NAME=HOST[,HOST]`: the value from this process's environment (never
+    from the command line, which other users of the host can read)."""
+    bound = []
+    for pair in pairs:
+        name, sep, hosts = pair.partition("=")
+        if not sep or not name or not hosts:
+            _fail(f"--secret-for {pair!r}: give NAME=HOST[,HOST]")
+        value = os.environ.get(name)
+        if value is None:
+            _fail(f"--secret-for {name}: no variable {name} in this shell's environment")
+        bound.append({"name": name, "value": value, "hosts": hosts.split(",")})
+    return bound
 
 
 def _summary(result: RunResult, artifacts_dir: Path | None) -> None:

@@ -76,6 +76,37 @@ Secrets = Annotated[
 """The `secrets` field of a request model (HTTP API): capped as `check_secrets` says."""
 
 
+class BoundSecret(BaseModel):
+    """A secret bound to hosts: the run's environment holds a placeholder under `name`, and
+    the network proxy puts `value` in its place only in the `headers` of HTTPS requests to
+    `hosts`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="The environment variable that holds the placeholder.")
+    value: str = Field(description="The secret; it never enters the sandbox.")
+    hosts: list[str] = Field(
+        description="The names (or '*.domain'), with ':PORT' unless 443, whose HTTPS requests "
+        "get the value; each must be on the run's network allowlist. Plain http and other "
+        "ports of these names are refused."
+    )
+    headers: list[str] | None = Field(
+        default=None,
+        description="The request headers the value is swapped into (default: Authorization).",
+    )
+
+
+BoundSecrets = Annotated[
+    list[BoundSecret],
+    Field(
+        description="Secrets bound to hosts (runs with a network allowlist): the code sees a "
+        "placeholder, the proxy swaps in the value in the named headers of HTTPS requests "
+        "to the secret's hosts only. Value and placeholder are redacted like `secrets`."
+    ),
+]
+"""The `bound_secrets` field of a request model (HTTP API)."""
+
+
 def _base64_schema(schema: dict[str, Any]) -> None:
     """Bytes travel as base64 text in JSON; say so in the schema (not 'format: binary')."""
     schema.pop("format", None)

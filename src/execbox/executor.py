@@ -13,6 +13,7 @@ import logging
 import os
 import threading
 from collections.abc import AsyncIterator, Generator, Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -32,8 +33,10 @@ from .cache import DEFAULT_TTL_S, cache_key, cacheable
 from .call import Call, Options, Origin
 from .cancel import Cancel as Cancel  # re-exported: execbox.Cancel
 from .contract import (
+    BoundSecret,
     ErrorInfo,
     Limits,
+    NetworkConnection,
     RunRequest,
     RunResult,
     Status,
@@ -48,15 +51,23 @@ from .hosts import (
     Hosts,
 )
 from .image import Image, interpreter_problem
+from .network.secrets import Binding
 from .records import PolicyInfo, RunStore
 from .redact import Redactor, checked_secrets
-from .request import FileSource, check_count, check_settings, make_request, new_run_id
+from .request import (
+    FileSource,
+    bind_secrets,
+    check_count,
+    check_settings,
+    make_request,
+    new_run_id,
+)
 from .results import ReplayReport, not_started, result_of, undecodable, with_kept_data
 from .routing import program_kind
 from .sandbox.host.errors import HostError
 from .sandbox.host.pump import OutputCallback
 from .sandbox.host.zygotes import ZygoteProcess
-from .scrub import LiveOutput, live_output, redact_result
+from .scrub import LiveOutput, live_output, redact_network_log, redact_result
 from .sessions import (
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_MAX_LIFETIME_S,
@@ -99,6 +110,7 @@ class Executor:
         backend: SandboxBackend | None = None,
         network_resolve: Mapping[str, str | Sequence[str]] | None = None,
         environment_idle_s: float = DEFAULT_ENVIRONMENT_IDLE_S,
+        network_ca: str | None = None,
     ) -> None:
         """`profiles`: a TOML file or loaded profiles (default: the shipped ones, or the file in
         EXECBOX_PROFILES). `records`: a RunStore or database URL (default: SQLite under the
@@ -123,7 +135,9 @@ class Executor:
         runtime image; `execbox.testing.FakeSandbox` in tests of code above the sandbox).
         `network_resolve`: names the network proxy resolves to these addresses instead of
         asking DNS, trusted like curl's --resolve (a pinned address counts as named exactly:
-        a pinned loopback or private address is dialled)."""
+        a pinned loopback or private address is dialled). `network_ca`: a PEM file of the
+        only CAs the proxy trusts when it opens TLS to a host a secret is bound to (default:
+        the system's trust store)."""
         check_settings(
             max_concurrency=max_concurrency,
             pool_size=pool_size,
@@ -156,6 +170,7 @@ class Executor:
             tenant_idle_s=tenant_idle_s,
             network_resolve=network_resolve,
             environment_idle_s=environment_idle_s,
+            network_ca=network_ca,
         )
         self.image = self._backend.image if isinstance(self._backend, LocalBackend) else None
         self.image_digest = self._backend.digest
@@ -245,6 +260,7 @@ class Executor:
         cancel: Cancel | None = None,
         tenant: str | None = None,
         environment: str | None = None,
+        bound_secrets: Sequence[BoundSecret | Mapping[str, Any]] = (),
     ) -> RunResult:
         """Run `code` in a fresh sandbox and return its result (never raises for the code).
         `code` may be the bytes of a source file: bytes that do not decode are its SyntaxError.
@@ -257,7 +273,10 @@ class Executor:
         `network`: "none", or the hosts the run may reach through the proxy (`host[:port]`
         entries, within what the profile allows; see README "Network").
         `environment`: the named environment it runs in (None: the default); its profile must
-        allow it, and one not built is a UsageError."""
+        allow it, and one not built is a UsageError.
+        `bound_secrets`: `{"name", "value", "hosts"}` each; the run's environment holds a
+        placeholder under the name, and the proxy sends the value instead only in HTTPS
+        requests to those hosts (see README "Network")."""
         request = make_request(
             code,
             language=language,
@@ -279,6 +298,7 @@ class Executor:
             on_stderr=on_stderr,
             cancel=cancel,
             tenant=tenant,
+            bound_secrets=bound_secrets,
         )
 
     def run_request(
@@ -295,6 +315,7 @@ class Executor:
         cancel: Cancel | None = None,
         spool_dir: str | None = None,
         tenant: str | None = None,
+        bound_secrets: Sequence[BoundSecret | Mapping[str, Any]] = (),
     ) -> RunResult:
         """The whole pipeline for one request. `cache_scope` partitions the result cache (the
         HTTP server passes the tenant); `tenant` picks the host with `zygotes_per_tenant`.
@@ -309,9 +330,12 @@ class Executor:
             spool_dir=spool_dir,
             tenant=tenant,
         )
-        return self._pipeline(
-            request, Origin(), options, checked_secrets(secrets), session_id, on_stdout, on_stderr
-        )
+        checked = checked_secrets(secrets)
+        if bound_secrets:
+            bound = bind_secrets(bound_secrets, request)
+            options = replace(options, bound=bound)
+            checked += tuple(s for b in bound for s in (b.value, b.placeholder))
+        return self._pipeline(request, Origin(), options, checked, session_id, on_stdout, on_stderr)
 
     def run_cell(
         self,
@@ -335,6 +359,7 @@ class Executor:
             env=session.env,
             profile=session.profile,
             environment=session.environment,
+            network=session.network,
         )
         return self._pipeline(
             request,
@@ -598,6 +623,7 @@ class Executor:
             network=None if request.network == "none" else request.network,
             environment=environment,
             language=request.language,
+            bound=options.bound,
         )
         if not self._admission.enter(cancel):  # cancelled while it waited for its turn
             return not_started(base)
@@ -637,12 +663,15 @@ class Executor:
         secrets: Iterable[str] = (),
         tenant: str | None = None,
         environment: str | None = None,
+        network: str | Sequence[str] = "none",
     ) -> Session:
         """Start a stateful session (see `execbox.sessions`). `limits`: memory, pids and disk
         for the whole session, wall and CPU time per cell. Raises Overloaded past
         `max_sessions` open sessions. `tenant`: whose host it lives on (see `run`); it stays
         there for its whole life, across replacements of the host. `environment`: the named
-        environment every cell runs in (None: the default), as for `run`."""
+        environment every cell runs in (None: the default), as for `run`. `network`: the
+        session's allowlist, as for `run`, for its whole life (its network limits count
+        across its cells; each cell's result logs what it asked for)."""
         return self._sessions.open(
             self,
             self._backend,
@@ -657,6 +686,7 @@ class Executor:
             max_lifetime_s=max_lifetime_s,
             secrets=secrets,
             tenant=tenant,
+            network=network,
         )
 
     def get_session(self, session_id: str) -> Session:
@@ -670,6 +700,12 @@ class Executor:
     def forget_session(self, session_id: str) -> None:
         """Drop an ended session from the open ones (`Session` calls it as it ends)."""
         self._sessions.forget(session_id)
+
+    def redacted_network_log(
+        self, entries: list[NetworkConnection], secrets: Iterable[str]
+    ) -> list[NetworkConnection]:
+        """`entries` with this executor's and `secrets` scrubbed (a session's last log)."""
+        return redact_network_log(entries, self._redactor.with_secrets(tuple(secrets)))
 
     async def astream(self, code: str, **kwargs: Any) -> AsyncIterator[StreamEvent]:
         """Like `run` (same arguments), yielding output events as the code prints, then the
@@ -718,9 +754,11 @@ class Executor:
         on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
         secrets: Iterable[str] = (),
+        bound_secrets: Sequence[BoundSecret | Mapping[str, Any]] = (),
     ) -> RunResult:
         """Release a run the policy held (`needs_approval`): run it now, once. A run whose
-        record keeps secrets redacted needs them again (`secrets`; UsageError otherwise)."""
+        record keeps secrets redacted needs them again (`secrets`; UsageError otherwise);
+        secrets bound to hosts are never recorded: give them again as `bound_secrets`."""
         return rerun_mod.approve(
             self,
             run_id,
@@ -728,6 +766,7 @@ class Executor:
             on_stdout=on_stdout,
             on_stderr=on_stderr,
             secrets=secrets,
+            bound_secrets=bound_secrets,
         )
 
     def replay(self, run_id: str, *, secrets: Iterable[str] = ()) -> ReplayReport:
@@ -746,12 +785,13 @@ class Executor:
         session_id: str | None,
         on_stdout: OutputCallback | None,
         on_stderr: OutputCallback | None,
+        bound: tuple[Binding, ...] = (),
     ) -> RunResult:
         """A recorded request through the pipeline again, uncached (`rerun.approve` and
-        `rerun.replay` call it, with the secrets already checked)."""
-        return self._pipeline(
-            request, origin, Options(cache=False), secrets, session_id, on_stdout, on_stderr
-        )
+        `rerun.replay` call it, with the secrets already checked and bound)."""
+        secrets += tuple(s for b in bound for s in (b.value, b.placeholder))
+        options = Options(cache=False, bound=bound)
+        return self._pipeline(request, origin, options, secrets, session_id, on_stdout, on_stderr)
 
     def close(self) -> None:
         """Stop the fork server; nothing the executor started keeps running."""

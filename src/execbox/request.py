@@ -11,10 +11,19 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .contract import Limits, RunRequest
+from .contract import BoundSecret, Limits, RunRequest
 from .errors import UsageError
+from .network.egress import NO_PROXY_VARS, PROXY_VARS
+from .network.secrets import BUNDLE_NAME, CA_VARS, Binding, bind
 
-__all__ = ["FileSource", "check_count", "check_settings", "make_request", "new_run_id"]
+__all__ = [
+    "FileSource",
+    "bind_secrets",
+    "check_count",
+    "check_settings",
+    "make_request",
+    "new_run_id",
+]
 
 FileSource = bytes | str | os.PathLike[str]
 
@@ -63,6 +72,25 @@ def make_request(
             }
         )
     except ValidationError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def bind_secrets(
+    bound: Sequence[BoundSecret | Mapping[str, Any]], request: RunRequest
+) -> tuple[Binding, ...]:
+    """The bindings of `request`'s secrets bound to hosts, each with a fresh placeholder;
+    UsageError says what is wrong (see `network.secrets.bind`)."""
+    if not bound:
+        return ()
+    items = [b.model_dump() if isinstance(b, BoundSecret) else dict(b) for b in bound]
+    if any(f.name == BUNDLE_NAME for f in request.files):
+        raise UsageError(f"input file name {BUNDLE_NAME!r} is the run CA bundle's")
+    for item in items:
+        if item.get("name") in (*PROXY_VARS, *NO_PROXY_VARS, *CA_VARS):
+            raise UsageError(f"bound secret {item['name']}: the proxy sets that variable")
+    try:
+        return bind(items, request.network, request.env)
+    except ValueError as exc:
         raise UsageError(str(exc)) from exc
 
 

@@ -4,13 +4,14 @@ recorded run replayed under its recorded limits (`replay`). Both go through the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .call import Origin
-from .contract import RunRequest, RunResult, Status
+from .contract import BoundSecret, RunRequest, RunResult, Status
 from .errors import UsageError
 from .redact import checked_secrets
+from .request import bind_secrets
 from .results import ReplayReport
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ def approve(
     on_stdout: OutputCallback | None,
     on_stderr: OutputCallback | None,
     secrets: Iterable[str],
+    bound_secrets: Sequence[BoundSecret | Mapping[str, Any]] = (),
 ) -> RunResult:
     """Release a run the policy held (`needs_approval`) and run it now, once."""
     store = executor.store
@@ -38,6 +40,7 @@ def approve(
     secrets = tuple(secrets)
     request = store.request_of(record, secrets)  # before it is marked released
     _check_environment(executor, record, request, "released")
+    bound = bind_secrets(bound_secrets, request)
     if not store.mark_approved(run_id, approved_by):
         raise UsageError(f"run {run_id} was already released")
     return executor.rerun(
@@ -47,6 +50,7 @@ def approve(
         record.session_id,
         on_stdout,
         on_stderr,
+        bound,
     )
 
 

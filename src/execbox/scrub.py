@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .contract import Artifact, RunResult
+from .contract import Artifact, NetworkConnection, RunResult
 from .redact import Redactor
 from .redact.live import LiveRedactor
 from .sandbox.host.pump import OutputCallback
@@ -106,18 +106,25 @@ def redact_result(result: RunResult, redactor: Redactor) -> RunResult:
         )
     if result.artifacts:
         update["artifacts"] = redact_paths(result.artifacts, redactor)
-    if result.network_log:  # the hosts and methods the code asked its proxy for
-        update["network_log"] = [
-            e.model_copy(
-                update={
-                    "method": redactor.redact(e.method),
-                    "host": redactor.redact(e.host),
-                    "message": redactor.redact(e.message) if e.message else None,
-                }
-            )
-            for e in result.network_log
-        ]
+    if result.network_log:
+        update["network_log"] = redact_network_log(result.network_log, redactor)
     return result.model_copy(update=update)
+
+
+def redact_network_log(
+    entries: list[NetworkConnection], redactor: Redactor
+) -> list[NetworkConnection]:
+    """The hosts and methods the code asked its proxy for, scrubbed."""
+    return [
+        e.model_copy(
+            update={
+                "method": redactor.redact(e.method),
+                "host": redactor.redact(e.host),
+                "message": redactor.redact(e.message) if e.message else None,
+            }
+        )
+        for e in entries
+    ]
 
 
 def redact_cut(redactor: Redactor, text: str) -> str:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +27,7 @@ from .contract import (
     Artifact,
     ErrorInfo,
     Limits,
+    NetworkConnection,
     Output,
     RunRequest,
     RunResult,
@@ -34,6 +35,7 @@ from .contract import (
     StreamEvent,
 )
 from .errors import Overloaded, SandboxError, SessionClosed, UsageError
+from .network.session import SessionNetwork
 from .policy import CellContext, Profile, check
 from .redact import checked_secrets
 from .request import FileSource, make_request, new_run_id
@@ -51,6 +53,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_IDLE_TIMEOUT_S = 600.0
 DEFAULT_MAX_LIFETIME_S = 3600.0
+
+# The error type of a cell ended by `Session.kill`, by the status it ends with.
+KILLED_TYPES = {Status.timeout: "SessionExpired", Status.network_limit: "NetworkLimitExceeded"}
 
 
 class Session:
@@ -71,9 +76,11 @@ class Session:
         input_bytes: int = 0,
         environment: str | None = None,
         image_digest: str = "",
+        network: str | list[str] = "none",
     ) -> None:
         self.id = session_id
         self.profile = profile
+        self.network = network  # for its whole life: each cell's request carries it
         self.environment = environment  # its name, None for the default: it never changes
         self.image_digest = image_digest
         self.limits = limits
@@ -88,6 +95,9 @@ class Session:
         self.killed_status = Status.sandbox_error  # what a cell ended by `kill` reports
         self.files = SessionFiles(self)
         self.policy_context = CellContext()  # what earlier cells bound, for the policy check
+        # What the session's network served after its last cell (a process left running),
+        # filled when it ends: no cell's result can hold it.
+        self.network_log_after_cells: list[NetworkConnection] = []
         self._executor = executor
         self._channel = channel
         self._secrets = tuple(secrets)
@@ -156,12 +166,12 @@ class Session:
         except HostError as exc:
             if self.end_reason is not None:  # ended on purpose during the cell: say why
                 self._mark_ended(self.end_reason)
-                expired = self.killed_status is Status.timeout
+                kind = KILLED_TYPES.get(self.killed_status, "SandboxError")
                 return base.model_copy(
                     update={
                         "status": self.killed_status,
                         "error": ErrorInfo(
-                            type="SessionExpired" if expired else "SandboxError",
+                            type=kind,
                             message=f"the session {self.end_reason} during this cell",
                         ),
                     }
@@ -203,6 +213,7 @@ class Session:
             if self.end_reason is None:
                 self.end_reason = reason
             self._channel.close()
+            self._keep_last_log()
         self._executor.forget_session(self.id)
 
     def kill(self, reason: str, status: Status) -> None:
@@ -218,7 +229,26 @@ class Session:
         if self.end_reason is None:
             self.end_reason = reason
         self._channel.close()
+        self._keep_last_log()
         self._executor.forget_session(self.id)
+
+    def _keep_last_log(self) -> None:
+        """Keep (and log) what the session's network served after its last cell."""
+        channel = self._channel
+        if not isinstance(channel, SessionNetwork) or not channel.after_cells:
+            return
+        if self.network_log_after_cells:  # ended already
+            return
+        entries = [NetworkConnection(**e) for e in channel.after_cells]
+        self.network_log_after_cells = self._executor.redacted_network_log(entries, self._secrets)
+        log.info(
+            "session %s: %d network connection(s) after its last cell: %s",
+            self.id,
+            len(entries),
+            ", ".join(
+                f"{e.method} {e.host}:{e.port} {e.verdict}" for e in self.network_log_after_cells
+            ),
+        )
 
     def _use(self) -> _InUse:
         return _InUse(self)
@@ -375,6 +405,7 @@ class SessionTable:
         max_lifetime_s: float,
         secrets: Iterable[str],
         tenant: str | None,
+        network: str | Sequence[str] = "none",
     ) -> Session:
         """A new session of `executor` (see `Executor.session`)."""
         for name, value in (("idle_timeout_s", idle_timeout_s), ("max_lifetime_s", max_lifetime_s)):
@@ -382,7 +413,13 @@ class SessionTable:
                 raise UsageError(f"{name} must be in (0, 604800] seconds, not {value!r}")
         secrets = checked_secrets(secrets)
         template = make_request(
-            "", limits=limits, env=env, files=files, profile=profile, environment=environment
+            "",
+            limits=limits,
+            env=env,
+            files=files,
+            profile=profile,
+            environment=environment,
+            network=network,
         )
         default = backend.default_environment
         verdict = check(template, profiles, default_environment=default)
@@ -405,6 +442,12 @@ class SessionTable:
             session_id = new_run_id()
             self._sessions[session_id] = None
 
+        started: list[Session] = []
+
+        def ended_by(message: str) -> None:  # the proxy's thread, past a network limit
+            if started:
+                started[0].kill(f"passed a network limit: {message}", Status.network_limit)
+
         try:
             channel = backend.open_session(
                 session_id,
@@ -413,6 +456,8 @@ class SessionTable:
                 [(f.name, f.data) for f in template.files],
                 tenant,
                 where,
+                network=None if template.network == "none" else template.network,
+                on_network_limit=lambda message: ended_by(message),
             )
         except HostError as exc:
             self.forget(session_id)
@@ -433,7 +478,9 @@ class SessionTable:
             input_bytes=sum(len(f.data) for f in template.files),
             environment=environment,
             image_digest=digest,
+            network=template.network,
         )
+        started.append(session)
         with self._lock:
             self._sessions[session_id] = session
         log.info("session %s started (%s, %s)", session_id, profile, environment or "default")

@@ -198,6 +198,8 @@ class FakeSandbox:
         files: Sequence[tuple[str, bytes]],
         tenant: str | None,
         environment: str | None = None,
+        network: Sequence[str] | None = None,
+        on_network_limit: Callable[[str], None] | None = None,
     ) -> SessionBackend:
         session = FakeSession(self, session_id, limits, env, dict(files), tenant)
         with self._lock:

@@ -12,6 +12,8 @@ from execbox.policy import load_profiles
 from tests.conftest import _host_can_sandbox, prove_jail, sandbox_missing
 from tests.network.servers import Upstream
 
+MIRROR_ENV = "netpip"  # an environment with pip, built by the mirror tests
+
 
 @pytest.fixture(scope="session")
 def upstream() -> Iterator[Upstream]:
@@ -21,17 +23,28 @@ def upstream() -> Iterator[Upstream]:
 
 
 @pytest.fixture(scope="session")
-def net() -> Iterator[execbox.Executor]:
+def net(upstream: Upstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[execbox.Executor]:
     """An executor of its own: one slot of each kind (consecutive runs share a slot), the
-    test names pinned to 127.0.0.1, a profile that lets requests ask for any destination."""
+    test names pinned to 127.0.0.1, a profile that lets requests ask for any destination,
+    the test CA the only one its proxy trusts for the hosts it intercepts."""
     reason = _host_can_sandbox()
     if reason:
         sandbox_missing(f"SANDBOX UNAVAILABLE, network tests skipped: {reason}")
     profiles = load_profiles()
     profiles["net"] = profiles["data"].model_copy(
-        update={"name": "net", "network_allow": ["*:*", "0.0.0.0/0:*", "[::/0]:*"]}
+        update={
+            "name": "net",
+            "network_allow": ["*:*", "0.0.0.0/0:*", "[::/0]:*"],
+            "environments": [*(profiles["data"].environments or []), MIRROR_ENV],
+        }
     )
-    pinned = {name: "127.0.0.1" for name in ("api.test", "other.test", "denied.test")}
+    profiles["netheld"] = profiles["net"].model_copy(
+        update={"name": "netheld", "network_approval": True}
+    )
+    names = ("api.test", "other.test", "denied.test", "pypi.test")
+    pinned = {name: "127.0.0.1" for name in names}
+    ca_file = tmp_path_factory.mktemp("net-ca") / "ca.pem"
+    ca_file.write_bytes(upstream.ca_pem)
     with execbox.Executor(
         cache=False,
         pool_size=1,
@@ -39,6 +52,7 @@ def net() -> Iterator[execbox.Executor]:
         rotate_after_s=None,
         profiles=profiles,
         network_resolve=pinned,
+        network_ca=str(ca_file),
     ) as ex:
         problem = prove_jail(ex)
         if problem:

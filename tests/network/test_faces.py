@@ -72,6 +72,59 @@ def test_http_body_network_reaches_the_named_host(
     assert refused.json()["error"]["rule"] == "network.not_allowed"
 
 
+def test_http_body_bound_secret_reaches_its_host_only(
+    net: execbox.Executor, upstream: Upstream
+) -> None:
+    port = upstream.https_port
+    value = "tok-" + os.urandom(16).hex()
+    code = (
+        "import os, urllib.request\n"
+        f"r = urllib.request.Request('https://api.test:{port}/hello', "
+        "headers={'X-Token': os.environ['TOKEN']})\n"
+        "print(urllib.request.urlopen(r, timeout=10).status, value_seen := "
+        f"{value[:10]!r} + {value[10:]!r} in os.environ.values())\n"
+    )
+    bound = [
+        {"name": "TOKEN", "value": value, "hosts": [f"api.test:{port}"], "headers": ["X-Token"]}
+    ]
+    with own_server(net) as (url, state):
+        assert state.keys is not None
+        key = state.keys.create("net-tenant-2", max_concurrent=4, max_sessions=1, rpm=1000)
+        body = {"code": code, "network": [f"api.test:{port}"], "profile": "net"}
+        upstream.clear()
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}) as client:
+            result = client.post("/v1/runs", json={**body, "bound_secrets": bound}, timeout=60)
+            bad = client.post(
+                "/v1/runs", json={**body, "bound_secrets": [{**bound[0], "hosts": ["x.test"]}]}
+            )
+    assert result.json()["stdout"] == "200 False\n", result.json()
+    assert f"x-token: {value}" in upstream.https.heads[0]
+    assert bad.status_code == 400 and "not on the run's network allowlist" in bad.text
+
+
+def test_cli_secret_for_reads_the_value_from_the_environment(tmp_path: Path) -> None:
+    """--secret-for NAME=HOST: the value comes from the caller's environment (not argv);
+    the program's NAME holds a placeholder."""
+    profiles = tmp_path / "profiles.toml"
+    profiles.write_text(
+        '[profiles.net]\ndescription = "test"\nnetwork_allow = ["*"]\n'
+        "max_code_bytes = 65536\nmax_input_bytes = 65536\nmax_input_files = 4\n"
+        "max_csv_rows = 10\n[profiles.net.limits]\n[profiles.net.max_limits]\n"
+    )
+    value = "tok-" + os.urandom(16).hex()
+    env = {**os.environ, "EXECBOX_PROFILES": str(profiles), "GH_TOKEN": value}
+    code = (
+        "import os\nt = os.environ['GH_TOKEN']\n"
+        f"print(t.startswith('execbox-placeholder-'), {value[:10]!r} + {value[10:]!r} == t)\n"
+    ).encode()
+    args = ["run", "-", "--json", "--profile", "net", "--allow-net", "api.example.com"]
+    proc = cli(*args, "--secret-for", "GH_TOKEN=api.example.com", stdin=code, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["stdout"] == "True False\n"
+    missing = cli(*args, "--secret-for", "NO_SUCH_VAR=api.example.com", stdin=code, env=env)
+    assert missing.returncode == 2 and b"no variable NO_SUCH_VAR" in missing.stderr
+
+
 def test_tool_helpers_pass_the_operators_hosts_and_tell_the_model(
     net: execbox.Executor, upstream: Upstream
 ) -> None:

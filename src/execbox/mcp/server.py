@@ -349,6 +349,7 @@ def build_server(  # noqa: C901
                     files=inputs,
                     idle_timeout_s=idle_timeout_s,
                     tenant=None if tenant is LOCAL_TENANT else tenant.name,
+                    network=list(network) if network else "none",
                 )
             )
         finally:

@@ -15,18 +15,23 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import h11
 
 from . import relay
 from .allowlist import Allowlist, IPAddress, destination, refused_range
 from .audit import Dialled, LimitReached, Record, Refused
+from .secrets import Binding
+
+if TYPE_CHECKING:
+    from .intercept import RunCA
 
 RESOLVE_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 10.0
@@ -38,6 +43,16 @@ RESOLVING_PER_RUN = 2
 # name has at most 253): a refused target can be as long as a request head.
 MAX_HOST_CHARS = 300
 MAX_METHOD_CHARS = 32
+
+
+@dataclass(frozen=True)
+class Interception:
+    """What a run with bound secrets adds to its proxy: the bindings, the run's CA, and how
+    the proxy verifies the hosts it intercepts."""
+
+    bindings: tuple[Binding, ...]
+    ca: RunCA
+    upstream: ssl.SSLContext
 
 
 @dataclass(frozen=True)
@@ -58,8 +73,10 @@ class Egress:
         limits: NetworkLimits,
         pinned: Mapping[str, tuple[IPAddress, ...]],
         on_limit: Callable[[str], None],
+        tls: Interception | None = None,
     ) -> None:
         self.allow = allow
+        self.tls = tls
         self.limits = limits
         self.pinned = pinned
         self.on_limit = on_limit
@@ -113,6 +130,31 @@ class Egress:
             writer.close()  # after what it was last sent (stop and trip abort at once)
             self.tasks.discard(task)
 
+    def bound_to(self, host: str, port: int) -> tuple[Binding, ...]:
+        """The run's secrets bound to `host`:`port` (a CONNECT's as asked for)."""
+        if self.tls is None:
+            return ()
+        dest = destination(host)
+        if not isinstance(dest, str):  # an address: no secret is bound to one
+            return ()
+        return tuple(b for b in self.tls.bindings if b.serves(dest, port))
+
+    def _guarded(self, dest: str | IPAddress, port: int, *, tunnel: bool) -> str | None:
+        """Why `dest`:`port` is refused for being a bound host's other face: a host a secret
+        is bound to is reached only through the intercepted HTTPS of its bound ports (where
+        responses are masked), never by plain http or another port, where a value it stored
+        would come back as it is."""
+        if self.tls is None or not isinstance(dest, str):
+            return None
+        names = [b.name for b in self.tls.bindings if b.covers(dest)]
+        if not names or (tunnel and any(b.serves(dest, port) for b in self.tls.bindings)):
+            return None
+        how = "a CONNECT to that port" if tunnel else "plain http"
+        return (
+            f"{dest} has the secret {names[0]} bound to it: {how} is refused (the host is "
+            "reached only through HTTPS on the binding's ports, where its answers are masked)"
+        )
+
     # ---- limits ---------------------------------------------------------------------------
 
     def trip(self, message: str) -> None:
@@ -146,14 +188,17 @@ class Egress:
         record.end()
         return Refused(400, message)
 
-    async def dial(self, method: str, host: str, port: int) -> Dialled | Refused:
-        """Decide `host`:`port` and, if allowed, connect to the checked address."""
+    async def dial(
+        self, method: str, host: str, port: int, *, tunnel: bool = False
+    ) -> Dialled | Refused:
+        """Decide `host`:`port` (`tunnel`: for a CONNECT, not a plain http request) and, if
+        allowed, connect to the checked address."""
         shown, method = host[:MAX_HOST_CHARS], method[:MAX_METHOD_CHARS]
         record = self._admit(Record(time.time(), method, shown, port))
         try:
             if len(host) > MAX_HOST_CHARS:  # no name is this long: refused, not cut to one
                 return _deny(record, "network.host", f"{shown}...: not a host name")
-            return await self._dial(record, host, port)
+            return await self._dial(record, host, port, tunnel)
         finally:
             if record.verdict != "allowed":
                 record.end()
@@ -174,7 +219,7 @@ class Egress:
             )
         return record
 
-    async def _dial(self, record: Record, host: str, port: int) -> Dialled | Refused:
+    async def _dial(self, record: Record, host: str, port: int, tunnel: bool) -> Dialled | Refused:
         dest = destination(host)
         if dest is None:
             return _deny(record, "network.host", f"{host!r} is not a host name or an address")
@@ -184,6 +229,9 @@ class Egress:
                 return _deny(record, "network.port", f"port {port} of {host} is not allowed")
             return _deny(record, "network.host", f"{host} is not on the run's allowlist")
         record.entry = entry.text
+        guarded = self._guarded(dest, port, tunnel=tunnel)
+        if guarded is not None:
+            return _deny(record, "network.bound", guarded)
         pinned = self.pinned.get(dest) if isinstance(dest, str) else None
         if isinstance(dest, str) and pinned is None:
             try:
@@ -269,7 +317,12 @@ class EgressProxy:
     to addresses (an operator's setting, like curl --resolve: pinned addresses count as
     named exactly)."""
 
-    def __init__(self, resolve: Mapping[str, Sequence[str]] | None = None) -> None:
+    def __init__(
+        self, resolve: Mapping[str, Sequence[str]] | None = None, ca_file: str | None = None
+    ) -> None:
+        self.ca_file = ca_file
+        self._upstream: ssl.SSLContext | None = None
+        self._system_cas: bytes | None = None
         self.pinned: dict[str, tuple[IPAddress, ...]] = {}
         for name, addresses in (resolve or {}).items():
             host = destination(name)
@@ -281,6 +334,19 @@ class EgressProxy:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+
+    def interception(self, bindings: Sequence[Binding], valid_s: float) -> Interception:
+        """A run's CA, valid for `valid_s` seconds (and a margin), and the rest its bound
+        secrets need (the trust stores read once)."""
+        from .intercept import RunCA, system_cas, upstream_context  # slow to import: late
+
+        with self._lock:
+            if self._upstream is None:
+                self._upstream = upstream_context(self.ca_file)
+                self._system_cas = system_cas()
+            upstream, system = self._upstream, self._system_cas or b""
+        names = [e.host for b in bindings for e in b.hosts if e.host is not None]
+        return Interception(tuple(bindings), RunCA(system, valid_s, names), upstream)
 
     def _running(self) -> asyncio.AbstractEventLoop:
         with self._lock:
@@ -304,10 +370,11 @@ class EgressProxy:
         allow: Allowlist,
         limits: NetworkLimits,
         on_limit: Callable[[str], None],
+        tls: Interception | None = None,
     ) -> Egress:
         """Serve `listener` (owned from here on) for one run."""
         loop = self._running()
-        egress = Egress(allow, limits, self.pinned, on_limit)
+        egress = Egress(allow, limits, self.pinned, on_limit, tls)
         try:
             asyncio.run_coroutine_threadsafe(egress.start(listener), loop).result(CLOSE_WAIT_S)
         except BaseException:

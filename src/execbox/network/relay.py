@@ -13,16 +13,20 @@ checked like the first).
 from __future__ import annotations
 
 import asyncio
+import ssl
 from typing import TYPE_CHECKING, cast
 from urllib.parse import urlsplit
 
 import h11
 
+from .allowlist import destination
 from .audit import Dialled, Record
+from .secrets import Binding, Masker, basic_tokens, forms, swap_headers
 
 if TYPE_CHECKING:
     from .proxy import Egress
 
+TLS_TIMEOUT_S = 10.0
 MAX_HEAD = 16 * 1024  # the most one request or response head may take (as h11 by default)
 CHUNK = 65536
 # Headers about one hop, not the message (RFC 9110 7.6.1), and the proxy's own.
@@ -143,9 +147,13 @@ async def _tunnel(
         refused = egress.refuse("CONNECT", target, 0, "network.request", "not a host:port")
         await _answer(conn, writer, refused.status, f"CONNECT {target}: {refused.message}")
         return
-    outcome = await egress.dial("CONNECT", *where)
+    outcome = await egress.dial("CONNECT", *where, tunnel=True)
     if not isinstance(outcome, Dialled):
         await _answer(conn, writer, outcome.status, outcome.message)
+        return
+    bound = egress.bound_to(*where)
+    if bound:
+        await _intercept(egress, conn, outcome, where, bound, reader, writer)
         return
     record, up_r, up_w = outcome.record, outcome.reader, outcome.writer
     try:
@@ -168,6 +176,129 @@ async def _tunnel(
     finally:
         up_w.transport.abort()
         record.end()
+
+
+async def _intercept(
+    egress: Egress,
+    conn: h11.Connection,
+    first: Dialled,
+    where: tuple[str, int],
+    bound: tuple[Binding, ...],
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+) -> None:
+    """A CONNECT to a host the run's secrets are bound to: TLS ended here with the run CA's
+    certificate for the host, each request inside read and sent upstream over TLS of our own
+    (verified), its placeholders swapped. Every request must name the CONNECT's host: a
+    request on the same connection for another host is refused, never sent with the value."""
+    name, port = destination(where[0]), where[1]
+    assert egress.tls is not None and isinstance(name, str)  # bound: a name, intercepted
+    host = name  # as the certificates name it: lower case, no trailing dot
+    upstream: Dialled | None = first
+    try:
+        if not await _upstream_tls(egress, first, host, port):
+            await _answer(conn, writer, 502, first.record.message or "")
+            return
+        # A host's first certificate takes milliseconds to make: off the loop other runs
+        # share, and before the tunnel is granted (the client's first TLS bytes must find
+        # the TLS layer in place, not the plain reader's buffer)
+        loop = asyncio.get_running_loop()
+        server = await loop.run_in_executor(None, egress.tls.ca.server_context, host)
+        rest, _closed = conn.trailing_data
+        if rest:  # TLS sent before the tunnel was granted: not a client we serve
+            return
+        writer.write(conn.send(h11.Response(status_code=200, headers=[])) or b"")
+        await writer.drain()
+        try:
+            await writer.start_tls(server, ssl_handshake_timeout=TLS_TIMEOUT_S)
+        except (ssl.SSLError, OSError, TimeoutError):
+            return  # the run's client does not trust the run's CA: nothing was sent
+        inner = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+        authority = (host if port == 443 else f"{host}:{port}").encode("latin-1")
+        while True:
+            try:
+                event = await _next(inner, reader)
+            except h11.RemoteProtocolError as exc:
+                await _answer(inner, writer, exc.error_status_hint, f"bad request: {exc}")
+                return
+            if not isinstance(event, h11.Request):
+                return
+            method = event.method.decode("latin-1")
+            other = misdirected(event, host, port)
+            if other is not None:
+                refused = egress.refuse(
+                    method,
+                    other,
+                    port,
+                    "network.request",
+                    (
+                        f"a request in the TLS tunnel to {host}:{port} names {other}; "
+                        "another host needs a CONNECT of its own"
+                    ),
+                )
+                await _answer(inner, writer, 421, refused.message)
+                return
+            if upstream is None:
+                outcome = await egress.dial(method, host, port, tunnel=True)
+                if not isinstance(outcome, Dialled):
+                    await _answer(inner, writer, outcome.status, outcome.message)
+                    return
+                upstream = outcome
+                if not await _upstream_tls(egress, upstream, host, port):
+                    await _answer(inner, writer, 502, upstream.record.message or "")
+                    return
+            dialled, upstream = upstream, None
+            if not await _exchange(
+                egress, inner, event, reader, writer, dialled, authority, event.target, bound
+            ):
+                return
+            if inner.our_state is not h11.DONE or inner.their_state is not h11.DONE:
+                return
+            inner.start_next_cycle()
+    finally:
+        if upstream is not None:
+            upstream.writer.transport.abort()
+            upstream.record.end()
+
+
+async def _upstream_tls(egress: Egress, dialled: Dialled, host: str, port: int) -> bool:
+    """TLS over a connection the proxy dialled, the host's certificate verified for `host`;
+    False (the record says why) when it fails."""
+    assert egress.tls is not None
+    try:
+        await dialled.writer.start_tls(
+            egress.tls.upstream, server_hostname=host, ssl_handshake_timeout=TLS_TIMEOUT_S
+        )
+    except (ssl.SSLError, OSError, TimeoutError) as exc:
+        record = dialled.record
+        record.verdict, record.rule = "failed", "network.tls"
+        record.message = f"TLS to {host}:{port} failed: {exc}"
+        return False
+    return True
+
+
+def misdirected(request: h11.Request, host: str, port: int) -> str | None:
+    """What a request inside a tunnel to `host`:`port` names when that is something else
+    (its Host header or an absolute target); None when it names the tunnel's host."""
+    names = [v.decode("latin-1") for n, v in request.headers if n == b"host"]
+    target = request.target.decode("latin-1")
+    if not target.startswith("/"):
+        return target[:300]  # an absolute URL, or '*': the tunnel carries paths only
+    if len(names) != 1:
+        return f"{len(names)} Host headers"
+    asked = _host_header(names[0])
+    if asked is None or asked[1] != port or destination(asked[0]) != destination(host):
+        return names[0]
+    return None
+
+
+def _host_header(value: str) -> tuple[str, int] | None:
+    """(host, port) of a Host header inside a TLS tunnel (port 443 when it names none)."""
+    if value.startswith("[") and value.endswith("]"):
+        return value[1:-1], 443
+    if value.startswith("[") or ":" in value:
+        return _authority(value)
+    return value, 443
 
 
 async def _copy(
@@ -240,53 +371,121 @@ async def _forward(
     if not isinstance(outcome, Dialled):
         await _answer(conn, writer, outcome.status, outcome.message)
         return False
-    record, up_r, up_w = outcome.record, outcome.reader, outcome.writer
+    host = url.netloc.rpartition("@")[2].encode("latin-1")
+    path = (url.path or "/") + (f"?{url.query}" if url.query else "")
+    return await _exchange(
+        egress, conn, request, reader, writer, outcome, host, path.encode("latin-1")
+    )
+
+
+async def _exchange(
+    egress: Egress,
+    conn: h11.Connection,
+    request: h11.Request,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    upstream_conn: Dialled,
+    host: bytes,
+    target: bytes,
+    bound: tuple[Binding, ...] = (),
+) -> bool:
+    """Send one request upstream (its placeholders of `bound` swapped for their values) and
+    its response back; whether the client's connection may go on. The upstream connection
+    ends with it."""
+    record, up_r, up_w = upstream_conn.record, upstream_conn.reader, upstream_conn.writer
     try:
-        host = url.netloc.rpartition("@")[2].encode("latin-1")
-        path = (url.path or "/") + (f"?{url.query}" if url.query else "")
+        headers = _forward_headers(list(request.headers), host, request=True)
+        masker = None
+        if bound:
+            swapped = swap_headers(headers, bound)
+            masker = Masker(forms(bound) + basic_tokens(headers, swapped))
+            # An uncompressed, whole response, so that the value can be masked if the host
+            # echoes it: a range of the body could cut an echo into pieces no mask matches
+            headers = [(n, v) for n, v in swapped if n not in _WHOLE]
+            headers.append((b"accept-encoding", b"identity"))
         upstream = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD)
-        head = h11.Request(
-            method=request.method,
-            target=path.encode("latin-1"),
-            headers=_forward_headers(list(request.headers), host, request=True),
-        )
+        head = h11.Request(method=request.method, target=target, headers=headers)
         await _send_up(egress, record, up_w, upstream.send(head))
-        while True:  # the request's body
-            if conn.they_are_waiting_for_100_continue:
-                writer.write(conn.send(h11.InformationalResponse(status_code=100, headers=[])))
-            event = await _next(conn, reader)
-            if isinstance(event, h11.Data):
-                await _send_up(egress, record, up_w, upstream.send(h11.Data(data=event.data)))
-            elif isinstance(event, h11.EndOfMessage):
-                await _send_up(egress, record, up_w, upstream.send(h11.EndOfMessage()))
-                break
-            else:
-                return False
+        if not await _request_body(egress, record, conn, reader, writer, upstream, up_w):
+            return False
         while True:  # the response
             event = await _next(upstream, up_r, (egress, record))
             if isinstance(event, h11.InformationalResponse):
                 continue
             if isinstance(event, h11.Response):
                 headers = _forward_headers(list(event.headers), b"", request=False)
-                out = h11.Response(
-                    status_code=event.status_code, headers=headers, reason=event.reason
-                )
+                reason = event.reason
+                if masker is not None:
+                    if _encoded(headers):
+                        await _answer(conn, writer, 502, _ENCODED.format(record.host))
+                        return False
+                    if event.status_code == 206:
+                        await _answer(conn, writer, 502, _PARTIAL.format(record.host))
+                        return False
+                    headers, reason = masker.headers(headers), masker.whole(reason)
+                out = h11.Response(status_code=event.status_code, headers=headers, reason=reason)
                 writer.write(conn.send(out) or b"")
             elif isinstance(event, h11.Data):
-                writer.write(conn.send(h11.Data(data=event.data)) or b"")
-                await writer.drain()
+                data = event.data if masker is None else masker.feed(event.data)
+                if data:
+                    writer.write(conn.send(h11.Data(data=data)) or b"")
+                    await writer.drain()
             elif isinstance(event, h11.EndOfMessage):
+                rest = b"" if masker is None else masker.end()
+                if rest:
+                    writer.write(conn.send(h11.Data(data=rest)) or b"")
                 writer.write(conn.send(h11.EndOfMessage()) or b"")
                 await writer.drain()
                 return True
             else:
                 return False
     except h11.ProtocolError:
-        await _answer(conn, writer, 502, f"bad response from {url.hostname}:{port}")
+        await _answer(conn, writer, 502, f"bad response from {record.host}:{record.port}")
         return False
     finally:
         up_w.transport.abort()
         record.end()
+
+
+async def _request_body(
+    egress: Egress,
+    record: Record,
+    conn: h11.Connection,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    upstream: h11.Connection,
+    up_w: asyncio.StreamWriter,
+) -> bool:
+    """Copy a request's body upstream; False if the client's message ended badly."""
+    while True:
+        if conn.they_are_waiting_for_100_continue:
+            writer.write(conn.send(h11.InformationalResponse(status_code=100, headers=[])))
+        event = await _next(conn, reader)
+        if isinstance(event, h11.Data):
+            await _send_up(egress, record, up_w, upstream.send(h11.Data(data=event.data)))
+        elif isinstance(event, h11.EndOfMessage):
+            await _send_up(egress, record, up_w, upstream.send(h11.EndOfMessage()))
+            return True
+        else:
+            return False
+
+
+_WHOLE = frozenset({b"accept-encoding", b"range", b"if-range"})
+_PARTIAL = (
+    "{} answered with part of a body (206), which the proxy cannot check for the secret bound "
+    "to it (it asked for the whole body)"
+)
+_ENCODED = (
+    "{} answered with a compressed body, which the proxy cannot check for the secret bound "
+    "to it (it asked for identity)"
+)
+
+
+def _encoded(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether a response's body is compressed (masking needs the bytes as sent)."""
+    return any(
+        n == b"content-encoding" and v.strip().lower() not in (b"", b"identity") for n, v in headers
+    )
 
 
 async def _send_up(

@@ -14,7 +14,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import Field
 from starlette.background import BackgroundTask
 
-from ..contract import RunRequest, RunResult, Secrets
+from ..contract import BoundSecrets, RunRequest, RunResult, Secrets
 from ..records import RunRecord
 from . import spool, sse
 from .deps import Caller, State
@@ -31,6 +31,7 @@ class RunBody(RunRequest):
 
     cache: bool | None = Field(None, description="Use the result cache (null: server default).")
     secrets: Secrets = Field(default_factory=list)
+    bound_secrets: BoundSecrets = Field(default_factory=list)
 
     def request(self) -> RunRequest:
         return RunRequest.model_construct(
@@ -47,6 +48,7 @@ class _Run:
     def __init__(self, state: State, tenant: Caller, body: RunBody) -> None:
         self.state, self.tenant, self.request = state, tenant, body.request()
         self.cache, self.secrets = body.cache, body.secrets
+        self.bound_secrets = body.bound_secrets
         bound = spool.result_bound(
             self.request.limits, state.executor.profiles.get(self.request.profile)
         )
@@ -72,6 +74,7 @@ class _Run:
             self.request,
             cache=self.cache,
             secrets=self.secrets,
+            bound_secrets=self.bound_secrets,
             on_stdout=on_stdout,
             on_stderr=on_stderr,
             cache_scope=self.tenant.name,

@@ -4,14 +4,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Path, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.background import BackgroundTask
 
-from ..contract import ENVIRONMENT_NAME, Artifact, InputFile, Limits, RunResult, Secrets
+from ..contract import (
+    ENVIRONMENT_NAME,
+    Artifact,
+    InputFile,
+    Limits,
+    NetworkConnection,
+    RunResult,
+    Secrets,
+)
 from . import sse
 from .deps import Caller, State
 from .errors import ApiError, documented
@@ -55,12 +63,22 @@ class SessionBody(BaseModel):
         "most the server's policy, by default 24 h).",
     )
     secrets: Secrets = Field(default_factory=list)
+    network: Literal["none"] | list[str] = Field(
+        "none",
+        description="The session's network for its whole life: 'none', or an allowlist as a "
+        "run's `network` (each cell's result logs what it asked for).",
+    )
 
 
 class SessionInfo(BaseModel):
     session_id: str = Field(description="Id for the session's other endpoints.")
     closed: bool = Field(description="True once the session has ended.")
     end_reason: str | None = Field(None, description="Why the session ended, once it has.")
+    network_log_after_cells: list[NetworkConnection] = Field(
+        default_factory=list,
+        description="Once ended: what the session's network served after its last cell (a "
+        "process left running); each cell's own `network_log` holds what came before it.",
+    )
 
 
 class CellBody(BaseModel):
@@ -76,7 +94,12 @@ class CellBody(BaseModel):
 
 
 def _info(session: Any) -> SessionInfo:
-    return SessionInfo(session_id=session.id, closed=session.closed, end_reason=session.end_reason)
+    return SessionInfo(
+        session_id=session.id,
+        closed=session.closed,
+        end_reason=session.end_reason,
+        network_log_after_cells=session.network_log_after_cells,
+    )
 
 
 def _within_policy(state: State, body: SessionBody) -> None:
@@ -131,6 +154,7 @@ async def create_session(body: SessionBody, state: State, tenant: Caller) -> Ses
                     max_lifetime_s=body.max_lifetime_s,
                     secrets=body.secrets,
                     tenant=tenant.name,
+                    network=body.network,
                 )
             )
         finally:
