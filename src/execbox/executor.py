@@ -441,15 +441,17 @@ class Executor:
             message=redactor.redact(verdict.message) if verdict.message else verdict.message,
             line=verdict.line,
         )
+        # One pass over the code for the result's digest and the record (`_record`).
+        code = atrest.seal_code(request.code, redactor, self.store.keyed)
         base = RunResult(
             run_id=run_id,
             status=Status.sandbox_error,
             limits=request.limits,
-            code_sha256=atrest.code_sha256(request.code, redactor),
+            code_sha256=code.sha256,
             image_digest=digest,
             session_id=session_id,
         )
-        return Call(request, origin, verdict, info, redactor, base, session_id)
+        return Call(request, origin, verdict, info, redactor, base, session_id, code)
 
     def _refusal(self, call: Call) -> RunResult | None:
         """The result of a request the policy denied or holds (unless approved), else None."""
@@ -557,6 +559,7 @@ class Executor:
             kind=kind,
             source_run_id=source or call.origin.source,
             cache_key=cache_key,
+            code=call.code,
         )
         log.info("run %s: %s (%s)", result.run_id, result.status.value, kind)
         return result
