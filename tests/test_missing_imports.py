@@ -202,6 +202,29 @@ def test_a_run_missing_a_module_is_told_where_it_is_and_its_record_notes_it(
     assert "no environment its profile allows has it" in closed.error.message
 
 
+def test_a_run_asks_for_its_profiles_environments_only_for_a_missing_module(
+    tiny_executor: tuple[Executor, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The environments a profile allows name a missing module's hint and nothing else: a run
+    without an import error does not work them out (it did for every run)."""
+    ex, _url = tiny_executor
+    asked: list[str] = []
+    allowed = ex.allowed_environments
+
+    def counted(profile: str) -> list[str] | None:
+        asked.append(profile)
+        return allowed(profile)
+
+    monkeypatch.setattr(ex, "allowed_environments", counted)
+    assert ex.run("print(1)").stdout == "1\n" and asked == []
+    missing = ex.run("import otherpkg\n")
+    assert asked == ["data"] and missing.error is not None
+    assert "environment 'other' has it" in missing.error.message, missing.error
+    closed = ex.run("import otherpkg\n", profile="closed")
+    assert asked == ["data", "closed"] and closed.error is not None
+    assert "no environment its profile allows has it" in closed.error.message, closed.error
+
+
 def test_a_profile_can_hold_a_missing_import_for_approval(
     tiny_executor: tuple[Executor, str], home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from execbox import policy
 from execbox.contract import InputFile, Limits, RunRequest
@@ -886,6 +887,50 @@ def test_cpu_time_is_checked_as_enforced(shipped: dict[str, Profile]) -> None:
     v = run_check("", capped, "strict", limits=Limits(timeout_s=30))
     assert v.decision == "allow"
     assert (v.limits.timeout_s, v.limits.effective_cpu_s) == (30, 10)
+
+
+def test_every_limit_over_its_maximum_is_denied_by_name(shipped: dict[str, Profile]) -> None:
+    """The comparison of each request's limits with its profile's maximums names each field
+    over it, the first in the contract's order, cpu_s as enforced (timeout_s when null)."""
+    data = shipped["data"]
+    cap = data.max_limits
+    checked = []
+    for field in Limits.model_fields:
+        most = cap.effective_cpu_s if field == "cpu_s" else getattr(cap, field)
+        try:
+            asked = Limits(**{field: most + 1})
+        except ValidationError:  # the profile's maximum is the contract's
+            continue
+        checked.append(field)
+        over = run_check("", shipped, "data", limits=asked)
+        assert (over.decision, over.rule) == ("deny", "limits.max"), field
+        assert over.message is not None and over.message.startswith(f"limits.{field} = "), field
+        at = run_check("", shipped, "data", limits=Limits(**{field: most}))
+        assert at.decision == "allow", field
+    assert len(checked) >= 8, checked
+    both = run_check("", shipped, "data", limits=Limits(pids=cap.pids + 1, timeout_s=3000))
+    assert both.message is not None and both.message.startswith("limits.timeout_s = ")
+    # cpu_s follows a timeout asked for explicitly, and is compared as enforced.
+    capped = {
+        "strict": data.model_copy(update={"max_limits": cap.model_copy(update={"cpu_s": 5.0})})
+    }
+    over = run_check("", capped, "strict", limits=Limits(timeout_s=30, cpu_s=None))
+    assert over.message is not None and over.message.startswith("limits.cpu_s = 30 "), over
+
+
+def test_a_request_without_limits_gets_the_profiles_defaults_themselves(
+    shipped: dict[str, Profile],
+) -> None:
+    """Most requests set no limit: they get the profile's (frozen) defaults as they are, not
+    a copy rebuilt for every request; a default CPU time over the maximum is still capped."""
+    for name, profile in shipped.items():
+        assert run_check("print(1)\n", shipped, name).limits is profile.limits, name
+    data = shipped["data"]
+    tight = data.model_copy(
+        update={"max_limits": data.max_limits.model_copy(update={"cpu_s": 1.0})}
+    )
+    v = run_check("print(1)\n", {"tight": tight}, "tight")
+    assert v.decision == "allow" and v.limits.effective_cpu_s == 1.0
 
 
 def test_unknown_profile_is_a_usage_error_listing_the_known_ones(

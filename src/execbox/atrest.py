@@ -12,7 +12,7 @@ nobody else does. Those digests are HMAC-SHA256 under the store's key (`RunStore
 kept outside the database): a plain sha256 would let anyone who reads the records test
 guesses of a short secret (a PIN) offline. For the same reason a run's `code_sha256` (in the
 result as returned, streamed and stored, and in the record's column) is the sha256 of the code
-as stored, redacted (`code_sha256`).
+as stored, redacted (`seal_code`).
 
 The `sealed` column of a record says what was redacted:
 
@@ -37,7 +37,7 @@ from .contract import InputFile, RunRequest
 from .errors import UsageError
 from .redact import Hole, Redactor, refill
 
-__all__ = ["Stored", "code_sha256", "seal", "unseal"]
+__all__ = ["SealedCode", "Stored", "seal", "seal_code", "unseal"]
 
 
 Digest = Callable[[bytes], str]
@@ -70,11 +70,23 @@ def _utf8(text: str) -> bytes:
     return text.encode("utf-8", "surrogateescape")
 
 
-def code_sha256(code: str, redactor: Redactor) -> str:
-    """A run's `code_sha256`: the sha256 of its code as the record keeps it, with what
-    `redactor` finds redacted (the code itself when nothing is). The original's digest would
-    let anyone holding the result test guesses of a secret in the code offline."""
-    return _sha256(_utf8(redactor.redact(code)))
+@dataclass(frozen=True, slots=True)
+class SealedCode:
+    """A request's code as its record keeps it: `text` with what the run's `Redactor` finds
+    redacted (the code itself when nothing is), a `Hole` per redacted span, and `sha256`, the
+    run's `code_sha256`: the sha256 of `text`. The original's digest would let anyone holding
+    the result test guesses of a secret in the code offline."""
+
+    text: str
+    holes: list[Hole]
+    sha256: str
+
+
+def seal_code(code: str, redactor: Redactor, digest: Digest) -> SealedCode:
+    """`code` sealed as `seal` seals it, once a run: its result's `code_sha256` and its
+    record are made from the same pass over the code (see `seal`'s `code`)."""
+    text, holes = redactor.seal(code, digest)
+    return SealedCode(text, holes, _sha256(_utf8(text)))
 
 
 def _seal_bytes(redactor: Redactor, data: bytes, digest: Digest) -> tuple[bytes, list[Hole]]:
@@ -83,13 +95,17 @@ def _seal_bytes(redactor: Redactor, data: bytes, digest: Digest) -> tuple[bytes,
     return (_utf8(text), holes) if holes else (data, [])
 
 
-def seal(request: RunRequest, redactor: Redactor, digest: Digest) -> Stored:
+def seal(
+    request: RunRequest, redactor: Redactor, digest: Digest, code: SealedCode | None = None
+) -> Stored:
     """What the record of `request` keeps, with everything `redactor` finds redacted and
-    `digest` (keyed) of each original that held a secret."""
+    `digest` (keyed) of each original that held a secret. `code`: `request.code` already
+    sealed by `seal_code` with the same redactor and digest."""
     sealed: dict[str, Any] = {}
-    code, holes = redactor.seal(request.code, digest)
-    if holes:
-        sealed["code"] = _holes(holes)
+    if code is None:
+        code = seal_code(request.code, redactor, digest)
+    if code.holes:
+        sealed["code"] = _holes(code.holes)
         sealed["code_digest"] = digest(_utf8(request.code))
     stdin, holes = _seal_bytes(redactor, request.stdin, digest) if request.stdin else (b"", [])
     if holes:
@@ -124,7 +140,9 @@ def seal(request: RunRequest, redactor: Redactor, digest: Digest) -> Stored:
             request, _sha256(request.stdin), tuple(_sha256(f.data) for f in request.files), None
         )
     sealed["digest"] = KEYED
-    stored = request.model_copy(update={"code": code, "stdin": stdin, "env": env, "files": files})
+    stored = request.model_copy(
+        update={"code": code.text, "stdin": stdin, "env": env, "files": files}
+    )
     return Stored(stored, _sha256(stdin), tuple(_sha256(f.data) for f in files), sealed)
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import policy as policy_mod
+from .atrest import SealedCode
 from .budget import Budget
 from .cancel import Cancel
 from .contract import RunRequest, RunResult
@@ -56,3 +57,4 @@ class Call:
     redactor: Redactor
     base: RunResult  # what every stage's result starts from
     session_id: str | None
+    code: SealedCode  # the request's code as its record keeps it; base.code_sha256 is its digest

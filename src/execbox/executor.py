@@ -9,6 +9,7 @@ the code did is data on the result; only caller and host problems raise (see `er
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -466,15 +467,17 @@ class Executor:
             message=redactor.redact(verdict.message) if verdict.message else verdict.message,
             line=verdict.line,
         )
+        # One pass over the code for the result's digest and the record (`_record`).
+        code = atrest.seal_code(request.code, redactor, self.store.keyed)
         base = RunResult(
             run_id=run_id,
             status=Status.sandbox_error,
             limits=request.limits,
-            code_sha256=atrest.code_sha256(request.code, redactor),
+            code_sha256=code.sha256,
             image_digest=digest,
             session_id=session_id,
         )
-        return Call(request, origin, verdict, info, redactor, base, session_id)
+        return Call(request, origin, verdict, info, redactor, base, session_id, code)
 
     def _refusal(self, call: Call) -> RunResult | None:
         """The result of a request the policy denied or holds (unless approved), else None."""
@@ -582,6 +585,7 @@ class Executor:
             kind=kind,
             source_run_id=source or call.origin.source,
             cache_key=cache_key,
+            code=call.code,
         )
         log.info("run %s: %s (%s)", result.run_id, result.status.value, kind)
         return result
@@ -641,7 +645,8 @@ class Executor:
             )
         finally:
             self._admission.leave()
-        return result_of(base, raw, self.allowed_environments(request.profile))
+        # Asked for only by a missing module's hint: most runs have no import error.
+        return result_of(base, raw, functools.partial(self.allowed_environments, request.profile))
 
     def allowed_environments(self, profile: str) -> list[str] | None:
         """The environments a run of `profile` may name (None: not known by name)."""

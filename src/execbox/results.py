@@ -4,6 +4,7 @@ started, and the comparison of a replay with its record."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -40,14 +41,16 @@ def undecodable(base: RunResult, exc: SyntaxError) -> RunResult:
     )
 
 
-def result_of(base: RunResult, raw: RawRun, allowed: list[str] | None = None) -> RunResult:
-    """The result of a finished run; `allowed`: the environments the run's profile allows (a
-    missing module's hint names only those; None: all)."""
+def result_of(
+    base: RunResult, raw: RawRun, allowed: Callable[[], list[str] | None] | None = None
+) -> RunResult:
+    """The result of a finished run; `allowed` gives the environments the run's profile
+    allows (a missing module's hint names only those; None: all), asked only for that hint."""
     meta = raw.meta
     status = Status(meta["status"])
     error = ErrorInfo(**meta["error"]) if meta.get("error") else None
     if error is not None and error.type == "ModuleNotFoundError":
-        error = with_missing_hint(error, base.image_digest, allowed)
+        error = with_missing_hint(error, base.image_digest, allowed() if allowed else None)
     if (raw.stdout_truncated or raw.stderr_truncated) and status in (Status.ok, Status.error):
         status = Status.output_limit
         error = ErrorInfo(

@@ -15,6 +15,7 @@ interrupt) is over, and every later call raises `SessionClosed` saying why.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -181,7 +182,9 @@ class Session:
             return base.model_copy(
                 update={"error": ErrorInfo(type="SandboxError", message=str(exc))}
             )
-        result = result_of(base, raw, self._executor.allowed_environments(self.profile))
+        result = result_of(
+            base, raw, functools.partial(self._executor.allowed_environments, self.profile)
+        )
         outputs = [Output(**item) for item in raw.meta.get("outputs", [])]
         result = result.model_copy(update={"outputs": outputs})
         if raw.meta.get("ended"):

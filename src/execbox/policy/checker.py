@@ -104,9 +104,11 @@ def missing_imports(
 
 def _effective_limits(requested: Limits, profile: Profile) -> Limits:
     """The profile's default limits overridden by the fields `requested` set explicitly."""
+    cap = profile.max_limits
+    if not requested.model_fields_set and profile.limits.effective_cpu_s <= cap.effective_cpu_s:
+        return profile.limits  # most requests set none: the defaults as they are (frozen)
     explicit = {field: getattr(requested, field) for field in requested.model_fields_set}
     limits = Limits.model_validate({**profile.limits.model_dump(), **explicit})
-    cap = profile.max_limits
     if "cpu_s" not in explicit and limits.effective_cpu_s > cap.effective_cpu_s:
         # The caller asked for a longer timeout, not for more CPU time: CPU time followed the
         # timeout by default. Cap it at the profile's maximum instead of denying a request for

@@ -247,11 +247,19 @@ def limit_value(limits: Limits, field: str) -> float:
     return limits.effective_cpu_s if field == "cpu_s" else float(getattr(limits, field))
 
 
+# Every request's limits are compared with its profile's: the fields named once, and cpu_s
+# (compared as enforced, see `limit_value`) apart from the plain numbers.
+_PLAIN_LIMITS = tuple(field for field in Limits.model_fields if field != "cpu_s")
+
+
 def first_excess(limits: Limits, cap: Limits) -> tuple[str, float, float] | None:
-    for field in Limits.model_fields:
-        value, most = limit_value(limits, field), limit_value(cap, field)
+    """The first field of `limits` over `cap`'s, with both values; None when none is."""
+    for field in _PLAIN_LIMITS:
+        value, most = getattr(limits, field), getattr(cap, field)
         if value > most:
-            return field, value, most
+            return field, float(value), float(most)
+        if field == "timeout_s" and limits.effective_cpu_s > cap.effective_cpu_s:
+            return "cpu_s", limits.effective_cpu_s, cap.effective_cpu_s
     return None
 
 

@@ -201,14 +201,16 @@ class RunStore:
         source_run_id: str | None = None,
         session_id: str | None = None,
         cache_key: str | None = None,
+        code: atrest.SealedCode | None = None,
     ) -> None:
         """Store the run (and its inputs and stdin, for replay) in one transaction, with what
         `redactor` finds in its request redacted (`atrest`); `env`, when given, is stored as
         the environment instead of the request's. On a SQLite file the common case, one run
         row and nothing else new, is queued for the store's writer and committed after this
-        returns (see `SQLiteRunRows`)."""
+        returns (see `SQLiteRunRows`). `code`: the request's code sealed with `redactor` and
+        this store's `keyed` (`atrest.seal_code`), when the caller has it already."""
         stored = (
-            atrest.seal(request, redactor, self.keyed)
+            atrest.seal(request, redactor, self.keyed, code)
             if redactor is not None
             else atrest.Stored(
                 request, sha256(request.stdin), tuple(sha256(f.data) for f in request.files), None
