@@ -42,7 +42,8 @@ def tiered(tmp_path_factory: pytest.TempPathFactory) -> environments.Environment
     make_wheel(
         wheels,
         "numpy",
-        {"numpy/__init__.py": "ANSWER = 1\n", "numpy/random.py": ""},
+        # Programs reseed numpy.random after the fork, as for the real one.
+        {"numpy/__init__.py": "ANSWER = 1\n", "numpy/random.py": "def seed() -> None: ...\n"},
     )
     make_wheel(
         wheels,
