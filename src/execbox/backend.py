@@ -25,7 +25,8 @@ from .hosts import Hosts
 from .image import LIGHT_PRELOAD, Image
 from .network.egress import RunEgress
 from .network.proxy import EgressProxy, NetworkLimits
-from .routing import DATA_STACK, WARM_IMPORTS
+from .routing import DATA_STACK as DATA_STACK  # what zygotes preload: routing's tiers
+from .routing import WARM_IMPORTS as WARM_IMPORTS
 from .sandbox.host import capabilities
 from .sandbox.host.errors import HostError, RunNotStarted
 from .sandbox.host.pump import OutputCallback, RawRun
