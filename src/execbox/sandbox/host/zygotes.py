@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 # Of program zygote: standard library only; the data stack too; and, in an environment whose
 # tree has more (`backend.warm_tiers`), the full one: those modules too, started at its first run.
 KINDS = ("light", "heavy", "full")
+_NO_PROGRAM = {k: f"this sandbox host has no {k} zygote" for k in KINDS}
 SUPERVISORS_END_S = 10.0  # how long `close` waits for the supervisors it let go to exit
 CANCELLED = "cancelled"  # the KILL reason of a run its caller cancelled (see `Cancel`)
 NETWORK_LIMIT = "network_limit"  # the KILL reason of a run past a network limit
@@ -253,7 +254,7 @@ class ZygoteProcess:
         host has none), or None."""
         program = protocol.SLOT_KINDS[slot_kind][0]
         if program not in self._programs:
-            return f"this sandbox host has no {program} zygote"
+            return _NO_PROGRAM[program]
         late = self._late.get(program)
         return late.error if late is not None else None
 
@@ -272,11 +273,16 @@ class ZygoteProcess:
             if self._closed or kind not in self._dormant:
                 return
             start, prog = self._dormant.pop(kind)
+            late = self._late[kind] = _Late()
             try:
                 zygote = start()
+            except Exception as exc:  # noqa: BLE001 - its runs must learn it, not wait
+                late.error, late.final = f"the zygote ({kind}) failed to start: {exc}", True
+                late.done.set()
+                log.error("%s", late.error)
+                return
             finally:
                 prog.close()  # the zygote has its own copy now
-            self._late[kind] = _Late()
             self._starting[kind] = zygote
             if kind == "full":
                 self.full_pid = zygote.proc.pid
