@@ -15,7 +15,7 @@ from execbox.backend import warm_tiers
 from execbox.executor import Executor
 from execbox.policy import load_profiles
 from execbox.routing import BEYOND_DATA_STACK, program_kind
-from tests.probes import host_stats, wait_heavy, wait_until
+from tests.probes import alive, host_stats, wait_heavy, wait_until
 from tests.wheels import make_wheel
 
 ENV = "tiers"
@@ -137,3 +137,6 @@ def test_a_replacement_host_starts_the_full_zygote_its_predecessor_had(
         second = ex.stats().environments[ENV]
         assert second.zygote_pid != first.zygote_pid
         assert second.full_ready and second.full_zygote_pid not in (None, first.full_zygote_pid)
+    # Closing the executor ends every full zygote, the replaced host's included.
+    pids = [pid for pid in (first.full_zygote_pid, second.full_zygote_pid) if pid is not None]
+    assert len(pids) == 2 and wait_until(lambda: not any(alive(p) for p in pids), 10), pids
