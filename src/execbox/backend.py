@@ -27,6 +27,8 @@ from .network.egress import RunEgress
 from .network.proxy import EgressProxy, NetworkLimits
 from .network.secrets import Binding
 from .network.session import SessionNetwork
+from .routing import DATA_STACK as DATA_STACK  # what zygotes preload: routing's tiers
+from .routing import WARM_IMPORTS as WARM_IMPORTS
 from .sandbox.host import capabilities
 from .sandbox.host.errors import HostError, RunNotStarted
 from .sandbox.host.pump import OutputCallback, RawRun
@@ -43,20 +45,6 @@ SLOT_WAIT_S = 30.0  # how long a run waits for a staged slot before it is a sand
 # machine's OOM killer, an operator) before it is a sandbox_error; none of them ran any of it.
 NOT_STARTED_TRIES = 3
 T = TypeVar("T")
-# What an environment's heavy zygote imports before it forks, of what the environment's tree
-# has: the data stack, then the modules data code commonly imports that cost a second or more
-# of CPU per run (scikit-learn, statsmodels, seaborn: in `ml`, not in the default `data`).
-# sympy (0.5 s) and openpyxl (0.1 s) are left to the runs that use them: rarer, and every
-# module here grows the zygote that every heavy run forks (bench/environments.py).
-DATA_STACK = ("numpy", "numpy.random", "pandas", "matplotlib", "matplotlib.pyplot", "scipy")
-WARM_IMPORTS = (
-    *DATA_STACK,
-    "sklearn",
-    "sklearn.linear_model",
-    "sklearn.ensemble",
-    "statsmodels.api",
-    "seaborn",
-)
 
 
 @dataclass(frozen=True)
@@ -263,12 +251,14 @@ class LocalBackend:
 
     def _start_host(self, environment: str | None) -> ZygoteProcess:
         image = self.image if environment is None else self._images[environment]
+        heavy, full = warm_tiers(image.root)
         try:
             return ZygoteProcess(
                 image,
-                warm_imports(image.root),
+                heavy,
                 list(LIGHT_PRELOAD),
                 pool_size=self.pool_size,
+                full_preload=full or None,
             )
         except HostError as exc:
             raise SandboxUnavailable(f"{exc}; see `execbox doctor`") from exc
@@ -385,6 +375,15 @@ def warm_imports(tree: Path) -> list[str]:
     has (its manifest's `modules`), in order."""
     found = environments.modules_of(tree)
     return [m for m in WARM_IMPORTS if m.split(".")[0] in found]
+
+
+def warm_tiers(tree: Path) -> tuple[list[str], list[str]]:
+    """What the heavy and the full zygote of the environment tree at `tree` preload: the heavy
+    one its `warm_imports` of the data stack; the full one all of them, or nothing (no full
+    zygote) when that is no more than the heavy one's, as in the default environment."""
+    warm = warm_imports(tree)
+    heavy = [m for m in warm if m in DATA_STACK]
+    return heavy, (warm if warm != heavy else [])
 
 
 def _name_of(root: Path) -> str | None:

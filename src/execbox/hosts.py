@@ -165,7 +165,7 @@ class Hosts:
         while True:
             host = host or self.get(tenant, environment)
             try:
-                return host, host.pool.take(kind, timeout_s)
+                return host, host.take(kind, timeout_s)
             except HostRetired:  # replaced since `get`: its successor serves
                 host = None
 
@@ -262,12 +262,19 @@ class Hosts:
         old = entry.host
         new = self._start(key[0])
         try:
-            new.wait_heavy()
+            # What the old host had started by demand (its full zygote), the new one serves
+            # from the start.
+            for program in old.started_programs() if old is not None else ():
+                new.start_program(program)
+            for program in new.started_programs():
+                if program != "light":
+                    new.wait_program(program)
             deadline = time.monotonic() + READY_WAIT_S
+            kinds = [k for k in SLOT_KINDS if new.pool.stages(k)]
             while (
                 not self._closed
                 and time.monotonic() < deadline
-                and any(new.pool.ready_count(k) < new.pool.size for k in SLOT_KINDS)
+                and any(new.pool.ready_count(k) < new.pool.size for k in kinds)
             ):
                 time.sleep(0.02)
         except HostError:

@@ -7,6 +7,29 @@ import re
 import sys
 import unicodedata
 
+# What an environment's zygotes import before they fork, of what the environment's tree has
+# (`backend.warm_tiers`): the data stack, then the modules data code commonly imports that
+# cost a second or more of CPU per run (scikit-learn, statsmodels, seaborn: in `ml`, not in
+# the default `data`). sympy (0.5 s) and openpyxl (0.1 s) are left to the runs that use them:
+# rarer, and every module here grows the zygote that their runs fork.
+DATA_STACK = ("numpy", "numpy.random", "pandas", "matplotlib", "matplotlib.pyplot", "scipy")
+WARM_IMPORTS = (
+    *DATA_STACK,
+    "sklearn",
+    "sklearn.linear_model",
+    "sklearn.ensemble",
+    "statsmodels.api",
+    "seaborn",
+)
+# The tiers: forking a zygote costs with its size (page tables, copies, teardown), so where
+# the tree has more than the data stack, the heavy zygote preloads only the data stack and a
+# full zygote, started at the first run that imports one of these, preloads the rest too
+# (`program_kind`; bench/environments.py).
+BEYOND_DATA_STACK = frozenset(m.split(".")[0] for m in WARM_IMPORTS) - frozenset(
+    m.split(".")[0] for m in DATA_STACK
+)
+
+
 # Blanks within a statement: spaces, tabs and backslash-newline continuations.
 _BLANK = r"(?:[ \t]|\\\r?\n)"
 # After an `import` keyword: the dotted names it imports (`a.b as c, d`).
@@ -68,14 +91,19 @@ def scan_imports(code: str) -> frozenset[str]:
 
 def program_kind(imports: frozenset[str] | None) -> str:
     """Which kind of slot runs the code (`protocol.SLOT_KINDS`): "light" (standard library
-    only, a fork of a small interpreter) when the code imports nothing else, else a fork of
-    the heavy zygote (numpy, pandas, matplotlib and scipy already imported): "pandas" when it
-    imports pandas (its program has copied the pages pandas' use writes), "heavy" otherwise.
-    Code the policy could not parse fails to compile in the sandbox too: it goes light. An
-    import the analysis cannot see (a computed name) still works in a light program, at the
-    price of importing the module then."""
+    only, a fork of a small interpreter) when the code imports nothing else; "full" when it
+    imports a module that only the full zygote preloads (`BEYOND_DATA_STACK`:
+    scikit-learn, statsmodels, seaborn), whose bigger interpreter costs more to fork; else a
+    fork of the heavy zygote (the data stack already imported): "pandas" when it imports
+    pandas (its program has copied the pages pandas' use writes), "heavy" otherwise. A host
+    without a full zygote (its environment has nothing beyond the data stack, as the
+    default's) runs "full" in a heavy slot. Code the policy could not parse fails to compile
+    in the sandbox too: it goes light. An import the analysis cannot see (a computed name)
+    still works in a lighter program, at the price of importing the module then."""
     if imports is None or imports <= _STDLIB:
         return "light"
+    if not imports.isdisjoint(BEYOND_DATA_STACK):
+        return "full"
     return "pandas" if "pandas" in imports else "heavy"
 
 

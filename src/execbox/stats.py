@@ -20,15 +20,21 @@ class HostStats:
     light_zygote_pid: int  # forks the programs of light (standard library) runs
     heavy_zygote_pid: int  # forks the programs of numpy and pandas runs, and sessions'
     heavy_ready: bool  # whether the heavy zygote has started and serves
+    # Forks the programs of runs importing what only the full preload has (sklearn, ...), in
+    # an environment whose tree has more than the data stack, once one such run came; or None.
+    full_zygote_pid: int | None
+    full_ready: bool  # whether the full zygote has started and serves
     alive: bool  # whether its zygotes still run
     slot_prefix: str  # its slots' cgroups are named with this prefix
     staged: Mapping[str, int]  # slots staged and waiting for a run, by kind
+    taken_by_kind: Mapping[str, int]  # slots handed out for runs and sessions, by kind
     idle_slots: frozenset[str]  # cgroup names of the slots running nothing: staged or staging
     in_use: int  # runs in flight plus sessions open on this host
     taken: int  # runs and sessions it has served (slots handed out)
     warm_pages: Mapping[str, int]  # pages each program zygote has warmed, by zygote kind
     warm_base_pages: Mapping[str, int]  # of those, the ones every program writes
     preloaded: tuple[str, ...]  # modules the heavy zygote imported before forking
+    full_preloaded: tuple[str, ...]  # those the full zygote imported (empty: none started)
 
 
 @dataclass(frozen=True)
@@ -51,15 +57,19 @@ def host_stats(host: ZygoteProcess) -> HostStats:
         light_zygote_pid=host.light_pid,
         heavy_zygote_pid=host.heavy_pid,
         heavy_ready=host.heavy_ready(),
+        full_zygote_pid=host.full_pid,
+        full_ready=host.program_ready("full"),
         alive=host.alive(),
         slot_prefix=host.slot_prefix,
         staged=MappingProxyType({k: host.pool.ready_count(k) for k in SLOT_KINDS}),
+        taken_by_kind=MappingProxyType(dict(host.pool.taken_by_kind)),
         idle_slots=frozenset(host.unused_slot_names()),
         in_use=host.in_use(),
         taken=host.taken,
         warm_pages=MappingProxyType(dict(host.info.get("warm_pages", {}))),
         warm_base_pages=MappingProxyType(dict(host.info.get("warm_base_pages", {}))),
         preloaded=tuple(host.info.get("preloaded", ())),
+        full_preloaded=tuple(host.info.get("full_preloaded", ())),
     )
 
 

@@ -7,6 +7,7 @@ import os
 import select
 import threading
 import time
+from collections.abc import Collection
 from typing import Protocol
 
 from ..inside import protocol
@@ -52,9 +53,12 @@ class SlotPool:
     A retired pool (its host was replaced) stages nothing and hands out nothing; it is
     `drained` once the runs in flight and the sessions it gave slots to have ended."""
 
-    def __init__(self, zygote: SlotSource, size: int) -> None:
+    def __init__(self, zygote: SlotSource, size: int, dormant: Collection[str] = ()) -> None:
         self._zygote = zygote
         self._size = size
+        # Kinds staged only once a run asks for one (`stage_kind`): their program zygote
+        # starts then.
+        self._dormant = set(dormant)
         self._lock = threading.RLock()
         # Takers wait on their kind's condition, and a slot staged wakes one of them: waking
         # all of them for every slot costs every caller a futex call and a GIL hand-off.
@@ -67,6 +71,7 @@ class SlotPool:
         self._busy_n = {k: 0 for k in SLOT_KINDS}  # how many of each kind (all are alive)
         self._sessions: set[str] = set()  # the slots taken for a session, by name
         self.taken = 0  # slots handed out, for runs and sessions
+        self.taken_by_kind = {k: 0 for k in SLOT_KINDS}
         self.retired = False
         self.drained = threading.Event()  # set once retired with nothing in use, or closed
         self._waiting = {k: 0 for k in SLOT_KINDS}  # takers that found no slot of the kind
@@ -81,6 +86,17 @@ class SlotPool:
         self._epoll.register(self._wake_r, select.EPOLLIN)
         self._thread = threading.Thread(target=self._loop, name="execbox-stage", daemon=True)
         self._thread.start()
+
+    def stage_kind(self, kind: str) -> None:
+        """Start staging slots of a dormant `kind` (its program zygote has been started)."""
+        with self._lock:
+            self._dormant.discard(kind)
+        self._wake()
+
+    def stages(self, kind: str) -> bool:
+        """Whether slots of `kind` are staged (it is not dormant, its zygote did not fail)."""
+        with self._lock:
+            return kind not in self._dormant and not self._zygote.kind_error(kind)
 
     def ready_count(self, kind: str | None = None) -> int:
         with self._lock:
@@ -117,6 +133,7 @@ class SlotPool:
                 if self._ready[kind]:
                     slot = self._ready[kind].popleft()
                     self.taken += 1
+                    self.taken_by_kind[kind] += 1
                     if session:
                         self._alive[kind].discard(slot.name)
                         self._sessions.add(slot.name)
@@ -263,7 +280,7 @@ class SlotPool:
                         else [
                             k
                             for k in SLOT_KINDS
-                            if not self._zygote.kind_error(k)
+                            if k not in self._dormant and not self._zygote.kind_error(k)
                             for _ in range(self._wanted(k) - len(self._alive[k]))
                         ]
                     )

@@ -14,6 +14,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -41,7 +42,10 @@ _BOOT = (
 
 log = logging.getLogger(__name__)
 
-KINDS = ("light", "heavy")  # of program zygote: standard library only, or the data stack too
+# Of program zygote: standard library only; the data stack too; and, in an environment whose
+# tree has more (`backend.warm_tiers`), the full one: those modules too, started at its first run.
+KINDS = ("light", "heavy", "full")
+_NO_PROGRAM = {k: f"this sandbox host has no {k} zygote" for k in KINDS}
 SUPERVISORS_END_S = 10.0  # how long `close` waits for the supervisors it let go to exit
 CANCELLED = "cancelled"  # the KILL reason of a run its caller cancelled (see `Cancel`)
 NETWORK_LIMIT = "network_limit"  # the KILL reason of a run past a network limit
@@ -50,10 +54,21 @@ NETWORK_LIMIT = "network_limit"  # the KILL reason of a run past a network limit
 DEMAND_S = 0.002
 
 
+@dataclass
+class _Late:
+    """A program zygote that says hello after the host is ready (the heavy and full ones)."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    error: str | None = None
+    final: bool = False  # its failure would repeat: not a death that a new host mends
+
+
 class ZygoteProcess:
-    """The three running fork servers in the runtime image's interpreter (see `zygote`): one
-    that forks supervisors and init, and two that fork only programs, a light one (standard
-    library) and a heavy one (the runtime's data modules imported)."""
+    """The running fork servers in the runtime image's interpreter (see `zygote`): one that
+    forks supervisors and init, and the ones that fork only programs, a light one (standard
+    library), a heavy one (the data stack imported) and, when `full_preload` is given, a full
+    one (those and the rest of the environment's warm imports), started at the first run of
+    a "full" slot: a numpy run forks the smaller heavy zygote, which costs less to fork."""
 
     def __init__(
         self,
@@ -62,6 +77,7 @@ class ZygoteProcess:
         light_preload: list[str] | None = None,
         ready_timeout_s: float = 60.0,
         pool_size: int = 4,
+        full_preload: list[str] | None = None,
     ) -> None:
         import execbox
 
@@ -83,31 +99,48 @@ class ZygoteProcess:
         # Supervisors ask a program zygote for their programs on one of these pairs: one end
         # is the program zygote's, the other the supervisors' zygote's (and so every
         # supervisor's).
-        pairs = {kind: socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) for kind in KINDS}
+        kinds = [k for k in KINDS if k != "full" or full_preload]
+        pairs = {kind: socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) for kind in kinds}
+        self._programs = frozenset(kinds)
+        # Slots of "full" kind in a host without it run in heavy slots: there the heavy zygote
+        # preloads everything the environment warms.
+        self._kind_of = {} if full_preload else {"full": "heavy"}
+        # The program zygotes not started yet, by kind: how to start each.
+        self._dormant: dict[str, tuple[Callable[[], _Starting], socket.socket]] = {}
+        self._dormant_lock = threading.Lock()
+        self.full_pid: int | None = None
         common = {
             "ro_paths": [ENV_DIR],
             "src_paths": [PACKAGE_DIR],
             "libexec": f"{ENV_DIR}/libexec",
         }
-        preloads = {"heavy": preload, "light": light_preload or []}
+        preloads = {"heavy": preload, "light": light_preload or [], "full": full_preload or []}
+
+        def starter(kind: str) -> Callable[[], _Starting]:
+            prog = pairs[kind][0]
+            return lambda: _Starting(
+                enter,
+                env if kind != "light" else _small_heap(env),
+                dict(
+                    common,
+                    role="programs",
+                    # The full zygote trains as the heavy one does: its programs are theirs
+                    # with more imported.
+                    kind="heavy" if kind == "full" else kind,
+                    preload=preloads[kind],
+                    spawn_fd=prog.fileno(),
+                ),
+                [prog],
+            )
+
         self._starting: dict[str, _Starting] = {}
         try:
             # All start at once: the heavy one's imports are most of the wait.
             for kind in ("heavy", "light"):
-                prog = pairs[kind][0]
-                self._starting[kind] = _Starting(
-                    enter,
-                    env if kind == "heavy" else _small_heap(env),
-                    dict(
-                        common,
-                        role="programs",
-                        kind=kind,
-                        preload=preloads[kind],
-                        spawn_fd=prog.fileno(),
-                    ),
-                    [prog],
-                )
-            sup_ends = [pairs[kind][1] for kind in KINDS]
+                self._starting[kind] = starter(kind)()
+            if "full" in pairs:
+                self._dormant["full"] = (starter("full"), pairs["full"][0])
+            sup_ends = [pairs[kind][1] for kind in kinds]
             self._starting["supervisors"] = _Starting(
                 enter,
                 env,
@@ -116,7 +149,7 @@ class ZygoteProcess:
                     role="supervisors",
                     preload=[],
                     demand_s=DEMAND_S,
-                    spawn_fds={k: pairs[k][1].fileno() for k in KINDS},
+                    spawn_fds={k: pairs[k][1].fileno() for k in kinds},
                 ),
                 sup_ends,
             )
@@ -124,9 +157,11 @@ class ZygoteProcess:
             self.close()
             raise
         finally:
+            dormant = {prog.fileno() for _, prog in self._dormant.values()}
             for pair in pairs.values():
                 for end in pair:
-                    end.close()
+                    if end.fileno() not in dormant:  # a dormant zygote's end, kept to start it
+                        end.close()
         # The light and the supervisors' zygotes are ready at once, the heavy one much later
         # (numpy, pandas, matplotlib, its training): the host is ready without it, its
         # slots are staged meanwhile, and what runs there waits for it (`wait_heavy`).
@@ -154,9 +189,7 @@ class ZygoteProcess:
         )
         self._warn_no_warm_pages("light", infos["light"])
         self._ready_timeout_s = ready_timeout_s
-        self._heavy_done = threading.Event()
-        self._heavy_error: str | None = None
-        self._heavy_final = False
+        self._late = {"heavy": _Late()}
         self._prefix = f"x{os.getpid()}-{infos['supervisors']['pid']}-"
         try:
             Hierarchy.discover().sweep_orphans()
@@ -170,40 +203,95 @@ class ZygoteProcess:
         # While `close` runs: the supervisors of the slots it lets go, to wait for.
         self._ending: list[int] | None = None
         self._ending_lock = threading.Lock()
-        self.pool = SlotPool(self, pool_size)
-        threading.Thread(target=self._await_heavy, name="execbox-heavy-start", daemon=True).start()
+        self.pool = SlotPool(
+            self, pool_size, [k for k in SLOT_KINDS if protocol.SLOT_KINDS[k][0] in self._dormant]
+        )
+        self._await_late("heavy")
 
-    def _await_heavy(self) -> None:
-        """The heavy zygote's hello, read in the background. Its slots are no longer staged and
-        what needs it fails with its error when it did not start. A zygote that said why it
-        failed, or hung (it is killed), would do the same again: that is final for this host.
-        One that died (killed, crashed) is a zygote death like any other: the next call starts
-        a new host (see `alive`)."""
-        heavy = self._starting["heavy"]
+    def _await_late(self, kind: str) -> None:
+        """Read the hello of the program zygote of `kind` in a thread of its own."""
+        threading.Thread(
+            target=self._await, args=(kind,), name=f"execbox-{kind}-start", daemon=True
+        ).start()
+
+    def _await(self, kind: str) -> None:
+        """The hello of the `kind` program zygote (heavy or full), read in the background. Its
+        slots are no longer staged and what needs it fails with its error when it did not
+        start. A zygote that said why it failed, or hung (it is killed), would do the same
+        again: that is final for this host. One that died (killed, crashed) is a zygote death
+        like any other: the next call starts a new host (see `alive`)."""
+        late, zygote = self._late[kind], self._starting[kind]
         try:
-            info = heavy.ready(self._ready_timeout_s)
+            info = zygote.ready(self._ready_timeout_s)
             if not info.get("ready"):
-                self._heavy_final = not info.get("died")
+                late.final = not info.get("died")
                 raise HostError(str(info.get("error")))
-            self.info.update(preloaded=info["preloaded"], heavy_startup_ms=info["startup_ms"])
-            self.info["warm_pages"]["heavy"] = info.get("warm_pages", 0)
-            self.info["warm_base_pages"]["heavy"] = info.get("warm_base_pages", 0)
-            self._warn_no_warm_pages("heavy", info)
-        except Exception as exc:  # noqa: BLE001 - whatever it was, heavy runs must learn it
+            if kind == "heavy":
+                self.info.update(preloaded=info["preloaded"], heavy_startup_ms=info["startup_ms"])
+            else:
+                self.info.update(
+                    {
+                        f"{kind}_preloaded": info["preloaded"],
+                        f"{kind}_startup_ms": info["startup_ms"],
+                    }
+                )
+            self.info["warm_pages"][kind] = info.get("warm_pages", 0)
+            self.info["warm_base_pages"][kind] = info.get("warm_base_pages", 0)
+            self._warn_no_warm_pages(kind, info)
+        except Exception as exc:  # noqa: BLE001 - whatever it was, its runs must learn it
             why = "the sandbox host was closed" if self._closed else str(exc)
-            self._heavy_error = f"the zygote (heavy) failed to start: {why}"
+            late.error = f"the zygote ({kind}) failed to start: {why}"
             if not self._closed:
-                log.error("%s", self._heavy_error)
-                if self._heavy_final:
-                    heavy.kill()
+                log.error("%s", late.error)
+                if late.final:
+                    zygote.kill()
                 self.pool.drop_kinds([k for k in SLOT_KINDS if self.kind_error(k)])
         finally:
-            self._heavy_done.set()
+            late.done.set()
 
     def kind_error(self, slot_kind: str) -> str | None:
-        """Why slots of `slot_kind` cannot run (their program zygote failed to start), or
-        None."""
-        return self._heavy_error if protocol.SLOT_KINDS[slot_kind][0] == "heavy" else None
+        """Why slots of `slot_kind` cannot run (their program zygote failed to start, or this
+        host has none), or None."""
+        program = protocol.SLOT_KINDS[slot_kind][0]
+        if program not in self._programs:
+            return _NO_PROGRAM[program]
+        late = self._late.get(program)
+        return late.error if late is not None else None
+
+    def take(self, kind: str, timeout_s: float) -> Slot:
+        """A staged slot of `kind` for a run (see `SlotPool.take`); the first of a kind whose
+        program zygote has not started yet starts it, and waits for it."""
+        kind = self._kind_of.get(kind, kind)
+        if self._dormant:
+            self.start_program(protocol.SLOT_KINDS[kind][0])
+        return self.pool.take(kind, timeout_s)
+
+    def start_program(self, kind: str) -> None:
+        """Start the program zygote of `kind` if it has not started yet (its slots are staged
+        from then on); a no-op for one started, or one this host does not have."""
+        with self._dormant_lock:
+            if self._closed or kind not in self._dormant:
+                return
+            start, prog = self._dormant.pop(kind)
+            late = self._late[kind] = _Late()
+            try:
+                zygote = start()
+            except Exception as exc:  # noqa: BLE001 - its runs must learn it, not wait
+                late.error, late.final = f"the zygote ({kind}) failed to start: {exc}", True
+                late.done.set()
+                log.error("%s", late.error)
+                return
+            finally:
+                prog.close()  # the zygote has its own copy now
+            self._starting[kind] = zygote
+            if kind == "full":
+                self.full_pid = zygote.proc.pid
+        self._await_late(kind)
+        self.pool.stage_kind(kind)
+
+    def started_programs(self) -> list[str]:
+        """The program zygotes started so far (the dormant ones not), by kind."""
+        return list(self._starting.keys() - {"supervisors"})
 
     @staticmethod
     def _warn_no_warm_pages(kind: str, info: dict[str, Any]) -> None:
@@ -219,15 +307,25 @@ class ZygoteProcess:
         """Wait until the heavy zygote serves (numpy and pandas runs and sessions have their
         programs there); HostError when it failed to start, or was not ready in `timeout_s`
         (by default the zygotes' start-up limit)."""
+        self.wait_program("heavy", timeout_s)
+
+    def wait_program(self, kind: str, timeout_s: float | None = None) -> None:
+        """Wait until the started program zygote of `kind` serves (see `wait_heavy`)."""
         wait_s = self._ready_timeout_s + 1.0 if timeout_s is None else timeout_s
-        if not self._heavy_done.wait(wait_s):
-            raise HostError(f"the heavy zygote was not ready within {wait_s:g} s")
-        if self._heavy_error is not None:
-            raise HostError(self._heavy_error)
+        late = self._late[kind]
+        if not late.done.wait(wait_s):
+            raise HostError(f"the {kind} zygote was not ready within {wait_s:g} s")
+        if late.error is not None:
+            raise HostError(late.error)
 
     def heavy_ready(self) -> bool:
         """Whether the heavy zygote has started and serves (`wait_heavy` would not wait)."""
-        return self._heavy_done.is_set() and self._heavy_error is None
+        return self.program_ready("heavy")
+
+    def program_ready(self, kind: str) -> bool:
+        """Whether the program zygote of `kind` has started and serves."""
+        late = self._late.get(kind)
+        return late is not None and late.done.is_set() and late.error is None
 
     @property
     def slot_prefix(self) -> str:
@@ -240,15 +338,17 @@ class ZygoteProcess:
         return self._proc.pid
 
     def alive(self) -> bool:
-        """Whether every zygote still runs; a heavy zygote whose failed start is final is not
-        counted (see `_await_heavy`)."""
-        if self._heavy_error is not None and not self._heavy_final:
-            return False  # it died starting (its process may not be reaped yet)
-        return all(
-            z.proc.poll() is None
-            for name, z in self._starting.items()
-            if not (name == "heavy" and self._heavy_final)
-        )
+        """Whether every zygote started still runs; a program zygote whose failed start is
+        final is not counted (see `_await`)."""
+        for name, z in tuple(self._starting.items()):
+            late = self._late.get(name)
+            if late is not None and late.error is not None:
+                if late.final:
+                    continue
+                return False  # it died starting (its process may not be reaped yet)
+            if z.proc.poll() is not None:
+                return False
+        return True
 
     @property
     def taken(self) -> int:
@@ -356,8 +456,9 @@ class ZygoteProcess:
         With `spool_dir`, each artifact's bytes are written to `<spool_dir>/<index>` (mode
         0600) as they arrive instead of being held in memory."""
         try:
-            if protocol.SLOT_KINDS[slot.kind][0] == "heavy":
-                self.wait_heavy()
+            program = protocol.SLOT_KINDS[slot.kind][0]
+            if program != "light":
+                self.wait_program(program)
             if network is not None:
                 request = with_network(slot, request, network)
             go, go_lost = slot.send_request(request, files)
@@ -405,8 +506,11 @@ class ZygoteProcess:
             with self._ending_lock:
                 self._ending = []
             pool.close()
-        self._closed = True
-        for z in getattr(self, "_starting", {}).values():
+        with getattr(self, "_dormant_lock", threading.Lock()):
+            self._closed = True
+            for _, prog in getattr(self, "_dormant", {}).values():
+                prog.close()
+        for z in tuple(getattr(self, "_starting", {}).values()):
             z.stop()
         if pool is not None:
             with self._ending_lock:

@@ -49,7 +49,14 @@ PARKED = b"P"
 # the base (see `program.learn_warm_pages`; the heavy zygote's other warm pages are pandas').
 # Fixed for a slot's life: no run's code decides what a later run's program copies, which the
 # later run could read back from its own memory and CPU time.
-SLOT_KINDS = {"light": ("light", True), "heavy": ("heavy", False), "pandas": ("heavy", True)}
+# "full": the full zygote, in an environment whose tree has more than the data stack (it
+# preloads those modules too); its programs copy the base, as a numpy run's do.
+SLOT_KINDS = {
+    "light": ("light", True),
+    "heavy": ("heavy", False),
+    "pandas": ("heavy", True),
+    "full": ("full", False),
+}
 
 
 def frame(kind: bytes, payload: bytes) -> bytes:
