@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 import execbox
 from execbox.mcp.server import build_server
@@ -150,3 +151,42 @@ def test_mcp_run_python_tells_the_model_the_operators_hosts(net: execbox.Executo
     assert tool.annotations is not None and tool.annotations.open_world_hint is True
     assert "no network" in (plain.description or "")
     assert plain.annotations is not None and plain.annotations.open_world_hint is False
+
+
+def test_the_http_client_passes_network_bound_secrets_and_a_sessions_network(
+    net: execbox.Executor, upstream: Upstream
+) -> None:
+    """`execbox.client.Client`: a run's allowlist and bound secrets, a session's allowlist."""
+    from execbox.client import Client
+
+    value = "tok-" + os.urandom(16).hex()
+    https, http = upstream.https_port, upstream.http_port
+    code = (
+        "import os, urllib.request\n"
+        f"r = urllib.request.Request('https://api.test:{https}/hello', "
+        "headers={'Authorization': 'Bearer ' + os.environ['TOKEN']})\n"
+        "print(urllib.request.urlopen(r, timeout=10).status)\n"
+    )
+    bound = {"name": "TOKEN", "value": value, "hosts": [f"api.test:{https}"]}
+    with own_server(net) as (url, state):
+        assert state.keys is not None
+        key = state.keys.create("net-client", max_concurrent=4, max_sessions=1, rpm=1000)
+        with Client(url, key) as client:
+            upstream.clear()
+            result = client.run(
+                code, profile="net", network=[f"api.test:{https}"], bound_secrets=[bound]
+            )
+            assert (result.status, result.stdout) == ("ok", "200\n"), result
+            assert f"authorization: Bearer {value}" in upstream.https.heads[0]
+            assert value not in result.model_dump_json()
+            without = client.run(code, profile="net")  # no network asked: none given
+            assert without.status == "error" and not without.network_log
+            with pytest.raises(execbox.UsageError, match="bound_secrets"):
+                client.run(code, profile="net", bound_secrets=[{"name": "TOKEN"}])
+            session = client.session(profile="net", network=[f"api.test:{http}"])
+            try:
+                cell = session.run(FETCH_HELLO.format(host="api.test", port=http))
+            finally:
+                session.close()
+            assert cell.stdout == f"hello host=api.test:{http}\n", cell
+            assert [e.verdict for e in cell.network_log] == ["allowed"]

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
-from ..contract import Artifact, Limits, RunResult
+from ..contract import Artifact, BoundSecret, Limits, RunResult
 from ..errors import (
     SandboxError,
     SandboxUnavailable,
@@ -86,6 +86,8 @@ class AsyncClient:
         environment: str | None = None,
         cache: bool | None = None,
         secrets: Iterable[str] = (),
+        network: str | Sequence[str] = "none",
+        bound_secrets: Iterable[BoundSecret | Mapping[str, Any]] = (),
         on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
     ) -> RunResult:
@@ -101,6 +103,8 @@ class AsyncClient:
             environment=environment,
             cache=cache,
             secrets=secrets,
+            network=network,
+            bound_secrets=bound_secrets,
         )
         if on_stdout is not None or on_stderr is not None:
             result = await self._stream("/v1/runs/stream", body, on_stdout, on_stderr)
@@ -143,6 +147,7 @@ class AsyncClient:
         idle_timeout_s: float = 600.0,
         max_lifetime_s: float = 3600.0,
         secrets: Iterable[str] = (),
+        network: str | Sequence[str] = "none",
     ) -> AsyncRemoteSession:
         """Start a session on the server."""
         body = session_body(
@@ -154,6 +159,7 @@ class AsyncClient:
             idle_timeout_s=idle_timeout_s,
             max_lifetime_s=max_lifetime_s,
             secrets=secrets,
+            network=network,
         )
         info = (await self._call(Request("POST", "/v1/sessions", json_body=body))).json()
         return AsyncRemoteSession(self, info["session_id"])

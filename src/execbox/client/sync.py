@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
-from ..contract import Artifact, Limits, RunResult
+from ..contract import Artifact, BoundSecret, Limits, RunResult
 from ..errors import (
     SandboxError,
     SandboxUnavailable,
@@ -86,6 +86,8 @@ class Client:
         environment: str | None = None,
         cache: bool | None = None,
         secrets: Iterable[str] = (),
+        network: str | Sequence[str] = "none",
+        bound_secrets: Iterable[BoundSecret | Mapping[str, Any]] = (),
         on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
     ) -> RunResult:
@@ -101,6 +103,8 @@ class Client:
             environment=environment,
             cache=cache,
             secrets=secrets,
+            network=network,
+            bound_secrets=bound_secrets,
         )
         if on_stdout is not None or on_stderr is not None:
             result = self._stream("/v1/runs/stream", body, on_stdout, on_stderr)
@@ -149,6 +153,7 @@ class Client:
         idle_timeout_s: float = 600.0,
         max_lifetime_s: float = 3600.0,
         secrets: Iterable[str] = (),
+        network: str | Sequence[str] = "none",
     ) -> RemoteSession:
         """Start a session on the server (a stateful interpreter with its own workspace)."""
         body = session_body(
@@ -160,6 +165,7 @@ class Client:
             idle_timeout_s=idle_timeout_s,
             max_lifetime_s=max_lifetime_s,
             secrets=secrets,
+            network=network,
         )
         info = self._call(Request("POST", "/v1/sessions", json_body=body)).json()
         return RemoteSession(self, info["session_id"])

@@ -4,13 +4,14 @@ events."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
 import httpx
+from pydantic import ValidationError
 
-from ..contract import InputFile, Limits, RunResult
+from ..contract import BoundSecret, InputFile, Limits, RunResult
 from ..errors import (
     ExecboxError,
     Overloaded,
@@ -97,6 +98,8 @@ def run_body(
     cache: bool | None,
     secrets: Iterable[str],
     environment: str | None = None,
+    network: str | Sequence[str] = "none",
+    bound_secrets: Iterable[BoundSecret | Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     from ..request import make_request  # validates (and reads file paths) as a local run would
 
@@ -108,13 +111,25 @@ def run_body(
         limits=limits,
         env=env,
         profile=profile,
+        network=network,
         environment=environment,
     )
     body = request.model_dump(mode="json")
     if environment is None:  # a server from before environments knows no such field
         del body["environment"]
     body.update(cache=cache, secrets=list(secrets))
+    bound = _bound(bound_secrets)
+    if bound:  # only then: a server from before bound secrets refuses the field
+        body["bound_secrets"] = bound
     return body
+
+
+def _bound(bound_secrets: Iterable[BoundSecret | Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Bound secrets as the body carries them, checked as the server checks their shape."""
+    try:
+        return [BoundSecret.model_validate(b).model_dump(exclude_none=True) for b in bound_secrets]
+    except ValidationError as exc:
+        raise UsageError(f"bound_secrets: {exc}") from exc
 
 
 def session_body(
@@ -127,14 +142,22 @@ def session_body(
     max_lifetime_s: float,
     secrets: Iterable[str],
     environment: str | None = None,
+    network: str | Sequence[str] = "none",
 ) -> dict[str, Any]:
     from ..request import make_request
 
     checked = make_request(
-        "", files=files, limits=limits, env=env, profile=profile, environment=environment
+        "",
+        files=files,
+        limits=limits,
+        env=env,
+        profile=profile,
+        environment=environment,
+        network=network,
     )
     return {
         **({"environment": environment} if environment is not None else {}),
+        **({"network": checked.network} if checked.network != "none" else {}),
         "profile": profile,
         "limits": checked.limits.model_dump() if limits else None,
         "env": checked.env,
