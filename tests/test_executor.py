@@ -151,6 +151,9 @@ def test_one_shot_run_function(executor: Executor) -> None:
     # `executor` only for its check that the sandbox is there (skip, or fail in CI).
     r = execbox.run("print('once')")
     assert r.stdout == "once\n"
+    # Executor.run's arguments pass through: secrets are redacted, the language is honoured.
+    hidden = execbox.run("echo s3cr3t-value", language="bash", secrets=["s3cr3t-value"])
+    assert "s3cr3t-value" not in hidden.stdout and hidden.status == "ok", hidden
 
 
 def test_back_pressure_refuses_callers_beyond_the_queue(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -833,19 +833,25 @@ def run(
     limits: Limits | Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
     profile: str = "data",
+    network: str | Sequence[str] = "none",
     cache: bool | None = None,
+    secrets: Iterable[str] = (),
     environment: str | None = None,
+    bound_secrets: Sequence[BoundSecret | Mapping[str, Any]] = (),
 ) -> RunResult:
-    """One-shot convenience: start an Executor, run `code`, close it."""
-    request = make_request(
-        code,
-        language=language,
-        stdin=stdin,
-        files=files,
-        limits=limits,
-        env=env,
-        profile=profile,
-        environment=environment,
-    )
+    """One-shot convenience: start an Executor, run `code` as `Executor.run` does, close it."""
     with Executor() as executor:
-        return executor.run_request(request, cache=cache)
+        return executor.run(
+            code,
+            language=language,
+            stdin=stdin,
+            files=files,
+            limits=limits,
+            env=env,
+            profile=profile,
+            network=network,
+            cache=cache,
+            secrets=secrets,
+            environment=environment,
+            bound_secrets=bound_secrets,
+        )
