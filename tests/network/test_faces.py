@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -190,3 +191,45 @@ def test_the_http_client_passes_network_bound_secrets_and_a_sessions_network(
                 session.close()
             assert cell.stdout == f"hello host=api.test:{http}\n", cell
             assert [e.verdict for e in cell.network_log] == ["allowed"]
+
+
+def test_the_mcp_command_allow_net_reaches_the_named_host_and_refuses_a_bad_entry(
+    upstream: Upstream, tmp_path: Path
+) -> None:
+    """`execbox mcp --allow-net`: over stdio, run_python's description names the host and a
+    run reaches it; a malformed entry stops the server at its start, exit 2."""
+    import anyio
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+    from mcp.types import TextContent
+
+    port = upstream.http_port
+    profiles = tmp_path / "profiles.toml"
+    profiles.write_text(
+        '[profiles.net]\ndescription = "test"\nnetwork_allow = ["127.0.0.1/32:*"]\n'
+        "max_code_bytes = 65536\nmax_input_bytes = 65536\nmax_input_files = 4\n"
+        "max_csv_rows = 10\n[profiles.net.limits]\n[profiles.net.max_limits]\n"
+    )
+    env = {**os.environ, "EXECBOX_PROFILES": str(profiles)}
+    entry = f"127.0.0.1:{port}"
+    args = ["-m", "execbox.cli", "mcp", "--profile", "net", "--allow-net", entry]
+
+    async def main() -> tuple[Any, Any]:
+        params = StdioServerParameters(command=sys.executable, args=args, env=env)
+        with (tmp_path / "server.log").open("w") as log:
+            async with (
+                stdio_client(params, errlog=log) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                tools = {t.name: t for t in (await session.list_tools()).tools}
+                code = FETCH_HELLO.format(host="127.0.0.1", port=port)
+                return tools["run_python"], await session.call_tool("run_python", {"code": code})
+
+    upstream.clear()
+    tool, ran = anyio.run(main)
+    assert entry in (tool.description or "")
+    text = "\n".join(c.text for c in ran.content if isinstance(c, TextContent))
+    assert f"hello host={entry}" in text, text
+    assert len(upstream.seen()) == 1
+    bad = cli("mcp", "--allow-net", "not a host!", stdin=b"", env=env)
+    assert bad.returncode == 2 and b"not a host name" in bad.stderr

@@ -39,6 +39,15 @@ __all__ = ["mcp_command"]
     "default one).",
 )
 @click.option(
+    "--allow-net",
+    "allow_net",
+    multiple=True,
+    metavar="HOST[:PORT]",
+    help="A host run_python's runs and sessions may reach through the network proxy, within "
+    "what the profile allows; the tool's description names them to the model. Repeatable; "
+    "none: no network.",
+)
+@click.option(
     "--no-auth",
     is_flag=True,
     help="http: accept every caller as the tenant 'local' (only on a trusted "
@@ -88,6 +97,7 @@ def mcp_command(
     port: int,
     profile: str,
     environment: str | None,
+    allow_net: tuple[str, ...],
     no_auth: bool,
     db: str | None,
     max_result_mib: int,
@@ -115,6 +125,7 @@ def mcp_command(
             port=port,
             profile=profile,
             environment=environment,
+            network=list(allow_net) or None,
             auth=not no_auth,
             records=db,
             max_result_bytes=max_result_mib << 20,

@@ -536,14 +536,18 @@ def serve(
     max_sessions: int = 16,
     session_starts_per_key: int = 1,
     session_starts_per_s: float = 1.0,
+    network: Sequence[str] | None = None,
 ) -> None:
     """Start an Executor, serve MCP on `transport` until the client leaves (stdio) or a
     SIGINT/SIGTERM arrives, then close every session and the Executor. Over HTTP, with `auth`,
     every request needs a tenant's key of the records database's key table (`records`: its
     URL; default as `execbox serve`'s), and the `max_sessions` sessions are shared among the
-    keys as `execbox serve` shares them."""
+    keys as `execbox serve` shares them. `network`: the hosts runs may reach (None: none).
+    """
     from ..executor import Executor
 
+    if network:  # a bad entry is the operator's error, said now, not at every tool call
+        make_request("", profile=profile, network=list(network))
     with _stop_on_signals() as stop:
         with Executor(records=records, max_sessions=max_sessions) as executor:
             if stop.requested:  # a signal came while the sandbox was starting
@@ -562,6 +566,7 @@ def serve(
                 else None,
                 session_starts_per_key=session_starts_per_key if keys else None,
                 session_starts_per_s=session_starts_per_s if keys else None,
+                network=network,
             )
             if transport == "stdio":
                 # The SDK reads stdin in a worker thread that no cancellation can interrupt,
