@@ -253,7 +253,7 @@ def run_cmd(
                 request,
                 cache=False if no_cache else None,
                 secrets=secrets,
-                bound_secrets=_bound_secrets(secret_for),
+                bound_secrets=bound_from_environment(secret_for),
                 on_stdout=None if as_json else out,
                 on_stderr=None if as_json else err,
             )
@@ -284,7 +284,7 @@ def language_of(file: str) -> str:
     return LANGUAGE_OF_SUFFIX.get(Path(file).suffix.lower(), "python")
 
 
-def _bound_secrets(pairs: tuple[str, ...]) -> list[dict[str, Any]]:
+def bound_from_environment(pairs: tuple[str, ...]) -> list[dict[str, Any]]:
     """`--secret-for NAME=HOST[,HOST]`: the value from this process's environment (never
     from the command line, which other users of the host can read)."""
     bound = []

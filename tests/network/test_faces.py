@@ -233,3 +233,39 @@ def test_the_mcp_command_allow_net_reaches_the_named_host_and_refuses_a_bad_entr
     assert len(upstream.seen()) == 1
     bad = cli("mcp", "--allow-net", "not a host!", stdin=b"", env=env)
     assert bad.returncode == 2 and b"not a host name" in bad.stderr
+
+
+def test_mcp_bound_secret_reaches_its_host_and_the_model_sees_a_placeholder(
+    net: execbox.Executor, upstream: Upstream
+) -> None:
+    """The operator's secret bound to a host (`execbox mcp --secret-for`): run_python's
+    request to the host carries the value; the tool's answer carries none of it."""
+    from mcp import Client
+    from mcp.types import TextContent
+
+    port = upstream.https_port
+    value = "tok-" + os.urandom(16).hex()
+    code = (
+        "import os, urllib.request\n"
+        f"r = urllib.request.Request('https://api.test:{port}/hello', "
+        "headers={'Authorization': 'Bearer ' + os.environ['TOKEN']})\n"
+        "print(urllib.request.urlopen(r, timeout=10).status, os.environ['TOKEN'])\n"
+    )
+    bound = [{"name": "TOKEN", "value": value, "hosts": [f"api.test:{port}"]}]
+    server = build_server(net, profile="net", network=[f"api.test:{port}"], bound_secrets=bound)
+
+    async def main() -> Any:
+        async with Client(server, read_timeout_seconds=60) as client:
+            return await client.call_tool("run_python", {"code": code})
+
+    upstream.clear()
+    ran = asyncio.run(main())
+    text = "\n".join(c.text for c in ran.content if isinstance(c, TextContent))
+    assert text.endswith("200 [REDACTED:secret]"), text  # the placeholder, redacted too
+    assert value not in text and value not in json.dumps(ran.structured_content)
+    assert f"authorization: Bearer {value}" in upstream.https.heads[0]
+    env = {**os.environ, "GH_TOKEN": value}
+    for net_args in ((), ("--allow-net", "other.example.com")):  # the host must be allowed
+        args = ("mcp", *net_args, "--secret-for", "GH_TOKEN=api.example.com")
+        unlisted = cli(*args, stdin=b"", env=env)
+        assert unlisted.returncode == 2 and b"allowlist" in unlisted.stderr, unlisted.stderr

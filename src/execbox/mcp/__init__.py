@@ -48,6 +48,15 @@ __all__ = ["mcp_command"]
     "none: no network.",
 )
 @click.option(
+    "--secret-for",
+    "secret_for",
+    multiple=True,
+    metavar="NAME=HOST[:PORT][,HOST...]",
+    help="Bind the secret in this shell's variable NAME to hosts of --allow-net: every run "
+    "sees a placeholder in NAME, which the proxy swaps for the value in the Authorization "
+    "header of HTTPS requests to those hosts only. The model never sees the value.",
+)
+@click.option(
     "--no-auth",
     is_flag=True,
     help="http: accept every caller as the tenant 'local' (only on a trusted "
@@ -98,6 +107,7 @@ def mcp_command(
     profile: str,
     environment: str | None,
     allow_net: tuple[str, ...],
+    secret_for: tuple[str, ...],
     no_auth: bool,
     db: str | None,
     max_result_mib: int,
@@ -111,6 +121,7 @@ def mcp_command(
     session it opened, when the client disconnects (stdio) or on SIGINT/SIGTERM. Over http,
     callers send a key from `execbox keys create` (the HTTP API's keys, quotas and tenancy).
     """
+    from ..cli import bound_from_environment
     from ..errors import ExecboxError
     from .server import serve
 
@@ -126,6 +137,7 @@ def mcp_command(
             profile=profile,
             environment=environment,
             network=list(allow_net) or None,
+            bound_secrets=bound_from_environment(secret_for),
             auth=not no_auth,
             records=db,
             max_result_bytes=max_result_mib << 20,

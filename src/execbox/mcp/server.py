@@ -19,7 +19,7 @@ import os
 import signal
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
@@ -29,9 +29,9 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, ContentBlock, ImageContent, TextContent, ToolAnnotations
 from pydantic import Field
 
-from ..contract import ENVIRONMENT_NAME, Limits, RunResult
+from ..contract import ENVIRONMENT_NAME, BoundSecret, Limits, RunResult
 from ..errors import ExecboxError
-from ..request import make_request
+from ..request import bind_secrets, make_request
 from ..server import malloc
 from ..server.auth import KeyStore, Tenant
 from ..server.errors import ApiError
@@ -132,6 +132,7 @@ def build_server(  # noqa: C901
     session_starts_per_key: int | None = None,
     session_starts_per_s: float | None = None,
     network: Sequence[str] | None = None,
+    bound_secrets: Sequence[BoundSecret | Mapping[str, Any]] = (),
 ) -> MCPServer[Any]:
     """An MCP server whose tools run on `executor` (which the caller owns and closes), under
     policy `profile`, in `environment` unless a call names another (None: the default).
@@ -143,7 +144,8 @@ def build_server(  # noqa: C901
     its share of the sessions, as `execbox serve --max-sessions`; `session_starts_per_key` and
     `session_starts_per_s` cap each key's session starts as `execbox serve`'s options do.
     `network`: the hosts run_python's runs may reach (the operator's choice; None: none),
-    within what `profile` allows."""
+    within what `profile` allows; `bound_secrets`: the operator's secrets bound to some of
+    those hosts, given to every run (never to the model: its runs see placeholders)."""
     sessions = SessionRegistry(session_starts_per_key, session_starts_per_s)
     default_environment = environment
     quotas = Quotas()
@@ -248,6 +250,7 @@ def build_server(  # noqa: C901
                 ),
                 cache_scope=scope,
                 tenant=scope,
+                bound_secrets=bound_secrets,
             ),
             limits,
         )
@@ -537,6 +540,7 @@ def serve(
     session_starts_per_key: int = 1,
     session_starts_per_s: float = 1.0,
     network: Sequence[str] | None = None,
+    bound_secrets: Sequence[Mapping[str, Any]] = (),
 ) -> None:
     """Start an Executor, serve MCP on `transport` until the client leaves (stdio) or a
     SIGINT/SIGTERM arrives, then close every session and the Executor. Over HTTP, with `auth`,
@@ -546,8 +550,9 @@ def serve(
     """
     from ..executor import Executor
 
-    if network:  # a bad entry is the operator's error, said now, not at every tool call
-        make_request("", profile=profile, network=list(network))
+    if network or bound_secrets:  # the operator's error, said now, not at every tool call
+        checked = make_request("", profile=profile, network=list(network) if network else "none")
+        bind_secrets(bound_secrets, checked)
     with _stop_on_signals() as stop:
         with Executor(records=records, max_sessions=max_sessions) as executor:
             if stop.requested:  # a signal came while the sandbox was starting
@@ -567,6 +572,7 @@ def serve(
                 session_starts_per_key=session_starts_per_key if keys else None,
                 session_starts_per_s=session_starts_per_s if keys else None,
                 network=network,
+                bound_secrets=bound_secrets,
             )
             if transport == "stdio":
                 # The SDK reads stdin in a worker thread that no cancellation can interrupt,
