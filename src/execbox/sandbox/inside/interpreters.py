@@ -111,4 +111,4 @@ def exec_code(
     """Become the interpreter of `language` running `code`; raises OSError if it cannot."""
     args, extra = argv(language, code, err_fd, memory_bytes)
     os.set_inheritable(err_fd, True)
-    os.execve(args[0], args, {**extra, **env})
+    os.execve(args[0], args, {**env, **extra})  # the request may not set these (contract)
