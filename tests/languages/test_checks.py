@@ -4,6 +4,9 @@ cannot read JavaScript, and the cost of the `minimal` profile's JavaScript parse
 from __future__ import annotations
 
 import os
+import stat
+import threading
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -11,6 +14,7 @@ from pydantic import ValidationError
 from execbox import RunRequest
 from execbox.contract import RUNNER_ENV
 from execbox.errors import UsageError
+from execbox.policy import javascript
 from execbox.policy.profiles import _parse_profiles
 from execbox.sandbox.inside import interpreters
 
@@ -64,3 +68,43 @@ def test_a_profile_with_python_rules_and_javascript_but_no_javascript_rules_is_r
         ('["python", "javascript", "bash"]', no_writes),
     ]:
         assert list(_parse_profiles(_profile(languages, rules), "f.toml")) == ["p"]
+
+
+def _counting_node(tmp_path: Path, node: str) -> tuple[str, Path]:
+    """A `node` that logs its start and end around the real one: (its path, the log)."""
+    log = tmp_path / "starts.log"
+    wrapper = tmp_path / "node"
+    wrapper.write_text(
+        f'#!/bin/sh\necho start >> "{log}"\n"{node}" "$@"\nstatus=$?\n'
+        f'echo end >> "{log}"\nexit $status\n'
+    )
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    return str(wrapper), log
+
+
+def test_the_javascript_check_starts_node_once_per_code_and_two_at_most(tmp_path: Path) -> None:
+    node = interpreters.find("node")
+    if node is None:
+        pytest.skip("no node")
+    counting, log = _counting_node(tmp_path, node)
+    code = "const fs = require('fs')\n// " + tmp_path.name
+    first = javascript.analyse(code, counting)
+    assert javascript.analyse(code, counting) == first
+    assert first.modules == [("fs", 1)]
+    assert log.read_text().split() == ["start", "end"]  # the repeat cost no node
+    log.write_text("")
+    threads = [
+        threading.Thread(target=javascript.analyse, args=(f"{code} {i}", counting))
+        for i in range(6)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    events = log.read_text().split()
+    assert events.count("start") == 6
+    running = peak = 0
+    for event in events:
+        running += 1 if event == "start" else -1
+        peak = max(peak, running)
+    assert peak <= javascript.MAX_PARSES == 2
