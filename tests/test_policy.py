@@ -49,6 +49,7 @@ def strict(shipped: dict[str, Profile], **rules: Any) -> dict[str, Profile]:
         "imports_deny": ["subprocess", "ctypes"],
         "calls_deny": ["os.system", "os.exec*", "subprocess.*", "ctypes.*"],
         "writes_outside_workspace": "deny",
+        "languages": ["python"],  # these rules read Python only
     }
     table = {**shipped["data"].model_dump(), "name": "strict", **base, **rules}
     return {"strict": Profile.model_validate(table), **shipped}
@@ -549,7 +550,7 @@ def test_a_profile_with_no_rules_about_the_code_does_not_parse_it(
         {"calls_approval": ["os.system"]},
         {"writes_outside_workspace": "deny"},
     ):
-        only = {**shipped["data"].model_dump(), "name": "only", **rule}
+        only = {**shipped["data"].model_dump(), "name": "only", "languages": ["python"], **rule}
         profiles = {"only": Profile.model_validate(only)}
         parsed.clear()
         v = run_check(src, profiles, "only")
@@ -589,7 +590,12 @@ def test_the_scan_finds_every_import_the_syntax_tree_finds(shipped: dict[str, Pr
     # profile with one rule about the code (writes), which denies none of them.
     reading = {
         "r": Profile.model_validate(
-            {**shipped["data"].model_dump(), "name": "r", "writes_outside_workspace": "deny"}
+            {
+                **shipped["data"].model_dump(),
+                "name": "r",
+                "writes_outside_workspace": "deny",
+                "languages": ["python"],
+            }
         )
     }
     stdlib = Path(ast.__file__).parent

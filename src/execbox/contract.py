@@ -20,6 +20,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ValidationInfo,
     ValidatorFunctionWrapHandler,
     field_serializer,
     field_validator,
@@ -35,6 +36,11 @@ MAX_SECRETS = 256
 MAX_SECRETS_BYTES = 64 * 1024
 # What an environment may be called (`execbox env build NAME`): it names a directory.
 ENVIRONMENT_NAME = r"^[a-z][a-z0-9_-]{0,31}$"
+# Variables the sandbox's runner sets for a language's interpreter (sandbox.inside.interpreters).
+RUNNER_ENV: dict[str, tuple[str, ...]] = {
+    "javascript": ("UV_THREADPOOL_SIZE",),
+    "bash": ("BASH_ENV",),
+}
 
 
 def check_secrets(values: Iterable[str]) -> tuple[str, ...]:
@@ -354,10 +360,19 @@ class RunRequest(BaseModel):
 
     @field_validator("env")
     @classmethod
-    def _valid_env(cls, env: dict[str, str]) -> dict[str, str]:
+    def _valid_env(cls, env: dict[str, str], info: ValidationInfo) -> dict[str, str]:
         for key, value in env.items():
             if not key or "=" in key or "\x00" in key or "\x00" in value:
                 raise ValueError(f"invalid environment variable name or value: {key!r}")
+        # The runner's own variables (Node's thread pool, bash's prelude with the `set -e`
+        # report): a request's value would replace them, so it is refused, not ignored.
+        language = info.data.get("language", "python")
+        for name in RUNNER_ENV.get(language, ()):
+            if name in env:
+                raise ValueError(
+                    f"environment variable {name} is set by execbox for {language} runs; "
+                    "leave it out"
+                )
         return env
 
     @field_validator("network")

@@ -66,6 +66,7 @@ def test_the_default_profile_sees_the_imports_the_syntax_tree_sees_in_every_prog
                 **load_profiles()["data"].model_dump(),
                 "name": "r",
                 "writes_outside_workspace": "deny",
+                "languages": ["python"],
             }
         )
     }

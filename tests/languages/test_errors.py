@@ -72,6 +72,14 @@ def test_bash_exit_code_and_set_e_line(executor: Executor) -> None:
     assert "main.sh: line 1: nosuchcommand: command not found" in result.stderr
 
 
+def test_bash_set_x_traces_the_code_and_not_the_runners_traps(executor: Executor) -> None:
+    code = "set -x\nfalse || true\nset -e\necho on\nfalse\necho no"
+    result = executor.run(code, language="bash")
+    assert result.stderr == "+ false\n+ true\n+ set -e\n+ echo on\n+ false\n"
+    assert result.error is not None
+    assert (result.error.type, result.error.line) == ("CommandFailed", 5)
+
+
 def test_bash_has_the_tools_agents_use(executor: Executor) -> None:
     code = "printf 'b\\na\\n' | sort | wc -l; echo '{\"k\": [1,2]}' | jq '.k | length';"
     code += "echo x,y | awk -F, '{print $2}' | sed s/y/z/ | grep z"

@@ -18,8 +18,11 @@ constructor on any object (`.binding`, `.dlopen`, `.getBuiltinModule`, `.require
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from ..errors import SandboxUnavailable
@@ -29,6 +32,10 @@ from ..errors import SandboxUnavailable
 STEERING_ENV = ("NODE_", "LD_")
 PARSE_TIMEOUT_S = 10.0
 PARSE_HEAP_MIB = 256
+# Each parse is a host `node` (0.2-0.4 s of CPU) before admission: at most this many at once,
+# and a repeated request's code is answered from the cache of recent analyses.
+MAX_PARSES = 2
+CACHE_SIZE = 256
 
 # Reads the code on stdin, prints {"modules": [[name, line], ...], "dynamic": [[what, line]],
 # "error": null | [message, line]}. First as the runner compiles it, the body of CommonJS's
@@ -134,7 +141,29 @@ def top_level(name: str) -> str:
     return "/".join(parts[:2]) if name.startswith("@") else parts[0]
 
 
+_parses = threading.BoundedSemaphore(MAX_PARSES)
+_cache: OrderedDict[tuple[str, str], JsAnalysis] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
 def analyse(code: str, node: str) -> JsAnalysis:
+    """What acorn finds in `code`, from the cache or parsed by `parse`."""
+    key = (hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest(), node)
+    with _cache_lock:
+        found = _cache.get(key)
+        if found is not None:
+            _cache.move_to_end(key)
+            return found
+    with _parses:
+        found = parse(code, node)
+    with _cache_lock:
+        _cache[key] = found
+        if len(_cache) > CACHE_SIZE:
+            _cache.popitem(last=False)
+    return found
+
+
+def parse(code: str, node: str) -> JsAnalysis:
     """Parse `code` with acorn in a child `node`; SandboxUnavailable if that fails."""
     try:
         done = subprocess.run(

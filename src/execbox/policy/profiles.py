@@ -158,6 +158,32 @@ class Profile(BaseModel):
         return patterns
 
     @model_validator(mode="after")
+    def _javascript_checked(self) -> Profile:
+        # Rules about the code read Python only: JavaScript under them would run unchecked
+        # unless the profile also says which Node modules it denies.
+        python_rules = [
+            name
+            for name, value in (
+                ("imports_allow", self.imports_allow is not None),
+                ("imports_deny", self.imports_deny),
+                ("imports_approval", self.imports_approval),
+                ("calls_deny", self.calls_deny),
+                ("calls_approval", self.calls_approval),
+                ("attributes_deny", self.attributes_deny),
+                ("module_values", self.module_values == "deny"),
+                ("writes_outside_workspace", self.writes_outside_workspace == "deny"),
+            )
+            if value
+        ]
+        if "javascript" in self.languages and python_rules and not self.javascript_modules_deny:
+            raise ValueError(
+                f"languages lists javascript, and the profile's rules about the code "
+                f"({', '.join(python_rules)}) read Python only: set javascript_modules_deny "
+                "for its JavaScript, or leave javascript out of languages"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _defaults_within_maximums(self) -> Profile:
         # Otherwise a request that asks for nothing would be denied by its own profile.
         excess = first_excess(self.limits, self.max_limits)

@@ -44,13 +44,14 @@ NODE_RUNNER = _read(_RUNNER_JS)  # read once, in the zygote: the jail does not s
 
 # Sourced by bash before the code (BASH_ENV): an ERR trap notes the line of a failure under
 # `set -e`, and the EXIT trap reports it when the shell exits with that failure's status.
+# Each trap's body runs with stderr on /dev/null, so the code's `set -x` does not trace it.
 _BASH_PRELUDE = """\
 unset BASH_ENV
-trap '__execbox_s=$? __execbox_l=$LINENO; [[ $- == *e* ]] || __execbox_l=' ERR
-trap '__execbox_x=$?; if [[ -n $__execbox_l && $__execbox_x == "$__execbox_s" ]]; then \
+trap '{ __execbox_s=$? __execbox_l=$LINENO; [[ $- == *e* ]] || __execbox_l=; } 2>/dev/null' ERR
+trap '{ __execbox_x=$?; if [[ -n $__execbox_l && $__execbox_x == "$__execbox_s" ]]; then \
 printf '"'"'{"type":"CommandFailed","message":"a command failed with exit status %s under \
 set -e","line":%s,"column":null,"traceback":null}'"'"' "$__execbox_x" "$__execbox_l" \
->&{err_fd}; fi' EXIT
+>&{err_fd}; fi; } 2>/dev/null' EXIT
 """
 
 
@@ -111,4 +112,4 @@ def exec_code(
     """Become the interpreter of `language` running `code`; raises OSError if it cannot."""
     args, extra = argv(language, code, err_fd, memory_bytes)
     os.set_inheritable(err_fd, True)
-    os.execve(args[0], args, {**extra, **env})
+    os.execve(args[0], args, {**env, **extra})  # the request may not set these (contract)
