@@ -966,3 +966,46 @@ def test_masking_an_answer_costs_work_linear_in_its_claims(monkeypatch: pytest.M
 
     small, large = work(100), work(400)
     assert 0 < large < 6 * small  # four times the claims: linear is about 4x, quadratic 16x
+
+
+_SUMMARY = (
+    "           units      price\n"
+    "count   7.000000   7.000000\n"
+    "mean   14.142857   7.250000\n"
+    "std     8.933618   4.677072\n"
+    "min     5.000000   3.500000\n"
+    "25%     8.000000   3.500000\n"
+    "50%    12.000000   3.500000\n"
+    "75%    18.000000  12.250000\n"
+    "max    30.000000  12.250000\n"
+)
+_CROSSTAB = "product  A  B\nregion       \nEast     2  1\nNorth    1  1\nWest     1  1\n"
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("There are 8 rows.", _SUMMARY),  # 8 is the 25% quartile, the count is 7
+        ("There are 8 values.", _SUMMARY),
+        ("The data has 8 non-null values.", _SUMMARY),
+        ("East bought product B twice.", _CROSSTAB),  # East bought B once
+        ("North bought product A thrice.", _CROSSTAB),
+    ],
+)
+def test_a_count_is_read_from_the_count_not_any_equal_cell(answer: str, stdout: str) -> None:
+    assert bad(answer, stdout=stdout)
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("There are 7 rows.", _SUMMARY),
+        ("There are 7 values.", _SUMMARY),
+        ("East bought product A twice.", _CROSSTAB),
+        ("There are 1,000 rows.", "1000\n"),
+        ("North has 31 rows.", "region\nNorth    31\nSouth    27\nName: count, dtype: int64\n"),
+        ("Sales were twice as high.", "ratio: 2.0\n"),
+    ],
+)
+def test_an_honest_count_still_grounds(answer: str, stdout: str) -> None:
+    assert bad(answer, stdout=stdout) == []

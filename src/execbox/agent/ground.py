@@ -72,6 +72,12 @@ from .values import blank, dates_in, durations_in, mask_dates, month_days_in, sc
 _LIST_MARKER = re.compile(r"^\s*(\d+)[.)]\s", re.M)
 _ASIDE_SHARE = re.compile(r"\s*(?:[A-Za-z]+\s*)?\(?\s*")
 _SENTENCE_END = re.compile(r"[.!?;](?=\s|$)|\n")
+# What a number counts when it says how many rows there are: "8 rows", "7 non-null values".
+_COUNTED = re.compile(
+    r"\s+(?:[\w-]+\s+)?(?:rows|values|records|entries|observations|samples|items|data\s+points)\b",
+    re.I,
+)
+_COUNT_LABEL = "count"
 # Between a named value and a number, what makes the number another's: "March, and 35".
 _GAP_BREAK = re.compile(
     r"[.!?;,\n()]|\b(?:and|or|than|vs|versus|but|while|whereas|after|before|since|from|to)\b",
@@ -187,6 +193,8 @@ def check(  # noqa: C901
     # The labels the answer's own words may name (not its quotes or the outputs it shows in
     # fences), and those a named value reads ("month", "rank").
     wanted = wanted_words(masked) | NAMED_LABELS
+    if _COUNTED.search(masked):
+        wanted |= {_COUNT_LABEL}
     for keys, match in dates_in(masked):
         claims.append(date_claim(match[0], keys, evidence, context))
         spans.append(match.span())
@@ -326,6 +334,10 @@ def _labelled(
             if after < len(named) and _IN_PERIOD.fullmatch(text, num.end, named[after][0]):
                 row = _period(named[after], periods, index)  # "rose 84% in March"
                 labels += [row] if row is not None else []
+            # "There are 8 rows" over a summary: a count the answer ties to nothing else
+            # must be the summary's count, not its quartile that happens to be 8.
+            if not labels and _COUNTED.match(text, num.end) and index.get(_COUNT_LABEL):
+                labels = [_COUNT_LABEL]
             for label in labels:
                 cells = index.get(label)
                 if cells is not None and not any(fits(num, _cell_fact(c)) for c in cells.values):
