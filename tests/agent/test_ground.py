@@ -1009,3 +1009,37 @@ def test_a_count_is_read_from_the_count_not_any_equal_cell(answer: str, stdout: 
 )
 def test_an_honest_count_still_grounds(answer: str, stdout: str) -> None:
     assert bad(answer, stdout=stdout) == []
+
+
+_HEAD = (
+    "        date region product  units  price  revenue\n"
+    "0 2023-01-02   East       A     12   3.50    42.00\n"
+    "1 2023-01-03   West       B      7  12.25    85.75\n"
+    "2 2023-02-06   East       A     30   3.50   105.00\n"
+)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "The second order sold 30 units.",  # the second row sold 7; 30 is the third's
+        "The first row has a price of 12.25.",
+        "The last order brought in 85.75.",
+        "The fifth order sold 7 units.",  # no fifth row is printed
+    ],
+)
+def test_a_number_of_a_row_by_position_must_be_on_that_row(answer: str) -> None:
+    assert bad(answer, stdout=_HEAD)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "The second order sold 7 units.",
+        "The first row is East with 12 units at 3.50.",
+        "The last order brought in 105.00, the 3rd row.",
+        "The second East order sold 30 units.",  # the second of East's, not row 2
+    ],
+)
+def test_a_number_on_the_row_it_names_grounds(answer: str) -> None:
+    assert bad(answer, stdout=_HEAD) == []

@@ -65,6 +65,7 @@ from .labels import (
 from .models import Claim, Verdict
 from .named import NAMED_LABELS, named_claims
 from .quantities import Num, claimed_numbers, claimed_words, normalize, numbers_in
+from .rows import frames, positioned, row_facts
 from .spelled import word_numbers
 from .values import blank, dates_in, durations_in, mask_dates, month_days_in, scale_of
 
@@ -261,6 +262,7 @@ def check(  # noqa: C901
         stated.append((num, number_claim(num, evidence, question_numbers, words)))
     stated = _labelled(stated, masked, evidence, wanted, sorted(shown), answer, periods)
     stated = _respectively(stated, masked, evidence, wanted)
+    stated = _positioned(stated, masked, evidence)
     ends = [m.start() for m in _SENTENCE_END.finditer(masked)]
     sentences: dict[int, list[tuple[Num, Claim]]] = {}
     for num, claim in stated:
@@ -354,6 +356,41 @@ def _labelled(
                 claim = _crossing(num, claim, labels, index)
         else:
             labels = []
+        out.append((num, claim))
+    return out
+
+
+def _positioned(
+    stated: list[tuple[Num, Claim]], text: str, evidence: Evidence
+) -> list[tuple[Num, Claim]]:
+    """ "The second order sold 30": a grounded number after a row's position, in its sentence,
+    must be on that row of a printed frame (of any, when several are printed)."""
+    named = list(positioned(text))
+    if not named:
+        return stated
+    shown = frames(evidence)
+    if not shown:
+        return stated
+    rows = {
+        (end, pos): [frame[pos - 1 if pos > 0 else -1] for frame in shown if pos <= len(frame)]
+        for end, pos, _ in named
+    }
+    facts = row_facts(evidence, {where for wheres in rows.values() for where in wheres})
+    out = []
+    for num, claim in stated:
+        for end, pos, stop in named:
+            if not (claim.grounded and not num.literal and end <= num.start < stop):
+                continue
+            wheres = rows[(end, pos)]
+            if not any(fits(num, fact) for where in wheres for fact in facts[where]):
+                which = "last" if pos < 0 else f"number {pos}"
+                claim = Claim(
+                    text=num.text,
+                    kind="number",
+                    grounded=False,
+                    detail=f"the printed row {which} does not show this value "
+                    f"(it is shown at {claim.source})",
+                )
         out.append((num, claim))
     return out
 
