@@ -1043,3 +1043,36 @@ def test_a_number_of_a_row_by_position_must_be_on_that_row(answer: str) -> None:
 )
 def test_a_number_on_the_row_it_names_grounds(answer: str) -> None:
     assert bad(answer, stdout=_HEAD) == []
+
+
+_MONTHLY = (
+    "date\n2023-01    19\n2023-02    35\n2023-03    31\n2023-04    14\nFreq: M, Name: units\n"
+)
+_DAILY = "date\n2023-01-31    19\n2023-02-28    35\n2023-03-31    31\n"
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("Units peaked in 2023-03.", _MONTHLY),  # the series peaks at 2023-02 (35)
+        ("The weakest month was 2023-01.", _MONTHLY),  # it bottoms out at 2023-04
+        ("Sales were highest on 2023-03-31.", _DAILY),
+        ("The best day was 2023-03-31 00:00.", _DAILY.replace("    ", " 00:00:00    ")),
+    ],
+)
+def test_a_date_at_a_series_extreme_must_be_where_it_peaks(answer: str, stdout: str) -> None:
+    assert bad(answer, stdout=stdout)
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("Units peaked in 2023-02.", _MONTHLY),
+        ("Units peaked in 2023-02 with 35, and were lowest in 2023-04.", _MONTHLY),
+        ("In 2023-03 units were 31.", _MONTHLY),
+        ("Sales were highest on 2023-02-28.", _DAILY),
+        ("The peak was on 2023-03-04.", "peak: 2023-03-04\nlow: 2023-03-01\n"),
+    ],
+)
+def test_a_date_where_the_series_peaks_grounds(answer: str, stdout: str) -> None:
+    assert bad(answer, stdout=stdout) == []

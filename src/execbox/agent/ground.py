@@ -64,6 +64,7 @@ from .labels import (
 )
 from .models import Claim, Verdict
 from .named import NAMED_LABELS, named_claims
+from .peaks import Series, extreme_claim
 from .quantities import Num, claimed_numbers, claimed_words, normalize, numbers_in
 from .rows import frames, positioned, row_facts
 from .spelled import word_numbers
@@ -196,8 +197,13 @@ def check(  # noqa: C901
     wanted = wanted_words(masked) | NAMED_LABELS
     if _COUNTED.search(masked):
         wanted |= {_COUNT_LABEL}
+    series: list[Series] = []
     for keys, match in dates_in(masked):
-        claims.append(date_claim(match[0], keys, evidence, context))
+        claim = date_claim(match[0], keys, evidence, context)
+        if claim.grounded and claim.source != "the question":
+            start, end = match.span()
+            claim = extreme_claim(masked, start, end, keys, evidence, series) or claim
+        claims.append(claim)
         spans.append(match.span())
     masked, spans = blank(masked, spans), []
     for month, day, match in month_days_in(masked):
