@@ -1076,3 +1076,33 @@ def test_a_date_at_a_series_extreme_must_be_where_it_peaks(answer: str, stdout: 
 )
 def test_a_date_where_the_series_peaks_grounds(answer: str, stdout: str) -> None:
     assert bad(answer, stdout=stdout) == []
+
+
+_GAPS = "mean gap: 15 days 04:00:00\nmax gap: 34 days 00:00:00\n"
+
+
+@pytest.mark.parametrize(
+    "answer",
+    ["The longest gap was 15 days.", "The max gap was 15 days.", "The mean gap is 34 days."],
+)
+def test_a_printed_timedelta_is_read_under_its_key(answer: str) -> None:
+    assert bad(answer, stdout=_GAPS)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "The longest gap was 34 days.",
+        "The mean gap is about 15 days.",
+        "The mean gap is 15 days 04:00:00.",
+        "The mean gap is 15 days, the longest 34 days.",
+    ],
+)
+def test_a_timedelta_stated_as_printed_grounds(answer: str) -> None:
+    assert bad(answer, stdout=_GAPS) == []
+
+
+def test_a_timedelta_is_one_value() -> None:
+    assert [s for s, _, _ in values.durations_in("gap: 15 days 04:00:00")] == [
+        15 * 86400 + 4 * 3600
+    ]
