@@ -1106,3 +1106,33 @@ def test_a_timedelta_is_one_value() -> None:
     assert [s for s, _, _ in values.durations_in("gap: 15 days 04:00:00")] == [
         15 * 86400 + 4 * 3600
     ]
+
+
+_YEARLY = "2022: 1,204\n2023: 1,530\nchange: +27.1%\n"
+_REGIONS = "East Region: 143\nWest Region: 98\n"
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("2022 had 1,530 units.", _YEARLY),  # 1,530 is 2023's
+        ("2023 sold 1,204 units.", _YEARLY),
+        ("Region East sold 98.", _REGIONS),  # the label in the other order is still East's
+    ],
+)
+def test_a_year_or_turned_label_holds_its_own_number(answer: str, stdout: str) -> None:
+    assert bad(answer, stdout=stdout)
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("2022 had 1,204 units.", _YEARLY),
+        ("2023 sold 1,530 units.", _YEARLY),
+        ("Region East sold 143.", _REGIONS),
+        ("East Region sold 143 and Region West 98.", _REGIONS),
+        ("2022 had 1,204 units.", "units in 2022 were 1,204\n"),  # no line keyed by it
+    ],
+)
+def test_a_year_or_turned_label_on_its_number_grounds(answer: str, stdout: str) -> None:
+    assert bad(answer, stdout=stdout) == []

@@ -269,6 +269,7 @@ def check(  # noqa: C901
     stated = _labelled(stated, masked, evidence, wanted, sorted(shown), answer, periods)
     stated = _respectively(stated, masked, evidence, wanted)
     stated = _positioned(stated, masked, evidence)
+    stated = _year_keyed(stated, masked, evidence)
     ends = [m.start() for m in _SENTENCE_END.finditer(masked)]
     sentences: dict[int, list[tuple[Num, Claim]]] = {}
     for num, claim in stated:
@@ -399,6 +400,43 @@ def _positioned(
                 )
         out.append((num, claim))
     return out
+
+
+def _year_keyed(
+    stated: list[tuple[Num, Claim]], text: str, evidence: Evidence
+) -> list[tuple[Num, Claim]]:
+    """ "2022 had 1,530 units": a number right after a year an output line is keyed by
+    ("2022: 1,204") must be on such a line (a label of digits alone is no word label)."""
+    out = list(stated)
+    for i in range(len(stated) - 1):
+        (year, _), (num, claim) = stated[i], stated[i + 1]
+        gap = text[year.end : num.start]
+        if not (
+            _YEAR.fullmatch(year.text)
+            and claim.grounded
+            and not num.literal
+            and not _GAP_BREAK.search(gap)
+            and len(gap.split()) <= 3
+            and evidence.may_contain(year.text)
+        ):
+            continue
+        key = re.compile(rf"\s*{year.text}\s*[:=]?\s+\S")
+        rows = {f.where for f in evidence.texts if key.match(str(f.value))}
+        if rows and not any(fits(num, f) for f in evidence.numbers if f.where in rows):
+            out[i + 1] = (
+                num,
+                Claim(
+                    text=num.text,
+                    kind="number",
+                    grounded=False,
+                    detail=f"the outputs' lines keyed {year.text} do not show this value "
+                    f"(it is shown at {claim.source})",
+                ),
+            )
+    return out
+
+
+_YEAR = re.compile(r"(?:19|20)\d\d")
 
 
 def _respectively(

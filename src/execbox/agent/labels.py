@@ -441,6 +441,9 @@ def lookup(gram: str, index: LabelIndex) -> str | None:
     other = f"{head} {_other_number(last)}".strip()  # "user count": a shown "users"
     if index.get(other) is not None:
         return other
+    turned = " ".join(reversed(gram.split()))  # "Region East" of a shown "East Region"
+    if head and " " not in head and index.get(turned) is not None:
+        return turned
     alias = ALIASES.get(gram)
     if alias is None and " " in gram:  # "train accuracy" for a shown "train acc"
         alias = " ".join(ALIASES.get(word, word) for word in gram.split())
