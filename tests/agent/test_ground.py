@@ -1136,3 +1136,34 @@ def test_a_year_or_turned_label_holds_its_own_number(answer: str, stdout: str) -
 )
 def test_a_year_or_turned_label_on_its_number_grounds(answer: str, stdout: str) -> None:
     assert bad(answer, stdout=stdout) == []
+
+
+_STAMPED = "peak: 2023-03-04 13:00:00+00:00\n"
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("The peak was at 13:00 EST.", _STAMPED),  # printed in UTC: 13:00 EST is 18:00 UTC
+        ("The peak was at 1 pm PST.", "peak: 2023-03-04 13:00:00\n"),  # no zone stated
+        ("The peak was at 13:00 UTC.", "peak: 2023-03-04 13:00:00-05:00\n"),
+        ("The peak was at 13:00 (CET).", _STAMPED),
+        ("The peak was at 23:30 (UTC+5).", "peak: 2023-03-04 23:30:00-05:00\n"),
+    ],
+)
+def test_a_time_zone_no_output_states_is_refused(answer: str, stdout: str) -> None:
+    assert bad(answer, stdout=stdout)
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("The peak was at 13:00 UTC.", _STAMPED),
+        ("The peak was at 13:00 EST.", "peak: 2023-03-04 13:00:00 EST\n"),
+        ("The job ran at 13:00 GMT.", "ran: 2023-03-04 13:00:00Z\n"),
+        ("The peak was at 13:00.", _STAMPED),
+        ("The peak was at 23:30 (UTC-5).", "peak: 2023-03-04 23:30:00-05:00\n"),
+    ],
+)
+def test_a_time_in_a_zone_an_output_states_grounds(answer: str, stdout: str) -> None:
+    assert bad(answer, stdout=stdout) == []

@@ -210,6 +210,10 @@ def check(  # noqa: C901
         claims.append(month_day_claim(match, month, day, evidence, context))
         spans.append(match.span())
     masked, spans = blank(masked, spans), []
+    for match in _ZONE.finditer(masked):
+        claims.append(_zone_claim(match["zone"], evidence))
+        spans.append(match.span("zone"))
+    masked, spans = blank(masked, spans), []
     for match in CLOCK.finditer(masked):
         claims.append(clock_claim(match, evidence, wanted))
         spans.append(match.span())
@@ -290,6 +294,37 @@ def check(  # noqa: C901
     if result is not None:
         claims.append(result)
     return claims
+
+
+# A time's zone: "13:00 EST", "1 pm UTC+2". A time of another zone is another time.
+_ZONE = re.compile(
+    r"\d(?::[0-5]\d){0,2}\s?(?:[ap]\.?m\.?)?\s*\(?(?P<zone>(?:UTC|GMT)(?:\s?[+-]\s?\d{1,2}(?::?\d\d)?)?|"
+    r"[ECMP][SD]T|AK[SD]T|HST|[CEW]ES?T|BST|IST|JST|KST|AE[SD]T|NZ[SD]T)\b\)?"
+)
+_UTC = re.compile(r"(?:utc|gmt)(?:\s?[+-]\s?0{1,2}(?::?00)?)?", re.I)
+
+
+def _zone_claim(zone: str, evidence: Evidence) -> Claim:
+    """A zone the answer gives a time must be one an output states: a time printed in UTC
+    ("+00:00") is not "13:00 EST"."""
+    folded = zone.casefold()
+    offset = re.search(r"([+-])\s?(\d{1,2})(?::?(\d\d))?$", folded)
+    if _UTC.fullmatch(folded) is not None:
+        shown = re.compile(r"[+-]00:?00\b|\butc\b|\bgmt\b|\dz\b")
+    elif offset is not None:  # "UTC-5" of a printed "-05:00"
+        sign, hours, minutes = offset[1], int(offset[2]), offset[3] or "00"
+        shown = re.compile(rf"{re.escape(folded)}|\d{re.escape(sign)}{hours:02d}:?{minutes}\b")
+    else:
+        shown = re.compile(rf"\b{re.escape(folded)}\b")
+    blob = evidence.folded()
+    if shown.search(blob):
+        return Claim(text=zone, kind="date", grounded=True, source="an output states this zone")
+    return Claim(
+        text=zone,
+        kind="date",
+        grounded=False,
+        detail="no output states this time zone: give the time in the zone the outputs show",
+    )
 
 
 def _labelled(
