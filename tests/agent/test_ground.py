@@ -1167,3 +1167,19 @@ def test_a_time_zone_no_output_states_is_refused(answer: str, stdout: str) -> No
 )
 def test_a_time_in_a_zone_an_output_states_grounds(answer: str, stdout: str) -> None:
     assert bad(answer, stdout=stdout) == []
+
+
+_EUROS = "East: 257,250.00 \u20ac\nNorth: 110,250.00 \u20ac\nWest: 162,750.00 \u20ac\n"
+
+
+@pytest.mark.parametrize(
+    "answer",
+    ["East earned \u20ac257,250.", "West brought in about \u20ac163k.", "East: 257,250 \u20ac."],
+)
+def test_a_currency_printed_after_the_number_grounds_its_unit(answer: str) -> None:
+    assert bad(answer, stdout=_EUROS) == []
+
+
+@pytest.mark.parametrize("answer", ["East earned $257,250.", "East earned 257,250 $."])
+def test_another_currency_than_the_one_printed_after_is_refused(answer: str) -> None:
+    assert bad(answer, stdout=_EUROS)

@@ -55,7 +55,12 @@ UNIT_AFTER = re.compile(
     r"\s?("
     + "|".join(
         sorted(
-            (s for spellings in UNIT_FAMILIES.values() for s in spellings if s not in CURRENCY),
+            # A currency's symbol after the number counts too: "257,250.00 \u20ac".
+            (
+                re.escape(s) if s in CURRENCY else s
+                for spellings in UNIT_FAMILIES.values()
+                for s in spellings
+            ),
             key=len,
             reverse=True,
         )
