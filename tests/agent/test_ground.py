@@ -1183,3 +1183,26 @@ def test_a_currency_printed_after_the_number_grounds_its_unit(answer: str) -> No
 @pytest.mark.parametrize("answer", ["East earned $257,250.", "East earned 257,250 $."])
 def test_another_currency_than_the_one_printed_after_is_refused(answer: str) -> None:
     assert bad(answer, stdout=_EUROS)
+
+
+_SHARES = "East: 48.5%\nNorth: 20.8%\nWest: 30.7%\n"
+
+
+@pytest.mark.parametrize(
+    "answer",
+    ["About a third of revenue came from West.", "Nearly half of revenue came from East."],
+)
+def test_a_rough_fraction_in_words_grounds_a_near_share(answer: str) -> None:
+    assert bad(answer, stdout=_SHARES) == []
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "About a third of revenue came from North.",  # 20.8%
+        "About a quarter came from North.",  # 20.8% is 17% short of a quarter
+        "Nearly half of revenue came from West.",
+    ],
+)
+def test_a_rough_fraction_in_words_is_not_any_share(answer: str) -> None:
+    assert bad(answer, stdout=_SHARES)
