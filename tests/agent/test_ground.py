@@ -1206,3 +1206,19 @@ def test_a_rough_fraction_in_words_grounds_a_near_share(answer: str) -> None:
 )
 def test_a_rough_fraction_in_words_is_not_any_share(answer: str) -> None:
     assert bad(answer, stdout=_SHARES)
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout", "refused"),
+    [
+        ("East has 1 B sale.", _CROSSTAB, False),  # "B" is the column, not a billion
+        ("North has 1 A sale.", _CROSSTAB, False),
+        ("East has 2 B sales.", _CROSSTAB, True),
+        ("Revenue was 1 B.", "revenue: 1000000000\n", False),  # no column B: a billion
+        ("Revenue was 2 B.", "revenue: 1000000000\n", True),
+    ],
+)
+def test_a_letter_after_a_number_is_a_shown_column_before_a_magnitude(
+    answer: str, stdout: str, refused: bool
+) -> None:
+    assert bool(bad(answer, stdout=stdout)) is refused

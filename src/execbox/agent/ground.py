@@ -250,7 +250,7 @@ def check(  # noqa: C901
         claims.append(operation_claim(match, evidence, question_numbers))
         spans.append(match.span())
     masked = blank(masked, spans)
-    nums = list(claimed_numbers(masked))
+    nums = [_unscaled(num, evidence) for num in claimed_numbers(masked)]
     masked = blank(masked, [(num.start, num.end) for num in nums])
     nums = sorted([*nums, *durations, *claimed_words(masked)], key=lambda n: n.start)
     stated: list[tuple[Num, Claim]] = []
@@ -325,6 +325,25 @@ def _zone_claim(zone: str, evidence: Evidence) -> Claim:
         grounded=False,
         detail="no output states this time zone: give the time in the zone the outputs show",
     )
+
+
+_SCALED = re.compile(r"(\d[\d,]*(?:\.\d+)?)\s+([A-Z])")
+
+
+def _unscaled(num: Num, evidence: Evidence) -> Num:
+    """ "East has 1 B sale" over a table with a column "B": the letter is that column, not a
+    billion (read as one only where no output header shows it)."""
+    scaled = _SCALED.fullmatch(num.text)
+    if scaled is None or not any(
+        scaled[2] in line.split() and not re.search(r"\d", line)
+        for fact in evidence.texts
+        for line in [str(fact.value)]
+    ):
+        return num
+    bare = next(iter(claimed_numbers(scaled[1])), None)
+    if bare is None:
+        return num
+    return replace(bare, start=num.start, end=num.start + len(scaled[1]))
 
 
 def _labelled(
