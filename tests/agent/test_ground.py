@@ -1222,3 +1222,19 @@ def test_a_letter_after_a_number_is_a_shown_column_before_a_magnitude(
     answer: str, stdout: str, refused: bool
 ) -> None:
     assert bool(bad(answer, stdout=stdout)) is refused
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout", "refused"),
+    [
+        ("Values range from 1 to 10.", "min: 1\nmax: 9\nn: 10\n", True),  # 10 is the count
+        ("Ages are between 18 and 65.", "min: 18\nmax: 70\n65\n", True),
+        ("The range is 1\u20139.", "min: 1\nmax: 10\n9\n", True),
+        ("Values range from 1 to 9.", "min: 1\nmax: 9\nn: 10\n", False),
+        ("Units range from 5 to 30.", _SUMMARY, False),
+        ("Ages are between 18 and 70.", "min: 18\nmax: 70\n65\n", False),
+        ("The interquartile range runs from 8 to 18.", _SUMMARY, False),
+    ],
+)
+def test_a_range_is_a_shown_min_and_max(answer: str, stdout: str, refused: bool) -> None:
+    assert bool(bad(answer, stdout=stdout)) is refused

@@ -197,6 +197,8 @@ def check(  # noqa: C901
     wanted = wanted_words(masked) | NAMED_LABELS
     if _COUNTED.search(masked):
         wanted |= {_COUNT_LABEL}
+    if _RANGE.search(masked):
+        wanted |= {"min", "max"}
     series: list[Series] = []
     for keys, match in dates_in(masked):
         claim = date_claim(match[0], keys, evidence, context)
@@ -274,6 +276,7 @@ def check(  # noqa: C901
     stated = _respectively(stated, masked, evidence, wanted)
     stated = _positioned(stated, masked, evidence)
     stated = _year_keyed(stated, masked, evidence)
+    stated = _ranged(stated, masked, evidence, wanted)
     ends = [m.start() for m in _SENTENCE_END.finditer(masked)]
     sentences: dict[int, list[tuple[Num, Claim]]] = {}
     for num, claim in stated:
@@ -487,6 +490,54 @@ def _year_keyed(
                     f"(it is shown at {claim.source})",
                 ),
             )
+    return out
+
+
+# "range from 1 to 9", "between 18 and 65", "the range is 1-9": a low and a high.
+_RANGE = re.compile(r"\b(?:range[sd]?|ranging|between|spans?|spanning)\b", re.I)
+# Ranges that are not the min to the max: "the interquartile range", "a 95% interval".
+_OTHER_RANGE = re.compile(
+    r"\b(?:interquartile|iqr|quartiles?|percentiles?|confidence|interval|ci)\b", re.I
+)
+_RANGE_GAP = re.compile(r"\s*(?:to|and|through|-|\u2013|\u2014)\s*", re.I)
+
+
+def _ranged(
+    stated: list[tuple[Num, Claim]], text: str, evidence: Evidence, wanted: frozenset[str]
+) -> list[tuple[Num, Claim]]:
+    """ "Values range from 1 to 10" over a printed min and max: the low must be the min and
+    the high the max, not any other shown number (a count of 10)."""
+    if not _RANGE.search(text):
+        return stated
+    index = evidence.label_index(wanted)
+    low, high = index.get("min"), index.get("max")
+    if low is None or high is None:
+        return stated
+    out = list(stated)
+    for i in range(len(stated) - 1):
+        (first, one), (second, two) = stated[i], stated[i + 1]
+        clause = re.split(r"[.!?;\n]", text[max(0, first.start - 60) : first.start])[-1]
+        if not (
+            one.grounded
+            and two.grounded
+            and _RANGE_GAP.fullmatch(text, first.end, second.start)
+            and _RANGE.search(clause)
+            and not _OTHER_RANGE.search(clause)
+        ):
+            continue
+        for j, num, cells, name in ((i, first, low, "min"), (i + 1, second, high, "max")):
+            if not any(fits(num, _cell_fact(c)) for c in cells.values):
+                shown = ", ".join(f"{c[0]:g}" for c in cells.values[:5])
+                out[j] = (
+                    num,
+                    Claim(
+                        text=num.text,
+                        kind="number",
+                        grounded=False,
+                        detail=f"a range's {'low' if name == 'min' else 'high'} end: the "
+                        f"outputs show {name!r} as {shown}, not this value",
+                    ),
+                )
     return out
 
 
