@@ -1238,3 +1238,19 @@ def test_a_letter_after_a_number_is_a_shown_column_before_a_magnitude(
 )
 def test_a_range_is_a_shown_min_and_max(answer: str, stdout: str, refused: bool) -> None:
     assert bool(bad(answer, stdout=stdout)) is refused
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout", "refused"),
+    [
+        ("The value doubled to 10.", "before: 4\nafter: 10\n", True),  # 2.5 times, not 2
+        ("Costs halved to 50.", "before: 70\nafter: 50\n", True),
+        ("The value doubled to 10.", "before: 5\nafter: 10\n", False),
+        ("Costs halved to 50.", "before: 100\nafter: 50\n", False),
+        ("Rows doubled from 6 to 12.", "before: 6\nafter: 12\n", False),
+    ],
+)
+def test_doubled_to_needs_the_value_it_doubled_from(
+    answer: str, stdout: str, refused: bool
+) -> None:
+    assert bool(bad(answer, stdout=stdout)) is refused

@@ -277,6 +277,7 @@ def check(  # noqa: C901
     stated = _positioned(stated, masked, evidence)
     stated = _year_keyed(stated, masked, evidence)
     stated = _ranged(stated, masked, evidence, wanted)
+    stated = [(num, _multiplied(num, claim, masked, evidence)) for num, claim in stated]
     ends = [m.start() for m in _SENTENCE_END.finditer(masked)]
     sentences: dict[int, list[tuple[Num, Claim]]] = {}
     for num, claim in stated:
@@ -495,6 +496,29 @@ def _year_keyed(
 
 # "range from 1 to 9", "between 18 and 65", "the range is 1-9": a low and a high.
 _RANGE = re.compile(r"\b(?:range[sd]?|ranging|between|spans?|spanning)\b", re.I)
+# "doubled to 10": the value it is a multiple of must be shown too.
+_MULTIPLIED = re.compile(r"\b(doubled|tripled|quadrupled|halved)\s+to\s+$", re.I)
+_FACTORS = {"doubled": 2.0, "tripled": 3.0, "quadrupled": 4.0, "halved": 0.5}
+
+
+def _multiplied(num: Num, claim: Claim, text: str, evidence: Evidence) -> Claim:
+    """ "The value doubled to 10" over "before: 4, after: 10": 10 is shown, but no value it
+    doubled from (about 5) is."""
+    said = _MULTIPLIED.search(text, max(0, num.start - 30), num.start)
+    if not claim.grounded or num.literal or said is None or not num.value:
+        return claim
+    base = num.value / _FACTORS[said[1].lower()]
+    low, high = sorted((base / 1.1, base / 0.9))
+    if any(not f.percent for f in evidence.near(low, high)):
+        return claim
+    return Claim(
+        text=num.text,
+        kind="number",
+        grounded=False,
+        detail=f"'{said[1]} to' needs a value near {base:g} shown before it; no output shows one",
+    )
+
+
 # Ranges that are not the min to the max: "the interquartile range", "a 95% interval".
 _OTHER_RANGE = re.compile(
     r"\b(?:interquartile|iqr|quartiles?|percentiles?|confidence|interval|ci)\b", re.I
