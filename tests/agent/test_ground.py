@@ -966,3 +966,291 @@ def test_masking_an_answer_costs_work_linear_in_its_claims(monkeypatch: pytest.M
 
     small, large = work(100), work(400)
     assert 0 < large < 6 * small  # four times the claims: linear is about 4x, quadratic 16x
+
+
+_SUMMARY = (
+    "           units      price\n"
+    "count   7.000000   7.000000\n"
+    "mean   14.142857   7.250000\n"
+    "std     8.933618   4.677072\n"
+    "min     5.000000   3.500000\n"
+    "25%     8.000000   3.500000\n"
+    "50%    12.000000   3.500000\n"
+    "75%    18.000000  12.250000\n"
+    "max    30.000000  12.250000\n"
+)
+_CROSSTAB = "product  A  B\nregion       \nEast     2  1\nNorth    1  1\nWest     1  1\n"
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("There are 8 rows.", _SUMMARY),  # 8 is the 25% quartile, the count is 7
+        ("There are 8 values.", _SUMMARY),
+        ("The data has 8 non-null values.", _SUMMARY),
+        ("East bought product B twice.", _CROSSTAB),  # East bought B once
+        ("North bought product A thrice.", _CROSSTAB),
+    ],
+)
+def test_a_count_is_read_from_the_count_not_any_equal_cell(answer: str, stdout: str) -> None:
+    assert bad(answer, stdout=stdout)
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("There are 7 rows.", _SUMMARY),
+        ("There are 7 values.", _SUMMARY),
+        ("East bought product A twice.", _CROSSTAB),
+        ("There are 1,000 rows.", "1000\n"),
+        ("North has 31 rows.", "region\nNorth    31\nSouth    27\nName: count, dtype: int64\n"),
+        ("Sales were twice as high.", "ratio: 2.0\n"),
+    ],
+)
+def test_an_honest_count_still_grounds(answer: str, stdout: str) -> None:
+    assert bad(answer, stdout=stdout) == []
+
+
+_HEAD = (
+    "        date region product  units  price  revenue\n"
+    "0 2023-01-02   East       A     12   3.50    42.00\n"
+    "1 2023-01-03   West       B      7  12.25    85.75\n"
+    "2 2023-02-06   East       A     30   3.50   105.00\n"
+)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "The second order sold 30 units.",  # the second row sold 7; 30 is the third's
+        "The first row has a price of 12.25.",
+        "The last order brought in 85.75.",
+        "The fifth order sold 7 units.",  # no fifth row is printed
+    ],
+)
+def test_a_number_of_a_row_by_position_must_be_on_that_row(answer: str) -> None:
+    assert bad(answer, stdout=_HEAD)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "The second order sold 7 units.",
+        "The first row is East with 12 units at 3.50.",
+        "The last order brought in 105.00, the 3rd row.",
+        "The second East order sold 30 units.",  # the second of East's, not row 2
+    ],
+)
+def test_a_number_on_the_row_it_names_grounds(answer: str) -> None:
+    assert bad(answer, stdout=_HEAD) == []
+
+
+_MONTHLY = (
+    "date\n2023-01    19\n2023-02    35\n2023-03    31\n2023-04    14\nFreq: M, Name: units\n"
+)
+_DAILY = "date\n2023-01-31    19\n2023-02-28    35\n2023-03-31    31\n"
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("Units peaked in 2023-03.", _MONTHLY),  # the series peaks at 2023-02 (35)
+        ("The weakest month was 2023-01.", _MONTHLY),  # it bottoms out at 2023-04
+        ("Sales were highest on 2023-03-31.", _DAILY),
+        ("The best day was 2023-03-31 00:00.", _DAILY.replace("    ", " 00:00:00    ")),
+    ],
+)
+def test_a_date_at_a_series_extreme_must_be_where_it_peaks(answer: str, stdout: str) -> None:
+    assert bad(answer, stdout=stdout)
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("Units peaked in 2023-02.", _MONTHLY),
+        ("Units peaked in 2023-02 with 35, and were lowest in 2023-04.", _MONTHLY),
+        ("In 2023-03 units were 31.", _MONTHLY),
+        ("Sales were highest on 2023-02-28.", _DAILY),
+        ("The peak was on 2023-03-04.", "peak: 2023-03-04\nlow: 2023-03-01\n"),
+    ],
+)
+def test_a_date_where_the_series_peaks_grounds(answer: str, stdout: str) -> None:
+    assert bad(answer, stdout=stdout) == []
+
+
+_GAPS = "mean gap: 15 days 04:00:00\nmax gap: 34 days 00:00:00\n"
+
+
+@pytest.mark.parametrize(
+    "answer",
+    ["The longest gap was 15 days.", "The max gap was 15 days.", "The mean gap is 34 days."],
+)
+def test_a_printed_timedelta_is_read_under_its_key(answer: str) -> None:
+    assert bad(answer, stdout=_GAPS)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "The longest gap was 34 days.",
+        "The mean gap is about 15 days.",
+        "The mean gap is 15 days 04:00:00.",
+        "The mean gap is 15 days, the longest 34 days.",
+    ],
+)
+def test_a_timedelta_stated_as_printed_grounds(answer: str) -> None:
+    assert bad(answer, stdout=_GAPS) == []
+
+
+def test_a_timedelta_is_one_value() -> None:
+    assert [s for s, _, _ in values.durations_in("gap: 15 days 04:00:00")] == [
+        15 * 86400 + 4 * 3600
+    ]
+
+
+_YEARLY = "2022: 1,204\n2023: 1,530\nchange: +27.1%\n"
+_REGIONS = "East Region: 143\nWest Region: 98\n"
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("2022 had 1,530 units.", _YEARLY),  # 1,530 is 2023's
+        ("2023 sold 1,204 units.", _YEARLY),
+        ("Region East sold 98.", _REGIONS),  # the label in the other order is still East's
+    ],
+)
+def test_a_year_or_turned_label_holds_its_own_number(answer: str, stdout: str) -> None:
+    assert bad(answer, stdout=stdout)
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("2022 had 1,204 units.", _YEARLY),
+        ("2023 sold 1,530 units.", _YEARLY),
+        ("Region East sold 143.", _REGIONS),
+        ("East Region sold 143 and Region West 98.", _REGIONS),
+        ("2022 had 1,204 units.", "units in 2022 were 1,204\n"),  # no line keyed by it
+    ],
+)
+def test_a_year_or_turned_label_on_its_number_grounds(answer: str, stdout: str) -> None:
+    assert bad(answer, stdout=stdout) == []
+
+
+_STAMPED = "peak: 2023-03-04 13:00:00+00:00\n"
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("The peak was at 13:00 EST.", _STAMPED),  # printed in UTC: 13:00 EST is 18:00 UTC
+        ("The peak was at 1 pm PST.", "peak: 2023-03-04 13:00:00\n"),  # no zone stated
+        ("The peak was at 13:00 UTC.", "peak: 2023-03-04 13:00:00-05:00\n"),
+        ("The peak was at 13:00 (CET).", _STAMPED),
+        ("The peak was at 23:30 (UTC+5).", "peak: 2023-03-04 23:30:00-05:00\n"),
+    ],
+)
+def test_a_time_zone_no_output_states_is_refused(answer: str, stdout: str) -> None:
+    assert bad(answer, stdout=stdout)
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("The peak was at 13:00 UTC.", _STAMPED),
+        ("The peak was at 13:00 EST.", "peak: 2023-03-04 13:00:00 EST\n"),
+        ("The job ran at 13:00 GMT.", "ran: 2023-03-04 13:00:00Z\n"),
+        ("The peak was at 13:00.", _STAMPED),
+        ("The peak was at 23:30 (UTC-5).", "peak: 2023-03-04 23:30:00-05:00\n"),
+    ],
+)
+def test_a_time_in_a_zone_an_output_states_grounds(answer: str, stdout: str) -> None:
+    assert bad(answer, stdout=stdout) == []
+
+
+_EUROS = "East: 257,250.00 \u20ac\nNorth: 110,250.00 \u20ac\nWest: 162,750.00 \u20ac\n"
+
+
+@pytest.mark.parametrize(
+    "answer",
+    ["East earned \u20ac257,250.", "West brought in about \u20ac163k.", "East: 257,250 \u20ac."],
+)
+def test_a_currency_printed_after_the_number_grounds_its_unit(answer: str) -> None:
+    assert bad(answer, stdout=_EUROS) == []
+
+
+@pytest.mark.parametrize("answer", ["East earned $257,250.", "East earned 257,250 $."])
+def test_another_currency_than_the_one_printed_after_is_refused(answer: str) -> None:
+    assert bad(answer, stdout=_EUROS)
+
+
+_SHARES = "East: 48.5%\nNorth: 20.8%\nWest: 30.7%\n"
+
+
+@pytest.mark.parametrize(
+    "answer",
+    ["About a third of revenue came from West.", "Nearly half of revenue came from East."],
+)
+def test_a_rough_fraction_in_words_grounds_a_near_share(answer: str) -> None:
+    assert bad(answer, stdout=_SHARES) == []
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "About a third of revenue came from North.",  # 20.8%
+        "About a quarter came from North.",  # 20.8% is 17% short of a quarter
+        "Nearly half of revenue came from West.",
+    ],
+)
+def test_a_rough_fraction_in_words_is_not_any_share(answer: str) -> None:
+    assert bad(answer, stdout=_SHARES)
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout", "refused"),
+    [
+        ("East has 1 B sale.", _CROSSTAB, False),  # "B" is the column, not a billion
+        ("North has 1 A sale.", _CROSSTAB, False),
+        ("East has 2 B sales.", _CROSSTAB, True),
+        ("Revenue was 1 B.", "revenue: 1000000000\n", False),  # no column B: a billion
+        ("Revenue was 2 B.", "revenue: 1000000000\n", True),
+    ],
+)
+def test_a_letter_after_a_number_is_a_shown_column_before_a_magnitude(
+    answer: str, stdout: str, refused: bool
+) -> None:
+    assert bool(bad(answer, stdout=stdout)) is refused
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout", "refused"),
+    [
+        ("Values range from 1 to 10.", "min: 1\nmax: 9\nn: 10\n", True),  # 10 is the count
+        ("Ages are between 18 and 65.", "min: 18\nmax: 70\n65\n", True),
+        ("The range is 1\u20139.", "min: 1\nmax: 10\n9\n", True),
+        ("Values range from 1 to 9.", "min: 1\nmax: 9\nn: 10\n", False),
+        ("Units range from 5 to 30.", _SUMMARY, False),
+        ("Ages are between 18 and 70.", "min: 18\nmax: 70\n65\n", False),
+        ("The interquartile range runs from 8 to 18.", _SUMMARY, False),
+    ],
+)
+def test_a_range_is_a_shown_min_and_max(answer: str, stdout: str, refused: bool) -> None:
+    assert bool(bad(answer, stdout=stdout)) is refused
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout", "refused"),
+    [
+        ("The value doubled to 10.", "before: 4\nafter: 10\n", True),  # 2.5 times, not 2
+        ("Costs halved to 50.", "before: 70\nafter: 50\n", True),
+        ("The value doubled to 10.", "before: 5\nafter: 10\n", False),
+        ("Costs halved to 50.", "before: 100\nafter: 50\n", False),
+        ("Rows doubled from 6 to 12.", "before: 6\nafter: 12\n", False),
+    ],
+)
+def test_doubled_to_needs_the_value_it_doubled_from(
+    answer: str, stdout: str, refused: bool
+) -> None:
+    assert bool(bad(answer, stdout=stdout)) is refused

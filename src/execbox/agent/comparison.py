@@ -9,6 +9,7 @@ from .quantities import DOWN, Num
 
 _APPROX_SHARE = 0.05  # "about 10" may be off by its rounding but no more than 5% of it
 _FRACTION_PRINTED_SHARE = 0.05
+_WORD_FRACTION_SHARE = 0.1  # "about a third" holds for 0.30-0.37, not for 0.25
 # A bound is a claim about size too: "over 1,000" holds for 5,000, not for 5 million.
 BOUND_RANGE = 10.0
 
@@ -58,6 +59,14 @@ def within(num: Num, value: float, step: float, fact: float, fact_step: float = 
         return fact <= value * BOUND_RANGE if sign > 0 else fact >= value / BOUND_RANGE or fact == 0
     # An exact fraction ("two thirds") names any value a printed decimal of two significant
     # digits or more may stand for (0.6667, not 0.3); a written decimal may not be finer.
+    if (
+        step == 0
+        and num.bound in ("approx", "nearly")
+        and 0 < value < 1
+        and any(c.isalpha() for c in num.text)
+    ):
+        # "about a third" for 30.7%: a fraction in words is a coarse word, not 0.3333.
+        return abs(fact - value) <= _WORD_FRACTION_SHARE * value + tiny
     rounded = step == 0 and fact_step <= _FRACTION_PRINTED_SHARE * abs(fact)
     slack = step / 2 + (fact_step / 2 if rounded else 0.0) + tiny
     if abs(fact - value) <= slack:

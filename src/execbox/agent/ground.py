@@ -64,7 +64,9 @@ from .labels import (
 )
 from .models import Claim, Verdict
 from .named import NAMED_LABELS, named_claims
+from .peaks import Series, extreme_claim
 from .quantities import Num, claimed_numbers, claimed_words, normalize, numbers_in
+from .rows import frames, positioned, row_facts
 from .spelled import word_numbers
 from .values import blank, dates_in, durations_in, mask_dates, month_days_in, scale_of
 
@@ -72,6 +74,12 @@ from .values import blank, dates_in, durations_in, mask_dates, month_days_in, sc
 _LIST_MARKER = re.compile(r"^\s*(\d+)[.)]\s", re.M)
 _ASIDE_SHARE = re.compile(r"\s*(?:[A-Za-z]+\s*)?\(?\s*")
 _SENTENCE_END = re.compile(r"[.!?;](?=\s|$)|\n")
+# What a number counts when it says how many rows there are: "8 rows", "7 non-null values".
+_COUNTED = re.compile(
+    r"\s+(?:[\w-]+\s+)?(?:rows|values|records|entries|observations|samples|items|data\s+points)\b",
+    re.I,
+)
+_COUNT_LABEL = "count"
 # Between a named value and a number, what makes the number another's: "March, and 35".
 _GAP_BREAK = re.compile(
     r"[.!?;,\n()]|\b(?:and|or|than|vs|versus|but|while|whereas|after|before|since|from|to)\b",
@@ -187,13 +195,26 @@ def check(  # noqa: C901
     # The labels the answer's own words may name (not its quotes or the outputs it shows in
     # fences), and those a named value reads ("month", "rank").
     wanted = wanted_words(masked) | NAMED_LABELS
+    if _COUNTED.search(masked):
+        wanted |= {_COUNT_LABEL}
+    if _RANGE.search(masked):
+        wanted |= {"min", "max"}
+    series: list[Series] = []
     for keys, match in dates_in(masked):
-        claims.append(date_claim(match[0], keys, evidence, context))
+        claim = date_claim(match[0], keys, evidence, context)
+        if claim.grounded and claim.source != "the question":
+            start, end = match.span()
+            claim = extreme_claim(masked, start, end, keys, evidence, series) or claim
+        claims.append(claim)
         spans.append(match.span())
     masked, spans = blank(masked, spans), []
     for month, day, match in month_days_in(masked):
         claims.append(month_day_claim(match, month, day, evidence, context))
         spans.append(match.span())
+    masked, spans = blank(masked, spans), []
+    for match in _ZONE.finditer(masked):
+        claims.append(_zone_claim(match["zone"], evidence))
+        spans.append(match.span("zone"))
     masked, spans = blank(masked, spans), []
     for match in CLOCK.finditer(masked):
         claims.append(clock_claim(match, evidence, wanted))
@@ -231,7 +252,7 @@ def check(  # noqa: C901
         claims.append(operation_claim(match, evidence, question_numbers))
         spans.append(match.span())
     masked = blank(masked, spans)
-    nums = list(claimed_numbers(masked))
+    nums = [_unscaled(num, evidence) for num in claimed_numbers(masked)]
     masked = blank(masked, [(num.start, num.end) for num in nums])
     nums = sorted([*nums, *durations, *claimed_words(masked)], key=lambda n: n.start)
     stated: list[tuple[Num, Claim]] = []
@@ -253,6 +274,10 @@ def check(  # noqa: C901
         stated.append((num, number_claim(num, evidence, question_numbers, words)))
     stated = _labelled(stated, masked, evidence, wanted, sorted(shown), answer, periods)
     stated = _respectively(stated, masked, evidence, wanted)
+    stated = _positioned(stated, masked, evidence)
+    stated = _year_keyed(stated, masked, evidence)
+    stated = _ranged(stated, masked, evidence, wanted)
+    stated = [(num, _multiplied(num, claim, masked, evidence)) for num, claim in stated]
     ends = [m.start() for m in _SENTENCE_END.finditer(masked)]
     sentences: dict[int, list[tuple[Num, Claim]]] = {}
     for num, claim in stated:
@@ -273,6 +298,56 @@ def check(  # noqa: C901
     if result is not None:
         claims.append(result)
     return claims
+
+
+# A time's zone: "13:00 EST", "1 pm UTC+2". A time of another zone is another time.
+_ZONE = re.compile(
+    r"\d(?::[0-5]\d){0,2}\s?(?:[ap]\.?m\.?)?\s*\(?(?P<zone>(?:UTC|GMT)(?:\s?[+-]\s?\d{1,2}(?::?\d\d)?)?|"
+    r"[ECMP][SD]T|AK[SD]T|HST|[CEW]ES?T|BST|IST|JST|KST|AE[SD]T|NZ[SD]T)\b\)?"
+)
+_UTC = re.compile(r"(?:utc|gmt)(?:\s?[+-]\s?0{1,2}(?::?00)?)?", re.I)
+
+
+def _zone_claim(zone: str, evidence: Evidence) -> Claim:
+    """A zone the answer gives a time must be one an output states: a time printed in UTC
+    ("+00:00") is not "13:00 EST"."""
+    folded = zone.casefold()
+    offset = re.search(r"([+-])\s?(\d{1,2})(?::?(\d\d))?$", folded)
+    if _UTC.fullmatch(folded) is not None:
+        shown = re.compile(r"[+-]00:?00\b|\butc\b|\bgmt\b|\dz\b")
+    elif offset is not None:  # "UTC-5" of a printed "-05:00"
+        sign, hours, minutes = offset[1], int(offset[2]), offset[3] or "00"
+        shown = re.compile(rf"{re.escape(folded)}|\d{re.escape(sign)}{hours:02d}:?{minutes}\b")
+    else:
+        shown = re.compile(rf"\b{re.escape(folded)}\b")
+    blob = evidence.folded()
+    if shown.search(blob):
+        return Claim(text=zone, kind="date", grounded=True, source="an output states this zone")
+    return Claim(
+        text=zone,
+        kind="date",
+        grounded=False,
+        detail="no output states this time zone: give the time in the zone the outputs show",
+    )
+
+
+_SCALED = re.compile(r"(\d[\d,]*(?:\.\d+)?)\s+([A-Z])")
+
+
+def _unscaled(num: Num, evidence: Evidence) -> Num:
+    """ "East has 1 B sale" over a table with a column "B": the letter is that column, not a
+    billion (read as one only where no output header shows it)."""
+    scaled = _SCALED.fullmatch(num.text)
+    if scaled is None or not any(
+        scaled[2] in line.split() and not re.search(r"\d", line)
+        for fact in evidence.texts
+        for line in [str(fact.value)]
+    ):
+        return num
+    bare = next(iter(claimed_numbers(scaled[1])), None)
+    if bare is None:
+        return num
+    return replace(bare, start=num.start, end=num.start + len(scaled[1]))
 
 
 def _labelled(
@@ -326,6 +401,10 @@ def _labelled(
             if after < len(named) and _IN_PERIOD.fullmatch(text, num.end, named[after][0]):
                 row = _period(named[after], periods, index)  # "rose 84% in March"
                 labels += [row] if row is not None else []
+            # "There are 8 rows" over a summary: a count the answer ties to nothing else
+            # must be the summary's count, not its quartile that happens to be 8.
+            if not labels and _COUNTED.match(text, num.end) and index.get(_COUNT_LABEL):
+                labels = [_COUNT_LABEL]
             for label in labels:
                 cells = index.get(label)
                 if cells is not None and not any(fits(num, _cell_fact(c)) for c in cells.values):
@@ -344,6 +423,149 @@ def _labelled(
             labels = []
         out.append((num, claim))
     return out
+
+
+def _positioned(
+    stated: list[tuple[Num, Claim]], text: str, evidence: Evidence
+) -> list[tuple[Num, Claim]]:
+    """ "The second order sold 30": a grounded number after a row's position, in its sentence,
+    must be on that row of a printed frame (of any, when several are printed)."""
+    named = list(positioned(text))
+    if not named:
+        return stated
+    shown = frames(evidence)
+    if not shown:
+        return stated
+    rows = {
+        (end, pos): [frame[pos - 1 if pos > 0 else -1] for frame in shown if pos <= len(frame)]
+        for end, pos, _ in named
+    }
+    facts = row_facts(evidence, {where for wheres in rows.values() for where in wheres})
+    out = []
+    for num, claim in stated:
+        for end, pos, stop in named:
+            if not (claim.grounded and not num.literal and end <= num.start < stop):
+                continue
+            wheres = rows[(end, pos)]
+            if not any(fits(num, fact) for where in wheres for fact in facts[where]):
+                which = "last" if pos < 0 else f"number {pos}"
+                claim = Claim(
+                    text=num.text,
+                    kind="number",
+                    grounded=False,
+                    detail=f"the printed row {which} does not show this value "
+                    f"(it is shown at {claim.source})",
+                )
+        out.append((num, claim))
+    return out
+
+
+def _year_keyed(
+    stated: list[tuple[Num, Claim]], text: str, evidence: Evidence
+) -> list[tuple[Num, Claim]]:
+    """ "2022 had 1,530 units": a number right after a year an output line is keyed by
+    ("2022: 1,204") must be on such a line (a label of digits alone is no word label)."""
+    out = list(stated)
+    for i in range(len(stated) - 1):
+        (year, _), (num, claim) = stated[i], stated[i + 1]
+        gap = text[year.end : num.start]
+        if not (
+            _YEAR.fullmatch(year.text)
+            and claim.grounded
+            and not num.literal
+            and not _GAP_BREAK.search(gap)
+            and len(gap.split()) <= 3
+            and evidence.may_contain(year.text)
+        ):
+            continue
+        key = re.compile(rf"\s*{year.text}\s*[:=]?\s+\S")
+        rows = {f.where for f in evidence.texts if key.match(str(f.value))}
+        if rows and not any(fits(num, f) for f in evidence.numbers if f.where in rows):
+            out[i + 1] = (
+                num,
+                Claim(
+                    text=num.text,
+                    kind="number",
+                    grounded=False,
+                    detail=f"the outputs' lines keyed {year.text} do not show this value "
+                    f"(it is shown at {claim.source})",
+                ),
+            )
+    return out
+
+
+# "range from 1 to 9", "between 18 and 65", "the range is 1-9": a low and a high.
+_RANGE = re.compile(r"\b(?:range[sd]?|ranging|between|spans?|spanning)\b", re.I)
+# "doubled to 10": the value it is a multiple of must be shown too.
+_MULTIPLIED = re.compile(r"\b(doubled|tripled|quadrupled|halved)\s+to\s+$", re.I)
+_FACTORS = {"doubled": 2.0, "tripled": 3.0, "quadrupled": 4.0, "halved": 0.5}
+
+
+def _multiplied(num: Num, claim: Claim, text: str, evidence: Evidence) -> Claim:
+    """ "The value doubled to 10" over "before: 4, after: 10": 10 is shown, but no value it
+    doubled from (about 5) is."""
+    said = _MULTIPLIED.search(text, max(0, num.start - 30), num.start)
+    if not claim.grounded or num.literal or said is None or not num.value:
+        return claim
+    base = num.value / _FACTORS[said[1].lower()]
+    low, high = sorted((base / 1.1, base / 0.9))
+    if any(not f.percent for f in evidence.near(low, high)):
+        return claim
+    return Claim(
+        text=num.text,
+        kind="number",
+        grounded=False,
+        detail=f"'{said[1]} to' needs a value near {base:g} shown before it; no output shows one",
+    )
+
+
+# Ranges that are not the min to the max: "the interquartile range", "a 95% interval".
+_OTHER_RANGE = re.compile(
+    r"\b(?:interquartile|iqr|quartiles?|percentiles?|confidence|interval|ci)\b", re.I
+)
+_RANGE_GAP = re.compile(r"\s*(?:to|and|through|-|\u2013|\u2014)\s*", re.I)
+
+
+def _ranged(
+    stated: list[tuple[Num, Claim]], text: str, evidence: Evidence, wanted: frozenset[str]
+) -> list[tuple[Num, Claim]]:
+    """ "Values range from 1 to 10" over a printed min and max: the low must be the min and
+    the high the max, not any other shown number (a count of 10)."""
+    if not _RANGE.search(text):
+        return stated
+    index = evidence.label_index(wanted)
+    low, high = index.get("min"), index.get("max")
+    if low is None or high is None:
+        return stated
+    out = list(stated)
+    for i in range(len(stated) - 1):
+        (first, one), (second, two) = stated[i], stated[i + 1]
+        clause = re.split(r"[.!?;\n]", text[max(0, first.start - 60) : first.start])[-1]
+        if not (
+            one.grounded
+            and two.grounded
+            and _RANGE_GAP.fullmatch(text, first.end, second.start)
+            and _RANGE.search(clause)
+            and not _OTHER_RANGE.search(clause)
+        ):
+            continue
+        for j, num, cells, name in ((i, first, low, "min"), (i + 1, second, high, "max")):
+            if not any(fits(num, _cell_fact(c)) for c in cells.values):
+                shown = ", ".join(f"{c[0]:g}" for c in cells.values[:5])
+                out[j] = (
+                    num,
+                    Claim(
+                        text=num.text,
+                        kind="number",
+                        grounded=False,
+                        detail=f"a range's {'low' if name == 'min' else 'high'} end: the "
+                        f"outputs show {name!r} as {shown}, not this value",
+                    ),
+                )
+    return out
+
+
+_YEAR = re.compile(r"(?:19|20)\d\d")
 
 
 def _respectively(

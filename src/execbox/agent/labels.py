@@ -29,6 +29,8 @@ ALIASES = {
     "average": "mean",
     "maximum": "max",
     "minimum": "min",
+    "longest": "max",  # "the longest gap" of a printed "max gap"
+    "shortest": "min",
     "standard deviation": "std",
     "accuracy": "acc",
     "lower quartile": "25%",
@@ -231,7 +233,7 @@ def build(lines: Iterable[tuple[str, str]], wanted: frozenset[str]) -> LabelInde
             return LabelIndex()  # too large to read whole: no label is checked
         text = _masked(raw.rstrip())
         delimited = _read_delimited(text, where, delimited, index)
-        if delimited is not None:
+        if delimited is not None or relevant and _read_timed(raw, where, index):
             continue
         found = _numbers(text)
         if not found:
@@ -248,6 +250,23 @@ def build(lines: Iterable[tuple[str, str]], wanted: frozenset[str]) -> LabelInde
     if table is not None:
         table.commit(index)
     return index
+
+
+# "max gap: 34 days 00:00:00", "elapsed = 1:30:00": a key whose whole value is one duration.
+_TIMED = re.compile(r"\s*(?P<label>[A-Za-z_][\w %]{0,60}?)\s*[:=]\s*(?P<value>\S.*?)\s*")
+
+
+def _read_timed(raw: str, where: str, index: LabelIndex) -> bool:
+    """A key's duration, in seconds (masked as a whole elsewhere, its digits are no cells)."""
+    line = _TIMED.fullmatch(raw)
+    if line is None:
+        return False
+    found = list(durations_in(line["value"]))
+    if len(found) != 1 or found[0][2].span() != (0, len(line["value"])):
+        return False
+    seconds, step, _ = found[0]
+    index.add(line["label"], "key", Found(seconds, step, 0, 0, "s", False), where)
+    return True
 
 
 def _unwanted_header(raw: str, table: _Columns | None, index: LabelIndex) -> _Columns | None:
@@ -422,6 +441,9 @@ def lookup(gram: str, index: LabelIndex) -> str | None:
     other = f"{head} {_other_number(last)}".strip()  # "user count": a shown "users"
     if index.get(other) is not None:
         return other
+    turned = " ".join(reversed(gram.split()))  # "Region East" of a shown "East Region"
+    if head and " " not in head and index.get(turned) is not None:
+        return turned
     alias = ALIASES.get(gram)
     if alias is None and " " in gram:  # "train accuracy" for a shown "train acc"
         alias = " ".join(ALIASES.get(word, word) for word in gram.split())

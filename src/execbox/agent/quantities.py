@@ -104,9 +104,12 @@ VAGUE_PLURAL = re.compile(
 _COUNT_WORDS = re.compile(
     r"\b(?P<none>no\s+(?=[a-z]+\s+(?:failed|passed|errored|crashed|"
     r"matched|remain\w*|were|are|was|is|had|have|exist\w*)\b))|"
-    r"\b(?P<one>a\s+single)\b|\b(?P<two>twice)(?=\s+as\b)|"
-    r"\b(?P<three>thrice)(?=\s+as\b)|(?<![\w.])(?P<odd>nan|inf(?:inity)?)\b",
+    r"\b(?P<one>a\s+single)\b|\b(?P<two>twice)(?=\s+as\b|\s*(?:[.,;!?)]|$))|"
+    r"\b(?P<three>thrice)(?=\s+as\b|\s*(?:[.,;!?)]|$))|(?<![\w.])(?P<odd>nan|inf(?:inity)?)\b",
     re.I,
+)
+_CHECKED_TWICE = re.compile(
+    r"\b(?:checked|verified|tested|confirmed|validated|ran|run|executed|computed)\s+$", re.I
 )
 _NEGATED = re.compile(r"\b(?:not|isn't|aren't|wasn't|weren't|never)\s+(?:even\s+)?$", re.I)
 # Points are a difference of percentages ("5 percentage points"): only a derived change holds.
@@ -447,6 +450,10 @@ def claimed_words(text: str) -> Iterator[Num]:
             _NAN_NAMES.match(text, match.end()) or re.search(r"\d\s*$", text[: match.start()])
         ):
             continue
+        if (match["two"] or match["three"]) and _CHECKED_TWICE.search(
+            text, max(0, match.start() - 30), match.start()
+        ):
+            continue  # "checked twice" says how it was checked, not a value
         value = 0.0 if match["none"] else 1.0 if match["one"] else 2.0 if match["two"] else 3.0
         yield Num(
             match[0].strip(),

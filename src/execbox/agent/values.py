@@ -55,7 +55,12 @@ UNIT_AFTER = re.compile(
     r"\s?("
     + "|".join(
         sorted(
-            (s for spellings in UNIT_FAMILIES.values() for s in spellings if s not in CURRENCY),
+            # A currency's symbol after the number counts too: "257,250.00 \u20ac".
+            (
+                re.escape(s) if s in CURRENCY else s
+                for spellings in UNIT_FAMILIES.values()
+                for s in spellings
+            ),
             key=len,
             reverse=True,
         )
@@ -149,14 +154,16 @@ def unit_factors(spelling: str) -> tuple[float, ...]:
     return scale_of(spelling)[1] if _PREFIXED_BITS.fullmatch(spelling) else (1.0,)
 
 
-# A duration in parts is one value: "1h30m", "1 hour 30 minutes", "1:30:00" (h:mm:ss).
+# A duration in parts is one value: "1h30m", "1 hour 30 minutes", "1:30:00" (h:mm:ss), and
+# pandas' "15 days 04:00:00".
 _H = r"(?:h|hrs?|hours?)"
 _M = r"(?:m|mins?|minutes?)"
 _S = r"(?:s|secs?|seconds?)"
 _AND = r"\s*(?:,|and)?\s*"
 DURATION = re.compile(
     rf"""(?<![\w.:])(?:
-        (?P<h>\d+)\s?{_H}{_AND}(?P<hm>\d+)\s?{_M}(?:{_AND}(?P<hs>\d+(?:\.\d+)?)\s?{_S})?
+        (?P<d>\d+)\s+days?,?\s+(?P<dh>\d{{1,2}}):(?P<dm>[0-5]\d):(?P<ds>[0-5]\d(?:\.\d+)?)
+      | (?P<h>\d+)\s?{_H}{_AND}(?P<hm>\d+)\s?{_M}(?:{_AND}(?P<hs>\d+(?:\.\d+)?)\s?{_S})?
       | (?P<gh>\d+)h(?P<gm>[0-5]\d)  # "1h30": glued, the minutes need no unit
       | (?P<m>\d+)\s?{_M}{_AND}(?P<ms>\d+(?:\.\d+)?)\s?{_S}
       | (?P<ch>\d{{1,3}}):(?P<cm>[0-5]\d):(?P<cs>[0-5]\d(?:\.\d+)?)
@@ -169,14 +176,15 @@ def durations_in(text: str) -> Iterator[tuple[float, float, re.Match[str]]]:
     """Each compound duration: its seconds, the step of its last part, its match."""
     for match in DURATION.finditer(text):
         g = match.groupdict()
-        hours = g["h"] or g["gh"] or g["ch"] or "0"
-        minutes = g["hm"] or g["gm"] or g["m"] or g["cm"] or "0"
-        seconds = g["hs"] or g["ms"] or g["cs"]
+        hours = g["h"] or g["gh"] or g["ch"] or g["dh"] or "0"
+        minutes = g["hm"] or g["gm"] or g["m"] or g["cm"] or g["dm"] or "0"
+        seconds = g["hs"] or g["ms"] or g["cs"] or g["ds"]
         step = 60.0
         if seconds is not None:
             decimals = len(seconds.partition(".")[2])
             step = 10.0**-decimals
-        total = int(hours) * 3600 + int(minutes) * 60 + float(seconds or 0)
+        days = int(g["d"] or 0)
+        total = days * 86400 + int(hours) * 3600 + int(minutes) * 60 + float(seconds or 0)
         yield float(total), step, match
 
 
