@@ -138,8 +138,7 @@ def guarded_protocol(  # noqa: C901
 
         def eof_received(self) -> None:
             if self._lingering is not None and self._lingering.active:
-                self._lingering.done()  # the client is done sending: close now
-                return
+                return  # the client is done sending: asyncio closes on a falsy answer
             super().eof_received()
 
         def on_response_complete(self) -> None:
@@ -223,9 +222,6 @@ class _Lingering:
         if self._left < 0:
             self._transport.close()
         return True
-
-    def done(self) -> None:
-        self._transport.close()
 
     def lost(self) -> None:
         if self._timer is not None:
