@@ -308,6 +308,11 @@ _ZONE = re.compile(
 _UTC = re.compile(r"(?:utc|gmt)(?:\s?[+-]\s?0{1,2}(?::?00)?)?", re.I)
 
 
+def _refused(num: Num, detail: str) -> Claim:
+    """The number `num` of the answer, refused for `detail`."""
+    return Claim(text=num.text, kind="number", grounded=False, detail=detail)
+
+
 def _zone_claim(zone: str, evidence: Evidence) -> Claim:
     """A zone the answer gives a time must be one an output states: a time printed in UTC
     ("+00:00") is not "13:00 EST"."""
@@ -409,11 +414,9 @@ def _labelled(
                 cells = index.get(label)
                 if cells is not None and not any(fits(num, _cell_fact(c)) for c in cells.values):
                     shown = ", ".join(f"{c[0]:g}" for c in cells.values[:5])
-                    claim = Claim(
-                        text=num.text,
-                        kind="number",
-                        grounded=False,
-                        detail=f"the outputs show {label.lstrip(chr(0))!r} as {shown}, not this value "
+                    claim = _refused(
+                        num,
+                        f"the outputs show {label.lstrip(chr(0))!r} as {shown}, not this value "
                         f"(it is shown at {claim.source})",
                     )
                     break
@@ -449,11 +452,9 @@ def _positioned(
             wheres = rows[(end, pos)]
             if not any(fits(num, fact) for where in wheres for fact in facts[where]):
                 which = "last" if pos < 0 else f"number {pos}"
-                claim = Claim(
-                    text=num.text,
-                    kind="number",
-                    grounded=False,
-                    detail=f"the printed row {which} does not show this value "
+                claim = _refused(
+                    num,
+                    f"the printed row {which} does not show this value "
                     f"(it is shown at {claim.source})",
                 )
         out.append((num, claim))
@@ -483,11 +484,9 @@ def _year_keyed(
         if rows and not any(fits(num, f) for f in evidence.numbers if f.where in rows):
             out[i + 1] = (
                 num,
-                Claim(
-                    text=num.text,
-                    kind="number",
-                    grounded=False,
-                    detail=f"the outputs' lines keyed {year.text} do not show this value "
+                _refused(
+                    num,
+                    f"the outputs' lines keyed {year.text} do not show this value "
                     f"(it is shown at {claim.source})",
                 ),
             )
@@ -511,11 +510,8 @@ def _multiplied(num: Num, claim: Claim, text: str, evidence: Evidence) -> Claim:
     low, high = sorted((base / 1.1, base / 0.9))
     if any(not f.percent for f in evidence.near(low, high)):
         return claim
-    return Claim(
-        text=num.text,
-        kind="number",
-        grounded=False,
-        detail=f"'{said[1]} to' needs a value near {base:g} shown before it; no output shows one",
+    return _refused(
+        num, f"'{said[1]} to' needs a value near {base:g} shown before it; no output shows one"
     )
 
 
@@ -554,11 +550,9 @@ def _ranged(
                 shown = ", ".join(f"{c[0]:g}" for c in cells.values[:5])
                 out[j] = (
                     num,
-                    Claim(
-                        text=num.text,
-                        kind="number",
-                        grounded=False,
-                        detail=f"a range's {'low' if name == 'min' else 'high'} end: the "
+                    _refused(
+                        num,
+                        f"a range's {'low' if name == 'min' else 'high'} end: the "
                         f"outputs show {name!r} as {shown}, not this value",
                     ),
                 )
@@ -596,11 +590,9 @@ def _respectively(
                 shown = ", ".join(f"{c[0]:g}" for c in cells.values[:5])
                 out[i] = (
                     num,
-                    Claim(
-                        text=num.text,
-                        kind="number",
-                        grounded=False,
-                        detail=f"the outputs show {label!r} as {shown}, not this value "
+                    _refused(
+                        num,
+                        f"the outputs show {label!r} as {shown}, not this value "
                         f"(it is shown at {claim.source})",
                     ),
                 )
@@ -631,11 +623,9 @@ def _crossing(num: Num, claim: Claim, labels: list[str], index: LabelIndex) -> C
         return claim
     names = " and ".join(repr(label) for label in dict.fromkeys(labels))
     shown = ", ".join(dict.fromkeys(f"{c[0]:g}" for c in crossing)) or "no value"
-    return Claim(
-        text=num.text,
-        kind="number",
-        grounded=False,
-        detail=f"the outputs show {names} together as {shown}, not this value "
+    return _refused(
+        num,
+        f"the outputs show {names} together as {shown}, not this value "
         f"(it is shown at {claim.source})",
     )
 
