@@ -259,3 +259,15 @@ def test_a_refusal_is_not_reset_by_the_body_left_unread(api: Api, key: str | Non
             sock.close()
         assert answer.startswith(b"HTTP/1.1 401"), answer[:200]
         assert b"connection: close" in answer.lower()
+
+
+def test_an_idle_connection_outlives_the_clients_pool_expiry() -> None:
+    """The server keeps an idle kept-alive connection longer than httpx's pool does (both
+    were 5 s): otherwise a request sent as the server closes the connection is lost
+    (ReadError), as once seen in the MCP HTTP tests under load. MCP's server uses the same
+    settings."""
+    from execbox.server.background import config
+
+    async def app(scope: object, receive: object, send: object) -> None: ...
+
+    assert config(app).timeout_keep_alive > httpx.Limits().keepalive_expiry  # type: ignore[operator]

@@ -590,10 +590,11 @@ def serve(
 async def _serve_http(server: MCPServer[Any], host: str, port: int, keys: KeyStore | None) -> None:
     import uvicorn
 
+    from ..server.background import config as uvicorn_config
     from .http import BearerAuth
 
     app = BearerAuth(server.streamable_http_app(host=host), keys)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning")
+    config = uvicorn_config(app, host=host, port=port, log_level="warning")
     await uvicorn.Server(config).serve()
 
 

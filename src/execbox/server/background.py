@@ -18,6 +18,10 @@ import uvicorn
 
 from .guard import guarded_protocol
 
+# Longer than clients' pool expiry (httpx: 5 s, uvicorn's default too): the client, not the
+# server, must drop an idle connection, or a request sent as the server closes it is lost.
+KEEP_ALIVE_S = 30.0
+
 
 class Server(uvicorn.Server):
     """uvicorn's server, telling the app when shutdown begins, so runs still going when the
@@ -41,6 +45,7 @@ def config(app: Any, **options: Any) -> uvicorn.Config:
             settings.header_timeout_s, settings.body_timeout_s, settings.max_connections_per_client
         )
         options["backlog"] = settings.listen_backlog
+    options.setdefault("timeout_keep_alive", KEEP_ALIVE_S)
     return uvicorn.Config(app, **options)
 
 
