@@ -23,6 +23,8 @@ import pytest
 
 from execbox.errors import UsageError
 from execbox.image import home
+from execbox.records import RunStore
+from execbox.server.auth import KeyStore
 from execbox.server.local import bind_local_socket
 
 EXECBOX = [sys.executable, "-m", "execbox.cli"]
@@ -298,3 +300,19 @@ def test_a_live_socket_is_not_taken_over(served: Served, tmp_path: Path) -> None
     with pytest.raises(UsageError, match="longer than 107 bytes"):
         bind_local_socket(tmp_path / ("x" * 120))
 
+
+def test_keys_create_stores_a_given_key(tmp_path: Path) -> None:
+    """`execbox keys create --key-file`: a deployment's secret becomes the tenant's key."""
+    db = f"sqlite:///{tmp_path}/keys.db"
+    secret = tmp_path / "secret"
+    secret.write_text("s3cret-from-a-container-secret-0123456789\n")
+    proc = _cli("keys", "create", "deployed", "--key-file", str(secret), "--db", db)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == b"s3cret-from-a-container-secret-0123456789"
+    keys = KeyStore(RunStore(db).engine)
+    tenant = keys.authenticate("s3cret-from-a-container-secret-0123456789")
+    assert tenant is not None and tenant.name == "deployed"
+    assert keys.authenticate("s3cret-from-a-container-secret-012345678") is None
+    secret.write_text("short")
+    proc = _cli("keys", "create", "weak", "--key-file", str(secret), "--db", db)
+    assert proc.returncode == 2 and b"32 to 512 characters" in proc.stderr

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 import click
 
@@ -362,6 +362,12 @@ def keys() -> None:
     is_flag=True,
     help="An admin key: reads /metrics (every tenant's counts), runs no code.",
 )
+@click.option(
+    "--key-file",
+    type=click.File("r"),
+    help="Store the key in this file (a container secret; - for standard input) instead of "
+    "a random one.",
+)
 @click.option("--db", default=None, help="Records database URL.")
 def create_key(
     name: str,
@@ -370,6 +376,7 @@ def create_key(
     rpm: int,
     session_starts: int | None,
     admin: bool,
+    key_file: TextIO | None,
     db: str | None,
 ) -> None:
     """Create a key named NAME (the tenant) and print it; it is shown only this once."""
@@ -378,6 +385,7 @@ def create_key(
     try:
         key = _key_store(db).create(
             name,
+            key=key_file.read().strip() if key_file is not None else None,
             max_concurrent=concurrent,
             max_sessions=sessions,
             rpm=rpm,
