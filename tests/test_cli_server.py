@@ -301,6 +301,21 @@ def test_a_live_socket_is_not_taken_over(served: Served, tmp_path: Path) -> None
         bind_local_socket(tmp_path / ("x" * 120))
 
 
+def test_a_second_server_leaves_the_socket_to_the_first(served: Served) -> None:
+    """Asked for the socket, it refuses to start; on the default one it warns and serves TCP
+    only (here it then stops: that home has no runtime image). The first keeps its socket."""
+    taken = _cli("serve", "--port", str(_free_port()), "--socket", str(served.sock))
+    assert taken.returncode == 2
+    assert b"another execbox serve listens on" in taken.stderr
+    second = _cli(
+        "serve", "--port", str(_free_port()), env={"EXECBOX_HOME": str(served.sock.parent)}
+    )
+    assert b"this server listens on its TCP port only" in second.stderr, second.stderr
+    transport = httpx.HTTPTransport(uds=str(served.sock))
+    with httpx.Client(transport=transport, timeout=30) as client:
+        assert client.get("http://x/readyz").status_code == 200
+
+
 def test_keys_create_stores_a_given_key(tmp_path: Path) -> None:
     """`execbox keys create --key-file`: a deployment's secret becomes the tenant's key."""
     db = f"sqlite:///{tmp_path}/keys.db"

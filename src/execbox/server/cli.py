@@ -252,7 +252,7 @@ def serve(
 
     from .app import create_app
     from .background import Server, config
-    from .local import bind_local_socket, default_socket_path, remove_local_socket
+    from .local import SocketTaken, bind_local_socket, default_socket_path, remove_local_socket
     from .state import Settings
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
@@ -299,16 +299,25 @@ def serve(
         lifespan="on",
     )
     sockets = [server_config.bind_socket()]  # exits 3 with uvicorn's message if taken
-    if not no_socket:
-        path = socket_path or default_socket_path()
-        try:
+    log = logging.getLogger("execbox.server")
+    path = socket_path or default_socket_path()
+    try:
+        if not no_socket:
             sockets.append(bind_local_socket(path))
-        except ExecboxError as exc:
+    except SocketTaken as exc:
+        if socket_path is not None:  # asked for: not having it is an error
             sockets[0].close()
             click.echo(f"execbox: {exc}", err=True)
             sys.exit(2)
+        log.warning("%s; this server listens on its TCP port only", exc)
+        no_socket = True
+    except ExecboxError as exc:
+        sockets[0].close()
+        click.echo(f"execbox: {exc}", err=True)
+        sys.exit(2)
+    if not no_socket:
         inode = path.lstat().st_ino
-        logging.getLogger("execbox.server").info("listening on unix:%s (no key needed)", path)
+        log.info("listening on unix:%s (no key needed)", path)
     server = Server(server_config)
     if not no_socket:
         server.after_shutdown.append(lambda: remove_local_socket(path, inode))

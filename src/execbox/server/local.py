@@ -26,6 +26,10 @@ LOCAL_PEER_KEY = "execbox.local_peer"  # the scope's mark: this request came on 
 MAX_SOCKET_PATH = 107
 
 
+class SocketTaken(UsageError):
+    """Another server answers on the socket."""
+
+
 def default_socket_path() -> Path:
     """Where `execbox serve` listens and `execbox run` looks: the execbox home's serve.sock."""
     return home() / SOCKET_NAME
@@ -48,7 +52,7 @@ def bind_local_socket(path: Path) -> socket.socket:
         if not stat.S_ISSOCK(mode):
             raise UsageError(f"{path} exists and is not a socket; remove it or give --socket")
         if _answers(path):
-            raise UsageError(
+            raise SocketTaken(
                 f"another execbox serve listens on {path}; stop it, or give this one "
                 "--socket PATH or --no-socket"
             )
