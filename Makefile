@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-unprivileged check bench image deps lock clean
+.PHONY: demo test test-unprivileged test-image check bench image deps lock clean
 
 deps:
 	@# libseccomp (the syscall filter) is the one system library the sandbox needs.
@@ -42,6 +42,13 @@ test: image
 test-unprivileged: $(STAMP)
 	@# The tests above the sandbox boundary, as nobody: no root, no image.
 	.ci/unprivileged
+
+test-image: $(STAMP)
+	@# The server's container image (deploy/Containerfile), built with podman and smoke-tested.
+	@{ command -v podman >/dev/null && command -v mmdebstrap >/dev/null; } || { \
+	  echo "installing podman and mmdebstrap"; apt-get update -qq && \
+	  apt-get install -y -qq podman mmdebstrap uidmap; }
+	tests/image/run
 
 check: $(STAMP)
 	$(BIN)/ruff check src tests bench

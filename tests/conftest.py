@@ -42,6 +42,8 @@ def _records_in_a_temporary_database(tmp_path_factory: pytest.TempPathFactory) -
     SQLite file, never into the user's own run history."""
     mp = pytest.MonkeyPatch()
     mp.setenv("EXECBOX_DB_URL", f"sqlite:///{tmp_path_factory.mktemp('records')}/runs.db")
+    # CLI runs happen in their own process, never on an `execbox serve` the user keeps running.
+    mp.setenv("EXECBOX_SERVER", "none")
     yield
     mp.undo()
 

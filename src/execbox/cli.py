@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -15,6 +17,7 @@ from .contract import Limits, RunResult, write_schema
 from .errors import ExecboxError, UsageError
 
 if TYPE_CHECKING:
+    from .contract import RunRequest
     from .image import Image
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE = 0, 1, 2
@@ -176,6 +179,13 @@ def main() -> None:
     metavar="VALUE",
     help="A value to redact from output, errors and the record. Repeatable.",
 )
+@click.option(
+    "--server",
+    metavar="URL",
+    help="Send the run to this execbox serve: unix:PATH or http(s)://HOST:PORT (key from "
+    "EXECBOX_API_KEY or EXECBOX_API_KEY_FILE); 'none' runs here. Default: EXECBOX_SERVER, else "
+    "the local socket of a running execbox serve, else here.",
+)
 def run_cmd(
     file: str,
     stdin_path: str | None,
@@ -198,9 +208,9 @@ def run_cmd(
     environment: str | None,
     no_cache: bool,
     secrets: tuple[str, ...],
+    server: str | None,
 ) -> None:
     """Run FILE (or - for standard input) in a fresh sandbox."""
-    from .executor import Executor
     from .request import make_request
 
     try:
@@ -248,15 +258,15 @@ def run_cmd(
             errstream.write(data)
             errstream.flush()
 
-        with Executor() as executor:
-            result = executor.run_request(
-                request,
-                cache=False if no_cache else None,
-                secrets=secrets,
-                bound_secrets=bound_from_environment(secret_for),
-                on_stdout=None if as_json else out,
-                on_stderr=None if as_json else err,
-            )
+        result = _run(
+            request,
+            server,
+            cache=False if no_cache else None,
+            secrets=secrets,
+            bound_secrets=bound_from_environment(secret_for),
+            on_stdout=None if as_json else out,
+            on_stderr=None if as_json else err,
+        )
     except ExecboxError as exc:
         _fail(str(exc))
     except ValueError as exc:
@@ -268,6 +278,52 @@ def run_cmd(
     else:
         _summary(result, artifacts_dir)
     sys.exit(EXIT_OK if result.ok else EXIT_RUN_FAILED)
+
+
+# A start slower than this gets a hint on stderr: `execbox serve` avoids it.
+START_HINT_S = 1.0
+
+
+def _run(
+    request: RunRequest,
+    server: str | None,
+    *,
+    cache: bool | None,
+    secrets: tuple[str, ...],
+    bound_secrets: list[dict[str, Any]],
+    on_stdout: Callable[[bytes], None] | None,
+    on_stderr: Callable[[bytes], None] | None,
+) -> RunResult:
+    """The run on the server `execbox run` finds (see client.local), else in this process."""
+    from .client.local import choose, run_on, start_hint
+
+    target = choose(server, request)
+    if target is not None:
+        return run_on(
+            target,
+            request,
+            cache=cache,
+            secrets=secrets,
+            bound_secrets=bound_secrets,
+            on_stdout=on_stdout,
+            on_stderr=on_stderr,
+        )
+    from .executor import Executor
+
+    started = time.monotonic()
+    with Executor() as executor:
+        result = executor.run_request(
+            request,
+            cache=cache,
+            secrets=secrets,
+            bound_secrets=bound_secrets,
+            on_stdout=on_stdout,
+            on_stderr=on_stderr,
+        )
+    start_s = time.monotonic() - started - result.metrics.wall_ms / 1000
+    if on_stderr is not None and start_s > START_HINT_S:
+        start_hint(start_s)
+    return result
 
 
 LANGUAGE_OF_SUFFIX = {

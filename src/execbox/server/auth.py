@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -21,6 +22,10 @@ from ..errors import UsageError
 
 KEY_PREFIX = "ebx_"
 TENANT, ADMIN = "tenant", "admin"  # a key's role: runs code as its tenant, or reads metrics
+
+# A key given by the deployment (a secret), not made here: long enough to be unguessable when
+# random, and characters a shell and an Authorization header carry as they are.
+GIVEN_KEY = re.compile(r"[A-Za-z0-9_\-.~+/=]{32,512}")
 
 _meta = sa.MetaData()
 
@@ -98,8 +103,10 @@ class KeyStore:
         rpm: int = 600,
         role: str = TENANT,
         session_starts: int | None = None,
+        key: str | None = None,
     ) -> str:
-        """Store a new key and return it; it is shown once and never stored in clear."""
+        """Store a new key and return it; it is shown once and never stored in clear. `key`:
+        this one (a deployment's secret) instead of a random one."""
         if not name or len(name) > 100 or not name.isprintable():
             raise UsageError("a key name is 1 to 100 printable characters")
         if role not in (TENANT, ADMIN):
@@ -108,7 +115,13 @@ class KeyStore:
             raise UsageError("key limits must be >= 0")
         if session_starts is not None and session_starts < 1:
             raise UsageError(f"a key's session starts at once are >= 1, not {session_starts}")
-        key = KEY_PREFIX + secrets.token_urlsafe(32)
+        if key is None:
+            key = KEY_PREFIX + secrets.token_urlsafe(32)
+        elif not GIVEN_KEY.fullmatch(key):
+            raise UsageError(
+                "a given key is 32 to 512 characters from A-Z a-z 0-9 and _-.~+/= "
+                "(make one with `openssl rand -base64 32`)"
+            )
         try:
             with self.engine.begin() as conn:
                 conn.execute(

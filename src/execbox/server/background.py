@@ -10,7 +10,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -28,11 +28,21 @@ class Server(uvicorn.Server):
     grace period (`timeout_graceful_shutdown`) ends answer `server_shutting_down` instead of
     having their connections cut."""
 
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        # Run once the sockets are closed: uvicorn re-raises SIGTERM after shutdown, so code
+        # after `run()` never runs when a signal stopped the server.
+        self.after_shutdown: list[Callable[[], None]] = []
+
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         state = getattr(getattr(self.config.app, "state", None), "execbox", None)
         if state is not None:
             state.begin_drain(self.config.timeout_graceful_shutdown)
-        await super().shutdown(sockets=sockets)
+        try:
+            await super().shutdown(sockets=sockets)
+        finally:
+            for step in self.after_shutdown:
+                step()
 
 
 def config(app: Any, **options: Any) -> uvicorn.Config:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
 
 import click
 
@@ -23,6 +24,15 @@ def _key_store(db: str | None) -> KeyStore:
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8000, show_default=True, type=int, help="Port to listen on.")
+@click.option(
+    "--socket",
+    "socket_path",
+    default=None,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also listen on this Unix socket (mode 0600; its owner needs no key): "
+    "`execbox run` sends its runs there [default: serve.sock in the execbox home].",
+)
+@click.option("--no-socket", is_flag=True, help="Listen on the TCP port only.")
 @click.option(
     "--no-auth",
     is_flag=True,
@@ -204,6 +214,8 @@ def _key_store(db: str | None) -> KeyStore:
 def serve(
     host: str,
     port: int,
+    socket_path: Path | None,
+    no_socket: bool,
     no_auth: bool,
     max_request_mib: int,
     max_concurrency: int | None,
@@ -240,6 +252,7 @@ def serve(
 
     from .app import create_app
     from .background import Server, config
+    from .local import SocketTaken, bind_local_socket, default_socket_path, remove_local_socket
     from .state import Settings
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
@@ -277,17 +290,44 @@ def serve(
         click.echo(
             f"execbox: WARNING: --no-auth on {host}: anyone who can reach it runs code", err=True
         )
-    server = Server(
-        config(
-            create_app(settings=settings),
-            host=host,
-            port=port,
-            log_level=log_level,
-            timeout_graceful_shutdown=graceful_timeout,
-            lifespan="on",
-        )
+    server_config = config(
+        create_app(settings=settings),
+        host=host,
+        port=port,
+        log_level=log_level,
+        timeout_graceful_shutdown=graceful_timeout,
+        lifespan="on",
     )
-    server.run()
+    sockets = [server_config.bind_socket()]  # exits 3 with uvicorn's message if taken
+    log = logging.getLogger("execbox.server")
+    path = socket_path or default_socket_path()
+    try:
+        if not no_socket:
+            sockets.append(bind_local_socket(path))
+    except SocketTaken as exc:
+        if socket_path is not None:  # asked for: not having it is an error
+            sockets[0].close()
+            click.echo(f"execbox: {exc}", err=True)
+            sys.exit(2)
+        log.warning("%s; this server listens on its TCP port only", exc)
+        no_socket = True
+    except ExecboxError as exc:
+        sockets[0].close()
+        click.echo(f"execbox: {exc}", err=True)
+        sys.exit(2)
+    if not no_socket:
+        inode = path.lstat().st_ino
+        log.info("listening on unix:%s (no key needed)", path)
+    server = Server(server_config)
+    if not no_socket:
+        server.after_shutdown.append(lambda: remove_local_socket(path, inode))
+    try:
+        server.run(sockets=sockets)
+    finally:
+        for sock in sockets:
+            sock.close()
+        if not no_socket:
+            remove_local_socket(path, inode)
     if not server.started:
         sys.exit(2)
 
@@ -331,6 +371,12 @@ def keys() -> None:
     is_flag=True,
     help="An admin key: reads /metrics (every tenant's counts), runs no code.",
 )
+@click.option(
+    "--key-file",
+    type=click.File("r"),
+    help="Store the key in this file (a container secret; - for standard input) instead of "
+    "a random one.",
+)
 @click.option("--db", default=None, help="Records database URL.")
 def create_key(
     name: str,
@@ -339,6 +385,7 @@ def create_key(
     rpm: int,
     session_starts: int | None,
     admin: bool,
+    key_file: TextIO | None,
     db: str | None,
 ) -> None:
     """Create a key named NAME (the tenant) and print it; it is shown only this once."""
@@ -347,6 +394,7 @@ def create_key(
     try:
         key = _key_store(db).create(
             name,
+            key=key_file.read().strip() if key_file is not None else None,
             max_concurrent=concurrent,
             max_sessions=sessions,
             rpm=rpm,

@@ -37,6 +37,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from .limits import TRUST_KEY
+from .local import LOCAL_PEER_KEY, local_peer
 
 LINGER_S = 2.0
 LINGER_BYTES = 8 << 20
@@ -78,6 +79,8 @@ def guarded_protocol(  # noqa: C901
             super().connection_made(transport)
             self._lingering = _Lingering(transport, self)
             self.transport = self._lingering  # type: ignore[assignment]
+            if local_peer(transport):
+                self.app = _local(self.app)
             host = self.client[0] if self.client else None
             if host is not None and max_per_client:
                 waiting = anonymous[host]
@@ -244,6 +247,17 @@ def _evict_one(waiting: dict[Any, None]) -> bool:
             conn._trusted()  # noqa: SLF001 - no longer counted: it is closing
             return True
     return False
+
+
+def _local(app: ASGIApp) -> ASGIApp:
+    """`app`, with each request's scope marked as come from the server's own user on the local
+    socket (`limits.Admission` then asks it for no key)."""
+
+    async def local(scope: Scope, receive: Receive, send: Send) -> None:
+        scope[LOCAL_PEER_KEY] = True
+        await app(scope, receive, send)
+
+    return local
 
 
 def _marked(app: ASGIApp, trusted: Any) -> ASGIApp:

@@ -29,6 +29,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..contract import MAX_SECRETS
 from .deps import tenant_of
 from .errors import ApiError
+from .local import LOCAL_PEER_KEY
 from .quotas import BodyBudget
 from .state import LOCAL_TENANT
 
@@ -55,15 +56,15 @@ class Admission:
             return
         state = self.state
         try:
-            if state.settings.auth:
+            if scope.get(LOCAL_PEER_KEY) or not state.settings.auth:
+                tenant = LOCAL_TENANT
+            else:
                 tenant = await anyio.to_thread.run_sync(
                     tenant_of, state.key_store(), _bearer(scope), limiter=state.auth_limiter
                 )
                 trust: Callable[[], None] | None = scope.get(TRUST_KEY)
                 if trust is not None:
                     trust()
-            else:
-                tenant = LOCAL_TENANT
         except ApiError as err:
             state.metrics.rejected.labels(code=err.code).inc()
             await send_error(send, err)

@@ -1,0 +1,180 @@
+"""`execbox run` through a running server: which server, and the run sent to it.
+
+The server is the one named by `--server` or `EXECBOX_SERVER` (a `unix:PATH` socket, or an
+`http(s)://` URL whose key comes from `EXECBOX_API_KEY` or the file `EXECBOX_API_KEY_FILE`
+names); failing to reach it is an error. Without one, the local socket of an `execbox serve`
+using the same execbox home is used when it exists; if nothing answers there the run happens
+in this process, as it would without a server. `EXECBOX_SERVER=none` always runs in-process.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ..contract import RunRequest, RunResult
+from ..errors import SandboxUnavailable, UsageError
+from ..server.local import default_socket_path
+
+SERVER_ENV = "EXECBOX_SERVER"
+KEY_ENV = "EXECBOX_API_KEY"
+KEY_FILE_ENV = "EXECBOX_API_KEY_FILE"
+NO_SERVER = "none"
+# Time for the answer beyond the run's own wall limit: queueing, artifacts, the records.
+ANSWER_MARGIN_S = 120.0
+
+
+@dataclass(frozen=True)
+class Target:
+    """A server to send runs to."""
+
+    name: str  # as the user knows it: unix:PATH or the URL
+    base_url: str
+    socket: Path | None
+    key: str | None
+    explicit: bool  # asked for: not reaching it is an error, never a silent in-process run
+
+
+class Unreachable(SandboxUnavailable):
+    """Nothing answered at the server: the run was not sent."""
+
+
+def find_server(explicit: str | None) -> Target | None:
+    """The server `execbox run` should use, or None to run in-process."""
+    spec = explicit if explicit is not None else os.environ.get(SERVER_ENV, "")
+    if spec == NO_SERVER:
+        return None
+    if spec:
+        return _parse(spec)
+    path = default_socket_path()
+    try:
+        found = stat.S_ISSOCK(path.lstat().st_mode)
+    except OSError:
+        found = False
+    if not found:
+        return None
+    return Target(f"unix:{path}", "http://execbox", path, None, explicit=False)
+
+
+def answers(target: Target) -> bool:
+    """Whether a server accepts connections on the target's socket (a file left by a server
+    that died does not): checked before a discovered server is sent a run, so a run is never
+    both sent and then run again in-process."""
+    if target.socket is None:
+        return True
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(os.fspath(target.socket))
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
+
+
+def _parse(spec: str) -> Target:
+    if spec.startswith("unix:"):
+        path = Path(spec.removeprefix("unix:"))
+        if not path.is_absolute():
+            raise UsageError(f"--server {spec}: give unix:/ABSOLUTE/PATH")
+        return Target(spec, "http://execbox", path, None, explicit=True)
+    if spec.startswith(("http://", "https://")):
+        return Target(spec, spec.rstrip("/"), None, _key(), explicit=True)
+    raise UsageError(
+        f"--server {spec!r}: give unix:/PATH/serve.sock, http(s)://HOST:PORT, or {NO_SERVER}"
+    )
+
+
+def _key() -> str | None:
+    key = os.environ.get(KEY_ENV)
+    if key:
+        return key
+    key_file = os.environ.get(KEY_FILE_ENV)
+    if not key_file:
+        return None
+    try:
+        key = Path(key_file).read_text().strip()
+    except OSError as exc:
+        raise UsageError(f"{KEY_FILE_ENV}: cannot read {key_file}: {exc}") from exc
+    if not key:
+        raise UsageError(f"{KEY_FILE_ENV}: {key_file} is empty")
+    return key
+
+
+def run_on(
+    target: Target,
+    request: RunRequest,
+    *,
+    cache: bool | None,
+    secrets: Iterable[str],
+    bound_secrets: list[dict[str, Any]],
+    on_stdout: Callable[[bytes], None] | None,
+    on_stderr: Callable[[bytes], None] | None,
+) -> RunResult:
+    """Run `request` on the server; its artifacts carry their bytes. Unreachable when the
+    server could not be reached; other failures raise the client's ExecboxError."""
+    from .sync import Client
+
+    transport = httpx.HTTPTransport(uds=os.fspath(target.socket)) if target.socket else None
+    timeout = request.limits.timeout_s + ANSWER_MARGIN_S
+    with Client(target.base_url, target.key, timeout_s=timeout, transport=transport) as client:
+        try:
+            return client.run(
+                request.code,
+                language=request.language,
+                stdin=request.stdin,
+                files={f.name: f.data for f in request.files},
+                limits=request.limits,
+                env=request.env,
+                profile=request.profile,
+                environment=request.environment,
+                cache=cache,
+                secrets=secrets,
+                network=request.network,
+                bound_secrets=bound_secrets,
+                on_stdout=on_stdout,
+                on_stderr=on_stderr,
+            )
+        except SandboxUnavailable as exc:
+            if isinstance(exc.__cause__, httpx.ConnectError):
+                raise Unreachable(
+                    f"cannot reach the execbox server at {target.name}: {exc.__cause__}"
+                ) from exc
+            raise
+
+
+def choose(explicit: str | None, request: RunRequest) -> Target | None:
+    """The server for this run, or None to run it in this process (saying why on stderr when
+    a server was found but cannot take it)."""
+    target = find_server(explicit)
+    if target is None:
+        return None
+    if request.source_error is not None:
+        # JSON carries text only: source bytes that do not decode are answered here, as
+        # CPython's SyntaxError, without a sandbox.
+        return None
+    if target.explicit or answers(target):
+        return target
+    _note(f"no execbox serve answers at {target.name}; running in this process")
+    return None
+
+
+def start_hint(start_s: float) -> None:
+    """Say on stderr what starting the sandbox cost this run, and how to avoid it."""
+    _note(
+        f"starting the sandbox took {start_s:.1f} s of this run; with `execbox serve` "
+        "running, `execbox run` uses it and starts in milliseconds"
+    )
+
+
+def _note(text: str) -> None:
+    import click
+
+    click.echo(f"[execbox] {text}", err=True)
