@@ -331,3 +331,20 @@ def test_keys_create_stores_a_given_key(tmp_path: Path) -> None:
     secret.write_text("short")
     proc = _cli("keys", "create", "weak", "--key-file", str(secret), "--db", db)
     assert proc.returncode == 2 and b"32 to 512 characters" in proc.stderr
+
+
+def test_no_key_can_be_the_local_sockets_tenant(tmp_path: Path) -> None:
+    """The local socket's runs belong to tenant 'local': a key of that name would list and read
+    them, so the name is refused, and a key stored under it before is not accepted."""
+    import sqlalchemy as sa
+
+    from execbox.server.auth import api_keys
+
+    keys = KeyStore(RunStore(f"sqlite:///{tmp_path}/keys.db").engine)
+    with pytest.raises(UsageError, match="reserved"):
+        keys.create("local")
+    key = keys.create("legacy")
+    assert keys.authenticate(key) is not None
+    with keys.engine.begin() as conn:
+        conn.execute(sa.update(api_keys).values(name="local"))
+    assert keys.authenticate(key) is None

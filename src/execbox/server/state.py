@@ -18,7 +18,7 @@ import anyio.to_thread
 from ..contract import RunResult
 from ..errors import SessionClosed
 from . import malloc
-from .auth import KeyStore, Tenant
+from .auth import LOCAL_NAME, KeyStore, Tenant
 from .errors import ApiError
 from .metrics import Metrics
 from .quotas import Backoff, BodyBudget, Quotas
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-LOCAL_TENANT = Tenant("local", max_concurrent=1 << 30, max_sessions=1 << 30, rpm=1 << 30)
+LOCAL_TENANT = Tenant(LOCAL_NAME, max_concurrent=1 << 30, max_sessions=1 << 30, rpm=1 << 30)
 ENDED_KEPT = 10_000  # ended sessions remembered, so late calls get session_closed, not 404
 AUTH_THREADS = 8
 SESSION_START_BURST = 4  # starts a key may make at once after a pause: a default quota's worth  # key lookups at once: short database reads, on threads of their own
