@@ -16,6 +16,7 @@ from .errors import ExecboxError, UsageError
 
 if TYPE_CHECKING:
     from .image import Image
+    from .sandbox.host.probe import Check
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
@@ -441,48 +442,92 @@ def runs_approve(
     sys.exit(EXIT_OK if result.ok else EXIT_RUN_FAILED)
 
 
-@main.command()
-def doctor() -> None:
-    """Say what this host can enforce, what is missing, and how to fix it."""
+def _host_checks() -> list[Check]:
+    """The sandbox's checks of this host, with what mounting environments needs listed
+    before the runtime image's own check."""
     from .environments.doctor import checks as environment_checks
     from .sandbox.host.probe import run_checks
 
     checks = run_checks()
     if all(c.ok for c in checks if c.name in ("linux", "root")):
-        # What mounting the runtime image needs, listed before the image's own check.
         at = next((i for i, c in enumerate(checks) if c.name == "runtime image"), len(checks))
         checks[at:at] = environment_checks()
+    return checks
+
+
+def _print_checks(checks: list[Check]) -> None:
     for c in checks:
         mark = "ok  " if c.ok else ("FAIL" if c.required else "warn")
         click.echo(f"{mark} {c.name:<14} {c.detail}")
         if not c.ok and c.fix:
             click.echo(f"     {'':<14} fix: {c.fix}")
-    if all(c.ok or not c.required for c in checks):
-        from .executor import Executor
 
-        try:
-            with Executor() as ex:
-                r = ex.run("import os; print(os.getuid())")
-                # The data stack's zygote starts in the background: its own smoke run.
-                heavy = ex.run("import numpy, pandas; print(numpy.__version__)")
-            ok = r.ok and r.stdout.strip() != "0"
-            click.echo(
-                f"{'ok  ' if ok else 'FAIL'} {'smoke run':<14} status={r.status.value} "
-                f"uid={r.stdout.strip()} wall={r.metrics.wall_ms:.1f}ms"
-            )
-            click.echo(
-                f"{'ok  ' if heavy.ok else 'FAIL'} {'numpy run':<14} "
-                f"status={heavy.status.value} "
-                + (
-                    f"numpy={heavy.stdout.strip()}"
-                    if heavy.ok
-                    else f"error={heavy.error.message if heavy.error else ''}"
-                )
-            )
-            sys.exit(EXIT_OK if ok and heavy.ok else EXIT_USAGE)
-        except ExecboxError as exc:
-            click.echo(f"FAIL {'smoke run':<14} {exc}")
+
+def _smoke_runs() -> bool:
+    """A standard-library run and a numpy run in the real sandbox, each reported on a line."""
+    from .executor import Executor
+
+    try:
+        with Executor() as ex:
+            r = ex.run("import os; print(os.getuid())")
+            # The data stack's zygote starts in the background: its own smoke run.
+            heavy = ex.run("import numpy, pandas; print(numpy.__version__)")
+    except ExecboxError as exc:
+        click.echo(f"FAIL {'smoke run':<14} {exc}")
+        return False
+    ok = r.ok and r.stdout.strip() != "0"
+    click.echo(
+        f"{'ok  ' if ok else 'FAIL'} {'smoke run':<14} status={r.status.value} "
+        f"uid={r.stdout.strip()} wall={r.metrics.wall_ms:.1f}ms"
+    )
+    click.echo(
+        f"{'ok  ' if heavy.ok else 'FAIL'} {'numpy run':<14} "
+        f"status={heavy.status.value} "
+        + (
+            f"numpy={heavy.stdout.strip()}"
+            if heavy.ok
+            else f"error={heavy.error.message if heavy.error else ''}"
+        )
+    )
+    return ok and heavy.ok
+
+
+@main.command()
+def doctor() -> None:
+    """Say what this host can enforce, what is missing, and how to fix it."""
+    checks = _host_checks()
+    _print_checks(checks)
+    if all(c.ok or not c.required for c in checks):
+        sys.exit(EXIT_OK if _smoke_runs() else EXIT_USAGE)
     sys.exit(EXIT_USAGE)
+
+
+@main.command()
+def setup() -> None:
+    """Check this host, build the runtime image, and prove a sandboxed run works.
+
+    Exits 2, building nothing, when the host cannot sandbox: each failed check says its fix.
+    """
+    from .image import LOCK_FILE, build
+
+    # The image is what setup makes: only the checks before it decide whether it can.
+    checks = [c for c in _host_checks() if c.name != "runtime image"]
+    _print_checks(checks)
+    failed = [c.name for c in checks if c.required and not c.ok]
+    if failed:
+        _fail(
+            f"this host cannot sandbox ({', '.join(failed)} failed); fix what the FAIL lines "
+            "say and run `execbox setup` again"
+        )
+    click.echo("building the runtime image (minutes the first time; an identical one is reused)")
+    try:
+        img = build(LOCK_FILE)
+    except ExecboxError as exc:
+        _fail(str(exc))
+    click.echo(f"ok   {'runtime image':<14} {img.digest} at {img.root}")
+    if not _smoke_runs():
+        _fail("the runtime image is built but a sandboxed run failed; see `execbox doctor`")
+    click.echo("execbox is set up: try `execbox run` on a Python file")
 
 
 @main.group()
