@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+# Past this much time beyond the run itself, `execbox run` says what its own executor cost.
+START_NOTE_S = 0.5
 
 
 def _fail(message: str) -> NoReturn:
@@ -268,7 +271,32 @@ def run_cmd(
         click.echo(result.model_dump_json())
     else:
         _summary(result, artifacts_dir)
+        _start_note(_process_age_s(), result)
     sys.exit(EXIT_OK if result.ok else EXIT_RUN_FAILED)
+
+
+def _process_age_s() -> float:
+    """Seconds since this process started (its interpreter's start and imports included)."""
+    with open("/proc/self/stat") as fh:
+        # Field 22, counted after the command name's closing parenthesis (which may hold spaces).
+        start_ticks = int(fh.read().rpartition(")")[2].split()[19])
+    return time.clock_gettime(time.CLOCK_BOOTTIME) - start_ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _start_note(elapsed_s: float, result: RunResult) -> None:
+    """Say once what the command cost beyond its run: a user who sees `wall=4ms` and waited a
+    second and more should learn why, and how to stop paying it. (Not under --json: a program
+    reads that output, and can keep an executor itself.)"""
+    overhead = elapsed_s - result.metrics.wall_ms / 1000
+    if overhead <= START_NOTE_S:
+        return
+    click.echo(
+        f"[execbox] this command took {elapsed_s:.1f} s, the run {result.metrics.wall_ms:.0f} ms: "
+        f"the rest ({overhead:.1f} s) is starting Python and a sandbox executor and closing it, "
+        "which every `execbox run` does. For many runs keep one: `execbox.Executor` in Python, or "
+        "`execbox serve` and `execbox.Client`.",
+        err=True,
+    )
 
 
 LANGUAGE_OF_SUFFIX = {
