@@ -11,8 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 import execbox
-from execbox.agent import ask
-from execbox.agent.llm import ModelUnreachable
+from execbox.agent import ModelUnreachable, ask
 from execbox.agent.trace import TraceStore
 from execbox.cli import main
 
