@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-unprivileged test-image check bench image deps lock clean
+.PHONY: demo test test-unprivileged test-image check docs bench image deps lock clean
 
 deps:
 	@# libseccomp (the syscall filter) is the one system library the sandbox needs.
@@ -51,9 +51,14 @@ test-image: $(STAMP)
 	tests/image/run
 
 check: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench docs/hooks
+	$(BIN)/ruff format --check src tests bench docs/hooks
 	$(BIN)/mypy
+
+docs: $(STAMP)
+	@# Strict: a broken link, anchor or reference fails the build. The HTTP reference is
+	@# rendered from the server's OpenAPI document (docs/hooks/openapi.py).
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 bench: image
 	$(BIN)/python bench/latency.py
@@ -65,4 +70,4 @@ lock: $(STAMP)
 	  --output-file requirements.lock requirements.in
 
 clean:
-	rm -rf $(VENV) artifacts bench/results
+	rm -rf $(VENV) artifacts bench/results site

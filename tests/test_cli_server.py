@@ -108,7 +108,7 @@ def _plain(proc: Any) -> tuple[int, bytes, list[bytes]]:
     lines = [
         _VARYING.sub(rb"\1=*", line)
         for line in proc.stderr.splitlines()
-        if b"starting the sandbox took" not in line
+        if b"[execbox] this command took" not in line
     ]
     return proc.returncode, proc.stdout, lines
 

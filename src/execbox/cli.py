@@ -19,9 +19,12 @@ from .errors import ExecboxError, UsageError
 if TYPE_CHECKING:
     from .contract import RunRequest
     from .image import Image
+    from .sandbox.host.probe import Check
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+# Past this much time beyond the run itself, `execbox run` says what its own executor cost.
+START_NOTE_S = 0.5
 
 
 def _fail(message: str) -> NoReturn:
@@ -258,7 +261,7 @@ def run_cmd(
             errstream.write(data)
             errstream.flush()
 
-        result = _run(
+        result, in_process = _run(
             request,
             server,
             cache=False if no_cache else None,
@@ -277,11 +280,9 @@ def run_cmd(
         click.echo(result.model_dump_json())
     else:
         _summary(result, artifacts_dir)
+        if in_process:
+            _start_note(_process_age_s(), result)
     sys.exit(EXIT_OK if result.ok else EXIT_RUN_FAILED)
-
-
-# A start slower than this gets a hint on stderr: `execbox serve` avoids it.
-START_HINT_S = 1.0
 
 
 def _run(
@@ -293,13 +294,14 @@ def _run(
     bound_secrets: list[dict[str, Any]],
     on_stdout: Callable[[bytes], None] | None,
     on_stderr: Callable[[bytes], None] | None,
-) -> RunResult:
-    """The run on the server `execbox run` finds (see client.local), else in this process."""
-    from .client.local import choose, run_on, start_hint
+) -> tuple[RunResult, bool]:
+    """The run on the server `execbox run` finds (see client.local), else in this process;
+    and whether it ran in this process."""
+    from .client.local import choose, run_on
 
     target = choose(server, request)
     if target is not None:
-        return run_on(
+        served = run_on(
             target,
             request,
             cache=cache,
@@ -308,9 +310,9 @@ def _run(
             on_stdout=on_stdout,
             on_stderr=on_stderr,
         )
+        return served, False
     from .executor import Executor
 
-    started = time.monotonic()
     with Executor() as executor:
         result = executor.run_request(
             request,
@@ -320,10 +322,31 @@ def _run(
             on_stdout=on_stdout,
             on_stderr=on_stderr,
         )
-    start_s = time.monotonic() - started - result.metrics.wall_ms / 1000
-    if on_stderr is not None and start_s > START_HINT_S:
-        start_hint(start_s)
-    return result
+    return result, True
+
+
+def _process_age_s() -> float:
+    """Seconds since this process started (its interpreter's start and imports included)."""
+    with open("/proc/self/stat") as fh:
+        # Field 22, counted after the command name's closing parenthesis (which may hold spaces).
+        start_ticks = int(fh.read().rpartition(")")[2].split()[19])
+    return time.clock_gettime(time.CLOCK_BOOTTIME) - start_ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _start_note(elapsed_s: float, result: RunResult) -> None:
+    """Say once what the command cost beyond its run: a user who sees `wall=4ms` and waited a
+    second and more should learn why, and how to stop paying it. (Not under --json: a program
+    reads that output, and can keep an executor itself.)"""
+    overhead = elapsed_s - result.metrics.wall_ms / 1000
+    if overhead <= START_NOTE_S:
+        return
+    click.echo(
+        f"[execbox] this command took {elapsed_s:.1f} s, the run {result.metrics.wall_ms:.0f} ms: "
+        f"the rest ({overhead:.1f} s) is starting Python and a sandbox executor and closing it, "
+        "which every `execbox run` does. With `execbox serve` running, `execbox run` uses it "
+        "and starts in a fraction of that; in Python, keep one `execbox.Executor`.",
+        err=True,
+    )
 
 
 LANGUAGE_OF_SUFFIX = {
@@ -497,48 +520,92 @@ def runs_approve(
     sys.exit(EXIT_OK if result.ok else EXIT_RUN_FAILED)
 
 
-@main.command()
-def doctor() -> None:
-    """Say what this host can enforce, what is missing, and how to fix it."""
+def _host_checks() -> list[Check]:
+    """The sandbox's checks of this host, with what mounting environments needs listed
+    before the runtime image's own check."""
     from .environments.doctor import checks as environment_checks
     from .sandbox.host.probe import run_checks
 
     checks = run_checks()
     if all(c.ok for c in checks if c.name in ("linux", "root")):
-        # What mounting the runtime image needs, listed before the image's own check.
         at = next((i for i, c in enumerate(checks) if c.name == "runtime image"), len(checks))
         checks[at:at] = environment_checks()
+    return checks
+
+
+def _print_checks(checks: list[Check]) -> None:
     for c in checks:
         mark = "ok  " if c.ok else ("FAIL" if c.required else "warn")
         click.echo(f"{mark} {c.name:<14} {c.detail}")
         if not c.ok and c.fix:
             click.echo(f"     {'':<14} fix: {c.fix}")
-    if all(c.ok or not c.required for c in checks):
-        from .executor import Executor
 
-        try:
-            with Executor() as ex:
-                r = ex.run("import os; print(os.getuid())")
-                # The data stack's zygote starts in the background: its own smoke run.
-                heavy = ex.run("import numpy, pandas; print(numpy.__version__)")
-            ok = r.ok and r.stdout.strip() != "0"
-            click.echo(
-                f"{'ok  ' if ok else 'FAIL'} {'smoke run':<14} status={r.status.value} "
-                f"uid={r.stdout.strip()} wall={r.metrics.wall_ms:.1f}ms"
-            )
-            click.echo(
-                f"{'ok  ' if heavy.ok else 'FAIL'} {'numpy run':<14} "
-                f"status={heavy.status.value} "
-                + (
-                    f"numpy={heavy.stdout.strip()}"
-                    if heavy.ok
-                    else f"error={heavy.error.message if heavy.error else ''}"
-                )
-            )
-            sys.exit(EXIT_OK if ok and heavy.ok else EXIT_USAGE)
-        except ExecboxError as exc:
-            click.echo(f"FAIL {'smoke run':<14} {exc}")
+
+def _smoke_runs() -> bool:
+    """A standard-library run and a numpy run in the real sandbox, each reported on a line."""
+    from .executor import Executor
+
+    try:
+        with Executor() as ex:
+            r = ex.run("import os; print(os.getuid())")
+            # The data stack's zygote starts in the background: its own smoke run.
+            heavy = ex.run("import numpy, pandas; print(numpy.__version__)")
+    except ExecboxError as exc:
+        click.echo(f"FAIL {'smoke run':<14} {exc}")
+        return False
+    ok = r.ok and r.stdout.strip() != "0"
+    click.echo(
+        f"{'ok  ' if ok else 'FAIL'} {'smoke run':<14} status={r.status.value} "
+        f"uid={r.stdout.strip()} wall={r.metrics.wall_ms:.1f}ms"
+    )
+    click.echo(
+        f"{'ok  ' if heavy.ok else 'FAIL'} {'numpy run':<14} "
+        f"status={heavy.status.value} "
+        + (
+            f"numpy={heavy.stdout.strip()}"
+            if heavy.ok
+            else f"error={heavy.error.message if heavy.error else ''}"
+        )
+    )
+    return ok and heavy.ok
+
+
+@main.command()
+def doctor() -> None:
+    """Say what this host can enforce, what is missing, and how to fix it."""
+    checks = _host_checks()
+    _print_checks(checks)
+    if all(c.ok or not c.required for c in checks):
+        sys.exit(EXIT_OK if _smoke_runs() else EXIT_USAGE)
     sys.exit(EXIT_USAGE)
+
+
+@main.command()
+def setup() -> None:
+    """Check this host, build the runtime image, and prove a sandboxed run works.
+
+    Exits 2, building nothing, when the host cannot sandbox: each failed check says its fix.
+    """
+    from .image import LOCK_FILE, build
+
+    # The image is what setup makes: only the checks before it decide whether it can.
+    checks = [c for c in _host_checks() if c.name != "runtime image"]
+    _print_checks(checks)
+    failed = [c.name for c in checks if c.required and not c.ok]
+    if failed:
+        _fail(
+            f"this host cannot sandbox ({', '.join(failed)} failed); fix what the FAIL lines "
+            "say and run `execbox setup` again"
+        )
+    click.echo("building the runtime image (minutes the first time; an identical one is reused)")
+    try:
+        img = build(LOCK_FILE)
+    except ExecboxError as exc:
+        _fail(str(exc))
+    click.echo(f"ok   {'runtime image':<14} {img.digest} at {img.root}")
+    if not _smoke_runs():
+        _fail("the runtime image is built but a sandboxed run failed; see `execbox doctor`")
+    click.echo("execbox is set up: try `execbox run` on a Python file")
 
 
 @main.group()

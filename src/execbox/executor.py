@@ -272,12 +272,12 @@ class Executor:
         lets another thread end the run: its result is then an `error` of type Cancelled.
         `tenant`: whose host runs it, with `zygotes_per_tenant` (else all share one).
         `network`: "none", or the hosts the run may reach through the proxy (`host[:port]`
-        entries, within what the profile allows; see README "Network").
+        entries, within what the profile allows; see docs/controls/network.md).
         `environment`: the named environment it runs in (None: the default); its profile must
         allow it, and one not built is a UsageError.
         `bound_secrets`: `{"name", "value", "hosts"}` each; the run's environment holds a
         placeholder under the name, and the proxy sends the value instead only in HTTPS
-        requests to those hosts (see README "Network")."""
+        requests to those hosts (see docs/controls/network.md)."""
         request = make_request(
             code,
             language=language,

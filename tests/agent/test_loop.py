@@ -213,7 +213,7 @@ def test_pure_text_question_runs_no_code(executor: execbox.Executor, traces: Tra
 
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-MESSY = (EXAMPLES / "agent_people.csv").read_bytes()  # the README's CSV example
+MESSY = (EXAMPLES / "agent_people.csv").read_bytes()  # the CSV example of docs/agent.md
 
 CLEAN_CODE = """\
 import csv, json

@@ -138,7 +138,7 @@ def test_argument_rules_read_only_the_low_32_bits(name: str) -> None:
 
 
 def test_the_refusals_the_policy_promises() -> None:
-    """Literal expectations, independent of the table: what the README says is refused."""
+    """Literal expectations, independent of the table: what docs/security.md says is refused."""
     af_netlink, af_packet, af_inet, af_inet6, af_unix = 16, 17, 2, 10, 1
     sock_stream, sock_dgram, sock_raw, sock_packet, sock_cloexec = 1, 2, 3, 10, 0x80000
     eafnosupport, eperm = errno_action("EAFNOSUPPORT"), errno_action("EPERM")

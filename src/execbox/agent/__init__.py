@@ -20,6 +20,7 @@ __all__ = [
     "Claim",
     "Failure",
     "ModelConfig",
+    "ModelUnreachable",
     "Plan",
     "Program",
     "Review",
@@ -41,6 +42,7 @@ _WHERE = {
     "Review": "models",
     "Verdict": "models",
     "ModelConfig": "llm",
+    "ModelUnreachable": "llm",
     "ScriptedModel": "llm",
     "load_config": "llm",
     "resolve_model": "llm",
@@ -50,7 +52,7 @@ _WHERE = {
 }
 
 if TYPE_CHECKING:
-    from .llm import ModelConfig, ScriptedModel, load_config, resolve_model
+    from .llm import ModelConfig, ModelUnreachable, ScriptedModel, load_config, resolve_model
     from .loop import ask
     from .models import Answer, AskSettings, Claim, Failure, Plan, Program, Review, Verdict
     from .trace import AskTrace, TraceStore

@@ -16,6 +16,7 @@ import json
 import os
 import time
 import tomllib
+import urllib.parse
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -39,6 +40,16 @@ NO_MODEL = (
     "in {path}; for an OpenAI-compatible server (vLLM, Ollama, llama.cpp) also set "
     "EXECBOX_BASE_URL (or base_url in the file) and use the served model's name"
 )
+
+
+# The providers whose key execbox checks before the model library does: its message would be
+# about its own API (`OpenAIProvider(api_key=...)`), not about execbox's settings.
+PROVIDER_KEYS = {
+    "openai": "OPENAI_API_KEY",
+    "openai-chat": "OPENAI_API_KEY",
+    "openai-responses": "OPENAI_API_KEY",
+    "anthropic": "ANTHROPIC_API_KEY",
+}
 
 
 class ModelConfig(BaseModel):
@@ -99,6 +110,8 @@ def resolve_model(model: Model | str | None = None, *, base_url: str | None = No
     if not cfg.model:
         raise UsageError(NO_MODEL.format(path=config_path()))
     name = cfg.model
+    if cfg.base_url is not None:
+        _check_base_url(cfg.base_url)
     if ":" not in name or name.startswith("openai-compatible:"):
         if not cfg.base_url:
             raise UsageError(
@@ -112,10 +125,41 @@ def resolve_model(model: Model | str | None = None, *, base_url: str | None = No
         key = os.environ.get(cfg.api_key_env) or "not-needed"
         provider = OpenAIProvider(base_url=cfg.base_url, api_key=key)
         return OpenAIChatModel(name.removeprefix("openai-compatible:"), provider=provider)
+    prefix = name.partition(":")[0]
+    needed = PROVIDER_KEYS.get(prefix)
+    if needed is not None and not os.environ.get(needed):
+        raise UsageError(
+            f"model {name!r} needs an API key: set {needed} (or, for a model served by an "
+            "OpenAI-compatible server, pass its name with --base-url)"
+        )
     try:
         return infer_model(name)
     except (PaiUserError, ValueError) as exc:
-        raise UsageError(f"cannot use model {name!r}: {exc}") from exc
+        # The library's words name its own API; ours name the settings.
+        raise UsageError(
+            f"cannot use model {name!r}: {prefix!r} is not a provider execbox can set up "
+            "here (e.g. 'openai:gpt-4o', 'anthropic:claude-sonnet-4-5', or a served model's "
+            f"name with --base-url); the model library said: {_first_line(exc)}"
+        ) from exc
+
+
+def _check_base_url(url: str) -> None:
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(
+            f"base URL {url!r} is not an http(s) URL: give the OpenAI-compatible server's "
+            "API root, e.g. http://localhost:8000/v1 (--base-url, EXECBOX_BASE_URL, "
+            "OPENAI_BASE_URL or base_url in the agent config)"
+        )
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+class ModelUnreachable(UsageError):
+    """The configured model cannot be used at all: its server does not answer or refuses the
+    key. A setting to fix, not a failure of the ask: `execbox ask` exits 2."""
 
 
 class ModelFailure(Exception):
@@ -155,13 +199,21 @@ class LLM:
 
     def ask(self, stage: str, output_type: type[T], instructions: str, prompt: str) -> T:
         from pydantic_ai import Agent, ToolOutput
-        from pydantic_ai.exceptions import AgentRunError
+        from pydantic_ai.exceptions import (
+            AgentRunError,
+            ModelAuthenticationError,
+            ModelConnectionError,
+        )
 
         output = ToolOutput(output_type, name=f"submit_{stage}", max_retries=self.output_retries)
         agent = Agent(self.model, output_type=output, instructions=instructions)
         start = time.monotonic()
         try:
             result = agent.run_sync(prompt)
+        except (ModelConnectionError, ModelAuthenticationError) as exc:
+            unusable = self._unusable(exc)
+            self._failed(stage, start, unusable)
+            raise unusable from exc
         except AgentRunError as exc:
             self._report(
                 ModelCall(
@@ -190,6 +242,29 @@ class LLM:
         )
         out: T = result.output
         return out
+
+    def _unusable(self, exc: Exception) -> ModelUnreachable:
+        from pydantic_ai.exceptions import ModelAuthenticationError
+
+        where = getattr(self.model, "base_url", None) or f"{self.model.system}'s API"
+        model = f"model {self.model.model_name!r} at {where}"
+        if isinstance(exc, ModelAuthenticationError):
+            return ModelUnreachable(
+                f"{model} refused the API key: check the key's environment variable "
+                "(api_key_env in the agent config, OPENAI_API_KEY by default)"
+            )
+        cause: BaseException = exc
+        while cause.__cause__ is not None:  # the transport's own error says what failed
+            cause = cause.__cause__
+        detail = _first_line(cause)
+        return ModelUnreachable(
+            f"cannot reach the {model} ({detail}): start the model server, or correct "
+            "--base-url / EXECBOX_BASE_URL"
+        )
+
+    def _failed(self, stage: str, start: float, exc: Exception) -> None:
+        elapsed = (time.monotonic() - start) * 1000
+        self._report(ModelCall(stage, self.name, 0, 0, 1, elapsed, False, str(exc)))
 
     def _report(self, call: ModelCall) -> None:
         if self.on_call is not None:

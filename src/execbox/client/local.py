@@ -166,14 +166,6 @@ def choose(explicit: str | None, request: RunRequest) -> Target | None:
     return None
 
 
-def start_hint(start_s: float) -> None:
-    """Say on stderr what starting the sandbox cost this run, and how to avoid it."""
-    _note(
-        f"starting the sandbox took {start_s:.1f} s of this run; with `execbox serve` "
-        "running, `execbox run` uses it and starts in milliseconds"
-    )
-
-
 def _note(text: str) -> None:
     import click
 
