@@ -192,11 +192,16 @@ function awaitRequest() {
 // tears down (milliseconds the caller need not wait for), as runner.py does: the token, then
 // the status byte. Without the report (a signal, code that replaced process.emit) the status
 // comes from the program's zygote, later.
+// Output still queued in a stream (its pipe could not block) is left to Node's teardown.
+function queuedOutput() {
+  return safe(() => process.stdout.writableLength + process.stderr.writableLength, 1);
+}
+
 function reportExit(token) {
   const emit = process.emit;
   process.emit = function (event, ...args) {
     const result = emit.call(this, event, ...args);
-    if (event === 'exit') {
+    if (event === 'exit' && queuedOutput() === 0) {
       const status = Number(process.exitCode) || 0;
       for (const fd of [0, 1, 2]) safe(() => fs.closeSync(fd), null);
       safe(() => fs.writeSync(doneFd, Buffer.concat([token, Buffer.from([status & 0xff])])), null);
@@ -229,6 +234,7 @@ function warmUp() {
     [process.stdout, console.log],
     [process.stderr, console.error],
   ]) {
+    if (Object.hasOwn(stream, 'write')) continue;
     stream.write = () => true; // the stream's own method (its prototype's) comes back below
     log('%s %o', 1, { a: [1] });
     delete stream.write;
