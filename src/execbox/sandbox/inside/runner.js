@@ -238,46 +238,51 @@ function warmUp() {
     stream.write = () => true; // the stream's own method (its prototype's) comes back below
     log('%s %o', 1, { a: [1] });
     delete stream.write;
-    stream.write('');
+    stream.write('', () => {});
   }
   JSON.parse('{"code":"","spec":{"env":{}},"token":""}');
 }
 
-let code;
-if (STAGED) {
-  warmUp();
-  code = awaitRequest();
-} else {
-  code = fs.readFileSync(codeFd, 'utf8');
-  fs.closeSync(codeFd);
-}
-
-let main;
-try {
-  main = vm.compileFunction(code, params, { filename: FILENAME, importModuleDynamically: importOption });
-} catch (err) {
-  const message = safe(() => err.message, '');
-  if (!(err instanceof SyntaxError) || !MODULE_SYNTAX.some((m) => message.startsWith(m))) {
-    report(err, 'compile');
-    process.exit(1);
+// Compile and run the code as the main module, or as an ES module when it uses their syntax.
+function runCode(code) {
+  let main;
+  try {
+    main = vm.compileFunction(code, params, { filename: FILENAME, importModuleDynamically: importOption });
+  } catch (err) {
+    const message = safe(() => err.message, '');
+    if (!(err instanceof SyntaxError) || !MODULE_SYNTAX.some((m) => message.startsWith(m))) {
+      report(err, 'compile');
+      process.exit(1);
+    }
+  }
+  if (main) {
+    main.call(mod.exports, mod.exports, req, mod, FILENAME, '.');
+  } else {
+    const hooks = `let code;
+      export async function initialize(data) { code = data.code; }
+      export async function resolve(specifier, context, next) {
+        if (specifier === ${JSON.stringify(MODULE_URL)}) return { url: specifier, shortCircuit: true };
+        return next(specifier, context);
+      }
+      export async function load(url, context, next) {
+        if (url === ${JSON.stringify(MODULE_URL)}) return { format: 'module', source: code, shortCircuit: true };
+        return next(url, context);
+      }`;
+    Module.register(`data:text/javascript,${encodeURIComponent(hooks)}`, { data: { code } });
+    import(MODULE_URL).catch((err) => {
+      report(err, 'module');
+      process.exit(1);
+    });
   }
 }
-if (main) {
-  main.call(mod.exports, mod.exports, req, mod, FILENAME, '.');
+
+if (STAGED) {
+  warmUp();
+  // The warm-up's write callbacks run in this first turn of the event loop; then Node blocks
+  // for its request.
+  setImmediate(() => runCode(awaitRequest()));
 } else {
-  const hooks = `let code;
-    export async function initialize(data) { code = data.code; }
-    export async function resolve(specifier, context, next) {
-      if (specifier === ${JSON.stringify(MODULE_URL)}) return { url: specifier, shortCircuit: true };
-      return next(specifier, context);
-    }
-    export async function load(url, context, next) {
-      if (url === ${JSON.stringify(MODULE_URL)}) return { format: 'module', source: code, shortCircuit: true };
-      return next(url, context);
-    }`;
-  Module.register(`data:text/javascript,${encodeURIComponent(hooks)}`, { data: { code } });
-  import(MODULE_URL).catch((err) => {
-    report(err, 'module');
-    process.exit(1);
-  });
+  const code = fs.readFileSync(codeFd, 'utf8');
+  fs.closeSync(codeFd);
+  runCode(code);
 }
