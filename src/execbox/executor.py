@@ -64,7 +64,7 @@ from .request import (
     new_run_id,
 )
 from .results import ReplayReport, not_started, result_of, undecodable, with_kept_data
-from .routing import program_kind
+from .routing import interpreter_kind, program_kind
 from .sandbox.host.errors import HostError
 from .sandbox.host.pump import OutputCallback
 from .sandbox.host.zygotes import ZygoteProcess
@@ -614,8 +614,11 @@ class Executor:
             run_id=base.run_id,
             code=request.code,
             limits=request.limits,
-            # Node and bash exec from a light program: nothing of the heavy zygote is theirs.
-            kind=program_kind(call.verdict.imports) if request.language == "python" else "light",
+            kind=(
+                program_kind(call.verdict.imports)
+                if request.language == "python"
+                else interpreter_kind(request.language, request.env)
+            ),
             env=request.env,
             files=[(f.name, f.data) for f in request.files],
             stdin=request.stdin,

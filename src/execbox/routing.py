@@ -108,3 +108,19 @@ def program_kind(imports: frozenset[str] | None) -> str:
 
 
 _STDLIB = frozenset(sys.stdlib_module_names)
+
+# Variables Node reads only as it starts (options, module paths, locale, time zone, TLS): a
+# staged Node (`sandbox.inside.staged`) started without them cannot apply them.
+EXEC_TIME_PREFIXES = ("NODE_", "UV_", "LC_", "OPENSSL_", "SSL_CERT_")
+EXEC_TIME_ENV = frozenset({"LANG", "LANGUAGE", "TZ", "ICU_DATA"})
+
+
+def interpreter_kind(language: str, env: dict[str, str]) -> str:
+    """Which kind of slot runs JavaScript or bash: "javascript", a staged Node waiting for its
+    code, unless `env` sets a variable Node reads only as it starts; then, and for bash, a
+    light slot whose program execs the interpreter for its request (the env in place)."""
+    if language != "javascript":
+        return "light"
+    if any(name in EXEC_TIME_ENV or name.startswith(EXEC_TIME_PREFIXES) for name in env):
+        return "light"
+    return "javascript"

@@ -44,7 +44,10 @@ log = logging.getLogger(__name__)
 
 # Of program zygote: standard library only; the data stack too; and, in an environment whose
 # tree has more (`backend.warm_tiers`), the full one: those modules too, started at its first run.
-KINDS = ("light", "heavy", "full")
+# The javascript one stages Node processes (see `inside.staged`), started at the first
+# JavaScript run: a host that runs only Python never starts it.
+KINDS = ("light", "heavy", "full", "javascript")
+INTERPRETER_KINDS = ("javascript",)
 _NO_PROGRAM = {k: f"this sandbox host has no {k} zygote" for k in KINDS}
 SUPERVISORS_END_S = 10.0  # how long `close` waits for the supervisors it let go to exit
 CANCELLED = "cancelled"  # the KILL reason of a run its caller cancelled (see `Cancel`)
@@ -115,12 +118,13 @@ class ZygoteProcess:
             "libexec": f"{ENV_DIR}/libexec",
         }
         preloads = {"heavy": preload, "light": light_preload or [], "full": full_preload or []}
+        preloads.update({kind: [] for kind in INTERPRETER_KINDS})
 
         def starter(kind: str) -> Callable[[], _Starting]:
             prog = pairs[kind][0]
             return lambda: _Starting(
                 enter,
-                env if kind != "light" else _small_heap(env),
+                env if kind in ("heavy", "full") else _small_heap(env),
                 dict(
                     common,
                     role="programs",
@@ -138,8 +142,9 @@ class ZygoteProcess:
             # All start at once: the heavy one's imports are most of the wait.
             for kind in ("heavy", "light"):
                 self._starting[kind] = starter(kind)()
-            if "full" in pairs:
-                self._dormant["full"] = (starter("full"), pairs["full"][0])
+            for kind in ("full", *INTERPRETER_KINDS):
+                if kind in pairs:
+                    self._dormant[kind] = (starter(kind), pairs[kind][0])
             sup_ends = [pairs[kind][1] for kind in kinds]
             self._starting["supervisors"] = _Starting(
                 enter,

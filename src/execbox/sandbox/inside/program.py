@@ -44,7 +44,7 @@ import socket
 from dataclasses import asdict, dataclass, replace
 from typing import Any, NoReturn
 
-from . import interpreters, jail, kernel, linux, protocol, runner
+from . import interpreters, jail, kernel, linux, protocol, runner, staged
 
 SESSION_CPU_S = 24 * 3600.0  # a session's per-process CPU rlimit (cells are timed one by one)
 
@@ -87,11 +87,13 @@ def serve(
     src_paths: list[str],
     host: socket.socket,
     spawn: socket.socket,
+    language: str = "python",
 ) -> None:
     """A program zygote's loop: fork programs into the slots supervisors ask for, reap them and
     report how they ended, until the host closes its socket (or every supervisor's socket is
     gone). Single-threaded; it blocks on nothing a supervisor controls. Returns in the
-    zygote only; each forked child becomes its program here."""
+    zygote only; each forked child becomes its program here: a Python program, or for
+    another `language` its staged interpreter (see `staged`)."""
     # The fork skips CPython's after-fork work, sound only with no other thread: `zygote.main`
     # checks the process is single-threaded before it says ready.
     own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
@@ -117,6 +119,9 @@ def serve(
         spawn.detach()
         if os.environ:
             raise jail.JailError("the program zygote's environment is not empty")
+        if language != "python":
+            with jail.step(f"start the staged {language} interpreter"):
+                staged.exec_staged(language, fds.go_r, fds.err_w, fds.setup_w, fds.done_w)
         # CPython's own after-fork hooks did not run (the fork was C's).
         with jail.step("redo what a program would miss of CPython's after-fork work"):
             runner.after_fork()
@@ -326,4 +331,5 @@ def main(
 ) -> None:
     """A program zygote after start-up: serve spawn requests until the host is gone."""
     spawn = socket.socket(fileno=int(options["spawn_fd"]))
-    serve(cfg, server, src_paths, host, spawn)
+    kind = options.get("kind", "")
+    serve(cfg, server, src_paths, host, spawn, kind if kind in staged.LANGUAGES else "python")

@@ -51,11 +51,14 @@ PARKED = b"P"
 # later run could read back from its own memory and CPU time.
 # "full": the full zygote, in an environment whose tree has more than the data stack (it
 # preloads those modules too); its programs copy the base, as a numpy run's do.
+# "javascript": a zygote of its own whose programs exec Node as they are staged and wait for
+# their code in it (see `staged`); no warm pages.
 SLOT_KINDS = {
     "light": ("light", True),
     "heavy": ("heavy", False),
     "pandas": ("heavy", True),
     "full": ("full", False),
+    "javascript": ("javascript", False),
 }
 
 

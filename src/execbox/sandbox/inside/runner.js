@@ -1,6 +1,10 @@
 // Inside the jail: run the user's JavaScript as the main module and report a structured error.
-// Node runs this with `-e`; process.argv carries the descriptor of the code (a memfd) and of
-// the error pipe. The stack shown on stderr and in the result starts at the user's code.
+// Node runs this with `-e`, in one of two ways (process.argv):
+//   <code fd> <error fd>: the code is in a memfd (a program exec'd Node for its request);
+//   staged <go fd> <error fd> <done fd> <setup fd>: Node was started ahead of its request
+//   (see staged.py); it says so on the done pipe and blocks reading the request from the go
+//   pipe, then applies the request's environment and runs the code.
+// The stack shown on stderr and in the result starts at the user's code.
 'use strict';
 
 const fs = require('fs');
@@ -26,10 +30,13 @@ const MAX_RECORD = 60 * 1024; // below the pipe's 64 KiB, as runner.py: one writ
 const CUT_HEAD = '...\n';
 const CUT_TAIL = ' …(truncated)';
 
-const codeFd = Number(process.argv[1]);
-const errFd = Number(process.argv[2]);
-const code = fs.readFileSync(codeFd, 'utf8');
-fs.closeSync(codeFd);
+const STAGED = process.argv[1] === 'staged';
+const [goFd, errFd, doneFd, setupFd] = STAGED
+  ? process.argv.slice(2, 6).map(Number)
+  : [-1, Number(process.argv[2]), -1, -1];
+const codeFd = STAGED ? -1 : Number(process.argv[1]);
+const PARKED = 'P'; // protocol.PARKED
+const FRAME_HEADER = 12; // protocol.HEADER: a 4-byte kind and an 8-byte big-endian length
 process.argv = [process.argv[0], FILENAME];
 
 // Output to a pipe blocks, as Python's does: a loop that prints without yielding reaches the
@@ -126,6 +133,83 @@ process.on('uncaughtException', (err, origin) => {
   process.exit(1);
 });
 
+// Set-up failed before any code ran: the supervisor reports it as the sandbox's error.
+function setupFailed(why) {
+  safe(() => fs.writeSync(setupFd, `program set-up: ${why}`), null);
+  process.reallyExit(127);
+}
+
+// `n` bytes of `fd`, or fewer at its end; blocking, as the program has nothing else to do.
+function readFull(fd, n) {
+  const buf = Buffer.allocUnsafe(n);
+  let at = 0;
+  while (at < n) {
+    let got;
+    try {
+      got = fs.readSync(fd, buf, at, n - at, null);
+    } catch (err) {
+      if (err.code === 'EINTR' || err.code === 'EAGAIN') continue;
+      throw err;
+    }
+    if (got === 0) break;
+    at += got;
+  }
+  return buf.subarray(0, at);
+}
+
+// A staged Node's request: it says it waits (PARKED), reads the whole request (a program
+// that took its request leaves nothing in the pipe), and makes the request's environment
+// the code's. Returns the code.
+function awaitRequest() {
+  fs.writeSync(doneFd, PARKED);
+  const header = readFull(goFd, FRAME_HEADER);
+  if (header.length === 0) process.reallyExit(0); // the slot was closed unused
+  let go;
+  try {
+    if (header.length < FRAME_HEADER || header.toString('latin1', 0, 4) !== 'REQ ') {
+      throw new Error('a request frame, not that');
+    }
+    const size = Number(header.readBigUInt64BE(4));
+    const payload = readFull(goFd, size);
+    if (payload.length !== size) throw new Error('the request ended early');
+    go = JSON.parse(payload.toString('utf8'));
+    if (go.mode === 'session' || typeof go.code !== 'string') throw new Error('not a run');
+    const env = go.spec.env || {};
+    const threads = process.env.UV_THREADPOOL_SIZE;
+    for (const name of Object.keys(process.env)) delete process.env[name];
+    Object.assign(process.env, env);
+    process.env.UV_THREADPOOL_SIZE = threads;
+    fs.closeSync(goFd);
+    reportExit(Buffer.from(String(go.token), 'latin1'));
+  } catch (err) {
+    setupFailed(`staged node: ${safe(() => err.message, 'the request')}`);
+  }
+  fs.closeSync(setupFd);
+  return go.code;
+}
+
+// Report the exit status on the done pipe once the 'exit' listeners have run, before Node
+// tears down (milliseconds the caller need not wait for), as runner.py does: the token, then
+// the status byte. Without the report (a signal, code that replaced process.emit) the status
+// comes from the program's zygote, later.
+// Output still queued in a stream (its pipe could not block) is left to Node's teardown.
+function queuedOutput() {
+  return safe(() => process.stdout.writableLength + process.stderr.writableLength, 1);
+}
+
+function reportExit(token) {
+  const emit = process.emit;
+  process.emit = function (event, ...args) {
+    const result = emit.call(this, event, ...args);
+    if (event === 'exit' && queuedOutput() === 0) {
+      const status = Number(process.exitCode) || 0;
+      for (const fd of [0, 1, 2]) safe(() => fs.closeSync(fd), null);
+      safe(() => fs.writeSync(doneFd, Buffer.concat([token, Buffer.from([status & 0xff])])), null);
+    }
+    return result;
+  };
+}
+
 const req = Module.createRequire(`${WORKSPACE}/${FILENAME}`);
 const mod = new Module(FILENAME, null);
 mod.filename = `${WORKSPACE}/${FILENAME}`;
@@ -142,32 +226,63 @@ process.emitWarning = function (warning, ...rest) {
   if (String(warning).startsWith('vm.USE_MAIN_CONTEXT_DEFAULT_LOADER')) return undefined;
   return emitWarning.call(this, warning, ...rest);
 };
-let main;
-try {
-  main = vm.compileFunction(code, params, { filename: FILENAME, importModuleDynamically: importOption });
-} catch (err) {
-  const message = safe(() => err.message, '');
-  if (!(err instanceof SyntaxError) || !MODULE_SYNTAX.some((m) => message.startsWith(m))) {
-    report(err, 'compile');
-    process.exit(1);
+// What every run's first steps would do lazily, done while a staged Node waits: compile and
+// call a function as the code's is, format as console.log does, write (nothing) to stdout.
+function warmUp() {
+  vm.compileFunction('return 1', params, { filename: 'warm-up' })();
+  for (const [stream, log] of [
+    [process.stdout, console.log],
+    [process.stderr, console.error],
+  ]) {
+    if (Object.hasOwn(stream, 'write')) continue;
+    stream.write = () => true; // the stream's own method (its prototype's) comes back below
+    log('%s %o', 1, { a: [1] });
+    delete stream.write;
+    stream.write('', () => {});
+  }
+  JSON.parse('{"code":"","spec":{"env":{}},"token":""}');
+}
+
+// Compile and run the code as the main module, or as an ES module when it uses their syntax.
+function runCode(code) {
+  let main;
+  try {
+    main = vm.compileFunction(code, params, { filename: FILENAME, importModuleDynamically: importOption });
+  } catch (err) {
+    const message = safe(() => err.message, '');
+    if (!(err instanceof SyntaxError) || !MODULE_SYNTAX.some((m) => message.startsWith(m))) {
+      report(err, 'compile');
+      process.exit(1);
+    }
+  }
+  if (main) {
+    main.call(mod.exports, mod.exports, req, mod, FILENAME, '.');
+  } else {
+    const hooks = `let code;
+      export async function initialize(data) { code = data.code; }
+      export async function resolve(specifier, context, next) {
+        if (specifier === ${JSON.stringify(MODULE_URL)}) return { url: specifier, shortCircuit: true };
+        return next(specifier, context);
+      }
+      export async function load(url, context, next) {
+        if (url === ${JSON.stringify(MODULE_URL)}) return { format: 'module', source: code, shortCircuit: true };
+        return next(url, context);
+      }`;
+    Module.register(`data:text/javascript,${encodeURIComponent(hooks)}`, { data: { code } });
+    import(MODULE_URL).catch((err) => {
+      report(err, 'module');
+      process.exit(1);
+    });
   }
 }
-if (main) {
-  main.call(mod.exports, mod.exports, req, mod, FILENAME, '.');
+
+if (STAGED) {
+  warmUp();
+  // The warm-up's write callbacks run in this first turn of the event loop; then Node blocks
+  // for its request.
+  setImmediate(() => runCode(awaitRequest()));
 } else {
-  const hooks = `let code;
-    export async function initialize(data) { code = data.code; }
-    export async function resolve(specifier, context, next) {
-      if (specifier === ${JSON.stringify(MODULE_URL)}) return { url: specifier, shortCircuit: true };
-      return next(specifier, context);
-    }
-    export async function load(url, context, next) {
-      if (url === ${JSON.stringify(MODULE_URL)}) return { format: 'module', source: code, shortCircuit: true };
-      return next(url, context);
-    }`;
-  Module.register(`data:text/javascript,${encodeURIComponent(hooks)}`, { data: { code } });
-  import(MODULE_URL).catch((err) => {
-    report(err, 'module');
-    process.exit(1);
-  });
+  const code = fs.readFileSync(codeFd, 'utf8');
+  fs.closeSync(codeFd);
+  runCode(code);
 }

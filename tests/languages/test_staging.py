@@ -1,0 +1,169 @@
+"""Staged Node processes (`sandbox.inside.staged`): a javascript slot's Node is started and
+contained before its request, serves exactly one run, and nothing of that run reaches the next.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import execbox
+from execbox import Executor, Status
+from tests.probes import alive, host_internals, host_stats, wait_until
+
+STAGE_WAIT_S = 60.0  # a loaded machine may take seconds to start Node
+
+
+def staged_nodes(prefix: str) -> list[int]:
+    """The pids of staged Node processes waiting in slots whose cgroup names start with
+    `prefix` (this test process's executor's)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                args = fh.read().split(b"\0")
+            with open(f"/proc/{entry}/cgroup") as fh:
+                cgroup = fh.read()
+        except OSError:
+            continue
+        if os.path.basename(args[0]) == b"node" and b"staged" in args and f"/{prefix}" in cgroup:
+            found.append(int(entry))
+    return found
+
+
+def cgroup_limits(pid: int) -> tuple[str, str]:
+    """The memory and pids limits of the cgroup of `pid` (cgroup v2, or v1's controllers)."""
+    with open(f"/proc/{pid}/cgroup") as fh:
+        paths = {}
+        for line in fh.read().splitlines():
+            _, controllers, path = line.split(":", 2)
+            for controller in controllers.split(",") if controllers else [""]:
+                paths[controller] = path
+    if "memory" in paths:
+        memory = f"/sys/fs/cgroup/memory{paths['memory']}/memory.limit_in_bytes"
+        pids = f"/sys/fs/cgroup/pids{paths['pids']}/pids.max"
+    else:
+        memory = f"/sys/fs/cgroup{paths['']}/memory.max"
+        pids = f"/sys/fs/cgroup{paths['']}/pids.max"
+    with open(memory) as m, open(pids) as p:
+        return m.read().strip(), p.read().strip()
+
+
+def wait_staged(ex: Executor) -> list[int]:
+    prefix = host_stats(ex).slot_prefix
+    assert wait_until(lambda: staged_nodes(prefix), STAGE_WAIT_S, every_s=0.05), (
+        "no staged Node process appeared"
+    )
+    assert wait_until(lambda: host_stats(ex).staged["javascript"] > 0, STAGE_WAIT_S)
+    return staged_nodes(prefix)
+
+
+def test_javascript_runs_in_a_node_started_before_its_request(jailed_one_slot: Executor) -> None:
+    jailed_one_slot.run("1", language="javascript")
+    prefix = host_stats(jailed_one_slot).slot_prefix
+    wait_until(lambda: staged_nodes(prefix), STAGE_WAIT_S)  # none where Node starts per run
+    result = jailed_one_slot.run("console.log(process.uptime())", language="javascript")
+    assert result.status is Status.ok, result.stderr
+    # Node had been up longer than the whole run took: it started before the request came.
+    assert float(result.stdout) * 1000 > result.metrics.wall_ms, result
+
+
+def test_a_waiting_node_is_contained_and_under_the_slots_limits(
+    jailed_one_slot: Executor,
+) -> None:
+    # The last run's memory and pids limits stay applied for the slot's next program.
+    jailed_one_slot.run("1", language="javascript", limits={"memory_mib": 96, "pids": 40})
+    pids = wait_staged(jailed_one_slot)
+    for pid in pids:
+        with open(f"/proc/{pid}/status") as fh:
+            status = dict(line.split(":", 1) for line in fh.read().splitlines())
+        memory_max, pids_max = cgroup_limits(pid)
+        with open(f"/proc/{pid}/limits") as fh:
+            cpu_limit = next(ln for ln in fh if ln.startswith("Max cpu time")).split()[3]
+        assert status["Seccomp"].strip() == "2", status  # the filter, before any code
+        assert status["NoNewPrivs"].strip() == "1"
+        assert status["CapEff"].strip() == "0000000000000000"
+        assert status["Uid"].split()[0] != "0"
+        assert (memory_max, pids_max) == (str(96 << 20), "40")
+        assert cpu_limit != "unlimited"
+
+
+LEAVE_TRACES = """
+globalThis.leaked = 'global';
+process.env.LEAKED = 'env';
+require('fs').writeFileSync('/tmp/leaked', 'file');
+require('child_process').spawn('sleep', ['60'], { detached: true, stdio: 'ignore' }).unref();
+setTimeout(() => {}, 1);
+console.log(process.pid);
+"""
+
+FIND_TRACES = """
+const fs = require('fs');
+const procs = fs.readdirSync('/proc').filter((p) => /^\\d+$/.test(p));
+const sleeping = procs.filter((p) => {
+  try { return fs.readFileSync(`/proc/${p}/cmdline`, 'utf8').startsWith('sleep'); }
+  catch { return false; }
+});
+console.log(JSON.stringify({
+  global: typeof globalThis.leaked,
+  env: process.env.LEAKED ?? null,
+  file: fs.existsSync('/tmp/leaked'),
+  sleeping: sleeping.length,
+}));
+"""
+
+
+def test_nothing_of_a_js_run_reaches_the_next(jailed_one_slot: Executor) -> None:
+    first = jailed_one_slot.run(LEAVE_TRACES, language="javascript")
+    assert first.status is Status.ok, first.stderr
+    wait_staged(jailed_one_slot)  # the one slot's next Node
+    second = jailed_one_slot.run(FIND_TRACES, language="javascript")
+    assert second.status is Status.ok, second.stderr
+    assert json.loads(second.stdout) == {
+        "global": "undefined",
+        "env": None,
+        "file": False,
+        "sleeping": 0,
+    }
+
+
+def test_the_env_a_run_asks_for_is_the_env_its_code_sees(jailed_one_slot: Executor) -> None:
+    code = "console.log(JSON.stringify(process.env))"
+    for env in ({"GIVEN": "yes", "PATH": "/opt/x:/usr/bin"}, {"OTHER": "1"}):
+        wait_staged(jailed_one_slot)
+        result = jailed_one_slot.run(code, language="javascript", env=env)
+        assert result.status is Status.ok, result.stderr
+        assert json.loads(result.stdout) == {**env, "UV_THREADPOOL_SIZE": "4"}
+
+
+def test_env_node_reads_as_it_starts_takes_effect(jailed: Executor) -> None:
+    result = jailed.run(
+        "console.log(Error.stackTraceLimit)",
+        language="javascript",
+        env={"NODE_OPTIONS": "--stack-trace-limit=3"},
+    )
+    assert result.status is Status.ok, result.stderr
+    assert result.stdout == "3\n"
+
+
+def test_exit_listeners_run_before_the_exit_status_is_reported(jailed: Executor) -> None:
+    code = "process.on('exit', () => { console.log('bye'); process.exitCode = 4 })"
+    result = jailed.run(code, language="javascript")
+    assert result.stdout == "bye\n"
+    assert result.exit_code == 4
+
+
+def test_python_runs_start_no_node_and_close_leaves_no_staged_node() -> None:
+    with execbox.Executor(
+        cache=False, pool_size=2, rotate_after_runs=None, rotate_after_s=None
+    ) as ex:
+        assert ex.run("print(1)").stdout == "1\n"
+        host = host_internals(ex)
+        assert "javascript" not in host.started_programs()
+        assert staged_nodes(host.slot_prefix) == []
+        assert ex.run("console.log(1)", language="javascript").stdout == "1\n"
+        assert "javascript" in host.started_programs()
+        pids = wait_staged(ex)
+    assert wait_until(lambda: not any(alive(pid) for pid in pids), 10.0), pids
