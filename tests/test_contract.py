@@ -264,3 +264,19 @@ def test_a_text_request_runs_none_of_pydantics_python_and_copies_keep_a_source_e
     assert copy.source_error is undecodable.source_error
     assert isinstance(copy.source_error, SyntaxError) and copy.source_error.lineno == 2
     assert "source_error" not in undecodable.model_dump() and copy.code == "x = 1\n\\xff\n"
+
+
+def test_run_ids_are_distinct_uuid4_hex() -> None:
+    """Clients may parse a run id as a UUID: each is a version-4, RFC 4122 one in 32 hex
+    digits, as `uuid.uuid4().hex` gives, and no two are alike."""
+    import uuid
+
+    from execbox.request import new_run_id
+
+    ids = [new_run_id() for _ in range(2000)]
+    assert len(set(ids)) == len(ids)
+    for run_id in ids:
+        parsed = uuid.UUID(hex=run_id)
+        assert parsed.hex == run_id
+        assert parsed.version == 4
+        assert parsed.variant == uuid.RFC_4122

@@ -967,3 +967,20 @@ def test_a_value_repeated_keeps_one_placeholder_each() -> None:
     value = "hunter2-" + rand(ALNUM, 44)
     text = (value + " ok\n") * 20_000
     assert Redactor([value]).redact(text) == "[REDACTED:secret] ok\n" * 20_000
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_screen_finds_every_text_a_rule_matches(case: Case) -> None:
+    """Short texts are searched rule by rule only when the one-expression screen matches:
+    wherever any rule matches (every case, in every context, and cut short), so does the
+    screen, and redaction through it is what the rules alone give."""
+    from execbox.redact.rules import RULES, lower_same_length, screen
+
+    for wrap in CONTEXTS.values():
+        text = wrap(case.text)
+        for cut in range(len(text), 0, -7):
+            part = text[:cut]
+            lowered = lower_same_length(part)
+            hits = [r for r in RULES if r.pattern.search(lowered if r.lowered else part)]
+            assert screen(part, lowered) == bool(hits), (part, [r.kind for r in hits])
+    assert not screen("print(1)\n", "print(1)\n")  # ordinary code takes the short way

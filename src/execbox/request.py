@@ -4,7 +4,6 @@ a bad value is a UsageError that says what is wrong."""
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,12 @@ FileSource = bytes | str | os.PathLike[str]
 
 
 def new_run_id() -> str:
-    return uuid.uuid4().hex
+    """A random UUID (version 4) as 32 hex digits, as `uuid.uuid4().hex` makes it, without
+    building a `UUID` object (its Python constructor is most of uuid4's cost, every run)."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = raw[6] & 0x0F | 0x40  # version 4
+    raw[8] = raw[8] & 0x3F | 0x80  # RFC 4122 variant
+    return raw.hex()
 
 
 def make_request(

@@ -12,7 +12,7 @@ from ..errors import UsageError
 from .forms import MIN_CUT_PREFIX
 from .holes import Hole, utf8
 from .matcher import matcher_for
-from .rules import PLACEHOLDER, REGISTERED, RULES, lower_same_length
+from .rules import PLACEHOLDER, REGISTERED, RULES, SCREEN_MAX, SHORTEST, lower_same_length, screen
 
 __all__ = ["DEFAULT", "MIN_SECRET_LEN", "Finding", "Redactor", "checked_secrets"]
 
@@ -96,7 +96,15 @@ class Redactor:
         if self._matcher is not None:
             raw.extend((s, e, 0, REGISTERED) for s, e in self._matcher.spans(text))
         lowered: str | None = None
-        for prio, rule in enumerate(self._rules, start=1):
+        rules = self._rules
+        if rules and len(text) <= SCREEN_MAX:
+            if len(text) < SHORTEST:  # every rule's match is longer (a short output)
+                rules = ()
+            else:
+                lowered = lower_same_length(text)
+                if not screen(text, lowered):
+                    rules = ()
+        for prio, rule in enumerate(rules, start=1):
             if rule.min_len > len(text):
                 continue
             if rule.lowered:

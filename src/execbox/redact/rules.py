@@ -28,7 +28,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["REGISTERED", "RULES", "PLACEHOLDER", "Rule", "lower_same_length"]
+__all__ = [
+    "REGISTERED",
+    "RULES",
+    "PLACEHOLDER",
+    "SCREEN_MAX",
+    "Rule",
+    "lower_same_length",
+    "screen",
+]
 
 REGISTERED = "secret"  # the kind of a registered value
 
@@ -227,6 +235,38 @@ RULES: tuple[Rule, ...] = (
 )
 
 KINDS = tuple(dict.fromkeys([*(r.kind for r in RULES), REGISTERED]))
+
+# Texts up to SCREEN_MAX characters are first searched with one expression per subject (the
+# text, its lowercased copy) that matches wherever any rule of that subject does: most short
+# texts (a run's code, its output) hold no secret, and then one search replaces a scan per
+# rule. Past it, the rules' own literal-led scans are the faster way.
+SCREEN_MAX = 512
+_NAMED_GROUP = re.compile(r"\(\?P<\w+>")
+
+
+def _any_of(rules: list[Rule]) -> re.Pattern[str]:
+    """One expression matching where any of `rules` matches: their alternation, each rule's
+    named groups made plain (rules share group names; none refers back to a group)."""
+    sources = []
+    for rule in rules:
+        source = rule.pattern.pattern
+        if "(?P=" in source or re.search(r"(?<!\\)\\[1-9]", source):
+            raise ValueError(f"rule {rule.kind!r} refers back to a group: it cannot be screened")
+        # A newline ends a trailing verbose-mode comment before the group closes.
+        sources.append(f"(?:{_NAMED_GROUP.sub('(?:', source)}\n)")
+    return re.compile("|".join(sources), re.VERBOSE)
+
+
+SHORTEST = min(rule.min_len for rule in RULES)  # no rule matches a shorter text
+_SCREEN_TEXT = _any_of([r for r in RULES if not r.lowered])
+_SCREEN_LOWERED = _any_of([r for r in RULES if r.lowered])
+
+
+def screen(text: str, lowered: str) -> bool:
+    """Whether any rule may match `text` (`lowered`: its `lower_same_length`); False means
+    none does. For texts of at most SCREEN_MAX characters."""
+    return bool(_SCREEN_TEXT.search(text) or _SCREEN_LOWERED.search(lowered))
+
 
 # Placeholders already in the text are never redacted again (that is what makes redaction
 # idempotent). Only the exact marks this module writes count, so a program cannot shield a
