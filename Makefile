@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-unprivileged check bench image deps lock clean
+.PHONY: demo test test-unprivileged test-cgroup2 check bench image deps lock clean
 
 deps:
 	@# libseccomp (the syscall filter) is the one system library the sandbox needs.
@@ -42,6 +42,11 @@ test: image
 test-unprivileged: $(STAMP)
 	@# The tests above the sandbox boundary, as nobody: no root, no image.
 	.ci/unprivileged
+
+test-cgroup2: image
+	@# The cgroup tests inside a user-mode Linux kernel with cgroup v2 alone (the host's
+	@# hierarchy is left alone): its own time budget, EXECBOX_UML_BUDGET_S.
+	tests/uml/boot
 
 check: $(STAMP)
 	$(BIN)/ruff check src tests bench
