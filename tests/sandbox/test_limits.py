@@ -281,7 +281,8 @@ def test_allocating_past_memory_mib_gives_memory_limit_and_peak_near_the_limit(
     assert r.error is not None and f"{MEMORY_LIMIT} MiB" in r.error.message
     limit = MEMORY_LIMIT * MIB
     assert 0.85 * limit <= r.metrics.memory_peak_bytes <= limit, r.metrics
-    assert wall < 5.0, wall
+    # Page faults cost ~50x more under user-mode Linux (tests/uml): its own bound there.
+    assert wall < (20.0 if os.uname().release.endswith("um") else 5.0), wall
 
 
 def test_child_process_eating_memory_gives_memory_limit(jailed: Executor) -> None:
