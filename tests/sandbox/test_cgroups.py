@@ -10,10 +10,12 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from execbox import Executor, RunResult
+from execbox.sandbox.inside import cgroup
 from execbox.sandbox.inside.cgroup import Hierarchy
 
 MIB = 1 << 20
@@ -163,3 +165,17 @@ def test_a_run_in_a_reused_slot_does_not_see_an_earlier_runs_peak(
     small = ex.run("print(1)", limits={"memory_mib": 128})
     assert small.status.value == "ok", small
     assert small.metrics.memory_peak_bytes < 24 * MIB, small.metrics
+
+
+def test_no_usable_cgroup_is_said_in_words_naming_what_v2_offers(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A cgroup v2 mount whose controllers lack memory (as under `cgroup_disable=memory`)."""
+    (tmp_path / "cgroup.controllers").write_text("cpu io pids\n")
+    monkeypatch.setattr(cgroup, "_mounts", lambda: [(str(tmp_path), "cgroup2", {"rw"})])
+    with pytest.raises(cgroup.CgroupUnavailable) as caught:
+        Hierarchy.discover()
+    assert str(caught.value) == (
+        "no usable cgroup: need memory and pids controllers (cgroup v1 or v2); "
+        f"cgroup v2 at {tmp_path} offers: cpu io pids"
+    )
