@@ -114,7 +114,18 @@ def test_a_runs_cgroup_holds_its_memory_pids_and_swap_limits(executor: Executor)
 def test_cli_run_with_memory_gives_memory_limit_and_a_peak_near_it(jailed: Executor) -> None:
     code = b"x = bytearray(300 << 20)\nfor i in range(0, len(x), 4096):\n    x[i] = 1\n"
     proc = subprocess.run(
-        [sys.executable, "-m", "execbox.cli", "run", "-", "--memory", "64", "--json"],
+        [
+            sys.executable,
+            "-m",
+            "execbox.cli",
+            "run",
+            "-",
+            "--memory",
+            "64",
+            "--timeout",
+            "60",
+            "--json",
+        ],
         input=code,
         capture_output=True,
         timeout=120,
