@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-unprivileged test-image check docs bench image deps lock clean
+.PHONY: demo test test-unprivileged test-cgroup2 test-image check docs bench image deps lock clean
 
 deps:
 	@# libseccomp (the syscall filter) is the one system library the sandbox needs.
@@ -45,10 +45,15 @@ test-unprivileged: $(STAMP)
 
 test-image: $(STAMP)
 	@# The server's container image (deploy/Containerfile), built with podman and smoke-tested.
-	@{ command -v podman >/dev/null && command -v mmdebstrap >/dev/null; } || { \
+	@{ command -v podman >/dev/null && command -v mmdebstrap >/dev/null && command -v runc >/dev/null; } || { \
 	  echo "installing podman and mmdebstrap"; apt-get update -qq && \
-	  apt-get install -y -qq podman mmdebstrap uidmap; }
+	  apt-get install -y -qq podman mmdebstrap uidmap runc; }
 	tests/image/run
+
+test-cgroup2: image
+	@# The cgroup tests inside a user-mode Linux kernel with cgroup v2 alone (the host's
+	@# hierarchy is left alone): its own time budget, EXECBOX_UML_BUDGET_S.
+	tests/uml/boot
 
 check: $(STAMP)
 	$(BIN)/ruff check src tests bench docs/hooks

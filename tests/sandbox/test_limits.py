@@ -249,6 +249,12 @@ def test_cpu_limit_counts_cpu_time_of_children_that_already_exited(jailed: Execu
 MEMORY_LIMIT = 64
 
 
+def _user_mode_linux() -> bool:
+    """Under user-mode Linux (tests/uml) page faults cost ~50x more: wall bounds need slack."""
+    with open("/proc/cpuinfo") as fh:
+        return "User Mode Linux" in fh.read()
+
+
 @pytest.mark.parametrize(
     "code",
     [
@@ -281,7 +287,7 @@ def test_allocating_past_memory_mib_gives_memory_limit_and_peak_near_the_limit(
     assert r.error is not None and f"{MEMORY_LIMIT} MiB" in r.error.message
     limit = MEMORY_LIMIT * MIB
     assert 0.85 * limit <= r.metrics.memory_peak_bytes <= limit, r.metrics
-    assert wall < 5.0, wall
+    assert wall < (20.0 if _user_mode_linux() else 5.0), wall
 
 
 def test_child_process_eating_memory_gives_memory_limit(jailed: Executor) -> None:

@@ -75,13 +75,17 @@ class Hierarchy:
         own = _own_paths()
         v1 = {c: m for m, t, o in mounts if t == "cgroup" for c in o if c in _V1_CONTROLLERS}
         if "memory" not in v1 or "pids" not in v1:
+            seen = []
             for mnt, fstype, _ in mounts:
                 if fstype == "cgroup2":
                     hier = cls._discover_v2(mnt, own.get("", "/"))
                     if hier:
                         return hier
+                    seen.append(f"cgroup v2 at {mnt} offers: {_controllers(mnt) or 'none'}")
+            # One argument: an OSError's own text, with no "[Errno 0]" before it.
             raise CgroupUnavailable(
-                0, "no usable cgroup: need memory and pids controllers (cgroup v1 or v2)"
+                "no usable cgroup: need memory and pids controllers (cgroup v1 or v2)"
+                + "".join(f"; {s}" for s in seen)
             )
         paths = {}
         for controller, mnt in v1.items():
@@ -169,6 +173,13 @@ class Hierarchy:
                     except OSError:
                         pass
         return removed
+
+
+def _controllers(mnt: str) -> str:
+    try:
+        return _read_path(os.path.join(mnt, "cgroup.controllers")).strip()
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
 
 
 def _read_path(path: str) -> str:
