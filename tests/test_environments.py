@@ -126,11 +126,12 @@ def test_the_lock_pins_every_package_with_a_hash_and_scripts_are_dropped(
 
 def test_two_builds_in_different_directories_are_byte_identical(
     built: tuple[Path, environments.Environment],
-    wheels: Path,
-    tmp_path: Path,
+    cli_built: Path,
 ) -> None:
     _, first = built
-    second = _build(tmp_path / "elsewhere", wheels)
+    root = environments.lookup("tiny", cli_built)
+    assert root.is_dir(), "the env CLI test removed it: it must run after this test"
+    second = environments.Environment("tiny", root, environments.show("tiny", cli_built))
     assert second.root != first.root
     assert second.manifest["tree_digest"] == first.manifest["tree_digest"]
     assert environments.tree_digest(second.root) == environments.tree_digest(first.root)
@@ -138,9 +139,14 @@ def test_two_builds_in_different_directories_are_byte_identical(
     assert second.image.digest == first.image.digest
     # A tree changed after it was built no longer matches its digest.
     victim = next((second.root / "lib").glob("python3.*/site-packages/tinydep/__init__.py"))
-    victim.write_text(victim.read_text() + "# changed\n")
-    assert not image.verify(second.image)
-    assert image.verify(first.image)
+    original = victim.read_text()
+    victim.write_text(original + "# changed\n")
+    try:
+        assert not image.verify(second.image)
+        assert image.verify(first.image)
+    finally:
+        victim.write_text(original)
+    assert image.verify(second.image)  # control: the check reads the content, nothing else
 
 
 def test_the_image_digest_covers_the_in_image_package(
@@ -166,12 +172,13 @@ def _cli(home: Path, *args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
-def test_env_list_show_default_and_rm_through_the_cli(
-    built: tuple[Path, environments.Environment], wheels: Path, tmp_path: Path
-) -> None:
-    _, env = built
-    home = tmp_path / "home"
-    code, out, err = _cli(
+@pytest.fixture(scope="module")
+def cli_built(tmp_path_factory: pytest.TempPathFactory, wheels: Path) -> Path:
+    """A home where `execbox env build tiny` built the same requirements as `built`: the
+    second build in another directory that the byte-identical test compares (one build for
+    two tests; the env CLI test goes on to remove it, so it runs last)."""
+    home = tmp_path_factory.mktemp("home-cli")
+    code, _, err = _cli(
         home,
         "env",
         "build",
@@ -183,6 +190,14 @@ def test_env_list_show_default_and_rm_through_the_cli(
         "--no-index",
     )
     assert code == 0, err
+    return home
+
+
+def test_env_list_show_default_and_rm_through_the_cli(
+    built: tuple[Path, environments.Environment], wheels: Path, cli_built: Path
+) -> None:
+    _, env = built
+    home = cli_built
     # The same lock built under another name: the same tree, reused.
     code, out, err = _cli(
         home,

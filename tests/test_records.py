@@ -349,7 +349,7 @@ def test_children_forked_while_the_collector_closes_connections_do_not_hang(tmp_
     forked: list[int] = []
     gc.disable()
     try:
-        while len(forked) < 60:
+        while len(forked) < 45:
             for i in range(10):
                 store = RunStore(f"sqlite:///{tmp_path}/r{i}.db")
                 store.get("nope")
@@ -383,11 +383,12 @@ def test_a_read_under_a_steady_stream_of_saves_returns(tmp_path: Path) -> None:
     store = RunStore(f"sqlite:///{tmp_path}/runs.db")
     store.save(*_fast(0), policy=PolicyInfo(), env={})
     stop = time.monotonic() + 4.0
+    read = threading.Event()  # the stream goes on until the read returns (or 4 s have passed)
     saved = [0]
 
     def saver() -> None:
         i = 1
-        while time.monotonic() < stop:
+        while time.monotonic() < stop and not read.is_set():
             store.save(*_fast(i), policy=PolicyInfo(), env={})
             saved[0] = i
             i += 1
@@ -400,7 +401,9 @@ def test_a_read_under_a_steady_stream_of_saves_returns(tmp_path: Path) -> None:
         started = time.monotonic()
         assert store.count() >= before + 1
         assert time.monotonic() - started < 2.0, "the read waited for the stream to stop"
+        assert thread.is_alive(), "control: the stream ran all through the read"
     finally:
+        read.set()
         thread.join()
     store.close()
 

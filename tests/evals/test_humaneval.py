@@ -12,8 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from execbox import Executor, RunResult, Status, UsageError
+from execbox.cli import main
 from execbox.contract import ErrorInfo, RunRequest
 from execbox.evals import humaneval as he
 from execbox.policy import Profile, check, load_profiles, scan_imports
@@ -397,12 +399,14 @@ def test_cli_reports_pass_at_k_and_writes_reference_results(
     ],
 )
 def test_cli_usage_errors_exit_2_with_a_clear_message(
-    tmp_path: Path, args: list[str], message: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], message: str
 ) -> None:
+    # In process: the command's checks are the claim, not a new interpreter's start.
     write_lines(tmp_path / "bad.jsonl", [GOOD, "{oops"])
-    proc = cli("eval", "humaneval", *args, cwd=tmp_path)
-    assert proc.returncode == 2
-    assert message in proc.stderr and proc.stdout == ""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["eval", "humaneval", *args])
+    assert result.exit_code == 2, (result.exception, result.stderr)
+    assert message in result.stderr and result.stdout == ""
 
 
 def test_ctrl_c_ends_the_runs_at_once_and_keeps_the_verdicts_so_far(

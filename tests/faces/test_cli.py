@@ -1,4 +1,5 @@
-"""`execbox run`, `doctor`, `schema` and `image`, as a user calls them: a real subprocess."""
+"""`execbox run`, `doctor`, `schema` and `image`, as a user calls them: a real subprocess.
+The `runs` commands that only read the records run in process (`cli_here`)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from execbox import Executor
+from execbox.cli import main
 
 EXECBOX = [sys.executable, "-m", "execbox.cli"]
 
@@ -22,6 +25,15 @@ def cli(
         [*EXECBOX, *args], input=stdin, capture_output=True, timeout=120, env=env, **kw
     )  # type: ignore[call-overload]
     return done
+
+
+def cli_here(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
+    """The same command in this process: no interpreter start where the process is not the
+    claim. An uncaught exception is exit code 1, as in a subprocess."""
+    result = CliRunner().invoke(main, list(args), env=env)
+    return subprocess.CompletedProcess(
+        [*EXECBOX, *args], result.exit_code, result.stdout_bytes, result.stderr_bytes
+    )
 
 
 @pytest.fixture(scope="module")
@@ -112,10 +124,10 @@ def test_undecodable_file_is_one_syntax_error_result_and_a_record(
     assert (error["type"], error["line"], error["column"]) == ("SyntaxError", 3, 6)
     assert "'\\xff'" in error["message"] and "line 3" in result["stderr"]
     assert result["stdout"] == ""  # CPython runs nothing of a file it cannot decode: nor do we
-    shown = json.loads(cli("runs", "show", result["run_id"]).stdout)
+    shown = json.loads(cli_here("runs", "show", result["run_id"]).stdout)
     assert shown["status"] == "error" and shown["policy"]["rule"] == "code.encoding"
     assert shown["code"].endswith("y = '\\xff'\n")  # the bad byte, shown as an escape
-    replay = cli("runs", "replay", result["run_id"])
+    replay = cli_here("runs", "replay", result["run_id"])
     assert replay.returncode == 2 and b"run the file again" in replay.stderr
 
 
@@ -187,9 +199,9 @@ def test_runs_list_show_replay_and_approve(sandbox: Executor, tmp_path: Path) ->
     env = dict(os.environ, EXECBOX_PROFILES=str(profiles))
     ran = cli("run", "-", "--json", "--no-cache", stdin=b"print('replay me')\n", env=env)
     run_id = json.loads(ran.stdout)["run_id"]
-    listed = cli("runs", "list", "--json", env=env)
+    listed = cli_here("runs", "list", "--json", env=env)
     assert run_id in listed.stdout.decode()
-    shown = json.loads(cli("runs", "show", run_id, env=env).stdout)
+    shown = json.loads(cli_here("runs", "show", run_id, env=env).stdout)
     assert shown["code"] == "print('replay me')\n" and shown["status"] == "ok"
     replay = cli("runs", "replay", run_id, env=env)
     assert replay.returncode == 0 and b"matches" in replay.stdout
@@ -207,7 +219,7 @@ def test_runs_list_show_replay_and_approve(sandbox: Executor, tmp_path: Path) ->
     approved = cli("runs", "approve", held_result["run_id"], "--by", "ops", "--json", env=env)
     assert approved.returncode == 0, approved.stderr
     assert json.loads(approved.stdout)["stdout"] == "released\n"
-    again = cli("runs", "approve", held_result["run_id"], env=env)
+    again = cli_here("runs", "approve", held_result["run_id"], env=env)
     assert again.returncode == 2 and b"already released" in again.stderr
-    missing = cli("runs", "show", "no-such-run", env=env)
+    missing = cli_here("runs", "show", "no-such-run", env=env)
     assert missing.returncode == 2 and b"no run" in missing.stderr
