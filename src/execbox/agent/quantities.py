@@ -490,6 +490,8 @@ def claimed_words(text: str) -> Iterator[Num]:
         if _POSITION.search(before):
             continue
         bound, strict, direction = _lead(before)
+        if bound not in ("approx", "nearly") and step < 10**6:
+            step = 1.0  # "one hundred" is 100, not 101; "about a hundred" is rounded
         yield Num(
             match[0],
             match.start(),
