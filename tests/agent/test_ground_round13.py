@@ -34,3 +34,52 @@ def test_a_spelled_number_beyond_ten_is_exact_unless_it_says_about(
     answer: str, stdout: str, refuse: bool
 ) -> None:
     assert bool(refused(answer, stdout)) is refuse
+
+
+_FRAME = """      region  units   revenue
+0      North    120  1.234e+06
+1      South     95  9.870e+05
+..       ...    ...        ...
+98     North    101  1.010e+06
+99     South     77  6.600e+05
+
+[100 rows x 3 columns]
+"""
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout", "refuse"),
+    [
+        ("The table has 99 rows.", _FRAME, True),  # the last index, not the length
+        ("There are 3 rows.", _FRAME, True),  # the columns' count
+        ("The dataframe has 100 columns.", _FRAME, True),
+        ("The data has 3 rows.", "(7, 3)\n", True),  # df.shape
+        ("The series has 2 rows.", "0    1\n1    2\nName: x, Length: 100, dtype: int64\n", True),
+        ("The table has 100 rows and 3 columns.", _FRAME, False),
+        ("There are over 90 rows.", _FRAME, False),
+        ("The data has 7 rows.", "shape: (7, 3)\n", False),
+        ("3 rows have a missing price.", _FRAME + "missing: 3\n", False),  # some rows, not all
+        ("There are 3 rows with a missing price.", _FRAME + "missing: 3\n", False),
+    ],
+)
+def test_a_count_of_a_frames_rows_or_columns_is_its_printed_size(
+    answer: str, stdout: str, refuse: bool
+) -> None:
+    assert bool(refused(answer, stdout)) is refuse
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout", "refuse"),
+    [
+        ("The score is 3 out of 4.", "score: 3\ntotal: 5\n4\n", True),  # a stray 4
+        ("The score is 3 out of 4.", "rate: 0.75\n", True),  # the ratio, not the counts
+        ("The score is 3 out of 5.", "score: 3\ntotal: 4\n5\n", True),
+        ("The score is 3 out of 4.", "score: 3\ntotal: 4\n", False),
+        ("The score is 3 out of 4.", "score 3/4\n", False),
+        ("The score is 3 out of 4.", "passed 3, tests 4\n", False),
+    ],
+)
+def test_x_out_of_y_needs_the_count_and_its_whole_shown_together(
+    answer: str, stdout: str, refuse: bool
+) -> None:
+    assert bool(refused(answer, stdout)) is refuse

@@ -27,10 +27,12 @@ import re
 from collections.abc import Iterable
 from dataclasses import replace
 
+from .comparison import matches
 from .evidence import Context, Evidence, Fact
 from .ground_numbers import (
     FRACTION,
     OPERATION,
+    OUT_OF,
     POWER_WORD,
     derived_claim,
     fits,
@@ -39,6 +41,7 @@ from .ground_numbers import (
     literal_claim,
     number_claim,
     operation_claim,
+    out_of_claim,
     unit_claim,
 )
 from .ground_text import (
@@ -66,7 +69,7 @@ from .models import Claim, Verdict
 from .named import NAMED_LABELS, named_claims
 from .peaks import Series, extreme_claim
 from .quantities import Num, claimed_numbers, claimed_words, normalize, numbers_in
-from .rows import frames, positioned, row_facts
+from .rows import COUNTED_AXIS, WHOLE_COUNT, frames, positioned, row_facts, shapes
 from .spelled import word_numbers
 from .values import blank, dates_in, durations_in, mask_dates, month_days_in, scale_of
 
@@ -241,6 +244,9 @@ def check(  # noqa: C901
     for match in FRACTION.finditer(masked):
         claims.extend(fraction_claims(match, masked, evidence, context))
         spans.append(match.span())
+    for match in OUT_OF.finditer(masked):
+        claims.append(out_of_claim(match, evidence))
+        spans.append(match.span())
     masked, spans = blank(masked, spans), []
     question_numbers = [f.value for f in numbers_in(mask_dates(context.question))]
     question_numbers += [v for v, _, _ in word_numbers(context.question)]
@@ -275,6 +281,7 @@ def check(  # noqa: C901
     stated = _labelled(stated, masked, evidence, wanted, sorted(shown), answer, periods)
     stated = _respectively(stated, masked, evidence, wanted)
     stated = _positioned(stated, masked, evidence)
+    stated = _shaped(stated, masked, evidence)
     stated = _year_keyed(stated, masked, evidence)
     stated = _ranged(stated, masked, evidence, wanted)
     stated = [(num, _multiplied(num, claim, masked, evidence)) for num, claim in stated]
@@ -456,6 +463,31 @@ def _positioned(
                     num,
                     f"the printed row {which} does not show this value "
                     f"(it is shown at {claim.source})",
+                )
+        out.append((num, claim))
+    return out
+
+
+def _shaped(
+    stated: list[tuple[Num, Claim]], text: str, evidence: Evidence
+) -> list[tuple[Num, Claim]]:
+    """ "The table has 99 rows" over a frame printed with "[100 rows x 3 columns]": a count of
+    rows or columns must be the printed size, not the last index or the other axis."""
+    if not any(COUNTED_AXIS.match(text, num.end) for num, _ in stated):
+        return stated
+    rows, cols = shapes(evidence)
+    out = []
+    for num, claim in stated:
+        axis = COUNTED_AXIS.match(text, num.end)
+        if not WHOLE_COUNT.search(text, max(0, num.start - 40), num.start):
+            axis = None
+        sizes = (rows if axis["rows"] else cols) if axis is not None else set()
+        if claim.grounded and not num.literal and sizes:
+            if not any(matches(num, float(size)) for size in sizes):
+                which = "rows" if axis is not None and axis["rows"] else "columns"
+                shown = ", ".join(str(size) for size in sorted(sizes))
+                claim = _refused(
+                    num, f"the outputs print the frame's {which} as {shown}, not this value"
                 )
         out.append((num, claim))
     return out
