@@ -83,3 +83,37 @@ def test_x_out_of_y_needs_the_count_and_its_whole_shown_together(
     answer: str, stdout: str, refuse: bool
 ) -> None:
     assert bool(refused(answer, stdout)) is refuse
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout", "refuse"),
+    [
+        ("Accuracy is 0.9.", "accuracy: 90%\n", True),  # a fraction for a printed percentage
+        ("Accuracy is 0.9%.", "accuracy: 0.009\n", True),  # 0.009 may be a percentage already
+        ("Accuracy is 0.9 as a decimal.", "accuracy: 90%\n", False),  # the answer says so
+        ("Accuracy is 0.9, or 90%.", "accuracy: 90%\n", False),
+        ("East is 42.9% of the rows.", "East     0.428571\n", False),
+        ("The error rate is 0.9%.", "error_rate: 0.009\n", False),  # the label says share
+        ("Accuracy is 90%.", "accuracy: 0.9\n", False),
+        ("Units grew 84.2% in February.", "2023-02    0.842\n", False),  # pct_change
+    ],
+)
+def test_a_fraction_is_its_percentage_only_where_a_share_is_said(
+    answer: str, stdout: str, refuse: bool
+) -> None:
+    assert bool(refused(answer, stdout)) is refuse
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout", "refuse"),
+    [
+        ("The count was -1,200.", "rows: (1,200)\n", True),  # a tuple, not a loss
+        ("The slope is -2.5.", "(2.5)\n", True),
+        ("The net result was -1,200.", "net: (1,200)\n", False),  # accounting
+        ("The change was -1,200.", "change: ($1,200)\n", False),
+    ],
+)
+def test_parentheses_are_a_minus_only_on_a_money_line(
+    answer: str, stdout: str, refuse: bool
+) -> None:
+    assert bool(refused(answer, stdout)) is refuse

@@ -70,7 +70,7 @@ from .named import NAMED_LABELS, named_claims
 from .peaks import Series, extreme_claim
 from .quantities import Num, claimed_numbers, claimed_words, normalize, numbers_in
 from .rows import COUNTED_AXIS, WHOLE_COUNT, frames, positioned, row_facts, shapes
-from .spelled import word_numbers
+from .spelled import WORD_FRACTION, word_numbers
 from .values import blank, dates_in, durations_in, mask_dates, month_days_in, scale_of
 
 # "1." at a line's start is a list marker only as part of a count from 1: "999." is a value.
@@ -83,6 +83,12 @@ _COUNTED = re.compile(
     re.I,
 )
 _COUNT_LABEL = "count"
+# Words that make a number a share, so a fraction and its percentage are one value.
+_SHARE = re.compile(
+    r"%\s+of\b|\bper\s?cent\s+of\b|\bshares?\b|\bproportions?\b|\bfractions?\b|\bratio\b"
+    r"|\baccount(?:s|ed)?\s+for\b|\bma(?:kes?|de|king)\s+up\b|\bas\s+a\s+(?:decimal|percentage)\b",
+    re.I,
+)
 # Between a named value and a number, what makes the number another's: "March, and 35".
 _GAP_BREAK = re.compile(
     r"[.!?;,\n()]|\b(?:and|or|than|vs|versus|but|while|whereas|after|before|since|from|to)\b",
@@ -262,7 +268,14 @@ def check(  # noqa: C901
     masked = blank(masked, [(num.start, num.end) for num in nums])
     nums = sorted([*nums, *durations, *claimed_words(masked)], key=lambda n: n.start)
     stated: list[tuple[Num, Claim]] = []
+    percents = {round(abs(n.value), 9) for n in nums if n.percent}
     for num in nums:
+        if (
+            _SHARE.search(answer, max(0, num.start - 40), num.end + 40)
+            or (not num.percent and round(abs(num.value) * 100, 9) in percents)
+            or WORD_FRACTION.fullmatch(num.text)
+        ):
+            num = replace(num, converts=True)  # "42.9% of rows", "0.9 (90%)", "a third"
         # The words that say what a bound counts: its clause's last words before, first after.
         before = re.split(r"[.!?;,(\n]", masked[max(0, num.start - 80) : num.start])[-1]
         after = re.split(r"[.!?;,)\n]", masked[num.end : num.end + 80])[0]

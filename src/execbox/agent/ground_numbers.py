@@ -24,6 +24,10 @@ from .values import (
 )
 
 FRACTION = re.compile(r"(?<![\w./])(\d+)/(\d+)(?![\w/])")
+# An output label that makes its fraction a share: "conversion_rate", "share", "pct".
+_SHARE_LABEL = re.compile(
+    r"(?<![a-z])(?:share|rate|ratio|proportion|pct|percent(?:age)?|fraction|frac)s?(?![a-z])"
+)
 # "3 out of 4": a count and its whole, both shown and shown together.
 OUT_OF = re.compile(r"(?<![\w.,])(\d+)\s+out\s+of\s+(\d+)(?![\w]|[.,]\d)", re.I)
 # The label of a whole "X out of Y" counts against: "total: 4", "n = 4", "tests: 4".
@@ -174,6 +178,17 @@ def fits(num: Num, fact: Fact) -> bool:
     """Whether `fact` bears out `num`: in the same dimension, scaled to the fact's unit."""
     if fact.percent and not num.percent:
         return False  # "50 rows" is not "missing: 50%"
+    if not num.converts and num.direction is None:
+        # "Accuracy is 0.9" of a printed 90%: a fraction is its percentage only where the
+        # answer says it is a share ("90% of rows", "a 0.9 share", "0.9 (90%)"). A printed
+        # fraction under 0.01 may be a percentage already: "0.9%" of "accuracy: 0.009" needs
+        # the answer or the output's label to say it is a share ("conversion_rate: 0.0034").
+        if fact.converted and not num.percent:
+            return False
+        if num.percent and not fact.percent and not fact.converted and abs(fact.value) < 0.01:
+            label = re.split(r"\d", label_of(fact.where), maxsplit=1)[0]
+            if not _SHARE_LABEL.search(label):
+                return False
     if num.unit is None:
         return matches(num, fact.value, fact.step, fact.where, fact.percent)
     if fact.unit is None:
