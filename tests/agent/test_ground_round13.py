@@ -117,3 +117,23 @@ def test_parentheses_are_a_minus_only_on_a_money_line(
     answer: str, stdout: str, refuse: bool
 ) -> None:
     assert bool(refused(answer, stdout)) is refuse
+
+
+_YOY = "2022: 1,204\n2023: 1,530\nchange: +27.1%\n"
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout", "refuse"),
+    [
+        ("Sales grew 27.1% to 1,204.", _YOY, True),  # the start, not the end
+        ("Sales grew 30% to 1,530.", "2022: 1,204\n2023: 1,530\n", True),  # not the change
+        ("Sales fell 27.1% to 1,204.", _YOY, True),  # a rise, not a fall
+        ("Sales grew 27.1% to 1,530.", _YOY, False),
+        ("Sales grew 27.1% to 1,530.", "2022: 1,204\n2023: 1,530\n", False),  # derived
+        ("Sales fell 21.3% to 1,204.", "2022: 1,530\n2023: 1,204\n", False),
+    ],
+)
+def test_growth_to_an_end_value_is_the_change_between_shown_values(
+    answer: str, stdout: str, refuse: bool
+) -> None:
+    assert bool(refused(answer, stdout)) is refuse

@@ -298,6 +298,7 @@ def check(  # noqa: C901
     stated = _year_keyed(stated, masked, evidence)
     stated = _ranged(stated, masked, evidence, wanted)
     stated = [(num, _multiplied(num, claim, masked, evidence)) for num, claim in stated]
+    stated = _grown_to(stated, masked, evidence)
     ends = [m.start() for m in _SENTENCE_END.finditer(masked)]
     sentences: dict[int, list[tuple[Num, Claim]]] = {}
     for num, claim in stated:
@@ -558,6 +559,64 @@ def _multiplied(num: Num, claim: Claim, text: str, evidence: Evidence) -> Claim:
     return _refused(
         num, f"'{said[1]} to' needs a value near {base:g} shown before it; no output shows one"
     )
+
+
+_GROWN_TO = re.compile(r"\s+to\s+(?:(?:about|around|roughly|nearly|almost)\s+)?$", re.I)
+
+
+def _grown_to(
+    stated: list[tuple[Num, Claim]], text: str, evidence: Evidence
+) -> list[tuple[Num, Claim]]:
+    """ "Sales grew 27.1% to 1,530": the end value must be the start an output shows grown by
+    the rate, so "grew 27.1% to 1,204" (the start) is refused; a rate no output prints is
+    grounded when the two values it is the change between are shown."""
+    out = list(stated)
+    for i in range(len(stated) - 1):
+        (rate, rated), (end, claim) = stated[i], stated[i + 1]
+        if not (
+            rate.percent
+            and rate.direction is not None
+            and not end.percent
+            and not end.literal
+            and claim.grounded
+            and _GROWN_TO.fullmatch(text, rate.end, end.start)
+        ):
+            continue
+        sign = -1.0 if rate.direction == "down" else 1.0
+        slack = rate.step if rate.bound == "exact" else max(rate.step, 1.0) * 2
+        bases = [
+            end.value / factor
+            for g in (abs(rate.value) - slack, abs(rate.value) + slack)
+            if (factor := 1 + sign * g / 100) > 0
+        ]
+        if len(bases) < 2:
+            continue
+        low = min(bases) - end.step - 1e-9 * abs(end.value)
+        high = max(bases) + end.step + 1e-9 * abs(end.value)
+        starts = [f for f in evidence.near(low, high) if not (f.percent or f.converted)]
+        if starts:
+            if not rated.grounded:
+                out[i] = (
+                    rate,
+                    Claim(
+                        text=rate.text,
+                        kind="number",
+                        grounded=True,
+                        run_id=starts[0].run_id,
+                        source=f"the change from {starts[0].where} to {claim.source}",
+                    ),
+                )
+            continue
+        base = end.value / (1 + sign * abs(rate.value) / 100)
+        out[i + 1] = (
+            end,
+            _refused(
+                end,
+                f"a change of {rate.text} to this value starts near {base:g}, and no output "
+                f"shows such a start (it is shown at {claim.source})",
+            ),
+        )
+    return out
 
 
 # Ranges that are not the min to the max: "the interquartile range", "a 95% interval".
