@@ -137,3 +137,28 @@ def test_growth_to_an_end_value_is_the_change_between_shown_values(
     answer: str, stdout: str, refuse: bool
 ) -> None:
     assert bool(refused(answer, stdout)) is refuse
+
+
+_HEAD = """        date region product  units  price  revenue
+0 2023-01-02   East       A     12   3.50    42.00
+1 2023-01-03   West       B      7  12.25    85.75
+2 2023-02-06   East       A     30   3.50   105.00
+"""
+_DAILY = "2023-03-04: 40\n2023-03-05: 35\n"
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout", "refuse"),
+    [
+        ("The East order on 2023-01-02 sold 30 units.", _HEAD, True),  # another row's 30
+        ("On 2023-03-05 sales were 40.", _DAILY, True),
+        ("Sales were 40 on 2023-03-05.", _DAILY, True),
+        ("The East order on 2023-01-02 sold 12 units.", _HEAD, False),
+        ("On 2023-03-05 sales were 35, up from 40 on 2023-03-04.", _DAILY, False),
+        ("Sales were 35 on 2023-03-05.", _DAILY, False),
+    ],
+)
+def test_a_number_of_a_dated_row_is_on_that_dates_line(
+    answer: str, stdout: str, refuse: bool
+) -> None:
+    assert bool(refused(answer, stdout)) is refuse

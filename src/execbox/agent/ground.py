@@ -71,7 +71,16 @@ from .peaks import Series, extreme_claim
 from .quantities import Num, claimed_numbers, claimed_words, normalize, numbers_in
 from .rows import COUNTED_AXIS, WHOLE_COUNT, frames, positioned, row_facts, shapes
 from .spelled import WORD_FRACTION, word_numbers
-from .values import blank, dates_in, durations_in, mask_dates, month_days_in, scale_of
+from .values import (
+    DateKey,
+    blank,
+    date_matches,
+    dates_in,
+    durations_in,
+    mask_dates,
+    month_days_in,
+    scale_of,
+)
 
 # "1." at a line's start is a list marker only as part of a count from 1: "999." is a value.
 _LIST_MARKER = re.compile(r"^\s*(\d+)[.)]\s", re.M)
@@ -209,7 +218,10 @@ def check(  # noqa: C901
     if _RANGE.search(masked):
         wanted |= {"min", "max"}
     series: list[Series] = []
+    dated: list[tuple[int, int, list[DateKey]]] = []  # a full date's span: the row it picks
     for keys, match in dates_in(masked):
+        if all(key[2] is not None for key in keys):
+            dated.append((match.start(), match.end(), keys))
         claim = date_claim(match[0], keys, evidence, context)
         if claim.grounded and claim.source != "the question":
             start, end = match.span()
@@ -295,6 +307,7 @@ def check(  # noqa: C901
     stated = _respectively(stated, masked, evidence, wanted)
     stated = _positioned(stated, masked, evidence)
     stated = _shaped(stated, masked, evidence)
+    stated = _dated(stated, masked, evidence, dated, answer)
     stated = _year_keyed(stated, masked, evidence)
     stated = _ranged(stated, masked, evidence, wanted)
     stated = [(num, _multiplied(num, claim, masked, evidence)) for num, claim in stated]
@@ -478,6 +491,48 @@ def _positioned(
                     f"the printed row {which} does not show this value "
                     f"(it is shown at {claim.source})",
                 )
+        out.append((num, claim))
+    return out
+
+
+# A number before the date of its row: "sales were 40 on 2023-03-05".
+_ON_DATE = re.compile(r"\s+(?:[A-Za-z%]+\s+){0,2}(?:on|at|for|dated)\s+(?:the\s+)?", re.I)
+_CLAUSE_BREAK = re.compile(r"[.!?;,()\n]|\b(?:and|but|while|whereas|than|from|vs|versus)\b", re.I)
+
+
+def _dated(
+    stated: list[tuple[Num, Claim]],
+    text: str,
+    evidence: Evidence,
+    dated: list[tuple[int, int, list[DateKey]]],
+    answer: str,
+) -> list[tuple[Num, Claim]]:
+    """ "On 2023-03-05 sales were 40", "the East order on 2023-01-02 sold 30": a number in a
+    date's clause must be on an output line showing that date, when such lines show numbers."""
+    if not dated:
+        return stated
+    out = []
+    for num, claim in stated:
+        if claim.grounded and not num.literal and claim.source != "the question":
+            for start, end, keys in dated:
+                after = end <= num.start and not _CLAUSE_BREAK.search(text, end, num.start)
+                after = after and not any(end <= s < num.start for s, _, _ in dated)
+                before = _ON_DATE.fullmatch(text, num.end, start) is not None
+                if not (after or before):
+                    continue
+                rows = {
+                    f.where
+                    for f in evidence.dates
+                    if any(date_matches(key, shown) for key in keys for shown in f.value)
+                }
+                shown = [f for f in evidence.numbers if f.where in rows]
+                if len(shown) > len(rows) and not any(fits(num, f) for f in shown):
+                    claim = _refused(
+                        num,
+                        f"the output lines showing {answer[start:end]} do not show this value "
+                        f"(it is shown at {claim.source})",
+                    )
+                    break
         out.append((num, claim))
     return out
 
