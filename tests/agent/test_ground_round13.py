@@ -162,3 +162,31 @@ def test_a_number_of_a_dated_row_is_on_that_dates_line(
     answer: str, stdout: str, refuse: bool
 ) -> None:
     assert bool(refused(answer, stdout)) is refuse
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout", "refuse"),
+    [
+        ("Sales peaked in H2.", "peak: 2023-03-04\n", True),
+        ("Sales peaked in the second half of the year.", "peak: 2023-03-04\n", True),
+        ("Sales peaked in FY24.", "peak: 2023-03-04\n", True),  # a calendar no output gives
+        ("Sales peaked in FY2023.", "peak: 2023-03-04\n", True),
+        ("Sales peaked on Sun.", "peak: 2023-03-04\n", True),  # a Saturday
+        ("Sales peaked on weekends.", "peak: 2023-03-06\n", True),  # a Monday
+        ("Sales are higher on weekdays.", "Saturday    500\nMonday    20\n", True),
+        ("Sales peaked in Q3.", "peak: 2023-03-04\n", True),
+        ("Sales peaked in April.", "peak: M\u00e4rz 2023\n", True),
+        ("Sales peaked in H1.", "peak: 2023-03-04\n", False),
+        ("Sales peaked in H2 2023.", "half: H2 2023\npeak: 2023-03-04\n", False),
+        ("Sales peaked in FY24.", "peak: FY2024\n", False),
+        ("Sales peaked on Sat.", "peak: 2023-03-04\n", False),
+        ("Sales peaked on weekends.", "peak: 2023-03-04\n", False),
+        ("Sales are higher on weekends.", "Saturday    500\nSunday    450\n", False),
+        ("Sales peaked in M\u00e4rz.", "peak: 2023-03-04\n", False),  # read, and true
+        ("The busiest weekday is Monday.", "weekday\nMonday    78\nFriday    9\n", False),
+    ],
+)
+def test_a_period_word_is_read_or_refused_when_no_output_states_it(
+    answer: str, stdout: str, refuse: bool
+) -> None:
+    assert bool(refused(answer, stdout)) is refuse

@@ -68,6 +68,7 @@ from .labels import (
 from .models import Claim, Verdict
 from .named import NAMED_LABELS, named_claims
 from .peaks import Series, extreme_claim
+from .periods import period_word_claims
 from .quantities import Num, claimed_numbers, claimed_words, normalize, numbers_in
 from .rows import COUNTED_AXIS, WHOLE_COUNT, frames, positioned, row_facts, shapes
 from .spelled import WORD_FRACTION, word_numbers
@@ -240,6 +241,9 @@ def check(  # noqa: C901
     for match in CLOCK.finditer(masked):
         claims.append(clock_claim(match, evidence, wanted))
         spans.append(match.span())
+    for span, claim in period_word_claims(masked, evidence, context.question):
+        claims.append(claim)
+        spans.append(span)
     shown = list(spans)  # the named values' spans: their kind's label is theirs
     masked, spans = blank(masked, spans), []
     periods: dict[tuple[int, int], str] = {}  # a named period's span: the rows it labels

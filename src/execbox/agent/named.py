@@ -52,7 +52,7 @@ _MONTH = (
 )
 _WEEKDAY = (
     r"\b(?P<weekday>(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday)s?"
-    r"|(?:Mon|Tues|Tue|Wed|Thurs|Thur|Thu|Fri)(?![a-z]))"
+    r"|(?:Mon|Tues|Tue|Wed|Thurs|Thur|Thu|Fri)(?![a-z])|(?:Sat|Sun)(?=\.|,))"
 )
 _QUARTER = (
     r"(?:(?<![A-Za-z])Q(?P<q>[1-4])(?!\d)|\b(?P<qo>first|second|third|fourth|[1-4](?:st|nd|rd|th))"
