@@ -190,3 +190,25 @@ def test_a_period_word_is_read_or_refused_when_no_output_states_it(
     answer: str, stdout: str, refuse: bool
 ) -> None:
     assert bool(refused(answer, stdout)) is refuse
+
+
+_PCT_CHANGE = "date\n2023-01      NaN\n2023-02    0.842\n2023-03   -0.114\n2023-04   -0.548\n"
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout", "refuse"),
+    [
+        ("Units fell 11.4% in March and 84.2% in February.", _PCT_CHANGE, True),  # a rise
+        (
+            "Units grew 84.2% in February, then fell 11.4% in March and 54.8% in April.",
+            _PCT_CHANGE,
+            False,
+        ),
+        ("Total: 1,234.56 EUR", "total: 1234.56\ncurrency: EUR\n", False),
+        ("Total: $1,234.56", "total: 1234.56\ncurrency: EUR\n", True),
+    ],
+)
+def test_a_change_after_and_keeps_its_direction_and_a_stated_currency_grounds(
+    answer: str, stdout: str, refuse: bool
+) -> None:
+    assert bool(refused(answer, stdout)) is refuse

@@ -93,6 +93,8 @@ _COUNTED = re.compile(
     re.I,
 )
 _COUNT_LABEL = "count"
+# Between two changes of one direction: "fell 11.4% in March and 54.8% in April".
+_SAME_WAY = re.compile(r"(?:\s+(?:in|on|during|for)(?:\s+[\w-]+)?)?\s*,?\s+and\s+(?:by\s+)?", re.I)
 # Words that make a number a share, so a fraction and its percentage are one value.
 _SHARE = re.compile(
     r"%\s+of\b|\bper\s?cent\s+of\b|\bshares?\b|\bproportions?\b|\bfractions?\b|\bratio\b"
@@ -285,7 +287,18 @@ def check(  # noqa: C901
     nums = sorted([*nums, *durations, *claimed_words(masked)], key=lambda n: n.start)
     stated: list[tuple[Num, Claim]] = []
     percents = {round(abs(n.value), 9) for n in nums if n.percent}
+    previous: Num | None = None
     for num in nums:
+        if (
+            previous is not None
+            and num.direction is None
+            and previous.direction is not None
+            and num.percent == previous.percent
+            and _SAME_WAY.fullmatch(masked, previous.end, num.start)
+            and not re.match(r"\s+of\b", masked[num.end : num.end + 4])  # "and 40% of users"
+        ):
+            num = replace(num, direction=previous.direction)  # "fell 11% in March and 55%"
+        previous = num
         if (
             _SHARE.search(answer, max(0, num.start - 40), num.end + 40)
             or (not num.percent and round(abs(num.value) * 100, 9) in percents)

@@ -28,6 +28,10 @@ FRACTION = re.compile(r"(?<![\w./])(\d+)/(\d+)(?![\w/])")
 _SHARE_LABEL = re.compile(
     r"(?<![a-z])(?:share|rate|ratio|proportion|pct|percent(?:age)?|fraction|frac)s?(?![a-z])"
 )
+# An output line naming the unit its values are in: "currency: EUR", "unit = 'ms'".
+_UNIT_LINE = re.compile(
+    r"\s*['\"]?(?:currency|ccy|units?)['\"]?\s*[:=]\s*['\"]?([^\s'\",]+)['\"]?,?\s*$", re.I
+)
 # "3 out of 4": a count and its whole, both shown and shown together.
 OUT_OF = re.compile(r"(?<![\w.,])(\d+)\s+out\s+of\s+(\d+)(?![\w]|[.,]\d)", re.I)
 # The label of a whole "X out of Y" counts against: "total: 4", "n = 4", "tests: 4".
@@ -364,6 +368,12 @@ def unit_claim(num: Num, evidence: Evidence, context: Context) -> Claim:
     ):
         if mentions_unit(family, text):
             return Claim(text=num.text, kind="unit", grounded=True, source=where)
+    for fact in evidence.texts:  # "currency: EUR": the outputs' values are in it
+        stated = _UNIT_LINE.match(str(fact.value))
+        if stated is not None and mentions_unit(family, stated[1]):
+            return Claim(
+                text=num.text, kind="unit", grounded=True, run_id=fact.run_id, source=fact.where
+            )
     return Claim(
         text=num.text,
         kind="unit",
