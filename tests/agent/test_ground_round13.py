@@ -212,3 +212,17 @@ def test_a_change_after_and_keeps_its_direction_and_a_stated_currency_grounds(
     answer: str, stdout: str, refuse: bool
 ) -> None:
     assert bool(refused(answer, stdout)) is refuse
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout", "refuse"),
+    [
+        ("numpy 2.0.0 is installed.", "numpy 2.0.0rc1\n", True),  # a prerelease
+        ("numpy 2.0.0rc1 is installed.", "numpy 2.0.0rc1\n", False),
+        ("numpy 1.26 is installed.", "numpy 1.26.4\n", False),
+    ],
+)
+def test_a_release_is_not_grounded_by_its_prerelease(
+    answer: str, stdout: str, refuse: bool
+) -> None:
+    assert bool(refused(answer, stdout)) is refuse
