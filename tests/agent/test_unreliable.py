@@ -487,3 +487,30 @@ def test_glued_magnitudes_and_wrong_changes_are_redrafted_honest_ones_pass(asker
     change = next(c for c in answer.claims if c.text == "20%")
     assert change.grounded and change.source == "the change from 10 to 12"
     assert asked.stages == ["plan", "generate", "answer", "answer", "verify"]
+
+
+YOY_CODE = (
+    "import json\nbefore, after = 1204, 1530\nchange = round((after / before - 1) * 100, 1)\n"
+    "print(f'2022: {before:,}')\nprint(f'2023: {after:,}')\nprint(f'change: {change:+}%')\n"
+    "print(json.dumps({'before': before, 'after': after, 'change_pct': change}))\n"
+)
+
+
+def test_growth_to_the_start_value_is_redrafted_the_end_value_passes(asker: AskFn) -> None:
+    """Round thirteen through the loop: "grew 27.1% to 1,204" states two printed numbers,
+    but 1,204 is the start; it goes back to the answer stage, and the end value passes."""
+    honest = "Sales grew 27.1% to 1,530."
+    asked = asker(
+        "How much did sales grow from 2022 to 2023?",
+        {
+            "plan": [plan("the growth")],
+            "generate": [program(YOY_CODE)],
+            "verify": [approve],
+            "answer": [says("Sales grew 27.1% to 1,204."), says(honest)],
+        },
+    )
+    answer = asked.answer
+    assert answer.status == "answered", answer.failure
+    assert answer.answer == honest
+    assert "number '1,204': a change of 27.1% to this value" in asked.prompts("answer")[1]
+    assert asked.stages == ["plan", "generate", "answer", "answer", "verify"]

@@ -30,6 +30,7 @@ class Fact:
     unit: str | None = None  # the dimension its line gives it ("bytes" for "size_mb: 5")
     factors: tuple[float, ...] = (1.0,)  # to that dimension's base unit
     percent: bool = False  # a percentage's digits (50 of "50%")
+    converted: bool = False  # a percentage's fraction (0.5 of "50%")
 
 
 MAX_NUMBERS = 100_000  # numbers read from the evidence; later ones ground nothing
@@ -213,7 +214,16 @@ class Evidence:
             label_from = found.end
             unit, factors = scale_of(spelled) if spelled else (None, (1.0,))
             self.numbers.append(
-                Fact(found.value, run_id, where, found.step, unit, factors, found.percent)
+                Fact(
+                    found.value,
+                    run_id,
+                    where,
+                    found.step,
+                    unit,
+                    factors,
+                    found.percent,
+                    found.converted,
+                )
             )
 
     def add_value(self, value: Any, run_id: str | None, path: str) -> None:

@@ -27,10 +27,12 @@ import re
 from collections.abc import Iterable
 from dataclasses import replace
 
+from .comparison import matches
 from .evidence import Context, Evidence, Fact
 from .ground_numbers import (
     FRACTION,
     OPERATION,
+    OUT_OF,
     POWER_WORD,
     derived_claim,
     fits,
@@ -39,6 +41,7 @@ from .ground_numbers import (
     literal_claim,
     number_claim,
     operation_claim,
+    out_of_claim,
     unit_claim,
 )
 from .ground_text import (
@@ -65,10 +68,20 @@ from .labels import (
 from .models import Claim, Verdict
 from .named import NAMED_LABELS, named_claims
 from .peaks import Series, extreme_claim
+from .periods import period_word_claims
 from .quantities import Num, claimed_numbers, claimed_words, normalize, numbers_in
-from .rows import frames, positioned, row_facts
-from .spelled import word_numbers
-from .values import blank, dates_in, durations_in, mask_dates, month_days_in, scale_of
+from .rows import COUNTED_AXIS, WHOLE_COUNT, frames, positioned, row_facts, shapes
+from .spelled import WORD_FRACTION, word_numbers
+from .values import (
+    DateKey,
+    blank,
+    date_matches,
+    dates_in,
+    durations_in,
+    mask_dates,
+    month_days_in,
+    scale_of,
+)
 
 # "1." at a line's start is a list marker only as part of a count from 1: "999." is a value.
 _LIST_MARKER = re.compile(r"^\s*(\d+)[.)]\s", re.M)
@@ -80,6 +93,14 @@ _COUNTED = re.compile(
     re.I,
 )
 _COUNT_LABEL = "count"
+# Between two changes of one direction: "fell 11.4% in March and 54.8% in April".
+_SAME_WAY = re.compile(r"(?:\s+(?:in|on|during|for)(?:\s+[\w-]+)?)?\s*,?\s+and\s+(?:by\s+)?", re.I)
+# Words that make a number a share, so a fraction and its percentage are one value.
+_SHARE = re.compile(
+    r"%\s+of\b|\bper\s?cent\s+of\b|\bshares?\b|\bproportions?\b|\bfractions?\b|\bratio\b"
+    r"|\baccount(?:s|ed)?\s+for\b|\bma(?:kes?|de|king)\s+up\b|\bas\s+a\s+(?:decimal|percentage)\b",
+    re.I,
+)
 # Between a named value and a number, what makes the number another's: "March, and 35".
 _GAP_BREAK = re.compile(
     r"[.!?;,\n()]|\b(?:and|or|than|vs|versus|but|while|whereas|after|before|since|from|to)\b",
@@ -200,7 +221,10 @@ def check(  # noqa: C901
     if _RANGE.search(masked):
         wanted |= {"min", "max"}
     series: list[Series] = []
+    dated: list[tuple[int, int, list[DateKey]]] = []  # a full date's span: the row it picks
     for keys, match in dates_in(masked):
+        if all(key[2] is not None for key in keys):
+            dated.append((match.start(), match.end(), keys))
         claim = date_claim(match[0], keys, evidence, context)
         if claim.grounded and claim.source != "the question":
             start, end = match.span()
@@ -219,6 +243,9 @@ def check(  # noqa: C901
     for match in CLOCK.finditer(masked):
         claims.append(clock_claim(match, evidence, wanted))
         spans.append(match.span())
+    for span, claim in period_word_claims(masked, evidence, context.question):
+        claims.append(claim)
+        spans.append(span)
     shown = list(spans)  # the named values' spans: their kind's label is theirs
     masked, spans = blank(masked, spans), []
     periods: dict[tuple[int, int], str] = {}  # a named period's span: the rows it labels
@@ -241,6 +268,9 @@ def check(  # noqa: C901
     for match in FRACTION.finditer(masked):
         claims.extend(fraction_claims(match, masked, evidence, context))
         spans.append(match.span())
+    for match in OUT_OF.finditer(masked):
+        claims.append(out_of_claim(match, evidence))
+        spans.append(match.span())
     masked, spans = blank(masked, spans), []
     question_numbers = [f.value for f in numbers_in(mask_dates(context.question))]
     question_numbers += [v for v, _, _ in word_numbers(context.question)]
@@ -256,7 +286,25 @@ def check(  # noqa: C901
     masked = blank(masked, [(num.start, num.end) for num in nums])
     nums = sorted([*nums, *durations, *claimed_words(masked)], key=lambda n: n.start)
     stated: list[tuple[Num, Claim]] = []
+    percents = {round(abs(n.value), 9) for n in nums if n.percent}
+    previous: Num | None = None
     for num in nums:
+        if (
+            previous is not None
+            and num.direction is None
+            and previous.direction is not None
+            and num.percent == previous.percent
+            and _SAME_WAY.fullmatch(masked, previous.end, num.start)
+            and not re.match(r"\s+of\b", masked[num.end : num.end + 4])  # "and 40% of users"
+        ):
+            num = replace(num, direction=previous.direction)  # "fell 11% in March and 55%"
+        previous = num
+        if (
+            _SHARE.search(answer, max(0, num.start - 40), num.end + 40)
+            or (not num.percent and round(abs(num.value) * 100, 9) in percents)
+            or WORD_FRACTION.fullmatch(num.text)
+        ):
+            num = replace(num, converts=True)  # "42.9% of rows", "0.9 (90%)", "a third"
         # The words that say what a bound counts: its clause's last words before, first after.
         before = re.split(r"[.!?;,(\n]", masked[max(0, num.start - 80) : num.start])[-1]
         after = re.split(r"[.!?;,)\n]", masked[num.end : num.end + 80])[0]
@@ -275,9 +323,12 @@ def check(  # noqa: C901
     stated = _labelled(stated, masked, evidence, wanted, sorted(shown), answer, periods)
     stated = _respectively(stated, masked, evidence, wanted)
     stated = _positioned(stated, masked, evidence)
+    stated = _shaped(stated, masked, evidence)
+    stated = _dated(stated, masked, evidence, dated, answer)
     stated = _year_keyed(stated, masked, evidence)
     stated = _ranged(stated, masked, evidence, wanted)
     stated = [(num, _multiplied(num, claim, masked, evidence)) for num, claim in stated]
+    stated = _grown_to(stated, masked, evidence)
     ends = [m.start() for m in _SENTENCE_END.finditer(masked)]
     sentences: dict[int, list[tuple[Num, Claim]]] = {}
     for num, claim in stated:
@@ -461,6 +512,73 @@ def _positioned(
     return out
 
 
+# A number before the date of its row: "sales were 40 on 2023-03-05".
+_ON_DATE = re.compile(r"\s+(?:[A-Za-z%]+\s+){0,2}(?:on|at|for|dated)\s+(?:the\s+)?", re.I)
+_CLAUSE_BREAK = re.compile(r"[.!?;,()\n]|\b(?:and|but|while|whereas|than|from|vs|versus)\b", re.I)
+
+
+def _dated(
+    stated: list[tuple[Num, Claim]],
+    text: str,
+    evidence: Evidence,
+    dated: list[tuple[int, int, list[DateKey]]],
+    answer: str,
+) -> list[tuple[Num, Claim]]:
+    """ "On 2023-03-05 sales were 40", "the East order on 2023-01-02 sold 30": a number in a
+    date's clause must be on an output line showing that date, when such lines show numbers."""
+    if not dated:
+        return stated
+    out = []
+    for num, claim in stated:
+        if claim.grounded and not num.literal and claim.source != "the question":
+            for start, end, keys in dated:
+                after = end <= num.start and not _CLAUSE_BREAK.search(text, end, num.start)
+                after = after and not any(end <= s < num.start for s, _, _ in dated)
+                before = _ON_DATE.fullmatch(text, num.end, start) is not None
+                if not (after or before):
+                    continue
+                rows = {
+                    f.where
+                    for f in evidence.dates
+                    if any(date_matches(key, shown) for key in keys for shown in f.value)
+                }
+                shown = [f for f in evidence.numbers if f.where in rows]
+                if len(shown) > len(rows) and not any(fits(num, f) for f in shown):
+                    claim = _refused(
+                        num,
+                        f"the output lines showing {answer[start:end]} do not show this value "
+                        f"(it is shown at {claim.source})",
+                    )
+                    break
+        out.append((num, claim))
+    return out
+
+
+def _shaped(
+    stated: list[tuple[Num, Claim]], text: str, evidence: Evidence
+) -> list[tuple[Num, Claim]]:
+    """ "The table has 99 rows" over a frame printed with "[100 rows x 3 columns]": a count of
+    rows or columns must be the printed size, not the last index or the other axis."""
+    if not any(COUNTED_AXIS.match(text, num.end) for num, _ in stated):
+        return stated
+    rows, cols = shapes(evidence)
+    out = []
+    for num, claim in stated:
+        axis = COUNTED_AXIS.match(text, num.end)
+        if not WHOLE_COUNT.search(text, max(0, num.start - 40), num.start):
+            axis = None
+        sizes = (rows if axis["rows"] else cols) if axis is not None else set()
+        if claim.grounded and not num.literal and sizes:
+            if not any(matches(num, float(size)) for size in sizes):
+                which = "rows" if axis is not None and axis["rows"] else "columns"
+                shown = ", ".join(str(size) for size in sorted(sizes))
+                claim = _refused(
+                    num, f"the outputs print the frame's {which} as {shown}, not this value"
+                )
+        out.append((num, claim))
+    return out
+
+
 def _year_keyed(
     stated: list[tuple[Num, Claim]], text: str, evidence: Evidence
 ) -> list[tuple[Num, Claim]]:
@@ -513,6 +631,64 @@ def _multiplied(num: Num, claim: Claim, text: str, evidence: Evidence) -> Claim:
     return _refused(
         num, f"'{said[1]} to' needs a value near {base:g} shown before it; no output shows one"
     )
+
+
+_GROWN_TO = re.compile(r"\s+to\s+(?:(?:about|around|roughly|nearly|almost)\s+)?$", re.I)
+
+
+def _grown_to(
+    stated: list[tuple[Num, Claim]], text: str, evidence: Evidence
+) -> list[tuple[Num, Claim]]:
+    """ "Sales grew 27.1% to 1,530": the end value must be the start an output shows grown by
+    the rate, so "grew 27.1% to 1,204" (the start) is refused; a rate no output prints is
+    grounded when the two values it is the change between are shown."""
+    out = list(stated)
+    for i in range(len(stated) - 1):
+        (rate, rated), (end, claim) = stated[i], stated[i + 1]
+        if not (
+            rate.percent
+            and rate.direction is not None
+            and not end.percent
+            and not end.literal
+            and claim.grounded
+            and _GROWN_TO.fullmatch(text, rate.end, end.start)
+        ):
+            continue
+        sign = -1.0 if rate.direction == "down" else 1.0
+        slack = rate.step if rate.bound == "exact" else max(rate.step, 1.0) * 2
+        bases = [
+            end.value / factor
+            for g in (abs(rate.value) - slack, abs(rate.value) + slack)
+            if (factor := 1 + sign * g / 100) > 0
+        ]
+        if len(bases) < 2:
+            continue
+        low = min(bases) - end.step - 1e-9 * abs(end.value)
+        high = max(bases) + end.step + 1e-9 * abs(end.value)
+        starts = [f for f in evidence.near(low, high) if not (f.percent or f.converted)]
+        if starts:
+            if not rated.grounded:
+                out[i] = (
+                    rate,
+                    Claim(
+                        text=rate.text,
+                        kind="number",
+                        grounded=True,
+                        run_id=starts[0].run_id,
+                        source=f"the change from {starts[0].where} to {claim.source}",
+                    ),
+                )
+            continue
+        base = end.value / (1 + sign * abs(rate.value) / 100)
+        out[i + 1] = (
+            end,
+            _refused(
+                end,
+                f"a change of {rate.text} to this value starts near {base:g}, and no output "
+                f"shows such a start (it is shown at {claim.source})",
+            ),
+        )
+    return out
 
 
 # Ranges that are not the min to the max: "the interquartile range", "a 95% interval".

@@ -24,6 +24,22 @@ from .values import (
 )
 
 FRACTION = re.compile(r"(?<![\w./])(\d+)/(\d+)(?![\w/])")
+# An output label that makes its fraction a share: "conversion_rate", "share", "pct".
+_SHARE_LABEL = re.compile(
+    r"(?<![a-z])(?:share|rate|ratio|proportion|pct|percent(?:age)?|fraction|frac)s?(?![a-z])"
+)
+# An output line naming the unit its values are in: "currency: EUR", "unit = 'ms'".
+_UNIT_LINE = re.compile(
+    r"\s*['\"]?(?:currency|ccy|units?)['\"]?\s*[:=]\s*['\"]?([^\s'\",]+)['\"]?,?\s*$", re.I
+)
+# "3 out of 4": a count and its whole, both shown and shown together.
+OUT_OF = re.compile(r"(?<![\w.,])(\d+)\s+out\s+of\s+(\d+)(?![\w]|[.,]\d)", re.I)
+# The label of a whole "X out of Y" counts against: "total: 4", "n = 4", "tests: 4".
+_WHOLE_LABEL = re.compile(
+    r"\b(?:total\w*|count|n|all|size|len|length|rows|tests|samples|trials|attempts|runs)\b"
+    r"[^\d]*$",
+    re.I,
+)
 # An operation on stated values ("6 + 1"): the answer claims its value unless it states it.
 _OPERATOR = (
     r"(\s*(?:\*\*|\^|[+*\u00d7\u00b7\u22c5])\s*|\s+x\s+|\s[-\u2212/]\s|\s+(?:times|plus|minus|"
@@ -166,6 +182,17 @@ def fits(num: Num, fact: Fact) -> bool:
     """Whether `fact` bears out `num`: in the same dimension, scaled to the fact's unit."""
     if fact.percent and not num.percent:
         return False  # "50 rows" is not "missing: 50%"
+    if not num.converts and num.direction is None:
+        # "Accuracy is 0.9" of a printed 90%: a fraction is its percentage only where the
+        # answer says it is a share ("90% of rows", "a 0.9 share", "0.9 (90%)"). A printed
+        # fraction under 0.01 may be a percentage already: "0.9%" of "accuracy: 0.009" needs
+        # the answer or the output's label to say it is a share ("conversion_rate: 0.0034").
+        if fact.converted and not num.percent:
+            return False
+        if num.percent and not fact.percent and not fact.converted and abs(fact.value) < 0.01:
+            label = re.split(r"\d", label_of(fact.where), maxsplit=1)[0]
+            if not _SHARE_LABEL.search(label):
+                return False
     if num.unit is None:
         return matches(num, fact.value, fact.step, fact.where, fact.percent)
     if fact.unit is None:
@@ -341,6 +368,12 @@ def unit_claim(num: Num, evidence: Evidence, context: Context) -> Claim:
     ):
         if mentions_unit(family, text):
             return Claim(text=num.text, kind="unit", grounded=True, source=where)
+    for fact in evidence.texts:  # "currency: EUR": the outputs' values are in it
+        stated = _UNIT_LINE.match(str(fact.value))
+        if stated is not None and mentions_unit(family, stated[1]):
+            return Claim(
+                text=num.text, kind="unit", grounded=True, run_id=fact.run_id, source=fact.where
+            )
     return Claim(
         text=num.text,
         kind="unit",
@@ -349,3 +382,36 @@ def unit_claim(num: Num, evidence: Evidence, context: Context) -> Claim:
         "or in its label), nor in an input header or the question: do not add "
         "units the outputs do not state",
     )
+
+
+def out_of_claim(match: re.Match[str], evidence: Evidence) -> Claim:
+    """ "3 out of 4" claims both counts and their ratio: an output's own "3/4" or "3 of 4",
+    or the two shown on one line, or the part shown and the whole under a total's label
+    ("passed: 3", "total: 4"). A stray 4 is no whole, nor is a shown ratio 0.75 the counts."""
+    part, whole = float(match[1]), float(match[2])
+    for text in (match[0], f"{match[1]}/{match[2]}", f"{match[1]} of {match[2]}"):
+        claim = literal_claim(text, evidence)
+        if claim.grounded:
+            return claim.model_copy(update={"text": match[0]})
+    parts = [f for f in evidence.near(part, part) if not f.percent]
+    wholes = [f for f in evidence.near(whole, whole) if not f.percent]
+    together = {f.where for f in parts} & {f.where for f in wholes}
+    totals = [f for f in wholes if _WHOLE_LABEL.search(_before_value(f))]
+    if parts and (together or totals):
+        fact = totals[0] if totals and not together else parts[0]
+        return Claim(
+            text=match[0], kind="number", grounded=True, run_id=fact.run_id, source=fact.where
+        )
+    return Claim(
+        text=match[0],
+        kind="number",
+        grounded=False,
+        detail="no output shows this count together with this whole (on one line, or the "
+        "whole as a total)",
+    )
+
+
+def _before_value(fact: Fact) -> str:
+    """A fact's line up to its first digit: the label it is printed under."""
+    label = label_of(fact.where)
+    return re.split(r"\d", label, maxsplit=1)[0]

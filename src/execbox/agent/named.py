@@ -52,7 +52,7 @@ _MONTH = (
 )
 _WEEKDAY = (
     r"\b(?P<weekday>(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday)s?"
-    r"|(?:Mon|Tues|Tue|Wed|Thurs|Thur|Thu|Fri)(?![a-z]))"
+    r"|(?:Mon|Tues|Tue|Wed|Thurs|Thur|Thu|Fri)(?![a-z])|(?:Sat|Sun)(?=\.|,))"
 )
 _QUARTER = (
     r"(?:(?<![A-Za-z])Q(?P<q>[1-4])(?!\d)|\b(?P<qo>first|second|third|fourth|[1-4](?:st|nd|rd|th))"
@@ -479,7 +479,10 @@ def _claim(named: Named, shown: Shown, asked: Shown, evidence: Evidence) -> Clai
     if _holds(named, asked):
         return Claim(text=named.text, kind=kind, grounded=True, source="the question")
     if named.name:
-        after = re.compile(rf"\b{re.escape(named.name)}(?: v?| version |==)(\d+(?:\.\d+)*)")
+        # A prerelease ("2.0.0rc1") is not its release: "2.0.0 is installed" is not shown.
+        after = re.compile(
+            rf"\b{re.escape(named.name)}(?: v?| version |==)(\d+(?:\.\d+)*)(?![a-z\d]|\.\d)"
+        )
         shown = Shown(versions=[_parts(m[1]) for m in after.finditer(evidence.folded())])
         if named.name in _RUNTIMES:
             for m in _RUNTIME_SHOWN.finditer(evidence.folded()):

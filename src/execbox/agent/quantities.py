@@ -234,6 +234,7 @@ class Num:
     stated_step: float = 0.0  # the step of the last written digit, trailing zeros included
     literal: bool = False  # read only as its text: an output must show it word for word
     points: bool = False  # percentage or basis points: a change between two percentages
+    converts: bool = False  # the answer says it is a share: a fraction and its percentage agree
 
     def candidates(self) -> Iterator[tuple[float, float]]:
         """The values it may mean, each with the step of its last stated digit."""
@@ -252,6 +253,7 @@ class Found:
     end: int
     unit: str | None = None  # as spelled after it ("MB") or its currency
     percent: bool = False  # the digits of a percentage: "50%" is 50 only to a claimed "50%"
+    converted: bool = False  # a percentage's fraction: 0.5 of "50%"
 
 
 def _parse(match: re.Match[str], rounded: bool) -> tuple[float, float, float]:
@@ -275,8 +277,9 @@ def _parse(match: re.Match[str], rounded: bool) -> tuple[float, float, float]:
 
 def numbers_in(text: str) -> Iterator[Found]:
     """The numbers an output shows (normalized text), each token alone: "4 2" is 4 and 2,
-    "[6,500]" (a JSON list) is 6 and 500, "6,500" elsewhere is 6500. "(300)" is also -300; a
-    percentage is its fraction, and its digits only for a claim of a percentage."""
+    "[6,500]" (a JSON list) is 6 and 500, "6,500" elsewhere is 6500. "(300)" on a money line
+    is also -300; a percentage is its fraction (`converted`), and its digits only for a claim
+    of a percentage."""
     for match in OUTPUT_NUMBER.finditer(text):
         end = match.end()
         unit = UNIT_AFTER.match(text, end)
@@ -296,10 +299,10 @@ def numbers_in(text: str) -> Iterator[Found]:
             continue
         if match["pct"]:
             yield Found(value, printed, match.start(), end, percent=True)
-            yield Found(value / 100, printed / 100, match.start(), end)
+            yield Found(value / 100, printed / 100, match.start(), end, converted=True)
             continue
         yield Found(value, printed, match.start(), end, spelled)
-        if match["paren"] and text[end : end + 1] == ")":
+        if match["paren"] and text[end : end + 1] == ")" and _accounting(text):
             yield Found(-value, printed, match.start(), end)
 
 
@@ -406,6 +409,15 @@ def claimed_numbers(text: str) -> Iterator[Num]:
         )
 
 
+_CURRENCY_SHOWN = re.compile(r"[$\u20ac\u00a3\u00a5]|\b(?:USD|EUR|GBP|JPY|CHF)\b")
+
+
+def _accounting(line: str) -> bool:
+    """Whether an output line is money, where "(1,200)" is -1,200: a currency or a money word
+    ("net", "profit"). Elsewhere parentheses are a tuple or an aside: "rows: (1,200)"."""
+    return bool(_CURRENCY_SHOWN.search(line) or _MONEY_BEFORE.search(line))
+
+
 def _aside(match: re.Match[str], before: str) -> bool:
     """A plain count in parentheses after prose ("the most rows (31)", "the highest sales
     (210)": a superlative's evidence even after a money word), not accounting."""
@@ -490,6 +502,8 @@ def claimed_words(text: str) -> Iterator[Num]:
         if _POSITION.search(before):
             continue
         bound, strict, direction = _lead(before)
+        if bound not in ("approx", "nearly") and step < 10**6:
+            step = 1.0  # "one hundred" is 100, not 101; "about a hundred" is rounded
         yield Num(
             match[0],
             match.start(),

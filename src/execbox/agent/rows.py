@@ -63,3 +63,37 @@ def row_facts(evidence: Evidence, wheres: set[str]) -> dict[str, list[Fact]]:
         if fact.where in out:
             out[fact.where].append(fact)
     return out
+
+
+# What pandas prints of a frame's size: its footer "[100 rows x 3 columns]", `df.shape`
+# "(100, 3)" alone on a line or after "shape", a Series' "Length: 100".
+_SHAPES = re.compile(
+    r"^\s*\[(?P<rows>\d+) rows? x (?P<cols>\d+) columns?\]\s*$"
+    r"|^\s*(?:\w*shape\w*['\"]?\s*[:=]?\s*)?\(\s*(?P<r>\d+),\s*(?P<c>\d+)\s*\)\s*$"
+    r"|\bLength: (?P<length>\d+),",
+    re.I,
+)
+# A count of a whole frame's rows or columns: "has 99 rows", "there are 3 data columns"; not
+# of some of them ("3 rows have nulls", "there are 3 rows with nulls").
+WHOLE_COUNT = re.compile(
+    r"\b(?:has|have|had|contains?|containing|consists\s+of|comprises?|there\s+are|there\s+were"
+    r"|total\s+of|in\s+all)\s+(?:(?:exactly|only|just|about|over|under|nearly|some)\s+)?$",
+    re.I,
+)
+COUNTED_AXIS = re.compile(
+    r"\s+(?:[\w-]+\s+)?(?:(?P<rows>rows|records|entries)|(?P<cols>columns|cols|fields))\b"
+    r"(?!\s+(?:with|where|that|which|whose|have|had|has|are|were|contain\w*|missing|of|in\s+which)\b)",
+    re.I,
+)
+
+
+def shapes(evidence: Evidence) -> tuple[set[int], set[int]]:
+    """The row counts and the column counts the outputs print as a frame's size."""
+    rows: set[int] = set()
+    cols: set[int] = set()
+    for fact in evidence.texts[:_MAX_LINES]:
+        for match in _SHAPES.finditer(str(fact.value)):
+            rows.add(int(match["rows"] or match["r"] or match["length"]))
+            if match["cols"] or match["c"]:
+                cols.add(int(match["cols"] or match["c"]))
+    return rows, cols
