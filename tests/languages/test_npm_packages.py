@@ -154,10 +154,10 @@ def fake_env(fakes: Fakes) -> environments.Environment:
 def profiles_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The shipped profiles, with `data` and `minimal` allowing this module's environments."""
     text = (Path(execbox.__file__).parent / "profiles.toml").read_text()
-    line = 'environments = ["ml"]\n'
+    line = 'environments = ["ml", "js-data"]\n'
     start = text.index("[profiles.data]\n")
     assert text.count(line, start, text.index("\n[", start)) == 1, "control: data lists ml"
-    allowed = f'environments = ["ml", "{ENV}", "{ENV2}", "{CURATED}"]\n'
+    allowed = f'environments = ["ml", "js-data", "{ENV}", "{ENV2}", "{CURATED}"]\n'
     text = text.replace(line, allowed, 1)
     start = text.index("[profiles.minimal]\n")
     text = text[:start] + text[start:].replace(
@@ -412,3 +412,15 @@ def test_each_curated_package_gives_its_known_value(
     description = tools.describe_language("javascript", environment=CURATED)
     assert "lodash 4.18.1" in description and "mathjs 15.2.0" in description
     assert "no npm packages" in tools.describe_language("javascript")
+
+
+def test_the_shipped_profiles_allow_js_data_except_minimal() -> None:
+    from execbox.environments.build import SHIPPED, SHIPPED_NPM
+    from execbox.policy import load_profiles
+
+    shipped = load_profiles()
+    assert "js-data" in shipped["data"].environments  # type: ignore[operator]
+    assert "js-data" in shipped["extended"].environments  # type: ignore[operator]
+    assert shipped["minimal"].environments is None  # the default only
+    assert SHIPPED["js-data"] == SHIPPED["data"]  # data's Python packages, and the npm set
+    assert npm.check_lock(SHIPPED_NPM["js-data"])
