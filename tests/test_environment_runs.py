@@ -57,9 +57,9 @@ def profiles_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     text = shipped.read_text()
     start = text.index("[profiles.data]\n")
     end = text.index("\n[", start)
-    line = 'environments = ["ml"]\n'
+    line = 'environments = ["ml", "js-data"]\n'
     assert text.count(line, start, end) == 1, "control: the data profile lists its environments"
-    allowed = f'environments = ["ml", "{ENV}", "{GONE}", "{MISSING}"]\n'
+    allowed = f'environments = ["ml", "js-data", "{ENV}", "{GONE}", "{MISSING}"]\n'
     text = text[:start] + text[start:end].replace(line, allowed) + text[end:]
     path = tmp_path_factory.mktemp("envrun-profiles") / "profiles.toml"
     path.write_text(text)
@@ -146,7 +146,10 @@ def test_a_profile_denies_an_environment_it_does_not_list(ex: Executor) -> None:
     assert denied.stdout == "" and denied.image_digest == ""
     # The shipped profiles: `data` allows `ml` beside the default, not this one.
     shipped = load_profiles()
-    assert shipped["data"].environments == ["ml"] and shipped["minimal"].environments is None
+    assert (
+        shipped["data"].environments == ["ml", "js-data"]
+        and shipped["minimal"].environments is None
+    )
     with pytest.raises(UsageError, match="environment.not_allowed"):
         ex.session(environment=ENV, profile="minimal")
 

@@ -305,3 +305,106 @@ def test_tool_calls_in_a_session_keep_variables_and_files_between_calls(
         )
     assert second.startswith("status: ok")
     assert "stdout:\nhi" in second and "output: 42" in second
+
+
+# --- languages -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("language", ["javascript", "bash"])
+def test_each_language_gets_its_own_name_description_and_code_field_in_both_apis(
+    language: str,
+) -> None:
+    openai = tools.openai_tool(language=language)["function"]
+    anthropic = tools.anthropic_tool(language=language)
+    assert openai["name"] == anthropic["name"] == f"run_{language}"
+    assert openai["description"] == anthropic["description"]
+    assert openai["parameters"] == anthropic["input_schema"]
+    params = anthropic["input_schema"]
+    assert set(params["properties"]) == set(tools.RunPython.model_fields)
+    assert params["required"] == ["code"] and params["additionalProperties"] is False
+    jsonschema.Draft202012Validator.check_schema(params)
+    code = params["properties"]["code"]["description"]
+    description = anthropic["description"]
+    python = tools.anthropic_tool()
+    assert "Python" not in code and "Python" not in description
+    assert code != python["input_schema"]["properties"]["code"]["description"]
+    assert ("Node.js" in description) == (language == "javascript")
+    assert ("bash" in description) == (language == "bash")
+    assert "numpy" not in description  # Python's packages are not this runtime's
+    assert description.count("clean state") == 1
+    # The wall-time argument is named as the tool spells it, with the profile's maximum.
+    assert "(timeout_s, at most 60 s)" in description
+    assert params["properties"]["timeout_s"]["anyOf"][0]["maximum"] == 60
+
+
+def test_a_language_no_tool_runs_or_a_stateful_javascript_tool_is_a_usage_error() -> None:
+    for make in (tools.openai_tool, tools.anthropic_tool, tools.parameters_schema):
+        with pytest.raises(execbox.UsageError, match="unknown language 'ruby'.*javascript"):
+            make(language="ruby")
+        with pytest.raises(execbox.UsageError, match="sessions run Python only"):
+            make(language="javascript", stateful=True)
+    with pytest.raises(execbox.UsageError, match="unknown language 'js'"):
+        tools.describe_language("js")
+
+
+def test_a_javascript_tool_call_runs_in_node_through_the_sandbox(
+    executor: execbox.Executor,
+) -> None:
+    code = (
+        "const fs = require('fs');\n"
+        "console.log(fs.readFileSync('n.txt', 'utf8').trim() * 2, process.version);\n"
+        "null.x;\n"
+    )
+    call = {
+        "type": "tool_use",
+        "name": "run_javascript",
+        "input": {"code": code, "files": {"n.txt": "21\n"}},
+    }
+    text = tools.execute_tool_call(executor, call, language="javascript")
+    assert text.startswith("status: error, exit code 1"), text
+    assert re.search(r"^42 v\d+\.", text, re.M), text
+    assert "error: TypeError (line 3, column 6): Cannot read properties of null" in text
+    # The same call through the Python tool is Python's syntax error: the language decides.
+    as_python = tools.execute_tool_call(executor, {"code": code})
+    assert "SyntaxError" in as_python
+
+
+def test_a_bash_tool_call_runs_in_bash_through_the_sandbox(executor: execbox.Executor) -> None:
+    call = {
+        "type": "function",
+        "function": {
+            "name": "run_bash",
+            "arguments": json.dumps(
+                {
+                    "code": "set -e\nwc -l < rows.txt\necho $BASH_VERSION | cut -c1\nfalse\n",
+                    "files": {"rows.txt": "a\nb\nc\n"},
+                }
+            ),
+        },
+    }
+    text = tools.execute_tool_call(executor, call, language="bash")
+    assert text.startswith("status: error, exit code 1"), text
+    assert re.search(r"stdout:\n3\n\d$", text, re.M), text
+    assert "error: CommandFailed (line 4)" in text
+
+
+def test_bad_javascript_arguments_come_back_as_an_observation_and_nothing_runs(
+    executor: execbox.Executor,
+) -> None:
+    before = executor.store.count()
+    text = tools.execute_tool_call(
+        executor,
+        {"type": "tool_use", "name": "run_javascript", "input": {"script": "1"}},
+        language="javascript",
+    )
+    assert text.startswith("status: invalid_arguments")
+    assert "code: Field required" in text and "script: Extra inputs are not permitted" in text
+    assert executor.store.count() == before
+    with pytest.raises(execbox.UsageError, match="'run_python', not 'run_javascript'"):
+        tools.execute_tool_call(
+            executor,
+            {"type": "tool_use", "name": "run_python", "input": {"code": "1"}},
+            language="javascript",
+        )
+    with pytest.raises(execbox.UsageError, match="unknown language"):
+        tools.execute_tool_call(executor, {"code": "1"}, language="ruby")

@@ -39,7 +39,8 @@ def env_group() -> None:
 @click.option(
     "--lock",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="A lock already pinned with hashes (default for 'data' and 'ml': the shipped one).",
+    help="A lock already pinned with hashes (default for 'data', 'ml' and 'js-data': the "
+    "shipped one).",
 )
 @click.option("--index-url", help="The package index (default: PyPI, or the lock's own).")
 @click.option(
@@ -48,6 +49,14 @@ def env_group() -> None:
     help="A directory of wheels to take packages from.",
 )
 @click.option("--no-index", is_flag=True, help="Use no index: only --find-links (offline).")
+@click.option(
+    "--npm",
+    "npm_spec",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="A directory with package.json and package-lock.json (integrity-pinned): npm "
+    "packages JavaScript runs can require (default for 'js-data': the shipped set).",
+)
+@click.option("--npm-registry", help="The npm registry or internal mirror (default: npm's).")
 def env_build(
     name: str,
     requirements: Path | None,
@@ -55,6 +64,8 @@ def env_build(
     index_url: str | None,
     find_links: Path | None,
     no_index: bool,
+    npm_spec: Path | None,
+    npm_registry: str | None,
 ) -> None:
     """Build environment NAME and point the name at it (an identical tree is reused)."""
     from . import environments
@@ -69,6 +80,8 @@ def env_build(
             index_url=index_url,
             find_links=find_links,
             no_index=no_index,
+            npm_spec=npm_spec,
+            npm_registry=npm_registry,
         )
         digest = env.image.digest
     except ExecboxError as exc:

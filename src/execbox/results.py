@@ -51,6 +51,8 @@ def result_of(
     error = ErrorInfo(**meta["error"]) if meta.get("error") else None
     if error is not None and error.type == "ModuleNotFoundError":
         error = with_missing_hint(error, base.image_digest, allowed() if allowed else None)
+    elif error is not None and error.type == "Error" and error.message.startswith("Cannot find"):
+        error = with_missing_package_hint(error, allowed() if allowed else None)
     if (raw.stdout_truncated or raw.stderr_truncated) and status in (Status.ok, Status.error):
         status = Status.output_limit
         error = ErrorInfo(
@@ -98,6 +100,24 @@ def with_missing_hint(
         hint = environments.missing_hint(module, image_digest, allowed)
     except ExecboxError as exc:  # an environment that cannot be read: the run's error stands
         log.warning("no hint for the missing module %s: %s", module, exc)
+        return error
+    if hint is None:
+        return error
+    return error.model_copy(update={"message": f"{error.message} ({hint})"})
+
+
+def with_missing_package_hint(error: ErrorInfo, allowed: list[str] | None = None) -> ErrorInfo:
+    """A JavaScript run's `Cannot find module 'x'` with the environments among `allowed`
+    (None: all) whose runs can require npm package x."""
+    from . import environments
+
+    package = environments.missing_package(error.type, error.message)
+    if package is None:
+        return error
+    try:
+        hint = environments.missing_package_hint(package, allowed)
+    except ExecboxError as exc:  # an environment that cannot be read: the run's error stands
+        log.warning("no hint for the missing package %s: %s", package, exc)
         return error
     if hint is None:
         return error

@@ -27,16 +27,24 @@ if TYPE_CHECKING:
     from .executor import Executor
 
 __all__ = [
+    "CODE_DESCRIPTIONS",
+    "LANGUAGES",
+    "TOOL_NAMES",
     "RunPython",
     "anthropic_tool",
     "describe_environment",
+    "describe_language",
     "execute_tool_call",
     "format_observation",
     "openai_tool",
+    "parameters_schema",
     "parse_tool_call",
 ]
 
 TOOL_NAME = "run_python"
+LANGUAGES = ("python", "javascript", "bash")
+# A tool's default name says its language: a model picks a tool by its name.
+TOOL_NAMES = {"python": TOOL_NAME, "javascript": "run_javascript", "bash": "run_bash"}
 MAX_OUTPUT_CHARS = 4000  # per stream in an observation: a model's context is the scarce resource
 _PIN = re.compile(r"^([A-Za-z0-9_.-]+)==([^\s;\\]+)")
 
@@ -75,6 +83,26 @@ class RunPython(BaseModel):
         gt=0,
         description="Wall-time limit in seconds for this run.",
     )
+
+
+# What the `code` argument holds, per language (the MCP tools use the same words).
+CODE_DESCRIPTIONS = {
+    "python": str(RunPython.model_fields["code"].description),
+    "javascript": "The complete JavaScript program to run with Node.js, as main.js (CommonJS "
+    "require; import/export syntax runs it as an ES module). Nothing is kept from earlier "
+    "calls. console.log() what you need to see.",
+    "bash": "The complete bash script to run, as main.sh, in /workspace. Nothing is kept from "
+    "earlier calls. Echo or print what you need to see.",
+}
+
+
+def check_language(language: str) -> str:
+    """`language`, or UsageError naming the languages a tool can run."""
+    if language not in LANGUAGES:
+        raise UsageError(
+            f"unknown language {language!r}: a tool runs one of {', '.join(LANGUAGES)}"
+        )
+    return language
 
 
 _STATELESS = "Each call starts from a clean state: nothing is kept between calls. "
@@ -181,27 +209,86 @@ def describe_environment(
 
 
 _RUNTIMES = {
-    "javascript": "a JavaScript program (CommonJS, as main.js) with the machine's Node.js: its "
-    "built-in modules only (fs, path, crypto, zlib, ...), no npm packages",
+    "javascript": "a JavaScript program (as main.js: CommonJS, or an ES module when it uses "
+    "import/export) with Node.js{version}",
     "bash": "a bash script (as main.sh) with coreutils, grep, sed, awk, jq and the other "
     "commands of the read-only system",
 }
 
 
-def describe_language(language: str, *, profile: str = "data", limits: Limits | None = None) -> str:
-    """What a model should know before it writes JavaScript or bash for the sandbox."""
-    lim = limits or _profile_limits(profile)[0]
+def describe_language(
+    language: str,
+    *,
+    profile: str = "data",
+    limits: Limits | None = None,
+    timeout_arg: str = "limits.timeout_s",
+    network: Sequence[str] | None = None,
+    environment: str | None = None,
+) -> str:
+    """What a model should know before it writes code in `language` for the sandbox (Python's
+    is `describe_environment`); UsageError for a language no tool runs. `environment`: the
+    built environment the calls run in, whose npm packages a JavaScript run can require."""
+    if check_language(language) == "python":
+        return describe_environment(
+            limits,
+            profile=profile,
+            timeout_arg=timeout_arg,
+            network=network,
+            environment=environment,
+        )
+    default_limits, max_limits = _profile_limits(profile)
+    lim = limits or default_limits
+    longest = f", at most {max_limits.timeout_s:g} s" if max_limits else ""
+    runtime = _RUNTIMES[language].format(version=_node_version())
+    has = ""
+    if language == "javascript":
+        npm = npm_packages(environment)
+        listed = ", ".join(f"{name} {version}" for name, version in npm.items())
+        has = (
+            f"Installed: Node's built-in modules (fs, path, crypto, zlib, ...) and these npm "
+            f"packages, for require() or import: {listed}. "
+            if npm
+            else "Node's built-in modules only (fs, path, crypto, zlib, ...): no npm packages. "
+        )
     return (
-        f"Run {_RUNTIMES[language]} in a fresh, isolated sandbox and get back its status, "
+        f"Run {runtime} in a fresh, isolated sandbox and get back its status, "
         "stdout, stderr, the error (type and line) and the files it wrote. "
         + _STATELESS
-        + "There is no network access. The working directory is /workspace: input files are "
+        + has
+        + "Nothing can be installed. "
+        + (_network_sentence(network) if network else "There is no network access. ")
+        + "The working directory is /workspace: input files are "
         "there, read-only; files written under /workspace come back as artifacts. "
-        f"Limits per run: {lim.timeout_s:g} s wall time (limits.timeout_s), "
+        f"Limits per run: {lim.timeout_s:g} s wall time ({timeout_arg}{longest}), "
         f"{lim.effective_cpu_s:g} s CPU time, {lim.memory_mib} MiB memory, {lim.pids} processes "
         f"and threads, {lim.disk_mib} MiB disk; stdout and stderr are cut at "
         f"{_size(lim.output_bytes)} each."
     )
+
+
+def npm_packages(environment: str | None = None) -> dict[str, str]:
+    """The npm packages a JavaScript run in `environment` (None: the default) can require,
+    and their locked versions; empty when it has none or is not built here."""
+    from . import environments
+
+    try:
+        root = (
+            environments.lookup(environment)
+            if environment is not None
+            else environments.default_root()
+        )
+    except Exception:  # noqa: BLE001 - no environment on this host: nothing to list
+        return {}
+    return environments.npm_packages_of(root)
+
+
+def _node_version() -> str:
+    """The major version of the Node.js the jail runs, after a space; empty without one."""
+    from .image import interpreter_pins
+
+    pin = interpreter_pins().get("node")
+    major = pin["version"].removeprefix("v").split(".")[0] if pin else ""
+    return f" {major}" if major.isdigit() else ""
 
 
 def _network_sentence(network: Sequence[str]) -> str:
@@ -213,14 +300,21 @@ def _network_sentence(network: Sequence[str]) -> str:
 
 
 def parameters_schema(
-    limits: Limits | None = None, *, profile: str = "data", stateful: bool = False
+    limits: Limits | None = None,
+    *,
+    profile: str = "data",
+    stateful: bool = False,
+    language: str = "python",
 ) -> dict[str, Any]:
-    """JSON schema of the tool's arguments, derived from `RunPython` (no titles, refs inlined)."""
+    """JSON schema of the tool's arguments, derived from `RunPython` (no titles, refs inlined);
+    the `code` argument described for `language`. Sessions run Python only."""
+    _check_stateful(check_language(language), stateful)
     default_limits, max_limits = _profile_limits(profile)
     lim = limits or default_limits
     schema = _inline_refs(RunPython.model_json_schema())
     _drop_titles(schema)
     schema.pop("description", None)  # the tool's own description says it all
+    schema["properties"]["code"]["description"] = CODE_DESCRIPTIONS[language]
     if stateful:
         schema["properties"]["code"]["description"] = _STATEFUL_CODE
         del schema["properties"]["stdin"]  # a session's cells have no stdin
@@ -238,22 +332,24 @@ def parameters_schema(
 def openai_tool(
     limits: Limits | None = None,
     *,
-    name: str = TOOL_NAME,
+    name: str | None = None,
     profile: str = "data",
     stateful: bool = False,
     api: Literal["chat", "responses"] = "chat",
     environment: str | None = None,
+    language: str = "python",
 ) -> dict[str, Any]:
     """The tool in OpenAI's function-calling format: Chat Completions (`api="chat"`, the
     default) or the Responses API (`api="responses"`, the function fields at the top level).
     `stateful=True` describes calls that run as cells of one session; `environment`, calls
-    that run in that environment (its packages are listed)."""
+    that run in that environment (its packages are listed); `language`, the language the
+    calls run ("python", "javascript" or "bash"; the default name is `TOOL_NAMES[language]`)."""
     function = {
-        "name": name,
-        "description": describe_environment(
-            limits, profile=profile, stateful=stateful, environment=environment
+        "name": name or TOOL_NAMES[check_language(language)],
+        "description": _describe(limits, profile, stateful, environment, language),
+        "parameters": parameters_schema(
+            limits, profile=profile, stateful=stateful, language=language
         ),
-        "parameters": parameters_schema(limits, profile=profile, stateful=stateful),
     }
     if api == "responses":
         return {"type": "function", **function}
@@ -263,21 +359,41 @@ def openai_tool(
 def anthropic_tool(
     limits: Limits | None = None,
     *,
-    name: str = TOOL_NAME,
+    name: str | None = None,
     profile: str = "data",
     stateful: bool = False,
     environment: str | None = None,
+    language: str = "python",
 ) -> dict[str, Any]:
     """The tool in Anthropic's Messages API format (`name`, `description`, `input_schema`).
     `stateful=True` describes calls that run as cells of one session; `environment`, calls
-    that run in that environment (its packages are listed)."""
+    that run in that environment (its packages are listed); `language`, the language the
+    calls run ("python", "javascript" or "bash"; the default name is `TOOL_NAMES[language]`)."""
     return {
-        "name": name,
-        "description": describe_environment(
-            limits, profile=profile, stateful=stateful, environment=environment
+        "name": name or TOOL_NAMES[check_language(language)],
+        "description": _describe(limits, profile, stateful, environment, language),
+        "input_schema": parameters_schema(
+            limits, profile=profile, stateful=stateful, language=language
         ),
-        "input_schema": parameters_schema(limits, profile=profile, stateful=stateful),
     }
+
+
+def _check_stateful(language: str, stateful: bool) -> None:
+    if stateful and language != "python":
+        raise UsageError(f"sessions run Python only, not {language}: leave stateful off")
+
+
+def _describe(
+    limits: Limits | None, profile: str, stateful: bool, environment: str | None, language: str
+) -> str:
+    _check_stateful(check_language(language), stateful)
+    if language == "python":
+        return describe_environment(
+            limits, profile=profile, stateful=stateful, environment=environment
+        )
+    return describe_language(
+        language, profile=profile, limits=limits, timeout_arg="timeout_s", environment=environment
+    )
 
 
 def parse_tool_call(call: Any) -> tuple[str | None, Any]:
@@ -305,13 +421,15 @@ def execute_tool_call(
     *,
     limits: Limits | None = None,
     profile: str = "data",
-    name: str = TOOL_NAME,
+    name: str | None = None,
     session: SessionLike | None = None,
     max_output_chars: int = MAX_OUTPUT_CHARS,
     network: Sequence[str] | None = None,
     environment: str | None = None,
+    language: str = "python",
 ) -> str:
-    """Run a `run_python` tool call and return the observation to hand back to the model.
+    """Run a tool call (`run_python`, or the tool of `language`) and return the observation
+    to hand back to the model.
 
     `call` is what the model produced (see `parse_tool_call`). Arguments the model got wrong
     come back as an observation saying what to fix, not as an exception; a call of another
@@ -320,8 +438,11 @@ def execute_tool_call(
     code runs as a cell of that stateful session (its files are written into the session
     first) instead of a fresh run. `network`: the hosts a fresh run may reach (the caller's
     choice, never the model's; pass the same to `describe_environment`). `environment`: the
-    environment a fresh run runs in (None: the default; a session's is its own).
+    environment a fresh run runs in (None: the default; a session's is its own). `language`:
+    what the code is ("python", "javascript" or "bash"; a session runs Python only).
     """
+    _check_stateful(check_language(language), session is not None)
+    name = name or TOOL_NAMES[language]
     called, raw = parse_tool_call(call)
     if called is not None and called != name:
         raise UsageError(f"tool call for {called!r}, not {name!r}")
@@ -353,6 +474,7 @@ def execute_tool_call(
         try:
             request = make_request(
                 args.code,
+                language=language,
                 stdin=args.stdin,
                 files={k: v.encode() for k, v in args.files.items()},
                 limits=run_limits,

@@ -12,17 +12,28 @@ nothing in it refers to the host's Python install. Its parts, one reason to chan
 - `fsimage`: the ext4 file the jail mounts a tree from, at one fixed path (`image.ENV_DIR`);
 - `modules`: the top-level modules code can import in each environment, and their index;
 - `demand`: curation from demand, the missing-module hint and `execbox env requests`;
+- `npm`: npm packages locked with integrity hashes, installed into a tree at build time;
 - `doctor`: what mounting an environment needs of the host (`execbox doctor`).
 """
 
 from __future__ import annotations
 
-from .build import RUNTIME, SHIPPED, TREE_FORMAT, build, refresh_native
-from .demand import MISSING, Request, missing_hint, missing_hint_in, missing_module, requests
+from .build import RUNTIME, SHIPPED, SHIPPED_NPM, TREE_FORMAT, build, refresh_native
+from .demand import (
+    MISSING,
+    Request,
+    missing_hint,
+    missing_hint_in,
+    missing_module,
+    missing_package,
+    missing_package_hint,
+    requests,
+)
 from .elf import runpath
 from .fsimage import FS_BLOCK, FS_FORMAT, mountable
 from .lock import check_lock, resolve
 from .modules import having, modules_of, names_of
+from .npm import packages_of as npm_packages_of
 from .registry import (
     DEFAULT_NAME,
     NAME,
@@ -48,6 +59,7 @@ __all__ = [
     "NAME",
     "RUNTIME",
     "SHIPPED",
+    "SHIPPED_NPM",
     "STDLIB_SKIP",
     "TREE_FORMAT",
     "TREE_PARTS",
@@ -66,9 +78,12 @@ __all__ = [
     "missing_hint",
     "missing_hint_in",
     "missing_module",
+    "missing_package",
+    "missing_package_hint",
     "modules_of",
     "mountable",
     "names_of",
+    "npm_packages_of",
     "refresh_native",
     "remove",
     "requests",

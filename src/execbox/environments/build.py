@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..image import LOCK_FILE, build_native, native_sha
-from . import manifest
+from . import manifest, npm
 from .lock import check_lock, pip, resolve
 from .modules import importable
 from .registry import Environment, check_name, envs_dir, lookup, point
@@ -32,7 +32,9 @@ from .tree import (
 
 RUNTIME = Path(__file__).parent.parent / "runtime"
 # The specs shipped with execbox, built by name alone (`execbox env build ml`).
-SHIPPED = {"data": LOCK_FILE, "ml": RUNTIME / "ml.lock"}
+SHIPPED = {"data": LOCK_FILE, "ml": RUNTIME / "ml.lock", "js-data": LOCK_FILE}
+# ... and the npm specs (package.json and package-lock.json) that go with them.
+SHIPPED_NPM = {"js-data": RUNTIME / "npm"}
 # How a tree is made from the interpreter: a tree of another format is rebuilt, not reused
 # (2: the build configuration names the jail's prefix, not the host's).
 TREE_FORMAT = 2
@@ -48,23 +50,15 @@ def build(
     base: Path | None = None,
     python: str | None = None,
     log: bool = True,
+    npm_spec: Path | None = None,
+    npm_registry: str | None = None,
+    npm_cache: Path | None = None,
+    npm_offline: bool = False,
 ) -> Environment:
     """Build environment `name` from a requirements file (resolved and locked here) or a lock
-    (`lock`, or the shipped spec of that name), and point the name at it."""
-    check_name(name)
-    if requirements is not None and lock is not None:
-        raise UsageError("give --requirements or --lock, not both")
-    if requirements is None and lock is None:
-        if name not in SHIPPED:
-            raise UsageError(
-                f"no spec for {name!r}: give --requirements FILE (or --lock FILE); shipped "
-                f"specs: {', '.join(SHIPPED)}"
-            )
-        lock = SHIPPED[name]
-    if requirements is not None and not requirements.is_file():
-        raise UsageError(f"requirements file not found: {requirements}")
-    if lock is not None:
-        check_lock(lock)
+    (`lock`, or the shipped spec of that name), with the npm packages of `npm_spec` (a
+    directory with package.json and package-lock.json; see `npm`), and point the name at it."""
+    lock, npm_spec = _spec(name, requirements, lock, npm_spec)
     if find_links is not None and not find_links.is_dir():
         raise UsageError(f"--find-links directory not found: {find_links}")
     index_args = []
@@ -76,7 +70,7 @@ def build(
         index_args.append("--no-index")
     interpreter = python or getattr(sys, "_base_executable", None) or sys.executable
     if lock is not None and not index_args:
-        same = _same_build(name, lock, interpreter, base)
+        same = _same_build(name, lock, interpreter, base, npm_spec)
         if same is not None:
             return same
     trees = envs_dir(base) / "trees"
@@ -84,6 +78,10 @@ def build(
     work = Path(tempfile.mkdtemp(prefix=".build-", dir=trees))
     work.chmod(0o755)  # mkdtemp's 0700 would keep the jail's users out of the whole tree
     try:
+        packages: dict[str, str] = {}
+        if npm_spec is not None:  # first: a lock npm refuses ends the build before the copy
+            (work / npm.DIR).mkdir()
+            packages = npm.install(work, npm_spec, npm_registry, npm_cache, npm_offline)
         info = copy_python(work, interpreter)
         py = work / "bin" / "python3"
         lock_text = (
@@ -118,7 +116,7 @@ def build(
             if final.exists():
                 shutil.rmtree(final)
             work.rename(final)
-            finish(final, info, digest, lock_text, libs)
+            finish(final, info, digest, lock_text, libs, packages)
         point(name, final, base)
         return Environment(name, final, manifest.read(final))
     except BaseException:
@@ -126,9 +124,36 @@ def build(
         raise
 
 
-def _same_build(name: str, lock: Path, interpreter: str, base: Path | None) -> Environment | None:
-    """The environment `name` when it was built from this lock with this interpreter (its
-    C parts brought up to date): a rebuild would give the same tree."""
+def _spec(
+    name: str, requirements: Path | None, lock: Path | None, npm_spec: Path | None
+) -> tuple[Path | None, Path | None]:
+    """The lock and npm spec to build `name` from (a shipped spec's when neither a
+    requirements file nor a lock is given), checked."""
+    check_name(name)
+    if requirements is not None and lock is not None:
+        raise UsageError("give --requirements or --lock, not both")
+    if requirements is None and lock is None:
+        if name not in SHIPPED:
+            raise UsageError(
+                f"no spec for {name!r}: give --requirements FILE (or --lock FILE); shipped "
+                f"specs: {', '.join(SHIPPED)}"
+            )
+        lock = SHIPPED[name]
+        npm_spec = npm_spec or SHIPPED_NPM.get(name)
+    if requirements is not None and not requirements.is_file():
+        raise UsageError(f"requirements file not found: {requirements}")
+    if lock is not None:
+        check_lock(lock)
+    if npm_spec is not None:
+        npm.check_lock(npm_spec)
+    return lock, npm_spec
+
+
+def _same_build(
+    name: str, lock: Path, interpreter: str, base: Path | None, npm_spec: Path | None
+) -> Environment | None:
+    """The environment `name` when it was built from this lock (and npm spec) with this
+    interpreter (its C parts brought up to date): a rebuild would give the same tree."""
     try:
         root = lookup(name, base)
     except UsageError:
@@ -142,12 +167,19 @@ def _same_build(name: str, lock: Path, interpreter: str, base: Path | None) -> E
         return None
     if meta.get("tree_format") != TREE_FORMAT:
         return None
+    if meta.get("npm_lock_sha256") != (npm.lock_sha(npm_spec) if npm_spec else None):
+        return None
     refresh_native(root)
     return Environment(name, root, manifest.read(root))
 
 
 def finish(
-    root: Path, info: dict[str, object], digest: str, lock_text: str, libs: list[str]
+    root: Path,
+    info: dict[str, object],
+    digest: str,
+    lock_text: str,
+    libs: list[str],
+    npm_packages: dict[str, str] | None = None,
 ) -> None:
     """What is made at the tree's final path: the jail's C parts, matplotlib's font cache
     (it records absolute font paths: derived from the tree, so outside its digest) and the
@@ -184,6 +216,8 @@ def finish(
             "packages": packages,
             "host_libraries": libs,
             "modules": importable(root),
+            "npm_packages": npm_packages or {},
+            "npm_lock_sha256": npm.lock_sha(root / npm.DIR) if npm_packages else None,
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         },
     )

@@ -11,6 +11,8 @@ from pathlib import Path
 from .modules import index
 
 MISSING = re.compile(r"No module named '([^']+)'")
+# What Node says of a require (CommonJS) or an import (ES module) of a package it cannot find.
+MISSING_JS = re.compile(r"Cannot find (?:module|package) '([^'./][^']*)'")
 
 
 def missing_module(error_type: str | None, message: str | None) -> str | None:
@@ -19,6 +21,33 @@ def missing_module(error_type: str | None, message: str | None) -> str | None:
         return None
     found = MISSING.search(message)
     return found.group(1).split(".")[0] if found else None
+
+
+def missing_package(error_type: str | None, message: str | None) -> str | None:
+    """The npm package a JavaScript run's error says it cannot find, or None."""
+    if error_type != "Error" or not message:
+        return None
+    found = MISSING_JS.match(message)
+    if not found or found.group(1).startswith("node:"):
+        return None
+    parts = found.group(1).split("/")
+    return "/".join(parts[:2]) if parts[0].startswith("@") else parts[0]
+
+
+def missing_package_hint(
+    package: str, allowed: list[str] | None = None, base: Path | None = None
+) -> str | None:
+    """What to tell the author of JavaScript that required `package`: the environments among
+    `allowed` (None: all) whose runs can require it; None when none can."""
+    others = [n for n in index(base).having_package(package) if allowed is None or n in allowed]
+    if not others:
+        return None
+    which = (
+        f"environment {others[0]!r} has it"
+        if len(others) == 1
+        else "environments " + ", ".join(repr(n) for n in others) + " have it"
+    )
+    return f"npm package {package} is not in this run's environment; {which} (run with --environment {others[0]})"
 
 
 def missing_hint(

@@ -79,6 +79,7 @@ class Indexed:
     root: Path
     modules: frozenset[str]
     image_digest: str
+    packages: frozenset[str] = frozenset()  # npm packages JavaScript can require
 
 
 class Index:
@@ -95,6 +96,10 @@ class Index:
 
     def having(self, module: str) -> list[str]:
         return [name for name, entry in self.entries.items() if module in entry.modules]
+
+    def having_package(self, package: str) -> list[str]:
+        """The environments whose JavaScript runs can require npm package `package`."""
+        return [name for name, entry in self.entries.items() if package in entry.packages]
 
     def names_of(self, image_digest: str) -> list[str]:
         return [name for name, entry in self.entries.items() if entry.image_digest == image_digest]
@@ -162,8 +167,12 @@ def _read(state: State, base: Path | None, previous: tuple[State, Index] | None)
             continue
         if root not in by_root:  # names sharing a tree read it once
             meta = manifest.read(root)
+            npm = meta.get("npm_packages")
             by_root[root] = Indexed(
-                root, _modules_in(root, meta), digest_of(str(meta.get("tree_digest")))
+                root,
+                _modules_in(root, meta),
+                digest_of(str(meta.get("tree_digest"))),
+                frozenset(npm) if isinstance(npm, dict) else frozenset(),
             )
         entries[name] = by_root[root]
     return Index(entries)

@@ -38,7 +38,13 @@ from ..server.errors import ApiError
 from ..server.quotas import Quotas
 from ..server.spool import ResultBudget, result_bound
 from ..server.state import LOCAL_TENANT, EndedSession, SessionRegistry, Shares
-from ..tools import RunPython, describe_environment, describe_language, format_observation
+from ..tools import (
+    CODE_DESCRIPTIONS,
+    RunPython,
+    describe_environment,
+    describe_language,
+    format_observation,
+)
 from .http import TENANT_SCOPE_KEY
 
 if TYPE_CHECKING:
@@ -70,13 +76,10 @@ JsCode = Annotated[
     str,
     Field(
         min_length=1,
-        description="The complete JavaScript (CommonJS) program, run by Node.js as main.js. "
-        "console.log() what you need to see.",
+        description=CODE_DESCRIPTIONS["javascript"],
     ),
 ]
-BashCode = Annotated[
-    str, Field(min_length=1, description="The bash script to run, as main.sh, in /workspace.")
-]
+BashCode = Annotated[str, Field(min_length=1, description=CODE_DESCRIPTIONS["bash"])]
 Stdin = Annotated[str, Field(description=RunPython.model_fields["stdin"].description)]
 Files = Annotated[dict[str, str], Field(description=RunPython.model_fields["files"].description)]
 BinaryFiles = Annotated[
@@ -268,7 +271,9 @@ def build_server(  # noqa: C901
     if "javascript" in allowed:
 
         @server.tool(
-            description=describe_language("javascript", profile=profile),
+            description=describe_language(
+                "javascript", profile=profile, network=network, environment=default_environment
+            ),
             annotations=ToolAnnotations(open_world_hint=False, read_only_hint=True),
         )
         def run_javascript(
@@ -285,7 +290,9 @@ def build_server(  # noqa: C901
     if "bash" in allowed:
 
         @server.tool(
-            description=describe_language("bash", profile=profile),
+            description=describe_language(
+                "bash", profile=profile, network=network, environment=default_environment
+            ),
             annotations=ToolAnnotations(open_world_hint=False, read_only_hint=True),
         )
         def run_bash(
@@ -590,11 +597,10 @@ def serve(
 async def _serve_http(server: MCPServer[Any], host: str, port: int, keys: KeyStore | None) -> None:
     import uvicorn
 
-    from ..server.background import config as uvicorn_config
     from .http import BearerAuth
 
     app = BearerAuth(server.streamable_http_app(host=host), keys)
-    config = uvicorn_config(app, host=host, port=port, log_level="warning")
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning")
     await uvicorn.Server(config).serve()
 
 

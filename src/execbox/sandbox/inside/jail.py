@@ -29,7 +29,7 @@ import resource
 import socket
 from dataclasses import dataclass, field
 
-from . import linux
+from . import linux, packages
 
 # Each slot's program runs as a uid of its own from this range (see `claim_uid`): per-user
 # kernel limits (inotify instances, pipe buffer pages, message queue bytes, pending signals)
@@ -118,6 +118,7 @@ class JailConfig:
         libexec = os.path.realpath(libexec)
         if not any(_within(libexec, b) for b in binds):
             raise JailError(f"{libexec} is outside the jail's read-only paths")
+        links.update(packages.root_links(os.path.dirname(libexec)))
         return cls(
             binds,
             links,
