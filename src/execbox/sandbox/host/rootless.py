@@ -114,7 +114,11 @@ def _v2_delegated(mount: str, setting: str | None) -> tuple[str | None, str]:
         path = ""
         for depth in range(1, len(parts) + 1):
             candidate = mount + "/" + "/".join(parts[:depth])
-            if os.stat(candidate).st_uid == os.geteuid():
+            try:
+                owner = os.stat(candidate).st_uid
+            except OSError:  # our cgroup namespace's root is not the mount's
+                break
+            if owner == os.geteuid():
                 path = candidate
                 break
         if not path:
@@ -263,10 +267,11 @@ def limits(delegation: Delegation) -> list[tuple[str, bool, str]]:
             rows.append((limit, True, f"cgroup v{delegation.version} at {delegation.paths[limit]}"))
         else:
             rows.append((limit, False, "NOT enforced: " + delegation.missing[limit]))
+    # v1 counts CPU time in cpuacct, which the delegation named here does not cover.
     cpu = (
-        "RLIMIT_CPU per process; the whole run's CPU time from the cgroup"
-        if delegation.holds("memory")
-        else "RLIMIT_CPU per process only (no cgroup counts the whole run's CPU time)"
+        "RLIMIT_CPU per process; the whole run's CPU time from the delegated cgroup's cpu.stat"
+        if delegation.version == 2 and delegation.holds("memory")
+        else "RLIMIT_CPU per process only (no delegated cgroup counts the whole run's CPU time)"
     )
     rows += [
         ("cpu time", True, cpu),
