@@ -5,7 +5,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-unprivileged test-cgroup2 test-image check docs bench image deps lock clean
+.PHONY: demo test test-unprivileged test-rootless test-cgroup2 test-image check docs bench image \
+	deps lock clean
 
 deps:
 	@# libseccomp (the syscall filter) is the one system library the sandbox needs.
@@ -42,6 +43,11 @@ test: image
 test-unprivileged: $(STAMP)
 	@# The tests above the sandbox boundary, as nobody: no root, no image.
 	.ci/unprivileged
+
+test-rootless: $(STAMP)
+	@# Rootless mode as a throwaway ordinary user the tests make (useradd) and remove: root runs
+	@# them, to make that user and the cgroup v1 directories it hands over.
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m rootless tests/rootless
 
 test-image: $(STAMP)
 	@# The server's container image (deploy/Containerfile), built with podman and smoke-tested.

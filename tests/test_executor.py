@@ -20,8 +20,11 @@ from tests.probes import alive, host_internals, host_stats, wait_until
 
 def test_non_root_host_is_refused_before_anything_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("os.geteuid", lambda: 1000)
-    with pytest.raises(SandboxUnavailable, match="needs root"):
+    monkeypatch.delenv("EXECBOX_CGROUP_ROOT", raising=False)
+    with pytest.raises(SandboxUnavailable, match="rootless mode cannot enforce the memory"):
         Executor()
+    with pytest.raises(SandboxUnavailable, match="rootless mode: runs as an ordinary user"):
+        Executor(allow_unenforced_limits=("memory", "pids"))
 
 
 def test_missing_image_raises_sandbox_unavailable(

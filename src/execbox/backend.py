@@ -10,7 +10,6 @@ the same whichever backend runs the code.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from .network.secrets import Binding
 from .network.session import SessionNetwork
 from .routing import DATA_STACK as DATA_STACK  # what zygotes preload: routing's tiers
 from .routing import WARM_IMPORTS as WARM_IMPORTS
-from .sandbox.host import capabilities
+from .sandbox.host import capabilities, rootless
 from .sandbox.host.errors import HostError, RunNotStarted
 from .sandbox.host.pump import OutputCallback, RawRun
 from .sandbox.host.zygotes import ZygoteProcess
@@ -182,11 +181,16 @@ class LocalBackend:
         network_resolve: Mapping[str, str | Sequence[str]] | None = None,
         environment_idle_s: float | None = None,
         network_ca: str | None = None,
+        allow_unenforced_limits: frozenset[str] = frozenset(),
     ) -> None:
-        if os.geteuid() != 0:
+        if rootless.is_rootless():
+            refused = rootless.refusal(rootless.delegated_cgroup(), allow_unenforced_limits)
+            if refused:
+                raise SandboxUnavailable(f"{refused}; see `execbox doctor`")
             raise SandboxUnavailable(
-                "the default isolation tier needs root (namespaces, mounts, cgroups); "
-                "run as root, and see `execbox doctor`"
+                "rootless mode: runs as an ordinary user are not in this release (the "
+                "runtime image is mounted from a loop device); run as root, and see "
+                "`execbox doctor`"
             )
         unprivileged = capabilities.unavailable_reason()
         if unprivileged:  # else the first run fails on a bare EPERM deep in the set-up

@@ -189,6 +189,12 @@ def main() -> None:
     "EXECBOX_API_KEY or EXECBOX_API_KEY_FILE); 'none' runs here. Default: EXECBOX_SERVER, else "
     "the local socket of a running execbox serve, else here.",
 )
+@click.option(
+    "--allow-unenforced-limits",
+    metavar="LIMITS",
+    help="Rootless mode without a delegated cgroup: run although these limits (memory,pids) "
+    "are not enforced (also EXECBOX_ALLOW_UNENFORCED_LIMITS). Refused otherwise.",
+)
 def run_cmd(
     file: str,
     stdin_path: str | None,
@@ -212,9 +218,19 @@ def run_cmd(
     no_cache: bool,
     secrets: tuple[str, ...],
     server: str | None,
+    allow_unenforced_limits: str | None,
 ) -> None:
     """Run FILE (or - for standard input) in a fresh sandbox."""
     from .request import make_request
+    from .sandbox.host import rootless
+
+    if allow_unenforced_limits is not None:
+        try:
+            rootless.parse_allowed(allow_unenforced_limits)
+        except ValueError as exc:
+            _fail(str(exc))
+        # The executor this command starts reads it (a server applies its own setting).
+        os.environ[rootless.ALLOW_ENV] = allow_unenforced_limits
 
     try:
         # Bytes: decoded as CPython decodes a file (BOM, coding cookie); bytes that do not
@@ -527,7 +543,10 @@ def _host_checks() -> list[Check]:
     from .sandbox.host.probe import run_checks
 
     checks = run_checks()
-    if all(c.ok for c in checks if c.name in ("linux", "root")):
+    if any(c.name == "root" for c in checks) and all(
+        c.ok for c in checks if c.name in ("linux", "root")
+    ):
+        # What mounting the runtime image needs, listed before the image's own check.
         at = next((i for i, c in enumerate(checks) if c.name == "runtime image"), len(checks))
         checks[at:at] = environment_checks()
     return checks

@@ -65,6 +65,7 @@ from .request import (
 )
 from .results import ReplayReport, not_started, result_of, undecodable, with_kept_data
 from .routing import interpreter_kind, program_kind
+from .sandbox.host import rootless
 from .sandbox.host.errors import HostError
 from .sandbox.host.pump import OutputCallback
 from .sandbox.host.zygotes import ZygoteProcess
@@ -112,6 +113,7 @@ class Executor:
         network_resolve: Mapping[str, str | Sequence[str]] | None = None,
         environment_idle_s: float = DEFAULT_ENVIRONMENT_IDLE_S,
         network_ca: str | None = None,
+        allow_unenforced_limits: str | Iterable[str] | None = None,
     ) -> None:
         """`profiles`: a TOML file or loaded profiles (default: the shipped ones, or the file in
         EXECBOX_PROFILES). `records`: a RunStore or database URL (default: SQLite under the
@@ -162,6 +164,14 @@ class Executor:
             raise UsageError("give an image or a backend, not both (a backend has its own)")
         self.max_concurrency = max_concurrency or 4 * (os.cpu_count() or 1)
         self.pool_size = max(1, pool_size or min(self.max_concurrency, 2 * (os.cpu_count() or 1)))
+        try:
+            unenforced = rootless.parse_allowed(
+                os.environ.get(rootless.ALLOW_ENV)
+                if allow_unenforced_limits is None
+                else allow_unenforced_limits
+            )
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
         self._backend = backend or LocalBackend(
             image=image,
             pool_size=self.pool_size,
@@ -172,6 +182,7 @@ class Executor:
             network_resolve=network_resolve,
             environment_idle_s=environment_idle_s,
             network_ca=network_ca,
+            allow_unenforced_limits=unenforced,
         )
         self.image = self._backend.image if isinstance(self._backend, LocalBackend) else None
         self.image_digest = self._backend.digest

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import capabilities
+from . import capabilities, rootless
 
 
 @dataclass
@@ -169,16 +169,13 @@ def run_checks() -> list[Check]:
             platform.platform(),
             "the default tier needs Linux; use a Linux host or VM",
         ),
-        Check(
-            "root",
-            os.geteuid() == 0,
-            f"euid {os.geteuid()}",
-            "run execbox as root (it creates namespaces, mounts and cgroups)",
-        ),
         Check("python", sys.version_info >= (3, 11), sys.version.split()[0], "use Python 3.11+"),
     ]
     if not all(c.ok for c in checks):
         return checks
+    if rootless.is_rootless():
+        return checks + rootless_checks()
+    checks.insert(1, Check("root", True, "euid 0"))
     checks += [
         _try("capabilities", _capabilities, capabilities.how_to_grant(capabilities.missing())),
         _try(
@@ -208,5 +205,61 @@ def run_checks() -> list[Check]:
             required=False,
         ),
         _try("runtime image", _image, "run `execbox image build`"),
+    ]
+    return checks
+
+
+def rootless_checks() -> list[Check]:
+    """An ordinary user's host: what rootless mode needs, and exactly which limits hold."""
+    allowed = rootless.parse_allowed(os.environ.get(rootless.ALLOW_ENV))
+    delegation = rootless.delegated_cgroup()
+    sub = rootless.subordinate_ids()
+    checks = [
+        Check(
+            "mode",
+            True,
+            f"rootless mode (euid {os.geteuid()}): a user namespace stands in for root",
+        ),
+        _try(
+            "user namespaces",
+            rootless.user_namespaces,
+            "allow unprivileged user namespaces (sysctl user.max_user_namespaces=N > 0; "
+            "Debian kernel.unprivileged_userns_clone=1; Ubuntu "
+            "kernel.apparmor_restrict_unprivileged_userns=0 or an AppArmor profile)",
+        ),
+        Check(
+            "subordinate ids",
+            sub is not None,
+            f"uids {sub[0]}-{sub[0] + sub[1] - 1} (/etc/subuid, newuidmap): a run's uid is not "
+            "yours outside its namespace"
+            if sub
+            else "none: a run's uid would be yours outside its namespace (pid and mount "
+            "namespaces and seccomp keep it from your processes and files)",
+            f"usermod --add-subuids and --add-subgids for this user, and install newuidmap "
+            f"(apt-get install uidmap); see {rootless.SUBUID}",
+            required=False,
+        ),
+    ]
+    for limit, holds, how in rootless.limits(delegation):
+        accepted = limit in allowed
+        checks.append(
+            Check(
+                f"limit {limit}",
+                holds,
+                how + (f" (accepted unenforced by {rootless.ALLOW_ENV})" if accepted else ""),
+                f"delegate a cgroup and set {rootless.CGROUP_ROOT_ENV}, or accept it "
+                f"unenforced: --allow-unenforced-limits {limit}",
+                required=not accepted,
+            )
+        )
+    checks += [
+        _try("seccomp", _seccomp, "install libseccomp2 (apt-get install libseccomp2)"),
+        Check(
+            "rootless jail",
+            False,
+            "runs as an ordinary user are not in this release: the runtime image is mounted "
+            "from a loop device and the jail's uids need mapping",
+            "run execbox as root for now",
+        ),
     ]
     return checks
