@@ -741,3 +741,46 @@ def test_no_network_state_reaches_the_next_runs_of_a_slot(jailed_one_slot: Execu
         assert leaked == {}, f"run {i + 1} after the network use saw {leaked}"
     # A new namespace only after the run that used one: the ten after it share theirs.
     assert len({seen["net"] for seen in after}) == 1 and after[0]["net"] != used["net"]
+
+
+@pytest.mark.hostile
+def test_slots_stage_with_fresh_network_state_on_a_host_without_ipv6(
+    jailed_one_slot: Executor,
+) -> None:
+    """A kernel booted with ipv6.disable=1 has no /proc/net/snmp6 nor ip6_flowlabel: they
+    hold no state a run could leave, and every slot must still stage (a missing file failed
+    it: "fresh network state: No such file or directory"), each run's IPv4 state fresh."""
+    if os.path.exists("/proc/net/snmp6"):
+        pytest.skip("this host has IPv6: `EXECBOX_UML_IPV6=0 tests/uml/boot` runs this test")
+    ex = jailed_one_slot
+    present = NET_STATE.replace(
+        "for n in names}", "for n in names if os.path.exists('/proc/net/' + n)}"
+    )
+    use_ipv4 = textwrap.dedent("""
+        import socket
+        server = socket.create_server(('127.0.0.1', 0))
+        client = socket.create_connection(server.getsockname())
+        conn, _ = server.accept()
+        client.sendall(b'from an earlier run')
+        conn.recv(100)
+        client.close()  # the closing side keeps the connection in TIME_WAIT
+        conn.close()
+        server.close()
+    """)
+
+    def state(code: str) -> dict[str, Any]:
+        r = ex.run(code)
+        assert r.status is Status.ok, r
+        seen: dict[str, Any] = json.loads(r.stdout)
+        return seen
+
+    before = state(present)
+    assert "snmp6" not in before["state"] and {"tcp", "snmp", "dev"} <= set(before["state"])
+    used = state(use_ipv4 + present)
+    changed = {n for n, text in before["state"].items() if used["state"][n] != text}
+    assert {"tcp", "snmp", "dev"} <= changed, f"control: the run saw only {changed} change"
+    for i in range(3):
+        seen = state(present)
+        assert seen["uid"] == before["uid"], "control: the runs were in the same slot"
+        leaked = {n for n, text in seen["state"].items() if text != before["state"][n]}
+        assert leaked == set(), f"run {i + 1} after the network use saw {leaked} change"
