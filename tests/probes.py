@@ -3,12 +3,13 @@ happens in other processes."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from execbox import Executor
+    from execbox import Executor, RunResult
     from execbox.sandbox.host.zygotes import ZygoteProcess
     from execbox.stats import HostStats
 
@@ -97,3 +98,36 @@ def _rmdir():
 for _target in (_swap, _drop_uploads, _rmdir):
     threading.Thread(target=_target, daemon=True).start()
 """
+
+
+def peak_resets() -> bool:
+    """Whether this kernel lets a cgroup's memory peak be reset (v1; v2 from Linux 6.12)."""
+    from execbox.sandbox.inside.cgroup import Hierarchy
+
+    hier = Hierarchy.discover()
+    try:
+        if hier.version == 1:
+            return True
+        probe = os.path.join(hier.parent_paths[""], f"peak-probe-{os.getpid()}")
+        os.mkdir(probe)
+        try:
+            fd = os.open(os.path.join(probe, "memory.peak"), os.O_RDWR)
+            try:
+                os.pwrite(fd, b"0", 0)
+            finally:
+                os.close(fd)
+            return True
+        except OSError:
+            return False
+        finally:
+            os.rmdir(probe)
+    finally:
+        for fd in hier.parents.values():
+            os.close(fd)
+
+
+def peak_of(result: RunResult) -> int:
+    """A run's memory peak, on a kernel that keeps one (None only on cgroup v2 before 5.19)."""
+    peak = result.metrics.memory_peak_bytes
+    assert peak is not None, "this kernel keeps no memory peak"
+    return peak

@@ -396,11 +396,13 @@ def bound_from_environment(pairs: tuple[str, ...]) -> list[dict[str, Any]]:
 
 def _summary(result: RunResult, artifacts_dir: Path | None) -> None:
     m = result.metrics
+    peak = m.memory_peak_bytes
+    mem = "unknown" if peak is None else f"{peak / 2**20:.1f}MiB"
     line = (
         f"[execbox] {result.status.value}{' (cached)' if result.cached else ''}"
         f"  exit={result.exit_code}"
         f"{'  signal=' + result.signal if result.signal else ''}  wall={m.wall_ms:.0f}ms"
-        f"  cpu={m.cpu_ms:.0f}ms  mem={m.memory_peak_bytes / 2**20:.1f}MiB  run={result.run_id}"
+        f"  cpu={m.cpu_ms:.0f}ms  mem={mem}  run={result.run_id}"
     )
     click.echo(line, err=True)
     if result.error and result.status.value != "error":

@@ -435,7 +435,10 @@ class Metrics(BaseModel):
 
     wall_ms: float = Field(description="Wall time from start of the code to the end of the tree.")
     cpu_ms: float = Field(description="CPU time (user + system) of every process in the run.")
-    memory_peak_bytes: int = Field(description="Peak memory of the run's cgroup, in bytes.")
+    memory_peak_bytes: int | None = Field(
+        description="Peak memory of the run's cgroup, in bytes; null where the kernel keeps "
+        "no peak (cgroup v2 before Linux 5.19)."
+    )
 
 
 class Output(BaseModel):

@@ -17,6 +17,7 @@ import pytest
 from execbox import Executor, RunResult
 from execbox.sandbox.inside import cgroup
 from execbox.sandbox.inside.cgroup import Hierarchy
+from tests.probes import peak_of
 
 MIB = 1 << 20
 
@@ -136,46 +137,108 @@ def test_cli_run_with_memory_gives_memory_limit_and_a_peak_near_it(jailed: Execu
     assert 0.85 * 64 * MIB <= result["metrics"]["memory_peak_bytes"] <= 64 * MIB, result
 
 
-def _peak_resets() -> bool:
-    """Whether this kernel lets a cgroup's memory peak be reset (v1; v2 from Linux 6.12)."""
+def test_a_run_in_a_reused_slot_does_not_see_an_earlier_runs_peak(
+    jailed_one_slot: Executor,
+) -> None:
+    """On cgroup v2 before Linux 6.12 the peak cannot be reset: the slot's cgroup is made anew
+    for each run (a print(1) read 83 MB there after a large run, before)."""
+    ex = jailed_one_slot
+    big = ex.run("x = bytearray(48 << 20)\nprint(len(x))", limits={"memory_mib": 128})
+    assert big.status.value == "ok" and peak_of(big) > 48 * MIB, big
+    # The same (one) light slot: its peak must be this run's own, far below the last one's.
+    small = ex.run("print(1)", limits={"memory_mib": 128})
+    assert small.status.value == "ok", small
+    assert peak_of(small) < 24 * MIB, small.metrics
+
+
+def _cgroup_of(pid: int) -> set[str]:
+    with open(f"/proc/{pid}/cgroup") as fh:
+        return {line.rstrip("\n").split(":", 2)[2] for line in fh}
+
+
+def test_a_renewed_cgroup_is_new_at_the_old_descriptor_numbers_with_its_limits() -> None:
+    """`RunCgroup.renew` (each run's cgroup where the peak cannot be reset): the C steps hold
+    the kept descriptors by number, so each must lead into the new cgroup."""
     hier = Hierarchy.discover()
+    cg = hier.create(f"x{os.getpid()}-renew")
+    sleeper = subprocess.Popen(["sleep", "30"])
     try:
-        if hier.version == 1:
-            return True
-        probe = os.path.join(hier.parent_paths[""], f"peak-probe-{os.getpid()}")
-        os.mkdir(probe)
-        try:
-            fd = os.open(os.path.join(probe, "memory.peak"), os.O_RDWR)
-            try:
-                os.pwrite(fd, b"0", 0)
-            finally:
-                os.close(fd)
-            return True
-        except OSError:
-            return False
-        finally:
-            os.rmdir(probe)
+        cg.set_limits(96 * MIB, 17)
+        counters = cg.counter_files()
+        procs = cg.procs_files()
+        dirs = dict(cg.dirs)
+        inodes = {c: os.fstat(fd).st_ino for c, fd in dirs.items()}
+        kept = dict(cg._kept)
+        cg.renew()
+        assert cg.dirs == dirs and cg._kept == kept, "a descriptor moved"
+        assert cg.counter_files() == counters and cg.procs_files() == procs
+        for controller, fd in dirs.items():
+            assert os.fstat(fd).st_ino != inodes[controller], f"{controller}: the old directory"
+            assert os.get_inheritable(fd) is False
+        mem = cg._mem()
+        limit = "memory.max" if cg.v2 else "memory.limit_in_bytes"
+        pids_dir = cg.dirs["" if cg.v2 else "pids"]
+        assert int(cg._read(mem, limit)) == 96 * MIB
+        assert cg._read(pids_dir, "pids.max").strip() == "17"
+        for fd in procs:  # joining through the kept cgroup.procs lands in the new cgroup
+            os.pwrite(fd, str(sleeper.pid).encode(), 0)
+        assert any(p.endswith(f"/{cg.name}") for p in _cgroup_of(sleeper.pid))
+        assert int(cg._read(pids_dir, "pids.current")) == 1
     finally:
+        sleeper.kill()
+        sleeper.wait()
+        cg.remove()
         for fd in hier.parents.values():
             os.close(fd)
 
 
-@pytest.mark.xfail(
-    "not _peak_resets()",  # evaluated at set-up: collection needs no cgroup (nor root)
-    strict=True,
-    reason="KNOWN BUG: cgroup v2 before Linux 6.12 cannot reset memory.peak, so a reused "
-    "slot reports its lifetime peak: an earlier run's memory shows in later runs",
-)
-def test_a_run_in_a_reused_slot_does_not_see_an_earlier_runs_peak(
-    jailed_one_slot: Executor,
+def test_a_kernel_that_keeps_no_peak_reports_it_unknown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    ex = jailed_one_slot
-    big = ex.run("x = bytearray(48 << 20)\nprint(len(x))", limits={"memory_mib": 128})
-    assert big.status.value == "ok" and big.metrics.memory_peak_bytes > 48 * MIB, big
-    # The same (one) light slot: its peak must be this run's own, far below the last one's.
-    small = ex.run("print(1)", limits={"memory_mib": 128})
-    assert small.status.value == "ok", small
-    assert small.metrics.memory_peak_bytes < 24 * MIB, small.metrics
+    """cgroup v2 before Linux 5.19 has no memory.peak: the run's peak is unknown (None, null
+    in JSON, "unknown" in the CLI's summary), not 0, in Python and in the C steps."""
+    from execbox.cli import _summary
+    from execbox.contract import Metrics, RunResult, Status
+    from execbox.image import Image
+    from execbox.sandbox.inside import linux
+
+    parent = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    cg = Hierarchy(2, {"": parent}, {"": str(tmp_path)}, False).create("x-nopeak")
+    files = {
+        "cpu.stat": "usage_usec 5\n",
+        "memory.events": "oom_kill 0\n",
+        "memory.stat": "active_file 4096\ninactive_file 0\n",
+    }
+    for name, text in files.items():
+        (tmp_path / "x-nopeak" / name).write_text(text)
+    pipes = [os.pipe2(os.O_NONBLOCK) for _ in range(2)]
+    try:
+        cg.reset_memory_peak()
+        assert cg.memory_peak() is None and not cg.renews
+        counters = cg.counter_files()
+        assert counters[3] == -1
+        steps = linux.SlotSteps(
+            f"{Image.load().libexec}/libexecbox-contain.so",
+            counters,
+            list(cg.dirs.values()),
+            RuntimeError,
+        )
+        steps.reset_peak()
+        left = steps.collect(pipes[0][0], pipes[1][0])
+        assert left.memory_peak is None and left.cpu_ns == 5000
+    finally:
+        for pipe in pipes:
+            for fd in pipe:
+                os.close(fd)
+        for name in files:
+            (tmp_path / "x-nopeak" / name).unlink()
+        cg.remove()
+        os.close(parent)
+    metrics = Metrics(wall_ms=1, cpu_ms=1, memory_peak_bytes=left.memory_peak)
+    result = RunResult(run_id="r", status=Status.ok, metrics=metrics)
+    assert json.loads(result.model_dump_json())["metrics"]["memory_peak_bytes"] is None
+    _summary(result, None)
+    assert "mem=unknown" in capsys.readouterr().err
 
 
 def test_no_usable_cgroup_is_said_in_words_naming_what_v2_offers(

@@ -26,7 +26,7 @@ import pytest
 from execbox import Executor, Limits, RunResult, SessionClosed, Status, UsageError
 from execbox.sandbox.inside.cgroup import Hierarchy
 from execbox.sessions import Session
-from tests.probes import WORKSPACE_SWAPPER, alive, wait_until
+from tests.probes import WORKSPACE_SWAPPER, alive, peak_of, wait_until
 from tests.sandbox.session_probes import (
     KERNEL,
     cgroup_dirs,
@@ -577,7 +577,7 @@ def test_empty_files_count_against_the_session_memory_limit(hostile: Executor) -
     """tmpfs inodes and dentries cost no disk blocks: they must cost memory in the session's
     cgroup, or a session could pin kernel memory without bound."""
     with hostile.session(limits=Limits(memory_mib=64)) as s:
-        idle_peak = s.run("1").metrics.memory_peak_bytes
+        idle_peak = peak_of(s.run("1"))
         r = s.run(
             "import os\nn = 0\ntry:\n    for n in range(1_000_000):\n"
             "        open(f'/tmp/{n:07d}' + 'p' * 200, 'w').close()\n"
@@ -585,7 +585,7 @@ def test_empty_files_count_against_the_session_memory_limit(hostile: Executor) -
             timeout_s=30,
         )
         # Control: the files did cost the session memory (an idle cell's peak is ~20 MiB).
-        assert r.metrics.memory_peak_bytes > idle_peak + 32 * MIB, r
+        assert peak_of(r) > idle_peak + 32 * MIB, r
         assert r.status is Status.memory_limit or (
             r.stdout and int(r.stdout.split()[0]) < 999_999
         ), r

@@ -12,6 +12,7 @@ Standard library only: the zygote imports this inside the runtime image.
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from collections.abc import Callable
@@ -54,6 +55,14 @@ def _write(dir_fd: int, name: str, value: str) -> None:
         os.write(fd, value.encode())
     finally:
         os.close(fd)
+
+
+def _reopen(new: int, at: int) -> None:
+    """Put the descriptor `new` at the number `at` (closing what was there), close-on-exec."""
+    try:
+        os.dup2(new, at, inheritable=False)
+    finally:
+        os.close(new)
 
 
 def _mkdir_p(path: str) -> None:
@@ -218,6 +227,10 @@ class RunCgroup:
     applied: tuple[int, int] | None = None
     # The file pages the cgroup held at the last peak reset (see `memory_peak`).
     file_base: int = 0
+    # Whether each run gets the cgroup anew (`renew`): the kernel keeps a peak but cannot
+    # start it over (v2 before 6.12). Known once the peak file is open (`_peak_fd`).
+    renews: bool = False
+    _peak: int | None = None
     # Counter files stay open once read (a session reads some at every cell): one pread
     # each time instead of open, read and close. Closed by `remove`.
     _kept: dict[tuple[int, str, int], int] = field(default_factory=dict)
@@ -278,38 +291,69 @@ class RunCgroup:
 
     def _peak_fd(self) -> int:
         # One descriptor for reading and resetting: on v2 a reset holds for reads through the
-        # descriptor that wrote it.
-        name = "memory.peak" if self.v2 else "memory.max_usage_in_bytes"
-        try:
-            return self._kept_fd(self._mem(), name, os.O_RDWR)
-        except PermissionError:  # v2 before 6.12: read-only, no reset
-            return self._kept_fd(self._mem(), name, os.O_RDONLY)
+        # descriptor that wrote it. Whether it resets is tried once, on the new cgroup.
+        if self._peak is None:
+            name = "memory.peak" if self.v2 else "memory.max_usage_in_bytes"
+            try:
+                fd = self._kept_fd(self._mem(), name, os.O_RDWR)
+            except PermissionError:
+                fd = self._kept_fd(self._mem(), name, os.O_RDONLY)
+            try:
+                os.pwrite(fd, b"0", 0)
+            except OSError as exc:  # v2 before 6.12: read-only, or no writer (EINVAL)
+                if exc.errno not in (errno.EBADF, errno.EINVAL):
+                    raise
+                self.renews = True
+            self._peak = fd
+        return self._peak
 
-    def memory_peak(self) -> int:
+    def memory_peak(self) -> int | None:
         """The most memory the cgroup held since the last reset, less the file pages it held
-        then. Page cache stays charged to the cgroup that read it in after its readers are
-        gone: a slot's last runs' file reads would otherwise count in every later run's peak
-        (64 MiB read by one run showed as ~90 MiB in each later `print(1)` of its slot), and
-        tell that run how much they read. Only those still charged now are left out: near
-        its limit the run's own memory took the place of those the kernel reclaimed, and the
-        peak is all its own. A run that evicts them itself reads low by what it evicted."""
+        then; None where the kernel keeps no peak (v2 before 5.19). Page cache stays charged
+        to the cgroup that read it in after its readers are gone: a slot's last runs' file
+        reads would otherwise count in every later run's peak (64 MiB read by one run showed
+        as ~90 MiB in each later `print(1)` of its slot), and tell that run how much they
+        read. Only those still charged now are left out: near its limit the run's own memory
+        took the place of those the kernel reclaimed, and the peak is all its own. A run that
+        evicts them itself reads low by what it evicted."""
         try:
-            peak = int(os.pread(self._peak_fd(), 64, 0))
-        except (OSError, ValueError):
-            return 0
+            fd = self._peak_fd()
+        except FileNotFoundError:
+            return None
+        peak = int(os.pread(fd, 64, 0))
         if not self.file_base:
             return peak
         return max(0, peak - min(self.file_base, self.file_bytes()))
 
     def reset_memory_peak(self) -> None:
         """Start the peak over (set-up of a staged slot is not the code's memory), and take
-        the file pages the cgroup holds now as the next peak's baseline."""
+        the file pages the cgroup holds now as the next peak's baseline. Where the peak cannot
+        be reset the cgroup is this run's alone (`renew`): its peak is already the run's."""
         try:
-            os.pwrite(self._peak_fd(), b"0", 0)
-        except OSError:  # v2 kernels before 6.12 cannot reset the peak
-            self.file_base = 0  # nor take a baseline for a peak since the cgroup's start
+            fd = self._peak_fd()
+        except FileNotFoundError:
             return
+        if not self.renews:
+            os.pwrite(fd, b"0", 0)
         self.file_base = self.file_bytes()
+
+    def renew(self) -> None:
+        """Remove the cgroup and make it anew under its name, with its limits, each kept
+        descriptor reopened at its old number (the C steps hold them). For kernels that cannot
+        reset the peak (v2 before 6.12): a reused cgroup's peak is its lifetime's, an earlier
+        run's (another tenant's) memory use. The cgroup must hold no process."""
+        kept = list(self._kept.items())
+        for controller, dir_fd in self.dirs.items():
+            parent = self.hierarchy.parents[controller]
+            os.rmdir(self.name, dir_fd=parent)
+            os.mkdir(self.name, 0o755, dir_fd=parent)
+            _reopen(os.open(self.name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=parent), dir_fd)
+        for (dir_fd, name, flags), fd in kept:
+            _reopen(os.open(name, flags | os.O_CLOEXEC, dir_fd=dir_fd), fd)
+        applied, self.applied = self.applied, None
+        if applied is not None:
+            self.set_limits(*applied)
+        self.file_base = 0
 
     def file_bytes(self) -> int:
         """Page cache charged to the cgroup (and any below it, as its peak counts them): file
@@ -325,10 +369,11 @@ class RunCgroup:
         except (OSError, ValueError):
             return 0
 
-    def counter_files(self) -> tuple[int, bool, int, int, int, tuple[str, str]]:
+    def counter_files(self) -> tuple[int, bool, int, int, bool, int, tuple[str, str]]:
         """The kept descriptors the supervisor's C steps read and reset (`linux.SlotSteps`,
         the same counters as `cpu_ns`, `oom_kills`, `memory_peak` and `file_bytes`): CPU (-1:
-        none) and whether it is v2's cpu.stat, OOM kills, the peak (-1: none), memory.stat,
+        none) and whether it is v2's cpu.stat, OOM kills, the peak (-1: none) and whether it
+        resets (not `renews`), memory.stat,
         and memory.stat's file-page keys."""
         if self.v2:
             cpu = self._kept_fd(self.dirs[""], "cpu.stat", os.O_RDONLY)
@@ -341,10 +386,10 @@ class RunCgroup:
         oom = self._kept_fd(self._mem(), self._oom_file(), os.O_RDONLY)
         try:
             peak = self._peak_fd()
-        except OSError:  # no peak file (v2 before 5.19): a peak of 0, as `memory_peak` reads
+        except FileNotFoundError:  # no peak file (v2 before 5.19): unknown, as `memory_peak`
             peak = -1
         stat = self._kept_fd(self._mem(), "memory.stat", os.O_RDONLY)
-        return cpu, self.v2, oom, peak, stat, self._file_keys()
+        return cpu, self.v2, oom, peak, not self.renews, stat, self._file_keys()
 
     def procs_files(self) -> list[int]:
         """The cgroup's cgroup.procs in each controller's directory, open for writing for the
@@ -377,6 +422,7 @@ class RunCgroup:
         for fd in self._kept.values():
             os.close(fd)
         self._kept.clear()
+        self._peak = None
         for controller, fd in list(self.dirs.items()):
             os.close(fd)
             try:

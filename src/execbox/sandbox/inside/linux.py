@@ -390,6 +390,7 @@ class _Counters(ctypes.Structure):
         ("cpu_v2", ctypes.c_int),
         ("oom_fd", ctypes.c_int),
         ("peak_fd", ctypes.c_int),
+        ("peak_resets", ctypes.c_int),
         ("stat_fd", ctypes.c_int),
         ("file_keys", ctypes.c_char_p * 2),
         ("file_base", ctypes.c_longlong),
@@ -454,7 +455,7 @@ class Collected:
         setup: bytes,
         cpu_ns: int,
         oom_kills: int,
-        memory_peak: int,
+        memory_peak: int | None,
         workspace_inodes: int,
     ) -> None:
         self.error, self.setup = error, setup
@@ -474,7 +475,7 @@ class SlotSteps:
     def __init__(
         self,
         path: str,
-        counters: tuple[int, bool, int, int, int, tuple[str, str]],
+        counters: tuple[int, bool, int, int, bool, int, tuple[str, str]],
         cgroup_dirs: list[int],
         failure: type[Exception],
     ) -> None:
@@ -537,9 +538,9 @@ class SlotSteps:
             err_t,
             size_t,
         ]
-        cpu, v2, oom, peak, stat, keys = counters
+        cpu, v2, oom, peak, resets, stat, keys = counters
         self._keys = (ctypes.c_char_p * 2)(*(k.encode() for k in keys))
-        self._counters = _Counters(cpu, int(v2), oom, peak, stat, self._keys, 0)
+        self._counters = _Counters(cpu, int(v2), oom, peak, int(resets), stat, self._keys, 0)
         self._dirs = (ctypes.c_int * len(cgroup_dirs))(*cgroup_dirs)
         self.baselines = Baselines()
         self._watching = _Watch()
@@ -651,7 +652,7 @@ class SlotSteps:
             ctypes.string_at(self._setup_buf, out.setup_len),
             out.cpu_ns,
             out.oom_kills,
-            out.memory_peak,
+            None if out.memory_peak < 0 else out.memory_peak,  # the kernel keeps none
             out.workspace_inodes,
         )
 

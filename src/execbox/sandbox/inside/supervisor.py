@@ -267,7 +267,10 @@ class Supervisor:
         without them, ready sooner, and its code faults in only the pages it writes. A run
         can tell which it got (from its own memory), and so whether the request before it
         found the slot's program ready: a bit of timing, nothing of what any run computed."""
-        assert self.steps is not None
+        assert self.steps is not None and self.cg is not None
+        if self.runs and self.cg.renews:
+            with jail.step("make the cgroup anew"):  # its peak would be the last run's
+                self.cg.renew()
         self.steps.new_run()
         warm = linux.WARM_NONE if self.in_demand else self.warm
         staged, error = self.stager.stage(first=not self.runs, warm=warm)

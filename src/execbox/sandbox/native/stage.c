@@ -92,8 +92,12 @@ static char net_new[NET_STATE_MAX], net_now[NET_STATE_MAX]; /* one slot per proc
 static size_t net_new_len;
 /* NET_FILES, open on the current namespace (each open file keeps the namespace it was opened
    in): opened at the first read, closed when the namespace is replaced. Reading them again from
-   offset 0 formats them anew, and saves an open and a close of each file a run. */
+   offset 0 formats them anew, and saves an open and a close of each file a run. NET_ABSENT:
+   a file the kernel did not have at the first read (snmp6 and ip6_flowlabel when booted with
+   ipv6.disable=1) holds no state a run could leave; it is not looked for again. */
+#define NET_ABSENT (-2)
 static int net_fds[N_NET_FILES] = {-1, -1, -1, -1, -1};
+static int net_read_once;
 
 static void close_net_files(void) {
     for (size_t i = 0; i < N_NET_FILES; i++)
@@ -108,8 +112,14 @@ static void close_net_files(void) {
 static ssize_t read_net_state(int dir, char *buf) {
     size_t len = 0;
     for (size_t i = 0; i < N_NET_FILES; i++) {
+        if (net_fds[i] == NET_ABSENT)
+            continue;
         if (net_fds[i] < 0) {
             net_fds[i] = openat(dir, NET_FILES[i], O_RDONLY | O_CLOEXEC);
+            if (net_fds[i] < 0 && errno == ENOENT && !net_read_once) {
+                net_fds[i] = NET_ABSENT;
+                continue;
+            }
             if (net_fds[i] < 0)
                 return -1;
         }
@@ -126,6 +136,7 @@ static ssize_t read_net_state(int dir, char *buf) {
             return -1;
         }
     }
+    net_read_once = 1;
     return (ssize_t)len;
 }
 

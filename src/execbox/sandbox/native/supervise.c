@@ -44,6 +44,7 @@ struct counters {
     int cpu_v2;
     int oom_fd;          /* memory.oom_control (v1) or memory.events (v2): "oom_kill N" */
     int peak_fd;         /* memory.max_usage_in_bytes (v1) or memory.peak (v2); -1: none */
+    int peak_resets;     /* 0: the cgroup is made anew for each run instead (`RunCgroup.renew`) */
     int stat_fd;         /* memory.stat */
     const char *file_keys[2]; /* the file-page counters of memory.stat */
     long long file_base;
@@ -120,18 +121,24 @@ static long long file_bytes(const struct counters *c) {
 }
 
 /* execbox_reset_peak(c)
-   Start the peak over, the file pages held now its baseline (see `RunCgroup`). */
+   Start the peak over, the file pages held now its baseline (see `RunCgroup`). A cgroup whose
+   peak cannot be reset is new to this run: its peak has been this run's own from the start. */
 void execbox_reset_peak(struct counters *c) {
-    ssize_t n = -1;
-    while (c->peak_fd >= 0 && (n = pwrite(c->peak_fd, "0", 1, 0)) < 0 && errno == EINTR)
+    ssize_t n = 0;
+    while (c->peak_fd >= 0 && c->peak_resets && (n = pwrite(c->peak_fd, "0", 1, 0)) < 0 &&
+           errno == EINTR)
         ;
     c->file_base = (c->peak_fd >= 0 && n >= 0) ? file_bytes(c) : 0;
 }
 
+/* The run's peak; -1 when the kernel keeps none (cgroup v2 before Linux 5.19), -2 when it
+   could not be read. */
 static long long memory_peak(const struct counters *c) {
     char buf[64];
-    if (c->peak_fd < 0 || read_file(c->peak_fd, buf, sizeof buf) <= 0)
-        return 0;
+    if (c->peak_fd < 0)
+        return -1;
+    if (read_file(c->peak_fd, buf, sizeof buf) <= 0)
+        return -2;
     long long peak = strtoll(buf, NULL, 10);
     if (!c->file_base)
         return peak;
@@ -461,6 +468,8 @@ int execbox_collect(const struct counters *c, int err_r, char *err, size_t err_s
     if (out->cpu_ns < 0)
         return failed("read the run's CPU time", error, error_len);
     out->memory_peak = memory_peak(c);
+    if (out->memory_peak == -2)
+        return failed("read the run's memory peak", error, error_len);
     struct statvfs v;
     out->workspace_inodes = statvfs("/workspace", &v) == 0 && v.f_files > 0
                                 ? (long long)(v.f_files - v.f_ffree) : -1;
