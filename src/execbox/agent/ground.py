@@ -2,7 +2,8 @@
 
 Every number, date, quoted value and unit in the answer must come from the evidence (the
 printed output line by line, the JSON result, the artifacts' names and sizes), allowing for the
-rounding the answer states ("3.14" for 3.14159, "about 2.5 million" for 2,497,312) and for unit
+rounding the answer states ("3.14" for 3.14159, "about 2.5 million" for 2,497,312; the rule is
+in `comparison`: correct rounding, unsaid only to two significant digits) and for unit
 formatting (thousands separators, percentages, scientific notation, "k"/"million"). Numbers are
 read whole by `quantities` (magnitude, unit, sign, bound, approximation, words). A change the
 answer states between two grounded numbers of the same sentence ("from 10 to 12, up 20%") is

@@ -149,6 +149,18 @@ def number_claim(
             text=num.text, kind="number", grounded=True, run_id=fact.run_id, source=fact.where
         )
     nearest = evidence.nearest(num.value) if math.isfinite(num.value) else None
+    unsaid = nearest if nearest is not None and fits(num, nearest, loose=True) else None
+    if unsaid is not None and num.bound not in ("above", "below"):
+        return Claim(
+            text=num.text,
+            kind="number",
+            grounded=False,
+            detail=f"{unsaid.where} shows this value to fewer digits: do not add digits "
+            "the output does not show"
+            if math.isclose(unsaid.value, num.value, rel_tol=1e-9)
+            else f"{unsaid.where} shows this value to more digits: write it as shown, or "
+            "say it is rounded (about, ~, rounded)",
+        )
     hint = f" (the nearest is {nearest.where})" if nearest is not None else ""
     return Claim(
         text=num.text, kind="number", grounded=False, detail=f"no output shows this value{hint}"
@@ -178,8 +190,9 @@ def _window(num: Num, evidence: Evidence) -> list[Fact]:
     return list(found.values())
 
 
-def fits(num: Num, fact: Fact) -> bool:
-    """Whether `fact` bears out `num`: in the same dimension, scaled to the fact's unit."""
+def fits(num: Num, fact: Fact, *, loose: bool = False) -> bool:
+    """Whether `fact` bears out `num`: in the same dimension, scaled to the fact's unit
+    (`loose`: within any rounding, said or not)."""
     if fact.percent and not num.percent:
         return False  # "50 rows" is not "missing: 50%"
     if not num.converts and num.direction is None:
@@ -194,22 +207,35 @@ def fits(num: Num, fact: Fact) -> bool:
             if not _SHARE_LABEL.search(label):
                 return False
     if num.unit is None:
-        return matches(num, fact.value, fact.step, fact.where, fact.percent)
+        return matches(num, fact.value, fact.step, fact.where, fact.percent, loose=loose)
     if fact.unit is None:
         # A unit the fact's line does not give is checked against the question (`unit_claim`).
         return matches(
-            replace(num, factors=(1.0,)), fact.value, fact.step, fact.where, fact.percent
+            replace(num, factors=(1.0,)),
+            fact.value,
+            fact.step,
+            fact.where,
+            fact.percent,
+            loose=loose,
         )
     family, factors = scale_of(num.unit)
     if family != fact.unit:
         return False
     return any(
         matches(
-            replace(num, value=num.value * ratio, step=num.step * ratio, factors=(1.0,)),
+            replace(
+                num,
+                value=num.value * ratio,
+                step=num.step * ratio,
+                stated_step=num.stated_step * ratio,
+                factors=(1.0,),
+                rescaled=ratio != 1.0,
+            ),
             fact.value,
             fact.step,
             fact.where,
             fact.percent,
+            loose=loose,
         )
         for ratio in _ratios(factors, fact.factors)
     )
