@@ -79,3 +79,48 @@ def test_a_refusal_for_rounding_names_the_shown_value_and_the_fix() -> None:
     assert "total: 41.6" in unsaid and "say it is rounded" in unsaid
     [added] = problems("The mean is 3.1600.", "mean: 3.16\n")
     assert "mean: 3.16" in added and "do not add digits" in added
+
+
+_DESCRIBE = "            units\ncount  100.000000\nmean   101.230000\nstd     22.410000\n"
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("The total is 101.23 units.", _DESCRIBE),  # describe()'s mean called a total
+        ("The sum is 101.23.", "mean: 101.23\n"),
+        ("The mean is 1543.5.", "total_revenue    1543.5\n"),
+        ("The median is 22.41.", _DESCRIBE),
+    ],
+)
+def test_a_value_called_another_statistic_than_its_label_is_refused(
+    answer: str, stdout: str
+) -> None:
+    [problem] = problems(answer, stdout)
+    assert "the outputs show this value as the" in problem
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("The mean is 101.23 units.", _DESCRIBE),
+        ("The average is 101.23.", "mean: 101.23\n"),
+        ("The mean is 4.2 \u00b1 0.3.", "mean: 4.2\nstd: 0.3\n"),  # 0.3 is not called a mean
+        ("The mean is 42, the median 41 and the max 47.", "mean: 42\n50%: 41\nmax: 47\n"),
+        ("The total number of rows is 100.", _DESCRIBE),  # a count is a total
+        ("The total is 3.", '{"mean": 3, "total": 3}\n'),  # a line naming several says nothing
+        ("The average total is 42.", "mean_total: 42\n"),
+    ],
+)
+def test_a_value_called_its_own_statistic_is_grounded(answer: str, stdout: str) -> None:
+    assert problems(answer, stdout) == []
+
+
+_REGIONS = "Region East: 143 units\nRegion West: 98 units\n"
+
+
+def test_a_name_under_a_category_word_is_that_label() -> None:
+    assert problems("East sold 98 units.", _REGIONS)  # West's
+    assert problems("East sold 98 units.", "Product East: 143\nProduct West: 98\n")
+    assert problems("East sold 143 units.", _REGIONS) == []
+    assert problems("West sold 98 units.", _REGIONS) == []

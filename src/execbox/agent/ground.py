@@ -43,6 +43,8 @@ from .ground_numbers import (
     number_claim,
     operation_claim,
     out_of_claim,
+    statistic_claim,
+    statistics_named,
     unit_claim,
 )
 from .ground_text import (
@@ -289,6 +291,7 @@ def check(  # noqa: C901
     stated: list[tuple[Num, Claim]] = []
     percents = {round(abs(n.value), 9) for n in nums if n.percent}
     previous: Num | None = None
+    said_from = 0
     for num in nums:
         if (
             previous is not None
@@ -320,7 +323,11 @@ def check(  # noqa: C901
         ):
             stated.append((num, literal_claim(num.text, evidence, listed=True)))  # "[1,5]"
             continue
-        stated.append((num, number_claim(num, evidence, question_numbers, words)))
+        claim = number_claim(num, evidence, question_numbers, words)
+        # The statistic it is called: named since the previous number ("mean 4.2 ± 0.3").
+        said = statistics_named(before[max(0, len(before) - (num.start - said_from)) :])
+        stated.append((num, statistic_claim(num, claim, said, evidence)))
+        said_from = num.end
     stated = _labelled(stated, masked, evidence, wanted, sorted(shown), answer, periods)
     stated = _respectively(stated, masked, evidence, wanted)
     stated = _positioned(stated, masked, evidence)

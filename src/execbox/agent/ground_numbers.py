@@ -441,3 +441,46 @@ def _before_value(fact: Fact) -> str:
     """A fact's line up to its first digit: the label it is printed under."""
     label = label_of(fact.where)
     return re.split(r"\d", label, maxsplit=1)[0]
+
+
+# What a value is, as the answer names it and an output labels it: a total is no mean.
+_STATISTIC = re.compile(
+    r"(?<![a-z0-9.])(total|sum|mean|average|avg|median|std|deviation|minimum|maximum|min|max|"
+    r"count|50%)(?![a-z])"
+)
+_KIND = {
+    "sum": "total",
+    "average": "mean",
+    "avg": "mean",
+    "50%": "median",
+    "deviation": "std",
+    "minimum": "min",
+    "maximum": "max",
+    "count": "total",  # "the total number of rows" of describe()'s count
+}
+
+
+def statistics_named(text: str) -> set[str]:
+    """The statistics `text` names ("the total", "average", describe()'s "50%")."""
+    return {_KIND.get(w, w) for w in _STATISTIC.findall(text.lower())}
+
+
+def statistic_claim(num: Num, claim: Claim, said: set[str], evidence: Evidence) -> Claim:
+    """A grounded number the answer calls a statistic (`said`: "the total is 101.23") must
+    not be shown only as another one (describe()'s mean): an output line naming one
+    statistic labels its values; a line naming several, or none, says nothing."""
+    if not said or not claim.grounded or num.literal or claim.source == "the question":
+        return claim
+    shown: set[str] = set()
+    for fact in (f for f in _window(num, evidence) if fits(num, f)):
+        kinds = statistics_named(label_of(fact.where))
+        if len(kinds) != 1 or kinds & said:
+            return claim
+        shown |= kinds
+    return Claim(
+        text=num.text,
+        kind="number",
+        grounded=False,
+        detail=f"the outputs show this value as the {' or '.join(sorted(shown))}, not the "
+        f"{' or '.join(sorted(said))} the answer calls it",
+    )
