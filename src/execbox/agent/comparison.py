@@ -70,6 +70,8 @@ def matches(
 def _rounding_said(num: Num, value: float, step: float, fact: float, fact_step: float) -> bool:
     """Whether the rounding from the output's `fact` to the answer's `value` (a candidate
     within it, its last digit `step`) is one the answer may do as written (module doc)."""
+    if not (math.isfinite(value) and math.isfinite(step)):
+        return False
     tiny = 1e-9 * max(1.0, abs(value))
     stated = num.stated_step * step / num.step if num.step else step
     if (

@@ -477,6 +477,8 @@ def statistic_claim(num: Num, claim: Claim, said: set[str], evidence: Evidence) 
         if len(kinds) != 1 or kinds & said:
             return claim
         shown |= kinds
+    if not shown:
+        return claim
     return Claim(
         text=num.text,
         kind="number",
