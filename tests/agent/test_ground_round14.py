@@ -53,6 +53,7 @@ def test_unsaid_wrong_or_overprecise_rounding_is_refused(answer: str, stdout: st
         ("Pi is 3.14.", "pi: 3.14159\n"),
         ("Revenue was $1.23 million.", "revenue: $1,234,567\n"),
         ("East has 39% of units.", "East: 143 units (39.2%)\n"),  # a whole percentage
+        ("The error rate is 5%.", "error_rate: 0.046\n"),
         ("The total is 42, rounded.", '{"total": 41.6}\n'),
         ("The total is about 42.", '{"total": 41.6}\n'),
         ("The p-value is 0.05 to 2 decimal places.", "p: 0.0549\n"),

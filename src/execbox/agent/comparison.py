@@ -7,12 +7,13 @@ count ("2.2" or "2.3" for 2.25); truncation and rounding the other way do not ("
 3.15 or 3.19). A number the answer does not say is rounded (no "about", "~", "roughly",
 "rounded", "to 2 decimal places") may drop only digits that leave two significant ones
 ("0.83" for 0.8312, not "0.05" for 0.0549); written whole ("42") it claims a whole value, so
-a fractional one (41.6, 4,200.5) needs the word, except as a whole percentage ("39%" for
-39.2%) or in another unit than shown ("15 days" of 15 days 04:00:00). A magnitude word says
-the number is rounded ("2 million" for 1,999,999), but "0.1k" is no way to write 98. A
-rounding word allows coarser rounding, still correct ("about 2,500" for 2,450, not for
-2,374). The answer may not show more digits than the output does ("3.1600" for a printed
-3.16), save cents on money ("$1,543.50" for 1543.5) and any digits of a value printed whole.
+a fractional one (41.6, 4,200.5) needs the word, unless it is a whole percentage ("39%" for
+39.2%, "5%" for 4.6%: the usual form) or converted from the unit shown ("15 days" of 15 days
+04:00:00). A magnitude word says the number is rounded ("2 million" for 1,999,999), but
+"0.1k" is no way to write 98. A rounding word allows coarser rounding, still correct ("about
+2,500" for 2,450, not for 2,374). The answer may not show more digits than the output does
+("3.1600" for a printed 3.16), save cents on money ("$1,543.50" for 1543.5) and any digits
+of a value printed whole.
 """
 
 from __future__ import annotations
@@ -89,8 +90,8 @@ def _rounding_said(num: Num, value: float, step: float, fact: float, fact_step: 
         and abs(fact - value) > 1e-6 * max(1.0, abs(value))
     ):
         return False  # "42" for 41.6: a whole number hides the fraction
-    if value == 0 or step <= 0:
-        return True  # "-0.0" for -0.001 states its rounding; "1e3" is exact
+    if value == 0 or step <= 0 or (num.whole and num.percent):
+        return True  # "-0.0" for -0.001 states its rounding; "1e3" is exact; "5%" usual
     digits = math.floor(math.log10(abs(value)) + 1e-9) - round(math.log10(step)) + 1
     return digits >= _UNSAID_DIGITS
 
