@@ -2,7 +2,8 @@
 
 Every number, date, quoted value and unit in the answer must come from the evidence (the
 printed output line by line, the JSON result, the artifacts' names and sizes), allowing for the
-rounding the answer states ("3.14" for 3.14159, "about 2.5 million" for 2,497,312) and for unit
+rounding the answer states ("3.14" for 3.14159, "about 2.5 million" for 2,497,312; the rule is
+in `comparison`: correct rounding, unsaid only to two significant digits) and for unit
 formatting (thousands separators, percentages, scientific notation, "k"/"million"). Numbers are
 read whole by `quantities` (magnitude, unit, sign, bound, approximation, words). A change the
 answer states between two grounded numbers of the same sentence ("from 10 to 12, up 20%") is
@@ -42,6 +43,8 @@ from .ground_numbers import (
     number_claim,
     operation_claim,
     out_of_claim,
+    statistic_claim,
+    statistics_named,
     unit_claim,
 )
 from .ground_text import (
@@ -288,6 +291,7 @@ def check(  # noqa: C901
     stated: list[tuple[Num, Claim]] = []
     percents = {round(abs(n.value), 9) for n in nums if n.percent}
     previous: Num | None = None
+    said_from = 0
     for num in nums:
         if (
             previous is not None
@@ -319,7 +323,11 @@ def check(  # noqa: C901
         ):
             stated.append((num, literal_claim(num.text, evidence, listed=True)))  # "[1,5]"
             continue
-        stated.append((num, number_claim(num, evidence, question_numbers, words)))
+        claim = number_claim(num, evidence, question_numbers, words)
+        # The statistic it is called: named since the previous number ("mean 4.2 ± 0.3").
+        said = statistics_named(before[max(0, len(before) - (num.start - said_from)) :])
+        stated.append((num, statistic_claim(num, claim, said, evidence)))
+        said_from = num.end
     stated = _labelled(stated, masked, evidence, wanted, sorted(shown), answer, periods)
     stated = _respectively(stated, masked, evidence, wanted)
     stated = _positioned(stated, masked, evidence)

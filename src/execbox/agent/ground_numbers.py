@@ -149,6 +149,18 @@ def number_claim(
             text=num.text, kind="number", grounded=True, run_id=fact.run_id, source=fact.where
         )
     nearest = evidence.nearest(num.value) if math.isfinite(num.value) else None
+    unsaid = nearest if nearest is not None and fits(num, nearest, loose=True) else None
+    if unsaid is not None and num.bound not in ("above", "below"):
+        return Claim(
+            text=num.text,
+            kind="number",
+            grounded=False,
+            detail=f"{unsaid.where} shows this value to fewer digits: do not add digits "
+            "the output does not show"
+            if math.isclose(unsaid.value, num.value, rel_tol=1e-9)
+            else f"{unsaid.where} shows this value to more digits: write it as shown, or "
+            "say it is rounded (about, ~, rounded)",
+        )
     hint = f" (the nearest is {nearest.where})" if nearest is not None else ""
     return Claim(
         text=num.text, kind="number", grounded=False, detail=f"no output shows this value{hint}"
@@ -178,8 +190,9 @@ def _window(num: Num, evidence: Evidence) -> list[Fact]:
     return list(found.values())
 
 
-def fits(num: Num, fact: Fact) -> bool:
-    """Whether `fact` bears out `num`: in the same dimension, scaled to the fact's unit."""
+def fits(num: Num, fact: Fact, *, loose: bool = False) -> bool:
+    """Whether `fact` bears out `num`: in the same dimension, scaled to the fact's unit
+    (`loose`: within any rounding, said or not)."""
     if fact.percent and not num.percent:
         return False  # "50 rows" is not "missing: 50%"
     if not num.converts and num.direction is None:
@@ -194,22 +207,35 @@ def fits(num: Num, fact: Fact) -> bool:
             if not _SHARE_LABEL.search(label):
                 return False
     if num.unit is None:
-        return matches(num, fact.value, fact.step, fact.where, fact.percent)
+        return matches(num, fact.value, fact.step, fact.where, fact.percent, loose=loose)
     if fact.unit is None:
         # A unit the fact's line does not give is checked against the question (`unit_claim`).
         return matches(
-            replace(num, factors=(1.0,)), fact.value, fact.step, fact.where, fact.percent
+            replace(num, factors=(1.0,)),
+            fact.value,
+            fact.step,
+            fact.where,
+            fact.percent,
+            loose=loose,
         )
     family, factors = scale_of(num.unit)
     if family != fact.unit:
         return False
     return any(
         matches(
-            replace(num, value=num.value * ratio, step=num.step * ratio, factors=(1.0,)),
+            replace(
+                num,
+                value=num.value * ratio,
+                step=num.step * ratio,
+                stated_step=num.stated_step * ratio,
+                factors=(1.0,),
+                rescaled=ratio != 1.0,
+            ),
             fact.value,
             fact.step,
             fact.where,
             fact.percent,
+            loose=loose,
         )
         for ratio in _ratios(factors, fact.factors)
     )
@@ -415,3 +441,48 @@ def _before_value(fact: Fact) -> str:
     """A fact's line up to its first digit: the label it is printed under."""
     label = label_of(fact.where)
     return re.split(r"\d", label, maxsplit=1)[0]
+
+
+# What a value is, as the answer names it and an output labels it: a total is no mean.
+_STATISTIC = re.compile(
+    r"(?<![a-z0-9.])(total|sum|mean|average|avg|median|std|deviation|minimum|maximum|min|max|"
+    r"count|50%)(?![a-z])"
+)
+_KIND = {
+    "sum": "total",
+    "average": "mean",
+    "avg": "mean",
+    "50%": "median",
+    "deviation": "std",
+    "minimum": "min",
+    "maximum": "max",
+    "count": "total",  # "the total number of rows" of describe()'s count
+}
+
+
+def statistics_named(text: str) -> set[str]:
+    """The statistics `text` names ("the total", "average", describe()'s "50%")."""
+    return {_KIND.get(w, w) for w in _STATISTIC.findall(text.lower())}
+
+
+def statistic_claim(num: Num, claim: Claim, said: set[str], evidence: Evidence) -> Claim:
+    """A grounded number the answer calls a statistic (`said`: "the total is 101.23") must
+    not be shown only as another one (describe()'s mean): an output line naming one
+    statistic labels its values; a line naming several, or none, says nothing."""
+    if not said or not claim.grounded or num.literal or claim.source == "the question":
+        return claim
+    shown: set[str] = set()
+    for fact in (f for f in _window(num, evidence) if fits(num, f)):
+        kinds = statistics_named(label_of(fact.where))
+        if len(kinds) != 1 or kinds & said:
+            return claim
+        shown |= kinds
+    if not shown:
+        return claim
+    return Claim(
+        text=num.text,
+        kind="number",
+        grounded=False,
+        detail=f"the outputs show this value as the {' or '.join(sorted(shown))}, not the "
+        f"{' or '.join(sorted(said))} the answer calls it",
+    )

@@ -430,6 +430,29 @@ def _other_number(word: str) -> str:
     return word[:-1] if word.endswith("s") and len(word) > 3 else word + "s"
 
 
+# Words a printed label may put before a name ("Region East: 143"), as pandas' groupby does.
+_CATEGORIES = (
+    "region",
+    "product",
+    "category",
+    "group",
+    "team",
+    "country",
+    "city",
+    "store",
+    "segment",
+    "department",
+    "class",
+    "type",
+    "customer",
+    "user",
+    "model",
+    "branch",
+    "site",
+    "channel",
+)
+
+
 def lookup(gram: str, index: LabelIndex) -> str | None:
     """The label an answer's words name: themselves, or their alias if only that is shown."""
     if gram in _NOT_LABELS:
@@ -441,6 +464,10 @@ def lookup(gram: str, index: LabelIndex) -> str | None:
     other = f"{head} {_other_number(last)}".strip()  # "user count": a shown "users"
     if index.get(other) is not None:
         return other
+    if not head:  # "East" of a shown "Region East": the category word is no part of its name
+        for category in _CATEGORIES:
+            if index.get(f"{category} {gram}") is not None:
+                return f"{category} {gram}"
     turned = " ".join(reversed(gram.split()))  # "Region East" of a shown "East Region"
     if head and " " not in head and index.get(turned) is not None:
         return turned

@@ -185,6 +185,9 @@ _ROUNDING_AFTER = re.compile(
     r"significant\s+(?:figures?|digits?)|sig\.?\s*figs?\b)",
     re.I,
 )
+# "the first three rows": how many rows a passage is, shown or not, not a value it claims.
+_FIRST_BEFORE = re.compile(r"\b(?:first|last)\s+$", re.I)
+_ROWS_AFTER = re.compile(r"\s+(?:rows?|lines?|records?|entries)\b", re.I)
 _ROUNDING_BEFORE = re.compile(r"(?:\bto|\bat|\bwith|\bin|\brounded|\()\s*$", re.I)
 # COVID-19, UTF-8, x86-64 name things; "3-500" is a range, "top-500" a value.
 _IDENTIFIER_HYPHEN = re.compile(r"\b(?:[A-Z]{2,}|(?=\w*[A-Za-z])(?=\w*\d)\w+)-$")
@@ -211,6 +214,12 @@ _NAN_NAMES = re.compile(
     r"\)?\s+(?:values?|entries|entry|rows?|cells?|counts?|records?|fields?|items?)\b", re.I
 )
 _TRUNCATED = re.compile(r"\btruncat\w*|\bfloor\w*|\brounded\s+down\b", re.I)
+# The answer says its numbers are rounded: they may drop more than an exact number may.
+_ROUNDED = re.compile(
+    r"\bround(?:ed|ing)\b|\bdecimal\s+places?\b|\bsignificant\s+(?:figures?|digits?)\b|"
+    r"\bsig\.?\s*figs?\b",
+    re.I,
+)
 _ORDINAL = re.compile(r"(?:st|nd|rd|th)(?![A-Za-z])", re.I)
 _MULTIPLIER = re.compile(r"\s?[x\u00d7](?![\w])")
 
@@ -235,6 +244,9 @@ class Num:
     literal: bool = False  # read only as its text: an output must show it word for word
     points: bool = False  # percentage or basis points: a change between two percentages
     converts: bool = False  # the answer says it is a share: a fraction and its percentage agree
+    rounded: bool = False  # the answer says it rounded ("98 (rounded)", "to 2 decimal places")
+    whole: bool = False  # written as a whole number ("42"): no decimals, exponent or magnitude
+    rescaled: bool = False  # compared in another unit: "15 days" of 15 days 04:00:00 in seconds
 
     def candidates(self) -> Iterator[tuple[float, float]]:
         """The values it may mean, each with the step of its last stated digit."""
@@ -352,6 +364,7 @@ def claimed_numbers(text: str) -> Iterator[Num]:
         before = text[max(0, match.start() - 40) : match.start()]
         if (
             _POSITION.search(before)
+            or (_FIRST_BEFORE.search(before) and _ROWS_AFTER.match(text, end))
             or _IDENTIFIER_HYPHEN.search(before)
             or (_ROUNDING_AFTER.match(text, end) and _ROUNDING_BEFORE.search(before))
         ):
@@ -391,6 +404,17 @@ def claimed_numbers(text: str) -> Iterator[Num]:
         points = _POINTS.match(text, end) if not match["pct"] else None
         if points is not None:
             end = points.end()
+        # A magnitude word rounds ("2 million" for 1,999,999), but "0.1k" is no way to write 98.
+        magnified = (
+            bool(match["mag1"] or match["mag2"])
+            and abs(float(re.sub(r"[, _']", "", match["num"]))) >= 1
+        )
+        rounded = (
+            magnified or _ROUNDED.search(text, max(0, match.start() - 40), end + 40) is not None
+        )
+        whole = "." not in match["num"] and not (
+            match["exp"] or match["exp2"] or match["mag1"] or match["mag2"]
+        )
         yield Num(
             text[match.start() : end].strip(),
             match.start(),
@@ -406,6 +430,8 @@ def claimed_numbers(text: str) -> Iterator[Num]:
             truncatable,
             stated,
             points=points is not None,
+            rounded=rounded,
+            whole=whole,
         )
 
 
@@ -499,7 +525,9 @@ def claimed_words(text: str) -> Iterator[Num]:
     masked = blank(masked, spans)
     for value, step, match in word_numbers(masked):
         before = masked[max(0, match.start() - 40) : match.start()]
-        if _POSITION.search(before):
+        if _POSITION.search(before) or (
+            _FIRST_BEFORE.search(before) and _ROWS_AFTER.match(masked, match.end())
+        ):
             continue
         bound, strict, direction = _lead(before)
         if bound not in ("approx", "nearly") and step < 10**6:
@@ -514,4 +542,6 @@ def claimed_words(text: str) -> Iterator[Num]:
             strict=strict,
             direction=direction,
             stated_step=step,
+            rounded=step >= 10**6,  # "two million": a magnitude rounds
+            whole=True,
         )
