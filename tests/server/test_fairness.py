@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import re
 import socket
 import struct
 import threading
@@ -89,6 +90,25 @@ def _read_all(sock: socket.socket, timeout_s: float) -> bytes:
     while chunk := sock.recv(1 << 16):
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def _one_response(sock: socket.socket, timeout_s: float) -> bytes:
+    """One whole response on a connection the server may keep open after it."""
+    sock.settimeout(timeout_s)
+    raw = b""
+    while b"\r\n\r\n" not in raw:
+        raw += sock.recv(1 << 16)
+    head = raw.partition(b"\r\n\r\n")[0].lower()
+    length = re.search(rb"content-length: *(\d+)", head)
+    while not (
+        len(raw) >= len(head) + 4 + int(length.group(1))
+        if length
+        else raw.endswith(b"\r\n0\r\n\r\n")
+    ):
+        chunk = sock.recv(1 << 16)
+        assert chunk, raw
+        raw += chunk
+    return raw
 
 
 def _dechunk(raw: bytes) -> bytes:
@@ -204,7 +224,7 @@ def test_an_unread_stream_is_bounded_and_holds_its_tenant_slot(real_api: Api) ->
             with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}) as c:
                 held = c.post("/v1/runs", json={"code": "print(1)"})
                 assert held.status_code == 429 and _code(held) == "concurrency_limited"
-                raw = _dechunk(_read_all(sock, 60))
+                raw = _dechunk(_one_response(sock, 60))
                 events = [
                     block.split("\n", 2)
                     for block in raw.decode().split("\n\n")
@@ -261,7 +281,7 @@ def test_unread_streams_hold_only_their_tenants_share_of_the_result_budget(real_
                     break
             held = state.results.by_tenant[attacker]
             assert statuses[-1] == 429 and held <= 120 * MIB, (statuses, held)
-            refusal = json.loads(_read_all(socks[-1], 10).partition(b"\r\n\r\n")[2])
+            refusal = json.loads(_one_response(socks[-1], 10).partition(b"\r\n\r\n")[2])
             assert refusal["error"]["code"] == "result_share"
             assert "--tenant-result-mib" in refusal["error"]["message"]
             # Each admitted stream holds six copies of each 4 MiB output, plus its artifacts.
@@ -451,6 +471,29 @@ def test_slow_headers_and_bodies_are_cut_off(api: Api) -> None:
                 sock.close()
         with httpx.Client(base_url=url) as client:  # a prompt client is served as before
             assert client.get("/healthz").status_code == 200
+
+
+def test_an_idle_kept_alive_connection_gets_no_answer_it_did_not_ask_for(api: Api) -> None:
+    """Past the header timeout, an idle kept-alive connection is not sent a 408 (a client
+    sending its next request then would read it as that request's answer): it still serves
+    the next request, and a half-sent next request is still cut off with a 408."""
+    with own_server(api.executor, header_timeout_s=0.5) as (url, _):
+        get = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+        for second, answer in ((get, b"HTTP/1.1 200"), ("GET /healthz HTTP/1.1\r\n", b"")):
+            sock = _raw_request(url, get)
+            try:
+                assert _one_response(sock, 10).startswith(b"HTTP/1.1 200")
+                time.sleep(1.5)  # three header timeouts with nothing sent
+                sock.sendall(second.encode())
+                if answer:
+                    assert _one_response(sock, 10).startswith(answer)
+                else:
+                    started = time.monotonic()
+                    late = _read_all(sock, 10)
+                    assert late.startswith(b"HTTP/1.1 408") and late.count(b"HTTP/1.1") == 1
+                    assert time.monotonic() - started < 5
+            finally:
+                sock.close()
 
 
 def test_one_client_holds_a_bounded_number_of_connections(api: Api) -> None:

@@ -4,9 +4,9 @@ timeouts and the cap it lacks.
 h11 waits for a request's headers and body as long as the client likes, and uvicorn caps
 connections only server-wide; so a client that opens many connections and sends each a few
 bytes now and then holds file descriptors and memory forever. Here a request's line and headers
-must arrive within `header_timeout_s` of its first byte (or of the connection's opening, or of
-the previous response), else 408 and the connection is closed; its body within `body_timeout_s`
-of its headers, else the connection is closed.
+must arrive within `header_timeout_s` of its first byte (or of the connection's opening), else
+408 and the connection is closed; its body within `body_timeout_s` of its headers, else the
+connection is closed. An idle kept-alive connection closes silently at keep-alive's timeout.
 
 One client address holds at most `max_per_client` connections that have not yet made an
 authenticated request (a key's owner may share the address with strangers: NAT, a proxy,
@@ -131,6 +131,8 @@ def guarded_protocol(  # noqa: C901
             after = self.conn.their_state
             if after is h11.SEND_BODY and before is not h11.SEND_BODY:
                 self._arm(body_timeout_s, self._body_late)
+            elif before is h11.IDLE and after is h11.IDLE and self._timer is None:
+                self._arm(header_timeout_s, self._headers_late)  # a kept-alive one's first byte
             elif (
                 after is not h11.SEND_BODY
                 and before is h11.SEND_BODY
@@ -146,9 +148,14 @@ def guarded_protocol(  # noqa: C901
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
-            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
-                # The next request's headers are due too: keep-alive's own timeout covers
-                # only a connection where nothing at all arrives.
+            # An idle kept-alive connection is keep-alive's to close, silently: a 408 sent
+            # unasked could be read as the answer to a request the client sends meanwhile.
+            # The next request's headers are due from its first byte (or now, if buffered).
+            if (
+                self.conn.their_state is h11.IDLE
+                and not self.transport.is_closing()
+                and self.conn.trailing_data[0]
+            ):
                 self._arm(header_timeout_s, self._headers_late)
 
         def _arm(self, delay: float, late: Any) -> None:
