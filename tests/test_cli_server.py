@@ -207,6 +207,62 @@ def test_a_stale_socket_runs_in_process_and_says_so(tmp_path: Path) -> None:
     assert b"no execbox serve answers at unix:" in proc.stderr
 
 
+def _listen_as_nobody(sock: Path, heard: Path) -> int:
+    """A child process listening on `sock` (a file this user made) as uid nobody, appending
+    every byte it is sent to `heard`: another user's server in the execbox home. Its pid."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(sock))
+    os.chmod(sock, 0o666)
+    fd = os.open(heard, os.O_WRONLY | os.O_APPEND)
+    pid = os.fork()
+    if pid == 0:  # the child: only system calls, then _exit
+        try:
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            listener.listen(8)  # the peer credentials a client sees are taken here
+            while True:
+                conn, _ = listener.accept()
+                conn.settimeout(2)
+                try:
+                    while data := conn.recv(65536):
+                        os.write(fd, data)
+                except OSError:
+                    pass
+                conn.close()
+        finally:
+            os._exit(0)
+    listener.close()
+    os.close(fd)
+    return pid
+
+
+@pytest.mark.parametrize("owner", ["file", "server"])
+def test_another_users_socket_in_the_home_is_sent_nothing(owner: str, tmp_path: Path) -> None:
+    """Someone who can write in the execbox home listens on serve.sock: the CLI would send them
+    the code and its --secret values. It sends nothing there and runs in-process."""
+    cli_home = tmp_path / "home"
+    cli_home.mkdir()
+    (cli_home / "envs").symlink_to(home() / "envs")  # the runtime image, for the in-process run
+    heard = tmp_path / "heard"
+    heard.touch()
+    sock = cli_home / "serve.sock"
+    pid = _listen_as_nobody(sock, heard)
+    try:
+        if owner == "file":
+            os.chown(sock, 65534, 65534)
+        program = tmp_path / "p.py"
+        program.write_text("print('ran')")
+        env = {"EXECBOX_HOME": str(cli_home), "EXECBOX_SERVER": ""}
+        proc = _cli("run", str(program), "--secret", "hunter2-not-for-them", env=env)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    assert heard.read_bytes() == b""
+    assert (proc.returncode, proc.stdout) == (0, b"ran\n"), proc.stderr
+    assert b"not to this user" in proc.stderr or b"not as this user" in proc.stderr
+
+
 @pytest.mark.parametrize("server", ["unix:{tmp}/nothing.sock", "http://127.0.0.1:{port}"])
 def test_an_explicit_server_that_is_down_is_an_error(server: str, tmp_path: Path) -> None:
     target = server.format(tmp=tmp_path, port=_free_port())
