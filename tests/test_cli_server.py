@@ -387,6 +387,12 @@ def test_keys_create_stores_a_given_key(tmp_path: Path) -> None:
     secret.write_text("short")
     proc = _cli("keys", "create", "weak", "--key-file", str(secret), "--db", db)
     assert proc.returncode == 2 and b"32 to 512 characters" in proc.stderr
+    # The same secret given for a second tenant: refused as such, not as a taken name.
+    secret.write_text("s3cret-from-a-container-secret-0123456789\n")
+    proc = _cli("keys", "create", "second", "--key-file", str(secret), "--db", db)
+    assert proc.returncode == 2
+    assert b"already stored under another name" in proc.stderr, proc.stderr
+    assert keys.authenticate("s3cret-from-a-container-secret-0123456789") == tenant
 
 
 def test_no_key_can_be_the_local_sockets_tenant(tmp_path: Path) -> None:
