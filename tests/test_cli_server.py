@@ -240,7 +240,8 @@ def _listen_as_nobody(sock: Path, heard: Path) -> int:
 @pytest.mark.parametrize("owner", ["file", "server"])
 def test_another_users_socket_in_the_home_is_sent_nothing(owner: str, tmp_path: Path) -> None:
     """Someone who can write in the execbox home listens on serve.sock: the CLI would send them
-    the code and its --secret values. It sends nothing there and runs in-process."""
+    the code and its --secret values. Found, it is sent nothing and the run happens in-process;
+    named, it is sent nothing and the run is an error."""
     cli_home = tmp_path / "home"
     cli_home.mkdir()
     (cli_home / "envs").symlink_to(home() / "envs")  # the runtime image, for the in-process run
@@ -255,12 +256,24 @@ def test_another_users_socket_in_the_home_is_sent_nothing(owner: str, tmp_path: 
         program.write_text("print('ran')")
         env = {"EXECBOX_HOME": str(cli_home), "EXECBOX_SERVER": ""}
         proc = _cli("run", str(program), "--secret", "hunter2-not-for-them", env=env)
+        # Named with --server (a socket in /tmp, say): an error, and nothing sent either.
+        named = _cli(
+            "run",
+            str(program),
+            "--secret",
+            "hunter2-not-for-them",
+            "--server",
+            f"unix:{sock}",
+            env={"EXECBOX_HOME": str(cli_home)},
+        )
     finally:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
     assert heard.read_bytes() == b""
     assert (proc.returncode, proc.stdout) == (0, b"ran\n"), proc.stderr
     assert b"not to this user" in proc.stderr or b"not as this user" in proc.stderr
+    assert (named.returncode, named.stdout) == (2, b""), named.stderr
+    assert b"the run is not sent there" in named.stderr
 
 
 @pytest.mark.parametrize("server", ["unix:{tmp}/nothing.sock", "http://127.0.0.1:{port}"])

@@ -5,9 +5,9 @@ The server is the one named by `--server` or `EXECBOX_SERVER` (a `unix:PATH` soc
 names); failing to reach it is an error. Without one, the local socket of an `execbox serve`
 using the same execbox home is used when it exists; if nothing answers there the run happens
 in this process, as it would without a server. `EXECBOX_SERVER=none` always runs in-process.
-A discovered socket is used only when its file and the server answering on it are this user's
-(or root's): the run carries its code and its secrets, and whoever can write in the execbox
-home could otherwise listen there in the server's place.
+A socket, found or named, is sent a run only when its file and the server answering on it are
+this user's (or root's): the run carries its code and its secrets, and whoever can write where
+the socket lives could otherwise listen there in the server's place.
 """
 
 from __future__ import annotations
@@ -188,14 +188,15 @@ def choose(explicit: str | None, request: RunRequest) -> Target | None:
         # JSON carries text only: source bytes that do not decode are answered here, as
         # CPython's SyntaxError, without a sandbox.
         return None
-    if target.explicit:
-        return target
-    assert target.socket is not None  # a discovered server is a local socket
-    why = foreign(target.socket)
+    # A socket carries no key: only a server of this user's would run it, so another user's
+    # is sent nothing, named or found.
+    why = foreign(target.socket) if target.socket is not None else None
+    if why and target.explicit:
+        raise UsageError(f"--server {target.name}: {why}; the run is not sent there")
     if why:
         _note(f"{why}; it is not sent this run, which runs in this process")
         return None
-    if answers(target):
+    if target.explicit or answers(target):
         return target
     _note(f"no execbox serve answers at {target.name}; running in this process")
     return None
