@@ -4,6 +4,7 @@ when a server was asked for. A real server process, the real sandbox, the real C
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -43,8 +44,8 @@ class Served:
         self.url = f"http://127.0.0.1:{port}"
 
 
-@pytest.fixture(scope="module")
-def served(executor: Any) -> Iterator[Served]:
+@contextlib.contextmanager
+def _serving(*options: str) -> Iterator[Served]:
     """`execbox serve` in its own process, its local socket in a home of its own (a directory
     others may pass through, so that only the socket's own mode keeps them out)."""
     where = Path(tempfile.mkdtemp(prefix="execbox-served-"))
@@ -66,6 +67,7 @@ def served(executor: Any) -> Iterator[Served]:
                 "1",
                 "--log-level",
                 "warning",
+                *options,
             ],
             stdout=subprocess.DEVNULL,
             stderr=log_file,
@@ -88,6 +90,12 @@ def served(executor: Any) -> Iterator[Served]:
         left = sock.exists()
         shutil.rmtree(where)
     assert not left, "the server left its socket file behind"
+
+
+@pytest.fixture(scope="module")
+def served(executor: Any) -> Iterator[Served]:
+    with _serving() as server:
+        yield server
 
 
 def _cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> Any:
@@ -423,3 +431,27 @@ def test_no_key_can_be_the_local_sockets_tenant(tmp_path: Path) -> None:
     with keys.engine.begin() as conn:
         conn.execute(sa.update(api_keys).values(name="local"))
     assert keys.authenticate(key) is None
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="--no-auth callers on the TCP port are tenant 'local', the local socket's tenant: "
+    "any user of the machine shares its result cache (and its records, given a run id)",
+)
+def test_no_auth_tcp_callers_are_not_the_local_sockets_tenant(executor: Any) -> None:
+    """The local socket is private to its user; with --no-auth the TCP port (on loopback, open
+    to every user of the machine) took the same tenant, so a cache hit there told another user
+    that this exact code, stdin and environment had run (an oracle for guessed env values)."""
+    env = {"TOKEN": "guess-me-0123"}
+    with _serving("--no-auth") as server:
+        transport = httpx.HTTPTransport(uds=str(server.sock))
+        with httpx.Client(transport=transport, timeout=60) as own:
+            mine = own.post("http://x/v1/runs", json={"code": "print(1)", "env": env})
+        assert mine.status_code == 200, mine.text
+        other = httpx.post(
+            f"{server.url}/v1/runs", json={"code": "print(1)", "env": env}, timeout=60
+        )
+        assert other.status_code == 200, other.text
+        assert other.json()["cached"] is False
+        records = httpx.get(f"{server.url}/v1/runs/{mine.json()['run_id']}", timeout=30)
+        assert records.status_code == 404
