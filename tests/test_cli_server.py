@@ -4,6 +4,7 @@ when a server was asked for. A real server process, the real sandbox, the real C
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -43,8 +44,8 @@ class Served:
         self.url = f"http://127.0.0.1:{port}"
 
 
-@pytest.fixture(scope="module")
-def served(executor: Any) -> Iterator[Served]:
+@contextlib.contextmanager
+def _serving(*options: str) -> Iterator[Served]:
     """`execbox serve` in its own process, its local socket in a home of its own (a directory
     others may pass through, so that only the socket's own mode keeps them out)."""
     where = Path(tempfile.mkdtemp(prefix="execbox-served-"))
@@ -66,6 +67,7 @@ def served(executor: Any) -> Iterator[Served]:
                 "1",
                 "--log-level",
                 "warning",
+                *options,
             ],
             stdout=subprocess.DEVNULL,
             stderr=log_file,
@@ -88,6 +90,12 @@ def served(executor: Any) -> Iterator[Served]:
         left = sock.exists()
         shutil.rmtree(where)
     assert not left, "the server left its socket file behind"
+
+
+@pytest.fixture(scope="module")
+def served(executor: Any) -> Iterator[Served]:
+    with _serving() as server:
+        yield server
 
 
 def _cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> Any:
@@ -205,6 +213,75 @@ def test_a_stale_socket_runs_in_process_and_says_so(tmp_path: Path) -> None:
     proc = _cli("run", str(program), env={"EXECBOX_HOME": str(cli_home), "EXECBOX_SERVER": ""})
     assert (proc.returncode, proc.stdout) == (0, b"here\n"), proc.stderr
     assert b"no execbox serve answers at unix:" in proc.stderr
+
+
+def _listen_as_nobody(sock: Path, heard: Path) -> int:
+    """A child process listening on `sock` (a file this user made) as uid nobody, appending
+    every byte it is sent to `heard`: another user's server in the execbox home. Its pid."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(sock))
+    os.chmod(sock, 0o666)
+    fd = os.open(heard, os.O_WRONLY | os.O_APPEND)
+    pid = os.fork()
+    if pid == 0:  # the child: only system calls, then _exit
+        try:
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            listener.listen(8)  # the peer credentials a client sees are taken here
+            while True:
+                conn, _ = listener.accept()
+                conn.settimeout(2)
+                try:
+                    while data := conn.recv(65536):
+                        os.write(fd, data)
+                except OSError:
+                    pass
+                conn.close()
+        finally:
+            os._exit(0)
+    listener.close()
+    os.close(fd)
+    return pid
+
+
+@pytest.mark.parametrize("owner", ["file", "server"])
+def test_another_users_socket_in_the_home_is_sent_nothing(owner: str, tmp_path: Path) -> None:
+    """Someone who can write in the execbox home listens on serve.sock: the CLI would send them
+    the code and its --secret values. Found, it is sent nothing and the run happens in-process;
+    named, it is sent nothing and the run is an error."""
+    cli_home = tmp_path / "home"
+    cli_home.mkdir()
+    (cli_home / "envs").symlink_to(home() / "envs")  # the runtime image, for the in-process run
+    heard = tmp_path / "heard"
+    heard.touch()
+    sock = cli_home / "serve.sock"
+    pid = _listen_as_nobody(sock, heard)
+    try:
+        if owner == "file":
+            os.chown(sock, 65534, 65534)
+        program = tmp_path / "p.py"
+        program.write_text("print('ran')")
+        env = {"EXECBOX_HOME": str(cli_home), "EXECBOX_SERVER": ""}
+        proc = _cli("run", str(program), "--secret", "hunter2-not-for-them", env=env)
+        # Named with --server (a socket in /tmp, say): an error, and nothing sent either.
+        named = _cli(
+            "run",
+            str(program),
+            "--secret",
+            "hunter2-not-for-them",
+            "--server",
+            f"unix:{sock}",
+            env={"EXECBOX_HOME": str(cli_home)},
+        )
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    assert heard.read_bytes() == b""
+    assert (proc.returncode, proc.stdout) == (0, b"ran\n"), proc.stderr
+    assert b"not to this user" in proc.stderr or b"not as this user" in proc.stderr
+    assert (named.returncode, named.stdout) == (2, b""), named.stderr
+    assert b"the run is not sent there" in named.stderr
 
 
 @pytest.mark.parametrize("server", ["unix:{tmp}/nothing.sock", "http://127.0.0.1:{port}"])
@@ -331,6 +408,12 @@ def test_keys_create_stores_a_given_key(tmp_path: Path) -> None:
     secret.write_text("short")
     proc = _cli("keys", "create", "weak", "--key-file", str(secret), "--db", db)
     assert proc.returncode == 2 and b"32 to 512 characters" in proc.stderr
+    # The same secret given for a second tenant: refused as such, not as a taken name.
+    secret.write_text("s3cret-from-a-container-secret-0123456789\n")
+    proc = _cli("keys", "create", "second", "--key-file", str(secret), "--db", db)
+    assert proc.returncode == 2
+    assert b"already stored under another name" in proc.stderr, proc.stderr
+    assert keys.authenticate("s3cret-from-a-container-secret-0123456789") == tenant
 
 
 def test_no_key_can_be_the_local_sockets_tenant(tmp_path: Path) -> None:
@@ -348,3 +431,27 @@ def test_no_key_can_be_the_local_sockets_tenant(tmp_path: Path) -> None:
     with keys.engine.begin() as conn:
         conn.execute(sa.update(api_keys).values(name="local"))
     assert keys.authenticate(key) is None
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="--no-auth callers on the TCP port are tenant 'local', the local socket's tenant: "
+    "any user of the machine shares its result cache (and its records, given a run id)",
+)
+def test_no_auth_tcp_callers_are_not_the_local_sockets_tenant(executor: Any) -> None:
+    """The local socket is private to its user; with --no-auth the TCP port (on loopback, open
+    to every user of the machine) took the same tenant, so a cache hit there told another user
+    that this exact code, stdin and environment had run (an oracle for guessed env values)."""
+    env = {"TOKEN": "guess-me-0123"}
+    with _serving("--no-auth") as server:
+        transport = httpx.HTTPTransport(uds=str(server.sock))
+        with httpx.Client(transport=transport, timeout=60) as own:
+            mine = own.post("http://x/v1/runs", json={"code": "print(1)", "env": env})
+        assert mine.status_code == 200, mine.text
+        other = httpx.post(
+            f"{server.url}/v1/runs", json={"code": "print(1)", "env": env}, timeout=60
+        )
+        assert other.status_code == 200, other.text
+        assert other.json()["cached"] is False
+        records = httpx.get(f"{server.url}/v1/runs/{mine.json()['run_id']}", timeout=30)
+        assert records.status_code == 404

@@ -167,3 +167,19 @@ def test_python_runs_start_no_node_and_close_leaves_no_staged_node() -> None:
         assert "javascript" in host.started_programs()
         pids = wait_staged(ex)
     assert wait_until(lambda: not any(alive(pid) for pid in pids), 10.0), pids
+
+
+def test_a_run_with_few_pids_does_not_break_the_next_run_of_its_slot(
+    jailed_one_slot: Executor,
+) -> None:
+    """A run's limits stay applied for the slot's next Node; Node cannot start its threads
+    under pids=4, so the next run (through a server, another tenant's) failed in set-up."""
+    few = jailed_one_slot.run("console.log(1)", language="javascript", limits={"pids": 4})
+    assert few.status is Status.ok, few.stderr
+    after = jailed_one_slot.run("console.log(2)", language="javascript")
+    assert after.status is Status.ok, after.error
+    assert after.stdout == "2\n"
+    # The few pids still bind a run that asks for them.
+    bomb = "for (let i = 0; i < 8; i++) require('child_process').spawn('sleep', ['5'])"
+    held = jailed_one_slot.run(bomb, language="javascript", limits={"pids": 4})
+    assert held.status is Status.error and "EAGAIN" in held.stderr, held

@@ -5,6 +5,9 @@ The server is the one named by `--server` or `EXECBOX_SERVER` (a `unix:PATH` soc
 names); failing to reach it is an error. Without one, the local socket of an `execbox serve`
 using the same execbox home is used when it exists; if nothing answers there the run happens
 in this process, as it would without a server. `EXECBOX_SERVER=none` always runs in-process.
+A socket, found or named, is sent a run only when its file and the server answering on it are
+this user's (or root's): the run carries its code and its secrets, and whoever can write where
+the socket lives could otherwise listen there in the server's place.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import os
 import socket
 import stat
+import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,6 +81,30 @@ def answers(target: Target) -> bool:
     finally:
         probe.close()
     return True
+
+
+def foreign(path: Path) -> str | None:
+    """Why the socket at `path` is not this user's own server (its file or the process that
+    answers on it belongs to another user), or None when it is, or when nothing answers."""
+    mine = (os.geteuid(), 0)
+    try:
+        owner = path.lstat().st_uid
+    except OSError:
+        return None
+    if owner not in mine:
+        return f"the socket {path} belongs to uid {owner}, not to this user"
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(os.fspath(path))
+        creds = probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return None
+    finally:
+        probe.close()
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    if uid not in mine:
+        return f"the server on {path} runs as uid {uid}, not as this user"
+    return None
 
 
 def _parse(spec: str) -> Target:
@@ -159,6 +187,14 @@ def choose(explicit: str | None, request: RunRequest) -> Target | None:
     if request.source_error is not None:
         # JSON carries text only: source bytes that do not decode are answered here, as
         # CPython's SyntaxError, without a sandbox.
+        return None
+    # A socket carries no key: only a server of this user's would run it, so another user's
+    # is sent nothing, named or found.
+    why = foreign(target.socket) if target.socket is not None else None
+    if why and target.explicit:
+        raise UsageError(f"--server {target.name}: {why}; the run is not sent there")
+    if why:
+        _note(f"{why}; it is not sent this run, which runs in this process")
         return None
     if target.explicit or answers(target):
         return target

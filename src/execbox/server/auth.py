@@ -144,6 +144,14 @@ class KeyStore:
                     )
                 )
         except sa.exc.IntegrityError as exc:
+            with self.engine.connect() as conn:
+                taken = conn.execute(
+                    sa.select(api_keys.c.name).where(api_keys.c.name == name)
+                ).first()
+            if taken is None:  # the name is free: the key itself is another name's
+                raise UsageError(
+                    "that key is already stored under another name; give each tenant its own"
+                ) from exc
             raise UsageError(f"a key named {name!r} already exists") from exc
         return key
 

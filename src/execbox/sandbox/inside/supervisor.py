@@ -37,6 +37,11 @@ from .cgroup import Hierarchy, RunCgroup
 
 STAGED_MEMORY_BYTES = 512 << 20  # Limits().memory_mib
 STAGED_PIDS = 64  # Limits().pids
+# The fewest pids a program of each kind needs to get to waiting for its code: Node starts its
+# platform's worker threads first. A run's lower limit is kept only until its slot stages the
+# next program, else that program could never start and the slot's next run (another tenant's)
+# would fail with a sandbox error.
+STAGE_MIN_PIDS = {"javascript": 16}
 INIT_WAIT_S = 5.0  # how long teardown waits for a killed init (see `end_init`)
 PARK_WAIT_S = 30.0  # how long a staged program may take to wait for its code (the host's too)
 PARK_MIN_S = 5.0  # and how long a run of any timeout waits for it (see `_await_parked`)
@@ -267,10 +272,14 @@ class Supervisor:
         without them, ready sooner, and its code faults in only the pages it writes. A run
         can tell which it got (from its own memory), and so whether the request before it
         found the slot's program ready: a bit of timing, nothing of what any run computed."""
-        assert self.steps is not None and self.cg is not None
+        assert self.steps is not None and self.cg is not None and self.cg.applied is not None
         if self.runs and self.cg.renews:
             with jail.step("make the cgroup anew"):  # its peak would be the last run's
                 self.cg.renew()
+        memory_bytes, pids = self.cg.applied
+        least = STAGE_MIN_PIDS.get(self.program_kind, 0)
+        if pids < least:
+            self.cg.set_limits(memory_bytes, least)
         self.steps.new_run()
         warm = linux.WARM_NONE if self.in_demand else self.warm
         staged, error = self.stager.stage(first=not self.runs, warm=warm)
