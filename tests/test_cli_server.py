@@ -424,8 +424,9 @@ def test_no_key_can_be_the_local_sockets_tenant(tmp_path: Path) -> None:
     from execbox.server.auth import api_keys
 
     keys = KeyStore(RunStore(f"sqlite:///{tmp_path}/keys.db").engine)
-    with pytest.raises(UsageError, match="reserved"):
-        keys.create("local")
+    for reserved in ("local", "anonymous"):
+        with pytest.raises(UsageError, match="reserved"):
+            keys.create(reserved)
     key = keys.create("legacy")
     assert keys.authenticate(key) is not None
     with keys.engine.begin() as conn:
@@ -433,11 +434,6 @@ def test_no_key_can_be_the_local_sockets_tenant(tmp_path: Path) -> None:
     assert keys.authenticate(key) is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="--no-auth callers on the TCP port are tenant 'local', the local socket's tenant: "
-    "any user of the machine shares its result cache (and its records, given a run id)",
-)
 def test_no_auth_tcp_callers_are_not_the_local_sockets_tenant(executor: Any) -> None:
     """The local socket is private to its user; with --no-auth the TCP port (on loopback, open
     to every user of the machine) took the same tenant, so a cache hit there told another user

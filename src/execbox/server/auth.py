@@ -22,8 +22,10 @@ from ..errors import UsageError
 
 KEY_PREFIX = "ebx_"
 TENANT, ADMIN = "tenant", "admin"  # a key's role: runs code as its tenant, or reads metrics
-# The tenant of the local socket and of --no-auth: a key of that name would share its runs.
-LOCAL_NAME = "local"
+# The tenants of the local socket and of --no-auth's keyless callers: a key of either name
+# would share their runs.
+LOCAL_NAME, ANONYMOUS_NAME = "local", "anonymous"
+RESERVED_NAMES = (LOCAL_NAME, ANONYMOUS_NAME)
 
 # A key given by the deployment (a secret), not made here: long enough to be unguessable when
 # random, and characters a shell and an Authorization header carry as they are.
@@ -111,10 +113,10 @@ class KeyStore:
         this one (a deployment's secret) instead of a random one."""
         if not name or len(name) > 100 or not name.isprintable():
             raise UsageError("a key name is 1 to 100 printable characters")
-        if name == LOCAL_NAME:
+        if name in RESERVED_NAMES:
             raise UsageError(
-                f"the key name {LOCAL_NAME!r} is reserved: it names the runs of the server's "
-                "local socket and of --no-auth"
+                f"the key name {name!r} is reserved: it names the runs of the server's "
+                "local socket ('local') or of --no-auth's keyless callers ('anonymous')"
             )
         if role not in (TENANT, ADMIN):
             raise UsageError(f"a key's role is {TENANT!r} or {ADMIN!r}, not {role!r}")
@@ -183,7 +185,7 @@ class KeyStore:
             return None
         if row["revoked_at"] is not None:
             raise KeyRevoked(row["name"])
-        if row["name"] == LOCAL_NAME:  # stored before the name was reserved
+        if row["name"] in RESERVED_NAMES:  # stored before the name was reserved
             return None
         return Tenant(
             row["name"],

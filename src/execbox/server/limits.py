@@ -31,7 +31,7 @@ from .deps import tenant_of
 from .errors import ApiError
 from .local import LOCAL_PEER_KEY
 from .quotas import BodyBudget
-from .state import LOCAL_TENANT
+from .state import ANONYMOUS_TENANT, LOCAL_TENANT
 
 if TYPE_CHECKING:
     from .state import ServerState
@@ -56,8 +56,10 @@ class Admission:
             return
         state = self.state
         try:
-            if scope.get(LOCAL_PEER_KEY) or not state.settings.auth:
+            if scope.get(LOCAL_PEER_KEY):
                 tenant = LOCAL_TENANT
+            elif not state.settings.auth:
+                tenant = ANONYMOUS_TENANT
             else:
                 tenant = await anyio.to_thread.run_sync(
                     tenant_of, state.key_store(), _bearer(scope), limiter=state.auth_limiter

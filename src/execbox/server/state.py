@@ -18,7 +18,7 @@ import anyio.to_thread
 from ..contract import RunResult
 from ..errors import SessionClosed
 from . import malloc
-from .auth import LOCAL_NAME, KeyStore, Tenant
+from .auth import ANONYMOUS_NAME, LOCAL_NAME, KeyStore, Tenant
 from .errors import ApiError
 from .metrics import Metrics
 from .quotas import Backoff, BodyBudget, Quotas
@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 LOCAL_TENANT = Tenant(LOCAL_NAME, max_concurrent=1 << 30, max_sessions=1 << 30, rpm=1 << 30)
+# --no-auth's callers on the TCP port: never the local socket's tenant, whose port any user of
+# the host may reach (they would share its cache and records).
+ANONYMOUS_TENANT = Tenant(ANONYMOUS_NAME, max_concurrent=1 << 30, max_sessions=1 << 30, rpm=1 << 30)
 ENDED_KEPT = 10_000  # ended sessions remembered, so late calls get session_closed, not 404
 AUTH_THREADS = 8
 SESSION_START_BURST = 4  # starts a key may make at once after a pause: a default quota's worth  # key lookups at once: short database reads, on threads of their own
