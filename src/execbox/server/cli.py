@@ -375,7 +375,7 @@ def keys() -> None:
     "--key-file",
     type=click.File("r"),
     help="Store the key in this file (a container secret; - for standard input) instead of "
-    "a random one.",
+    "a random one; it is not printed.",
 )
 @click.option("--db", default=None, help="Records database URL.")
 def create_key(
@@ -404,7 +404,10 @@ def create_key(
     except ExecboxError as exc:
         click.echo(f"execbox: {exc}", err=True)
         sys.exit(2)
-    click.echo(key)
+    if key_file is not None:  # the caller has it: printing it would put it in logs
+        click.echo(f"execbox: stored the given key as {name!r}", err=True)
+    else:
+        click.echo(key)
 
 
 @keys.command("revoke")
