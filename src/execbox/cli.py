@@ -315,30 +315,20 @@ def _run(
     and whether it ran in this process."""
     from .client.local import choose, run_on
 
+    options: dict[str, Any] = {
+        "cache": cache,
+        "secrets": secrets,
+        "bound_secrets": bound_secrets,
+        "on_stdout": on_stdout,
+        "on_stderr": on_stderr,
+    }
     target = choose(server, request)
     if target is not None:
-        served = run_on(
-            target,
-            request,
-            cache=cache,
-            secrets=secrets,
-            bound_secrets=bound_secrets,
-            on_stdout=on_stdout,
-            on_stderr=on_stderr,
-        )
-        return served, False
+        return run_on(target, request, **options), False
     from .executor import Executor
 
     with Executor() as executor:
-        result = executor.run_request(
-            request,
-            cache=cache,
-            secrets=secrets,
-            bound_secrets=bound_secrets,
-            on_stdout=on_stdout,
-            on_stderr=on_stderr,
-        )
-    return result, True
+        return executor.run_request(request, **options), True
 
 
 def _process_age_s() -> float:

@@ -28,7 +28,7 @@ def _try(name: str, fn: Callable[[], str], fix: str, required: bool = True) -> C
         return Check(name, False, str(exc) or type(exc).__name__, fix, required)
 
 
-def _in_fork(step: Callable[[], object], failed: str) -> None:
+def in_fork(step: Callable[[], object], failed: str) -> None:
     """Run `step` in a fork (what it changes stays there); OSError with the errno of the call
     that failed (and `failed` as its text), so the finding is worded from its real cause."""
     pid = os.fork()
@@ -94,21 +94,26 @@ def _user_namespace() -> str:
     return "the host's own (uid 0 is the host's root)"
 
 
-def _namespaces() -> str:
+def enter_jail_namespaces() -> None:
+    """Unshare the namespaces a run's jail has, and make its mounts private (in a fork)."""
     from ..inside import linux
 
-    def step() -> None:
-        linux.unshare(
-            linux.CLONE_NEWNS
-            | linux.CLONE_NEWPID
-            | linux.CLONE_NEWNET
-            | linux.CLONE_NEWIPC
-            | linux.CLONE_NEWUTS
-            | linux.CLONE_NEWCGROUP
-        )
-        linux.mount("none", "/", None, linux.MS_REC | linux.MS_PRIVATE)
+    linux.unshare(
+        linux.CLONE_NEWNS
+        | linux.CLONE_NEWPID
+        | linux.CLONE_NEWNET
+        | linux.CLONE_NEWIPC
+        | linux.CLONE_NEWUTS
+        | linux.CLONE_NEWCGROUP
+    )
+    linux.mount("none", "/", None, linux.MS_REC | linux.MS_PRIVATE)
 
-    _in_fork(step, "unshare(mount, pid, net, ipc, uts, cgroup) or a private mount failed")
+
+def _namespaces() -> str:
+    in_fork(
+        enter_jail_namespaces,
+        "unshare(mount, pid, net, ipc, uts, cgroup) or a private mount failed",
+    )
     return "mount, pid, net, ipc, uts and cgroup namespaces"
 
 
@@ -138,7 +143,7 @@ def _pidfd() -> str:
         fd = os.pidfd_open(os.getppid())
         linux.setns(fd, linux.CLONE_NEWUTS | linux.CLONE_NEWIPC | linux.CLONE_NEWNET)
 
-    _in_fork(step, "pidfd_open, or setns with a pidfd, failed")
+    in_fork(step, "pidfd_open, or setns with a pidfd, failed")
     return "pidfd_open and setns with a pidfd work"
 
 

@@ -199,7 +199,7 @@ def user_namespaces() -> str:
     """Whether this user can make a user namespace and, inside it, the jail's namespaces and
     a private mount tree (tried in a fork); OSError says what stops it and where."""
     from ..inside import linux
-    from .probe import _in_fork
+    from .probe import enter_jail_namespaces, in_fork
 
     for knob, off in (
         ("/proc/sys/kernel/unprivileged_userns_clone", "0"),
@@ -223,17 +223,9 @@ def user_namespaces() -> str:
                 fh.write(value)
         with open("/proc/self/gid_map", "w") as fh:
             fh.write(f"0 {gid} 1")
-        linux.unshare(
-            linux.CLONE_NEWNS
-            | linux.CLONE_NEWPID
-            | linux.CLONE_NEWNET
-            | linux.CLONE_NEWIPC
-            | linux.CLONE_NEWUTS
-            | linux.CLONE_NEWCGROUP
-        )
-        linux.mount("none", "/", None, linux.MS_REC | linux.MS_PRIVATE)
+        enter_jail_namespaces()
 
-    _in_fork(step, "a user namespace, or the jail's namespaces inside it, failed")
+    in_fork(step, "a user namespace, or the jail's namespaces inside it, failed")
     return "a user namespace, and in it mount, pid, net, ipc, uts and cgroup namespaces"
 
 
