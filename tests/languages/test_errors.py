@@ -221,6 +221,40 @@ def test_es_module_code_runs_as_a_module_and_errors_name_its_line(executor: Exec
     assert (result.error.type, result.error.message, result.error.line) == ("RangeError", "esm", 4)
 
 
+@pytest.mark.parametrize(
+    ("code", "line", "column"),
+    [
+        ("import fs from 'node:fs'\nconst a = 1\nconst b = a +* 2\n", 3, 14),
+        ("#!/usr/bin/env node\nexport const x = 1\n\n  let y = (;\n", 4, 12),
+        ("const v = await Promise.resolve(1)\nlet v = 2\n", 2, 5),
+    ],
+)
+def test_es_module_syntax_error_names_its_line_and_column(
+    executor: Executor, code: str, line: int, column: int
+) -> None:
+    # V8 keeps a module's syntax error position where no JavaScript reads it: the runner
+    # finds it again with the parser Node bundles, as a CommonJS syntax error gives it.
+    result = executor.run(code, language="javascript")
+    assert result.status is Status.error
+    error = result.error
+    assert error is not None
+    assert error.type == "SyntaxError"
+    assert (error.line, error.column) == (line, column), error.traceback
+    assert error.traceback is not None
+    assert error.traceback.startswith(f"file:///workspace/main.mjs:{line}\n")
+    assert "node:internal" not in result.stderr
+
+
+def test_syntax_error_in_an_imported_module_is_not_put_on_the_users_lines(
+    executor: Executor,
+) -> None:
+    code = "import { x } from './lib.mjs'\nconsole.log(x)\n"
+    result = executor.run(code, language="javascript", files={"lib.mjs": b"export const x = ;\n"})
+    assert result.error is not None
+    assert result.error.type == "SyntaxError"
+    assert (result.error.line, result.error.column) == (None, None)
+
+
 @pytest.mark.parametrize("code", ["echo a\0b", "echo big\n" + "#" * 200_000])
 def test_bash_code_no_argument_can_carry_still_runs_as_a_script(
     executor: Executor, code: str
