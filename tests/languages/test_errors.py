@@ -72,6 +72,19 @@ def test_bash_exit_code_and_set_e_line(executor: Executor) -> None:
     assert "main.sh: line 1: nosuchcommand: command not found" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("code", "exit_code", "line"),
+    [("set -eu; true", 0, None), ("set -u; exit 3", 3, None), ("set -eu\n\nfalse", 1, 3)],
+)
+def test_bash_set_u_leaves_the_exit_status_and_set_e_line_alone(
+    executor: Executor, code: str, exit_code: int, line: int | None
+) -> None:
+    # The runner's traps read only variables they set: the code's nounset does not end them.
+    result = executor.run(code, language="bash")
+    assert (result.exit_code, result.stderr) == (exit_code, "")
+    assert (result.error.line if result.error else None) == line
+
+
 def test_bash_set_x_traces_the_code_and_not_the_runners_traps(executor: Executor) -> None:
     code = "set -x\nfalse || true\nset -e\necho on\nfalse\necho no"
     result = executor.run(code, language="bash")

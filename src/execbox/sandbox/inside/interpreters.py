@@ -47,9 +47,9 @@ NODE_RUNNER = _read(_RUNNER_JS)  # read once, in the zygote: the jail does not s
 # the shell itself (not a subshell's) then closes stdio and reports the exit status there, as
 # runner.py does, before bash tears down (else it comes from the zygote, later: a code's own
 # EXIT trap or exec). Each trap's body runs with stderr on /dev/null, so the code's `set -x`
-# does not trace it.
+# does not trace it; what they read is set here, so the code's `set -u` does not stop them.
 _BASH_PRELUDE = """\
-__execbox_r=$__EXECBOX_REPORT __execbox_p=$$
+__execbox_r=$__EXECBOX_REPORT __execbox_p=$$ __execbox_l=
 unset BASH_ENV __EXECBOX_REPORT
 trap '{ __execbox_s=$? __execbox_l=$LINENO; [[ $- == *e* ]] || __execbox_l=; } 2>/dev/null' ERR
 trap '{ __execbox_x=$?; if [[ -n $__execbox_l && $__execbox_x == "$__execbox_s" ]]; then \
