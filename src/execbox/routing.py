@@ -115,7 +115,7 @@ EXEC_TIME_PREFIXES = ("NODE_", "UV_", "LC_", "OPENSSL_", "SSL_CERT_")
 EXEC_TIME_ENV = frozenset({"LANG", "LANGUAGE", "TZ", "ICU_DATA"})
 
 
-def interpreter_kind(language: str, env: dict[str, str], code: str = "") -> str:
+def interpreter_kind(language: str, env: dict[str, str], code: str) -> str:
     """Which kind of slot runs JavaScript or bash: a staged interpreter waiting for its code
     ("javascript", "bash"), else a light slot whose program execs the interpreter for its
     request (the env in place): JavaScript whose `env` sets a variable Node reads only as it

@@ -12,6 +12,8 @@ import pytest
 
 import execbox
 from execbox import Executor, Status
+from execbox.routing import interpreter_kind
+from execbox.sandbox.inside import interpreters
 from tests.probes import alive, host_internals, host_stats, wait_until
 
 STAGE_WAIT_S = 60.0  # a loaded machine may take seconds to start Node
@@ -285,3 +287,15 @@ def test_a_staged_bash_reports_its_exit_status_as_a_byte(
     # The code's bash reports its status on the done pipe itself (one byte after the token).
     result = jailed.run(f"echo out; echo err >&2; {code}", language="bash")
     assert (result.stdout, result.stderr, result.exit_code) == ("out\n", "err\n", status)
+
+
+def test_bash_requests_a_started_bash_cannot_serve_as_they_are_go_unstaged() -> None:
+    assert interpreter_kind("bash", {"GIVEN": "1", "PATH": "/usr/bin", "TZ": "UTC"}, "ls") == "bash"
+    for env in ({"SHELLOPTS": "xtrace"}, {"BASH_XTRACEFD": "2"}, {"LC_ALL": "C"}, {"IFS": ","}):
+        assert interpreter_kind("bash", env, "ls") == "light", env
+    assert interpreter_kind("bash", {"A-B": "1"}, "ls") == "light"
+    assert interpreter_kind("bash", {}, "echo a\0b") == "light"
+    limit = interpreters.MAX_ARGUMENT_BYTES
+    assert interpreter_kind("bash", {}, "#" * limit) == "bash"
+    assert interpreter_kind("bash", {}, "#" * (limit + 1)) == "light"
+    assert interpreter_kind("bash", {}, "é" * (limit // 2 + 1)) == "light"  # bytes, not characters
