@@ -161,7 +161,7 @@ def test_exit_listeners_run_before_the_exit_status_is_reported(jailed: Executor)
     assert result.exit_code == 4
 
 
-def test_python_runs_start_no_node_and_close_leaves_no_staged_node() -> None:
+def test_python_runs_start_no_node_or_bash_and_close_leaves_none_staged() -> None:
     with execbox.Executor(
         cache=False, pool_size=2, rotate_after_runs=None, rotate_after_s=None
     ) as ex:
@@ -172,7 +172,9 @@ def test_python_runs_start_no_node_and_close_leaves_no_staged_node() -> None:
         assert staged_nodes(host.slot_prefix) == []
         assert ex.run("console.log(1)", language="javascript").stdout == "1\n"
         assert "javascript" in host.started_programs()
-        pids = wait_staged(ex)
+        assert ex.run("echo 1", language="bash").stdout == "1\n"
+        assert "bash" in host.started_programs()
+        pids = wait_staged(ex) + wait_staged_bash(ex)
     assert wait_until(lambda: not any(alive(pid) for pid in pids), 10.0), pids
 
 
