@@ -2,11 +2,11 @@
 the same run.
 
 Latency: one paced call at a time, `console.log(1)` / `echo 1` through the executor (the real
-sandbox: a staged Node that waits for its code in its slot; a contained program that execs
-bash) beside a bare `node -e` / `bash -c` on the host; medians and p90s in milliseconds.
-Paced: before each call every slot of its kind is staged again (a slot serves one run), and
-for JavaScript SETTLE_S more: a slot is staged before its Node has started and waits for its
-code (up to ~0.5 s on a loaded 2-core machine), so each call finds its Node waiting. Throughput: runs/s with
+sandbox: a staged Node or bash that waits for its code in its slot) beside a bare `node -e` /
+`bash -c` on the host; medians and p90s in milliseconds. Paced: before each call every slot of
+its kind is staged again (a slot serves one run), and SETTLE_S more: a slot is staged before
+its interpreter has started and waits for its code (Node: up to ~0.5 s on a loaded 2-core
+machine), so each call finds its interpreter waiting. Throughput: runs/s with
 `--callers` threads calling at once for `--seconds`, beside as many threads looping the bare
 interpreter. The bare runs get an empty environment, as runs do (a host's
 NODE_EXTRA_CA_CERTS, say, costs Node a certificate parse at every start).
@@ -32,10 +32,10 @@ CASES = {
     "javascript": ("console.log(1)", ["node", "-e", "console.log(1)"]),
     "bash": ("echo 1", ["bash", "-c", "echo 1"]),
 }
-SLOT_KIND = {"python": "light", "javascript": "javascript", "bash": "light"}
+SLOT_KIND = {"python": "light", "javascript": "javascript", "bash": "bash"}
 PACE_MIN_S = 0.02
 PACE_MAX_S = 10.0
-SETTLE_S = {"javascript": 1.0}
+SETTLE_S = {"javascript": 1.0, "bash": 0.05}
 
 
 def _summary(samples: list[float]) -> str:

@@ -628,7 +628,7 @@ class Executor:
             kind=(
                 program_kind(call.verdict.imports)
                 if request.language == "python"
-                else interpreter_kind(request.language, request.env)
+                else interpreter_kind(request.language, request.env, request.code)
             ),
             env=request.env,
             files=[(f.name, f.data) for f in request.files],

@@ -115,12 +115,43 @@ EXEC_TIME_PREFIXES = ("NODE_", "UV_", "LC_", "OPENSSL_", "SSL_CERT_")
 EXEC_TIME_ENV = frozenset({"LANG", "LANGUAGE", "TZ", "ICU_DATA"})
 
 
-def interpreter_kind(language: str, env: dict[str, str]) -> str:
-    """Which kind of slot runs JavaScript or bash: "javascript", a staged Node waiting for its
-    code, unless `env` sets a variable Node reads only as it starts; then, and for bash, a
-    light slot whose program execs the interpreter for its request (the env in place)."""
-    if language != "javascript":
-        return "light"
-    if any(name in EXEC_TIME_ENV or name.startswith(EXEC_TIME_PREFIXES) for name in env):
-        return "light"
-    return "javascript"
+def interpreter_kind(language: str, env: dict[str, str], code: str) -> str:
+    """Which kind of slot runs JavaScript or bash: a staged interpreter waiting for its code
+    ("javascript", "bash"), else a light slot whose program execs the interpreter for its
+    request (the env in place): JavaScript whose `env` sets a variable Node reads only as it
+    starts; bash whose code cannot be an argument or whose `env` names a variable a staged
+    bash could not hand on as it is (`bash_env_stages`)."""
+    if language == "javascript":
+        if any(name in EXEC_TIME_ENV or name.startswith(EXEC_TIME_PREFIXES) for name in env):
+            return "light"
+        return "javascript"
+    if language == "bash" and _bash_stages(code) and all(map(bash_env_stages, env)):
+        return "bash"
+    return "light"
+
+
+# Bash's own variables: readonly (export fails), dynamic (exported, they would be recomputed),
+# or steering the staged bash itself before it execs the code's (IFS, the locale's LC_*).
+_BASH_OWN = frozenset(
+    "BASHOPTS SHELLOPTS ENV EUID UID PPID GROUPS RANDOM SRANDOM SECONDS LINENO FUNCNAME "
+    "HISTCMD EPOCHSECONDS EPOCHREALTIME IFS DIRSTACK PIPESTATUS OPTIND OPTARG OPTERR COLUMNS "
+    "LINES POSIXLY_CORRECT LANG _".split()
+)
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Bash takes the code as one argument below this (interpreters.MAX_ARGUMENT_BYTES).
+_BASH_MAX_ARGUMENT = 120 * 1024
+
+
+def bash_env_stages(name: str) -> bool:
+    """Whether a staged bash can export `name` for the code's bash as exec would pass it."""
+    return (
+        _IDENTIFIER.fullmatch(name) is not None
+        and name not in _BASH_OWN
+        and not name.startswith(("BASH", "LC_", "COMP_"))
+    )
+
+
+def _bash_stages(code: str) -> bool:
+    """Code a staged bash passes to `bash -c` as the unstaged way does: no NUL (an argument
+    ends there), not too long for one argument."""
+    return "\0" not in code and len(code.encode("utf-8", "surrogatepass")) <= _BASH_MAX_ARGUMENT

@@ -72,6 +72,19 @@ def test_bash_exit_code_and_set_e_line(executor: Executor) -> None:
     assert "main.sh: line 1: nosuchcommand: command not found" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("code", "exit_code", "line"),
+    [("set -eu; true", 0, None), ("set -u; exit 3", 3, None), ("set -eu\n\nfalse", 1, 3)],
+)
+def test_bash_set_u_leaves_the_exit_status_and_set_e_line_alone(
+    executor: Executor, code: str, exit_code: int, line: int | None
+) -> None:
+    # The runner's traps read only variables they set: the code's nounset does not end them.
+    result = executor.run(code, language="bash")
+    assert (result.exit_code, result.stderr) == (exit_code, "")
+    assert (result.error.line if result.error else None) == line
+
+
 def test_bash_set_x_traces_the_code_and_not_the_runners_traps(executor: Executor) -> None:
     code = "set -x\nfalse || true\nset -e\necho on\nfalse\necho no"
     result = executor.run(code, language="bash")
@@ -219,6 +232,40 @@ def test_es_module_code_runs_as_a_module_and_errors_name_its_line(executor: Exec
     assert result.stdout == "entries 0\n"
     assert result.error is not None
     assert (result.error.type, result.error.message, result.error.line) == ("RangeError", "esm", 4)
+
+
+@pytest.mark.parametrize(
+    ("code", "line", "column"),
+    [
+        ("import fs from 'node:fs'\nconst a = 1\nconst b = a +* 2\n", 3, 14),
+        ("#!/usr/bin/env node\nexport const x = 1\n\n  let y = (;\n", 4, 12),
+        ("const v = await Promise.resolve(1)\nlet v = 2\n", 2, 5),
+    ],
+)
+def test_es_module_syntax_error_names_its_line_and_column(
+    executor: Executor, code: str, line: int, column: int
+) -> None:
+    # V8 keeps a module's syntax error position where no JavaScript reads it: the runner
+    # finds it again with the parser Node bundles, as a CommonJS syntax error gives it.
+    result = executor.run(code, language="javascript")
+    assert result.status is Status.error
+    error = result.error
+    assert error is not None
+    assert error.type == "SyntaxError"
+    assert (error.line, error.column) == (line, column), error.traceback
+    assert error.traceback is not None
+    assert error.traceback.startswith(f"file:///workspace/main.mjs:{line}\n")
+    assert "node:internal" not in result.stderr
+
+
+def test_syntax_error_in_an_imported_module_is_not_put_on_the_users_lines(
+    executor: Executor,
+) -> None:
+    code = "import { x } from './lib.mjs'\nconsole.log(x)\n"
+    result = executor.run(code, language="javascript", files={"lib.mjs": b"export const x = ;\n"})
+    assert result.error is not None
+    assert result.error.type == "SyntaxError"
+    assert (result.error.line, result.error.column) == (None, None)
 
 
 @pytest.mark.parametrize("code", ["echo a\0b", "echo big\n" + "#" * 200_000])

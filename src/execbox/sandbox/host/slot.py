@@ -153,12 +153,8 @@ class Slot:
         spec = request["spec"]
         try:
             if not files and self.take_offer() and self.staged_for(spec):
-                go = protocol.frame(
-                    protocol.REQ,
-                    json.dumps(
-                        {"code": request["code"], "spec": spec, "token": self.token}
-                    ).encode(),
-                )
+                program_kind = protocol.SLOT_KINDS[self.kind][0]
+                go = protocol.go_frame(program_kind, request["code"], spec, self.token)
                 # The run's clocks start now. RUN goes first, the code (what fits the pipe;
                 # the pump writes the rest) last: writing it wakes the program, which the
                 # scheduler often runs on this CPU at once, and a RUN still unsent waited for

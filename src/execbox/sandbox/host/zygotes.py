@@ -44,10 +44,10 @@ log = logging.getLogger(__name__)
 
 # Of program zygote: standard library only; the data stack too; and, in an environment whose
 # tree has more (`backend.warm_tiers`), the full one: those modules too, started at its first run.
-# The javascript one stages Node processes (see `inside.staged`), started at the first
-# JavaScript run: a host that runs only Python never starts it.
-KINDS = ("light", "heavy", "full", "javascript")
-INTERPRETER_KINDS = ("javascript",)
+# The javascript and bash ones stage Node and bash processes (see `inside.staged`), each
+# started at the first run of its language: a host that runs only Python starts neither.
+KINDS = ("light", "heavy", "full", "javascript", "bash")
+INTERPRETER_KINDS = ("javascript", "bash")
 _NO_PROGRAM = {k: f"this sandbox host has no {k} zygote" for k in KINDS}
 SUPERVISORS_END_S = 10.0  # how long `close` waits for the supervisors it let go to exit
 CANCELLED = "cancelled"  # the KILL reason of a run its caller cancelled (see `Cancel`)

@@ -5,8 +5,7 @@ The program process is forked from the light program zygote straight into its sl
 contained there before it waits for its code (cgroup, pid/ipc/mount/net/uts namespaces, its
 own uid, no capabilities, no_new_privs, seccomp). An execve keeps every one of those, so a
 JavaScript or bash run is jailed exactly as a Python run is; only the code that runs differs.
-Node cannot be forked once started (its threads), so exec'ing it per run is the simple way;
-staging started Node processes is the faster one still to come.
+This is the unstaged way, taken by requests a staged interpreter cannot serve (`staged`).
 
 The code goes to the interpreter in a memfd (never a file in the workspace, which would become
 an artifact); Node runs `runner.js` (read once, by the zygote, from execbox's package) that
@@ -44,14 +43,21 @@ NODE_RUNNER = _read(_RUNNER_JS)  # read once, in the zygote: the jail does not s
 
 # Sourced by bash before the code (BASH_ENV): an ERR trap notes the line of a failure under
 # `set -e`, and the EXIT trap reports it when the shell exits with that failure's status.
-# Each trap's body runs with stderr on /dev/null, so the code's `set -x` does not trace it.
+# A staged bash (`staged`) hands on "<done fd> <token>" in __EXECBOX_REPORT: the EXIT trap of
+# the shell itself (not a subshell's) then closes stdio and reports the exit status there, as
+# runner.py does, before bash tears down (else it comes from the zygote, later: a code's own
+# EXIT trap or exec). Each trap's body runs with stderr on /dev/null, so the code's `set -x`
+# does not trace it; what they read is set here, so the code's `set -u` does not stop them.
 _BASH_PRELUDE = """\
-unset BASH_ENV
+__execbox_r=$__EXECBOX_REPORT __execbox_p=$$ __execbox_l=
+unset BASH_ENV __EXECBOX_REPORT
 trap '{ __execbox_s=$? __execbox_l=$LINENO; [[ $- == *e* ]] || __execbox_l=; } 2>/dev/null' ERR
 trap '{ __execbox_x=$?; if [[ -n $__execbox_l && $__execbox_x == "$__execbox_s" ]]; then \
 printf '"'"'{"type":"CommandFailed","message":"a command failed with exit status %s under \
 set -e","line":%s,"column":null,"traceback":null}'"'"' "$__execbox_x" "$__execbox_l" \
->&{err_fd}; fi; } 2>/dev/null' EXIT
+>&{err_fd}; fi; if [[ -n $__execbox_r && $BASHPID == "$__execbox_p" ]]; then \
+exec 0<&- 1>&- 2>&-; printf -v __execbox_b '"'"'\\\\x%02x'"'"' $((__execbox_x & 255)); \
+printf "%s$__execbox_b" "${__execbox_r#* }" >&"${__execbox_r%% *}"; fi; } 2>/dev/null' EXIT
 """
 
 
@@ -71,6 +77,11 @@ def _memfd(name: str, data: bytes) -> int:
         view = view[os.write(fd, view) :]
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
+
+
+def bash_prelude(err_fd: int) -> int:
+    """A memfd (inherited across exec) of the BASH_ENV prelude reporting to `err_fd`."""
+    return _memfd("prelude.sh", _BASH_PRELUDE.replace("{err_fd}", str(err_fd)).encode())
 
 
 def argv(
@@ -97,8 +108,7 @@ def argv(
         bash = find("bash")
         if bash is None:
             raise OSError("bash runs need bash in /usr/bin or /usr/local/bin")
-        prelude = _memfd("prelude.sh", _BASH_PRELUDE.replace("{err_fd}", str(err_fd)).encode())
-        extra = {"BASH_ENV": f"/proc/self/fd/{prelude}"}
+        extra = {"BASH_ENV": f"/proc/self/fd/{bash_prelude(err_fd)}"}
         data = code.encode("utf-8", "surrogatepass")
         if len(data) <= MAX_ARGUMENT_BYTES and b"\0" not in data:  # an argument ends at NUL
             return [bash, "-c", "--", code, "main.sh"], extra  # "--": code may start with "-"

@@ -52,18 +52,34 @@ PARKED = b"P"
 # "full": the full zygote, in an environment whose tree has more than the data stack (it
 # preloads those modules too); its programs copy the base, as a numpy run's do.
 # "javascript": a zygote of its own whose programs exec Node as they are staged and wait for
-# their code in it (see `staged`); no warm pages.
+# their code in it (see `staged`); no warm pages. "bash": the same for bash, whose request is
+# not JSON (`go_frame`).
 SLOT_KINDS = {
     "light": ("light", True),
     "heavy": ("heavy", False),
     "pandas": ("heavy", True),
     "full": ("full", False),
     "javascript": ("javascript", False),
+    "bash": ("bash", False),
 }
 
 
 def frame(kind: bytes, payload: bytes) -> bytes:
     return HEADER.pack(kind, len(payload)) + payload
+
+
+def go_frame(program_kind: str, code: str, spec: dict[str, Any], token: str) -> bytes:
+    """What a program of `program_kind` reads from its go pipe for a run: a REQ frame of JSON,
+    or for a staged bash, which reads no JSON, NUL-ended fields (the token, the number of
+    environment variables, each as NAME=value, the code's size in bytes) then the code. A
+    NUL cannot be in a variable (exec's environment) nor in code a bash slot takes
+    (`routing.interpreter_kind`)."""
+    if program_kind != "bash":
+        return frame(REQ, json.dumps({"code": code, "spec": spec, "token": token}).encode())
+    env: dict[str, str] = spec.get("env") or {}
+    data = code.encode("utf-8", "surrogatepass")
+    fields = [token, str(len(env)), *(f"{k}={v}" for k, v in env.items()), str(len(data))]
+    return b"".join(f.encode("utf-8", "surrogatepass") + b"\0" for f in fields) + data
 
 
 def json_frame(kind: bytes, obj: Any) -> bytes:

@@ -109,7 +109,30 @@ function encoded(record) {
   return data;
 }
 
-function report(value, origin) {
+// Where acorn, the parser Node bundles, finds `code`'s syntax error as an ES module:
+// [line, column, the line's text], or null. V8 keeps a module's syntax error position only
+// in a private symbol (the arrow Node prints for a fatal error), which no JavaScript reads and
+// `--expose-internals` would hand to the code too. Acorn's source is Node's own copy, read
+// from the built-in sources and run in a function of its own, on this error path only: the
+// code never ran, and nothing of the parser is left where later code could reach it.
+function modulePosition(code) {
+  return safe(() => {
+    const source = process.binding('natives')['internal/deps/acorn/acorn/dist/acorn'];
+    const exports = {};
+    vm.compileFunction(source, ['exports', 'module'], { filename: 'acorn' })(exports, { exports });
+    const options = { ecmaVersion: 'latest', sourceType: 'module', allowHashBang: true, locations: true };
+    try {
+      exports.parse(code, options);
+    } catch (err) {
+      if (!err.loc) return null;
+      const { line, column } = err.loc;
+      return [line, column + 1, code.split(/\r\n|[\n\r\u2028\u2029]/)[line - 1] || ''];
+    }
+    return null;
+  }, null);
+}
+
+function report(value, origin, code) {
   const isObject = value !== null && (typeof value === 'object' || typeof value === 'function');
   let stack = isObject ? safe(() => value.stack, null) : null;
   if (typeof stack !== 'string') stack = null;
@@ -121,9 +144,19 @@ function report(value, origin) {
   if (type === 'RangeError' && message === 'Array buffer allocation failed') type = 'MemoryError';
   const text =
     stack || `Uncaught ${safe(() => util.inspect(value), '<uninspectable>')}`;
-  const [line, column] = position(value, text);
+  let [line, column] = position(value, text);
+  let header = '';
+  // The module's own syntax error (its compile failed before any frame of it ran): shown as
+  // V8 shows a CommonJS one, its line with a caret under the column.
+  if (origin === 'module' && line === null && type === 'SyntaxError' && value instanceof SyntaxError) {
+    const found = modulePosition(code);
+    if (found) {
+      [line, column] = found;
+      header = `${MODULE_URL}:${line}\n${found[2]}\n${' '.repeat(column - 1)}^\n\n`;
+    }
+  }
   const prefix = origin === 'unhandledRejection' ? 'Unhandled promise rejection: ' : '';
-  const traceback = prefix + text + '\n';
+  const traceback = header + prefix + text + '\n';
   safe(() => fs.writeSync(2, traceback), null);
   safe(() => fs.writeSync(errFd, encoded({ type, message, line, column, traceback })), null);
 }
@@ -270,7 +303,7 @@ function runCode(code) {
       }`;
     Module.register(`data:text/javascript,${encodeURIComponent(hooks)}`, { data: { code } });
     import(MODULE_URL).catch((err) => {
-      report(err, 'module');
+      report(err, 'module', code);
       process.exit(1);
     });
   }

@@ -27,7 +27,7 @@ from typing import NoReturn
 
 from . import interpreters, jail
 
-LANGUAGES = ("javascript",)  # a program zygote of each (`protocol.SLOT_KINDS`)
+LANGUAGES = ("javascript", "bash")  # a program zygote of each (`protocol.SLOT_KINDS`)
 # The largest CPU time and disk a request may ask for (contract.Limits: cpu_s, disk_mib).
 MAX_CPU_S = 3600.0
 MAX_DISK_BYTES = 65536 << 20
@@ -46,9 +46,40 @@ _STAGED_SPEC = jail.RunSpec(
 )
 
 
+# A staged bash ($1 go, $2 err, $3 done, $4 setup, $5 the prelude's memfd): it says it waits,
+# reads its request (`protocol.go_frame`; in the C locale, where a character is a byte), makes
+# the request's variables its exported ones and execs bash on the code as the unstaged way
+# does (`interpreters.argv`: `-c` with $0 main.sh, the prelude as BASH_ENV, which reports the
+# exit status on the done pipe), so whatever bash reads as it starts comes from the request.
+# What the exec keeps is the program's jail.
+STAGED_BASH = r"""
+go_fd=$1 done_fd=$3 setup_fd=$4
+printf P >&"$done_fd"
+IFS= read -r -d '' -u "$go_fd" token || exit 0
+fail() { printf 'program set-up: staged bash: %s' "$1" >&"$setup_fd"; exit 127; }
+IFS= read -r -d '' -u "$go_fd" count && [[ $count =~ ^[0-9]+$ ]] || fail 'a request, not that'
+vars=()
+for ((i = 0; i < count; i++)); do
+  IFS= read -r -d '' -u "$go_fd" 'vars[i]' || fail 'the request ended early'
+done
+IFS= read -r -d '' -u "$go_fd" size && [[ $size =~ ^[0-9]+$ ]] || fail 'a request, not that'
+code=
+((size == 0)) || IFS= read -r -N "$size" -u "$go_fd" code
+((${#code} == size)) || fail 'the request ended early'
+export -n PWD OLDPWD SHLVL
+for v in "${vars[@]}"; do export "$v" || fail "cannot set ${v%%=*}"; done
+export BASH_ENV=/proc/self/fd/$5 __EXECBOX_REPORT="$done_fd $token"
+exec {go_fd}<&- {setup_fd}>&-
+unset token count vars i v size go_fd done_fd setup_fd
+exec "$BASH" -c -- "$code" main.sh
+"""
+
+
 def exec_staged(language: str, go_r: int, err_w: int, setup_w: int, done_w: int) -> NoReturn:
     """Become the staged interpreter of `language`, which waits on `go_r` for its request;
     raises OSError (or JailError) if it cannot."""
+    if language == "bash":
+        _exec_staged_bash(go_r, err_w, setup_w, done_w)
     if language != "javascript":
         raise ValueError(f"no staged interpreter for language {language!r}")
     node = interpreters.find("node")
@@ -67,3 +98,16 @@ def exec_staged(language: str, go_r: int, err_w: int, setup_w: int, done_w: int)
         *map(str, fds),
     ]
     os.execve(node, args, {"UV_THREADPOOL_SIZE": interpreters.UV_THREADPOOL_SIZE})
+
+
+def _exec_staged_bash(go_r: int, err_w: int, setup_w: int, done_w: int) -> NoReturn:
+    bash = interpreters.find("bash")
+    if bash is None:
+        raise OSError("bash runs need bash in /usr/bin or /usr/local/bin")
+    jail.set_rlimits(_STAGED_SPEC)
+    prelude = interpreters.bash_prelude(err_w)
+    fds = (go_r, err_w, done_w, setup_w)
+    for fd in fds:
+        os.set_inheritable(fd, True)
+    args = [bash, "--norc", "--noprofile", "-c", STAGED_BASH, "staged", *map(str, (*fds, prelude))]
+    os.execve(bash, args, {})

@@ -377,12 +377,10 @@ class Supervisor:
                 # taken at PARKED would still show it.
                 self.steps.reset_peak()
             del files
-            go = json.dumps(
-                {"code": code, "spec": vars(spec), "token": base.token.decode()}
-            ).encode()
+            go = protocol.go_frame(self.program_kind, code, vars(spec), base.token.decode())
             started = time.monotonic()
             try:
-                protocol.send_all(self.go_w, protocol.frame(protocol.REQ, go))
+                protocol.send_all(self.go_w, go)
             except BrokenPipeError:
                 delivered = False  # the program is gone; init's report may say why
         killed, reported = self._supervise(started, spec)
