@@ -131,7 +131,8 @@ def interpreter_kind(language: str, env: dict[str, str], code: str) -> str:
 
 
 # Bash's own variables: readonly (export fails), dynamic (exported, they would be recomputed),
-# or steering the staged bash itself before it execs the code's (IFS, the locale's LC_*).
+# or steering the staged bash itself before it execs the code's (IFS, the locale's LC_*);
+# `__execbox_*` are the staged bash's own (`staged.STAGED_BASH`).
 _BASH_OWN = frozenset(
     "BASHOPTS SHELLOPTS ENV EUID UID PPID GROUPS RANDOM SRANDOM SECONDS LINENO FUNCNAME "
     "HISTCMD EPOCHSECONDS EPOCHREALTIME IFS DIRSTACK PIPESTATUS OPTIND OPTARG OPTERR COLUMNS "
@@ -147,7 +148,7 @@ def bash_env_stages(name: str) -> bool:
     return (
         _IDENTIFIER.fullmatch(name) is not None
         and name not in _BASH_OWN
-        and not name.startswith(("BASH", "LC_", "COMP_"))
+        and not name.startswith(("BASH", "LC_", "COMP_", "__execbox_"))
     )
 
 

@@ -258,6 +258,23 @@ def test_a_staged_bash_hands_on_the_env_and_code_exactly(jailed_one_slot: Execut
         assert result.stdout == shown + "".join(f"{v}\n" for v in listed + ["_=/usr/bin/env"])
 
 
+# The staged bash script's own variables before they were named `__execbox_*`.
+SCRIPT_NAMES = "code token count vars i v size go_fd done_fd setup_fd".split()
+
+
+def test_a_request_variable_cannot_replace_the_code_or_be_dropped(
+    jailed_one_slot: Executor,
+) -> None:
+    # env {"code": ...} ran that instead of the code; the others were unset before the exec.
+    env = {name: f"request {name}" for name in SCRIPT_NAMES} | {"code": "echo INJECTED"}
+    wait_staged_bash(jailed_one_slot)
+    shown = "".join(f'echo "${{{name}-unset}}"\n' for name in SCRIPT_NAMES)
+    result = jailed_one_slot.run("echo the code\n" + shown, language="bash", env=env)
+    assert result.status is Status.ok, result.stderr
+    assert result.stdout == "the code\n" + "".join(f"{env[n]}\n" for n in SCRIPT_NAMES)
+    assert interpreter_kind("bash", {"__execbox_code": "x"}, "ls") == "light"
+
+
 def test_env_bash_reads_as_it_starts_takes_effect(jailed: Executor) -> None:
     # Readonly in a started bash, so a staged one could not pass it: the unstaged way runs it.
     result = jailed.run("echo hi", language="bash", env={"SHELLOPTS": "xtrace"})

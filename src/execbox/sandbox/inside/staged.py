@@ -51,27 +51,36 @@ _STAGED_SPEC = jail.RunSpec(
 # the request's variables its exported ones and execs bash on the code as the unstaged way
 # does (`interpreters.argv`: `-c` with $0 main.sh, the prelude as BASH_ENV, which reports the
 # exit status on the done pipe), so whatever bash reads as it starts comes from the request.
-# What the exec keeps is the program's jail.
+# What the exec keeps is the program's jail. Its own variables are named `__execbox_*`, which
+# a request's variable cannot shadow (`routing.bash_env_stages`): else env {"code": ...} would
+# replace the code and a variable named like one it unsets would not reach the code.
 STAGED_BASH = r"""
-go_fd=$1 done_fd=$3 setup_fd=$4
-printf P >&"$done_fd"
-IFS= read -r -d '' -u "$go_fd" token || exit 0
-fail() { printf 'program set-up: staged bash: %s' "$1" >&"$setup_fd"; exit 127; }
-IFS= read -r -d '' -u "$go_fd" count && [[ $count =~ ^[0-9]+$ ]] || fail 'a request, not that'
-vars=()
-for ((i = 0; i < count; i++)); do
-  IFS= read -r -d '' -u "$go_fd" 'vars[i]' || fail 'the request ended early'
+__execbox_go=$1 __execbox_done=$3 __execbox_setup=$4
+printf P >&"$__execbox_done"
+IFS= read -r -d '' -u "$__execbox_go" __execbox_token || exit 0
+fail() { printf 'program set-up: staged bash: %s' "$1" >&"$__execbox_setup"; exit 127; }
+IFS= read -r -d '' -u "$__execbox_go" __execbox_count && [[ $__execbox_count =~ ^[0-9]+$ ]] ||
+  fail 'a request, not that'
+__execbox_vars=()
+for ((__execbox_i = 0; __execbox_i < __execbox_count; __execbox_i++)); do
+  IFS= read -r -d '' -u "$__execbox_go" '__execbox_vars[__execbox_i]' ||
+    fail 'the request ended early'
 done
-IFS= read -r -d '' -u "$go_fd" size && [[ $size =~ ^[0-9]+$ ]] || fail 'a request, not that'
-code=
-((size == 0)) || IFS= read -r -N "$size" -u "$go_fd" code
-((${#code} == size)) || fail 'the request ended early'
+IFS= read -r -d '' -u "$__execbox_go" __execbox_size && [[ $__execbox_size =~ ^[0-9]+$ ]] ||
+  fail 'a request, not that'
+__execbox_code=
+((__execbox_size == 0)) ||
+  IFS= read -r -N "$__execbox_size" -u "$__execbox_go" __execbox_code
+((${#__execbox_code} == __execbox_size)) || fail 'the request ended early'
 export -n PWD OLDPWD SHLVL
-for v in "${vars[@]}"; do export "$v" || fail "cannot set ${v%%=*}"; done
-export BASH_ENV=/proc/self/fd/$5 __EXECBOX_REPORT="$done_fd $token"
-exec {go_fd}<&- {setup_fd}>&-
-unset token count vars i v size go_fd done_fd setup_fd
-exec "$BASH" -c -- "$code" main.sh
+for __execbox_v in "${__execbox_vars[@]}"; do
+  export "$__execbox_v" || fail "cannot set ${__execbox_v%%=*}"
+done
+export BASH_ENV=/proc/self/fd/$5 __EXECBOX_REPORT="$__execbox_done $__execbox_token"
+exec {__execbox_go}<&- {__execbox_setup}>&-
+unset __execbox_go __execbox_done __execbox_setup __execbox_token __execbox_count
+unset __execbox_vars __execbox_i __execbox_v __execbox_size
+exec "$BASH" -c -- "$__execbox_code" main.sh
 """
 
 
