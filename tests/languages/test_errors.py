@@ -175,6 +175,10 @@ def test_bash_is_allowed_only_by_profiles_that_list_it() -> None:
         ("const f = (() => {}).constructor\nf('return process')()", "js.dynamic", 1),
         ("eval(\"require('child_process')\")", "js.dynamic", 1),
         ("Reflect.get(process, 'binding')", "js.dynamic", 1),
+        # The process module is the process global as a value: its binding spawns programs.
+        ("const { binding } = require('process')\nbinding('spawn_sync')", "js.module_denied", 1),
+        ("import P from 'node:process'\nReflect.get(P, 'bind' + 'ing')", "js.module_denied", 1),
+        ("console.log(process.env.HOME, process.argv)", None, None),
         ("require('fs').writeFileSync('a.js', 'x')\nrequire('./a.js')", "js.dynamic", 2),
         ("arguments[1]('child_process')", "js.dynamic", 1),
         ("import 'data:text/javascript,import cp from \"child_process\"'", "js.dynamic", 1),
