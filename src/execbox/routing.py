@@ -125,18 +125,24 @@ def interpreter_kind(language: str, env: dict[str, str], code: str) -> str:
         if any(name in EXEC_TIME_ENV or name.startswith(EXEC_TIME_PREFIXES) for name in env):
             return "light"
         return "javascript"
-    if language == "bash" and _bash_stages(code) and all(map(bash_env_stages, env)):
+    if (
+        language == "bash"
+        and _bash_stages(code)
+        and all(map(bash_env_stages, env))
+        and _bash_env_fits(env)
+    ):
         return "bash"
     return "light"
 
 
 # Bash's own variables: readonly (export fails), dynamic (exported, they would be recomputed),
-# or steering the staged bash itself before it execs the code's (IFS, the locale's LC_*);
+# or steering the staged bash itself before it execs the code's (IFS, the locale's LC_*;
+# SHLVL, which its exec lowers by one);
 # `__execbox_*` are the staged bash's own (`staged.STAGED_BASH`).
 _BASH_OWN = frozenset(
     "BASHOPTS SHELLOPTS ENV EUID UID PPID GROUPS RANDOM SRANDOM SECONDS LINENO FUNCNAME "
     "HISTCMD EPOCHSECONDS EPOCHREALTIME IFS DIRSTACK PIPESTATUS OPTIND OPTARG OPTERR COLUMNS "
-    "LINES POSIXLY_CORRECT LANG _".split()
+    "LINES POSIXLY_CORRECT LANG SHLVL _".split()
 )
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Bash takes the code as one argument below this (interpreters.MAX_ARGUMENT_BYTES).
@@ -150,6 +156,17 @@ def bash_env_stages(name: str) -> bool:
         and name not in _BASH_OWN
         and not name.startswith(("BASH", "LC_", "COMP_", "__execbox_"))
     )
+
+
+# The environment a staged bash surely passes to exec (each string is under the kernel's
+# 128 KiB, all of them well under the argument space): a larger one goes the unstaged way,
+# where exec's E2BIG is a set-up error, not the code's exit status 126.
+_BASH_MAX_ENV = 1 << 20
+
+
+def _bash_env_fits(env: dict[str, str]) -> bool:
+    sizes = [len(k) + len(v.encode("utf-8", "surrogatepass")) + 2 for k, v in env.items()]
+    return all(size <= _BASH_MAX_ARGUMENT for size in sizes) and sum(sizes) <= _BASH_MAX_ENV
 
 
 def _bash_stages(code: str) -> bool:

@@ -267,12 +267,39 @@ def test_a_request_variable_cannot_replace_the_code_or_be_dropped(
 ) -> None:
     # env {"code": ...} ran that instead of the code; the others were unset before the exec.
     env = {name: f"request {name}" for name in SCRIPT_NAMES} | {"code": "echo INJECTED"}
+    jailed_one_slot.run("true", language="bash")  # the bash zygote starts at its first run
     wait_staged_bash(jailed_one_slot)
     shown = "".join(f'echo "${{{name}-unset}}"\n' for name in SCRIPT_NAMES)
     result = jailed_one_slot.run("echo the code\n" + shown, language="bash", env=env)
     assert result.status is Status.ok, result.stderr
     assert result.stdout == "the code\n" + "".join(f"{env[n]}\n" for n in SCRIPT_NAMES)
     assert interpreter_kind("bash", {"__execbox_code": "x"}, "ls") == "light"
+
+
+# Past the staged way's 120 KiB of code: the same request, run the unstaged way.
+UNSTAGED_PAD = "\n#" + "x" * (interpreters.MAX_ARGUMENT_BYTES + 1) + "\n"
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"SHLVL": "7"},  # a staged bash's exec lowered it by one: the code saw 7, not 8
+        {"BIG": "a" * 200_000},  # exec's E2BIG was the code's exit status 126
+        {f"V{i}": "x" * 1000 for i in range(3000)},
+    ],
+    ids=["SHLVL", "one-too-long", "all-too-long"],
+)
+def test_a_staged_bash_runs_a_request_as_the_unstaged_way_does(
+    jailed_one_slot: Executor, env: dict[str, str]
+) -> None:
+    code = 'echo "$SHLVL ${#BIG}"'
+    jailed_one_slot.run("true", language="bash")
+    wait_staged_bash(jailed_one_slot)
+    staged, unstaged = (
+        jailed_one_slot.run(c, language="bash", env=env) for c in (code, code + UNSTAGED_PAD)
+    )
+    seen = [(r.status, r.exit_code, r.stdout, r.stderr, r.error) for r in (staged, unstaged)]
+    assert seen[0] == seen[1]
 
 
 def test_env_bash_reads_as_it_starts_takes_effect(jailed: Executor) -> None:
