@@ -272,6 +272,19 @@ def test_syntax_error_in_an_imported_module_is_not_put_on_the_users_lines(
     assert (result.error.line, result.error.column) == (None, None)
 
 
+def test_the_module_error_path_never_calls_what_the_code_planted(executor: Executor) -> None:
+    # The code ran, then imported a broken module: the runner's parser path used to call the
+    # vm.compileFunction the code had put in place.
+    code = (
+        "import vm from 'vm'\n"
+        "vm.compileFunction = () => () => console.log('PLANTED')\n"
+        "await import('./lib.mjs')\n"
+    )
+    result = executor.run(code, language="javascript", files={"lib.mjs": b"let x = ;\n"})
+    assert result.error is not None
+    assert (result.error.type, result.stdout) == ("SyntaxError", "")
+
+
 @pytest.mark.parametrize("code", ["echo a\0b", "echo big\n" + "#" * 200_000])
 def test_bash_code_no_argument_can_carry_still_runs_as_a_script(
     executor: Executor, code: str

@@ -115,11 +115,15 @@ function encoded(record) {
 // `--expose-internals` would hand to the code too. Acorn's source is Node's own copy, read
 // from the built-in sources and run in a function of its own, on this error path only: the
 // code never ran, and nothing of the parser is left where later code could reach it.
+// Taken before the code runs: code that ran (a module importing a broken one) may have
+// replaced vm.compileFunction or process.binding, and must not have this path call it.
+const compileFunction = vm.compileFunction;
+const binding = process.binding;
 function modulePosition(code) {
   return safe(() => {
-    const source = process.binding('natives')['internal/deps/acorn/acorn/dist/acorn'];
+    const source = binding('natives')['internal/deps/acorn/acorn/dist/acorn'];
     const exports = {};
-    vm.compileFunction(source, ['exports', 'module'], { filename: 'acorn' })(exports, { exports });
+    compileFunction(source, ['exports', 'module'], { filename: 'acorn' })(exports, { exports });
     const options = { ecmaVersion: 'latest', sourceType: 'module', allowHashBang: true, locations: true };
     try {
       exports.parse(code, options);
