@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from execbox import environments, image
 from execbox.cli import main
 from execbox.environments.elf import ldd
-from execbox.errors import UsageError
+from execbox.errors import SandboxUnavailable, UsageError
 from tests.wheels import make_wheel
 
 TINY_INIT = "from tinydep import answer\n\ndef main():\n    print(answer())\n"
@@ -103,6 +103,24 @@ def test_the_tree_runs_its_own_interpreter_and_imports_its_packages_from_itself(
     stdlib = next((env.root / "lib").glob("python3.*"))
     for left_out in ("test", "idlelib", "tkinter", "ensurepip"):
         assert not (stdlib / left_out).exists(), left_out
+
+
+def test_a_rebuild_of_a_tree_an_older_execbox_made_brings_its_c_parts_up_to_date(
+    built: tuple[Path, environments.Environment], wheels: Path
+) -> None:
+    """The same requirements built again after an upgrade find the same tree: its jail steps
+    must be this execbox's, or every run in it would refuse to start."""
+    home, env = built
+    meta = json.loads((env.root / "manifest.json").read_text())
+    meta["native_sha256"] = "0" * 64  # what an older execbox recorded
+    (env.root / "manifest.json").write_text(json.dumps(meta))
+    (env.root / "libexec" / "execbox-enter").unlink()
+    with pytest.raises(SandboxUnavailable, match="lacks this execbox's init"):
+        image.Image.load(env.root)  # control: the tree is stale as an upgrade leaves it
+    again = _build(home, wheels)
+    assert again.root == env.root
+    assert again.manifest["native_sha256"] == image.native_sha()
+    assert image.Image.load(again.root).root == env.root.resolve()
 
 
 def test_the_lock_pins_every_package_with_a_hash_and_scripts_are_dropped(

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from ..errors import UsageError
-from ..image import LOCK_FILE, build_native, native_sha
+from ..image import LOCK_FILE, NATIVE_OUTPUTS, build_native, native_sha
 from . import manifest, npm
 from .lock import check_lock, pip, resolve
 from .modules import importable
@@ -111,7 +111,8 @@ def build(
         libs = host_libraries(work)
         final = trees / digest.removeprefix("sha256:")[:16]
         if (final / manifest.FILE).is_file() and manifest.read(final).get("tree_digest") == digest:
-            shutil.rmtree(work)  # the same tree, built before
+            shutil.rmtree(work)  # the same tree, built before (maybe by an older execbox)
+            refresh_native(final)
         else:
             if final.exists():
                 shutil.rmtree(final)
@@ -227,7 +228,8 @@ def refresh_native(root: Path) -> None:
     """Rebuild the jail's C parts of a tree when execbox's changed (outside the tree digest;
     the image digest covers their sources)."""
     meta = manifest.read(root)
-    if meta.get("native_sha256") != native_sha():
+    present = all((root / "libexec" / name).is_file() for name in NATIVE_OUTPUTS)
+    if meta.get("native_sha256") != native_sha() or not present:
         build_native(root)
         meta["native_sha256"] = native_sha()
         manifest.write(root, meta)
