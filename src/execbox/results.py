@@ -49,10 +49,11 @@ def result_of(
     meta = raw.meta
     status = Status(meta["status"])
     error = ErrorInfo(**meta["error"]) if meta.get("error") else None
-    if error is not None and error.type == "ModuleNotFoundError":
+    if error is not None and (
+        error.type == "ModuleNotFoundError"
+        or (error.type == "Error" and error.message.startswith("Cannot find"))
+    ):
         error = with_missing_hint(error, base.image_digest, allowed() if allowed else None)
-    elif error is not None and error.type == "Error" and error.message.startswith("Cannot find"):
-        error = with_missing_package_hint(error, allowed() if allowed else None)
     if (raw.stdout_truncated or raw.stderr_truncated) and status in (Status.ok, Status.error):
         status = Status.output_limit
         error = ErrorInfo(
@@ -89,39 +90,35 @@ def result_of(
 def with_missing_hint(
     error: ErrorInfo, image_digest: str, allowed: list[str] | None = None
 ) -> ErrorInfo:
-    """A ModuleNotFoundError's message with what to do: the environments among `allowed`
-    (None: all) that have the module, or whom to ask (see `environments.missing_hint`)."""
+    """A missing Python module's or npm package's error with what to do: the environments
+    among `allowed` (None: all) that have it, or whom to ask (see `environments.missing_hint`)."""
     from . import environments
 
     module = environments.missing_module(error.type, error.message)
-    if module is None:
-        return error
-    try:
-        hint = environments.missing_hint(module, image_digest, allowed)
-    except ExecboxError as exc:  # an environment that cannot be read: the run's error stands
-        log.warning("no hint for the missing module %s: %s", module, exc)
-        return error
-    if hint is None:
-        return error
-    return error.model_copy(update={"message": f"{error.message} ({hint})"})
-
-
-def with_missing_package_hint(error: ErrorInfo, allowed: list[str] | None = None) -> ErrorInfo:
-    """A JavaScript run's `Cannot find module 'x'` with the environments among `allowed`
-    (None: all) whose runs can require npm package x."""
-    from . import environments
-
+    if module is not None:
+        return _with_hint(
+            error,
+            "module",
+            module,
+            lambda: environments.missing_hint(module, image_digest, allowed),
+        )
     package = environments.missing_package(error.type, error.message)
-    if package is None:
-        return error
+    if package is not None:
+        return _with_hint(
+            error, "package", package, lambda: environments.missing_package_hint(package, allowed)
+        )
+    return error
+
+
+def _with_hint(error: ErrorInfo, kind: str, name: str, hint: Callable[[], str | None]) -> ErrorInfo:
     try:
-        hint = environments.missing_package_hint(package, allowed)
+        text = hint()
     except ExecboxError as exc:  # an environment that cannot be read: the run's error stands
-        log.warning("no hint for the missing package %s: %s", package, exc)
+        log.warning("no hint for the missing %s %s: %s", kind, name, exc)
         return error
-    if hint is None:
+    if text is None:
         return error
-    return error.model_copy(update={"message": f"{error.message} ({hint})"})
+    return error.model_copy(update={"message": f"{error.message} ({text})"})
 
 
 def with_kept_data(result: RunResult, spool_dir: str, cap: int) -> RunResult:
