@@ -249,6 +249,7 @@ ODD_VALUE = "a\nb = c 'd' \"e\" $f -x ü\t"
 
 def test_a_staged_bash_hands_on_the_env_and_code_exactly(jailed_one_slot: Executor) -> None:
     code = "  printf '%s|' \"$GIVEN\" \"$ODD\" 'ü é'\nenv -0 | sort -z | tr '\\0' '\\n'\n\n"
+    jailed_one_slot.run("true", language="bash")  # the bash zygote starts at its first run
     for env in ({"GIVEN": "yes", "PATH": "/opt/x:/usr/bin", "ODD": ODD_VALUE}, {}):
         wait_staged_bash(jailed_one_slot)
         result = jailed_one_slot.run(code, language="bash", env=env)
