@@ -412,7 +412,8 @@ def test_a_cell_that_keeps_running_after_the_interrupt_is_ended_within_the_grace
 
 
 def test_session_memory_limit_counts_what_earlier_cells_kept(hostile: Executor) -> None:
-    with hostile.session(limits=Limits(memory_mib=160)) as s:
+    # A generous timeout: under user-mode Linux on a loaded host 90 MiB took over 5 s to fill.
+    with hostile.session(limits=Limits(memory_mib=160, timeout_s=60, cpu_s=60)) as s:
         assert s.run("a = bytearray(90 << 20)").ok  # control: one block fits
         r = s.run("b = bytearray(90 << 20)")
         assert r.status is Status.memory_limit, r
