@@ -42,7 +42,9 @@ def _read(path: str) -> str:
 
 # Read once, in the zygote: the jail does not show the package. A session's cells are served by
 # session.js, which a staged Node runs when its request says so: one script, so it is there.
-NODE_RUNNER = _read(_RUNNER_JS) + "\n" + _read(_SESSION_JS)
+# In a function of its own: `-e` runs a classic script, whose top-level names a session's cells
+# (scripts in the same context) would share, and could not declare again.
+NODE_RUNNER = f"(function () {{\n{_read(_RUNNER_JS)}\n{_read(_SESSION_JS)}\n}})();\n"
 
 # Sourced by bash before the code (BASH_ENV): an ERR trap notes the line of a failure under
 # `set -e`, and the EXIT trap reports it when the shell exits with that failure's status.

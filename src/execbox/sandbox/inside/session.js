@@ -16,13 +16,11 @@
 //
 // This process runs the user's code: everything it reports is untrusted, and the supervisor
 // and host treat it so (sizes capped, the cell's id echoed, limits enforced outside).
-'use strict';
 
 const CELL_FRAME = 'CELL';
 const MAX_OUTPUTS = 1000; // kernel.MAX_OUTPUTS
 const MIN_OUTPUT_BYTES = 1 << 20; // kernel.MIN_OUTPUT_BYTES
 const MAX_MESSAGE = 16 * 1024; // kernel.MAX_MESSAGE
-const CELL_FILE = /^cell-(\d+)\.js$/;
 
 // Taken before any cell runs: a cell can replace what the modules export, not these.
 const writeSync = fs.writeSync;
