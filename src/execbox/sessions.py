@@ -426,12 +426,12 @@ class SessionTable:
                 "run other languages as runs"
             )
         if language == "javascript":
-            started = sorted(
+            late = sorted(
                 k for k in env or {} if k in EXEC_TIME_ENV or k.startswith(EXEC_TIME_PREFIXES)
             )
-            if started:  # a staged Node has started: what Node reads only as it starts is late
+            if late:  # a staged Node has started: what Node reads only as it starts is too late
                 raise UsageError(
-                    f"a JavaScript session cannot set {started[0]}, which Node reads only as it "
+                    f"a JavaScript session cannot set {late[0]}, which Node reads only as it "
                     "starts; leave it out (a run may set it)"
                 )
         for name, value in (("idle_timeout_s", idle_timeout_s), ("max_lifetime_s", max_lifetime_s)):
