@@ -213,3 +213,12 @@ def test_a_javascript_session_over_mcp(executor: Executor) -> None:
 
     texts = anyio.run(main)
     assert "[ 2, 4, 6 ]" in texts[1], texts
+
+
+def test_output_flood_in_a_cell_is_capped_and_the_session_goes_on(executor: Executor) -> None:
+    limits = Limits(timeout_s=10, output_bytes=4096)
+    with executor.session(language="javascript", limits=limits) as s:
+        r = s.run("while (true) console.log('x'.repeat(1000))")
+        assert r.status is Status.output_limit, r
+        assert r.stdout_truncated and len(r.stdout) == 4096
+        assert s.run("console.log('after')").stdout == "after\n"

@@ -34,16 +34,36 @@ function sessionFrame(kind, payload) {
   return Buffer.concat([header, payload]);
 }
 
-function sendReport(kind, payload) {
-  const data = sessionFrame(kind, Buffer.isBuffer(payload) ? payload : Buffer.from(payload));
+function writeAll(fd, data) {
   let at = 0;
   while (at < data.length) {
     try {
-      at += writeSync(errFd, data, at, data.length - at);
+      at += writeSync(fd, data, at, data.length - at);
     } catch (err) {
       if (err.code !== 'EAGAIN' && err.code !== 'EINTR') throw err;
     }
   }
+}
+
+function sendReport(kind, payload) {
+  writeAll(errFd, sessionFrame(kind, Buffer.isBuffer(payload) ? payload : Buffer.from(payload)));
+}
+
+// stdout and stderr written straight to their descriptors: an interrupt stops a cell between
+// two statements, and one inside a stream's own write would leave the stream waiting for a
+// write that never ends, holding back all later cells' output.
+function writeDirectly(stream, fd) {
+  stream.write = function write(chunk, encoding, callback) {
+    if (typeof encoding === 'function') [callback, encoding] = [encoding, undefined];
+    let error = null;
+    try {
+      writeAll(fd, typeof chunk === 'string' ? Buffer.from(chunk, encoding || 'utf8') : chunk);
+    } catch (err) {
+      error = err;
+    }
+    if (typeof callback === 'function') process.nextTick(callback, error);
+    return error === null;
+  };
 }
 
 // Node's own acorn, compiled once on the first cell that needs it (see modulePosition).
@@ -247,6 +267,8 @@ function serveSession(go) {
     const text = safe(() => (typeof err.stack === 'string' ? err.stack : inspect(err)), '<uninspectable>');
     safe(() => writeSync(2, `${prefix}${text}\n`), null);
   });
+  writeDirectly(process.stdout, 1);
+  writeDirectly(process.stderr, 2);
   const req = Module.createRequire(`${WORKSPACE}/session.js`);
   Object.assign(globalThis, { require: req, module: mod, exports: mod.exports, __dirname: WORKSPACE });
 
