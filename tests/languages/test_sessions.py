@@ -222,3 +222,25 @@ def test_output_flood_in_a_cell_is_capped_and_the_session_goes_on(executor: Exec
         assert r.status is Status.output_limit, r
         assert r.stdout_truncated and len(r.stdout) == 4096
         assert s.run("console.log('after')").stdout == "after\n"
+
+
+def test_errors_no_cell_awaits_are_shown_and_the_session_goes_on(js: Session) -> None:
+    r = js.run(
+        "setTimeout(() => { throw new TypeError('in a timer') }, 0);\n"
+        "Promise.reject(new Error('unhandled'));\n"
+        "await new Promise((r) => setTimeout(r, 50));\n"
+        "'still here'"
+    )
+    assert _value(r) == "'still here'"
+    assert "Uncaught TypeError: in a timer" in r.stderr, r.stderr
+    assert "Unhandled promise rejection: Error: unhandled" in r.stderr, r.stderr
+    thrown = js.run("throw 42")
+    assert thrown.error is not None and thrown.error.type == "ThrownValue", thrown
+    assert _value(js.run("1 + 1")) == "2"
+
+
+def test_cell_cpu_limit_interrupts_and_the_session_survives(executor: Executor) -> None:
+    with executor.session(language="javascript", limits=Limits(timeout_s=20, cpu_s=1)) as s:
+        r = s.run("let spins = 0; while (true) spins++")
+        assert r.status is Status.cpu_limit, r
+        assert _value(s.run("spins > 0")) == "true"
