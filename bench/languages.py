@@ -10,8 +10,8 @@ machine), so each call finds its interpreter waiting. Throughput: runs/s with
 `--callers` threads calling at once for `--seconds`, beside as many threads looping the bare
 interpreter. The bare runs get an empty environment, as runs do (a host's
 NODE_EXTRA_CA_CERTS, say, costs Node a certificate parse at every start).
-This is where bench/latency.py and bench/throughput.py's Python figures have their
-JavaScript and bash counterparts.
+bench/latency.py and bench/throughput.py report JavaScript and bash beside Python with the
+functions here (`latency`, `throughput`); run alone, this prints all three languages.
 
     python bench/languages.py [--runs N] [--callers 4] [--seconds 10]
 """
@@ -38,13 +38,17 @@ PACE_MAX_S = 10.0
 SETTLE_S = {"javascript": 1.0, "bash": 0.05}
 
 
-def _summary(samples: list[float]) -> str:
+def summary(samples: list[float]) -> dict[str, float]:
+    """Median and p90 of `samples` (milliseconds)."""
     ordered = sorted(samples)
-    p90 = ordered[int(len(ordered) * 0.9) - 1]
-    return f"median {statistics.median(ordered):7.2f} ms  p90 {p90:7.2f} ms"
+    return {
+        "median_ms": round(statistics.median(ordered), 3),
+        "p90_ms": round(ordered[max(0, int(len(ordered) * 0.9) - 1)], 3),
+        "n": len(ordered),
+    }
 
 
-def _rate(callers: int, seconds: float, once: Callable[[], None]) -> float:
+def rate(callers: int, seconds: float, once: Callable[[], None]) -> float:
     """Calls per second of `once` from `callers` threads for `seconds`."""
     done = [0] * callers
     stop = time.monotonic() + seconds
@@ -63,7 +67,7 @@ def _rate(callers: int, seconds: float, once: Callable[[], None]) -> float:
     return sum(done) / (time.monotonic() - start)
 
 
-def _pace(ex: Executor, language: str) -> None:
+def pace(ex: Executor, language: str) -> None:
     """Wait until every slot of the language's kind is staged again (at most PACE_MAX_S)."""
     time.sleep(PACE_MIN_S)
     kind, deadline = SLOT_KIND[language], time.monotonic() + PACE_MAX_S
@@ -75,6 +79,56 @@ def _pace(ex: Executor, language: str) -> None:
     time.sleep(SETTLE_S.get(language, 0.0))
 
 
+def warm(ex: Executor, language: str) -> None:
+    """Run the language's case until every slot of the pool has run once."""
+    for _ in range(5):
+        ex.run(CASES[language][0], language=language)
+
+
+def _bare(argv: list[str]) -> None:
+    subprocess.run(argv, check=True, capture_output=True, env={})
+
+
+def latency(ex: Executor, language: str, runs: int) -> dict[str, dict[str, float]]:
+    """Paced latency of the language's case through `ex`, and of its bare interpreter (none
+    for Python: bench/latency.py has its own baselines) measured between the same calls."""
+    code, bare = CASES[language]
+    sandboxed, host = [], []
+    for _ in range(runs):
+        start = time.perf_counter()
+        result = ex.run(code, language=language)
+        sandboxed.append((time.perf_counter() - start) * 1000)
+        assert result.stdout == "1\n", result
+        if bare is not None:
+            start = time.perf_counter()
+            _bare(bare)
+            host.append((time.perf_counter() - start) * 1000)
+        pace(ex, language)
+    out = {"execbox": summary(sandboxed)}
+    if host:
+        out["bare"] = summary(host)
+    return out
+
+
+def throughput(ex: Executor, language: str, callers: int, seconds: float) -> dict[str, float]:
+    """Runs/s of the language's case with `callers` threads, beside as many threads looping
+    its bare interpreter, measured one after the other in the same run."""
+    code, bare = CASES[language]
+
+    def sandboxed_once() -> None:
+        ex.run(code, language=language)
+
+    out = {"execbox_runs_per_s": round(rate(callers, seconds, sandboxed_once), 1)}
+    if bare is not None:
+        out["bare_runs_per_s"] = round(rate(callers, seconds, lambda: _bare(bare)), 1)
+        out["ratio"] = round(out["execbox_runs_per_s"] / out["bare_runs_per_s"], 3)
+    return out
+
+
+def _line(stats: dict[str, float]) -> str:
+    return f"median {stats['median_ms']:7.2f} ms  p90 {stats['p90_ms']:7.2f} ms"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=40)
@@ -82,38 +136,18 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     args = parser.parse_args()
     with Executor(cache=False) as ex:
-        for language, (code, _bare) in CASES.items():
-            for _ in range(5):  # every slot of the pool has run once
-                ex.run(code, language=language)
-        for language, (code, bare) in CASES.items():
-            sandboxed, host = [], []
-            for _ in range(args.runs):
-                start = time.perf_counter()
-                result = ex.run(code, language=language)
-                sandboxed.append((time.perf_counter() - start) * 1000)
-                assert result.stdout == "1\n", result
-                if bare is not None:
-                    start = time.perf_counter()
-                    subprocess.run(bare, check=True, capture_output=True, env={})
-                    host.append((time.perf_counter() - start) * 1000)
-                _pace(ex, language)
-            print(f"{language:<10} execbox {_summary(sandboxed)}")
-            if host:
-                print(f"{'':<10} bare    {_summary(host)}")
-        for language, (code, bare) in CASES.items():
-
-            def sandboxed_once(code: str = code, language: str = language) -> None:
-                ex.run(code, language=language)
-
-            rate = _rate(args.callers, args.seconds, sandboxed_once)
-            line = f"{language:<10} {args.callers} callers: execbox {rate:6.1f} runs/s"
-            if bare is not None:
-
-                def bare_once(bare: list[str] = bare) -> None:
-                    subprocess.run(bare, check=True, capture_output=True, env={})
-
-                bare_rate = _rate(args.callers, args.seconds, bare_once)
-                line += f", bare {bare_rate:6.1f} runs/s ({rate / bare_rate:.2f}x)"
+        for language in CASES:
+            warm(ex, language)
+        for language in CASES:
+            measured = latency(ex, language, args.runs)
+            print(f"{language:<10} execbox {_line(measured['execbox'])}")
+            if "bare" in measured:
+                print(f"{'':<10} bare    {_line(measured['bare'])}")
+        for language in CASES:
+            got = throughput(ex, language, args.callers, args.seconds)
+            line = f"{language:<10} {args.callers} callers: execbox {got['execbox_runs_per_s']:6.1f} runs/s"
+            if "bare_runs_per_s" in got:
+                line += f", bare {got['bare_runs_per_s']:6.1f} runs/s ({got['ratio']:.2f}x)"
             print(line)
 
 

@@ -1,9 +1,12 @@
 """Latency of isolated runs through Executor.run, against bare interpreters measured in the same
 run: `print(1)` against `python3 -c pass`, and a pandas snippet against a bare interpreter doing
 the same work. Also: how long the executor takes to be ready and what it holds in memory idle.
+Then JavaScript's `console.log(1)` and bash's `echo 1`, paced, each beside its bare interpreter
+(`node -e`, `bash -c`) called between the same runs (`languages.latency`).
 Prints medians, p90 and ratios; writes bench/results/latency.json.
 
     .venv/bin/python bench/latency.py [--runs 200] [--baseline-runs 40] [--secrets 3]
+                                      [--language-runs 40]
 
 `--secrets N` registers N secret values with every run (`run(..., secrets=...)`), so the
 per-run redaction of registered values is in what is measured.
@@ -23,8 +26,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # noqa: E402
 
+from languages import latency as language_latency  # noqa: E402
+from languages import warm  # noqa: E402
+
 from execbox.executor import Executor  # noqa: E402 - imported before the clock starts
 from execbox.image import Image  # noqa: E402
+
+OTHER_LANGUAGES = ("javascript", "bash")
 
 PANDAS = (
     "import pandas as pd\n"
@@ -103,6 +111,9 @@ def main() -> None:
     parser.add_argument(
         "--secrets", type=int, default=0, help="secret values registered with every run"
     )
+    parser.add_argument(
+        "--language-runs", type=int, default=40, help="paced runs of each other language"
+    )
     args = parser.parse_args()
     # Realistic credentials: 40-64 characters, one with a quote and one not ASCII.
     secrets = tuple(
@@ -146,6 +157,10 @@ def main() -> None:
         for _ in range(max(20, args.runs // 4)):
             time.sleep(0.03)
             pandas_paced += time_runs(executor, PANDAS, 1, "(10, 2)\n", secrets)
+        languages = {}
+        for language in OTHER_LANGUAGES:
+            warm(executor, language)
+            languages[language] = language_latency(executor, language, args.language_runs)
     n_base = args.baseline_runs
     baselines = {
         "python3 -c pass": time_command([python3, "-c", "pass"], n_base),
@@ -165,6 +180,7 @@ def main() -> None:
         "isolated_pandas_snippet": stats(pandas),
         "isolated_pandas_snippet_paced": stats(pandas_paced),
         "baselines": {name: stats(s) for name, s in baselines.items()},
+        "languages_paced": languages,
     }
     b = result["baselines"]
     result["ratios"] = {
@@ -205,6 +221,13 @@ def main() -> None:
         print(f"{'bare ' + name:<52}{b[name]['median_ms']:>10.2f}{b[name]['p90_ms']:>10.2f}")
     for name, ratio in result["ratios"].items():
         print(f"ratio {name}: {ratio:.3f}")
+    for language, measured in languages.items():
+        ours, bare = measured["execbox"], measured["bare"]
+        print(
+            f"{language:<11} paced: execbox median {ours['median_ms']:.2f} ms "
+            f"(p90 {ours['p90_ms']:.2f}), bare median {bare['median_ms']:.2f} ms "
+            f"(p90 {bare['p90_ms']:.2f}), ratio {ours['median_ms'] / bare['median_ms']:.3f}"
+        )
     save_results("latency", result)
 
 

@@ -152,10 +152,12 @@ class SandboxBackend(Protocol):
         environment: str | None = None,
         network: Sequence[str] | None = None,
         on_network_limit: Callable[[str], None] | None = None,
+        language: str = "python",
     ) -> SessionBackend:
         """A session's interpreter in `environment` (a digest; None: the default), ready for
         its first cell; HostError when it cannot start. `network`: its allowlist for the
-        whole session (None: no network); past a network limit, `on_network_limit`."""
+        whole session (None: no network); past a network limit, `on_network_limit`.
+        `language`: "python" (IPython) or "javascript" (a staged Node, see `session.js`)."""
         ...
 
     def close(self) -> None:
@@ -319,9 +321,12 @@ class LocalBackend:
         environment: str | None = None,
         network: Sequence[str] | None = None,
         on_network_limit: Callable[[str], None] | None = None,
+        language: str = "python",
     ) -> SessionBackend:
-        if environment is not None and "IPython" not in environments.modules_of(
-            self._images[environment].root
+        if (
+            language == "python"
+            and environment is not None
+            and "IPython" not in environments.modules_of(self._images[environment].root)
         ):
             name = self.environment_names.get(environment, environment)
             raise UsageError(
@@ -330,11 +335,14 @@ class LocalBackend:
             )
 
         def attempt() -> SessionBackend:
-            channel = self.hosts.open_session(tenant, SLOT_WAIT_S, environment)
+            channel = self.hosts.open_session(tenant, SLOT_WAIT_S, environment, language)
             if network is None:
-                channel.start(session_id, sandbox_spec(limits, env, files), list(files))
+                spec = sandbox_spec(limits, env, files, language)
+                channel.start(session_id, spec, list(files))
                 return channel
-            return self._with_network(channel, session_id, limits, env, files, network, on_limit)
+            return self._with_network(
+                channel, session_id, limits, env, files, network, on_limit, language
+            )
 
         def on_limit(message: str) -> None:
             if on_network_limit is not None:
@@ -351,6 +359,7 @@ class LocalBackend:
         files: Sequence[tuple[str, bytes]],
         network: Sequence[str],
         on_limit: Callable[[str], None],
+        language: str,
     ) -> SessionBackend:
         """Start `channel` with a listener in its namespace, served for the session's life."""
         caps = NetworkLimits(limits.network_bytes, limits.network_connections)
@@ -362,7 +371,9 @@ class LocalBackend:
             raise HostError(f"network: cannot listen in the session's namespace: {exc}") from exc
         try:
             channel.start(
-                session_id, sandbox_spec(limits, {**env, **proxy_env}, files), list(files)
+                session_id,
+                sandbox_spec(limits, {**env, **proxy_env}, files, language),
+                list(files),
             )
         except BaseException:
             egress.close()

@@ -367,6 +367,7 @@ class Executor:
             limits = limits.model_copy(update={"timeout_s": timeout_s})
         request = make_request(
             code,
+            language=session.language,
             limits=limits,
             env=session.env,
             profile=session.profile,
@@ -683,6 +684,7 @@ class Executor:
         tenant: str | None = None,
         environment: str | None = None,
         network: str | Sequence[str] = "none",
+        language: str = "python",
     ) -> Session:
         """Start a stateful session (see `execbox.sessions`). `limits`: memory, pids and disk
         for the whole session, wall and CPU time per cell. Raises Overloaded past
@@ -690,7 +692,8 @@ class Executor:
         there for its whole life, across replacements of the host. `environment`: the named
         environment every cell runs in (None: the default), as for `run`. `network`: the
         session's allowlist, as for `run`, for its whole life (its network limits count
-        across its cells; each cell's result logs what it asked for)."""
+        across its cells; each cell's result logs what it asked for). `language`: "python"
+        (IPython) or "javascript" (Node), for every cell."""
         return self._sessions.open(
             self,
             self._backend,
@@ -706,6 +709,7 @@ class Executor:
             secrets=secrets,
             tenant=tenant,
             network=network,
+            language=language,
         )
 
     def get_session(self, session_id: str) -> Session:

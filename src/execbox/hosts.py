@@ -170,14 +170,18 @@ class Hosts:
                 host = None
 
     def open_session(
-        self, tenant: str | None, slot_wait_s: float, environment: str | None = None
+        self,
+        tenant: str | None,
+        slot_wait_s: float,
+        environment: str | None = None,
+        language: str = "python",
     ) -> SessionChannel:
         """A slot of `tenant`'s host in `environment` for a session (see
         `ZygoteProcess.open_session`)."""
         while True:
             host = self.get(tenant, environment)
             try:
-                return host.open_session(slot_wait_s)
+                return host.open_session(slot_wait_s, language)
             except HostRetired:
                 continue
 

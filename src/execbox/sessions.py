@@ -11,6 +11,10 @@ interrupt) is over, and every later call raises `SessionClosed` saying why.
     with executor.session() as s:
         s.run("import pandas as pd; df = pd.DataFrame({'x': [1, 2, 3]})")
         s.run("df.x.sum()").outputs[-1].data   # '6'
+
+A JavaScript session (`language="javascript"`) is one Node process with the same jail, limits
+and protocol: its cells share the main context (top-level `let`/`const` persist, top-level
+`await` works) and its last expression's value is the output (see `sandbox/inside/session.js`).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from .policy import CellContext, Profile, check
 from .redact import checked_secrets
 from .request import FileSource, make_request, new_run_id
 from .results import result_of
+from .routing import EXEC_TIME_ENV, EXEC_TIME_PREFIXES
 from .sandbox.host.channel import SessionEnded
 from .sandbox.host.errors import HostError
 from .sandbox.host.pump import OutputCallback
@@ -53,6 +58,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_IDLE_TIMEOUT_S = 600.0
+SESSION_LANGUAGES = ("python", "javascript")
 DEFAULT_MAX_LIFETIME_S = 3600.0
 
 # The error type of a cell ended by `Session.kill`, by the status it ends with.
@@ -78,8 +84,10 @@ class Session:
         environment: str | None = None,
         image_digest: str = "",
         network: str | list[str] = "none",
+        language: str = "python",
     ) -> None:
         self.id = session_id
+        self.language = language  # every cell's, for its whole life
         self.profile = profile
         self.network = network  # for its whole life: each cell's request carries it
         self.environment = environment  # its name, None for the default: it never changes
@@ -409,14 +417,30 @@ class SessionTable:
         secrets: Iterable[str],
         tenant: str | None,
         network: str | Sequence[str] = "none",
+        language: str = "python",
     ) -> Session:
         """A new session of `executor` (see `Executor.session`)."""
+        if language not in SESSION_LANGUAGES:
+            raise UsageError(
+                f"sessions run {' or '.join(SESSION_LANGUAGES)}, not {language!r}; "
+                "run other languages as runs"
+            )
+        if language == "javascript":
+            late = sorted(
+                k for k in env or {} if k in EXEC_TIME_ENV or k.startswith(EXEC_TIME_PREFIXES)
+            )
+            if late:  # a staged Node has started: what Node reads only as it starts is too late
+                raise UsageError(
+                    f"a JavaScript session cannot set {late[0]}, which Node reads only as it "
+                    "starts; leave it out (a run may set it)"
+                )
         for name, value in (("idle_timeout_s", idle_timeout_s), ("max_lifetime_s", max_lifetime_s)):
             if not 0 < value <= 7 * 24 * 3600:
                 raise UsageError(f"{name} must be in (0, 604800] seconds, not {value!r}")
         secrets = checked_secrets(secrets)
         template = make_request(
             "",
+            language=language,
             limits=limits,
             env=env,
             files=files,
@@ -461,6 +485,7 @@ class SessionTable:
                 where,
                 network=None if template.network == "none" else template.network,
                 on_network_limit=lambda message: ended_by(message),
+                language=language,
             )
         except HostError as exc:
             self.forget(session_id)
@@ -482,11 +507,18 @@ class SessionTable:
             environment=environment,
             image_digest=digest,
             network=template.network,
+            language=language,
         )
         started.append(session)
         with self._lock:
             self._sessions[session_id] = session
-        log.info("session %s started (%s, %s)", session_id, profile, environment or "default")
+        log.info(
+            "session %s started (%s, %s, %s)",
+            session_id,
+            language,
+            profile,
+            environment or "default",
+        )
         return session
 
     def get(self, session_id: str) -> Session:

@@ -200,6 +200,7 @@ class FakeSandbox:
         environment: str | None = None,
         network: Sequence[str] | None = None,
         on_network_limit: Callable[[str], None] | None = None,
+        language: str = "python",
     ) -> SessionBackend:
         session = FakeSession(self, session_id, limits, env, dict(files), tenant)
         with self._lock:

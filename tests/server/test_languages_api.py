@@ -27,3 +27,19 @@ def test_javascript_and_bash_run_over_http_and_bad_language_requests_are_422(
     response = real_alice.post("/v1/runs", json={"language": "bash", "code": "true", "env": env})
     assert response.status_code == 422, response.text
     assert "BASH_ENV is set by execbox for bash runs" in response.text
+
+
+def test_a_javascript_session_over_http(real_alice: httpx.Client) -> None:
+    response = real_alice.post("/v1/sessions", json={"language": "javascript"})
+    assert response.status_code == 201, response.text
+    sid = response.json()["session_id"]
+    try:
+        url = f"/v1/sessions/{sid}/cells"
+        first = real_alice.post(url, json={"code": "let x = 41"})
+        assert first.status_code == 200 and first.json()["status"] == "ok", first.text
+        second = real_alice.post(url, json={"code": "x + 1"}).json()
+        assert second["outputs"][-1] == {"mime_type": "text/plain", "data": "42"}
+    finally:
+        real_alice.delete(f"/v1/sessions/{sid}")
+    bad = real_alice.post("/v1/sessions", json={"language": "bash"})
+    assert bad.status_code == 422, bad.text

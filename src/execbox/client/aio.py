@@ -148,6 +148,7 @@ class AsyncClient:
         max_lifetime_s: float = 3600.0,
         secrets: Iterable[str] = (),
         network: str | Sequence[str] = "none",
+        language: str = "python",
     ) -> AsyncRemoteSession:
         """Start a session on the server."""
         body = session_body(
@@ -160,6 +161,7 @@ class AsyncClient:
             max_lifetime_s=max_lifetime_s,
             secrets=secrets,
             network=network,
+            language=language,
         )
         info = (await self._call(Request("POST", "/v1/sessions", json_body=body))).json()
         return AsyncRemoteSession(self, info["session_id"])

@@ -154,6 +154,7 @@ class Client:
         max_lifetime_s: float = 3600.0,
         secrets: Iterable[str] = (),
         network: str | Sequence[str] = "none",
+        language: str = "python",
     ) -> RemoteSession:
         """Start a session on the server (a stateful interpreter with its own workspace)."""
         body = session_body(
@@ -166,6 +167,7 @@ class Client:
             max_lifetime_s=max_lifetime_s,
             secrets=secrets,
             network=network,
+            language=language,
         )
         info = self._call(Request("POST", "/v1/sessions", json_body=body)).json()
         return RemoteSession(self, info["session_id"])

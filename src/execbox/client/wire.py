@@ -143,11 +143,13 @@ def session_body(
     secrets: Iterable[str],
     environment: str | None = None,
     network: str | Sequence[str] = "none",
+    language: str = "python",
 ) -> dict[str, Any]:
     from ..request import make_request
 
     checked = make_request(
         "",
+        language=language,
         files=files,
         limits=limits,
         env=env,
@@ -158,6 +160,7 @@ def session_body(
     return {
         **({"environment": environment} if environment is not None else {}),
         **({"network": checked.network} if checked.network != "none" else {}),
+        **({"language": language} if language != "python" else {}),
         "profile": profile,
         "limits": checked.limits.model_dump() if limits else None,
         "env": checked.env,

@@ -67,7 +67,7 @@ SessionCode = Annotated[
     str,
     Field(
         min_length=1,
-        description="Python code to run as the next cell of the session. Variables, "
+        description="Code in the session's language to run as its next cell. Variables, "
         "imports and files from earlier cells are still there; the value "
         "of a last expression is shown, like in a notebook.",
     ),
@@ -340,11 +340,18 @@ def build_server(  # noqa: C901
             Field(gt=0, description="Seconds without a call before the session ends on its own."),
         ] = 600.0,
         environment: RunEnvironment = None,
+        language: Annotated[
+            Literal["python", "javascript"],
+            Field(
+                description="The language of every cell: python (IPython), or javascript "
+                "(Node; top-level let/const persist, top-level await works)."
+            ),
+        ] = "python",
         *,
         ctx: Context,
     ) -> CallToolResult:
-        """Start a stateful Python session (like a notebook kernel) in its own sandbox.
-        Run cells with session_run; end it with session_close."""
+        """Start a stateful Python or JavaScript session (like a notebook kernel) in its
+        own sandbox. Run cells with session_run; end it with session_close."""
         inputs = {name: text.encode() for name, text in (files or {}).items()}
         inputs.update({name: _b64(data, name) for name, data in (files_base64 or {}).items()})
         tenant = caller(ctx)
@@ -353,6 +360,7 @@ def build_server(  # noqa: C901
         try:
             session = _call(
                 lambda: executor.session(
+                    language=language,
                     profile=profile,
                     environment=environment or default_environment,
                     limits=limits,

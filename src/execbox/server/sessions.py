@@ -37,6 +37,11 @@ class SessionBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    language: Literal["python", "javascript"] = Field(
+        "python",
+        description="The language of every cell: python (IPython) or javascript (Node; "
+        "top-level let/const persist across cells, top-level await works).",
+    )
     profile: str = Field("data", description="Policy profile checked before each cell.")
     environment: str | None = Field(
         None,
@@ -145,6 +150,7 @@ async def create_session(body: SessionBody, state: State, tenant: Caller) -> Ses
         try:
             session = await state.running(
                 lambda: executor.session(
+                    language=body.language,
                     profile=body.profile,
                     environment=body.environment,
                     limits=body.limits,

@@ -402,12 +402,18 @@ class ZygoteProcess:
             ctrl_child.close()
         return Slot(name, kind, ctrl)
 
-    def open_session(self, slot_wait_s: float) -> SessionChannel:
-        """A staged slot, to be started as a session (see `channel`)."""
+    def open_session(self, slot_wait_s: float, language: str = "python") -> SessionChannel:
+        """A staged slot, to be started as a session (see `channel`): a heavy one for
+        Python (IPython on the data stack), a staged Node for JavaScript."""
         from .channel import SessionChannel
 
-        self.wait_heavy()
-        slot = self.pool.take("heavy", slot_wait_s, session=True)
+        if language == "javascript":
+            self.start_program("javascript")
+            kind = "javascript"
+        else:
+            self.wait_heavy()
+            kind = "heavy"
+        slot = self.pool.take(kind, slot_wait_s, session=True)
         return SessionChannel(slot, self._release)
 
     def _release(self, slot: Slot) -> None:

@@ -32,6 +32,7 @@ UV_THREADPOOL_SIZE = "4"
 MAX_ARGUMENT_BYTES = 120 * 1024
 
 _RUNNER_JS = os.path.join(os.path.dirname(__file__), "runner.js")
+_SESSION_JS = os.path.join(os.path.dirname(__file__), "session.js")
 
 
 def _read(path: str) -> str:
@@ -39,7 +40,11 @@ def _read(path: str) -> str:
         return fh.read()
 
 
-NODE_RUNNER = _read(_RUNNER_JS)  # read once, in the zygote: the jail does not show the package
+# Read once, in the zygote: the jail does not show the package. A session's cells are served by
+# session.js, which a staged Node runs when its request says so: one script, so it is there.
+# In a function of its own: `-e` runs a classic script, whose top-level names a session's cells
+# (scripts in the same context) would share, and could not declare again.
+NODE_RUNNER = f"(function () {{\n{_read(_RUNNER_JS)}\n{_read(_SESSION_JS)}\n}})();\n"
 
 # Sourced by bash before the code (BASH_ENV): an ERR trap notes the line of a failure under
 # `set -e`, and the EXIT trap reports it when the shell exits with that failure's status.

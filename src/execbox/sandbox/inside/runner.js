@@ -1,9 +1,10 @@
 // Inside the jail: run the user's JavaScript as the main module and report a structured error.
-// Node runs this with `-e`, in one of two ways (process.argv):
+// Node runs this (with session.js after it) with `-e`, in one of two ways (process.argv):
 //   <code fd> <error fd>: the code is in a memfd (a program exec'd Node for its request);
 //   staged <go fd> <error fd> <done fd> <setup fd>: Node was started ahead of its request
 //   (see staged.py); it says so on the done pipe and blocks reading the request from the go
-//   pipe, then applies the request's environment and runs the code.
+//   pipe, then applies the request's environment and runs the code, or serves a session's
+//   cells (session.js) when the request says `session`.
 // The stack shown on stderr and in the result starts at the user's code.
 'use strict';
 
@@ -17,6 +18,7 @@ const FILENAME = 'main.js';
 // by hooks (no file is written): its relative imports resolve in the workspace.
 const MODULE_URL = 'file:///workspace/main.mjs';
 const USER_FILES = [FILENAME, MODULE_URL];
+const isUserFile = (name) => USER_FILES.includes(name) || /^cell-\d+\.js$/.test(name); // a session's
 // What V8 says of ES module syntax compiled as CommonJS (Node's own detection reads the same).
 const MODULE_SYNTAX = [
   'Cannot use import statement outside a module',
@@ -60,7 +62,7 @@ function safe(fn, fallback) {
 Error.prepareStackTrace = (err, frames) => {
   let last = -1;
   frames.forEach((f, i) => {
-    if (USER_FILES.includes(safe(() => f.getFileName(), null))) last = i;
+    if (isUserFile(safe(() => f.getFileName(), null))) last = i;
   });
   // No frame of the user's (a syntax error, a rejection with no stack of its own): only
   // Node's frames that are not the runner's.
@@ -196,7 +198,7 @@ function readFull(fd, n) {
 
 // A staged Node's request: it says it waits (PARKED), reads the whole request (a program
 // that took its request leaves nothing in the pipe), and makes the request's environment
-// the code's. Returns the code.
+// the code's. Returns the request. A session's keeps the go pipe: its cells come there.
 function awaitRequest() {
   fs.writeSync(doneFd, PARKED);
   const header = readFull(goFd, FRAME_HEADER);
@@ -210,19 +212,24 @@ function awaitRequest() {
     const payload = readFull(goFd, size);
     if (payload.length !== size) throw new Error('the request ended early');
     go = JSON.parse(payload.toString('utf8'));
-    if (go.mode === 'session' || typeof go.code !== 'string') throw new Error('not a run');
+    const session = go.mode === 'session';
+    if (!session && typeof go.code !== 'string') throw new Error('not a run');
     const env = go.spec.env || {};
     const threads = process.env.UV_THREADPOOL_SIZE;
     for (const name of Object.keys(process.env)) delete process.env[name];
     Object.assign(process.env, env);
     process.env.UV_THREADPOOL_SIZE = threads;
-    fs.closeSync(goFd);
-    reportExit(Buffer.from(String(go.token), 'latin1'));
+    if (session) {
+      fs.closeSync(doneFd); // a session's interpreter reports no exit status of its own
+    } else {
+      fs.closeSync(goFd);
+      reportExit(Buffer.from(String(go.token), 'latin1'));
+    }
   } catch (err) {
     setupFailed(`staged node: ${safe(() => err.message, 'the request')}`);
   }
   fs.closeSync(setupFd);
-  return go.code;
+  return go;
 }
 
 // Report the exit status on the done pipe once the 'exit' listeners have run, before Node
@@ -317,7 +324,11 @@ if (STAGED) {
   warmUp();
   // The warm-up's write callbacks run in this first turn of the event loop; then Node blocks
   // for its request.
-  setImmediate(() => runCode(awaitRequest()));
+  setImmediate(() => {
+    const go = awaitRequest();
+    if (go.mode === 'session') serveSession(go);
+    else runCode(go.code);
+  });
 } else {
   const code = fs.readFileSync(codeFd, 'utf8');
   fs.closeSync(codeFd);
