@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..image import home
+from ..homedir import home
 
 SOCKET_NAME = "serve.sock"
 LOCAL_PEER_KEY = "execbox.local_peer"  # the scope's mark: this request came on the local socket
