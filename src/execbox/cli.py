@@ -429,12 +429,12 @@ def _run_served(
     """The run on the local server's socket without httpx or pydantic, printed as a run sent
     any other way is: its exit status, or None when nothing ran and the full path must say
     why (the server found the request invalid, input that cannot be read)."""
-    import base64
+    import binascii
 
     from .client import uds
 
     def b64(data: bytes) -> str:
-        return base64.b64encode(data).decode()
+        return binascii.b2a_base64(data, newline=False).decode()
 
     try:
         files = [
