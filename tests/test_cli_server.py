@@ -148,6 +148,8 @@ CASES = {
     "stdin": ("import sys; data = sys.stdin.read(); print(len(data), data.upper())", []),
     "input": ("print(open('/workspace/data.csv').read().count(','))", []),
     "env": ("import os; print(os.environ['GREETING'], 'é', '\\u2603')", ["--env", "GREETING=hé"]),
+    # The profile's own default limits (60 s here), not Limits' defaults (5 s).
+    "profile": ("print('extended')", ["--profile", "extended"]),
     # Refused by the server as invalid (422): the CLI says what it says without a server.
     "invalid": ("print(1)", ["--timeout", "-1"]),
     "bad-env": ("print(1)", ["--env", "NOEQUALS"]),
@@ -199,7 +201,9 @@ def test_server_run_answers_as_an_in_process_run(served: Served, case: str, tmp_
     if case in ("invalid", "bad-env", "missing-input"):
         assert plain[0] == result["exit"] == 2 and not plain[1], plain
         return
-    expected_exit = 0 if case in ("ok", "artifacts", "stdin", "input", "env", "cookie") else 1
+    expected_exit = (
+        0 if case in ("ok", "artifacts", "stdin", "input", "env", "cookie", "profile") else 1
+    )
     assert plain[0] == result["exit"] == expected_exit, plain
     if case == "artifacts":
         assert files == {"out/a.txt": b"alpha", "b.bin": bytes(range(256))}
@@ -211,6 +215,8 @@ def test_server_run_answers_as_an_in_process_run(served: Served, case: str, tmp_
         assert plain[1] == "hé é \u2603\n".encode()
     if case == "cookie":
         assert plain[1] == "café\n".encode()
+    if case == "profile":
+        assert result["limits"]["timeout_s"] == 60
     if case == "undecodable":
         assert result["status"] == "error" and result["error"]["type"] == "SyntaxError"
 

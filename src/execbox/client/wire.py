@@ -78,6 +78,9 @@ def run_body(
         environment=environment,
     )
     body = request.model_dump(mode="json")
+    # Only the limits the caller set: the server fills the rest from the run's profile, as a
+    # local run does (all of Limits' defaults would override a profile's own).
+    body["limits"] = request.limits.model_dump(mode="json", exclude_unset=True)
     if environment is None:  # a server from before environments knows no such field
         del body["environment"]
     body.update(cache=cache, secrets=list(secrets))
