@@ -415,6 +415,23 @@ def test_a_key_is_not_sent_in_the_clear_off_loopback(served: Served, tmp_path: P
         assert proc.returncode == (0 if env else 2), proc.stderr
 
 
+def test_a_profiles_default_limits_hold_through_an_http_server(
+    served: Served, tmp_path: Path
+) -> None:
+    """Limits left out take the profile's defaults on the server, as they do in-process."""
+    program = tmp_path / "p.py"
+    program.write_text("print(1)")
+    key = _cli("keys", "create", f"limits-{tmp_path.name}").stdout.decode().strip()
+    env = {"EXECBOX_API_KEY": key}
+    for extra, timeout_s in (([], 60), (["--timeout", "7"], 7)):
+        proc = _cli(
+            "run", str(program), "--profile", "extended", "--json", "--server", served.url,
+            *extra, env=env,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["limits"]["timeout_s"] == timeout_s
+
+
 def test_the_socket_is_private_and_checks_the_peer(served: Served) -> None:
     assert served.sock.stat().st_mode & 0o777 == 0o600
     # Opened to everyone by mistake, it still runs nothing for another user.
