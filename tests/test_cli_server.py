@@ -22,11 +22,12 @@ from typing import Any
 import httpx
 import pytest
 
+from execbox.contract import RunResult
 from execbox.errors import UsageError
 from execbox.image import home
 from execbox.records import RunStore
 from execbox.server.auth import KeyStore
-from execbox.server.local import bind_local_socket
+from execbox.server.local import SocketTaken, bind_local_socket
 
 EXECBOX = [sys.executable, "-m", "execbox.cli"]
 
@@ -122,7 +123,13 @@ def _plain(proc: Any) -> tuple[int, bytes, list[bytes]]:
 
 
 def _json(proc: Any) -> dict[str, Any]:
+    if proc.returncode == 2:  # a usage error: no result
+        return {"exit": 2, "stdout": proc.stdout, "stderr": proc.stderr}
     assert proc.stdout.count(b"\n") == 1, proc.stdout
+    # The one line the full path prints: the result as the contract's model writes it.
+    assert (
+        proc.stdout == RunResult.model_validate_json(proc.stdout).model_dump_json().encode() + b"\n"
+    )
     result: dict[str, Any] = json.loads(proc.stdout)
     for varying in ("run_id", "metrics", "created_at", "image_digest", "duration_ms"):
         result.pop(varying, None)
@@ -140,6 +147,16 @@ CASES = {
     ),
     "stdin": ("import sys; data = sys.stdin.read(); print(len(data), data.upper())", []),
     "input": ("print(open('/workspace/data.csv').read().count(','))", []),
+    "env": ("import os; print(os.environ['GREETING'], 'é', '\\u2603')", ["--env", "GREETING=hé"]),
+    # The profile's own default limits (60 s here), not Limits' defaults (5 s).
+    "profile": ("print('extended')", ["--profile", "extended"]),
+    # Refused by the server as invalid (422): the CLI says what it says without a server.
+    "invalid": ("print(1)", ["--timeout", "-1"]),
+    "bad-env": ("print(1)", ["--env", "NOEQUALS"]),
+    "missing-input": ("print(1)", ["--input", "/nonexistent/x.csv"]),
+    # Not plain UTF-8: decoded as CPython would, on the full path.
+    "cookie": ("# -*- coding: latin-1 -*-\nprint('caf\xe9')", []),
+    "undecodable": ("print('\udcff')", []),
 }
 
 
@@ -147,7 +164,11 @@ CASES = {
 def test_server_run_answers_as_an_in_process_run(served: Served, case: str, tmp_path: Path) -> None:
     code, extra = CASES[case]
     program = tmp_path / "prog.py"
-    program.write_text(code)
+    program.write_bytes(
+        code.encode("latin-1")
+        if case == "cookie"
+        else code.encode("utf-8", "surrogateescape" if case == "undecodable" else "strict")
+    )
     if case == "stdin":
         (tmp_path / "in.txt").write_text("some input\n")
         extra = [*extra, "--stdin", str(tmp_path / "in.txt")]
@@ -177,7 +198,12 @@ def test_server_run_answers_as_an_in_process_run(served: Served, case: str, tmp_
         answers[where] = (_plain(plain), _json(as_json), files)
     assert answers["served"] == answers["here"]
     plain, result, files = answers["served"]
-    expected_exit = 0 if case in ("ok", "artifacts", "stdin", "input") else 1
+    if case in ("invalid", "bad-env", "missing-input"):
+        assert plain[0] == result["exit"] == 2 and not plain[1], plain
+        return
+    expected_exit = (
+        0 if case in ("ok", "artifacts", "stdin", "input", "env", "cookie", "profile") else 1
+    )
     assert plain[0] == result["exit"] == expected_exit, plain
     if case == "artifacts":
         assert files == {"out/a.txt": b"alpha", "b.bin": bytes(range(256))}
@@ -185,6 +211,43 @@ def test_server_run_answers_as_an_in_process_run(served: Served, case: str, tmp_
         assert result["status"] == "timeout"
     if case == "stdin":
         assert plain[1] == b"11 SOME INPUT\n\n"
+    if case == "env":
+        assert plain[1] == "hé é \u2603\n".encode()
+    if case == "cookie":
+        assert plain[1] == "café\n".encode()
+    if case == "profile":
+        assert result["limits"]["timeout_s"] == 60
+    if case == "undecodable":
+        assert result["status"] == "error" and result["error"]["type"] == "SyntaxError"
+
+
+# Modules a CLI run through a local server has no need of: each costs more than Python's start.
+HEAVY = ("pydantic", "httpx", "sqlalchemy", "fastapi", "execbox.contract", "execbox.executor")
+
+
+def test_a_served_run_imports_neither_httpx_nor_pydantic(served: Served, tmp_path: Path) -> None:
+    program = tmp_path / "p.py"
+    program.write_text("print('light')")
+    importing = [sys.executable, "-X", "importtime", "-m", "execbox.cli", "run", str(program)]
+    proc = subprocess.run(
+        [*importing, "--server", f"unix:{served.sock}"], capture_output=True, timeout=60
+    )
+    assert (proc.returncode, proc.stdout) == (0, b"light\n"), proc.stderr
+    imported = _imported(proc.stderr)
+    assert not {m for m in imported if m.split(".")[0] in HEAVY or m in HEAVY}, imported
+    # Control: the same command without the server imports them.
+    here = subprocess.run([*importing, "--server", "none"], capture_output=True, timeout=180)
+    assert here.returncode == 0, here.stderr
+    assert {"pydantic", "execbox.contract"} <= _imported(here.stderr)
+
+
+def _imported(importtime: bytes) -> set[str]:
+    """The modules a `python -X importtime` run's stderr says it imported."""
+    return {
+        line.split(b"|")[-1].strip().decode()
+        for line in importtime.splitlines()
+        if line.startswith(b"import time:")
+    }
 
 
 def test_discovers_the_socket_in_the_execbox_home_without_a_key(
@@ -322,6 +385,53 @@ def test_http_server_needs_a_key_from_the_environment(served: Served, tmp_path: 
     assert response.status_code == 401
 
 
+def test_a_key_is_not_sent_in_the_clear_off_loopback(served: Served, tmp_path: Path) -> None:
+    """0.0.0.0 reaches this machine's server, yet the URL names no loopback address: the key
+    would be sent as plain text to wherever such a URL leads. Refused, unless asked for."""
+    program = tmp_path / "p.py"
+    program.write_text("print('keyed')")
+    key = _cli("keys", "create", f"clear-{tmp_path.name}").stdout.decode().strip()
+    clear = f"http://0.0.0.0:{served.port}"
+    for spec in (["--server", clear], []):
+        proc = _cli(
+            "run", str(program), *spec, env={"EXECBOX_SERVER": clear, "EXECBOX_API_KEY": key}
+        )
+        assert (proc.returncode, proc.stdout) == (2, b""), proc.stderr
+        assert b"the API key would cross the network unencrypted" in proc.stderr
+        assert b"--allow-plain-http-key" in proc.stderr
+    proc = _cli(
+        "run",
+        str(program),
+        "--server",
+        clear,
+        "--allow-plain-http-key",
+        env={"EXECBOX_API_KEY": key},
+    )
+    assert (proc.returncode, proc.stdout) == (0, b"keyed\n"), proc.stderr
+    # Loopback needs no such flag, and a URL without a key has nothing to leak.
+    for url, env in ((f"http://127.0.0.1:{served.port}", {"EXECBOX_API_KEY": key}), (clear, {})):
+        proc = _cli("run", str(program), "--server", url, env={"EXECBOX_API_KEY": "", **env})
+        assert b"unencrypted" not in proc.stderr
+        assert proc.returncode == (0 if env else 2), proc.stderr
+
+
+def test_a_profiles_default_limits_hold_through_an_http_server(
+    served: Served, tmp_path: Path
+) -> None:
+    """Limits left out take the profile's defaults on the server, as they do in-process."""
+    program = tmp_path / "p.py"
+    program.write_text("print(1)")
+    key = _cli("keys", "create", f"limits-{tmp_path.name}").stdout.decode().strip()
+    env = {"EXECBOX_API_KEY": key}
+    for extra, timeout_s in (([], 60), (["--timeout", "7"], 7)):
+        proc = _cli(
+            "run", str(program), "--profile", "extended", "--json", "--server", served.url,
+            *extra, env=env,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["limits"]["timeout_s"] == timeout_s
+
+
 def test_the_socket_is_private_and_checks_the_peer(served: Served) -> None:
     assert served.sock.stat().st_mode & 0o777 == 0o600
     # Opened to everyone by mistake, it still runs nothing for another user.
@@ -376,6 +486,24 @@ def test_a_live_socket_is_not_taken_over(served: Served, tmp_path: Path) -> None
         bind_local_socket(regular)
     with pytest.raises(UsageError, match="longer than 107 bytes"):
         bind_local_socket(tmp_path / ("x" * 120))
+
+
+def test_another_users_stale_socket_is_left_alone_with_a_clear_error(tmp_path: Path) -> None:
+    """A socket file of another user's where `serve` would listen: not removed (it may be
+    theirs, and in /tmp removing it fails for an ordinary user), a clear error instead."""
+    where = tmp_path / "shared"
+    where.mkdir(mode=0o1777)
+    sock = where / "serve.sock"
+    stale = bind_local_socket(sock)
+    stale.close()  # nothing listens
+    os.chown(sock, 65534, 65534)
+    with pytest.raises(SocketTaken, match="uid 65534's, not this user's"):
+        bind_local_socket(sock)
+    assert sock.lstat().st_uid == 65534
+    proc = _cli("serve", "--port", str(_free_port()), "--socket", str(sock))
+    assert proc.returncode == 2, proc.stderr
+    assert b"is a socket of uid 65534's" in proc.stderr
+    assert b"Traceback" not in proc.stderr and sock.exists()
 
 
 def test_a_second_server_leaves_the_socket_to_the_first(served: Served) -> None:

@@ -1,23 +1,29 @@
 """The `execbox` command. Exit status: 0 when the run's status is ok, 1 for any other run status,
-2 for usage or host errors."""
+2 for usage or host errors.
+
+It starts light: commands import what they need when they run, and the commands of other
+modules load when named, so that `execbox run` through a running server costs little more than
+starting Python (see `client.uds`).
+"""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
 
 import click
 
-from .contract import Limits, RunResult, write_schema
+from .client import local
 from .errors import ExecboxError, UsageError
 
 if TYPE_CHECKING:
-    from .contract import RunRequest
+    from .contract import RunRequest, RunResult
     from .image import Image
     from .sandbox.host.probe import Check
 
@@ -56,21 +62,26 @@ def write_artifacts(result: RunResult, directory: Path) -> list[Path]:
     An artifact whose path cannot be created (say, a file where another artifact needs a
     directory) is skipped with a warning; the others are still written.
     """
+    return write_files(((art.path, art.data) for art in result.artifacts), directory)
+
+
+def write_files(files: Iterable[tuple[str, bytes | None]], directory: Path) -> list[Path]:
+    """`write_artifacts` for (path, bytes) pairs; a pair without bytes is skipped."""
     written = []
     directory.mkdir(parents=True, exist_ok=True)
     root_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        for art in result.artifacts:
-            if art.data is None:
+        for path, data in files:
+            if data is None:
                 continue
-            parts = [p.replace("\x00", "_") for p in art.path.split("/")]
+            parts = [p.replace("\x00", "_") for p in path.split("/")]
             if any(p in ("", ".", "..") for p in parts):
                 continue
             try:
-                _write_one(root_fd, parts, art.data)
-                written.append(directory / art.path)
+                _write_one(root_fd, parts, data)
+                written.append(directory / path)
             except OSError as exc:
-                click.echo(f"execbox: artifact {art.path!r} not written: {exc}", err=True)
+                click.echo(f"execbox: artifact {path!r} not written: {exc}", err=True)
     finally:
         os.close(root_fd)
     return written
@@ -96,7 +107,37 @@ def _write_one(root_fd: int, parts: list[str], data: bytes) -> None:
         os.close(dir_fd)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """A group whose commands from other modules (`name: "module:attribute"`) are imported
+    only when named, or when the help lists them."""
+
+    def __init__(self, *args: Any, lazy: Mapping[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in self.lazy:
+            module, _, attribute = self.lazy[cmd_name].partition(":")
+            command = getattr(importlib.import_module(module), attribute)
+            self.add_command(command, cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(
+    cls=LazyGroup,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    lazy={
+        "serve": "execbox.server.cli:serve",
+        "keys": "execbox.server.cli:keys",
+        "mcp": "execbox.mcp:mcp_command",
+        "ask": "execbox.agent.cli:ask_cmd",
+        "env": "execbox.env_cli:env_group",
+        "eval": "execbox.evals.cli:eval_group",
+    },
+)
 @click.version_option(package_name="execbox")
 def main() -> None:
     """execbox: run the code AI agents write, isolated, limited, and with evidence."""
@@ -195,6 +236,13 @@ def main() -> None:
     help="Rootless mode without a delegated cgroup: run although these limits (memory,pids) "
     "are not enforced (also EXECBOX_ALLOW_UNENFORCED_LIMITS). Refused otherwise.",
 )
+@click.option(
+    f"--{local.PLAIN_HTTP_FLAG}",
+    "plain_http",
+    is_flag=True,
+    help="Send the API key to an http:// server that is not on loopback, where anyone on the "
+    "way can read it (refused otherwise: use https).",
+)
 def run_cmd(
     file: str,
     stdin_path: str | None,
@@ -219,12 +267,12 @@ def run_cmd(
     secrets: tuple[str, ...],
     server: str | None,
     allow_unenforced_limits: str | None,
+    plain_http: bool,
 ) -> None:
     """Run FILE (or - for standard input) in a fresh sandbox."""
-    from .request import make_request
-    from .sandbox.host import rootless
-
     if allow_unenforced_limits is not None:
+        from .sandbox.host import rootless
+
         try:
             rootless.parse_allowed(allow_unenforced_limits)
         except ValueError as exc:
@@ -252,10 +300,44 @@ def run_cmd(
         }.items()
         if v is not None
     }
+    on_stdout = None if as_json else _writer(sys.stdout.buffer)
+    on_stderr = None if as_json else _writer(sys.stderr.buffer)
+    language = language or language_of(file)
+    # Plain text goes to a local server the fast way; what is not (or a run that sets this
+    # process's own limits) takes the full path, which decodes it as CPython would.
+    text = plain_source(code, language) if allow_unenforced_limits is None else None
+    target = UNCHOSEN if text is None else _choose_early(server, plain_http)
+    if isinstance(target, local.Target) and target.socket is not None:
+        served = _run_served(
+            target.socket,
+            {
+                "language": language,
+                "code": text,
+                "stdin": stdin_path,
+                "inputs": inputs,
+                "env_pairs": env_pairs,
+                "limits": overrides,
+                "profile": profile,
+                "network": list(allow_net) if allow_net else "none",
+                "environment": environment,
+                "cache": False if no_cache else None,
+                "secrets": list(secrets),
+                "secret_for": secret_for,
+            },
+            as_json=as_json,
+            artifacts_dir=artifacts_dir,
+            on_stdout=on_stdout,
+            on_stderr=on_stderr,
+        )
+        if served is not None:
+            sys.exit(served)
+    from .contract import Limits
+    from .request import make_request
+
     try:
         request = make_request(
             code,
-            language=language or language_of(file),
+            language=language,
             stdin=Path(stdin_path).read_bytes() if stdin_path else None,
             files=_parse_inputs(inputs),
             env=_parse_env(env_pairs),
@@ -264,27 +346,22 @@ def run_cmd(
             network=list(allow_net) if allow_net else "none",
             environment=environment,
         )
-        stream = None if as_json else sys.stdout.buffer
-        errstream = None if as_json else sys.stderr.buffer
-
-        def out(data: bytes) -> None:
-            assert stream is not None
-            stream.write(data)
-            stream.flush()
-
-        def err(data: bytes) -> None:
-            assert errstream is not None
-            errstream.write(data)
-            errstream.flush()
-
+        if isinstance(target, _Unchosen):
+            # JSON carries text only: source bytes that do not decode are answered here, as
+            # CPython's SyntaxError, without a sandbox.
+            target = (
+                None
+                if request.source_error is not None
+                else local.choose(server, plain_http=plain_http)
+            )
         result, in_process = _run(
             request,
-            server,
+            target,
             cache=False if no_cache else None,
             secrets=secrets,
             bound_secrets=bound_from_environment(secret_for),
-            on_stdout=None if as_json else out,
-            on_stderr=None if as_json else err,
+            on_stdout=on_stdout,
+            on_stderr=on_stderr,
         )
     except ExecboxError as exc:
         _fail(str(exc))
@@ -301,9 +378,108 @@ def run_cmd(
     sys.exit(EXIT_OK if result.ok else EXIT_RUN_FAILED)
 
 
+class _Unchosen:
+    """No server chosen yet."""
+
+
+UNCHOSEN = _Unchosen()
+
+
+def _choose_early(server: str | None, plain_http: bool) -> local.Target | None | _Unchosen:
+    """The server, chosen before the request is built; UNCHOSEN when the choice is an error,
+    which the full path reports in the order a run without a server reports its errors."""
+    try:
+        return local.choose(server, plain_http=plain_http)
+    except UsageError:
+        return UNCHOSEN
+
+
+def _writer(stream: BinaryIO) -> Callable[[bytes], None]:
+    """A callback writing output to `stream` as it comes."""
+
+    def write(data: bytes) -> None:
+        stream.write(data)
+        stream.flush()
+
+    return write
+
+
+def plain_source(code: bytes, language: str) -> str | None:
+    """The program's text when it is plain UTF-8 (no BOM, no coding cookie, for Python), which
+    reads the same everywhere; None for anything else, which the full path decodes."""
+    if language == "python" and (
+        code.startswith(b"\xef\xbb\xbf") or b"coding" in b"\n".join(code.split(b"\n", 2)[:2])
+    ):
+        return None
+    try:
+        return code.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _run_served(
+    socket_path: Path,
+    run: dict[str, Any],
+    *,
+    as_json: bool,
+    artifacts_dir: Path | None,
+    on_stdout: Callable[[bytes], None] | None,
+    on_stderr: Callable[[bytes], None] | None,
+) -> int | None:
+    """The run on the local server's socket without httpx or pydantic, printed as a run sent
+    any other way is: its exit status, or None when nothing ran and the full path must say
+    why (the server found the request invalid, input that cannot be read)."""
+    import binascii
+
+    from .client import uds
+
+    def b64(data: bytes) -> str:
+        return binascii.b2a_base64(data, newline=False).decode()
+
+    try:
+        files = [
+            {"name": name, "data": b64(path.read_bytes())}
+            for name, path in _parse_inputs(run.pop("inputs")).items()
+        ]
+        stdin_path = run.pop("stdin")
+        stdin = Path(stdin_path).read_bytes() if stdin_path else b""
+        env = _parse_env(run.pop("env_pairs"))
+        bound = bound_from_environment(run.pop("secret_for"))
+    except (OSError, UsageError):
+        return None
+    body = {**run, "stdin": b64(stdin), "files": files, "env": env}
+    if not body["limits"]:
+        del body["limits"]  # the server's defaults, as Limits() gives them
+    if body["environment"] is None:
+        del body["environment"]  # a server from before environments knows no such field
+    if bound:
+        body["bound_secrets"] = bound
+    timeout_s = float(run["limits"].get("timeout_s", 0)) + local.ANSWER_MARGIN_S
+    try:
+        raw, result, data = uds.run(
+            socket_path,
+            body,
+            timeout_s=timeout_s,
+            on_stdout=on_stdout,
+            on_stderr=on_stderr,
+            artifacts=artifacts_dir is not None,
+        )
+    except (uds.NotSent, uds.Invalid):
+        return None
+    except ExecboxError as exc:
+        _fail(str(exc))
+    if artifacts_dir is not None:
+        write_files(((a["path"], data.get(a["path"])) for a in result["artifacts"]), artifacts_dir)
+    if as_json:
+        click.echo(raw.decode())
+    else:
+        summary(result, artifacts_dir)
+    return EXIT_OK if result["status"] == "ok" else EXIT_RUN_FAILED
+
+
 def _run(
     request: RunRequest,
-    server: str | None,
+    target: local.Target | None,
     *,
     cache: bool | None,
     secrets: tuple[str, ...],
@@ -311,10 +487,8 @@ def _run(
     on_stdout: Callable[[bytes], None] | None,
     on_stderr: Callable[[bytes], None] | None,
 ) -> tuple[RunResult, bool]:
-    """The run on the server `execbox run` finds (see client.local), else in this process;
+    """The run on the server `execbox run` chose (see client.local), else in this process;
     and whether it ran in this process."""
-    from .client.local import choose, run_on
-
     options: dict[str, Any] = {
         "cache": cache,
         "secrets": secrets,
@@ -322,9 +496,8 @@ def _run(
         "on_stdout": on_stdout,
         "on_stderr": on_stderr,
     }
-    target = choose(server, request)
     if target is not None:
-        return run_on(target, request, **options), False
+        return local.run_on(target, request, **options), False
     from .executor import Executor
 
     with Executor() as executor:
@@ -376,42 +549,62 @@ def bound_from_environment(pairs: tuple[str, ...]) -> list[dict[str, Any]]:
     for pair in pairs:
         name, sep, hosts = pair.partition("=")
         if not sep or not name or not hosts:
-            _fail(f"--secret-for {pair!r}: give NAME=HOST[,HOST]")
+            raise UsageError(f"--secret-for {pair!r}: give NAME=HOST[,HOST]")
         value = os.environ.get(name)
         if value is None:
-            _fail(f"--secret-for {name}: no variable {name} in this shell's environment")
+            raise UsageError(f"--secret-for {name}: no variable {name} in this shell's environment")
         bound.append({"name": name, "value": value, "hosts": hosts.split(",")})
     return bound
 
 
 def _summary(result: RunResult, artifacts_dir: Path | None) -> None:
-    m = result.metrics
-    peak = m.memory_peak_bytes
+    summary(result.model_dump(mode="json", include=SUMMARY_FIELDS), artifacts_dir)
+
+
+SUMMARY_FIELDS = {
+    "status",
+    "cached",
+    "exit_code",
+    "signal",
+    "metrics",
+    "run_id",
+    "error",
+    "network_log",
+    "artifacts",
+}
+
+
+def summary(result: Mapping[str, Any], artifacts_dir: Path | None) -> None:
+    """The run's summary lines on stderr, from its RunResult's JSON (SUMMARY_FIELDS)."""
+    m = result["metrics"]
+    peak = m["memory_peak_bytes"]
     mem = "unknown" if peak is None else f"{peak / 2**20:.1f}MiB"
     line = (
-        f"[execbox] {result.status.value}{' (cached)' if result.cached else ''}"
-        f"  exit={result.exit_code}"
-        f"{'  signal=' + result.signal if result.signal else ''}  wall={m.wall_ms:.0f}ms"
-        f"  cpu={m.cpu_ms:.0f}ms  mem={mem}  run={result.run_id}"
+        f"[execbox] {result['status']}{' (cached)' if result['cached'] else ''}"
+        f"  exit={result['exit_code']}"
+        f"{'  signal=' + result['signal'] if result['signal'] else ''}"
+        f"  wall={m['wall_ms']:.0f}ms  cpu={m['cpu_ms']:.0f}ms  mem={mem}  run={result['run_id']}"
     )
     click.echo(line, err=True)
-    if result.error and result.status.value != "error":
-        click.echo(f"[execbox] {result.error.type}: {result.error.message}", err=True)
-    for conn in result.network_log:
+    error = result["error"]
+    if error and result["status"] != "error":
+        click.echo(f"[execbox] {error['type']}: {error['message']}", err=True)
+    for conn in result["network_log"]:
         click.echo(
-            f"[execbox] network {conn.method} {conn.host}:{conn.port} {conn.verdict} "
-            f"({conn.rule}) up={conn.bytes_up} down={conn.bytes_down}"
-            + (f": {conn.message}" if conn.message else ""),
+            f"[execbox] network {conn['method']} {conn['host']}:{conn['port']} "
+            f"{conn['verdict']} ({conn['rule']}) up={conn['bytes_up']} down={conn['bytes_down']}"
+            + (f": {conn['message']}" if conn["message"] else ""),
             err=True,
         )
-    for art in result.artifacts:
-        where = f" -> {artifacts_dir / art.path}" if artifacts_dir else ""
+    for art in result["artifacts"]:
+        where = f" -> {artifacts_dir / art['path']}" if artifacts_dir else ""
         click.echo(
-            f"[execbox] artifact {art.path} ({art.size} bytes, {art.mime_type}){where}", err=True
+            f"[execbox] artifact {art['path']} ({art['size']} bytes, {art['mime_type']}){where}",
+            err=True,
         )
 
 
-@main.group()
+@main.group(cls=LazyGroup)
 def runs() -> None:
     """Inspect, replay and approve recorded runs."""
 
@@ -673,6 +866,8 @@ def image_verify() -> None:
 def schema(output: Path | None) -> None:
     """Print (or write) the JSON schema of the execution contract."""
     if output:
+        from .contract import write_schema
+
         write_schema(output)
     else:
         from .contract import schema as get_schema
@@ -680,30 +875,8 @@ def schema(output: Path | None) -> None:
         click.echo(json.dumps(get_schema(), indent=2, sort_keys=True))
 
 
-from .server.cli import keys as _keys_command  # noqa: E402
-from .server.cli import serve as _serve_command  # noqa: E402
-
-main.add_command(_serve_command)
-main.add_command(_keys_command)
-
-from .mcp import mcp_command as _mcp_command  # noqa: E402
-
-main.add_command(_mcp_command)
-
-from .agent.cli import ask_cmd as _ask_command  # noqa: E402
-from .agent.cli import asks_cmd as _asks_command  # noqa: E402
-from .agent.cli import trace_cmd as _trace_command  # noqa: E402
-
-main.add_command(_ask_command)
-runs.add_command(_asks_command)
-runs.add_command(_trace_command)
-
-from .env_cli import env_group as _env_command  # noqa: E402
-from .evals.cli import eval_group as _eval_command  # noqa: E402
-
-main.add_command(_env_command)
-
-main.add_command(_eval_command)
+assert isinstance(runs, LazyGroup)
+runs.lazy.update({"asks": "execbox.agent.cli:asks_cmd", "trace": "execbox.agent.cli:trace_cmd"})
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import SandboxUnavailable
+from .homedir import home as home
 
 LOCK_FILE = Path(__file__).parent / "runtime" / "requirements.lock"
 NATIVE = Path(__file__).parent / "sandbox" / "native"  # the jail's C parts, built per image
@@ -60,14 +61,6 @@ LIGHT_PRELOAD = [
     "hashlib",
     "statistics",
 ]
-
-
-def home() -> Path:
-    explicit = os.environ.get("EXECBOX_HOME")
-    if explicit:
-        return Path(explicit)
-    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data) / "execbox"
 
 
 @dataclass(frozen=True)

@@ -9,13 +9,15 @@
 Errors come back as the same exceptions: UsageError (bad input, unknown run or session, auth),
 Overloaded (quotas and back-pressure: retry later), SessionClosed, SandboxUnavailable.
 Passing `on_stdout`/`on_stderr` streams the output (server-sent events) as it is written.
+
+The names load lazily: `execbox run` reaches a local server through `client.uds` without
+importing httpx or pydantic.
 """
 
 from __future__ import annotations
 
-from .aio import AsyncClient, AsyncRemoteFiles, AsyncRemoteSession
-from .sync import Client, RemoteFiles, RemoteSession
-from .wire import FileSource, OutputCallback
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __all__ = [
     "AsyncClient",
@@ -27,3 +29,32 @@ __all__ = [
     "RemoteFiles",
     "RemoteSession",
 ]
+
+_WHERE = {
+    "AsyncClient": "aio",
+    "AsyncRemoteFiles": "aio",
+    "AsyncRemoteSession": "aio",
+    "Client": "sync",
+    "RemoteFiles": "sync",
+    "RemoteSession": "sync",
+    "FileSource": "wire",
+    "OutputCallback": "wire",
+}
+
+if TYPE_CHECKING:
+    from .aio import AsyncClient, AsyncRemoteFiles, AsyncRemoteSession
+    from .sync import Client, RemoteFiles, RemoteSession
+    from .wire import FileSource, OutputCallback
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'execbox.client' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -7,7 +7,10 @@ using the same execbox home is used when it exists; if nothing answers there the
 in this process, as it would without a server. `EXECBOX_SERVER=none` always runs in-process.
 A socket, found or named, is sent a run only when its file and the server answering on it are
 this user's (or root's): the run carries its code and its secrets, and whoever can write where
-the socket lives could otherwise listen there in the server's place.
+the socket lives could otherwise listen there in the server's place. Nor is a key sent in the
+clear: an `http://` server off this machine is refused unless the caller accepts it.
+
+Finding the server imports nothing heavy: a run on the socket goes through `client.uds`.
 """
 
 from __future__ import annotations
@@ -17,26 +20,25 @@ import socket
 import stat
 import struct
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import httpx
-
-from ..contract import RunRequest, RunResult
 from ..errors import SandboxUnavailable, UsageError
 from ..server.local import default_socket_path
+
+if TYPE_CHECKING:
+    from ..contract import RunRequest, RunResult
 
 SERVER_ENV = "EXECBOX_SERVER"
 KEY_ENV = "EXECBOX_API_KEY"
 KEY_FILE_ENV = "EXECBOX_API_KEY_FILE"
 NO_SERVER = "none"
+PLAIN_HTTP_FLAG = "allow-plain-http-key"
 # Time for the answer beyond the run's own wall limit: queueing, artifacts, the records.
 ANSWER_MARGIN_S = 120.0
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(NamedTuple):
     """A server to send runs to."""
 
     name: str  # as the user knows it: unix:PATH or the URL
@@ -50,13 +52,14 @@ class Unreachable(SandboxUnavailable):
     """Nothing answered at the server: the run was not sent."""
 
 
-def find_server(explicit: str | None) -> Target | None:
-    """The server `execbox run` should use, or None to run in-process."""
+def find_server(explicit: str | None, *, plain_http: bool = False) -> Target | None:
+    """The server `execbox run` should use, or None to run in-process. `plain_http`: send a
+    key to an `http://` server that is not on loopback (refused otherwise)."""
     spec = explicit if explicit is not None else os.environ.get(SERVER_ENV, "")
     if spec == NO_SERVER:
         return None
     if spec:
-        return _parse(spec)
+        return _parse(spec, plain_http)
     path = default_socket_path()
     try:
         found = stat.S_ISSOCK(path.lstat().st_mode)
@@ -107,17 +110,41 @@ def foreign(path: Path) -> str | None:
     return None
 
 
-def _parse(spec: str) -> Target:
+def _parse(spec: str, plain_http: bool) -> Target:
     if spec.startswith("unix:"):
         path = Path(spec.removeprefix("unix:"))
         if not path.is_absolute():
             raise UsageError(f"--server {spec}: give unix:/ABSOLUTE/PATH")
         return Target(spec, "http://execbox", path, None, explicit=True)
     if spec.startswith(("http://", "https://")):
-        return Target(spec, spec.rstrip("/"), None, _key(), explicit=True)
+        key = _key()
+        if key is not None and spec.startswith("http://") and not plain_http:
+            _refuse_key_in_the_clear(spec)
+        return Target(spec, spec.rstrip("/"), None, key, explicit=True)
     raise UsageError(
         f"--server {spec!r}: give unix:/PATH/serve.sock, http(s)://HOST:PORT, or {NO_SERVER}"
     )
+
+
+def _refuse_key_in_the_clear(url: str) -> None:
+    """UsageError unless `url`'s host is this machine's loopback: anyone on the path to any
+    other host reads a key sent over plain HTTP, and can then run code as its tenant."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    try:
+        host = urlsplit(url).hostname or ""
+    except ValueError as exc:
+        raise UsageError(f"--server {url!r}: {exc}") from exc
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise UsageError(
+            f"--server {url}: the API key would cross the network unencrypted; use "
+            f"https://, a loopback address, or --{PLAIN_HTTP_FLAG} to send it anyway"
+        )
 
 
 def _key() -> str | None:
@@ -148,6 +175,8 @@ def run_on(
 ) -> RunResult:
     """Run `request` on the server; its artifacts carry their bytes. Unreachable when the
     server could not be reached; other failures raise the client's ExecboxError."""
+    import httpx
+
     from .sync import Client
 
     transport = httpx.HTTPTransport(uds=os.fspath(target.socket)) if target.socket else None
@@ -178,15 +207,11 @@ def run_on(
             raise
 
 
-def choose(explicit: str | None, request: RunRequest) -> Target | None:
-    """The server for this run, or None to run it in this process (saying why on stderr when
+def choose(explicit: str | None, *, plain_http: bool = False) -> Target | None:
+    """The server for a run, or None to run it in this process (saying why on stderr when
     a server was found but cannot take it)."""
-    target = find_server(explicit)
+    target = find_server(explicit, plain_http=plain_http)
     if target is None:
-        return None
-    if request.source_error is not None:
-        # JSON carries text only: source bytes that do not decode are answered here, as
-        # CPython's SyntaxError, without a sandbox.
         return None
     # A socket carries no key: only a server of this user's would run it, so another user's
     # is sent nothing, named or found.

@@ -12,27 +12,13 @@ import httpx
 from pydantic import ValidationError
 
 from ..contract import BoundSecret, InputFile, Limits, RunResult
-from ..errors import (
-    ExecboxError,
-    Overloaded,
-    RecordsError,
-    SandboxError,
-    SandboxUnavailable,
-    SessionClosed,
-    UsageError,
-)
+from ..errors import ExecboxError, UsageError
+from .answer import Events as Events
+from .answer import error_for
+from .answer import stream_error as answer_stream_error
 
 OutputCallback = Callable[[bytes], None]
 FileSource = Any  # bytes, or a path (str / os.PathLike), as for Executor.run
-
-# Quotas, back-pressure and a server going down: retry later (Overloaded, as locally).
-RETRY_LATER = {
-    "overloaded",
-    "rate_limited",
-    "concurrency_limited",
-    "session_quota",
-    "server_shutting_down",
-}
 
 
 class Request:
@@ -54,30 +40,7 @@ class Request:
 
 def error(response: httpx.Response) -> ExecboxError:
     """The execbox exception for an error response."""
-    try:
-        detail = response.json()["error"]
-        code, message = str(detail["code"]), str(detail["message"])
-    except (ValueError, KeyError, TypeError):
-        code, message = f"http_{response.status_code}", response.text[:500]
-    text = f"{message} [{code}, HTTP {response.status_code}]"
-    if code == "session_closed":
-        return SessionClosed(text)
-    if code in RETRY_LATER:
-        return Overloaded(
-            text
-            + (
-                f"; retry after {response.headers['Retry-After']} s"
-                if "Retry-After" in response.headers
-                else ""
-            )
-        )
-    if code in ("sandbox_unavailable", "not_ready"):
-        return SandboxUnavailable(text)
-    if code == "records_error":
-        return RecordsError(text)
-    if response.status_code < 500:
-        return UsageError(text)
-    return SandboxError(text)
+    return error_for(response.status_code, response.content, response.headers.get("Retry-After"))
 
 
 def check(response: httpx.Response) -> httpx.Response:
@@ -115,6 +78,9 @@ def run_body(
         environment=environment,
     )
     body = request.model_dump(mode="json")
+    # Only the limits the caller set: the server fills the rest from the run's profile, as a
+    # local run does (all of Limits' defaults would override a profile's own).
+    body["limits"] = request.limits.model_dump(mode="json", exclude_unset=True)
     if environment is None:  # a server from before environments knows no such field
         del body["environment"]
     body.update(cache=cache, secrets=list(secrets))
@@ -175,28 +141,6 @@ def artifact_path(path: str) -> str:
     return quote(path, safe="/")
 
 
-class Events:
-    """Server-sent events parser: feed lines, get (event, data) at each blank line."""
-
-    def __init__(self) -> None:
-        self.name, self.data = "message", []  # type: tuple[str, list[str]]
-
-    def feed(self, line: str) -> tuple[str, str] | None:
-        if not line:
-            if not self.data:
-                return None
-            done = (self.name, "\n".join(self.data))
-            self.name, self.data = "message", []
-            return done
-        field, _, value = line.partition(":")
-        value = value[1:] if value.startswith(" ") else value
-        if field == "event":
-            self.name = value
-        elif field == "data":
-            self.data.append(value)
-        return None
-
-
 def dispatch(
     event: tuple[str, str], on_stdout: OutputCallback | None, on_stderr: OutputCallback | None
 ) -> RunResult | None:
@@ -205,15 +149,7 @@ def dispatch(
     if name == "result":
         return RunResult.model_validate_json(data)
     if name == "error":
-        try:
-            status = int(json.loads(data).get("status", 500))
-        except (ValueError, AttributeError, TypeError):
-            status = 500
-        raise error(
-            httpx.Response(
-                status, content=data.encode(), headers={"Content-Type": "application/json"}
-            )
-        )
+        raise answer_stream_error(data)
     callback = on_stdout if name == "stdout" else on_stderr if name == "stderr" else None
     if callback is not None:
         callback(json.loads(data)["text"].encode())

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..image import home
+from ..homedir import home
 
 SOCKET_NAME = "serve.sock"
 LOCAL_PEER_KEY = "execbox.local_peer"  # the scope's mark: this request came on the local socket
@@ -37,7 +37,8 @@ def default_socket_path() -> Path:
 
 def bind_local_socket(path: Path) -> socket.socket:
     """A Unix stream socket bound at `path`, readable and writable by this user only. A stale
-    socket file (no server answers) is replaced; a live one is a UsageError (another server)."""
+    socket file of this user's (no server answers) is replaced; a live one, or another user's,
+    is SocketTaken (another server, or one this user must not remove or stand in for)."""
     if len(os.fsencode(path)) > MAX_SOCKET_PATH:
         raise UsageError(
             f"the local socket path {path} is longer than {MAX_SOCKET_PATH} bytes; "
@@ -51,12 +52,21 @@ def bind_local_socket(path: Path) -> socket.socket:
     if mode is not None:
         if not stat.S_ISSOCK(mode):
             raise UsageError(f"{path} exists and is not a socket; remove it or give --socket")
+        owner = path.lstat().st_uid
+        if owner != os.geteuid():
+            raise SocketTaken(
+                f"{path} is a socket of uid {owner}'s, not this user's: another user's server "
+                "(or one it left); give this one --socket PATH or --no-socket"
+            )
         if _answers(path):
             raise SocketTaken(
                 f"another execbox serve listens on {path}; stop it, or give this one "
                 "--socket PATH or --no-socket"
             )
-        path.unlink()
+        try:
+            path.unlink()
+        except OSError as exc:
+            raise UsageError(f"cannot remove the stale socket {path}: {exc}") from exc
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)  # no moment where the file is open to others
     try:
