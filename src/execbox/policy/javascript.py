@@ -76,6 +76,7 @@ const source = (node, what) => {
 };
 const RISKY_MEMBERS = ['binding', '_linkedBinding', 'dlopen', 'getBuiltinModule', 'require',
   'mainModule', 'constructor', '_load', '__proto__'];
+const GLOBALS = ['process', 'globalThis', 'global', 'module'];
 const isName = (node, name) => node && node.type === 'Identifier' && node.name === name;
 const member = (node) => node.computed ? literal(node.property) : (node.property.name || null);
 walk.fullAncestor(tree, (node, _state, ancestors) => {
@@ -102,7 +103,7 @@ walk.fullAncestor(tree, (node, _state, ancestors) => {
         if (own.length === 0) dynamic.push(['the module function\'s arguments', node.loc.start.line]);
       } else if (node.name === 'eval' || node.name === 'Function') {
         dynamic.push([node.name + ' (code built from a string)', node.loc.start.line]);
-      } else if (['process', 'globalThis', 'global', 'module'].includes(node.name)) {
+      } else if (GLOBALS.includes(node.name)) {
         // Only as the object of a member access the rules below read: passed along, the
         // check cannot follow what is done with it.
         const read = parent && parent.type === 'MemberExpression' && parent.object === node;
@@ -116,8 +117,23 @@ walk.fullAncestor(tree, (node, _state, ancestors) => {
       // (globalThis.process.binding, module.require, (() => {}).constructor).
       const name = member(node);
       if (RISKY_MEMBERS.includes(name)) dynamic.push(['.' + name, node.loc.start.line]);
+      // globalThis.process is process: only read further, as the name itself.
+      else if (GLOBALS.includes(name) && !(parent && parent.type === 'MemberExpression' && parent.object === node))
+        dynamic.push(['.' + name + ' used as a value', node.loc.start.line]);
       break;
     }
+    case 'ObjectPattern':
+      // const {getBuiltinModule: g} = globalThis.process reads a member by a plain name too.
+      for (const prop of node.properties) {
+        const key = prop.type === 'Property' ? (prop.computed ? literal(prop.key) : prop.key.name || literal(prop.key)) : null;
+        if (RISKY_MEMBERS.includes(key) || GLOBALS.includes(key))
+          dynamic.push([`{${key}} taken apart`, node.loc.start.line]);
+      }
+      break;
+    case 'WithStatement':
+      // with (globalThis.process) binding(...): its names are members of an object unseen.
+      dynamic.push(['with (names from an object)', node.loc.start.line]);
+      break;
   }
 });
 process.stdout.write(JSON.stringify({ modules, dynamic, error: null }));
