@@ -23,6 +23,9 @@ import json
 import subprocess
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from ..errors import SandboxUnavailable
@@ -160,6 +163,42 @@ def top_level(name: str) -> str:
 _parses = threading.BoundedSemaphore(MAX_PARSES)
 _cache: OrderedDict[tuple[str, str], JsAnalysis] = OrderedDict()
 _cache_lock = threading.Lock()
+# Whose check this is (`checking_for`): a tenant parses one code at a time, so its flood of
+# new code leaves the other parse to the other tenants instead of queueing them behind it.
+_checker: ContextVar[str | None] = ContextVar("javascript_checker", default=None)
+_tenant_turns: dict[str, tuple[threading.Lock, int]] = {}
+
+
+@contextmanager
+def checking_for(tenant: str | None) -> Iterator[None]:
+    """Checks in this context parse as `tenant`'s (None: no tenant, only the shared cap)."""
+    token = _checker.set(tenant)
+    try:
+        yield
+    finally:
+        _checker.reset(token)
+
+
+@contextmanager
+def _tenant_turn() -> Iterator[None]:
+    """Wait for the checking tenant's own parse to end (none without a tenant)."""
+    tenant = _checker.get()
+    if tenant is None:
+        yield
+        return
+    with _cache_lock:
+        lock, users = _tenant_turns.get(tenant, (threading.Lock(), 0))
+        _tenant_turns[tenant] = (lock, users + 1)
+    try:
+        with lock:
+            yield
+    finally:
+        with _cache_lock:
+            lock, users = _tenant_turns[tenant]
+            if users == 1:
+                del _tenant_turns[tenant]
+            else:
+                _tenant_turns[tenant] = (lock, users - 1)
 
 
 def analyse(code: str, node: str) -> JsAnalysis:
@@ -170,7 +209,7 @@ def analyse(code: str, node: str) -> JsAnalysis:
         if found is not None:
             _cache.move_to_end(key)
             return found
-    with _parses:
+    with _tenant_turn(), _parses:
         found = parse(code, node)
     with _cache_lock:
         _cache[key] = found
