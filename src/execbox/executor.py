@@ -53,6 +53,7 @@ from .hosts import (
 )
 from .image import Image, interpreter_problem
 from .network.secrets import Binding
+from .policy import javascript
 from .records import PolicyInfo, RunStore
 from .redact import Redactor, checked_secrets
 from .request import (
@@ -396,7 +397,8 @@ class Executor:
     ) -> RunResult:
         """request -> policy -> budget -> cache -> sandbox -> redact -> record -> result."""
         self.store.check()  # refused when a record failed since the last check (see `records`)
-        call = self._checked(request, origin, secrets, session_id)
+        with javascript.checking_for(options.tenant):
+            call = self._checked(request, origin, secrets, session_id)
         refused = self._refusal(call)
         if refused is not None:
             return self._record(call, refused)

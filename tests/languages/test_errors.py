@@ -175,6 +175,14 @@ def test_bash_is_allowed_only_by_profiles_that_list_it() -> None:
         ("const f = (() => {}).constructor\nf('return process')()", "js.dynamic", 1),
         ("eval(\"require('child_process')\")", "js.dynamic", 1),
         ("Reflect.get(process, 'binding')", "js.dynamic", 1),
+        # Plain names that reach process or the Function constructor without a member access.
+        ("const {getBuiltinModule: g} = globalThis.process\ng('child_process')", "js.dynamic", 1),
+        ("const {constructor: F} = () => 0\nF('return process')()", "js.dynamic", 1),
+        ("const {'binding': b} = require('fs')", "js.dynamic", 1),
+        ("with (Math) { max(1, 2) }", "js.dynamic", 1),
+        ("const p = globalThis.process\np.env", "js.dynamic", 1),
+        ("console.log(globalThis.process.env.HOME, Math.max(1, 2))", None, None),
+        ("const { readFileSync } = require('fs')\nconst { a, ...rest } = { a: 1 }", None, None),
         # The process module is the process global as a value: its binding spawns programs.
         ("const { binding } = require('process')\nbinding('spawn_sync')", "js.module_denied", 1),
         ("import P from 'node:process'\nReflect.get(P, 'bind' + 'ing')", "js.module_denied", 1),

@@ -23,6 +23,9 @@ import json
 import subprocess
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from ..errors import SandboxUnavailable
@@ -76,6 +79,7 @@ const source = (node, what) => {
 };
 const RISKY_MEMBERS = ['binding', '_linkedBinding', 'dlopen', 'getBuiltinModule', 'require',
   'mainModule', 'constructor', '_load', '__proto__'];
+const GLOBALS = ['process', 'globalThis', 'global', 'module'];
 const isName = (node, name) => node && node.type === 'Identifier' && node.name === name;
 const member = (node) => node.computed ? literal(node.property) : (node.property.name || null);
 walk.fullAncestor(tree, (node, _state, ancestors) => {
@@ -102,7 +106,7 @@ walk.fullAncestor(tree, (node, _state, ancestors) => {
         if (own.length === 0) dynamic.push(['the module function\'s arguments', node.loc.start.line]);
       } else if (node.name === 'eval' || node.name === 'Function') {
         dynamic.push([node.name + ' (code built from a string)', node.loc.start.line]);
-      } else if (['process', 'globalThis', 'global', 'module'].includes(node.name)) {
+      } else if (GLOBALS.includes(node.name)) {
         // Only as the object of a member access the rules below read: passed along, the
         // check cannot follow what is done with it.
         const read = parent && parent.type === 'MemberExpression' && parent.object === node;
@@ -116,8 +120,23 @@ walk.fullAncestor(tree, (node, _state, ancestors) => {
       // (globalThis.process.binding, module.require, (() => {}).constructor).
       const name = member(node);
       if (RISKY_MEMBERS.includes(name)) dynamic.push(['.' + name, node.loc.start.line]);
+      // globalThis.process is process: only read further, as the name itself.
+      else if (GLOBALS.includes(name) && !(parent && parent.type === 'MemberExpression' && parent.object === node))
+        dynamic.push(['.' + name + ' used as a value', node.loc.start.line]);
       break;
     }
+    case 'ObjectPattern':
+      // const {getBuiltinModule: g} = globalThis.process reads a member by a plain name too.
+      for (const prop of node.properties) {
+        const key = prop.type === 'Property' ? (prop.computed ? literal(prop.key) : prop.key.name || literal(prop.key)) : null;
+        if (RISKY_MEMBERS.includes(key) || GLOBALS.includes(key))
+          dynamic.push([`{${key}} taken apart`, node.loc.start.line]);
+      }
+      break;
+    case 'WithStatement':
+      // with (globalThis.process) binding(...): its names are members of an object unseen.
+      dynamic.push(['with (names from an object)', node.loc.start.line]);
+      break;
   }
 });
 process.stdout.write(JSON.stringify({ modules, dynamic, error: null }));
@@ -144,6 +163,42 @@ def top_level(name: str) -> str:
 _parses = threading.BoundedSemaphore(MAX_PARSES)
 _cache: OrderedDict[tuple[str, str], JsAnalysis] = OrderedDict()
 _cache_lock = threading.Lock()
+# Whose check this is (`checking_for`): a tenant parses one code at a time, so its flood of
+# new code leaves the other parse to the other tenants instead of queueing them behind it.
+_checker: ContextVar[str | None] = ContextVar("javascript_checker", default=None)
+_tenant_turns: dict[str, tuple[threading.Lock, int]] = {}
+
+
+@contextmanager
+def checking_for(tenant: str | None) -> Iterator[None]:
+    """Checks in this context parse as `tenant`'s (None: no tenant, only the shared cap)."""
+    token = _checker.set(tenant)
+    try:
+        yield
+    finally:
+        _checker.reset(token)
+
+
+@contextmanager
+def _tenant_turn() -> Iterator[None]:
+    """Wait for the checking tenant's own parse to end (none without a tenant)."""
+    tenant = _checker.get()
+    if tenant is None:
+        yield
+        return
+    with _cache_lock:
+        lock, users = _tenant_turns.get(tenant, (threading.Lock(), 0))
+        _tenant_turns[tenant] = (lock, users + 1)
+    try:
+        with lock:
+            yield
+    finally:
+        with _cache_lock:
+            lock, users = _tenant_turns[tenant]
+            if users == 1:
+                del _tenant_turns[tenant]
+            else:
+                _tenant_turns[tenant] = (lock, users - 1)
 
 
 def analyse(code: str, node: str) -> JsAnalysis:
@@ -154,7 +209,7 @@ def analyse(code: str, node: str) -> JsAnalysis:
         if found is not None:
             _cache.move_to_end(key)
             return found
-    with _parses:
+    with _tenant_turn(), _parses:
         found = parse(code, node)
     with _cache_lock:
         _cache[key] = found

@@ -29,8 +29,10 @@ __all__ = [
     "first_line",
     "forms",
     "last_line",
+    "node_forms",
     "pair_need",
     "part_length",
+    "shell_forms",
 ]
 
 MIN_CUT_PREFIX = 3  # a cut secret's start this long or longer is redacted (see `redact_end`)
@@ -55,9 +57,10 @@ def forms(value: str) -> tuple[str, ...]:
     """The texts `value` becomes when a program shows it, `value` first, each once: inside a
     Python str or bytes literal (repr and ascii(), with a quote escaped or not: repr escapes
     ' only when the whole string holds both quotes), in JSON (`json.dumps`, ASCII-only or
-    not), URL-encoded (`quote`, with and without '/' kept, and `quote_plus`) and HTML-escaped
-    (quotes too, or only & < > as in a DataFrame's text/html). Escapes of escapes (the JSON of
-    a repr) are not among them."""
+    not), URL-encoded (`quote`, with and without '/' kept, and `quote_plus`), HTML-escaped
+    (quotes too, or only & < > as in a DataFrame's text/html), as Node's `util.inspect` and
+    bash quote it (`node_forms`, `shell_forms`). Escapes of escapes (the JSON of a repr) are
+    not among them."""
     out = [
         value,
         repr(value)[1:-1],
@@ -69,9 +72,10 @@ def forms(value: str) -> tuple[str, ...]:
         html.escape(value),
         html.escape(value, quote=False),
     ]
+    out += node_forms(value)
     try:
         raw = value.encode()
-    except UnicodeEncodeError:  # a lone surrogate has no UTF-8: no bytes or URL form
+    except UnicodeEncodeError:  # a lone surrogate has no UTF-8: no bytes, URL or shell form
         return tuple(dict.fromkeys(out))
     out += [
         repr(raw)[2:-1],
@@ -79,8 +83,59 @@ def forms(value: str) -> tuple[str, ...]:
         quote(raw, safe=""),
         quote(raw),
         quote_plus(raw),
+        *shell_forms(value),
     ]
     return tuple(dict.fromkeys(out))
+
+
+# Node's util.inspect (console.log of an object) escapes these by name, other control
+# characters and lone surrogates as \xNN and \uNNNN in upper case (Python's repr: \x08,
+# \x0c, lower case).
+_NODE_NAMED = {"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r", "\\": "\\\\"}
+_NODE_ESCAPED = re.compile(r"[\x00-\x1f\\\x7f-\x9f\ud800-\udfff]")
+
+
+def _node_escape(c: str) -> str:
+    return _NODE_NAMED.get(c) or (f"\\x{ord(c):02X}" if ord(c) < 0x100 else f"\\u{ord(c):04X}")
+
+
+def node_forms(value: str) -> tuple[str, ...]:
+    """`value` inside the quotes of Node's `util.inspect`: ' escaped (a value holding every
+    quote kind) or not (inspect picks a quote the value lacks)."""
+    shown = _NODE_ESCAPED.sub(lambda m: _node_escape(m[0]), value)
+    return (shown, shown.replace("'", "\\'"))
+
+
+# What bash's printf %q escapes with a backslash anywhere (~ and # only at the start).
+_SHELL_BACKSLASHED = re.compile(r"""[ \t\n'"\\|&;()<>!{}*\[\]?^$`,]|^[~#]""")
+_SHELL_DOUBLE = re.compile(r'["\\$`]')
+# bash's $'...': these by name, printable ASCII as it is, other bytes in octal.
+_ANSI_C_NAMED = dict(zip("\x1b\x07\x0b\x08\x0c\n\r\t\\'", "Eavbfnrt\\'", strict=True))
+_ANSI_C_ESCAPED = re.compile(r"[^\x20-\x26\x28-\x5b\x5d-\x7e]")
+
+
+def shell_forms(value: str) -> tuple[str, ...]:
+    """`value` as bash quotes it: `printf %q` (backslashes), `${v@Q}`, `set -x` and `set`
+    (single quotes, ' as '\\''), `declare -p` (double quotes) and $'...' (any of them, for a
+    value with a control character or, in the C locale a run has, any non-ASCII one; in a
+    UTF-8 locale a printable non-ASCII character stays as it is)."""
+    return (
+        _SHELL_BACKSLASHED.sub(lambda m: "\\" + m[0], value),
+        value.replace("'", "'\\''"),
+        _SHELL_DOUBLE.sub(lambda m: "\\" + m[0], value),
+        _ANSI_C_ESCAPED.sub(lambda m: _ansi_c(m[0], utf8=False), value),
+        _ANSI_C_ESCAPED.sub(lambda m: _ansi_c(m[0], utf8=True), value),
+    )
+
+
+def _ansi_c(c: str, *, utf8: bool) -> str:
+    """Character `c` inside bash's $'...': by name, or its UTF-8 bytes in octal (a printable
+    non-ASCII character as it is in a UTF-8 locale)."""
+    if c in _ANSI_C_NAMED:
+        return "\\" + _ANSI_C_NAMED[c]
+    if utf8 and ord(c) > 0x7F and c.isprintable():
+        return c
+    return "".join(f"\\{b:03o}" for b in c.encode())
 
 
 def part_length(form: str) -> int:
