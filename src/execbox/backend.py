@@ -163,6 +163,26 @@ class SandboxBackend(Protocol):
         ...
 
 
+def rootless_options(allowed: frozenset[str]) -> dict[str, Any]:
+    """The zygotes' rootless options: the delegated cgroup runs go in, or none when the
+    caller accepted memory and pids unenforced; SandboxUnavailable when neither holds."""
+    delegation = rootless.delegated_cgroup()
+    refused = rootless.refusal(delegation, allowed)
+    if refused:
+        raise SandboxUnavailable(f"{refused}; see `execbox doctor`")
+    held = [limit for limit in rootless.CGROUP_LIMITS if delegation.holds(limit)]
+    if held and len(held) != len(rootless.CGROUP_LIMITS):
+        # One cgroup serves both limits; half a delegation would lose the other silently.
+        raise SandboxUnavailable(
+            f"rootless mode: only {held[0]} is delegated ({delegation.missing}); delegate "
+            "both memory and pids, or neither and accept both unenforced"
+        )
+    return {
+        "cgroup_version": delegation.version if held else None,
+        "cgroup_paths": delegation.paths if held else {},
+    }
+
+
 class LocalBackend:
     """The sandbox on this host: zygote processes (one set shared, or one per tenant, replaced
     on a schedule, see `hosts`), their staged slots, sessions turned from slots. Each other
@@ -183,18 +203,14 @@ class LocalBackend:
         network_ca: str | None = None,
         allow_unenforced_limits: frozenset[str] = frozenset(),
     ) -> None:
+        # Rootless mode: what the zygotes need to know (see `ZygoteProcess`); None as root.
+        self._rootless: dict[str, Any] | None = None
         if rootless.is_rootless():
-            refused = rootless.refusal(rootless.delegated_cgroup(), allow_unenforced_limits)
-            if refused:
-                raise SandboxUnavailable(f"{refused}; see `execbox doctor`")
-            raise SandboxUnavailable(
-                "rootless mode: runs as an ordinary user are not in this release (the "
-                "runtime image is mounted from a loop device); run as root, and see "
-                "`execbox doctor`"
-            )
-        unprivileged = capabilities.unavailable_reason()
-        if unprivileged:  # else the first run fails on a bare EPERM deep in the set-up
-            raise SandboxUnavailable(f"{unprivileged}; see `execbox doctor`")
+            self._rootless = rootless_options(allow_unenforced_limits)
+        else:
+            unprivileged = capabilities.unavailable_reason()
+            if unprivileged:  # else the first run fails on a bare EPERM deep in the set-up
+                raise SandboxUnavailable(f"{unprivileged}; see `execbox doctor`")
         self.image = image or Image.load()
         self.default_environment = _name_of(self.image.root)
         self.pool_size = pool_size
@@ -263,6 +279,7 @@ class LocalBackend:
                 list(LIGHT_PRELOAD),
                 pool_size=self.pool_size,
                 full_preload=full or None,
+                rootless=self._rootless,
             )
         except HostError as exc:
             raise SandboxUnavailable(f"{exc}; see `execbox doctor`") from exc
