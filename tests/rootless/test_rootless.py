@@ -1,8 +1,10 @@
 """Rootless mode as a real ordinary user: the test (as root) makes a throwaway user with
 useradd, runs execbox as that user with runuser, and removes the user after. What `execbox
-doctor` reports must match what that user can really do: make the jail's namespaces, and,
-only with a cgroup v1 directory an administrator chowned to it, hold memory and pids limits.
-Without one the executor is refused, naming what is missing and the explicit opt-in."""
+doctor` reports must match what that user can really do: make the jail's namespaces, run code
+in them, and, only with a cgroup v1 directory an administrator chowned to it, hold memory and
+pids limits. Without one the executor is refused, naming what is missing and the explicit
+opt-in; with the opt-in, runs work with no cgroup. The hostile runs (kill(-1), a fork loop, a
+memory hog) go only after a jail proof adapted to rootless mode (see `runs`)."""
 
 from __future__ import annotations
 

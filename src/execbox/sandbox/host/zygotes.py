@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ...image import ENV_DIR, FS_TYPE, PACKAGE_DIR
 from ..inside import protocol
-from ..inside.cgroup import Hierarchy
+from ..inside.cgroup import CgroupUnavailable, Hierarchy
 from ..inside.jail import UID_FIRST
 from . import loop
 from .errors import HostError
@@ -91,6 +91,7 @@ class ZygoteProcess:
         # Rootless (`rootless` given: the zygotes' cgroup options), all of them in one user
         # namespace, with a /run of their own, the image's tree bound (no loop device).
         self._device: loop.LoopDevice | None = None
+        self._rootless = rootless
         self._namespaces: _Namespaces | None = None
         program = str(image.libexec / "execbox-enter")
         keep: list[int] = []
@@ -213,7 +214,7 @@ class ZygoteProcess:
         self._late = {"heavy": _Late()}
         self._prefix = f"x{os.getpid()}-{infos['supervisors']['pid']}-"
         try:
-            Hierarchy.discover().sweep_orphans()
+            self._hierarchy().sweep_orphans()
         except OSError:
             pass
         self._counter = itertools.count()
@@ -228,6 +229,15 @@ class ZygoteProcess:
             self, pool_size, [k for k in SLOT_KINDS if protocol.SLOT_KINDS[k][0] in self._dormant]
         )
         self._await_late("heavy")
+
+    def _hierarchy(self) -> Hierarchy:
+        """Where this host's supervisors make run cgroups, for removing those they left:
+        rootless, the delegated cgroup (CgroupUnavailable with none)."""
+        if self._rootless is None:
+            return Hierarchy.discover()
+        if self._rootless["cgroup_version"] is None:
+            raise CgroupUnavailable("rootless mode without a cgroup")
+        return Hierarchy.delegated(self._rootless["cgroup_version"], self._rootless["cgroup_paths"])
 
     def _await_late(self, kind: str) -> None:
         """Read the hello of the program zygote of `kind` in a thread of its own."""
@@ -449,7 +459,7 @@ class ZygoteProcess:
             # A killed supervisor could not remove its cgroup: once it is gone, we do.
             slot.wait_gone(5.0)
             try:
-                Hierarchy.discover().remove_named(slot.name)
+                self._hierarchy().remove_named(slot.name)
             except OSError:
                 pass
         slot.close()
@@ -551,7 +561,7 @@ class ZygoteProcess:
         prefix = getattr(self, "_prefix", None)
         if prefix:
             try:
-                Hierarchy.discover().sweep(prefix)
+                self._hierarchy().sweep(prefix)
             except OSError:
                 pass
 
