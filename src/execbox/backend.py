@@ -284,6 +284,13 @@ class LocalBackend:
         except HostError as exc:
             raise SandboxUnavailable(f"{exc}; see `execbox doctor`") from exc
 
+    def _check_network(self) -> None:
+        if self._rootless is not None:
+            raise HostError(
+                "network allowlists are not available in rootless mode: the egress proxy "
+                "cannot enter the run's network namespace from outside its user namespace"
+            )
+
     def start(self, tenant: str | None, environment: str | None = None) -> None:
         # The run's `take` checks the host's zygotes (and restarts a dead one): once a run.
         self.hosts.get(tenant, environment, check=False)
@@ -293,6 +300,7 @@ class LocalBackend:
         limits = spec.limits
         network = None
         if spec.network is not None:
+            self._check_network()
             caps = NetworkLimits(limits.network_bytes, limits.network_connections)
             valid_s = limits.timeout_s + BACKSTOP_GRACE_S
             network = RunEgress(self.egress_proxy, spec.network, caps, spec.bound, valid_s)
@@ -370,6 +378,7 @@ class LocalBackend:
         on_limit: Callable[[str], None],
     ) -> SessionBackend:
         """Start `channel` with a listener in its namespace, served for the session's life."""
+        self._check_network()
         caps = NetworkLimits(limits.network_bytes, limits.network_connections)
         egress = RunEgress(self.egress_proxy, network, caps)
         try:

@@ -319,13 +319,16 @@ def test_a_delegated_v1_cgroup_holds_memory_and_pids(user: User, delegated: str)
 RUNS = """
 import json, os, sys
 from execbox.executor import Executor
+from execbox.policy import load_profiles
 req = json.loads(sys.stdin.read())
+profiles = load_profiles()
+profiles["net"] = profiles["data"].model_copy(update={"name": "net", "network_allow": ["*:*"]})
 PROOF = (
     "import os\\n"
     "caps = [l.split()[1] for l in open('/proc/self/status') if l.startswith('CapEff')]\\n"
     "print(os.getpid(), os.getuid(), *open('/proc/self/uid_map').read().split(), *caps)"
 )
-with Executor(cache=False, allow_unenforced_limits=req["allow"]) as ex:
+with Executor(cache=False, allow_unenforced_limits=req["allow"], profiles=profiles) as ex:
     proof = ex.run(PROOF)
     said = proof.stdout.split()
     want = [str(0x70000000), str(0x70000000), str(os.getuid()), "1", "0" * 16]
@@ -334,7 +337,11 @@ with Executor(cache=False, allow_unenforced_limits=req["allow"]) as ex:
         sys.exit(0)
     for item in req["runs"]:
         done = ex.run(
-            item["code"], language=item.get("language", "python"), limits=item.get("limits")
+            item["code"],
+            language=item.get("language", "python"),
+            limits=item.get("limits"),
+            network=item.get("network", "none"),
+            profile="net" if "network" in item else "data",
         )
         print(json.dumps(done.model_dump(mode="json")), flush=True)
 """
@@ -376,12 +383,13 @@ def runs(
 
 
 def test_runs_as_an_ordinary_user_without_a_cgroup(user: User) -> None:
-    ok, exits, raises = runs(
+    ok, exits, raises, network = runs(
         user,
         [
             {"code": "import sys\nprint('out')\nprint('err', file=sys.stderr)"},
             {"code": "raise SystemExit(3)"},
             {"code": "x = 1\n1 / 0"},
+            {"code": "print(1)", "network": ["example.com"]},
         ],
     )
     assert ok["status"] == "ok" and ok["stdout"] == "out\n" and ok["stderr"] == "err\n"
@@ -389,6 +397,9 @@ def test_runs_as_an_ordinary_user_without_a_cgroup(user: User) -> None:
     assert exits["status"] == "error" and exits["exit_code"] == 3
     assert raises["status"] == "error" and raises["error"]["type"] == "ZeroDivisionError"
     assert raises["error"]["line"] == 2
+    # An allowlist cannot be served here: said, not a bare EPERM.
+    assert network["status"] == "sandbox_error", network
+    assert "not available in rootless mode" in network["error"]["message"], network
 
 
 def test_a_run_reaches_nothing_of_the_callers(user: User) -> None:
