@@ -165,6 +165,26 @@ class SandboxBackend(Protocol):
         ...
 
 
+def rootless_options(allowed: frozenset[str]) -> dict[str, Any]:
+    """The zygotes' rootless options: the delegated cgroup runs go in, or none when the
+    caller accepted memory and pids unenforced; SandboxUnavailable when neither holds."""
+    delegation = rootless.delegated_cgroup()
+    refused = rootless.refusal(delegation, allowed)
+    if refused:
+        raise SandboxUnavailable(f"{refused}; see `execbox doctor`")
+    held = [limit for limit in rootless.CGROUP_LIMITS if delegation.holds(limit)]
+    if held and len(held) != len(rootless.CGROUP_LIMITS):
+        # One cgroup serves both limits; half a delegation would lose the other silently.
+        raise SandboxUnavailable(
+            f"rootless mode: only {held[0]} is delegated ({delegation.missing}); delegate "
+            "both memory and pids, or neither and accept both unenforced"
+        )
+    return {
+        "cgroup_version": delegation.version if held else None,
+        "cgroup_paths": delegation.paths if held else {},
+    }
+
+
 class LocalBackend:
     """The sandbox on this host: zygote processes (one set shared, or one per tenant, replaced
     on a schedule, see `hosts`), their staged slots, sessions turned from slots. Each other
@@ -185,18 +205,14 @@ class LocalBackend:
         network_ca: str | None = None,
         allow_unenforced_limits: frozenset[str] = frozenset(),
     ) -> None:
+        # Rootless mode: what the zygotes need to know (see `ZygoteProcess`); None as root.
+        self._rootless: dict[str, Any] | None = None
         if rootless.is_rootless():
-            refused = rootless.refusal(rootless.delegated_cgroup(), allow_unenforced_limits)
-            if refused:
-                raise SandboxUnavailable(f"{refused}; see `execbox doctor`")
-            raise SandboxUnavailable(
-                "rootless mode: runs as an ordinary user are not in this release (the "
-                "runtime image is mounted from a loop device); run as root, and see "
-                "`execbox doctor`"
-            )
-        unprivileged = capabilities.unavailable_reason()
-        if unprivileged:  # else the first run fails on a bare EPERM deep in the set-up
-            raise SandboxUnavailable(f"{unprivileged}; see `execbox doctor`")
+            self._rootless = rootless_options(allow_unenforced_limits)
+        else:
+            unprivileged = capabilities.unavailable_reason()
+            if unprivileged:  # else the first run fails on a bare EPERM deep in the set-up
+                raise SandboxUnavailable(f"{unprivileged}; see `execbox doctor`")
         self.image = image or Image.load()
         self.default_environment = _name_of(self.image.root)
         self.pool_size = pool_size
@@ -265,9 +281,17 @@ class LocalBackend:
                 list(LIGHT_PRELOAD),
                 pool_size=self.pool_size,
                 full_preload=full or None,
+                rootless=self._rootless,
             )
         except HostError as exc:
             raise SandboxUnavailable(f"{exc}; see `execbox doctor`") from exc
+
+    def _check_network(self) -> None:
+        if self._rootless is not None:
+            raise HostError(
+                "network allowlists are not available in rootless mode: the egress proxy "
+                "cannot enter the run's network namespace from outside its user namespace"
+            )
 
     def start(self, tenant: str | None, environment: str | None = None) -> None:
         # The run's `take` checks the host's zygotes (and restarts a dead one): once a run.
@@ -278,6 +302,7 @@ class LocalBackend:
         limits = spec.limits
         network = None
         if spec.network is not None:
+            self._check_network()
             caps = NetworkLimits(limits.network_bytes, limits.network_connections)
             valid_s = limits.timeout_s + BACKSTOP_GRACE_S
             network = RunEgress(self.egress_proxy, spec.network, caps, spec.bound, valid_s)
@@ -362,6 +387,7 @@ class LocalBackend:
         language: str,
     ) -> SessionBackend:
         """Start `channel` with a listener in its namespace, served for the session's life."""
+        self._check_network()
         caps = NetworkLimits(limits.network_bytes, limits.network_connections)
         egress = RunEgress(self.egress_proxy, network, caps)
         try:

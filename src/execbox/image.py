@@ -140,7 +140,8 @@ class Image:
             )
         from .environments import mountable
 
-        mountable(root)
+        if os.geteuid() == 0:  # rootless mode binds the tree itself (no loop device)
+            mountable(root)
         return cls(root, image_digest(data["tree_digest"]), data["python_version"])
 
 

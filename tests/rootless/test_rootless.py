@@ -1,23 +1,32 @@
 """Rootless mode as a real ordinary user: the test (as root) makes a throwaway user with
 useradd, runs execbox as that user with runuser, and removes the user after. What `execbox
-doctor` reports must match what that user can really do: make the jail's namespaces, and,
-only with a cgroup v1 directory an administrator chowned to it, hold memory and pids limits.
-Without one the executor is refused, naming what is missing and the explicit opt-in."""
+doctor` reports must match what that user can really do: make the jail's namespaces, run code
+in them, and, only with a cgroup v1 directory an administrator chowned to it, hold memory and
+pids limits. Without one the executor is refused, naming what is missing and the explicit
+opt-in; with the opt-in, runs work with no cgroup. The hostile runs (kill(-1), a fork loop, a
+memory hog) go only after a jail proof adapted to rootless mode (see `runs`)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sysconfig
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import execbox
+from execbox.environments import DEFAULT_NAME
+from execbox.image import Image
 
 pytestmark = [
     pytest.mark.rootless,
@@ -63,35 +72,39 @@ class User:
         assert done.returncode == 0, done.stderr
         return done.stdout
 
-    def doctor(self, env: dict[str, str] | None = None) -> dict[str, str]:
-        """`execbox doctor` as this user: each check's line by its name."""
+    def doctor(self, env: dict[str, str] | None = None, status: int = 2) -> dict[str, str]:
+        """`execbox doctor` as this user (exiting `status`): each check's line by its name."""
         done = self.run(self.python, "-m", "execbox.cli", "doctor", env=env)
-        assert done.returncode == 2, done.stdout + done.stderr  # the jail is not landed yet
+        assert done.returncode == status, done.stdout + done.stderr
         lines = {}
         for line in done.stdout.splitlines():
             mark, _, rest = line.partition(" ")
             if mark in ("ok", "FAIL", "warn"):
                 name = next(
-                    n
-                    for n in (
-                        "user namespaces",
-                        "subordinate ids",
-                        "rootless jail",
-                        "limit cpu time",
-                        "limit wall time",
-                        "limit memory",
-                        "limit pids",
-                        "mode",
-                        "linux",
-                        "python",
-                        "seccomp",
-                        "limit disk",
-                        "limit output",
-                        "limit network",
-                    )
-                    if rest.strip().startswith(n)
+                    (
+                        n
+                        for n in (
+                            "user namespaces",
+                            "subordinate ids",
+                            "rootless jail",
+                            "limit cpu time",
+                            "limit wall time",
+                            "limit memory",
+                            "limit pids",
+                            "mode",
+                            "linux",
+                            "python",
+                            "seccomp",
+                            "limit disk",
+                            "limit output",
+                            "limit network",
+                        )
+                        if rest.strip().startswith(n)
+                    ),
+                    None,
                 )
-                lines[name] = line
+                if name is not None:  # a line of the runtime image's checks, say
+                    lines[name] = line
         return lines
 
 
@@ -127,9 +140,9 @@ def user() -> Iterator[User]:
         uid = int(subprocess.run(["id", "-u", name], capture_output=True, check=True).stdout)
         home = base / "home"
         home.mkdir(mode=0o700)
+        _give_image(home / "execbox", base)
         (home / "secret.txt").write_text("the caller's own file\n")
-        os.chown(home, uid, uid)
-        os.chown(home / "secret.txt", uid, uid)
+        subprocess.run(["chown", "-R", f"{uid}:{uid}", str(home)], check=True)
         subprocess.run(["chmod", "-R", "a+rX", str(venv)], check=True)
         found = User(name, uid, home, str(venv / "bin/python"))
         assert found.python_code("import os; print(os.geteuid())").strip() == str(uid)
@@ -139,6 +152,21 @@ def user() -> Iterator[User]:
         subprocess.run(["pkill", "-KILL", "-u", name], check=False)
         subprocess.run(["userdel", name], check=True)
         shutil.rmtree(base)
+
+
+def _give_image(execbox_home: Path, base: Path) -> None:
+    """The runtime image this test's execbox uses, as the default environment of the user's
+    EXECBOX_HOME: linked, or copied when the user could not read it (CI's root-only home)."""
+    tree = Image.load().root
+    if not _readable_by_nobody(tree / "lib"):
+        copy = base / "tree"
+        shutil.copytree(tree, copy, symlinks=True)
+        subprocess.run(["chmod", "-R", "a+rX", str(copy)], check=True)
+        tree = copy
+    (execbox_home / "envs" / "trees").mkdir(parents=True)
+    (execbox_home / "envs" / "names").mkdir()
+    (execbox_home / "envs" / "trees" / tree.name).symlink_to(tree)
+    (execbox_home / "envs" / "names" / DEFAULT_NAME).symlink_to(f"../trees/{tree.name}")
 
 
 def _readable_by_nobody(path: Path) -> bool:
@@ -168,8 +196,9 @@ def delegated(user: User) -> Iterator[str]:
         yield f"/{name}"
     finally:
         for path in made:
-            for child in sorted(p for p in path.iterdir() if p.is_dir()):
-                child.rmdir()
+            for parent, dirs, _files in os.walk(path, topdown=False):
+                for child in dirs:
+                    os.rmdir(os.path.join(parent, child))
             path.rmdir()
 
 
@@ -198,7 +227,7 @@ def test_doctor_says_rootless_mode_and_that_the_namespaces_work(user: User) -> N
         "--cgroup", "--fork", "--", "true",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert report["rootless jail"].startswith("FAIL")  # said, not hidden
+    assert report["rootless jail"].startswith("ok")
 
 
 def test_doctor_and_executor_without_a_delegated_cgroup(user: User) -> None:
@@ -225,22 +254,19 @@ def test_doctor_and_executor_without_a_delegated_cgroup(user: User) -> None:
 
 
 def test_the_opt_in_is_explicit_and_by_name(user: User) -> None:
-    past = "SandboxUnavailable rootless mode: runs as an ordinary user are not in this release"
-    assert executor_error(user, "allow_unenforced_limits=('memory', 'pids')").startswith(past)
-    assert executor_error(user, env={"EXECBOX_ALLOW_UNENFORCED_LIMITS": "memory,pids"}).startswith(
-        past
-    )
+    assert executor_error(user, "allow_unenforced_limits=('memory', 'pids')") == ""
+    assert executor_error(user, env={"EXECBOX_ALLOW_UNENFORCED_LIMITS": "memory,pids"}) == ""
     # Accepting one leaves the other refused, and named alone.
     said = executor_error(user, "allow_unenforced_limits=['memory']")
     assert said.startswith("SandboxUnavailable rootless mode cannot enforce the pids limit(s)")
     said = executor_error(user, "allow_unenforced_limits='memory,pid'")
     assert said.startswith("UsageError unknown limit(s) pid")
     done = user.run(
-        user.python, "-m", "execbox.cli", "run", "--server", "none",
-        "--allow-unenforced-limits", "memory,pids", "-",
+        "sh", "-c", f"echo 'print(6 * 7)' | {user.python} -m execbox.cli run --server none "
+        "--allow-unenforced-limits memory,pids -",
     )  # fmt: skip
-    assert done.returncode == 2 and "not in this release" in done.stderr, done.stderr
-    report = user.doctor(env={"EXECBOX_ALLOW_UNENFORCED_LIMITS": "memory,pids"})
+    assert done.returncode == 0 and done.stdout == "42\n", done.stderr
+    report = user.doctor(env={"EXECBOX_ALLOW_UNENFORCED_LIMITS": "memory,pids"}, status=0)
     assert (
         report["limit memory"].startswith("warn")
         and "accepted unenforced" in report["limit memory"]
@@ -249,13 +275,11 @@ def test_the_opt_in_is_explicit_and_by_name(user: User) -> None:
 
 def test_a_delegated_v1_cgroup_holds_memory_and_pids(user: User, delegated: str) -> None:
     env = {"EXECBOX_CGROUP_ROOT": delegated}
-    report = user.doctor(env)
+    report = user.doctor(env, status=0)
     for limit in ("memory", "pids"):
         assert report[f"limit {limit}"].startswith(f"ok   limit {limit}"), report
         assert f"cgroup v1 at {V1}/{limit}{delegated}" in report[f"limit {limit}"]
-    assert executor_error(user, env=env).startswith(
-        "SandboxUnavailable rootless mode: runs as an ordinary user are not in this release"
-    )
+    assert executor_error(user, env=env) == ""
     # Doctor's "enforced", checked as that user: a run cgroup made in the delegated directory,
     # limited, and joined, stops a bounded allocation past its memory and a fourth process.
     confine = (
@@ -287,3 +311,165 @@ def test_a_delegated_v1_cgroup_holds_memory_and_pids(user: User, delegated: str)
     )
     out = user.python_code(confine + procs, env)
     assert out.strip() == "refused after 2 11", out  # itself and two children: pids.max 3
+
+
+# Run as the user: the adapted jail proof first (the run has a pid namespace of its own, the
+# one mapped uid, a user namespace that maps it to the caller alone, no capability), and the
+# requested runs only once it holds; one JSON line per result.
+RUNS = """
+import json, os, sys
+from execbox.executor import Executor
+from execbox.policy import load_profiles
+req = json.loads(sys.stdin.read())
+profiles = load_profiles()
+profiles["net"] = profiles["data"].model_copy(update={"name": "net", "network_allow": ["*:*"]})
+PROOF = (
+    "import os\\n"
+    "caps = [l.split()[1] for l in open('/proc/self/status') if l.startswith('CapEff')]\\n"
+    "print(os.getpid(), os.getuid(), *open('/proc/self/uid_map').read().split(), *caps)"
+)
+with Executor(cache=False, allow_unenforced_limits=req["allow"], profiles=profiles) as ex:
+    proof = ex.run(PROOF)
+    said = proof.stdout.split()
+    want = [str(0x70000000), str(0x70000000), str(os.getuid()), "1", "0" * 16]
+    if not proof.ok or len(said) != 6 or int(said[0]) > 3 or said[1:] != want:
+        print(json.dumps({"unproven": proof.model_dump(mode="json")}))
+        sys.exit(0)
+    for item in req["runs"]:
+        done = ex.run(
+            item["code"],
+            language=item.get("language", "python"),
+            limits=item.get("limits"),
+            network=item.get("network", "none"),
+            profile="net" if "network" in item else "data",
+        )
+        print(json.dumps(done.model_dump(mode="json")), flush=True)
+"""
+
+
+def runs(
+    user: User,
+    items: list[dict[str, object]],
+    allow: tuple[str, ...] = ("memory", "pids"),
+    env: dict[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """The results of `items` ({code, language, limits}) run through an Executor as `user`,
+    once the jail is proven (a failed proof fails the test: nothing hostile ran)."""
+    done = subprocess.run(
+        ["runuser", "-u", user.name, "--", "env", "-i"]
+        + [
+            f"{k}={v}"
+            for k, v in (
+                {
+                    "PATH": "/usr/bin:/bin",
+                    "HOME": str(user.home),
+                    "EXECBOX_HOME": str(user.home / "execbox"),
+                }
+                | (env or {})
+            ).items()
+        ]
+        + [user.python, "-c", RUNS],
+        input=json.dumps({"allow": list(allow), "runs": items}),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    results = [json.loads(line) for line in done.stdout.splitlines()]
+    assert results and "unproven" not in results[0], results
+    assert len(results) == len(items), done.stderr
+    return results
+
+
+def test_runs_as_an_ordinary_user_without_a_cgroup(user: User) -> None:
+    ok, exits, raises, network = runs(
+        user,
+        [
+            {"code": "import sys\nprint('out')\nprint('err', file=sys.stderr)"},
+            {"code": "raise SystemExit(3)"},
+            {"code": "x = 1\n1 / 0"},
+            {"code": "print(1)", "network": ["example.com"]},
+        ],
+    )
+    assert ok["status"] == "ok" and ok["stdout"] == "out\n" and ok["stderr"] == "err\n"
+    assert ok["metrics"]["memory_peak_bytes"] is None  # no cgroup: unknown, not 0
+    assert exits["status"] == "error" and exits["exit_code"] == 3
+    assert raises["status"] == "error" and raises["error"]["type"] == "ZeroDivisionError"
+    assert raises["error"]["line"] == 2
+    # An allowlist cannot be served here: said, not a bare EPERM.
+    assert network["status"] == "sandbox_error", network
+    assert "not available in rootless mode" in network["error"]["message"], network
+
+
+def test_a_run_reaches_nothing_of_the_callers(user: User) -> None:
+    """Outside its namespace the run IS the caller (one mapped uid): kill(-1) must reach none
+    of the caller's processes, its files none of the caller's, its sockets no host port."""
+    sleeper = subprocess.Popen(["runuser", "-u", user.name, "--", "sleep", "120"])
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    try:
+        time.sleep(0.2)  # runuser has dropped to the user and exec'd sleep
+        sleeping = subprocess.run(
+            ["pgrep", "-u", user.name, "-x", "sleep"], capture_output=True, text=True
+        ).stdout.split()
+        assert len(sleeping) == 1
+        killed, files, net = runs(
+            user,
+            [
+                {
+                    "code": "import os, signal, time\nchild = os.fork()\nif child == 0:\n"
+                    "    time.sleep(30)\n    os._exit(0)\ntime.sleep(0.1)\n"
+                    "os.kill(-1, signal.SIGKILL)\n"
+                    "print('child', os.WTERMSIG(os.waitpid(child, 0)[1]), 'run alive')"
+                },
+                {
+                    "code": f"import os\nprint(os.path.exists({str(user.home)!r}))\n"
+                    f"print(sorted(os.listdir('/')))\nopen({str(user.home / 'secret.txt')!r})"
+                },
+                {
+                    "code": "import socket\n"
+                    "print([l.split(':')[0].strip() for l in open('/proc/net/dev')][2:])\n"
+                    f"socket.create_connection(('127.0.0.1', {port}), timeout=2)"
+                },
+            ],
+        )
+        assert sleeper.poll() is None  # the caller's own process survived
+        assert os.path.exists(f"/proc/{sleeping[0]}")
+        # Control: kill(-1) did kill, within the run's own pid namespace.
+        assert killed["stdout"] == f"child {int(signal.SIGKILL)} run alive\n", killed
+        assert files["stdout"].splitlines()[0] == "False"
+        assert files["error"]["type"] == "FileNotFoundError", files
+        assert net["stdout"] == "['lo']\n"
+        assert net["error"]["type"] == "ConnectionRefusedError", net
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        listener.close()
+
+
+def test_a_delegated_cgroup_holds_a_runs_memory_and_pids(user: User, delegated: str) -> None:
+    env = {"EXECBOX_CGROUP_ROOT": delegated}
+    fork_bomb = (
+        "import os, time\nkids = 0\ntry:\n    for _ in range(200):\n"
+        "        if os.fork() == 0:\n            time.sleep(5)\n            os._exit(0)\n"
+        "        kids += 1\nexcept OSError as exc:\n    print('refused after', kids, exc.errno)"
+    )
+    memory, pids, peak = runs(
+        user,
+        [
+            {
+                "code": "b = bytearray(256 << 20)\nb[::4096] = b'x' * len(b[::4096])",
+                "limits": {"memory_mib": 64},
+            },
+            {"code": fork_bomb, "limits": {"pids": 16}},
+            {"code": "b = bytearray(32 << 20)\nb[::4096] = b'x' * len(b[::4096])"},
+        ],
+        allow=(),
+        env=env,
+    )
+    assert memory["status"] == "memory_limit", memory
+    refused = pids["stdout"].split()
+    assert refused[:2] == ["refused", "after"] and int(refused[2]) < 16, pids
+    assert refused[3] == "11"  # EAGAIN: the cgroup's pids.max
+    assert peak["status"] == "ok" and peak["metrics"]["memory_peak_bytes"] >= 32 << 20

@@ -57,7 +57,9 @@ def _init(libexec: Path, *args: str, fds: tuple[int, ...] = ()) -> tuple[int, by
 
 
 @pytest.mark.parametrize(
-    "args", [(), ("65533",), ("0", "1"), ("65533", "0"), ("65533", "9"), ("x", "1")]
+    # ("65533", "0") is no longer bad: a rootless run with no cgroup joins none.
+    "args",
+    [(), ("65533",), ("0", "1"), ("65533", "9"), ("x", "1")],
 )
 def test_init_refuses_bad_arguments_and_says_so(libexec: Path, args: tuple[str, ...]) -> None:
     code, report = _init(libexec, *args)

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ...image import ENV_DIR, FS_TYPE, PACKAGE_DIR
 from ..inside import protocol
-from ..inside.cgroup import Hierarchy
+from ..inside.cgroup import CgroupUnavailable, Hierarchy
+from ..inside.jail import UID_FIRST
 from . import loop
 from .errors import HostError
 from .pool import SLOT_KINDS, SlotPool
@@ -81,18 +82,29 @@ class ZygoteProcess:
         ready_timeout_s: float = 60.0,
         pool_size: int = 4,
         full_preload: list[str] | None = None,
+        rootless: dict[str, Any] | None = None,
     ) -> None:
         import execbox
 
         # Every zygote starts in a mount namespace of its own, with the image and execbox's
         # package at fixed paths (see `native/enter.c`): what it forks shows no host path.
-        for mount_point in (ENV_DIR, f"{PACKAGE_DIR}/execbox"):
-            os.makedirs(mount_point, 0o755, exist_ok=True)
-        self._device = loop.attach(image.fs_image)
-        enter = [
-            str(image.libexec / "execbox-enter"),
-            self._device.path,
-            FS_TYPE,
+        # Rootless (`rootless` given: the zygotes' cgroup options), all of them in one user
+        # namespace, with a /run of their own, the image's tree bound (no loop device).
+        self._device: loop.LoopDevice | None = None
+        self._rootless = rootless
+        self._namespaces: _Namespaces | None = None
+        program = str(image.libexec / "execbox-enter")
+        keep: list[int] = []
+        if rootless is None:
+            for mount_point in (ENV_DIR, f"{PACKAGE_DIR}/execbox"):
+                os.makedirs(mount_point, 0o755, exist_ok=True)
+            self._device = loop.attach(image.fs_image)
+            enter = [program, self._device.path, FS_TYPE]
+        else:
+            self._namespaces = _Namespaces(program)
+            keep = self._namespaces.fds
+            enter = [program, "--userns", *map(str, keep), str(image.root), "bind"]
+        enter += [
             ENV_DIR,
             str(Path(execbox.__file__).resolve().parent),
             f"{PACKAGE_DIR}/execbox",
@@ -112,11 +124,13 @@ class ZygoteProcess:
         self._dormant: dict[str, tuple[Callable[[], _Starting], socket.socket]] = {}
         self._dormant_lock = threading.Lock()
         self.full_pid: int | None = None
-        common = {
+        common: dict[str, Any] = {
             "ro_paths": [ENV_DIR],
             "src_paths": [PACKAGE_DIR],
             "libexec": f"{ENV_DIR}/libexec",
         }
+        if rootless is not None:
+            common["rootless"] = rootless
         preloads = {"heavy": preload, "light": light_preload or [], "full": full_preload or []}
         preloads.update({kind: [] for kind in INTERPRETER_KINDS})
 
@@ -135,6 +149,7 @@ class ZygoteProcess:
                     spawn_fd=prog.fileno(),
                 ),
                 [prog],
+                keep,
             )
 
         self._starting: dict[str, _Starting] = {}
@@ -157,6 +172,7 @@ class ZygoteProcess:
                     spawn_fds={k: pairs[k][1].fileno() for k in kinds},
                 ),
                 sup_ends,
+                keep,
             )
         except BaseException:
             self.close()
@@ -179,7 +195,8 @@ class ZygoteProcess:
             name, info = failed[0]
             raise HostError(f"the zygote ({name}) failed to start: {info.get('error')}")
         sup = self._starting["supervisors"]
-        loop.keep_mounted(image.fs_image, sup.proc.pid)
+        if self._device is not None:
+            loop.keep_mounted(image.fs_image, sup.proc.pid)
         self._proc, self._sock = sup.proc, sup.sock
         self.heavy_pid = self._starting["heavy"].proc.pid
         self.light_pid = self._starting["light"].proc.pid
@@ -197,7 +214,7 @@ class ZygoteProcess:
         self._late = {"heavy": _Late()}
         self._prefix = f"x{os.getpid()}-{infos['supervisors']['pid']}-"
         try:
-            Hierarchy.discover().sweep_orphans()
+            self._hierarchy().sweep_orphans()
         except OSError:
             pass
         self._counter = itertools.count()
@@ -212,6 +229,15 @@ class ZygoteProcess:
             self, pool_size, [k for k in SLOT_KINDS if protocol.SLOT_KINDS[k][0] in self._dormant]
         )
         self._await_late("heavy")
+
+    def _hierarchy(self) -> Hierarchy:
+        """Where this host's supervisors make run cgroups, for removing those they left:
+        rootless, the delegated cgroup (CgroupUnavailable with none)."""
+        if self._rootless is None:
+            return Hierarchy.discover()
+        if self._rootless["cgroup_version"] is None:
+            raise CgroupUnavailable("rootless mode without a cgroup")
+        return Hierarchy.delegated(self._rootless["cgroup_version"], self._rootless["cgroup_paths"])
 
     def _await_late(self, kind: str) -> None:
         """Read the hello of the program zygote of `kind` in a thread of its own."""
@@ -439,7 +465,7 @@ class ZygoteProcess:
             # A killed supervisor could not remove its cgroup: once it is gone, we do.
             slot.wait_gone(5.0)
             try:
-                Hierarchy.discover().remove_named(slot.name)
+                self._hierarchy().remove_named(slot.name)
             except OSError:
                 pass
         slot.close()
@@ -535,10 +561,13 @@ class ZygoteProcess:
         device = getattr(self, "_device", None)
         if device is not None:
             device.close()  # the zygotes' mounts hold it for as long as they are needed
+        namespaces = getattr(self, "_namespaces", None)
+        if namespaces is not None:
+            namespaces.close()  # whatever of the zygotes' pid namespace is left ends here
         prefix = getattr(self, "_prefix", None)
         if prefix:
             try:
-                Hierarchy.discover().sweep(prefix)
+                self._hierarchy().sweep(prefix)
             except OSError:
                 pass
 
@@ -570,6 +599,52 @@ def _small_heap(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in ("PYTHONMALLOC", "GLIBC_TUNABLES")}
 
 
+class _Namespaces:
+    """Rootless mode: a user namespace in which UID_FIRST alone is mapped, to this process's
+    uid (its gid likewise), and in it a pid namespace, made and held by `execbox-enter
+    --hold-userns`; every zygote joins both. `close` ends the pid namespace's init, and with
+    it every process of the namespace. HostError when they cannot be made."""
+
+    def __init__(self, enter: str) -> None:
+        self.holder = subprocess.Popen(
+            [enter, "--hold-userns", str(UID_FIRST), str(UID_FIRST)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        self.fds: list[int] = []
+        assert self.holder.stdout is not None
+        said = self.holder.stdout.readline().split()
+        try:
+            if len(said) != 2 or said[0] != b"ready":
+                raise HostError(f"rootless mode: {self._error()}")
+            for name in ("user", "pid"):
+                self.fds.append(os.open(f"/proc/{int(said[1])}/ns/{name}", os.O_RDONLY))
+        except BaseException:
+            self.close()
+            raise
+
+    def _error(self) -> str:
+        assert self.holder.stdin is not None and self.holder.stderr is not None
+        self.holder.stdin.close()
+        self.holder.wait(timeout=10)
+        return self.holder.stderr.read().decode(errors="replace").strip()
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+        for pipe in (self.holder.stdin, self.holder.stdout, self.holder.stderr):
+            if pipe is not None:
+                pipe.close()
+        try:
+            self.holder.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.holder.pid, signal.SIGKILL)
+            self.holder.wait()
+
+
 class _Starting:
     """One zygote process and the host's socket to it."""
 
@@ -579,6 +654,7 @@ class _Starting:
         env: dict[str, str],
         options: dict[str, Any],
         passed: list[socket.socket],
+        keep: list[int] | None = None,
     ) -> None:
         self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
@@ -589,7 +665,7 @@ class _Starting:
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
-                pass_fds=[child.fileno(), *(p.fileno() for p in passed)],
+                pass_fds=[child.fileno(), *(p.fileno() for p in passed), *(keep or [])],
                 cwd="/",
                 start_new_session=True,
             )

@@ -79,6 +79,37 @@ class Hierarchy:
     has_swap: bool
 
     @classmethod
+    def none(cls) -> Hierarchy:
+        """No cgroup at all (rootless mode, its caller having accepted memory and pids
+        unenforced): runs get a RunCgroup with no directory, whose limits are not applied,
+        whose CPU counts 0 and whose peak is unknown (None)."""
+        return cls(0, {}, {}, False)
+
+    @classmethod
+    def delegated(cls, version: int, paths: dict[str, str]) -> Hierarchy:
+        """Run cgroups under directories delegated to this user (rootless mode, see
+        `host.rootless.delegated_cgroup`): `paths` maps "memory" and "pids" to theirs. A v1
+        delegation has no cpuacct: the CPU counter is not read there (RLIMIT_CPU holds)."""
+        if version == 1:
+            parents = {c: os.path.join(paths[c], PARENT_NAME) for c in ("memory", "pids")}
+            for parent in parents.values():
+                _mkdir_p(parent)
+            has_swap = os.path.exists(
+                os.path.join(parents["memory"], "memory.memsw.limit_in_bytes")
+            )
+            fds = {c: os.open(p, os.O_RDONLY | os.O_DIRECTORY) for c, p in parents.items()}
+            return cls(1, fds, parents, has_swap)
+        base = paths["memory"]
+        if paths["pids"] != base:
+            raise CgroupUnavailable(f"cgroup v2 delegation split: {base} and {paths['pids']}")
+        parent = os.path.join(base, PARENT_NAME)
+        _mkdir_p(parent)
+        _write_path(os.path.join(base, "cgroup.subtree_control"), "+memory +pids")
+        _write_path(os.path.join(parent, "cgroup.subtree_control"), "+memory +pids")
+        has_swap = os.path.exists(os.path.join(parent, "memory.swap.max"))
+        return cls(2, {"": os.open(parent, os.O_RDONLY | os.O_DIRECTORY)}, {"": parent}, has_swap)
+
+    @classmethod
     def discover(cls) -> Hierarchy:
         mounts = _mounts()
         own = _own_paths()
@@ -247,7 +278,9 @@ class RunCgroup:
         anything did)."""
         if self.applied == (memory_bytes, pids):
             return False
-        if self.v2:
+        if not self.dirs:  # no cgroup (`Hierarchy.none`): accepted unenforced
+            pass
+        elif self.v2:
             d = self.dirs[""]
             _write(d, "memory.max", str(memory_bytes))
             if self.hierarchy.has_swap:
@@ -279,6 +312,8 @@ class RunCgroup:
         return os.pread(self._kept_fd(dir_fd, name, os.O_RDONLY), 65536, 0).decode()
 
     def cpu_ns(self) -> int:
+        if not self.dirs:
+            return 0
         if self.v2:
             for line in self._read(self.dirs[""], "cpu.stat").splitlines():
                 key, _, value = line.partition(" ")
@@ -316,6 +351,8 @@ class RunCgroup:
         read. Only those still charged now are left out: near its limit the run's own memory
         took the place of those the kernel reclaimed, and the peak is all its own. A run that
         evicts them itself reads low by what it evicted."""
+        if not self.dirs:
+            return None
         try:
             fd = self._peak_fd()
         except FileNotFoundError:
@@ -329,6 +366,8 @@ class RunCgroup:
         """Start the peak over (set-up of a staged slot is not the code's memory), and take
         the file pages the cgroup holds now as the next peak's baseline. Where the peak cannot
         be reset the cgroup is this run's alone (`renew`): its peak is already the run's."""
+        if not self.dirs:
+            return
         try:
             fd = self._peak_fd()
         except FileNotFoundError:
@@ -375,6 +414,8 @@ class RunCgroup:
         none) and whether it is v2's cpu.stat, OOM kills, the peak (-1: none) and whether it
         resets (not `renews`), memory.stat,
         and memory.stat's file-page keys."""
+        if not self.dirs:  # no cgroup: nothing to read, no OOM kill counted, no peak
+            return -1, False, -1, -1, False, -1, self._file_keys()
         if self.v2:
             cpu = self._kept_fd(self.dirs[""], "cpu.stat", os.O_RDONLY)
         else:
@@ -411,6 +452,8 @@ class RunCgroup:
         return "memory.events" if self.v2 else "memory.oom_control"
 
     def oom_kills(self) -> int:
+        if not self.dirs:
+            return 0
         for line in self._read(self._mem(), self._oom_file()).splitlines():
             key, _, value = line.partition(" ")
             if key == "oom_kill":

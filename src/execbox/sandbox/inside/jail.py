@@ -39,6 +39,25 @@ UID_FIRST = 0x7000_0000
 UID_COUNT = 1 << 16
 UID_LOCKS = "/run/execbox/uids"  # one lock file per uid in use, held by its slot's supervisor
 INIT_UID = 65533  # pid 1 of the run's pid namespace, once set-up is done
+# Rootless mode: the user namespace maps UID_FIRST alone (the caller's own uid outside, see
+# `native/enter.c`), so init and every slot's program share it (`share_one_uid`).
+shared_uid = False
+
+
+def share_one_uid() -> None:
+    """Rootless mode: init and every program run as UID_FIRST, the one uid mapped."""
+    global shared_uid
+    shared_uid = True
+
+
+def uid_count() -> int:
+    return 1 if shared_uid else UID_COUNT
+
+
+def init_uid() -> int:
+    return UID_FIRST if shared_uid else INIT_UID
+
+
 STAGING = "/tmp"  # in the private mount namespace a tmpfs is mounted here and becomes the root
 HOSTNAME = "sandbox"
 ROOT_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
@@ -242,6 +261,8 @@ def claim_uid() -> tuple[int, int]:
     # which imports this module (an extension module is five more mappings in each fork).
     import fcntl
 
+    if shared_uid:  # the one uid mapped: shared, no lock to hold
+        return UID_FIRST, -1
     with step("claim a sandbox uid"):
         os.makedirs(UID_LOCKS, 0o700, exist_ok=True)
         for uid in range(UID_FIRST, UID_FIRST + UID_COUNT):
@@ -305,6 +326,14 @@ def build_root(cfg: JailConfig, uid: int) -> None:
         os.mkdir(f"{r}/workspace")
         os.mkdir(f"{r}/tmp")
         os.mkdir(f"{r}/proc")
+    if shared_uid:
+        with step("mount the slot's own /proc"):
+            # In a user namespace the kernel lets init mount the run's /proc only where a
+            # procfs is already fully visible in the mount namespace: this one, of the
+            # zygotes' pid namespace, which each run's /proc covers (and the run cannot
+            # unmount: no capability, no mount call).
+            flags = linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC
+            linux.mount("proc", f"{r}/proc", "proc", flags)
 
 
 def staged_scratch() -> list[tuple[str, str, int]]:

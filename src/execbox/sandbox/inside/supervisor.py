@@ -79,7 +79,7 @@ def serve(z: Zygote, ctrl: int, message: str) -> None:
         cgroup_name, kind = message.split(" ")
         if kind not in protocol.SLOT_KINDS:
             raise jail.JailError(f"protocol: unknown slot kind {kind!r}")
-        os.write(ctrl, protocol.json_frame(protocol.PID, {"pid": os.getpid()}))
+        os.write(ctrl, protocol.json_frame(protocol.PID, {"pid": _host_pid()}))
         Supervisor(z, ctrl, cgroup_name, kind).run()
     except BaseException as exc:  # noqa: BLE001 - report everything, then exit
         code = 1
@@ -88,6 +88,18 @@ def serve(z: Zygote, ctrl: int, message: str) -> None:
         except OSError:
             pass
     os._exit(code)
+
+
+def _host_pid() -> int:
+    """Our pid as the host sees it: in rootless mode the zygotes have a pid namespace of their
+    own (see `native/enter.c`), and /proc, still the host's here, names the host's first."""
+    if not jail.shared_uid:
+        return os.getpid()
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("NSpid:"):
+                return int(line.split()[1])
+    raise jail.JailError("read our pid in the host's pid namespace: no NSpid line")
 
 
 class Supervisor:
@@ -247,7 +259,7 @@ class Supervisor:
             own_pid_ns=self.own_pid_ns,
             cgroup_procs=procs,
             init=self.z.cfg.init,
-            init_uid=jail.INIT_UID,
+            init_uid=jail.init_uid(),
             spawn=self.z.spawn[self.program_kind].fileno(),
             uid=self.uid,
             net_dir=net_dir,

@@ -35,9 +35,12 @@ import socket
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import linux
+
+if TYPE_CHECKING:
+    from .cgroup import Hierarchy
 
 
 def _writable_mplconfig() -> None:
@@ -91,10 +94,21 @@ def _exercise_pandas() -> None:
     str(frame.sort_values("v").head())
 
 
+def _hierarchy(rootless: dict[str, Any] | None) -> Hierarchy:
+    """Where the supervisors make run cgroups: the host's, or in rootless mode the cgroup
+    delegated to the user, or none (its caller accepted memory and pids unenforced)."""
+    from .cgroup import Hierarchy
+
+    if rootless is None:
+        return Hierarchy.discover()
+    if rootless["cgroup_version"] is None:
+        return Hierarchy.none()
+    return Hierarchy.delegated(rootless["cgroup_version"], rootless["cgroup_paths"])
+
+
 def main(sock: socket.socket, options: dict[str, Any]) -> None:
     started = time.monotonic()
     from . import jail, linux, program, runner, seccomp
-    from .cgroup import Hierarchy
 
     role = options.get("role", "supervisors")
     try:
@@ -113,7 +127,10 @@ def main(sock: socket.socket, options: dict[str, Any]) -> None:
             # What the preloaded modules read from the environment they have read: every
             # program starts from an empty one (clearing it in each fork costs ~100 page copies).
             jail.set_environment({})
-        hierarchy = Hierarchy.discover() if role == "supervisors" else None
+        rootless = options.get("rootless")
+        if rootless is not None:
+            jail.share_one_uid()
+        hierarchy = _hierarchy(rootless) if role == "supervisors" else None
         demand_s = float(options["demand_s"]) if hierarchy is not None else 0.0
         if not 0.0 <= demand_s < 3600.0:
             raise ValueError(f"options: demand_s must be seconds in [0, 3600), not {demand_s}")
@@ -133,7 +150,7 @@ def main(sock: socket.socket, options: dict[str, Any]) -> None:
         "pid": os.getpid(),
         "role": role,
         "preloaded": loaded,
-        "cgroup_version": hierarchy.version if hierarchy else None,
+        "cgroup_version": (hierarchy.version or None) if hierarchy else None,
         "startup_ms": round((time.monotonic() - started) * 1000, 1),
     }
     if hierarchy is None:

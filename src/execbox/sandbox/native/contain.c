@@ -417,7 +417,7 @@ int execbox_serve_programs(int host, int spawn, int own_pid_ns, int n_ns, const 
         unsigned long long layout[4]; /* namespaces, cgroups, warm, uid */
         if ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
             parse_layout(msg, (size_t)got, layout) || layout[0] != (unsigned)n_ns ||
-            layout[1] < 1 || layout[1] > MAX_CGROUPS ||
+            layout[1] > MAX_CGROUPS ||
             layout[3] < uid_first || layout[3] - uid_first >= uid_count ||
             n_fds != STATUS_FDS + n_ns + (int)layout[1] + 3 + KEEP) {
             close_all(fds, n_fds); /* malformed: dropped */

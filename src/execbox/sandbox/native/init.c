@@ -66,7 +66,7 @@ int main(int argc, char **argv) {
         fail("usage: execbox-init UID N");
     }
     uid_t uid = (uid_t)parse(argv[1], 1, 0x7fffffff, "the uid argument");
-    int cgroups = (int)parse(argv[2], 1, MAX_CGROUP_FDS, "the cgroup count argument");
+    int cgroups = (int)parse(argv[2], 0, MAX_CGROUP_FDS, "the cgroup count argument");
 
     /* The supervisor spawns us with every signal blocked (see stage.c): none stays so. */
     static const sigset_t none;

@@ -39,14 +39,19 @@ static int execbox_drop_privileges(uid_t uid, const char **step) {
         prctl(PR_SET_SECUREBITS, EXECBOX_SECUREBITS_LOCKED_DOWN, 0, 0, 0))
         return -1;
     *step = "switch to the unprivileged uid";
-    if (setgroups(0, NULL) || setresgid(uid, uid, uid) || setresuid(uid, uid, uid))
+    /* EPERM with CAP_SETGID held: a user namespace whose setgroups is "deny" (rootless
+       mode, see `native/enter.c`), where the caller's own groups cannot be dropped. */
+    int kept_groups = setgroups(0, NULL) != 0;
+    if (kept_groups && errno != EPERM)
+        return -1;
+    if (setresgid(uid, uid, uid) || setresuid(uid, uid, uid))
         return -1;
     uid_t r, e, s;
     gid_t rg, eg, sg;
     if (getresuid(&r, &e, &s) || getresgid(&rg, &eg, &sg))
         return -1;
     if (r != uid || e != uid || s != uid || rg != uid || eg != uid || sg != uid ||
-        getgroups(0, NULL) != 0) {
+        (!kept_groups && getgroups(0, NULL) != 0)) {
         errno = EPERM;
         return -1;
     }

@@ -294,7 +294,7 @@ int execbox_stage_run(const struct stage_args *a, struct stage_out *out, char *e
         p[i] = -1;
     out->init_pid = 0;
     out->fresh_net = 0;
-    if (a->n_scratch < 0 || a->n_scratch > MAX_SCRATCH || a->n_cgroups < 1 ||
+    if (a->n_scratch < 0 || a->n_scratch > MAX_SCRATCH || a->n_cgroups < 0 ||
         a->n_cgroups > MAX_CGROUPS) {
         errno = EINVAL;
         return stage_failed("stage a run: malformed arguments", error, error_len);

@@ -106,6 +106,8 @@ static long long cpu_ns(const struct counters *c) {
 
 /* The cgroup's OOM kills so far; -1 when they could not be read. */
 static long long oom_kills(const struct counters *c) {
+    if (c->oom_fd < 0) /* no cgroup (rootless mode without one): none counted */
+        return 0;
     char buf[4096];
     if (read_file(c->oom_fd, buf, sizeof buf) < 0)
         return -1;
