@@ -36,7 +36,7 @@ def _key_store(db: str | None) -> KeyStore:
 @click.option(
     "--no-auth",
     is_flag=True,
-    help="Accept every caller as the tenant 'local' (only on a trusted loopback).",
+    help="Accept every TCP caller as the tenant 'anonymous' (only on a trusted loopback).",
 )
 @click.option(
     "--max-request-mib",

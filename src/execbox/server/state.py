@@ -67,7 +67,7 @@ class Settings:
     """How a server behaves; `execbox serve` fills it from its options."""
 
     auth: bool = True
-    """Require `Authorization: Bearer KEY`; without it every caller is the tenant 'local'."""
+    """Require `Authorization: Bearer KEY`; without it every TCP caller is the tenant 'anonymous'."""
     max_request_bytes: int = 32 << 20
     """Largest request body accepted; bigger ones get a 413."""
     request_bodies_bytes: int | None = None
