@@ -9,8 +9,9 @@ read whole by `quantities` (magnitude, unit, sign, bound, approximation, words).
 answer states between two grounded numbers of the same sentence ("from 10 to 12, up 20%") is
 derived from the output values they matched. A number the answer ties to a label an output
 shows must be that label's (`labels`), and one tied to a row and a column must be at their
-crossing; a month, weekday, quarter, year, version or rank it
-names must be one an output shows (`named`). When unsure, the check refuses. Claims of
+crossing; numbers it lists together must be a printed sequence's (`listed`: all of "the
+values", a pair printed together, an order printed); a month, weekday, quarter, year, version
+or rank it names must be one an output shows (`named`). When unsure, the check refuses. Claims of
 verification must match checks that ran and passed. Values the question itself gives (its
 numbers, years, quoted names) need no evidence, nor do list markers, ordinals that are no rank
 ("the 3rd row"), "line 3" and rounding statements ("to 2 decimal places"). The program is not
@@ -68,6 +69,7 @@ from .labels import (
     tied_labels,
     wanted_words,
 )
+from .listed import listed_claims
 from .models import Claim, Verdict
 from .named import NAMED_LABELS, named_claims
 from .peaks import Series, extreme_claim
@@ -335,6 +337,7 @@ def check(  # noqa: C901
     stated = _dated(stated, masked, evidence, dated, answer)
     stated = _year_keyed(stated, masked, evidence)
     stated = _ranged(stated, masked, evidence, wanted)
+    stated = listed_claims(stated, masked, evidence)
     stated = [(num, _multiplied(num, claim, masked, evidence)) for num, claim in stated]
     stated = _grown_to(stated, masked, evidence)
     ends = [m.start() for m in _SENTENCE_END.finditer(masked)]
