@@ -98,3 +98,26 @@ def test_an_order_no_output_shows_is_refused(answer: str, stdout: str) -> None:
 )
 def test_an_order_an_output_shows_is_grounded(answer: str, stdout: str) -> None:
     assert problems(answer, stdout) == []
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("The top 3 are 9, 7, 5.", "top: [9, 7, 5]\n"),  # 3 counts the list
+        ("The top 2 regions are 210 and 143.", "North 210\nEast 143\nWest 98\n"),
+        ("The bottom 2: 98, 143.", "North 210\nEast 143\nWest 98\n"),
+    ],
+)
+def test_the_n_of_a_top_n_list_counts_the_list(answer: str, stdout: str) -> None:
+    assert problems(answer, stdout) == []
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("The top 3 are 9, 7.", "top: [9, 7, 5]\n"),  # two listed: 3 counts nothing shown
+        ("The top 3 are 5, 9, 7.", "top: [9, 7, 5]\n"),  # not in rank order
+    ],
+)
+def test_a_top_n_list_of_another_size_or_out_of_rank_is_refused(answer: str, stdout: str) -> None:
+    assert problems(answer, stdout)

@@ -15,6 +15,8 @@ that already ground one by one:
   its numbers in an order an output prints: along one line or down successive lines, and
   rising or falling as the words say. "The sorted values are 1, 2, 3" over a printed
   "sorted: [3, 2, 1]" states an order no output shows.
+- Counted: the N of "the top N are" or "the bottom N:" counts the list after it, when it lists
+  N numbers; such a list is ranked, so it rises or falls ("the top 3 are 5, 9, 7" is refused).
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ _ORDERED = re.compile(
 )
 _RISING = re.compile(r"\b(?:ascending|increasing)\b", re.I)
 _FALLING = re.compile(r"\b(?:descending|decreasing)\b", re.I)
+# "The top 3 are 9, 7, 5": the 3 counts the list after it.
+_TOP = re.compile(r"\b(?:top|bottom)\s+$", re.I)
+_COUNTED_GAP = re.compile(r"(?:\s+[A-Za-z-]+){0,3}\s+(?:are|were)\s*:?\s*|\s*:\s*")
 _CLAUSE_BREAK = re.compile(r"[.!?;\n](?=\s|$)|:\s*\n")
 _CANDIDATES = 50  # facts tried for a list's first number
 
@@ -77,11 +82,20 @@ def listed_claims(
         ordered = bool(_ORDERED.search(before) or _ORDERED.search(after))
         values = [n.value for n in nums]
         rising, falling = _RISING.search(before + after), _FALLING.search(before + after)
+        counted = _counted(stated, group, text)
+        if counted is not None:
+            num = stated[counted][0]
+            out[counted] = (
+                num,
+                Claim(text=num.text, kind="number", grounded=True, source="the list it counts"),
+            )
         detail = None
         if len(nums) > 1 and (
             rising and values != sorted(values) or falling and values != sorted(values)[::-1]
         ):
             detail = "these numbers are not in the order the answer says they are in"
+        elif counted is not None and sorted(values) not in (values, values[::-1]):
+            detail = "a top or bottom list is ranked: these numbers are not in rank order"
         elif len(nums) > 1 or whole:
             if positions is None:
                 positions = {id(f): i for i, f in enumerate(evidence.numbers)}
@@ -94,6 +108,23 @@ def listed_claims(
                 Claim(text=num.text, kind="number", grounded=False, detail=detail),
             )
     return out
+
+
+def _counted(stated: list[tuple[Num, Claim]], group: _Listed, text: str) -> int | None:
+    """The index of the N of "the top N are" before the list, when it counts the list."""
+    j = group.members[0] - 1
+    if j < 0:
+        return None
+    num = stated[j][0]
+    first = stated[group.members[0]][0]
+    if (
+        _TOP.search(text, max(0, num.start - 20), num.start)
+        and _COUNTED_GAP.fullmatch(text, num.end, first.start)
+        and num.value == len(group.members)
+        and num.bound == "exact"
+    ):
+        return j
+    return None
 
 
 def _lists(stated: list[tuple[Num, Claim]], text: str) -> list[_Listed]:
