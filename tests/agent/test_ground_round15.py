@@ -52,7 +52,7 @@ def test_a_list_of_all_the_values_is_grounded(answer: str, stdout: str) -> None:
         ("The CI is [0.2, 0.8].", "ci: (0.2, 0.9)\nalpha: 0.8\n"),  # one end from elsewhere
         ("The CI is 0.2 to 0.8.", "ci: (0.2, 0.9)\nalpha: 0.8\n"),
         ("The interval is (0.9, 0.2).", "ci: (0.2, 0.9)\n"),  # a pair the other way round
-        ("The bounds are 1.5 and 7.", "bounds: [1.5, 2.5]\nn: 7\n"),
+        ("The bounds are 1.5 \u2013 7.", "bounds: [1.5, 2.5]\nn: 7\n"),
     ],
 )
 def test_a_pair_not_printed_together_is_refused(answer: str, stdout: str) -> None:
@@ -68,6 +68,9 @@ def test_a_pair_not_printed_together_is_refused(answer: str, stdout: str) -> Non
         ("Values range from 1 to 100.", "min: 1\nmax: 100\n"),  # not printed as a pair
         ("Sales went from 10 to 15.", "jan: 10\nfeb: 15\nall: [3, 10]\n"),
         ("The shape is (100, 3).", "rows: 100\ncols: 3\n"),
+        # A plain list and a change may gather values printed in separate sequences.
+        ("The accuracies were 0.91 and 0.88.", "train: (0.91, 0.85)\ntest: (0.88, 0.80)\n"),
+        ("Sales rose from 10 to 15.", "2022: [10, 12]\n2023: [15, 17]\n"),
     ],
 )
 def test_a_pair_printed_together_or_apart_as_shown_is_grounded(answer: str, stdout: str) -> None:

@@ -7,10 +7,11 @@ that already ground one by one:
 - Whole: "the values are 1" (or "the array is 1, 2", "the values are all 1") names every value
   of the sequence it cites: when one printed sequence holds all the listed numbers, some such
   sequence must hold no other value. "The values are 1" holds for [1 1 1], not for [1 2 3].
-- Together: numbers listed or paired ("[0.2, 0.8]", "0.2 to 0.8", "1, 2 and 3") whose first is
-  printed only inside sequences come from one of them: a pair or interval in brackets or with
-  "to"/a dash in the order printed, a plain list in any order. A CI's other end taken from
-  another line ("alpha: 0.8") is not that interval's.
+- Together: numbers the answer writes as a pair or tuple ("[0.2, 0.8]", "0.2 to 0.8", "1-9",
+  not a change "from 10 to 15") whose first is printed only inside sequences of two or more
+  come from one of them, in the order printed. A CI's other end taken from another line
+  ("alpha: 0.8") is not that interval's. A plain list ("0.91 and 0.88") may gather values
+  printed in separate sequences (a train and a test pair).
 - Ordered: a list the answer says is in order ("sorted", "in ascending order", "ranked") shows
   its numbers in an order an output prints: along one line or down successive lines, and
   rising or falling as the words say. "The sorted values are 1, 2, 3" over a printed
@@ -31,6 +32,7 @@ from .models import Claim
 from .quantities import Num
 
 # Between two listed numbers: "1, 2", "1, 2 and 3", "1 and 2"; a pair: "0.2 to 0.8", "1-9".
+_CHANGE = re.compile(r"\bfrom\s+$", re.I)  # "from 10 to 15" is a change, not a pair
 _LIST_GAP = re.compile(r"\s*,\s*(?:and\s+|or\s+)?|\s+(?:and|or)\s+")
 _PAIR_GAP = re.compile(r"\s+to\s+|\s*[\u2013\u2014]\s*|\s*-\s+|\s+-\s*|-")
 # A printed line that is one bracketed group: "[3, 2, 1]", "ci: (0.2, 0.9)", "array([1., 2.])".
@@ -149,7 +151,11 @@ def _lists(stated: list[tuple[Num, Claim]], text: str) -> list[_Listed]:
             if _LIST_GAP.fullmatch(gap):
                 current.members.append(i)
                 continue
-            if _PAIR_GAP.fullmatch(gap) and len(current.members) == 1:
+            if (
+                _PAIR_GAP.fullmatch(gap)
+                and len(current.members) == 1
+                and not _CHANGE.search(text, max(0, prev.start - 10), prev.start)
+            ):
                 current.members.append(i)
                 current.paired = True
                 continue
@@ -191,13 +197,13 @@ def _misstated(
                 "the answer states an order no output shows: list the numbers in the order "
                 "an output prints them"
             )
-    if len(nums) > 1 and sequences and len(sequences) == len(lines):
-        in_order = group.bracketed or group.paired
-        if not any(_in_line(nums, facts, in_order=in_order) for facts in sequences.values()):
-            where = next(iter(sequences))
+    pairs = [facts for facts in sequences.values() if sum(not f.converted for f in facts) > 1]
+    if (group.bracketed or group.paired) and pairs and len(pairs) == len(lines):
+        if not any(_in_line(nums, facts, in_order=True) for facts in pairs):
             return (
-                f"the outputs print {nums[0].text!r} only in a sequence ({where}) that does "
-                "not hold the numbers listed with it" + (" in this order" if in_order else "")
+                f"the outputs print {nums[0].text.lstrip('(')!r} only in a sequence "
+                f"({pairs[0][0].where}) that does not hold the numbers written with it, in "
+                "this order"
             )
     return None
 
