@@ -124,3 +124,14 @@ def test_the_n_of_a_top_n_list_counts_the_list(answer: str, stdout: str) -> None
 )
 def test_a_top_n_list_of_another_size_or_out_of_rank_is_refused(answer: str, stdout: str) -> None:
     assert problems(answer, stdout)
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("In order to compare, the means are 4 and 2.", "a: 2\nb: 4\n"),
+        ("Customers ordered 5 and 3 items.", "East: 3\nWest: 5\n"),
+    ],
+)
+def test_order_words_that_claim_no_order_do_not_order_the_list(answer: str, stdout: str) -> None:
+    assert problems(answer, stdout) == []

@@ -47,9 +47,10 @@ _WHOLE = re.compile(
     r"(?:are|is|were|was)\s*:?\s*(?:all\s+)?[\[(]?\s*$",
     re.I,
 )
+# Words that say a list is in order ("ordered" is also the verb: "customers ordered 3 and 5").
 _ORDERED = re.compile(
-    r"\b(?:sorted|ordered|in\s+(?:\w+\s+)?order|ascending|descending|increasing|decreasing|"
-    r"ranked|ranking)\b",
+    r"\b(?:sorted|in\s+(?:\w+\s+)?order(?!\s+to\b)|ascending|descending|increasing|"
+    r"decreasing|ranked)\b",
     re.I,
 )
 _RISING = re.compile(r"\b(?:ascending|increasing)\b", re.I)
