@@ -135,3 +135,30 @@ def test_a_top_n_list_of_another_size_or_out_of_rank_is_refused(answer: str, std
 )
 def test_order_words_that_claim_no_order_do_not_order_the_list(answer: str, stdout: str) -> None:
     assert problems(answer, stdout) == []
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("The value is 100.", "value: 1\ncount: 100\n"),
+        ("The total is 100.", "total: 1\ncount: 100\n"),
+        ("The result is 100.", "result: 1\ncount: 100\n"),
+    ],
+)
+def test_a_generic_subject_names_the_key_it_is(answer: str, stdout: str) -> None:
+    assert any("the outputs show" in p for p in problems(answer, stdout))
+
+
+@pytest.mark.parametrize(
+    ("answer", "stdout"),
+    [
+        ("The result is 1.", "result: 1\ncount: 100\n"),
+        ("The total is 241.", "East    143\nWest     98\ntotal: 241\n"),
+        ("The value of x is 3.", "x: 3\nvalue: 7\n"),  # not the whole subject
+        ("The total number of rows is 100.", "rows: 100\ntotal: 5\n"),
+        ("The sum of the values is 6.", "values: [1 2 3]\nsum: 6\n"),
+        ("The result is 6.", "values: [1 2 3]\nresult: 6\n"),
+    ],
+)
+def test_a_generic_word_that_is_not_the_subject_ties_no_key(answer: str, stdout: str) -> None:
+    assert problems(answer, stdout) == []
