@@ -8,9 +8,11 @@ formatting (thousands separators, percentages, scientific notation, "k"/"million
 read whole by `quantities` (magnitude, unit, sign, bound, approximation, words). A change the
 answer states between two grounded numbers of the same sentence ("from 10 to 12, up 20%") is
 derived from the output values they matched. A number the answer ties to a label an output
-shows must be that label's (`labels`), and one tied to a row and a column must be at their
-crossing; a month, weekday, quarter, year, version or rank it
-names must be one an output shows (`named`). When unsure, the check refuses. Claims of
+shows must be that label's (`labels`; "value", "total" and "result" only as a sentence's
+whole subject: "The total is 100"), and one tied to a row and a column must be at their
+crossing; numbers it lists together must be a printed sequence's (`listed`: all of "the
+values", a pair printed together, an order printed); a month, weekday, quarter, year, version
+or rank it names must be one an output shows (`named`). When unsure, the check refuses. Claims of
 verification must match checks that ran and passed. Values the question itself gives (its
 numbers, years, quoted names) need no evidence, nor do list markers, ordinals that are no rank
 ("the 3rd row"), "line 3" and rounding statements ("to 2 decimal places"). The program is not
@@ -68,6 +70,7 @@ from .labels import (
     tied_labels,
     wanted_words,
 )
+from .listed import listed_claims
 from .models import Claim, Verdict
 from .named import NAMED_LABELS, named_claims
 from .peaks import Series, extreme_claim
@@ -90,6 +93,10 @@ from .values import (
 _LIST_MARKER = re.compile(r"^\s*(\d+)[.)]\s", re.M)
 _ASIDE_SHARE = re.compile(r"\s*(?:[A-Za-z]+\s*)?\(?\s*")
 _SENTENCE_END = re.compile(r"[.!?;](?=\s|$)|\n")
+# A sentence whose whole subject is a word too generic to tie a label anywhere else.
+_GENERIC_SUBJECT = re.compile(
+    r"\s*the\s+(?P<word>value|total|result)\s+(?:is|was|equals|=|:)\s*", re.I
+)
 # What a number counts when it says how many rows there are: "8 rows", "7 non-null values".
 _COUNTED = re.compile(
     r"\s+(?:[\w-]+\s+)?(?:rows|values|records|entries|observations|samples|items|data\s+points)\b",
@@ -223,6 +230,7 @@ def check(  # noqa: C901
         wanted |= {_COUNT_LABEL}
     if _RANGE.search(masked):
         wanted |= {"min", "max"}
+    wanted |= {m["word"].lower() for m in _GENERIC_SUBJECT.finditer(masked)}
     series: list[Series] = []
     dated: list[tuple[int, int, list[DateKey]]] = []  # a full date's span: the row it picks
     for keys, match in dates_in(masked):
@@ -335,6 +343,7 @@ def check(  # noqa: C901
     stated = _dated(stated, masked, evidence, dated, answer)
     stated = _year_keyed(stated, masked, evidence)
     stated = _ranged(stated, masked, evidence, wanted)
+    stated = listed_claims(stated, masked, evidence)
     stated = [(num, _multiplied(num, claim, masked, evidence)) for num, claim in stated]
     stated = _grown_to(stated, masked, evidence)
     ends = [m.start() for m in _SENTENCE_END.finditer(masked)]
@@ -469,6 +478,12 @@ def _labelled(
             # must be the summary's count, not its quartile that happens to be 8.
             if not labels and _COUNTED.match(text, num.end) and index.get(_COUNT_LABEL):
                 labels = [_COUNT_LABEL]
+            # "The value is 100" over a printed "value: 1": a generic word that is the whole
+            # subject of its sentence names the key an output shows with that word.
+            begin = max([0, *(e.end() for e in _SENTENCE_END.finditer(text, 0, num.start))])
+            subject = _GENERIC_SUBJECT.fullmatch(text, begin, num.start)
+            if not labels and subject and index.get(subject["word"].lower()) is not None:
+                labels = [subject["word"].lower()]
             for label in labels:
                 cells = index.get(label)
                 if cells is not None and not any(fits(num, _cell_fact(c)) for c in cells.values):

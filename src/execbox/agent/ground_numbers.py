@@ -128,7 +128,7 @@ def number_claim(
             grounded=False,
             detail="points are a change between two stated percentages",
         )
-    facts = [f for f in _window(num, evidence) if fits(num, f)]
+    facts = [f for f in window(num, evidence) if fits(num, f)]
     if num.bound in ("above", "below"):
         # A bound holds for many values: only the lines its words name ("10 errors",
         # "100 tests failed") may bear it out; naming none, every value must.
@@ -167,7 +167,7 @@ def number_claim(
     )
 
 
-def _window(num: Num, evidence: Evidence) -> list[Fact]:
+def window(num: Num, evidence: Evidence) -> list[Fact]:
     """The facts near enough in value to be worth comparing (generously: units, signs,
     percentages, bounds); `fits` decides. Each unit scaling is its own small window: one
     window spanning them all ("5 GB" from bytes to gigabytes) would hold every fact."""
@@ -285,8 +285,8 @@ def derived_claim(
         percent=num.percent and not num.points,
     )
     for first, second in changes:
-        for a in [f for f in _window(first, evidence) if fits(first, f)][:20]:
-            for b in [f for f in _window(second, evidence) if fits(second, f)][:20]:
+        for a in [f for f in window(first, evidence) if fits(first, f)][:20]:
+            for b in [f for f in window(second, evidence) if fits(second, f)][:20]:
                 if a.percent or b.percent:
                     continue  # a percentage's digits: its fraction is the fact to derive from
                 change = b.value - a.value
@@ -383,7 +383,7 @@ def unit_claim(num: Num, evidence: Evidence, context: Context) -> Claim:
         return Claim(text=num.text, kind="unit", grounded=True, source="not a known unit")
     # The unit must be the matched value's own (on its line, after it or in its label): a
     # unit elsewhere in the output ("timeout: 2 hours") says nothing of "3 hours".
-    for fact in _window(num, evidence):
+    for fact in window(num, evidence):
         if fact.unit is not None and fits(num, fact):
             return Claim(
                 text=num.text, kind="unit", grounded=True, run_id=fact.run_id, source=fact.where
@@ -472,7 +472,7 @@ def statistic_claim(num: Num, claim: Claim, said: set[str], evidence: Evidence) 
     if not said or not claim.grounded or num.literal or claim.source == "the question":
         return claim
     shown: set[str] = set()
-    for fact in (f for f in _window(num, evidence) if fits(num, f)):
+    for fact in (f for f in window(num, evidence) if fits(num, f)):
         kinds = statistics_named(label_of(fact.where))
         if len(kinds) != 1 or kinds & said:
             return claim
