@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -84,7 +85,7 @@ def test_results_statuses_and_limits_are_a_local_runs(
         ("raise ValueError('no')", {}),
         ("import sys\nsys.exit(3)", {}),
         ("while True: pass", {"timeout_s": 1}),
-        ("print('x' * 5000)", {"output_bytes": 1000}),
+        ("print('x' * 5000)", {"output_bytes": 2048}),
         ("import pandas\nprint(pandas.DataFrame({'a': [1, 2]}).a.sum())", {}),
         ("x = bytearray(400 << 20)", {"memory_mib": 128}),
     ]
@@ -197,7 +198,7 @@ def test_cluster_status_lists_nodes_slots_and_sessions(
     with cluster_ex.session() as session:
         session.run("pass")
         out = subprocess.run(
-            [sys.executable, "-m", "execbox", "cluster", "status", "--json"],
+            [str(Path(sys.executable).parent / "execbox"), "cluster", "status", "--json"],
             env={**os.environ, "EXECBOX_CLUSTER": ray_cluster.address},
             capture_output=True,
             text=True,
