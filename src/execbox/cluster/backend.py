@@ -42,6 +42,9 @@ HOST_START_S = 120.0  # a node's sandbox start (its image checked, its zygotes f
 CALL_S = 30.0  # a short call on a host (an environment's digest, a session's file, closing)
 # Past a run's own time and the host's waits: no answer then means the node is gone.
 MARGIN_S = SLOT_WAIT_S + 10.0
+# A host that died on a node Ray still lists alive is started again after this long (a node on
+# its way out stays listed for a second or two).
+RELOST_S = 10.0
 POLL_S = 0.2  # how often a waiting run with a cancel token looks at it
 ERRORS: dict[str, type[Exception]] = {
     "SandboxUnavailable": SandboxUnavailable,
@@ -68,6 +71,14 @@ class Host:
     running: int = 0
     sessions: set[str] = field(default_factory=set)
     lost: str | None = None  # why it is gone (None: serving)
+    lost_at: float = 0.0
+
+    def lose(self, reason: str) -> None:
+        if self.lost is None:
+            self.lost, self.lost_at = reason, time.monotonic()
+
+    def lost_for(self) -> float:
+        return time.monotonic() - self.lost_at
 
 
 class RayBackend:
@@ -124,9 +135,11 @@ class RayBackend:
         """Hosts for nodes that joined; nodes that left marked lost."""
         alive = {n["NodeID"]: n for n in ray.nodes() if n.get("Alive")}
         with self._lock:
-            for node, host in self._hosts.items():
-                if node not in alive and host.lost is None:
-                    host.lost = f"node lost: {node} left the cluster"
+            for node, host in list(self._hosts.items()):
+                if node not in alive:
+                    host.lose(f"node lost: {node} left the cluster")
+                elif node in alive and host.lost is not None and host.lost_for() > RELOST_S:
+                    del self._hosts[node]  # its host died, the node did not: a new one
             new = [node for node in alive if node not in self._hosts]
         for node in new:
             placed = self._place(node)
@@ -204,8 +217,8 @@ class RayBackend:
     def _lose(self, node: str, reason: str) -> None:
         with self._lock:
             host = self._hosts.get(node)
-            if host is not None and host.lost is None:
-                host.lost = reason
+            if host is not None:
+                host.lose(reason)
 
     def _lost_reason(self, node: str) -> str:
         with self._lock:
