@@ -3,6 +3,7 @@ run store is refused before any cluster is dialled (no Ray needed to see either)
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -48,3 +49,22 @@ def test_a_cluster_and_a_backend_are_refused_together(tmp_path: Path) -> None:
 
     with pytest.raises(UsageError, match="not more than one"):
         Executor(cluster="auto", backend=FakeSandbox(lambda run: FakeResult()))
+
+
+def test_serve_takes_the_cluster_from_its_flag_or_the_environment(tmp_path: Path) -> None:
+    execbox_cli = str(Path(sys.executable).parent / "execbox")
+    base = [execbox_cli, "serve", "--db", f"sqlite:///{tmp_path}/runs.db", "--no-socket"]
+    for argv, env in (
+        ([*base, "--cluster", "127.0.0.1:1"], {}),
+        (base, {"EXECBOX_CLUSTER": "127.0.0.1:1"}),
+    ):
+        out = subprocess.run(
+            [*argv, "--port", "0"],
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert out.returncode != 0
+        assert "a cluster needs a shared run store" in out.stderr, out.stderr[-2000:]
