@@ -304,13 +304,14 @@ class RayBackend:
         environment: str | None = None,
         network: Sequence[str] | None = None,
         on_network_limit: Callable[[str], None] | None = None,
+        language: str = "python",
     ) -> RemoteSession:
         with self._lock:
             host = self._pick(lambda h: len(h.sessions) / h.capacity)
             host.sessions.add(session_id)
         try:
             ref = host.actor.open_session.remote(
-                session_id, limits, dict(env), list(files), tenant, environment, network
+                session_id, limits, dict(env), list(files), tenant, environment, network, language
             )
             self._ask(ref, HOST_START_S, host.node)
         except BaseException:

@@ -124,6 +124,7 @@ class NodeHost:
         tenant: str | None,
         environment: str | None,
         network: Sequence[str] | None,
+        language: str = "python",
     ) -> Answer:
         def on_limit(message: str) -> None:  # the proxy's thread: the caller's session says so
             self._limit_messages[session_id] = message
@@ -135,7 +136,7 @@ class NodeHost:
             backend = self._local()
             backend.start(tenant, environment)
             channel = backend.open_session(
-                session_id, limits, env, files, tenant, environment, network, on_limit
+                session_id, limits, env, files, tenant, environment, network, on_limit, language
             )
             with self._lock:
                 self._sessions[session_id] = channel
