@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-unprivileged test-rootless test-cgroup2 test-image check docs bench image \
+.PHONY: demo test test-unprivileged test-rootless test-cgroup2 test-image test-cluster check docs bench image \
 	deps lock clean
 
 deps:
@@ -39,6 +39,13 @@ test: image
 	$(BIN)/python -m pytest -q --durations=25; status=$$?; \
 	if [ $$status -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
 	exit $$status
+
+test-cluster: image
+	@# execbox on a real 3-node Ray cluster (tests/cluster), in a network namespace of its own
+	@# with only lo up: Ray dials 8.8.8.8 to find its address otherwise (see the conftest).
+	$(BIN)/pip install -q -e '.[dev,cluster]'
+	EXECBOX_CLUSTER_TESTS=1 unshare -n sh -c 'ip link set lo up && \
+	  exec $(BIN)/python -m pytest -q -p no:cacheprovider --durations=10 tests/cluster'
 
 test-unprivileged: $(STAMP)
 	@# The tests above the sandbox boundary, as nobody: no root, no image.

@@ -17,6 +17,10 @@ from execbox.image import Image
 from execbox.sandbox.host.pump import OutputCallback
 from execbox.sandbox.inside.cgroup import Hierarchy
 
+# The cluster tests start a Ray cluster and run inside a network namespace of their own: only
+# `make test-cluster` runs them (it sets this), never `make test`.
+collect_ignore = [] if os.environ.get("EXECBOX_CLUSTER_TESTS") else ["cluster"]
+
 
 def sandbox_missing(message: str) -> NoReturn:
     """Skip a test that needs the real sandbox; fail it instead when EXECBOX_REQUIRE_SANDBOX

@@ -57,7 +57,7 @@ STATUSES = {
 def test_result_json_has_exactly_the_contract_fields() -> None:
     data = json.loads(RunResult(run_id="r", status=Status.ok).model_dump_json())
     assert set(data) == RESULT_FIELDS
-    assert set(data["metrics"]) == {"wall_ms", "cpu_ms", "memory_peak_bytes"}
+    assert set(data["metrics"]) == {"wall_ms", "cpu_ms", "memory_peak_bytes", "node"}
 
 
 def test_status_values_are_the_contract_values() -> None:

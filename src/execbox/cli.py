@@ -878,6 +878,10 @@ def schema(output: Path | None) -> None:
 assert isinstance(runs, LazyGroup)
 runs.lazy.update({"asks": "execbox.agent.cli:asks_cmd", "trace": "execbox.agent.cli:trace_cmd"})
 
+from .cluster.cli import cluster_group as _cluster_command  # noqa: E402
+
+main.add_command(_cluster_command)
+
 
 if __name__ == "__main__":
     main()

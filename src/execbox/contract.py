@@ -439,6 +439,11 @@ class Metrics(BaseModel):
         description="Peak memory of the run's cgroup, in bytes; null where the kernel keeps "
         "no peak (cgroup v2 before Linux 5.19)."
     )
+    node: str | None = Field(
+        None,
+        description="The cluster node that ran it (its Ray node id); null for a run on the "
+        "caller's own machine.",
+    )
 
 
 class Output(BaseModel):

@@ -115,6 +115,7 @@ class Executor:
         environment_idle_s: float = DEFAULT_ENVIRONMENT_IDLE_S,
         network_ca: str | None = None,
         allow_unenforced_limits: str | Iterable[str] | None = None,
+        cluster: str | None = None,
     ) -> None:
         """`profiles`: a TOML file or loaded profiles (default: the shipped ones, or the file in
         EXECBOX_PROFILES). `records`: a RunStore or database URL (default: SQLite under the
@@ -141,7 +142,12 @@ class Executor:
         asking DNS, trusted like curl's --resolve (a pinned address counts as named exactly:
         a pinned loopback or private address is dialled). `network_ca`: a PEM file of the
         only CAs the proxy trusts when it opens TLS to a host a secret is bound to (default:
-        the system's trust store)."""
+        the system's trust store).
+        `cluster`: the address of a Ray cluster ("ray://HEAD:10001", "HOST:PORT" or "auto")
+        whose nodes run the code, each through a host of its own (see docs/cluster.md); the
+        pipeline stays here, and `records` must then be a shared database (PostgreSQL URL).
+        The sandbox settings above apply to each node, `max_concurrency` included; the
+        executor admits as many runs at once as the nodes it found at the start have slots."""
         check_settings(
             max_concurrency=max_concurrency,
             pool_size=pool_size,
@@ -157,7 +163,16 @@ class Executor:
         self.profiles = (
             dict(profiles) if isinstance(profiles, Mapping) else policy_mod.load_profiles(profiles)
         )
+        if cluster is not None and (backend is not None or image is not None):
+            raise UsageError("give a cluster or a backend or an image, not more than one")
         self.store = records if isinstance(records, RunStore) else RunStore(records)
+        if cluster is not None and self.store.engine.dialect.name == "sqlite":
+            if not isinstance(records, RunStore):
+                self.store.close()
+            raise UsageError(
+                "a cluster needs a shared run store that every caller's records reach: "
+                "records='postgresql://...' (or `execbox serve --db`); SQLite is one machine's"
+            )
         self.cache_enabled = cache
         self.cache_ttl_s = cache_ttl_s
         self._redactor = Redactor(secrets)
@@ -173,6 +188,29 @@ class Executor:
             )
         except ValueError as exc:
             raise UsageError(str(exc)) from exc
+        if cluster is not None:
+            from .cluster import connect  # Ray only when asked for: the one-box path has none
+
+            try:
+                backend = connect(
+                    cluster,
+                    {
+                        "max_concurrency": max_concurrency,
+                        "pool_size": self.pool_size,
+                        "rotate_after_runs": rotate_after_runs,
+                        "rotate_after_s": rotate_after_s,
+                        "zygotes_per_tenant": zygotes_per_tenant,
+                        "tenant_idle_s": tenant_idle_s,
+                        "network_resolve": network_resolve,
+                        "environment_idle_s": environment_idle_s,
+                        "network_ca": network_ca,
+                        "allow_unenforced_limits": sorted(unenforced),
+                    },
+                )
+            except BaseException:
+                self.store.close()
+                raise
+            self.max_concurrency = backend.capacity
         self._backend = backend or LocalBackend(
             image=image,
             pool_size=self.pool_size,

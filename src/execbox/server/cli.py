@@ -89,6 +89,13 @@ def _key_store(db: str | None) -> KeyStore:
     help="Records database URL (default: EXECBOX_DB_URL or the SQLite file in the data directory).",
 )
 @click.option(
+    "--cluster",
+    default=None,
+    envvar="EXECBOX_CLUSTER",
+    help="Run code on the nodes of this Ray cluster (ray://HEAD:10001, HOST:PORT or auto; "
+    "env EXECBOX_CLUSTER); needs --db with a PostgreSQL URL. See docs/cluster.md.",
+)
+@click.option(
     "--max-result-mib",
     default=2048,
     show_default=True,
@@ -225,6 +232,7 @@ def serve(
     zygotes_per_tenant: bool,
     graceful_timeout: int,
     db: str | None,
+    cluster: str | None,
     max_result_mib: int,
     tenant_result_mib: int | None,
     spool_dir: str | None,
@@ -266,6 +274,8 @@ def serve(
     }
     if db:
         options["records"] = db
+    if cluster:
+        options["cluster"] = cluster
     settings = Settings(
         auth=not no_auth,
         max_request_bytes=max_request_mib << 20,

@@ -1,0 +1,495 @@
+"""`RayBackend`: the executor's runs and sessions on the nodes of a Ray cluster.
+
+One `NodeHost` actor per node, pinned to it (node affinity, hard) and named by its node id in
+the `execbox` namespace, owns that node's sandbox. A run goes to the host with the smallest
+share of its slots in use; a session to the one with the fewest sessions, and all its cells
+follow it there. A watcher thread lists the cluster's nodes every `REFRESH_S`: a node that
+joins gets a host and takes work from the next run on; one that leaves is dropped.
+
+Nothing waits without a bound: every `ray.get` has a timeout, and a host that dies or stops
+answering turns the run into a `HostError` "node lost: ..." (the executor's `sandbox_error`)
+and a session there into `SessionEnded` (the caller's `SessionClosed`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from ..backend import BACKSTOP_GRACE_S, SLOT_WAIT_S, RunSpec
+from ..contract import Limits
+from ..errors import SandboxUnavailable, UsageError
+from ..sandbox.host.channel import SessionEnded
+from ..sandbox.host.errors import HostError
+from ..sandbox.host.pump import OutputCallback, RawRun
+from .host import Answer, NodeHost
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "execbox"
+REFRESH_S = 1.0  # how often the node list is read: a new node serves within about this
+HOST_START_S = 120.0  # a node's sandbox start (its image checked, its zygotes forked)
+CALL_S = 30.0  # a short call on a host (an environment's digest, a session's file, closing)
+# Past a run's own time and the host's waits: no answer then means the node is gone.
+MARGIN_S = SLOT_WAIT_S + 10.0
+# A host that died on a node Ray still lists alive is started again after this long (a node on
+# its way out stays listed for a second or two).
+RELOST_S = 10.0
+POLL_S = 0.2  # how often a waiting run with a cancel token looks at it
+ERRORS: dict[str, type[Exception]] = {
+    "SandboxUnavailable": SandboxUnavailable,
+    "UsageError": UsageError,
+}
+
+
+class NetworkLimitPassed(HostError):
+    """A session's network passed a limit on its node, which ended its interpreter."""
+
+
+def host_name(node_id: str) -> str:
+    """The actor name of the host on node `node_id`."""
+    return f"execbox-host-{node_id}"
+
+
+@dataclass
+class Host:
+    """A node's host as this executor sees it."""
+
+    node: str
+    actor: Any
+    capacity: int
+    running: int = 0
+    sessions: set[str] = field(default_factory=set)
+    lost: str | None = None  # why it is gone (None: serving)
+    lost_at: float = 0.0
+
+    def lose(self, reason: str) -> None:
+        if self.lost is None:
+            self.lost, self.lost_at = reason, time.monotonic()
+
+    def lost_for(self) -> float:
+        return time.monotonic() - self.lost_at
+
+
+class RayBackend:
+    """Runs and sessions on the hosts of a Ray cluster (see the module's docstring)."""
+
+    def __init__(self, address: str, settings: Mapping[str, Any]) -> None:
+        self.address = address
+        self._settings = dict(settings)
+        self._started_ray = False
+        if not ray.is_initialized():
+            try:
+                ray.init(
+                    address=address,
+                    namespace=NAMESPACE,
+                    log_to_driver=False,
+                    configure_logging=False,
+                )
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise UsageError(f"cannot join the Ray cluster at {address!r}: {exc}") from exc
+            self._started_ray = True
+        self._lock = threading.RLock()  # `_pick` reads the hosts under a caller's hold
+        self._hosts: dict[str, Host] = {}
+        self._owned: list[Any] = []  # actors this backend placed (closed with it)
+        self._digest: str | None = None
+        self._default_environment: str | None = None
+        self._closed = threading.Event()
+        try:
+            self._refresh()
+            if not self._serving():
+                raise SandboxUnavailable(
+                    f"no node of the Ray cluster at {address!r} can run sandboxes (each needs "
+                    "root and the runtime image: `execbox image build`, `execbox doctor`)"
+                )
+        except BaseException:
+            self.close()
+            raise
+        self._watcher = threading.Thread(target=self._watch, name="execbox-cluster", daemon=True)
+        self._watcher.start()
+
+    # ---- the nodes --------------------------------------------------------------------------
+
+    def _serving(self) -> list[Host]:
+        with self._lock:
+            return [h for h in self._hosts.values() if h.lost is None]
+
+    def _watch(self) -> None:
+        while not self._closed.wait(REFRESH_S):
+            try:
+                self._refresh()
+            except Exception:  # the cluster's hiccup; the next look tries again
+                log.exception("cluster: reading the node list failed")
+
+    def _refresh(self) -> None:
+        """Hosts for nodes that joined; nodes that left marked lost."""
+        alive = {n["NodeID"]: n for n in ray.nodes() if n.get("Alive")}
+        with self._lock:
+            for node, host in list(self._hosts.items()):
+                if node not in alive:
+                    host.lose(f"node lost: {node} left the cluster")
+                elif node in alive and host.lost is not None and host.lost_for() > RELOST_S:
+                    del self._hosts[node]  # its host died, the node did not: a new one
+            new = [node for node in alive if node not in self._hosts]
+        for node in new:
+            placed = self._place(node)
+            if placed is not None:
+                with self._lock:
+                    self._hosts[node] = placed
+
+    def _place(self, node: str) -> Host | None:
+        """The host on `node`, started there if none is; None (logged) when it cannot serve."""
+        try:
+            actor = ray.get_actor(host_name(node), namespace=NAMESPACE)
+            owned = False  # another executor's: it stays when this one closes
+        except ValueError:
+            actor, owned = None, True
+        actor_class = ray.remote(NodeHost)
+        capacity = self._settings.get("max_concurrency") or 0
+        try:
+            actor = actor or actor_class.options(
+                name=host_name(node),
+                namespace=NAMESPACE,
+                get_if_exists=True,
+                num_cpus=0,
+                max_concurrency=max(64, 4 * capacity),
+                max_restarts=0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+            ).remote(node, self._settings)
+            facts = self._ask(actor.ready.remote(), HOST_START_S, node)
+        except HostError as exc:
+            log.warning("cluster: node %s does not serve: %s", node, exc)
+            return None
+        except SandboxUnavailable as exc:
+            log.warning("cluster: node %s cannot sandbox: %s", node, exc)
+            if owned:
+                self._owned.append(actor)
+            return None
+        if owned:
+            self._owned.append(actor)
+        if self._digest is None:
+            self._digest = facts["digest"]
+            self._default_environment = facts["default_environment"]
+        elif facts["digest"] != self._digest:
+            log.warning(
+                "cluster: node %s runs image %s, not the cluster's %s: not used (build the "
+                "same runtime image on every node)",
+                node,
+                facts["digest"],
+                self._digest,
+            )
+            return None
+        log.info("cluster: node %s serves, %d slots", node, facts["capacity"])
+        return Host(node=node, actor=actor, capacity=int(facts["capacity"]))
+
+    def _ask(self, ref: Any, timeout_s: float, node: str) -> Any:
+        """The value of a host's answer; its error raised again here; "node lost" when the
+        host died or did not answer within `timeout_s`."""
+        try:
+            answer: Answer = ray.get(ref, timeout=timeout_s)
+        except GetTimeoutError as exc:
+            ray.cancel(ref, force=False)
+            raise HostError(f"node lost: {node} did not answer within {timeout_s:g} s") from exc
+        except RayActorError as exc:
+            self._lose(node, f"node lost: {node}: its host died ({type(exc).__name__})")
+            raise HostError(self._lost_reason(node)) from exc
+        except RayError as exc:
+            raise HostError(f"node lost: {node}: {type(exc).__name__}: {exc}") from exc
+        kind, value = answer
+        if kind == "ok":
+            return value
+        if kind == "SessionEnded":
+            raise SessionEnded(value)
+        if kind == "NetworkLimit":
+            raise NetworkLimitPassed(value)
+        raise ERRORS.get(kind, HostError)(value)
+
+    def _lose(self, node: str, reason: str) -> None:
+        with self._lock:
+            host = self._hosts.get(node)
+            if host is not None:
+                host.lose(reason)
+
+    def _lost_reason(self, node: str) -> str:
+        with self._lock:
+            host = self._hosts.get(node)
+        return (host.lost if host else None) or f"node lost: {node}"
+
+    def _pick(self, load: Callable[[Host], float]) -> Host:
+        serving = self._serving()
+        if not serving:
+            raise HostError("node lost: no node of the cluster is serving")
+        return min(serving, key=load)
+
+    # ---- SandboxBackend ---------------------------------------------------------------------
+
+    @property
+    def digest(self) -> str:
+        assert self._digest is not None  # set by the first host, or the start failed
+        return self._digest
+
+    @property
+    def default_environment(self) -> str | None:
+        return self._default_environment
+
+    @property
+    def capacity(self) -> int:
+        """Slots on the serving nodes, all told."""
+        return sum(h.capacity for h in self._serving())
+
+    def nodes(self) -> list[str]:
+        """The serving nodes' ids."""
+        return [h.node for h in self._serving()]
+
+    def info(self) -> dict[str, Any]:
+        return {"nodes": len(self._serving()), "cluster": self.address}
+
+    def environment(self, name: str) -> str:
+        host = self._pick(lambda h: h.running / h.capacity)
+        digest: str = self._ask(host.actor.environment.remote(name), CALL_S, host.node)
+        return digest
+
+    def start(self, tenant: str | None, environment: str | None = None) -> None:
+        """Nothing here: the host that takes the run starts its sandbox then."""
+
+    def run(self, spec: RunSpec) -> RawRun:
+        with self._lock:
+            host = self._pick(lambda h: h.running / h.capacity)
+            host.running += 1
+        try:
+            wire = replace(spec, on_stdout=None, on_stderr=None, cancel=None, spool_dir=None)
+            ref = host.actor.run.remote(wire)
+            timeout_s = spec.limits.timeout_s + BACKSTOP_GRACE_S + MARGIN_S
+            if spec.cancel is not None:
+                self._watch_cancel(ref, spec, host, timeout_s)
+            raw: RawRun = self._ask(ref, timeout_s, host.node)
+        finally:
+            with self._lock:
+                host.running -= 1
+        _deliver(raw, spec.on_stdout, spec.on_stderr)
+        if spec.spool_dir is not None:
+            _spool(raw, spec.spool_dir)
+        return raw
+
+    def _watch_cancel(self, ref: Any, spec: RunSpec, host: Host, timeout_s: float) -> None:
+        """Wait for `ref`, telling the host to end the run once its token is cancelled."""
+        assert spec.cancel is not None
+        deadline = time.monotonic() + timeout_s
+        told = False
+        while time.monotonic() < deadline:
+            ready, _ = ray.wait([ref], timeout=POLL_S)
+            if ready:
+                return
+            if spec.cancel.cancelled and not told:
+                host.actor.cancel.remote(spec.run_id)
+                told = True
+
+    def open_session(
+        self,
+        session_id: str,
+        limits: Limits,
+        env: Mapping[str, str],
+        files: Sequence[tuple[str, bytes]],
+        tenant: str | None,
+        environment: str | None = None,
+        network: Sequence[str] | None = None,
+        on_network_limit: Callable[[str], None] | None = None,
+        language: str = "python",
+    ) -> RemoteSession:
+        with self._lock:
+            host = self._pick(lambda h: len(h.sessions) / h.capacity)
+            host.sessions.add(session_id)
+        try:
+            ref = host.actor.open_session.remote(
+                session_id, limits, dict(env), list(files), tenant, environment, network, language
+            )
+            self._ask(ref, HOST_START_S, host.node)
+        except BaseException:
+            with self._lock:
+                host.sessions.discard(session_id)
+            raise
+        return RemoteSession(self, host, session_id, on_network_limit)
+
+    def status(self) -> list[dict[str, Any]]:
+        """Each node's `NodeHost.status`, and the nodes lost since this executor started."""
+        rows = []
+        with self._lock:
+            hosts = list(self._hosts.values())
+        for host in hosts:
+            if host.lost is not None:
+                rows.append({"node": host.node, "problem": host.lost})
+                continue
+            try:
+                rows.append(self._ask_status(host))
+            except HostError as exc:
+                rows.append({"node": host.node, "problem": str(exc)})
+        return rows
+
+    def _ask_status(self, host: Host) -> dict[str, Any]:
+        try:
+            row: dict[str, Any] = ray.get(host.actor.status.remote(), timeout=CALL_S)
+        except RayError as exc:
+            raise HostError(f"node lost: {host.node}: {type(exc).__name__}") from exc
+        return row
+
+    def close(self) -> None:
+        """Close the hosts this backend placed (their sessions, zygotes) and leave Ray."""
+        self._closed.set()
+        refs = []
+        for actor in self._owned:
+            try:
+                refs.append(actor.close.remote())
+            except RayError:
+                continue
+        if refs:
+            ray.wait(refs, num_returns=len(refs), timeout=CALL_S)
+        for actor in self._owned:
+            try:
+                ray.kill(actor)
+            except RayError:
+                continue
+        self._owned.clear()
+        if self._started_ray:
+            ray.shutdown()
+            self._started_ray = False
+
+
+def cluster_status(address: str) -> list[dict[str, Any]]:
+    """Each alive node of the cluster at `address` with its host's status (a node without a
+    host says so); it starts nothing."""
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
+    try:
+        rows: list[dict[str, Any]] = []
+        for node in ray.nodes():
+            if not node.get("Alive"):
+                continue
+            node_id = node["NodeID"]
+            try:
+                actor = ray.get_actor(host_name(node_id), namespace=NAMESPACE)
+                row: dict[str, Any] = ray.get(actor.status.remote(), timeout=CALL_S)
+            except ValueError:
+                row = {"node": node_id, "problem": "no execbox host (no executor has used it)"}
+            except RayError as exc:
+                row = {"node": node_id, "problem": f"host not answering: {type(exc).__name__}"}
+            row["address"] = node.get("NodeManagerAddress")
+            rows.append(row)
+        return rows
+    finally:
+        if started:
+            ray.shutdown()
+
+
+class RemoteSession:
+    """A session's interpreter on a node's host (`SessionBackend` over Ray). Output reaches
+    the callbacks when the cell ends; a host lost ends the session ("node lost")."""
+
+    def __init__(
+        self,
+        backend: RayBackend,
+        host: Host,
+        session_id: str,
+        on_network_limit: Callable[[str], None] | None,
+    ) -> None:
+        self._backend = backend
+        self._host = host
+        self.session_id = session_id
+        self._on_network_limit = on_network_limit
+        self._closed = False
+
+    @property
+    def node(self) -> str:
+        return self._host.node
+
+    def _call(self, ref: Any, timeout_s: float) -> Any:
+        try:
+            return self._backend._ask(ref, timeout_s, self._host.node)
+        except HostError as exc:
+            if str(exc).startswith("node lost"):
+                raise SessionEnded(
+                    {"status": "sandbox_error", "error": {"message": str(exc)}}
+                ) from exc
+            raise
+
+    def cell(
+        self,
+        code: str,
+        timeout_s: float,
+        cpu_s: float,
+        output_bytes: int,
+        backstop_s: float,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+    ) -> RawRun:
+        ref = self._host.actor.cell.remote(
+            self.session_id, code, timeout_s, cpu_s, output_bytes, backstop_s
+        )
+        try:
+            raw: RawRun = self._call(ref, backstop_s + MARGIN_S)
+        except NetworkLimitPassed as exc:
+            # The caller's session ends itself with status network_limit, as on one box.
+            if self._on_network_limit is not None:
+                self._on_network_limit(str(exc))
+            raise HostError(str(exc)) from exc
+        _deliver(raw, on_stdout, on_stderr)
+        return raw
+
+    def file_op(
+        self, op: str, path: str = "", data: bytes | None = None
+    ) -> tuple[dict[str, Any], bytes]:
+        answer: tuple[dict[str, Any], bytes] = self._call(
+            self._host.actor.file_op.remote(self.session_id, op, path, data), CALL_S
+        )
+        return answer
+
+    def kill(self) -> None:
+        try:
+            self._host.actor.kill_session.remote(self.session_id)
+        except RayError:  # the node is gone, and the session with it
+            pass
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with self._backend._lock:
+            self._host.sessions.discard(self.session_id)
+        if self._host.lost is not None:
+            return
+        try:
+            ray.get(self._host.actor.close_session.remote(self.session_id), timeout=CALL_S)
+        except RayError as exc:
+            log.warning("session %s: closing on %s: %s", self.session_id, self._host.node, exc)
+
+
+def _deliver(
+    raw: RawRun, on_stdout: OutputCallback | None, on_stderr: OutputCallback | None
+) -> None:
+    """The run's output to the caller's callbacks, at its end (it ran on another machine)."""
+    for callback, data in ((on_stdout, raw.stdout), (on_stderr, raw.stderr)):
+        if callback is not None and data:
+            callback(data)
+
+
+def _spool(raw: RawRun, spool_dir: str) -> None:
+    """Each artifact's bytes to `<spool_dir>/<index>`, as a local run spools them."""
+    kept: list[bytes | None] = []
+    for index, data in enumerate(raw.artifact_data):
+        if data is not None:
+            path = Path(spool_dir) / str(index)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+        kept.append(None)
+    raw.artifact_data = kept

@@ -1,0 +1,273 @@
+"""execbox on a real three-node Ray cluster (see conftest): runs spread over the nodes and say
+which ran them, sessions stay on their node, a batch gives the local verdicts, records land in
+the shared PostgreSQL store, the jail holds as on one box, and a node that dies or joins is
+handled without a hang or a restart.
+
+The tests run in file order: the last two take a node away and add one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import execbox
+from execbox import Cancel, Executor, RunResult, Status
+from execbox.errors import SessionClosed, UsageError
+from execbox.records import RunStore
+from tests.cluster.conftest import RayCluster
+from tests.conftest import prove_jail
+from tests.probes import wait_until
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def pg_url(pg_server: Callable[[], str]) -> str:
+    return str(pg_server())
+
+
+@pytest.fixture(scope="module")
+def cluster_ex(ray_cluster: RayCluster, pg_url: str) -> Iterator[Executor]:
+    with Executor(
+        cluster=ray_cluster.address,
+        records=pg_url,
+        cache=False,
+        max_concurrency=4,
+        pool_size=2,
+        rotate_after_runs=None,
+        rotate_after_s=None,
+    ) as ex:
+        yield ex
+
+
+def node_ids(ray_cluster: RayCluster) -> set[str]:
+    return {node.node_id for node in ray_cluster.nodes}
+
+
+def verdict(result: RunResult) -> tuple[Any, ...]:
+    """What must match between a local run and one through the cluster."""
+    error = result.error
+    return (
+        result.status,
+        result.exit_code,
+        result.stdout,
+        error.type if error else None,
+        result.stdout_truncated,
+    )
+
+
+def test_runs_spread_over_every_node_and_say_which(
+    cluster_ex: Executor, ray_cluster: RayCluster
+) -> None:
+    assert cluster_ex.max_concurrency == 12  # 4 slots on each of the 3 nodes
+    code = "import time\ntime.sleep(0.3)\nprint(sum(range({})))"
+    results = dict(cluster_ex.map([code.format(i) for i in range(24)]))
+    assert [results[i].stdout for i in range(24)] == [f"{sum(range(i))}\n" for i in range(24)]
+    assert all(r.status is Status.ok for r in results.values())
+    assert {r.metrics.node for r in results.values()} == node_ids(ray_cluster)
+
+
+def test_results_statuses_and_limits_are_a_local_runs(
+    cluster_ex: Executor, executor: Executor
+) -> None:
+    cases: list[tuple[str, dict[str, Any]]] = [
+        ("print('hi')", {}),
+        ("raise ValueError('no')", {}),
+        ("import sys\nsys.exit(3)", {}),
+        ("while True: pass", {"timeout_s": 1}),
+        # Never ends by itself: whether a program past the cap exits first is a race.
+        ("while True: print('x' * 1000)", {"output_bytes": 2048}),
+        ("import pandas\nprint(pandas.DataFrame({'a': [1, 2]}).a.sum())", {}),
+        ("x = bytearray(400 << 20)", {"memory_mib": 128}),
+    ]
+    for code, limits in cases:
+        here = executor.run(code, limits=limits)
+        there = cluster_ex.run(code, limits=limits)
+        assert verdict(there) == verdict(here), code
+        assert there.limits == here.limits
+        assert here.metrics.node is None and there.metrics.node is not None
+    denied = cluster_ex.run("import socket", profile="minimal")
+    assert denied.status is Status.policy_denied
+    assert denied.error is not None and denied.error.type == "PolicyDenied"
+
+
+def test_streamed_output_and_cancel_reach_the_caller(cluster_ex: Executor) -> None:
+    seen: list[bytes] = []
+    result = cluster_ex.run("print('streamed')", on_stdout=seen.append)
+    assert b"".join(seen) == b"streamed\n" and result.stdout == "streamed\n"
+    cancel = Cancel()
+    threading.Timer(1.0, cancel.cancel).start()
+    t0 = time.monotonic()
+    result = cluster_ex.run("import time\ntime.sleep(60)", cancel=cancel)
+    assert result.status is Status.error and result.error is not None
+    assert result.error.type == "Cancelled"
+    assert time.monotonic() - t0 < 10
+
+
+def test_session_cells_stay_on_its_node_and_keep_state(
+    cluster_ex: Executor, ray_cluster: RayCluster
+) -> None:
+    sessions = [cluster_ex.session() for _ in range(3)]
+    try:
+        homes = []
+        for n, session in enumerate(sessions):
+            first = session.run(f"x = {n * 100}")
+            nodes = {first.metrics.node}
+            for k in range(1, 4):
+                result = session.run("x += 1\nprint(x)")
+                assert result.stdout == f"{n * 100 + k}\n"
+                nodes.add(result.metrics.node)
+            session.files.write("note.txt", f"session {n}")
+            assert session.files.read("note.txt") == f"session {n}".encode()
+            assert len(nodes) == 1
+            homes.append(nodes.pop())
+        # The fewest sessions first: one session on each node.
+        assert set(homes) == node_ids(ray_cluster)
+    finally:
+        for session in sessions:
+            session.close()
+
+
+def test_map_of_500_gives_the_local_verdicts(cluster_ex: Executor, executor: Executor) -> None:
+    programs = [
+        "print({0} * {0})",
+        "raise KeyError({0})",
+        "import sys\nsys.exit({0} % 5)",
+        "import json\nprint(json.dumps({{'n': {0}}}))",
+    ]
+    items = [programs[i % len(programs)].format(i) for i in range(500)]
+    here = dict(executor.map(items))
+    there = dict(cluster_ex.map(items))
+    assert [verdict(there[i]) for i in range(500)] == [verdict(here[i]) for i in range(500)]
+    assert len({r.metrics.node for r in there.values()}) == 3
+
+
+def test_records_of_every_node_are_in_the_shared_store(
+    cluster_ex: Executor, ray_cluster: RayCluster, pg_url: str
+) -> None:
+    results = [r for _, r in cluster_ex.map([f"print({i})" for i in range(12)])]
+    # Another machine's `execbox runs list` reads the same database.
+    other = RunStore(pg_url)
+    try:
+        nodes = set()
+        for result in results:
+            record = other.get(result.run_id)
+            assert record is not None, result.run_id
+            assert record.result.stdout == result.stdout
+            nodes.add(record.result.metrics.node)
+        assert nodes == node_ids(ray_cluster)
+    finally:
+        other.close()
+
+
+def test_the_jail_holds_through_the_cluster_as_on_one_box(
+    cluster_ex: Executor, jailed: Executor
+) -> None:
+    assert prove_jail(cluster_ex) is None
+    hostile = [
+        ("import os\nos.kill(-1, 9)\nprint('survived')", {}),
+        ("import os\nwhile True: os.fork()", {"pids": 32, "timeout_s": 3}),
+        ("import socket\nsocket.create_connection(('127.0.0.1', 22), timeout=1)", {}),
+        ("print(open('/etc/shadow').read())", {}),
+        ("import os\nos.setuid(0)", {}),
+        (
+            "import ctypes\nctypes.CDLL(None).mount(b'none', b'/mnt', b'tmpfs', 0, None)\n"
+            "print(ctypes.get_errno())",
+            {},
+        ),
+        ("open('/workspace/big', 'wb').write(b'x' * (200 << 20))", {"disk_mib": 64}),
+    ]
+    for code, limits in hostile:
+        here = jailed.run(code, limits=limits)
+        there = cluster_ex.run(code, limits=limits)
+        assert verdict(there) == verdict(here), code
+
+
+def test_cluster_status_lists_nodes_slots_and_sessions(
+    cluster_ex: Executor, ray_cluster: RayCluster
+) -> None:
+    with cluster_ex.session() as session:
+        session.run("pass")
+        out = subprocess.run(
+            [str(Path(sys.executable).parent / "execbox"), "cluster", "status", "--json"],
+            env={**os.environ, "EXECBOX_CLUSTER": ray_cluster.address},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        ).stdout
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert {row["node"] for row in rows} == node_ids(ray_cluster)
+    assert all(row["slots"] == 4 for row in rows)
+    assert sum(row["sessions"] for row in rows) == 1
+
+
+def test_a_node_lost_mid_run_gives_sandbox_error_in_seconds(
+    cluster_ex: Executor, ray_cluster: RayCluster
+) -> None:
+    victim = ray_cluster.nodes[-1]  # a worker, never the head
+    sessions = [cluster_ex.session() for _ in range(3)]
+    for session in sessions:
+        session.run("x = 1")
+    on_victim = [s for s in sessions if s.run("pass").metrics.node == victim.node_id]
+    assert len(on_victim) == 1
+    cancels = [Cancel() for _ in range(3)]
+    results: dict[int, tuple[RunResult, float]] = {}
+
+    def run(n: int) -> None:
+        result = cluster_ex.run("import time\ntime.sleep(120)", cancel=cancels[n])
+        results[n] = (result, time.monotonic())
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(3)]
+    for thread in threads:
+        thread.start()
+    backend: Any = cluster_ex._backend
+    assert wait_until(lambda: sum(h.running for h in backend._serving()) == 3, 30)
+    time.sleep(2)  # the sleeps have started on their nodes
+    killed_at = time.monotonic()
+    ray_cluster.kill(victim)
+    assert wait_until(lambda: len(results) == 1, 20), "no run ended after its node was killed"
+    ((lost, ended_at),) = results.values()
+    assert lost.status is Status.sandbox_error and lost.error is not None
+    assert lost.error.message.startswith("node lost"), lost.error.message
+    assert ended_at - killed_at < 15
+    with pytest.raises(SessionClosed, match="node lost"):
+        on_victim[0].run("print(x)")
+    with pytest.raises(SessionClosed):
+        on_victim[0].run("print(x)")
+    for cancel in cancels:
+        cancel.cancel()
+    for thread in threads:
+        thread.join(30)
+    assert len(results) == 3
+    # The other nodes serve on: their sessions keep their state, new runs avoid the lost node.
+    for session in sessions:
+        if session not in on_victim:
+            assert session.run("print(x)").stdout == "1\n"
+        session.close()
+    nodes = {r.metrics.node for _, r in cluster_ex.map(["print(1)"] * 12)}
+    assert victim.node_id not in nodes and len(nodes) == 2
+
+
+def test_a_node_added_later_takes_runs(cluster_ex: Executor, ray_cluster: RayCluster) -> None:
+    node = ray_cluster.add()
+    backend: Any = cluster_ex._backend
+    assert wait_until(lambda: node.node_id in backend.nodes(), 120), "the new node never served"
+    nodes = {r.metrics.node for _, r in cluster_ex.map(["import time\ntime.sleep(0.3)"] * 12)}
+    assert node.node_id in nodes
+
+
+def test_a_cluster_needs_a_shared_store(ray_cluster: RayCluster, tmp_path: Any) -> None:
+    with pytest.raises(UsageError, match="shared run store"):
+        Executor(cluster=ray_cluster.address, records=f"sqlite:///{tmp_path}/runs.db")
+    assert not execbox.__name__.startswith("ray")
