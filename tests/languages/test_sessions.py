@@ -142,6 +142,18 @@ def test_a_profile_denies_a_cells_modules_as_it_denies_a_runs(executor: Executor
         assert _value(s.run("typeof cp")) == "'undefined'"  # the denied cell never ran
 
 
+def test_a_multi_line_secret_inside_an_object_is_redacted_line_by_line(executor: Executor) -> None:
+    # Node's util.inspect shows a multi-line string inside an object one quoted line at a time.
+    body = [secrets.token_urlsafe(36) for _ in range(3)]
+    pem = "-----BEGIN PRIVATE KEY-----\n" + "\n".join(body) + "\n-----END PRIVATE KEY-----\n"
+    code = f"const pem = {json.dumps(pem)}\nconsole.log({{ pem }});\n({{ pem }})"
+    with executor.session(language="javascript", secrets=[pem]) as s:
+        r = s.run(code)
+    shown = r.stdout + "".join(o.data for o in r.outputs)
+    assert r.ok and shown.count("[REDACTED:secret]") >= 2, r
+    assert not [line for line in body if line in shown], shown
+
+
 def test_a_javascript_session_refuses_what_it_cannot_honour(executor: Executor) -> None:
     with pytest.raises(UsageError, match="NODE_OPTIONS"):
         executor.session(language="javascript", env={"NODE_OPTIONS": "--inspect"})
