@@ -154,6 +154,16 @@ def test_a_multi_line_secret_inside_an_object_is_redacted_line_by_line(executor:
     assert not [line for line in body if line in shown], shown
 
 
+def test_a_cell_filling_the_disk_is_a_disk_limit_as_a_run_is(executor: Executor) -> None:
+    code = "const b = Buffer.alloc(1 << 20)\n"
+    code += "for (let i = 0; i < 64; i++) require('fs').appendFileSync('/workspace/big', b)"
+    with executor.session(language="javascript", limits=Limits(disk_mib=8)) as s:
+        r = s.run(code)
+        assert r.status is Status.disk_limit and r.error is not None, r
+        assert "ENOSPC" in r.error.message or "EFBIG" in r.error.message, r.error
+        assert _value(s.run("1 + 1")) == "2"
+
+
 def test_a_javascript_session_refuses_what_it_cannot_honour(executor: Executor) -> None:
     with pytest.raises(UsageError, match="NODE_OPTIONS"):
         executor.session(language="javascript", env={"NODE_OPTIONS": "--inspect"})
