@@ -142,6 +142,23 @@ def test_a_profile_denies_a_cells_modules_as_it_denies_a_runs(executor: Executor
         assert _value(s.run("typeof cp")) == "'undefined'"  # the denied cell never ran
 
 
+@pytest.mark.parametrize(
+    "code",
+    [
+        # A cell is a script: its `this` is the global object, where `require` is.
+        "this['req' + 'uire']('child_process').execSync('id').toString()",
+        "await 0\nthis['req' + 'uire']('child_process').execSync('id').toString()",
+        "const g = this\ng['req' + 'uire']('child_process').execSync('id').toString()",
+    ],
+)
+def test_minimal_refuses_the_global_object_reached_as_this(executor: Executor, code: str) -> None:
+    with executor.session(language="javascript", profile="minimal") as s:
+        r = s.run(code)
+        assert r.status is Status.policy_denied and r.error is not None, r
+        assert r.error.rule == "js.dynamic", r.error
+        assert _value(s.run("this.x = 1; x")) == "1"  # `this.name` stays allowed
+
+
 def test_a_multi_line_secret_inside_an_object_is_redacted_line_by_line(executor: Executor) -> None:
     # Node's util.inspect shows a multi-line string inside an object one quoted line at a time.
     body = [secrets.token_urlsafe(36) for _ in range(3)]
