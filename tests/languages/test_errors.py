@@ -180,6 +180,13 @@ def test_bash_is_allowed_only_by_profiles_that_list_it() -> None:
         ("const {constructor: F} = () => 0\nF('return process')()", "js.dynamic", 1),
         ("const {'binding': b} = require('fs')", "js.dynamic", 1),
         ("with (Math) { max(1, 2) }", "js.dynamic", 1),
+        ("this['req' + 'uire']('child_process')", "js.dynamic", 1),
+        ("const g = () => this\ng()['req' + 'uire']", "js.dynamic", 1),
+        (
+            "this.x = 1\nfunction f() { return this }\nclass A { y = this; m() { return this } }",
+            None,
+            None,
+        ),
         ("const p = globalThis.process\np.env", "js.dynamic", 1),
         ("console.log(globalThis.process.env.HOME, Math.max(1, 2))", None, None),
         ("const { readFileSync } = require('fs')\nconst { a, ...rest } = { a: 1 }", None, None),

@@ -142,6 +142,45 @@ def test_a_profile_denies_a_cells_modules_as_it_denies_a_runs(executor: Executor
         assert _value(s.run("typeof cp")) == "'undefined'"  # the denied cell never ran
 
 
+@pytest.mark.parametrize(
+    "code",
+    [
+        # A cell is a script: its `this` is the global object, where `require` is.
+        "this['req' + 'uire']('child_process').execSync('id').toString()",
+        "await 0\nthis['req' + 'uire']('child_process').execSync('id').toString()",
+        "const g = this\ng['req' + 'uire']('child_process').execSync('id').toString()",
+    ],
+)
+def test_minimal_refuses_the_global_object_reached_as_this(executor: Executor, code: str) -> None:
+    with executor.session(language="javascript", profile="minimal") as s:
+        r = s.run(code)
+        assert r.status is Status.policy_denied and r.error is not None, r
+        assert r.error.rule == "js.dynamic", r.error
+        assert _value(s.run("this.x = 1; x")) == "1"  # `this.name` stays allowed
+
+
+def test_a_multi_line_secret_inside_an_object_is_redacted_line_by_line(executor: Executor) -> None:
+    # Node's util.inspect shows a multi-line string inside an object one quoted line at a time.
+    body = [secrets.token_urlsafe(36) for _ in range(3)]
+    pem = "-----BEGIN PRIVATE KEY-----\n" + "\n".join(body) + "\n-----END PRIVATE KEY-----\n"
+    code = f"const pem = {json.dumps(pem)}\nconsole.log({{ pem }});\n({{ pem }})"
+    with executor.session(language="javascript", secrets=[pem]) as s:
+        r = s.run(code)
+    shown = r.stdout + "".join(o.data for o in r.outputs)
+    assert r.ok and shown.count("[REDACTED:secret]") >= 2, r
+    assert not [line for line in body if line in shown], shown
+
+
+def test_a_cell_filling_the_disk_is_a_disk_limit_as_a_run_is(executor: Executor) -> None:
+    code = "const b = Buffer.alloc(1 << 20)\n"
+    code += "for (let i = 0; i < 64; i++) require('fs').appendFileSync('/workspace/big', b)"
+    with executor.session(language="javascript", limits=Limits(disk_mib=8)) as s:
+        r = s.run(code)
+        assert r.status is Status.disk_limit and r.error is not None, r
+        assert "ENOSPC" in r.error.message or "EFBIG" in r.error.message, r.error
+        assert _value(s.run("1 + 1")) == "2"
+
+
 def test_a_javascript_session_refuses_what_it_cannot_honour(executor: Executor) -> None:
     with pytest.raises(UsageError, match="NODE_OPTIONS"):
         executor.session(language="javascript", env={"NODE_OPTIONS": "--inspect"})

@@ -9,7 +9,8 @@ it only parses (acorn builds a tree, it never evaluates), the code arrives on it
 Found: `require('x')`, `import ... from 'x'`, `import('x')`, `export ... from 'x'` (a module
 `node:x` or `x/sub` counts as `x`), and what a check of names cannot follow (`dynamic`): a
 require or import of a computed name or of a file (its code is not read), `require`,
-`process`, `module` or `globalThis` used as a value or indexed by a computed name, `eval` and
+`process`, `module`, `globalThis` or `this` outside any function (a session's cell is a
+script: its `this` is the global object) used as a value or indexed by a computed name, `eval` and
 `Function`, and members that lead to Node's loader, native bindings or the Function
 constructor on any object (`.binding`, `.dlopen`, `.getBuiltinModule`, `.require`,
 `.constructor`, ...). What it cannot see: a computed member name on other objects
@@ -80,6 +81,8 @@ const source = (node, what) => {
 const RISKY_MEMBERS = ['binding', '_linkedBinding', 'dlopen', 'getBuiltinModule', 'require',
   'mainModule', 'constructor', '_load', '__proto__'];
 const GLOBALS = ['process', 'globalThis', 'global', 'module'];
+// Nodes whose `this` is their own (a class field's or static block's is the class's).
+const THIS_SCOPES = ['FunctionDeclaration', 'FunctionExpression', 'PropertyDefinition', 'StaticBlock'];
 const isName = (node, name) => node && node.type === 'Identifier' && node.name === name;
 const member = (node) => node.computed ? literal(node.property) : (node.property.name || null);
 walk.fullAncestor(tree, (node, _state, ancestors) => {
@@ -133,6 +136,16 @@ walk.fullAncestor(tree, (node, _state, ancestors) => {
           dynamic.push([`{${key}} taken apart`, node.loc.start.line]);
       }
       break;
+    case 'ThisExpression': {
+      // Outside any function, `this` is the global object in a session's cell (a script):
+      // globalThis by another name, read only as it is.
+      if (ancestors.some((a) => THIS_SCOPES.includes(a.type))) break;
+      const read = parent && parent.type === 'MemberExpression' && parent.object === node;
+      if (!read) dynamic.push(['this (outside a function) used as a value', node.loc.start.line]);
+      else if (parent.computed && literal(parent.property) === null)
+        dynamic.push(['this[...] with a computed name', node.loc.start.line]);
+      break;
+    }
     case 'WithStatement':
       // with (globalThis.process) binding(...): its names are members of an object unseen.
       dynamic.push(['with (names from an object)', node.loc.start.line]);

@@ -59,7 +59,8 @@ def forms(value: str) -> tuple[str, ...]:
     ' only when the whole string holds both quotes), in JSON (`json.dumps`, ASCII-only or
     not), URL-encoded (`quote`, with and without '/' kept, and `quote_plus`), HTML-escaped
     (quotes too, or only & < > as in a DataFrame's text/html), as Node's `util.inspect` and
-    bash quote it (`node_forms`, `shell_forms`). Escapes of escapes (the JSON of a repr) are
+    bash quote it (`node_forms`, `shell_forms`), and those of each line of a multi-line value
+    from MIN_PART characters. Escapes of escapes (the JSON of a repr) are
     not among them."""
     out = [
         value,
@@ -73,6 +74,12 @@ def forms(value: str) -> tuple[str, ...]:
         html.escape(value, quote=False),
     ]
     out += node_forms(value)
+    # Each line of a multi-line value (a PEM key) on its own: Node's util.inspect shows such a
+    # string inside an object as one quoted piece per line, joined by ` +` and a line break.
+    if LINE_BREAK.search(value):
+        for line in LINE_BREAK.split(value):
+            if len(line) >= MIN_PART:
+                out += forms(line)
     try:
         raw = value.encode()
     except UnicodeEncodeError:  # a lone surrogate has no UTF-8: no bytes, URL or shell form

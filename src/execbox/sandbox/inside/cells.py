@@ -402,8 +402,9 @@ class SessionSupervisor:
             meta.update(status=limited["status"], error=limited["error"])
             meta["error"]["message"] += "; the cell was interrupted and the session goes on"
         elif error is not None and any(
-            text in error["message"] for text in ("No space left on device", "File too large")
-        ):  # ENOSPC; EFBIG: RLIMIT_FSIZE
+            text in error["message"].lower()
+            for text in ("no space left on device", "file too large")
+        ):  # ENOSPC; EFBIG: RLIMIT_FSIZE (Python says "No space", Node "ENOSPC: no space")
             full = [path for path, _ in jail.SCRATCH if outcome.disk_full(path)]
             meta.update(
                 status="disk_limit",
