@@ -473,3 +473,31 @@ def test_a_delegated_cgroup_holds_a_runs_memory_and_pids(user: User, delegated: 
     assert refused[:2] == ["refused", "after"] and int(refused[2]) < 16, pids
     assert refused[3] == "11"  # EAGAIN: the cgroup's pids.max
     assert peak["status"] == "ok" and peak["metrics"]["memory_peak_bytes"] >= 32 << 20
+
+
+# add_key(2) by number (libc has no wrapper): "user" key `name` in the user keyring (-4).
+ADD_KEY = (
+    "import ctypes, platform\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "nr = {{'x86_64': 248, 'aarch64': 217}}[platform.machine()]\n"
+    "got = libc.syscall(nr, b'user', b'{name}', b'payload', 7, ctypes.c_int(-4))\n"
+    "assert got > 0, ctypes.get_errno()\n"
+)
+
+
+def test_a_run_cannot_list_the_callers_keys(user: User) -> None:
+    """/proc/keys lists every key the viewer's uid may view, and a rootless run's uid is the
+    caller's: the run's /proc masks it (root mode's separate uid would see none anyway)."""
+    name = "execbox-test-caller-key-name"
+    user.python_code(ADD_KEY.format(name=name))  # a key in the caller's user keyring
+    # Control: the caller itself lists it.
+    assert name in user.run("cat", "/proc/keys").stdout
+    (listed,) = runs(
+        user,
+        [{"code": "import os\nfor f in ('keys', 'key-users'):\n"
+                  "    if os.path.exists('/proc/' + f):\n"
+                  "        print(open('/proc/' + f).read())"}],
+    )  # fmt: skip
+    assert listed["status"] == "ok", listed
+    assert name not in listed["stdout"], listed["stdout"]
+    assert listed["stdout"] == "\n\n"  # both there, and empty: masked, not missing

@@ -85,6 +85,19 @@ int main(int argc, char **argv) {
         fail("unshare cgroup namespace");
     if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL))
         fail("mount /proc");
+    /* /proc/keys lists every key the run's host uid may view: in rootless mode that uid is
+       the caller's, whose keys' names a run must not learn. */
+    static const char *const masked[] = {"/proc/keys", "/proc/key-users"};
+    for (size_t i = 0; i < sizeof masked / sizeof masked[0]; i++) {
+        if (mount("/dev/null", masked[i], NULL, MS_BIND, NULL)) {
+            if (errno == ENOENT) /* a kernel without keys */
+                continue;
+            fail("mask /proc/keys");
+        }
+        unsigned long ro = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NOEXEC; /* a device */
+        if (mount(NULL, masked[i], NULL, ro, NULL))
+            fail("make the /proc/keys mask read-only");
+    }
     struct sigaction ignore;
     memset(&ignore, 0, sizeof ignore);
     ignore.sa_handler = SIG_IGN;
