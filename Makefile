@@ -51,7 +51,7 @@ test-unprivileged: $(STAMP)
 	@# The tests above the sandbox boundary, as nobody: no root, no image.
 	.ci/unprivileged
 
-test-rootless: $(STAMP)
+test-rootless: image
 	@# Rootless mode as a throwaway ordinary user the tests make (useradd) and remove: root runs
 	@# them, to make that user and the cgroup v1 directories it hands over.
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m rootless tests/rootless

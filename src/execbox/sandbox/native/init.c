@@ -24,6 +24,7 @@
 #include <linux/seccomp.h>
 #include <sched.h>
 #include <signal.h>
+#include <fcntl.h>
 #include <sys/mount.h>
 
 #define REPORT_FD 3
@@ -60,6 +61,32 @@ static long parse(const char *text, long lo, long hi, const char *what) {
     return value;
 }
 
+/* Whether init runs in a user namespace of its own (rootless mode): the initial one maps
+   every uid, "0 0 4294967295". */
+static int in_user_namespace(void) {
+    static int known = -1;
+    if (known < 0) {
+        char map[64] = {0};
+        int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/uid_map", O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            fail("open /proc/self/uid_map");
+        ssize_t got = read(fd, map, sizeof map - 1);
+        (void)!syscall(SYS_close, fd);
+        if (got <= 0)
+            fail("read /proc/self/uid_map");
+        known = 1;
+        for (ssize_t i = 0; i + 10 <= got; i++) {
+            const char *all = "4294967295";
+            int same = 1;
+            for (int j = 0; j < 10; j++)
+                same &= map[i + j] == all[j];
+            if (same)
+                known = 0;
+        }
+    }
+    return known;
+}
+
 int main(int argc, char **argv) {
     if (argc != 3) {
         errno = EINVAL;
@@ -86,9 +113,9 @@ int main(int argc, char **argv) {
     if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL))
         fail("mount /proc");
     /* /proc/keys lists every key the run's host uid may view: in rootless mode that uid is
-       the caller's, whose keys' names a run must not learn. */
+       the caller's, whose keys' names a run must not learn. Root mode's run uid owns none. */
     static const char *const masked[] = {"/proc/keys", "/proc/key-users"};
-    for (size_t i = 0; i < sizeof masked / sizeof masked[0]; i++) {
+    for (size_t i = 0; in_user_namespace() && i < sizeof masked / sizeof masked[0]; i++) {
         if (mount("/dev/null", masked[i], NULL, MS_BIND, NULL)) {
             if (errno == ENOENT) /* a kernel without keys */
                 continue;
