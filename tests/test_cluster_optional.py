@@ -35,6 +35,8 @@ def test_the_one_box_path_never_imports_ray(tmp_path: Path) -> None:
         text=True,
         timeout=120,
         check=True,
+        # Its cache entries stay out of the shared home, where they were other tests' hits.
+        env={**os.environ, "EXECBOX_HOME": str(tmp_path)},
     )
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 

@@ -18,6 +18,14 @@ from execbox.testing import FakeSandbox
 DIGESTS = {"ml": "sha256:ml", "other": "sha256:other"}
 
 
+@pytest.fixture(autouse=True)
+def home_of_this_test(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A home (so a records database and cache) of each test's own: the default one outlives
+    the test (CI keeps it across runs), and a hit on another test's `print(1)` there would pass
+    for a hit of this one's."""
+    monkeypatch.setenv("EXECBOX_HOME", str(tmp_path))
+
+
 def _executor(fake: FakeSandbox, **kw: object) -> Executor:
     profiles = load_profiles()
     profiles["wide"] = profiles["data"].model_copy(update={"environments": ["ml", "other"]})
