@@ -10,8 +10,9 @@ the runtime image without execbox's own dependencies (pydantic, click) installed
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from . import lazy
 
 __version__ = "0.1.0"
 
@@ -99,12 +100,7 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'execbox' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
+    return lazy.attribute(__name__, _WHERE, globals(), name)
 
 
 def __dir__() -> list[str]:

@@ -10,8 +10,9 @@ The names load lazily, so `execbox --help` does not import the agent.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from .. import lazy
 
 __all__ = [
     "Answer",
@@ -59,9 +60,4 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'execbox.agent' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
+    return lazy.attribute(__name__, _WHERE, globals(), name)

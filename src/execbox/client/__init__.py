@@ -16,8 +16,9 @@ importing httpx or pydantic.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from .. import lazy
 
 __all__ = [
     "AsyncClient",
@@ -48,12 +49,7 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'execbox.client' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
+    return lazy.attribute(__name__, _WHERE, globals(), name)
 
 
 def __dir__() -> list[str]:
