@@ -28,15 +28,25 @@ def served(executor: execbox.Executor) -> Iterator[tuple[str, str]]:
         yield url, key
 
 
-@pytest.fixture(params=["local", "remote"])
-def backend(request: pytest.FixtureRequest, executor: execbox.Executor) -> Iterator[Any]:
-    """The Executor, or a Client of a server over it."""
+def _face(request: pytest.FixtureRequest, executor: execbox.Executor) -> Iterator[Any]:
     if request.param == "local":
         yield executor
         return
     url, key = request.getfixturevalue("served")
     with execbox.Client(url, key) as client:
         yield client
+
+
+@pytest.fixture(params=["local", "remote"])
+def backend(request: pytest.FixtureRequest, executor: execbox.Executor) -> Iterator[Any]:
+    """The Executor, or a Client of a server over it."""
+    yield from _face(request, executor)
+
+
+@pytest.fixture(params=["local", "remote"])
+def jailed_backend(request: pytest.FixtureRequest, jailed: execbox.Executor) -> Iterator[Any]:
+    """`backend`, after the jail is proven: for hostile code."""
+    yield from _face(request, jailed)
 
 
 ONE_BOX = """

@@ -144,8 +144,8 @@ class CodeTool:
                 self._session = self._open()
                 outcome = self._perform(arguments, self._session)
                 note = (
-                    f"note: the session had ended ({exc}); this code ran in a new session, "
-                    "so variables and files from earlier calls are gone.\n"
+                    f"note: {exc}; this code ran in a new session, so variables and files "
+                    "from earlier calls are gone.\n"
                 )
                 return ToolCallOutcome(note + outcome.observation, outcome.result)
 
