@@ -78,3 +78,14 @@ def modules_the_one_box_path_imports(tmp_path: Path, *roots: str) -> list[str]:
     assert out.returncode == 0, out.stderr
     found: list[str] = json.loads(out.stdout.strip().splitlines()[-1])
     return found
+
+
+def docs_example(page: str, replacements: dict[str, str]) -> str:
+    """The first Python example of docs/integrations/`page`, with `replacements` made (each
+    must be found: an example that changed shape fails its test, not silently passes)."""
+    text = (Path(__file__).parents[2] / "docs" / "integrations" / page).read_text()
+    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    for old, new in replacements.items():
+        assert old in code, f"{old!r} is no longer in the example of {page}"
+        code = code.replace(old, new)
+    return code

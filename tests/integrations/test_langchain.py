@@ -4,6 +4,7 @@ code running in the real sandbox, locally and through `execbox serve`."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -30,7 +31,7 @@ from execbox.contract import RunResult, Status
 from execbox.errors import SessionClosed, UsageError
 from execbox.integrations.langchain import ExecboxSessionToolkit, ExecboxTool
 
-from .conftest import modules_the_one_box_path_imports
+from .conftest import docs_example, modules_the_one_box_path_imports
 
 Turn = Callable[[list[BaseMessage]], AIMessage]
 
@@ -171,6 +172,37 @@ def test_the_documented_tool_calling_loop_runs_with_execbox_swapped_in(backend: 
     assert "code: Field required" in str(refused.content)
     assert "source: Extra inputs are not permitted" in str(refused.content)
     assert "SHOUT" in str(answer.content) and "invalid_arguments" in str(answer.content)
+
+
+def test_the_docs_example_runs_with_an_offline_model(
+    executor: execbox.Executor, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def turn(messages: list[BaseMessage]) -> AIMessage:
+        done = tool_messages(messages)
+        if not done:
+            code = "import pandas as pd\nprint(pd.read_csv('sales.csv').groupby('region').units.sum().idxmax())"
+            return call(code, 1)
+        return AIMessage(content=f"The top region: {done[-1].artifact.stdout.strip()}.")
+
+    code = docs_example(
+        "langchain.md",
+        {
+            "from langchain_openai import ChatOpenAI\n": "",
+            'ChatOpenAI(model="gpt-4.1")': "ScriptedChatModel(turn=turn)",
+            "execbox.Executor()": "contextlib.nullcontext(executor)",
+        },
+    )
+    monkeypatch.chdir(Path(__file__).parents[2])  # the example reads examples/sales.csv
+    exec(
+        code,
+        {
+            "contextlib": contextlib,
+            "executor": executor,
+            "ScriptedChatModel": ScriptedChatModel,
+            "turn": turn,
+        },
+    )
+    assert re.fullmatch(r"The top region: \w+\.\n", capsys.readouterr().out)
 
 
 def test_a_bad_file_name_is_refused_before_anything_runs(backend: Any) -> None:

@@ -4,6 +4,7 @@ model's code running in the real sandbox, locally and through `execbox serve`.""
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from execbox.contract import RunResult, Status
 from execbox.errors import SessionClosed, UsageError
 from execbox.integrations.pydantic_ai import ExecboxSessionToolset, ExecboxToolset
 
-from .conftest import modules_the_one_box_path_imports
+from .conftest import docs_example, modules_the_one_box_path_imports
 
 
 def returns(messages: list[ModelMessage]) -> list[ToolReturnPart]:
@@ -139,6 +140,41 @@ def test_the_documented_test_model_example_runs_with_execbox_swapped_in(backend:
     assert ret.outcome == "success" and isinstance(ret.metadata, RunResult)
     assert str(ret.content).startswith(f"status: {ret.metadata.status.value}")
     assert "run_python" in result.output
+
+
+def test_the_docs_example_runs_with_an_offline_model(
+    executor: execbox.Executor, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        done = returns(messages)
+        if len(done) == 0:
+            return run_python(
+                "import pandas as pd\ndf = pd.read_csv('sales.csv')\nlist(df.columns)"
+            )
+        if len(done) == 2:
+            return ModelResponse(parts=[TextPart(f"Top: {done[-1].metadata.stdout.strip()}.")])
+        if isinstance(messages[-1].parts[-1], ToolReturnPart):
+            return ModelResponse(parts=[TextPart("Columns: see above.")])
+        return run_python("print(df.groupby('region').units.sum().idxmax())")  # df is kept
+
+    code = docs_example(
+        "pydantic-ai.md",
+        {
+            '"openai:gpt-4.1"': "FunctionModel(model)",
+            "execbox.Executor()": "contextlib.nullcontext(executor)",
+        },
+    )
+    monkeypatch.chdir(Path(__file__).parents[2])  # the example reads examples/sales.csv
+    exec(
+        code,
+        {
+            "contextlib": contextlib,
+            "executor": executor,
+            "FunctionModel": FunctionModel,
+            "model": model,
+        },
+    )
+    assert re.fullmatch(r"Top: \w+\.\n", capsys.readouterr().out)
 
 
 @pytest.mark.hostile
