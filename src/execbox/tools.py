@@ -106,6 +106,7 @@ class RunPython(BaseModel):
     timeout_s: float | None = Field(
         None,
         gt=0,
+        le=3600,  # Limits.timeout_s's own bound: a cell's timeout is checked only later
         description="Wall-time limit in seconds for this run.",
     )
 
@@ -521,12 +522,11 @@ def perform_tool_call(
         from .request import make_request
 
         run_limits: Limits | dict[str, Any] | None = limits
-        if args.timeout_s is not None:
-            run_limits = (
-                limits.model_copy(update={"timeout_s": args.timeout_s})
-                if limits is not None
-                else {"timeout_s": args.timeout_s}
-            )
+        if args.timeout_s is not None:  # validated with the rest: model_copy would not check it
+            run_limits = {
+                **(limits.model_dump(exclude_unset=True) if limits is not None else {}),
+                "timeout_s": args.timeout_s,
+            }
         files = {k: v.encode() for k, v in args.files.items()}
         try:  # validated first: a bad argument is the model's to fix, not run()'s exception
             make_request(
