@@ -4,6 +4,7 @@ code running in the real sandbox, locally and through `execbox serve`."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 from collections.abc import Callable, Sequence
@@ -203,6 +204,16 @@ def test_the_docs_example_runs_with_an_offline_model(
         },
     )
     assert re.fullmatch(r"The top region: \w+\.\n", capsys.readouterr().out)
+
+
+def test_an_async_agent_runs_the_tool_off_its_event_loop(backend: Any) -> None:
+    def turn(messages: list[BaseMessage]) -> AIMessage:
+        done = tool_messages(messages)
+        return AIMessage(content=str(done[0].content)) if done else call("print(6 * 7)", 1)
+
+    agent = create_agent(ScriptedChatModel(turn=turn), tools=[ExecboxTool(backend)])
+    state = asyncio.run(agent.ainvoke({"messages": [HumanMessage("Go.")]}))
+    assert state["messages"][-1].content == "status: ok\nstdout:\n42"
 
 
 def test_a_bad_file_name_is_refused_before_anything_runs(backend: Any) -> None:

@@ -235,3 +235,17 @@ def test_a_session_the_code_ended_is_replaced_and_the_model_is_told(jailed_backe
     finally:
         toolset.close()
     assert_ended(ended)
+
+
+def test_a_javascript_toolset_runs_node_under_its_own_tool_name(backend: Any) -> None:
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        assert [t.name for t in info.function_tools] == ["run_javascript"]
+        if returns(messages):
+            return ModelResponse(parts=[TextPart("ok")])
+        return ModelResponse(
+            parts=[ToolCallPart("run_javascript", {"code": "console.log(typeof require, 6 * 7)"})]
+        )
+
+    toolset = ExecboxToolset(backend, language="javascript")
+    (ret,) = returns(Agent(FunctionModel(model), toolsets=[toolset]).run_sync("go").all_messages())
+    assert ret.content == "status: ok\nstdout:\nfunction 42"

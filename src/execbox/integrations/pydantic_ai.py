@@ -61,6 +61,7 @@ class ExecboxToolset(AbstractToolset[Any]):
     "javascript" or "bash") bound every run, whatever the model asks; the description tells
     the model what they are. `max_retries`: how many calls with wrong arguments the model may
     make in a row before the agent run fails. `id`: the toolset's id (for durable execution).
+    `code_tool`: a ready `CodeTool` instead of those settings (the session toolset's own).
     """
 
     def __init__(
@@ -76,28 +77,24 @@ class ExecboxToolset(AbstractToolset[Any]):
         max_output_chars: int = MAX_OUTPUT_CHARS,
         max_retries: int = 2,
         id: str | None = None,
+        code_tool: CodeTool | None = None,
     ) -> None:
-        self._init(
-            CodeTool(
-                executor,
-                limits=limits,
-                profile=profile,
-                network=network,
-                environment=environment,
-                language=language,
-                name=name,
-                max_output_chars=max_output_chars,
-            ),
-            max_retries,
-            id,
+        self._code = code_tool or CodeTool(
+            executor,
+            limits=limits,
+            profile=profile,
+            network=network,
+            environment=environment,
+            language=language,
+            name=name,
+            max_output_chars=max_output_chars,
         )
-
-    def _init(self, code: CodeTool, max_retries: int, id: str | None) -> None:
-        self._code = code
         self._max_retries = max_retries
         self._id = id
         self._definition = ToolDefinition(
-            name=code.name, description=code.description, parameters_json_schema=code.parameters
+            name=self._code.name,
+            description=self._code.description,
+            parameters_json_schema=self._code.parameters,
         )
 
     @property
@@ -158,23 +155,20 @@ class ExecboxSessionToolset(ExecboxToolset):
         max_retries: int = 2,
         id: str | None = None,
     ) -> None:
-        self._init(
-            CodeTool(
-                executor,
-                limits=limits,
-                profile=profile,
-                network=network,
-                environment=environment,
-                stateful=True,
-                name=name,
-                max_output_chars=max_output_chars,
-                env=env,
-                files=files,
-                idle_timeout_s=idle_timeout_s,
-            ),
-            max_retries,
-            id,
+        code = CodeTool(
+            executor,
+            limits=limits,
+            profile=profile,
+            network=network,
+            environment=environment,
+            stateful=True,
+            name=name,
+            max_output_chars=max_output_chars,
+            env=env,
+            files=files,
+            idle_timeout_s=idle_timeout_s,
         )
+        super().__init__(executor, max_retries=max_retries, id=id, code_tool=code)
 
     @property
     def session(self) -> ClosableSession | None:
