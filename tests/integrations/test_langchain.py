@@ -231,7 +231,7 @@ def test_a_bad_file_name_is_refused_before_anything_runs(backend: Any) -> None:
 
 @pytest.mark.hostile
 def test_a_hostile_agent_sees_no_host_secret_and_its_fork_bomb_is_contained(
-    jailed: execbox.Executor, monkeypatch: pytest.MonkeyPatch
+    jailed_backend: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     secret = "plugs-langchain-secret-6f1d2a"
     monkeypatch.setenv("EXECBOX_PLUG_TEST_SECRET", secret)
@@ -250,7 +250,9 @@ def test_a_hostile_agent_sees_no_host_secret_and_its_fork_bomb_is_contained(
         return AIMessage(content="done")
 
     limits = execbox.Limits(timeout_s=3, pids=24)
-    agent = create_agent(ScriptedChatModel(turn=turn), tools=[ExecboxTool(jailed, limits=limits)])
+    agent = create_agent(
+        ScriptedChatModel(turn=turn), tools=[ExecboxTool(jailed_backend, limits=limits)]
+    )
     state = agent.invoke({"messages": [HumanMessage("Go.")]})
     stolen, bombed, after = tool_messages(state["messages"])
     assert stolen.artifact.ok and secret not in stolen.artifact.stdout + stolen.artifact.stderr
