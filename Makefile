@@ -25,7 +25,7 @@ deps:
 $(STAMP): pyproject.toml | deps
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,langchain,pydantic-ai]'
 	touch $@
 
 image: $(STAMP)
