@@ -19,7 +19,7 @@ PREFIX = "/e2b"
 
 def create_app(state: ServerState) -> FastAPI:
     """The face as an app of its own (its errors are E2B's shape, not execbox's)."""
-    from . import access, control, envd, interpreter
+    from . import access, control, envd, interpreter, rpc
 
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
     access.install(app)
@@ -28,4 +28,5 @@ def create_app(state: ServerState) -> FastAPI:
     app.include_router(control.router(state, sandboxes))
     app.include_router(interpreter.router(state, sandboxes))
     app.include_router(envd.router(state, sandboxes))
+    app.include_router(rpc.router(state, sandboxes))
     return app
