@@ -173,7 +173,7 @@ def _listed(sandbox: Sandbox, state: ServerState) -> dict[str, Any]:
     }
 
 
-def router(state: ServerState, sandboxes: Sandboxes) -> APIRouter:
+def router(state: ServerState, sandboxes: Sandboxes) -> APIRouter:  # noqa: C901 - one closure per route
     api = APIRouter()
 
     async def start(body: NewSandbox, request: Request) -> dict[str, Any]:

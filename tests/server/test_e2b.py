@@ -1,0 +1,275 @@
+"""The official E2B SDKs (`e2b`, `e2b-code-interpreter`), unchanged, against a real
+`execbox serve --e2b` on loopback over the real sandbox: only the environment variables say
+where the server is and which execbox key to use."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import uuid
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+import execbox
+from execbox.server import Settings, create_app
+from execbox.server.background import serving
+from execbox.server.state import ServerState
+
+pytest.importorskip("e2b")
+pytest.importorskip("e2b_code_interpreter")
+
+from e2b import (  # noqa: E402
+    AuthenticationException,
+    CommandExitException,
+    NotFoundException,
+    SandboxException,
+)
+from e2b_code_interpreter import AsyncSandbox, Sandbox  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+class Server:
+    def __init__(self, url: str, state: ServerState) -> None:
+        self.url, self.state = url, state
+
+    def key(self) -> tuple[str, str]:
+        """A fresh tenant: (name, key)."""
+        assert self.state.keys is not None
+        name = f"e2b-{uuid.uuid4().hex[:8]}"
+        return name, self.state.keys.create(name, max_sessions=6)
+
+    def runs_of(self, tenant: str) -> int:
+        assert self.state.keys is not None
+        return self.state.keys.count_runs(tenant)
+
+
+@pytest.fixture(scope="module")
+def server(executor: execbox.Executor) -> Iterator[Server]:
+    settings = Settings(e2b=True, session_starts_per_key=4, session_starts_per_s=100.0)
+    app = create_app(executor, settings)
+    with serving(app) as url:
+        yield Server(url, app.state.execbox)
+
+
+@pytest.fixture
+def tenant(server: Server, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The SDK's environment for a fresh tenant: all a team changes to move to execbox."""
+    name, key = server.key()
+    monkeypatch.setenv("E2B_API_URL", server.url + "/e2b")
+    monkeypatch.setenv("E2B_SANDBOX_URL", server.url + "/e2b")
+    monkeypatch.setenv("E2B_API_KEY", key)
+    return name
+
+
+def test_run_code_keeps_state_and_is_recorded_for_the_key(tenant: str, server: Server) -> None:
+    sbx = Sandbox.create()
+    try:
+        seen: list[str] = []
+        first = sbx.run_code("x = 41\nprint('hello')", on_stdout=lambda m: seen.append(m.line))
+        assert first.logs.stdout == ["hello\n"] and seen == ["hello\n"]
+        assert first.error is None and first.results == []
+        second = sbx.run_code("x + 1")
+        assert second.text == "42" and second.results[0].is_main_result
+        assert second.execution_count == 2
+        assert server.runs_of(tenant) == 2  # each cell is an execbox run owned by the key
+    finally:
+        sbx.kill()
+
+
+def test_chart_error_and_stderr_in_e2b_shapes(tenant: str) -> None:
+    sbx = Sandbox.create()
+    try:
+        chart = sbx.run_code(
+            "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [3, 1, 2])\nplt.show()"
+        )
+        png = [r.png for r in chart.results if r.png]
+        assert len(png) == 1 and base64.b64decode(png[0]).startswith(b"\x89PNG")
+        errors: list[object] = []
+        failed = sbx.run_code(
+            "import sys\nprint('warn', file=sys.stderr)\ndef f():\n    return 1 / 0\nf()",
+            on_error=errors.append,
+        )
+        assert failed.error is not None and failed.error.name == "ZeroDivisionError"
+        assert failed.error.value == "division by zero"
+        assert "return 1 / 0" in failed.error.traceback
+        assert errors == [failed.error] and failed.logs.stderr[0] == "warn\n"
+        html = sbx.run_code("import pandas as pd\npd.DataFrame({'a': [1, 2]})")
+        assert html.results[0].is_main_result and "<table" in (html.results[0].html or "")
+    finally:
+        sbx.kill()
+
+
+def test_javascript_and_a_new_context_are_sessions_of_their_own(tenant: str) -> None:
+    sbx = Sandbox.create()
+    try:
+        assert sbx.run_code("let n = 21; n * 2", language="javascript").text == "42"
+        assert sbx.run_code("n + 1", language="javascript").text == "22"
+        context = sbx.create_code_context()
+        sbx.run_code("y = 5", context=context)
+        assert sbx.run_code("y * 2", context=context).text == "10"
+        assert sbx.run_code("'y' in dir()").text == "False"  # the default context is apart
+        assert context.id in {c.id for c in sbx.list_code_contexts()}
+        sbx.remove_code_context(context)
+    finally:
+        sbx.kill()
+
+
+def test_commands_stream_output_and_exit_codes(tenant: str) -> None:
+    sbx = Sandbox.create()
+    try:
+        out: list[str] = []
+        done = sbx.commands.run(
+            "echo one; echo two >&2; echo $GREETING; pwd",
+            envs={"GREETING": "hi"},
+            cwd="/home/user",
+            on_stdout=out.append,
+        )
+        assert done.exit_code == 0 and done.stdout == "one\nhi\n/workspace\n"
+        assert done.stderr == "two\n" and "".join(out) == done.stdout
+        with pytest.raises(CommandExitException) as info:
+            sbx.commands.run("echo no >&2; exit 3")
+        assert info.value.exit_code == 3 and info.value.stderr == "no\n"
+        handle = sbx.commands.run("sleep 0.2; echo later", background=True)
+        assert handle.wait().stdout == "later\n"
+        sbx.commands.run("echo made > made.txt")  # in the same workspace as the files API
+        assert sbx.files.read("/home/user/made.txt") == "made\n"
+    finally:
+        sbx.kill()
+
+
+def test_files_round_trip_list_rename_remove(tenant: str) -> None:
+    sbx = Sandbox.create()
+    try:
+        sbx.files.write("/home/user/data/a.txt", "alpha")
+        sbx.files.write("data/b.bin", b"\x00\x01", use_octet_stream=True)
+        assert sbx.files.read("/home/user/data/a.txt") == "alpha"
+        assert sbx.files.read("data/b.bin", format="bytes") == bytearray(b"\x00\x01")
+        assert sbx.run_code("open('data/a.txt').read()").text == "'alpha'"
+        assert {e.name for e in sbx.files.list("/home/user/data")} == {"a.txt", "b.bin"}
+        assert sbx.files.exists("/home/user/data") and not sbx.files.exists("nope.txt")
+        assert sbx.files.get_info("data/a.txt").size == 5
+        sbx.files.rename("data/a.txt", "/home/user/c.txt")
+        assert sbx.files.read("c.txt") == "alpha" and not sbx.files.exists("data/a.txt")
+        sbx.files.remove("/home/user/data")
+        assert not sbx.files.exists("data/b.bin")
+        with pytest.raises(NotFoundException):
+            sbx.files.read("/home/user/missing.txt")
+        with pytest.raises(SandboxException, match="outside the sandbox's workspace"):
+            sbx.files.read("/etc/passwd")
+    finally:
+        sbx.kill()
+
+
+def test_links_planted_by_code_are_not_followed(tenant: str) -> None:
+    sbx = Sandbox.create()
+    try:
+        sbx.run_code("import os\nos.symlink('/etc/passwd', 'link')")
+        with pytest.raises(SandboxException, match="not a regular file"):
+            sbx.files.read("/home/user/link")
+        sbx.files.write("/home/user/link", "replaced")  # replaces the link, never writes through
+        assert sbx.run_code("import os\nos.path.islink('link')").text == "False"
+    finally:
+        sbx.kill()
+
+
+def test_list_connect_timeout_and_kill(tenant: str) -> None:
+    sbx = Sandbox.create(metadata={"team": "blue"}, timeout=120)
+    try:
+        listed = Sandbox.list(query=None).next_items()
+        assert [s.sandbox_id for s in listed] == [sbx.sandbox_id]
+        assert listed[0].metadata == {"team": "blue"}
+        again = Sandbox.connect(sbx.sandbox_id)
+        assert again.run_code("6 * 7").text == "42"
+        sbx.set_timeout(300)
+        info = sbx.get_info()
+        assert (info.end_at - info.started_at).total_seconds() > 250
+    finally:
+        assert sbx.kill()
+    assert not sbx.is_running()
+    assert Sandbox.list().next_items() == []
+    with pytest.raises(SandboxException):
+        sbx.run_code("1")
+
+
+def test_a_wrong_key_is_refused(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("E2B_API_URL", server.url + "/e2b")
+    monkeypatch.setenv("E2B_SANDBOX_URL", server.url + "/e2b")
+    monkeypatch.setenv("E2B_API_KEY", "ebx_" + "x" * 43)
+    with pytest.raises(AuthenticationException):
+        Sandbox.create()
+
+
+def test_another_key_cannot_reach_the_sandbox(
+    tenant: str, server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sbx = Sandbox.create()
+    try:
+        sbx.files.write("secret.txt", "mine")
+        _, other = server.key()
+        monkeypatch.setenv("E2B_API_KEY", other)
+        with pytest.raises(NotFoundException):
+            Sandbox.connect(sbx.sandbox_id)
+        assert Sandbox.list().next_items() == []
+        assert Sandbox.kill(sbx.sandbox_id) is False  # the SDK's "not found"
+        # Knowing the id is not enough on the sandbox's own face: its token is required.
+        headers = {"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "49983"}
+        with httpx.Client(base_url=server.url + "/e2b", headers=headers) as raw:
+            assert raw.get("/files", params={"path": "secret.txt"}).status_code == 401
+            assert raw.post("/execute", json={"code": "1"}).status_code == 401
+            forged = {"X-Access-Token": "x" * 43}
+            assert raw.post("/execute", json={"code": "1"}, headers=forged).status_code == 401
+        assert sbx.files.read("secret.txt") == "mine"  # the owner still reaches it
+    finally:
+        sbx.kill()
+
+
+def test_what_execbox_cannot_do_is_an_error_naming_it(tenant: str) -> None:
+    with pytest.raises(SandboxException, match="internet access"):
+        Sandbox.create(allow_internet_access=True)
+    with pytest.raises(SandboxException, match="template 'no-such-template' not found"):
+        Sandbox.create(template="no-such-template")
+    sbx = Sandbox.create()
+    try:
+        with pytest.raises(SandboxException, match="pausing sandboxes"):
+            sbx.pause()
+        with pytest.raises(SandboxException, match="environment variables for one execution"):
+            sbx.run_code("1", envs={"A": "1"})
+        with pytest.raises(SandboxException, match="empty directories"):
+            sbx.files.make_dir("/home/user/empty")
+        with pytest.raises(SandboxException, match="'r' language"):
+            sbx.run_code("1", language="r")
+    finally:
+        sbx.kill()
+
+
+def test_async_client(tenant: str, server: Server) -> None:
+    async def main() -> None:
+        sbx = await AsyncSandbox.create()
+        try:
+            await sbx.run_code("z = 6")
+            assert (await sbx.run_code("z * 7")).text == "42"
+            await sbx.files.write("/home/user/a.txt", "async")
+            assert await sbx.files.read("/home/user/a.txt") == "async"
+            done = await sbx.commands.run("cat a.txt")
+            assert done.stdout == "async" and done.exit_code == 0
+            assert [s.sandbox_id for s in (await AsyncSandbox.list().next_items())] == [
+                sbx.sandbox_id
+            ]
+        finally:
+            await sbx.kill()
+        assert not await sbx.is_running()
+
+    asyncio.run(main())
+    assert server.runs_of(tenant) == 3
+
+
+def test_getting_started_example_runs_unchanged(tenant: str) -> None:
+    # E2B's README example, as published.
+    with Sandbox.create() as sandbox:
+        sandbox.run_code("x = 1")
+        execution = sandbox.run_code("x+=1; x")
+        print(execution.text)  # outputs 2
+        assert execution.text == "2"
