@@ -273,3 +273,18 @@ def test_getting_started_example_runs_unchanged(tenant: str) -> None:
         execution = sandbox.run_code("x+=1; x")
         print(execution.text)  # outputs 2
         assert execution.text == "2"
+
+
+def test_the_profile_in_metadata_holds_for_commands_and_cells(tenant: str) -> None:
+    sbx = Sandbox.create(metadata={"execbox.profile": "minimal"})
+    try:
+        with pytest.raises(CommandExitException) as info:
+            sbx.commands.run("echo hi")
+        assert info.value.exit_code == -1
+        assert "denied under profile 'minimal'" in (info.value.error or "")
+        refused = sbx.run_code("import subprocess")
+        assert refused.error is not None and "subprocess" in refused.error.value
+        slow = sbx.run_code("import time\ntime.sleep(30)")
+        assert slow.error is not None and "timeout_s" in slow.error.value
+    finally:
+        sbx.kill()

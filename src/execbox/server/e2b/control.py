@@ -218,6 +218,8 @@ def router(state: ServerState, sandboxes: Sandboxes) -> APIRouter:  # noqa: C901
             started_at=now,
             end_at=now + lifetime,
         )
+        for gone in sandboxes.of(tenant):  # ended by their timeout since last seen
+            alive(state, sandboxes, gone)
         sandboxes.add(sandbox)
         return _created(sandbox)
 
