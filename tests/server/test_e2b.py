@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -29,6 +30,9 @@ from e2b import (  # noqa: E402
 from e2b_code_interpreter import AsyncSandbox, Sandbox  # noqa: E402
 
 pytestmark = pytest.mark.slow
+MAX_REQUEST_BYTES = 1 << 20
+# A well-formed AWS access key id: redacted by pattern, no registration needed.
+AWS_KEY = "AKIA" + "Q3EXAMPLE7KEY2ID"
 
 
 class Server:
@@ -48,7 +52,12 @@ class Server:
 
 @pytest.fixture(scope="module")
 def server(executor: execbox.Executor) -> Iterator[Server]:
-    settings = Settings(e2b=True, session_starts_per_key=4, session_starts_per_s=100.0)
+    settings = Settings(
+        e2b=True,
+        session_starts_per_key=4,
+        session_starts_per_s=100.0,
+        max_request_bytes=MAX_REQUEST_BYTES,
+    )
     app = create_app(executor, settings)
     with serving(app) as url:
         yield Server(url, app.state.execbox)
@@ -286,5 +295,91 @@ def test_the_profile_in_metadata_holds_for_commands_and_cells(tenant: str) -> No
         assert refused.error is not None and "subprocess" in refused.error.value
         slow = sbx.run_code("import time\ntime.sleep(30)")
         assert slow.error is not None and "timeout_s" in slow.error.value
+    finally:
+        sbx.kill()
+
+
+SANDBOX_CALLS = [
+    ("GET", "/health", None),
+    ("GET", "/files?path=a.txt", None),
+    ("POST", "/files?path=a.txt", b"x"),
+    ("POST", "/execute", b'{"code": "1"}'),
+    ("GET", "/contexts", None),
+    ("POST", "/contexts", b"{}"),
+    ("DELETE", "/contexts/default", None),
+    ("POST", "/filesystem.Filesystem/Stat", b'{"path": "a.txt"}'),
+    ("POST", "/filesystem.Filesystem/Remove", b'{"path": "a.txt"}'),
+    ("POST", "/process.Process/Start", b"\x00\x00\x00\x00\x02{}"),
+    ("POST", "/process.Process/List", b"{}"),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body"), SANDBOX_CALLS)
+def test_every_sandbox_call_needs_that_sandboxs_token(
+    tenant: str, server: Server, method: str, path: str, body: bytes | None
+) -> None:
+    mine, theirs = Sandbox.create(), Sandbox.create()
+    try:
+        mine.files.write("a.txt", "kept")
+        assert mine.get_info().sandbox_id == mine.sandbox_id
+        headers = {"E2b-Sandbox-Id": mine.sandbox_id, "Content-Type": "application/json"}
+        other_token = theirs._envd_access_token
+        with httpx.Client(base_url=server.url + "/e2b", headers=headers) as raw:
+            for token in (None, "", "x" * 43, other_token):
+                extra = {"X-Access-Token": token} if token is not None else {}
+                answer = raw.request(method, path, content=body, headers=extra)
+                assert answer.status_code == 401, (token, answer.text)
+                assert answer.json()["code"] == 401
+            traffic = {"E2B-Traffic-Access-Token": other_token or ""}
+            assert raw.request(method, path, content=body, headers=traffic).status_code == 401
+        assert mine.files.read("a.txt") == "kept"
+        assert mine.run_code("1 + 1").text == "2"
+    finally:
+        mine.kill()
+        theirs.kill()
+
+
+def test_output_is_redacted_on_every_face(tenant: str) -> None:
+    sbx = Sandbox.create()
+    try:
+        streamed: list[str] = []
+        code = f"key = {AWS_KEY!r}\nprint(key)\nkey"
+        shown = sbx.run_code(code, on_stdout=lambda m: streamed.append(m.line))
+        assert AWS_KEY not in "".join(streamed) + "".join(shown.logs.stdout)
+        assert streamed and AWS_KEY not in (shown.text or "") and shown.text
+        failed = sbx.run_code(f"raise ValueError({AWS_KEY!r})")
+        assert failed.error is not None and AWS_KEY not in failed.error.value
+        assert AWS_KEY not in failed.error.traceback
+        out: list[str] = []
+        done = sbx.commands.run(f"echo {AWS_KEY}; echo {AWS_KEY} >&2", on_stdout=out.append)
+        assert done.stdout.strip() and AWS_KEY not in done.stdout + done.stderr + "".join(out)
+    finally:
+        sbx.kill()
+
+
+def test_a_sandbox_ends_at_its_timeout(tenant: str) -> None:
+    sbx = Sandbox.create(timeout=2)
+    assert sbx.run_code("1").error is None
+    deadline = time.monotonic() + 15
+    while sbx.is_running() and time.monotonic() < deadline:
+        time.sleep(0.25)
+    assert not sbx.is_running()
+    assert Sandbox.list().next_items() == []
+
+
+def test_paths_and_sizes_are_held_to_the_workspace(tenant: str) -> None:
+    sbx = Sandbox.create()
+    try:
+        for outside in ("/home/user/../../etc/passwd", "/tmp/x", "../x", "a/../../x"):
+            with pytest.raises(SandboxException):
+                sbx.files.write(outside, "x")
+            with pytest.raises(SandboxException):
+                sbx.files.read(outside)
+        with pytest.raises(SandboxException, match="outside the sandbox's workspace"):
+            sbx.commands.run("pwd", cwd="/etc")
+        with pytest.raises(SandboxException):
+            sbx.files.write("big.bin", b"x" * (MAX_REQUEST_BYTES + 1))
+        assert not sbx.files.exists("big.bin")
+        assert sbx.run_code("import os\nsorted(os.listdir('.'))").text == "[]"
     finally:
         sbx.kill()
