@@ -26,6 +26,7 @@ from e2b import (  # noqa: E402
     CommandExitException,
     NotFoundException,
     SandboxException,
+    TimeoutException,
 )
 from e2b_code_interpreter import AsyncSandbox, Sandbox  # noqa: E402
 
@@ -51,26 +52,35 @@ class Server:
 
 
 @pytest.fixture(scope="module")
-def server(executor: execbox.Executor) -> Iterator[Server]:
+def server(
+    executor: execbox.Executor, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    # Its own executor and key store: the server shares its sessions among the active keys,
+    # and other modules' keys in a shared store would each be owed a share.
+    del executor  # proves the host can sandbox (else the module is skipped), before its own
+    records = tmp_path_factory.mktemp("e2b") / "runs.db"
     settings = Settings(
         e2b=True,
         session_starts_per_key=4,
         session_starts_per_s=100.0,
         max_request_bytes=MAX_REQUEST_BYTES,
     )
-    app = create_app(executor, settings)
-    with serving(app) as url:
-        yield Server(url, app.state.execbox)
+    with execbox.Executor(cache=False, records=f"sqlite:///{records}") as own:
+        app = create_app(own, settings)
+        with serving(app) as url:
+            yield Server(url, app.state.execbox)
 
 
 @pytest.fixture
-def tenant(server: Server, monkeypatch: pytest.MonkeyPatch) -> str:
+def tenant(server: Server, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """The SDK's environment for a fresh tenant: all a team changes to move to execbox."""
     name, key = server.key()
     monkeypatch.setenv("E2B_API_URL", server.url + "/e2b")
     monkeypatch.setenv("E2B_SANDBOX_URL", server.url + "/e2b")
     monkeypatch.setenv("E2B_API_KEY", key)
-    return name
+    yield name
+    assert server.state.keys is not None
+    server.state.keys.revoke(name)  # no longer owed a share of the server's sessions
 
 
 def test_run_code_keeps_state_and_is_recorded_for_the_key(tenant: str, server: Server) -> None:
@@ -217,7 +227,7 @@ def test_another_key_cannot_reach_the_sandbox(
     sbx = Sandbox.create()
     try:
         sbx.files.write("secret.txt", "mine")
-        _, other = server.key()
+        other_name, other = server.key()
         monkeypatch.setenv("E2B_API_KEY", other)
         with pytest.raises(NotFoundException):
             Sandbox.connect(sbx.sandbox_id)
@@ -233,6 +243,8 @@ def test_another_key_cannot_reach_the_sandbox(
         assert sbx.files.read("secret.txt") == "mine"  # the owner still reaches it
     finally:
         sbx.kill()
+        assert server.state.keys is not None
+        server.state.keys.revoke(other_name)
 
 
 def test_what_execbox_cannot_do_is_an_error_naming_it(tenant: str) -> None:
@@ -383,3 +395,37 @@ def test_paths_and_sizes_are_held_to_the_workspace(tenant: str) -> None:
         assert sbx.run_code("import os\nsorted(os.listdir('.'))").text == "[]"
     finally:
         sbx.kill()
+
+
+def test_base_sdk_getting_started_runs_unchanged(tenant: str) -> None:
+    # The `e2b` package's README example, as published.
+    from e2b import Sandbox as BaseSandbox
+
+    sandbox = BaseSandbox.create()
+    try:
+        result = sandbox.commands.run('echo "Hello from E2B Sandbox!"')
+        print(result.stdout)
+        assert result.stdout == "Hello from E2B Sandbox!\n"
+        sandbox.files.write_files(
+            [{"path": "one.txt", "data": "1"}, {"path": "/home/user/dir/two.txt", "data": "2"}]
+        )
+        assert sandbox.commands.run("cat one.txt dir/two.txt").stdout == "12"
+    finally:
+        sandbox.kill()
+
+
+def test_cell_and_command_time_limits_come_from_metadata_and_the_sdk(tenant: str) -> None:
+    sbx = Sandbox.create(metadata={"execbox.timeout_s": "1"})
+    try:
+        slow = sbx.run_code("import time\ntime.sleep(3)")
+        assert slow.error is not None and "timeout_s" in slow.error.value
+        # The SDK's command timeout sets the command's wall time (here longer than the cell's).
+        assert sbx.commands.run("sleep 1.5; echo done", timeout=10).stdout == "done\n"
+        # Past it the SDK gives up first, as against E2B; the cell ends at the same time.
+        with pytest.raises(TimeoutException):
+            sbx.commands.run("sleep 5", timeout=2)
+        assert sbx.run_code("1 + 1").text == "2"
+    finally:
+        sbx.kill()
+    with pytest.raises(SandboxException, match="execbox.timeout_s"):
+        Sandbox.create(metadata={"execbox.timeout_s": "soon"})

@@ -69,6 +69,7 @@ class Sandbox:
     profile: str
     environment: str | None
     env: dict[str, str]
+    limits: dict[str, float] | None
     started_at: float
     end_at: float
     contexts: dict[str, Context] = field(default_factory=dict)

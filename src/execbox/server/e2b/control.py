@@ -34,6 +34,7 @@ ENVD_VERSION = "0.5.7"
 E2B_TEMPLATES = frozenset({"base", "code-interpreter-v1", "code-interpreter", "desktop"})
 DEFAULT_TIMEOUT_S = 300
 PROFILE_KEY, ENVIRONMENT_KEY = "execbox.profile", "execbox.environment"
+CELL_TIMEOUT_KEY = "execbox.timeout_s"  # each cell's and command's wall time
 
 
 class NewSandbox(BaseModel):
@@ -97,6 +98,21 @@ async def _environment(state: ServerState, template: str, metadata: dict[str, st
             f"Dockerfiles are not supported ({exc})",
         ) from exc
     return name
+
+
+def _cell_limits(metadata: dict[str, str]) -> dict[str, float] | None:
+    """The session's limits from metadata: `execbox.timeout_s`, each cell's wall time (the
+    profile's default otherwise; its maximum holds)."""
+    given = metadata.get(CELL_TIMEOUT_KEY)
+    if given is None:
+        return None
+    try:
+        value = float(given)
+    except ValueError:
+        raise E2BError(400, f"metadata {CELL_TIMEOUT_KEY} is seconds, not {given!r}") from None
+    if not 0 < value <= 3600:
+        raise E2BError(400, f"metadata {CELL_TIMEOUT_KEY} is in (0, 3600], not {given}")
+    return {"timeout_s": value}
 
 
 def _lifetime(state: ServerState, timeout_s: int) -> float:
@@ -185,6 +201,7 @@ def router(state: ServerState, sandboxes: Sandboxes) -> APIRouter:  # noqa: C901
         lifetime = _lifetime(state, body.timeout)
         profile = metadata.get(PROFILE_KEY, "data")
         env = dict(body.envVars or {})
+        limits = _cell_limits(metadata)
         release = state.quotas.hold(tenant)
         try:
             state.sessions.reserve(tenant, await state.blocking(state.shares))
@@ -196,6 +213,7 @@ def router(state: ServerState, sandboxes: Sandboxes) -> APIRouter:  # noqa: C901
                         profile=profile,
                         environment=environment,
                         env=env or None,
+                        limits=limits,
                         idle_timeout_s=min(lifetime, state.settings.max_session_idle_s),
                         max_lifetime_s=lifetime,
                         tenant=tenant.name,
@@ -215,6 +233,7 @@ def router(state: ServerState, sandboxes: Sandboxes) -> APIRouter:  # noqa: C901
             profile=profile,
             environment=environment,
             env=env,
+            limits=limits,
             started_at=now,
             end_at=now + lifetime,
         )

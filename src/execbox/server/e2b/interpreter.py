@@ -193,6 +193,7 @@ async def new_context(
                     profile=sandbox.profile,
                     environment=sandbox.environment,
                     env=sandbox.env or None,
+                    limits=sandbox.limits,
                     idle_timeout_s=min(remaining, state.settings.max_session_idle_s),
                     max_lifetime_s=remaining,
                     tenant=tenant.name,
@@ -306,6 +307,7 @@ class _Cell:
         session_id: str,
         code: str,
         language: str,
+        timeout_s: float | None = None,
     ) -> None:
         self.state, self.code, self.language = state, code, language
         self.session = session
@@ -340,7 +342,10 @@ class _Cell:
         def call() -> RunResult:
             started = time.perf_counter()
             result: RunResult = session.run(
-                code, on_stdout=forward("stdout"), on_stderr=forward("stderr")
+                code,
+                timeout_s=timeout_s,
+                on_stdout=forward("stdout"),
+                on_stderr=forward("stderr"),
             )
             state.finish("cell", tenant, result, started)
             return result

@@ -208,9 +208,10 @@ def router(state: ServerState, sandboxes: Sandboxes) -> APIRouter:
         sandbox = sandbox_call(state, sandboxes, request)
         code = _command_code(unwrap(await request.body()))
         session = state.sessions.get(sandbox.tenant, sandbox.id)
+        timeout_s = _timeout(state, sandbox, request.headers.get("connect-timeout-ms"))
         release = state.quotas.hold(sandbox.tenant)
         try:
-            cell = _Cell(state, sandbox.tenant, session, sandbox.id, code, "python")
+            cell = _Cell(state, sandbox.tenant, session, sandbox.id, code, "python", timeout_s)
         except BaseException:
             release()
             raise
@@ -257,6 +258,15 @@ async def _events(cell: _Cell, release: Any) -> AsyncIterator[bytes]:
     finally:
         release()
         await asyncio.sleep(0)
+
+
+def _timeout(state: ServerState, sandbox: Sandbox, header: str | None) -> float | None:
+    """The command's wall time: the SDK's `timeout` (Connect-Timeout-Ms), within what the
+    sandbox's profile allows a cell; without one, the session's per-cell time."""
+    if not header or not header.isdigit() or int(header) <= 0:
+        return None
+    most = float(state.executor.profiles[sandbox.profile].max_limits.timeout_s)
+    return min(int(header) / 1000, most, 3600.0)
 
 
 def _data(stream: str, text: str) -> bytes:
