@@ -5,6 +5,7 @@ Errors are E2B's shape, `{"code": HTTP status, "message": ...}`, which the SDKs 
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import secrets
 import threading
@@ -74,6 +75,7 @@ class Sandbox:
     end_at: float
     contexts: dict[str, Context] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    starting: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 def new_token() -> str:

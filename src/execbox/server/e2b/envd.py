@@ -11,6 +11,7 @@ import posixpath
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
+from starlette.background import BackgroundTask
 
 from ...errors import SessionClosed, UsageError
 from ..state import ServerState
@@ -89,8 +90,21 @@ def router(state: ServerState, sandboxes: Sandboxes) -> APIRouter:
     async def read(request: Request, path: str = "") -> Response:
         sandbox = sandbox_call(state, sandboxes, request)
         rel = workspace_path(path)
-        data: bytes = await files_call(state, sandbox, "read", rel)
-        return Response(data, media_type="application/octet-stream")
+        # Held in memory until sent: booked against the server's result budget first, at
+        # the most the workspace can hold, as execbox's own file reads are.
+        room = getattr(state.sessions.get(sandbox.tenant, sandbox.id), "room_bytes", 0)
+        reservation = state.results.reserve(room, sandbox.tenant.name)
+        try:
+            data: bytes = await files_call(state, sandbox, "read", rel)
+        except BaseException:
+            reservation.release()
+            raise
+        reservation.resize(len(data))
+        return Response(
+            data,
+            media_type="application/octet-stream",
+            background=BackgroundTask(reservation.release),
+        )
 
     @api.post("/files")
     async def write(request: Request, path: str = "") -> list[dict[str, str]]:

@@ -22,6 +22,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...contract import Output, RunResult
+from ..auth import Tenant
 from ..spool import result_bound
 from ..state import ServerState
 from .access import (
@@ -169,9 +170,10 @@ async def session_for(
         if context is None:
             raise E2BError(404, f"context {context_id!r} not found")
         return context.session_id
-    context = sandbox.contexts.get(DEFAULT_JS_CONTEXT)
-    if context is None:
-        context = await new_context(state, sandbox, language, DEFAULT_JS_CONTEXT)
+    async with sandbox.starting:  # two first JavaScript cells at once start one session
+        context = sandbox.contexts.get(DEFAULT_JS_CONTEXT)
+        if context is None:
+            context = await new_context(state, sandbox, language, DEFAULT_JS_CONTEXT)
     return context.session_id
 
 
@@ -209,6 +211,27 @@ async def new_context(
     return context
 
 
+def admit_cell(state: ServerState, tenant: Tenant, session: Any) -> Callable[[], None]:
+    """One of the key's requests in flight and the most a cell's result may hold of the
+    server's result budget, as execbox's own cells are admitted; the function that gives both
+    back (idempotent)."""
+    limits = getattr(session, "limits", None)  # an ended session has none: its call fails
+    release_quota = state.quotas.hold(tenant)
+    try:
+        reservation = state.results.reserve(result_bound(limits) if limits else 0, tenant.name)
+    except BaseException:
+        release_quota()
+        raise
+    released = threading.Lock()
+
+    def release() -> None:
+        if released.acquire(blocking=False):
+            release_quota()
+            reservation.release()
+
+    return release
+
+
 def router(state: ServerState, sandboxes: Sandboxes) -> APIRouter:  # noqa: C901 - one closure per route
     api = APIRouter()
 
@@ -228,20 +251,7 @@ def router(state: ServerState, sandboxes: Sandboxes) -> APIRouter:  # noqa: C901
         session_id = await session_for(state, sandboxes, sandbox, body.context_id, language)
         tenant = sandbox.tenant
         session = state.sessions.get(tenant, session_id)
-        limits = getattr(session, "limits", None)
-        release_quota = state.quotas.hold(tenant)
-        try:
-            reservation = state.results.reserve(result_bound(limits) if limits else 0, tenant.name)
-        except BaseException:
-            release_quota()
-            raise
-        released = threading.Lock()
-
-        def release() -> None:
-            if released.acquire(blocking=False):
-                release_quota()
-                reservation.release()
-
+        release = admit_cell(state, tenant, session)
         try:
             events = _Cell(state, tenant, session, session_id, body.code, language)
         except BaseException:

@@ -25,7 +25,7 @@ from ...contract import Artifact, RunResult
 from ..state import ServerState
 from .access import E2BError, Sandbox, Sandboxes, sandbox_call
 from .envd import e2b_path, files_call, workspace_path
-from .interpreter import _Cell
+from .interpreter import _Cell, admit_cell
 
 END_STREAM = 0x02
 MAX_MESSAGE = 1 << 20
@@ -209,7 +209,7 @@ def router(state: ServerState, sandboxes: Sandboxes) -> APIRouter:
         code = _command_code(unwrap(await request.body()))
         session = state.sessions.get(sandbox.tenant, sandbox.id)
         timeout_s = _timeout(state, sandbox, request.headers.get("connect-timeout-ms"))
-        release = state.quotas.hold(sandbox.tenant)
+        release = admit_cell(state, sandbox.tenant, session)
         try:
             cell = _Cell(state, sandbox.tenant, session, sandbox.id, code, "python", timeout_s)
         except BaseException:
