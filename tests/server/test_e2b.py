@@ -9,6 +9,7 @@ import base64
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -126,6 +127,11 @@ def test_javascript_and_a_new_context_are_sessions_of_their_own(tenant: str) -> 
     try:
         assert sbx.run_code("let n = 21; n * 2", language="javascript").text == "42"
         assert sbx.run_code("n + 1", language="javascript").text == "22"
+        logged = sbx.run_code("console.log('js out')", language="javascript")
+        assert logged.logs.stdout == ["js out\n"]
+        thrown = sbx.run_code("throw new TypeError('boom')", language="javascript")
+        assert thrown.error is not None and thrown.error.name == "TypeError"
+        assert thrown.error.value == "boom"
         context = sbx.create_code_context()
         sbx.run_code("y = 5", context=context)
         assert sbx.run_code("y * 2", context=context).text == "10"
@@ -429,3 +435,27 @@ def test_cell_and_command_time_limits_come_from_metadata_and_the_sdk(tenant: str
         sbx.kill()
     with pytest.raises(SandboxException, match="execbox.timeout_s"):
         Sandbox.create(metadata={"execbox.timeout_s": "soon"})
+
+
+def test_the_servers_result_budget_holds_on_the_e2b_face(
+    executor: execbox.Executor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A cell and a file read hold their result in memory: each books the most it may hold
+    # first, as on execbox's own API; a budget smaller than that refuses them.
+    del executor
+    settings = Settings(e2b=True, max_result_bytes=4 << 20, tenant_result_bytes=2 << 20)
+    with execbox.Executor(cache=False, records=f"sqlite:///{tmp_path}/runs.db") as own:
+        app = create_app(own, settings)
+        with serving(app) as url:
+            server = Server(url, app.state.execbox)
+            monkeypatch.setenv("E2B_API_URL", url + "/e2b")
+            monkeypatch.setenv("E2B_SANDBOX_URL", url + "/e2b")
+            monkeypatch.setenv("E2B_API_KEY", server.key()[1])
+            sbx = Sandbox.create()
+            try:
+                with pytest.raises(SandboxException, match="result"):
+                    sbx.run_code("1")
+                with pytest.raises(SandboxException, match="result"):
+                    sbx.files.read("a.txt")
+            finally:
+                sbx.kill()
