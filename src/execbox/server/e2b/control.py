@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...errors import UsageError
+from ..errors import ApiError
 from ..state import ServerState
 from .access import (
     E2BError,
@@ -142,7 +143,10 @@ def _sessions(state: ServerState, sandbox: Sandbox) -> list[Any]:
     ids = [sandbox.id, *(c.session_id for c in sandbox.contexts.values())]
     found = []
     for sid in dict.fromkeys(ids):
-        session = state.sessions.get(sandbox.tenant, sid)
+        try:
+            session = state.sessions.get(sandbox.tenant, sid)
+        except ApiError:  # ended long ago: the registry no longer remembers it
+            continue
         if not session.closed:
             found.append(session)
     return found
@@ -151,8 +155,11 @@ def _sessions(state: ServerState, sandbox: Sandbox) -> list[Any]:
 def alive(state: ServerState, sandboxes: Sandboxes, sandbox: Sandbox) -> bool:
     """Whether the sandbox's main session is still open; a sandbox whose session ended
     (timeout, killed) is forgotten."""
-    session = state.sessions.get(sandbox.tenant, sandbox.id)
-    if session.closed:
+    try:
+        closed = state.sessions.get(sandbox.tenant, sandbox.id).closed
+    except ApiError:  # ended long ago: the registry no longer remembers it
+        closed = True
+    if closed:
         sandboxes.drop(sandbox.id)
         return False
     return True
