@@ -278,6 +278,16 @@ def test_async_client(tenant: str, server: Server) -> None:
         try:
             await sbx.run_code("z = 6")
             assert (await sbx.run_code("z * 7")).text == "42"
+            out: list[str] = []
+            chart = await sbx.run_code(
+                "import matplotlib.pyplot as plt\nprint('plotting')\nplt.bar([1, 2], [3, 4])",
+                on_stdout=lambda m: out.append(m.line),
+            )
+            assert out == ["plotting\n"]
+            assert any(r.png and base64.b64decode(r.png)[:4] == b"\x89PNG" for r in chart.results)
+            failed = await sbx.run_code("{}['missing']")
+            assert failed.error is not None and failed.error.name == "KeyError"
+            assert "{}['missing']" in failed.error.traceback
             await sbx.files.write("/home/user/a.txt", "async")
             assert await sbx.files.read("/home/user/a.txt") == "async"
             done = await sbx.commands.run("cat a.txt")
@@ -290,7 +300,7 @@ def test_async_client(tenant: str, server: Server) -> None:
         assert not await sbx.is_running()
 
     asyncio.run(main())
-    assert server.runs_of(tenant) == 3
+    assert server.runs_of(tenant) == 5
 
 
 def test_getting_started_example_runs_unchanged(tenant: str) -> None:
