@@ -93,6 +93,9 @@ class Settings:
     temporary directory."""
     artifact_ttl_s: float = 600.0
     """How long a run's spooled artifacts wait for their download."""
+    e2b: bool = False
+    """Serve the E2B-compatible API under /e2b (`execbox.server.e2b`): E2B's SDKs run against
+    it with `E2B_API_URL` and `E2B_SANDBOX_URL` set to the server's /e2b."""
     stream_buffer_bytes: int = 1 << 20
     """Output a streamed run or cell may have waiting for a slow reader; past it the stream
     says so in an `overflow` event and sends no more output (the result still has it all)."""
