@@ -205,6 +205,14 @@ class RayBackend:
                 self._digest,
             )
             return None
+        if facts["settings"] != self._settings:
+            log.warning(
+                "cluster: node %s's host keeps the sandbox settings of the caller that started "
+                "it (%s), not this executor's (%s)",
+                node,
+                facts["settings"],
+                self._settings,
+            )
         log.info("cluster: node %s serves, %d slots", node, facts["capacity"])
         return Host(node=node, actor=actor, capacity=int(facts["capacity"]))
 

@@ -50,6 +50,7 @@ class NodeHost:
 
     def __init__(self, node: str, settings: Mapping[str, Any]) -> None:
         self.node = node
+        self.settings = dict(settings)  # the first caller's: a later one is told if its differ
         self.capacity = int(settings.get("max_concurrency") or 4 * (os.cpu_count() or 1))
         self._lock = threading.Lock()
         self._cancels: dict[str, Cancel] = {}
@@ -106,6 +107,7 @@ class NodeHost:
             lambda: {
                 "node": self.node,
                 "capacity": self.capacity,
+                "settings": self.settings,
                 "digest": self._local().digest,
                 "default_environment": self._local().default_environment,
                 "info": self._local().info(),
