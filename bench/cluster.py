@@ -36,6 +36,7 @@ from latency import save_results, stats  # noqa: E402
 from execbox.executor import Executor  # noqa: E402
 
 CALLERS = 4
+IDLE_S = 5.0  # how long each process's CPU is read with nothing running
 WORK = "s = 0\nfor i in range(300_000):\n    s += i\nprint(s)"  # ~15 ms of CPU
 SETTINGS = {"max_concurrency": 4, "pool_size": 2, "rotate_after_runs": None, "rotate_after_s": None}
 
@@ -69,10 +70,21 @@ class Side:
         for pid in self.pids:
             self.cpu[pid] += cpu_ms(pid) - before[pid]
 
-    def result(self, names: dict[int, str]) -> dict[str, Any]:
+    def result(self, names: dict[int, str], idle: dict[int, float]) -> dict[str, Any]:
+        """Its latency and CPU per run, and that CPU less what each process spends idle per
+        second over the run's mean wall time (Ray's and the executor's own timers)."""
         n = len(self.wall)
         cpu = {names[pid]: round(ms / n, 3) for pid, ms in self.cpu.items()}
-        return {**stats(self.wall), "cpu_ms_per_run": {**cpu, "total": round(sum(cpu.values()), 3)}}
+        mean_s = sum(self.wall) / n / 1000
+        busy = {names[pid]: round(ms / n - idle[pid] * mean_s, 3) for pid, ms in self.cpu.items()}
+        # The low tail: what a call costs when the machine's other load leaves it alone.
+        p10 = round(sorted(self.wall)[n // 10], 3)
+        return {
+            **stats(self.wall),
+            "p10_ms": p10,
+            "cpu_ms_per_run": {**cpu, "total": round(sum(cpu.values()), 3)},
+            "cpu_ms_per_run_less_idle": {**busy, "total": round(sum(busy.values()), 3)},
+        }
 
 
 def interleaved(sides: list[Side], runs: int, block: int) -> None:
@@ -134,12 +146,21 @@ def latency_ab(
     ]
     load = os.getloadavg()
     interleaved(sides, args.runs, args.block)
-    out: dict[str, Any] = {s.name: s.result(names) for s in sides}
+    before = {pid: cpu_ms(pid) for pid in names}
+    time.sleep(IDLE_S)
+    idle = {pid: (cpu_ms(pid) - before[pid]) / IDLE_S for pid in names}
+    out: dict[str, Any] = {s.name: s.result(names, idle) for s in sides}
+    out["idle_cpu_ms_per_s"] = {names[pid]: round(ms, 2) for pid, ms in idle.items()}
     here, there, call = (out[k]["median_ms"] for k in ("local", "cluster", "bare_call"))
     out["overhead_ms_median"] = round(there - here, 3)
+    out["overhead_ms_p10"] = round(out["cluster"]["p10_ms"] - out["local"]["p10_ms"], 3)
     out["overhead_beyond_bare_call_ms"] = round(there - here - call, 3)
     cpu = {k: out[k]["cpu_ms_per_run"]["total"] for k in ("local", "cluster", "bare_call")}
     out["overhead_cpu_ms_per_run"] = round(cpu["cluster"] - cpu["local"], 3)
+    less = {
+        k: out[k]["cpu_ms_per_run_less_idle"]["total"] for k in ("local", "cluster", "bare_call")
+    }
+    out["overhead_cpu_less_idle_ms_per_run"] = round(less["cluster"] - less["local"], 3)
     out["overhead_cpu_beyond_bare_call_ms"] = round(
         cpu["cluster"] - cpu["local"] - cpu["bare_call"], 3
     )
@@ -201,13 +222,16 @@ def main() -> None:
         r = one[name]
         print(
             f"{name:<9} print(1) median {r['median_ms']:.2f} ms  p90 {r['p90_ms']:.2f}  "
-            f"min {r['min_ms']:.2f}  CPU/run {r['cpu_ms_per_run']}"
+            f"p10 {r['p10_ms']:.2f}  min {r['min_ms']:.2f}  CPU/run {r['cpu_ms_per_run']}"
         )
     print(
         f"cluster overhead at the median: {one['overhead_ms_median']} ms "
-        f"({one['overhead_beyond_bare_call_ms']} ms beyond a bare call on the host); "
+        f"({one['overhead_beyond_bare_call_ms']} ms beyond a bare call on the host; "
+        f"{one['overhead_ms_p10']} ms at p10); "
         f"CPU {one['overhead_cpu_ms_per_run']} ms a run "
-        f"({one['overhead_cpu_beyond_bare_call_ms']} beyond a bare call)"
+        f"({one['overhead_cpu_beyond_bare_call_ms']} beyond a bare call; "
+        f"{one['overhead_cpu_less_idle_ms_per_run']} less the idle CPU "
+        f"{one['idle_cpu_ms_per_s']} ms/s over each run's time)"
     )
     for name in ("local", "one_node", "three_nodes"):
         r = result[name]
