@@ -2,9 +2,9 @@
 
 One `NodeHost` actor per node, pinned to it (node affinity, hard), named by its node id in
 the `execbox` namespace and detached from any one caller, owns that node's sandbox; every
-executor that uses it holds a lease on it (renewed at each node-list read, given back on
-close), and the host closes its sandbox when the last lease goes. A run goes to the host with the smallest
-share of its slots in use; a session to the one with the fewest sessions, and all its cells
+executor that uses it holds a lease on it (renewed every second, given back on close), and
+the host closes its sandbox when the last lease goes. A run goes to the host with the
+smallest share of its slots in use; a session to the one with the fewest sessions, and all its cells
 follow it there. A watcher thread lists the cluster's nodes every `REFRESH_S`: a node that
 joins gets a host and takes work from the next run on (the executor's admission widens with
 it, `on_capacity`); one that leaves is dropped.
@@ -113,6 +113,10 @@ class RayBackend:
         self._digest: str | None = None
         self._default_environment: str | None = None
         self._closed = threading.Event()
+        # Leases renewed on a thread of their own: placing a new node's host can take longer
+        # than a lease lasts.
+        self._keeper = threading.Thread(target=self._keep, name="execbox-leases", daemon=True)
+        self._keeper.start()
         try:
             self._refresh()
             if not self._serving():
@@ -132,6 +136,13 @@ class RayBackend:
         with self._lock:
             return [h for h in self._hosts.values() if h.lost is None]
 
+    def _keep(self) -> None:
+        while not self._closed.wait(REFRESH_S):
+            try:
+                self._renew(self._serving())
+            except Exception:  # the cluster's hiccup; the next round tries again
+                log.exception("cluster: renewing the hosts' leases failed")
+
     def _watch(self) -> None:
         while not self._closed.wait(REFRESH_S):
             try:
@@ -140,7 +151,7 @@ class RayBackend:
                 log.exception("cluster: reading the node list failed")
 
     def _refresh(self) -> None:
-        """Hosts for nodes that joined; nodes that left marked lost; leases renewed."""
+        """Hosts for nodes that joined; nodes that left marked lost."""
         alive = {n["NodeID"]: n for n in ray.nodes() if n.get("Alive")}
         with self._lock:
             for node, host in list(self._hosts.items()):
@@ -149,8 +160,6 @@ class RayBackend:
                 elif node in alive and host.lost is not None and host.lost_for() > RELOST_S:
                     del self._hosts[node]  # its host died, the node did not: a new one
             new = [node for node in alive if node not in self._hosts]
-            renew = [h for h in self._hosts.values() if h.lost is None and h.node not in new]
-        self._renew(renew)
         for node in new:
             placed = self._place(node)
             if placed is not None:
@@ -421,9 +430,9 @@ class RayBackend:
         """Give back this executor's lease on each host (a host no other caller holds closes
         its sessions and zygotes, and its actor ends) and leave Ray."""
         self._closed.set()
-        watcher = getattr(self, "_watcher", None)
-        if watcher is not None:
-            watcher.join(CALL_S)  # a host it is placing gets its lease back below
+        for thread in (getattr(self, "_watcher", None), self._keeper):
+            if thread is not None:
+                thread.join(CALL_S)  # a host the watcher is placing gets its lease back below
         with self._lock:
             hosts = [h for h in self._hosts.values() if h.lost is None]
             self._hosts.clear()

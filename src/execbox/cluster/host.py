@@ -12,9 +12,9 @@ cell, the calls on the hot path, take and give that tuple as `pickle` bytes: Ray
 through as they are, where it would walk a dataclass with cloudpickle each way.
 
 The host outlives any one caller: each executor that uses it holds a lease (`attach`), renewed
-every time it reads the node list, and gives it back when it closes (`detach`). The host closes
-its sandbox when the last lease is given back or has lapsed (a caller that died), so one
-caller closing never ends another's runs or sessions.
+every second, and gives it back when it closes (`detach`). The host closes its sandbox when
+the last lease is given back or has lapsed (a caller that died), so one caller closing never
+ends another's runs or sessions.
 """
 
 from __future__ import annotations
@@ -80,15 +80,15 @@ class NodeHost:
         threading.Thread(target=self._expire, name="execbox-leases", daemon=True).start()
 
     def _expire(self) -> None:
-        """Close the sandbox once every caller's lease has lapsed: its callers all died."""
+        """Drop the leases that lapsed (callers that died); with none left, close the sandbox."""
         while not self._stop.wait(LEASE_S / 3):
             now = time.monotonic()
             with self._lock:
-                lapsed = bool(self._leases) and all(
-                    now - renewed > LEASE_S for renewed in self._leases.values()
-                )
-                if lapsed:
-                    self._leases.clear()
+                held = bool(self._leases)
+                for caller, renewed in list(self._leases.items()):
+                    if now - renewed > LEASE_S:
+                        del self._leases[caller]
+                lapsed = held and not self._leases
             if lapsed:
                 log.warning("node host %s: every caller's lease lapsed; closing", self.node)
                 self.close()
