@@ -1,14 +1,19 @@
-"""What the cluster path costs: `print(1)` latency and runs/s through a local Ray cluster against
-the local executor in the same run, then runs/s of a CPU-bound run (the work per run held fixed)
-on one node and on three. Every node here is a process of this one machine, so the cluster can
-only add overhead: the one-to-three figure is overhead, not a speed-up.
+"""What the cluster path costs: `print(1)` through a local Ray cluster against the local executor
+and against a bare call on a node's host, all three interleaved in blocks in the same run (so the
+machine's load is the same for each), with the CPU each takes per run; then runs/s with 4
+callers and of a CPU-bound run (the work per run held fixed) on one node and on three. Every
+node here is a process of this one machine, so the cluster can only add overhead: the
+one-to-three figure is overhead, not a speed-up.
 
-Both sides record into a throwaway SQLite file (the same store for both, so the difference is
-the cluster's; a real cluster records into PostgreSQL). It runs itself again inside a network
-namespace of its own with only lo up (Ray dials public resolvers otherwise; see
-tests/cluster/conftest.py). Writes bench/results/cluster.json.
+CPU per run is read from the kernel's per-thread run time (`/proc/PID/task/*/schedstat`) of
+the caller's process and of the node's host actor, summed over each block: the sandbox's own
+processes (zygote, supervisor, the program) are left out on both sides, as they do the same
+work. Both executors record into one throwaway SQLite file (a real cluster records into
+PostgreSQL). It runs itself again inside a network namespace of its own with only lo up (Ray
+dials public resolvers otherwise; see tests/cluster/conftest.py). Writes
+bench/results/cluster.json.
 
-    .venv/bin/python bench/cluster.py [--runs 200] [--seconds 5]
+    .venv/bin/python bench/cluster.py [--runs 300] [--block 20] [--seconds 5]
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,18 +36,75 @@ from latency import save_results, stats  # noqa: E402
 from execbox.executor import Executor  # noqa: E402
 
 CALLERS = 4
+IDLE_S = 5.0  # how long each process's CPU is read with nothing running
 WORK = "s = 0\nfor i in range(300_000):\n    s += i\nprint(s)"  # ~15 ms of CPU
 SETTINGS = {"max_concurrency": 4, "pool_size": 2, "rotate_after_runs": None, "rotate_after_s": None}
 
 
-def latency(ex: Executor, n: int) -> dict[str, float]:
-    samples = []
-    for _ in range(n):
-        t = time.perf_counter()
+def cpu_ms(pid: int) -> float:
+    """CPU time of every thread of `pid` so far, in ms (the scheduler's clock, to the ns)."""
+    total = 0
+    task = Path(f"/proc/{pid}/task")
+    for tid in os.listdir(task):
+        try:
+            total += int((task / tid / "schedstat").read_text().split()[0])
+        except (OSError, IndexError, ValueError):  # a thread that just ended
+            continue
+    return total / 1e6
+
+
+class Side:
+    """One way to run `print(1)`: its wall samples and the CPU of the processes it uses."""
+
+    def __init__(self, name: str, call: Callable[[], None], pids: list[int]) -> None:
+        self.name, self.call, self.pids = name, call, pids
+        self.wall: list[float] = []
+        self.cpu = {pid: 0.0 for pid in pids}
+
+    def block(self, n: int) -> None:
+        before = {pid: cpu_ms(pid) for pid in self.pids}
+        for _ in range(n):
+            t = time.perf_counter()
+            self.call()
+            self.wall.append((time.perf_counter() - t) * 1000)
+        for pid in self.pids:
+            self.cpu[pid] += cpu_ms(pid) - before[pid]
+
+    def result(self, names: dict[int, str], idle: dict[int, float]) -> dict[str, Any]:
+        """Its latency and CPU per run, and that CPU less what each process spends idle per
+        second over the run's mean wall time (Ray's and the executor's own timers)."""
+        n = len(self.wall)
+        cpu = {names[pid]: round(ms / n, 3) for pid, ms in self.cpu.items()}
+        mean_s = sum(self.wall) / n / 1000
+        busy = {names[pid]: round(ms / n - idle[pid] * mean_s, 3) for pid, ms in self.cpu.items()}
+        # The low tail: what a call costs when the machine's other load leaves it alone.
+        p10 = round(sorted(self.wall)[n // 10], 3)
+        return {
+            **stats(self.wall),
+            "p10_ms": p10,
+            "cpu_ms_per_run": {**cpu, "total": round(sum(cpu.values()), 3)},
+            "cpu_ms_per_run_less_idle": {**busy, "total": round(sum(busy.values()), 3)},
+        }
+
+
+def interleaved(sides: list[Side], runs: int, block: int) -> None:
+    """`runs` calls of each side, in blocks of `block`, the sides' order turning each round."""
+    for side in sides:  # warm each path up
+        side.block(20)
+        side.wall.clear()
+        side.cpu = dict.fromkeys(side.cpu, 0.0)
+    for round_ in range(max(1, runs // block)):
+        k = round_ % len(sides)
+        for side in sides[k:] + sides[:k]:
+            side.block(block)
+
+
+def check(ex: Executor) -> Callable[[], None]:
+    def call() -> None:
         result = ex.run("print(1)")
-        samples.append((time.perf_counter() - t) * 1000)
-        assert result.ok, result
-    return stats(samples)
+        assert result.ok and result.stdout == "1\n", result
+
+    return call
 
 
 def rate(ex: Executor, code: str, callers: int, seconds: float) -> float:
@@ -62,26 +125,47 @@ def rate(ex: Executor, code: str, callers: int, seconds: float) -> float:
     return round(sum(done) / (time.monotonic() - t), 1)
 
 
-def actor_call(backend: Any, n: int) -> dict[str, float]:
-    """The floor: a round trip to a node's host that does nothing, on this machine now."""
+def latency_ab(
+    local: Executor, ex: Executor, backend: Any, args: argparse.Namespace
+) -> dict[str, Any]:
+    """Local, cluster and bare-call `print(1)` interleaved; the overheads at the median."""
     import ray
 
     actor = backend._serving()[0].actor
-    samples = []
-    for _ in range(30 + n):
-        t = time.perf_counter()
+    host_pid = ray.get(actor.__ray_call__.remote(lambda _self: os.getpid()), timeout=30)
+    me = os.getpid()
+    names = {me: "caller", host_pid: "host"}
+
+    def bare() -> None:
         ray.get(actor.status.remote(), timeout=30)
-        samples.append((time.perf_counter() - t) * 1000)
-    return stats(samples[30:])
 
-
-def measure(ex: Executor, args: argparse.Namespace) -> dict[str, Any]:
-    for _ in range(30):
-        ex.run("print(1)")
-    return {
-        "print1": latency(ex, args.runs),
-        "runs_per_s_4_callers": rate(ex, "print(1)", CALLERS, args.seconds),
+    sides = [
+        Side("local", check(local), [me]),
+        Side("cluster", check(ex), [me, host_pid]),
+        Side("bare_call", bare, [me, host_pid]),
+    ]
+    load = os.getloadavg()
+    interleaved(sides, args.runs, args.block)
+    before = {pid: cpu_ms(pid) for pid in names}
+    time.sleep(IDLE_S)
+    idle = {pid: (cpu_ms(pid) - before[pid]) / IDLE_S for pid in names}
+    out: dict[str, Any] = {s.name: s.result(names, idle) for s in sides}
+    out["idle_cpu_ms_per_s"] = {names[pid]: round(ms, 2) for pid, ms in idle.items()}
+    here, there, call = (out[k]["median_ms"] for k in ("local", "cluster", "bare_call"))
+    out["overhead_ms_median"] = round(there - here, 3)
+    out["overhead_ms_p10"] = round(out["cluster"]["p10_ms"] - out["local"]["p10_ms"], 3)
+    out["overhead_beyond_bare_call_ms"] = round(there - here - call, 3)
+    cpu = {k: out[k]["cpu_ms_per_run"]["total"] for k in ("local", "cluster", "bare_call")}
+    out["overhead_cpu_ms_per_run"] = round(cpu["cluster"] - cpu["local"], 3)
+    less = {
+        k: out[k]["cpu_ms_per_run_less_idle"]["total"] for k in ("local", "cluster", "bare_call")
     }
+    out["overhead_cpu_less_idle_ms_per_run"] = round(less["cluster"] - less["local"], 3)
+    out["overhead_cpu_beyond_bare_call_ms"] = round(
+        cpu["cluster"] - cpu["local"] - cpu["bare_call"], 3
+    )
+    out["load_average"] = [round(x, 2) for x in (*load, *os.getloadavg())]
+    return out
 
 
 def in_cluster(args: argparse.Namespace, db: str) -> dict[str, Any]:
@@ -95,15 +179,16 @@ def in_cluster(args: argparse.Namespace, db: str) -> dict[str, Any]:
         head_node_args={"num_cpus": 1, "include_dashboard": False},
     )
     try:
-
-        def executor(backend: RayBackend) -> Executor:
-            # A backend given directly: the cluster's refusal of SQLite is for `cluster=`.
-            return Executor(backend=backend, records=db, cache=False, max_concurrency=12)
-
+        local = Executor(cache=False, records=db, **SETTINGS)  # type: ignore[arg-type]
         backend = RayBackend(cluster.address, SETTINGS)
-        with executor(backend) as ex:
-            out["bare_actor_call"] = actor_call(backend, args.runs)
-            out["one_node"] = measure(ex, args)
+        # A backend given directly: the cluster's refusal of SQLite is for `cluster=`.
+        with local, Executor(backend=backend, records=db, cache=False, max_concurrency=12) as ex:
+            out["one_node"] = latency_ab(local, ex, backend, args)
+            out["local"] = {
+                "runs_per_s_4_callers": rate(local, "print(1)", CALLERS, args.seconds),
+                "work_runs_per_s_12_callers": rate(local, WORK, 12, args.seconds),
+            }
+            out["one_node"]["runs_per_s_4_callers"] = rate(ex, "print(1)", CALLERS, args.seconds)
             out["one_node"]["work_runs_per_s_12_callers"] = rate(ex, WORK, 12, args.seconds)
             cluster.add_node(num_cpus=1)
             cluster.add_node(num_cpus=1)
@@ -111,8 +196,10 @@ def in_cluster(args: argparse.Namespace, db: str) -> dict[str, Any]:
             while len(backend.nodes()) < 3:
                 assert time.monotonic() < deadline, "the new nodes never served"
                 time.sleep(0.2)
-            out["three_nodes"] = measure(ex, args)
-            out["three_nodes"]["work_runs_per_s_12_callers"] = rate(ex, WORK, 12, args.seconds)
+            out["three_nodes"] = {
+                "runs_per_s_4_callers": rate(ex, "print(1)", CALLERS, args.seconds),
+                "work_runs_per_s_12_callers": rate(ex, WORK, 12, args.seconds),
+            }
     finally:
         cluster.shutdown()
     return out
@@ -120,38 +207,39 @@ def in_cluster(args: argparse.Namespace, db: str) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--runs", type=int, default=300)
+    parser.add_argument("--block", type=int, default=20)
     parser.add_argument("--seconds", type=float, default=5.0)
     args = parser.parse_args()
     if sorted(name for _, name in socket.if_nameindex()) != ["lo"]:
         again = " ".join([sys.executable, *map(_quote, sys.argv)])
         os.execvp("unshare", ["unshare", "-n", "sh", "-c", f"ip link set lo up && exec {again}"])
     with tempfile.TemporaryDirectory() as tmp:
-        db = f"sqlite:///{tmp}/runs.db"
-        with Executor(cache=False, records=db, **SETTINGS) as ex:  # type: ignore[arg-type]
-            local = measure(ex, args)
-            local["work_runs_per_s_12_callers"] = rate(ex, WORK, 12, args.seconds)
-        cluster = in_cluster(args, db)
-    result = {"local": local, **cluster}
-    one, three = cluster["one_node"], cluster["three_nodes"]
-    result["overhead_ms_median"] = {
-        "one_node": round(one["print1"]["median_ms"] - local["print1"]["median_ms"], 3),
-        "three_nodes": round(three["print1"]["median_ms"] - local["print1"]["median_ms"], 3),
-    }
-    show("local", local)
-    show("1 node", one)
-    show("3 nodes", three)
-    print(f"cluster overhead at the median: {result['overhead_ms_median']}")
-    print(f"a bare call on a node's host: {cluster['bare_actor_call']}")
-    save_results("cluster", result)
-
-
-def show(name: str, r: dict[str, Any]) -> None:
+        result = in_cluster(args, f"sqlite:///{tmp}/runs.db")
+    one = result["one_node"]
+    print(f"load average {one['load_average']} (1, 5, 15 min at the start, then at the end)")
+    for name in ("local", "cluster", "bare_call"):
+        r = one[name]
+        print(
+            f"{name:<9} print(1) median {r['median_ms']:.2f} ms  p90 {r['p90_ms']:.2f}  "
+            f"p10 {r['p10_ms']:.2f}  min {r['min_ms']:.2f}  CPU/run {r['cpu_ms_per_run']}"
+        )
     print(
-        f"{name:<8} print(1) median {r['print1']['median_ms']:.2f} ms  p90 "
-        f"{r['print1']['p90_ms']:.2f} ms  {r['runs_per_s_4_callers']:.0f} runs/s (4 callers)  "
-        f"{r['work_runs_per_s_12_callers']:.1f} CPU-bound runs/s (12 callers)"
+        f"cluster overhead at the median: {one['overhead_ms_median']} ms "
+        f"({one['overhead_beyond_bare_call_ms']} ms beyond a bare call on the host; "
+        f"{one['overhead_ms_p10']} ms at p10); "
+        f"CPU {one['overhead_cpu_ms_per_run']} ms a run "
+        f"({one['overhead_cpu_beyond_bare_call_ms']} beyond a bare call; "
+        f"{one['overhead_cpu_less_idle_ms_per_run']} less the idle CPU "
+        f"{one['idle_cpu_ms_per_s']} ms/s over each run's time)"
     )
+    for name in ("local", "one_node", "three_nodes"):
+        r = result[name]
+        print(
+            f"{name:<11} {r['runs_per_s_4_callers']:.0f} runs/s (4 callers)  "
+            f"{r['work_runs_per_s_12_callers']:.1f} CPU-bound runs/s (12 callers)"
+        )
+    save_results("cluster", result)
 
 
 def _quote(arg: str) -> str:

@@ -12,7 +12,8 @@ import pytest
 
 import execbox
 from execbox import Executor, SandboxUnavailable, Status, UsageError
-from execbox.admission import concurrently
+from execbox.admission import Admission, concurrently
+from execbox.errors import Overloaded
 from execbox.sandbox.host.slot import Slot
 from execbox.stats import HostStats
 from tests.probes import alive, host_internals, host_stats, wait_until
@@ -494,6 +495,26 @@ class _Calls:
 
 def _map_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("execbox-map")]
+
+
+def test_admission_resized_widens_at_once_and_narrows_as_runs_leave() -> None:
+    """A cluster's nodes come and go: its executor's admission follows the serving slots."""
+    admission = Admission(2, max_waiting=4, timeout_s=0.05)
+    assert admission.enter() and admission.enter()
+    with pytest.raises(Overloaded):
+        admission.enter()
+    admission.resize(3)  # a node joined
+    assert admission.enter()
+    with pytest.raises(Overloaded):
+        admission.enter()
+    admission.resize(1)  # two of the three slots lost: the next two turns back are kept
+    for _ in range(3):
+        admission.leave()
+    assert admission.enter()
+    with pytest.raises(Overloaded):
+        admission.enter()
+    admission.resize(2)
+    assert admission.enter()
 
 
 def test_concurrently_runs_width_calls_at_once_and_yields_each_result_once() -> None:

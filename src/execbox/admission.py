@@ -21,7 +21,9 @@ class Admission:
     """At most `limit` runs at once and at most `max_waiting` callers waiting for a turn."""
 
     def __init__(self, limit: int, max_waiting: int, timeout_s: float) -> None:
-        self._sem = threading.BoundedSemaphore(limit)
+        self._sem = threading.Semaphore(limit)
+        self._limit = limit
+        self._owed = 0  # turns to keep as they come back: what `resize` took off the limit
         self._lock = threading.Lock()
         self._waiting = 0
         self._max_waiting = max_waiting
@@ -58,7 +60,25 @@ class Admission:
                 self._waiting -= 1
 
     def leave(self) -> None:
+        with self._lock:
+            if self._owed:
+                self._owed -= 1
+                return
         self._sem.release()
+
+    def resize(self, limit: int) -> None:
+        """At most `limit` runs at once from now on (a cluster's nodes come and go): a wider
+        limit lets waiters in at once; a narrower one keeps turns as runs give them back."""
+        with self._lock:
+            grow = limit - self._limit
+            self._limit = limit
+            if grow < 0:
+                self._owed -= grow
+                return
+            kept = min(grow, self._owed)
+            self._owed -= kept
+        if grow - kept:
+            self._sem.release(grow - kept)
 
     @property
     def waiting(self) -> int:

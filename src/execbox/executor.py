@@ -188,6 +188,7 @@ class Executor:
             )
         except ValueError as exc:
             raise UsageError(str(exc)) from exc
+        cluster_backend = None
         if cluster is not None:
             from .cluster import connect  # Ray only when asked for: the one-box path has none
 
@@ -211,6 +212,7 @@ class Executor:
                 self.store.close()
                 raise
             self.max_concurrency = backend.capacity
+            cluster_backend = backend
         self._backend = backend or LocalBackend(
             image=image,
             pool_size=self.pool_size,
@@ -228,6 +230,8 @@ class Executor:
         # The environment a request naming none runs in, by name (None: it has no name).
         self.default_environment = self._backend.default_environment
         self._admission = Admission(self.max_concurrency, max_queue, queue_timeout_s)
+        if cluster_backend is not None:  # its nodes come and go: so does the admission width
+            cluster_backend.on_capacity = self._resize
         self._lock = threading.Lock()
         self._closed = False
         info = self._backend.info()
@@ -266,6 +270,12 @@ class Executor:
         """The shared host serving now (started if need be)."""
         self._check_open()
         return self._hosts.get(None)
+
+    def _resize(self, capacity: int) -> None:
+        """The cluster's serving slots changed: admit that many runs at once."""
+        if capacity > 0:
+            self.max_concurrency = capacity
+            self._admission.resize(capacity)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -12,9 +12,11 @@ is left: no process of this namespace but pytest and its parents.
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,10 +79,12 @@ def _describe(pids: list[int]) -> str:
 
 @dataclass
 class RayCluster:
-    """The running cluster: its address and its worker nodes (head first)."""
+    """The running cluster: its address, its Ray Client address (`ray://`), and its worker
+    nodes (head first)."""
 
     cluster: Any
     address: str
+    client_address: str
     nodes: list[Any] = field(default_factory=list)
     count: int = 0
 
@@ -110,16 +114,26 @@ def ray_cluster() -> Iterator[RayCluster]:
         )
     before = _ours()
     t0 = time.monotonic()
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": 1,
-            "include_dashboard": False,
-            "resources": {"execbox_node_0": 1},
-            "_system_config": SYSTEM_CONFIG,
-        },
+    with socket.socket() as probe:  # a free port for the head's Ray Client server
+        probe.bind(("127.0.0.1", 0))
+        client_port = probe.getsockname()[1]
+    with warnings.catch_warnings():
+        # Ray's start of its Client server drops the handles of that server's log files open.
+        warnings.simplefilter("ignore", ResourceWarning)
+        cluster = Cluster(
+            initialize_head=True,
+            head_node_args={
+                "num_cpus": 1,
+                "include_dashboard": False,
+                "resources": {"execbox_node_0": 1},
+                "ray_client_server_port": client_port,
+                "_system_config": SYSTEM_CONFIG,
+            },
+        )
+        gc.collect()
+    made = RayCluster(
+        cluster, cluster.address, f"ray://127.0.0.1:{client_port}", [cluster.head_node]
     )
-    made = RayCluster(cluster, cluster.address, [cluster.head_node])
     try:
         made.add()
         made.add()

@@ -257,12 +257,17 @@ def test_a_node_lost_mid_run_gives_sandbox_error_in_seconds(
         session.close()
     nodes = {r.metrics.node for _, r in cluster_ex.map(["print(1)"] * 12)}
     assert victim.node_id not in nodes and len(nodes) == 2
+    # Admission follows the serving slots: two nodes of 4.
+    assert wait_until(lambda: cluster_ex.max_concurrency == 8, 10)
 
 
 def test_a_node_added_later_takes_runs(cluster_ex: Executor, ray_cluster: RayCluster) -> None:
     node = ray_cluster.add()
     backend: Any = cluster_ex._backend
+    assert cluster_ex.max_concurrency == 8
     assert wait_until(lambda: node.node_id in backend.nodes(), 120), "the new node never served"
+    # The admission widens with it, without a restart: a batch fills every node's slots.
+    assert wait_until(lambda: cluster_ex.max_concurrency == 12, 10)
     nodes = {r.metrics.node for _, r in cluster_ex.map(["import time\ntime.sleep(0.3)"] * 12)}
     assert node.node_id in nodes
 

@@ -1,10 +1,13 @@
 """`RayBackend`: the executor's runs and sessions on the nodes of a Ray cluster.
 
-One `NodeHost` actor per node, pinned to it (node affinity, hard) and named by its node id in
-the `execbox` namespace, owns that node's sandbox. A run goes to the host with the smallest
-share of its slots in use; a session to the one with the fewest sessions, and all its cells
+One `NodeHost` actor per node, pinned to it (node affinity, hard), named by its node id in
+the `execbox` namespace and detached from any one caller, owns that node's sandbox; every
+executor that uses it holds a lease on it (renewed every second, given back on close), and
+the host closes its sandbox when the last lease goes. A run goes to the host with the
+smallest share of its slots in use; a session to the one with the fewest sessions, and all its cells
 follow it there. A watcher thread lists the cluster's nodes every `REFRESH_S`: a node that
-joins gets a host and takes work from the next run on; one that leaves is dropped.
+joins gets a host and takes work from the next run on (the executor's admission widens with
+it, `on_capacity`); one that leaves is dropped.
 
 Nothing waits without a bound: every `ray.get` has a timeout, and a host that dies or stops
 answering turns the run into a `HostError` "node lost: ..." (the executor's `sandbox_error`)
@@ -15,8 +18,10 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -32,7 +37,7 @@ from ..errors import SandboxUnavailable, UsageError
 from ..sandbox.host.channel import SessionEnded
 from ..sandbox.host.errors import HostError
 from ..sandbox.host.pump import OutputCallback, RawRun
-from .host import Answer, NodeHost
+from .host import CLOSED, Answer, NodeHost
 
 log = logging.getLogger(__name__)
 
@@ -101,10 +106,17 @@ class RayBackend:
             self._started_ray = True
         self._lock = threading.RLock()  # `_pick` reads the hosts under a caller's hold
         self._hosts: dict[str, Host] = {}
-        self._owned: list[Any] = []  # actors this backend placed (closed with it)
+        self._caller = uuid.uuid4().hex  # this executor's name on the hosts' leases
+        # Told the serving slots, all told, whenever they change (the executor's admission).
+        self.on_capacity: Callable[[int], None] | None = None
+        self._capacity = 0
         self._digest: str | None = None
         self._default_environment: str | None = None
         self._closed = threading.Event()
+        # Leases renewed on a thread of their own: placing a new node's host can take longer
+        # than a lease lasts.
+        self._keeper = threading.Thread(target=self._keep, name="execbox-leases", daemon=True)
+        self._keeper.start()
         try:
             self._refresh()
             if not self._serving():
@@ -123,6 +135,13 @@ class RayBackend:
     def _serving(self) -> list[Host]:
         with self._lock:
             return [h for h in self._hosts.values() if h.lost is None]
+
+    def _keep(self) -> None:
+        while not self._closed.wait(REFRESH_S):
+            try:
+                self._renew(self._serving())
+            except Exception:  # the cluster's hiccup; the next round tries again
+                log.exception("cluster: renewing the hosts' leases failed")
 
     def _watch(self) -> None:
         while not self._closed.wait(REFRESH_S):
@@ -146,37 +165,43 @@ class RayBackend:
             if placed is not None:
                 with self._lock:
                     self._hosts[node] = placed
+        capacity = self.capacity
+        if capacity != self._capacity:
+            self._capacity = capacity
+            if self.on_capacity is not None:
+                self.on_capacity(capacity)
+
+    def _renew(self, hosts: list[Host]) -> None:
+        """Renew this executor's lease on each of `hosts`; one closed under it is lost."""
+        refs = {host.actor.attach.remote(self._caller): host for host in hosts}
+        if not refs:
+            return
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=REFRESH_S)
+        for ref in ready:
+            try:
+                held = ray.get(ref, timeout=0)
+            except RayError:  # a dead host: its runs say so, and the next read replaces it
+                held = True
+            if not held:
+                refs[ref].lose(f"node lost: {refs[ref].node}: {CLOSED}")
 
     def _place(self, node: str) -> Host | None:
-        """The host on `node`, started there if none is; None (logged) when it cannot serve."""
+        """The host on `node` (started there if none is, or if the one there closed), with a
+        lease of this executor's; None (logged) when it cannot serve."""
         try:
-            actor = ray.get_actor(host_name(node), namespace=NAMESPACE)
-            owned = False  # another executor's: it stays when this one closes
-        except ValueError:
-            actor, owned = None, True
-        actor_class = ray.remote(NodeHost)
-        capacity = self._settings.get("max_concurrency") or 0
-        try:
-            actor = actor or actor_class.options(
-                name=host_name(node),
-                namespace=NAMESPACE,
-                get_if_exists=True,
-                num_cpus=0,
-                max_concurrency=max(64, 4 * capacity),
-                max_restarts=0,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
-            ).remote(node, self._settings)
-            facts = self._ask(actor.ready.remote(), HOST_START_S, node)
+            facts, actor = self._start(node)
         except HostError as exc:
-            log.warning("cluster: node %s does not serve: %s", node, exc)
-            return None
+            if CLOSED not in str(exc):
+                log.warning("cluster: node %s does not serve: %s", node, exc)
+                return None
+            try:  # every caller of that host had left: a new one in its place
+                facts, actor = self._start(node)
+            except HostError as again:
+                log.warning("cluster: node %s does not serve: %s", node, again)
+                return None
         except SandboxUnavailable as exc:
             log.warning("cluster: node %s cannot sandbox: %s", node, exc)
-            if owned:
-                self._owned.append(actor)
             return None
-        if owned:
-            self._owned.append(actor)
         if self._digest is None:
             self._digest = facts["digest"]
             self._default_environment = facts["default_environment"]
@@ -189,14 +214,71 @@ class RayBackend:
                 self._digest,
             )
             return None
+        if facts["settings"] != self._settings:
+            log.warning(
+                "cluster: node %s's host keeps the sandbox settings of the caller that started "
+                "it (%s), not this executor's (%s)",
+                node,
+                facts["settings"],
+                self._settings,
+            )
         log.info("cluster: node %s serves, %d slots", node, facts["capacity"])
         return Host(node=node, actor=actor, capacity=int(facts["capacity"]))
+
+    def _start(self, node: str) -> tuple[dict[str, Any], Any]:
+        """The facts of the host on `node` and its handle, the host started if there is none;
+        a host found closed is ended (HostError naming CLOSED: the caller starts another)."""
+        capacity = self._settings.get("max_concurrency") or 0
+        actor = (
+            ray.remote(NodeHost)
+            .options(
+                name=host_name(node),
+                namespace=NAMESPACE,
+                get_if_exists=True,
+                lifetime="detached",  # callers come and go; the leases end it (see host.py)
+                num_cpus=0,
+                max_concurrency=max(64, 4 * capacity),
+                max_restarts=0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+            )
+            .remote(node, self._settings)
+        )
+        try:
+            facts: dict[str, Any] = self._ask(actor.ready.remote(self._caller), HOST_START_S, node)
+        except HostError as exc:
+            if CLOSED in str(exc):
+                ray.kill(actor)
+            raise
+        except SandboxUnavailable:
+            self._leave([actor])  # a host that cannot serve ends with its last caller
+            raise
+        return facts, actor
+
+    def _leave(self, actors: list[Any]) -> None:
+        """Give back this executor's lease on each of `actors`; a host that no other caller
+        holds closes its sandbox, and its actor is ended here."""
+        refs = {}
+        for actor in actors:
+            try:
+                refs[actor.detach.remote(self._caller)] = actor
+            except RayError:
+                continue
+        if not refs:
+            return
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=CALL_S)
+        for ref in ready:
+            try:
+                last = ray.get(ref, timeout=0)
+            except RayError:  # gone already
+                continue
+            if last:
+                ray.kill(refs[ref])
 
     def _ask(self, ref: Any, timeout_s: float, node: str) -> Any:
         """The value of a host's answer; its error raised again here; "node lost" when the
         host died or did not answer within `timeout_s`."""
         try:
-            answer: Answer = ray.get(ref, timeout=timeout_s)
+            got: Answer | bytes = ray.get(ref, timeout=timeout_s)
         except GetTimeoutError as exc:
             ray.cancel(ref, force=False)
             raise HostError(f"node lost: {node} did not answer within {timeout_s:g} s") from exc
@@ -205,6 +287,8 @@ class RayBackend:
             raise HostError(self._lost_reason(node)) from exc
         except RayError as exc:
             raise HostError(f"node lost: {node}: {type(exc).__name__}: {exc}") from exc
+        # A run's and a cell's answer come pickled (host.py).
+        answer: Answer = pickle.loads(got) if isinstance(got, bytes) else got
         kind, value = answer
         if kind == "ok":
             return value
@@ -268,7 +352,7 @@ class RayBackend:
             host.running += 1
         try:
             wire = replace(spec, on_stdout=None, on_stderr=None, cancel=None, spool_dir=None)
-            ref = host.actor.run.remote(wire)
+            ref = host.actor.run.remote(pickle.dumps(wire, protocol=pickle.HIGHEST_PROTOCOL))
             timeout_s = spec.limits.timeout_s + BACKSTOP_GRACE_S + MARGIN_S
             if spec.cancel is not None:
                 self._watch_cancel(ref, spec, host, timeout_s)
@@ -343,22 +427,16 @@ class RayBackend:
         return row
 
     def close(self) -> None:
-        """Close the hosts this backend placed (their sessions, zygotes) and leave Ray."""
+        """Give back this executor's lease on each host (a host no other caller holds closes
+        its sessions and zygotes, and its actor ends) and leave Ray."""
         self._closed.set()
-        refs = []
-        for actor in self._owned:
-            try:
-                refs.append(actor.close.remote())
-            except RayError:
-                continue
-        if refs:
-            ray.wait(refs, num_returns=len(refs), timeout=CALL_S)
-        for actor in self._owned:
-            try:
-                ray.kill(actor)
-            except RayError:
-                continue
-        self._owned.clear()
+        for thread in (getattr(self, "_watcher", None), self._keeper):
+            if thread is not None:
+                thread.join(CALL_S)  # a host the watcher is placing gets its lease back below
+        with self._lock:
+            hosts = [h for h in self._hosts.values() if h.lost is None]
+            self._hosts.clear()
+        self._leave([host.actor for host in hosts])
         if self._started_ray:
             ray.shutdown()
             self._started_ray = False

@@ -24,7 +24,8 @@ def cluster_group() -> None:
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per node.")
 def status(address: str, as_json: bool) -> None:
-    """Each node: its slots, runs in flight, sessions and load (runs in flight per slot)."""
+    """Each node: its slots, runs in flight, sessions, load (runs in flight per slot) and the
+    callers holding a lease on its host."""
     try:
         from .backend import cluster_status
     except ImportError as exc:
@@ -36,7 +37,10 @@ def status(address: str, as_json: bool) -> None:
         for row in rows:
             click.echo(json.dumps(row, sort_keys=True))
         return
-    click.echo(f"{'node':<16} {'address':<16} {'slots':>5} {'running':>7} {'sessions':>8} load")
+    click.echo(
+        f"{'node':<16} {'address':<16} {'slots':>5} {'running':>7} {'sessions':>8} "
+        f"{'load':>5} callers"
+    )
     for row in rows:
         node = str(row["node"])[:16]
         if row.get("problem"):
@@ -44,5 +48,5 @@ def status(address: str, as_json: bool) -> None:
             continue
         click.echo(
             f"{node:<16} {row.get('address', ''):<16} {row['slots']:>5} {row['running']:>7} "
-            f"{row['sessions']:>8} {row['load']:.2f}"
+            f"{row['sessions']:>8} {row['load']:>5.2f} {row.get('callers', '?')}"
         )

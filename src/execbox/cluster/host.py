@@ -7,14 +7,23 @@ its own (an actor costs about 0.6 s and 48 MiB to start; a call on one about 0.9
 
 This module imports no Ray: `cluster.backend` wraps the class with `ray.remote` when it places
 one on a node. Every method answers with a plain tuple, `("ok", value)` or
-`(error type name, message)`, so that no exception has to cross the wire pickled.
+`(error type name, message)`, so that no exception has to cross the wire pickled. A run and a
+cell, the calls on the hot path, take and give that tuple as `pickle` bytes: Ray passes bytes
+through as they are, where it would walk a dataclass with cloudpickle each way.
+
+The host outlives any one caller: each executor that uses it holds a lease (`attach`), renewed
+every second, and gives it back when it closes (`detach`). The host closes its sandbox when
+the last lease is given back or has lapsed (a caller that died), so one caller closing never
+ends another's runs or sessions.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import pickle
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -31,6 +40,8 @@ log = logging.getLogger(__name__)
 
 # The error types a host's answer may name; the caller raises the same type.
 Answer = tuple[str, Any]
+LEASE_S = 30.0  # a caller that has not renewed its lease for this long is gone
+CLOSED = "the host was closed"
 
 
 class NodeHost:
@@ -39,6 +50,7 @@ class NodeHost:
 
     def __init__(self, node: str, settings: Mapping[str, Any]) -> None:
         self.node = node
+        self.settings = dict(settings)  # the first caller's: a later one is told if its differ
         self.capacity = int(settings.get("max_concurrency") or 4 * (os.cpu_count() or 1))
         self._lock = threading.Lock()
         self._cancels: dict[str, Cancel] = {}
@@ -47,6 +59,7 @@ class NodeHost:
         self._running = 0
         self._runs = 0
         self._problem: str | None = None
+        self._leases: dict[str, float] = {}  # caller -> when it last renewed its lease
         self._backend: LocalBackend | None = None
         try:
             self._backend = LocalBackend(
@@ -63,18 +76,38 @@ class NodeHost:
             )
         except (SandboxUnavailable, UsageError) as exc:  # said by `ready`, not a dead actor
             self._problem = f"{type(exc).__name__}: {exc}"
+        self._stop = threading.Event()
+        threading.Thread(target=self._expire, name="execbox-leases", daemon=True).start()
+
+    def _expire(self) -> None:
+        """Drop the leases that lapsed (callers that died); with none left, close the sandbox."""
+        while not self._stop.wait(LEASE_S / 3):
+            now = time.monotonic()
+            with self._lock:
+                held = bool(self._leases)
+                for caller, renewed in list(self._leases.items()):
+                    if now - renewed > LEASE_S:
+                        del self._leases[caller]
+                lapsed = held and not self._leases
+            if lapsed:
+                log.warning("node host %s: every caller's lease lapsed; closing", self.node)
+                self.close()
 
     def _local(self) -> LocalBackend:
         if self._backend is None:
             raise SandboxUnavailable(f"node {self.node}: {self._problem}")
         return self._backend
 
-    def ready(self) -> Answer:
-        """The node's facts once its sandbox is up, or why it cannot sandbox."""
+    def ready(self, caller: str) -> Answer:
+        """The node's facts once its sandbox is up, or why it cannot sandbox; `caller` holds a
+        lease on this host from now on (a closed host says so: the caller starts another)."""
+        if not self.attach(caller):
+            return ("HostError", f"node {self.node}: {CLOSED}")
         return _answer(
             lambda: {
                 "node": self.node,
                 "capacity": self.capacity,
+                "settings": self.settings,
                 "digest": self._local().digest,
                 "default_environment": self._local().default_environment,
                 "info": self._local().info(),
@@ -84,9 +117,33 @@ class NodeHost:
     def environment(self, name: str) -> Answer:
         return _answer(lambda: self._local().environment(name))
 
-    def run(self, spec: RunSpec) -> Answer:
-        """Run `spec` here (its callbacks, cancel token and spool directory stay with the
-        caller): the RawRun, its metrics naming this node."""
+    def attach(self, caller: str) -> bool:
+        """Take or renew `caller`'s lease; False when the host is closed (the caller places a
+        new one)."""
+        with self._lock:
+            if self._backend is None and self._problem == CLOSED:
+                return False
+            self._leases[caller] = time.monotonic()
+            return True
+
+    def detach(self, caller: str) -> bool:
+        """Give back `caller`'s lease (and any that lapsed); with none left the host closes
+        (True: the caller may end the actor)."""
+        now = time.monotonic()
+        with self._lock:
+            self._leases.pop(caller, None)
+            for other, renewed in list(self._leases.items()):
+                if now - renewed > LEASE_S:
+                    del self._leases[other]
+            last = not self._leases
+        if last:
+            self.close()
+        return last
+
+    def run(self, wire: bytes) -> bytes:
+        """Run the pickled RunSpec `wire` here (its callbacks, cancel token and spool directory
+        stay with the caller): the pickled answer, its RawRun's metrics naming this node."""
+        spec: RunSpec = pickle.loads(wire)
         cancel = Cancel()
         with self._lock:
             self._cancels[spec.run_id] = cancel
@@ -100,7 +157,7 @@ class NodeHost:
             return raw
 
         try:
-            return _answer(run)
+            return pickle.dumps(_answer(run), protocol=pickle.HIGHEST_PROTOCOL)
         finally:
             with self._lock:
                 del self._cancels[spec.run_id]
@@ -143,8 +200,12 @@ class NodeHost:
 
         return _answer(open_)
 
-    def cell(self, session_id: str, *args: Any) -> Answer:
-        """One cell of a session here: `SessionBackend.cell`'s arguments, no callbacks."""
+    def cell(self, session_id: str, *args: Any) -> bytes:
+        """One cell of a session here: `SessionBackend.cell`'s arguments, no callbacks; the
+        pickled answer."""
+        return pickle.dumps(self._cell(session_id, *args), protocol=pickle.HIGHEST_PROTOCOL)
+
+    def _cell(self, session_id: str, *args: Any) -> Answer:
         channel = self._session(session_id)
         if channel is None:
             return ("SessionEnded", {"error": {"message": "the session is not on this node"}})
@@ -191,6 +252,7 @@ class NodeHost:
                 "runs": self._runs,
                 "sessions": len(self._sessions),
                 "load": round(self._running / self.capacity, 3),
+                "callers": len(self._leases),
                 "problem": self._problem,
             }
 
@@ -201,10 +263,12 @@ class NodeHost:
             self._sessions.clear()
         for channel in channels:
             channel.close()
-        if self._backend is not None:
-            self._backend.close()
-            self._backend = None
-            self._problem = "the host was closed"
+        self._stop.set()
+        with self._lock:
+            backend, self._backend = self._backend, None
+            self._problem = CLOSED
+        if backend is not None:
+            backend.close()
 
 
 def _with_node(raw: RawRun, node: str) -> RawRun:
