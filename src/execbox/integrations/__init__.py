@@ -1,0 +1,1 @@
+"""Plugs for agent frameworks: each module imports its framework lazily."""
