@@ -174,10 +174,13 @@ class ExecboxSandboxSession(BaseSandboxSession):
         self.state = state
         self._backend = backend
         self._box = box
+        # An execbox session does one thing at a time (a server answers 409 to a second call):
+        # the SDK's concurrent manifest writes take turns.
+        self._turn = asyncio.Lock()
 
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        # execbox's session API blocks: keep it off the event loop.
-        return await asyncio.to_thread(fn, *args, **kwargs)
+        async with self._turn:  # execbox's session API blocks: keep it off the event loop
+            return await asyncio.to_thread(fn, *args, **kwargs)
 
     def _require_box(self) -> _Box:
         if self._box is None:
@@ -241,7 +244,7 @@ class ExecboxSandboxSession(BaseSandboxSession):
         try:
             data = await self._call(box.files.read, relative(target))
         except UsageError as exc:
-            if "not found" in str(exc).lower() or "no such" in str(exc).lower():
+            if missing(exc):
                 raise WorkspaceReadNotFoundError(path=path, cause=exc) from exc
             raise WorkspaceArchiveReadError(
                 path=path, context={"reason": str(exc)}, cause=exc
@@ -272,10 +275,13 @@ class ExecboxSandboxSession(BaseSandboxSession):
 
     async def persist_workspace(self) -> io.IOBase:
         """The workspace as a tar, made inside the jail and read through the files API."""
-        result = await self.exec(
-            "tar", "-C", WORKSPACE, f"--exclude=./{SNAPSHOT_NAME}", "-cf", SNAPSHOT_NAME, ".",
-            shell=False,
-        )  # fmt: skip
+        # The workspace's entries, not ".": the workspace directory itself is not the
+        # session's to chmod when the archive is unpacked.
+        script = (
+            f"find . -mindepth 1 -maxdepth 1 ! -name {SNAPSHOT_NAME} -printf '%P\\0' "
+            f"| tar --null -T - -cf {SNAPSHOT_NAME}"
+        )
+        result = await self.exec("sh", "-c", script, shell=False)
         if not result.ok():
             raise WorkspaceArchiveReadError(
                 path=Path(WORKSPACE),
@@ -302,6 +308,12 @@ class ExecboxSandboxSession(BaseSandboxSession):
                 path=Path(WORKSPACE),
                 context={"reason": "tar failed", "stderr": result.stderr.decode(errors="replace")},
             )
+
+
+def missing(exc: UsageError) -> bool:
+    """Whether the files API said there is no such file (as opposed to not a regular file)."""
+    text = str(exc).lower()
+    return "no file " in text or "no such file" in text
 
 
 def exec_result(argv: list[str], timeout_s: float, result: RunResult) -> ExecResult:
