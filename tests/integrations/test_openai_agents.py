@@ -31,6 +31,7 @@ from agents.sandbox.errors import (  # noqa: E402
     WorkspaceArchiveReadError,
     WorkspaceReadNotFoundError,
 )
+from agents.sandbox.manifest import Environment  # noqa: E402
 from agents.sandbox.types import User  # noqa: E402
 from agents.testing import ScriptedModel, assistant_message, function_call  # noqa: E402
 
@@ -100,6 +101,23 @@ def test_a_sandbox_agent_runs_its_commands_in_one_execbox_session(backend: Any) 
     # The second step sees the first step's file; an error comes back as the SDK shows one.
     assert "42" in second and "No such file" in second
     assert "Process exited with code 3" in second
+
+
+async def environment(executor: execbox.Executor) -> bytes:
+    options = ExecboxSandboxClientOptions(env={"FROM_OPTIONS": "a"})
+    client = ExecboxSandboxClient(executor, options)
+    manifest = Manifest(environment=Environment(value={"FROM_MANIFEST": "b"}))
+    session = await client.create(manifest=manifest)
+    async with session:
+        printed = (await session.exec("env | grep ^FROM_ | sort")).stdout
+    await client.delete(session)
+    return printed
+
+
+def test_commands_see_the_options_and_manifest_environment_only(
+    executor: execbox.Executor,
+) -> None:
+    assert run(environment(executor)) == b"FROM_MANIFEST=b\nFROM_OPTIONS=a\n"
 
 
 def test_the_execbox_session_ends_with_the_run(executor: execbox.Executor) -> None:
