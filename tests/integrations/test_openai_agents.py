@@ -109,7 +109,7 @@ async def environment(executor: execbox.Executor) -> bytes:
     manifest = Manifest(environment=Environment(value={"FROM_MANIFEST": "b"}))
     session = await client.create(manifest=manifest)
     async with session:
-        printed = (await session.exec("env | grep ^FROM_ | sort")).stdout
+        printed: bytes = (await session.exec("env | grep ^FROM_ | sort")).stdout
     await client.delete(session)
     return printed
 
