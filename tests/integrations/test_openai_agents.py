@@ -32,6 +32,7 @@ from agents.sandbox.errors import (  # noqa: E402
     WorkspaceReadNotFoundError,
 )
 from agents.sandbox.manifest import Environment  # noqa: E402
+from agents.sandbox.snapshot import LocalSnapshotSpec  # noqa: E402
 from agents.sandbox.types import User  # noqa: E402
 from agents.testing import ScriptedModel, assistant_message, function_call  # noqa: E402
 
@@ -249,6 +250,32 @@ def test_resuming_a_live_session_keeps_its_workspace(executor: execbox.Executor)
     content, running = run(resumed(executor))
     assert content == b"12\n"  # the manifest was not applied again over the live workspace
     assert running is False
+
+
+async def restored(executor: execbox.Executor, snapshots: Path) -> tuple[bytes, bool]:
+    client = ExecboxSandboxClient(executor)
+    session = await client.create(
+        snapshot=LocalSnapshotSpec(base_path=snapshots),
+        manifest=Manifest(entries={"a.txt": File(content=b"1")}),
+    )
+    await session.start()
+    await session.exec("echo 2 >> a.txt")
+    await session.aclose()  # the SDK's lifecycle: persist the snapshot, then shut down
+    state = client.deserialize_session_state(client.serialize_session_state(session.state))
+    again = await client.resume(state)
+    async with again:
+        content = (await again.exec("cat a.txt")).stdout
+        fresh = again.state.execbox_session_id != session.state.execbox_session_id
+    await client.delete(again)
+    return content, fresh
+
+
+def test_resuming_after_the_session_ended_restores_the_snapshot(
+    executor: execbox.Executor, tmp_path: Path
+) -> None:
+    content, fresh = run(restored(executor, tmp_path))
+    assert fresh  # a new execbox session ...
+    assert content == b"12\n"  # ... filled from the snapshot, not from the manifest
 
 
 def test_the_sdks_sandbox_example_runs_with_execbox_swapped_in(backend: Any) -> None:
