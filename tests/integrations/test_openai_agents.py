@@ -121,6 +121,20 @@ def test_commands_see_the_options_and_manifest_environment_only(
     assert run(environment(executor)) == b"FROM_MANIFEST=b\nFROM_OPTIONS=a\n"
 
 
+async def echoed(executor: execbox.Executor, argv: list[str]) -> bytes:
+    client = ExecboxSandboxClient(executor)
+    session = await client.create()
+    async with session:
+        printed: bytes = (await session.exec("printf", "%s|", *argv, shell=False)).stdout
+    await client.delete(session)
+    return printed
+
+
+def test_a_commands_arguments_reach_the_jail_intact(executor: execbox.Executor) -> None:
+    argv = ["it's", 'a "quote"', "back\\slash", "$(id) `id`", "naïve ✓", "new\nline"]
+    assert run(echoed(executor, argv)).decode() == "".join(f"{a}|" for a in argv)
+
+
 def test_the_execbox_session_ends_with_the_run(executor: execbox.Executor) -> None:
     before = {s.id for s in executor.live_sessions()}
     run(run_agent(agent_with(shell("true")), executor))

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import json
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
@@ -100,7 +99,7 @@ class ExecboxSandboxClientOptions(BaseSandboxClientOptions):
 
     type: Literal["execbox"] = "execbox"
     profile: str = "data"
-    """The policy profile every command is checked against; it must allow bash."""
+    """The policy profile every command is checked against; it must let code start processes."""
     environment: str | None = None
     """The execbox environment the session runs in (None: the default)."""
     limits: dict[str, Any] = Field(default_factory=dict)
@@ -144,7 +143,7 @@ def exec_cell(argv: Sequence[str], timeout_s: float) -> str:
     The command gets a process group of its own, killed whole on a timeout or interrupt."""
     return (
         "import os as _xo, signal as _xs, subprocess as _xp\n"
-        f"_xq = _xp.Popen({json.dumps(list(argv))}, stdin=_xp.DEVNULL, start_new_session=True)\n"
+        f"_xq = _xp.Popen({list(argv)!r}, stdin=_xp.DEVNULL, start_new_session=True)\n"
         "try:\n"
         f"    _xr = _xq.wait({timeout_s!r})\n"
         "except BaseException:\n"
