@@ -22,7 +22,7 @@ requires("agents")
 from agents import Runner, set_tracing_disabled  # noqa: E402
 from agents.run import RunConfig  # noqa: E402
 from agents.sandbox import Manifest, SandboxAgent, SandboxRunConfig  # noqa: E402
-from agents.sandbox.entries import File  # noqa: E402
+from agents.sandbox.entries import Dir, File, LocalDir, LocalFile  # noqa: E402
 from agents.sandbox.errors import (  # noqa: E402
     ConfigurationError,
     ExecTimeoutError,
@@ -133,6 +133,33 @@ async def echoed(executor: execbox.Executor, argv: list[str]) -> bytes:
 def test_a_commands_arguments_reach_the_jail_intact(executor: execbox.Executor) -> None:
     argv = ["it's", 'a "quote"', "back\\slash", "$(id) `id`", "naïve ✓", "new\nline"]
     assert run(echoed(executor, argv)).decode() == "".join(f"{a}|" for a in argv)
+
+
+async def materialized(executor: execbox.Executor) -> bytes:
+    client = ExecboxSandboxClient(executor)
+    manifest = Manifest(
+        entries={
+            "docs": Dir(children={"a.md": File(content=b"# a")}),
+            "copy": LocalDir(src=Path("project")),  # the SDK takes them from its cwd
+            "one.txt": LocalFile(src=Path("project/top.txt")),
+        }
+    )
+    session = await client.create(manifest=manifest)
+    async with session:
+        listing: bytes = (await session.exec("find . -type f | sort | xargs cat")).stdout
+    await client.delete(session)
+    return listing
+
+
+def test_the_manifests_entries_from_the_host_are_copied_in(
+    executor: execbox.Executor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "project" / "sub").mkdir(parents=True)
+    (tmp_path / "project" / "top.txt").write_bytes(b"top\n")
+    (tmp_path / "project" / "sub" / "deep.txt").write_bytes(b"deep\n")
+    monkeypatch.chdir(tmp_path)
+    # ./copy/sub/deep.txt, ./copy/top.txt, ./docs/a.md, ./one.txt
+    assert run(materialized(executor)) == b"deep\ntop\n# atop\n"
 
 
 def test_the_execbox_session_ends_with_the_run(executor: execbox.Executor) -> None:
