@@ -29,7 +29,9 @@ def program(tmp_path: Path) -> Path:
 
 
 def _run(program: Path, *args: str) -> tuple[str, list[str]]:
-    result = CliRunner().invoke(cli.main, ["run", str(program), "--no-cache", *args])
+    # `--server none`: the note is about this process's own executor, never a serve's socket.
+    argv = ["run", str(program), "--no-cache", "--server", "none", *args]
+    result = CliRunner().invoke(cli.main, argv)
     assert result.exit_code == 0, result.output
     return result.stdout, result.stderr.splitlines()
 

@@ -275,6 +275,31 @@ def test_a_bad_file_name_from_the_model_is_an_observation_not_an_exception(
     assert "'../up.txt'" in text and "clean relative path" in text
 
 
+def test_a_timeout_past_the_contracts_bound_is_an_observation_with_limits_or_a_session(
+    executor: execbox.Executor,
+) -> None:
+    before = executor.store.count()
+    too_long = {"code": "print(1)", "timeout_s": 10_000}
+    with_limits = tools.execute_tool_call(executor, too_long, limits=execbox.Limits(pids=32))
+    with executor.session() as session:
+        in_session = tools.execute_tool_call(executor, too_long, session=session)
+    for text in (with_limits, in_session):
+        assert text.startswith("status: invalid_arguments") and "3600" in text
+    assert executor.store.count() == before
+
+
+def test_the_callers_limits_stay_when_the_model_sets_a_timeout(
+    executor: execbox.Executor,
+) -> None:
+    outcome = tools.perform_tool_call(
+        executor, {"code": "print(1)", "timeout_s": 7}, limits=execbox.Limits(memory_mib=300)
+    )
+    assert outcome.result is not None and outcome.result.ok
+    assert (outcome.result.limits.timeout_s, outcome.result.limits.memory_mib) == (7, 300)
+    over = tools.perform_tool_call(executor, {"code": "print(1)", "timeout_s": 600})
+    assert over.result is not None and over.result.status is Status.policy_denied
+
+
 def test_a_call_of_another_tool_is_a_usage_error(executor: execbox.Executor) -> None:
     with pytest.raises(execbox.UsageError, match="'web_search'"):
         tools.execute_tool_call(

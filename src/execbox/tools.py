@@ -16,21 +16,20 @@ import re
 import sys
 from collections.abc import Mapping, Sequence
 from importlib import resources
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .contract import Limits, RunResult, Status
 from .errors import UsageError
 
-if TYPE_CHECKING:
-    from .executor import Executor
-
 __all__ = [
     "CODE_DESCRIPTIONS",
     "LANGUAGES",
     "TOOL_NAMES",
     "RunPython",
+    "Runner",
+    "ToolCallOutcome",
     "anthropic_tool",
     "describe_environment",
     "describe_language",
@@ -39,6 +38,7 @@ __all__ = [
     "openai_tool",
     "parameters_schema",
     "parse_tool_call",
+    "perform_tool_call",
 ]
 
 TOOL_NAME = "run_python"
@@ -62,6 +62,31 @@ class SessionLike(Protocol):
     def run(self, code: str, *, timeout_s: float | None = None) -> RunResult: ...
 
 
+class Runner(Protocol):
+    """What `execute_tool_call` needs of an `execbox.Executor` or an `execbox.Client`."""
+
+    def run(
+        self,
+        code: str,
+        *,
+        language: str = ...,
+        stdin: bytes | str | None = ...,
+        files: Mapping[str, bytes] | None = ...,
+        limits: Limits | Mapping[str, Any] | None = ...,
+        profile: str = ...,
+        network: str | Sequence[str] = ...,
+        environment: str | None = ...,
+    ) -> RunResult: ...
+
+
+class ToolCallOutcome(NamedTuple):
+    """A tool call's observation for the model, and the result of the run (None when the
+    arguments were refused and nothing ran)."""
+
+    observation: str
+    result: RunResult | None
+
+
 class RunPython(BaseModel):
     """Arguments of the `run_python` tool, as a model sends them."""
 
@@ -81,6 +106,7 @@ class RunPython(BaseModel):
     timeout_s: float | None = Field(
         None,
         gt=0,
+        le=3600,  # Limits.timeout_s's own bound: a cell's timeout is checked only later
         description="Wall-time limit in seconds for this run.",
     )
 
@@ -416,7 +442,7 @@ def parse_tool_call(call: Any) -> tuple[str | None, Any]:
 
 
 def execute_tool_call(
-    executor: Executor,
+    executor: Runner,
     call: Any,
     *,
     limits: Limits | None = None,
@@ -431,6 +457,7 @@ def execute_tool_call(
     """Run a tool call (`run_python`, or the tool of `language`) and return the observation
     to hand back to the model.
 
+    `executor` is an `Executor` or a `Client` (the same call runs locally or on a server).
     `call` is what the model produced (see `parse_tool_call`). Arguments the model got wrong
     come back as an observation saying what to fix, not as an exception; a call of another
     tool or an unknown profile is the caller's mistake (UsageError), and `Overloaded` or a
@@ -441,6 +468,36 @@ def execute_tool_call(
     environment a fresh run runs in (None: the default; a session's is its own). `language`:
     what the code is ("python", "javascript" or "bash"; a session runs Python only).
     """
+    return perform_tool_call(
+        executor,
+        call,
+        limits=limits,
+        profile=profile,
+        name=name,
+        session=session,
+        max_output_chars=max_output_chars,
+        network=network,
+        environment=environment,
+        language=language,
+    ).observation
+
+
+def perform_tool_call(
+    executor: Runner,
+    call: Any,
+    *,
+    limits: Limits | None = None,
+    profile: str = "data",
+    name: str | None = None,
+    session: SessionLike | None = None,
+    max_output_chars: int = MAX_OUTPUT_CHARS,
+    network: Sequence[str] | None = None,
+    environment: str | None = None,
+    language: str = "python",
+) -> ToolCallOutcome:
+    """`execute_tool_call` (same arguments), with the `RunResult` beside the observation: the
+    result is None when the arguments were refused and nothing ran, so a framework can send
+    that case back through its own retry or error path."""
     _check_stateful(check_language(language), session is not None)
     name = name or TOOL_NAMES[language]
     called, raw = parse_tool_call(call)
@@ -453,30 +510,30 @@ def execute_tool_call(
             else RunPython.model_validate(raw)
         )
     except ValidationError as exc:
-        return _invalid(_problems(exc))
+        return ToolCallOutcome(_invalid(_problems(exc)), None)
     if session is not None:
         try:
             for path, content in args.files.items():
                 session.files.write(path, content.encode())
         except UsageError as exc:  # a path the model made up badly
-            return _invalid(str(exc))
+            return ToolCallOutcome(_invalid(str(exc)), None)
         result = session.run(args.code, timeout_s=args.timeout_s)
     else:
         from .request import make_request
 
         run_limits: Limits | dict[str, Any] | None = limits
-        if args.timeout_s is not None:
-            run_limits = (
-                limits.model_copy(update={"timeout_s": args.timeout_s})
-                if limits is not None
-                else {"timeout_s": args.timeout_s}
-            )
-        try:
-            request = make_request(
+        if args.timeout_s is not None:  # validated with the rest: model_copy would not check it
+            run_limits = {
+                **(limits.model_dump(exclude_unset=True) if limits is not None else {}),
+                "timeout_s": args.timeout_s,
+            }
+        files = {k: v.encode() for k, v in args.files.items()}
+        try:  # validated first: a bad argument is the model's to fix, not run()'s exception
+            make_request(
                 args.code,
                 language=language,
                 stdin=args.stdin,
-                files={k: v.encode() for k, v in args.files.items()},
+                files=files,
                 limits=run_limits,
                 profile=profile,
                 network=list(network) if network else "none",
@@ -484,9 +541,19 @@ def execute_tool_call(
             )
         except UsageError as exc:  # say, a file name with '..' in it
             cause = exc.__cause__
-            return _invalid(_problems(cause) if isinstance(cause, ValidationError) else str(exc))
-        result = executor.run_request(request)
-    return format_observation(result, max_output_chars=max_output_chars)
+            problems = _problems(cause) if isinstance(cause, ValidationError) else str(exc)
+            return ToolCallOutcome(_invalid(problems), None)
+        result = executor.run(
+            args.code,
+            language=language,
+            stdin=args.stdin,
+            files=files,
+            limits=run_limits,
+            profile=profile,
+            network=list(network) if network else "none",
+            environment=environment,
+        )
+    return ToolCallOutcome(format_observation(result, max_output_chars=max_output_chars), result)
 
 
 def _problems(exc: ValidationError) -> str:

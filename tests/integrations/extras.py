@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib
 import os
+from importlib.util import module_from_spec, spec_from_file_location
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -18,3 +20,15 @@ def requires(module: str) -> ModuleType:
         module, reason=f"{module} is not installed: pip install -e '.[integrations]'"
     )
     return found
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "integrations"
+
+
+def example(name: str) -> ModuleType:
+    """One of examples/integrations, loaded as a module."""
+    spec = spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -14,8 +14,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from tests.integrations.conftest import example
-from tests.integrations.extras import requires
+from tests.integrations.extras import example, requires
 
 requires("agents")
 

@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.integrations.conftest import example
-from tests.integrations.extras import requires
+from tests.integrations.extras import example, requires
 
 requires("smolagents")
 

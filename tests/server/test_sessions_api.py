@@ -109,6 +109,18 @@ def test_closed_session_answers_session_closed(fake_alice: httpx.Client) -> None
     assert fake_alice.get(f"/v1/sessions/{sid}/files").status_code == 409
 
 
+def test_an_ended_session_pruned_from_the_open_ones_still_answers_its_info(
+    fake_alice: httpx.Client,
+) -> None:
+    sid = _open(fake_alice)
+    assert fake_alice.delete(f"/v1/sessions/{sid}").status_code == 200
+    other = _open(fake_alice)  # opening a session prunes the ended ones
+    info = fake_alice.get(f"/v1/sessions/{sid}")
+    assert info.status_code == 200, info.text
+    assert info.json()["closed"] is True and info.json()["network_log_after_cells"] == []
+    fake_alice.delete(f"/v1/sessions/{other}")
+
+
 def test_stream_cell_sends_output_then_result(alice: httpx.Client) -> None:
     sid = _open(alice)
     try:

@@ -88,6 +88,10 @@ def create_app(executor: Executor | None = None, settings: Settings | None = Non
     app.add_middleware(Admission, state=state)  # outermost: the key before any of the body
     app.include_router(runs.router)
     app.include_router(sessions.router)
+    if settings.e2b:  # its own app: its errors are E2B's shape
+        from . import e2b
+
+        app.mount(e2b.PREFIX, e2b.create_app(state))
 
     @app.get("/healthz", tags=["ops"], summary="The process is serving")
     async def healthz() -> dict[str, str]:

@@ -213,6 +213,12 @@ def _key_store(db: str | None) -> KeyStore:
     "repository, and the docs page loads scripts from a CDN).",
 )
 @click.option(
+    "--e2b",
+    is_flag=True,
+    help="Also serve the E2B-compatible API under /e2b: E2B's SDKs run against it with "
+    "E2B_API_URL and E2B_SANDBOX_URL set to http://HOST:PORT/e2b (docs/e2b.md).",
+)
+@click.option(
     "--log-level",
     default="info",
     show_default=True,
@@ -249,6 +255,7 @@ def serve(
     max_request_bodies_mib: int | None,
     listen_backlog: int,
     docs: bool,
+    e2b: bool,
     log_level: str,
 ) -> None:
     """Serve the HTTP API.
@@ -280,6 +287,7 @@ def serve(
         auth=not no_auth,
         max_request_bytes=max_request_mib << 20,
         docs=docs,
+        e2b=e2b,
         max_result_bytes=max_result_mib << 20,
         spool_dir=spool_dir,
         tenant_result_bytes=(tenant_result_mib << 20 if tenant_result_mib else None),

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 import anyio.to_thread
 
-from ..contract import RunResult
+from ..contract import NetworkConnection, RunResult
 from ..errors import SessionClosed
 from . import malloc
 from .auth import ANONYMOUS_NAME, LOCAL_NAME, KeyStore, Tenant
@@ -46,9 +46,15 @@ class EndedSession:
 
     closed = True
 
-    def __init__(self, session_id: str, end_reason: str | None) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        end_reason: str | None,
+        network_log_after_cells: list[NetworkConnection] | None = None,
+    ) -> None:
         self.id = session_id
         self.end_reason = end_reason
+        self.network_log_after_cells = network_log_after_cells or []
         self.files = self
 
     def _ended(self, *_args: Any, **_kwargs: Any) -> Any:
@@ -87,6 +93,9 @@ class Settings:
     temporary directory."""
     artifact_ttl_s: float = 600.0
     """How long a run's spooled artifacts wait for their download."""
+    e2b: bool = False
+    """Serve the E2B-compatible API under /e2b (`execbox.server.e2b`): E2B's SDKs run against
+    it with `E2B_API_URL` and `E2B_SANDBOX_URL` set to the server's /e2b."""
     stream_buffer_bytes: int = 1 << 20
     """Output a streamed run or cell may have waiting for a slow reader; past it the stream
     says so in an `overflow` event and sends no more output (the result still has it all)."""
@@ -250,7 +259,10 @@ class SessionRegistry:
         for sid in [sid for sid, (_, s) in self._sessions.items() if s.closed]:
             owner, session = self._sessions.pop(sid)
             self._gates.pop(sid, None)
-            self._ended[sid] = (owner, EndedSession(sid, session.end_reason))
+            self._ended[sid] = (
+                owner,
+                EndedSession(sid, session.end_reason, session.network_log_after_cells),
+            )
         while len(self._ended) > ENDED_KEPT:
             self._ended.popitem(last=False)
 
