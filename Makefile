@@ -5,7 +5,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-unprivileged test-rootless test-cgroup2 test-image test-cluster check docs bench image \
+.PHONY: demo test test-unprivileged test-rootless test-cgroup2 test-image test-cluster test-integrations \
+	check docs bench image \
 	deps lock clean
 
 deps:
@@ -25,7 +26,7 @@ deps:
 $(STAMP): pyproject.toml | deps
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,langchain,pydantic-ai]'
+	$(BIN)/pip install -q -e '.[dev,integrations]'
 	touch $@
 
 image: $(STAMP)
@@ -46,6 +47,12 @@ test-cluster: image
 	$(BIN)/pip install -q -e '.[dev,cluster]'
 	EXECBOX_CLUSTER_TESTS=1 unshare -n sh -c 'ip link set lo up && \
 	  exec $(BIN)/python -m pytest -q -p no:cacheprovider --durations=10 tests/cluster'
+
+test-integrations: image
+	@# The agent-framework plugs (tests/integrations) with their frameworks installed: a
+	@# framework missing is a failure here, not a skip.
+	$(BIN)/pip install -q -e '.[dev,integrations]'
+	EXECBOX_REQUIRE_INTEGRATIONS=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/integrations
 
 test-unprivileged: $(STAMP)
 	@# The tests above the sandbox boundary, as nobody: no root, no image.
