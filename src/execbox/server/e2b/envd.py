@@ -81,14 +81,14 @@ def router(state: ServerState, sandboxes: Sandboxes) -> APIRouter:
 
     @api.get("/health", status_code=204)
     async def health(request: Request) -> Response:
-        sandbox = sandbox_call(state, sandboxes, request)
+        sandbox = await sandbox_call(state, sandboxes, request)
         if state.sessions.get(sandbox.tenant, sandbox.id).closed:
             raise E2BError(502, f"The sandbox {sandbox.id!r} was not found")
         return Response(status_code=204)
 
     @api.get("/files")
     async def read(request: Request, path: str = "") -> Response:
-        sandbox = sandbox_call(state, sandboxes, request)
+        sandbox = await sandbox_call(state, sandboxes, request)
         rel = workspace_path(path)
         # Held in memory until sent: booked against the server's result budget first, at
         # the most the workspace can hold, as execbox's own file reads are.
@@ -108,7 +108,7 @@ def router(state: ServerState, sandboxes: Sandboxes) -> APIRouter:
 
     @api.post("/files")
     async def write(request: Request, path: str = "") -> list[dict[str, str]]:
-        sandbox = sandbox_call(state, sandboxes, request)
+        sandbox = await sandbox_call(state, sandboxes, request)
         kind = request.headers.get("content-type", "")
         if request.headers.get("content-encoding", "identity") not in ("identity", ""):
             raise E2BError(400, "compressed uploads are not supported: send gzip=False")

@@ -105,6 +105,29 @@ def _under(tree: dict[str, tuple[str, int]], rel: str) -> list[str]:
     return [p for p in tree if p and p.startswith(prefix)]
 
 
+async def _move(state: ServerState, sandbox: Sandbox, req: dict[str, Any]) -> dict[str, Any]:
+    source, target = (
+        workspace_path(_text(req, "source")),
+        workspace_path(_text(req, "destination")),
+    )
+    tree = await _listing(state, sandbox)
+    if source not in tree or not source:
+        raise RpcError("not_found", f"path {req.get('source')!r} not found")
+    if posixpath.normpath(source) == posixpath.normpath(target):
+        # Copy then remove would remove the only copy.
+        return {"entry": _entry(source, *tree[source])}
+    moves = (
+        [(source, target)]
+        if tree[source][0] == "file"
+        else [(p, target + p[len(source) :]) for p in _under(tree, source) if tree[p][0] == "file"]
+    )
+    for src, dst in moves:
+        data = await files_call(state, sandbox, "read", src)
+        await files_call(state, sandbox, "write", dst, data)
+        await files_call(state, sandbox, "remove", src)
+    return {"entry": _entry(target, tree[source][0], tree[source][1])}
+
+
 async def _filesystem(
     state: ServerState, sandbox: Sandbox, method: str, req: dict[str, Any]
 ) -> dict[str, Any]:
@@ -117,26 +140,8 @@ async def _filesystem(
     if method in ("WatchDir", "CreateWatcher", "GetWatcherEvents", "RemoveWatcher"):
         raise RpcError("unimplemented", "execbox does not support watching directories")
     if method == "Move":
-        source, target = (
-            workspace_path(req.get("source", "")),
-            workspace_path(req.get("destination", "")),
-        )
-        tree = await _listing(state, sandbox)
-        if source not in tree or not source:
-            raise RpcError("not_found", f"path {req.get('source')!r} not found")
-        moves = (
-            [(source, target)]
-            if tree[source][0] == "file"
-            else [
-                (p, target + p[len(source) :]) for p in _under(tree, source) if tree[p][0] == "file"
-            ]
-        )
-        for src, dst in moves:
-            data = await files_call(state, sandbox, "read", src)
-            await files_call(state, sandbox, "write", dst, data)
-            await files_call(state, sandbox, "remove", src)
-        return {"entry": _entry(target, tree[source][0], tree[source][1])}
-    rel = workspace_path(req.get("path", ""))
+        return await _move(state, sandbox, req)
+    rel = workspace_path(_text(req, "path"))
     tree = await _listing(state, sandbox)
     if rel not in tree:
         raise RpcError("not_found", f"path {req.get('path')!r} not found")
@@ -146,7 +151,10 @@ async def _filesystem(
     if method == "ListDir":
         if kind != "dir":
             raise RpcError("invalid_argument", f"path {req.get('path')!r} is not a directory")
-        depth = max(1, int(req.get("depth") or 1))
+        try:
+            depth = max(1, int(req.get("depth") or 1))
+        except (TypeError, ValueError, OverflowError):
+            raise RpcError("invalid_argument", "depth is a whole number") from None
         base = rel.count("/") + 1 if rel else 0
         entries = [
             _entry(p, *tree[p]) for p in sorted(_under(tree, rel)) if p.count("/") - base < depth
@@ -163,6 +171,13 @@ async def _filesystem(
             await files_call(state, sandbox, "remove", rel)
         return {}
     raise RpcError("unimplemented", f"execbox does not support filesystem.Filesystem/{method}")
+
+
+def _text(req: dict[str, Any], name: str) -> str:
+    value = req.get(name, "")
+    if not isinstance(value, str):
+        raise RpcError("invalid_argument", f"{name} is a string")
+    return value
 
 
 def _command_code(req: dict[str, Any]) -> str:
@@ -191,9 +206,11 @@ def router(state: ServerState, sandboxes: Sandboxes) -> APIRouter:
 
     @api.post("/filesystem.Filesystem/{method}")
     async def filesystem(method: str, request: Request) -> Response:
-        sandbox = sandbox_call(state, sandboxes, request)
+        sandbox = await sandbox_call(state, sandboxes, request)
         try:
             req = json.loads(await request.body() or b"{}")
+            if not isinstance(req, dict):
+                raise RpcError("invalid_argument", "a request is a JSON object")
             answer = await _filesystem(state, sandbox, method, req)
         except RpcError as exc:
             return _rpc_error(exc.code, exc.message)
@@ -205,7 +222,7 @@ def router(state: ServerState, sandboxes: Sandboxes) -> APIRouter:
 
     @api.post("/process.Process/Start")
     async def start(request: Request) -> StreamingResponse:
-        sandbox = sandbox_call(state, sandboxes, request)
+        sandbox = await sandbox_call(state, sandboxes, request)
         code = _command_code(unwrap(await request.body()))
         session = state.sessions.get(sandbox.tenant, sandbox.id)
         timeout_s = _timeout(state, sandbox, request.headers.get("connect-timeout-ms"))
@@ -219,7 +236,7 @@ def router(state: ServerState, sandboxes: Sandboxes) -> APIRouter:
 
     @api.post("/process.Process/{method}")
     async def other(method: str, request: Request) -> Response:
-        sandbox_call(state, sandboxes, request)
+        await sandbox_call(state, sandboxes, request)
         if method == "List":
             return Response(json.dumps({"processes": []}), media_type="application/json")
         return _rpc_error(
