@@ -241,3 +241,16 @@ def test_a_stranger_cannot_block_every_e2b_upload(server: Server, tenant: tuple[
     finally:
         stranger.close()
         server.kill(key, box)
+
+
+def test_without_e2b_the_face_is_not_there(executor: execbox.Executor) -> None:
+    with serving(create_app(executor, Settings())) as url:
+        for method, path in (
+            ("POST", "/e2b/v2/sandboxes"),
+            ("GET", "/e2b/sandboxes"),
+            ("POST", "/e2b/execute"),
+            ("GET", "/e2b/files"),
+            ("POST", "/e2b/process.Process/Start"),
+        ):
+            answer = httpx.request(method, url + path, json={"templateID": "base"}, timeout=30)
+            assert answer.status_code == 404, (method, path, answer.text)
