@@ -254,3 +254,68 @@ def test_without_e2b_the_face_is_not_there(executor: execbox.Executor) -> None:
         ):
             answer = httpx.request(method, url + path, json={"templateID": "base"}, timeout=30)
             assert answer.status_code == 404, (method, path, answer.text)
+
+
+def test_malformed_commands_are_refused_not_crashed(
+    server: Server, tenant: tuple[str, str]
+) -> None:
+    _, key = tenant
+    box = server.create(key)
+    headers = {**box.headers(), "Content-Type": "application/connect+json"}
+    try:
+        for message in (
+            b"not json",
+            b"\xff\xfe",
+            b'{"process": []}',
+            b'{"process": {"cmd": "ls", "args": "-la"}}',
+            b'{"process": {"cmd": "ls", "envs": "A=1"}}',
+            b'{"process": {"cmd": "ls", "envs": {"A": 1}}}',
+            b'{"process": {"cmd": "ls", "cwd": 7}}',
+        ):
+            answer = server.http.post(
+                "/process.Process/Start",
+                content=struct.pack(">BI", 0, len(message)) + message,
+                headers=headers,
+            )
+            assert answer.status_code == 400, (message, answer.status_code, answer.text)
+        # A length prefix past the body, and past the cap: refused before any JSON is read.
+        for prefix in (struct.pack(">BI", 0, 100), struct.pack(">BI", 0, 0xFFFFFFFF)):
+            answer = server.http.post(
+                "/process.Process/Start", content=prefix + b"{}", headers=headers
+            )
+            assert answer.status_code == 400, answer.text
+        # Still usable afterwards.
+        assert server.execute(box, "print(3)")[0]["text"] == "3\n"
+    finally:
+        server.kill(key, box)
+
+
+def test_a_rename_books_the_file_it_holds_against_the_result_budget(
+    executor: execbox.Executor, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # A rename reads each file into the server's memory before writing it back: like a file
+    # read, it first books what the workspace may hold; a budget smaller than that refuses it.
+    del executor
+    records = tmp_path_factory.mktemp("e2b-budget") / "runs.db"
+    settings = Settings(e2b=True, max_result_bytes=4 << 20, tenant_result_bytes=2 << 20)
+    with execbox.Executor(cache=False, records=f"sqlite:///{records}") as own:
+        app = create_app(own, settings)
+        with serving(app) as url:
+            server = Server(url, app.state.execbox)
+            name, key = server.key()
+            box = server.create(key)
+            try:
+                assert _write(server, box, "a.txt", b"x" * 1000).status_code == 200
+                body = json.dumps({"source": "a.txt", "destination": "b.txt"}).encode()
+                moved = server.fs(box, "Move", body)
+                assert moved.status_code >= 400, moved.text
+                assert "result budget" in moved.json()["message"]
+                read = server.http.get("/files", params={"path": "a.txt"}, headers=box.headers())
+                assert read.status_code >= 400  # the same budget refuses a read
+                assert "result budget" in read.json()["message"]
+                # Refused before anything moved: the file is where it was.
+                listed = server.fs(box, "Stat", b'{"path": "a.txt"}')
+                assert listed.status_code == 200, listed.text
+            finally:
+                server.kill(key, box)
+                server.http.close()

@@ -22,6 +22,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 
 from ...contract import Artifact, RunResult
+from ..errors import ApiError
 from ..state import ServerState
 from .access import E2BError, Sandbox, Sandboxes, sandbox_call
 from .envd import e2b_path, files_call, workspace_path
@@ -63,7 +64,10 @@ def unwrap(body: bytes) -> dict[str, Any]:
         raise E2BError(400, "compressed Connect messages are not supported")
     if size > MAX_MESSAGE or len(body) < 5 + size:
         raise E2BError(400, "a Connect message is cut short or too large")
-    message = json.loads(body[5 : 5 + size])
+    try:
+        message = json.loads(body[5 : 5 + size])
+    except ValueError:
+        raise E2BError(400, "a Connect message is JSON") from None
     if not isinstance(message, dict):
         raise E2BError(400, "a Connect message is a JSON object")
     return message
@@ -121,10 +125,16 @@ async def _move(state: ServerState, sandbox: Sandbox, req: dict[str, Any]) -> di
         if tree[source][0] == "file"
         else [(p, target + p[len(source) :]) for p in _under(tree, source) if tree[p][0] == "file"]
     )
-    for src, dst in moves:
-        data = await files_call(state, sandbox, "read", src)
-        await files_call(state, sandbox, "write", dst, data)
-        await files_call(state, sandbox, "remove", src)
+    # Each file is held in memory between its read and its write: booked as a file read is.
+    room = getattr(state.sessions.get(sandbox.tenant, sandbox.id), "room_bytes", 0)
+    reservation = state.results.reserve(room, sandbox.tenant.name)
+    try:
+        for src, dst in moves:
+            data = await files_call(state, sandbox, "read", src)
+            await files_call(state, sandbox, "write", dst, data)
+            await files_call(state, sandbox, "remove", src)
+    finally:
+        reservation.release()
     return {"entry": _entry(target, tree[source][0], tree[source][1])}
 
 
@@ -182,13 +192,24 @@ def _text(req: dict[str, Any], name: str) -> str:
 
 def _command_code(req: dict[str, Any]) -> str:
     process = req.get("process") or {}
+    if not isinstance(process, dict):
+        raise E2BError(400, "process is an object")
     cmd, args = process.get("cmd", ""), process.get("args") or []
-    if not isinstance(cmd, str) or not cmd or not all(isinstance(a, str) for a in args):
+    if (
+        not isinstance(cmd, str)
+        or not cmd
+        or not isinstance(args, list)
+        or not all(isinstance(a, str) for a in args)
+    ):
         raise E2BError(400, "process.cmd is required; process.args are strings")
     if req.get("pty"):
         raise E2BError(501, "execbox does not support PTYs: run commands without one")
     envs = process.get("envs") or {}
+    if not isinstance(envs, dict) or not all(isinstance(v, str) for v in envs.values()):
+        raise E2BError(400, "process.envs maps names to strings")
     cwd = process.get("cwd") or None
+    if cwd is not None and not isinstance(cwd, str):
+        raise E2BError(400, "process.cwd is a string")
     if cwd is not None:
         rel = workspace_path(cwd)
         cwd = "/workspace/" + rel if rel else "/workspace"
@@ -214,7 +235,7 @@ def router(state: ServerState, sandboxes: Sandboxes) -> APIRouter:
             answer = await _filesystem(state, sandbox, method, req)
         except RpcError as exc:
             return _rpc_error(exc.code, exc.message)
-        except E2BError as exc:
+        except (E2BError, ApiError) as exc:
             return _rpc_error(CONNECT_CODES.get(exc.status, "unknown"), exc.message)
         except ValueError as exc:
             return _rpc_error("invalid_argument", f"bad request: {exc}")
