@@ -7,6 +7,7 @@ import contextlib
 import json
 import socket
 import struct
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -319,3 +320,25 @@ def test_a_rename_books_the_file_it_holds_against_the_result_budget(
             finally:
                 server.kill(key, box)
                 server.http.close()
+
+
+def test_an_ended_sandboxs_token_starts_no_contexts(
+    server: Server, tenant: tuple[str, str]
+) -> None:
+    _, key = tenant
+    answer = server.http.post(
+        "/v2/sandboxes", json={"templateID": "base", "timeout": 1}, headers={"X-API-KEY": key}
+    )
+    assert answer.status_code == 201, answer.text
+    box = Box(answer.json()["sandboxID"], answer.json()["envdAccessToken"])
+    deadline = time.monotonic() + 60
+    while server.http.get("/health", headers=box.headers()).status_code == 204:
+        assert time.monotonic() < deadline, "the sandbox outlived its timeout"
+        time.sleep(0.5)
+    for language in ("python", "javascript"):
+        made = server.http.post("/contexts", json={"language": language}, headers=box.headers())
+        assert made.status_code == 502, made.text
+        ran = server.http.post(
+            "/execute", json={"code": "1", "language": language}, headers=box.headers()
+        )
+        assert ran.status_code == 502, ran.text

@@ -143,6 +143,14 @@ async def sandbox_call(state: ServerState, sandboxes: Sandboxes, request: Reques
     )
     if not hmac.compare_digest(given.encode(), sandbox.token.encode()):
         raise E2BError(401, "missing or wrong access token for this sandbox")
+    try:
+        closed = state.sessions.get(sandbox.tenant, sandbox.id).closed
+    except ApiError:  # ended long ago: the registry no longer remembers it
+        closed = True
+    if closed:
+        # Its token must not start contexts (new sessions) once it has ended.
+        sandboxes.drop(sandbox.id)
+        raise E2BError(502, f"The sandbox {sandbox_id[:64]!r} was not found")
     tenant = sandbox.tenant
     if state.settings.auth:
         # A revoked key's tokens go with it, as its execbox requests stop at the next one.
