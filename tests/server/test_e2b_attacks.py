@@ -342,3 +342,43 @@ def test_an_ended_sandboxs_token_starts_no_contexts(
             "/execute", json={"code": "1", "language": language}, headers=box.headers()
         )
         assert ran.status_code == 502, ran.text
+
+
+def test_an_unread_file_read_holds_the_result_budget_until_sent(
+    executor: execbox.Executor, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # A read is held in memory until the client has it: while one is unread, the next that
+    # could not fit beside it is refused, not another copy in the server's write buffers.
+    del executor
+    mib = 1 << 20
+    records = tmp_path_factory.mktemp("e2b-unread") / "runs.db"
+    settings = Settings(
+        e2b=True,
+        max_result_bytes=100 * mib,  # the default profile's workspace: one read fits
+        tenant_result_bytes=100 * mib,
+        max_request_bytes=31 * mib,
+    )
+    with execbox.Executor(cache=False, records=f"sqlite:///{records}") as own:
+        app = create_app(own, settings)
+        with serving(app) as url:
+            server = Server(url, app.state.execbox)
+            state = server.state
+            _, key = server.key()
+            box = server.create(key)
+            try:
+                assert _write(server, box, "big.bin", bytes(30 * mib)).status_code == 200
+                params = {"path": "big.bin"}
+                with server.http.stream("GET", "/files", params=params, headers=box.headers()) as r:
+                    assert r.status_code == 200
+                    time.sleep(0.5)  # time for the server to hand over what it would
+                    assert state.results.used == 30 * mib  # the file's size, until it is sent
+                    second = server.http.get("/files", params=params, headers=box.headers())
+                    assert second.status_code == 503, second.status_code
+                    assert len(r.read()) == 30 * mib
+                deadline = time.monotonic() + 5
+                while state.results.used and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                assert state.results.used == 0
+            finally:
+                server.kill(key, box)
+                server.http.close()

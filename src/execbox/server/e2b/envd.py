@@ -8,12 +8,15 @@ without following links, never opens a FIFO or device, and caps sizes by the wor
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Iterator
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
+from fastapi.responses import StreamingResponse
 from starlette.background import BackgroundTask
 
 from ...errors import SessionClosed, UsageError
+from ..sessions import DOWNLOAD_CHUNK
 from ..state import ServerState
 from .access import E2BError, Sandbox, Sandboxes, sandbox_call
 
@@ -100,9 +103,18 @@ def router(state: ServerState, sandboxes: Sandboxes) -> APIRouter:
             reservation.release()
             raise
         reservation.resize(len(data))
-        return Response(
-            data,
+
+        def chunks() -> Iterator[bytes]:
+            # Sent piece by piece as the client drains them: handed over whole, the body would
+            # sit in the server's write buffer with its booking already given back.
+            view = memoryview(data)
+            for at in range(0, len(data), DOWNLOAD_CHUNK):
+                yield bytes(view[at : at + DOWNLOAD_CHUNK])
+
+        return StreamingResponse(
+            chunks(),
             media_type="application/octet-stream",
+            headers={"content-length": str(len(data))},
             background=BackgroundTask(reservation.release),
         )
 
