@@ -73,6 +73,7 @@ class Sandbox:
     limits: dict[str, float] | None
     started_at: float
     end_at: float
+    key: str | None = None  # the key last given for it: checked again on every sandbox call
     contexts: dict[str, Context] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     starting: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -128,9 +129,10 @@ async def api_tenant(state: ServerState, request: Request) -> Tenant:
     return tenant
 
 
-def sandbox_call(state: ServerState, sandboxes: Sandboxes, request: Request) -> Sandbox:
-    """The sandbox a sandbox-side call names, once its access token matches; counted against
-    its tenant's rate. A call without the token is refused: a sandbox id is not a secret."""
+async def sandbox_call(state: ServerState, sandboxes: Sandboxes, request: Request) -> Sandbox:
+    """The sandbox a sandbox-side call names, once its access token matches and the key that
+    made or connected it is still valid; counted against its tenant's rate. A call without the
+    token is refused: a sandbox id is not a secret."""
     sandbox_id = request.headers.get("e2b-sandbox-id", "")
     sandbox = sandboxes.get(sandbox_id)
     if sandbox is None:
@@ -141,7 +143,21 @@ def sandbox_call(state: ServerState, sandboxes: Sandboxes, request: Request) -> 
     )
     if not hmac.compare_digest(given.encode(), sandbox.token.encode()):
         raise E2BError(401, "missing or wrong access token for this sandbox")
-    state.quotas.count(sandbox.tenant)
+    try:
+        closed = state.sessions.get(sandbox.tenant, sandbox.id).closed
+    except ApiError:  # ended long ago: the registry no longer remembers it
+        closed = True
+    if closed:
+        # Its token must not start contexts (new sessions) once it has ended.
+        sandboxes.drop(sandbox.id)
+        raise E2BError(502, f"The sandbox {sandbox_id[:64]!r} was not found")
+    tenant = sandbox.tenant
+    if state.settings.auth:
+        # A revoked key's tokens go with it, as its execbox requests stop at the next one.
+        tenant = await anyio.to_thread.run_sync(
+            tenant_of, state.key_store(), sandbox.key, limiter=state.auth_limiter
+        )
+    state.quotas.count(tenant)
     return sandbox
 
 

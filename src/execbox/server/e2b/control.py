@@ -243,6 +243,7 @@ def router(state: ServerState, sandboxes: Sandboxes) -> APIRouter:  # noqa: C901
             limits=limits,
             started_at=now,
             end_at=now + lifetime,
+            key=request.headers.get("x-api-key") or None,
         )
         for gone in sandboxes.of(tenant):  # ended by their timeout since last seen
             alive(state, sandboxes, gone)
@@ -262,6 +263,7 @@ def router(state: ServerState, sandboxes: Sandboxes) -> APIRouter:  # noqa: C901
         sandbox = owned(sandboxes, tenant, sandbox_id)
         if not alive(state, sandboxes, sandbox):
             raise E2BError(404, f"sandbox {sandbox_id!r} not found (it has ended)")
+        sandbox.key = request.headers.get("x-api-key") or None  # the tenant's current key
         if body.timeout is not None and time.time() + body.timeout > sandbox.end_at:
             _set_timeout(state, sandbox, body.timeout)  # connecting never shortens it
         return JSONResponse(_created(sandbox))

@@ -8,12 +8,15 @@ without following links, never opens a FIFO or device, and caps sizes by the wor
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Iterator
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
+from fastapi.responses import StreamingResponse
 from starlette.background import BackgroundTask
 
 from ...errors import SessionClosed, UsageError
+from ..sessions import DOWNLOAD_CHUNK
 from ..state import ServerState
 from .access import E2BError, Sandbox, Sandboxes, sandbox_call
 
@@ -81,14 +84,14 @@ def router(state: ServerState, sandboxes: Sandboxes) -> APIRouter:
 
     @api.get("/health", status_code=204)
     async def health(request: Request) -> Response:
-        sandbox = sandbox_call(state, sandboxes, request)
+        sandbox = await sandbox_call(state, sandboxes, request)
         if state.sessions.get(sandbox.tenant, sandbox.id).closed:
             raise E2BError(502, f"The sandbox {sandbox.id!r} was not found")
         return Response(status_code=204)
 
     @api.get("/files")
     async def read(request: Request, path: str = "") -> Response:
-        sandbox = sandbox_call(state, sandboxes, request)
+        sandbox = await sandbox_call(state, sandboxes, request)
         rel = workspace_path(path)
         # Held in memory until sent: booked against the server's result budget first, at
         # the most the workspace can hold, as execbox's own file reads are.
@@ -100,15 +103,24 @@ def router(state: ServerState, sandboxes: Sandboxes) -> APIRouter:
             reservation.release()
             raise
         reservation.resize(len(data))
-        return Response(
-            data,
+
+        def chunks() -> Iterator[bytes]:
+            # Sent piece by piece as the client drains them: handed over whole, the body would
+            # sit in the server's write buffer with its booking already given back.
+            view = memoryview(data)
+            for at in range(0, len(data), DOWNLOAD_CHUNK):
+                yield bytes(view[at : at + DOWNLOAD_CHUNK])
+
+        return StreamingResponse(
+            chunks(),
             media_type="application/octet-stream",
+            headers={"content-length": str(len(data))},
             background=BackgroundTask(reservation.release),
         )
 
     @api.post("/files")
     async def write(request: Request, path: str = "") -> list[dict[str, str]]:
-        sandbox = sandbox_call(state, sandboxes, request)
+        sandbox = await sandbox_call(state, sandboxes, request)
         kind = request.headers.get("content-type", "")
         if request.headers.get("content-encoding", "identity") not in ("identity", ""):
             raise E2BError(400, "compressed uploads are not supported: send gzip=False")

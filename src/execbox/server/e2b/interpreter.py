@@ -237,7 +237,7 @@ def router(state: ServerState, sandboxes: Sandboxes) -> APIRouter:  # noqa: C901
 
     @api.post("/execute")
     async def execute(body: ExecuteBody, request: Request) -> StreamingResponse:
-        sandbox = sandbox_call(state, sandboxes, request)
+        sandbox = await sandbox_call(state, sandboxes, request)
         if body.language and body.context_id:
             raise E2BError(400, "give a context or a language, not both")
         if body.env_vars:
@@ -269,7 +269,7 @@ def router(state: ServerState, sandboxes: Sandboxes) -> APIRouter:  # noqa: C901
 
     @api.post("/contexts")
     async def create_context(body: ContextBody, request: Request) -> dict[str, str]:
-        sandbox = sandbox_call(state, sandboxes, request)
+        sandbox = await sandbox_call(state, sandboxes, request)
         language = _language(body.language)
         cwd = _cwd(body.cwd)
         context = await new_context(state, sandbox, language)
@@ -278,7 +278,7 @@ def router(state: ServerState, sandboxes: Sandboxes) -> APIRouter:  # noqa: C901
 
     @api.get("/contexts")
     async def list_contexts(request: Request) -> list[dict[str, str]]:
-        sandbox = sandbox_call(state, sandboxes, request)
+        sandbox = await sandbox_call(state, sandboxes, request)
         found = [{"id": DEFAULT_CONTEXT, "language": "python", "cwd": "/workspace"}]
         found += [
             {"id": c.id, "language": c.language, "cwd": c.cwd} for c in sandbox.contexts.values()
@@ -287,7 +287,7 @@ def router(state: ServerState, sandboxes: Sandboxes) -> APIRouter:  # noqa: C901
 
     @api.delete("/contexts/{context_id}")
     async def remove_context(context_id: str, request: Request) -> Response:
-        sandbox = sandbox_call(state, sandboxes, request)
+        sandbox = await sandbox_call(state, sandboxes, request)
         with sandbox.lock:
             context = sandbox.contexts.pop(context_id, None)
         if context is None:
@@ -298,7 +298,7 @@ def router(state: ServerState, sandboxes: Sandboxes) -> APIRouter:  # noqa: C901
 
     @api.post("/contexts/{context_id}/restart")
     async def restart_context(context_id: str, request: Request) -> None:
-        sandbox_call(state, sandboxes, request)
+        await sandbox_call(state, sandboxes, request)
         raise unsupported("restarting a context", "remove it and create a new one")
 
     return api

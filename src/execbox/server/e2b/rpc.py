@@ -22,6 +22,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 
 from ...contract import Artifact, RunResult
+from ..errors import ApiError
 from ..state import ServerState
 from .access import E2BError, Sandbox, Sandboxes, sandbox_call
 from .envd import e2b_path, files_call, workspace_path
@@ -63,7 +64,10 @@ def unwrap(body: bytes) -> dict[str, Any]:
         raise E2BError(400, "compressed Connect messages are not supported")
     if size > MAX_MESSAGE or len(body) < 5 + size:
         raise E2BError(400, "a Connect message is cut short or too large")
-    message = json.loads(body[5 : 5 + size])
+    try:
+        message = json.loads(body[5 : 5 + size])
+    except ValueError:
+        raise E2BError(400, "a Connect message is JSON") from None
     if not isinstance(message, dict):
         raise E2BError(400, "a Connect message is a JSON object")
     return message
@@ -105,6 +109,35 @@ def _under(tree: dict[str, tuple[str, int]], rel: str) -> list[str]:
     return [p for p in tree if p and p.startswith(prefix)]
 
 
+async def _move(state: ServerState, sandbox: Sandbox, req: dict[str, Any]) -> dict[str, Any]:
+    source, target = (
+        workspace_path(_text(req, "source")),
+        workspace_path(_text(req, "destination")),
+    )
+    tree = await _listing(state, sandbox)
+    if source not in tree or not source:
+        raise RpcError("not_found", f"path {req.get('source')!r} not found")
+    if posixpath.normpath(source) == posixpath.normpath(target):
+        # Copy then remove would remove the only copy.
+        return {"entry": _entry(source, *tree[source])}
+    moves = (
+        [(source, target)]
+        if tree[source][0] == "file"
+        else [(p, target + p[len(source) :]) for p in _under(tree, source) if tree[p][0] == "file"]
+    )
+    # Each file is held in memory between its read and its write: booked as a file read is.
+    room = getattr(state.sessions.get(sandbox.tenant, sandbox.id), "room_bytes", 0)
+    reservation = state.results.reserve(room, sandbox.tenant.name)
+    try:
+        for src, dst in moves:
+            data = await files_call(state, sandbox, "read", src)
+            await files_call(state, sandbox, "write", dst, data)
+            await files_call(state, sandbox, "remove", src)
+    finally:
+        reservation.release()
+    return {"entry": _entry(target, tree[source][0], tree[source][1])}
+
+
 async def _filesystem(
     state: ServerState, sandbox: Sandbox, method: str, req: dict[str, Any]
 ) -> dict[str, Any]:
@@ -117,26 +150,8 @@ async def _filesystem(
     if method in ("WatchDir", "CreateWatcher", "GetWatcherEvents", "RemoveWatcher"):
         raise RpcError("unimplemented", "execbox does not support watching directories")
     if method == "Move":
-        source, target = (
-            workspace_path(req.get("source", "")),
-            workspace_path(req.get("destination", "")),
-        )
-        tree = await _listing(state, sandbox)
-        if source not in tree or not source:
-            raise RpcError("not_found", f"path {req.get('source')!r} not found")
-        moves = (
-            [(source, target)]
-            if tree[source][0] == "file"
-            else [
-                (p, target + p[len(source) :]) for p in _under(tree, source) if tree[p][0] == "file"
-            ]
-        )
-        for src, dst in moves:
-            data = await files_call(state, sandbox, "read", src)
-            await files_call(state, sandbox, "write", dst, data)
-            await files_call(state, sandbox, "remove", src)
-        return {"entry": _entry(target, tree[source][0], tree[source][1])}
-    rel = workspace_path(req.get("path", ""))
+        return await _move(state, sandbox, req)
+    rel = workspace_path(_text(req, "path"))
     tree = await _listing(state, sandbox)
     if rel not in tree:
         raise RpcError("not_found", f"path {req.get('path')!r} not found")
@@ -146,7 +161,10 @@ async def _filesystem(
     if method == "ListDir":
         if kind != "dir":
             raise RpcError("invalid_argument", f"path {req.get('path')!r} is not a directory")
-        depth = max(1, int(req.get("depth") or 1))
+        try:
+            depth = max(1, int(req.get("depth") or 1))
+        except (TypeError, ValueError, OverflowError):
+            raise RpcError("invalid_argument", "depth is a whole number") from None
         base = rel.count("/") + 1 if rel else 0
         entries = [
             _entry(p, *tree[p]) for p in sorted(_under(tree, rel)) if p.count("/") - base < depth
@@ -165,15 +183,33 @@ async def _filesystem(
     raise RpcError("unimplemented", f"execbox does not support filesystem.Filesystem/{method}")
 
 
+def _text(req: dict[str, Any], name: str) -> str:
+    value = req.get(name, "")
+    if not isinstance(value, str):
+        raise RpcError("invalid_argument", f"{name} is a string")
+    return value
+
+
 def _command_code(req: dict[str, Any]) -> str:
     process = req.get("process") or {}
+    if not isinstance(process, dict):
+        raise E2BError(400, "process is an object")
     cmd, args = process.get("cmd", ""), process.get("args") or []
-    if not isinstance(cmd, str) or not cmd or not all(isinstance(a, str) for a in args):
+    if (
+        not isinstance(cmd, str)
+        or not cmd
+        or not isinstance(args, list)
+        or not all(isinstance(a, str) for a in args)
+    ):
         raise E2BError(400, "process.cmd is required; process.args are strings")
     if req.get("pty"):
         raise E2BError(501, "execbox does not support PTYs: run commands without one")
     envs = process.get("envs") or {}
+    if not isinstance(envs, dict) or not all(isinstance(v, str) for v in envs.values()):
+        raise E2BError(400, "process.envs maps names to strings")
     cwd = process.get("cwd") or None
+    if cwd is not None and not isinstance(cwd, str):
+        raise E2BError(400, "process.cwd is a string")
     if cwd is not None:
         rel = workspace_path(cwd)
         cwd = "/workspace/" + rel if rel else "/workspace"
@@ -191,13 +227,15 @@ def router(state: ServerState, sandboxes: Sandboxes) -> APIRouter:
 
     @api.post("/filesystem.Filesystem/{method}")
     async def filesystem(method: str, request: Request) -> Response:
-        sandbox = sandbox_call(state, sandboxes, request)
+        sandbox = await sandbox_call(state, sandboxes, request)
         try:
             req = json.loads(await request.body() or b"{}")
+            if not isinstance(req, dict):
+                raise RpcError("invalid_argument", "a request is a JSON object")
             answer = await _filesystem(state, sandbox, method, req)
         except RpcError as exc:
             return _rpc_error(exc.code, exc.message)
-        except E2BError as exc:
+        except (E2BError, ApiError) as exc:
             return _rpc_error(CONNECT_CODES.get(exc.status, "unknown"), exc.message)
         except ValueError as exc:
             return _rpc_error("invalid_argument", f"bad request: {exc}")
@@ -205,7 +243,7 @@ def router(state: ServerState, sandboxes: Sandboxes) -> APIRouter:
 
     @api.post("/process.Process/Start")
     async def start(request: Request) -> StreamingResponse:
-        sandbox = sandbox_call(state, sandboxes, request)
+        sandbox = await sandbox_call(state, sandboxes, request)
         code = _command_code(unwrap(await request.body()))
         session = state.sessions.get(sandbox.tenant, sandbox.id)
         timeout_s = _timeout(state, sandbox, request.headers.get("connect-timeout-ms"))
@@ -219,7 +257,7 @@ def router(state: ServerState, sandboxes: Sandboxes) -> APIRouter:
 
     @api.post("/process.Process/{method}")
     async def other(method: str, request: Request) -> Response:
-        sandbox_call(state, sandboxes, request)
+        await sandbox_call(state, sandboxes, request)
         if method == "List":
             return Response(json.dumps({"processes": []}), media_type="application/json")
         return _rpc_error(

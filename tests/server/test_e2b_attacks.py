@@ -1,0 +1,384 @@
+"""Attacks on the E2B-compatible face as a hostile tenant, through a real `execbox serve --e2b`
+on loopback over the real sandbox, spoken in raw HTTP (the SDKs would not send most of it)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import struct
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+import execbox
+from execbox.server import Settings, create_app
+from execbox.server.background import serving
+from execbox.server.state import ServerState
+
+pytestmark = pytest.mark.slow
+MAX_REQUEST_BYTES = 1 << 20
+
+
+@dataclass
+class Box:
+    id: str
+    token: str
+
+    def headers(self) -> dict[str, str]:
+        return {"E2b-Sandbox-Id": self.id, "X-Access-Token": self.token}
+
+
+class Server:
+    def __init__(self, url: str, state: ServerState) -> None:
+        self.url, self.state = url, state
+        self.http = httpx.Client(base_url=url + "/e2b", timeout=60)
+
+    def key(self) -> tuple[str, str]:
+        assert self.state.keys is not None
+        name = f"attack-{uuid.uuid4().hex[:8]}"
+        return name, self.state.keys.create(name, max_sessions=4)
+
+    def create(self, key: str) -> Box:
+        answer = self.http.post(
+            "/v2/sandboxes", json={"templateID": "base", "timeout": 120}, headers={"X-API-KEY": key}
+        )
+        assert answer.status_code == 201, answer.text
+        body = answer.json()
+        return Box(body["sandboxID"], body["envdAccessToken"])
+
+    def kill(self, key: str, box: Box) -> None:
+        self.http.delete(f"/sandboxes/{box.id}", headers={"X-API-KEY": key})
+
+    def fs(self, box: Box, method: str, body: bytes) -> httpx.Response:
+        headers = {**box.headers(), "Content-Type": "application/json"}
+        return self.http.post(f"/filesystem.Filesystem/{method}", content=body, headers=headers)
+
+    def execute(self, box: Box, code: str) -> list[dict[str, object]]:
+        answer = self.http.post("/execute", json={"code": code}, headers=box.headers())
+        assert answer.status_code == 200, answer.text
+        return [json.loads(line) for line in answer.text.splitlines()]
+
+
+@pytest.fixture(scope="module")
+def server(
+    executor: execbox.Executor, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    del executor  # proves the host can sandbox (else the module is skipped), before its own
+    records = tmp_path_factory.mktemp("e2b-attacks") / "runs.db"
+    settings = Settings(
+        e2b=True,
+        session_starts_per_key=4,
+        session_starts_per_s=100.0,
+        max_request_bytes=MAX_REQUEST_BYTES,
+        request_bodies_bytes=2 * MAX_REQUEST_BYTES,  # the least the server accepts
+    )
+    with execbox.Executor(cache=False, records=f"sqlite:///{records}") as own:
+        app = create_app(own, settings)
+        with serving(app) as url:
+            server = Server(url, app.state.execbox)
+            try:
+                yield server
+            finally:
+                server.http.close()
+
+
+@pytest.fixture
+def tenant(server: Server) -> Iterator[tuple[str, str]]:
+    name, key = server.key()
+    yield name, key
+    assert server.state.keys is not None
+    try:
+        server.state.keys.revoke(name)  # no longer owed a share of the server's sessions
+    except execbox.UsageError:  # the test revoked it itself
+        pass
+
+
+def _write(server: Server, box: Box, path: str, data: bytes) -> httpx.Response:
+    return server.http.post(
+        "/files",
+        params={"path": path},
+        content=data,
+        headers={**box.headers(), "Content-Type": "application/octet-stream"},
+    )
+
+
+def test_moving_a_file_onto_itself_keeps_it(server: Server, tenant: tuple[str, str]) -> None:
+    _, key = tenant
+    box = server.create(key)
+    try:
+        assert _write(server, box, "/home/user/keep.txt", b"precious").status_code == 200
+        for destination in ("/home/user/keep.txt", "/workspace/keep.txt", "keep.txt"):
+            body = json.dumps({"source": "/home/user/keep.txt", "destination": destination})
+            moved = server.fs(box, "Move", body.encode())
+            assert moved.status_code == 200, moved.text
+            read = server.http.get("/files", params={"path": "keep.txt"}, headers=box.headers())
+            assert (read.status_code, read.content) == (200, b"precious"), destination
+    finally:
+        server.kill(key, box)
+
+
+def test_a_filesystem_call_that_is_not_a_json_object_is_invalid(
+    server: Server, tenant: tuple[str, str]
+) -> None:
+    _, key = tenant
+    box = server.create(key)
+    try:
+        for method, body in (
+            ("Stat", b"[]"),
+            ("Stat", b'"x"'),
+            ("Stat", b"null"),
+            ("Stat", b'{"path": 1}'),
+            ("Move", b'{"source": ["a"], "destination": "b"}'),
+            ("ListDir", b'{"path": "/home/user", "depth": "9e9999"}'),
+            ("ListDir", b'{"path": "/home/user", "depth": 1e999}'),
+            ("ListDir", b'{"path": "/home/user", "depth": [1]}'),
+        ):
+            answer = server.fs(box, method, body)
+            assert answer.status_code == 400, (body, answer.status_code, answer.text)
+            assert answer.json()["code"] == "invalid_argument"
+    finally:
+        server.kill(key, box)
+
+
+def test_a_revoked_keys_sandbox_answers_no_more_calls(
+    server: Server, tenant: tuple[str, str]
+) -> None:
+    # `execbox keys revoke` takes effect on the next request: the sandbox's access token was
+    # given to that key, so it goes with it.
+    name, key = tenant
+    box = server.create(key)
+    try:
+        assert server.execute(box, "print(1)")[0]["text"] == "1\n"
+        assert server.state.keys is not None
+        server.state.keys.revoke(name)
+        ran = server.http.post("/execute", json={"code": "print(2)"}, headers=box.headers())
+        assert ran.status_code == 401 and "revoked" in ran.json()["message"]
+        read = server.http.get("/files", params={"path": "x"}, headers=box.headers())
+        assert read.status_code == 401
+        command = server.http.post(
+            "/process.Process/Start",
+            content=struct.pack(">BI", 0, 2) + b"{}",
+            headers={**box.headers(), "Content-Type": "application/connect+json"},
+        )
+        assert command.status_code == 401
+    finally:
+        server.kill(key, box)
+
+
+def test_paths_outside_the_workspace_and_foreign_tokens_are_refused(
+    server: Server, tenant: tuple[str, str]
+) -> None:
+    _, key = tenant
+    other_name, other_key = server.key()
+    mine, theirs = server.create(key), server.create(other_key)
+    try:
+        for path in ("/etc/passwd", "/home/user/../../etc/passwd", "/home/username/x", "/"):
+            read = server.http.get("/files", params={"path": path}, headers=mine.headers())
+            assert read.status_code == 400, (path, read.text)
+        for path in ("../x", "a/../../x", "/home/user/\x00x"):
+            wrote = _write(server, mine, path, b"x")
+            assert wrote.status_code == 400, (path, wrote.text)
+        # My token with their id, their token with mine: refused either way.
+        crossed = {"E2b-Sandbox-Id": theirs.id, "X-Access-Token": mine.token}
+        assert server.http.get("/health", headers=crossed).status_code == 401
+        # Two ids: the token must match the one the server acts on.
+        doubled = httpx.Headers(
+            [("E2b-Sandbox-Id", mine.id), ("E2b-Sandbox-Id", theirs.id)]
+            + [("X-Access-Token", mine.token)]
+        )
+        answer = server.http.post("/execute", json={"code": "print(7)"}, headers=doubled)
+        assert answer.status_code in (200, 401)
+        if answer.status_code == 200:  # it acted on mine: the cell ran in my session
+            assert server.execute(mine, "print(8)")[-1]["execution_count"] == 2
+        # Their sandbox through the control plane with my key: as if it did not exist.
+        for method, path in (
+            ("GET", f"/sandboxes/{theirs.id}"),
+            ("POST", f"/sandboxes/{theirs.id}/timeout"),
+            ("POST", f"/v2/sandboxes/{theirs.id}/connect"),
+            ("DELETE", f"/sandboxes/{theirs.id}"),
+        ):
+            answer = server.http.request(
+                method, path, json={"timeout": 5}, headers={"X-API-KEY": key}
+            )
+            assert answer.status_code == 404, (method, path, answer.text)
+        assert server.http.get("/health", headers=theirs.headers()).status_code == 204
+    finally:
+        server.kill(key, mine)
+        server.kill(other_key, theirs)
+        assert server.state.keys is not None
+        server.state.keys.revoke(other_name)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="E2B requests are admitted outside /v1's Admission: their bodies are booked under "
+    "one anonymous key before any key or token is checked (fix belongs in server/limits.py)",
+)
+def test_a_stranger_cannot_block_every_e2b_upload(server: Server, tenant: tuple[str, str]) -> None:
+    _, key = tenant
+    box = server.create(key)
+    parts = urlsplit(server.url)
+    stranger = socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 80))
+    try:
+        # No key, no token: headers that declare the largest body the server takes, then
+        # nothing; the server books the whole body before it knows who is asking (a route
+        # with a JSON body reads it before its handler checks the token).
+        stranger.sendall(
+            b"POST /e2b/execute HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {MAX_REQUEST_BYTES}\r\n\r\n".encode()
+        )
+        stranger.settimeout(0.5)
+        with contextlib.suppress(TimeoutError):  # the server's answer, or its wait for the body
+            stranger.recv(1)
+        assert server.execute(box, "1")[-1]["type"] == "number_of_executions"
+        wrote = _write(server, box, "small.txt", b"tiny")
+        assert wrote.status_code == 200, wrote.text
+    finally:
+        stranger.close()
+        server.kill(key, box)
+
+
+def test_without_e2b_the_face_is_not_there(executor: execbox.Executor) -> None:
+    with serving(create_app(executor, Settings())) as url:
+        for method, path in (
+            ("POST", "/e2b/v2/sandboxes"),
+            ("GET", "/e2b/sandboxes"),
+            ("POST", "/e2b/execute"),
+            ("GET", "/e2b/files"),
+            ("POST", "/e2b/process.Process/Start"),
+        ):
+            answer = httpx.request(method, url + path, json={"templateID": "base"}, timeout=30)
+            assert answer.status_code == 404, (method, path, answer.text)
+
+
+def test_malformed_commands_are_refused_not_crashed(
+    server: Server, tenant: tuple[str, str]
+) -> None:
+    _, key = tenant
+    box = server.create(key)
+    headers = {**box.headers(), "Content-Type": "application/connect+json"}
+    try:
+        for message in (
+            b"not json",
+            b"\xff\xfe",
+            b'{"process": []}',
+            b'{"process": {"cmd": "ls", "args": "-la"}}',
+            b'{"process": {"cmd": "ls", "envs": "A=1"}}',
+            b'{"process": {"cmd": "ls", "envs": {"A": 1}}}',
+            b'{"process": {"cmd": "ls", "cwd": 7}}',
+        ):
+            answer = server.http.post(
+                "/process.Process/Start",
+                content=struct.pack(">BI", 0, len(message)) + message,
+                headers=headers,
+            )
+            assert answer.status_code == 400, (message, answer.status_code, answer.text)
+        # A length prefix past the body, and past the cap: refused before any JSON is read.
+        for prefix in (struct.pack(">BI", 0, 100), struct.pack(">BI", 0, 0xFFFFFFFF)):
+            answer = server.http.post(
+                "/process.Process/Start", content=prefix + b"{}", headers=headers
+            )
+            assert answer.status_code == 400, answer.text
+        # Still usable afterwards.
+        assert server.execute(box, "print(3)")[0]["text"] == "3\n"
+    finally:
+        server.kill(key, box)
+
+
+def test_a_rename_books_the_file_it_holds_against_the_result_budget(
+    executor: execbox.Executor, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # A rename reads each file into the server's memory before writing it back: like a file
+    # read, it first books what the workspace may hold; a budget smaller than that refuses it.
+    del executor
+    records = tmp_path_factory.mktemp("e2b-budget") / "runs.db"
+    settings = Settings(e2b=True, max_result_bytes=4 << 20, tenant_result_bytes=2 << 20)
+    with execbox.Executor(cache=False, records=f"sqlite:///{records}") as own:
+        app = create_app(own, settings)
+        with serving(app) as url:
+            server = Server(url, app.state.execbox)
+            name, key = server.key()
+            box = server.create(key)
+            try:
+                assert _write(server, box, "a.txt", b"x" * 1000).status_code == 200
+                body = json.dumps({"source": "a.txt", "destination": "b.txt"}).encode()
+                moved = server.fs(box, "Move", body)
+                assert moved.status_code >= 400, moved.text
+                assert "result budget" in moved.json()["message"]
+                read = server.http.get("/files", params={"path": "a.txt"}, headers=box.headers())
+                assert read.status_code >= 400  # the same budget refuses a read
+                assert "result budget" in read.json()["message"]
+                # Refused before anything moved: the file is where it was.
+                listed = server.fs(box, "Stat", b'{"path": "a.txt"}')
+                assert listed.status_code == 200, listed.text
+            finally:
+                server.kill(key, box)
+                server.http.close()
+
+
+def test_an_ended_sandboxs_token_starts_no_contexts(
+    server: Server, tenant: tuple[str, str]
+) -> None:
+    _, key = tenant
+    answer = server.http.post(
+        "/v2/sandboxes", json={"templateID": "base", "timeout": 1}, headers={"X-API-KEY": key}
+    )
+    assert answer.status_code == 201, answer.text
+    box = Box(answer.json()["sandboxID"], answer.json()["envdAccessToken"])
+    deadline = time.monotonic() + 60
+    while server.http.get("/health", headers=box.headers()).status_code == 204:
+        assert time.monotonic() < deadline, "the sandbox outlived its timeout"
+        time.sleep(0.5)
+    for language in ("python", "javascript"):
+        made = server.http.post("/contexts", json={"language": language}, headers=box.headers())
+        assert made.status_code == 502, made.text
+        ran = server.http.post(
+            "/execute", json={"code": "1", "language": language}, headers=box.headers()
+        )
+        assert ran.status_code == 502, ran.text
+
+
+def test_an_unread_file_read_holds_the_result_budget_until_sent(
+    executor: execbox.Executor, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # A read is held in memory until the client has it: while one is unread, the next that
+    # could not fit beside it is refused, not another copy in the server's write buffers.
+    del executor
+    mib = 1 << 20
+    records = tmp_path_factory.mktemp("e2b-unread") / "runs.db"
+    settings = Settings(
+        e2b=True,
+        max_result_bytes=100 * mib,  # the default profile's workspace: one read fits
+        tenant_result_bytes=100 * mib,
+        max_request_bytes=31 * mib,
+    )
+    with execbox.Executor(cache=False, records=f"sqlite:///{records}") as own:
+        app = create_app(own, settings)
+        with serving(app) as url:
+            server = Server(url, app.state.execbox)
+            state = server.state
+            _, key = server.key()
+            box = server.create(key)
+            try:
+                assert _write(server, box, "big.bin", bytes(30 * mib)).status_code == 200
+                params = {"path": "big.bin"}
+                with server.http.stream("GET", "/files", params=params, headers=box.headers()) as r:
+                    assert r.status_code == 200
+                    time.sleep(0.5)  # time for the server to hand over what it would
+                    assert state.results.used == 30 * mib  # the file's size, until it is sent
+                    second = server.http.get("/files", params=params, headers=box.headers())
+                    assert second.status_code == 503, second.status_code
+                    assert len(r.read()) == 30 * mib
+                deadline = time.monotonic() + 5
+                while state.results.used and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                assert state.results.used == 0
+            finally:
+                server.kill(key, box)
+                server.http.close()
