@@ -4,7 +4,10 @@ filter, follow an agent answer to the run it cites; another tenant sees none of 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -145,10 +148,19 @@ def test_an_agent_answer_links_to_the_run_it_cites(
     answers = []
 
     def asking() -> None:  # the model library's event loop wants a thread without Playwright's
-        with serve(script) as (_chat, url):  # the scripted model; the records are the server's
-            answers.append(
-                ask("What is 3 + 1 + 2?", executor=executor, model="served-model", base_url=url)
-            )
+        try:
+            with serve(script) as (_chat, url):  # the scripted model; the records: the server's
+                answers.append(
+                    ask("What is 3 + 1 + 2?", executor=executor, model="served-model", base_url=url)
+                )
+        finally:  # the loop the model library left on this thread, with its sockets
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                loop: asyncio.AbstractEventLoop | None = None
+                with contextlib.suppress(RuntimeError):  # none was made
+                    loop = asyncio.get_event_loop_policy().get_event_loop()
+            if loop is not None and not loop.is_closed():
+                loop.close()
 
     thread = threading.Thread(target=asking)
     thread.start()

@@ -62,7 +62,7 @@ def test_hostile_code_output_error_and_names_stay_text(
     stderr = page.locator("#stderr").inner_text()
     for payload in PAYLOADS:
         assert payload in stdout and payload in stderr
-    assert "ctl:\\x1b[31m\\x00\\x07" in stdout  # control characters written out
+    assert "ctl:\\x1b[31m\\x00\\x07\\u202e" in stdout  # control characters written out
     assert PAYLOADS[1] in page.locator("#error").inner_text()
     assert PAYLOADS[1] in page.locator("#code").inner_text()
     artifacts = page.locator("#artifacts").inner_text()

@@ -12,8 +12,9 @@ from datetime import UTC, datetime
 
 from ...records import RunRecord
 
-# C0 controls but tab and newline, DEL and C1: shown as \xNN so they stay visible text.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# C0 controls but tab and newline, DEL, C1 and the bidirectional overrides (which can make
+# text read other than it runs): written out, so they stay visible text.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 INLINE_IMAGES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 PERIODS = {"15m": 900, "1h": 3600, "24h": 86_400, "7d": 7 * 86_400}
 OVERVIEW_WINDOW_S = 3600
@@ -22,7 +23,12 @@ OVERVIEW_MAX_RUNS = 5000
 
 def visible(text: object) -> str:
     """The text with control characters written out, for display (escaping comes after)."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+    return _CONTROL.sub(_written_out, str(text))
+
+
+def _written_out(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 _BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
