@@ -152,3 +152,27 @@ def test_an_admin_key_sees_every_tenants_runs(console: Console) -> None:
     with console.api(admin) as client:
         assert run["run_id"] in client.get("/console/runs").text
         assert client.get(f"/console/runs/{run['run_id']}").status_code == 200
+
+
+def test_runs_filter_by_code_language_and_time_and_page_by_fifty(console: Console) -> None:
+    _, key = console.key()
+    marker = "needle_" + key[-6:].replace("-", "_")
+    console.run(key, f"{marker} = 1\nprint({marker})\n")
+    console.run(key, "console.log('js')\n", language="javascript")
+    with console.api(key) as client:
+
+        def shown(**query: str) -> int:
+            return client.get("/console/runs", params=query).text.count('class="run status-')
+
+        assert shown() == 2
+        assert shown(q=marker) == 1
+        assert shown(q="no such text anywhere") == 0
+        assert shown(language="javascript") == 1
+        assert shown(period="15m") == 2
+        for _ in range(49):
+            console.run(key, "pass\n")
+        first = client.get("/console/runs").text
+        assert first.count('class="run status-') == 50 and 'id="older"' in first
+        second = client.get("/console/runs", params={"page": "2"}).text
+        assert second.count('class="run status-') == 1 and 'id="older"' not in second
+        assert marker in second  # the oldest run is on the second page

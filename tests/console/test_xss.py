@@ -4,12 +4,15 @@ and control characters are shown written out."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from execbox.agent.trace import TraceStore, new_ask_id
+from execbox.records import RunStore
 from tests.console.conftest import Console, log_in
 
 PAYLOADS = [
@@ -131,3 +134,33 @@ def test_hostile_html_cell_output_cannot_script_the_console(
     page.wait_for_timeout(500)
     _no_markup_from_the_run(page)
     assert page.frame_locator("iframe.output-html").locator("#bold").inner_text() == "table"
+
+
+def test_a_hostile_agent_answer_stays_text(console: Console, browser_page: Any) -> None:
+    """A model's words are as hostile as a run's output: question, answer, checklist, verdict
+    details, stage names and model errors are all text on the answer's page."""
+    traces = TraceStore(RunStore().engine)
+    ask_id = new_ask_id()
+    bad = PAYLOADS[1]
+    traces.start(ask_id, f"question {bad}", f"model {bad}")
+    traces.add_stage(ask_id, 1, f"plan{bad}"[:20], 0, f"s{bad}"[:40], 0.0, 1.0, None, {})
+    traces.add_call(ask_id, 2, "plan", f"m{bad}", 1, 2, 1, 3.0, False, f"error {bad}")
+    answer = {
+        "answer": f"answer {bad}",
+        "plan": {"checklist": [f"item {bad}"]},
+        "verdicts": [{"check": "answer", "passed": False, "detail": f"detail {bad}"}],
+    }
+    traces.finish(ask_id, "answered", json.dumps(answer), [f"run{bad}"], 1, 2)
+    _, admin = console.admin()
+    page = browser_page
+    log_in(page, console, admin)
+    page.goto(f"{console.url}/console/asks")
+    assert f"question {bad}" in page.locator("#asks").inner_text()
+    page.goto(f"{console.url}/console/asks/{ask_id}")
+    body = page.locator("main").inner_text()
+    for text in (f"question {bad}", f"answer {bad}", f"item {bad}", f"detail {bad}"):
+        assert text in body
+    assert f"error {bad}" in page.locator("#calls").inner_text()
+    assert page.locator("a.cited-run").inner_text() == f"run{bad}"
+    page.wait_for_timeout(300)
+    _no_markup_from_the_run(page)

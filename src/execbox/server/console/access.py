@@ -13,7 +13,7 @@ import anyio.to_thread
 import sqlalchemy as sa
 from fastapi import Depends, Request
 
-from ..auth import ADMIN
+from ..auth import ADMIN, Tenant
 from ..deps import authenticate, get_state
 from ..errors import ApiError
 from ..local import LOCAL_PEER_KEY
@@ -37,6 +37,8 @@ class Viewer:
     key: str | None
     by_bearer: bool
     """The key came in the Authorization header, which no other site can make a browser send."""
+    tenant: Tenant | None = None
+    """The key's tenant, whose in-flight limit a run released here counts against."""
 
     def runs(self, state: ServerState) -> sa.Select[tuple[str]] | None:
         """The ids this viewer may see, as a query; None: every run."""
@@ -59,9 +61,9 @@ def bearer_key(request: Request) -> str | None:
 async def get_viewer(request: Request, state: Annotated[ServerState, Depends(get_state)]) -> Viewer:
     """The viewer, from the Authorization header first, then the login cookie."""
     if request.scope.get(LOCAL_PEER_KEY):
-        return Viewer(LOCAL_TENANT.name, False, None, False)
+        return Viewer(LOCAL_TENANT.name, False, None, False, LOCAL_TENANT)
     if not state.settings.auth:
-        return Viewer(ANONYMOUS_TENANT.name, False, None, False)
+        return Viewer(ANONYMOUS_TENANT.name, False, None, False, ANONYMOUS_TENANT)
     key = bearer_key(request)
     by_cookie = key is None
     if key is None:
@@ -76,7 +78,7 @@ async def get_viewer(request: Request, state: Annotated[ServerState, Depends(get
         if by_cookie:  # a stale cookie (a revoked key): log in again
             raise LoginNeeded from None
         raise
-    return Viewer(tenant.name, tenant.role == ADMIN, key, not by_cookie)
+    return Viewer(tenant.name, tenant.role == ADMIN, key, not by_cookie, tenant)
 
 
 def check_form(request: Request, viewer: Viewer, token: str | None) -> None:

@@ -246,10 +246,16 @@ async def approve(
             keys.claim_run(result.run_id, owner)
         return result.run_id
 
+    # A tenant's release counts against its in-flight limit, as a run sent to the API does.
+    counted = viewer.tenant if viewer.tenant is not None and not viewer.admin else None
+    done = state.quotas.hold(counted) if counted is not None else None
     try:
         new_id = await state.running(release)
     except ExecboxError as exc:
         raise ApiError(409, "not_approvable", str(exc)) from exc
+    finally:
+        if done is not None:
+            done()
     return RedirectResponse(f"/console/runs/{quote(new_id)}", 303)
 
 
