@@ -4,6 +4,7 @@ who gets in, what the cookie allows, and which forms are refused."""
 from __future__ import annotations
 
 import re
+import uuid
 
 import httpx
 
@@ -176,3 +177,12 @@ def test_runs_filter_by_code_language_and_time_and_page_by_fifty(console: Consol
         second = client.get("/console/runs", params={"page": "2"}).text
         assert second.count('class="run status-') == 1 and 'id="older"' not in second
         assert marker in second  # the oldest run is on the second page
+
+
+def test_console_pages_count_against_the_keys_rate(console: Console) -> None:
+    name = f"slow-{uuid.uuid4().hex[:8]}"
+    key = console.keys.create(name, rpm=3)
+    with console.api(key) as client:
+        assert [client.get("/console/runs").status_code for _ in range(3)] == [200] * 3
+        limited = client.get("/console/overview")
+        assert limited.status_code == 429 and limited.json()["error"]["code"] == "rate_limited"

@@ -78,6 +78,7 @@ async def get_viewer(request: Request, state: Annotated[ServerState, Depends(get
         if by_cookie:  # a stale cookie (a revoked key): log in again
             raise LoginNeeded from None
         raise
+    state.quotas.count(tenant)  # a page counts against the key's rate as an API call does
     return Viewer(tenant.name, tenant.role == ADMIN, key, not by_cookie, tenant)
 
 
