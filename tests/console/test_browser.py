@@ -86,12 +86,14 @@ def test_a_held_run_is_approved_in_the_browser_and_runs(
     page.screenshot(path=str(screenshots / "held.png"), full_page=True)
     page.click("#approve")
     page.wait_for_url(lambda url: held["run_id"] not in url, timeout=60_000)
+    released = page.url.rsplit("/", 1)[-1]
     assert page.locator("#status").inner_text() == "ok"
     assert page.locator("#stdout").inner_text().strip() == "released 42"
     assert page.locator("#source").inner_text() == held["run_id"]
     # Released once: the held run's page no longer offers it.
     page.goto(f"{console.url}/console/runs/{held['run_id']}")
     assert page.locator("#approve").count() == 0
+    assert page.locator("#derived").inner_text() == f"{released} (approval, ok)"
 
 
 def test_a_held_run_rejected_in_the_browser_never_runs(
@@ -226,9 +228,13 @@ def test_overview_and_sessions_pages_render(
         sid = session["session_id"]
         for cell in ("x = 20", "x + 22", "print('cell', x)"):
             assert client.post(f"/v1/sessions/{sid}/cells", json={"code": cell}).status_code == 200
+        page = browser_page
+        log_in(page, console, key)
+        page.goto(f"{console.url}/console/sessions")
+        assert page.locator("#sessions td.state").inner_text() == "open"
         client.delete(f"/v1/sessions/{sid}")
-    page = browser_page
-    log_in(page, console, key)
+    page.reload()
+    assert page.locator("#sessions td.state").inner_text() == "ended"
     page.goto(f"{console.url}/console/overview")
     assert page.locator("#totals").inner_text().startswith("5 runs")  # 2 runs, 3 cells
     assert page.locator("#per-minute rect").count() == 60

@@ -366,6 +366,7 @@ class RunStore:
         code_contains: str | None = None,
         within: sa.Select[Any] | None = None,
         oldest_first: bool = False,
+        source_run_id: str | None = None,
     ) -> builtins.list[RunRecord]:
         """Records, newest first (`oldest_first`: a session's cells in order), that match
         every filter given; `within`: a query of the run ids to look among (a tenant's)."""
@@ -378,6 +379,7 @@ class RunStore:
             (runs.c.language, language),
             (runs.c.profile, profile),
             (runs.c.environment, environment),
+            (runs.c.source_run_id, source_run_id),
         ):
             if value:
                 query = query.where(column == value)

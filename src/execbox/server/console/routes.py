@@ -182,6 +182,9 @@ def _visible_record(state: State, viewer: Viewer, run_id: str) -> RunRecord:
 @router.get("/runs/{run_id}")
 async def run_page(run_id: str, state: State, viewer: ViewerDep) -> HTMLResponse:
     record = await state.blocking(lambda: _visible_record(state, viewer, run_id))
+    derived = await state.blocking(
+        lambda: state.executor.store.list(source_run_id=run_id, within=viewer.runs(state))
+    )
     stored = await state.blocking(
         lambda: {
             a.path: state.executor.store.artifact_data(run_id, a.path) is not None
@@ -194,6 +197,7 @@ async def run_page(run_id: str, state: State, viewer: ViewerDep) -> HTMLResponse
         r=record,
         result=record.result,
         lines=views.code_lines(record),
+        derived=derived,
         stored=stored,
         inline=views.INLINE_IMAGES,
         quote=quote,
@@ -286,7 +290,7 @@ async def sessions_page(state: State, viewer: ViewerDep) -> HTMLResponse:
     rows = await state.blocking(
         lambda: queries.sessions(state.executor.store.engine, viewer.runs(state))
     )
-    return page("sessions.html", viewer, sessions=rows)
+    return page("sessions.html", viewer, sessions=rows, open_ids=state.sessions.open_ids())
 
 
 @router.get("/sessions/{session_id}")
