@@ -28,6 +28,12 @@ ax.bar(["a", "b", "c"], [3, 1, 2])
 fig.savefig("chart.png")
 print("drawn")
 """
+SESSION_CHART = """
+import matplotlib.pyplot as plt
+plt.figure(figsize=(2, 1), dpi=50)
+plt.plot([1, 3, 2])
+plt.show()
+"""
 # The extended profile holds every run that asks for network until someone approves it.
 HELD = {"profile": "extended", "network": ["example.com"]}
 
@@ -226,7 +232,7 @@ def test_overview_and_sessions_pages_render(
     with console.api(key) as client:
         session = client.post("/v1/sessions", json={}).json()
         sid = session["session_id"]
-        for cell in ("x = 20", "x + 22", "print('cell', x)"):
+        for cell in ("x = 20", "x + 22", "print('cell', x)", SESSION_CHART):
             assert client.post(f"/v1/sessions/{sid}/cells", json={"code": cell}).status_code == 200
         page = browser_page
         log_in(page, console, key)
@@ -236,7 +242,7 @@ def test_overview_and_sessions_pages_render(
     page.reload()
     assert page.locator("#sessions td.state").inner_text() == "ended"
     page.goto(f"{console.url}/console/overview")
-    assert page.locator("#totals").inner_text().startswith("5 runs")  # 2 runs, 3 cells
+    assert page.locator("#totals").inner_text().startswith("6 runs")  # 2 runs, 4 cells
     assert page.locator("#per-minute rect").count() == 60
     statuses = page.locator("#statuses").text_content() or ""
     assert "ok" in statuses and "error" in statuses
@@ -244,6 +250,9 @@ def test_overview_and_sessions_pages_render(
     page.goto(f"{console.url}/console/sessions")
     page.click(f'a[href="/console/sessions/{sid}"]')
     page.wait_for_url(f"**/console/sessions/{sid}")
-    assert page.locator("section.cell").count() == 3
+    assert page.locator("section.cell").count() == 4
     assert "42" in page.locator("#cell-2").inner_text()
+    chart = page.locator("#cell-4 img.output-image")
+    page.wait_for_function("document.querySelector('#cell-4 img.output-image').complete")
+    assert chart.evaluate("img => [img.naturalWidth, img.naturalHeight]") == [100, 50]
     page.screenshot(path=str(screenshots / "session.png"), full_page=True)
