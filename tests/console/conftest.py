@@ -62,10 +62,11 @@ def _free_port() -> int:
         return port
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def console(executor: execbox.Executor) -> Iterator[Console]:
-    """`execbox serve` on a port of its own; `executor` only for its check that this host can
-    run the real sandbox (the server starts its own)."""
+    """`execbox serve` on a port of its own, for one module (its zygotes and slots are gone
+    before the rest of the suite runs); `executor` only for its check that this host can run
+    the real sandbox (the server starts its own)."""
     where = Path(tempfile.mkdtemp(prefix="execbox-console-"))
     port = _free_port()
     log = where / "serve.log"
@@ -122,9 +123,11 @@ def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("console-screenshots")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
-    """Debian's Chromium, headless, under Playwright (never Playwright's own download)."""
+    """Debian's Chromium, headless, under Playwright (never Playwright's own download). Per
+    module: while Playwright's sync API is up, the main thread has a running event loop, and a
+    later test's `asyncio.run` would fail."""
     if not os.path.exists(CHROMIUM):
         pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium (make test installs it)")
     from playwright.sync_api import sync_playwright
