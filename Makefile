@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-unprivileged test-rootless test-cgroup2 test-image test-cluster test-integrations \
+.PHONY: demo test browser test-unprivileged test-rootless test-cgroup2 test-image test-cluster test-integrations \
 	check docs bench image \
 	deps lock clean
 
@@ -35,7 +35,13 @@ image: $(STAMP)
 demo: image
 	$(BIN)/execbox run examples/demo.py --input examples/sales.csv --artifacts-dir artifacts
 
-test: image
+browser:
+	@# Debian's Chromium, which the console's browser tests drive through Playwright
+	@# (tests/console); never Playwright's own browser download.
+	@command -v chromium >/dev/null || { \
+	  echo "installing chromium"; apt-get update -qq && apt-get install -y -qq chromium; }
+
+test: image browser
 	@# pytest's 5 is "no tests were collected": never a pass for the whole suite.
 	$(BIN)/python -m pytest -q --durations=25; status=$$?; \
 	if [ $$status -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \

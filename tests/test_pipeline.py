@@ -126,6 +126,16 @@ def test_held_run_is_released_once_by_approval(executor: Executor, approval_prof
         executor.approve(released.run_id)
 
 
+def test_a_rejected_held_run_is_never_released(executor: Executor, approval_profile: str) -> None:
+    held = executor.run("import shutil\nshutil.rmtree('gone')", profile=approval_profile)
+    assert held.status is Status.needs_approval
+    assert executor.store.mark_rejected(held.run_id, "tester")
+    with pytest.raises(UsageError, match="was rejected by tester"):
+        executor.approve(held.run_id)
+    record = executor.store.get(held.run_id)
+    assert record is not None and record.approved_at is None
+
+
 def test_cache_hit_is_identical_marked_cached_recorded_and_fast(executor: Executor) -> None:
     code = (
         "import time, pandas as pd\ntime.sleep(0.3)\n"

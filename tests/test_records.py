@@ -107,6 +107,25 @@ def test_approval_releases_a_held_run_only_once(tmp_path: Path) -> None:
     assert rec is not None and rec.approved_by == "alice"
 
 
+def test_a_rejected_held_run_can_never_be_approved(tmp_path: Path) -> None:
+    store = RunStore(f"sqlite:///{tmp_path}/runs.db")
+    for n in (3, 4):
+        req, res = _run(n)
+        store.save(
+            req,
+            res.model_copy(update={"status": Status.needs_approval}),
+            policy=PolicyInfo(decision="needs_approval", rule="call.approval"),
+            env={},
+        )
+    assert store.mark_rejected("run00003", "carol") is True
+    assert store.mark_rejected("run00003", "dave") is False  # decided once
+    assert store.mark_approved("run00003", "alice") is False
+    rec = store.get("run00003")
+    assert rec is not None and rec.rejected_by == "carol" and rec.approved_at is None
+    assert store.mark_approved("run00004", "alice") is True  # control: approvable
+    assert store.mark_rejected("run00004", "carol") is False  # and then not rejectable
+
+
 def test_expired_cache_entries_are_not_returned(tmp_path: Path) -> None:
     store = RunStore(f"sqlite:///{tmp_path}/runs.db")
     req, res = _run(5)

@@ -37,6 +37,8 @@ def approve(
         raise UsageError(f"no run {run_id!r}")
     if record.status != Status.needs_approval.value:
         raise UsageError(f"run {run_id} is {record.status}, not held for approval")
+    if record.rejected_at is not None:
+        raise UsageError(f"run {run_id} was rejected by {record.rejected_by or 'someone'}")
     secrets = tuple(secrets)
     request = store.request_of(record, secrets)  # before it is marked released
     _check_environment(executor, record, request, "released")

@@ -35,9 +35,19 @@ runs = sa.Table(
     # The top-level module a ModuleNotFoundError named (`execbox env requests`), or null.
     sa.Column("missing_module", sa.String(200)),
     sa.Column("environment", sa.String(32)),  # the environment it named; null: the default
+    # A held run turned down (it never runs): when, and by whom.
+    sa.Column("rejected_at", sa.Float),
+    sa.Column("rejected_by", sa.String(200)),
 )
 # Columns added after the first release: a database made before gets them on opening.
-ADDED_COLUMNS = ("sealed", "network", "missing_module", "environment")
+ADDED_COLUMNS = (
+    "sealed",
+    "network",
+    "missing_module",
+    "environment",
+    "rejected_at",
+    "rejected_by",
+)
 
 blobs = sa.Table(
     "blobs",

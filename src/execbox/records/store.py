@@ -74,6 +74,8 @@ class RunRecord(BaseModel):
     environment: str | None = Field(
         None, description="The environment the run named; null: the executor's default"
     )
+    rejected_at: float | None = Field(None, description="When a held run was turned down")
+    rejected_by: str | None = Field(None, description="Who turned the held run down")
 
 
 KEY_BYTES = 32
@@ -319,8 +321,25 @@ class RunStore:
                     runs.c.run_id == run_id,
                     runs.c.status == "needs_approval",
                     runs.c.approved_at.is_(None),
+                    runs.c.rejected_at.is_(None),
                 )
                 .values(approved_at=time.time(), approved_by=by)
+            )
+            return bool(done.rowcount)
+
+    def mark_rejected(self, run_id: str, by: str | None) -> bool:
+        """Turn a held run down for good; False when it was not held or already decided."""
+        self.settle()
+        with self.engine.begin() as conn:
+            done = conn.execute(
+                runs.update()
+                .where(
+                    runs.c.run_id == run_id,
+                    runs.c.status == "needs_approval",
+                    runs.c.approved_at.is_(None),
+                    runs.c.rejected_at.is_(None),
+                )
+                .values(rejected_at=time.time(), rejected_by=by)
             )
             return bool(done.rowcount)
 
@@ -333,14 +352,45 @@ class RunStore:
         return _record(row) if row else None
 
     def list(
-        self, *, limit: int = 50, status: str | None = None, session_id: str | None = None
-    ) -> list[RunRecord]:
+        self,
+        *,
+        limit: int = 50,
+        status: str | None = None,
+        session_id: str | None = None,
+        offset: int = 0,
+        language: str | None = None,
+        profile: str | None = None,
+        environment: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        code_contains: str | None = None,
+        within: sa.Select[Any] | None = None,
+        oldest_first: bool = False,
+        source_run_id: str | None = None,
+    ) -> builtins.list[RunRecord]:
+        """Records, newest first (`oldest_first`: a session's cells in order), that match
+        every filter given; `within`: a query of the run ids to look among (a tenant's)."""
         self.settle()
-        query = sa.select(runs).order_by(runs.c.created_at.desc()).limit(limit)
-        if status:
-            query = query.where(runs.c.status == status)
-        if session_id:
-            query = query.where(runs.c.session_id == session_id)
+        order = runs.c.created_at.asc() if oldest_first else runs.c.created_at.desc()
+        query = sa.select(runs).order_by(order).limit(limit).offset(offset)
+        for column, value in (
+            (runs.c.status, status),
+            (runs.c.session_id, session_id),
+            (runs.c.language, language),
+            (runs.c.profile, profile),
+            (runs.c.environment, environment),
+            (runs.c.source_run_id, source_run_id),
+        ):
+            if value:
+                query = query.where(column == value)
+        if since is not None:
+            query = query.where(runs.c.created_at >= since)
+        if until is not None:
+            query = query.where(runs.c.created_at < until)
+        if code_contains:
+            query = query.where(runs.c.code.contains(code_contains, autoescape=True))
+        if within is not None:
+            query = query.where(runs.c.run_id.in_(within))
         with self.engine.connect() as conn:
             return [_record(r) for r in conn.execute(query).mappings()]
 

@@ -4,6 +4,7 @@
     GET  /v1/runs/{id}, .../artifacts/{p}   the record and artifact bytes (own runs only)
     /v1/sessions/...                        sessions: create, cells, files, close
     GET  /healthz /readyz                   liveness, readiness (no key)
+    GET  /console/...                       the web console (a key, or its login cookie)
     GET  /metrics                           Prometheus metrics (an admin key)
     GET  /docs /redoc /openapi.json         the API's documents (only with Settings.docs)
 
@@ -27,7 +28,7 @@ from fastapi import FastAPI, Response
 from fastapi.responses import JSONResponse
 
 from .. import __version__
-from . import errors, runs, sessions
+from . import console, errors, runs, sessions
 from .deps import Admin, State
 from .limits import Admission, BodySizeLimit, SecretsCap
 from .state import ServerState, Settings
@@ -88,6 +89,7 @@ def create_app(executor: Executor | None = None, settings: Settings | None = Non
     app.add_middleware(Admission, state=state)  # outermost: the key before any of the body
     app.include_router(runs.router)
     app.include_router(sessions.router)
+    console.mount(app)
     if settings.e2b:  # its own app: its errors are E2B's shape
         from . import e2b
 

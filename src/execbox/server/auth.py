@@ -219,6 +219,10 @@ class KeyStore:
             )
         return owner
 
+    def runs_of(self, tenant: str) -> sa.Select[tuple[str]]:
+        """A query of the ids of the runs `tenant` owns (to filter the records by)."""
+        return sa.select(tenant_runs.c.run_id).where(tenant_runs.c.tenant == tenant)
+
     def count_runs(self, tenant: str | None = None) -> int:
         query = sa.select(sa.func.count()).select_from(tenant_runs)
         if tenant is not None:

@@ -247,6 +247,11 @@ class SessionRegistry:
         with self._lock:
             return sum(1 for _, s in self._sessions.values() if not s.closed)
 
+    def open_ids(self) -> set[str]:
+        """The ids of the sessions still open (whoever's: callers filter by owner)."""
+        with self._lock:
+            return {sid for sid, (_, s) in self._sessions.items() if not s.closed}
+
     def _start_token(self, key: str) -> float:
         """The key's session starts available now (a token bucket; inf: no rate)."""
         if self.starts_per_s is None:
