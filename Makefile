@@ -53,7 +53,10 @@ test-unprivileged: $(STAMP)
 
 test-rootless: image
 	@# Rootless mode as a throwaway ordinary user the tests make (useradd) and remove: root runs
-	@# them, to make that user and the cgroup v1 directories it hands over.
+	@# them, to make that user and the cgroup v1 directories it hands over. newuidmap and
+	@# newgidmap (Debian's uidmap) map runs to the subordinate ids a test gives that user.
+	@{ command -v newuidmap >/dev/null && command -v newgidmap >/dev/null; } || { \
+	  echo "installing uidmap"; apt-get update -qq && apt-get install -y -qq uidmap; }
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m rootless tests/rootless
 
 test-image: $(STAMP)

@@ -8,6 +8,7 @@ memory hog) go only after a jail proof adapted to rootless mode (see `runs`)."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import pwd
@@ -28,6 +29,7 @@ import pytest
 import execbox
 from execbox.environments import DEFAULT_NAME
 from execbox.image import Image
+from execbox.sandbox.inside.jail import RUN_UID, UID_FIRST
 
 pytestmark = [
     pytest.mark.rootless,
@@ -45,11 +47,18 @@ class User:
     uid: int
     home: Path
     python: str
+    # A cgroup v2 directory root moves each of the user's programs into before it drops to the
+    # user (as systemd starts a user's services in its delegated user@UID.service); None: stay.
+    cgroup: Path | None = None
 
     @property
     def become(self) -> list[str]:
         """The command prefix that runs a program as this user, with no other group."""
-        return ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--"]
+        drop = ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--"]
+        if self.cgroup is None:
+            return drop
+        enter = 'echo $$ > "$0/cgroup.procs" && exec "$@"'
+        return ["sh", "-c", enter, str(self.cgroup), *drop]
 
     def run(
         self, *argv: str, env: dict[str, str] | None = None, timeout: float = 300
@@ -145,6 +154,7 @@ def user() -> Iterator[User]:
             ["useradd", "--no-create-home", "--home-dir", "/nonexistent", name], check=True
         )
         uid = int(subprocess.run(["id", "-u", name], capture_output=True, check=True).stdout)
+        subordinate_ranges(name, None)  # useradd may give it some: a test adds its own
     else:  # the cgroup v2 guest (tests/uml) binds the host's /etc read-only: a bare uid
         account, uid = None, 60000 + os.getpid() % 1000
         assert not any(u.pw_uid == uid for u in pwd.getpwall())
@@ -162,8 +172,24 @@ def user() -> Iterator[User]:
     finally:
         subprocess.run(["pkill", "-KILL", "-U", str(uid)], check=False)
         if account is not None:
+            subordinate_ranges(account, None)
             subprocess.run(["userdel", account], check=True)
         shutil.rmtree(base)
+
+
+def subordinate_ranges(name: str, first: int | None, count: int = 65536) -> None:
+    """Set `name`'s line in /etc/subuid and /etc/subgid to FIRST:COUNT (None: remove it),
+    leaving every other line as it was."""
+    for path in (Path("/etc/subuid"), Path("/etc/subgid")):
+        lines = path.read_text().splitlines(keepends=True) if path.exists() else []
+        kept = [line for line in lines if line.split(":", 1)[0] != name]
+        if first is not None:
+            kept.append(f"{name}:{first}:{count}\n")
+        if kept != lines:
+            tmp = path.with_name(path.name + ".execbox-test")
+            tmp.write_text("".join(kept))
+            tmp.chmod(0o644)
+            tmp.replace(path)
 
 
 def _give_image(execbox_home: Path, base: Path) -> None:
@@ -208,6 +234,39 @@ def delegated(user: User) -> Iterator[str]:
         yield f"/{name}"
     finally:
         for path in made:
+            for parent, dirs, _files in os.walk(path, topdown=False):
+                for child in dirs:
+                    os.rmdir(os.path.join(parent, child))
+            path.rmdir()
+
+
+@pytest.fixture
+def delegated_v2(user: User) -> Iterator[Path]:
+    """A cgroup v2 subtree delegated to `user` as systemd delegates user@UID.service: root
+    enables memory and pids down to it, chowns the directory and its cgroup.procs,
+    cgroup.threads and cgroup.subtree_control (the kernel's delegation rules), and starts the
+    user's programs in a leaf below it (`User.cgroup`); all removed after."""
+    if not (V1 / "cgroup.subtree_control").exists():
+        pytest.skip("needs cgroup v2 alone (make test-cgroup2 boots a kernel with it)")
+    slices = [V1 / "user.slice", V1 / f"user.slice/user-{user.uid}.slice"]
+    service = slices[-1] / f"user@{user.uid}.service"
+    leaf = service / "app.scope"
+    made = []
+    try:
+        for path in (*slices, service, leaf):
+            path.mkdir()
+            made.append(path)
+        for path in slices:
+            (path / "cgroup.subtree_control").write_text("+memory +pids")
+        for path in (service, leaf):
+            for entry in ("", "cgroup.procs", "cgroup.threads", "cgroup.subtree_control"):
+                os.chown(path / entry, user.uid, user.uid)
+        user.cgroup = leaf
+        yield service
+    finally:
+        user.cgroup = None
+        subprocess.run(["pkill", "-KILL", "-U", str(user.uid)], check=False)
+        for path in reversed(made):
             for parent, dirs, _files in os.walk(path, topdown=False):
                 for child in dirs:
                     os.rmdir(os.path.join(parent, child))
@@ -343,8 +402,10 @@ PROOF = (
 with Executor(cache=False, allow_unenforced_limits=req["allow"], profiles=profiles) as ex:
     proof = ex.run(PROOF)
     said = proof.stdout.split()
-    want = [str(0x70000000), str(0x70000000), str(os.getuid()), "1", "0" * 16]
-    if not proof.ok or len(said) != 6 or int(said[0]) > 3 or said[1:] != want:
+    maps = req.get("uid_map") or [[0x70000000, os.getuid(), 1]]
+    run_uid = req.get("run_uid", 0x70000000)
+    want = [str(run_uid)] + [str(n) for line in maps for n in line] + ["0" * 16]
+    if not proof.ok or int(said[0]) > 3 or said[1:] != want:
         print(json.dumps({"unproven": proof.model_dump(mode="json")}))
         sys.exit(0)
     for item in req["runs"]:
@@ -369,9 +430,12 @@ def runs(
     items: list[dict[str, object]],
     allow: tuple[str, ...] = ("memory", "pids"),
     env: dict[str, str] | None = None,
+    proof: dict[str, object] | None = None,
 ) -> list[dict[str, Any]]:
     """The results of `items` ({code, language, limits}) run through an Executor as `user`,
-    once the jail is proven (a failed proof fails the test: nothing hostile ran)."""
+    once the jail is proven (a failed proof fails the test: nothing hostile ran). `proof`:
+    the run's uid (`run_uid`) and `uid_map` lines the proof expects, when not the default
+    (the caller's uid alone, mapped to UID_FIRST)."""
     done = subprocess.run(
         [*user.become, "env", "-i"]
         + [
@@ -386,7 +450,7 @@ def runs(
             ).items()
         ]
         + [user.python, "-c", RUNS],
-        input=json.dumps({"allow": list(allow), "runs": items}),
+        input=json.dumps({"allow": list(allow), "runs": items} | (proof or {})),
         capture_output=True,
         text=True,
         timeout=400,
@@ -529,6 +593,131 @@ def test_results_and_records_say_which_limits_did_not_hold(user: User) -> None:
     (cell,) = runs(user, [{"code": "6 * 7", "session": True}])
     assert cell["status"] == "ok" and cell["session_id"], cell
     assert cell["unenforced_limits"] == ["memory_mib", "pids"], cell
+
+
+@pytest.mark.timeout(900)  # under make test-cgroup2's user-mode Linux, calls are ~200x slower
+def test_a_delegated_v2_cgroup_holds_memory_and_pids(user: User, delegated_v2: Path) -> None:
+    """cgroup v2 delegation as a user session has it (the guest of make test-cgroup2): found
+    by itself, no setting, reported as held by doctor, and holding a run's memory and pids."""
+    report = user.doctor(status=0)
+    for limit in ("memory", "pids"):
+        assert report[f"limit {limit}"].startswith(f"ok   limit {limit}"), report
+        assert f"cgroup v2 at {delegated_v2}" in report[f"limit {limit}"], report
+    assert "whole run's CPU time" in report["limit cpu time"], report
+    fork_bomb = (
+        "import os, time\nkids = 0\ntry:\n    for _ in range(100):\n"
+        "        if os.fork() == 0:\n            time.sleep(5)\n            os._exit(0)\n"
+        "        kids += 1\nexcept OSError as exc:\n    print('refused after', kids, exc.errno)"
+    )
+    memory, pids = runs(
+        user,
+        [
+            {
+                "code": "b = bytearray(128 << 20)\nb[::4096] = b'x' * len(b[::4096])",
+                "limits": {"memory_mib": 32},
+            },
+            {"code": fork_bomb, "limits": {"pids": 8}},
+        ],
+        allow=(),
+    )
+    assert memory["status"] == "memory_limit", memory
+    assert memory["metrics"]["memory_peak_bytes"] is not None, memory  # read from its cgroup
+    refused = pids["stdout"].split()
+    assert refused[:2] == ["refused", "after"] and int(refused[2]) < 8, pids
+    assert refused[3] == "11"  # EAGAIN: the run cgroup's pids.max
+    assert memory["unenforced_limits"] == pids["unenforced_limits"] == []
+    # The runs' cgroups were made in the delegated subtree, and removed.
+    assert (delegated_v2 / "execbox").is_dir()
+    assert not [p for p in (delegated_v2 / "execbox").iterdir() if p.is_dir()]
+
+
+@pytest.fixture
+def subordinate(user: User) -> Iterator[int]:
+    """A /etc/subuid and /etc/subgid range for `user` (the first id, 65536 of them, far above
+    the ranges useradd gives), removed after."""
+    if not (shutil.which("newuidmap") and shutil.which("newgidmap")):
+        pytest.fail(
+            "needs newuidmap and newgidmap: apt-get install uidmap (make test-rootless does)"
+        )
+    assert user.name is not None
+    first = 1_500_000_000 + (os.getpid() % 1000) * 65536
+    subordinate_ranges(user.name, first)
+    try:
+        yield first
+    finally:
+        subordinate_ranges(user.name, None)
+
+
+def test_with_subordinate_ids_a_run_is_not_the_caller(user: User, subordinate: int) -> None:
+    """With /etc/subuid and /etc/subgid ranges a run's uid and gid map to the first
+    subordinate ids: outside its namespace the run is not the caller, owns none of the
+    caller's files (the image it runs from included) and cannot signal the caller's
+    processes even where it could name them."""
+    report = user.doctor(env={"EXECBOX_ALLOW_UNENFORCED_LIMITS": "memory,pids"}, status=0)
+    assert f"runs map to uid {subordinate} and gid {subordinate}" in report["subordinate ids"]
+    watch = (
+        "import os, sys, time\n"
+        "st = os.stat(sys.executable)\n"
+        "print(os.getuid(), os.getgid(), st.st_uid, os.access(sys.executable, os.W_OK))\n"
+        "sys.stdout.flush()\n"
+        "time.sleep(4)\n"
+    )
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(
+            runs,
+            user,
+            [{"code": watch}, {"code": "print(open('/proc/self/gid_map').read().split())"}],
+            proof={
+                "run_uid": RUN_UID,
+                "uid_map": [[UID_FIRST, user.uid, 1], [RUN_UID, subordinate, 1]],
+            },
+        )
+        # The host's view of the run while it sleeps: its processes' host uid and gid.
+        seen: list[str] = []
+        deadline = time.monotonic() + 300
+        while not seen and not pending.done() and time.monotonic() < deadline:
+            seen = subprocess.run(
+                ["pgrep", "-U", str(subordinate)], capture_output=True, text=True
+            ).stdout.split()
+            time.sleep(0.05)
+        watched, gids = pending.result()
+    assert seen, "no process of the subordinate uid while the run slept"
+    assert watched["status"] == "ok", watched
+    run_uid, run_gid, owner, writable = watched["stdout"].split()
+    assert (run_uid, run_gid) == (str(RUN_UID), str(RUN_UID))
+    # The image the run sees is not its own (here root's, so nobody's inside; a caller's
+    # image would be UID_FIRST's), nor writable.
+    assert owner != run_uid and writable == "False", watched
+    # setpriv gave the caller gid = its uid; the run's gid maps to the subordinate gid.
+    want = [str(UID_FIRST), str(user.uid), "1", str(RUN_UID), str(subordinate), "1"]
+    assert gids["stdout"].strip() == str(want), gids
+    # Nothing of the runs outlives them.
+    assert not subprocess.run(["pgrep", "-U", str(subordinate)], capture_output=True).stdout
+
+
+def test_subordinate_ids_with_a_delegated_cgroup(
+    user: User, subordinate: int, delegated: str
+) -> None:
+    """The run's init joins its cgroup itself, before it leaves the caller's uid: a delegated
+    cgroup still holds the limits of a run whose uid is a subordinate one."""
+    memory, plain = runs(
+        user,
+        [
+            {
+                "code": "b = bytearray(256 << 20)\nb[::4096] = b'x' * len(b[::4096])",
+                "limits": {"memory_mib": 64},
+            },
+            {"code": "import os\nprint(os.getuid())"},
+        ],
+        allow=(),
+        env={"EXECBOX_CGROUP_ROOT": delegated},
+        proof={
+            "run_uid": RUN_UID,
+            "uid_map": [[UID_FIRST, user.uid, 1], [RUN_UID, subordinate, 1]],
+        },
+    )
+    assert memory["status"] == "memory_limit" and memory["unenforced_limits"] == [], memory
+    assert plain["stdout"] == f"{RUN_UID}\n", plain
 
 
 # add_key(2) by number (libc has no wrapper): "user" key `name` in the user keyring (-4).
