@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-unprivileged test-rootless test-cgroup2 test-image test-cluster check docs bench image \
+.PHONY: demo test test-unprivileged test-rootless test-cgroup2 test-image test-compose test-cluster check docs bench image \
 	deps lock clean
 
 deps:
@@ -65,6 +65,13 @@ test-image: $(STAMP)
 	  echo "installing podman and mmdebstrap"; apt-get update -qq && \
 	  apt-get install -y -qq podman mmdebstrap uidmap runc; }
 	tests/image/run
+
+test-compose: test-image
+	@# deploy/compose.yaml with podman-compose: PostgreSQL's image built here from Debian's
+	@# package, the server's from test-image, the API smoke tests, the records read back.
+	@command -v podman-compose >/dev/null || { \
+	  echo "installing podman-compose"; apt-get update -qq && apt-get install -y -qq podman-compose; }
+	tests/image/compose
 
 test-cgroup2: image
 	@# The cgroup tests inside a user-mode Linux kernel with cgroup v2 alone (the host's
