@@ -633,8 +633,8 @@ def test_a_delegated_v2_cgroup_holds_memory_and_pids(user: User, delegated_v2: P
 
 @pytest.fixture
 def subordinate(user: User) -> Iterator[int]:
-    """A /etc/subuid and /etc/subgid range for `user` (the first id, 65536 of them, far above
-    the ranges useradd gives), removed after."""
+    """A /etc/subuid and /etc/subgid range for `user` (65536 ids far above the ranges useradd
+    gives), removed after; the id runs map to, its last."""
     if not (shutil.which("newuidmap") and shutil.which("newgidmap")):
         pytest.fail(
             "needs newuidmap and newgidmap: apt-get install uidmap (make test-rootless does)"
@@ -643,13 +643,13 @@ def subordinate(user: User) -> Iterator[int]:
     first = 1_500_000_000 + (os.getpid() % 1000) * 65536
     subordinate_ranges(user.name, first)
     try:
-        yield first
+        yield first + 65535
     finally:
         subordinate_ranges(user.name, None)
 
 
 def test_with_subordinate_ids_a_run_is_not_the_caller(user: User, subordinate: int) -> None:
-    """With /etc/subuid and /etc/subgid ranges a run's uid and gid map to the first
+    """With /etc/subuid and /etc/subgid ranges a run's uid and gid map to the last
     subordinate ids: outside its namespace the run is not the caller, owns none of the
     caller's files (the image it runs from included) and cannot signal the caller's
     processes even where it could name them."""

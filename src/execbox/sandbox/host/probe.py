@@ -236,7 +236,7 @@ def rootless_checks() -> list[Check]:
             "subordinate ids",
             True,
             (
-                f"runs map to uid {sub.uid} and gid {sub.gid} (the first of your /etc/subuid "
+                f"runs map to uid {sub.uid} and gid {sub.gid} (the last of your /etc/subuid "
                 "and /etc/subgid ranges, by newuidmap and newgidmap): outside its namespace "
                 "a run is not you and owns none of your files"
                 if sub

@@ -10,7 +10,7 @@ accepts those limits unenforced, by name (`Executor(allow_unenforced_limits=...)
 `--allow-unenforced-limits`, EXECBOX_ALLOW_UNENFORCED_LIMITS): never a silent fallback.
 
 Uids: with subordinate ranges (/etc/subuid and /etc/subgid, newuidmap and newgidmap) every
-run's uid and gid map to the first subordinate uid and gid, not the caller's (the zygotes
+run's uid and gid map to the last subordinate uid and gid, not the caller's (the zygotes
 keep the caller's, to read the image and make run cgroups): a file or process of the caller's
 the run could reach it does not own, and what it writes in a bound path the caller owns not.
 With no range only the caller's uid maps: the run IS the caller outside the namespace, and
@@ -253,9 +253,10 @@ def _first_range(path: str, uid: int) -> tuple[int, int] | None:
 
 @dataclass(frozen=True)
 class Subordinate:
-    """The host ids a rootless run's uid and gid map to: the first of the user's subordinate
+    """The host ids a rootless run's uid and gid map to: the last of the user's subordinate
     ranges, mapped by newuidmap and newgidmap (setuid root, they check /etc/subuid and
-    /etc/subgid), so that the run is not the caller outside its namespace."""
+    /etc/subgid), so that the run is not the caller outside its namespace. The last, not the
+    first: rootless podman maps a container's uid 1 (daemon) to the first."""
 
     uid: int
     gid: int
@@ -271,7 +272,8 @@ def subordinate() -> Subordinate | None:
     gids = _first_range(SUBGID, os.geteuid())
     if tools[0] is None or tools[1] is None or uids is None or gids is None:
         return None
-    return Subordinate(uids[0], gids[0], tools[0], tools[1])
+    last_uid, last_gid = uids[0] + uids[1] - 1, gids[0] + gids[1] - 1
+    return Subordinate(last_uid, last_gid, tools[0], tools[1])
 
 
 def limits(delegation: Delegation) -> list[tuple[str, bool, str]]:

@@ -40,7 +40,7 @@ UID_COUNT = 1 << 16
 UID_LOCKS = "/run/execbox/uids"  # one lock file per uid in use, held by its slot's supervisor
 INIT_UID = 65533  # pid 1 of the run's pid namespace, once set-up is done
 # Rootless mode: the user namespace maps UID_FIRST to the caller's own uid (see
-# `native/enter.c`), and with subordinate ids RUN_UID to the first of them; init and every
+# `native/enter.c`), and with subordinate ids RUN_UID to the last of them; init and every
 # slot's program share one of the two (`share_one_uid`).
 RUN_UID = UID_FIRST + 1
 shared_uid = False
