@@ -65,7 +65,7 @@ def main(url: str, key: str, rootless: bool = False) -> None:
         )
         r = run("import os; print(os.getuid(), open('/proc/self/uid_map').read().split())")
         check("a run in a user namespace", r["status"] == "ok", r)
-        print(f"rootless run: uid and uid_map {r['stdout'].strip()}")
+        print(f"rootless run: uid and uid_map {str(r['stdout']).strip()}")
     else:
         check("a memory limit", r["status"] == "memory_limit", r["status"])
         check("limits held", r["unenforced_limits"] == [], r["unenforced_limits"])
