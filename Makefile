@@ -5,8 +5,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test browser test-unprivileged test-rootless test-cgroup2 test-image test-cluster test-integrations \
-	check docs bench image \
+.PHONY: demo test browser test-unprivileged test-rootless test-cgroup2 test-image test-compose test-cluster \
+	test-integrations check docs bench image \
 	deps lock clean
 
 deps:
@@ -66,7 +66,10 @@ test-unprivileged: $(STAMP)
 
 test-rootless: image
 	@# Rootless mode as a throwaway ordinary user the tests make (useradd) and remove: root runs
-	@# them, to make that user and the cgroup v1 directories it hands over.
+	@# them, to make that user and the cgroup v1 directories it hands over. newuidmap and
+	@# newgidmap (Debian's uidmap) map runs to the subordinate ids a test gives that user.
+	@{ command -v newuidmap >/dev/null && command -v newgidmap >/dev/null; } || { \
+	  echo "installing uidmap"; apt-get update -qq && apt-get install -y -qq uidmap; }
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m rootless tests/rootless
 
 test-image: $(STAMP)
@@ -75,6 +78,13 @@ test-image: $(STAMP)
 	  echo "installing podman and mmdebstrap"; apt-get update -qq && \
 	  apt-get install -y -qq podman mmdebstrap uidmap runc; }
 	tests/image/run
+
+test-compose: test-image
+	@# deploy/compose.yaml with podman-compose: PostgreSQL's image built here from Debian's
+	@# package, the server's from test-image, the API smoke tests, the records read back.
+	@command -v podman-compose >/dev/null || { \
+	  echo "installing podman-compose"; apt-get update -qq && apt-get install -y -qq podman-compose; }
+	tests/image/compose
 
 test-cgroup2: image
 	@# The cgroup tests inside a user-mode Linux kernel with cgroup v2 alone (the host's

@@ -30,6 +30,7 @@ RESULT_FIELDS = {
     "inputs_read",
     "metrics",
     "limits",
+    "unenforced_limits",
     "code_sha256",
     "image_digest",
     "cached",

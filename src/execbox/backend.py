@@ -179,9 +179,12 @@ def rootless_options(allowed: frozenset[str]) -> dict[str, Any]:
             f"rootless mode: only {held[0]} is delegated ({delegation.missing}); delegate "
             "both memory and pids, or neither and accept both unenforced"
         )
+    sub = rootless.subordinate()
     return {
         "cgroup_version": delegation.version if held else None,
         "cgroup_paths": delegation.paths if held else {},
+        # Runs as a subordinate uid and gid (None: as the caller's own, the one mapped).
+        "subordinate": None if sub is None else [sub.uid, sub.gid, sub.newuidmap, sub.newgidmap],
     }
 
 

@@ -571,6 +571,7 @@ SUMMARY_FIELDS = {
     "error",
     "network_log",
     "artifacts",
+    "unenforced_limits",
 }
 
 
@@ -586,6 +587,13 @@ def summary(result: Mapping[str, Any], artifacts_dir: Path | None) -> None:
         f"  wall={m['wall_ms']:.0f}ms  cpu={m['cpu_ms']:.0f}ms  mem={mem}  run={result['run_id']}"
     )
     click.echo(line, err=True)
+    unenforced = result.get("unenforced_limits") or []
+    if unenforced:
+        click.echo(
+            f"[execbox] warning: limits NOT enforced for this run: {', '.join(unenforced)} "
+            "(rootless mode without a delegated cgroup; see `execbox doctor`)",
+            err=True,
+        )
     error = result["error"]
     if error and result["status"] != "error":
         click.echo(f"[execbox] {error['type']}: {error['message']}", err=True)

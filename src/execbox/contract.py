@@ -501,6 +501,12 @@ class RunResult(BaseModel):
         default_factory=lambda: Metrics(wall_ms=0, cpu_ms=0, memory_peak_bytes=0)
     )
     limits: Limits = Field(default_factory=Limits)
+    unenforced_limits: list[str] = Field(
+        default_factory=list,
+        description="The fields of `limits` that did not hold for this run: `memory_mib` and "
+        "`pids` in rootless mode with no delegated cgroup, accepted unenforced by the caller "
+        "(see `execbox doctor`); empty when every limit held.",
+    )
     code_sha256: str = Field(
         "",
         description="The sha256 of the code as recorded: with the registered secrets and "

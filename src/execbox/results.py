@@ -83,6 +83,7 @@ def result_of(
             "inputs_read": meta.get("inputs_read"),
             "metrics": Metrics(**meta["metrics"]),
             "network_log": [NetworkConnection(**entry) for entry in raw.network_log],
+            "unenforced_limits": meta.get("unenforced_limits", []),
         }
     )
 

@@ -218,7 +218,7 @@ def rootless_checks() -> list[Check]:
     """An ordinary user's host: what rootless mode needs, and exactly which limits hold."""
     allowed = rootless.parse_allowed(os.environ.get(rootless.ALLOW_ENV))
     delegation = rootless.delegated_cgroup()
-    sub = rootless.subordinate_ids()
+    sub = rootless.subordinate()
     checks = [
         Check(
             "mode",
@@ -235,9 +235,16 @@ def rootless_checks() -> list[Check]:
         Check(
             "subordinate ids",
             True,
-            (f"uids {sub[0]}-{sub[0] + sub[1] - 1} in /etc/subuid, not used: " if sub else "")
-            + "a run's uid maps to yours alone, so outside its namespace it is you (pid and "
-            "mount namespaces and seccomp keep it from your processes and files)",
+            (
+                f"runs map to uid {sub.uid} and gid {sub.gid} (the last of your /etc/subuid "
+                "and /etc/subgid ranges, by newuidmap and newgidmap): outside its namespace "
+                "a run is not you and owns none of your files"
+                if sub
+                else "none (no /etc/subuid and /etc/subgid range, or no newuidmap and "
+                "newgidmap: Debian's uidmap): a run's uid maps to yours, so outside its "
+                "namespace it is you (pid and mount namespaces and seccomp keep it from your "
+                "processes and files)"
+            ),
             required=False,
         ),
     ]
@@ -258,7 +265,7 @@ def rootless_checks() -> list[Check]:
         Check(
             "rootless jail",
             True,
-            "the zygotes in a user namespace of their own (your uid its one uid) and a pid "
+            "the zygotes in a user namespace of their own (as your uid there) and a pid "
             "namespace of theirs; the image's tree bound read-only, a private /run",
         ),
     ]

@@ -9,8 +9,10 @@ to the user), named by EXECBOX_CGROUP_ROOT. Without one, a run is refused unless
 accepts those limits unenforced, by name (`Executor(allow_unenforced_limits=...)`,
 `--allow-unenforced-limits`, EXECBOX_ALLOW_UNENFORCED_LIMITS): never a silent fallback.
 
-Uids: with a subordinate range (/etc/subuid and newuidmap) each run's uid maps to a host uid
-that is not the caller's, so even a process of the caller's it could name is out of reach.
+Uids: with subordinate ranges (/etc/subuid and /etc/subgid, newuidmap and newgidmap) every
+run's uid and gid map to the last subordinate uid and gid, not the caller's (the zygotes
+keep the caller's, to read the image and make run cgroups): a file or process of the caller's
+the run could reach it does not own, and what it writes in a bound path the caller owns not.
 With no range only the caller's uid maps: the run IS the caller outside the namespace, and
 what keeps it from the caller's processes and files is the pid namespace (it sees and signals
 only its own), the mount namespace (no host path but /usr and the read-only image) and the
@@ -31,6 +33,7 @@ ALLOW_ENV = "EXECBOX_ALLOW_UNENFORCED_LIMITS"
 CGROUP_LIMITS = ("memory", "pids")  # the limits only a cgroup enforces for a whole run
 CLONE_NEWUSER = 0x10000000
 SUBUID = "/etc/subuid"
+SUBGID = "/etc/subgid"
 
 
 def is_rootless() -> bool:
@@ -229,26 +232,48 @@ def user_namespaces() -> str:
     return "a user namespace, and in it mount, pid, net, ipc, uts and cgroup namespaces"
 
 
-def subordinate_ids() -> tuple[int, int] | None:
-    """This user's first subordinate uid and how many (/etc/subuid), when newuidmap can map
-    them; None when only the caller's own uid can be mapped."""
-    if shutil.which("newuidmap") is None:
-        return None
-    uid = os.geteuid()
+def _first_range(path: str, uid: int) -> tuple[int, int] | None:
+    """This user's first range in /etc/subuid or /etc/subgid (by name or uid): (first, count)."""
     try:
         name = pwd.getpwuid(uid).pw_name
     except KeyError:
         name = ""
     try:
-        with open(SUBUID) as fh:
+        with open(path) as fh:
             for line in fh:
                 owner, _, rest = line.strip().partition(":")
                 first, _, count = rest.partition(":")
                 if owner in (name, str(uid)) and first.isdigit() and count.isdigit():
-                    return int(first), int(count)
+                    if int(count) > 0:
+                        return int(first), int(count)
     except OSError:
         return None
     return None
+
+
+@dataclass(frozen=True)
+class Subordinate:
+    """The host ids a rootless run's uid and gid map to: the last of the user's subordinate
+    ranges, mapped by newuidmap and newgidmap (setuid root, they check /etc/subuid and
+    /etc/subgid), so that the run is not the caller outside its namespace. The last, not the
+    first: rootless podman maps a container's uid 1 (daemon) to the first."""
+
+    uid: int
+    gid: int
+    newuidmap: str
+    newgidmap: str
+
+
+def subordinate() -> Subordinate | None:
+    """The ids runs map to, when this user has both a /etc/subuid and a /etc/subgid range and
+    newuidmap and newgidmap are installed (Debian's `uidmap`); None: the caller's own."""
+    tools = shutil.which("newuidmap"), shutil.which("newgidmap")
+    uids = _first_range(SUBUID, os.geteuid())
+    gids = _first_range(SUBGID, os.geteuid())
+    if tools[0] is None or tools[1] is None or uids is None or gids is None:
+        return None
+    last_uid, last_gid = uids[0] + uids[1] - 1, gids[0] + gids[1] - 1
+    return Subordinate(last_uid, last_gid, tools[0], tools[1])
 
 
 def limits(delegation: Delegation) -> list[tuple[str, bool, str]]:

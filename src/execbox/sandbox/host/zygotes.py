@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ...image import ENV_DIR, FS_TYPE, PACKAGE_DIR
 from ..inside import protocol
 from ..inside.cgroup import CgroupUnavailable, Hierarchy
-from ..inside.jail import UID_FIRST
+from ..inside.jail import RUN_UID, UID_FIRST
 from . import loop
 from .errors import HostError
 from .pool import SLOT_KINDS, SlotPool
@@ -101,7 +101,7 @@ class ZygoteProcess:
             self._device = loop.attach(image.fs_image)
             enter = [program, self._device.path, FS_TYPE]
         else:
-            self._namespaces = _Namespaces(program)
+            self._namespaces = _Namespaces(program, rootless.get("subordinate"))
             keep = self._namespaces.fds
             enter = [program, "--userns", *map(str, keep), str(image.root), "bind"]
         enter += [
@@ -600,14 +600,21 @@ def _small_heap(env: dict[str, str]) -> dict[str, str]:
 
 
 class _Namespaces:
-    """Rootless mode: a user namespace in which UID_FIRST alone is mapped, to this process's
-    uid (its gid likewise), and in it a pid namespace, made and held by `execbox-enter
-    --hold-userns`; every zygote joins both. `close` ends the pid namespace's init, and with
-    it every process of the namespace. HostError when they cannot be made."""
+    """Rootless mode: a user namespace in which UID_FIRST is mapped to this process's uid (its
+    gid likewise), and in it a pid namespace, made and held by `execbox-enter --hold-userns`;
+    every zygote joins both. With `subordinate` ([uid, gid, newuidmap, newgidmap]) RUN_UID is
+    mapped too, to that subordinate uid and gid, by those tools. `close` ends the pid
+    namespace's init, and with it every process of the namespace. HostError when they cannot
+    be made."""
 
-    def __init__(self, enter: str) -> None:
+    def __init__(self, enter: str, subordinate: list[Any] | None = None) -> None:
+        hold = (
+            ["--hold-userns-mapped"]
+            if subordinate
+            else ["--hold-userns", str(UID_FIRST), str(UID_FIRST)]
+        )
         self.holder = subprocess.Popen(
-            [enter, "--hold-userns", str(UID_FIRST), str(UID_FIRST)],
+            [enter, *hold],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -615,8 +622,10 @@ class _Namespaces:
         )
         self.fds: list[int] = []
         assert self.holder.stdout is not None
-        said = self.holder.stdout.readline().split()
         try:
+            if subordinate:
+                self._map(subordinate)
+            said = self.holder.stdout.readline().split()
             if len(said) != 2 or said[0] != b"ready":
                 raise HostError(f"rootless mode: {self._error()}")
             for name in ("user", "pid"):
@@ -624,6 +633,36 @@ class _Namespaces:
         except BaseException:
             self.close()
             raise
+
+    def _map(self, subordinate: list[Any]) -> None:
+        """Map the holder's ids: ours to UID_FIRST, the subordinate ones to RUN_UID."""
+        assert self.holder.stdout is not None and self.holder.stdin is not None
+        said = self.holder.stdout.readline().split()
+        if len(said) != 2 or said[0] != b"map":
+            raise HostError(f"rootless mode: {self._error()}")
+        sub_uid, sub_gid, newuidmap, newgidmap = subordinate
+        for tool, own, sub in (
+            (newuidmap, os.geteuid(), sub_uid),
+            (newgidmap, os.getegid(), sub_gid),
+        ):
+            argv = [
+                tool,
+                said[1].decode(),
+                str(UID_FIRST),
+                str(own),
+                "1",
+                str(RUN_UID),
+                str(sub),
+                "1",
+            ]
+            done = subprocess.run(argv, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                raise HostError(
+                    f"rootless mode: {' '.join(argv)} failed ({done.stderr.strip()}); check "
+                    f"this user's ranges in /etc/subuid and /etc/subgid"
+                )
+        self.holder.stdin.write(b"mapped\n")
+        self.holder.stdin.flush()
 
     def _error(self) -> str:
         assert self.holder.stdin is not None and self.holder.stderr is not None

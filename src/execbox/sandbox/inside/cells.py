@@ -460,6 +460,8 @@ class SessionSupervisor:
         )
         if self.inputs:
             meta["inputs_read"] = jail.inputs_read(self.inputs)
+        if self.cg.unenforced():
+            meta["unenforced_limits"] = self.cg.unenforced()
         protocol.send_all(self.ctrl, protocol.json_frame(CELL_RESULT, meta))
         for art in collected:
             protocol.send_all(self.ctrl, protocol.frame(protocol.ART, art.data))

@@ -69,6 +69,10 @@ def _mkdir_p(path: str) -> None:
     os.makedirs(path, exist_ok=True)
 
 
+# The limits only a cgroup enforces for a whole run, by their `Limits` field names.
+UNENFORCED_WITHOUT_CGROUP = ("memory_mib", "pids")
+
+
 @dataclass
 class Hierarchy:
     """Where run cgroups are created: one parent directory per controller (one on v2)."""
@@ -272,6 +276,10 @@ class RunCgroup:
 
     def _mem(self) -> int:
         return self.dirs["" if self.v2 else "memory"]
+
+    def unenforced(self) -> list[str]:
+        """The run's limits (contract names) this cgroup does not hold: both with no cgroup."""
+        return [] if self.dirs else list(UNENFORCED_WITHOUT_CGROUP)
 
     def set_limits(self, memory_bytes: int, pids: int) -> bool:
         """Memory (RAM and swap) and pids limits; writes only what changed (and says whether

@@ -39,23 +39,33 @@ UID_FIRST = 0x7000_0000
 UID_COUNT = 1 << 16
 UID_LOCKS = "/run/execbox/uids"  # one lock file per uid in use, held by its slot's supervisor
 INIT_UID = 65533  # pid 1 of the run's pid namespace, once set-up is done
-# Rootless mode: the user namespace maps UID_FIRST alone (the caller's own uid outside, see
-# `native/enter.c`), so init and every slot's program share it (`share_one_uid`).
+# Rootless mode: the user namespace maps UID_FIRST to the caller's own uid (see
+# `native/enter.c`), and with subordinate ids RUN_UID to the last of them; init and every
+# slot's program share one of the two (`share_one_uid`).
+RUN_UID = UID_FIRST + 1
 shared_uid = False
+rootless_uid = UID_FIRST
 
 
-def share_one_uid() -> None:
-    """Rootless mode: init and every program run as UID_FIRST, the one uid mapped."""
-    global shared_uid
+def share_one_uid(uid: int = UID_FIRST) -> None:
+    """Rootless mode: init and every program run as `uid`: UID_FIRST (the caller's), or
+    RUN_UID (a subordinate uid) where it is mapped."""
+    global shared_uid, rootless_uid
     shared_uid = True
+    rootless_uid = uid
 
 
-def uid_count() -> int:
-    return 1 if shared_uid else UID_COUNT
+def program_uids() -> range:
+    """The uids a program may be asked to run as."""
+    return (
+        range(rootless_uid, rootless_uid + 1)
+        if shared_uid
+        else range(UID_FIRST, UID_FIRST + UID_COUNT)
+    )
 
 
 def init_uid() -> int:
-    return UID_FIRST if shared_uid else INIT_UID
+    return rootless_uid if shared_uid else INIT_UID
 
 
 STAGING = "/tmp"  # in the private mount namespace a tmpfs is mounted here and becomes the root
@@ -261,8 +271,8 @@ def claim_uid() -> tuple[int, int]:
     # which imports this module (an extension module is five more mappings in each fork).
     import fcntl
 
-    if shared_uid:  # the one uid mapped: shared, no lock to hold
-        return UID_FIRST, -1
+    if shared_uid:  # one uid for every run: shared, no lock to hold
+        return rootless_uid, -1
     with step("claim a sandbox uid"):
         os.makedirs(UID_LOCKS, 0o700, exist_ok=True)
         for uid in range(UID_FIRST, UID_FIRST + UID_COUNT):

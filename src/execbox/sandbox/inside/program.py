@@ -103,7 +103,7 @@ def serve(
             host.fileno(),
             spawn.fileno(),
             own_pid_ns,
-            range(jail.UID_FIRST, jail.UID_FIRST + jail.uid_count()),
+            jail.program_uids(),
             cfg.seccomp,
         )
     except BaseException:

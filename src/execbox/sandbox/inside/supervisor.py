@@ -441,6 +441,8 @@ class Supervisor:
         )
         if inputs:
             meta["inputs_read"] = jail.inputs_read(inputs)
+        if self.cg is not None and self.cg.unenforced():
+            meta["unenforced_limits"] = self.cg.unenforced()
         return {"meta": meta, "artifacts": collected}
 
     def _supervise(self, started: float, spec: jail.RunSpec) -> tuple[str | None, int | None]:

@@ -129,7 +129,7 @@ def main(sock: socket.socket, options: dict[str, Any]) -> None:
             jail.set_environment({})
         rootless = options.get("rootless")
         if rootless is not None:
-            jail.share_one_uid()
+            jail.share_one_uid(jail.RUN_UID if rootless.get("subordinate") else jail.UID_FIRST)
         hierarchy = _hierarchy(rootless) if role == "supervisors" else None
         demand_s = float(options["demand_s"]) if hierarchy is not None else 0.0
         if not 0.0 <= demand_s < 3600.0:

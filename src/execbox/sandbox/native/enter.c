@@ -21,6 +21,9 @@
      pid 1's, in the caller's pid namespace). Every zygote of the host joins both: a process
      can only setns into a pid namespace owned by a user namespace it has capabilities in,
      and the supervisor and the program zygotes go back to their own after each run's.
+   execbox-enter --hold-userns-mapped
+     the same, but its ids are mapped from outside: it says "map PID" once the user namespace
+     exists, and goes on when a line arrives on stdin (after newuidmap and newgidmap ran).
    execbox-enter --userns USER_FD PID_FD DIRECTORY bind ENV_DIR PACKAGE_SOURCE PACKAGE_DIR
                  PROGRAM...
      joins them, keeps its capabilities there across the exec as ambient ones (its uid is
@@ -83,11 +86,23 @@ __attribute__((noreturn)) static void hold_userns(const char *uid, const char *g
     unsigned outside_uid = (unsigned)geteuid(), outside_gid = (unsigned)getegid();
     if (unshare(CLONE_NEWUSER) != 0)
         fail("unshare", "a user namespace");
-    write_file("/proc/self/setgroups", "deny");
-    snprintf(map, sizeof map, "%s %u 1", uid, outside_uid);
-    write_file("/proc/self/uid_map", map);
-    snprintf(map, sizeof map, "%s %u 1", gid, outside_gid);
-    write_file("/proc/self/gid_map", map);
+    if (uid == NULL) {
+        /* Mapped from outside (newuidmap and newgidmap, setuid root there: only they may map
+           subordinate ids): say our pid, wait for the line that says it is done. */
+        printf("map %d\n", (int)getpid());
+        fflush(stdout);
+        char byte = 0;
+        while (byte != '\n') {
+            if (read(0, &byte, 1) != 1)
+                fail("read", "the word that the ids are mapped");
+        }
+    } else {
+        write_file("/proc/self/setgroups", "deny");
+        snprintf(map, sizeof map, "%s %u 1", uid, outside_uid);
+        write_file("/proc/self/uid_map", map);
+        snprintf(map, sizeof map, "%s %u 1", gid, outside_gid);
+        write_file("/proc/self/gid_map", map);
+    }
     if (unshare(CLONE_NEWPID) != 0)
         fail("unshare", "a pid namespace");
     pid_t child = fork();
@@ -150,6 +165,8 @@ static void join_namespaces(const char *user_fd, const char *pid_fd) {
 int main(int argc, char **argv) {
     if (argc == 4 && strcmp(argv[1], "--hold-userns") == 0)
         hold_userns(argv[2], argv[3]);
+    if (argc == 2 && strcmp(argv[1], "--hold-userns-mapped") == 0)
+        hold_userns(NULL, NULL);
     int rootless = argc > 4 && strcmp(argv[1], "--userns") == 0;
     if (rootless) {
         join_namespaces(argv[2], argv[3]);
