@@ -144,8 +144,12 @@ async def runs_page(
         "q": q,
     }
 
-    def load() -> list[RunRecord]:
-        return state.executor.store.list(
+    def load() -> list[queries.RunRow]:
+        store = state.executor.store
+        store.settle()
+        return queries.run_rows(
+            store.engine,
+            viewer.runs(state),
             limit=PAGE_SIZE + 1,
             offset=(page_no - 1) * PAGE_SIZE,
             status=status or None,
@@ -154,7 +158,6 @@ async def runs_page(
             environment=environment or None,
             since=since,
             code_contains=q or None,
-            within=viewer.runs(state),
         )
 
     found = await state.blocking(load)
@@ -327,11 +330,16 @@ async def ask_page(ask_id: str, state: State, viewer: ViewerDep) -> HTMLResponse
 @router.get("/overview")
 async def overview_page(state: State, viewer: ViewerDep) -> HTMLResponse:
     now = time.time()
-    records = await state.blocking(
-        lambda: state.executor.store.list(
+    store = state.executor.store
+
+    def load() -> list[queries.RunRow]:
+        store.settle()
+        return queries.run_rows(
+            store.engine,
+            viewer.runs(state),
             since=now - views.OVERVIEW_WINDOW_S,
             limit=views.OVERVIEW_MAX_RUNS,
-            within=viewer.runs(state),
         )
-    )
+
+    records = await state.blocking(load)
     return page("overview.html", viewer, o=views.overview(records, now))

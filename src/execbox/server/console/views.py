@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from ...records import RunRecord
+from .queries import RunRow
 
 # C0 controls but tab and newline, DEL, C1 and the bidirectional overrides (which can make
 # text read other than it runs): written out, so they stay visible text.
@@ -103,7 +104,7 @@ class Overview:
     capped: bool
 
 
-def overview(records: list[RunRecord], now: float | None = None) -> Overview:
+def overview(records: list[RunRow], now: float | None = None) -> Overview:
     """The last hour: runs per minute, the status mix, wall-time p50/p90, top error types."""
     now = time.time() if now is None else now
     minutes = OVERVIEW_WINDOW_S // 60
@@ -112,8 +113,8 @@ def overview(records: list[RunRecord], now: float | None = None) -> Overview:
         age = int((now - r.created_at) // 60)
         if 0 <= age < minutes:
             per_minute[minutes - 1 - age] += 1
-    ran = [r.result.metrics.wall_ms for r in records if r.result.metrics.wall_ms > 0]
-    errors = Counter(r.result.error.type for r in records if r.result.error)
+    ran = [r.wall_ms for r in records if r.wall_ms > 0]
+    errors = Counter(r.error_type for r in records if r.error_type)
     return Overview(
         total=len(records),
         per_minute=bars([(f"-{minutes - i}m", n) for i, n in enumerate(per_minute)]),
