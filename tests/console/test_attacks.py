@@ -217,3 +217,26 @@ def test_a_tenants_api_key_alone_cannot_release_its_own_held_run(console: Consol
         approved_at = client.get(f"/v1/runs/{held['run_id']}").json()["approved_at"]
     assert released.status_code in (403, 404)
     assert approved_at is None
+
+
+def test_a_session_of_many_cells_of_large_output_is_paged_and_clipped(console: Console) -> None:
+    """A session's page showed every cell (up to 1000) with its whole output: a tenant's 100
+    cells of 1 MB made one page of 400 MB. Now 50 cells a page, each text clipped."""
+    _, key = console.key()
+    loud = "import sys\nsys.stdout.write('<' * 30_000)\nsys.stderr.write('e' * 30_000)\n"
+    sid, done = _cells(console, key, loud, *[f"print({i})\n" for i in range(2, 53)])
+    assert len(done) == 52 and done[0]["status"] == "ok", done[0]
+    with console.api(key) as client:
+        first = client.get(f"/console/sessions/{sid}")
+        second = client.get(f"/console/sessions/{sid}", params={"page": "2"})
+        past = client.get(f"/console/sessions/{sid}", params={"page": "3"})
+    assert first.status_code == 200 and second.status_code == 200
+    assert first.text.count('<section class="cell"') == 50 and 'id="later"' in first.text
+    assert 'id="cell-51"' in second.text and 'id="cell-52"' in second.text
+    assert second.text.count('<section class="cell"') == 2 and 'id="later"' not in second.text
+    assert 'id="earlier"' in second.text
+    assert past.status_code == 404
+    assert first.text.count("The first 20000 of 30000 characters") == 2
+    assert len(first.text) < 200_000  # 20000 '<' written as '&lt;', and 20000 'e'
+    run_link = f'the whole of it is on <a href="/console/runs/{done[0]["run_id"]}">'
+    assert run_link in first.text

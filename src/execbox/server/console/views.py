@@ -20,6 +20,10 @@ INLINE_IMAGES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"}
 PERIODS = {"15m": 900, "1h": 3600, "24h": 86_400, "7d": 7 * 86_400}
 OVERVIEW_WINDOW_S = 3600
 OVERVIEW_MAX_RUNS = 5000
+# A session page shows this many cells, each text this long at most: a session of many cells
+# of large output would otherwise be one page of its whole output.
+SESSION_PAGE_CELLS = 50
+CELL_TEXT_CHARS = 20_000
 
 
 def visible(text: object) -> str:
@@ -30,6 +34,11 @@ def visible(text: object) -> str:
 def _written_out(match: re.Match[str]) -> str:
     code = ord(match.group())
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def clip(text: str, limit: int = CELL_TEXT_CHARS) -> str:
+    """The text's first `limit` characters (the whole of it is on the run's page)."""
+    return text[:limit]
 
 
 _BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
