@@ -45,7 +45,9 @@ _templates = jinja2.Environment(
     autoescape=True,
     undefined=jinja2.StrictUndefined,
 )
-_templates.filters.update(visible=views.visible, when=views.when, size=views.size, b64=views.b64)
+_templates.filters.update(
+    visible=views.visible, when=views.when, size=views.size, b64=views.b64, clip=views.clip
+)
 
 
 def mount(app: FastAPI) -> None:
@@ -144,8 +146,12 @@ async def runs_page(
         "q": q,
     }
 
-    def load() -> list[RunRecord]:
-        return state.executor.store.list(
+    def load() -> list[queries.RunRow]:
+        store = state.executor.store
+        store.settle()
+        return queries.run_rows(
+            store.engine,
+            viewer.runs(state),
             limit=PAGE_SIZE + 1,
             offset=(page_no - 1) * PAGE_SIZE,
             status=status or None,
@@ -154,7 +160,6 @@ async def runs_page(
             environment=environment or None,
             since=since,
             code_contains=q or None,
-            within=viewer.runs(state),
         )
 
     found = await state.blocking(load)
@@ -294,15 +299,34 @@ async def sessions_page(state: State, viewer: ViewerDep) -> HTMLResponse:
 
 
 @router.get("/sessions/{session_id}")
-async def session_page(session_id: str, state: State, viewer: ViewerDep) -> HTMLResponse:
+async def session_page(
+    session_id: str,
+    state: State,
+    viewer: ViewerDep,
+    page_no: Annotated[int, Query(alias="page", ge=1, le=100_000)] = 1,
+) -> HTMLResponse:
+    first = (page_no - 1) * views.SESSION_PAGE_CELLS
     cells = await state.blocking(
         lambda: state.executor.store.list(
-            session_id=session_id, within=viewer.runs(state), oldest_first=True, limit=1000
+            session_id=session_id,
+            within=viewer.runs(state),
+            oldest_first=True,
+            limit=views.SESSION_PAGE_CELLS + 1,
+            offset=first,
         )
     )
     if not cells:
         raise ApiError(404, "session_not_found", f"no session {session_id!r}")
-    return page("session.html", viewer, session_id=session_id, cells=cells)
+    return page(
+        "session.html",
+        viewer,
+        session_id=session_id,
+        cells=cells[: views.SESSION_PAGE_CELLS],
+        first=first,
+        page_no=page_no,
+        more=len(cells) > views.SESSION_PAGE_CELLS,
+        clip_at=views.CELL_TEXT_CHARS,
+    )
 
 
 def _asks(state: State) -> TraceStore:
@@ -327,11 +351,16 @@ async def ask_page(ask_id: str, state: State, viewer: ViewerDep) -> HTMLResponse
 @router.get("/overview")
 async def overview_page(state: State, viewer: ViewerDep) -> HTMLResponse:
     now = time.time()
-    records = await state.blocking(
-        lambda: state.executor.store.list(
+    store = state.executor.store
+
+    def load() -> list[queries.RunRow]:
+        store.settle()
+        return queries.run_rows(
+            store.engine,
+            viewer.runs(state),
             since=now - views.OVERVIEW_WINDOW_S,
             limit=views.OVERVIEW_MAX_RUNS,
-            within=viewer.runs(state),
         )
-    )
+
+    records = await state.blocking(load)
     return page("overview.html", viewer, o=views.overview(records, now))

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from ...records import RunRecord
+from .queries import RunRow
 
 # C0 controls but tab and newline, DEL, C1 and the bidirectional overrides (which can make
 # text read other than it runs): written out, so they stay visible text.
@@ -19,6 +20,10 @@ INLINE_IMAGES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"}
 PERIODS = {"15m": 900, "1h": 3600, "24h": 86_400, "7d": 7 * 86_400}
 OVERVIEW_WINDOW_S = 3600
 OVERVIEW_MAX_RUNS = 5000
+# A session page shows this many cells, each text this long at most: a session of many cells
+# of large output would otherwise be one page of its whole output.
+SESSION_PAGE_CELLS = 50
+CELL_TEXT_CHARS = 20_000
 
 
 def visible(text: object) -> str:
@@ -29,6 +34,11 @@ def visible(text: object) -> str:
 def _written_out(match: re.Match[str]) -> str:
     code = ord(match.group())
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def clip(text: str, limit: int = CELL_TEXT_CHARS) -> str:
+    """The text's first `limit` characters (the whole of it is on the run's page)."""
+    return text[:limit]
 
 
 _BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
@@ -103,7 +113,7 @@ class Overview:
     capped: bool
 
 
-def overview(records: list[RunRecord], now: float | None = None) -> Overview:
+def overview(records: list[RunRow], now: float | None = None) -> Overview:
     """The last hour: runs per minute, the status mix, wall-time p50/p90, top error types."""
     now = time.time() if now is None else now
     minutes = OVERVIEW_WINDOW_S // 60
@@ -112,8 +122,8 @@ def overview(records: list[RunRecord], now: float | None = None) -> Overview:
         age = int((now - r.created_at) // 60)
         if 0 <= age < minutes:
             per_minute[minutes - 1 - age] += 1
-    ran = [r.result.metrics.wall_ms for r in records if r.result.metrics.wall_ms > 0]
-    errors = Counter(r.result.error.type for r in records if r.result.error)
+    ran = [r.wall_ms for r in records if r.wall_ms > 0]
+    errors = Counter(r.error_type for r in records if r.error_type)
     return Overview(
         total=len(records),
         per_minute=bars([(f"-{minutes - i}m", n) for i, n in enumerate(per_minute)]),
