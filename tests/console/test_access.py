@@ -103,17 +103,27 @@ def test_a_revoked_keys_cookie_goes_back_to_the_login_form(console: Console) -> 
         assert response.headers["location"].startswith("/console/login")
 
 
-def test_approving_with_the_cookie_needs_the_forms_token_and_this_origin(
+def test_approving_with_the_cookie_needs_an_admin_the_forms_token_and_this_origin(
     console: Console,
 ) -> None:
     _, key = console.key()
     _, other = console.key()
+    _, admin = console.admin()
     held = console.run(key, "print('held')\n", **HELD)
     run_id = held["run_id"]
-    with _browser(console, key) as client, _browser(console, other) as stranger:
+    with (
+        _browser(console, admin) as client,
+        _browser(console, other) as stranger,
+        _browser(console, key) as owner,
+    ):
         token = _token(client, run_id)
         stranger_token = _token(stranger, console.run(other, "print(1)\n", **HELD)["run_id"])
         approve = f"/console/runs/{run_id}/approve"
+        # The tenant whose run was held, with its own valid form: only an admin releases it.
+        own = owner.post(
+            approve, data={"csrf": _token(owner, run_id)}, headers={"Origin": console.url}
+        )
+        assert own.status_code == 403 and "admin key" in own.text, own.text
         for data, headers in (
             ({}, {}),  # a cross-site form carries the cookie but cannot know the token
             ({"csrf": "0" * 64}, {}),
@@ -128,6 +138,8 @@ def test_approving_with_the_cookie_needs_the_forms_token_and_this_origin(
         done = client.post(approve, data={"csrf": token}, headers={"Origin": console.url})
         assert done.status_code == 303
         assert client.post(approve, data={"csrf": token}).status_code == 409  # once only
+        with console.api(key) as api:  # the released run is the held run's tenant's
+            assert api.get(done.headers["location"].replace("/console", "/v1")).status_code == 200
 
 
 def test_pages_and_artifacts_carry_a_strict_content_security_policy(console: Console) -> None:

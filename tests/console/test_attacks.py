@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 
 import httpx
-import pytest
 
 from tests.console.conftest import Console
 
@@ -201,10 +200,6 @@ def test_lists_of_runs_with_large_output_show_their_rows_and_figures(console: Co
     assert "KeyError" in overview.text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open finding: a tenant's own API key releases its held runs through the console",
-)
 def test_a_tenants_api_key_alone_cannot_release_its_own_held_run(console: Console) -> None:
     """The policy holds a run for someone to approve; the program that sent it holds only its
     API key. Through the console, that key, sent as a header (no form token needed), releases

@@ -246,6 +246,13 @@ async def approve(
 ) -> Response:
     check_form(request, viewer, csrf)
     await state.blocking(lambda: _visible_record(state, viewer, run_id))
+    if not viewer.admin:  # the hold is no gate if the key that sent the run can release it
+        raise ApiError(
+            403,
+            "approval_needs_admin",
+            "a held run is released by an admin key, or by `execbox runs approve` on the "
+            "server's host; a tenant's key can only reject it",
+        )
     keys = state.key_store()
     owner = await state.blocking(lambda: keys.owner_of(run_id))
 
@@ -255,16 +262,10 @@ async def approve(
             keys.claim_run(result.run_id, owner)
         return result.run_id
 
-    # A tenant's release counts against its in-flight limit, as a run sent to the API does.
-    counted = viewer.tenant if viewer.tenant is not None and not viewer.admin else None
-    done = state.quotas.hold(counted) if counted is not None else None
     try:
         new_id = await state.running(release)
     except ExecboxError as exc:
         raise ApiError(409, "not_approvable", str(exc)) from exc
-    finally:
-        if done is not None:
-            done()
     return RedirectResponse(f"/console/runs/{quote(new_id)}", 303)
 
 
