@@ -19,10 +19,12 @@ import pytest
 import execbox
 from execbox.server import Settings, create_app
 from execbox.server.background import serving
+from execbox.server.quotas import REQUESTS_PER_SLOT
 from execbox.server.state import ServerState
 
 pytestmark = pytest.mark.slow
 MAX_REQUEST_BYTES = 1 << 20
+PER_CLIENT = 4  # connections one address may hold before it authenticates
 
 
 @dataclass
@@ -77,6 +79,7 @@ def server(
         session_starts_per_s=100.0,
         max_request_bytes=MAX_REQUEST_BYTES,
         request_bodies_bytes=2 * MAX_REQUEST_BYTES,  # the least the server accepts
+        max_connections_per_client=PER_CLIENT,
     )
     with execbox.Executor(cache=False, records=f"sqlite:///{records}") as own:
         app = create_app(own, settings)
@@ -215,32 +218,209 @@ def test_paths_outside_the_workspace_and_foreign_tokens_are_refused(
         server.state.keys.revoke(other_name)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="E2B requests are admitted outside /v1's Admission: their bodies are booked under "
-    "one anonymous key before any key or token is checked (fix belongs in server/limits.py)",
-)
+def _held(server: Server, path: str, headers: dict[str, str], length: int) -> socket.socket:
+    """A connection that sends a POST's headers declaring `length` bytes of body, then none."""
+    parts = urlsplit(server.url)
+    sock = socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 80))
+    lines = [f"POST /e2b{path} HTTP/1.1", "Host: x", "Content-Type: application/json"]
+    lines += [f"Content-Length: {length}", *(f"{k}: {v}" for k, v in headers.items())]
+    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+    return sock
+
+
+def _refusal(sock: socket.socket) -> tuple[int, dict[str, object]]:
+    """The answer to a request whose body was never sent, read to the server's close: a
+    timeout here means the server was waiting for the body."""
+    sock.settimeout(30)
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)
+
+
+def _request(sock: socket.socket, request: bytes) -> bytes:
+    """Send a body-less request on a kept-alive connection; its answer's status line."""
+    sock.sendall(request)
+    sock.settimeout(30)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, "the server closed the connection"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        (
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        ),
+        0,
+    )
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head.split(b"\r\n")[0]
+
+
 def test_a_stranger_cannot_block_every_e2b_upload(server: Server, tenant: tuple[str, str]) -> None:
     _, key = tenant
     box = server.create(key)
-    parts = urlsplit(server.url)
-    stranger = socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 80))
+    # No key, no token, or a wrong one: headers that declare the largest body the server
+    # takes, then nothing. Each is refused before its body is booked or read.
+    strangers = [
+        (_held(server, "/execute", {}, MAX_REQUEST_BYTES), 502),
+        (_held(server, "/v2/sandboxes", {}, MAX_REQUEST_BYTES), 401),
+        (_held(server, "/v2/sandboxes", {"X-API-KEY": "nope"}, MAX_REQUEST_BYTES), 401),
+        (_held(server, "/files", {"E2b-Sandbox-Id": box.id}, MAX_REQUEST_BYTES), 401),
+    ]
     try:
-        # No key, no token: headers that declare the largest body the server takes, then
-        # nothing; the server books the whole body before it knows who is asking (a route
-        # with a JSON body reads it before its handler checks the token).
-        stranger.sendall(
-            b"POST /e2b/execute HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            + f"Content-Length: {MAX_REQUEST_BYTES}\r\n\r\n".encode()
-        )
-        stranger.settimeout(0.5)
-        with contextlib.suppress(TimeoutError):  # the server's answer, or its wait for the body
-            stranger.recv(1)
+        for sock, status in strangers:
+            answer = _refusal(sock)
+            assert answer[0] == status and answer[1]["code"] == status, answer
+            assert isinstance(answer[1]["message"], str)
+        assert server.state.bodies.used() == 0
         assert server.execute(box, "1")[-1]["type"] == "number_of_executions"
         wrote = _write(server, box, "small.txt", b"tiny")
         assert wrote.status_code == 200, wrote.text
+        other = server.create(key)
+        server.kill(key, other)
     finally:
-        stranger.close()
+        for sock, _ in strangers:
+            sock.close()
+        server.kill(key, box)
+
+
+@pytest.mark.parametrize("token", [None, "wrong", "their"])
+def test_a_wrong_token_is_refused_before_the_body_is_read(
+    server: Server, tenant: tuple[str, str], token: str | None
+) -> None:
+    _, key = tenant
+    other_name, other_key = server.key()
+    box, theirs = server.create(key), server.create(other_key)
+    given = {"E2b-Sandbox-Id": box.id}
+    if token is not None:
+        given["X-Access-Token"] = theirs.token if token == "their" else "wrong"
+    try:
+        for path in (
+            "/execute",
+            "/contexts",
+            "/files?path=x",
+            "/filesystem.Filesystem/Stat",
+            "/process.Process/Start",
+        ):
+            with contextlib.closing(_held(server, path, given, MAX_REQUEST_BYTES)) as sock:
+                status, body = _refusal(sock)
+            assert (status, body["code"]) == (401, 401), (path, body)
+            assert "access token" in str(body["message"])
+        assert server.state.bodies.used() == 0
+    finally:
+        server.kill(key, box)
+        server.kill(other_key, theirs)
+        assert server.state.keys is not None
+        server.state.keys.revoke(other_name)
+
+
+def test_a_tenants_unsent_bodies_are_booked_under_its_own_key(
+    server: Server, tenant: tuple[str, str]
+) -> None:
+    # Each key may hold half of the server's budget for bodies: this one holds all of its half
+    # with a body it never sends, and only its own uploads wait for it.
+    _, key = tenant
+    other_name, other_key = server.key()
+    mine, theirs = server.create(key), server.create(other_key)
+    held = _held(server, "/files?path=big", mine.headers(), MAX_REQUEST_BYTES)
+    try:
+        deadline = time.monotonic() + 30
+        while server.state.bodies.used() < MAX_REQUEST_BYTES:
+            assert time.monotonic() < deadline, "the held body was never booked"
+            time.sleep(0.01)
+        busy = _write(server, mine, "small.txt", b"tiny")
+        assert busy.status_code == 503, busy.text
+        assert busy.json()["code"] == 503 and "request bodies" in busy.json()["message"]
+        assert busy.headers["Retry-After"] == "1"
+        wrote = _write(server, theirs, "small.txt", b"tiny")
+        assert wrote.status_code == 200, wrote.text
+        assert server.execute(theirs, "1")[-1]["type"] == "number_of_executions"
+    finally:
+        held.close()
+        server.kill(key, mine)
+        server.kill(other_key, theirs)
+        assert server.state.keys is not None
+        server.state.keys.revoke(other_name)
+    deadline = time.monotonic() + 30
+    while server.state.bodies.used():
+        assert time.monotonic() < deadline, "the held body's booking was never given back"
+        time.sleep(0.01)
+
+
+def test_e2b_requests_in_flight_count_against_the_key(server: Server) -> None:
+    assert server.state.keys is not None
+    name = f"attack-{uuid.uuid4().hex[:8]}"
+    key = server.state.keys.create(name, max_concurrent=1, max_sessions=1)
+    most = REQUESTS_PER_SLOT * 2  # the in-flight cap of a key with one run slot
+    box = server.create(key)
+    held: list[socket.socket] = []
+    try:
+        for n in range(1, most + 1):  # bodies never sent: each request stays in flight
+            held.append(_held(server, "/files?path=x", box.headers(), 10))
+            deadline = time.monotonic() + 30
+            while server.state.bodies.used() < 10 * n:  # admitted: its connection is trusted
+                assert time.monotonic() < deadline, "the held request was never admitted"
+                time.sleep(0.01)
+        deadline = time.monotonic() + 30
+        while True:
+            answer = _write(server, box, "small.txt", b"tiny")
+            if answer.status_code == 429:
+                break
+            assert time.monotonic() < deadline, "the held requests never filled the cap"
+            time.sleep(0.05)
+        assert answer.json()["code"] == 429 and "in flight" in answer.json()["message"]
+        listed = server.http.get("/v2/sandboxes", headers={"X-API-KEY": key})
+        assert listed.status_code == 429, listed.text
+    finally:
+        for sock in held:
+            sock.close()
+    try:
+        deadline = time.monotonic() + 30
+        while (answer := _write(server, box, "small.txt", b"tiny")).status_code != 200:
+            assert time.monotonic() < deadline, answer.text
+            time.sleep(0.2)
+    finally:
+        server.kill(key, box)
+        server.state.keys.revoke(name)
+
+
+def test_authenticated_e2b_connections_are_not_evicted_by_strangers(
+    server: Server, tenant: tuple[str, str]
+) -> None:
+    """One address, a tenant and a stranger: the tenant's kept-alive E2B connections, once
+    authenticated, neither count toward the address's cap nor are evicted when strangers fill
+    it."""
+    _, key = tenant
+    box = server.create(key)
+    parts = urlsplit(server.url)
+    address = (parts.hostname or "127.0.0.1", parts.port or 80)
+    requests = [
+        f"GET /e2b/health HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: {box.id}\r\n"
+        f"X-Access-Token: {box.token}\r\n\r\n".encode(),
+        f"GET /e2b/v2/sandboxes HTTP/1.1\r\nHost: x\r\nX-API-KEY: {key}\r\n\r\n".encode(),
+    ]
+    keyed: list[tuple[socket.socket, bytes]] = []
+    waiting: list[socket.socket] = []
+    try:
+        for i in range(PER_CLIENT + 1):  # every one is served and stays open (keep-alive)
+            request = requests[i % 2]
+            keyed.append((sock := socket.create_connection(address), request))
+            assert _request(sock, request).split()[1] in (b"200", b"204")
+        waiting = [socket.create_connection(address) for _ in range(PER_CLIENT)]
+        time.sleep(0.2)
+        for sock, request in keyed:
+            assert _request(sock, request).split()[1] in (b"200", b"204")
+    finally:
+        for sock in waiting:
+            sock.close()
+        for sock, _ in keyed:
+            sock.close()
         server.kill(key, box)
 
 

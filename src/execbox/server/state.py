@@ -28,6 +28,7 @@ from .sse import Buffered
 if TYPE_CHECKING:
     from ..executor import Executor
     from ..sessions import Session
+    from .e2b.access import Sandboxes
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -293,6 +294,7 @@ class ServerState:
         self.executor_given = executor is not None
         self._executor = executor
         self.keys: KeyStore | None = None
+        self.e2b: Sandboxes | None = None  # the E2B face's sandboxes, when it is served
         self.quotas = Quotas()
         self.backoff = Backoff()
         self.sessions = SessionRegistry(

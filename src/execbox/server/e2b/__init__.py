@@ -25,6 +25,7 @@ def create_app(state: ServerState) -> FastAPI:
     access.install(app)
     sandboxes = access.Sandboxes()
     app.state.sandboxes = sandboxes
+    state.e2b = sandboxes  # for `limits.Admission`: it checks a sandbox's token before the body
     app.include_router(control.router(state, sandboxes))
     app.include_router(interpreter.router(state, sandboxes))
     app.include_router(envd.router(state, sandboxes))

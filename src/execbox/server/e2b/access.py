@@ -23,6 +23,7 @@ from ...errors import ExecboxError
 from ..auth import Tenant
 from ..deps import tenant_of
 from ..errors import ApiError, translate
+from ..limits import TENANT_KEY
 from ..state import ANONYMOUS_TENANT
 
 if TYPE_CHECKING:
@@ -118,6 +119,9 @@ def owned(sandboxes: Sandboxes, tenant: Tenant, sandbox_id: str) -> Sandbox:
 async def api_tenant(state: ServerState, request: Request) -> Tenant:
     """The control plane's caller: `X-API-KEY` is an execbox tenant key (`execbox keys
     create`), counted against the key's rate as the execbox API counts it."""
+    admitted: Tenant | None = request.scope.get(TENANT_KEY)
+    if admitted is not None:  # `limits.Admission` authenticated and counted it already
+        return admitted
     if not state.settings.auth:
         tenant = ANONYMOUS_TENANT
     else:
@@ -151,6 +155,8 @@ async def sandbox_call(state: ServerState, sandboxes: Sandboxes, request: Reques
         # Its token must not start contexts (new sessions) once it has ended.
         sandboxes.drop(sandbox.id)
         raise E2BError(502, f"The sandbox {sandbox_id[:64]!r} was not found")
+    if request.scope.get(TENANT_KEY) is not None:
+        return sandbox  # `limits.Admission` checked its key and counted it already
     tenant = sandbox.tenant
     if state.settings.auth:
         # A revoked key's tokens go with it, as its execbox requests stop at the next one.
