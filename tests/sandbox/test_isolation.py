@@ -851,6 +851,7 @@ def test_nothing_persists_between_runs(jailed: Executor) -> None:
 # ---- processes do not outlive their run -------------------------------------------------------
 
 
+@pytest.mark.serial
 @pytest.mark.hostile
 def test_daemonized_grandchild_does_not_outlive_its_run(jailed: Executor) -> None:
     marker = str(10**9 + secrets.randbelow(10**9))
@@ -905,6 +906,7 @@ def test_daemonized_grandchild_does_not_outlive_its_run(jailed: Executor) -> Non
     assert r.metrics.wall_ms < 5000, r.metrics
 
 
+@pytest.mark.serial
 @pytest.mark.hostile
 def test_daemon_holding_stdout_does_not_delay_the_result(jailed: Executor) -> None:
     marker = str(10**9 + secrets.randbelow(10**9))
