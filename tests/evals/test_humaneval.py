@@ -409,6 +409,7 @@ def test_cli_usage_errors_exit_2_with_a_clear_message(
     assert message in result.stderr and result.stdout == ""
 
 
+@pytest.mark.serial
 def test_ctrl_c_ends_the_runs_at_once_and_keeps_the_verdicts_so_far(
     sandbox: Executor, tmp_path: Path
 ) -> None:

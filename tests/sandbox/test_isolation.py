@@ -54,7 +54,8 @@ def jailed(
 
 
 SANDBOX_UIDS = range(jail.UID_FIRST, jail.UID_FIRST + jail.UID_COUNT)  # one per slot
-VICTIMS = 64  # slots take the lowest free uids: more than the suite's executors hold at once
+# Slots take the lowest free uids: more than the executors of every test worker hold at once.
+VICTIMS = 256
 
 # What every hostile program starts with: name the errno of whatever failed.
 PRELUDE = r'''
@@ -1190,6 +1191,7 @@ def _describe_process(pid: int) -> str:
         return f"{pid} (gone)"
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_500_runs_leave_no_cgroups_processes_mounts_or_descriptors(executor: Executor) -> None:

@@ -117,6 +117,7 @@ def _cpu_over(pid: int, seconds: float) -> float:
     return _cpu_s(pid) - before
 
 
+@pytest.mark.serial
 def test_an_idle_session_costs_its_supervisor_no_cpu(hostile: Executor) -> None:
     with hostile.session() as s:
         r = s.run(
