@@ -696,6 +696,7 @@ def test_close_during_a_running_cell_returns_promptly(hostile: Executor) -> None
 # ---- between cells -------------------------------------------------------------------------------
 
 
+@pytest.mark.serial
 def test_cpu_burned_between_cells_is_bounded_by_the_session_limits(hostile: Executor) -> None:
     with hostile.session(limits=Limits(cpu_s=0.5)) as s:
         r = s.run(
