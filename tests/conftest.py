@@ -73,6 +73,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.fake_sandbox)
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A `serial` test's claim holds only with the machine to itself: beside other test
+    workers it fails, never passes or skips by luck."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker and item.get_closest_marker("serial"):
+        pytest.fail(
+            f"a serial test, on xdist worker {worker}: run the serial tests alone "
+            "(`pytest -m serial` without -n; `make test` does)",
+            pytrace=False,
+        )
+
+
 @pytest.fixture(scope="session")
 def fake_executor() -> Iterator[execbox.Executor]:
     """An Executor over `FakeSandbox` (see tests/fakes.py), with the result cache off: for
@@ -143,7 +155,8 @@ def prove_jail(ex: execbox.Executor) -> str | None:  # noqa: C901
         for controller, parent in hier.parent_paths.items():
             for name in os.listdir(parent):
                 path = os.path.join(parent, name)
-                if not os.path.isdir(path):
+                # Only this process's runs: other test processes probe with the same limit.
+                if not name.startswith(f"x{os.getpid()}-") or not os.path.isdir(path):
                     continue
                 try:
                     procs = _read(os.path.join(path, "cgroup.procs")).split()

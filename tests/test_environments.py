@@ -185,6 +185,71 @@ def test_the_image_digest_covers_the_in_image_package(
     assert image.image_digest("sha256:tree") not in (before, changed)
 
 
+# A builder in a process of its own. It notes when its work began and when it pointed the name
+# at its tree, and waits before publishing (up to 2 s) for the other builder: without a lock
+# both publish into one tree at once.
+RACER = """
+import importlib, json, sys, time
+from pathlib import Path
+
+home, wheels, meet, me = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
+building = importlib.import_module("execbox.environments.build")
+copy_python, tree_digest, point = building.copy_python, building.tree_digest, building.point
+times = {}
+
+def copy(work, interpreter):
+    times["began"] = time.time()
+    return copy_python(work, interpreter)
+
+def named(name, tree, base):
+    point(name, tree, base)
+    times["named"] = time.time()
+
+def at_publish(work):
+    (meet / me).touch()
+    deadline = time.monotonic() + 2
+    while len(list(meet.iterdir())) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return tree_digest(work)
+
+building.copy_python, building.tree_digest, building.point = copy, at_publish, named
+env = building.build(
+    "tiny", requirements=wheels / "requirements.txt", find_links=wheels, no_index=True,
+    base=home, log=False,
+)
+print(json.dumps({"root": str(env.root), **times}))
+"""
+
+
+def test_two_processes_building_into_one_home_take_turns(tmp_path: Path, wheels: Path) -> None:
+    """Two builds of one environment into one home at once (two `execbox` commands, or two
+    test workers): the second waits for the first, and the home ends with one whole tree."""
+    home, meet = tmp_path / "home", tmp_path / "meet"
+    meet.mkdir()
+    racers = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACER, str(home), str(wheels), str(meet), me],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for me in ("a", "b")
+    ]
+    outputs = [racer.communicate(timeout=300) for racer in racers]
+    for racer, (_, err) in zip(racers, outputs, strict=True):
+        assert racer.returncode == 0, err
+    first, second = sorted((json.loads(out) for out, _ in outputs), key=lambda r: r["began"])
+    assert first["named"] <= second["began"], "the two builds overlapped"
+    assert first["root"] == second["root"]
+    root = Path(first["root"])
+    assert [p.name for p in (home / "envs" / "trees").iterdir() if p.is_dir()] == [root.name]
+    assert environments.lookup("tiny", home) == root
+    meta = json.loads((root / "manifest.json").read_text())
+    assert environments.tree_digest(root) == meta["tree_digest"]
+    assert meta["native_sha256"] == image.native_sha()
+    image.Image.load(root)  # whole: its init and contain steps are there
+
+
 def _cli(home: Path, *args: str) -> tuple[int, str, str]:
     result = CliRunner().invoke(main, list(args), env={"EXECBOX_HOME": str(home)})
     return result.exit_code, result.stdout, result.stderr

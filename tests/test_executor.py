@@ -263,6 +263,7 @@ def _cancelled_after(
     return out[0], time.monotonic() - cancelled_at
 
 
+@pytest.mark.serial
 def test_a_cancelled_run_ends_at_once_and_its_slot_serves_the_next(executor: Executor) -> None:
     cancel, started = execbox.Cancel(), threading.Event()
     r, took = _cancelled_after(
@@ -287,6 +288,7 @@ def test_a_cancelled_run_ends_at_once_and_its_slot_serves_the_next(executor: Exe
     assert early.error.message == "the run was cancelled before it started"
 
 
+@pytest.mark.serial
 def test_cancelling_an_astream_task_ends_its_run(tmp_path: object) -> None:
     # The task's cancellation used to wait for the whole run, which went on to its end.
     import asyncio
@@ -372,6 +374,7 @@ def test_a_cancelled_run_is_not_cached(tmp_path: object) -> None:
         assert again.status is Status.ok and not again.cached and again.stdout == "start\nend\n"
 
 
+@pytest.mark.serial
 def test_a_cancelled_caller_gives_up_its_place_in_the_queue_at_once() -> None:
     # It used to hold its place until its turn came (up to queue_timeout_s), refusing others.
     with Executor(cache=False, max_concurrency=1, max_queue=1) as ex:
@@ -392,6 +395,7 @@ def test_a_cancelled_caller_gives_up_its_place_in_the_queue_at_once() -> None:
         assert after and after[0].stdout == "2\n"
 
 
+@pytest.mark.serial
 def test_runs_beyond_the_pool_size_run_at_once_and_the_pool_shrinks_back() -> None:
     # pool_size is how many slots are kept staged, not how many runs go at once: a third run
     # of a kind whose two slots are busy gets a slot of its own, where it used to wait for

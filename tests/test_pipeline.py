@@ -301,6 +301,7 @@ def test_replay_of_a_denied_run_is_refused(executor: Executor) -> None:
         executor.replay(r.run_id)
 
 
+@pytest.mark.serial
 def test_execution_budget_clips_then_refuses(executor: Executor) -> None:
     budget = Budget(exec_s=1.0)
     first = executor.run("import time; time.sleep(0.6); print('one')", budget=budget)

@@ -396,6 +396,7 @@ def test_children_forked_while_the_collector_closes_connections_do_not_hang(tmp_
     assert forked == [0] * len(forked), forked
 
 
+@pytest.mark.serial
 def test_a_read_under_a_steady_stream_of_saves_returns(tmp_path: Path) -> None:
     """A read waits for the rows queued before it, not for a moment when nothing is queued
     (which a busy server may never have)."""
@@ -503,6 +504,7 @@ def test_without_a_thread_rows_are_written_by_the_caller(
     store.close()
 
 
+@pytest.mark.serial
 def test_a_locked_database_fails_a_batch_once_not_row_by_row(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

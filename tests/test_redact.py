@@ -541,6 +541,7 @@ def _stdlib_text(size: int) -> str:
     return "".join(parts)[:size]
 
 
+@pytest.mark.serial
 def test_parts_cost_linear_time_in_hostile_text() -> None:
     """Output made of a value's parts end to end, each one a match widened along the value."""
     r = Redactor(["a" * 40, LONG_VALUE])
@@ -848,6 +849,7 @@ def test_one_mib_of_ordinary_output_is_fast() -> None:
     assert_linear(text)
 
 
+@pytest.mark.serial
 def test_one_mib_of_near_misses_is_fast() -> None:
     """Text dense with every rule's prefix and keyword but no complete secret."""
     near = (
@@ -926,6 +928,7 @@ def test_pairs_of_random_values_leave_ordinary_text_alone() -> None:
     assert Redactor(values, patterns=False).findings(_stdlib_text(2 << 20)) == []
 
 
+@pytest.mark.serial
 def test_pairs_cost_linear_time_in_hostile_text() -> None:
     """Output made of a short value's start and end pieces at every character."""
     value = "Tr0ub4dor&3x"

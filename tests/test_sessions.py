@@ -156,6 +156,7 @@ def test_cell_files_are_artifacts_only_when_new_or_changed(session: object) -> N
 # ---- per-cell limits ----------------------------------------------------------------------------
 
 
+@pytest.mark.serial
 def test_runaway_cell_is_interrupted_and_the_session_still_answers(session: object) -> None:
     session.run("kept = 'state'")  # type: ignore[attr-defined]
     started = time.monotonic()

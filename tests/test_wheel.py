@@ -5,6 +5,7 @@ venv, gives a working `execbox` command."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -23,10 +24,20 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dist")
+    # From a copy of what the sdist is made of: making it rewrites src/*.egg-info, which the
+    # other test processes read (entry points) as they start.
+    source = tmp_path_factory.mktemp("source")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, source / name)
+    shutil.copytree(
+        ROOT / "src",
+        source / "src",
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"),
+    )
     # The sdist first, then the wheel from it (build's default): the wheel is built in the
     # sdist's unpacked copy, so no scratch lands in the tree, and the sdist is proven whole too.
     subprocess.run(
-        [sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)],
+        [sys.executable, "-m", "build", "--outdir", str(out), str(source)],
         check=True,
         capture_output=True,
         timeout=300,

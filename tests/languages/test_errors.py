@@ -311,6 +311,7 @@ def test_bash_code_no_argument_can_carry_still_runs_as_a_script(
     assert result.status is Status.ok or result.exit_code == 126
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize(
     ("code", "stdout", "exit_code"),
     [

@@ -141,6 +141,7 @@ def test_worker_threads_bomb_is_held_by_pids(jailed: Executor) -> None:
     assert int(result.stdout.split()[-1]) < 32
 
 
+@pytest.mark.serial
 def test_bash_fork_bomb_is_held_by_pids_and_leaves_nothing_behind(jailed: Executor) -> None:
     start = time.monotonic()
     result = jailed.run(
@@ -158,6 +159,7 @@ def test_bash_fork_bomb_is_held_by_pids_and_leaves_nothing_behind(jailed: Execut
 BUSY = {"javascript": "for (;;) {}", "bash": "while :; do :; done"}
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("language", ["javascript", "bash"])
 def test_busy_loop_ends_in_cpu_limit(jailed: Executor, language: str) -> None:
     start = time.monotonic()
@@ -173,6 +175,7 @@ IGNORING = {
 }
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("language", ["javascript", "bash"])
 def test_ignored_signals_do_not_outlive_the_timeout(jailed: Executor, language: str) -> None:
     start = time.monotonic()

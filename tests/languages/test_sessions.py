@@ -95,6 +95,7 @@ def test_process_exit_ends_the_session_clearly(executor: Executor) -> None:
             s.run("kept")
 
 
+@pytest.mark.serial
 def test_sync_and_async_cells_past_their_time_are_interrupted_and_state_survives(
     js: Session,
 ) -> None:

@@ -502,6 +502,7 @@ def test_program_cannot_forge_a_sandbox_error(jailed: Executor) -> None:
     assert r.stdout.startswith("wrote to ")
 
 
+@pytest.mark.serial
 def test_junk_in_inherited_pipes_only_changes_the_programs_own_outcome(jailed: Executor) -> None:
     # The program holds the write ends of its own report pipes (error record, exit report): it
     # can lie about its own outcome, as `sys.exit(n)` could, but never make the run look like

@@ -54,7 +54,8 @@ def jailed(
 
 
 SANDBOX_UIDS = range(jail.UID_FIRST, jail.UID_FIRST + jail.UID_COUNT)  # one per slot
-VICTIMS = 64  # slots take the lowest free uids: more than the suite's executors hold at once
+# Slots take the lowest free uids: more than the executors of every test worker hold at once.
+VICTIMS = 256
 
 # What every hostile program starts with: name the errno of whatever failed.
 PRELUDE = r'''
@@ -851,6 +852,7 @@ def test_nothing_persists_between_runs(jailed: Executor) -> None:
 # ---- processes do not outlive their run -------------------------------------------------------
 
 
+@pytest.mark.serial
 @pytest.mark.hostile
 def test_daemonized_grandchild_does_not_outlive_its_run(jailed: Executor) -> None:
     marker = str(10**9 + secrets.randbelow(10**9))
@@ -905,6 +907,7 @@ def test_daemonized_grandchild_does_not_outlive_its_run(jailed: Executor) -> Non
     assert r.metrics.wall_ms < 5000, r.metrics
 
 
+@pytest.mark.serial
 @pytest.mark.hostile
 def test_daemon_holding_stdout_does_not_delay_the_result(jailed: Executor) -> None:
     marker = str(10**9 + secrets.randbelow(10**9))
@@ -1188,6 +1191,7 @@ def _describe_process(pid: int) -> str:
         return f"{pid} (gone)"
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_500_runs_leave_no_cgroups_processes_mounts_or_descriptors(executor: Executor) -> None:

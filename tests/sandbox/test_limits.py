@@ -19,7 +19,7 @@ from execbox import Executor, RunResult, Status
 from execbox.sandbox.inside.cgroup import Hierarchy
 from tests.probes import host_stats, peak_of, wait_until
 
-pytestmark = pytest.mark.hostile
+pytestmark = [pytest.mark.hostile, pytest.mark.serial]
 
 MIB = 1024 * 1024
 SLACK_S = 1.0  # how far past the limit a run may end, set-up and teardown included

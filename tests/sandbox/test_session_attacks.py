@@ -117,6 +117,7 @@ def _cpu_over(pid: int, seconds: float) -> float:
     return _cpu_s(pid) - before
 
 
+@pytest.mark.serial
 def test_an_idle_session_costs_its_supervisor_no_cpu(hostile: Executor) -> None:
     with hostile.session() as s:
         r = s.run(
@@ -310,6 +311,7 @@ P.read_frame = lambda *args, **kwargs: time.sleep(10 ** 6)  # SIGINT is ignored 
 )
 
 
+@pytest.mark.serial
 def test_an_interpreter_that_stops_taking_cells_ends_the_session_within_its_limits(
     hostile: Executor,
 ) -> None:
@@ -323,6 +325,7 @@ def test_an_interpreter_that_stops_taking_cells_ends_the_session_within_its_limi
         assert took < 1 + 2 + 2, f"the host waited {took:.1f} s"
 
 
+@pytest.mark.serial
 def test_a_large_cell_the_interpreter_never_reads_cannot_block_the_supervisor(
     hostile: Executor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -396,6 +399,7 @@ def test_a_cell_that_swallows_the_interrupt_is_still_reported_as_timeout(hostile
         assert r.status is Status.timeout, r
 
 
+@pytest.mark.serial
 def test_a_cell_that_keeps_running_after_the_interrupt_is_ended_within_the_grace(
     hostile: Executor,
 ) -> None:
@@ -664,6 +668,7 @@ def test_secrets_are_redacted_from_every_textual_output(hostile: Executor) -> No
 # ---- closing ------------------------------------------------------------------------------------
 
 
+@pytest.mark.serial
 def test_close_during_a_running_cell_returns_promptly(hostile: Executor) -> None:
     s = hostile.session()
     box: list[object] = []
@@ -691,6 +696,7 @@ def test_close_during_a_running_cell_returns_promptly(hostile: Executor) -> None
 # ---- between cells -------------------------------------------------------------------------------
 
 
+@pytest.mark.serial
 def test_cpu_burned_between_cells_is_bounded_by_the_session_limits(hostile: Executor) -> None:
     with hostile.session(limits=Limits(cpu_s=0.5)) as s:
         r = s.run(

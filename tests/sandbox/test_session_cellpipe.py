@@ -151,6 +151,7 @@ def test_a_report_forged_between_cells_ends_the_session_when_no_cell_follows(
             s.run("1")
 
 
+@pytest.mark.serial
 def test_a_report_forged_before_a_files_call_ends_the_session_without_a_hang(
     hostile: Executor,
 ) -> None:
@@ -226,6 +227,7 @@ def test_a_forged_report_during_a_large_cell_is_not_a_sandbox_error(hostile: Exe
 # ---- the code plays with its end of the go pipe -----------------------------------------------------
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize(
     "action",
     [
@@ -358,6 +360,7 @@ def _pipe_full(fd: int) -> bool:
     return unread[0] >= fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
 
 
+@pytest.mark.serial
 def test_executor_close_while_a_large_cell_is_being_fed(hostile: Executor) -> None:
     ex = Executor(cache=False, pool_size=1)
     closed = False

@@ -639,6 +639,7 @@ def _kill_the_next(zygote: int, before: set[int], cgroup: str, stop: threading.E
                 pass
 
 
+@pytest.mark.serial
 def test_a_program_killed_before_it_said_it_waits_is_not_the_codes_fault(
     jailed_one_slot: Executor, caplog: pytest.LogCaptureFixture
 ) -> None:

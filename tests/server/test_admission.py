@@ -17,6 +17,9 @@ import pytest
 from tests.probes import wait_until
 from tests.server.conftest import Api, own_server
 
+# Claims about waits and admission under load: the machine to themselves (make test).
+pytestmark = pytest.mark.serial
+
 MIB = 1 << 20
 UNKNOWN = "0123456789abcdef0123456789abcdef"
 

@@ -17,6 +17,9 @@ import pytest
 from execbox.contract import MAX_SECRETS
 from tests.server.conftest import Api
 
+# Claims about waits and admission under load: the machine to themselves (make test).
+pytestmark = pytest.mark.serial
+
 
 @pytest.fixture(scope="module")
 def api(fake_api: Api) -> Iterator[Api]:

@@ -35,6 +35,9 @@ from execbox.testing import FakeSandbox
 from tests.probes import wait_until
 from tests.server.conftest import Api, own_server
 
+# Claims about waits and admission under load: the machine to themselves (make test).
+pytestmark = pytest.mark.serial
+
 MIB = 1 << 20
 
 

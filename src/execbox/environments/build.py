@@ -6,12 +6,15 @@ points at it. The manifest `finish` writes is the one place a tree's recorded fa
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import UsageError
@@ -38,6 +41,8 @@ SHIPPED_NPM = {"js-data": RUNTIME / "npm"}
 # How a tree is made from the interpreter: a tree of another format is rebuilt, not reused
 # (2: the build configuration names the jail's prefix, not the host's).
 TREE_FORMAT = 2
+# In the home's environments directory: held by the one process building there.
+BUILD_LOCK = ".build.lock"
 
 
 def build(
@@ -69,60 +74,74 @@ def build(
     if no_index:
         index_args.append("--no-index")
     interpreter = python or getattr(sys, "_base_executable", None) or sys.executable
-    if lock is not None and not index_args:
-        same = _same_build(name, lock, interpreter, base, npm_spec)
-        if same is not None:
-            return same
-    trees = envs_dir(base) / "trees"
-    trees.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=".build-", dir=trees))
-    work.chmod(0o755)  # mkdtemp's 0700 would keep the jail's users out of the whole tree
-    try:
-        packages: dict[str, str] = {}
-        if npm_spec is not None:  # first: a lock npm refuses ends the build before the copy
-            (work / npm.DIR).mkdir()
-            packages = npm.install(work, npm_spec, npm_registry, npm_cache, npm_offline)
-        info = copy_python(work, interpreter)
-        py = work / "bin" / "python3"
-        lock_text = (
-            lock.read_text() if lock is not None else resolve(py, requirements, index_args, log)  # type: ignore[arg-type]
-        )
-        lock_file = work / "requirements.lock"
-        lock_file.write_text(lock_text)
-        pip(
-            py,
-            ["install"],
-            [
-                "--no-deps",
-                "--require-hashes",
-                "--only-binary",
-                ":all:",
-                "--no-compile",
-                "--no-warn-script-location",
-                "-r",
-                str(lock_file),
-                *index_args,
-            ],
-            log,
-        )
-        drop_scripts(work)
-        compile_bytecode(work)
-        digest = tree_digest(work)
-        libs = host_libraries(work)
-        final = trees / digest.removeprefix("sha256:")[:16]
-        if (final / manifest.FILE).is_file() and manifest.read(final).get("tree_digest") == digest:
-            shutil.rmtree(work)  # the same tree, built before (maybe by an older execbox)
-            refresh_native(final)
-        else:
-            if final.exists():
-                shutil.rmtree(final)
-            work.rename(final)
-            finish(final, info, digest, lock_text, libs, packages)
-        point(name, final, base)
-        return Environment(name, final, manifest.read(final))
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
+    with build_lock(base):
+        if lock is not None and not index_args:
+            same = _same_build(name, lock, interpreter, base, npm_spec)
+            if same is not None:
+                return same
+        trees = envs_dir(base) / "trees"
+        trees.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=".build-", dir=trees))
+        work.chmod(0o755)  # mkdtemp's 0700 would keep the jail's users out of the whole tree
+        try:
+            packages: dict[str, str] = {}
+            if npm_spec is not None:  # first: a lock npm refuses ends the build before the copy
+                (work / npm.DIR).mkdir()
+                packages = npm.install(work, npm_spec, npm_registry, npm_cache, npm_offline)
+            info = copy_python(work, interpreter)
+            py = work / "bin" / "python3"
+            lock_text = (
+                lock.read_text() if lock is not None else resolve(py, requirements, index_args, log)  # type: ignore[arg-type]
+            )
+            lock_file = work / "requirements.lock"
+            lock_file.write_text(lock_text)
+            pip(
+                py,
+                ["install"],
+                [
+                    "--no-deps",
+                    "--require-hashes",
+                    "--only-binary",
+                    ":all:",
+                    "--no-compile",
+                    "--no-warn-script-location",
+                    "-r",
+                    str(lock_file),
+                    *index_args,
+                ],
+                log,
+            )
+            drop_scripts(work)
+            compile_bytecode(work)
+            digest = tree_digest(work)
+            libs = host_libraries(work)
+            final = trees / digest.removeprefix("sha256:")[:16]
+            if (final / manifest.FILE).is_file() and manifest.read(final).get(
+                "tree_digest"
+            ) == digest:
+                shutil.rmtree(work)  # the same tree, built before (maybe by an older execbox)
+                refresh_native(final)
+            else:
+                if final.exists():
+                    shutil.rmtree(final)
+                work.rename(final)
+                finish(final, info, digest, lock_text, libs, packages)
+            point(name, final, base)
+            return Environment(name, final, manifest.read(final))
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+
+
+@contextmanager
+def build_lock(base: Path | None = None) -> Iterator[None]:
+    """Hold the home's build lock: two processes building into one home would replace each
+    other's trees and names mid-build. A second builder waits here, then finds the tree."""
+    envs = envs_dir(base)
+    envs.mkdir(parents=True, exist_ok=True)
+    with open(envs / BUILD_LOCK, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)  # let go when the file closes, or the process dies
+        yield
 
 
 def _spec(
