@@ -4,6 +4,7 @@ comparison with the reference harness is bench/humaneval.py."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import math
@@ -409,6 +410,19 @@ def test_cli_usage_errors_exit_2_with_a_clear_message(
     assert message in result.stderr and result.stdout == ""
 
 
+def _recorded_ok(db: Path) -> int:
+    """Runs recorded as ok in the records file `db` (0 before it exists)."""
+    import sqlite3
+
+    if not db.exists():
+        return 0
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+            return int(conn.execute("SELECT count(*) FROM runs WHERE status = 'ok'").fetchone()[0])
+    except sqlite3.OperationalError:  # not made yet, or locked by the writer for a moment
+        return 0
+
+
 @pytest.mark.serial
 def test_ctrl_c_ends_the_runs_at_once_and_keeps_the_verdicts_so_far(
     sandbox: Executor, tmp_path: Path
@@ -425,16 +439,23 @@ def test_ctrl_c_ends_the_runs_at_once_and_keeps_the_verdicts_so_far(
         for i in range(8)
     ]
     samples = write_lines(tmp_path / "slow.jsonl", lines)
+    records = tmp_path / "runs.db"  # its own: the first verdict is seen there
     proc = subprocess.Popen(
         [*EXECBOX, "eval", "humaneval", str(samples), "--timeout", "55", "--concurrency", "2"],
         cwd=tmp_path,
         text=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        env={**os.environ, "EXECBOX_DB_URL": f"sqlite:///{records}"},
     )
     try:
-        # By then the first sample has its verdict, and two sleepers run (for 50 s).
-        time.sleep(8)
+        # Ctrl-C once the first sample has its verdict (its run recorded) and the sleepers run.
+        deadline = time.monotonic() + 120
+        while _recorded_ok(records) < 1:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no verdict within 120 s"
+            time.sleep(0.2)
+        time.sleep(1)  # the two sleepers take their slots
         assert proc.poll() is None, proc.communicate()
         os.kill(proc.pid, signal.SIGINT)
         sent = time.monotonic()

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,8 @@ if os.environ.get("EXECBOX_REQUIRE_INTEGRATIONS"):
 def served(executor: execbox.Executor) -> Iterator[tuple[str, str]]:
     """A real server over the real sandbox: (url, a tenant's key)."""
     app = create_app(executor, Settings())
-    key = app.state.execbox.keys.create("integrations", max_sessions=8)
+    # A name of its own: xdist workers and earlier runs share the home's key store.
+    key = app.state.execbox.keys.create(f"integrations-{uuid.uuid4().hex[:8]}", max_sessions=8)
     with serving(app) as url:
         yield url, key
 
