@@ -285,3 +285,22 @@ def host_child_fds() -> Callable[[], str]:
         return out
 
     return listing
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_the_model_library_event_loop() -> Iterator[None]:
+    """pydantic-ai's run_sync (and other frameworks' sync entry points) keep an event loop in
+    the main thread (reused across calls); close it after each module, so its sockets are not
+    left for the garbage collector (which the suite treats as an error)."""
+    yield
+    import asyncio
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            loop = asyncio.get_event_loop_policy().get_event_loop()
+        except RuntimeError:
+            return
+    if not loop.is_running() and not loop.is_closed():
+        loop.close()

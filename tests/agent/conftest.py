@@ -22,22 +22,3 @@ def no_model_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> Iterator[Non
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("EXECBOX_AGENT_CONFIG", str(tmp_path / "absent.toml"))
     yield
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _close_the_model_library_event_loop() -> Iterator[None]:
-    """pydantic-ai's run_sync keeps an event loop in the main thread (reused across calls);
-    close it after each module, so its sockets are not left for the garbage collector (which
-    the suite treats as an error) and a later module starts a fresh one."""
-    yield
-    import asyncio
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        try:
-            loop = asyncio.get_event_loop_policy().get_event_loop()
-        except RuntimeError:
-            return
-    if not loop.is_running() and not loop.is_closed():
-        loop.close()
