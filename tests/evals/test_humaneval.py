@@ -447,6 +447,9 @@ def test_ctrl_c_ends_the_runs_at_once_and_keeps_the_verdicts_so_far(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env={**os.environ, "EXECBOX_DB_URL": f"sqlite:///{records}"},
+        # As a terminal's foreground program gets it: a suite started in the background (nohup
+        # ... &) hands its children SIGINT ignored, and Python then installs no handler.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         # Ctrl-C once the first sample has its verdict (its run recorded) and the sleepers run.
