@@ -362,3 +362,38 @@ def test_a_home_without_the_default_environment_says_how_to_build_it(tmp_path: P
         environments.default_root(tmp_path)
     with pytest.raises(UsageError, match="execbox env build ml"):
         environments.lookup("ml", tmp_path)
+
+
+def test_a_home_this_user_may_only_read_still_takes_the_build_lock() -> None:
+    # A system image's home, built by root and read by an ordinary user (the rootless
+    # container): the lock is taken on the file read-only, not refused.
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    from execbox.environments.build import build_lock
+
+    home = Path(tempfile.mkdtemp(prefix="execbox-readonly-home-"))  # /tmp: others may enter
+    try:
+        with build_lock(home):  # made by root, as the image build does
+            pass
+        for path in (home, *home.rglob("*")):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        src = Path(__file__).resolve().parents[1] / "src"
+        code = (
+            "import pathlib; from execbox.environments.build import build_lock\n"
+            f"with build_lock(pathlib.Path({str(home)!r})): print('held')\n"
+        )
+        argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        done = subprocess.run(
+            [*argv, sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(src)},
+            timeout=60,
+        )
+        assert done.stdout == "held\n", done.stderr
+    finally:
+        shutil.rmtree(home)

@@ -139,7 +139,17 @@ def build_lock(base: Path | None = None) -> Iterator[None]:
     other's trees and names mid-build. A second builder waits here, then finds the tree."""
     envs = envs_dir(base)
     envs.mkdir(parents=True, exist_ok=True)
-    with open(envs / BUILD_LOCK, "a") as fh:
+    try:
+        fh = open(envs / BUILD_LOCK, "a")  # noqa: SIM115 (closed below, on every path)
+    except PermissionError:
+        # A home this user reads but may not write (a system image's, built by root): it
+        # can only reuse trees there, and a build of its own would fail on its first write.
+        try:
+            fh = open(envs / BUILD_LOCK)  # noqa: SIM115
+        except OSError:
+            yield
+            return
+    with fh:
         fcntl.flock(fh, fcntl.LOCK_EX)  # let go when the file closes, or the process dies
         yield
 
