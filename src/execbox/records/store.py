@@ -313,22 +313,14 @@ class RunStore:
 
     def mark_approved(self, run_id: str, by: str | None) -> bool:
         """Release a held run once; False when it was not held or already released."""
-        self.settle()
-        with self.engine.begin() as conn:
-            done = conn.execute(
-                runs.update()
-                .where(
-                    runs.c.run_id == run_id,
-                    runs.c.status == "needs_approval",
-                    runs.c.approved_at.is_(None),
-                    runs.c.rejected_at.is_(None),
-                )
-                .values(approved_at=time.time(), approved_by=by)
-            )
-            return bool(done.rowcount)
+        return self._decide(run_id, approved_at=time.time(), approved_by=by)
 
     def mark_rejected(self, run_id: str, by: str | None) -> bool:
         """Turn a held run down for good; False when it was not held or already decided."""
+        return self._decide(run_id, rejected_at=time.time(), rejected_by=by)
+
+    def _decide(self, run_id: str, **decision: Any) -> bool:
+        """Record a held run's one decision; False when it was not held or already decided."""
         self.settle()
         with self.engine.begin() as conn:
             done = conn.execute(
@@ -339,7 +331,7 @@ class RunStore:
                     runs.c.approved_at.is_(None),
                     runs.c.rejected_at.is_(None),
                 )
-                .values(rejected_at=time.time(), rejected_by=by)
+                .values(**decision)
             )
             return bool(done.rowcount)
 
