@@ -199,22 +199,32 @@ def test_without_auth_a_full_address_is_still_refused(api: Api) -> None:
     """Connections mid-request cannot be evicted: past the cap a new one is refused."""
     with own_server(api.executor, auth=False, max_connections_per_client=2, body_timeout_s=30) as (
         url,
-        _,
+        state,
     ):
+        # PUT: the route awaits the body, so each holds its declared 100 bytes until closed.
         held = [
-            _connect(url, _head(f"/v1/sessions/{UNKNOWN}/files/a", None, 100) + b"x")
+            _connect(url, _put_head(f"/v1/sessions/{UNKNOWN}/files/a", 100) + b"x")
             for _ in range(2)
         ]
         try:
-            # Served until the server holds both: a probe at a time never fills the cap itself.
+            # Until the server has read both heads, their bytes wait in the kernel and the
+            # connections look idle (evictable): the probe must come after.
             deadline = time.monotonic() + 10
-            while (refused := _probe(url)).status_code == 200:
-                assert time.monotonic() < deadline, "the held connections never filled the cap"
+            while state.bodies.used() < 200:
+                assert time.monotonic() < deadline, "the server never read the held requests"
                 time.sleep(0.01)
+            refused = _probe(url)
             assert refused.status_code == 503 and "--max-connections" in refused.text
         finally:
             for sock in held:
                 sock.close()
+
+
+def _put_head(path: str, length: int) -> bytes:
+    return (
+        f"PUT {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
+        f"Content-Length: {length}\r\n\r\n"
+    ).encode()
 
 
 def _rss_mib() -> float:
