@@ -18,14 +18,13 @@ arguments the model got wrong are a `ToolMessage` with `status="error"` saying w
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from types import TracebackType
 from typing import Any, Literal
 
 from pydantic import ConfigDict, PrivateAttr
 
 from ..contract import Limits, RunResult
 from ..tools import MAX_OUTPUT_CHARS
-from .runner import Backend, ClosableSession, CodeTool
+from .runner import Backend, CodeTool, SessionOwner
 
 try:
     from langchain_core.callbacks import CallbackManagerForToolRun
@@ -99,7 +98,7 @@ class ExecboxTool(BaseTool):
         return outcome.observation, outcome.result
 
 
-class ExecboxSessionToolkit(BaseToolkit):
+class ExecboxSessionToolkit(SessionOwner, BaseToolkit):
     """A `run_python` tool whose calls are cells of one execbox session: variables, imports
     and files persist from call to call. The session opens at the first call and ends with
     `close()` (or the `with` block); when code ends it (out of memory, a forbidden call), the
@@ -146,22 +145,5 @@ class ExecboxSessionToolkit(BaseToolkit):
     def get_tools(self) -> list[BaseTool]:
         return [self.tool]
 
-    @property
-    def session(self) -> ClosableSession | None:
-        """The session the calls run in (None before the first call and after `close`)."""
-        return self.tool.code_tool.session
-
-    def close(self) -> None:
-        """End the session; later calls raise `execbox.SessionClosed`."""
-        self.tool.code_tool.close()
-
-    def __enter__(self) -> ExecboxSessionToolkit:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+    def _session_tool(self) -> CodeTool:
+        return self.tool.code_tool

@@ -18,14 +18,13 @@ saying what to fix, counted against the tool's `max_retries`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from types import TracebackType
 from typing import Any
 
 import anyio.to_thread
 
 from ..contract import Limits
 from ..tools import MAX_OUTPUT_CHARS, RunPython
-from .runner import Backend, ClosableSession, CodeTool
+from .runner import Backend, CodeTool, SessionOwner
 
 try:
     from pydantic_ai import ModelRetry, RunContext, ToolDefinition, ToolReturn
@@ -127,7 +126,7 @@ class ExecboxToolset(AbstractToolset[Any]):
         return ToolReturn(return_value=outcome.observation, metadata=outcome.result)
 
 
-class ExecboxSessionToolset(ExecboxToolset):
+class ExecboxSessionToolset(SessionOwner, ExecboxToolset):
     """`run_python` whose calls are cells of one execbox session: variables, imports and files
     persist from call to call, and across agent runs that share this toolset. The session
     opens at the first call and ends with `close()` (or the `with` block); when code ends it
@@ -170,22 +169,5 @@ class ExecboxSessionToolset(ExecboxToolset):
         )
         super().__init__(executor, max_retries=max_retries, id=id, code_tool=code)
 
-    @property
-    def session(self) -> ClosableSession | None:
-        """The session the calls run in (None before the first call and after `close`)."""
-        return self._code.session
-
-    def close(self) -> None:
-        """End the session; later calls raise `execbox.SessionClosed`."""
-        self._code.close()
-
-    def __enter__(self) -> ExecboxSessionToolset:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+    def _session_tool(self) -> CodeTool:
+        return self._code

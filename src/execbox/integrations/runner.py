@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from types import TracebackType
+from typing import Any, Protocol, Self
 
 from ..contract import Limits
 from ..errors import ExecboxError, SessionClosed, UsageError
@@ -27,7 +28,7 @@ from ..tools import (
     perform_tool_call,
 )
 
-__all__ = ["Backend", "CodeTool", "ClosableSession"]
+__all__ = ["Backend", "CodeTool", "ClosableSession", "SessionOwner"]
 
 
 class ClosableSession(SessionLike, Protocol):
@@ -187,3 +188,31 @@ def _end(session: ClosableSession) -> None:
         session.close()
     except ExecboxError:  # already over (a server may have forgotten it): nothing to end
         pass
+
+
+class SessionOwner:
+    """The session calls of a plug whose tool keeps one session (`_session_tool`): the
+    session, `close`, and the `with` block."""
+
+    def _session_tool(self) -> CodeTool:
+        raise NotImplementedError
+
+    @property
+    def session(self) -> ClosableSession | None:
+        """The session the calls run in (None before the first call and after `close`)."""
+        return self._session_tool().session
+
+    def close(self) -> None:
+        """End the session; later calls raise `execbox.SessionClosed`."""
+        self._session_tool().close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
