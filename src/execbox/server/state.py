@@ -125,6 +125,8 @@ class Settings:
     allowed_hosts: tuple[str, ...] = ()
     """Host names the server answers to besides addresses and `localhost`: names, `*.suffix`
     wildcards, or `*` for any (the defence against DNS rebinding; see `server.hosts`)."""
+    console_idle_s: float = 12 * 3600.0
+    """A console login ends after this long without a page view (and at once with its key)."""
     executor_options: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments for the Executor the server starts (when none is passed in)."""
 
