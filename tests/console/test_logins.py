@@ -21,6 +21,7 @@ from execbox.server.background import serving
 from execbox.server.console.access import COOKIE
 from execbox.server.console.logins import PER_KEY, Logins, console_logins
 from tests.console.conftest import Console
+from tests.test_records_postgres import pg_server, pg_url  # noqa: F401 - fixtures
 
 
 def _login(url: str, key: str) -> str:
@@ -128,23 +129,41 @@ def test_a_login_ends_after_its_idle_time_and_views_keep_it(
     assert not _logged_in(url, kept)
 
 
-def test_logins_are_bounded_per_key_and_expired_ones_are_removed(tmp_path: Path) -> None:
-    engine = sa.create_engine(f"sqlite:///{tmp_path / 'keys.db'}")
+def _bounded_and_swept(engine: sa.Engine) -> None:
     keys = KeyStore(engine)
     now = [1000.0]
     logins = Logins(keys, idle_s=100.0, clock=lambda: now[0])
-    alice, bob = keys.create("alice"), keys.create("bob")
+    alice, bob = (
+        keys.create(f"alice-{secrets.token_hex(4)}"),
+        keys.create(f"bob-{secrets.token_hex(4)}"),
+    )
     tokens = []
     for _ in range(PER_KEY + 3):
         tokens.append(logins.open(alice))
         now[0] += 1
     assert [logins.find(t) is not None for t in tokens] == [False] * 3 + [True] * PER_KEY
     found = logins.find(tokens[-1])
-    assert found is not None and found.tenant.name == "alice"
+    assert found is not None and found.tenant.name.startswith("alice-")
     now[0] += 101  # every alice login is now idle past its time
     logins.open(bob)
     with engine.connect() as conn:
         left = conn.scalar(sa.select(sa.func.count()).select_from(console_logins))
     assert left == 1
     assert logins.find(tokens[-1]) is None
-    engine.dispose()
+
+
+def test_logins_are_bounded_per_key_and_expired_ones_are_removed(tmp_path: Path) -> None:
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'keys.db'}")
+    try:
+        _bounded_and_swept(engine)
+    finally:
+        engine.dispose()
+
+
+def test_logins_work_on_postgresql(pg_url: str) -> None:  # noqa: F811
+    engine = sa.create_engine(pg_url)
+    try:
+        assert engine.dialect.name == "postgresql"
+        _bounded_and_swept(engine)
+    finally:
+        engine.dispose()
