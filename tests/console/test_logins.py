@@ -107,6 +107,23 @@ def test_a_forms_token_is_its_own_logins(console: Console) -> None:
     assert _logged_in(console.url, first)
 
 
+def test_execbox_serve_refuses_a_rebound_host(console: Console) -> None:
+    """Through the command's own wiring: a page renamed to the server's address (DNS
+    rebinding) gets no login form, no login and no page; the server's own names do."""
+    _, key = console.key()
+    port = console.url.rsplit(":", 1)[1]
+    with httpx.Client(base_url=console.url) as client:
+        for host, status in ((f"evil.example:{port}", 421), (f"localhost:{port}", 200)):
+            assert client.get("/console/login", headers={"Host": host}).status_code == status
+        refused = client.post(
+            "/console/login",
+            data={"key": key},
+            headers={"Host": f"evil.example:{port}", "Origin": f"http://evil.example:{port}"},
+        )
+        assert refused.status_code == 421 and "set-cookie" not in refused.headers
+        assert refused.json()["error"]["code"] == "host_not_allowed"
+
+
 @pytest.fixture
 def quick_idle(fake_executor: execbox.Executor) -> Iterator[tuple[str, KeyStore]]:
     """A server whose console logins end after 2 s without a page view."""
