@@ -451,7 +451,7 @@ def test_the_socket_is_private_and_checks_the_peer(served: Served) -> None:
 def _post_as_nobody(sock: Path, body: bytes) -> bytes:
     """POST /v1/runs on `sock` from a child running as nobody; the answer's status code."""
     request = (
-        b"POST /v1/runs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"POST /v1/runs HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
         b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
     )
     read_end, write_end = os.pipe()

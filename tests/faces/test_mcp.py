@@ -451,6 +451,24 @@ def test_http_refuses_requests_without_a_tenants_key(http_server: HttpServer) ->
     assert accepted.status_code == 200 and "mcp-session-id" in accepted.headers
 
 
+def test_http_refuses_a_foreign_host_before_its_key(http_server: HttpServer) -> None:
+    """A page renamed to the server's address (DNS rebinding) is refused, its key unread."""
+    for key in (http_server.key, "ebx_not-a-real-key"):
+        headers = {**_MCP_HEADERS, "Authorization": f"Bearer {key}", "Host": "evil.example"}
+        refused = httpx.post(http_server.url, json=_INITIALIZE, headers=headers, timeout=30)
+        assert refused.status_code == 421, refused.text
+        assert refused.json()["error"]["code"] == "host_not_allowed"
+        assert "--allowed-host evil.example" in refused.json()["error"]["message"]
+
+
+def test_http_answers_the_names_allowed_host_lists(tmp_path: Path) -> None:
+    with _http_server_process(tmp_path / "server.log", "--allowed-host", "*.mcp.example") as server:
+        for host, status in (("a.mcp.example", 200), ("mcp.example", 421), ("localhost", 200)):
+            headers = {**_MCP_HEADERS, "Authorization": f"Bearer {server.key}", "Host": host}
+            answer = httpx.post(server.url, json=_INITIALIZE, headers=headers, timeout=30)
+            assert answer.status_code == status, (host, answer.text)
+
+
 def test_http_tenant_reaches_only_its_own_sessions_runs_and_mcp_sessions(
     http_server: HttpServer,
 ) -> None:

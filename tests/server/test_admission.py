@@ -39,7 +39,7 @@ def _connect(url: str, head: bytes = b"") -> socket.socket:
 def _head(path: str, key: str | None, length: int) -> bytes:
     auth = f"Authorization: Bearer {key}\r\n" if key else ""
     return (
-        f"POST {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: localhost\r\n{auth}Content-Type: application/json\r\n"
         f"Content-Length: {length}\r\n\r\n"
     ).encode()
 
@@ -175,7 +175,7 @@ def test_authenticated_connections_do_not_count_toward_the_cap(api: Api) -> None
     with own_server(api.executor, max_connections_per_client=2) as (url, _):
         _, key = api.key("trusted")
         request = (
-            f"GET /v1/sessions/{UNKNOWN} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\r\n"
+            f"GET /v1/sessions/{UNKNOWN} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {key}\r\n\r\n"
         ).encode()
         keyed: list[socket.socket] = []
         try:
@@ -222,7 +222,7 @@ def test_without_auth_a_full_address_is_still_refused(api: Api) -> None:
 
 def _put_head(path: str, length: int) -> bytes:
     return (
-        f"PUT {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
+        f"PUT {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/octet-stream\r\n"
         f"Content-Length: {length}\r\n\r\n"
     ).encode()
 

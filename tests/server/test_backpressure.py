@@ -109,7 +109,7 @@ def test_requests_in_flight_of_any_kind_are_capped_per_key(api: Api) -> None:
     _, key = api.key("inflight", concurrent=1)
     host, port = api.url.removeprefix("http://").split(":")
     head = (
-        f"POST /v1/runs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n"
+        f"POST /v1/runs HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {key}\r\n"
         "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
     ).encode()
     held = [socket.create_connection((host, int(port))) for _ in range(8)]

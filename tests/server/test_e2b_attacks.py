@@ -222,7 +222,7 @@ def _held(server: Server, path: str, headers: dict[str, str], length: int) -> so
     """A connection that sends a POST's headers declaring `length` bytes of body, then none."""
     parts = urlsplit(server.url)
     sock = socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 80))
-    lines = [f"POST /e2b{path} HTTP/1.1", "Host: x", "Content-Type: application/json"]
+    lines = [f"POST /e2b{path} HTTP/1.1", "Host: localhost", "Content-Type: application/json"]
     lines += [f"Content-Length: {length}", *(f"{k}: {v}" for k, v in headers.items())]
     sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
     return sock
@@ -401,9 +401,9 @@ def test_authenticated_e2b_connections_are_not_evicted_by_strangers(
     parts = urlsplit(server.url)
     address = (parts.hostname or "127.0.0.1", parts.port or 80)
     requests = [
-        f"GET /e2b/health HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: {box.id}\r\n"
+        f"GET /e2b/health HTTP/1.1\r\nHost: localhost\r\nE2b-Sandbox-Id: {box.id}\r\n"
         f"X-Access-Token: {box.token}\r\n\r\n".encode(),
-        f"GET /e2b/v2/sandboxes HTTP/1.1\r\nHost: x\r\nX-API-KEY: {key}\r\n\r\n".encode(),
+        f"GET /e2b/v2/sandboxes HTTP/1.1\r\nHost: localhost\r\nX-API-KEY: {key}\r\n\r\n".encode(),
     ]
     keyed: list[tuple[socket.socket, bytes]] = []
     waiting: list[socket.socket] = []

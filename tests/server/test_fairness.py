@@ -214,7 +214,7 @@ def test_an_unread_stream_is_bounded_and_holds_its_tenant_slot(real_api: Api) ->
         body = json.dumps({"code": PRINT_16_MIB, "limits": {"output_bytes": 16 * MIB}})
         sock = _raw_request(
             url,
-            "POST /v1/runs/stream HTTP/1.1\r\nHost: x\r\n"
+            "POST /v1/runs/stream HTTP/1.1\r\nHost: localhost\r\n"
             f"Connection: close\r\nAuthorization: Bearer {key}\r\n"
             "Content-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\n\r\n{body}",
@@ -250,7 +250,7 @@ def _unread_stream(url: str, key: str, body: str) -> tuple[socket.socket, int]:
     """A streamed run whose client reads only the status line: (its socket, the status)."""
     sock = _raw_request(
         url,
-        f"POST /v1/runs/stream HTTP/1.1\r\nHost: x\r\n"
+        f"POST /v1/runs/stream HTTP/1.1\r\nHost: localhost\r\n"
         f"Authorization: Bearer {key}\r\nContent-Type: application/json"
         f"\r\nContent-Length: {len(body)}\r\n\r\n{body}",
         rcvbuf=16384,
@@ -454,10 +454,10 @@ def test_serve_has_the_session_and_connection_options() -> None:
 
 def test_slow_headers_and_bodies_are_cut_off(api: Api) -> None:
     with own_server(api.executor, header_timeout_s=0.5, body_timeout_s=0.5) as (url, _):
-        half_headers = _raw_request(url, "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        half_headers = _raw_request(url, "GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Slow: ")
         half_body = _raw_request(
             url,
-            "PUT /v1/sessions/s/files/a HTTP/1.1\r\nHost: x\r\n"
+            "PUT /v1/sessions/s/files/a HTTP/1.1\r\nHost: localhost\r\n"
             f"Authorization: Bearer {api.key()[1]}\r\n"
             "Content-Length: 1000\r\n\r\nonly a little",
         )
@@ -481,7 +481,7 @@ def test_an_idle_kept_alive_connection_gets_no_answer_it_did_not_ask_for(api: Ap
     sending its next request then would read it as that request's answer): it still serves
     the next request, and a half-sent next request is still cut off with a 408."""
     with own_server(api.executor, header_timeout_s=0.5) as (url, _):
-        get = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+        get = "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"
         for second, answer in ((get, b"HTTP/1.1 200"), ("GET /healthz HTTP/1.1\r\n", b"")):
             sock = _raw_request(url, get)
             try:

@@ -57,6 +57,16 @@ __all__ = ["mcp_command"]
     "header of HTTPS requests to those hosts only. The model never sees the value.",
 )
 @click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    envvar="EXECBOX_ALLOWED_HOSTS",
+    help="http: a host name clients reach the server by, as `execbox serve --allowed-host` "
+    "(addresses and localhost always; other names get 421). Repeatable; env "
+    "EXECBOX_ALLOWED_HOSTS.",
+)
+@click.option(
     "--no-auth",
     is_flag=True,
     help="http: accept every caller as the tenant 'local' (only on a trusted "
@@ -108,6 +118,7 @@ def mcp_command(
     environment: str | None,
     allow_net: tuple[str, ...],
     secret_for: tuple[str, ...],
+    allowed_hosts: tuple[str, ...],
     no_auth: bool,
     db: str | None,
     max_result_mib: int,
@@ -123,6 +134,7 @@ def mcp_command(
     """
     from ..cli import bound_from_environment
     from ..errors import ExecboxError
+    from ..server.hosts import split_patterns
     from .server import serve
 
     if transport == "http" and no_auth and host not in ("127.0.0.1", "::1", "localhost"):
@@ -144,6 +156,7 @@ def mcp_command(
             max_sessions=max_sessions,
             session_starts_per_key=session_starts_per_key,
             session_starts_per_s=session_starts_per_s,
+            allowed_hosts=split_patterns(allowed_hosts),
         )
     except ExecboxError as exc:
         click.echo(f"execbox: {exc}", err=True)

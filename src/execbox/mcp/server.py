@@ -49,6 +49,7 @@ from .http import TENANT_SCOPE_KEY
 
 if TYPE_CHECKING:
     from ..executor import Executor
+    from ..server.hosts import AllowedHosts
     from ..sessions import Session
 
 log = logging.getLogger(__name__)
@@ -556,14 +557,21 @@ def serve(
     session_starts_per_s: float = 1.0,
     network: Sequence[str] | None = None,
     bound_secrets: Sequence[Mapping[str, Any]] = (),
+    allowed_hosts: Sequence[str] = (),
 ) -> None:
     """Start an Executor, serve MCP on `transport` until the client leaves (stdio) or a
     SIGINT/SIGTERM arrives, then close every session and the Executor. Over HTTP, with `auth`,
     every request needs a tenant's key of the records database's key table (`records`: its
     URL; default as `execbox serve`'s), and the `max_sessions` sessions are shared among the
     keys as `execbox serve` shares them. `network`: the hosts runs may reach (None: none).
+    `allowed_hosts`: over HTTP, the host names served besides addresses and localhost
+    (`execbox serve --allowed-host`; empty: the default for `host`).
     """
     from ..executor import Executor
+    from ..server.hosts import AllowedHosts, default_patterns
+
+    # Checked before the sandbox starts: a bad name is the operator's error, said at once.
+    allowed = AllowedHosts(allowed_hosts or default_patterns(host))
 
     if network or bound_secrets:  # the operator's error, said now, not at every tool call
         checked = make_request("", profile=profile, network=list(network) if network else "none")
@@ -598,16 +606,26 @@ def serve(
                 # uvicorn handles SIGINT/SIGTERM itself while it serves; it stops, the
                 # lifespan closes the sessions, then the Executor closes here.
                 stop.action = _interrupt
-                anyio.run(lambda: _serve_http(server, host, port, keys))
+                anyio.run(lambda: _serve_http(server, host, port, keys, allowed))
             stop.action = None
 
 
-async def _serve_http(server: MCPServer[Any], host: str, port: int, keys: KeyStore | None) -> None:
+async def _serve_http(
+    server: MCPServer[Any], host: str, port: int, keys: KeyStore | None, allowed: AllowedHosts
+) -> None:
     import uvicorn
+    from mcp.server.transport_security import TransportSecuritySettings
 
+    from ..server.hosts import HostCheck
     from .http import BearerAuth
 
-    app = BearerAuth(server.streamable_http_app(host=host), keys)
+    # Ours checks the Host, first, for every bind; the SDK's (loopback binds only) would
+    # refuse the names --allowed-host adds.
+    mcp_app = server.streamable_http_app(
+        host=host,
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
+    app = HostCheck(BearerAuth(mcp_app, keys), allowed)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning")
     await uvicorn.Server(config).serve()
 

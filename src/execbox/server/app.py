@@ -6,6 +6,8 @@
     GET  /healthz /readyz                   liveness, readiness (no key)
     GET  /console/...                       the web console (a key, or its login cookie)
     GET  /metrics                           Prometheus metrics (an admin key)
+
+Every request but /healthz and /readyz must name an allowed host (`hosts.HostCheck`, outermost).
     GET  /docs /redoc /openapi.json         the API's documents (only with Settings.docs)
 
 The executor is synchronous: every sandbox call runs on a worker thread, never on the loop.
@@ -30,6 +32,7 @@ from fastapi.responses import JSONResponse
 from .. import __version__
 from . import console, errors, runs, sessions
 from .deps import Admin, State
+from .hosts import AllowedHosts, HostCheck
 from .limits import Admission, BodySizeLimit, SecretsCap
 from .state import ServerState, Settings
 
@@ -86,7 +89,13 @@ def create_app(executor: Executor | None = None, settings: Settings | None = Non
     errors.install(app, lambda code: state.metrics.rejected.labels(code=code).inc())
     app.add_middleware(SecretsCap)  # innermost: the body's size is already capped
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes, budget=state.bodies)
-    app.add_middleware(Admission, state=state)  # outermost: the key before any of the body
+    app.add_middleware(Admission, state=state)  # the key before any of the body
+    # Outermost: a request a rebinding page sent meets no key check, quota or body.
+    app.add_middleware(
+        HostCheck,
+        allowed=AllowedHosts(settings.allowed_hosts),
+        refused=lambda code: state.metrics.rejected.labels(code=code).inc(),
+    )
     app.include_router(runs.router)
     app.include_router(sessions.router)
     console.mount(app)

@@ -86,7 +86,8 @@ class KeyRevoked(Exception):
     """The key was valid once and has been revoked."""
 
 
-def _digest(key: str) -> str:
+def key_digest(key: str) -> str:
+    """A key as stored: its SHA-256, in hex."""
     return hashlib.sha256(key.encode()).hexdigest()
 
 
@@ -136,7 +137,7 @@ class KeyStore:
                 conn.execute(
                     api_keys.insert().values(
                         name=name,
-                        key_sha256=_digest(key),
+                        key_sha256=key_digest(key),
                         created_at=time.time(),
                         max_concurrent=max_concurrent,
                         max_sessions=max_sessions,
@@ -174,7 +175,11 @@ class KeyStore:
 
     def authenticate(self, key: str) -> Tenant | None:
         """The tenant of `key`; None when unknown; KeyRevoked when revoked."""
-        digest = _digest(key)
+        return self.by_digest(key_digest(key))
+
+    def by_digest(self, digest: str) -> Tenant | None:
+        """The tenant of the key whose `key_digest` is `digest`; None when unknown;
+        KeyRevoked when revoked."""
         with self.engine.connect() as conn:
             row = (
                 conn.execute(sa.select(api_keys).where(api_keys.c.key_sha256 == digest))

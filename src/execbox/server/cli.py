@@ -34,6 +34,18 @@ def _key_store(db: str | None) -> KeyStore:
 )
 @click.option("--no-socket", is_flag=True, help="Listen on the TCP port only.")
 @click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    envvar="EXECBOX_ALLOWED_HOSTS",
+    help="A host name clients reach this server by (its Host header): api.example.com, "
+    "*.example.com for its subdomains, * for any. Addresses and localhost are always "
+    "answered; other names get 421 (the defence against DNS rebinding). Repeatable; env "
+    "EXECBOX_ALLOWED_HOSTS (comma- or space-separated). Default: none on a loopback "
+    "address, else this machine's host name.",
+)
+@click.option(
     "--no-auth",
     is_flag=True,
     help="Accept every TCP caller as the tenant 'anonymous' (only on a trusted loopback).",
@@ -229,6 +241,7 @@ def serve(
     port: int,
     socket_path: Path | None,
     no_socket: bool,
+    allowed_hosts: tuple[str, ...],
     no_auth: bool,
     max_request_mib: int,
     max_concurrency: int | None,
@@ -267,6 +280,7 @@ def serve(
 
     from .app import create_app
     from .background import Server, config
+    from .hosts import default_patterns, split_patterns
     from .local import SocketTaken, bind_local_socket, default_socket_path, remove_local_socket
     from .state import Settings
 
@@ -302,14 +316,20 @@ def serve(
         max_connections_per_client=max_connections_per_client,
         listen_backlog=listen_backlog,
         request_bodies_bytes=(max_request_bodies_mib << 20 if max_request_bodies_mib else None),
+        allowed_hosts=tuple(split_patterns(allowed_hosts)) or default_patterns(host),
         executor_options={k: v for k, v in options.items() if v is not None},
     )
     if no_auth and host not in ("127.0.0.1", "::1", "localhost"):
         click.echo(
             f"execbox: WARNING: --no-auth on {host}: anyone who can reach it runs code", err=True
         )
+    try:
+        app = create_app(settings=settings)
+    except ExecboxError as exc:
+        click.echo(f"execbox: {exc}", err=True)
+        sys.exit(2)
     server_config = config(
-        create_app(settings=settings),
+        app,
         host=host,
         port=port,
         log_level=log_level,

@@ -1,8 +1,9 @@
 """What a request must pass before the application reads its body, as plain ASGI middleware.
 
-`Admission` (outermost) checks the caller's key and counts the request against the key's rate
-before any of the body is read: an unknown key is answered 401 and its connection closed with
-the body still unread, and every authenticated request counts, whatever it ends in (404, 422).
+`Admission` (outermost but for `hosts.HostCheck`) checks the caller's key and counts the
+request against the key's rate before any of the body is read: an unknown key is answered 401
+and its connection closed with the body still unread, and every authenticated request counts,
+whatever it ends in (404, 422).
 `BodySizeLimit` then refuses a body past the cap with a JSON 413 before the application sees
 any of it (declared Content-Length or counted while reading), and keeps the bodies of all
 requests in flight within a server-wide budget, each key within half of it (past either, 503).

@@ -122,6 +122,11 @@ class Settings:
     connections wait for its kernel to retry (1 s, then longer): a client reconnecting in a loop
     past its connection cap is slowed there instead of taking the server's event loop, which
     sets up each queued connection before it serves anything else."""
+    allowed_hosts: tuple[str, ...] = ()
+    """Host names the server answers to besides addresses and `localhost`: names, `*.suffix`
+    wildcards, or `*` for any (the defence against DNS rebinding; see `server.hosts`)."""
+    console_idle_s: float = 12 * 3600.0
+    """A console login ends after this long without a page view (and at once with its key)."""
     executor_options: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments for the Executor the server starts (when none is passed in)."""
 

@@ -1,5 +1,6 @@
-"""Who is looking at the console: the key from the Authorization header or the login cookie,
-and the token that ties a state-changing form to that key."""
+"""Who is looking at the console: the key from the Authorization header, or the login its
+cookie names (`logins`: the cookie holds a random token, never the key), and the token that
+ties a state-changing form to that login."""
 
 from __future__ import annotations
 
@@ -18,10 +19,13 @@ from ..deps import authenticate, get_state
 from ..errors import ApiError
 from ..local import LOCAL_PEER_KEY
 from ..state import ANONYMOUS_TENANT, LOCAL_TENANT, ServerState
+from .logins import Login, Logins, logins_for
 
 COOKIE = "execbox_console"
-# Tokens are keyed per process: a form from before a restart is refused, never forged.
+# The form tokens of keyless viewers (the local socket, --no-auth) are keyed per process: a
+# form from before a restart is refused, never forged. A login's token is its own.
 _CSRF_KEY = secrets.token_bytes(32)
+MAX_COOKIE = 100  # a login token is 43 characters: anything far longer is no login's
 
 
 class LoginNeeded(Exception):
@@ -34,11 +38,12 @@ class Viewer:
 
     name: str
     admin: bool
-    key: str | None
     by_bearer: bool
     """The key came in the Authorization header, which no other site can make a browser send."""
     tenant: Tenant | None = None
     """The key's tenant, whose in-flight limit a run released here counts against."""
+    login: Login | None = None
+    """The login the cookie named (None: the header's key, or no key needed)."""
 
     def runs(self, state: ServerState) -> sa.Select[tuple[str]] | None:
         """The ids this viewer may see, as a query; None: every run."""
@@ -49,8 +54,10 @@ class Viewer:
 
     @property
     def csrf(self) -> str:
-        """The token a form of this viewer carries (bound to its key)."""
-        return hmac.new(_CSRF_KEY, (self.key or self.name).encode(), hashlib.sha256).hexdigest()
+        """The token a form of this viewer carries: its login's own, else bound to its name."""
+        if self.login is not None:
+            return self.login.csrf
+        return hmac.new(_CSRF_KEY, self.name.encode(), hashlib.sha256).hexdigest()
 
 
 def bearer_key(request: Request) -> str | None:
@@ -58,28 +65,34 @@ def bearer_key(request: Request) -> str | None:
     return key.strip() or None if scheme.lower() == "bearer" else None
 
 
+def logins(state: ServerState) -> Logins:
+    """The server's console logins. Blocking: call it off the event loop."""
+    return logins_for(state.key_store(), state.settings.console_idle_s)
+
+
 async def get_viewer(request: Request, state: Annotated[ServerState, Depends(get_state)]) -> Viewer:
     """The viewer, from the Authorization header first, then the login cookie."""
     if request.scope.get(LOCAL_PEER_KEY):
-        return Viewer(LOCAL_TENANT.name, False, None, False, LOCAL_TENANT)
+        return Viewer(LOCAL_TENANT.name, False, False, LOCAL_TENANT)
     if not state.settings.auth:
-        return Viewer(ANONYMOUS_TENANT.name, False, None, False, ANONYMOUS_TENANT)
+        return Viewer(ANONYMOUS_TENANT.name, False, False, ANONYMOUS_TENANT)
     key = bearer_key(request)
-    by_cookie = key is None
-    if key is None:
-        key = request.cookies.get(COOKIE)
-    if not key:
-        raise LoginNeeded
-    try:
+    login: Login | None = None
+    if key is not None:
         tenant = await anyio.to_thread.run_sync(
             authenticate, state.key_store(), key, limiter=state.auth_limiter
         )
-    except ApiError:
-        if by_cookie:  # a stale cookie (a revoked key): log in again
-            raise LoginNeeded from None
-        raise
+    else:
+        token = request.cookies.get(COOKIE, "")
+        if token and len(token) <= MAX_COOKIE:
+            login = await anyio.to_thread.run_sync(
+                lambda: logins(state).find(token), limiter=state.auth_limiter
+            )
+        if login is None:  # no cookie, or one whose login ended: log in again
+            raise LoginNeeded
+        tenant = login.tenant
     state.quotas.count(tenant)  # a page counts against the key's rate as an API call does
-    return Viewer(tenant.name, tenant.role == ADMIN, key, not by_cookie, tenant)
+    return Viewer(tenant.name, tenant.role == ADMIN, login is None, tenant, login)
 
 
 def check_form(request: Request, viewer: Viewer, token: str | None) -> None:

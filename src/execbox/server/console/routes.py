@@ -20,7 +20,7 @@ from ...records import RunRecord
 from ..deps import State, authenticate
 from ..errors import ApiError
 from . import queries, views
-from .access import COOKIE, LoginNeeded, Viewer, ViewerDep, check_form, check_origin
+from .access import COOKIE, LoginNeeded, Viewer, ViewerDep, check_form, check_origin, logins
 
 PAGE_SIZE = 50
 PAGE_CSP = (
@@ -92,16 +92,20 @@ async def login(
     next: Annotated[str | None, Form()] = None,  # noqa: A002 - the form field's name
 ) -> Response:
     check_origin(request)
+    key = key.strip()
     try:
         await anyio.to_thread.run_sync(
-            authenticate, state.key_store(), key.strip(), limiter=state.auth_limiter
+            authenticate, state.key_store(), key, limiter=state.auth_limiter
         )
     except ApiError as err:
         return page("login.html", None, 401, next=_safe_next(next), problem=err.message)
+    token = await anyio.to_thread.run_sync(
+        lambda: logins(state).open(key), limiter=state.auth_limiter
+    )
     response = RedirectResponse(_safe_next(next), 303)
     response.set_cookie(
         COOKIE,
-        key.strip(),
+        token,
         path="/console",
         httponly=True,
         samesite="strict",
@@ -112,9 +116,12 @@ async def login(
 
 @router.post("/logout")
 async def logout(
-    request: Request, viewer: ViewerDep, csrf: Annotated[str, Form()] = ""
+    request: Request, state: State, viewer: ViewerDep, csrf: Annotated[str, Form()] = ""
 ) -> Response:
     check_form(request, viewer, csrf)
+    token = request.cookies.get(COOKIE)
+    if viewer.login is not None and token:
+        await state.blocking(lambda: logins(state).close(token))
     response = RedirectResponse("/console/login", 303)
     response.delete_cookie(COOKIE, path="/console", httponly=True, samesite="strict")
     return response
