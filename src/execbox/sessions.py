@@ -24,6 +24,7 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +64,17 @@ DEFAULT_MAX_LIFETIME_S = 3600.0
 
 # The error type of a cell ended by `Session.kill`, by the status it ends with.
 KILLED_TYPES = {Status.timeout: "SessionExpired", Status.network_limit: "NetworkLimitExceeded"}
+
+
+@dataclass(frozen=True)
+class SessionUsage:
+    """What a session's processes use now, as its cgroup and workspace count it."""
+
+    cpu_ns: int  # CPU time since the session started, all its processes
+    memory_bytes: int  # memory charged now (page cache and tmpfs files included)
+    memory_cache_bytes: int  # of which page cache and tmpfs files
+    disk_bytes: int  # used in the workspace
+    disk_total_bytes: int  # the workspace's size
 
 
 class Session:
@@ -235,6 +247,22 @@ class Session:
             self.killed_status = status
         self._channel.kill()
 
+    def usage(self) -> SessionUsage:
+        """What the session uses now (a call between cells, as a file call is)."""
+        answer, _ = self.files._call("usage")
+        return SessionUsage(
+            **{k: int(answer.get(k) or 0) for k in SessionUsage.__dataclass_fields__}
+        )
+
+    def interrupt(self, reason: str) -> bool:
+        """Interrupt the running cell (KeyboardInterrupt in it); the session goes on. False
+        when no cell runs (a file call is no cell) or the backend cannot interrupt one. Safe
+        from any thread."""
+        interrupt = getattr(self._channel, "interrupt", None)
+        if not self._busy or interrupt is None or self.end_reason is not None:
+            return False
+        return bool(interrupt(reason))
+
     def _mark_ended(self, reason: str) -> None:
         """The interpreter is gone (seen by a cell or a file call, under the session's lock)."""
         if self.end_reason is None:
@@ -325,6 +353,10 @@ class _InUse:
         s._lock.release()
 
 
+# A session workspace's regular files and its directories, each in path order.
+WorkspaceTree = tuple[list[Artifact], list[str]]
+
+
 class SessionFiles:
     """Files in the session's /workspace, with the same link safety as artifacts: symlinks are
     never followed, FIFOs and devices never opened."""
@@ -335,7 +367,7 @@ class SessionFiles:
     def _call(
         self, op: str, path: str = "", data: bytes | None = None
     ) -> tuple[dict[str, Any], bytes]:
-        if op != "list":
+        if op not in ("list", "usage"):
             _check_path(path)
         with self._s._use() as channel:
             try:
@@ -385,6 +417,25 @@ class SessionFiles:
     def remove(self, path: str) -> None:
         """Remove a file, a link (never its target) or an empty directory."""
         self._call("remove", path)
+
+    def make_dir(self, path: str) -> bool:
+        """Make the directory `path` and its parents: True when made, False when it was a
+        directory already (UsageError when a file or link is there, or on the way)."""
+        answer, _ = self._call("mkdir", path)
+        return bool(answer.get("created"))
+
+    def rename(self, source: str, target: str) -> None:
+        """Move a file, link (never its target) or directory to `target`, replacing a file
+        or an empty directory there; `target`'s parents are made."""
+        _check_path(target)
+        self._call("rename", source, target.encode())
+
+    def tree(self) -> WorkspaceTree:
+        """`list()`'s files, and every directory in the workspace (empty ones too), each in
+        path order."""
+        answer, _ = self._call("list")
+        files = [Artifact(**entry) for entry in answer.get("entries", [])]
+        return files, [str(d) for d in answer.get("dirs", [])]
 
 
 class SessionTable:

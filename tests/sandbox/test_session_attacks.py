@@ -514,6 +514,9 @@ def test_files_api_racing_code_that_swaps_the_path_fails_the_call_not_the_sessio
             s.files.list,
             lambda: s.files.remove("p"),
             lambda: s.files.remove("p/x"),
+            lambda: s.files.make_dir("p/d"),
+            lambda: s.files.rename("p/x", "p/y"),
+            s.files.tree,
         ]
         failed: list[str] = []
         for _ in range(300):

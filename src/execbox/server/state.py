@@ -63,7 +63,10 @@ class EndedSession:
             f"session {self.id} has ended ({self.end_reason or 'closed'}); start a new session"
         )
 
-    run = write = read = list = remove = _ended
+    run = write = read = list = remove = make_dir = rename = tree = usage = _ended
+
+    def interrupt(self, reason: str) -> bool:
+        return False
 
     def close(self) -> None:
         pass

@@ -15,6 +15,7 @@ import json
 import os
 import selectors
 import socket
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -48,6 +49,11 @@ class SessionChannel:
         self.cells_w = -1  # the interpreter's cell pipe, from SRDY
         self.ended: dict[str, Any] | None = None
         self.closed = False
+        # Interrupts from other threads: one that comes while a cell is starting is sent as
+        # soon as the supervisor has the cell (before it, the supervisor would drop it).
+        self._int_lock = threading.Lock()
+        self._cell_state = "idle"  # "starting", "running"
+        self._int_pending: str | None = None
 
     # ---- start and stop -----------------------------------------------------------------------
 
@@ -182,32 +188,42 @@ class SessionChannel:
         """Run one cell; the result's meta carries `outputs`, and `ended` when the session
         ended with it. Raises SessionEnded when it had ended before."""
         self._check_ended()
-        marker = f"\x00execbox-cell-end-{os.urandom(12).hex()}\x00"
-        cell_id = os.urandom(12).hex()  # the report must echo it: no other cell's answer fits
-        # The code goes to the interpreter first, so it starts at once; never blocking on it
-        # (it may not be reading, if an earlier cell stopped its loop): what the pipe does not
-        # take now is fed as it does. Then CELL starts the supervisor's clocks.
-        pump = _CellPump(
-            self,
-            marker.encode(),
-            output_bytes,
-            on_stdout,
-            on_stderr,
-            protocol.json_frame(cells.CELL, {"code": code, "marker": marker, "cell": cell_id}),
-        )
-        pump.feed()
+        with self._int_lock:
+            self._cell_state, self._int_pending = "starting", None
         try:
-            self._send(
-                protocol.json_frame(
-                    cells.CELL, {"timeout_s": timeout_s, "cpu_s": cpu_s, "cell": cell_id}
-                )
+            marker = f"\x00execbox-cell-end-{os.urandom(12).hex()}\x00"
+            cell_id = os.urandom(12).hex()  # its report must echo it: no other cell's fits
+            # The code goes to the interpreter first, so it starts at once; never blocking on
+            # it (it may not be reading, if an earlier cell stopped its loop): what the pipe
+            # does not take now is fed as it does. Then CELL starts the supervisor's clocks.
+            pump = _CellPump(
+                self,
+                marker.encode(),
+                output_bytes,
+                on_stdout,
+                on_stderr,
+                protocol.json_frame(cells.CELL, {"code": code, "marker": marker, "cell": cell_id}),
             )
-        except OSError as exc:
-            raise HostError(f"the session supervisor did not take the cell: {exc}") from exc
-        raw = pump.run(time.monotonic() + backstop_s)
-        if raw.meta.get("ended"):
-            self.ended = raw.meta
-        return raw
+            pump.feed()
+            try:
+                self._send(
+                    protocol.json_frame(
+                        cells.CELL, {"timeout_s": timeout_s, "cpu_s": cpu_s, "cell": cell_id}
+                    )
+                )
+            except OSError as exc:
+                raise HostError(f"the session supervisor did not take the cell: {exc}") from exc
+            with self._int_lock:
+                self._cell_state = "running"
+                if self._int_pending is not None:
+                    self._send_int(self._int_pending)
+            raw = pump.run(time.monotonic() + backstop_s)
+            if raw.meta.get("ended"):
+                self.ended = raw.meta
+            return raw
+        finally:
+            with self._int_lock:
+                self._cell_state, self._int_pending = "idle", None
 
     def _send(self, data: bytes) -> None:
         """All of `data` on the (non-blocking) control socket: a small frame goes in one call;
@@ -235,7 +251,22 @@ class SessionChannel:
         if self.ended is not None:
             raise SessionEnded(self.ended)
 
-    def interrupt(self, reason: str) -> None:
+    def interrupt(self, reason: str) -> bool:
+        """Interrupt the running cell (safe from any thread); False when none runs."""
+        with self._int_lock:
+            if self._cell_state == "running":
+                self._send_int(reason)
+            elif self._cell_state == "starting":
+                self._int_pending = reason
+            else:
+                return False
+            return True
+
+    def cut_output(self) -> None:
+        """The cell's output went past its cap: interrupt it."""
+        self.interrupt("output_limit")
+
+    def _send_int(self, reason: str) -> None:
         try:
             self.slot.ctrl.send(protocol.frame(cells.INT, reason.encode()))
         except OSError:
@@ -296,9 +327,7 @@ class _CellPump:
         self.marker = marker
         self.fds = (slot.stdout_r, slot.stderr_r)
         self.stream = {slot.stdout_r: STDOUT, slot.stderr_r: STDERR}
-        self.output = CappedOutput(
-            cap, on_stdout, on_stderr, lambda: channel.interrupt("output_limit")
-        )
+        self.output = CappedOutput(cap, on_stdout, on_stderr, channel.cut_output)
         self.hold = {fd: b"" for fd in self.fds}  # may hold the start of a split marker
         self.done = {fd: False for fd in self.fds}
         self.meta: dict[str, Any] | None = None

@@ -134,13 +134,14 @@ def collect(  # noqa: C901
     max_bytes: int,
     seen: dict[bytes, FileState] | None = None,
     keep_data: bool = True,
+    dirs: list[str] | None = None,
 ) -> tuple[list[Collected], bool]:
     """Return (artifacts in path order, truncated). `skip` holds the inputs' (dev, inode).
 
     With `seen` (a session's workspace between cells), files whose state is unchanged since the
     last call are left out, and `seen` is replaced by the state of every regular file now.
     Without `keep_data`, files are hashed in chunks and their bytes not kept (a listing), and a
-    file with several links is read once."""
+    file with several links is read once. `dirs`, when given, gets every directory walked."""
     found: list[Collected] = []
     now: dict[bytes, FileState] = {}
     hashed: dict[tuple[int, int], tuple[str, bytes]] = {}  # (dev, inode) -> sha256, head
@@ -176,6 +177,8 @@ def collect(  # noqa: C901
                 if depth >= MAX_DEPTH:
                     truncated = True
                     continue
+                if dirs is not None:
+                    dirs.append(display_name(parts))
                 try:
                     sub = os.open(
                         entry.name,

@@ -10,8 +10,10 @@ directly, one process hop less per cell. Then, until the host closes the control
         its report must echo): its wall and CPU time are watched from here (CPU used before
         it counts as between cells): past either, the cell is interrupted (SIGINT,
         KeyboardInterrupt in the cell); if it has not answered within GRACE_S, the whole
-        session is killed. INT (from the host: output cap) does the same.
-  FOP   a files API call, done here with `wsfiles` (the program is not involved).
+        session is killed. INT (from the host: the output cap, or a caller's interrupt, sent
+        again every RESEND_S until the cell stops) does the same.
+  FOP   a files API call, done here with `wsfiles` (the program is not involved); a write
+        or rename is followed by a FILE frame with its data (a rename's: the target path).
 Each cell answers with CRES (the program's report, checked, plus metrics and the files the
 cell created or changed). When the program dies (OOM, a forbidden syscall, os._exit), the
 cell's result says so with `ended`, or END says so between cells, and the supervisor exits.
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
     from .supervisor import Supervisor
 
 GRACE_S = 2.0  # how long an interrupted cell has to stop before the session is killed
+RESEND_S = 0.1  # how often a caller's interrupt is sent again until the cell stops
 STATUS_WAIT_S = 5.0  # for a program's wait status once its pipes have closed
 HELLO_TIMEOUT_S = 60.0
 IDLE_CHECK_S = 1.0  # how often CPU used between cells is looked at
@@ -66,6 +69,7 @@ class _Cell:
     cpu_s: float
     reason: str | None = None  # why it was interrupted
     interrupted_at: float = 0.0
+    resend_at: float = 0.0  # when to send the interrupt again (0: never)
     outputs: list[dict[str, str]] = field(default_factory=list)
     outputs_bytes: int = 0
     outputs_truncated: bool = False
@@ -267,7 +271,7 @@ class SessionSupervisor:
         if cell is None:
             return time.monotonic() + IDLE_CHECK_S
         if cell.reason is not None:
-            return cell.interrupted_at + GRACE_S
+            return min(cell.interrupted_at + GRACE_S, cell.resend_at or float("inf"))
         return min(cell.deadline, cell.next_cpu_check)
 
     def _check_timers(self) -> None:
@@ -290,6 +294,9 @@ class SessionSupervisor:
         if cell.reason is not None:
             if now >= cell.interrupted_at + GRACE_S:
                 self._kill_unresponsive()
+            elif cell.resend_at and now >= cell.resend_at:
+                cell.resend_at = now + RESEND_S
+                self._signal_program()
             return
         if now >= cell.deadline:
             self._interrupt("timeout")
@@ -336,6 +343,13 @@ class SessionSupervisor:
             return
         cell.reason = reason
         cell.interrupted_at = time.monotonic()
+        if reason not in LIMIT_STATUSES:
+            # Asked for by the caller, maybe as the cell began: a SIGINT that reaches the
+            # interpreter before it has taken the cell is ignored, so it is sent again.
+            cell.resend_at = cell.interrupted_at + RESEND_S
+        self._signal_program()
+
+    def _signal_program(self) -> None:
         try:
             signal.pidfd_send_signal(self.program_fd, signal.SIGINT)
         except ProcessLookupError:
@@ -559,9 +573,31 @@ class SessionSupervisor:
             elif op == "remove":
                 wsfiles.remove(path)
                 answer = {"ok": True}
+            elif op == "mkdir":
+                answer = {"ok": True, "created": wsfiles.make_dir(path, self.sup.uid)}
+            elif op == "rename":  # the target path comes as the call's data
+                kind, blob = protocol.read_frame(self.ctrl, max_len=1 << 16)
+                if kind != protocol.FILE:
+                    raise jail.JailError("protocol: a rename without its target")
+                for old, new in wsfiles.rename(path, blob.decode("utf-8", "replace"), self.sup.uid):
+                    # Moved by the caller, not made by a cell: not an artifact of the next one.
+                    state = self.seen.pop(artifacts.state_key(old), None)
+                    if state is not None:
+                        self.seen[artifacts.state_key(new)] = state
+                answer = {"ok": True}
+            elif op == "usage":
+                disk = os.statvfs(wsfiles.ROOT)
+                answer = {
+                    "ok": True,
+                    "cpu_ns": self.cg.cpu_ns(),
+                    "memory_bytes": self.cg.memory_bytes(),
+                    "memory_cache_bytes": self.cg.file_bytes(),
+                    "disk_bytes": (disk.f_blocks - disk.f_bfree) * disk.f_frsize,
+                    "disk_total_bytes": disk.f_blocks * disk.f_frsize,
+                }
             elif op == "list":
-                entries, truncated = wsfiles.listing(artifacts.MAX_ENTRIES, room)
-                answer = {"ok": True, "entries": entries, "truncated": truncated}
+                entries, dirs, truncated = wsfiles.listing(artifacts.MAX_ENTRIES, room)
+                answer = {"ok": True, "entries": entries, "dirs": dirs, "truncated": truncated}
             else:
                 answer = {"ok": False, "error": f"unknown file operation {op!r}"}
         except wsfiles.FileOpError as exc:

@@ -402,6 +402,18 @@ class RunCgroup:
             self.set_limits(*applied)
         self.file_base = 0
 
+    def memory_bytes(self) -> int:
+        """Memory charged to the cgroup now (page cache and tmpfs included); 0 when
+        unreadable or with no cgroup."""
+        if not self.dirs:
+            return 0
+        try:
+            return int(
+                self._read(self._mem(), "memory.current" if self.v2 else "memory.usage_in_bytes")
+            )
+        except (OSError, ValueError):
+            return 0
+
     def file_bytes(self) -> int:
         """Page cache charged to the cgroup (and any below it, as its peak counts them): file
         pages on its LRU lists, tmpfs pages not among them. 0 when unreadable."""

@@ -173,12 +173,108 @@ def remove(path: str) -> None:
             os.unlink(name, dir_fd=parent)
 
 
-def listing(max_files: int, max_bytes: int) -> tuple[list[dict[str, Any]], bool]:
+def make_dir(path: str, uid: int) -> bool:
+    """Make the directory `path` and its parents, owned by the program's `uid`: True when
+    made, False when it was a directory already; FileOpError when something else is there."""
+    with _call("make a directory at", path):
+        parts = _parts(path)
+        parent = _open_parent(parts, uid)
+        try:
+            try:
+                os.mkdir(parts[-1], 0o755, dir_fd=parent)
+            except FileExistsError:
+                # mkdir never follows a link at the last component: lstat says what is there.
+                st = os.stat(parts[-1], dir_fd=parent, follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode):
+                    return False
+                raise FileOpError(f"{path!r} exists and is not a directory") from None
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise FileOpError(
+                        f"no room for the directory {path!r} in the session's workspace; "
+                        "raise limits.disk_mib"
+                    ) from exc
+                raise
+            os.chown(parts[-1], uid, uid, dir_fd=parent, follow_symlinks=False)
+            return True
+        finally:
+            os.close(parent)
+
+
+def rename(source: str, target: str, uid: int) -> list[tuple[str, str]]:
+    """Move the entry at `source` (a file, link or directory, never followed) to `target`,
+    replacing a file or an empty directory there; `target`'s parents are made, owned by
+    `uid`. Returns (old, new) paths of the regular files moved, for the caller's records."""
+    with _call("rename", source), _existing(source) as (src_dir, src_name, st):
+        if target == source or target.startswith(source + "/"):
+            if target == source:
+                return []
+            raise FileOpError(f"cannot move {source!r} into itself ({target!r})")
+        parts = _parts(target)
+        dst_dir = _open_parent(parts, uid)
+        try:
+            moved = (
+                [(source, target)]
+                if stat.S_ISREG(st.st_mode)
+                else [
+                    (f"{source}/{rel}", f"{target}/{rel}")
+                    for rel in _files_under(src_dir, src_name)
+                ]
+                if stat.S_ISDIR(st.st_mode)
+                else []
+            )
+            try:
+                os.rename(src_name, parts[-1], src_dir_fd=src_dir, dst_dir_fd=dst_dir)
+            except OSError as exc:
+                raise FileOpError(
+                    f"cannot move {source!r} to {target!r}: {os.strerror(exc.errno or 0)}"
+                ) from exc
+        finally:
+            os.close(dst_dir)
+    return moved
+
+
+def _files_under(parent: int, name: str) -> list[str]:
+    """The regular files below a directory (relative paths, links not followed), at most
+    `artifacts.MAX_ENTRIES` entries looked at."""
+    found: list[str] = []
+    budget = artifacts.MAX_ENTRIES
+
+    def walk(dir_fd: int, prefix: str, depth: int) -> None:
+        nonlocal budget
+        with os.scandir(dir_fd) as entries:
+            for entry in entries:
+                budget -= 1
+                if budget < 0:
+                    return
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode):
+                    found.append(prefix + entry.name)
+                elif stat.S_ISDIR(st.st_mode) and depth < artifacts.MAX_DEPTH:
+                    sub = os.open(entry.name, _DIR_FLAGS, dir_fd=dir_fd)
+                    try:
+                        walk(sub, prefix + entry.name + "/", depth + 1)
+                    finally:
+                        os.close(sub)
+
+    top = os.open(name, _DIR_FLAGS, dir_fd=parent)
+    try:
+        walk(top, "", 0)
+    finally:
+        os.close(top)
+    return found
+
+
+def listing(max_files: int, max_bytes: int) -> tuple[list[dict[str, Any]], list[str], bool]:
     """Every regular file, hashed in chunks (no bytes kept; a file with many links is read
-    once), at most `max_bytes` read in all."""
+    once), at most `max_bytes` read in all; and every directory, empty ones included."""
+    dirs: list[str] = []
     with _call("list", "."):
-        found, truncated = artifacts.collect(ROOT, set(), max_files, max_bytes, keep_data=False)
-    return [
+        found, truncated = artifacts.collect(
+            ROOT, set(), max_files, max_bytes, keep_data=False, dirs=dirs
+        )
+    files = [
         {"path": f.path, "size": f.size, "sha256": f.sha256, "mime_type": f.mime_type}
         for f in found
-    ], truncated
+    ]
+    return files, dirs, truncated
