@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .contract import Limits, RunResult, Status
 from .errors import UsageError
+from .sandbox.inside.charts import MIME as CHART_MIME
 
 __all__ = [
     "CODE_DESCRIPTIONS",
@@ -629,6 +630,8 @@ def format_observation(result: RunResult, *, max_output_chars: int = MAX_OUTPUT_
             lines.append(f"{header}:\n{shown}" if "\n" in shown else f"{header}: {shown}")
         elif out.mime_type.startswith("image/"):
             lines.append(f"output: {out.mime_type} ({_size(len(out.data) * 3 // 4)})")
+        elif out.mime_type == CHART_MIME:  # a figure's data: the image line above names it
+            continue
         elif not has_plain:  # html and the like, when no plain-text form came with them
             lines.append(f"output: {out.mime_type} ({_size(len(out.data.encode()))})")
     if result.artifacts:

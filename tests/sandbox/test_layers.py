@@ -28,6 +28,7 @@ LOCK = PACKAGE / "runtime" / "requirements.lock"
 IMAGE_IMPORTS = {
     "kernel": {"IPython": "ipython", "traitlets": "traitlets"},
     "zygote": {"matplotlib": "matplotlib"},
+    "charts": {"matplotlib": "matplotlib"},  # read a figure a cell made (matplotlib loaded)
 }
 
 

@@ -1,7 +1,7 @@
 """Inside the jail: a session's interpreter. It runs cells one at a time with IPython's
 InteractiveShell, so the notebook semantics are IPython's own: the last expression's value is
 shown, `display()` works, rich objects (pandas) render as text and HTML. Matplotlib figures a
-cell leaves open come back as PNG and are closed.
+cell leaves open come back as PNG, with their data as a chart (`charts`), and are closed.
 
 Between cells SIGINT is ignored; during a cell it raises KeyboardInterrupt in the cell, which is
 how the supervisor interrupts a cell past its time. After each cell the program flushes its
@@ -22,7 +22,7 @@ import signal
 import sys
 from typing import Any, NoReturn
 
-from . import protocol, runner
+from . import charts, protocol, runner
 
 HELLO, FAILED, CELL_REPORT, OUTPUT = b"HELO", b"FAIL", b"CRES", b"OUTP"
 MIN_OUTPUT_BYTES = 1 << 20
@@ -131,18 +131,26 @@ def _make_shell(outputs: _Outputs) -> Any:
 
 
 def _capture_figures(outputs: _Outputs) -> None:
-    """Open matplotlib figures become image/png outputs, then are closed."""
+    """Open matplotlib figures become image/png outputs, each followed by its data as a
+    chart (when it has some), then are closed."""
     pyplot = sys.modules.get("matplotlib.pyplot")
     if pyplot is None:
         return
     for num in pyplot.get_fignums():
         buf = io.BytesIO()
+        figure = pyplot.figure(num)
         try:
-            pyplot.figure(num).savefig(buf, format="png")
+            figure.savefig(buf, format="png")
         except Exception as exc:  # noqa: BLE001 - a broken figure is the cell's problem
             outputs.add("text/plain", f"[figure {num} could not be rendered: {exc}]")
             continue
         outputs.add("image/png", buf.getvalue())
+        try:
+            data = charts.chart(figure)
+        except Exception:  # noqa: BLE001 - a figure we cannot read still has its PNG
+            data = None
+        if data is not None:
+            outputs.add(charts.MIME, data)
     pyplot.close("all")
 
 
