@@ -18,6 +18,8 @@ from execbox.server.auth import TENANT, KeyStore
 from execbox.server.background import serving
 from execbox.server.state import ServerState
 
+from .e2b_support import E2BServer, e2b_serving, use_sdk
+
 MAX_REQUEST_BYTES = 256 * 1024
 _names = itertools.count()
 
@@ -112,3 +114,22 @@ def fake_alice(fake_api: Api) -> Iterator[httpx.Client]:
 def fake_bob(fake_api: Api) -> Iterator[httpx.Client]:
     with fake_api.http(fake_api.key("bob")[1]) as client:
         yield client
+
+
+@pytest.fixture(scope="module")
+def e2b_server(
+    executor: execbox.Executor, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[E2BServer]:
+    """A server with the E2B face on, per module (`e2b_support.e2b_serving`)."""
+    del executor  # proves the host can sandbox (else the module is skipped), before its own
+    with e2b_serving(tmp_path_factory) as (url, state):
+        yield E2BServer(url, state)
+
+
+@pytest.fixture
+def e2b_tenant(e2b_server: E2BServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A fresh key on `e2b_server`, set in the SDK's environment; its name."""
+    name, key = e2b_server.key()
+    use_sdk(monkeypatch, e2b_server.url, key)
+    yield name
+    e2b_server.revoke(name)

@@ -22,8 +22,9 @@ from execbox.server.background import serving
 from execbox.server.quotas import REQUESTS_PER_SLOT
 from execbox.server.state import ServerState
 
+from .e2b_support import MAX_REQUEST_BYTES, E2BServer, e2b_serving
+
 pytestmark = pytest.mark.slow
-MAX_REQUEST_BYTES = 1 << 20
 PER_CLIENT = 4  # connections one address may hold before it authenticates
 
 
@@ -36,15 +37,13 @@ class Box:
         return {"E2b-Sandbox-Id": self.id, "X-Access-Token": self.token}
 
 
-class Server:
+class Server(E2BServer):
     def __init__(self, url: str, state: ServerState) -> None:
-        self.url, self.state = url, state
+        super().__init__(url, state)
         self.http = httpx.Client(base_url=url + "/e2b", timeout=60)
 
-    def key(self) -> tuple[str, str]:
-        assert self.state.keys is not None
-        name = f"attack-{uuid.uuid4().hex[:8]}"
-        return name, self.state.keys.create(name, max_sessions=4)
+    def key(self, prefix: str = "attack", max_sessions: int = 4) -> tuple[str, str]:
+        return super().key(prefix, max_sessions)
 
     def create(self, key: str) -> Box:
         answer = self.http.post(
@@ -72,34 +71,23 @@ def server(
     executor: execbox.Executor, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Server]:
     del executor  # proves the host can sandbox (else the module is skipped), before its own
-    records = tmp_path_factory.mktemp("e2b-attacks") / "runs.db"
-    settings = Settings(
-        e2b=True,
-        session_starts_per_key=4,
-        session_starts_per_s=100.0,
-        max_request_bytes=MAX_REQUEST_BYTES,
+    with e2b_serving(
+        tmp_path_factory,
         request_bodies_bytes=2 * MAX_REQUEST_BYTES,  # the least the server accepts
         max_connections_per_client=PER_CLIENT,
-    )
-    with execbox.Executor(cache=False, records=f"sqlite:///{records}") as own:
-        app = create_app(own, settings)
-        with serving(app) as url:
-            server = Server(url, app.state.execbox)
-            try:
-                yield server
-            finally:
-                server.http.close()
+    ) as (url, state):
+        server = Server(url, state)
+        try:
+            yield server
+        finally:
+            server.http.close()
 
 
 @pytest.fixture
 def tenant(server: Server) -> Iterator[tuple[str, str]]:
     name, key = server.key()
     yield name, key
-    assert server.state.keys is not None
-    try:
-        server.state.keys.revoke(name)  # no longer owed a share of the server's sessions
-    except execbox.UsageError:  # the test revoked it itself
-        pass
+    server.revoke(name)
 
 
 def _write(server: Server, box: Box, path: str, data: bytes) -> httpx.Response:
@@ -471,35 +459,33 @@ def test_malformed_commands_are_refused_not_crashed(
         server.kill(key, box)
 
 
-def test_a_rename_books_the_file_it_holds_against_the_result_budget(
+def test_a_rename_holds_no_file_in_the_servers_memory(
     executor: execbox.Executor, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    # A rename reads each file into the server's memory before writing it back: like a file
-    # read, it first books what the workspace may hold; a budget smaller than that refuses it.
+    # A rename is done in the sandbox: under a result budget too small for a file read (which
+    # holds the file in the server's memory), it still moves the file.
     del executor
-    records = tmp_path_factory.mktemp("e2b-budget") / "runs.db"
-    settings = Settings(e2b=True, max_result_bytes=4 << 20, tenant_result_bytes=2 << 20)
-    with execbox.Executor(cache=False, records=f"sqlite:///{records}") as own:
-        app = create_app(own, settings)
-        with serving(app) as url:
-            server = Server(url, app.state.execbox)
-            name, key = server.key()
-            box = server.create(key)
-            try:
-                assert _write(server, box, "a.txt", b"x" * 1000).status_code == 200
-                body = json.dumps({"source": "a.txt", "destination": "b.txt"}).encode()
-                moved = server.fs(box, "Move", body)
-                assert moved.status_code >= 400, moved.text
-                assert "result budget" in moved.json()["message"]
-                read = server.http.get("/files", params={"path": "a.txt"}, headers=box.headers())
-                assert read.status_code >= 400  # the same budget refuses a read
-                assert "result budget" in read.json()["message"]
-                # Refused before anything moved: the file is where it was.
-                listed = server.fs(box, "Stat", b'{"path": "a.txt"}')
-                assert listed.status_code == 200, listed.text
-            finally:
-                server.kill(key, box)
-                server.http.close()
+    budget = {"max_result_bytes": 4 << 20, "tenant_result_bytes": 2 << 20}
+    with e2b_serving(tmp_path_factory, **budget) as (url, state):
+        server = Server(url, state)
+        name, key = server.key()
+        box = server.create(key)
+        try:
+            assert _write(server, box, "a.txt", b"x" * 1000).status_code == 200
+            read = server.http.get("/files", params={"path": "a.txt"}, headers=box.headers())
+            assert read.status_code >= 400  # control: the budget refuses a read
+            assert "result budget" in read.json()["message"]
+            body = json.dumps({"source": "a.txt", "destination": "d/b.txt"}).encode()
+            moved = server.fs(box, "Move", body)
+            assert moved.status_code == 200, moved.text
+            assert moved.json()["entry"]["path"] == "/home/user/d/b.txt"
+            assert server.fs(box, "Stat", b'{"path": "a.txt"}').status_code == 404
+            stat = server.fs(box, "Stat", b'{"path": "d/b.txt"}')
+            assert stat.status_code == 200 and stat.json()["entry"]["size"] == "1000"
+        finally:
+            server.kill(key, box)
+            server.http.close()
+            server.revoke(name)
 
 
 def test_an_ended_sandboxs_token_starts_no_contexts(
@@ -531,34 +517,29 @@ def test_an_unread_file_read_holds_the_result_budget_until_sent(
     # could not fit beside it is refused, not another copy in the server's write buffers.
     del executor
     mib = 1 << 20
-    records = tmp_path_factory.mktemp("e2b-unread") / "runs.db"
-    settings = Settings(
-        e2b=True,
+    with e2b_serving(
+        tmp_path_factory,
         max_result_bytes=100 * mib,  # the default profile's workspace: one read fits
         tenant_result_bytes=100 * mib,
         max_request_bytes=31 * mib,
-    )
-    with execbox.Executor(cache=False, records=f"sqlite:///{records}") as own:
-        app = create_app(own, settings)
-        with serving(app) as url:
-            server = Server(url, app.state.execbox)
-            state = server.state
-            _, key = server.key()
-            box = server.create(key)
-            try:
-                assert _write(server, box, "big.bin", bytes(30 * mib)).status_code == 200
-                params = {"path": "big.bin"}
-                with server.http.stream("GET", "/files", params=params, headers=box.headers()) as r:
-                    assert r.status_code == 200
-                    time.sleep(0.5)  # time for the server to hand over what it would
-                    assert state.results.used == 30 * mib  # the file's size, until it is sent
-                    second = server.http.get("/files", params=params, headers=box.headers())
-                    assert second.status_code == 503, second.status_code
-                    assert len(r.read()) == 30 * mib
-                deadline = time.monotonic() + 5
-                while state.results.used and time.monotonic() < deadline:
-                    time.sleep(0.02)
-                assert state.results.used == 0
-            finally:
-                server.kill(key, box)
-                server.http.close()
+    ) as (url, state):
+        server = Server(url, state)
+        _, key = server.key()
+        box = server.create(key)
+        try:
+            assert _write(server, box, "big.bin", bytes(30 * mib)).status_code == 200
+            params = {"path": "big.bin"}
+            with server.http.stream("GET", "/files", params=params, headers=box.headers()) as r:
+                assert r.status_code == 200
+                time.sleep(0.5)  # time for the server to hand over what it would
+                assert state.results.used == 30 * mib  # the file's size, until it is sent
+                second = server.http.get("/files", params=params, headers=box.headers())
+                assert second.status_code == 503, second.status_code
+                assert len(r.read()) == 30 * mib
+            deadline = time.monotonic() + 5
+            while state.results.used and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert state.results.used == 0
+        finally:
+            server.kill(key, box)
+            server.http.close()

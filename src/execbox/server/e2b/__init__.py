@@ -3,7 +3,7 @@
 
 It is a sub-app mounted at /e2b, over the same server state as /v1: the same keys, tenancy,
 quotas, sessions and records. Its parts: the control plane (`control`), the code interpreter
-(`interpreter`), envd's file API (`envd`) and its Connect-RPC services (`rpc`)."""
+(`interpreter`), envd's file API (`envd`) and its Connect-RPC services (`rpc`, `process`)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ PREFIX = "/e2b"
 
 def create_app(state: ServerState) -> FastAPI:
     """The face as an app of its own (its errors are E2B's shape, not execbox's)."""
-    from . import access, control, envd, interpreter, rpc
+    from . import access, control, envd, interpreter, process, rpc
 
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
     access.install(app)
@@ -30,4 +30,5 @@ def create_app(state: ServerState) -> FastAPI:
     app.include_router(interpreter.router(state, sandboxes))
     app.include_router(envd.router(state, sandboxes))
     app.include_router(rpc.router(state, sandboxes))
+    app.include_router(process.router(state, sandboxes))
     return app

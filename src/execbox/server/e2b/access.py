@@ -11,7 +11,7 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 from fastapi import FastAPI, Request
@@ -75,6 +75,8 @@ class Sandbox:
     started_at: float
     end_at: float
     key: str | None = None  # the key last given for it: checked again on every sandbox call
+    cpu_mark: tuple[float, int] | None = None  # (time, CPU ns) at the last metrics sample
+    last_metric: dict[str, Any] | None = None
     contexts: dict[str, Context] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     starting: asyncio.Lock = field(default_factory=asyncio.Lock)

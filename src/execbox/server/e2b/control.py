@@ -7,6 +7,7 @@ own template names take the default one); metadata `execbox.profile` picks the p
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -14,7 +15,9 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from ...contract import MIB
 from ...errors import UsageError
+from ...sessions import SessionUsage
 from ..errors import ApiError
 from ..state import ServerState
 from .access import (
@@ -163,6 +166,29 @@ def alive(state: ServerState, sandboxes: Sandboxes, sandbox: Sandbox) -> bool:
         sandboxes.drop(sandbox.id)
         return False
     return True
+
+
+def _metric(sandbox: Sandbox, usage: SessionUsage, session: Any) -> dict[str, Any]:
+    """E2B's SandboxMetric from the session's usage: CPU as a share of the server's CPUs since
+    the previous sample (the first: since the sandbox started), memory against the session's
+    limit, disk as the workspace's."""
+    now = time.time()
+    cpus = len(os.sched_getaffinity(0))
+    since, cpu_before = sandbox.cpu_mark or (sandbox.started_at, 0)
+    sandbox.cpu_mark = (now, usage.cpu_ns)
+    elapsed_ns = max(now - since, 1e-3) * 1e9
+    percent = min(100.0, max(0.0, (usage.cpu_ns - cpu_before) / elapsed_ns / cpus * 100))
+    return {
+        "timestamp": iso(now),
+        "timestampUnix": int(now),
+        "cpuCount": cpus,
+        "cpuUsedPct": round(percent, 2),
+        "memUsed": usage.memory_bytes,
+        "memTotal": session.limits.memory_mib * MIB,
+        "memCache": usage.memory_cache_bytes,
+        "diskUsed": usage.disk_bytes,
+        "diskTotal": usage.disk_total_bytes,
+    }
 
 
 def _created(sandbox: Sandbox) -> dict[str, Any]:
@@ -341,9 +367,23 @@ def router(state: ServerState, sandboxes: Sandboxes) -> APIRouter:  # noqa: C901
         raise unsupported("changing a sandbox's network", "its sessions have no network")
 
     @api.get("/sandboxes/{sandbox_id}/metrics")
-    async def metrics(sandbox_id: str, request: Request) -> list[Any]:
-        owned(sandboxes, await api_tenant(state, request), sandbox_id)
-        return []
+    async def metrics(sandbox_id: str, request: Request) -> list[dict[str, Any]]:
+        sandbox = owned(sandboxes, await api_tenant(state, request), sandbox_id)
+        if not alive(state, sandboxes, sandbox):
+            raise E2BError(404, f"sandbox {sandbox_id!r} not found (it has ended)")
+        session = state.sessions.get(sandbox.tenant, sandbox.id)
+        release = state.quotas.hold(sandbox.tenant)
+        try:
+            usage = await state.on_session(sandbox.id, session.usage, cell=False)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+            # A cell runs: the last sample stands (E2B's are taken every few seconds too).
+            return [sandbox.last_metric] if sandbox.last_metric else []
+        finally:
+            release()
+        sandbox.last_metric = _metric(sandbox, usage, session)
+        return [sandbox.last_metric]
 
     @api.api_route("/templates{rest:path}", methods=["GET", "POST", "PATCH", "DELETE"])
     async def templates(rest: str, request: Request) -> None:

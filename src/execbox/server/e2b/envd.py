@@ -60,7 +60,8 @@ def _file_error(exc: Exception, path: str) -> E2BError:
 async def files_call(
     state: ServerState, sandbox: Sandbox, op: str, path: str, data: bytes | None = None
 ) -> Any:
-    """One call on the sandbox session's files API (a 409 while a cell runs, as execbox's)."""
+    """One call on the sandbox session's files API (a 409 while a cell runs, as execbox's):
+    `read`, `write`, `remove`, `mkdir`, `rename` (`data`: the target) or `tree`."""
     session = state.sessions.get(sandbox.tenant, sandbox.id)
     files = session.files
     release = state.quotas.hold(sandbox.tenant)
@@ -72,7 +73,15 @@ async def files_call(
             return await state.on_session(sandbox.id, lambda: files.write(path, data), cell=False)
         if op == "remove":
             return await state.on_session(sandbox.id, lambda: files.remove(path), cell=False)
-        return await state.on_session(sandbox.id, files.list, cell=False)
+        if op == "mkdir":
+            return await state.on_session(sandbox.id, lambda: files.make_dir(path), cell=False)
+        if op == "rename":
+            assert data is not None
+            target = data.decode()
+            return await state.on_session(
+                sandbox.id, lambda: files.rename(path, target), cell=False
+            )
+        return await state.on_session(sandbox.id, files.tree, cell=False)
     except (UsageError, SessionClosed) as exc:
         raise _file_error(exc, path) from exc
     finally:

@@ -22,6 +22,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...contract import Output, RunResult
+from ...sandbox.inside.charts import MIME as CHART_MIME
 from ..auth import Tenant
 from ..spool import result_bound
 from ..state import ServerState
@@ -49,7 +50,9 @@ FIELDS = {
     "text/latex": "latex",
     "application/json": "json",
     "application/javascript": "javascript",
+    CHART_MIME: "chart",
 }
+JSON_FIELDS = ("json", "chart")
 
 
 class ExecuteBody(BaseModel):
@@ -97,10 +100,15 @@ def results_of(outputs: list[Output], code: str, language: str) -> list[dict[str
         if not bundles or out.mime_type == "text/plain" or _has(bundles[-1], out.mime_type):
             bundles.append({"type": "result", "is_main_result": False})
         bundle = bundles[-1]
-        if field == "json":
+        if field in JSON_FIELDS:
             try:
-                bundle["json"] = json.loads(out.data)
+                value, parsed = json.loads(out.data), True
             except ValueError:
+                value, parsed = None, False
+            # A chart is an object: anything else a cell displayed under its type is extra.
+            if parsed and (field == "json" or isinstance(value, dict)):
+                bundle[field] = value
+            else:
                 bundle.setdefault("extra", {})[out.mime_type] = out.data
         elif field is not None:
             bundle[field] = out.data
@@ -318,7 +326,10 @@ class _Cell:
         code: str,
         language: str,
         timeout_s: float | None = None,
+        hooks: tuple[Callable[[], None], Callable[[], None]] | None = None,
     ) -> None:
+        """`hooks`: called in the worker thread before the cell runs (raising skips it) and
+        after it returns."""
         self.state, self.code, self.language = state, code, language
         self.session = session
         self.queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
@@ -350,13 +361,19 @@ class _Cell:
             return lambda chunk: send(name, decoders[name].decode(chunk))
 
         def call() -> RunResult:
+            if hooks is not None:
+                hooks[0]()
             started = time.perf_counter()
-            result: RunResult = session.run(
-                code,
-                timeout_s=timeout_s,
-                on_stdout=forward("stdout"),
-                on_stderr=forward("stderr"),
-            )
+            try:
+                result: RunResult = session.run(
+                    code,
+                    timeout_s=timeout_s,
+                    on_stdout=forward("stdout"),
+                    on_stderr=forward("stderr"),
+                )
+            finally:
+                if hooks is not None:
+                    hooks[1]()
             state.finish("cell", tenant, result, started)
             return result
 
@@ -369,32 +386,40 @@ class _Cell:
 
         self.task = asyncio.create_task(worker())
 
-    async def lines(self) -> AsyncIterator[bytes]:
+    async def items(self) -> AsyncIterator[tuple[str, Any]]:
+        """The cell's output as it comes, ("stdout" or "stderr", text); then ("failed", the
+        exception), or the output the stream buffer did not hold and ("result", RunResult)."""
         while True:
             name, item = await self.queue.get()
             if name in ("stdout", "stderr"):
                 with self.lock:
                     self.held -= len(item)
                 self.sent[name].append(item)
-                yield _line({"type": name, "text": item, "timestamp": time.time_ns() // 1000})
+                yield name, item
                 continue
-            if name == "failed":
-                yield _line(_failure(item))
-                return
-            result: RunResult = item
-            for stream in ("stdout", "stderr"):
-                whole, streamed = getattr(result, stream), "".join(self.sent[stream])
-                rest = whole[len(streamed) :] if whole.startswith(streamed) else ""
-                if rest:
-                    yield _line({"type": stream, "text": rest, "timestamp": time.time_ns() // 1000})
-            for bundle in results_of(result.outputs or [], self.code, self.language):
-                yield _line(bundle)
-            error = _error(result)
-            if error is not None:
-                yield _line(error)
-            count = getattr(self.session, "cells", 0)
-            yield _line({"type": "number_of_executions", "execution_count": count})
+            if name == "result":
+                for stream in ("stdout", "stderr"):
+                    whole, streamed = getattr(item, stream), "".join(self.sent[stream])
+                    rest = whole[len(streamed) :] if whole.startswith(streamed) else ""
+                    if rest:
+                        yield stream, rest
+            yield name, item
             return
+
+    async def lines(self) -> AsyncIterator[bytes]:
+        async for name, item in self.items():
+            if name in ("stdout", "stderr"):
+                yield _line({"type": name, "text": item, "timestamp": time.time_ns() // 1000})
+            elif name == "failed":
+                yield _line(_failure(item))
+            else:
+                for bundle in results_of(item.outputs or [], self.code, self.language):
+                    yield _line(bundle)
+                error = _error(item)
+                if error is not None:
+                    yield _line(error)
+                count = getattr(self.session, "cells", 0)
+                yield _line({"type": "number_of_executions", "execution_count": count})
 
 
 def _failure(exc: BaseException) -> dict[str, Any]:

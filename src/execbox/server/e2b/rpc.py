@@ -1,32 +1,22 @@
-"""envd's Connect-RPC services in their JSON encoding: `process.Process/Start` (a server
-stream) runs a command in the sandbox's jail, and `filesystem.Filesystem/*` (unary) stat, list,
-move and remove workspace entries.
-
-A command is a cell of the sandbox's Python session that runs the program with the cell's own
-stdout and stderr (so it streams, is redacted and recorded like any cell, and is policy-checked
-under the sandbox's profile); its exit code is the cell's value. Filesystem calls go through
-the session's files API (no link followed); directories are seen through the files they hold,
-so an empty directory does not show and cannot be made."""
+"""envd's Connect-RPC plumbing in its JSON encoding, and its filesystem service:
+`filesystem.Filesystem/*` (unary) stat, list, make, move and remove workspace entries through
+the session's files API (no link followed; directories are real, empty ones included). The
+process service is `process`."""
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import json
 import posixpath
 import struct
-from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
-from fastapi.responses import StreamingResponse
 
-from ...contract import Artifact, RunResult
+from ...contract import Artifact
 from ..errors import ApiError
 from ..state import ServerState
 from .access import E2BError, Sandbox, Sandboxes, sandbox_call
 from .envd import e2b_path, files_call, workspace_path
-from .interpreter import _Cell, admit_cell
 
 END_STREAM = 0x02
 MAX_MESSAGE = 1 << 20
@@ -34,7 +24,7 @@ CONNECT_CODES = {
     400: "invalid_argument",
     401: "unauthenticated",
     404: "not_found",
-    409: "already_exists",
+    409: "aborted",  # the session is busy (a cell runs): retry
     413: "resource_exhausted",
     429: "resource_exhausted",
     501: "unimplemented",
@@ -87,21 +77,17 @@ def _entry(rel: str, kind: str, size: int = 0) -> dict[str, Any]:
     }
 
 
-def _tree(files: list[Artifact]) -> dict[str, tuple[str, int]]:
-    """Every entry the workspace's regular files imply: path -> (kind, size)."""
+def _tree(files: list[Artifact], dirs: list[str]) -> dict[str, tuple[str, int]]:
+    """Every entry of the workspace: path -> (kind, size)."""
     tree: dict[str, tuple[str, int]] = {"": ("dir", 0)}
-    for f in files:
-        tree[f.path] = ("file", f.size)
-        parent = posixpath.dirname(f.path)
-        while parent:
-            tree[parent] = ("dir", 0)
-            parent = posixpath.dirname(parent)
+    tree.update((d, ("dir", 0)) for d in dirs)
+    tree.update((f.path, ("file", f.size)) for f in files)
     return tree
 
 
 async def _listing(state: ServerState, sandbox: Sandbox) -> dict[str, tuple[str, int]]:
-    files: list[Artifact] = await files_call(state, sandbox, "list", "")
-    return _tree(files)
+    files, dirs = await files_call(state, sandbox, "tree", "")
+    return _tree(files, dirs)
 
 
 def _under(tree: dict[str, tuple[str, int]], rel: str) -> list[str]:
@@ -114,39 +100,27 @@ async def _move(state: ServerState, sandbox: Sandbox, req: dict[str, Any]) -> di
         workspace_path(_text(req, "source")),
         workspace_path(_text(req, "destination")),
     )
+    if not source or not target:
+        raise RpcError("invalid_argument", "the workspace itself cannot be moved or replaced")
     tree = await _listing(state, sandbox)
-    if source not in tree or not source:
+    if source not in tree:
         raise RpcError("not_found", f"path {req.get('source')!r} not found")
-    if posixpath.normpath(source) == posixpath.normpath(target):
-        # Copy then remove would remove the only copy.
-        return {"entry": _entry(source, *tree[source])}
-    moves = (
-        [(source, target)]
-        if tree[source][0] == "file"
-        else [(p, target + p[len(source) :]) for p in _under(tree, source) if tree[p][0] == "file"]
-    )
-    # Each file is held in memory between its read and its write: booked as a file read is.
-    room = getattr(state.sessions.get(sandbox.tenant, sandbox.id), "room_bytes", 0)
-    reservation = state.results.reserve(room, sandbox.tenant.name)
-    try:
-        for src, dst in moves:
-            data = await files_call(state, sandbox, "read", src)
-            await files_call(state, sandbox, "write", dst, data)
-            await files_call(state, sandbox, "remove", src)
-    finally:
-        reservation.release()
-    return {"entry": _entry(target, tree[source][0], tree[source][1])}
+    await files_call(state, sandbox, "rename", source, target.encode())
+    return {"entry": _entry(target, *tree[source])}
+
+
+async def _make_dir(state: ServerState, sandbox: Sandbox, req: dict[str, Any]) -> dict[str, Any]:
+    rel = workspace_path(_text(req, "path"))
+    if not rel or not await files_call(state, sandbox, "mkdir", rel):
+        raise RpcError("already_exists", f"directory already exists: {e2b_path(rel)}")
+    return {"entry": _entry(rel, "dir")}
 
 
 async def _filesystem(
     state: ServerState, sandbox: Sandbox, method: str, req: dict[str, Any]
 ) -> dict[str, Any]:
     if method == "MakeDir":
-        raise RpcError(
-            "unimplemented",
-            "execbox does not support making empty directories: a file written at a path "
-            "makes its directories",
-        )
+        return await _make_dir(state, sandbox, req)
     if method in ("WatchDir", "CreateWatcher", "GetWatcherEvents", "RemoveWatcher"):
         raise RpcError("unimplemented", "execbox does not support watching directories")
     if method == "Move":
@@ -173,14 +147,15 @@ async def _filesystem(
     if method == "Remove":
         if not rel:
             raise RpcError("invalid_argument", "the workspace itself cannot be removed")
-        if kind == "file":
-            await files_call(state, sandbox, "remove", rel)
-        else:
-            for p in sorted(_under(tree, rel), key=lambda p: -p.count("/")):
-                await files_call(state, sandbox, "remove", p)
-            await files_call(state, sandbox, "remove", rel)
+        # Deepest first: each directory is empty by the time it is removed.
+        for p in sorted([*_under(tree, rel), rel] if kind == "dir" else [rel], key=_depth):
+            await files_call(state, sandbox, "remove", p)
         return {}
     raise RpcError("unimplemented", f"execbox does not support filesystem.Filesystem/{method}")
+
+
+def _depth(path: str) -> int:
+    return -path.count("/")
 
 
 def _text(req: dict[str, Any], name: str) -> str:
@@ -188,38 +163,6 @@ def _text(req: dict[str, Any], name: str) -> str:
     if not isinstance(value, str):
         raise RpcError("invalid_argument", f"{name} is a string")
     return value
-
-
-def _command_code(req: dict[str, Any]) -> str:
-    process = req.get("process") or {}
-    if not isinstance(process, dict):
-        raise E2BError(400, "process is an object")
-    cmd, args = process.get("cmd", ""), process.get("args") or []
-    if (
-        not isinstance(cmd, str)
-        or not cmd
-        or not isinstance(args, list)
-        or not all(isinstance(a, str) for a in args)
-    ):
-        raise E2BError(400, "process.cmd is required; process.args are strings")
-    if req.get("pty"):
-        raise E2BError(501, "execbox does not support PTYs: run commands without one")
-    envs = process.get("envs") or {}
-    if not isinstance(envs, dict) or not all(isinstance(v, str) for v in envs.values()):
-        raise E2BError(400, "process.envs maps names to strings")
-    cwd = process.get("cwd") or None
-    if cwd is not None and not isinstance(cwd, str):
-        raise E2BError(400, "process.cwd is a string")
-    if cwd is not None:
-        rel = workspace_path(cwd)
-        cwd = "/workspace/" + rel if rel else "/workspace"
-    # Its output is the cell's own stdout and stderr; its exit code the cell's value.
-    return (
-        "__import__('subprocess').run("
-        f"{[cmd, *args]!r}, cwd={cwd!r}, "
-        f"env={{**__import__('os').environ, **{dict(envs)!r}}}, "
-        "stdin=__import__('subprocess').DEVNULL).returncode"
-    )
 
 
 def router(state: ServerState, sandboxes: Sandboxes) -> APIRouter:
@@ -234,96 +177,21 @@ def router(state: ServerState, sandboxes: Sandboxes) -> APIRouter:
                 raise RpcError("invalid_argument", "a request is a JSON object")
             answer = await _filesystem(state, sandbox, method, req)
         except RpcError as exc:
-            return _rpc_error(exc.code, exc.message)
+            return rpc_error(exc.code, exc.message)
         except (E2BError, ApiError) as exc:
-            return _rpc_error(CONNECT_CODES.get(exc.status, "unknown"), exc.message)
+            return rpc_error(CONNECT_CODES.get(exc.status, "unknown"), exc.message)
         except ValueError as exc:
-            return _rpc_error("invalid_argument", f"bad request: {exc}")
+            return rpc_error("invalid_argument", f"bad request: {exc}")
         return Response(json.dumps(answer), media_type="application/json")
-
-    @api.post("/process.Process/Start")
-    async def start(request: Request) -> StreamingResponse:
-        sandbox = await sandbox_call(state, sandboxes, request)
-        code = _command_code(unwrap(await request.body()))
-        session = state.sessions.get(sandbox.tenant, sandbox.id)
-        timeout_s = _timeout(state, sandbox, request.headers.get("connect-timeout-ms"))
-        release = admit_cell(state, sandbox.tenant, session)
-        try:
-            cell = _Cell(state, sandbox.tenant, session, sandbox.id, code, "python", timeout_s)
-        except BaseException:
-            release()
-            raise
-        return StreamingResponse(_events(cell, release), media_type="application/connect+json")
-
-    @api.post("/process.Process/{method}")
-    async def other(method: str, request: Request) -> Response:
-        await sandbox_call(state, sandboxes, request)
-        if method == "List":
-            return Response(json.dumps({"processes": []}), media_type="application/json")
-        return _rpc_error(
-            "unimplemented",
-            f"execbox does not support process.Process/{method}: a command runs as a cell "
-            "of the sandbox's session, to its end (no stdin, signals or reconnecting)",
-        )
 
     return api
 
 
-async def _events(cell: _Cell, release: Any) -> AsyncIterator[bytes]:
-    """Start, output chunks, end: E2B's process events as Connect stream messages."""
-    try:
-        yield envelope({"event": {"start": {"pid": 1}}})
-        while True:
-            name, item = await cell.queue.get()
-            if name in ("stdout", "stderr"):
-                with cell.lock:
-                    cell.held -= len(item)
-                cell.sent[name].append(item)
-                yield _data(name, item)
-                continue
-            if name == "failed":
-                yield envelope({"error": {"code": "unavailable", "message": str(item)}}, END_STREAM)
-                return
-            result: RunResult = item
-            for stream in ("stdout", "stderr"):
-                whole, streamed = getattr(result, stream), "".join(cell.sent[stream])
-                rest = whole[len(streamed) :] if whole.startswith(streamed) else ""
-                if rest:
-                    yield _data(stream, rest)
-            yield envelope({"event": {"end": _end(result)}})
-            yield envelope({}, END_STREAM)
-            return
-    finally:
-        release()
-        await asyncio.sleep(0)
-
-
-def _timeout(state: ServerState, sandbox: Sandbox, header: str | None) -> float | None:
-    """The command's wall time: the SDK's `timeout` (Connect-Timeout-Ms), within what the
-    sandbox's profile allows a cell; without one, the session's per-cell time."""
-    if not header or not header.isdigit() or int(header) <= 0:
-        return None
-    most = float(state.executor.profiles[sandbox.profile].max_limits.timeout_s)
-    return min(int(header) / 1000, most, 3600.0)
-
-
-def _data(stream: str, text: str) -> bytes:
-    chunk = base64.b64encode(text.encode()).decode()
-    return envelope({"event": {"data": {stream: chunk}}})
-
-
-def _end(result: RunResult) -> dict[str, Any]:
-    """The command's exit: its code when it ran; otherwise -1 and why (a limit, policy)."""
-    values = [o.data for o in result.outputs or [] if o.mime_type == "text/plain"]
-    if result.status.value == "ok" and values and values[-1].lstrip("-").isdigit():
-        code = int(values[-1])
-        return {"exitCode": code, "exited": True, "status": f"exit status {code}"}
-    why = result.error.message if result.error else result.status.value
-    return {"exitCode": -1, "exited": False, "status": result.status.value, "error": why}
-
-
-def _rpc_error(code: str, message: str) -> Response:
-    status = {v: k for k, v in reversed(CONNECT_CODES.items())}.get(code, 500)
+def rpc_error(code: str, message: str) -> Response:
+    """A unary call's error in Connect's shape, with the HTTP status its code maps to."""
+    status = {"already_exists": 409, **{v: k for k, v in reversed(CONNECT_CODES.items())}}.get(
+        code, 500
+    )
     return Response(
         json.dumps({"code": code, "message": message}),
         status_code=status,
