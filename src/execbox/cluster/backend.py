@@ -28,7 +28,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ from ..errors import SandboxUnavailable, UsageError
 from ..sandbox.host.channel import SessionEnded
 from ..sandbox.host.errors import HostError
 from ..sandbox.host.pump import OutputCallback, RawRun
-from . import direct
+from . import direct, wire
 from .host import CLOSED, Answer, NodeHost
 
 log = logging.getLogger(__name__)
@@ -344,9 +344,9 @@ class RayBackend:
         channel = host.channel
         if channel is None:
             return self._ask(remote(), timeout_s, host.node)
-        wire = pickle.dumps((op, args), protocol=pickle.HIGHEST_PROTOCOL)
+        request = pickle.dumps((op, args), protocol=pickle.HIGHEST_PROTOCOL)
         try:
-            got = channel.call(wire, timeout_s)
+            got = channel.call(request, timeout_s)
         except TimeoutError as exc:
             if on_timeout is not None:
                 on_timeout()
@@ -413,16 +413,18 @@ class RayBackend:
             host.running += 1
         cancel = spec.cancel
         try:
-            wire = replace(spec, on_stdout=None, on_stderr=None, cancel=None, spool_dir=None)
+            packed = wire.pack(spec)
             timeout_s = spec.limits.timeout_s + BACKSTOP_GRACE_S + MARGIN_S
             if cancel is not None:
                 cancel.attach(lambda: self._cancel(host, spec.run_id))
             raw: RawRun = self._call(
                 host,
                 "run",
-                wire,
+                packed,
                 timeout_s,
-                lambda: host.actor.run.remote(pickle.dumps(wire, protocol=pickle.HIGHEST_PROTOCOL)),
+                lambda: host.actor.run.remote(
+                    pickle.dumps(packed, protocol=pickle.HIGHEST_PROTOCOL)
+                ),
                 on_timeout=lambda: self._cancel(host, spec.run_id),
             )
         finally:

@@ -38,6 +38,7 @@ from ..errors import SandboxUnavailable, UsageError
 from ..sandbox.host.channel import SessionEnded
 from ..sandbox.host.errors import HostError
 from ..sandbox.host.pump import RawRun
+from . import wire
 from .direct import Listener
 
 log = logging.getLogger(__name__)
@@ -139,7 +140,7 @@ class NodeHost:
         """A call that came over the direct channel: `(op, args)` pickled, its answer pickled."""
         op, args = pickle.loads(frame)
         if op == "run":
-            answer = self._run(args)
+            answer = self._run(wire.unpack(args))
         elif op == "cell":
             answer = self._cell(*args)
         elif op == "ping":
@@ -174,10 +175,12 @@ class NodeHost:
             self.close()
         return last
 
-    def run(self, wire: bytes) -> bytes:
-        """Run the pickled RunSpec `wire` here (its callbacks, cancel token and spool directory
-        stay with the caller): the pickled answer, its RawRun's metrics naming this node."""
-        return pickle.dumps(self._run(pickle.loads(wire)), protocol=pickle.HIGHEST_PROTOCOL)
+    def run(self, packed: bytes) -> bytes:
+        """Run the pickled `wire.pack` of a RunSpec here: the pickled answer, its RawRun's
+        metrics naming this node."""
+        return pickle.dumps(
+            self._run(wire.unpack(pickle.loads(packed))), protocol=pickle.HIGHEST_PROTOCOL
+        )
 
     def _run(self, spec: RunSpec) -> Answer:
         cancel = Cancel()
