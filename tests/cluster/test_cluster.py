@@ -238,6 +238,9 @@ def test_runs_and_cells_go_to_each_host_over_its_direct_connection(
     nodes = {r.metrics.node for _, r in cluster_ex.map(["import time\ntime.sleep(0.3)"] * 12)}
     assert nodes == node_ids(ray_cluster)
     assert all(host.channel._idle for host in hosts), "a host's runs did not come directly"
+    # A run naming its environment asks a host for the environment's digest first.
+    named = cluster_ex.run("print(2)", environment=cluster_ex.default_environment)
+    assert named.ok and named.image_digest == cluster_ex.image_digest
     with cluster_ex.session() as session:
         session.run("z = 5")
         host = next(h for h in hosts if h.node == session.run("pass").metrics.node)
@@ -274,6 +277,8 @@ def test_the_ray_call_path_gives_a_local_runs_results_too(
         with ex.session() as session:
             session.run("w = 6")
             assert session.run("print(w * 7)").stdout == "42\n"
+            session.files.write("note.txt", "through Ray")
+            assert session.files.read("note.txt") == b"through Ray"
 
 
 def test_a_node_lost_mid_run_gives_sandbox_error_in_seconds(

@@ -401,7 +401,10 @@ class RayBackend:
 
     def environment(self, name: str) -> str:
         host = self._pick(lambda h: h.running / h.capacity)
-        digest: str = self._ask(host.actor.environment.remote(name), CALL_S, host.node)
+        # Asked before every run that names an environment: the direct channel when it can.
+        digest: str = self._call(
+            host, "environment", name, CALL_S, lambda: host.actor.environment.remote(name)
+        )
         return digest
 
     def start(self, tenant: str | None, environment: str | None = None) -> None:
@@ -562,14 +565,12 @@ class RemoteSession:
     def node(self) -> str:
         return self._host.node
 
-    def _call(self, ref: Any, timeout_s: float) -> Any:
-        return self._ended_if_lost(lambda: self._backend._ask(ref, timeout_s, self._host.node))
-
-    def _call_cell(self, args: tuple[Any, ...], timeout_s: float) -> Any:
+    def _call(self, op: str, args: tuple[Any, ...], timeout_s: float) -> Any:
+        """`op(*args)` on the session's host, directly or through Ray."""
         host = self._host
         return self._ended_if_lost(
             lambda: self._backend._call(
-                host, "cell", args, timeout_s, lambda: host.actor.cell.remote(*args)
+                host, op, args, timeout_s, lambda: getattr(host.actor, op).remote(*args)
             )
         )
 
@@ -595,7 +596,7 @@ class RemoteSession:
     ) -> RawRun:
         args = (self.session_id, code, timeout_s, cpu_s, output_bytes, backstop_s)
         try:
-            raw: RawRun = self._call_cell(args, backstop_s + MARGIN_S)
+            raw: RawRun = self._call("cell", args, backstop_s + MARGIN_S)
         except NetworkLimitPassed as exc:
             # The caller's session ends itself with status network_limit, as on one box.
             if self._on_network_limit is not None:
@@ -608,7 +609,7 @@ class RemoteSession:
         self, op: str, path: str = "", data: bytes | None = None
     ) -> tuple[dict[str, Any], bytes]:
         answer: tuple[dict[str, Any], bytes] = self._call(
-            self._host.actor.file_op.remote(self.session_id, op, path, data), CALL_S
+            "file_op", (self.session_id, op, path, data), CALL_S
         )
         return answer
 

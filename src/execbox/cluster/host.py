@@ -143,6 +143,10 @@ class NodeHost:
             answer = self._run(wire.unpack(args))
         elif op == "cell":
             answer = self._cell(*args)
+        elif op == "file_op":
+            answer = self.file_op(*args)
+        elif op == "environment":
+            answer = self.environment(args)
         elif op == "ping":
             answer = ("ok", self.node)
         else:
