@@ -28,7 +28,7 @@ from execbox.cluster.backend import RayBackend
 from execbox.cluster.direct import TOKEN_BYTES, Client, send_frame
 from execbox.errors import SessionClosed, UsageError
 from execbox.records import RunStore
-from tests.cluster.conftest import MakesADirectory, RayCluster
+from tests.cluster.conftest import MakesADirectory, RayCluster, ray
 from tests.conftest import prove_jail
 from tests.probes import wait_until
 
@@ -279,6 +279,43 @@ def test_the_ray_call_path_gives_a_local_runs_results_too(
             assert session.run("print(w * 7)").stdout == "42\n"
             session.files.write("note.txt", "through Ray")
             assert session.files.read("note.txt") == b"through Ray"
+
+
+def test_a_host_that_dies_mid_run_fails_it_at_once_and_is_replaced(
+    cluster_ex: Executor, ray_cluster: RayCluster
+) -> None:
+    backend: Any = cluster_ex._backend
+    victim = next(h for h in backend._serving() if h.node == ray_cluster.nodes[1].node_id)
+    cancels = [Cancel() for _ in range(3)]
+    results: list[tuple[RunResult, float]] = []
+
+    def run(n: int) -> None:
+        result = cluster_ex.run("import time\ntime.sleep(120)", cancel=cancels[n])
+        results.append((result, time.monotonic()))
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(3)]
+    for thread in threads:
+        thread.start()
+    assert wait_until(lambda: sum(h.running for h in backend._serving()) == 3, 30)
+    time.sleep(2)  # the sleeps have started on their nodes
+    killed_at = time.monotonic()
+    ray.kill(victim.actor, no_restart=True)
+    assert wait_until(lambda: len(results) == 1, 20), "no run ended after its host was killed"
+    ((lost, ended_at),) = results
+    assert lost.status is Status.sandbox_error and lost.error is not None
+    assert lost.error.message.startswith(f"node lost: {victim.node}"), lost.error.message
+    assert ended_at - killed_at < 5
+    for cancel in cancels:
+        cancel.cancel()
+    for thread in threads:
+        thread.join(30)
+    assert len(results) == 3
+    # Its node is alive: a new host takes its place, and runs there over a new connection.
+    assert wait_until(
+        lambda: any(h.node == victim.node and h is not victim for h in backend._serving()), 120
+    ), "the dead host was never replaced"
+    nodes = {r.metrics.node for _, r in cluster_ex.map(["import time\ntime.sleep(0.3)"] * 12)}
+    assert nodes == node_ids(ray_cluster)
 
 
 def test_a_node_lost_mid_run_gives_sandbox_error_in_seconds(
