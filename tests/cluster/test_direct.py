@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from execbox.cluster.backend import DIRECT_ENV, direct_wanted
 from execbox.cluster.direct import TOKEN_BYTES, ChannelBroken, Client, Listener, send_frame
 from tests.cluster.conftest import MakesADirectory
 
@@ -137,3 +138,11 @@ def test_closing_either_end_ends_a_call_in_flight(serve: Serve) -> None:
         with pytest.raises(ChannelBroken):
             client.call(b"y", 5)
     release.set()
+
+
+def test_ray_client_callers_go_direct_only_when_told() -> None:
+    assert direct_wanted("10.0.0.5:6379", {}) and direct_wanted("auto", {})
+    assert not direct_wanted("ray://head:10001", {})
+    assert direct_wanted("ray://head:10001", {DIRECT_ENV: "1"})
+    assert not direct_wanted("auto", {DIRECT_ENV: "0"})
+    assert direct_wanted("auto", {DIRECT_ENV: "yes please"})  # not a setting: the default

@@ -56,7 +56,8 @@ MARGIN_S = SLOT_WAIT_S + 10.0
 # A host that died on a node Ray still lists alive is started again after this long (a node on
 # its way out stays listed for a second or two).
 RELOST_S = 10.0
-DIRECT_ENV = "EXECBOX_CLUSTER_DIRECT"  # "0": every call through Ray, no direct connections
+# "0": every call through Ray; "1": direct connections for a Ray Client (`ray://`) caller too.
+DIRECT_ENV = "EXECBOX_CLUSTER_DIRECT"
 ERRORS: dict[str, type[Exception]] = {
     "SandboxUnavailable": SandboxUnavailable,
     "UsageError": UsageError,
@@ -65,6 +66,14 @@ ERRORS: dict[str, type[Exception]] = {
 
 class NetworkLimitPassed(HostError):
     """A session's network passed a limit on its node, which ended its interpreter."""
+
+
+def direct_wanted(address: str, environ: Mapping[str, str]) -> bool:
+    """Whether a caller of the cluster at `address` tries direct connections to the hosts:
+    as EXECBOX_CLUSTER_DIRECT says ("0" or "1"), else unless it is a Ray Client (`ray://`: a
+    caller outside the nodes' network, where each node's connection would be tried in vain)."""
+    said = environ.get(DIRECT_ENV)
+    return said == "1" if said in ("0", "1") else not address.startswith("ray://")
 
 
 def host_name(node_id: str) -> str:
@@ -102,13 +111,10 @@ class RayBackend:
         self, address: str, settings: Mapping[str, Any], direct: bool | None = None
     ) -> None:
         """`direct`: send runs and cells over connections of their own where a host's node
-        takes them. None: yes, unless EXECBOX_CLUSTER_DIRECT is "0" or the address is a Ray
-        Client's (`ray://`, a caller outside the nodes' network)."""
+        takes them (None: `direct_wanted`)."""
         self.address = address
         self._settings = dict(settings)
-        if direct is None:
-            direct = os.environ.get(DIRECT_ENV) != "0" and not address.startswith("ray://")
-        self._direct = direct
+        self._direct = direct_wanted(address, os.environ) if direct is None else direct
         self._started_ray = False
         if not ray.is_initialized():
             try:
