@@ -146,3 +146,16 @@ def test_ray_client_callers_go_direct_only_when_told() -> None:
     assert direct_wanted("ray://head:10001", {DIRECT_ENV: "1"})
     assert not direct_wanted("auto", {DIRECT_ENV: "0"})
     assert direct_wanted("auto", {DIRECT_ENV: "yes please"})  # not a setting: the default
+
+
+def test_a_closed_listener_leaves_no_thread_behind(serve: Serve) -> None:
+    before = set(threading.enumerate())
+    listener, client = serve(lambda frame: frame)
+    assert client.call(b"x", 10) == b"x"
+    ours = [t for t in set(threading.enumerate()) - before if t.name.startswith("execbox-direct")]
+    assert len(ours) == 2  # the accept loop and the one connection's
+    client.close()
+    listener.close()
+    for thread in ours:
+        thread.join(5)
+        assert not thread.is_alive(), thread.name

@@ -20,6 +20,7 @@ import secrets
 import socket
 import struct
 import threading
+import time
 from collections.abc import Callable
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,7 @@ CHUNK = 65536  # what the first read of a frame asks for: most answers fit
 TOKEN_BYTES = 32
 HELLO_S = 5.0  # how long a new connection has to present the token
 CONNECT_S = 2.0  # a host that does not take a connection in this long is not reachable
+ACCEPT_RETRY_S = 0.1
 
 
 class ChannelBroken(OSError):
@@ -88,8 +90,13 @@ class Listener:
         while True:
             try:
                 conn, _ = self._server.accept()
-            except OSError:  # closed
-                return
+            except OSError as exc:
+                if self._closed:
+                    return
+                # Out of descriptors, say: callers wait in the backlog meanwhile.
+                log.warning("direct channel: accept failed: %s", exc)
+                time.sleep(ACCEPT_RETRY_S)
+                continue
             with self._lock:
                 if self._closed:
                     conn.close()
