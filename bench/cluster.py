@@ -1,6 +1,7 @@
-"""What the cluster path costs: `print(1)` through a local Ray cluster against the local executor
-and against a bare call on a node's host, all three interleaved in blocks in the same run (so the
-machine's load is the same for each), with the CPU each takes per run; then runs/s with 4
+"""What the cluster path costs: `print(1)` through a local Ray cluster (over the hosts' direct
+connections, and through Ray's actor calls alone) against the local executor and against a bare
+call on a node's host (a Ray call, and a direct one), all interleaved in blocks in the same run
+(so the machine's load is the same for each), with the CPU each takes per run; then runs/s with 4
 callers and of a CPU-bound run (the work per run held fixed) on one node and on three. Every
 node here is a process of this one machine, so the cluster can only add overhead: the
 one-to-three figure is overhead, not a speed-up.
@@ -126,12 +127,16 @@ def rate(ex: Executor, code: str, callers: int, seconds: float) -> float:
 
 
 def latency_ab(
-    local: Executor, ex: Executor, backend: Any, args: argparse.Namespace
+    local: Executor, ex: Executor, ex_ray: Executor, backend: Any, args: argparse.Namespace
 ) -> dict[str, Any]:
-    """Local, cluster and bare-call `print(1)` interleaved; the overheads at the median."""
+    """Local, cluster (direct and through Ray) and bare-call `print(1)` interleaved; the
+    overheads at the median."""
+    import pickle
+
     import ray
 
-    actor = backend._serving()[0].actor
+    host = backend._serving()[0]
+    actor = host.actor
     host_pid = ray.get(actor.__ray_call__.remote(lambda _self: os.getpid()), timeout=30)
     me = os.getpid()
     names = {me: "caller", host_pid: "host"}
@@ -139,10 +144,17 @@ def latency_ab(
     def bare() -> None:
         ray.get(actor.status.remote(), timeout=30)
 
+    ping = pickle.dumps(("ping", ()))
+
+    def bare_direct() -> None:
+        host.channel.call(ping, 30)
+
     sides = [
         Side("local", check(local), [me]),
         Side("cluster", check(ex), [me, host_pid]),
+        Side("cluster_ray", check(ex_ray), [me, host_pid]),
         Side("bare_call", bare, [me, host_pid]),
+        Side("bare_direct", bare_direct, [me, host_pid]),
     ]
     load = os.getloadavg()
     interleaved(sides, args.runs, args.block)
@@ -154,6 +166,7 @@ def latency_ab(
     here, there, call = (out[k]["median_ms"] for k in ("local", "cluster", "bare_call"))
     out["overhead_ms_median"] = round(there - here, 3)
     out["overhead_ms_p10"] = round(out["cluster"]["p10_ms"] - out["local"]["p10_ms"], 3)
+    out["overhead_ms_min"] = round(out["cluster"]["min_ms"] - out["local"]["min_ms"], 3)
     out["overhead_beyond_bare_call_ms"] = round(there - here - call, 3)
     cpu = {k: out[k]["cpu_ms_per_run"]["total"] for k in ("local", "cluster", "bare_call")}
     out["overhead_cpu_ms_per_run"] = round(cpu["cluster"] - cpu["local"], 3)
@@ -164,6 +177,15 @@ def latency_ab(
     out["overhead_cpu_beyond_bare_call_ms"] = round(
         cpu["cluster"] - cpu["local"] - cpu["bare_call"], 3
     )
+    ray_median = out["cluster_ray"]["median_ms"]
+    out["ray_path"] = {
+        "overhead_ms_median": round(ray_median - here, 3),
+        "overhead_ms_p10": round(out["cluster_ray"]["p10_ms"] - out["local"]["p10_ms"], 3),
+        "overhead_ms_min": round(out["cluster_ray"]["min_ms"] - out["local"]["min_ms"], 3),
+        "overhead_cpu_ms_per_run": round(
+            out["cluster_ray"]["cpu_ms_per_run"]["total"] - cpu["local"], 3
+        ),
+    }
     out["load_average"] = [round(x, 2) for x in (*load, *os.getloadavg())]
     return out
 
@@ -181,9 +203,15 @@ def in_cluster(args: argparse.Namespace, db: str) -> dict[str, Any]:
     try:
         local = Executor(cache=False, records=db, **SETTINGS)  # type: ignore[arg-type]
         backend = RayBackend(cluster.address, SETTINGS)
+        through_ray = RayBackend(cluster.address, SETTINGS, direct=False)
         # A backend given directly: the cluster's refusal of SQLite is for `cluster=`.
-        with local, Executor(backend=backend, records=db, cache=False, max_concurrency=12) as ex:
-            out["one_node"] = latency_ab(local, ex, backend, args)
+        with (
+            local,
+            Executor(backend=backend, records=db, cache=False, max_concurrency=12) as ex,
+            Executor(backend=through_ray, records=db, cache=False, max_concurrency=12) as ex_ray,
+        ):
+            assert backend._serving()[0].channel is not None, "no direct connection to the host"
+            out["one_node"] = latency_ab(local, ex, ex_ray, backend, args)
             out["local"] = {
                 "runs_per_s_4_callers": rate(local, "print(1)", CALLERS, args.seconds),
                 "work_runs_per_s_12_callers": rate(local, WORK, 12, args.seconds),
@@ -218,20 +246,25 @@ def main() -> None:
         result = in_cluster(args, f"sqlite:///{tmp}/runs.db")
     one = result["one_node"]
     print(f"load average {one['load_average']} (1, 5, 15 min at the start, then at the end)")
-    for name in ("local", "cluster", "bare_call"):
+    for name in ("local", "cluster", "cluster_ray", "bare_call", "bare_direct"):
         r = one[name]
         print(
-            f"{name:<9} print(1) median {r['median_ms']:.2f} ms  p90 {r['p90_ms']:.2f}  "
+            f"{name:<11} print(1) median {r['median_ms']:.2f} ms  p90 {r['p90_ms']:.2f}  "
             f"p10 {r['p10_ms']:.2f}  min {r['min_ms']:.2f}  CPU/run {r['cpu_ms_per_run']}"
         )
     print(
         f"cluster overhead at the median: {one['overhead_ms_median']} ms "
         f"({one['overhead_beyond_bare_call_ms']} ms beyond a bare call on the host; "
-        f"{one['overhead_ms_p10']} ms at p10); "
+        f"{one['overhead_ms_p10']} ms at p10, {one['overhead_ms_min']} at the minimum); "
         f"CPU {one['overhead_cpu_ms_per_run']} ms a run "
         f"({one['overhead_cpu_beyond_bare_call_ms']} beyond a bare call; "
         f"{one['overhead_cpu_less_idle_ms_per_run']} less the idle CPU "
         f"{one['idle_cpu_ms_per_s']} ms/s over each run's time)"
+    )
+    ray_path = one["ray_path"]
+    print(
+        f"through Ray's calls alone: {ray_path['overhead_ms_median']} ms at the median, "
+        f"{ray_path['overhead_ms_p10']} ms at p10, {ray_path['overhead_ms_min']} at the minimum, CPU {ray_path['overhead_cpu_ms_per_run']} ms a run"
     )
     for name in ("local", "one_node", "three_nodes"):
         r = result[name]

@@ -77,6 +77,16 @@ def _describe(pids: list[int]) -> str:
     return "\n".join(lines)
 
 
+class MakesADirectory:
+    """Unpickled, it creates a directory: proof that a peer's bytes were unpickled."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return (os.mkdir, (str(self.path),))
+
+
 @dataclass
 class RayCluster:
     """The running cluster: its address, its Ray Client address (`ray://`), and its worker

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
+import socket
 import subprocess
 import sys
 import threading
@@ -22,9 +24,11 @@ import pytest
 
 import execbox
 from execbox import Cancel, Executor, RunResult, Status
+from execbox.cluster.backend import RayBackend
+from execbox.cluster.direct import TOKEN_BYTES, Client, send_frame
 from execbox.errors import SessionClosed, UsageError
 from execbox.records import RunStore
-from tests.cluster.conftest import RayCluster
+from tests.cluster.conftest import MakesADirectory, RayCluster, ray
 from tests.conftest import prove_jail
 from tests.probes import wait_until
 
@@ -34,6 +38,14 @@ pytestmark = pytest.mark.timeout(300)
 @pytest.fixture(scope="module")
 def pg_url(pg_server: Callable[[], str]) -> str:
     return str(pg_server())
+
+
+RAY_SETTINGS = {
+    "max_concurrency": 4,
+    "pool_size": 2,
+    "rotate_after_runs": None,
+    "rotate_after_s": None,
+}
 
 
 @pytest.fixture(scope="module")
@@ -77,20 +89,22 @@ def test_runs_spread_over_every_node_and_say_which(
     assert {r.metrics.node for r in results.values()} == node_ids(ray_cluster)
 
 
+CASES: list[tuple[str, dict[str, Any]]] = [
+    ("print('hi')", {}),
+    ("raise ValueError('no')", {}),
+    ("import sys\nsys.exit(3)", {}),
+    ("while True: pass", {"timeout_s": 1}),
+    # Never ends by itself: whether a program past the cap exits first is a race.
+    ("while True: print('x' * 1000)", {"output_bytes": 2048}),
+    ("import pandas\nprint(pandas.DataFrame({'a': [1, 2]}).a.sum())", {}),
+    ("x = bytearray(400 << 20)", {"memory_mib": 128}),
+]
+
+
 def test_results_statuses_and_limits_are_a_local_runs(
     cluster_ex: Executor, executor: Executor
 ) -> None:
-    cases: list[tuple[str, dict[str, Any]]] = [
-        ("print('hi')", {}),
-        ("raise ValueError('no')", {}),
-        ("import sys\nsys.exit(3)", {}),
-        ("while True: pass", {"timeout_s": 1}),
-        # Never ends by itself: whether a program past the cap exits first is a race.
-        ("while True: print('x' * 1000)", {"output_bytes": 2048}),
-        ("import pandas\nprint(pandas.DataFrame({'a': [1, 2]}).a.sum())", {}),
-        ("x = bytearray(400 << 20)", {"memory_mib": 128}),
-    ]
-    for code, limits in cases:
+    for code, limits in CASES:
         here = executor.run(code, limits=limits)
         there = cluster_ex.run(code, limits=limits)
         assert verdict(there) == verdict(here), code
@@ -210,6 +224,98 @@ def test_cluster_status_lists_nodes_slots_and_sessions(
     assert {row["node"] for row in rows} == node_ids(ray_cluster)
     assert all(row["slots"] == 4 for row in rows)
     assert sum(row["sessions"] for row in rows) == 1
+
+
+def test_runs_and_cells_go_to_each_host_over_its_direct_connection(
+    cluster_ex: Executor, ray_cluster: RayCluster, tmp_path: Path
+) -> None:
+    backend: Any = cluster_ex._backend
+    hosts = backend._serving()
+    assert len(hosts) == 3 and all(h.channel is not None for h in hosts)
+    for host in hosts:  # what earlier tests left connected
+        host.channel.close()
+        host.channel = Client(host.channel.address, host.channel._token)
+    nodes = {r.metrics.node for _, r in cluster_ex.map(["import time\ntime.sleep(0.3)"] * 12)}
+    assert nodes == node_ids(ray_cluster)
+    assert all(host.channel._idle for host in hosts), "a host's runs did not come directly"
+    # A run naming its environment asks a host for the environment's digest first.
+    named = cluster_ex.run("print(2)", environment=cluster_ex.default_environment)
+    assert named.ok and named.image_digest == cluster_ex.image_digest
+    with cluster_ex.session() as session:
+        session.run("z = 5")
+        host = next(h for h in hosts if h.node == session.run("pass").metrics.node)
+        host.channel.close()  # the cell must come over a new direct connection
+        host.channel = Client(host.channel.address, host.channel._token)
+        assert session.run("print(z)").stdout == "5\n"
+        assert host.channel._idle
+    # Its port takes no one without the token: these bytes make a directory when unpickled.
+    target = tmp_path / "unpickled"
+    with socket.create_connection(hosts[0].channel.address, timeout=10) as sock:
+        sock.sendall(b"\0" * TOKEN_BYTES)
+        send_frame(sock, pickle.dumps(MakesADirectory(target)))
+        try:
+            assert sock.recv(100) == b""
+        except ConnectionResetError:
+            pass
+    assert not target.exists()
+
+
+def test_the_ray_call_path_gives_a_local_runs_results_too(
+    cluster_ex: Executor, executor: Executor, ray_cluster: RayCluster, pg_url: str
+) -> None:
+    backend = RayBackend(ray_cluster.address, RAY_SETTINGS, direct=False)
+    with Executor(backend=backend, records=pg_url, cache=False, max_concurrency=12) as ex:
+        assert all(h.channel is None for h in backend._serving())
+        for code, limits in CASES:
+            assert verdict(ex.run(code, limits=limits)) == verdict(
+                executor.run(code, limits=limits)
+            )
+        cancel = Cancel()
+        threading.Timer(1.0, cancel.cancel).start()
+        result = ex.run("import time\ntime.sleep(60)", cancel=cancel)
+        assert result.error is not None and result.error.type == "Cancelled"
+        with ex.session() as session:
+            session.run("w = 6")
+            assert session.run("print(w * 7)").stdout == "42\n"
+            session.files.write("note.txt", "through Ray")
+            assert session.files.read("note.txt") == b"through Ray"
+
+
+def test_a_host_that_dies_mid_run_fails_it_at_once_and_is_replaced(
+    cluster_ex: Executor, ray_cluster: RayCluster
+) -> None:
+    backend: Any = cluster_ex._backend
+    victim = next(h for h in backend._serving() if h.node == ray_cluster.nodes[1].node_id)
+    cancels = [Cancel() for _ in range(3)]
+    results: list[tuple[RunResult, float]] = []
+
+    def run(n: int) -> None:
+        result = cluster_ex.run("import time\ntime.sleep(120)", cancel=cancels[n])
+        results.append((result, time.monotonic()))
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(3)]
+    for thread in threads:
+        thread.start()
+    assert wait_until(lambda: sum(h.running for h in backend._serving()) == 3, 30)
+    time.sleep(2)  # the sleeps have started on their nodes
+    killed_at = time.monotonic()
+    ray.kill(victim.actor, no_restart=True)
+    assert wait_until(lambda: len(results) == 1, 20), "no run ended after its host was killed"
+    ((lost, ended_at),) = results
+    assert lost.status is Status.sandbox_error and lost.error is not None
+    assert lost.error.message.startswith(f"node lost: {victim.node}"), lost.error.message
+    assert ended_at - killed_at < 5
+    for cancel in cancels:
+        cancel.cancel()
+    for thread in threads:
+        thread.join(30)
+    assert len(results) == 3
+    # Its node is alive: a new host takes its place, and runs there over a new connection.
+    assert wait_until(
+        lambda: any(h.node == victim.node and h is not victim for h in backend._serving()), 120
+    ), "the dead host was never replaced"
+    nodes = {r.metrics.node for _, r in cluster_ex.map(["import time\ntime.sleep(0.3)"] * 12)}
+    assert nodes == node_ids(ray_cluster)
 
 
 def test_a_node_lost_mid_run_gives_sandbox_error_in_seconds(

@@ -9,9 +9,14 @@ follow it there. A watcher thread lists the cluster's nodes every `REFRESH_S`: a
 joins gets a host and takes work from the next run on (the executor's admission widens with
 it, `on_capacity`); one that leaves is dropped.
 
-Nothing waits without a bound: every `ray.get` has a timeout, and a host that dies or stops
-answering turns the run into a `HostError` "node lost: ..." (the executor's `sandbox_error`)
-and a session there into `SessionEnded` (the caller's `SessionClosed`).
+A run and a session's cell go to their host over a connection of this executor's own
+(`direct`) when the host's node address takes one, else as a Ray actor call; Ray still places
+the hosts, carries every other call and says when a node is gone (its host's connections are
+then closed under the calls in flight).
+
+Nothing waits without a bound: every `ray.get` and every direct call has a timeout, and a host
+that dies or stops answering turns the run into a `HostError` "node lost: ..." (the executor's
+`sandbox_error`) and a session there into `SessionEnded` (the caller's `SessionClosed`).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +42,7 @@ from ..errors import SandboxUnavailable, UsageError
 from ..sandbox.host.channel import SessionEnded
 from ..sandbox.host.errors import HostError
 from ..sandbox.host.pump import OutputCallback, RawRun
+from . import direct, wire
 from .host import CLOSED, Answer, NodeHost
 
 log = logging.getLogger(__name__)
@@ -50,7 +56,8 @@ MARGIN_S = SLOT_WAIT_S + 10.0
 # A host that died on a node Ray still lists alive is started again after this long (a node on
 # its way out stays listed for a second or two).
 RELOST_S = 10.0
-POLL_S = 0.2  # how often a waiting run with a cancel token looks at it
+# "0": every call through Ray; "1": direct connections for a Ray Client (`ray://`) caller too.
+DIRECT_ENV = "EXECBOX_CLUSTER_DIRECT"
 ERRORS: dict[str, type[Exception]] = {
     "SandboxUnavailable": SandboxUnavailable,
     "UsageError": UsageError,
@@ -59,6 +66,14 @@ ERRORS: dict[str, type[Exception]] = {
 
 class NetworkLimitPassed(HostError):
     """A session's network passed a limit on its node, which ended its interpreter."""
+
+
+def direct_wanted(address: str, environ: Mapping[str, str]) -> bool:
+    """Whether a caller of the cluster at `address` tries direct connections to the hosts:
+    as EXECBOX_CLUSTER_DIRECT says ("0" or "1"), else unless it is a Ray Client (`ray://`: a
+    caller outside the nodes' network, where each node's connection would be tried in vain)."""
+    said = environ.get(DIRECT_ENV)
+    return said == "1" if said in ("0", "1") else not address.startswith("ray://")
 
 
 def host_name(node_id: str) -> str:
@@ -77,10 +92,13 @@ class Host:
     sessions: set[str] = field(default_factory=set)
     lost: str | None = None  # why it is gone (None: serving)
     lost_at: float = 0.0
+    channel: direct.Client | None = None  # None: its calls go through Ray
 
     def lose(self, reason: str) -> None:
         if self.lost is None:
             self.lost, self.lost_at = reason, time.monotonic()
+        if self.channel is not None:  # the calls waiting on it end now, "node lost"
+            self.channel.close()
 
     def lost_for(self) -> float:
         return time.monotonic() - self.lost_at
@@ -89,9 +107,14 @@ class Host:
 class RayBackend:
     """Runs and sessions on the hosts of a Ray cluster (see the module's docstring)."""
 
-    def __init__(self, address: str, settings: Mapping[str, Any]) -> None:
+    def __init__(
+        self, address: str, settings: Mapping[str, Any], direct: bool | None = None
+    ) -> None:
+        """`direct`: send runs and cells over connections of their own where a host's node
+        takes them (None: `direct_wanted`)."""
         self.address = address
         self._settings = dict(settings)
+        self._direct = direct_wanted(address, os.environ) if direct is None else direct
         self._started_ray = False
         if not ray.is_initialized():
             try:
@@ -161,7 +184,7 @@ class RayBackend:
                     del self._hosts[node]  # its host died, the node did not: a new one
             new = [node for node in alive if node not in self._hosts]
         for node in new:
-            placed = self._place(node)
+            placed = self._place(node, alive[node].get("NodeManagerAddress"))
             if placed is not None:
                 with self._lock:
                     self._hosts[node] = placed
@@ -185,17 +208,17 @@ class RayBackend:
             if not held:
                 refs[ref].lose(f"node lost: {refs[ref].node}: {CLOSED}")
 
-    def _place(self, node: str) -> Host | None:
+    def _place(self, node: str, address: str | None) -> Host | None:
         """The host on `node` (started there if none is, or if the one there closed), with a
         lease of this executor's; None (logged) when it cannot serve."""
         try:
-            facts, actor = self._start(node)
+            facts, actor = self._start(node, address)
         except HostError as exc:
             if CLOSED not in str(exc):
                 log.warning("cluster: node %s does not serve: %s", node, exc)
                 return None
             try:  # every caller of that host had left: a new one in its place
-                facts, actor = self._start(node)
+                facts, actor = self._start(node, address)
             except HostError as again:
                 log.warning("cluster: node %s does not serve: %s", node, again)
                 return None
@@ -222,10 +245,32 @@ class RayBackend:
                 facts["settings"],
                 self._settings,
             )
-        log.info("cluster: node %s serves, %d slots", node, facts["capacity"])
-        return Host(node=node, actor=actor, capacity=int(facts["capacity"]))
+        channel = self._connect(node, facts.get("direct"))
+        log.info(
+            "cluster: node %s serves, %d slots, %s",
+            node,
+            facts["capacity"],
+            "through Ray" if channel is None else "over a direct connection",
+        )
+        return Host(node=node, actor=actor, capacity=int(facts["capacity"]), channel=channel)
 
-    def _start(self, node: str) -> tuple[dict[str, Any], Any]:
+    def _connect(self, node: str, where: Any) -> direct.Client | None:
+        """A direct channel to `node`'s host at `where` (its address, port and token), if it
+        answers there; None: its calls go through Ray."""
+        if not self._direct or where is None:
+            return None
+        host, port, token = where
+        client = direct.Client((host, int(port)), token)
+        try:
+            kind, value = pickle.loads(client.call(pickle.dumps(("ping", ())), direct.CONNECT_S))
+            if kind == "ok" and value == node:
+                return client
+        except (OSError, pickle.UnpicklingError, ValueError) as exc:
+            log.warning("cluster: node %s: no direct connection (%s); through Ray", node, exc)
+        client.close()
+        return None
+
+    def _start(self, node: str, address: str | None) -> tuple[dict[str, Any], Any]:
         """The facts of the host on `node` and its handle, the host started if there is none;
         a host found closed is ended (HostError naming CLOSED: the caller starts another)."""
         capacity = self._settings.get("max_concurrency") or 0
@@ -241,7 +286,7 @@ class RayBackend:
                 max_restarts=0,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
             )
-            .remote(node, self._settings)
+            .remote(node, self._settings, address)
         )
         try:
             facts: dict[str, Any] = self._ask(actor.ready.remote(self._caller), HOST_START_S, node)
@@ -288,15 +333,36 @@ class RayBackend:
         except RayError as exc:
             raise HostError(f"node lost: {node}: {type(exc).__name__}: {exc}") from exc
         # A run's and a cell's answer come pickled (host.py).
-        answer: Answer = pickle.loads(got) if isinstance(got, bytes) else got
-        kind, value = answer
-        if kind == "ok":
-            return value
-        if kind == "SessionEnded":
-            raise SessionEnded(value)
-        if kind == "NetworkLimit":
-            raise NetworkLimitPassed(value)
-        raise ERRORS.get(kind, HostError)(value)
+        return _value(pickle.loads(got) if isinstance(got, bytes) else got)
+
+    def _call(
+        self,
+        host: Host,
+        op: str,
+        args: Any,
+        timeout_s: float,
+        remote: Callable[[], Any],
+        on_timeout: Callable[[], None] | None = None,
+    ) -> Any:
+        """The value of `host`'s answer to `op(args)`, sent over its direct channel, or through
+        Ray as `remote()` (the call's ref) when it has none; errors as `_ask`'s. A direct call
+        unanswered in `timeout_s` calls `on_timeout` (a Ray call is cancelled by `_ask`)."""
+        channel = host.channel
+        if channel is None:
+            return self._ask(remote(), timeout_s, host.node)
+        request = pickle.dumps((op, args), protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            got = channel.call(request, timeout_s)
+        except TimeoutError as exc:
+            if on_timeout is not None:
+                on_timeout()
+            raise HostError(
+                f"node lost: {host.node} did not answer within {timeout_s:g} s"
+            ) from exc
+        except direct.ChannelBroken as exc:
+            self._lose(host.node, f"node lost: {host.node}: its host's connection closed ({exc})")
+            raise HostError(self._lost_reason(host.node)) from exc
+        return _value(pickle.loads(got))
 
     def _lose(self, node: str, reason: str) -> None:
         with self._lock:
@@ -313,7 +379,8 @@ class RayBackend:
         serving = self._serving()
         if not serving:
             raise HostError("node lost: no node of the cluster is serving")
-        return min(serving, key=load)
+        # Of hosts as loaded, one with a direct channel: its calls cost less.
+        return min(serving, key=lambda h: (load(h), h.channel is None))
 
     # ---- SandboxBackend ---------------------------------------------------------------------
 
@@ -340,7 +407,10 @@ class RayBackend:
 
     def environment(self, name: str) -> str:
         host = self._pick(lambda h: h.running / h.capacity)
-        digest: str = self._ask(host.actor.environment.remote(name), CALL_S, host.node)
+        # Asked before every run that names an environment: the direct channel when it can.
+        digest: str = self._call(
+            host, "environment", name, CALL_S, lambda: host.actor.environment.remote(name)
+        )
         return digest
 
     def start(self, tenant: str | None, environment: str | None = None) -> None:
@@ -350,14 +420,25 @@ class RayBackend:
         with self._lock:
             host = self._pick(lambda h: h.running / h.capacity)
             host.running += 1
+        cancel = spec.cancel
         try:
-            wire = replace(spec, on_stdout=None, on_stderr=None, cancel=None, spool_dir=None)
-            ref = host.actor.run.remote(pickle.dumps(wire, protocol=pickle.HIGHEST_PROTOCOL))
+            packed = wire.pack(spec)
             timeout_s = spec.limits.timeout_s + BACKSTOP_GRACE_S + MARGIN_S
-            if spec.cancel is not None:
-                self._watch_cancel(ref, spec, host, timeout_s)
-            raw: RawRun = self._ask(ref, timeout_s, host.node)
+            if cancel is not None:
+                cancel.attach(lambda: self._cancel(host, spec.run_id))
+            raw: RawRun = self._call(
+                host,
+                "run",
+                packed,
+                timeout_s,
+                lambda: host.actor.run.remote(
+                    pickle.dumps(packed, protocol=pickle.HIGHEST_PROTOCOL)
+                ),
+                on_timeout=lambda: self._cancel(host, spec.run_id),
+            )
         finally:
+            if cancel is not None:
+                cancel.detach()
             with self._lock:
                 host.running -= 1
         _deliver(raw, spec.on_stdout, spec.on_stderr)
@@ -365,18 +446,14 @@ class RayBackend:
             _spool(raw, spec.spool_dir)
         return raw
 
-    def _watch_cancel(self, ref: Any, spec: RunSpec, host: Host, timeout_s: float) -> None:
-        """Wait for `ref`, telling the host to end the run once its token is cancelled."""
-        assert spec.cancel is not None
-        deadline = time.monotonic() + timeout_s
-        told = False
-        while time.monotonic() < deadline:
-            ready, _ = ray.wait([ref], timeout=POLL_S)
-            if ready:
-                return
-            if spec.cancel.cancelled and not told:
-                host.actor.cancel.remote(spec.run_id)
-                told = True
+    def _cancel(self, host: Host, run_id: str) -> None:
+        """Tell `host` to end the run `run_id` (it is ended as it arrives, if it has not yet)."""
+        if host.lost is not None:
+            return
+        try:
+            host.actor.cancel.remote(run_id)
+        except RayError:  # its node is gone, and the run with it
+            pass
 
     def open_session(
         self,
@@ -434,8 +511,12 @@ class RayBackend:
             if thread is not None:
                 thread.join(CALL_S)  # a host the watcher is placing gets its lease back below
         with self._lock:
-            hosts = [h for h in self._hosts.values() if h.lost is None]
+            everyone = list(self._hosts.values())
+            hosts = [h for h in everyone if h.lost is None]
             self._hosts.clear()
+        for host in everyone:
+            if host.channel is not None:
+                host.channel.close()
         self._leave([host.actor for host in hosts])
         if self._started_ray:
             ray.shutdown()
@@ -490,9 +571,18 @@ class RemoteSession:
     def node(self) -> str:
         return self._host.node
 
-    def _call(self, ref: Any, timeout_s: float) -> Any:
+    def _call(self, op: str, args: tuple[Any, ...], timeout_s: float) -> Any:
+        """`op(*args)` on the session's host, directly or through Ray."""
+        host = self._host
+        return self._ended_if_lost(
+            lambda: self._backend._call(
+                host, op, args, timeout_s, lambda: getattr(host.actor, op).remote(*args)
+            )
+        )
+
+    def _ended_if_lost(self, call: Callable[[], Any]) -> Any:
         try:
-            return self._backend._ask(ref, timeout_s, self._host.node)
+            return call()
         except HostError as exc:
             if str(exc).startswith("node lost"):
                 raise SessionEnded(
@@ -510,11 +600,9 @@ class RemoteSession:
         on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
     ) -> RawRun:
-        ref = self._host.actor.cell.remote(
-            self.session_id, code, timeout_s, cpu_s, output_bytes, backstop_s
-        )
+        args = (self.session_id, code, timeout_s, cpu_s, output_bytes, backstop_s)
         try:
-            raw: RawRun = self._call(ref, backstop_s + MARGIN_S)
+            raw: RawRun = self._call("cell", args, backstop_s + MARGIN_S)
         except NetworkLimitPassed as exc:
             # The caller's session ends itself with status network_limit, as on one box.
             if self._on_network_limit is not None:
@@ -527,7 +615,7 @@ class RemoteSession:
         self, op: str, path: str = "", data: bytes | None = None
     ) -> tuple[dict[str, Any], bytes]:
         answer: tuple[dict[str, Any], bytes] = self._call(
-            self._host.actor.file_op.remote(self.session_id, op, path, data), CALL_S
+            "file_op", (self.session_id, op, path, data), CALL_S
         )
         return answer
 
@@ -549,6 +637,18 @@ class RemoteSession:
             ray.get(self._host.actor.close_session.remote(self.session_id), timeout=CALL_S)
         except RayError as exc:
             log.warning("session %s: closing on %s: %s", self.session_id, self._host.node, exc)
+
+
+def _value(answer: Answer) -> Any:
+    """The value of a host's answer; its error raised again here."""
+    kind, value = answer
+    if kind == "ok":
+        return value
+    if kind == "SessionEnded":
+        raise SessionEnded(value)
+    if kind == "NetworkLimit":
+        raise NetworkLimitPassed(value)
+    raise ERRORS.get(kind, HostError)(value)
 
 
 def _deliver(

@@ -9,7 +9,9 @@ This module imports no Ray: `cluster.backend` wraps the class with `ray.remote` 
 one on a node. Every method answers with a plain tuple, `("ok", value)` or
 `(error type name, message)`, so that no exception has to cross the wire pickled. A run and a
 cell, the calls on the hot path, take and give that tuple as `pickle` bytes: Ray passes bytes
-through as they are, where it would walk a dataclass with cloudpickle each way.
+through as they are, where it would walk a dataclass with cloudpickle each way. Callers that
+reach the node's address send them over a connection of their own instead (`direct`): the
+same bytes, without Ray's call machinery on either side.
 
 The host outlives any one caller: each executor that uses it holds a lease (`attach`), renewed
 every second, and gives it back when it closes (`detach`). The host closes its sandbox when
@@ -24,6 +26,7 @@ import os
 import pickle
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -35,6 +38,8 @@ from ..errors import SandboxUnavailable, UsageError
 from ..sandbox.host.channel import SessionEnded
 from ..sandbox.host.errors import HostError
 from ..sandbox.host.pump import RawRun
+from . import wire
+from .direct import Listener
 
 log = logging.getLogger(__name__)
 
@@ -42,18 +47,24 @@ log = logging.getLogger(__name__)
 Answer = tuple[str, Any]
 LEASE_S = 30.0  # a caller that has not renewed its lease for this long is gone
 CLOSED = "the host was closed"
+# A cancel can pass its run on the way (it comes through Ray, the run may come directly):
+# the ids of that many runs cancelled before they arrived are kept.
+EARLY_CANCELS = 1024
 
 
 class NodeHost:
     """One node's sandbox, serving the cluster's executors. Thread-safe: Ray runs its methods
     on a pool of threads (the actor's `max_concurrency`)."""
 
-    def __init__(self, node: str, settings: Mapping[str, Any]) -> None:
+    def __init__(self, node: str, settings: Mapping[str, Any], address: str | None = None) -> None:
+        """`address`: the node's address, where callers reach the host directly (None: only
+        through Ray)."""
         self.node = node
         self.settings = dict(settings)  # the first caller's: a later one is told if its differ
         self.capacity = int(settings.get("max_concurrency") or 4 * (os.cpu_count() or 1))
         self._lock = threading.Lock()
         self._cancels: dict[str, Cancel] = {}
+        self._early: OrderedDict[str, None] = OrderedDict()
         self._sessions: dict[str, SessionBackend] = {}
         self._limit_messages: dict[str, str] = {}
         self._running = 0
@@ -76,6 +87,12 @@ class NodeHost:
             )
         except (SandboxUnavailable, UsageError) as exc:  # said by `ready`, not a dead actor
             self._problem = f"{type(exc).__name__}: {exc}"
+        self._listener: Listener | None = None
+        if address is not None and self._backend is not None:
+            try:
+                self._listener = Listener(address, self._direct)
+            except OSError as exc:  # callers use Ray's calls then
+                log.warning("node host %s: no direct channel on %s: %s", node, address, exc)
         self._stop = threading.Event()
         threading.Thread(target=self._expire, name="execbox-leases", daemon=True).start()
 
@@ -111,8 +128,30 @@ class NodeHost:
                 "digest": self._local().digest,
                 "default_environment": self._local().default_environment,
                 "info": self._local().info(),
+                "direct": self._direct_address(),
             }
         )
+
+    def _direct_address(self) -> tuple[str, int, bytes] | None:
+        listener = self._listener
+        return None if listener is None else (*listener.address, listener.token)
+
+    def _direct(self, frame: bytes) -> bytes:
+        """A call that came over the direct channel: `(op, args)` pickled, its answer pickled."""
+        op, args = pickle.loads(frame)
+        if op == "run":
+            answer = self._run(wire.unpack(args))
+        elif op == "cell":
+            answer = self._cell(*args)
+        elif op == "file_op":
+            answer = self.file_op(*args)
+        elif op == "environment":
+            answer = self.environment(args)
+        elif op == "ping":
+            answer = ("ok", self.node)
+        else:
+            answer = ("HostError", f"no such call: {op!r}")
+        return pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
 
     def environment(self, name: str) -> Answer:
         return _answer(lambda: self._local().environment(name))
@@ -140,12 +179,19 @@ class NodeHost:
             self.close()
         return last
 
-    def run(self, wire: bytes) -> bytes:
-        """Run the pickled RunSpec `wire` here (its callbacks, cancel token and spool directory
-        stay with the caller): the pickled answer, its RawRun's metrics naming this node."""
-        spec: RunSpec = pickle.loads(wire)
+    def run(self, packed: bytes) -> bytes:
+        """Run the pickled `wire.pack` of a RunSpec here: the pickled answer, its RawRun's
+        metrics naming this node."""
+        return pickle.dumps(
+            self._run(wire.unpack(pickle.loads(packed))), protocol=pickle.HIGHEST_PROTOCOL
+        )
+
+    def _run(self, spec: RunSpec) -> Answer:
         cancel = Cancel()
         with self._lock:
+            if spec.run_id in self._early:
+                del self._early[spec.run_id]
+                cancel.cancel()
             self._cancels[spec.run_id] = cancel
             self._running += 1
 
@@ -157,7 +203,7 @@ class NodeHost:
             return raw
 
         try:
-            return pickle.dumps(_answer(run), protocol=pickle.HIGHEST_PROTOCOL)
+            return _answer(run)
         finally:
             with self._lock:
                 del self._cancels[spec.run_id]
@@ -169,6 +215,10 @@ class NodeHost:
         starts: its token stays cancelled)."""
         with self._lock:
             cancel = self._cancels.get(run_id)
+            if cancel is None:
+                self._early[run_id] = None
+                while len(self._early) > EARLY_CANCELS:
+                    self._early.popitem(last=False)
         if cancel is not None:
             cancel.cancel()
 
@@ -263,6 +313,8 @@ class NodeHost:
             self._sessions.clear()
         for channel in channels:
             channel.close()
+        if self._listener is not None:
+            self._listener.close()
         self._stop.set()
         with self._lock:
             backend, self._backend = self._backend, None
