@@ -95,6 +95,35 @@ def test_process_exit_ends_the_session_clearly(executor: Executor) -> None:
             s.run("kept")
 
 
+@pytest.mark.parametrize(
+    ("language", "exit_code"),
+    [("javascript", "process.exit(3)"), ("python", "import os; os._exit(3)")],
+)
+def test_an_exit_before_the_supervisor_takes_the_cell_still_ends_it_clearly(
+    executor: Executor, monkeypatch: pytest.MonkeyPatch, language: str, exit_code: str
+) -> None:
+    """The code reaches the interpreter before the supervisor gets the cell: a cell that
+    exits at once can end the session first. Held back here until it has, the cell still
+    gets the session's own ending, not a sandbox error."""
+    from execbox.sandbox.host import channel
+    from execbox.sandbox.inside import cells
+
+    send = channel.SessionChannel._send
+
+    def late(self: channel.SessionChannel, data: bytes) -> None:
+        if data[:4] == cells.CELL and b'"timeout_s"' in data:
+            time.sleep(1.0)  # the program exits and its supervisor reports it and leaves
+        send(self, data)
+
+    with executor.session(language=language) as s:
+        s.run("1")
+        monkeypatch.setattr(channel.SessionChannel, "_send", late)
+        r = s.run(exit_code)
+        assert r.status is Status.error and r.error is not None, r
+        assert "exit code 3" in r.error.message and "session has ended" in r.error.message
+        assert s.closed
+
+
 @pytest.mark.serial
 def test_sync_and_async_cells_past_their_time_are_interrupted_and_state_survives(
     js: Session,

@@ -212,7 +212,17 @@ class SessionChannel:
                     )
                 )
             except OSError as exc:
-                raise HostError(f"the session supervisor did not take the cell: {exc}") from exc
+                # The code went first: a cell that ends the program at once (`exit`) can end
+                # the session before the supervisor reads CELL. Its END, sent before it left,
+                # is then this cell's result; without one the supervisor failed.
+                try:
+                    raw = pump.run(time.monotonic() + backstop_s)
+                except HostError:
+                    raise HostError(f"the session supervisor did not take the cell: {exc}") from exc
+                if not raw.meta.get("ended"):
+                    raise HostError(f"the session supervisor did not take the cell: {exc}") from exc
+                self.ended = raw.meta
+                return raw
             with self._int_lock:
                 self._cell_state = "running"
                 if self._int_pending is not None:
