@@ -28,7 +28,10 @@ log = logging.getLogger(__name__)
 HEADER = struct.Struct("!Q")
 CHUNK = 65536  # what the first read of a frame asks for: most answers fit
 TOKEN_BYTES = 32
-HELLO_S = 5.0  # how long a new connection has to present the token
+HELLO_S = 5.0  # how long a new connection has to present the token, all told
+# Connections still to present the token, at most: past it the listener accepts no more until
+# one of them does or runs out of time, so strangers cannot spend the host's threads and fds.
+MAX_HELLOS = 64
 CONNECT_S = 2.0  # a host that does not take a connection in this long is not reachable
 ACCEPT_RETRY_S = 0.1
 
@@ -83,14 +86,19 @@ class Listener:
         self.address = (address, int(self._server.getsockname()[1]))
         self._lock = threading.Lock()
         self._conns: set[socket.socket] = set()
+        self._hellos = threading.BoundedSemaphore(MAX_HELLOS)
         self._closed = False
         threading.Thread(target=self._accept, name="execbox-direct", daemon=True).start()
 
     def _accept(self) -> None:
         while True:
+            while not self._hellos.acquire(timeout=ACCEPT_RETRY_S):
+                if self._closed:
+                    return
             try:
                 conn, _ = self._server.accept()
             except OSError as exc:
+                self._hellos.release()
                 if self._closed:
                     return
                 # Out of descriptors, say: callers wait in the backlog meanwhile.
@@ -102,21 +110,42 @@ class Listener:
                     conn.close()
                     return
                 self._conns.add(conn)
-            threading.Thread(
-                target=self._serve, args=(conn,), name="execbox-direct-conn", daemon=True
-            ).start()
+            try:
+                threading.Thread(
+                    target=self._serve, args=(conn,), name="execbox-direct-conn", daemon=True
+                ).start()
+            except RuntimeError as exc:  # no thread to be had: this peer is refused, not all
+                log.warning("direct channel: cannot serve a connection: %s", exc)
+                self._hellos.release()
+                with self._lock:
+                    self._conns.discard(conn)
+                conn.close()
+                time.sleep(ACCEPT_RETRY_S)
+
+    def _hello(self, conn: socket.socket) -> bool:
+        """Whether `conn` presents the token within HELLO_S of its arrival."""
+        deadline = time.monotonic() + HELLO_S
+        hello = b""
+        try:
+            while len(hello) < TOKEN_BYTES:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                conn.settimeout(left)  # a peer sending a byte at a time gets no longer
+                more = conn.recv(TOKEN_BYTES - len(hello))
+                if not more:
+                    return False
+                hello += more
+        finally:
+            self._hellos.release()
+        if not hmac.compare_digest(hello, self.token):
+            log.warning("direct channel: a connection without the token, closed")
+            return False
+        return True
 
     def _serve(self, conn: socket.socket) -> None:
         try:
-            conn.settimeout(HELLO_S)
-            hello = b""
-            while len(hello) < TOKEN_BYTES:
-                more = conn.recv(TOKEN_BYTES - len(hello))
-                if not more:
-                    return
-                hello += more
-            if not hmac.compare_digest(hello, self.token):
-                log.warning("direct channel: a connection without the token, closed")
+            if not self._hello(conn):
                 return
             conn.settimeout(None)
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
