@@ -25,7 +25,9 @@ from execbox.cluster.direct import (
     Listener,
     send_frame,
 )
+from execbox.cluster.host import NodeHost
 from tests.cluster.conftest import MakesADirectory
+from tests.conftest import _host_can_sandbox, sandbox_missing
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -223,3 +225,21 @@ def test_a_thread_that_cannot_start_refuses_one_peer_not_every_later_one(
         client.call(b"first", 10)
     assert failed
     assert client.call(b"second", 10) == b"second"
+
+
+@pytest.mark.parametrize("tls", ["", "1", "true"])
+def test_a_host_opens_no_direct_port_when_ray_uses_tls(
+    tls: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ray's calls would be encrypted, the direct channel would not: token and secrets in clear.
+    reason = _host_can_sandbox()
+    if reason:
+        sandbox_missing(reason)
+    monkeypatch.setenv("RAY_USE_TLS", tls)
+    host = NodeHost("node-a", {"pool_size": 1}, "127.0.0.1")
+    try:
+        kind, facts = host.ready("caller")
+        assert kind == "ok", facts
+        assert (facts["direct"] is None) == bool(tls)
+    finally:
+        host.close()

@@ -21,7 +21,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,12 @@ HELLO_S = 5.0  # how long a new connection has to present the token, all told
 MAX_HELLOS = 64
 CONNECT_S = 2.0  # a host that does not take a connection in this long is not reachable
 ACCEPT_RETRY_S = 0.1
+
+
+def ray_tls(environ: Mapping[str, str]) -> bool:
+    """Whether Ray's own connections use TLS (as Ray reads RAY_USE_TLS). This channel has no
+    encryption: under Ray's TLS it would send the token, code and secrets in the clear."""
+    return environ.get("RAY_USE_TLS", "0").lower() in ("1", "true")
 
 
 class ChannelBroken(OSError):
