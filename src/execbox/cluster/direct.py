@@ -21,6 +21,7 @@ import socket
 import struct
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 
 log = logging.getLogger(__name__)
@@ -29,8 +30,8 @@ HEADER = struct.Struct("!Q")
 CHUNK = 65536  # what the first read of a frame asks for: most answers fit
 TOKEN_BYTES = 32
 HELLO_S = 5.0  # how long a new connection has to present the token, all told
-# Connections still to present the token, at most: past it the listener accepts no more until
-# one of them does or runs out of time, so strangers cannot spend the host's threads and fds.
+# Connections still to present the token, at most: a new one past it ends the oldest, so
+# strangers cannot spend the host's threads and fds, nor keep callers from being accepted.
 MAX_HELLOS = 64
 CONNECT_S = 2.0  # a host that does not take a connection in this long is not reachable
 ACCEPT_RETRY_S = 0.1
@@ -92,19 +93,16 @@ class Listener:
         self.address = (address, int(self._server.getsockname()[1]))
         self._lock = threading.Lock()
         self._conns: set[socket.socket] = set()
-        self._hellos = threading.BoundedSemaphore(MAX_HELLOS)
+        # Connections yet to present the token, oldest first.
+        self._waiting: OrderedDict[socket.socket, None] = OrderedDict()
         self._closed = False
         threading.Thread(target=self._accept, name="execbox-direct", daemon=True).start()
 
     def _accept(self) -> None:
         while True:
-            while not self._hellos.acquire(timeout=ACCEPT_RETRY_S):
-                if self._closed:
-                    return
             try:
                 conn, _ = self._server.accept()
             except OSError as exc:
-                self._hellos.release()
                 if self._closed:
                     return
                 # Out of descriptors, say: callers wait in the backlog meanwhile.
@@ -116,20 +114,31 @@ class Listener:
                     conn.close()
                     return
                 self._conns.add(conn)
+                self._waiting[conn] = None
+                # The oldest goes: a caller sends the token with its connect, a stranger that
+                # holds connections open to crowd callers out must outrun the accepts.
+                oldest = (
+                    self._waiting.popitem(last=False)[0]
+                    if len(self._waiting) > MAX_HELLOS
+                    else None
+                )
+            if oldest is not None:
+                _wake(oldest)
             try:
                 threading.Thread(
                     target=self._serve, args=(conn,), name="execbox-direct-conn", daemon=True
                 ).start()
             except RuntimeError as exc:  # no thread to be had: this peer is refused, not all
                 log.warning("direct channel: cannot serve a connection: %s", exc)
-                self._hellos.release()
                 with self._lock:
                     self._conns.discard(conn)
+                    self._waiting.pop(conn, None)
                 conn.close()
                 time.sleep(ACCEPT_RETRY_S)
 
     def _hello(self, conn: socket.socket) -> bool:
-        """Whether `conn` presents the token within HELLO_S of its arrival."""
+        """Whether `conn` presents the token within HELLO_S of its arrival (and before
+        MAX_HELLOS newer connections)."""
         deadline = time.monotonic() + HELLO_S
         hello = b""
         try:
@@ -143,7 +152,10 @@ class Listener:
                     return False
                 hello += more
         finally:
-            self._hellos.release()
+            with self._lock:
+                pushed_out = self._waiting.pop(conn, False) is False
+        if pushed_out:
+            return False
         if not hmac.compare_digest(hello, self.token):
             log.warning("direct channel: a connection without the token, closed")
             return False
@@ -183,6 +195,14 @@ class Listener:
                 conn.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+
+
+def _wake(conn: socket.socket) -> None:
+    """End `conn` under the thread reading it (that thread closes it)."""
+    try:
+        conn.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
 
 
 class Client:
