@@ -33,6 +33,7 @@ HELLO_S = 5.0  # how long a new connection has to present the token, all told
 # Connections still to present the token, at most: a new one past it ends the oldest, so
 # strangers cannot spend the host's threads and fds, nor keep callers from being accepted.
 MAX_HELLOS = 64
+EVICT_AFTER_S = 0.5  # how long a waiting connection is safe from being ended for a newer one
 CONNECT_S = 2.0  # a host that does not take a connection in this long is not reachable
 ACCEPT_RETRY_S = 0.1
 
@@ -93,13 +94,13 @@ class Listener:
         self.address = (address, int(self._server.getsockname()[1]))
         self._lock = threading.Lock()
         self._conns: set[socket.socket] = set()
-        # Connections yet to present the token, oldest first.
-        self._waiting: OrderedDict[socket.socket, None] = OrderedDict()
+        # Connections yet to present the token, oldest first, with when each came.
+        self._waiting: OrderedDict[socket.socket, float] = OrderedDict()
         self._closed = False
         threading.Thread(target=self._accept, name="execbox-direct", daemon=True).start()
 
     def _accept(self) -> None:
-        while True:
+        while self._room():
             try:
                 conn, _ = self._server.accept()
             except OSError as exc:
@@ -114,16 +115,7 @@ class Listener:
                     conn.close()
                     return
                 self._conns.add(conn)
-                self._waiting[conn] = None
-                # The oldest goes: a caller sends the token with its connect, a stranger that
-                # holds connections open to crowd callers out must outrun the accepts.
-                oldest = (
-                    self._waiting.popitem(last=False)[0]
-                    if len(self._waiting) > MAX_HELLOS
-                    else None
-                )
-            if oldest is not None:
-                _wake(oldest)
+                self._waiting[conn] = time.monotonic()
             try:
                 threading.Thread(
                     target=self._serve, args=(conn,), name="execbox-direct-conn", daemon=True
@@ -136,9 +128,27 @@ class Listener:
                 conn.close()
                 time.sleep(ACCEPT_RETRY_S)
 
+    def _room(self) -> bool:
+        """Wait until fewer than MAX_HELLOS connections wait to show the token, ending the
+        oldest once it has had EVICT_AFTER_S; False when the listener closed."""
+        while True:
+            with self._lock:
+                if self._closed:
+                    return False
+                if len(self._waiting) < MAX_HELLOS:
+                    return True
+                oldest, since = next(iter(self._waiting.items()))
+                wait = since + EVICT_AFTER_S - time.monotonic()
+                if wait <= 0:
+                    del self._waiting[oldest]
+            if wait <= 0:
+                _wake(oldest)
+            else:  # a caller's token may just not have been read yet
+                time.sleep(min(wait, ACCEPT_RETRY_S))
+
     def _hello(self, conn: socket.socket) -> bool:
-        """Whether `conn` presents the token within HELLO_S of its arrival (and before
-        MAX_HELLOS newer connections)."""
+        """Whether `conn` presents the token within HELLO_S of its arrival, and before `_room`
+        ends it for a newer connection."""
         deadline = time.monotonic() + HELLO_S
         hello = b""
         try:
@@ -153,7 +163,7 @@ class Listener:
                 hello += more
         finally:
             with self._lock:
-                pushed_out = self._waiting.pop(conn, False) is False
+                pushed_out = self._waiting.pop(conn, None) is None
         if pushed_out:
             return False
         if not hmac.compare_digest(hello, self.token):
