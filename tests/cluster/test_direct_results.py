@@ -17,7 +17,7 @@ import pytest
 from execbox import Executor, RunResult, Status
 from execbox.backend import RunSpec
 from execbox.cluster import wire
-from execbox.cluster.direct import HEADER, send_frame
+from execbox.cluster.direct import HEADER, Client, send_frame
 from execbox.contract import Limits
 from execbox.records import RunStore
 from tests.cluster.conftest import RayCluster
@@ -136,3 +136,25 @@ def test_a_hosts_port_serves_on_through_strangers_and_broken_peers(
     finally:
         for sock in held:
             sock.close()
+
+
+def test_a_connect_that_fails_sends_the_call_through_ray_and_loses_no_node(
+    direct_ex: Executor,
+) -> None:
+    # A failed connect (a full listen queue, no descriptor left) proves no host dead: losing
+    # the node for it would fail every run in flight there.
+    backend: Any = direct_ex._backend
+    host = backend._serving()[0]
+    with socket.socket() as gone:
+        gone.bind(("127.0.0.1", 0))
+        refused = gone.getsockname()
+    kept = host.channel
+    host.channel = Client(refused, kept._token)
+    try:
+        results = [r for _, r in direct_ex.map(["print(8)"] * 24)]
+        assert all(r.ok and r.stdout == "8\n" for r in results), {r.status for r in results}
+        assert host.node in {r.metrics.node for r in results}
+        assert host.lost is None and host in backend._serving()
+    finally:
+        host.channel.close()
+        host.channel = kept

@@ -48,6 +48,10 @@ class ChannelBroken(OSError):
     """The connection to the host closed or failed under a call."""
 
 
+class Unreachable(ChannelBroken):
+    """No connection to the host could be made: nothing of the call was sent."""
+
+
 def send_frame(sock: socket.socket, payload: bytes) -> None:
     header = HEADER.pack(len(payload))
     if len(payload) <= CHUNK:
@@ -246,7 +250,7 @@ class Client:
             try:
                 sock = self._connect()
             except OSError as exc:
-                raise ChannelBroken(f"cannot connect: {exc}") from exc
+                raise Unreachable(f"cannot connect: {exc}") from exc
         with self._lock:
             if self._closed:
                 sock.close()
