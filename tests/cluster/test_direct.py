@@ -15,9 +15,19 @@ from pathlib import Path
 
 import pytest
 
+from execbox.cluster import direct
 from execbox.cluster.backend import DIRECT_ENV, direct_wanted
-from execbox.cluster.direct import TOKEN_BYTES, ChannelBroken, Client, Listener, send_frame
+from execbox.cluster.direct import (
+    MAX_HELLOS,
+    TOKEN_BYTES,
+    ChannelBroken,
+    Client,
+    Listener,
+    send_frame,
+)
+from execbox.cluster.host import NodeHost
 from tests.cluster.conftest import MakesADirectory
+from tests.conftest import _host_can_sandbox, sandbox_missing
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -159,3 +169,77 @@ def test_a_closed_listener_leaves_no_thread_behind(serve: Serve) -> None:
     for thread in ours:
         thread.join(5)
         assert not thread.is_alive(), thread.name
+
+
+def test_a_peer_dribbling_bytes_is_cut_off_at_the_hello_time(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(direct, "HELLO_S", 1.0)
+    listener, client = serve(lambda frame: frame)
+    with socket.create_connection(listener.address, timeout=10) as sock:
+        t0 = time.monotonic()
+        with pytest.raises((BrokenPipeError, ConnectionResetError)):
+            for _ in range(TOKEN_BYTES - 1):  # a byte well within each read's own timeout
+                sock.sendall(b"\0")
+                time.sleep(0.25)
+        held = time.monotonic() - t0
+    assert held < 3.0, f"a peer without the token held its connection {held:.1f} s"
+    assert client.call(b"x", 10) == b"x"
+
+
+def test_strangers_get_a_bounded_number_of_threads_and_crowd_no_caller_out(
+    serve: Serve,
+) -> None:
+    listener, client = serve(lambda frame: b"re:" + frame)
+    strangers = []
+    try:
+        for _ in range(150):  # silent: they never send the token, and stay
+            strangers.append(socket.create_connection(listener.address, timeout=10))
+        time.sleep(0.5)
+        serving = [t for t in threading.enumerate() if t.name == "execbox-direct-conn"]
+        assert len(serving) <= MAX_HELLOS, f"{len(serving)} threads for strangers"
+        t0 = time.monotonic()
+        assert client.call(b"in", 20) == b"re:in"
+        # Not after the strangers' hello time: they are ended to make room for it.
+        assert time.monotonic() - t0 < direct.HELLO_S - 1
+    finally:
+        for sock in strangers:
+            sock.close()
+
+
+def test_a_thread_that_cannot_start_refuses_one_peer_not_every_later_one(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    failed: list[str] = []
+
+    class Scarce(threading.Thread):
+        def start(self) -> None:
+            if self.name == "execbox-direct-conn" and not failed:
+                failed.append(self.name)
+                raise RuntimeError("can't start new thread")
+            super().start()
+
+    monkeypatch.setattr(threading, "Thread", Scarce)  # the one direct.py starts
+    listener, client = serve(lambda frame: frame)
+    with pytest.raises(ChannelBroken):
+        client.call(b"first", 10)
+    assert failed
+    assert client.call(b"second", 10) == b"second"
+
+
+@pytest.mark.parametrize("tls", ["", "1", "true"])
+def test_a_host_opens_no_direct_port_when_ray_uses_tls(
+    tls: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ray's calls would be encrypted, the direct channel would not: token and secrets in clear.
+    reason = _host_can_sandbox()
+    if reason:
+        sandbox_missing(reason)
+    monkeypatch.setenv("RAY_USE_TLS", tls)
+    host = NodeHost("node-a", {"pool_size": 1}, "127.0.0.1")
+    try:
+        kind, facts = host.ready("caller")
+        assert kind == "ok", facts
+        assert (facts["direct"] is None) == bool(tls)
+    finally:
+        host.close()

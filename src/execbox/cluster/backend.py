@@ -359,6 +359,11 @@ class RayBackend:
             raise HostError(
                 f"node lost: {host.node} did not answer within {timeout_s:g} s"
             ) from exc
+        except direct.Unreachable as exc:
+            # Nothing was sent, and a failed connect is no proof the host died (a full listen
+            # queue, no descriptor here): Ray, which knows, carries this call.
+            log.warning("cluster: node %s: %s; this call through Ray", host.node, exc)
+            return self._ask(remote(), timeout_s, host.node)
         except direct.ChannelBroken as exc:
             self._lose(host.node, f"node lost: {host.node}: its host's connection closed ({exc})")
             raise HostError(self._lost_reason(host.node)) from exc

@@ -21,20 +21,35 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 
 log = logging.getLogger(__name__)
 
 HEADER = struct.Struct("!Q")
 CHUNK = 65536  # what the first read of a frame asks for: most answers fit
 TOKEN_BYTES = 32
-HELLO_S = 5.0  # how long a new connection has to present the token
+HELLO_S = 5.0  # how long a new connection has to present the token, all told
+# Connections still to present the token, at most: a new one past it ends the oldest, so
+# strangers cannot spend the host's threads and fds, nor keep callers from being accepted.
+MAX_HELLOS = 64
+EVICT_AFTER_S = 0.5  # how long a waiting connection is safe from being ended for a newer one
 CONNECT_S = 2.0  # a host that does not take a connection in this long is not reachable
 ACCEPT_RETRY_S = 0.1
 
 
+def ray_tls(environ: Mapping[str, str]) -> bool:
+    """Whether Ray's own connections use TLS (as Ray reads RAY_USE_TLS). This channel has no
+    encryption: under Ray's TLS it would send the token, code and secrets in the clear."""
+    return environ.get("RAY_USE_TLS", "0").lower() in ("1", "true")
+
+
 class ChannelBroken(OSError):
     """The connection to the host closed or failed under a call."""
+
+
+class Unreachable(ChannelBroken):
+    """No connection to the host could be made: nothing of the call was sent."""
 
 
 def send_frame(sock: socket.socket, payload: bytes) -> None:
@@ -83,11 +98,13 @@ class Listener:
         self.address = (address, int(self._server.getsockname()[1]))
         self._lock = threading.Lock()
         self._conns: set[socket.socket] = set()
+        # Connections yet to present the token, oldest first, with when each came.
+        self._waiting: OrderedDict[socket.socket, float] = OrderedDict()
         self._closed = False
         threading.Thread(target=self._accept, name="execbox-direct", daemon=True).start()
 
     def _accept(self) -> None:
-        while True:
+        while self._room():
             try:
                 conn, _ = self._server.accept()
             except OSError as exc:
@@ -102,21 +119,65 @@ class Listener:
                     conn.close()
                     return
                 self._conns.add(conn)
-            threading.Thread(
-                target=self._serve, args=(conn,), name="execbox-direct-conn", daemon=True
-            ).start()
+                self._waiting[conn] = time.monotonic()
+            try:
+                threading.Thread(
+                    target=self._serve, args=(conn,), name="execbox-direct-conn", daemon=True
+                ).start()
+            except RuntimeError as exc:  # no thread to be had: this peer is refused, not all
+                log.warning("direct channel: cannot serve a connection: %s", exc)
+                with self._lock:
+                    self._conns.discard(conn)
+                    self._waiting.pop(conn, None)
+                conn.close()
+                time.sleep(ACCEPT_RETRY_S)
+
+    def _room(self) -> bool:
+        """Wait until fewer than MAX_HELLOS connections wait to show the token, ending the
+        oldest once it has had EVICT_AFTER_S; False when the listener closed."""
+        while True:
+            with self._lock:
+                if self._closed:
+                    return False
+                if len(self._waiting) < MAX_HELLOS:
+                    return True
+                oldest, since = next(iter(self._waiting.items()))
+                wait = since + EVICT_AFTER_S - time.monotonic()
+                if wait <= 0:
+                    del self._waiting[oldest]
+            if wait <= 0:
+                _wake(oldest)
+            else:  # a caller's token may just not have been read yet
+                time.sleep(min(wait, ACCEPT_RETRY_S))
+
+    def _hello(self, conn: socket.socket) -> bool:
+        """Whether `conn` presents the token within HELLO_S of its arrival, and before `_room`
+        ends it for a newer connection."""
+        deadline = time.monotonic() + HELLO_S
+        hello = b""
+        try:
+            while len(hello) < TOKEN_BYTES:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                conn.settimeout(left)  # a peer sending a byte at a time gets no longer
+                more = conn.recv(TOKEN_BYTES - len(hello))
+                if not more:
+                    return False
+                hello += more
+        finally:
+            with self._lock:
+                pushed_out = self._waiting.pop(conn, None) is None
+        if pushed_out:
+            return False
+        if not hmac.compare_digest(hello, self.token):
+            log.warning("direct channel: a connection without the token, closed")
+            return False
+        return True
 
     def _serve(self, conn: socket.socket) -> None:
         try:
-            conn.settimeout(HELLO_S)
-            hello = b""
-            while len(hello) < TOKEN_BYTES:
-                more = conn.recv(TOKEN_BYTES - len(hello))
-                if not more:
-                    return
-                hello += more
-            if not hmac.compare_digest(hello, self.token):
-                log.warning("direct channel: a connection without the token, closed")
+            if not self._hello(conn):
                 return
             conn.settimeout(None)
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -150,6 +211,14 @@ class Listener:
                 pass
 
 
+def _wake(conn: socket.socket) -> None:
+    """End `conn` under the thread reading it (that thread closes it)."""
+    try:
+        conn.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
 class Client:
     """A caller's end: connections to one host, each used by one call at a time and kept for
     the next. `close` ends them all, a call in flight included (it raises ChannelBroken)."""
@@ -181,7 +250,7 @@ class Client:
             try:
                 sock = self._connect()
             except OSError as exc:
-                raise ChannelBroken(f"cannot connect: {exc}") from exc
+                raise Unreachable(f"cannot connect: {exc}") from exc
         with self._lock:
             if self._closed:
                 sock.close()

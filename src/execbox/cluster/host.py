@@ -39,7 +39,7 @@ from ..sandbox.host.channel import SessionEnded
 from ..sandbox.host.errors import HostError
 from ..sandbox.host.pump import RawRun
 from . import wire
-from .direct import Listener
+from .direct import Listener, ray_tls
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +88,9 @@ class NodeHost:
         except (SandboxUnavailable, UsageError) as exc:  # said by `ready`, not a dead actor
             self._problem = f"{type(exc).__name__}: {exc}"
         self._listener: Listener | None = None
+        if address is not None and ray_tls(os.environ):
+            log.info("node host %s: Ray uses TLS; no direct channel (it has none)", node)
+            address = None
         if address is not None and self._backend is not None:
             try:
                 self._listener = Listener(address, self._direct)
