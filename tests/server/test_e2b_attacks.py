@@ -543,3 +543,36 @@ def test_an_unread_file_read_holds_the_result_budget_until_sent(
         finally:
             server.kill(key, box)
             server.http.close()
+
+
+# ---- attacks on the session's second pass (directories, kill, charts) --------------------------
+
+HOSTILE_FIGURE = (
+    "import matplotlib.pyplot as plt\n"
+    "fig = plt.figure()\nplt.plot([1, 2], [3, 4])\n"
+    "def broken(*args, **kwargs):\n    {body}\n"
+    "fig.get_axes = broken\nprint('cell ran')"
+)
+
+
+@pytest.mark.parametrize(
+    "body",
+    ["raise SystemExit(3)", "raise KeyboardInterrupt", "while True: pass"],
+    ids=["exit", "interrupt", "loop"],
+)
+def test_a_hostile_figure_ends_neither_the_cells_result_nor_the_session(
+    server: Server, tenant: tuple[str, str], body: str
+) -> None:
+    # The chart is read from the figure after the cell, by the figure's own (the cell's) code:
+    # what it raises, or its looping past the cell's time, must end no more than a cell would.
+    _, key = tenant
+    box = server.create(key)
+    try:
+        events = server.execute(box, HOSTILE_FIGURE.format(body=body))
+        assert any(e.get("type") == "stdout" and e.get("text") == "cell ran\n" for e in events)
+        assert not any("session has ended" in str(e.get("value", "")) for e in events), events
+        assert any(e.get("type") == "result" and e.get("png") for e in events), events
+        after = server.execute(box, "1 + 1")
+        assert any(e.get("type") == "result" and e.get("text") == "2" for e in after), after
+    finally:
+        server.kill(key, box)

@@ -136,22 +136,29 @@ def _capture_figures(outputs: _Outputs) -> None:
     pyplot = sys.modules.get("matplotlib.pyplot")
     if pyplot is None:
         return
-    for num in pyplot.get_fignums():
-        buf = io.BytesIO()
-        figure = pyplot.figure(num)
-        try:
-            figure.savefig(buf, format="png")
-        except Exception as exc:  # noqa: BLE001 - a broken figure is the cell's problem
-            outputs.add("text/plain", f"[figure {num} could not be rendered: {exc}]")
-            continue
-        outputs.add("image/png", buf.getvalue())
-        try:
-            data = charts.chart(figure)
-        except Exception:  # noqa: BLE001 - a figure we cannot read still has its PNG
-            data = None
-        if data is not None:
-            outputs.add(charts.MIME, data)
-    pyplot.close("all")
+    try:
+        for num in pyplot.get_fignums():
+            _capture_figure(outputs, pyplot, num)
+    finally:  # a figure that raised is not shown again by the next cell
+        pyplot.close("all")
+
+
+def _capture_figure(outputs: _Outputs, pyplot: Any, num: int) -> None:
+    buf = io.BytesIO()
+    figure = pyplot.figure(num)
+    # The figure's methods are the cell's code: SystemExit from them must not end the session.
+    try:
+        figure.savefig(buf, format="png")
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a broken figure is the cell's problem
+        outputs.add("text/plain", f"[figure {num} could not be rendered: {exc}]")
+        return
+    outputs.add("image/png", buf.getvalue())
+    try:
+        data = charts.chart(figure)
+    except (Exception, SystemExit):  # noqa: BLE001 - a figure we cannot read still has its PNG
+        data = None
+    if data is not None:
+        outputs.add(charts.MIME, data)
 
 
 def _error_of(shell: Any, result: Any, filename_prefix: str) -> dict[str, Any] | None:
@@ -268,9 +275,15 @@ def _run_cell(shell: Any, outputs: _Outputs, code: str) -> dict[str, Any]:
     except KeyboardInterrupt:  # arrived outside the user's code, in IPython's own
         interrupted = True
     try:
-        _capture_figures(outputs)
-    except Exception as exc:  # noqa: BLE001
-        outputs.add("text/plain", f"[figures could not be captured: {exc}]")
+        # Reading figures runs their code too: the cell's time still interrupts it.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            _capture_figures(outputs)
+        finally:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Whatever a figure's code raised (KeyboardInterrupt, SystemExit) ends no session.
+    except BaseException as exc:  # noqa: BLE001
+        outputs.add("text/plain", f"[figures could not be captured: {exc!r}]")
     error = _error_of(shell, result, prefix)
     if interrupted and error is None:
         error = {
