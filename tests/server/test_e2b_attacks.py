@@ -22,7 +22,7 @@ from execbox.server.background import serving
 from execbox.server.quotas import REQUESTS_PER_SLOT
 from execbox.server.state import ServerState
 
-from .e2b_support import MAX_REQUEST_BYTES, E2BServer, e2b_serving
+from .e2b_support import MAX_REQUEST_BYTES, E2BServer, e2b_serving, use_sdk
 
 pytestmark = pytest.mark.slow
 PER_CLIENT = 4  # connections one address may hold before it authenticates
@@ -576,3 +576,41 @@ def test_a_hostile_figure_ends_neither_the_cells_result_nor_the_session(
         assert any(e.get("type") == "result" and e.get("text") == "2" for e in after), after
     finally:
         server.kill(key, box)
+
+
+# What runs in the sandbox, as code in it sees it: each `sleep`'s argument.
+SLEEPS = (
+    "import os\nsorted(open(f'/proc/{p}/cmdline').read().split('\\0')[1] for p in os.listdir"
+    "('/proc') if p.isdigit() and open(f'/proc/{p}/comm').read().strip() == 'sleep')"
+)
+
+
+def test_a_killed_commands_processes_that_left_its_group_go_too(
+    server: Server, tenant: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # setsid (or a daemon's double fork) leaves the command's process group, which is all a
+    # kill used to reach: those went on running in the sandbox after the command "ended".
+    sandbox_sdk = pytest.importorskip("e2b_code_interpreter")
+    e2b = pytest.importorskip("e2b")
+    _, key = tenant
+    use_sdk(monkeypatch, server.url, key)
+    sbx = sandbox_sdk.Sandbox.create()
+    try:
+        # A process an earlier cell left running is not the command's: it stays.
+        kept = "import subprocess\n_ = subprocess.Popen(['sleep', '297'], start_new_session=True)"
+        assert sbx.run_code(kept).error is None
+        handle = sbx.commands.run(
+            "setsid sleep 298 & (setsid sleep 299 &); nohup sleep 300 & sleep 301",
+            background=True,
+        )
+        deadline = time.monotonic() + 30
+        while handle.pid not in [p.pid for p in sbx.commands.list()]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(1)  # the command is running and has started them all
+        assert sbx.commands.kill(handle.pid) is True
+        with pytest.raises(e2b.CommandExitException):
+            handle.wait()
+        assert sbx.run_code(SLEEPS).text == "['297']"
+    finally:
+        sbx.kill()

@@ -35,16 +35,35 @@ KILLED = "killed"  # the interrupt's reason, as the supervisor hears it
 SIGNALS = {"SIGNAL_SIGKILL": signal.SIGKILL, "SIGNAL_SIGTERM": signal.SIGTERM}
 
 # The cell that runs a command. The function leaves the session's namespace as it is called;
-# on an interrupt (a kill, the cell's time) it kills the command's whole process group, so
-# nothing the command started keeps running, and its value is -9 (SIGKILL's, as Popen says).
+# on an interrupt (a kill, the cell's time) it kills the command's whole process group, and
+# every process that carries the command's mark in its environment (one that left the group:
+# setsid, a daemon), so nothing the command started keeps running; its value is then -9
+# (SIGKILL's, as Popen says).
 COMMAND_CELL = """\
 def _execbox_command(argv, cwd, envs):
     import os, subprocess, signal
+    mark = os.urandom(8).hex()
+    marked = ("EXECBOX_COMMAND=" + mark).encode()
+
+    def kill_marked():
+        for _ in range(100):  # until none is left: a marked process may fork as it is killed
+            killed = 0
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    with open("/proc/" + pid + "/environ", "rb") as f:
+                        if marked in f.read().split(b"\\0"):
+                            os.kill(int(pid), 9)
+                            killed += 1
+                except OSError:
+                    pass
+            if not killed:
+                return
+
     noted = []  # an interrupt while the process starts: acted on once its pid is known
     armed = signal.signal(signal.SIGINT, lambda *_: noted.append(1))
     process = subprocess.Popen(
-        argv, cwd=cwd, env={**os.environ, **envs}, stdin=subprocess.DEVNULL,
-        start_new_session=True,
+        argv, cwd=cwd, env={**os.environ, **envs, "EXECBOX_COMMAND": mark},
+        stdin=subprocess.DEVNULL, start_new_session=True,
     )
     try:
         signal.signal(signal.SIGINT, armed)
@@ -58,6 +77,7 @@ def _execbox_command(argv, cwd, envs):
                     os.killpg(process.pid, 9)
                 except OSError:
                     pass
+                kill_marked()
                 code = process.wait()
                 break
             except KeyboardInterrupt:
