@@ -414,9 +414,10 @@ class SessionFiles:
         answer, _ = self._call("list")
         return [Artifact(**entry) for entry in answer.get("entries", [])]
 
-    def remove(self, path: str) -> None:
-        """Remove a file, a link (never its target) or an empty directory."""
-        self._call("remove", path)
+    def remove(self, path: str, *, recursive: bool = False) -> None:
+        """Remove a file, a link (never its target) or an empty directory; with `recursive`,
+        a directory and all it holds (links in it removed, never followed)."""
+        self._call("rmtree" if recursive else "remove", path)
 
     def make_dir(self, path: str) -> bool:
         """Make the directory `path` and its parents: True when made, False when it was a

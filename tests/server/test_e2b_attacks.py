@@ -614,3 +614,32 @@ def test_a_killed_commands_processes_that_left_its_group_go_too(
         assert sbx.run_code(SLEEPS).text == "['297']"
     finally:
         sbx.kill()
+
+
+def test_removing_a_directory_takes_links_fifos_and_deep_trees_without_following(
+    server: Server, tenant: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The sandbox's code plants what the workspace listing does not show (a link, a FIFO, a
+    # tree deeper than the listing goes) in a directory its client then removes: the
+    # directory goes whole, and nothing a link names is touched.
+    sandbox_sdk = pytest.importorskip("e2b_code_interpreter")
+    _, key = tenant
+    use_sdk(monkeypatch, server.url, key)
+    sbx = sandbox_sdk.Sandbox.create()
+    try:
+        planted = sbx.run_code(
+            "import os\nos.makedirs('/tmp/keep/in')\nopen('/tmp/keep/in/f', 'w').write('k')\n"
+            "os.makedirs('d/sub')\nos.symlink('/tmp/keep', 'd/ln')\n"
+            "os.symlink('/tmp/keep/in', 'd/sub/ln')\nos.mkfifo('d/sub/fifo')\n"
+            "os.makedirs('d/' + '/'.join(['n'] * 80))\nopen('d/f', 'w').write('x')"
+        )
+        assert planted.error is None, planted.error
+        sbx.files.remove("d")
+        assert not sbx.files.exists("d")
+        seen = sbx.run_code(
+            "import os\n(os.path.lexists('d'), open('/tmp/keep/in/f').read(), "
+            "sorted(os.listdir('/tmp/keep')))"
+        )
+        assert seen.text == "(False, 'k', ['in'])"
+    finally:
+        sbx.kill()

@@ -573,6 +573,9 @@ class SessionSupervisor:
             elif op == "remove":
                 wsfiles.remove(path)
                 answer = {"ok": True}
+            elif op == "rmtree":
+                wsfiles.remove_tree(path)
+                answer = {"ok": True}
             elif op == "mkdir":
                 answer = {"ok": True, "created": wsfiles.make_dir(path, self.sup.uid)}
             elif op == "rename":  # the target path comes as the call's data

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import stat
 from collections.abc import Iterator
 from typing import Any
@@ -171,6 +172,21 @@ def remove(path: str) -> None:
                 ) from exc
         else:  # unlinking a link removes the link, never its target
             os.unlink(name, dir_fd=parent)
+
+
+def remove_tree(path: str) -> None:
+    """Remove `path` and, when it is a directory, all it holds: links, FIFOs and devices are
+    removed, never followed or opened (shutil.rmtree's walk by directory descriptors)."""
+    with _call("remove", path), _existing(path) as (parent, name, st):
+        if not stat.S_ISDIR(st.st_mode):
+            os.unlink(name, dir_fd=parent)
+            return
+        try:
+            shutil.rmtree(name, dir_fd=parent)
+        except RecursionError as exc:  # a tree nested deeper than the interpreter recurses
+            raise FileOpError(
+                f"{path!r} is nested too deeply to remove in one call: remove a part first"
+            ) from exc
 
 
 def make_dir(path: str, uid: int) -> bool:

@@ -61,7 +61,7 @@ async def files_call(
     state: ServerState, sandbox: Sandbox, op: str, path: str, data: bytes | None = None
 ) -> Any:
     """One call on the sandbox session's files API (a 409 while a cell runs, as execbox's):
-    `read`, `write`, `remove`, `mkdir`, `rename` (`data`: the target) or `tree`."""
+    `read`, `write`, `remove`, `rmtree`, `mkdir`, `rename` (`data`: the target) or `tree`."""
     session = state.sessions.get(sandbox.tenant, sandbox.id)
     files = session.files
     release = state.quotas.hold(sandbox.tenant)
@@ -73,6 +73,10 @@ async def files_call(
             return await state.on_session(sandbox.id, lambda: files.write(path, data), cell=False)
         if op == "remove":
             return await state.on_session(sandbox.id, lambda: files.remove(path), cell=False)
+        if op == "rmtree":
+            return await state.on_session(
+                sandbox.id, lambda: files.remove(path, recursive=True), cell=False
+            )
         if op == "mkdir":
             return await state.on_session(sandbox.id, lambda: files.make_dir(path), cell=False)
         if op == "rename":
