@@ -643,3 +643,26 @@ def test_removing_a_directory_takes_links_fifos_and_deep_trees_without_following
         assert seen.text == "(False, 'k', ['in'])"
     finally:
         sbx.kill()
+
+
+def test_directories_made_through_the_api_are_bounded_by_the_workspace(
+    server: Server, tenant: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The supervisor makes them, outside the session's memory cgroup, and an empty directory
+    # takes no byte of the workspace's size: 511 a call (a 1 KiB path) went on until the
+    # host's memory ran out. The workspace's inode count now stops them.
+    sandbox_sdk = pytest.importorskip("e2b_code_interpreter")
+    e2b = pytest.importorskip("e2b")
+    _, key = tenant
+    use_sdk(monkeypatch, server.url, key)
+    sbx = sandbox_sdk.Sandbox.create()
+    try:
+        made = 0
+        with pytest.raises(e2b.SandboxException, match="no room"):
+            for call in range(200):  # 102,200 directories, twice what 100 MiB holds
+                sbx.files.make_dir("/".join([f"d{call}"] + ["a"] * 510))
+                made += 511
+        assert 0 < made <= (100 << 20) // 2048
+        assert sbx.run_code("1 + 1").text == "2"  # the session goes on
+    finally:
+        sbx.kill()

@@ -263,6 +263,19 @@ def scratch_sizes(disk_bytes: int, input_bytes: int = 0, input_count: int = 0) -
     }
 
 
+# Inodes the workspace holds per byte of its size. The supervisor makes files and directories
+# there for the files API, outside the session's memory cgroup, and an empty one takes no tmpfs
+# page: without a count they were bounded only by the host's memory.
+WORKSPACE_BYTES_PER_INODE = 2048
+
+
+def _scratch_options(path: str, size: int) -> str:
+    """The tmpfs options (without mode) that give the scratch mount at `path` its `size`."""
+    if path == "/workspace":
+        return f"size={size},nr_inodes={max(size // WORKSPACE_BYTES_PER_INODE, 1024)}"
+    return f"size={size}"
+
+
 def claim_uid() -> tuple[int, int]:
     """The first uid of the range no other slot holds, on this machine, and the descriptor of
     its lock (held for the slot's life: the kernel lets it go when the supervisor dies,
@@ -350,7 +363,9 @@ def staged_scratch() -> list[tuple[str, str, int]]:
     """How each run's fresh /workspace, /tmp and /dev/shm are mounted (the supervisor's C
     staging mounts them, `native/stage.c`): (path, tmpfs options, extra mount flags)."""
     sizes = scratch_sizes(STAGED_DISK_BYTES)
-    return [(path, _tmpfs_options(sizes[path], 0o1777), extra) for path, extra in SCRATCH]
+    return [
+        (path, f"{_scratch_options(path, sizes[path])},mode=1777", extra) for path, extra in SCRATCH
+    ]
 
 
 def size_scratch(spec: RunSpec) -> None:
@@ -366,7 +381,7 @@ def size_scratch(spec: RunSpec) -> None:
                     path,
                     "tmpfs",
                     linux.MS_REMOUNT | linux.MS_NOSUID | linux.MS_NODEV | extra,
-                    f"size={wanted[path]}",
+                    _scratch_options(path, wanted[path]),
                 )
 
 

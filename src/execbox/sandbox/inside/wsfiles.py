@@ -36,6 +36,11 @@ def _call(verb: str, path: str) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise FileOpError(
+                f"cannot {verb} {path!r}: no room in the session's workspace (its bytes, or "
+                "its count of files and directories); raise limits.disk_mib"
+            ) from exc
         raise FileOpError(
             f"cannot {verb} {path!r}: {os.strerror(exc.errno or 0)} (the "
             "workspace changed during the call; is code in the session "
