@@ -666,3 +666,25 @@ def test_directories_made_through_the_api_are_bounded_by_the_workspace(
         assert sbx.run_code("1 + 1").text == "2"  # the session goes on
     finally:
         sbx.kill()
+
+
+def test_a_figure_of_millions_of_points_keeps_its_cell_and_session(
+    server: Server, tenant: tuple[str, str]
+) -> None:
+    # The chart's points were copied before they were counted against its 20,000: 3 million
+    # of them (the cell's own arrays well within its memory) ended the session out of memory.
+    _, key = tenant
+    box = server.create(key)
+    try:
+        events = server.execute(
+            box,
+            "import numpy as np, matplotlib.pyplot as plt\n"
+            "x = np.arange(3_000_000, dtype=float)\nplt.plot(x, x)\nprint('drawn')",
+        )
+        assert any(e.get("text") == "drawn\n" for e in events), events
+        figures = [e for e in events if e.get("type") == "result" and e.get("png")]
+        assert len(figures) == 1 and "chart" not in figures[0], events
+        after = server.execute(box, "1 + 1")
+        assert any(e.get("type") == "result" and e.get("text") == "2" for e in after), after
+    finally:
+        server.kill(key, box)

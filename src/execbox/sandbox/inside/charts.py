@@ -96,11 +96,15 @@ def _frame(ax: Any, swap: bool = False) -> dict[str, Any]:
 def _points(ax: Any, kind: str, series: list[tuple[str, Any]], budget: list[int]) -> dict[str, Any]:
     elements = []
     for label, artist in series:
+        # Counted before the points are copied: a figure of millions would not fit beside them.
         if kind == "line":
-            pairs = list(zip(artist.get_xdata(), artist.get_ydata(), strict=False))
+            xs, ys = artist.get_xdata(), artist.get_ydata()
+            _spend(budget, min(len(xs), len(ys)))
+            pairs = list(zip(xs, ys, strict=False))
         else:
-            pairs = [tuple(xy) for xy in artist.get_offsets()]
-        _spend(budget, len(pairs))
+            offsets = artist.get_offsets()
+            _spend(budget, len(offsets))
+            pairs = [tuple(xy) for xy in offsets]
         elements.append({"label": str(label), "points": [[_value(x), _value(y)] for x, y in pairs]})
     found: dict[str, Any] = {"type": kind, **_frame(ax)}
     for name, axis, ticks in (("x", ax.xaxis, ax.get_xticks()), ("y", ax.yaxis, ax.get_yticks())):
