@@ -397,8 +397,8 @@ def test_a_home_this_user_may_only_read_still_takes_the_build_lock() -> None:
             os._exit(0)
         os.close(write)
         with os.fdopen(read, "rb") as fh:
-            said = fh.read().decode()
+            heard = fh.read().decode()
         os.waitpid(pid, 0)
-        assert said == "held", said
+        assert heard == "held", heard
     finally:
         shutil.rmtree(home)
