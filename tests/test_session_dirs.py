@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -105,3 +105,44 @@ def test_usage_says_what_the_session_holds(session: Session) -> None:
     assert after.disk_bytes >= before.disk_bytes + (2 << 20)
     assert after.memory_bytes >= before.memory_bytes + (40 << 20)
     assert after.cpu_ns > before.cpu_ns
+
+
+def _directory_script(s: Session) -> list[object]:
+    """The files API's directory calls, each answer (or error class) in order."""
+    said: list[object] = []
+
+    def do(call: Callable[[], object]) -> None:
+        try:
+            said.append(call())
+        except UsageError:
+            said.append("UsageError")
+
+    files = s.files
+    do(lambda: files.make_dir("a/b"))
+    do(lambda: files.make_dir("a/b"))
+    do(lambda: files.make_dir("a"))
+    do(lambda: files.write("a/f.txt", b"x") and None)
+    do(lambda: files.make_dir("a/f.txt"))
+    do(lambda: files.make_dir("a/f.txt/deeper"))
+    do(lambda: [f.path for f in files.tree()[0]] + files.tree()[1])
+    do(lambda: files.rename("a", "a/b/inside"))
+    do(lambda: files.rename("a", "c"))
+    do(lambda: [f.path for f in files.tree()[0]] + files.tree()[1])
+    do(lambda: files.read("c/f.txt"))
+    do(lambda: files.remove("c"))
+    do(lambda: files.remove("c/b"))
+    do(lambda: files.rename("c/f.txt", "d/e.txt"))
+    do(lambda: files.tree()[1])
+    do(lambda: files.remove("c", recursive=True))
+    do(lambda: files.remove("d", recursive=True))
+    do(lambda: files.tree())
+    return said
+
+
+def test_the_fake_sandbox_answers_directory_calls_as_the_sandbox(
+    session: Session, fake_executor: Executor
+) -> None:
+    """`execbox.testing.FakeSandbox` stands in for the sandbox above its boundary: its
+    directories, renames and removals answer as the real supervisor's do."""
+    with fake_executor.session(limits=SMALL) as fake:
+        assert _directory_script(fake) == _directory_script(session)

@@ -229,6 +229,7 @@ class FakeSession:
         self.limits = limits
         self.env = dict(env)
         self.workspace = workspace
+        self.dirs: set[str] = set()  # directories made by `mkdir` (others: files' parents)
         self.tenant = tenant
         self.killed = False
         self.closed = False
@@ -269,22 +270,83 @@ class FakeSession:
     def file_op(
         self, op: str, path: str = "", data: bytes | None = None
     ) -> tuple[dict[str, Any], bytes]:
+        """The session files API over `workspace` (files) and `dirs`, as the supervisor
+        answers it: directories hold what is under them, a file is never a directory."""
         self._check()
         if op == "write":
+            if self._is_dir(path) or any(p in self.workspace for p in _parents(path)):
+                return _failed(f"{path!r} is a directory or under a file")
             self.workspace[path] = data or b""
         elif op == "list":
             return {
                 "ok": True,
                 "entries": [_entry(p, self.workspace[p]) for p in sorted(self.workspace)],
+                "dirs": sorted(self._all_dirs()),
             }, b""
+        elif op == "usage":
+            return {
+                "ok": True,
+                "disk_bytes": sum(map(len, self.workspace.values())),
+                "disk_total_bytes": self.limits.disk_mib << 20,
+            }, b""
+        elif op == "mkdir":
+            if path in self.workspace or any(p in self.workspace for p in _parents(path)):
+                return _failed(f"a file is at {path!r} or on its way")
+            made = not self._is_dir(path)
+            self.dirs.update([path, *_parents(path)])
+            return {"ok": True, "created": made}, b""
+        elif op == "rename":
+            return self._rename(path, (data or b"").decode())
+        elif self._is_dir(path):
+            inside = [p for p in self.workspace if p.startswith(path + "/")]
+            if op == "remove" and (inside or any(d.startswith(path + "/") for d in self.dirs)):
+                return _failed(f"the directory {path!r} is not empty")
+            if op not in ("remove", "rmtree"):
+                return _failed(f"{path!r} is a directory")
+            for name in inside:
+                del self.workspace[name]
+            self.dirs = {d for d in self.dirs if d != path and not d.startswith(path + "/")}
         elif path not in self.workspace:
-            return {"ok": False, "error": f"no file {path!r} in the workspace"}, b""
+            return _failed(f"no file {path!r} in the workspace")
         elif op == "read":
             return {"ok": True}, self.workspace[path]
-        elif op == "remove":
+        elif op in ("remove", "rmtree"):
             del self.workspace[path]
         else:
-            return {"ok": False, "error": f"unknown file operation {op!r}"}, b""
+            return _failed(f"unknown file operation {op!r}")
+        return {"ok": True}, b""
+
+    def _all_dirs(self) -> set[str]:
+        return self.dirs.union(*(_parents(p) for p in self.workspace))
+
+    def _is_dir(self, path: str) -> bool:
+        return path in self._all_dirs()
+
+    def _rename(self, source: str, target: str) -> tuple[dict[str, Any], bytes]:
+        if target == source:
+            return {"ok": True}, b""
+        if target.startswith(source + "/"):
+            return _failed(f"cannot move {source!r} into itself ({target!r})")
+        if source in self.workspace:
+            if self._is_dir(target):
+                return _failed(f"{target!r} is a directory")
+            self.workspace[target] = self.workspace.pop(source)
+        elif self._is_dir(source):
+            if target in self.workspace or any(
+                p.startswith(target + "/") for p in (*self.workspace, *self.dirs)
+            ):
+                return _failed(f"{target!r} is a file or a directory that is not empty")
+            cut = len(source)
+            for name in [p for p in self.workspace if p.startswith(source + "/")]:
+                self.workspace[target + name[cut:]] = self.workspace.pop(name)
+            self.dirs = {
+                target + d[cut:] if d == source or d.startswith(source + "/") else d
+                for d in self.dirs
+            }
+            self.dirs.add(target)
+        else:
+            return _failed(f"no file {source!r} in the workspace")
+        self.dirs.update(_parents(target))
         return {"ok": True}, b""
 
     def kill(self) -> None:
@@ -301,6 +363,16 @@ class FakeSession:
 
 def _bytes(text: str | bytes) -> bytes:
     return text.encode() if isinstance(text, str) else text
+
+
+def _parents(path: str) -> list[str]:
+    """`a/b/c`'s directories: `a`, `a/b`."""
+    parts = path.split("/")
+    return ["/".join(parts[:n]) for n in range(1, len(parts))]
+
+
+def _failed(message: str) -> tuple[dict[str, Any], bytes]:
+    return {"ok": False, "error": message}, b""
 
 
 def _entry(path: str, blob: bytes) -> dict[str, Any]:
