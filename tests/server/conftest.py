@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import itertools
+import socket
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +20,27 @@ from execbox.server.background import serving
 from execbox.server.state import ServerState
 
 from .e2b_support import E2BServer, e2b_serving, use_sdk
+
+
+def raw_connect(url: str, head: bytes = b"") -> socket.socket:
+    """A connection of its own to the server at `url`, `head` sent on it."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)))
+    sock.sendall(head)
+    return sock
+
+
+def read_until_closed(sock: socket.socket, timeout_s: float) -> bytes:
+    """What the server sends until it closes the connection (or `timeout_s` of silence)."""
+    sock.settimeout(timeout_s)
+    chunks = []
+    try:
+        while chunk := sock.recv(1 << 16):
+            chunks.append(chunk)
+    except TimeoutError:
+        pass
+    return b"".join(chunks)
+
 
 MAX_REQUEST_BYTES = 256 * 1024
 _names = itertools.count()

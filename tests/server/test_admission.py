@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.probes import wait_until
-from tests.server.conftest import Api, own_server
+from tests.server.conftest import Api, own_server, raw_connect, read_until_closed
 
 # Claims about waits and admission under load: the machine to themselves (make test).
 pytestmark = pytest.mark.serial
@@ -27,13 +27,6 @@ UNKNOWN = "0123456789abcdef0123456789abcdef"
 @pytest.fixture(scope="module")
 def api(fake_api: Api) -> Iterator[Api]:
     yield fake_api  # the claims here are the server's: the fake sandbox runs the code
-
-
-def _connect(url: str, head: bytes = b"") -> socket.socket:
-    host, port = url.removeprefix("http://").split(":")
-    sock = socket.create_connection((host, int(port)))
-    sock.sendall(head)
-    return sock
 
 
 def _head(path: str, key: str | None, length: int) -> bytes:
@@ -48,18 +41,6 @@ def _probe(url: str) -> httpx.Response:
     """GET /healthz on a connection of its own, closed after."""
     with httpx.Client(base_url=url) as probe:
         return probe.get("/healthz")
-
-
-def _answer(sock: socket.socket, timeout_s: float) -> bytes:
-    """What the server sends until it closes the connection."""
-    sock.settimeout(timeout_s)
-    chunks = []
-    try:
-        while chunk := sock.recv(1 << 16):
-            chunks.append(chunk)
-    except TimeoutError:
-        pass
-    return b"".join(chunks)
 
 
 def _response(sock: socket.socket) -> bytes:
@@ -101,10 +82,10 @@ def test_an_unknown_key_is_refused_before_its_body_is_read(api: Api) -> None:
     connection is closed (nothing of a body sent later is buffered)."""
     with own_server(api.executor, max_request_bytes=32 * MIB) as (url, _):
         for key in (None, "ebx_not-a-key"):
-            sock = _connect(url, _head("/v1/runs", key, 30 * MIB))
+            sock = raw_connect(url, _head("/v1/runs", key, 30 * MIB))
             try:
                 started = time.monotonic()
-                answer = _answer(sock, 10)
+                answer = read_until_closed(sock, 10)
                 assert answer.startswith(b"HTTP/1.1 401"), answer[:200]
                 assert b"connection: close" in answer.lower()
                 assert time.monotonic() - started < 5
@@ -122,7 +103,7 @@ def test_request_bodies_in_flight_have_a_server_wide_budget(api: Api) -> None:
         _, second = api.key("bodies")
         _, third = api.key("bodies")
         stalled = [
-            _connect(url, _head("/v1/runs", key, MIB) + b'{"code": "') for key in (first, second)
+            raw_connect(url, _head("/v1/runs", key, MIB) + b'{"code": "') for key in (first, second)
         ]
         try:
             assert wait_until(lambda: state.bodies.used() == 2 * MIB, 30), "timed out"
@@ -151,7 +132,7 @@ def test_a_stranger_at_the_connection_cap_does_not_lock_out_a_keyed_client(api: 
     with own_server(api.executor, max_connections_per_client=4, header_timeout_s=30) as (url, _):
         _, key = api.key("nat")
         half = b"GET /v1/runs HTTP/1.1\r\nHo"
-        held = [_connect(url, half) for _ in range(4)]
+        held = [raw_connect(url, half) for _ in range(4)]
         try:
             with api.http(key) as client:
                 client.base_url = httpx.URL(url)
@@ -162,10 +143,10 @@ def test_a_stranger_at_the_connection_cap_does_not_lock_out_a_keyed_client(api: 
                     )
                     assert answer.status_code == 200, answer.text
                     assert answer.json()["stdout"] == "1\n"
-                    assert _answer(held[round_], 5).startswith(b"HTTP/1.1 503")
-                    held.append(_connect(url, half))
+                    assert read_until_closed(held[round_], 5).startswith(b"HTTP/1.1 503")
+                    held.append(raw_connect(url, half))
             time.sleep(0.2)
-            assert [_answer(sock, 0.2) for sock in held[3:]] == [b""] * 4  # still waiting
+            assert [read_until_closed(sock, 0.2) for sock in held[3:]] == [b""] * 4  # still waiting
         finally:
             for sock in held:
                 sock.close()
@@ -180,9 +161,9 @@ def test_authenticated_connections_do_not_count_toward_the_cap(api: Api) -> None
         keyed: list[socket.socket] = []
         try:
             for _ in range(4):  # every one is served and stays open (keep-alive)
-                keyed.append(sock := _connect(url, request))
+                keyed.append(sock := raw_connect(url, request))
                 assert _response(sock).startswith(b"HTTP/1.1 404")
-            waiting = [_connect(url) for _ in range(2)]
+            waiting = [raw_connect(url) for _ in range(2)]
             try:
                 for sock in keyed:
                     sock.sendall(request)
@@ -203,7 +184,7 @@ def test_without_auth_a_full_address_is_still_refused(api: Api) -> None:
     ):
         # PUT: the route awaits the body, so each holds its declared 100 bytes until closed.
         held = [
-            _connect(url, _put_head(f"/v1/sessions/{UNKNOWN}/files/a", 100) + b"x")
+            raw_connect(url, _put_head(f"/v1/sessions/{UNKNOWN}/files/a", 100) + b"x")
             for _ in range(2)
         ]
         try:
@@ -245,7 +226,7 @@ def test_refused_bodies_are_let_go_at_once(api: Api) -> None:
         try:
             before = _rss_mib()
             for _ in range(8):
-                kept.append(sock := _connect(url, _head("/v1/runs", key, len(body)) + body))
+                kept.append(sock := raw_connect(url, _head("/v1/runs", key, len(body)) + body))
                 assert _response(sock).startswith(b"HTTP/1.1 422")
             grown = _rss_mib() - before
         finally:
@@ -263,11 +244,11 @@ def test_a_refusal_is_not_reset_by_the_body_left_unread(api: Api, key: str | Non
     here is more than the server reads ahead (64 KiB), so some of it is unread when it answers."""
     with own_server(api.executor, max_request_bytes=32 * MIB) as (url, _):
         body = b" " * MIB
-        sock = _connect(url, _head("/v1/runs", key, len(body)))
+        sock = raw_connect(url, _head("/v1/runs", key, len(body)))
         try:
             sock.settimeout(10)
             sock.sendall(body)  # a reset would fail this too
-            answer = _answer(sock, 10)  # raises ConnectionResetError on a reset
+            answer = read_until_closed(sock, 10)  # raises ConnectionResetError on a reset
         finally:
             sock.close()
         assert answer.startswith(b"HTTP/1.1 401"), answer[:200]

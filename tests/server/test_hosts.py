@@ -24,7 +24,7 @@ from execbox.server import Settings, create_app
 from execbox.server.background import Server, config
 from execbox.server.hosts import AllowedHosts, default_patterns, parse_host, split_patterns
 from execbox.server.local import bind_local_socket
-from tests.server.conftest import Api, own_server
+from tests.server.conftest import Api, own_server, raw_connect, read_until_closed
 
 MIB = 1 << 20
 ALLOWED = ("api.example.com", "*.corp.example")
@@ -49,16 +49,8 @@ def _port(url: str) -> int:
 
 def _exchange(url: str, head: str, body: bytes = b"", timeout_s: float = 10) -> bytes:
     """Send `head` (and `body`) on a connection of its own; what comes back until it closes."""
-    with socket.create_connection(("127.0.0.1", _port(url))) as sock:
-        sock.sendall(head.encode("latin-1") + body)
-        sock.settimeout(timeout_s)
-        chunks = []
-        try:
-            while chunk := sock.recv(1 << 16):
-                chunks.append(chunk)
-        except TimeoutError:
-            pass
-    return b"".join(chunks)
+    with raw_connect(url, head.encode("latin-1") + body) as sock:
+        return read_until_closed(sock, timeout_s)
 
 
 def _status(answer: bytes) -> int:
